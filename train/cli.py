@@ -1,0 +1,139 @@
+"""`python -m train {fit,export,predict,runs,check,settings}`: the thin command-line edge.
+
+Arguments become settings, one function is called, and the package's exceptions become one line on
+stderr and a documented exit code (train.errors.EXIT_CODES). Heavy imports happen inside the
+commands, after the settings are validated, so bad input is rejected before TensorFlow loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+from typing import Sequence
+
+from .config import Settings, load_settings
+from .errors import EXIT_CODES, TemplateError
+
+COMMANDS = ("fit", "export", "predict", "runs", "check", "settings")
+
+
+def _add_setting_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("settings (each also readable from .env or the environment as UPPER_CASE)")
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            group.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
+                               help=f.metadata["doc"])
+        else:
+            # Parsed as text and coerced by config, so a bad flag gets the same message as a bad .env line.
+            group.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=f.metadata["doc"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    epilog = "exit codes:\n" + "\n".join(f"  {k:>3}  {v}" for k, v in EXIT_CODES.items())
+    parser = argparse.ArgumentParser(prog="python -m train", description="Reproducible TensorFlow training runs.",
+                                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+
+    fit = sub.add_parser("fit", help="train a model (the default command)")
+    fit.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
+    fit.add_argument("--resume", metavar="RUN", help="continue a run: its id, its path, or 'latest'")
+    fit.add_argument("--force", action="store_true", help="resume even if settings differ from the run's own")
+    _add_setting_flags(fit)
+
+    exp = sub.add_parser("export", help="export a run's best weights as SavedModel + .keras + labels")
+    exp.add_argument("run", help="run id, run directory or 'latest'")
+    exp.add_argument("--env-file", default=".env")
+    exp.add_argument("--runs-dir", default=None)
+
+    pred = sub.add_parser("predict", help="print class and probability for image files")
+    pred.add_argument("run", help="run id, run directory or 'latest'")
+    pred.add_argument("images", nargs="+", help="image files (PNG/JPEG)")
+    pred.add_argument("--env-file", default=".env")
+    pred.add_argument("--runs-dir", default=None)
+
+    runs = sub.add_parser("runs", help="list runs as a table")
+    runs.add_argument("--env-file", default=".env")
+    runs.add_argument("--runs-dir", default=None)
+
+    chk = sub.add_parser("check", help="diagnose the GPU set-up and say why a GPU is not used")
+    chk.add_argument("--json", action="store_true", help="print the report as JSON")
+    chk.add_argument("--require-gpu", action="store_true", help="exit 1 when no usable GPU is found")
+    chk.add_argument("--skip-matmul", action="store_true", help="skip the timed matmul benchmark")
+
+    st = sub.add_parser("settings", help="print every setting: resolved values, .env.example or the README table")
+    st.add_argument("--env-file", default=".env")
+    st.add_argument("--format", choices=("resolved", "env-example", "table"), default="resolved")
+    return parser
+
+
+def _settings_for(args: argparse.Namespace) -> Settings:
+    overrides = {f.name: getattr(args, f.name, None) for f in fields(Settings)}
+    return load_settings(overrides, env_file=args.env_file)
+
+
+def run(argv: Sequence[str]) -> int:
+    argv = list(argv)
+    if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
+        argv = ["fit", *argv]
+    args = build_parser().parse_args(argv)
+    cmd = args.command
+    if cmd == "fit":
+        settings = _settings_for(args)
+        from .fit import train  # TensorFlow is imported from here on
+
+        result = train(settings, resume=args.resume, force=args.force)
+        return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
+    if cmd == "settings":
+        from . import config
+
+        if args.format == "env-example":
+            print(config.env_example())
+        elif args.format == "table":
+            print(config.settings_table())
+        else:
+            for k, v in _settings_for(args).to_dict().items():
+                print(f"{k.upper()}={v}")
+        return 0
+    if cmd == "check":
+        from .check import main as check_main
+
+        return check_main(json_output=args.json, require_gpu=args.require_gpu, skip_matmul=args.skip_matmul)
+    settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file)
+    if cmd == "runs":
+        from .runs import format_runs, list_runs
+
+        print(format_runs(list_runs(settings.runs_dir)))
+        return 0
+    from .rundir import resolve_run
+
+    run_dir = resolve_run(settings.runs_dir, args.run)
+    if cmd == "export":
+        from .export import export_run
+
+        report = export_run(run_dir)
+        print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
+        return 0
+    from .predict import format_predictions, predict_files
+
+    print(format_predictions(predict_files(run_dir, args.images)))
+    return 0
+
+
+EXIT_CODES_BY_STATUS = {"interrupted": 75, "budget": 75}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        return run(argv)
+    except TemplateError as exc:
+        if debug or getattr(exc, "show_traceback", False):
+            raise
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("Interrupted before a resumable state existed; nothing to resume.", file=sys.stderr)
+        return 130

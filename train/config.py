@@ -1,0 +1,246 @@
+"""One typed settings object: defaults < .env < environment < command-line flags.
+
+Everything here is plain Python: no TensorFlow import, so a bad value is rejected in milliseconds
+(exit code 2 at the CLI edge). Every field is documented by its `doc` metadata; `.env.example`
+and the README table are generated from the same list (`python -m train settings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+BUILTIN_DATASETS = ("mnist", "fashion_mnist", "cifar10")
+BUILTIN_MODELS = ("cnn", "cnn_bn", "resnet_small")
+CACHE_MODES = ("memory", "file", "none")
+PROGRESS_MODES = ("auto", "bar", "line")
+MONITOR_MODES = ("auto", "max", "min")
+LR_SCHEDULES = ("constant", "cosine")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _f(default: Any, doc: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"doc": doc, **kw})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved configuration of one run. Field names map to UPPER_CASE variables."""
+
+    # --- data ---
+    dataset: str = _f("mnist", "mnist | fashion_mnist | cifar10 | npz:<file> | images:<dir> (one sub-directory per class)")
+    data_dir: str = _f("./data", "where built-in data sets are read from (<name>.npz) and downloads are cached")
+    image_size: int = _f(64, "images:<dir> only: images are resized to IMAGE_SIZE x IMAGE_SIZE", min=8, max=4096)
+    channels: int = _f(3, "images:<dir> only: 1 (grayscale) or 3 (RGB)", choices=(1, 3))
+    val_split: float = _f(0.1, "images:<dir> only: fraction held out for validation (seeded split)", min=0.0, max=0.9)
+    cache: str = _f("memory", "memory | file (under the run directory) | none: cache decoded examples", choices=CACHE_MODES)
+    shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
+    smoke: bool = _f(False, "smoke test: 512 training / 256 validation examples, 1 epoch, to check the whole path in seconds")
+    # --- model and optimisation ---
+    model: str = _f("cnn", "cnn (the guide's CNN) | cnn_bn (CNN with batch norm) | resnet_small | package.module:function")
+    epochs: int = _f(3, "number of epochs", min=1, max=100000)
+    batch_size: int = _f(128, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
+    learning_rate: float = _f(1e-3, "Adam learning rate", min=1e-8, max=10.0)
+    lr_schedule: str = _f("constant", "constant | cosine (decays to 0 over all training steps)", choices=LR_SCHEDULES)
+    seed: int = _f(42, "seed for weights, data split and shuffle order", min=0, max=2**31 - 1)
+    deterministic: bool = _f(False, "enable TensorFlow op determinism: bit-identical results on one machine, a little slower")
+    # --- devices ---
+    precision: str = _f("auto", "auto | float32 | mixed_float16 | mixed_bfloat16 (auto picks from the hardware)", choices=PRECISIONS)
+    memory_growth: bool = _f(True, "let GPU memory grow as needed instead of taking it all at start")
+    jit_compile: bool = _f(False, "compile the train step with XLA")
+    steps_per_execution: int = _f(1, "train steps run per call into TensorFlow (fewer Python round trips)", min=1, max=10000)
+    # --- run directory, checkpoints, stopping ---
+    runs_dir: str = _f("./runs", "where run directories are created (the mounted volume in the container)")
+    run_name: str = _f("", "optional label appended to the run id (letters, digits, - and _)")
+    checkpoint_every: int = _f(200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0)
+    keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
+    monitor: str = _f("val_accuracy", "metric that decides the best weights (val_accuracy, val_loss, accuracy, loss)")
+    monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
+    max_minutes: float = _f(0.0, "time budget: save and stop cleanly after this many minutes (0: no limit)", min=0.0)
+    auto_batch: bool = _f(False, "on GPU out-of-memory, halve BATCH_SIZE and continue from the last checkpoint (at most 3 times)")
+    export: bool = _f(True, "export SavedModel + .keras + labels at the end of training")
+    progress: str = _f("auto", "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise", choices=PROGRESS_MODES)
+    debug: bool = _f(False, "show Python tracebacks for expected errors")
+
+    # --- derived, read-only views ---
+    @property
+    def env_names(self) -> dict[str, str]:
+        return {f.name: f.name.upper() for f in fields(self)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> "Settings":
+        return validate(dataclasses.replace(self, **changes))
+
+
+# Settings that may differ on resume without changing the result of training.
+RESUME_FREE = {
+    "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
+    "checkpoint_every", "memory_growth", "auto_batch",
+}
+
+
+def setting_fields() -> list[dataclasses.Field]:
+    return list(fields(Settings))
+
+
+def _coerce(f: dataclasses.Field, raw: Any) -> Any:
+    """Turn a string from .env / environment / a flag into the field's type, or raise ConfigError."""
+    name = f.name.upper()
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    if f.type in ("bool", bool):
+        low = text.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(name, raw, "expected true/false (1/0, yes/no, on/off)")
+    if f.type in ("int", int):
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(name, raw, "expected a whole number, e.g. " + str(f.default)) from None
+    if f.type in ("float", float):
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(name, raw, "expected a number, e.g. " + str(f.default)) from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ConfigError(name, raw, "expected a finite number")
+        return value
+    return text
+
+
+def _check_ranges(s: Settings) -> None:
+    for f in fields(s):
+        value, meta, name = getattr(s, f.name), f.metadata, f.name.upper()
+        if "choices" in meta and value not in meta["choices"]:
+            raise ConfigError(name, value, "one of " + ", ".join(map(str, meta["choices"])))
+        lo, hi = meta.get("min"), meta.get("max")
+        if lo is not None and value < lo or hi is not None and value > hi:
+            if lo is not None and hi is not None:
+                rule = f"must be between {lo} and {hi}"
+            else:
+                rule = f"must be >= {lo}" if lo is not None else f"must be <= {hi}"
+            if f.type in ("int", int) and lo == 1:
+                rule = "must be a positive whole number" + (f" (at most {hi})" if hi else "")
+            raise ConfigError(name, value, rule)
+
+
+def _check_dataset(s: Settings) -> None:
+    ds = s.dataset
+    if ds in BUILTIN_DATASETS:
+        return
+    kind, _, path = ds.partition(":")
+    if kind not in ("npz", "images") or not path:
+        raise ConfigError("DATASET", ds, "one of " + ", ".join(BUILTIN_DATASETS) + ", npz:<file>, images:<dir>")
+    p = Path(path).expanduser()
+    if kind == "npz" and not p.is_file():
+        raise ConfigError("DATASET", ds, f"file {p} does not exist; give the path of an .npz with x_train/y_train/x_test/y_test")
+    if kind == "images" and not p.is_dir():
+        raise ConfigError("DATASET", ds, f"directory {p} does not exist; give a directory with one sub-directory per class")
+
+
+_MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def validate(s: Settings) -> Settings:
+    """Check every rule that does not need TensorFlow; return the settings unchanged or raise."""
+    _check_ranges(s)
+    _check_dataset(s)
+    if s.model not in BUILTIN_MODELS and not _MODULE_FN.match(s.model):
+        raise ConfigError("MODEL", s.model, "one of " + ", ".join(BUILTIN_MODELS) + " or package.module:function")
+    if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
+        raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
+    if not re.fullmatch(r"(val_)?[a-z_0-9]+", s.monitor):
+        raise ConfigError("MONITOR", s.monitor, "a metric name such as val_accuracy or val_loss")
+    if s.checkpoint_every % s.steps_per_execution:
+        raise ConfigError(
+            "CHECKPOINT_EVERY", s.checkpoint_every,
+            f"must be a multiple of STEPS_PER_EXECUTION ({s.steps_per_execution}) so a checkpoint falls on a step boundary",
+        )
+    return s
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None,
+    env_file: str | os.PathLike | None = ".env",
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolve the settings: defaults < .env file < environment < `overrides` (command-line flags).
+
+    `overrides` uses field names (`batch_size`); files and the environment use UPPER_CASE names.
+    A missing default `.env` is fine; an explicitly named one that does not exist is an error.
+    """
+    from dotenv import dotenv_values  # small and pure Python: fine before TensorFlow
+
+    environ = os.environ if environ is None else environ
+    layers: list[Mapping[str, Any]] = []
+    if env_file:
+        path = Path(env_file)
+        if path.is_file():
+            layers.append({k: v for k, v in dotenv_values(path).items() if v is not None})
+        elif str(env_file) != ".env":
+            raise ConfigError("ENV_FILE", str(env_file), "file does not exist; create it from .env.example")
+    layers.append(environ)
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        for layer in layers:
+            if f.name.upper() in layer:
+                values[f.name] = _coerce(f, layer[f.name.upper()])
+        if overrides and overrides.get(f.name) is not None:
+            values[f.name] = _coerce(f, overrides[f.name])
+    return validate(Settings(**values))
+
+
+def settings_from_dict(data: Mapping[str, Any]) -> Settings:
+    """Rebuild settings saved in a run directory (unknown keys from newer versions are ignored)."""
+    known = {f.name for f in fields(Settings)}
+    return validate(Settings(**{k: v for k, v in data.items() if k in known}))
+
+
+def diff_settings(old: Settings, new: Settings, ignore: set[str] = RESUME_FREE) -> list[str]:
+    """Human-readable differences, e.g. ['BATCH_SIZE: 128 -> 64'], skipping `ignore`."""
+    out = []
+    for f in fields(Settings):
+        a, b = getattr(old, f.name), getattr(new, f.name)
+        if f.name not in ignore and a != b:
+            out.append(f"{f.name.upper()}: {a!r} -> {b!r}")
+    return out
+
+
+def env_example() -> str:
+    """The text of `.env.example`: every setting with its default and a one-line comment."""
+    lines = ["# Settings for `python -m train` (copy to .env). Precedence: defaults < .env < environment < flags.", ""]
+    for f in fields(Settings):
+        default = f.default
+        if isinstance(default, bool):
+            default = "true" if default else "false"
+        lines.append(f"# {f.metadata['doc']}")
+        lines.append(f"{f.name.upper()}={default}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def settings_table() -> str:
+    """The README's configuration table (markdown)."""
+    rows = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
+    for f in fields(Settings):
+        default = f.default
+        if isinstance(default, bool):
+            default = "true" if default else "false"
+        flag = "--" + f.name.replace("_", "-")
+        doc = f.metadata["doc"].replace("|", "\\|")
+        rows.append(f"| `{f.name.upper()}` | `{flag}` | `{default}` | {doc} |")
+    return "\n".join(rows)
