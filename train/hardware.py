@@ -1,0 +1,62 @@
+"""What the hardware can do, read without TensorFlow: CPU bf16 support and the precision `auto` picks.
+
+Pure functions over plain inputs (CPU flags, GPU compute capabilities), so the choice is tested on
+any machine with faked inputs; `devices` feeds them the real values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+# CPU flags (as in /proc/cpuinfo) that give TensorFlow/oneDNN native bfloat16 matmuls and convolutions.
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# NVIDIA: float16 tensor cores from compute capability 7.0 (Volta), bfloat16 from 8.0 (Ampere).
+FP16_MIN_CC = (7, 0)
+BF16_MIN_CC = (8, 0)
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The CPU feature flags; empty when they cannot be read (non-Linux): then auto stays float32."""
+    try:
+        text = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags") and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_bf16(flags: Iterable[str]) -> list[str]:
+    """The bf16 features present, e.g. ['avx512_bf16']; empty means bfloat16 would be emulated (slow)."""
+    flags = set(flags)
+    return [f for f in CPU_BF16_FLAGS if f in flags]
+
+
+def choose_precision(
+    requested: str,
+    gpu_compute_capabilities: Sequence[tuple[int, int]],
+    flags: Iterable[str],
+) -> tuple[str, str]:
+    """Return (policy, reason). `requested` other than 'auto' is kept as it is.
+
+    GPUs: bfloat16 from 8.0 (same range as float32, so no loss scaling), float16 from 7.0,
+    float32 below (no tensor cores: mixed precision would only add casts). With several GPUs the
+    weakest decides. CPUs: bfloat16 only with native support (AMX or AVX512-BF16), where oneDNN
+    runs the guide's CNN faster than float32; emulated bf16 is slower, so float32 otherwise.
+    """
+    if requested != "auto":
+        return requested, "set by PRECISION"
+    if gpu_compute_capabilities:
+        cc = min(gpu_compute_capabilities)
+        cc_text = f"{cc[0]}.{cc[1]}"
+        if cc >= BF16_MIN_CC:
+            return "mixed_bfloat16", f"GPU compute capability {cc_text} >= 8.0 has bfloat16 tensor cores"
+        if cc >= FP16_MIN_CC:
+            return "mixed_float16", f"GPU compute capability {cc_text} >= 7.0 has float16 tensor cores"
+        return "float32", f"GPU compute capability {cc_text} < 7.0 has no tensor cores"
+    native = cpu_bf16(flags)
+    if native:
+        return "mixed_bfloat16", "CPU has native bfloat16 (" + ", ".join(native) + ")"
+    return "float32", "CPU has no native bfloat16 (no amx_bf16 / avx512_bf16): bf16 would be emulated"

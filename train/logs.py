@@ -1,0 +1,123 @@
+"""Console + train.log (the same lines), metrics.csv (one row per epoch) and TensorBoard scalars."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from .rundir import write_text
+
+log = logging.getLogger("train")
+
+METRIC_COLUMNS = [
+    "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "batch_size",
+    "epoch_seconds", "samples_per_second", "gpu_memory_used_mb", "gpu_memory_peak_mb",
+]
+
+
+def setup_logging(log_file: Path | None) -> None:
+    """One format for the console and train.log; replaces handlers from an earlier run in-process."""
+    fmt = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S")
+    for h in list(log.handlers):
+        log.removeHandler(h)
+        h.close()
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(fmt)
+    log.addHandler(console)
+    if log_file is not None:
+        fh = logging.FileHandler(log_file, encoding="utf-8")
+        fh.setFormatter(fmt)
+        log.addHandler(fh)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def close_logging() -> None:
+    for h in list(log.handlers):
+        h.flush()
+        if isinstance(h, logging.FileHandler):
+            log.removeHandler(h)
+            h.close()
+
+
+class MetricsFile:
+    """metrics.csv, rewritten atomically each epoch (it is small) so it is never half-written."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows: list[dict[str, Any]] = []
+        if path.is_file():
+            with open(path, newline="", encoding="utf-8") as fh:
+                self.rows = list(csv.DictReader(fh))
+
+    def truncate_from(self, epoch: int) -> None:
+        """Drop rows of epochs that will be trained again after a resume (1-based epoch numbers)."""
+        self.rows = [r for r in self.rows if int(r["epoch"]) < epoch]
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.rows.append({k: _fmt(row.get(k)) for k in METRIC_COLUMNS})
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=METRIC_COLUMNS)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        write_text(self.path, buf.getvalue())
+
+
+def _fmt(value: Any) -> Any:
+    if value is None:
+        return ""  # e.g. GPU memory on a CPU: recorded empty, never fatal
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+class TensorBoardWriter:
+    """Epoch scalars under tensorboard/train and tensorboard/validation, as Keras's callback lays them out."""
+
+    def __init__(self, logdir: Path):
+        import tensorflow as tf
+
+        self._tf = tf
+        self._train = tf.summary.create_file_writer(str(logdir / "train"))
+        self._val = tf.summary.create_file_writer(str(logdir / "validation"))
+
+    def write(self, epoch: int, logs: dict[str, Any]) -> None:
+        for key, value in logs.items():
+            if value is None or not isinstance(value, (int, float)):
+                continue
+            writer, name = (self._val, key[4:]) if key.startswith("val_") else (self._train, key)
+            with writer.as_default():
+                self._tf.summary.scalar("epoch_" + name, value, step=epoch)
+        self._train.flush()
+        self._val.flush()
+
+    def close(self) -> None:
+        self._train.close()
+        self._val.close()
+
+
+def gpu_memory() -> tuple[float | None, float | None]:
+    """(used MB across GPUs from the driver, peak MB TensorFlow allocated on GPU:0 this epoch); None on CPU."""
+    used = None
+    try:
+        from .gpuinfo import query_gpus
+
+        gpus = query_gpus()
+        if gpus:
+            used = float(sum(g.memory_used_mb for g in gpus))
+    except Exception:  # the guide's logger: never fatal
+        used = None
+    peak = None
+    try:
+        import tensorflow as tf
+
+        if tf.config.list_logical_devices("GPU"):
+            peak = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+            tf.config.experimental.reset_memory_stats("GPU:0")
+    except Exception:
+        peak = None
+    return used, peak

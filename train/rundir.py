@@ -1,0 +1,158 @@
+"""The run directory: its id, its layout, atomic writes into it, and finding a run again.
+
+runs/<run-id>/
+  config.json        resolved settings        manifest.json   versions, data, git, how it ended
+  train.log          console lines            metrics.csv     one row per epoch
+  tensorboard/       TensorBoard logs         checkpoints/    resumable states + LATEST pointer
+  best.weights.h5    best weights on MONITOR  export/         SavedModel, model.keras, labels.txt
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import StorageError, TemplateError
+
+TMP_MARK = ".tmp-"
+
+
+def new_run_id(run_name: str = "", now: _dt.datetime | None = None) -> str:
+    """Sortable, unique and readable: 20261130-061959-a1b2[-name]."""
+    now = now or _dt.datetime.now()
+    rid = now.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    return f"{rid}-{run_name}" if run_name else rid
+
+
+def storage_error(path: Path | str, exc: OSError) -> StorageError:
+    reason = {
+        errno.ENOSPC: "the disk is full: free space or point RUNS_DIR at a larger volume",
+        errno.EDQUOT: "the disk quota is exceeded: free space or point RUNS_DIR elsewhere",
+        errno.EFBIG: "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere",
+        errno.EROFS: "the file system is read-only: mount the runs volume read-write or set RUNS_DIR",
+        errno.EACCES: "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR",
+        errno.EPERM: "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR",
+    }.get(exc.errno, exc.strerror or str(exc))
+    return StorageError(f"cannot write {path}: {reason}")
+
+
+def atomic_write(path: Path | str, write: Callable[[Path], None]) -> Path:
+    """Write through `write(tmp_path)` into a temp file beside `path`, fsync it, then os.replace.
+
+    A kill at any moment leaves either the old file or the new one, never half of one. The temp
+    name keeps the final suffix (Keras checks `.weights.h5` endings) and carries TMP_MARK so a
+    later start can clean up after a kill (`clean_stale_temp`).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name.split(".")[0] + TMP_MARK, suffix="".join(path.suffixes))
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        write(tmp_path)
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        tmp_path.unlink(missing_ok=True)
+        raise storage_error(path, exc) from exc
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_text(path: Path | str, text: str) -> Path:
+    return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def write_json(path: Path | str, data: Any) -> Path:
+    return write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path | str) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def clean_stale_temp(directory: Path) -> list[Path]:
+    """Remove temp files left by a kill during a write (they are never the only copy of anything)."""
+    removed = []
+    if directory.is_dir():
+        for p in directory.rglob(f"*{TMP_MARK}*"):
+            if p.is_file():
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
+
+
+def ensure_writable(directory: Path | str) -> Path:
+    """Create the directory and prove it is writable now, before any training time is spent."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-probe{TMP_MARK}{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise storage_error(directory, exc) from exc
+    return directory
+
+
+def create_run_dir(runs_dir: str | Path, run_name: str = "") -> Path:
+    root = ensure_writable(runs_dir)
+    for _ in range(5):
+        path = root / new_run_id(run_name)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise storage_error(path, exc) from exc
+        for sub in ("checkpoints", "tensorboard"):
+            (path / sub).mkdir()
+        return path
+    raise StorageError(f"could not create a unique run directory under {root}")
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file()
+
+
+def resolve_run(runs_dir: str | Path, run: str) -> Path:
+    """A run id under RUNS_DIR, a path to a run directory, or 'latest' (newest run by id)."""
+    root = Path(runs_dir)
+    if run == "latest":
+        runs = sorted(p for p in root.glob("*") if is_run_dir(p)) if root.is_dir() else []
+        if not runs:
+            raise RunNotFound(f"--resume/RUN 'latest': no runs in {root}; train first or set RUNS_DIR")
+        return runs[-1]
+    for candidate in (root / run, Path(run)):
+        if is_run_dir(candidate):
+            return candidate
+    raise RunNotFound(f"run {run!r} not found in {root} (no config.json): `python -m train runs` lists the runs")
+
+
+class RunNotFound(TemplateError):
+    """The run named on the command line does not exist (a usage error: exit 2)."""
+
+    exit_code = 2
+    kind = "config"

@@ -1,0 +1,54 @@
+"""A stop flag raised by SIGTERM/SIGINT or by the MAX_MINUTES budget, checked at step boundaries.
+
+The signal handler only sets the flag: the training step in progress finishes, the loop saves a
+resumable state and returns with status 'interrupted' or 'budget' (exit code 75 at the CLI). A
+second SIGINT falls back to Python's default (KeyboardInterrupt) for a user who really means it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+
+log = logging.getLogger("train")
+
+
+class StopFlag:
+    def __init__(self, max_minutes: float = 0.0, started: float | None = None):
+        self.deadline = (started or time.monotonic()) + max_minutes * 60 if max_minutes else None
+        self.reason: str | None = None
+        self.status = "interrupted"
+
+    def request(self, reason: str, status: str = "interrupted") -> None:
+        if self.reason is None:
+            self.reason, self.status = reason, status
+            log.info("%s: finishing the current step, then saving", reason)
+
+    def check(self) -> bool:
+        """True when the loop should stop now (a signal arrived, or the budget is spent)."""
+        if self.reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
+            self.request("MAX_MINUTES reached", status="budget")
+        return self.reason is not None
+
+    @contextlib.contextmanager
+    def installed(self):
+        """Route SIGTERM/SIGINT to the flag while training (only possible in the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+
+        def handler(signum, _frame):
+            name = signal.Signals(signum).name
+            if self.reason is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # second Ctrl-C: stop at once
+            self.request(f"received {name}")
+
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield self
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
