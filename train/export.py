@@ -1,0 +1,145 @@
+"""Export: a SavedModel that takes raw uint8 images, a `.keras` file and labels, checked for parity.
+
+After writing, the SavedModel is loaded by plain TensorFlow in a fresh Python process (no import
+of this package) and its predictions on a fixed batch are compared with the in-memory model; the
+largest difference goes into the manifest and anything above 1e-5 fails the export.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ExportError
+from .manifest import update_manifest
+from .rundir import TMP_MARK, read_json, storage_error
+
+log = logging.getLogger("train")
+TOLERANCE = 1e-5
+PARITY_BATCH = 32
+
+# Runs in a fresh interpreter: only TensorFlow and numpy, exactly what a serving user has.
+_RELOAD = """
+import sys, numpy as np, tensorflow as tf
+model = tf.saved_model.load(sys.argv[1])
+x = np.load(sys.argv[2])
+out = model.signatures["serving_default"](images=tf.constant(x))
+np.save(sys.argv[3], next(iter(out.values())).numpy())
+"""
+
+
+def _parity_batch(input_shape, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(PARITY_BATCH, *input_shape), dtype=np.uint8)
+
+
+def write_savedmodel(model, path: Path) -> None:
+    import keras
+    import tensorflow as tf
+
+    shape = [None, *model.inputs[0].shape[1:]]
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+
+    def serve(images):
+        # Preprocessing lives in the artefact: raw uint8 pixels in, float32 probabilities out.
+        return {"probabilities": tf.cast(model(tf.cast(images, tf.float32), training=False), tf.float32)}
+
+    archive.add_endpoint(name="serving_default", fn=serve,
+                         input_signature=[tf.TensorSpec(shape, tf.uint8, name="images")])
+    archive.write_out(str(path), verbose=False)
+
+
+def check_parity(model, savedmodel: Path, workdir: Path) -> float:
+    x = _parity_batch(tuple(model.inputs[0].shape[1:]))
+    expected = np.asarray(model(x.astype(np.float32), training=False), dtype=np.float32)
+    np.save(workdir / "x.npy", x)
+    proc = subprocess.run([sys.executable, "-c", _RELOAD, str(savedmodel), str(workdir / "x.npy"), str(workdir / "y.npy")],
+                          capture_output=True, text=True, timeout=600, env=_quiet_env())
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise ExportError(f"the SavedModel at {savedmodel} does not load in a fresh process: {tail[0]}")
+    got = np.load(workdir / "y.npy")
+    return float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
+
+
+def _quiet_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def export_model(model, run_dir: Path, labels: list[str]) -> dict[str, Any]:
+    """Write run_dir/export/{savedmodel/, model.keras, labels.txt} atomically and verify parity."""
+    final = run_dir / "export"
+    staging = Path(tempfile.mkdtemp(prefix="export" + TMP_MARK, dir=run_dir))
+    try:
+        write_savedmodel(model, staging / "savedmodel")
+        model.save(staging / "model.keras")
+        (staging / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
+        with tempfile.TemporaryDirectory() as work:
+            diff = check_parity(model, staging / "savedmodel", Path(work))
+        (staging / "parity.json").write_text(json.dumps({"max_abs_diff": diff, "tolerance": TOLERANCE}) + "\n")
+        if diff > TOLERANCE:
+            raise ExportError(f"the exported SavedModel differs from the trained model by {diff:.3g} (> {TOLERANCE}); "
+                              f"the files are left in {staging} for inspection")
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise storage_error(final, exc) from exc
+    except ExportError:
+        raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    report = {"savedmodel": str(final / "savedmodel"), "keras": str(final / "model.keras"),
+              "labels": str(final / "labels.txt"), "max_abs_diff": diff, "tolerance": TOLERANCE}
+    update_manifest(run_dir / "manifest.json", export=report)
+    log.info("export: %s (fresh-process parity: max |diff| %.2e)", final, diff)
+    return report
+
+
+def rebuild_model(run_dir: Path):
+    """The run's model with its best (else final) weights, under the run's precision policy."""
+    import keras
+
+    from .config import settings_from_dict
+    from .models import build_model
+
+    settings = settings_from_dict(read_json(run_dir / "config.json"))
+    manifest = read_json(run_dir / "manifest.json")
+    data = manifest.get("data") or {}
+    if "input_shape" not in data:
+        raise ExportError(f"run {run_dir.name} has no data description in manifest.json: it ended before its data loaded")
+    keras.mixed_precision.set_global_policy((manifest.get("precision") or {}).get("policy", "float32"))
+    model = build_model(settings.model, tuple(data["input_shape"]), len(data["class_names"]))
+    for name in ("best.weights.h5", "final.weights.h5"):
+        if (run_dir / name).is_file():
+            model.load_weights(run_dir / name)
+            return model, data["class_names"], name
+    raise ExportError(f"run {run_dir.name} has no best.weights.h5 or final.weights.h5 yet: train at least one epoch")
+
+
+def export_run(run_dir: Path, model=None) -> dict[str, Any]:
+    """Export a run. With `model` (end of training) its best weights are loaded into it first."""
+    run_dir = Path(run_dir)
+    if model is None:
+        model, labels, source = rebuild_model(run_dir)
+    else:
+        labels = (run_dir / "labels.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        source = "final weights"
+        if (run_dir / "best.weights.h5").is_file():
+            model.load_weights(run_dir / "best.weights.h5")
+            source = "best.weights.h5"
+    log.info("export: from %s", source)
+    return export_model(model, run_dir, labels)
