@@ -1,0 +1,161 @@
+"""train.data on .npz and built-in data sets: verification up front, reproducible, resumable order."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from train import data
+from train.config import Settings, validate
+from train.errors import DataError
+from conftest import write_npz
+
+
+def settings(**kw) -> Settings:
+    kw.setdefault("runs_dir", "/nonexistent-runs")
+    return validate(Settings(**kw))
+
+
+def batches(ds) -> tuple[np.ndarray, np.ndarray]:
+    xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in ds])
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def test_npz_round_trip(make_npz):
+    path = make_npz()
+    s = settings(dataset=f"npz:{path}", batch_size=64)
+    spec = data.load_data(s)
+    assert (spec.input_shape, spec.num_classes, spec.n_train, spec.n_val) == ((28, 28, 1), 10, 600, 300)
+    assert spec.class_names == tuple(str(i) for i in range(10))
+    assert spec.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert "_Split" not in repr(spec) and "array" not in repr(spec)
+    with np.load(path) as z:
+        x_test, y_test = z["x_test"], z["y_test"]
+    ds = data.val_dataset(spec, s, 64)
+    first_x, first_y = next(iter(ds))
+    assert first_x.dtype.name == "float32" and first_y.dtype.name == "int32"
+    assert first_x.shape == (64, 28, 28, 1)
+    x, y = batches(ds)
+    np.testing.assert_array_equal(x[..., 0], x_test.astype(np.float32))
+    np.testing.assert_array_equal(y, y_test)
+    train_x, _ = batches(data.train_dataset(spec, s, epoch=0, batch_size=64))
+    assert len(train_x) == 600 and data.steps_per_epoch(spec, 64) == 10  # last batch partial: 600 = 9*64 + 24
+
+
+def test_truncated_npz(make_npz):
+    path = make_npz()
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DataError, match="corrupt or truncated") as e:
+        data.load_data(settings(dataset=f"npz:{path}"))
+    assert str(path) in str(e.value)
+
+
+def test_flipped_bytes_in_the_middle(make_npz):
+    path = make_npz()
+    raw = bytearray(path.read_bytes())
+    mid = len(raw) // 2
+    raw[mid : mid + 16] = bytes(b ^ 0xFF for b in raw[mid : mid + 16])
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="corrupt or truncated") as e:
+        data.load_data(settings(dataset=f"npz:{path}"))
+    assert str(path) in str(e.value)
+
+
+def test_missing_key(tmp_path):
+    path = tmp_path / "bad.npz"
+    np.savez(path, x_train=np.zeros((4, 8, 8), np.uint8), y_train=np.zeros(4, np.uint8), x_test=np.zeros((2, 8, 8), np.uint8))
+    with pytest.raises(DataError, match=r"bad\.npz: missing array\(s\) y_test"):
+        data.load_data(settings(dataset=f"npz:{path}"))
+
+
+def test_label_out_of_range_for_builtin(tmp_path):
+    path = write_npz(tmp_path / "mnist.npz", y_test=np.full(300, 10, np.uint8))
+    with pytest.raises(DataError, match=r"mnist\.npz: y_test has labels 10\.\.10; expected 0\.\.9"):
+        data.load_data(settings(dataset="mnist", data_dir=str(tmp_path)))
+
+
+def test_negative_labels_and_bad_pixels(make_npz):
+    path = make_npz(y_train=np.full(600, -1, np.int16))
+    with pytest.raises(DataError, match="expected 0.."):
+        data.load_data(settings(dataset=f"npz:{path}"))
+    path = make_npz("float.npz", x_train=np.full((600, 28, 28), 0.5, np.float32))
+    with pytest.raises(DataError, match="whole numbers 0..255"):
+        data.load_data(settings(dataset=f"npz:{path}"))
+
+
+def test_builtin_from_data_dir_cifar_labels_flattened(tmp_path):
+    y = np.arange(600, dtype=np.uint8).reshape(-1, 1) % 10
+    write_npz(tmp_path / "cifar10.npz", shape=(32, 32, 3), y_train=y, y_test=y[:300])
+    spec = data.load_data(settings(dataset="cifar10", data_dir=str(tmp_path)))
+    assert spec.input_shape == (32, 32, 3) and spec.class_names[0] == "airplane"
+    assert spec.source == str(tmp_path / "cifar10.npz")
+    np.testing.assert_array_equal(spec._train.y, y[:, 0])
+
+
+def test_builtin_with_wrong_shape_is_refused(tmp_path):
+    write_npz(tmp_path / "mnist.npz", shape=(32, 32, 3))
+    with pytest.raises(DataError, match="is it the right file"):
+        data.load_data(settings(dataset="mnist", data_dir=str(tmp_path)))
+
+
+def test_offline_builtin_names_the_file(tmp_path, monkeypatch):
+    def offline(name, cache_dir):
+        raise Exception("URL fetch failure: no network")  # what keras' get_file raises
+
+    monkeypatch.setattr(data, "_download", offline)
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(dataset="fashion_mnist", data_dir=str(tmp_path / "data")))
+    assert f"put fashion_mnist.npz (Keras format" in str(e.value)
+    assert str(tmp_path / "data" / "fashion_mnist.npz") in str(e.value)
+
+
+def test_epoch_order_is_resumable_and_independent_of_global_seed(make_npz):
+    import tensorflow as tf
+
+    s = settings(dataset=f"npz:{make_npz()}", seed=7)
+    spec = data.load_data(s)
+    tf.random.set_seed(1)
+    full_x, full_y = batches(data.train_dataset(spec, s, epoch=2, batch_size=32))
+    tf.random.set_seed(2)  # a resumed process: other global seed, rebuilt spec and pipeline
+    spec2 = data.load_data(s)
+    k = 5
+    tail_x, tail_y = batches(data.train_dataset(spec2, s, epoch=2, batch_size=32, start_step=k))
+    np.testing.assert_array_equal(tail_x, full_x[k * 32 :])
+    np.testing.assert_array_equal(tail_y, full_y[k * 32 :])
+    _, other_y = batches(data.train_dataset(spec, s, epoch=3, batch_size=32))
+    assert not np.array_equal(other_y, full_y)
+    assert sorted(other_y.tolist()) == sorted(full_y.tolist())  # same examples, different order
+
+
+@pytest.mark.parametrize("buffer", [0, 1, 50, 599, 600, 10_000])
+def test_epoch_order_is_a_permutation(buffer):
+    order = data.epoch_order(600, seed=3, epoch=1, buffer=buffer)
+    assert sorted(order.tolist()) == list(range(600))
+    np.testing.assert_array_equal(order, data.epoch_order(600, seed=3, epoch=1, buffer=buffer))
+    if buffer == 1:
+        np.testing.assert_array_equal(order, np.arange(600))  # a buffer of one does not shuffle
+
+
+def test_smoke_sizes(make_npz):
+    path = make_npz(n_train=1000, n_test=400)
+    s = settings(dataset=f"npz:{path}", smoke=True)
+    spec = data.load_data(s)
+    assert (spec.n_train, spec.n_val) == (512, 256)
+    np.testing.assert_array_equal(spec._train.y, data.load_data(s)._train.y)  # the same subset every time
+
+
+@pytest.mark.skipif(not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to test real MNIST")
+def test_real_mnist(tmp_path):
+    src = Path(os.environ["MNIST_NPZ"])
+    (tmp_path / "mnist.npz").symlink_to(src.resolve())
+    s = settings(dataset="mnist", data_dir=str(tmp_path))
+    spec = data.load_data(s)
+    assert (spec.input_shape, spec.n_train, spec.n_val, spec.num_classes) == ((28, 28, 1), 60000, 10000, 10)
+    assert spec._train.y[:5].tolist() == [5, 0, 4, 1, 9]
+    assert spec.fingerprint == hashlib.sha256(src.read_bytes()).hexdigest()
+    x, y = next(iter(data.train_dataset(spec, s, epoch=0, batch_size=128)))
+    assert x.shape == (128, 28, 28, 1) and float(x.numpy().max()) == 255.0

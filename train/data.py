@@ -1,0 +1,328 @@
+"""Data: read and verify everything up front, then serve reproducible tf.data pipelines.
+
+`load_data(settings)` reads a built-in data set, an `.npz` or an image directory, checks every
+array / decodes every image (corruption stops the run here, with the file's name), and returns a
+`DataSpec`. The per-epoch order is a numpy permutation of indices, a pure function of
+(SEED, epoch, SHUFFLE_BUFFER): a resumed run rebuilds epoch e, drops `start_step` batches and sees
+exactly the batches an uninterrupted run saw, whatever TensorFlow's global seed is. The decoded
+uint8 examples stay in a fixed order (the cache) and each batch gathers its indices from them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import logging
+import math
+import os
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import images
+from .errors import DataError
+from .images import load_image_file  # noqa: F401  (public: `predict` decodes files with it)
+
+log = logging.getLogger("train")
+
+SMOKE_TRAIN, SMOKE_VAL = 512, 256
+NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+BUILTIN_SHAPES = {"mnist": (28, 28, 1), "fashion_mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
+BUILTIN_CLASSES = {
+    "mnist": tuple(str(i) for i in range(10)),
+    "fashion_mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+    "cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+}
+# Decoded images kept for the life of the process, keyed by what they were decoded from: a second
+# load_data (or a rebuilt pipeline) never decodes again.
+_DECODED: dict[str, np.ndarray] = {}
+
+
+class _Split(NamedTuple):
+    x: Any  # uint8 (N, H, W, C): np.ndarray, np.memmap (CACHE=file), or None (CACHE=none: decode per epoch)
+    y: np.ndarray  # int32 (N,)
+    files: tuple[str, ...] = ()  # image paths, in the same order as y
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What the model and the manifest need to know about the data, plus the data itself (private)."""
+
+    name: str
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    class_names: tuple[str, ...]
+    n_train: int
+    n_val: int
+    fingerprint: str  # sha256 of the source files' bytes (images: sorted relative paths + bytes)
+    source: str
+    _train: _Split = field(default=None, repr=False, compare=False)
+    _val: _Split = field(default=None, repr=False, compare=False)
+    _tensors: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+def load_data(settings) -> DataSpec:
+    """Read and verify the data set named by `settings.dataset`; DataError on any problem."""
+    kind, _, arg = settings.dataset.partition(":")
+    if kind == "images":
+        spec = _load_images(Path(arg).expanduser(), settings)
+    else:
+        if kind == "npz":
+            path, name = Path(arg).expanduser(), None
+            arrays, fingerprint, source = _read_npz(path), _sha256_file(path), str(path)
+        else:
+            name = settings.dataset
+            arrays, fingerprint, source = _builtin(name, Path(settings.data_dir).expanduser())
+        spec = _from_arrays(settings, arrays, fingerprint, source, name)
+    log.info(
+        "data: %s from %s: %d train / %d val, shape %s, %d classes, fingerprint %s",
+        spec.name, spec.source, spec.n_train, spec.n_val, spec.input_shape, spec.num_classes, spec.fingerprint[:16],
+    )
+    return spec
+
+
+def steps_per_epoch(spec: DataSpec, batch_size: int) -> int:
+    return math.ceil(spec.n_train / batch_size)
+
+
+def epoch_order(n: int, seed: int, epoch: int, buffer: int = 0) -> np.ndarray:
+    """The training order of epoch `epoch`: a permutation of range(n) from (seed, epoch) alone.
+
+    buffer=0 (or >= n) is a true shuffle; a smaller buffer mimics `tf.data.Dataset.shuffle(buffer)`
+    (draw at random from a window that slides over the fixed order).
+    """
+    rng = np.random.default_rng([seed, epoch])
+    if buffer <= 0 or buffer >= n:
+        return rng.permutation(n)
+    window, order, draws = list(range(buffer)), np.empty(n, np.int64), rng.random(n)
+    for t in range(n):
+        j = int(draws[t] * len(window))
+        order[t] = window[j]
+        if buffer + t < n:
+            window[j] = buffer + t
+        else:
+            window[j] = window[-1]
+            window.pop()
+    return order
+
+
+def train_dataset(spec: DataSpec, settings, epoch: int, batch_size: int, start_step: int = 0):
+    """Batches (float32 0..255 images, int32 labels) of epoch `epoch`, from batch `start_step` on."""
+    order = epoch_order(spec.n_train, settings.seed, epoch, settings.shuffle_buffer)
+    return _pipeline(spec, "train", order[start_step * batch_size :], batch_size)
+
+
+def val_dataset(spec: DataSpec, settings, batch_size: int):
+    """Validation batches in a fixed order, same element format as `train_dataset`."""
+    return _pipeline(spec, "val", np.arange(spec.n_val), batch_size)
+
+
+def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
+    import tensorflow as tf
+
+    split = spec._train if which == "train" else spec._val
+    shape = spec.input_shape
+    if split.x is None:  # CACHE=none: decode again every epoch
+        images_ds = images.decode_dataset([split.files[i] for i in order], shape)
+        labels_ds = tf.data.Dataset.from_tensor_slices(split.y[order])
+        ds = tf.data.Dataset.zip(images_ds, labels_ds).batch(batch_size)
+        ds = ds.map(lambda x, y: (tf.cast(x, tf.float32), y), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.prefetch(tf.data.AUTOTUNE)
+    if isinstance(split.x, np.memmap):  # CACHE=file: gather each batch from the memory-mapped .npy
+        x_mm = split.x
+
+        def gather(idx):
+            x = tf.numpy_function(lambda i: x_mm[np.asarray(i)], [idx], tf.uint8, stateful=False)
+            return tf.ensure_shape(x, (None, *shape))
+    else:  # in memory: one tensor per process, gathered batch by batch
+        if which not in spec._tensors:
+            spec._tensors[which] = tf.convert_to_tensor(split.x)
+        x_t = spec._tensors[which]
+
+        def gather(idx):
+            return tf.gather(x_t, idx)
+    y_t = tf.convert_to_tensor(split.y)
+    ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).batch(batch_size)
+    ds = ds.map(lambda i: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i)),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# --- .npz and built-in data sets -----------------------------------------------------------------
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the file, read in full: numpy notices a bad CRC or a short file only on read."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in NPZ_KEYS if k not in z.files]
+            if missing:
+                raise DataError(f"{path}: missing array(s) {', '.join(missing)}; an .npz needs x_train, y_train, x_test, y_test (Keras layout)")
+            return {k: z[k] for k in z.files}
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
+        raise DataError(f"{path} is corrupt or truncated ({type(e).__name__}: {e}); replace it with a good copy") from None
+
+
+def _builtin(name: str, data_dir: Path) -> tuple[dict[str, np.ndarray], str, str]:
+    path = data_dir / f"{name}.npz"
+    if path.is_file():
+        return _read_npz(path), _sha256_file(path), str(path)
+    cache = data_dir / "keras"
+    try:
+        (x_train, y_train), (x_test, y_test) = _download(name, cache)
+    # get_file raises a bare Exception for network failures, so nothing narrower catches them all.
+    except Exception as e:  # noqa: BLE001
+        raise DataError(
+            f"{path} not found and the Keras download of {name} failed ({type(e).__name__}); "
+            f"put {name}.npz (Keras format: x_train, y_train, x_test, y_test) at {path}, or allow network access"
+        ) from None
+    arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+    h = hashlib.sha256()
+    for k in NPZ_KEYS:
+        h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
+    return arrays, h.hexdigest(), f"keras download cached in {cache}"
+
+
+def _download(name: str, cache_dir: Path):
+    """keras.datasets.<name>.load_data(), with its files cached under `cache_dir` (not ~/.keras)."""
+    from unittest import mock
+
+    module = importlib.import_module(f"keras.src.datasets.{name}")
+    # Keras 3's loaders take no cache_dir; give their get_file one so downloads land in DATA_DIR.
+    with mock.patch.object(module, "get_file", functools.partial(module.get_file, cache_dir=str(cache_dir.resolve()))):
+        return module.load_data()
+
+
+def _check_arrays(where: str, arrays: dict[str, np.ndarray], num_classes: int | None) -> tuple:
+    """(x_train, y_train, x_test, y_test, num_classes) as uint8 NHWC / int32, or DataError."""
+    out = []
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.ndim == 3:
+            x = x[..., None]
+        if x.ndim != 4 or x.shape[-1] not in (1, 3) or len(x) == 0:
+            raise DataError(f"{where}: x_{split} has shape {x.shape}; expected (N, H, W) or (N, H, W, 1|3) with N > 0")
+        if x.dtype != np.uint8:
+            if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
+                raise DataError(f"{where}: x_{split} has dtype {x.dtype}; expected uint8 pixel values 0..255")
+            if not (np.all(np.isfinite(x)) and x.min() >= 0 and x.max() <= 255 and np.all(x == np.round(x))):
+                raise DataError(f"{where}: x_{split} holds values outside whole numbers 0..255; store raw uint8 pixels (the model rescales)")
+            x = x.astype(np.uint8)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]  # cifar10 keeps labels as (N, 1)
+        if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+            raise DataError(f"{where}: y_{split} has shape {y.shape} and dtype {y.dtype}; expected integer class ids of shape (N,)")
+        if len(y) != len(x):
+            raise DataError(f"{where}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
+        out += [x, y.astype(np.int64)]
+    if out[0].shape[1:] != out[2].shape[1:]:
+        raise DataError(f"{where}: x_train images are {out[0].shape[1:]} but x_test images are {out[2].shape[1:]}")
+    classes = num_classes or int(max(out[1].max(), out[3].max())) + 1
+    for split, y in (("train", out[1]), ("test", out[3])):
+        if y.min() < 0 or y.max() >= classes:
+            raise DataError(f"{where}: y_{split} has labels {y.min()}..{y.max()}; expected 0..{classes - 1}")
+    return out[0], out[1].astype(np.int32), out[2], out[3].astype(np.int32), classes
+
+
+def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:
+    if n <= k:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, salt]).choice(n, k, replace=False))
+
+
+def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str | None) -> DataSpec:
+    names = tuple(str(c) for c in arrays["class_names"]) if "class_names" in arrays else None
+    if builtin:
+        names = BUILTIN_CLASSES[builtin]
+    x_tr, y_tr, x_va, y_va, classes = _check_arrays(source, arrays, len(names) if names else None)
+    if builtin and x_tr.shape[1:] != BUILTIN_SHAPES[builtin]:
+        raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {BUILTIN_SHAPES[builtin]}; is it the right file?")
+    if settings.smoke:
+        tr, va = _smoke_subset(len(y_tr), SMOKE_TRAIN, settings.seed, 0), _smoke_subset(len(y_va), SMOKE_VAL, settings.seed, 1)
+        x_tr, y_tr, x_va, y_va = x_tr[tr], y_tr[tr], x_va[va], y_va[va]
+    return DataSpec(
+        name=settings.dataset, input_shape=tuple(int(d) for d in x_tr.shape[1:]), num_classes=classes,
+        class_names=names or tuple(str(i) for i in range(classes)), n_train=len(y_tr), n_val=len(y_va),
+        fingerprint=fingerprint, source=source, _train=_Split(x_tr, y_tr), _val=_Split(x_va, y_va),
+    )
+
+
+# --- images:<dir> --------------------------------------------------------------------------------
+
+
+def _split_indices(labels: np.ndarray, val_split: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified, seeded train/validation split; both index lists sorted (the fixed cache order)."""
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for c in range(int(labels.max()) + 1):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        k = min(int(round(len(idx) * val_split)), len(idx) - 1)
+        val.append(idx[:k])
+        train.append(idx[k:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
+
+
+def _load_images(root: Path, settings) -> DataSpec:
+    class_names, rels, labels = images.list_image_dir(root)
+    fingerprint = images.fingerprint_files(root, rels)
+    tr, va = _split_indices(labels, settings.val_split, settings.seed)
+    if settings.smoke:
+        tr = tr[_smoke_subset(len(tr), SMOKE_TRAIN, settings.seed, 0)]
+        va = va[_smoke_subset(len(va), SMOKE_VAL, settings.seed, 1)]
+    shape = (settings.image_size, settings.image_size, settings.channels)
+    splits = []
+    for which, idx in (("train", tr), ("val", va)):
+        files = tuple(str(root / rels[i]) for i in idx)
+        key = hashlib.sha256(repr((fingerprint, which, shape, idx.tolist())).encode()).hexdigest()[:16]
+        splits.append(_Split(_decoded(files, shape, key, settings, fingerprint), labels[idx], files))
+    return DataSpec(
+        name=settings.dataset, input_shape=shape, num_classes=len(class_names), class_names=class_names,
+        n_train=len(tr), n_val=len(va), fingerprint=fingerprint, source=str(root), _train=splits[0], _val=splits[1],
+    )
+
+
+def _decoded(files: tuple[str, ...], shape, key: str, settings, fingerprint: str):
+    """Decode (and so verify) every file once, into the cache CACHE asks for."""
+    if settings.cache == "none":
+        images.decode_files(files, shape)
+        return None
+    if settings.cache == "memory":
+        if key not in _DECODED:
+            out = np.empty((len(files), *shape), np.uint8)
+            images.decode_files(files, shape, out)
+            _DECODED[key] = out
+        return _DECODED[key]
+    # file: same fingerprint, shape and split -> already decoded and verified by an earlier run
+    path = Path(settings.runs_dir) / ".cache" / fingerprint[:16] / f"{key}.npy"
+    if path.is_file():
+        try:
+            cached = np.load(path, mmap_mode="r")
+            if cached.shape == (len(files), *shape) and cached.dtype == np.uint8:
+                return cached
+        except (ValueError, OSError):
+            pass  # a damaged cache is rebuilt below
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(files), *shape))
+        images.decode_files(files, shape, out)
+        out.flush()
+        del out
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    return np.load(path, mmap_mode="r")
