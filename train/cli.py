@@ -81,6 +81,7 @@ def run(argv: Sequence[str]) -> int:
     cmd = args.command
     if cmd == "fit":
         settings = _settings_for(args)
+        _quiet_tensorflow()
         from .fit import train  # TensorFlow is imported from here on
 
         result = train(settings, resume=args.resume, force=args.force)
@@ -119,6 +120,17 @@ def run(argv: Sequence[str]) -> int:
 
     print(format_predictions(predict_files(run_dir, args.images)))
     return 0
+
+
+def _quiet_tensorflow() -> None:
+    """Keep TensorFlow's C++ start-up chatter (CPU instruction hints, cuInit on CPU hosts) off the console.
+
+    A default only: a user who sets TF_CPP_MIN_LOG_LEVEL keeps theirs; `check` shows the messages
+    that matter and explains them.
+    """
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 EXIT_CODES_BY_STATUS = {"interrupted": 75, "budget": 75}

@@ -77,6 +77,29 @@ def _quiet_env() -> dict[str, str]:
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
+def float32_copy(model, model_name: str):
+    """The same network and weights under the float32 policy.
+
+    The export serves in float32 whatever the training precision: it runs on any CPU or GPU, and
+    its fresh-process parity can be held to 1e-5 (bfloat16 keeps ~3 significant digits, so a
+    mixed-precision graph and the eager model already differ by ~1e-3 after fusion).
+    """
+    import keras
+
+    from .models import build_model
+
+    if keras.mixed_precision.global_policy().name == "float32" and model.dtype_policy.name == "float32":
+        return model
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        copy = build_model(model_name, tuple(model.inputs[0].shape[1:]), int(model.outputs[0].shape[-1]))
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def export_model(model, run_dir: Path, labels: list[str]) -> dict[str, Any]:
     """Write run_dir/export/{savedmodel/, model.keras, labels.txt} atomically and verify parity."""
     final = run_dir / "export"
@@ -142,4 +165,7 @@ def export_run(run_dir: Path, model=None) -> dict[str, Any]:
             model.load_weights(run_dir / "best.weights.h5")
             source = "best.weights.h5"
     log.info("export: from %s", source)
-    return export_model(model, run_dir, labels)
+    from .config import settings_from_dict
+
+    settings = settings_from_dict(read_json(run_dir / "config.json"))
+    return export_model(float32_copy(model, settings.model), run_dir, labels)

@@ -229,7 +229,7 @@ class _Loop:
             import sys
 
             verbose = 1 if sys.stdout.isatty() else 0
-        return self.model.fit(ds, epochs=1, verbose=verbose, callbacks=[saver])
+        return self.model.fit(ds, epochs=1, verbose=verbose, callbacks=[saver], shuffle=False)
 
     def _out_of_memory(self, epoch: int, exc: Exception):
         remedies = ("lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
