@@ -1,0 +1,154 @@
+"""train.data / train.images on `images:<dir>`: decode up front, name bad files, seeded split, caches."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from train import data, images
+from train.config import Settings, validate
+from train.errors import DataError
+
+
+def settings(root, tmp_path, **kw) -> Settings:
+    kw = {"runs_dir": str(tmp_path / "runs"), "image_size": 32, "channels": 3, "val_split": 0.25, **kw}
+    return validate(Settings(dataset=f"images:{root}", **kw))
+
+
+def batches(ds):
+    xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in ds])
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+@pytest.fixture(autouse=True)
+def fresh_memory_cache():
+    data._DECODED.clear()
+    yield
+    data._DECODED.clear()
+
+
+def test_png_and_jpeg_class_dirs(make_image_dir, tmp_path):
+    root = make_image_dir()
+    s = settings(root, tmp_path)
+    spec = data.load_data(s)
+    assert spec.class_names == ("class_0", "class_1", "class_2")
+    assert (spec.input_shape, spec.num_classes, spec.n_train, spec.n_val) == ((32, 32, 3), 3, 45, 15)
+    assert np.bincount(spec._val.y).tolist() == [5, 5, 5]  # stratified
+    assert spec.source == str(root) and len(spec.fingerprint) == 64
+    x, y = batches(data.val_dataset(spec, s, 8))
+    assert x.dtype == np.float32 and x.shape == (15, 32, 32, 3) and y.dtype == np.int32
+    # predict's decode is bit-identical to the pipeline's
+    for i in (0, 1, 14):
+        np.testing.assert_array_equal(images.load_image_file(spec._val.files[i], spec.input_shape), x[i].astype(np.uint8))
+    assert x[y == 1][..., 1].mean() > x[y == 1][..., 0].mean() + 100  # the class colour survived
+
+
+def test_grayscale_and_fingerprint_tracks_bytes(make_image_dir, tmp_path):
+    root = make_image_dir(per_class=4)
+    spec = data.load_data(settings(root, tmp_path, channels=1))
+    assert spec.input_shape == (32, 32, 1)
+    (root / "class_0" / "img_000.png").write_bytes((root / "class_0" / "img_002.png").read_bytes())
+    assert data.load_data(settings(root, tmp_path, channels=1)).fingerprint != spec.fingerprint
+
+
+def test_no_class_dirs(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no class sub-directories") as e:
+        data.load_data(settings(tmp_path / "empty", tmp_path))
+    assert str(tmp_path / "empty") in str(e.value)
+
+
+def test_class_dir_without_images(make_image_dir, tmp_path):
+    root = make_image_dir(per_class=2)
+    (root / "class_9").mkdir()
+    (root / "class_9" / "notes.txt").write_text("not an image")
+    with pytest.raises(DataError, match="class_9: class directory has no JPEG/PNG images"):
+        data.load_data(settings(root, tmp_path))
+
+
+@pytest.mark.parametrize("cache", ["memory", "file", "none"])
+def test_non_image_png_is_named(make_image_dir, tmp_path, cache):
+    root = make_image_dir()
+    bad = root / "class_1" / "img_007.png"
+    bad.write_bytes(b"this is not a PNG file at all" * 10)
+    with pytest.raises(DataError, match="not a readable JPEG/PNG image") as e:
+        data.load_data(settings(root, tmp_path, cache=cache))
+    assert str(bad) in str(e.value)
+    assert not list((tmp_path / "runs").rglob("*.tmp"))  # no half-written file cache left behind
+
+
+def test_seeded_split_is_reproducible(make_image_dir, tmp_path):
+    root = make_image_dir()
+    a = data.load_data(settings(root, tmp_path, seed=1))
+    b = data.load_data(settings(root, tmp_path, seed=1))
+    c = data.load_data(settings(root, tmp_path, seed=2))
+    assert a._val.files == b._val.files and a._train.files == b._train.files
+    assert a._val.files != c._val.files
+
+
+def test_resume_mid_epoch_gives_identical_batches(make_image_dir, tmp_path):
+    root = make_image_dir()
+    s = settings(root, tmp_path, seed=5)
+    spec = data.load_data(s)
+    full_x, full_y = batches(data.train_dataset(spec, s, epoch=1, batch_size=8))
+    data._DECODED.clear()  # a fresh process
+    spec2 = data.load_data(s)
+    tail_x, tail_y = batches(data.train_dataset(spec2, s, epoch=1, batch_size=8, start_step=3))
+    np.testing.assert_array_equal(tail_x, full_x[24:])
+    np.testing.assert_array_equal(tail_y, full_y[24:])
+    _, other = batches(data.train_dataset(spec, s, epoch=2, batch_size=8))
+    assert not np.array_equal(other, full_y)
+
+
+def test_cache_modes_give_the_same_batches(make_image_dir, tmp_path):
+    root = make_image_dir()
+    got = {}
+    for cache in ("memory", "file", "none"):
+        s = settings(root, tmp_path, cache=cache, seed=3)
+        got[cache] = batches(data.train_dataset(data.load_data(s), s, epoch=0, batch_size=16))
+    for cache in ("file", "none"):
+        np.testing.assert_array_equal(got[cache][0], got["memory"][0])
+        np.testing.assert_array_equal(got[cache][1], got["memory"][1])
+
+
+def test_memory_cache_is_filled_once_per_process(make_image_dir, tmp_path, monkeypatch):
+    root = make_image_dir()
+    s = settings(root, tmp_path, cache="memory")
+    spec = data.load_data(s)
+    for p in root.rglob("img_*"):  # the files are gone: every epoch must come from the cache
+        p.write_bytes(b"")
+    for epoch in range(3):
+        x, _ = batches(data.train_dataset(spec, s, epoch=epoch, batch_size=16))
+        assert len(x) == 45
+    shutil.rmtree(root)
+    make_image_dir()  # identical files again; a second load_data in the process does not decode
+    monkeypatch.setattr(images, "decode_files", lambda *a, **k: pytest.fail("decoded twice"))
+    assert data.load_data(s).n_train == 45
+
+
+def test_file_cache_is_reused_by_the_next_run(make_image_dir, tmp_path, monkeypatch):
+    root = make_image_dir()
+    s = settings(root, tmp_path, cache="file")
+    data.load_data(s)
+    cached = list((tmp_path / "runs" / ".cache").rglob("*.npy"))
+    assert len(cached) == 2  # train and val
+    monkeypatch.setattr(images, "decode_files", lambda *a, **k: pytest.fail("decoded twice"))
+    spec = data.load_data(s)
+    assert isinstance(spec._train.x, np.memmap)
+    assert len(batches(data.train_dataset(spec, s, epoch=0, batch_size=16))[0]) == 45
+
+
+def test_smoke_on_images(make_image_dir, tmp_path):
+    root = make_image_dir(per_class=300, size=16)
+    s = settings(root, tmp_path, smoke=True, image_size=16)
+    spec = data.load_data(s)
+    assert (spec.n_train, spec.n_val) == (512, 225)
+
+
+def test_load_image_file_names_a_bad_file(tmp_path):
+    bad = tmp_path / "x.jpg"
+    bad.write_bytes(b"\xff\xd8 truncated")
+    with pytest.raises(DataError, match="x.jpg: not a readable JPEG/PNG image"):
+        images.load_image_file(bad, (32, 32, 3))
