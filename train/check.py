@@ -135,9 +135,12 @@ def _no_driver(facts: Facts) -> Diagnosis:
     severity = "error" if facts.nvidia_pci_devices else "info"
     runtime_fix = ("start the container with `docker run --gpus all` (compose: a `deploy.resources.reservations."
                    "devices` entry with `capabilities: [gpu]`) on a host with the NVIDIA Container Toolkit")
+    if not facts.nvidia_pci_devices and facts.in_container:  # likely a CPU host: say so calmly
+        runtime_fix = "none needed to train on the CPU; on a host with a GPU, " + runtime_fix
     if facts.in_container and nvd is None:
         return Diagnosis("no_driver", severity, "no NVIDIA driver visible: this container was started without GPUs "
-                         "(NVIDIA_VISIBLE_DEVICES is not set, so the NVIDIA runtime added none)", runtime_fix)
+                         "(NVIDIA_VISIBLE_DEVICES is not set, so the NVIDIA runtime added none)"
+                         + ("" if facts.nvidia_pci_devices else "; no NVIDIA GPU is on the PCI bus either"), runtime_fix)
     if nvd is not None and nvd.strip().lower() in HIDE_VALUES:
         return Diagnosis("no_driver", severity, f"no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES={nvd!r} tells the "
                          "NVIDIA runtime to give this container no GPU",
@@ -284,3 +287,287 @@ def precisions(facts: Facts) -> dict[str, Any]:
     auto, reason = hardware.choose_precision("auto", ccs, facts.cpu_bf16)
     return {"options": {k: {"sensible": ok, "why": why} for k, (ok, why) in options.items()},
             "auto": auto, "auto_reason": reason}
+
+
+# ---------------------------------------------------------------- report
+
+JSON_FIELDS = {
+    "verdict": "{status: gpu | cpu | gpu_not_used | no_tensorflow, line, usable_gpus}",
+    "exit_code": "0, or 1 with --require-gpu and no usable GPU (or when TensorFlow cannot start)",
+    "tensorflow": "{version, error, build: tf.sysconfig.get_build_info(), gpus: [{name, device_name, compute_capability}]}",
+    "libraries": "[{library, expected, path, version, others, error}]: CUDA/cuDNN the build needs, as found on disk",
+    "driver": "{present, reason, version, cuda_version}",
+    "gpus": "[{index, name, uuid, memory_total_mb, memory_used_mb, driver_version, compute_capability, "
+            "cuda_driver_version, processes: [{pid, name, used_memory_mb}]}] as the driver reports them",
+    "memory_growth": "{in_effect, error, late_call}",
+    "matmul": "[{device, n, seconds, gflops} or {device, error}]",
+    "gpu_speedup": "best GPU GFLOP/s divided by CPU GFLOP/s, or null",
+    "precision": "{options: {float32|mixed_float16|mixed_bfloat16: {sensible, why}}, auto, auto_reason}",
+    "diagnoses": "[{code, severity: info | warning | error, summary, fix, details}]",
+    "tf_log": "{shown: lines that explain a failure, noise: {explanation: count}}",
+    "environment": "{in_container, nvidia_pci_devices, cpu_bf16, NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, ...}",
+    "seconds": "how long the TensorFlow probe took",
+}
+
+
+def verdict(facts: Facts, diags: list[Diagnosis], speedup: float | None, auto: str) -> dict[str, Any]:
+    usable = len(facts.tf.gpus) if cuda_build(facts) else 0
+    errors = [d for d in diags if d.severity == "error"]
+    warnings = sum(d.severity == "warning" for d in diags)
+    tail = f"; {warnings} warning(s) below" if warnings else ""
+    if facts.tf.version is None:
+        status, line = "no_tensorflow", f"TensorFlow cannot start: {errors[0].summary}. Fix: {errors[0].fix}"
+    elif usable:
+        names = ", ".join(sorted({g.get("device_name") or g["name"] for g in facts.tf.gpus}))
+        fast = f"; matmul {speedup:.0f}x the CPU" if speedup else ""
+        status, line = "gpu", f"GPU ready: TensorFlow uses {usable} GPU(s) ({names}){fast}; precision auto -> {auto}{tail}"
+    elif errors:
+        status, line = "gpu_not_used", (f"GPU NOT USED, training would run on the CPU: {errors[0].summary}. "
+                                        f"Fix: {errors[0].fix}")
+    else:
+        status, line = "cpu", f"running on CPU: no GPU here, and nothing is wrong; precision auto -> {auto}{tail}"
+    return {"status": status, "line": line, "usable_gpus": usable}
+
+
+def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | None = None) -> dict[str, Any]:
+    diags = diagnose(facts, own_pids)
+    prec = precisions(facts)
+    cpu = [m["gflops"] for m in facts.tf.matmul if "CPU" in m["device"] and m.get("gflops")]
+    gpu = [m["gflops"] for m in facts.tf.matmul if "GPU" in m["device"] and m.get("gflops")]
+    speedup = max(gpu) / cpu[0] if cpu and gpu else None
+    v = verdict(facts, diags, speedup, prec["auto"])
+    shown, noise = classify_log(facts.tf.log, facts.driver_present)
+    exit_code = 1 if v["status"] == "no_tensorflow" or (require_gpu and not v["usable_gpus"]) else 0
+    g0 = facts.gpus[0] if facts.gpus else None
+    return {
+        "verdict": v, "exit_code": exit_code,
+        "tensorflow": {"version": facts.tf.version, "error": facts.tf.error, "build": facts.tf.build, "gpus": facts.tf.gpus},
+        "libraries": [asdict(lib) for lib in facts.libraries],
+        "driver": {"present": facts.driver_present, "reason": facts.driver_reason,
+                   "version": g0.driver_version if g0 else None, "cuda_version": g0.cuda_driver_version if g0 else None},
+        "gpus": [asdict(g) for g in facts.gpus],
+        "memory_growth": facts.tf.memory_growth, "matmul": facts.tf.matmul,
+        "gpu_speedup": round(speedup, 1) if speedup else None, "precision": prec,
+        "diagnoses": [asdict(d) for d in diags], "tf_log": {"shown": shown, "noise": noise},
+        "environment": {"in_container": facts.in_container, "nvidia_pci_devices": facts.nvidia_pci_devices,
+                        "cpu_bf16": facts.cpu_bf16, **facts.env},
+        "seconds": round(facts.tf.seconds, 2),
+    }
+
+
+def format_report(r: dict[str, Any]) -> str:
+    tf, build = r["tensorflow"], r["tensorflow"]["build"]
+    lines = ["TensorFlow GPU check"]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"  {label:<14} {text}")
+
+    if build.get("is_cuda_build"):
+        ccs = build.get("cuda_compute_capabilities") or []
+        row("TensorFlow", f"{tf['version']}, built for CUDA {build.get('cuda_version')}, cuDNN "
+            f"{build.get('cudnn_version')}, compute capabilities {', '.join(map(str, ccs)) or '?'}")
+        for lib in r["libraries"]:
+            found = f"{lib['path']} ({lib['version'] or 'version unknown'})" if lib["path"] else "NOT FOUND"
+            row("  " + lib["library"], f"{lib['expected']}: {found}" + (f"; also {', '.join(lib['others'])}" if lib["others"] else ""))
+    else:
+        row("TensorFlow", f"{tf['version'] or 'not available'}, CPU-only build (no CUDA libraries needed)")
+    d = r["driver"]
+    row("Driver", f"{d['version']}, CUDA up to {d['cuda_version'] or '?'}" if d["present"] and d["version"] else
+        f"none ({d['reason']})")
+    for g in r["gpus"]:
+        cc = ".".join(map(str, g["compute_capability"])) if g["compute_capability"] else "?"
+        row(f"GPU {g['index']}", f"{g['name']}, {g['memory_used_mb']:.0f} of {g['memory_total_mb']:.0f} MiB used, "
+            f"compute capability {cc}")
+        for p in g["processes"]:
+            used = f"{p['used_memory_mb']:.0f} MiB" if p["used_memory_mb"] is not None else "? MiB"
+            row("", f"process {p['pid']} {p['name']}: {used}")
+    row("TF sees", ", ".join(g["name"] for g in tf["gpus"]) or "no GPU (runs on the CPU)")
+    mg = r["memory_growth"]
+    if tf["gpus"] or mg.get("error"):
+        row("Memory growth", "on for every GPU" if mg.get("in_effect") else f"NOT in effect {mg.get('error') or ''}")
+    for m in r["matmul"]:
+        row("Matmul", f"{m['device']}: " + (f"{m['n']}x{m['n']} float32 in {m['seconds'] * 1e3:.1f} ms, "
+                                             f"{m['gflops']:.0f} GFLOP/s" if "error" not in m else f"failed: {m['error']}"))
+    if r["gpu_speedup"]:
+        row("", f"GPU / CPU throughput: {r['gpu_speedup']}x")
+    p = r["precision"]
+    row("Precision", "; ".join(f"{k} {'yes' if v['sensible'] else 'no'}" for k, v in p["options"].items())
+        + f"; auto -> {p['auto']} ({p['auto_reason']})")
+    noise = r["tf_log"]["noise"]
+    if noise:
+        row("TF log", f"{sum(noise.values())} start-up line(s) captured, not errors: " + "; ".join(noise))
+    for line in r["tf_log"]["shown"]:
+        row("TF log !", line)
+    if r["diagnoses"]:
+        lines.append("Diagnoses")
+    for dg in r["diagnoses"]:
+        lines.append(f"  [{dg['severity']}] {dg['summary']}")
+        lines += [f"      {x}" for x in dg["details"]]
+        lines.append(f"      fix: {dg['fix']}")
+    lines.append(f"VERDICT: {r['verdict']['line']}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- collection (reads the machine)
+
+def in_container(root: Path = Path("/")) -> bool:
+    if (root / ".dockerenv").exists() or (root / "run/.containerenv").exists():
+        return True
+    try:
+        return bool(re.search(r"docker|kubepods|containerd|libpod", (root / "proc/1/cgroup").read_text()))
+    except OSError:
+        return False
+
+
+def nvidia_pci_devices(sysfs: Path = Path("/sys/bus/pci/devices")) -> int:
+    """NVIDIA (vendor 0x10de) display or 3D controllers: a GPU is there even when no driver is."""
+    count = 0
+    for dev in sysfs.glob("*"):
+        try:
+            if (dev / "vendor").read_text().strip() == "0x10de" and (dev / "class").read_text().startswith("0x03"):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def library_dirs(environ: Mapping[str, str]) -> list[Path]:
+    """pip's nvidia-* wheels (what tensorflow[and-cuda] uses), LD_LIBRARY_PATH, then the usual system places."""
+    dirs = [d for p in sys.path if p.endswith(("site-packages", "dist-packages")) for d in sorted(Path(p).glob("nvidia/*/lib"))]
+    dirs += [Path(p) for p in environ.get("LD_LIBRARY_PATH", "").split(":") if p]
+    dirs += [Path(p) for p in ("/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                               "/usr/lib64", "/usr/local/lib")]
+    return [d for i, d in enumerate(dirs) if d.is_dir() and d not in dirs[:i]]
+
+
+def _library_version(lib: ctypes.CDLL, name: str) -> str | None:
+    value = ctypes.c_int()
+    if name == "cudart" and lib.cudaRuntimeGetVersion(ctypes.byref(value)) == 0:
+        return f"{value.value // 1000}.{value.value % 1000 // 10}"
+    if name == "cudnn":
+        lib.cudnnGetVersion.restype = ctypes.c_size_t
+        v = int(lib.cudnnGetVersion())
+        major, rest = (v // 10000, v % 10000) if v >= 90000 else (v // 1000, v % 1000)
+        return f"{major}.{rest // 100}.{rest % 100}"
+    if name == "cublas":
+        parts = []
+        for prop in range(3):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+            if lib.cublasGetProperty(prop, ctypes.byref(value)) != 0:
+                return None
+            parts.append(str(value.value))
+        return ".".join(parts)
+    return None
+
+
+def find_library(name: str, major: int, dirs: list[Path]) -> LibFact:
+    soname = f"lib{name}.so.{major}"
+    fact = LibFact(name, soname)
+    for d in dirs:
+        for f in sorted(d.glob(f"lib{name}.so.*")):
+            if f.name == soname and fact.path is None:
+                fact.path = str(f)
+            elif _major(f.name.split(".so.", 1)[1]) != major and str(f) not in fact.others:
+                fact.others.append(str(f))
+    try:  # the loader's answer: the path found above, or the ldconfig cache
+        fact.version = _library_version(ctypes.CDLL(fact.path or soname), name)
+        fact.path = fact.path or f"{soname} (loader cache)"
+    except (OSError, AttributeError) as exc:
+        fact.error = str(exc) if fact.path else None
+    return fact
+
+
+def collect_libraries(build: Mapping[str, Any], environ: Mapping[str, str]) -> list[LibFact]:
+    cuda, cudnn = _major(build.get("cuda_version")), _major(build.get("cudnn_version"))
+    if not build.get("is_cuda_build") or cuda is None:
+        return []
+    dirs = library_dirs(environ)
+    wanted = [("cudart", cuda), ("cublas", cuda)] + ([("cudnn", cudnn)] if cudnn else [])
+    return [find_library(name, major, dirs) for name, major in wanted]
+
+
+def _bench(tf: Any, device: str, n: int, reps: int) -> dict[str, Any]:
+    try:
+        with tf.device(device):
+            a, b = tf.random.uniform((n, n)), tf.random.uniform((n, n))
+            float(tf.reduce_sum(tf.matmul(a, b)))  # warm-up: kernels, cuBLAS handle
+            start = time.perf_counter()
+            for _ in range(reps):
+                c = tf.matmul(a, b)
+            float(tf.reduce_sum(c))  # waits for the GPU stream
+            seconds = (time.perf_counter() - start) / reps
+        return {"device": device, "n": n, "seconds": round(seconds, 6), "gflops": round(2 * n**3 / seconds / 1e9, 1)}
+    except Exception as exc:  # the failure is the finding
+        return {"device": device, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+
+
+def probe_main(skip_matmul: bool) -> None:
+    """Run in the probe subprocess: start TensorFlow the way training does and print what happened."""
+    out: dict[str, Any] = {}
+    try:
+        import tensorflow as tf
+    except Exception as exc:
+        print(_MARK + json.dumps({"error": f"import tensorflow failed: {type(exc).__name__}: {exc}"}), flush=True)
+        return
+    out["version"] = tf.__version__
+    out["build"] = {k: v if isinstance(v, (str, int, float, bool)) else str(v)
+                    for k, v in tf.sysconfig.get_build_info().items()}
+    gpus = tf.config.list_physical_devices("GPU")
+    mg: dict[str, Any] = {"in_effect": None, "error": None, "late_call": None}
+    for g in gpus:  # before any op, as train.devices does
+        try:
+            tf.config.experimental.set_memory_growth(g, True)
+        except RuntimeError as exc:
+            mg.update(error=str(exc), late_call=f"tf.config.experimental.set_memory_growth({g.name!r}, True)")
+            break
+    if gpus:
+        mg["in_effect"] = all(tf.config.experimental.get_memory_growth(g) for g in gpus)
+    out["memory_growth"] = mg
+    out["gpus"] = []
+    for g in gpus:
+        details = tf.config.experimental.get_device_details(g)
+        out["gpus"].append({"name": g.name, "device_name": details.get("device_name"),
+                            "compute_capability": details.get("compute_capability")})
+    out["matmul"] = [] if skip_matmul else [
+        _bench(tf, f"/GPU:{i}", *MATMUL["GPU"]) for i in range(len(gpus))] + [_bench(tf, "/CPU:0", *MATMUL["CPU"])]
+    print(_MARK + json.dumps(out), flush=True)
+
+
+def run_probe(skip_matmul: bool, timeout: float = PROBE_TIMEOUT_S) -> TfFacts:
+    """Start TensorFlow in a subprocess: its C++ log goes to a stderr we read, not to the user's terminal."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # every line, so library errors cannot be hidden
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); "
+            f"from train.check import probe_main; probe_main({skip_matmul!r})")
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        return TfFacts(error=f"the TensorFlow probe did not finish in {timeout:.0f} s", log=err.splitlines(),
+                       seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    log = done.stderr.splitlines()
+    payload = next((line[len(_MARK):] for line in done.stdout.splitlines() if line.startswith(_MARK)), None)
+    if payload is None:
+        return TfFacts(error=f"the TensorFlow probe exited with status {done.returncode} before reporting",
+                       log=log, seconds=seconds)
+    data = json.loads(payload)
+    return TfFacts(**{k: v for k, v in data.items() if k in TfFacts.__dataclass_fields__}, log=log, seconds=seconds)
+
+
+def collect(skip_matmul: bool = False, environ: Mapping[str, str] | None = None) -> Facts:
+    environ = os.environ if environ is None else environ
+    g = gpuinfo.probe()  # before the probe starts, so every process listed is someone else's
+    tf = run_probe(skip_matmul)
+    return Facts(tf=tf, driver_present=g.driver_present, driver_reason=g.reason, gpus=g.gpus,
+                 libraries=collect_libraries(tf.build, environ), env={k: environ.get(k) for k in ENV_VARS},
+                 in_container=in_container(), nvidia_pci_devices=nvidia_pci_devices(),
+                 cpu_bf16=hardware.cpu_bf16(hardware.cpu_flags()))
+
+
+def main(json_output: bool = False, require_gpu: bool = False, skip_matmul: bool = False) -> int:
+    """Print the report; exit 0, or NoGPUError (exit 1) with --require-gpu and no usable GPU."""
+    report = build_report(collect(skip_matmul), require_gpu, own_pids={os.getpid()})
+    print(json.dumps(report, indent=2) if json_output else format_report(report), flush=True)
+    if require_gpu and not report["verdict"]["usable_gpus"]:
+        raise NoGPUError(f"--require-gpu: no usable GPU. {report['verdict']['line']}")
+    return report["exit_code"]
