@@ -134,9 +134,9 @@ def _no_driver(facts: Facts) -> Diagnosis:
     nvd = facts.env.get("NVIDIA_VISIBLE_DEVICES")
     severity = "error" if facts.nvidia_pci_devices else "info"
     runtime_fix = ("start the container with `docker run --gpus all` (compose: a `deploy.resources.reservations."
-                   "devices` entry with `capabilities: [gpu]`) on a host with the NVIDIA Container Toolkit")
+                   "devices` entry with `capabilities: [gpu]`), the NVIDIA Container Toolkit installed on the host")
     if not facts.nvidia_pci_devices and facts.in_container:  # likely a CPU host: say so calmly
-        runtime_fix = "none needed to train on the CPU; on a host with a GPU, " + runtime_fix
+        runtime_fix = "none needed to train on the CPU; if the host has a GPU, " + runtime_fix
     if facts.in_container and nvd is None:
         return Diagnosis("no_driver", severity, "no NVIDIA driver visible: this container was started without GPUs "
                          "(NVIDIA_VISIBLE_DEVICES is not set, so the NVIDIA runtime added none)"
@@ -569,5 +569,7 @@ def main(json_output: bool = False, require_gpu: bool = False, skip_matmul: bool
     report = build_report(collect(skip_matmul), require_gpu, own_pids={os.getpid()})
     print(json.dumps(report, indent=2) if json_output else format_report(report), flush=True)
     if require_gpu and not report["verdict"]["usable_gpus"]:
-        raise NoGPUError(f"--require-gpu: no usable GPU. {report['verdict']['line']}")
+        d = next((d for d in report["diagnoses"] if d["severity"] == "error"), None) or (report["diagnoses"] or [None])[0]
+        why = f"{d['summary']}. Fix: {d['fix']}" if d else report["verdict"]["line"]
+        raise NoGPUError(f"--require-gpu: no usable GPU: {why}")
     return report["exit_code"]
