@@ -49,14 +49,20 @@ def fingerprint_files(root: str | os.PathLike, rels: Sequence[str]) -> str:
     """sha256 over the sorted relative paths and each file's bytes (files hashed in parallel)."""
     root = Path(root)
 
-    def file_digest(rel: str) -> bytes:
-        with open(root / rel, "rb") as fh:
-            return hashlib.sha256(fh.read()).digest()
+    def digests(chunk: Sequence[str]) -> list[bytes]:
+        out = []
+        for rel in chunk:
+            with open(root / rel, "rb") as fh:
+                out.append(hashlib.sha256(fh.read()).digest())
+        return out
 
+    # Chunks of files per task: one task per small file costs more than hashing it.
+    chunks = [rels[i : i + 128] for i in range(0, len(rels), 128)]
     outer = hashlib.sha256()
-    with ThreadPoolExecutor(max_workers=min(16, (os.cpu_count() or 2) * 2)) as pool:
-        for rel, digest in zip(rels, pool.map(file_digest, rels)):
-            outer.update(rel.replace(os.sep, "/").encode() + b"\0" + digest)
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
+        for chunk, found in zip(chunks, pool.map(digests, chunks)):
+            for rel, digest in zip(chunk, found):
+                outer.update(rel.replace(os.sep, "/").encode() + b"\0" + digest)
     return outer.hexdigest()
 
 
@@ -66,7 +72,14 @@ def decode_tensor(contents, input_shape: tuple[int, int, int]):
 
     height, width, channels = input_shape
     image = tf.io.decode_image(contents, channels=channels, expand_animations=False)
-    image = tf.image.resize(image, (height, width), method="bilinear", antialias=True)
+    # Shrinking: "area" averages every source pixel (no aliasing) at a third of the cost of
+    # bilinear with antialias=True; growing: bilinear.
+    shrink = tf.logical_and(tf.shape(image)[0] >= height, tf.shape(image)[1] >= width)
+    image = tf.cond(
+        shrink,
+        lambda: tf.image.resize(image, (height, width), method="area"),
+        lambda: tf.image.resize(image, (height, width), method="bilinear"),
+    )
     image = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
     image.set_shape(input_shape)
     return image
