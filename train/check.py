@@ -524,7 +524,10 @@ def probe_main(skip_matmul: bool) -> None:
     out["memory_growth"] = mg
     out["gpus"] = []
     for g in gpus:
-        details = tf.config.experimental.get_device_details(g)
+        try:
+            details = tf.config.experimental.get_device_details(g)
+        except Exception:  # not every platform reports details; the driver's compute capability still stands
+            details = {}
         out["gpus"].append({"name": g.name, "device_name": details.get("device_name"),
                             "compute_capability": details.get("compute_capability")})
     out["matmul"] = [] if skip_matmul else [
