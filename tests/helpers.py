@@ -13,7 +13,8 @@ PYTHON = sys.executable
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for `python -m train` in a subprocess: quiet TensorFlow, project importable."""
     env = {k: v for k, v in os.environ.items() if k.upper() not in _SETTING_NAMES}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(PROJECT_ROOT), **extra)
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(PROJECT_ROOT)})
+    env.update(extra)
     return env
 
 
@@ -26,3 +27,40 @@ def _setting_names() -> set[str]:
 
 
 _SETTING_NAMES = _setting_names()
+
+
+def synthetic_arrays(n_train: int = 384, n_test: int = 128, size: int = 28, classes: int = 4, seed: int = 0):
+    """A learnable image set: class k is a bright 6x6 square at a class-specific place, plus noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def make(n):
+        y = rng.integers(0, classes, size=n).astype("uint8")
+        x = rng.integers(0, 60, size=(n, size, size), dtype=np.uint8)
+        for i, k in enumerate(y):
+            r, c = divmod(int(k), 2)
+            x[i, 4 + r * 12:10 + r * 12, 4 + c * 12:10 + c * 12] = 255
+        return x, y
+
+    (xtr, ytr), (xte, yte) = make(n_train), make(n_test)
+    return {"x_train": xtr, "y_train": ytr, "x_test": xte, "y_test": yte}
+
+
+def make_npz(directory: Path, name: str = "tiny.npz", **kw) -> Path:
+    import numpy as np
+
+    path = Path(directory) / name
+    np.savez(path, **synthetic_arrays(**kw))
+    return path
+
+
+def tiny_settings(tmp_path: Path, **changes):
+    """A CPU-sized run on generated data, every output under tmp_path."""
+    from train.config import load_settings
+
+    npz = make_npz(tmp_path)
+    values = {"dataset": f"npz:{npz}", "runs_dir": str(tmp_path / "runs"), "data_dir": str(tmp_path / "data"),
+              "epochs": 2, "batch_size": 32, "checkpoint_every": 4, "precision": "float32", "progress": "line"}
+    values.update(changes)
+    return load_settings(values, env_file=None, environ={})

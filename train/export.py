@@ -144,8 +144,12 @@ def rebuild_model(run_dir: Path):
     data = manifest.get("data") or {}
     if "input_shape" not in data:
         raise ExportError(f"run {run_dir.name} has no data description in manifest.json: it ended before its data loaded")
-    keras.mixed_precision.set_global_policy((manifest.get("precision") or {}).get("policy", "float32"))
-    model = build_model(settings.model, tuple(data["input_shape"]), len(data["class_names"]))
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")  # see float32_copy: the export serves in float32
+    try:
+        model = build_model(settings.model, tuple(data["input_shape"]), len(data["class_names"]))
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
     for name in ("best.weights.h5", "final.weights.h5"):
         if (run_dir / name).is_file():
             model.load_weights(run_dir / name)
@@ -154,18 +158,18 @@ def rebuild_model(run_dir: Path):
 
 
 def export_run(run_dir: Path, model=None) -> dict[str, Any]:
-    """Export a run. With `model` (end of training) its best weights are loaded into it first."""
-    run_dir = Path(run_dir)
-    if model is None:
-        model, labels, source = rebuild_model(run_dir)
-    else:
-        labels = (run_dir / "labels.txt").read_text(encoding="utf-8").split("\n")[:-1]
-        source = "final weights"
-        if (run_dir / "best.weights.h5").is_file():
-            model.load_weights(run_dir / "best.weights.h5")
-            source = "best.weights.h5"
-    log.info("export: from %s", source)
-    from .config import settings_from_dict
+    """Export a run's best weights (else `model`'s current ones, else final.weights.h5) in float32.
 
-    settings = settings_from_dict(read_json(run_dir / "config.json"))
-    return export_model(float32_copy(model, settings.model), run_dir, labels)
+    The trained model passed in is never modified: the export is a float32 copy of it.
+    """
+    run_dir = Path(run_dir)
+    if model is None or (run_dir / "best.weights.h5").is_file():
+        export, labels, source = rebuild_model(run_dir)
+    else:
+        from .config import settings_from_dict
+
+        settings = settings_from_dict(read_json(run_dir / "config.json"))
+        export, source = float32_copy(model, settings.model), "the trained model"
+        labels = (run_dir / "labels.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    log.info("export: from %s", source)
+    return export_model(export, run_dir, labels)

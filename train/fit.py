@@ -109,8 +109,6 @@ def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float)
     setup = devices.setup_devices(settings)
     log.info(setup.describe())
     spec = data.load_data(settings)
-    log.info("data: %s, %d train / %d validation, shape %s, %d classes (%s)", spec.name, spec.n_train,
-             spec.n_val, spec.input_shape, spec.num_classes, spec.source)
     update_manifest(manifest_path, precision={"policy": setup.precision, "reason": setup.precision_reason},
                     data={"dataset": spec.name, "fingerprint": spec.fingerprint, "source": spec.source,
                           "n_train": spec.n_train, "n_val": spec.n_val, "input_shape": list(spec.input_shape),

@@ -1,0 +1,140 @@
+"""End to end on generated data: every artefact of a run, resume, refusal, export, predict, runs."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import PROJECT_ROOT, subprocess_env, tiny_settings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    from train.fit import train
+
+    tmp = tmp_path_factory.mktemp("fit")
+    settings = tiny_settings(tmp)
+    return settings, train(settings)
+
+
+def test_a_run_leaves_every_artefact(finished):
+    settings, result = finished
+    d = result.run_dir
+    assert result.status == "completed" and result.epochs_completed == 2
+    assert json.loads((d / "config.json").read_text())["batch_size"] == 32
+    m = json.loads((d / "manifest.json").read_text())
+    for key in ("tensorflow", "keras", "python", "build_info", "gpus", "git", "requirements_lock", "seed", "host",
+                "started_at", "ended_at", "precision", "final_weights_sha256"):
+        assert key in m, key
+    assert m["status"] == "completed" and m["seed"] == 42
+    assert len(m["data"]["fingerprint"]) == 64
+    assert m["precision"]["policy"] == "float32"
+    assert m["export"]["max_abs_diff"] <= 1e-5
+    log = (d / "train.log").read_text()
+    assert "epoch 2/2:" in log and "export:" in log
+    rows = list(csv.DictReader(open(d / "metrics.csv")))
+    assert [r["epoch"] for r in rows] == ["1", "2"]
+    assert float(rows[-1]["samples_per_second"]) > 0 and rows[-1]["gpu_memory_used_mb"] == ""
+    assert {"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "epoch_seconds"} <= set(rows[0])
+    assert list((d / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    assert (d / "checkpoints" / "LATEST").read_text().strip().endswith(".npz")
+    assert (d / "best.weights.h5").is_file() and (d / "final.weights.h5").is_file()
+    for name in ("savedmodel/saved_model.pb", "model.keras", "labels.txt"):
+        assert (d / "export" / name).exists(), name
+    assert not list(d.rglob("*.tmp-*"))
+    assert result.history[-1]["val_accuracy"] > 0.5  # the generated task is easy: it learned something
+
+
+def test_savedmodel_serves_raw_uint8_with_plain_tensorflow(finished):
+    _, result = finished
+    code = (
+        "import sys, numpy as np, tensorflow as tf\n"
+        "m = tf.saved_model.load(sys.argv[1]); f = m.signatures['serving_default']\n"
+        "x = np.zeros((2, 28, 28, 1), np.uint8); x[1, 4:10, 4:10] = 255\n"
+        "p = f(images=tf.constant(x))['probabilities'].numpy(); assert p.shape == (2, 4), p.shape\n"
+        "assert np.allclose(p.sum(axis=1), 1, atol=1e-5); print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(result.run_dir / "export" / "savedmodel")],
+                          capture_output=True, text=True, env=subprocess_env(PYTHONPATH=""), cwd="/")
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_resume_continues_epochs_and_optimizer_steps(tmp_path):
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1)
+    first = train(s)
+    steps = int(first.model.optimizer.iterations.numpy())
+    again = train(s.replace(epochs=2), resume=first.run_dir.name)
+    assert again.epochs_completed == 2
+    assert int(again.model.optimizer.iterations.numpy()) == 2 * steps
+    rows = list(csv.DictReader(open(first.run_dir / "metrics.csv")))
+    assert [r["epoch"] for r in rows] == ["1", "2"]
+    manifest = json.loads((first.run_dir / "manifest.json").read_text())
+    assert len(manifest["resumed_at"]) == 1 and manifest["status"] == "completed"
+    assert "restored from checkpoint" in (first.run_dir / "train.log").read_text()
+
+
+def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
+    from train.errors import ResumeMismatchError
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False)
+    run = train(s).run_dir
+    with pytest.raises(ResumeMismatchError) as info:
+        train(s.replace(learning_rate=0.01, batch_size=16), resume="latest")
+    assert "BATCH_SIZE: 32 -> 16" in str(info.value) and "LEARNING_RATE: 0.001 -> 0.01" in str(info.value)
+    forced = train(s.replace(learning_rate=0.01, epochs=2), resume="latest", force=True)
+    assert forced.run_dir == run and forced.epochs_completed == 2
+
+
+def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
+    """In-process version of the guarantee: stop at a step boundary, resume, same final weights."""
+    from train import stopping
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, deterministic=True, export=False, checkpoint_every=2)
+    straight = train(s)
+    calls = {"n": 0}
+    original = stopping.StopFlag.check
+
+    def stop_at_step_7(self):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            self.request("test stop")
+        return original(self)
+
+    monkeypatch.setattr(stopping.StopFlag, "check", stop_at_step_7)
+    stopped = train(s)
+    assert stopped.status == "interrupted"
+    monkeypatch.setattr(stopping.StopFlag, "check", original)
+    resumed = train(s, resume=stopped.run_dir.name)
+    assert resumed.status == "completed"
+    assert resumed.final_weights_sha256 == straight.final_weights_sha256
+
+
+def test_export_and_predict_from_the_command_line(finished, tmp_path):
+    from PIL import Image
+
+    _, result = finished
+    img = np.zeros((28, 28), np.uint8)
+    img[4:10, 16:22] = 255  # class 1's square
+    Image.fromarray(img).save(tmp_path / "one.png")
+    env = subprocess_env()
+    runs_dir = str(result.run_dir.parent)
+    exp = subprocess.run([sys.executable, "-m", "train", "export", result.run_dir.name, "--runs-dir", runs_dir],
+                         capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
+    assert exp.returncode == 0, exp.stderr[-2000:]
+    assert "max |diff|" in exp.stdout
+    pred = subprocess.run([sys.executable, "-m", "train", "predict", str(result.run_dir), str(tmp_path / "one.png")],
+                          capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
+    assert pred.returncode == 0, pred.stderr[-2000:]
+    fields = pred.stdout.split()
+    assert fields[0].endswith("one.png") and fields[1] in {"0", "1", "2", "3"} and 0 < float(fields[2]) <= 1
+    runs = subprocess.run([sys.executable, "-m", "train", "runs", "--runs-dir", runs_dir],
+                          capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
+    assert runs.returncode == 0 and result.run_dir.name in runs.stdout and "completed" in runs.stdout
