@@ -1,0 +1,104 @@
+# Training image: `--target gpu` (the default, last stage) or `--target cpu` (no CUDA wheels).
+# Both targets share every layer but the one that installs the lock file.
+#
+# No "# syntax=" line on purpose: the engine's built-in BuildKit frontend supports RUN --mount, so
+# the file builds where no registry is reachable. Build with BuildKit on (DOCKER_BUILDKIT=1, the
+# default since Docker 23, or `docker compose build`); `invoke build` assembles the command.
+
+# Base image pinned by tag and digest. The digest is the docker.io index digest of
+# python:3.11.13-slim-bookworm as pinned in public Dockerfiles (looked up when this file was
+# written); refresh both together. Override with --build-arg BASE_IMAGE=... for a registry mirror or
+# an internal image; it needs bash, python3 (3.10-3.13) with the venv module, and useradd.
+ARG BASE_IMAGE=python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
+
+FROM ${BASE_IMAGE} AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# tini forwards `docker stop`'s SIGTERM to python and reaps zombies, so training saves a resumable
+# state before it exits (exit code 75). The slim image has no tini; a base that already ships it
+# skips apt. Not version-pinned (DL3008): the base digest fixes the Debian release, and pinning a
+# Debian revision breaks the build as soon as a security update replaces it.
+# hadolint ignore=DL3008
+RUN command -v tini >/dev/null \
+    || { apt-get update \
+         && apt-get install -y --no-install-recommends tini \
+         && rm -rf /var/lib/apt/lists/*; }
+
+# The user that owns nothing but its home: the image's files stay root-owned and read-only to it.
+# UID/GID are build arguments; at run time compose's `user:` (HOST_UID/HOST_GID) may pick any other
+# id, so that files written to the mounted volume belong to the user on the host.
+ARG UID=1000
+ARG GID=1000
+RUN groupadd --gid "${GID}" app \
+    && useradd --uid "${UID}" --gid "${GID}" --create-home --shell /bin/bash app \
+    && chmod 1777 /home/app  # any run-time UID can write caches (~/.keras) here
+
+ENV APP_UID=${UID} \
+    APP_GID=${GID} \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH} \
+    HOME=/home/app \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1 \
+    TINI_SUBREAPER=1 \
+    TF_CPP_MIN_LOG_LEVEL=2 \
+    RUNS_DIR=/runs \
+    DATA_DIR=/data
+# APP_UID/APP_GID: the build-time ids, for the numeric USER of each target (so runAsNonRoot can verify).
+# TINI_SUBREAPER: lets tini work under compose's `init: true` (docker-init as PID 1) too.
+# TF_CPP_MIN_LOG_LEVEL=2 keeps TensorFlow's C++ INFO/WARNING noise out of the logs; set 0 to debug.
+
+RUN python3 -m venv "${VIRTUAL_ENV}" \
+    && install -d -o app -g app /runs /data
+WORKDIR /app
+# Both lock files, so tests/test_stack.py can check the stack inside either image.
+COPY requirements.lock requirements-gpu.lock ./
+# Exec form, so tini is PID 1 and python receives signals directly. `docker run IMAGE` trains;
+# `docker run IMAGE check|export|runs|predict ...` runs the other commands of the CLI.
+ENTRYPOINT ["tini", "--", "python", "-m", "train"]
+CMD ["fit"]
+# No HEALTHCHECK: a training job has no endpoint to probe, and "still running" is what the container
+# state already says; progress is in /runs/<run-id>/train.log.
+
+# Dependencies come from the lock before any source is copied: a code edit reuses this layer.
+# The cache mount keeps downloaded wheels across rebuilds without storing them in the image.
+# ca_bundle is an optional BuildKit secret for networks that intercept TLS (corporate proxies):
+# `--secret id=ca_bundle,src=/path/ca.pem`; it is mounted for this step only, never in a layer.
+FROM base AS deps-cpu
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca_bundle,required=false \
+    if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
+    && pip install --require-hashes --no-deps -r requirements.lock
+
+FROM base AS deps-gpu
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca_bundle,required=false \
+    if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
+    && pip install --require-hashes --no-deps -r requirements-gpu.lock
+# Visible to the NVIDIA container toolkit: which GPUs to mount (compose/--gpus narrows it) and
+# which driver libraries (compute: CUDA; utility: nvidia-smi and NVML for `train check`).
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+
+# The package, installed without re-resolving anything (--no-deps) and without build isolation
+# (setuptools comes from the lock, so nothing unpinned is downloaded). These four lines end both
+# targets; ENTRYPOINT, CMD and the environment are inherited from `base`.
+FROM deps-cpu AS cpu
+COPY pyproject.toml ./
+COPY train ./train
+COPY tests ./tests
+RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
+# DL3066 ("non-numeric user"): it is numeric once expanded; hadolint does not expand variables.
+# hadolint ignore=DL3066
+USER ${APP_UID}:${APP_GID}
+
+FROM deps-gpu AS gpu
+COPY pyproject.toml ./
+COPY train ./train
+COPY tests ./tests
+RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
+# DL3066 ("non-numeric user"): it is numeric once expanded; hadolint does not expand variables.
+# hadolint ignore=DL3066
+USER ${APP_UID}:${APP_GID}

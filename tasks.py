@@ -1,0 +1,243 @@
+"""invoke tasks: the commands a user types, assembled and echoed; the logic lives in `train/`.
+
+    invoke --list            every task;  invoke --help TASK   its arguments
+    invoke build             image tagged with the lock hash and the git commit (--target cpu)
+    invoke train             train in the container with the GPU and the volumes (--cpu, --local)
+
+Container tasks check their preconditions first (Docker, the NVIDIA runtime, a GPU) and stop with
+one line that says what is missing and what to do. Tested with invoke.MockContext (tests/test_tasks.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from invoke import Collection, Context, Exit, task
+
+ROOT = Path(__file__).resolve().parent
+IMAGE = os.environ.get("IMAGE", "tf-train-template")
+LOCKS = {"cpu": "requirements.lock", "gpu": "requirements-gpu.lock"}
+CPU_COMPOSE = "-f docker-compose.yml -f docker-compose.cpu.yml"
+TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
+PY = shlex.quote(sys.executable)  # the interpreter invoke runs in: the project's venv
+
+
+# --- preconditions -------------------------------------------------------------------------------
+
+def _require_docker(c: Context) -> None:
+    if shutil.which("docker") is None:
+        raise Exit("Docker is not installed: install Docker Engine (https://docs.docker.com/engine/install/) or use --local")
+    if not c.run("docker info --format '{{.ServerVersion}}'", hide=True, warn=True).ok:
+        raise Exit("the Docker engine is not reachable: start it (sudo systemctl start docker) and make sure "
+                   "you may use it (sudo usermod -aG docker $USER, then log in again)")
+
+
+def _require_gpu(c: Context) -> None:
+    """The NVIDIA container toolkit on Docker, and a driver that sees a GPU on this host."""
+    runtimes = c.run("docker info --format '{{json .Runtimes}}'", hide=True, warn=True).stdout
+    if "nvidia" not in runtimes and shutil.which("nvidia-container-runtime-hook") is None:
+        raise Exit(f"the NVIDIA container toolkit is not set up for Docker: install it ({TOOLKIT_URL}), "
+                   "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; or add --cpu")
+    if shutil.which("nvidia-smi") is None or "GPU" not in c.run("nvidia-smi -L", hide=True, warn=True).stdout:
+        from train.stack import GPU_LOCK, locked_versions, stack_for
+
+        driver = stack_for(locked_versions(GPU_LOCK)["tensorflow"]).min_driver
+        raise Exit(f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
+                   f">= {driver}, or add --cpu")
+
+
+def _compose(c: Context, cpu: bool, gpu_needed: bool = True) -> str:
+    """Check what the compose command needs; return it with the host user's ids in front."""
+    _require_docker(c)
+    if not cpu and gpu_needed:
+        _require_gpu(c)
+    ids = f"HOST_UID={os.getuid()} HOST_GID={os.getgid()}"  # compose cannot see the shell's $UID
+    return f"{ids} docker compose {CPU_COMPOSE if cpu else ''}".replace("  ", " ").rstrip()
+
+
+def _volumes() -> None:
+    # Created here, as you, so the daemon does not create them as root (compose refuses missing ones).
+    for name in ("runs", "data"):
+        (ROOT / name).mkdir(exist_ok=True)
+
+
+# --- image ---------------------------------------------------------------------------------------
+
+def image_tag(c: Context, target: str) -> str:
+    """`<target>-<first 12 hex of the lock's sha256>-<git commit>`: which deps and which code."""
+    lock_hash = hashlib.sha256((ROOT / LOCKS[target]).read_bytes()).hexdigest()[:12]
+    result = c.run("git rev-parse --short=8 HEAD", hide=True, warn=True)
+    commit = result.stdout.strip() if result.ok and result.stdout.strip() else "nogit"
+    dirty = c.run("git status --porcelain --untracked-files=no", hide=True, warn=True)
+    return f"{target}-{lock_hash}-{commit}{'-dirty' if dirty.ok and dirty.stdout.strip() else ''}"
+
+
+@task(help={
+    "target": "gpu (CUDA wheels, default) or cpu (tensorflow-cpu, no CUDA download)",
+    "uid": "user id of the image's default user (default 1000; compose runs as your HOST_UID anyway)",
+    "gid": "group id of the image's default user (default 1000)",
+    "base_image": "replace the Dockerfile's pinned base image (a mirror or an internal image)",
+    "ca_bundle": "PEM file of extra CA certificates, passed as a BuildKit secret (TLS-intercepting proxies)",
+    "network": "build network, e.g. host when the default bridge has no route out",
+    "no_cache": "rebuild every layer (the pip download cache mount is still used)",
+})
+def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", network="", no_cache=False):
+    """Build the image; tag it IMAGE:<target> and IMAGE:<target>-<lock hash>-<commit>."""
+    if target not in LOCKS:
+        raise Exit(f"--target {target!r} is not valid: gpu or cpu")
+    if ca_bundle and not Path(ca_bundle).is_file():
+        raise Exit(f"--ca-bundle {ca_bundle!r} is not a file: give the path of a PEM bundle")
+    _require_docker(c)
+    args = [f"--target {target}", f"--build-arg UID={uid}", f"--build-arg GID={gid}"]
+    if base_image:
+        args.append(f"--build-arg BASE_IMAGE={shlex.quote(base_image)}")
+    if ca_bundle:
+        args.append(f"--secret id=ca_bundle,src={shlex.quote(ca_bundle)}")
+    if network:
+        args.append(f"--network {shlex.quote(network)}")
+    if no_cache:
+        args.append("--no-cache")
+    tags = f"-t {IMAGE}:{target} -t {IMAGE}:{image_tag(c, target)}"
+    c.run(f"DOCKER_BUILDKIT=1 docker build {' '.join(args)} {tags} .", echo=True, pty=True)
+
+
+# --- running -------------------------------------------------------------------------------------
+
+@task(help={
+    "local": "run the check on this host, in the current Python environment",
+    "cpu": "use the CPU image (reports why no GPU is used, without needing one)",
+})
+def gpu_check(c, local=False, cpu=False):
+    """Diagnose the GPU set-up (`python -m train check --require-gpu`) inside the image, or --local."""
+    if local:
+        c.run(f"{PY} -m train check --require-gpu", echo=True, pty=True)
+        return
+    _volumes()
+    c.run(f"{_compose(c, cpu)} run --rm train check" + ("" if cpu else " --require-gpu"), echo=True, pty=True)
+
+
+@task(help={
+    "local": "train on this host, in the current Python environment, instead of the container",
+    "detach": "return at once and keep training in the background (follow with `invoke logs -f`)",
+    "cpu": "use the CPU image and no GPU reservation (docker-compose.cpu.yml)",
+    "args": "extra arguments for `python -m train fit`, e.g. \"--epochs 5 --model cnn_bn\"",
+})
+def train(c, local=False, detach=False, cpu=False, args=""):
+    """Train with the settings from .env (+ --args); in the container with the GPU and the volumes."""
+    _volumes()
+    if local:
+        cmd = f"{PY} -m train fit {args}".rstrip()
+        if detach:  # the guide's `nohup ... &`: survives the terminal; the run's own log is train.log
+            c.run(f"nohup {cmd} > runs/nohup.out 2>&1 &", echo=True, disown=True)
+            print("training in the background; follow it with: invoke logs --local -f")
+        else:
+            c.run(cmd, echo=True, pty=True)
+        return
+    c.run(f"{_compose(c, cpu)} run --rm{' --detach' if detach else ''} train fit {args}".rstrip(), echo=True, pty=not detach)
+    if detach:
+        print("training in the background; follow it with: invoke logs -f")
+
+
+@task(help={
+    "run": "run id, run directory or 'latest' (default)",
+    "local": "export on this host instead of in the container",
+    "cpu": "use the CPU image and no GPU reservation",
+})
+def export(c, run="latest", local=False, cpu=False):
+    """Export a run's best weights as SavedModel + .keras + labels (`python -m train export RUN`)."""
+    if local:
+        c.run(f"{PY} -m train export {shlex.quote(run)}", echo=True, pty=True)
+        return
+    _volumes()
+    c.run(f"{_compose(c, cpu)} run --rm train export {shlex.quote(run)}", echo=True, pty=True)
+
+
+@task(help={
+    "follow": "keep printing new lines (-f)",
+    "local": "show runs/nohup.out of `invoke train --local --detach` instead of the container's log",
+    "cpu": "the training was started with --cpu",
+})
+def logs(c, follow=False, local=False, cpu=False):
+    """Show the training log of the container started by `invoke train --detach`."""
+    if local:
+        c.run(f"tail -n 100 {'-f ' if follow else ''}runs/nohup.out", echo=True, pty=True)
+        return
+    c.run(f"{_compose(c, cpu, gpu_needed=False)} logs {'-f ' if follow else ''}train".rstrip(), echo=True, pty=True)
+
+
+@task(help={
+    "local": "run TensorBoard on this host (foreground) instead of in a container",
+    "port": "port on 127.0.0.1 (default 6006)",
+    "cpu": "use the CPU image",
+    "stop": "stop the TensorBoard container",
+})
+def tensorboard(c, local=False, port=6006, cpu=False, stop=False):
+    """Serve TensorBoard for every run under runs/ on http://127.0.0.1:PORT (this machine only)."""
+    if local:
+        c.run(f"{PY} -m tensorboard.main --logdir runs --host 127.0.0.1 --port {int(port)}", echo=True, pty=True)
+        return
+    _volumes()
+    compose = _compose(c, cpu, gpu_needed=False)
+    if stop:
+        c.run(f"{compose} stop tensorboard", echo=True)
+        return
+    c.run(f"TENSORBOARD_PORT={int(port)} {compose} up --detach tensorboard", echo=True)
+    print(f"TensorBoard: http://127.0.0.1:{int(port)}  (stop it with: invoke tensorboard --stop)")
+
+
+# --- development ---------------------------------------------------------------------------------
+
+@task(help={"args": "extra pytest arguments, e.g. \"-m 'not slow'\" or \"tests/test_config.py\""})
+def test(c, args=""):
+    """Run the test suite in the current Python environment (`python -m pytest -q`)."""
+    c.run(f"{PY} -m pytest -q {args}".rstrip(), echo=True, pty=True)
+
+
+@task(help={
+    "json": "where to write pytest-benchmark's JSON report",
+    "args": "extra pytest arguments, e.g. \"-k pipeline\"",
+})
+def bench(c, json=".benchmarks/latest.json", args=""):
+    """Run the benchmarks (benchmarks/) and write a JSON report."""
+    Path(json).parent.mkdir(parents=True, exist_ok=True)
+    c.run(f"{PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {shlex.quote(json)} {args}".rstrip(),
+          echo=True, pty=True)
+
+
+@task(help={
+    "upgrade": "move every package to the newest version the inputs allow (default: keep current pins)",
+    "package": "upgrade only this package (uv's --upgrade-package), e.g. numpy",
+})
+def lock(c, upgrade=False, package=""):
+    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) with the same shared versions."""
+    if shutil.which("uv") is None:
+        raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
+    flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
+    if upgrade:
+        flags += " --upgrade"
+    if package:
+        flags += f" --upgrade-package {shlex.quote(package)}"
+    c.run(f"uv pip compile requirements-gpu.in {flags} -o requirements-gpu.lock", echo=True)
+    # The GPU lock constrains the CPU one: every package both install gets the same version.
+    c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
+    c.run(f"{PY} -m train.stack", echo=True)  # fails when the pins no longer match TF's tested stack
+
+
+@task(help={
+    "images": "also remove the images built by compose (docker compose down --rmi all)",
+    "cpu": "the images were built with --cpu",
+})
+def clean(c, images=False, cpu=False):
+    """Remove caches and build leftovers, and stopped containers; never runs/ or data/."""
+    c.run("rm -rf .pytest_cache build dist *.egg-info && "
+          "find . -path ./.venv -prune -o -name __pycache__ -prune -exec rm -rf {} +", echo=True)
+    if shutil.which("docker") is not None:
+        c.run(f"{_compose(c, cpu, gpu_needed=False)} down --remove-orphans{' --rmi all' if images else ''}", echo=True)
+
+
+ns = Collection(build, gpu_check, train, export, logs, tensorboard, test, bench, lock, clean)
