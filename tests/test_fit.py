@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -138,3 +139,20 @@ def test_export_and_predict_from_the_command_line(finished, tmp_path):
     runs = subprocess.run([sys.executable, "-m", "train", "runs", "--runs-dir", runs_dir],
                           capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
     assert runs.returncode == 0 and result.run_dir.name in runs.stdout and "completed" in runs.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to train on real MNIST")
+def test_real_mnist_one_epoch_default_settings(tmp_path):
+    """The guide's workload through the default path (PRECISION=auto, DATA_DIR holding mnist.npz)."""
+    from train.config import load_settings
+    from train.fit import train
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "mnist.npz").symlink_to(os.environ["MNIST_NPZ"])
+    s = load_settings({"epochs": 1, "runs_dir": str(tmp_path / "runs"), "data_dir": str(data_dir), "export": False},
+                      env_file=None, environ={})
+    result = train(s)
+    assert result.history[-1]["val_accuracy"] >= 0.97
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["data"]["fingerprint"] == "06af5dfe73b70e3bc1c36439982b18a8d76803db9b544f6fdf838a37fbb01b64"
