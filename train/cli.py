@@ -147,5 +147,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("Interrupted before a resumable state existed; nothing to resume.", file=sys.stderr)
+        print("Stopped at once (second Ctrl-C): the last saved state is kept; --resume continues from it.", file=sys.stderr)
         return 130

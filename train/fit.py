@@ -178,7 +178,8 @@ class _Loop:
             with self.stop.installed():
                 while self.state["epoch"] < self.epochs:
                     epoch = self.state["epoch"]
-                    logs, seconds, steps_run = self._train_epoch(epoch)
+                    # A signal during validation or set-up stops here, before another step runs.
+                    logs, seconds, steps_run = ({}, 0.0, 0) if self.stop.check() else self._train_epoch(epoch)
                     if self.stop.reason:
                         status = self.stop.status
                         self._save("stop requested: " + self.stop.reason)
