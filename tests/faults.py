@@ -1,0 +1,170 @@
+"""Fault injection for the reliability tests: `python -m train fit` in a subprocess, killed on cue.
+
+Also importable *inside* that subprocess (tests/ is on its PYTHONPATH): small model factories for
+MODEL=faults:<function> (different widths, a loss that turns NaN after a few steps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+# -- running the CLI -----------------------------------------------------------------------------
+def fit_flags(tmp_path: Path, npz: Path, **changes) -> list[str]:
+    """Command-line flags for a CPU-sized run (like helpers.tiny_settings), `changes` by field name."""
+    values = {"dataset": f"npz:{npz}", "runs_dir": str(tmp_path / "runs"), "data_dir": str(tmp_path / "data"),
+              "epochs": 2, "batch_size": 32, "checkpoint_every": 4, "precision": "float32", "progress": "line"}
+    values.update(changes)
+    flags = []
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def env(**extra: str) -> dict[str, str]:
+    from helpers import subprocess_env
+
+    return subprocess_env(PYTHONPATH=f"{ROOT}{os.pathsep}{TESTS}", **extra)
+
+
+def start_fit(args: list[str], cwd: Path, extra_env: dict | None = None, preexec_fn=None) -> subprocess.Popen:
+    """`python -m train fit ARGS` in the background; stdout+stderr go to cwd/fit-<n>.out."""
+    n = len(list(cwd.glob("fit-*.out")))
+    out = open(cwd / f"fit-{n}.out", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "train", "fit", *args], cwd=cwd, stdout=out,
+                            stderr=subprocess.STDOUT, env=env(**(extra_env or {})), preexec_fn=preexec_fn)
+    proc.out_path = cwd / f"fit-{n}.out"  # type: ignore[attr-defined]
+    out.close()
+    return proc
+
+
+def output(proc: subprocess.Popen) -> str:
+    return proc.out_path.read_text()  # type: ignore[attr-defined]
+
+
+def run_fit(args: list[str], cwd: Path, timeout: float = 180, **kw) -> tuple[int, str]:
+    """Run to the end; (exit code, combined output)."""
+    proc = start_fit(args, cwd, **kw)
+    rc = proc.wait(timeout=timeout)
+    return rc, output(proc)
+
+
+def run_python(code: str, cwd: Path, timeout: float = 180, **extra_env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          env=env(**extra_env), timeout=timeout)
+
+
+# -- watching a run ------------------------------------------------------------------------------
+def only_run(runs_dir: Path) -> Path:
+    runs = [p for p in runs_dir.iterdir() if (p / "config.json").is_file()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def states(run_dir: Path) -> list[str]:
+    d = run_dir / "checkpoints"
+    return sorted(p.name for p in d.glob("ckpt-*.npz")) if d.is_dir() else []
+
+
+def step_of(name: str) -> int:
+    return int(name[len("ckpt-"):-len(".npz")])
+
+
+def wait_until(predicate, proc: subprocess.Popen, timeout: float = 120, poll: float = 0.005) -> bool:
+    """Poll until predicate() is true (True) or the process exits first (False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return bool(predicate())
+        time.sleep(poll)
+    raise TimeoutError("the run neither reached the point nor exited")
+
+
+def kill_after_new_checkpoint(proc, runs_dir: Path, delay: float, sig=signal.SIGKILL) -> bool:
+    """Once a checkpoint newer than those present at start appears, wait `delay` s and send `sig`.
+
+    True when the signal was sent to a live process; False when the run ended first.
+    """
+    def newest():
+        runs = [p for p in runs_dir.glob("*") if (p / "checkpoints").is_dir()] if runs_dir.is_dir() else []
+        return max((s for r in runs for s in states(r)), default=None)
+
+    before = newest()
+    if not wait_until(lambda: newest() not in (None, before), proc):
+        return False
+    time.sleep(delay)
+    if proc.poll() is not None:
+        return False
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    return True
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def optimizer_iterations(ckpt: Path) -> int:
+    """The optimizer's step counter stored in a checkpoint."""
+    import numpy as np
+
+    with np.load(ckpt) as z:
+        meta = json.loads(z["__meta__"].tobytes().decode())
+        for i, (name, _shape) in enumerate(meta["optimizer_variables"]):
+            if name.rsplit("/", 1)[-1] in ("iteration", "iterations"):
+                return int(z[f"o{i:05d}"])
+    raise KeyError("no optimizer iteration variable in " + str(ckpt))
+
+
+# -- model factories for MODEL=faults:<name> (run inside the training subprocess) -----------------
+def _dense(input_shape, num_classes, width):
+    import keras
+
+    inputs = keras.Input(shape=input_shape, name="image")
+    x = keras.layers.Rescaling(1.0 / 255)(inputs)
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dense(width, activation="relu", name="hidden")(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax", name="head")(x))
+
+
+def dense16(input_shape, num_classes):
+    return _dense(input_shape, num_classes, 16)
+
+
+def dense32(input_shape, num_classes):
+    return _dense(input_shape, num_classes, 32)
+
+
+def nan_after_10_steps(input_shape, num_classes):
+    """A model whose output turns NaN from its 11th training call on: the loss diverges mid-run."""
+    import keras
+
+    class PoisonAfter(keras.layers.Layer):
+        def build(self, _shape):
+            self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
+
+        def call(self, x, training=False):
+            if training:
+                self.calls.assign_add(1.0)
+            nan = keras.ops.cast(keras.ops.greater(self.calls, 10.0), x.dtype) * float("nan")
+            return keras.ops.where(keras.ops.greater(self.calls, 10.0), x * nan, x)
+
+    inputs = keras.Input(shape=input_shape, name="image")
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1.0 / 255)(inputs))
+    x = PoisonAfter(name="poison")(keras.layers.Dense(16, activation="relu", name="hidden")(x))
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax", name="head")(x))
