@@ -1,0 +1,148 @@
+"""Shared pieces of the benchmarks: the data, the template's parts, side-by-side timing, records."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mnist_path() -> Path | None:
+    """The real MNIST (Keras-format .npz) named by MNIST_NPZ, or None."""
+    value = os.environ.get("MNIST_NPZ")
+    return Path(value) if value and Path(value).is_file() else None
+
+
+def generated_mnist(n_train: int = 60000, n_test: int = 10000, seed: int = 0) -> dict[str, np.ndarray]:
+    """MNIST-shaped uint8 data (28x28, 10 classes) that a CNN can learn: a digit-like bar per class."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        y = rng.integers(0, 10, n).astype(np.uint8)
+        x = rng.integers(0, 40, (n, 28, 28)).astype(np.uint8)
+        for k in range(10):
+            rows = np.flatnonzero(y == k)
+            r, c = 3 + (k // 5) * 12, 2 + (k % 5) * 5
+            x[rows, r:r + 10, c:c + 3] = 230
+        out[f"x_{split}"], out[f"y_{split}"] = x, y
+    return out
+
+
+def mnist_arrays(quick: bool) -> tuple[dict[str, np.ndarray], str]:
+    """(arrays, description): real MNIST when MNIST_NPZ points at it, generated otherwise."""
+    path = mnist_path()
+    if path:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+        what = f"MNIST ({path.name})"
+    else:
+        arrays, what = generated_mnist(), "generated MNIST-shaped data"
+    if quick:
+        arrays = {"x_train": arrays["x_train"][:2048], "y_train": arrays["y_train"][:2048],
+                  "x_test": arrays["x_test"][:512], "y_test": arrays["y_test"][:512]}
+        what += ", quick subset 2048/512"
+    return arrays, what
+
+
+def write_npz(arrays: dict, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **arrays)
+    return path
+
+
+def settings(**values: Any):
+    """Template settings from defaults plus `values`, ignoring any .env and the environment."""
+    from train.config import load_settings
+
+    values.setdefault("progress", "line")
+    return load_settings(values, env_file=None, environ={})
+
+
+def median(values) -> float:
+    return float(statistics.median(values))
+
+
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def interleave(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Call each runner in turn, `repeats` rounds, alternating who goes first; lists of results."""
+    names = list(runs)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            out[n].append(runs[n]())
+    return out
+
+
+def record(benchmark, name: str, goal: str, value: float | None, passed: bool | None, **figures: Any) -> None:
+    """Store one comparison in pytest-benchmark's extra_info (summarise.py reads these keys)."""
+    benchmark.extra_info.update({"comparison": name, "goal": goal, "ratio": value,
+                                 "passed": passed, **{k: _plain(v) for k, v in figures.items()}})
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, float):
+        return round(v, 4)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def once(benchmark, fn: Callable[[], Any]) -> Any:
+    """Run `fn` once under pytest-benchmark (its time is the whole comparison's wall time)."""
+    return benchmark.pedantic(fn, rounds=1, iterations=1, warmup_rounds=0)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def template_parts(s, policy: str | None = None):
+    """(spec, compiled model) built as `train.fit` builds them, under `policy` (default: what
+    PRECISION resolves to on this machine). For side-by-side epochs without a run directory."""
+    import keras
+
+    from train import data, models
+    from train.hardware import choose_precision, cpu_flags
+
+    policy = policy or choose_precision(s.precision, gpu_capabilities(), cpu_flags())[0]
+    keras.mixed_precision.set_global_policy(policy)
+    spec = data.load_data(s)
+    model = models.build_model(s.model, spec.input_shape, spec.num_classes)
+    lr: Any = s.learning_rate
+    if s.lr_schedule == "cosine":
+        total = s.epochs * data.steps_per_epoch(spec, s.batch_size)
+        lr = keras.optimizers.schedules.CosineDecay(s.learning_rate, decay_steps=max(total, 1))
+    model.compile(optimizer=keras.optimizers.Adam(lr), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=s.jit_compile, steps_per_execution=s.steps_per_execution)
+    return spec, model
+
+
+def gpu_capabilities() -> list[tuple[int, int]]:
+    import tensorflow as tf
+
+    out = []
+    for g in tf.config.list_physical_devices("GPU"):
+        cc = tf.config.experimental.get_device_details(g).get("compute_capability")
+        if cc:
+            out.append(tuple(cc))
+    return out
+
+
+def fit_epoch(model, ds, n: int) -> float:
+    """Samples per second of one `model.fit` epoch over `ds` (n examples)."""
+    t0 = time.perf_counter()
+    model.fit(ds, epochs=1, verbose=0)
+    return n / (time.perf_counter() - t0)

@@ -1,0 +1,51 @@
+"""Benchmarks: `pytest benchmarks/` (CI: add --bench-quick or BENCH_QUICK=1; `invoke bench` for figures).
+
+Each benchmark compares two things side by side in one process, interleaved, and records the
+figures and the ratio in `benchmark.extra_info`; goals are reported (summarise.py), not asserted.
+Quick mode shrinks data and repeats so that every benchmark only proves it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import common`, `import reference`
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `import train`
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--bench-quick", action="store_true", default=False,
+                     help="tiny data and budgets: check the benchmarks run (same as BENCH_QUICK=1)")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.bench)
+
+
+@pytest.fixture(scope="session")
+def quick(pytestconfig) -> bool:
+    return bool(pytestconfig.getoption("--bench-quick")) or os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+@pytest.fixture(scope="session")
+def mnist(quick):
+    """(arrays, description) shared by the MNIST benchmarks."""
+    import common
+
+    return common.mnist_arrays(quick)
+
+
+@pytest.fixture(scope="session")
+def mnist_npz(mnist, tmp_path_factory) -> Path:
+    """The same arrays as a Keras-format .npz for DATASET=npz:<file>."""
+    import common
+
+    return common.write_npz(mnist[0], tmp_path_factory.mktemp("data") / "mnist.npz")

@@ -1,0 +1,56 @@
+"""Turn pytest-benchmark's JSON (and the figures in extra_info) into the README's markdown table.
+
+    python benchmarks/summarise.py .benchmarks/latest.json > docs/bench-table.md
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def _detail(info: dict) -> str:
+    keep = [k for k in info if k not in ("comparison", "goal", "ratio", "passed") and not isinstance(info[k], (list, dict))]
+    nested = [k for k in ("samples_per_second", "images_per_second", "steps_per_second", "reached") if isinstance(info.get(k), dict)]
+    parts = [f"{k}={_fmt(info[k])}" for k in keep]
+    for k in nested:
+        inner = ", ".join(f"{n}: {_fmt(v if not isinstance(v, dict) else v.get('seconds'))}" for n, v in info[k].items())
+        parts.append(f"{k}: {inner}")
+    return "; ".join(parts)
+
+
+def table(report: dict) -> str:
+    machine = report.get("machine_info", {})
+    cpu = machine.get("cpu", {}).get("brand_raw") or machine.get("processor") or "?"
+    lines = [f"Measured {report.get('datetime', '?')[:19]} on {cpu} ({machine.get('cpu', {}).get('count', '?')} cores), "
+             f"Python {machine.get('python_version', '?')}.", "",
+             "| Comparison | Ratio | Goal | Met | Figures |", "|---|---|---|---|---|"]
+    for b in sorted(report.get("benchmarks", []), key=lambda b: b.get("extra_info", {}).get("comparison", "")):
+        info = b.get("extra_info", {})
+        if "comparison" not in info:
+            continue
+        met = {True: "yes", False: "**no**", None: "n/a"}[info.get("passed")]
+        lines.append(f"| {info['comparison']} | {_fmt(info.get('ratio'))} | {info['goal']} | {met} | {_detail(info)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python benchmarks/summarise.py <pytest-benchmark.json>", file=sys.stderr)
+        return 2
+    sys.stdout.write(table(json.loads(Path(argv[0]).read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

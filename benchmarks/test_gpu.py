@@ -1,0 +1,41 @@
+"""6. GPU: steps/s of the template's default vs the reference recipe, with mixed precision, XLA and
+steps_per_execution considered. Runs unchanged on a GPU; skips with a reason without one."""
+
+from __future__ import annotations
+
+import common
+import pytest
+
+GOAL = 1.0
+
+
+def test_gpu_steps_per_second(benchmark, mnist, mnist_npz, quick, tmp_path):
+    import tensorflow as tf
+
+    from reference import Recipe
+    from train.data import train_dataset
+
+    if not tf.config.list_physical_devices("GPU"):
+        pytest.skip("no GPU visible to TensorFlow (CPU-only build or no device): GPU steps/s not measured")
+    arrays, what = mnist
+    base = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"))
+    variants = {"template default": base,
+                "template + steps_per_execution=32": base.replace(steps_per_execution=32, checkpoint_every=224),
+                "template + XLA": base.replace(jit_compile=True),
+                "template float32": base.replace(precision="float32")}
+    recipe = Recipe(arrays)
+    steps = len(arrays["y_train"]) // 128
+    runs = {"reference": lambda: common.fit_epoch(recipe.model, recipe.train_ds, len(arrays["y_train"])) / 128}
+    for name, s in variants.items():
+        spec, model = common.template_parts(s)
+        ds = train_dataset(spec, s, epoch=0, batch_size=s.batch_size).take(steps)
+        model.fit(ds.take(4), epochs=1, verbose=0)  # trace / compile outside the timing
+        runs[name] = lambda m=model, d=ds: common.fit_epoch(m, d, steps * 128) / 128
+    recipe.model.fit(recipe.train_ds.take(4), epochs=1, verbose=0)
+    got = common.once(benchmark, lambda: common.interleave(runs, 1 if quick else 3))
+    sps = {k: common.median(v) for k, v in got.items()}
+    value = common.ratio(sps["template default"], sps["reference"])
+    common.record(benchmark, "6. GPU steps/s: template default / reference", f">= {GOAL}x", value,
+                  value is not None and value >= GOAL, gpu=tf.config.experimental.get_device_details(
+                      tf.config.list_physical_devices("GPU")[0]).get("device_name"),
+                  steps_per_second=sps, ratios={k: common.ratio(v, sps["reference"]) for k, v in sps.items()})

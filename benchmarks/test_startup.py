@@ -1,0 +1,65 @@
+"""5. Fail-fast start-up: a bad setting is rejected before TensorFlow loads; `python -m train check`."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import common
+
+GOAL_REJECT_S = 1.0
+GOAL_CHECK_S = 30.0
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("BATCH_SIZE", "PRECISION")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(common.ROOT))
+    return env
+
+
+def _run(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, *args], cwd=common.ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    return time.perf_counter() - t0, proc
+
+
+def test_bad_setting_rejected_fast(benchmark, quick):
+    """`python -m train fit --batch-size 0` against `python -c 'import tensorflow'` (what it avoids)."""
+    bad = ["-X", "importtime", "-m", "train", "fit", "--batch-size", "0"]
+    rejects, imports = [], []
+
+    def reject() -> float:
+        seconds, proc = _run(bad)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "BATCH_SIZE" in proc.stderr
+        assert not re.search(r"\|\s+tensorflow\s*$", proc.stderr, re.M), "TensorFlow was imported before the settings were checked"
+        rejects.append(seconds)
+        return seconds
+
+    def tf_import() -> float:
+        seconds, proc = _run(["-c", "import tensorflow"])
+        imports.append(seconds)
+        return seconds
+
+    common.once(benchmark, lambda: common.interleave({"reject": reject, "import_tensorflow": tf_import}, 1 if quick else 3))
+    r, t = common.median(rejects), common.median(imports)
+    common.record(benchmark, "5a. bad setting rejected: wall time / `import tensorflow`", f"rejection < {GOAL_REJECT_S}s",
+                  common.ratio(r, t), r < GOAL_REJECT_S, reject_seconds=r, import_tensorflow_seconds=t)
+
+
+def test_check_on_cpu(benchmark, quick):
+    """`python -m train check` end to end (it probes TensorFlow in a subprocess)."""
+    seconds_list = []
+
+    def check() -> float:
+        seconds, proc = _run(["-m", "train", "check"])
+        seconds_list.append((seconds, proc.returncode))
+        return seconds
+
+    common.once(benchmark, lambda: [check() for _ in range(1 if quick else 2)])
+    seconds = common.median(s for s, _ in seconds_list)
+    common.record(benchmark, "5b. `python -m train check` on CPU, seconds", f"< {GOAL_CHECK_S}s", None,
+                  seconds < GOAL_CHECK_S, check_seconds=seconds, exit_codes=[c for _, c in seconds_list])

@@ -1,0 +1,78 @@
+"""1. Training throughput, reference recipe vs template default; and PRECISION=auto vs float32."""
+
+from __future__ import annotations
+
+import common
+import pytest
+from reference import Recipe
+
+GOAL_BF16 = 1.8
+
+
+def _samples_per_second(history) -> float:
+    return sum(r["samples_per_second"] * r["epoch_seconds"] for r in history) / sum(r["epoch_seconds"] for r in history)
+
+
+def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
+    """Same data, same epochs: the guide's recipe, then `train.fit.train` with default settings."""
+    from train.fit import train
+    from train.hardware import cpu_bf16, cpu_flags
+
+    arrays, what = mnist
+    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False)
+    epochs = 1 if quick else s.epochs
+    s = s.replace(epochs=epochs)
+    repeats = 1 if quick else 2
+    results: dict[str, list] = {"reference": [], "template": []}
+
+    def reference():
+        recipe = Recipe(arrays)
+        for _ in range(epochs):
+            recipe.epoch(evaluate=False)
+        acc = float(recipe.model.evaluate(recipe.test_ds, verbose=0, return_dict=True)["accuracy"])
+        results["reference"].append((_samples_per_second(recipe.history), acc))
+        return 0.0
+
+    def template():
+        result = train(s)
+        results["template"].append((_samples_per_second(result.history), result.history[-1]["val_accuracy"]))
+        return 0.0
+
+    common.once(benchmark, lambda: common.interleave({"reference": reference, "template": template}, repeats))
+    ref_sps = common.median(r[0] for r in results["reference"])
+    tpl_sps = common.median(r[0] for r in results["template"])
+    ref_acc = common.median(r[1] for r in results["reference"])
+    tpl_acc = common.median(r[1] for r in results["template"])
+    value = common.ratio(tpl_sps, ref_sps)
+    bf16 = bool(cpu_bf16(cpu_flags())) and not common.gpu_capabilities()
+    goal = GOAL_BF16 if bf16 else 1.0
+    common.record(benchmark, "1. training samples/s: template default / reference", f">= {goal}x" + (" (bf16 CPU)" if bf16 else ""),
+                  value, value is not None and value >= goal, data=what, epochs=epochs, repeats=repeats,
+                  reference_samples_per_second=ref_sps, template_samples_per_second=tpl_sps,
+                  reference_test_accuracy=ref_acc, template_test_accuracy=tpl_acc,
+                  accuracy_difference=tpl_acc - ref_acc, runs=results)
+
+
+@pytest.mark.parametrize("batch_size", [128, 512])
+def test_auto_precision_vs_float32(benchmark, mnist, mnist_npz, quick, tmp_path, batch_size):
+    """The template's pipeline and CNN under float32, mixed_bfloat16 and what PRECISION=auto picks,
+    epochs interleaved in one process."""
+    from train.data import train_dataset
+    from train.hardware import choose_precision, cpu_flags
+
+    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), batch_size=batch_size)
+    auto, reason = choose_precision("auto", common.gpu_capabilities(), cpu_flags())
+    policies = sorted({"float32", "mixed_bfloat16", auto})
+    parts = {p: common.template_parts(s, p) for p in policies}
+    spec = parts["float32"][0]
+    n = min(spec.n_train, 2048 if quick else 20480)
+    ds = {p: train_dataset(spec, s, epoch=0, batch_size=batch_size).take(n // batch_size) for p in policies}
+    for p in policies:  # trace and warm up outside the timing
+        parts[p][1].fit(ds[p].take(3), epochs=1, verbose=0)
+    runs = {p: (lambda p=p: common.fit_epoch(parts[p][1], ds[p], (n // batch_size) * batch_size)) for p in policies}
+    got = common.once(benchmark, lambda: common.interleave(runs, 1 if quick else 4))
+    sps = {p: common.median(v) for p, v in got.items()}
+    value = common.ratio(sps[auto], sps["float32"])
+    common.record(benchmark, f"PRECISION=auto ({auto}) / float32, batch {batch_size}", ">= 0.97x (never slower; 3% noise)",
+                  value, value is not None and value >= 0.97, auto_reason=reason, samples_per_second=sps,
+                  bf16_over_float32=common.ratio(sps["mixed_bfloat16"], sps["float32"]), all_runs=got)
