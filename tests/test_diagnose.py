@@ -1,0 +1,114 @@
+"""train.diagnose: every diagnosis from faked facts (recorded nvidia-smi, NVML stand-in, injected
+build info, device lists, TensorFlow log lines and environment variables), read through the
+report. No GPU, no TensorFlow import."""
+
+from __future__ import annotations
+
+import pytest
+
+from check_fakes import CUDA_BUILD, CUINIT_NOISE, DLOPEN_ERRORS, LIBS_OK, codes, cpu_tf, cuda_tf, on, tf_gpus
+from test_gpuinfo import FakeNVML, h100
+from train import check, diagnose, gpuinfo
+from train.check_facts import Facts, LibFact, TfFacts
+
+
+@pytest.mark.parametrize("value,expect", [(None, "NVIDIA_VISIBLE_DEVICES is not set"), ("void", "'void'"),
+                                          ("none", "'none'"), ("", "''"), ("all", "not started with the NVIDIA runtime")])
+def test_no_driver_in_container(value, expect):
+    facts = Facts(tf=cuda_tf(log=CUINIT_NOISE), driver_reason="NVML: Driver Not Loaded", in_container=True,
+                  nvidia_pci_devices=1, env={"NVIDIA_VISIBLE_DEVICES": value})
+    r = check.build_report(facts)
+    d = codes(r)["no_driver"]
+    assert expect in d["summary"] and d["severity"] == "error" and r["exit_code"] == 0
+    assert ("--gpus all" in d["fix"]) and r["verdict"]["status"] == "gpu_not_used"
+    assert r["verdict"]["line"].endswith(d["fix"])
+
+
+def test_no_driver_on_a_host_with_a_gpu_and_nvidia_smi_failing():
+    r = check.build_report(on("no-driver", cuda_tf(), nvidia_pci_devices=1))
+    d = codes(r)["no_driver"]
+    assert "couldn't communicate" in d["summary"] and d["fix"].startswith("install the NVIDIA driver")
+
+
+def test_driver_too_old_names_both_versions():
+    r = check.build_report(on("470.223.02_v100", cuda_tf()))
+    d = codes(r)["driver_too_old"]
+    assert "470.223.02" in d["summary"] and "11.4" in d["summary"] and "CUDA 12.5.1" in d["summary"]
+    assert "525.60.13" in d["fix"] and r["verdict"]["status"] == "gpu_not_used"
+    assert "gpu_not_visible_to_tf" in codes(r) and codes(r)["gpu_not_visible_to_tf"]["fix"] == "fix the problem(s) above"
+
+
+def test_oldest_driver_for_cuda_12_is_accepted():
+    r = check.build_report(on("525.60.13_t4", cuda_tf(gpus=tf_gpus(cc=(7, 5), name="Tesla T4"))))
+    assert "driver_too_old" not in codes(r) and r["verdict"]["status"] == "gpu"
+    assert r["precision"]["auto"] == "mixed_float16"
+    assert not r["precision"]["options"]["mixed_bfloat16"]["sensible"]
+
+
+@pytest.mark.parametrize("others,code", [([], "library_missing"),
+                                         (["/usr/lib/x86_64-linux-gnu/libcudnn.so.8.9.7"], "library_wrong_major")])
+def test_cudnn_missing_or_wrong_major(others, code):
+    libs = LIBS_OK[:2] + [LibFact("cudnn", "libcudnn.so.9", None, None, others)]
+    r = check.build_report(on("535.129.03_2xa100", cuda_tf(log=DLOPEN_ERRORS), libraries=libs))
+    d = codes(r)[code]
+    assert "libcudnn.so.9 not found" in d["summary"] and "expects libcudnn.so.9" in d["summary"]
+    assert all(o in d["summary"] for o in others)
+    assert d["fix"] == 'pip install "tensorflow[and-cuda]==2.21.0" (brings the CUDA and cuDNN wheels the build expects)'
+
+
+def test_cudnn_older_minor_than_the_build():
+    build = {**CUDA_BUILD, "cudnn_version": "9.3.0"}
+    libs = LIBS_OK[:2] + [LibFact("cudnn", "libcudnn.so.9", "/usr/lib/libcudnn.so.9", "9.1.0")]
+    r = check.build_report(on("535.129.03_2xa100", TfFacts(version="2.21.0", build=build), libraries=libs))
+    assert "9.1.0" in codes(r)["library_wrong_version"]["summary"]
+
+
+def test_cpu_only_build_on_a_gpu_machine():
+    r = check.build_report(on("535.129.03_2xa100", cpu_tf()))
+    d = codes(r)["cpu_only_build"]
+    assert d["severity"] == "error" and "tensorflow[and-cuda]==2.21.0" in d["fix"] and r["verdict"]["status"] == "gpu_not_used"
+    assert "gpu_not_visible_to_tf" not in codes(r)  # the build explains it
+
+
+def test_gpu_visible_to_driver_not_to_tf_shows_the_logged_library_errors():
+    r = check.build_report(on("535.129.03_2xa100", cuda_tf(log=CUINIT_NOISE[2:] + DLOPEN_ERRORS)))
+    d = codes(r)["gpu_not_visible_to_tf"]
+    assert "the driver shows 2 GPU(s) but TensorFlow sees 0" in d["summary"]
+    assert any(line.startswith("dso_loader.cc:64] Could not load dynamic library 'libcudnn.so.8'") for line in d["details"])
+    assert any("Cannot dlopen some GPU libraries" in line for line in d["details"])
+    assert "oneDNN" not in " ".join(d["details"]) and "tensorflow[and-cuda]" in d["fix"]
+
+
+def test_cuinit_lines_are_noise_without_a_driver_and_shown_with_one():
+    shown, noise = diagnose.classify_log(CUINIT_NOISE, driver_present=False)
+    assert shown == [] and sum(noise.values()) == 3 and any(k.startswith("cuInit") for k in noise)
+    shown, _ = diagnose.classify_log(CUINIT_NOISE[:1], driver_present=True)
+    assert shown and "cuInit" in shown[0]
+
+
+def test_cuda_visible_devices_hiding_every_gpu():
+    r = check.build_report(on("535.129.03_2xa100", cuda_tf(), env={"CUDA_VISIBLE_DEVICES": "-1"}))
+    assert codes(r)["gpu_hidden"]["fix"].startswith("unset CUDA_VISIBLE_DEVICES")
+
+
+def test_memory_growth_set_too_late_names_the_call():
+    call = "tf.config.experimental.set_memory_growth('/physical_device:GPU:0', True)"
+    mg = {"in_effect": False, "error": "Physical devices cannot be modified after being initialized", "late_call": call}
+    r = check.build_report(on("535.129.03_2xa100", cuda_tf(gpus=tf_gpus(2, (8, 0)), memory_growth=mg)))
+    d = codes(r)["memory_growth_too_late"]
+    assert d["summary"].startswith(call + " came too late") and "before anything touches the GPU" in d["fix"]
+    assert "NOT in effect" in check.format_report(r)
+
+
+def test_memory_held_by_other_processes_is_listed():
+    r = check.build_report(on("550.54.15_h100", cuda_tf(gpus=tf_gpus())), own_pids={51007})
+    d = codes(r)["memory_held_by_others"]
+    assert d["severity"] == "warning" and "60.0 of 79.6 GiB" in d["summary"]
+    assert d["details"] == ["pid 48213 python3: 57.5 GiB"] and "kill 48213" in d["fix"]
+    assert r["verdict"]["status"] == "gpu" and "1 warning(s)" in r["verdict"]["line"]
+
+
+def test_memory_held_outside_this_container_via_nvml():
+    p = gpuinfo.probe(nvml=FakeNVML([h100(procs=[])]))
+    r = check.build_report(Facts(tf=cuda_tf(gpus=tf_gpus()), driver_present=True, gpus=p.gpus, libraries=LIBS_OK))
+    assert "outside this container" in codes(r)["memory_held_by_others"]["details"][0]

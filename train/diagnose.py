@@ -1,0 +1,206 @@
+"""The diagnoses of `python -m train check`: pure functions over a `Facts` (train.check_facts).
+
+`diagnose(facts)` returns every problem found, root causes first, as a list of Diagnosis (code,
+severity, summary, fix); `classify_log` sorts TensorFlow's C++ log into lines that explain a
+failure and start-up noise. Nothing here reads the machine, so every case is tested with faked facts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .check_facts import Facts, _major, _version
+
+# Minimum Linux driver per CUDA major (CUDA Toolkit release notes, table 3, "minor version
+# compatibility"): any 12.x build runs on >= 525.60.13.
+MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+HIDE_VALUES = ("", "void", "none")  # NVIDIA_VISIBLE_DEVICES values that give a container no GPU
+
+
+@dataclass
+class Diagnosis:
+    code: str
+    severity: str  # info (nothing wrong for a CPU machine) | warning | error (a GPU is there but not used)
+    summary: str
+    fix: str
+    details: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- TensorFlow's log, sorted
+
+# Lines that explain why a GPU is not used; shown as they are.
+_RELEVANT = re.compile(
+    r"Could not load dynamic library|Cannot dlopen|dlerror|Loaded runtime CuDNN|CUDA driver version is insufficient"
+    r"|Ignoring visible gpu device|cudaGetDevice\(\) failed|DNN library|no kernel image|failed to create cublas"
+    r"|cannot be modified after being initialized|Could not load library|CUDA_ERROR_(?!NO_DEVICE)")
+# Start-up noise, each kind explained in one line instead of shown raw.
+_NOISE = (
+    (re.compile(r"cuInit|CUDA_ERROR_NO_DEVICE|Could not find cuda drivers|kernel driver does not appear|"
+                r"CUDA diagnostic information|hostname: |libcuda reported version|kernel reported version"),
+     "cuInit: a CUDA build of TensorFlow looked for a GPU and found none (harmless on a machine without one)"),
+    (re.compile(r"oneDNN custom operations|cpu_feature_guard|appropriate compiler flags|following instructions|"
+                r"optimized to use available CPU"), "start-up notices about oneDNN and CPU instructions (informational)"),
+    (re.compile(r"register cu\w+ factory|already been registered|computation placer|TensorRT|TF-TRT|absl::InitializeLog"),
+     "plugin registration and optional TensorRT notices (harmless)"),
+    (re.compile(r"NUMA node"), "NUMA information not readable in a VM or container (harmless)"),
+)
+_PREFIX = re.compile(r"^(?:[IWEF]\d{4} [\d:.]+\s+\d+ |\d{4}-\d\d-\d\d [\d:.]+: [IWEF] (?:\S+/)?)")
+
+
+def classify_log(lines: list[str], driver_present: bool) -> tuple[list[str], dict[str, int]]:
+    """(lines worth showing, {explanation: count} for the noise). cuInit lines matter when a driver is there."""
+    shown, noise = [], {}
+    for raw in lines:
+        line = _PREFIX.sub("", raw.strip())
+        if not line:
+            continue
+        if _RELEVANT.search(line) or (driver_present and "cuInit" in line):
+            shown.append(line)
+            continue
+        why = next((text for pattern, text in _NOISE if pattern.search(line)), "other start-up messages")
+        noise[why] = noise.get(why, 0) + 1
+    return shown, noise
+
+
+# ---------------------------------------------------------------- diagnoses (pure)
+
+def cuda_build(facts: Facts) -> bool:
+    return bool(facts.tf.build.get("is_cuda_build"))
+
+
+def _no_driver(facts: Facts) -> Diagnosis:
+    nvd = facts.env.get("NVIDIA_VISIBLE_DEVICES")
+    severity = "error" if facts.nvidia_pci_devices else "info"
+    runtime_fix = ("start the container with `docker run --gpus all` (compose: a `deploy.resources.reservations."
+                   "devices` entry with `capabilities: [gpu]`), the NVIDIA Container Toolkit installed on the host")
+    if not facts.nvidia_pci_devices and facts.in_container:  # likely a CPU host: say so calmly
+        runtime_fix = "none needed to train on the CPU; if the host has a GPU, " + runtime_fix
+    if facts.in_container and nvd is None:
+        return Diagnosis("no_driver", severity, "no NVIDIA driver visible: this container was started without GPUs "
+                         "(NVIDIA_VISIBLE_DEVICES is not set, so the NVIDIA runtime added none)"
+                         + ("" if facts.nvidia_pci_devices else "; no NVIDIA GPU is on the PCI bus either"), runtime_fix)
+    if nvd is not None and nvd.strip().lower() in HIDE_VALUES:
+        return Diagnosis("no_driver", severity, f"no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES={nvd!r} tells the "
+                         "NVIDIA runtime to give this container no GPU",
+                         "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`")
+    if facts.in_container:
+        return Diagnosis("no_driver", severity, f"no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES={nvd!r} asks for "
+                         "GPUs, but the container was not started with the NVIDIA runtime", runtime_fix)
+    if facts.nvidia_pci_devices:
+        return Diagnosis("no_driver", "error", f"an NVIDIA GPU is on the PCI bus but no driver is loaded "
+                         f"({facts.driver_reason})", "install the NVIDIA driver (then `nvidia-smi` must list the GPU)")
+    return Diagnosis("no_driver", "info", "no NVIDIA GPU or driver on this machine: TensorFlow runs on the CPU",
+                     "none needed to train on the CPU; for a GPU, run on a machine (or cloud instance) that has one")
+
+
+def _driver_too_old(facts: Facts) -> Diagnosis | None:
+    need_cuda = facts.tf.build.get("cuda_version")
+    major = _major(need_cuda)
+    if not (facts.gpus and major in MIN_DRIVER):
+        return None
+    g = facts.gpus[0]
+    old = _version(g.driver_version) < _version(MIN_DRIVER[major])
+    if g.cuda_driver_version and _major(g.cuda_driver_version) is not None:
+        old = old or _major(g.cuda_driver_version) < major
+    if not old:
+        return None
+    return Diagnosis("driver_too_old", "error",
+                     f"NVIDIA driver {g.driver_version} (supports CUDA up to {g.cuda_driver_version or '?'}) is too old "
+                     f"for this TensorFlow build, which needs CUDA {need_cuda}: CUDA {major}.x needs driver >= "
+                     f"{MIN_DRIVER[major]}",
+                     f"upgrade the host's NVIDIA driver to {MIN_DRIVER[major]} or newer (a container uses the host's driver)")
+
+
+def _libraries(facts: Facts) -> list[Diagnosis]:
+    out = []
+    fix = f'pip install "tensorflow[and-cuda]=={facts.tf.version}" (brings the CUDA and cuDNN wheels the build expects)'
+    for lib in facts.libraries:
+        if lib.path is None:
+            code = "library_wrong_major" if lib.others else "library_missing"
+            found = ", ".join(lib.others) if lib.others else "nothing"
+            out.append(Diagnosis(code, "error", f"{lib.library}: {lib.expected} not found (found: {found}); this "
+                                 f"TensorFlow build expects {lib.expected}", fix, [lib.error] if lib.error else []))
+        elif lib.library == "cudnn" and lib.version:
+            built = str(facts.tf.build.get("cudnn_version", ""))
+            if len(_version(built)) >= 2 and _version(lib.version)[:2] < _version(built)[:2]:
+                out.append(Diagnosis("library_wrong_version", "error", f"cudnn: {lib.path} is version {lib.version}; "
+                                     f"this build was compiled with cuDNN {built} and needs that minor or newer", fix))
+    return out
+
+
+def _not_visible_to_tf(facts: Facts, shown: list[str], explained: bool) -> Diagnosis | None:
+    seen, present = len(facts.tf.gpus), len(facts.gpus)
+    if not present or seen >= present or not cuda_build(facts):
+        return None
+    cvd = facts.env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        if seen == 0 and cvd.strip() in ("", "-1"):
+            return Diagnosis("gpu_hidden", "error", f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU from TensorFlow",
+                             "unset CUDA_VISIBLE_DEVICES (or set it to the GPU indices to use, e.g. 0)")
+        if seen:
+            return None  # a deliberate subset
+    fix = "fix the problem(s) above" if explained else (
+        f'pip install "tensorflow[and-cuda]=={facts.tf.version}" and check the library errors listed')
+    if any("Ignoring visible gpu device" in line for line in shown):
+        fix = "use a GPU with the compute capability the build supports (see the line above), or a build that supports it"
+    severity = "error" if seen == 0 else "warning"
+    return Diagnosis("gpu_not_visible_to_tf", severity, f"the driver shows {present} GPU(s) but TensorFlow sees {seen}",
+                     fix, shown or ["TensorFlow logged no library-loading error"])
+
+
+def _memory_growth(facts: Facts) -> Diagnosis | None:
+    mg = facts.tf.memory_growth
+    if not (mg.get("error") and "after being initialized" in mg["error"]):
+        return None
+    return Diagnosis("memory_growth_too_late", "error",
+                     f"{mg.get('late_call') or 'set_memory_growth'} came too late: the GPU had already been initialised "
+                     f"(\"{mg['error']}\")",
+                     "call tf.config.experimental.set_memory_growth before anything touches the GPU (the first tensor, "
+                     "model or tf.config.list_logical_devices()); here train.devices does it before building the model")
+
+
+def _memory_held(facts: Facts, own_pids: set[int]) -> list[Diagnosis]:
+    out = []
+    for g in facts.gpus:
+        others = [p for p in g.processes if p.pid not in own_pids]
+        unlisted = g.memory_used_mb - sum(p.used_memory_mb or 0 for p in others)
+        if not others and unlisted < max(1024.0, 0.05 * g.memory_total_mb):
+            continue
+        held = f"{g.memory_used_mb / 1024:.1f} of {g.memory_total_mb / 1024:.1f} GiB"
+        details = [f"pid {p.pid} {p.name}: " + (f"{p.used_memory_mb / 1024:.1f} GiB" if p.used_memory_mb is not None
+                                                 else "amount not reported") for p in others]
+        if not others:
+            details = ["no process listed: held by processes outside this container or PID namespace"]
+        fix = (f"stop them (kill {' '.join(str(p.pid) for p in others)})" if others else "free it on the host") + (
+            " or pick a free GPU with CUDA_VISIBLE_DEVICES=<index>")
+        out.append(Diagnosis("memory_held_by_others", "warning",
+                             f"GPU {g.index} ({g.name}): {held} already held by other processes", fix, details))
+    return out
+
+
+def diagnose(facts: Facts, own_pids: set[int] | None = None) -> list[Diagnosis]:
+    """Every problem found, root causes first. Pure: reads only `facts`."""
+    tf, diags = facts.tf, []
+    if tf.version is None:
+        return [Diagnosis("tensorflow_unavailable", "error", f"TensorFlow could not be started: {tf.error}",
+                          "install the locked requirements (`pip install -r requirements.lock`) and rerun",
+                          classify_log(tf.log, facts.driver_present)[0] or tf.log[-5:])]
+    if not facts.driver_present:
+        diags.append(_no_driver(facts))
+    if not cuda_build(facts):
+        gpu_here = bool(facts.gpus)
+        diags.append(Diagnosis("cpu_only_build", "error" if gpu_here else "info",
+                               f"TensorFlow {tf.version} is a CPU-only build"
+                               + (" but this machine has a GPU" if gpu_here else " (right for this machine)"),
+                               f'pip install "tensorflow[and-cuda]=={tf.version}" (instead of tensorflow-cpu)'
+                               if gpu_here else "none needed on a CPU machine"))
+    else:
+        too_old = _driver_too_old(facts)
+        diags += [too_old] if too_old else []
+        diags += _libraries(facts)
+    shown, _ = classify_log(tf.log, facts.driver_present)
+    explained = any(d.severity == "error" for d in diags)
+    diags += [d for d in (_not_visible_to_tf(facts, shown, explained), _memory_growth(facts)) if d]
+    diags += _memory_held(facts, own_pids or set())
+    return diags
