@@ -83,14 +83,15 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 # The package, installed without re-resolving anything (--no-deps) and without build isolation
-# (setuptools comes from the lock, so nothing unpinned is downloaded). The lock inputs, README.md
-# and .env.example come along because tests compare them with the code; the [d]/[e]
-# wildcards let the build work in a checkout without them. These five lines end both targets;
+# (setuptools comes from the lock, so nothing unpinned is downloaded). The lock inputs, README.md,
+# .env.example and docs/ come along because tests compare them with the code; the [d]/[e]/[s]
+# wildcards let the build work in a checkout without them. These six lines end both targets;
 # ENTRYPOINT, CMD and the environment are inherited from `base`.
 FROM deps-cpu AS cpu
 COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
 COPY train ./train
 COPY tests ./tests
+COPY doc[s] ./docs
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
 # DL3066 ("non-numeric user"): it is numeric once expanded; hadolint does not expand variables.
 # hadolint ignore=DL3066
@@ -100,6 +101,7 @@ FROM deps-gpu AS gpu
 COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
 COPY train ./train
 COPY tests ./tests
+COPY doc[s] ./docs
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
 # DL3066 ("non-numeric user"): it is numeric once expanded; hadolint does not expand variables.
 # hadolint ignore=DL3066

@@ -1,0 +1,219 @@
+"""tasks.py assembles the right command lines and stops with one clear line when something is missing.
+
+invoke's MockContext records every `c.run`; nothing is executed. tasks.py lives at the repo root
+and is not copied into the image, so inside the image these tests skip.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if not (ROOT / "tasks.py").is_file():
+    pytest.skip("tasks.py is a host-side file (not in the image)", allow_module_level=True)
+invoke = pytest.importorskip("invoke")
+sys.path.insert(0, str(ROOT))
+import tasks  # noqa: E402
+
+from invoke import Exit, MockContext, Result  # noqa: E402
+
+GPU_RUNTIMES = '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'
+
+
+def ctx(**overrides: Result) -> MockContext:
+    """A context whose `docker info`, `nvidia-smi -L` and git answer like a healthy GPU host."""
+    answers = {re.compile(re.escape(k)): v for k, v in overrides.items()}  # first match wins
+    answers |= {
+        re.compile(r"docker info --format '\{\{\.ServerVersion\}\}'"): Result("24.0.7\n"),
+        re.compile(r"docker info --format '\{\{json \.Runtimes\}\}'"): Result(GPU_RUNTIMES),
+        re.compile(r"nvidia-smi -L"): Result("GPU 0: NVIDIA H100 (UUID: GPU-1)\n"),
+        re.compile(r"git rev-parse.*"): Result("abc12345\n"),
+        re.compile(r"git status.*"): Result(""),
+    }
+    answers[re.compile(".*")] = Result("")  # every other command "succeeds"
+    return MockContext(run=answers, repeat=True)
+
+
+def commands(c: MockContext) -> list[str]:
+    return [call.args[0] for call in c.run.call_args_list]
+
+
+def echoed(c: MockContext) -> list[str]:
+    """The commands the user sees: the ones run with echo=True (not the hidden checks)."""
+    return [call.args[0] for call in c.run.call_args_list if call.kwargs.get("echo")]
+
+
+@pytest.fixture(autouse=True)
+def host(monkeypatch, tmp_path):
+    """Docker and nvidia-smi on PATH; runs/ and data/ created in a temporary root."""
+    monkeypatch.setattr(tasks.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(tasks, "ROOT", tmp_path)
+    for lock in tasks.LOCKS.values():
+        (tmp_path / lock).write_text(f"# {lock}\n")
+    monkeypatch.setattr(tasks.os, "getuid", lambda: 1234)
+    monkeypatch.setattr(tasks.os, "getgid", lambda: 567)
+
+
+def test_build_tags_with_lock_hash_and_commit():
+    c = ctx()
+    tasks.build(c, target="cpu")
+    (cmd,) = echoed(c)
+    import hashlib
+
+    lock_hash = hashlib.sha256(b"# requirements.lock\n").hexdigest()[:12]
+    assert cmd.startswith("DOCKER_BUILDKIT=1 docker build --target cpu --build-arg UID=1000 --build-arg GID=1000 ")
+    assert f"-t tf-train-template:cpu -t tf-train-template:cpu-{lock_hash}-abc12345 ." in cmd
+
+
+def test_build_marks_a_dirty_tree_and_passes_base_ca_and_network(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("pem")
+    c = ctx(**{"git status --porcelain --untracked-files=no": Result(" M train/fit.py\n")})
+    tasks.build(c, base_image="mirror/python:3.11", ca_bundle=str(ca), network="host", uid=2000)
+    (cmd,) = echoed(c)
+    assert "--target gpu --build-arg UID=2000" in cmd
+    assert f"--build-arg BASE_IMAGE=mirror/python:3.11 --secret id=ca_bundle,src={ca} --network host" in cmd
+    assert re.search(r"-t tf-train-template:gpu-[0-9a-f]{12}-abc12345-dirty \.$", cmd)
+
+
+def test_build_rejects_a_bad_target_and_a_missing_ca_bundle():
+    with pytest.raises(Exit, match="--target 'tpu' is not valid: gpu or cpu"):
+        tasks.build(ctx(), target="tpu")
+    with pytest.raises(Exit, match="--ca-bundle '/nope.pem' is not a file"):
+        tasks.build(ctx(), ca_bundle="/nope.pem")
+
+
+def test_train_runs_compose_as_the_host_user_with_the_gpu():
+    c = ctx()
+    tasks.train(c, args="--epochs 5")
+    assert echoed(c) == ["HOST_UID=1234 HOST_GID=567 docker compose run --rm train fit --epochs 5"]
+    assert (tasks.ROOT / "runs").is_dir() and (tasks.ROOT / "data").is_dir()
+
+
+def test_train_cpu_detached_uses_the_cpu_override_and_needs_no_gpu():
+    c = ctx(**{"nvidia-smi -L": Result("", exited=1)})
+    tasks.train(c, cpu=True, detach=True)
+    assert echoed(c) == ["HOST_UID=1234 HOST_GID=567 docker compose -f docker-compose.yml -f docker-compose.cpu.yml "
+                         "run --rm --detach train fit"]
+    assert not any("nvidia-smi" in cmd for cmd in commands(c))
+
+
+def test_train_local_and_detached_local():
+    c = ctx()
+    tasks.train(c, local=True, args="--smoke")
+    tasks.train(c, local=True, detach=True)
+    assert echoed(c) == [f"{tasks.PY} -m train fit --smoke", f"nohup {tasks.PY} -m train fit > runs/nohup.out 2>&1 &"]
+    assert c.run.call_args_list[-1].kwargs["disown"] is True
+    assert not any(cmd.startswith("docker") for cmd in commands(c))
+
+
+@pytest.mark.parametrize("missing, message", [
+    ("docker", "Docker is not installed"),
+    ("nvidia-smi", "no NVIDIA GPU found on this host"),
+])
+def test_missing_tools_stop_with_one_line(monkeypatch, missing, message):
+    monkeypatch.setattr(tasks.shutil, "which", lambda name: None if name == missing else f"/usr/bin/{name}")
+    with pytest.raises(Exit, match=message) as err:
+        tasks.train(ctx())
+    assert "\n" not in str(err.value.message)
+
+
+def test_engine_not_running_stops_with_one_line():
+    c = ctx(**{"docker info --format '{{.ServerVersion}}'": Result("", exited=1)})
+    with pytest.raises(Exit, match="the Docker engine is not reachable: start it"):
+        tasks.build(c)
+
+
+def test_missing_nvidia_runtime_names_the_toolkit(monkeypatch):
+    monkeypatch.setattr(tasks.shutil, "which", lambda n: None if n == "nvidia-container-runtime-hook" else f"/bin/{n}")
+    c = ctx(**{"docker info --format '{{json .Runtimes}}'": Result('{"runc":{"path":"runc"}}')})
+    with pytest.raises(Exit, match="NVIDIA container toolkit is not set up for Docker.*or add --cpu"):
+        tasks.gpu_check(c)
+
+
+def test_no_gpu_names_the_driver_from_the_stack_table():
+    c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
+    with pytest.raises(Exit, match=r"install the NVIDIA driver >= 525\.60\.13, or add --cpu"):
+        tasks.gpu_check(c)
+
+
+def test_gpu_check_container_and_local():
+    c = ctx()
+    tasks.gpu_check(c)
+    tasks.gpu_check(c, local=True)
+    tasks.gpu_check(c, cpu=True)
+    assert echoed(c) == [
+        "HOST_UID=1234 HOST_GID=567 docker compose run --rm train check --require-gpu",
+        f"{tasks.PY} -m train check --require-gpu",
+        "HOST_UID=1234 HOST_GID=567 docker compose -f docker-compose.yml -f docker-compose.cpu.yml run --rm train check",
+    ]
+
+
+def test_export_logs_tensorboard():
+    c = ctx()
+    tasks.export(c, run="20240101-000000 x")
+    tasks.export(c, local=True)
+    tasks.logs(c, follow=True)
+    tasks.logs(c, local=True)
+    tasks.tensorboard(c, port=7007, cpu=True)
+    tasks.tensorboard(c, stop=True)
+    compose = "HOST_UID=1234 HOST_GID=567 docker compose"
+    cpu = f"{compose} -f docker-compose.yml -f docker-compose.cpu.yml"
+    assert echoed(c) == [
+        f"{compose} run --rm train export '20240101-000000 x'",
+        f"{tasks.PY} -m train export latest",
+        f"{compose} logs -f train",
+        "tail -n 100 runs/nohup.out",
+        f"TENSORBOARD_PORT=7007 {cpu} up --detach tensorboard",
+        f"{compose} stop tensorboard",
+    ]
+
+
+def test_test_and_bench_use_the_current_interpreter(tmp_path):
+    c = ctx()
+    tasks.test(c)
+    tasks.test(c, args="-m 'not slow'")
+    out = tmp_path / "b" / "r.json"
+    tasks.bench(c, json=str(out))
+    assert echoed(c) == [
+        f"{tasks.PY} -m pytest -q",
+        f"{tasks.PY} -m pytest -q -m 'not slow'",
+        f"{tasks.PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {out}",
+    ]
+    assert out.parent.is_dir()
+
+
+def test_lock_compiles_gpu_then_cpu_constrained_then_checks_the_stack():
+    c = ctx()
+    tasks.lock(c, package="numpy")
+    gpu, cpu, check = echoed(c)
+    assert gpu.startswith("uv pip compile requirements-gpu.in --universal --python-version 3.10 --generate-hashes")
+    assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
+    assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
+    assert cpu.endswith("-o requirements.lock")
+    assert check == f"{tasks.PY} -m train.stack"
+
+
+def test_lock_without_uv_says_how_to_get_it(monkeypatch):
+    monkeypatch.setattr(tasks.shutil, "which", lambda name: None)
+    with pytest.raises(Exit, match="uv is not installed: `pip install uv`"):
+        tasks.lock(ctx())
+
+
+def test_clean_never_touches_runs_or_data():
+    c = ctx()
+    tasks.clean(c, images=True)
+    assert all("runs" not in cmd and "data" not in cmd for cmd in echoed(c))
+    assert echoed(c)[-1] == "HOST_UID=1234 HOST_GID=567 docker compose down --remove-orphans --rmi all"
+
+
+def test_every_task_argument_has_help():
+    for name, t in tasks.ns.tasks.items():
+        params = [p for p in t.get_arguments() if p.name not in ("help",)]
+        missing = [p.name for p in params if not p.help]
+        assert not missing, f"{name}: no help for {missing}"
+        assert t.__doc__, f"{name} has no docstring"
