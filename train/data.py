@@ -15,7 +15,6 @@ import hashlib
 import importlib
 import logging
 import math
-import os
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import numpy as np
 
 from . import images
 from .errors import DataError
-from .images import load_image_file  # noqa: F401  (public: `predict` decodes files with it)
+from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
 
 log = logging.getLogger("train")
 
@@ -38,9 +37,6 @@ BUILTIN_CLASSES = {
     "fashion_mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
     "cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
 }
-# Decoded images kept for the life of the process, keyed by what they were decoded from: a second
-# load_data (or a rebuilt pipeline) never decodes again.
-_DECODED: dict[str, np.ndarray] = {}
 
 
 class _Split(NamedTuple):
@@ -263,66 +259,12 @@ def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str |
 # --- images:<dir> --------------------------------------------------------------------------------
 
 
-def _split_indices(labels: np.ndarray, val_split: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified, seeded train/validation split; both index lists sorted (the fixed cache order)."""
-    rng = np.random.default_rng(seed)
-    train, val = [], []
-    for c in range(int(labels.max()) + 1):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        k = min(int(round(len(idx) * val_split)), len(idx) - 1)
-        val.append(idx[:k])
-        train.append(idx[k:])
-    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
-
-
 def _load_images(root: Path, settings) -> DataSpec:
-    class_names, rels, labels = images.list_image_dir(root)
-    fingerprint = images.fingerprint_files(root, rels)
-    tr, va = _split_indices(labels, settings.val_split, settings.seed)
-    if settings.smoke:
-        tr = tr[_smoke_subset(len(tr), SMOKE_TRAIN, settings.seed, 0)]
-        va = va[_smoke_subset(len(va), SMOKE_VAL, settings.seed, 1)]
-    shape = (settings.image_size, settings.image_size, settings.channels)
-    splits = []
-    for which, idx in (("train", tr), ("val", va)):
-        files = tuple(str(root / rels[i]) for i in idx)
-        key = hashlib.sha256(repr((fingerprint, which, shape, idx.tolist())).encode()).hexdigest()[:16]
-        splits.append(_Split(_decoded(files, shape, key, settings, fingerprint), labels[idx], files))
+    def smoke(n: int, salt: int) -> np.ndarray:
+        return _smoke_subset(n, (SMOKE_TRAIN, SMOKE_VAL)[salt], settings.seed, salt)
+
+    names, shape, fingerprint, (tr, va) = images.read_image_dir(root, settings, smoke if settings.smoke else None)
     return DataSpec(
-        name=settings.dataset, input_shape=shape, num_classes=len(class_names), class_names=class_names,
-        n_train=len(tr), n_val=len(va), fingerprint=fingerprint, source=str(root), _train=splits[0], _val=splits[1],
+        name=settings.dataset, input_shape=shape, num_classes=len(names), class_names=names, n_train=len(tr[1]),
+        n_val=len(va[1]), fingerprint=fingerprint, source=str(root), _train=_Split(*tr), _val=_Split(*va),
     )
-
-
-def _decoded(files: tuple[str, ...], shape, key: str, settings, fingerprint: str):
-    """Decode (and so verify) every file once, into the cache CACHE asks for."""
-    if settings.cache == "none":
-        images.decode_files(files, shape)
-        return None
-    if settings.cache == "memory":
-        if key not in _DECODED:
-            out = np.empty((len(files), *shape), np.uint8)
-            images.decode_files(files, shape, out)
-            _DECODED[key] = out
-        return _DECODED[key]
-    # file: same fingerprint, shape and split -> already decoded and verified by an earlier run
-    path = Path(settings.runs_dir) / ".cache" / fingerprint[:16] / f"{key}.npy"
-    if path.is_file():
-        try:
-            cached = np.load(path, mmap_mode="r")
-            if cached.shape == (len(files), *shape) and cached.dtype == np.uint8:
-                return cached
-        except (ValueError, OSError):
-            pass  # a damaged cache is rebuilt below
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(files), *shape))
-        images.decode_files(files, shape, out)
-        out.flush()
-        del out
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
-    return np.load(path, mmap_mode="r")

@@ -1,8 +1,9 @@
 """`images:<dir>`: one sub-directory per class of JPEG/PNG files, decoded once, up front.
 
-Listing, fingerprinting and decoding live here; `train.data` builds the pipelines. Every file is
-decoded before training starts (a broken file stops the run with its name, not an hour in), and
-that same pass fills the cache: a uint8 array in memory, or a `.npy` memory-mapped from disk.
+Listing, fingerprinting, the train/validation split, decoding and the decode cache live here;
+`train.data` wraps the result in a DataSpec and builds the pipelines. Every file is decoded before
+training starts (a broken file stops the run with its name, not an hour in), and that same pass
+fills the cache: a uint8 array in memory, or a `.npy` memory-mapped from disk.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from .errors import DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _DECODE_BATCH = 256
+# Decoded images kept for the life of the process, keyed by what they were decoded from: a second
+# load_data (or a rebuilt pipeline) never decodes again.
+_DECODED: dict[str, np.ndarray] = {}
 
 
 def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str], np.ndarray]:
@@ -138,6 +142,71 @@ def decode_image_dir_to_array(path: str | os.PathLike, settings) -> tuple[np.nda
     out = np.empty((len(rels), *shape), np.uint8)
     decode_files([os.path.join(path, r) for r in rels], shape, out)
     return out, labels
+
+
+def split_indices(labels: np.ndarray, val_split: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified, seeded train/validation split; both index lists sorted (the fixed cache order)."""
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for c in range(int(labels.max()) + 1):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        k = min(int(round(len(idx) * val_split)), len(idx) - 1)
+        val.append(idx[:k])
+        train.append(idx[k:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
+
+
+def read_image_dir(root: Path, settings, subset: Callable[[int, int], np.ndarray] | None = None):
+    """(class names, input shape, fingerprint, [(x, y, files) of train, of val]), every file decoded.
+
+    `subset(n, salt)` (salt 0: train, 1: val) picks the indices a smoke run keeps.
+    """
+    class_names, rels, labels = list_image_dir(root)
+    fingerprint = fingerprint_files(root, rels)
+    tr, va = split_indices(labels, settings.val_split, settings.seed)
+    if subset is not None:
+        tr, va = tr[subset(len(tr), 0)], va[subset(len(va), 1)]
+    shape = (settings.image_size, settings.image_size, settings.channels)
+    splits: list[tuple[Any, np.ndarray, tuple[str, ...]]] = []
+    for which, idx in (("train", tr), ("val", va)):
+        files = tuple(str(root / rels[i]) for i in idx)
+        key = hashlib.sha256(repr((fingerprint, which, shape, idx.tolist())).encode()).hexdigest()[:16]
+        splits.append((decode_cached(files, shape, key, settings, fingerprint), labels[idx], files))
+    return class_names, shape, fingerprint, splits
+
+
+def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint: str):
+    """Decode (and so verify) every file once, into the cache CACHE asks for."""
+    if settings.cache == "none":
+        decode_files(files, shape)
+        return None
+    if settings.cache == "memory":
+        if key not in _DECODED:
+            out = np.empty((len(files), *shape), np.uint8)
+            decode_files(files, shape, out)
+            _DECODED[key] = out
+        return _DECODED[key]
+    # file: same fingerprint, shape and split -> already decoded and verified by an earlier run
+    path = Path(settings.runs_dir) / ".cache" / fingerprint[:16] / f"{key}.npy"
+    if path.is_file():
+        try:
+            cached = np.load(path, mmap_mode="r")
+            if cached.shape == (len(files), *shape) and cached.dtype == np.uint8:
+                return cached
+        except (ValueError, OSError):
+            pass  # a damaged cache is rebuilt below
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(files), *shape))
+        decode_files(files, shape, out)
+        out.flush()
+        del out
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    return np.load(path, mmap_mode="r")
 
 
 def _first_line(e: BaseException) -> str:
