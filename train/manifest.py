@@ -19,7 +19,12 @@ from typing import Any
 
 from .rundir import read_json, write_json
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+def project_root() -> Path:
+    """The checkout (editable install) or the image's working directory (package in site-packages)."""
+    for candidate in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        if (candidate / "requirements.lock").is_file() or (candidate / ".git").exists():
+            return candidate
+    return Path.cwd()
 
 
 def now_iso() -> str:
@@ -33,8 +38,9 @@ def file_sha256(path: Path) -> str | None:
         return None
 
 
-def git_info(root: Path = PROJECT_ROOT) -> dict[str, Any]:
+def git_info(root: Path | None = None) -> dict[str, Any]:
     """Commit and dirty flag from git; inside the image (no .git) from the BUILD_COMMIT file baked at build."""
+    root = root or project_root()
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
         if commit.returncode == 0:
@@ -49,8 +55,16 @@ def git_info(root: Path = PROJECT_ROOT) -> dict[str, Any]:
     return {"commit": None, "dirty": None, "source": "no git repository and no BUILD_COMMIT file"}
 
 
-def lock_hash(root: Path = PROJECT_ROOT) -> dict[str, Any]:
-    lock = root / "requirements.lock"
+def lock_hash(root: Path | None = None) -> dict[str, Any]:
+    """The lock this environment was installed from: tensorflow-cpu means requirements.lock."""
+    from importlib import metadata
+
+    try:
+        metadata.version("tensorflow-cpu")
+        name = "requirements.lock"
+    except metadata.PackageNotFoundError:
+        name = "requirements-gpu.lock"
+    lock = (root or project_root()) / name
     return {"file": str(lock), "sha256": file_sha256(lock)}
 
 
