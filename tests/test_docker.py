@@ -1,0 +1,101 @@
+"""The container files keep their promises: pinned base, non-root, signals, no secrets, CPU variant.
+
+Static checks run everywhere; `docker compose config` runs where a compose binary is installed
+(marked `docker`). Building and running the image is .ci/docker.sh's job (minutes, not seconds).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if not (ROOT / "Dockerfile").is_file():
+    pytest.skip("Dockerfile and compose files are host-side (not in the image)", allow_module_level=True)
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+INSTRUCTIONS = [line for line in DOCKERFILE.splitlines() if line and not line.startswith((" ", "#"))]
+
+
+def test_no_syntax_line_so_the_builtin_frontend_is_used():
+    assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE, re.M | re.I)
+
+
+def test_base_image_is_pinned_by_tag_and_digest_and_overridable():
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.1[0-3][\w.-]*-slim-bookworm@sha256:[0-9a-f]{64}$", DOCKERFILE, re.M)
+    assert "FROM ${BASE_IMAGE} AS base" in DOCKERFILE
+
+
+def test_both_targets_end_as_a_numeric_non_root_user_with_an_init_entrypoint():
+    assert [i for i in INSTRUCTIONS if i.startswith("FROM ")][-2:] == ["FROM deps-cpu AS cpu", "FROM deps-gpu AS gpu"]
+    users = [i for i in INSTRUCTIONS if i.startswith("USER ")]
+    assert users == ["USER ${APP_UID}:${APP_GID}"] * 2
+    assert 'ENTRYPOINT ["tini", "--", "python", "-m", "train"]' in INSTRUCTIONS
+    assert 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]' in INSTRUCTIONS
+
+
+def test_dependencies_come_from_the_lock_with_hashes_before_the_source():
+    deps = DOCKERFILE.index("--require-hashes")
+    assert DOCKERFILE.index("COPY train") > deps and "--mount=type=cache" in DOCKERFILE
+    assert DOCKERFILE.count("pip install --require-hashes --no-deps -r requirements") == 2
+    assert DOCKERFILE.count("pip install --no-deps --no-build-isolation") == 2
+
+
+def test_gpu_target_exposes_the_driver_capabilities_it_needs():
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in DOCKERFILE and "TF_CPP_MIN_LOG_LEVEL=2" in DOCKERFILE
+
+
+def _in_context(path: str) -> bool:
+    """Whether .dockerignore lets `path` into the build context (last matching rule wins)."""
+    included = True
+    for rule in (ROOT / ".dockerignore").read_text().splitlines():
+        rule = rule.strip()
+        if not rule or rule.startswith("#"):
+            continue
+        negate = rule.startswith("!")
+        pattern = rule.lstrip("!").rstrip("/").replace("**/", "")
+        parts = Path(path).parts
+        if any(fnmatch.fnmatch("/".join(parts[: i + 1]), pattern) for i in range(len(parts))) or \
+                fnmatch.fnmatch(Path(path).name, pattern):
+            included = negate
+    return included
+
+
+@pytest.mark.parametrize("path", [".env", "runs/x/checkpoints/a.ckpt", "data/mnist.npz", ".git/config",
+                                  ".venv/bin/python", "train/.env", "tasks.py", "checkpoints/x"])
+def test_dockerignore_keeps_secrets_and_artefacts_out(path):
+    assert not _in_context(path)
+
+
+@pytest.mark.parametrize("path", ["pyproject.toml", "requirements.lock", "requirements-gpu.lock", "train/fit.py",
+                                  "tests/test_stack.py"])
+def test_dockerignore_lets_the_build_inputs_in(path):
+    assert _in_context(path)
+
+
+def _compose() -> list[str] | None:
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("files", [["docker-compose.yml"], ["docker-compose.yml", "docker-compose.cpu.yml"]])
+def test_compose_config_accepts_both_variants(files):
+    compose = _compose()
+    if compose is None:
+        pytest.skip("no Docker Compose v2 binary (docker compose / docker-compose) installed")
+    args = [a for f in files for a in ("-f", f)]
+    env = {"PATH": shutil.os.environ.get("PATH", ""), "HOST_UID": "1234", "HOST_GID": "567"}
+    out = subprocess.run([*compose, *args, "--profile", "tensorboard", "config"], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert 'user: "1234:567"' in out.stdout or "user: 1234:567" in out.stdout
+    assert "init: true" in out.stdout and "stop_grace_period: 2m0s" in out.stdout
+    gpu = len(files) == 1
+    assert ("driver: nvidia" in out.stdout) is gpu
+    assert ("target: gpu" if gpu else "target: cpu") in out.stdout
+    assert "host_ip: 127.0.0.1" in out.stdout and out.stdout.count("target: 6006") == 1  # TensorBoard: local only
