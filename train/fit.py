@@ -277,7 +277,7 @@ class _Loop:
             from .rundir import atomic_write
 
             self.state["best"] = value
-            atomic_write(self.run_dir / "best.weights.h5", self.model.save_weights)
+            atomic_write(self.run_dir / "best.weights.h5", self.model.save_weights, size_hint=_weights_bytes(self.model))
         self.state.update(epoch=epoch + 1, step=0)
         self._save("epoch end")
         log.info("epoch %d/%d: %s  %.1fs  %.0f samples/s%s", epoch + 1, self.epochs,
@@ -291,7 +291,9 @@ class _Loop:
         log.debug("checkpoint %s (%s)", path.name, why)
 
     def _finish(self, result: Result) -> Result:
-        self.model.save_weights(str(self.run_dir / "final.weights.h5"))
+        from .rundir import atomic_write
+
+        atomic_write(self.run_dir / "final.weights.h5", self.model.save_weights, size_hint=_weights_bytes(self.model))
         update_manifest(self.run_dir / "manifest.json", final_weights_sha256=result.final_weights_sha256,
                         best={"monitor": self.s.monitor, "value": self.state.get("best")},
                         final_metrics=self.history[-1] if self.history else None,
@@ -301,6 +303,11 @@ class _Loop:
 
             result.export = export_run(self.run_dir, model=self.model)
         return result
+
+
+def _weights_bytes(model) -> int:
+    """What a .weights.h5 of the model needs on disk, with room for HDF5's own metadata."""
+    return sum(int(v.numpy().nbytes) for v in model.variables) + (1 << 20)
 
 
 def _step_saver(loop: _Loop, start: int, total: int):

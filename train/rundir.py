@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -42,14 +43,20 @@ def storage_error(path: Path | str, exc: OSError) -> StorageError:
     return StorageError(f"cannot write {path}: {reason}")
 
 
-def atomic_write(path: Path | str, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: Path | str, write: Callable[[Path], None], size_hint: int = 0) -> Path:
     """Write through `write(tmp_path)` into a temp file beside `path`, fsync it, then os.replace.
 
     A kill at any moment leaves either the old file or the new one, never half of one. The temp
     name keeps the final suffix (Keras checks `.weights.h5` endings) and carries TMP_MARK so a
     later start can clean up after a kill (`clean_stale_temp`).
+
+    `size_hint` (bytes): refuse up front, as a full disk, when less is free. HDF5 writers (Keras
+    `save_weights`) that hit ENOSPC leave a file HDF5 cannot close, and the process then dies with
+    SIGSEGV at exit instead of reporting the full disk.
     """
     path = Path(path)
+    if size_hint and shutil.disk_usage(path.parent).free < size_hint:
+        raise storage_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name.split(".")[0] + TMP_MARK, suffix="".join(path.suffixes))
     os.close(fd)
     tmp_path = Path(tmp)
