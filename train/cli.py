@@ -133,6 +133,19 @@ def _quiet_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def _debug_setting(argv: Sequence[str]) -> bool:
+    """DEBUG=1 in the environment or the --env-file (the flag is checked by main itself)."""
+    from .config import debug_requested
+
+    env_file = ".env"
+    for i, arg in enumerate(argv):
+        if arg == "--env-file" and i + 1 < len(argv):
+            env_file = argv[i + 1]
+        elif arg.startswith("--env-file="):
+            env_file = arg.split("=", 1)[1]
+    return "--no-debug" not in argv and debug_requested(env_file)
+
+
 EXIT_CODES_BY_STATUS = {"interrupted": 75, "budget": 75}
 
 
@@ -142,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(argv)
     except TemplateError as exc:
-        if debug or getattr(exc, "show_traceback", False):
+        if debug or getattr(exc, "show_traceback", False) or _debug_setting(argv):
             raise
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -204,6 +204,17 @@ def load_settings(
     return validate(Settings(**values))
 
 
+def debug_requested(env_file: str | os.PathLike | None = ".env", environ: Mapping[str, str] | None = None) -> bool:
+    """DEBUG from .env / the environment, read on its own: an invalid other setting must not hide it."""
+    from dotenv import dotenv_values
+
+    environ = os.environ if environ is None else environ
+    value = environ.get("DEBUG")
+    if value is None and env_file and Path(env_file).is_file():
+        value = dotenv_values(env_file).get("DEBUG")
+    return str(value or "").strip().lower() in _TRUE
+
+
 def settings_from_dict(data: Mapping[str, Any]) -> Settings:
     """Rebuild settings saved in a run directory (unknown keys from newer versions are ignored)."""
     known = {f.name for f in fields(Settings)}
