@@ -228,3 +228,197 @@ def test_nan_loss_exits_5_keeps_the_last_good_checkpoint_and_says_what_to_change
     assert loaded.path.name == "ckpt-000000008.npz"
     assert all(np.isfinite(a).all() for a in loaded.model_arrays)
     assert manifest(run)["status"] == "failed"
+
+
+# -- 7. out of memory (injected ResourceExhaustedError), in-process through the CLI edge ------------
+def _oom_after(monkeypatch, good_calls: int, times: int):
+    """Make _Loop._fit raise ResourceExhaustedError on calls good_calls+1 .. good_calls+times."""
+    import tensorflow as tf
+
+    from train import fit
+
+    real, calls = fit._Loop._fit, {"n": 0}
+
+    def fake(self, ds, saver):
+        calls["n"] += 1
+        if good_calls < calls["n"] <= good_calls + times:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor (injected)")
+        return real(self, ds, saver)
+
+    monkeypatch.setattr(fit._Loop, "_fit", fake)
+    return calls
+
+
+def _cli(tmp_path, monkeypatch, flags):
+    from train.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    return main(["fit", *flags])
+
+
+def test_oom_without_auto_batch_exits_6_with_the_remedies(tmp_path, data, monkeypatch, capsys):
+    _oom_after(monkeypatch, good_calls=0, times=1)
+    rc = _cli(tmp_path, monkeypatch, fit_flags(tmp_path, data, epochs=1, model="faults:dense16", export=False))
+    err = capsys.readouterr().err
+    assert rc == 6, err
+    assert "OutOfMemoryError" in err and "at batch size 32" in err
+    for remedy in ("BATCH_SIZE", "mixed_float16", "IMAGE_SIZE", "other processes on the GPU"):
+        assert remedy in err
+
+
+def test_oom_with_auto_batch_halves_the_batch_from_the_last_checkpoint_at_most_three_times(tmp_path, data, monkeypatch,
+                                                                                            capsys):
+    calls = _oom_after(monkeypatch, good_calls=1, times=1)  # epoch 1 fits, epoch 2 runs out of memory once
+    flags = fit_flags(tmp_path, data, epochs=2, model="faults:dense16", export=False, auto_batch=True)
+    assert _cli(tmp_path, monkeypatch, flags) == 0, capsys.readouterr().err
+    run = only_run(tmp_path / "runs")
+    log = (run / "train.log").read_text()
+    assert "out of GPU memory at batch size 32; AUTO_BATCH: continuing from the last checkpoint with batch size 16 (1/3)" in log
+    rows = (run / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert [r.split(",")[header.index("batch_size")] for r in rows[1:]] == ["32", "16"]
+    assert calls["n"] == 3
+    # Bounded: an OOM that never goes away stops after three halvings (32 -> 16 -> 8 -> 4) with exit 6.
+    _oom_after(monkeypatch, good_calls=0, times=100)
+    rc = _cli(tmp_path, monkeypatch, fit_flags(tmp_path / "x", data, epochs=1, model="faults:dense16", export=False,
+                                               auto_batch=True))
+    err = capsys.readouterr().err
+    assert rc == 6 and "at batch size 4" in err, err
+
+
+# -- 5. disk full ---------------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=7m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root / CAP_SYS_ADMIN)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_disk_full_keeps_the_last_good_checkpoint_and_names_the_path(tmp_path, data, small_disk):
+    from train.checkpoints import load_latest
+
+    # The CNN's states are ~2.7 MB each: two fit on a 7 MB disk, the third does not.
+    flags = fit_flags(tmp_path, data, epochs=1, runs_dir=small_disk / "runs", export=False)
+    rc, out = run_fit(flags, tmp_path)
+    assert rc == 7, out[-3000:]
+    # Whichever write meets the full disk first (the state at step 12 or best.weights.h5) is named.
+    assert re.search(r"StorageError: cannot write \S+/(checkpoints/ckpt-000000012\.npz|best\.weights\.h5): "
+                     r"the disk is full", out), out[-2000:]
+    assert "Traceback" not in out
+    run = only_run(small_disk / "runs")
+    assert not list(run.rglob("*.tmp-*")) and not (run / "final.weights.h5").exists()
+    assert states(run) == ["ckpt-000000004.npz", "ckpt-000000008.npz"]
+    assert load_latest(run / "checkpoints").path.name == "ckpt-000000008.npz"
+
+
+# -- 12. unwritable runs directory ----------------------------------------------------------------
+NO_TF = """
+import sys
+from train.cli import main
+rc = main(sys.argv[1:])
+print('tensorflow imported:', 'tensorflow' in sys.modules)
+sys.exit(rc)
+"""
+
+
+def _no_tf(tmp_path, args, **extra_env):
+    import subprocess
+    import sys
+
+    from faults import env
+
+    return subprocess.run([sys.executable, "-c", NO_TF, *args], cwd=tmp_path, capture_output=True, text=True,
+                          env=env(**extra_env), timeout=120)
+
+
+def test_runs_dir_under_a_file_is_refused_before_training(tmp_path, data):
+    (tmp_path / "afile").write_text("x")
+    p = _no_tf(tmp_path, ["fit", *fit_flags(tmp_path, data, runs_dir=tmp_path / "afile" / "runs")])
+    assert p.returncode == 7, p.stderr
+    assert "StorageError: cannot write" in p.stderr and "afile" in p.stderr and "Traceback" not in p.stderr
+    assert "tensorflow imported: False" in p.stdout
+
+
+def test_read_only_runs_dir_is_refused_before_training(tmp_path, data):
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True).returncode:
+        pytest.skip("cannot mount a read-only tmpfs here")
+    try:
+        p = _no_tf(tmp_path, ["fit", *fit_flags(tmp_path, data, runs_dir=ro)])
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True)
+    assert p.returncode == 7, p.stderr
+    assert f"StorageError: cannot write {ro}: the file system is read-only" in p.stderr
+    assert "tensorflow imported: False" in p.stdout
+
+
+# -- 10. malformed settings -----------------------------------------------------------------------
+@pytest.mark.parametrize("args, environ, name", [
+    ([], {"EPOCHS": "abc"}, "EPOCHS"),
+    (["--batch-size", "-4"], {}, "BATCH_SIZE"),
+    ([], {"PRECISION": "float8"}, "PRECISION"),
+    (["--lr-schedule", "linear"], {}, "LR_SCHEDULE"),
+])
+def test_malformed_settings_exit_2_before_tensorflow_naming_the_setting(tmp_path, data, args, environ, name):
+    p = _no_tf(tmp_path, ["fit", "--dataset", f"npz:{data}", "--runs-dir", str(tmp_path / "runs"), *args], **environ)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(f"ConfigError: {name}=") and "Traceback" not in p.stderr
+    assert "tensorflow imported: False" in p.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_debug_setting_shows_the_traceback(tmp_path, data):
+    for extra in ({"DEBUG": "1"}, {}):
+        p = _no_tf(tmp_path, ["fit", "--dataset", f"npz:{data}", "--epochs", "abc"] + (["--debug"] if not extra else []),
+                   **extra)
+        assert p.returncode == 1 and "Traceback" in p.stderr and "ConfigError: EPOCHS=" in p.stderr, p.stderr
+
+
+# -- 11. corrupt or truncated data ----------------------------------------------------------------
+def test_corrupt_data_is_refused_before_training_naming_the_file(tmp_path, data):
+    import subprocess
+    import sys
+
+    from faults import env
+
+    blob = data.read_bytes()
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(blob[: len(blob) // 2])
+    flipped = tmp_path / "flipped.npz"
+    mid = bytearray(blob)
+    mid[len(mid) // 3] ^= 0xFF  # inside x_train's bytes: only a full read (CRC) notices
+    flipped.write_bytes(bytes(mid))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    images = tmp_path / "images"
+    from PIL import Image
+
+    for c in ("a", "b"):
+        (images / c).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(images / c / f"{i}.png")
+    (images / "b" / "2.png").write_text("not an image")
+    cases = {"truncated.npz": f"npz:{truncated}", "flipped.npz": f"npz:{flipped}", "empty": f"images:{empty}",
+             "2.png": f"images:{images}"}
+    code = (
+        "import sys, json\nfrom train.cli import main\nout = {}\n"
+        "for name, ds in json.loads(sys.argv[1]).items():\n"
+        "    out[name] = main(['fit', '--dataset', ds, *sys.argv[2:]])\n"
+        "    print('RC', name, out[name], file=sys.stderr, flush=True)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(cases), *fit_flags(tmp_path, data, image_size=16)[2:]],
+                       cwd=tmp_path, capture_output=True, text=True, env=env(), timeout=180)
+    err = p.stderr
+    for name in cases:
+        assert f"RC {name} 3" in err, err[-3000:]
+        assert re.search(rf"DataError: \S*{re.escape(name)}", err), (name, err[-3000:])
+    assert "Traceback" not in err and "epoch 1/" not in err
+    assert not list((tmp_path / "runs").glob("*/checkpoints/ckpt-*"))

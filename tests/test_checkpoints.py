@@ -1,0 +1,123 @@
+"""Unit-level checks of train.checkpoints: fallback from corrupt states, no silent fresh start, shape checks."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from train.checkpoints import LATEST, list_states, load_latest, read_state, restore, save_state
+from train.errors import CheckpointError, DivergedError
+from train.rundir import atomic_write, clean_stale_temp
+
+
+def _model(width=8, optimizer="adam"):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(width, name="hidden"), keras.layers.Dense(2, name="head")])
+    m.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    m.fit(np.ones((4, 4), "float32"), np.array([0, 1, 0, 1]), verbose=0)
+    return m
+
+
+def _states(tmp_path, model, steps=(4, 8, 12)):
+    for s in steps:
+        save_state(tmp_path, model, {"epoch": 0, "step": s, "global_step": s, "best": None, "batch_size": 4}, keep=3)
+    return list_states(tmp_path)
+
+
+def _garbage(p):
+    p.write_bytes(b"garbage" * 50)
+
+
+def _truncate(p):
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def _flip(p):
+    b = bytearray(p.read_bytes())
+    b[len(b) // 2] ^= 0xFF
+    p.write_bytes(bytes(b))
+
+
+@pytest.mark.parametrize("damage", [_garbage, _truncate, _flip])
+def test_a_damaged_latest_state_falls_back_with_a_warning_naming_it(tmp_path, caplog, damage):
+    newest, middle, _ = _states(tmp_path, _model())
+    damage(newest)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        loaded = load_latest(tmp_path)
+    assert loaded.path == middle and loaded.meta["global_step"] == 8
+    assert newest.name in caplog.text and "falling back" in caplog.text
+
+
+def test_no_valid_state_is_an_error_never_a_fresh_start(tmp_path):
+    for p in _states(tmp_path, _model()):
+        _truncate(p)
+    with pytest.raises(CheckpointError, match="no valid checkpoint .*ckpt-000000012.npz"):
+        load_latest(tmp_path)
+
+
+def test_no_state_at_all_means_a_fresh_start(tmp_path):
+    assert load_latest(tmp_path) is None
+
+
+def test_latest_pointer_is_preferred_and_a_dangling_one_ignored(tmp_path):
+    states = _states(tmp_path, _model())
+    (tmp_path / LATEST).write_text(states[1].name + "\n")
+    assert load_latest(tmp_path).path == states[1]
+    (tmp_path / LATEST).write_text("ckpt-000000999.npz\n")
+    assert load_latest(tmp_path).path == states[0]
+
+
+def test_only_keep_states_are_kept(tmp_path):
+    names = [p.name for p in _states(tmp_path, _model(), steps=(1, 2, 3, 4, 5))]
+    assert names == ["ckpt-000000005.npz", "ckpt-000000004.npz", "ckpt-000000003.npz"]
+
+
+def test_a_writer_that_dies_half_way_leaves_the_old_file_and_a_temp_that_start_cleans(tmp_path):
+    model = _model()
+    (good,) = _states(tmp_path, model, steps=(4,))
+
+    def dies_half_way(p):
+        p.write_bytes(b"PK\x03\x04half")
+        raise KeyboardInterrupt  # like a kill: no OSError handling
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(good, dies_half_way)
+    assert read_state(good).meta["global_step"] == 4
+    (tmp_path / f"ckpt-000000008{'.tmp-'}abc.npz").write_bytes(b"half")  # what SIGKILL leaves
+    assert [p.name for p in clean_stale_temp(tmp_path)] == ["ckpt-000000008.tmp-abc.npz"]
+    assert load_latest(tmp_path).path == good
+
+
+def test_a_diverged_state_is_never_saved(tmp_path):
+    model = _model()
+    (good,) = _states(tmp_path, model, steps=(4,))
+    model.layers[0].kernel.assign(np.full(model.layers[0].kernel.shape, np.nan, "float32"))
+    with pytest.raises(DivergedError, match="hidden/kernel holds NaN.*LEARNING_RATE"):
+        _states(tmp_path, model, steps=(8,))
+    assert list_states(tmp_path) == [good] and load_latest(tmp_path).path == good
+
+
+def test_a_different_width_is_refused_naming_the_variable_and_both_shapes(tmp_path):
+    _states(tmp_path, _model(width=8), steps=(4,))
+    with pytest.raises(CheckpointError, match=r"hidden/kernel has shape \(4, 16\) in the model but \(4, 8\)"):
+        restore(_model(width=16), load_latest(tmp_path))
+
+
+def test_an_optimizer_that_cannot_be_restored_is_an_error(tmp_path):
+    _states(tmp_path, _model(optimizer="adam"), steps=(4,))
+    with pytest.raises(CheckpointError, match="the optimizer state cannot be restored"):
+        restore(_model(optimizer="sgd"), load_latest(tmp_path))
+
+
+def test_restore_is_exact(tmp_path):
+    model = _model()
+    _states(tmp_path, model, steps=(4,))
+    other = _model()
+    other.layers[0].kernel.assign(np.zeros(other.layers[0].kernel.shape, "float32"))
+    restore(other, load_latest(tmp_path))
+    for a, b in zip(other.variables + other.optimizer.variables, model.variables + model.optimizer.variables):
+        assert np.array_equal(a.numpy(), b.numpy()), a.path
