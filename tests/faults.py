@@ -76,7 +76,8 @@ def only_run(runs_dir: Path) -> Path:
 
 def states(run_dir: Path) -> list[str]:
     d = run_dir / "checkpoints"
-    return sorted(p.name for p in d.glob("ckpt-*.npz")) if d.is_dir() else []
+    # Complete states only: a kill during a write leaves ckpt-<step>.tmp-<random>.npz (cleaned at the next start).
+    return sorted(p.name for p in d.glob("ckpt-*.npz") if ".tmp-" not in p.name) if d.is_dir() else []
 
 
 def step_of(name: str) -> int:
