@@ -8,6 +8,7 @@
 #   rebuild    a code-only change rebuilds without reinstalling dependencies (timed)
 #   smoke      `docker compose up` of the CPU variant, one smoke epoch, as an unprivileged host
 #              user; the run directory must appear on the host volume, owned by that user
+#   stop       `docker stop` of a training container: SIGTERM, checkpoint saved, exit code 75
 # Workplace facts live here and only here: no registry (base image from debootstrap), TLS
 # intercepted (CA bundle in $PIP_CERT, passed as the BuildKit secret), engine without a bridge.
 # Env: MNIST_NPZ (optional, real MNIST for the tests and the smoke run); TESTS_MARK (pytest -m for
@@ -155,10 +156,13 @@ fi
 chown -R "$uid:$gid" "$P"
 chmod 755 "$WORK"
 runuser -u "$CI_USER" -- mkdir "$P/runs"
+compose_as_ci() {
+  runuser -u "$CI_USER" -- env HOME="$P" HOST_UID="$uid" HOST_GID="$gid" DATA_HOST_DIR="$DATA" \
+    docker compose --project-directory "$P" -f "$P/docker-compose.yml" -f "$P/docker-compose.cpu.yml" \
+    -f "$P/compose.ci.yml" "$@"
+}
 t=$SECONDS
-runuser -u "$CI_USER" -- env HOME="$P" HOST_UID="$uid" HOST_GID="$gid" DATA_HOST_DIR="$DATA" \
-  docker compose --project-directory "$P" -f "$P/docker-compose.yml" -f "$P/docker-compose.cpu.yml" \
-  -f "$P/compose.ci.yml" up --no-build --exit-code-from train train
+compose_as_ci up --no-build --exit-code-from train train
 SMOKE_S=$((SECONDS - t))
 
 runs=("$P"/runs/*/)
@@ -169,6 +173,17 @@ for d in checkpoints export; do [ -d "$run/$d" ] && [ -n "$(ls -A "$run/$d")" ] 
 foreign=$(find "$P/runs" ! -uid "$uid" -printf '%u:%g %p\n' | head -5)
 [ -z "$foreign" ] || fail "files on the volume not owned by $CI_USER ($uid): $foreign"
 python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print("manifest:", {k: m[k] for k in ("status",) if k in m})' "$run/manifest.json"
+
+say "stop: docker stop sends SIGTERM through the init; training saves a resumable state and exits 75"
+compose_as_ci run --detach --name tpl-ci-stop train fit --no-smoke --epochs 1000 --run-name stopped
+for _ in $(seq 120); do $DOCKER logs tpl-ci-stop 2>&1 | grep -q 'epoch 1/' && break; sleep 1; done
+sleep 3
+$DOCKER stop tpl-ci-stop >/dev/null
+code=$($DOCKER inspect -f '{{.State.ExitCode}}' tpl-ci-stop)
+$DOCKER logs tpl-ci-stop 2>&1 | tail -4
+$DOCKER rm tpl-ci-stop >/dev/null
+[ "$code" = 75 ] || fail "after docker stop the training exited $code, not 75 (interrupted, state saved)"
+ls "$P"/runs/*stopped/checkpoints/ckpt-* >/dev/null || fail "no resumable checkpoint after docker stop"
 
 say "figures"
 size() { $DOCKER image inspect -f '{{.Size}}' "$1" | awk '{printf "%.2f GB", $1/1e9}'; }
