@@ -101,3 +101,14 @@ def test_main_prints_the_stack(capsys):
     assert stack.main() == 0
     out = capsys.readouterr().out
     assert "TensorFlow 2.21.0 | CUDA 12.5" in out and "driver >= 525.60.13" in out
+
+
+def test_installed_tensorflow_was_built_with_the_tested_cuda():
+    """In the GPU image: the wheel's own build info agrees with the table (skipped for CPU builds)."""
+    tf = pytest.importorskip("tensorflow")
+    info = tf.sysconfig.get_build_info()
+    if not info.get("is_cuda_build"):
+        pytest.skip("a CPU-only TensorFlow build (tensorflow-cpu) has no CUDA to compare")
+    tested = stack.stack_for(tf.__version__)
+    assert stack.major_minor(info["cuda_version"]) == tested.cuda
+    assert str(info["cudnn_version"]).split(".")[0] == tested.cudnn.split(".")[0]
