@@ -68,13 +68,19 @@ def _volumes() -> None:
 
 # --- image ---------------------------------------------------------------------------------------
 
-def image_tag(c: Context, target: str) -> str:
-    """`<target>-<first 12 hex of the lock's sha256>-<git commit>`: which deps and which code."""
-    lock_hash = hashlib.sha256((ROOT / LOCKS[target]).read_bytes()).hexdigest()[:12]
-    result = c.run("git rev-parse --short=8 HEAD", hide=True, warn=True)
-    commit = result.stdout.strip() if result.ok and result.stdout.strip() else "nogit"
+def git_commit(c: Context) -> tuple[str, bool]:
+    """The checked-out commit ("" outside a git checkout) and whether tracked files differ from it."""
+    result = c.run("git rev-parse HEAD", hide=True, warn=True)
+    if not (result.ok and result.stdout.strip()):
+        return "", False
     dirty = c.run("git status --porcelain --untracked-files=no", hide=True, warn=True)
-    return f"{target}-{lock_hash}-{commit}{'-dirty' if dirty.ok and dirty.stdout.strip() else ''}"
+    return result.stdout.strip(), bool(dirty.ok and dirty.stdout.strip())
+
+
+def image_tag(target: str, commit: str, dirty: bool) -> str:
+    """`<target>-<first 12 hex of the lock's sha256>-<commit>[-dirty]`: which deps and which code."""
+    lock_hash = hashlib.sha256((ROOT / LOCKS[target]).read_bytes()).hexdigest()[:12]
+    return f"{target}-{lock_hash}-{commit[:8] or 'nogit'}{'-dirty' if dirty else ''}"
 
 
 @task(help={
@@ -93,7 +99,10 @@ def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", netw
     if ca_bundle and not Path(ca_bundle).is_file():
         raise Exit(f"--ca-bundle {ca_bundle!r} is not a file: give the path of a PEM bundle")
     _require_docker(c)
+    commit, dirty = git_commit(c)
     args = [f"--target {target}", f"--build-arg UID={uid}", f"--build-arg GID={gid}"]
+    if commit:  # baked into the image as BUILD_COMMIT, recorded in every run's manifest
+        args.append(f"--build-arg GIT_COMMIT={commit}")
     if base_image:
         args.append(f"--build-arg BASE_IMAGE={shlex.quote(base_image)}")
     if ca_bundle:
@@ -102,7 +111,7 @@ def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", netw
         args.append(f"--network {shlex.quote(network)}")
     if no_cache:
         args.append("--no-cache")
-    tags = f"-t {IMAGE}:{target} -t {IMAGE}:{image_tag(c, target)}"
+    tags = f"-t {IMAGE}:{target} -t {IMAGE}:{image_tag(target, commit, dirty)}"
     c.run(f"DOCKER_BUILDKIT=1 docker build {' '.join(args)} {tags} .", echo=True, pty=True)
 
 

@@ -105,8 +105,9 @@ if [ ! -e .env ]; then
 else
   fail ".env exists in the checkout; CI needs to create its own dummy one"
 fi
+COMMIT=$(git rev-parse HEAD 2>/dev/null || true)
 build() {  # build [extra docker build args...]
-  DOCKER_BUILDKIT=1 $DOCKER build --progress=plain --network host --target cpu \
+  DOCKER_BUILDKIT=1 $DOCKER build --progress=plain --network host --target cpu --build-arg GIT_COMMIT="$COMMIT" \
     --build-arg BASE_IMAGE="$BASE" --secret id=ca_bundle,src="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$@"
 }
 say "build: CPU image"
@@ -172,7 +173,13 @@ for f in config.json manifest.json train.log metrics.csv; do [ -s "$run/$f" ] ||
 for d in checkpoints export; do [ -d "$run/$d" ] && [ -n "$(ls -A "$run/$d")" ] || fail "$run$d/ is missing or empty"; done
 foreign=$(find "$P/runs" ! -uid "$uid" -printf '%u:%g %p\n' | head -5)
 [ -z "$foreign" ] || fail "files on the volume not owned by $CI_USER ($uid): $foreign"
-python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print("manifest:", {k: m[k] for k in ("status",) if k in m})' "$run/manifest.json"
+python3 - "$run/manifest.json" "$COMMIT" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+print("manifest:", m["status"], m["git"], m["requirements_lock"]["file"])
+assert m["status"] == "completed", m["status"]
+assert m["git"]["commit"] == (sys.argv[2] or None), ("BUILD_COMMIT not recorded", m["git"])
+EOF
 
 say "stop: docker stop sends SIGTERM through the init; training saves a resumable state and exits 75"
 compose_as_ci run --detach --name tpl-ci-stop train fit --no-smoke --epochs 1000 --run-name stopped

@@ -31,7 +31,7 @@ def ctx(**overrides: Result) -> MockContext:
         re.compile(r"docker info --format '\{\{\.ServerVersion\}\}'"): Result("24.0.7\n"),
         re.compile(r"docker info --format '\{\{json \.Runtimes\}\}'"): Result(GPU_RUNTIMES),
         re.compile(r"nvidia-smi -L"): Result("GPU 0: NVIDIA H100 (UUID: GPU-1)\n"),
-        re.compile(r"git rev-parse.*"): Result("abc12345\n"),
+        re.compile(r"git rev-parse HEAD"): Result("abc12345" + "0" * 32 + "\n"),
         re.compile(r"git status.*"): Result(""),
     }
     answers[re.compile(".*")] = Result("")  # every other command "succeeds"
@@ -65,7 +65,8 @@ def test_build_tags_with_lock_hash_and_commit():
     import hashlib
 
     lock_hash = hashlib.sha256(b"# requirements.lock\n").hexdigest()[:12]
-    assert cmd.startswith("DOCKER_BUILDKIT=1 docker build --target cpu --build-arg UID=1000 --build-arg GID=1000 ")
+    assert cmd.startswith("DOCKER_BUILDKIT=1 docker build --target cpu --build-arg UID=1000 --build-arg GID=1000 "
+                          f"--build-arg GIT_COMMIT=abc12345{'0' * 32} ")
     assert f"-t tf-train-template:cpu -t tf-train-template:cpu-{lock_hash}-abc12345 ." in cmd
 
 
@@ -78,6 +79,13 @@ def test_build_marks_a_dirty_tree_and_passes_base_ca_and_network(tmp_path):
     assert "--target gpu --build-arg UID=2000" in cmd
     assert f"--build-arg BASE_IMAGE=mirror/python:3.11 --secret id=ca_bundle,src={ca} --network host" in cmd
     assert re.search(r"-t tf-train-template:gpu-[0-9a-f]{12}-abc12345-dirty \.$", cmd)
+
+
+def test_build_outside_git_tags_nogit_and_bakes_no_commit():
+    c = ctx(**{"git rev-parse HEAD": Result("", exited=128)})
+    tasks.build(c, target="cpu")
+    (cmd,) = echoed(c)
+    assert "GIT_COMMIT" not in cmd and re.search(r"-t tf-train-template:cpu-[0-9a-f]{12}-nogit \.$", cmd)
 
 
 def test_build_rejects_a_bad_target_and_a_missing_ca_bundle():
