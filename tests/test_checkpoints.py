@@ -63,10 +63,12 @@ def test_no_state_at_all_means_a_fresh_start(tmp_path):
     assert load_latest(tmp_path) is None
 
 
-def test_latest_pointer_is_preferred_and_a_dangling_one_ignored(tmp_path):
+def test_newest_state_wins_over_a_pointer_left_behind_by_a_kill(tmp_path):
+    """Killed between a state's os.replace and the pointer update: the newer, complete state loads."""
     states = _states(tmp_path, _model())
+    assert (tmp_path / LATEST).read_text().strip() == states[0].name  # the pointer moves with each save
     (tmp_path / LATEST).write_text(states[1].name + "\n")
-    assert load_latest(tmp_path).path == states[1]
+    assert load_latest(tmp_path).path == states[0]
     (tmp_path / LATEST).write_text("ckpt-000000999.npz\n")
     assert load_latest(tmp_path).path == states[0]
 

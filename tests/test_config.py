@@ -98,3 +98,7 @@ def test_bad_setting_exits_2_before_tensorflow_is_imported():
     assert proc.returncode == 2, proc.stderr
     # One line, naming the setting, the value and what is allowed. (Speed: benchmarks/, not here.)
     assert proc.stderr.strip() == "ConfigError: EPOCHS='abc' is not valid: expected a whole number, e.g. 3"
+
+
+def test_readme_configuration_table_is_current():
+    assert settings_table() in (PROJECT_ROOT / "README.md").read_text()

@@ -156,3 +156,21 @@ def test_real_mnist_one_epoch_default_settings(tmp_path):
     assert result.history[-1]["val_accuracy"] >= 0.97
     manifest = json.loads((result.run_dir / "manifest.json").read_text())
     assert manifest["data"]["fingerprint"] == "06af5dfe73b70e3bc1c36439982b18a8d76803db9b544f6fdf838a37fbb01b64"
+
+
+def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finished_one(tmp_path, monkeypatch):
+    from train import stopping
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False, resume="auto")
+    original = stopping.StopFlag.check
+    monkeypatch.setattr(stopping.StopFlag, "check", lambda self: self.request("test stop") or original(self))
+    stopped = train(s)  # no runs yet: auto starts a new one, which stops at once
+    assert stopped.status == "interrupted"
+    monkeypatch.setattr(stopping.StopFlag, "check", original)
+    resumed = train(s)
+    assert resumed.run_dir == stopped.run_dir and resumed.status == "completed"
+    fresh = train(s)
+    assert fresh.run_dir != stopped.run_dir
+    other = train(s.replace(learning_rate=0.01))  # settings differ from the newest run: a new run
+    assert other.run_dir not in (stopped.run_dir, fresh.run_dir)

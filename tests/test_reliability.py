@@ -224,7 +224,8 @@ def test_nan_loss_exits_5_keeps_the_last_good_checkpoint_and_says_what_to_change
     assert rc == 5, out[-3000:]
     assert "DivergedError" in out and "LEARNING_RATE" in out and "Traceback" not in out
     run = only_run(tmp_path / "runs")
-    assert states(run) == ["ckpt-000000004.npz", "ckpt-000000008.npz"]
+    # The initial state, then one every 4 steps until the loss turned NaN (step 10): none after it.
+    assert states(run) == ["ckpt-000000000.npz", "ckpt-000000004.npz", "ckpt-000000008.npz"]
     loaded = load_latest(run / "checkpoints")
     assert loaded.path.name == "ckpt-000000008.npz"
     assert all(np.isfinite(a).all() for a in loaded.model_arrays)
@@ -303,18 +304,19 @@ def small_disk(tmp_path):
 def test_disk_full_keeps_the_last_good_checkpoint_and_names_the_path(tmp_path, data, small_disk):
     from train.checkpoints import load_latest
 
-    # The CNN's states are ~2.7 MB each: two fit on a 7 MB disk, the third does not.
+    # The CNN's states are ~2.7 MB each: two (the initial state and step 4) fit on a 7 MB disk,
+    # the third does not.
     flags = fit_flags(tmp_path, data, epochs=1, runs_dir=small_disk / "runs", export=False)
     rc, out = run_fit(flags, tmp_path)
     assert rc == 7, out[-3000:]
-    # Whichever write meets the full disk first (the state at step 12 or best.weights.h5) is named.
-    assert re.search(r"StorageError: cannot write \S+/(checkpoints/ckpt-000000012\.npz|best\.weights\.h5): "
+    # Whichever write meets the full disk first (the state at step 8 or best.weights.h5) is named.
+    assert re.search(r"StorageError: cannot write \S+/(checkpoints/ckpt-000000008\.npz|best\.weights\.h5): "
                      r"the disk is full", out), out[-2000:]
     assert "Traceback" not in out
     run = only_run(small_disk / "runs")
     assert not list(run.rglob("*.tmp-*")) and not (run / "final.weights.h5").exists()
-    assert states(run) == ["ckpt-000000004.npz", "ckpt-000000008.npz"]
-    assert load_latest(run / "checkpoints").path.name == "ckpt-000000008.npz"
+    assert states(run) == ["ckpt-000000000.npz", "ckpt-000000004.npz"]
+    assert load_latest(run / "checkpoints").path.name == "ckpt-000000004.npz"
 
 
 # -- 12. unwritable runs directory ----------------------------------------------------------------

@@ -87,18 +87,15 @@ def read_state(path: Path) -> Loaded:
 
 
 def load_latest(ckpt_dir: Path) -> Loaded | None:
-    """The newest valid state, preferring the LATEST pointer; None when there has never been one.
+    """The newest valid state; None when there has never been one.
 
     A corrupt newest state falls back to the previous one with a warning; when states exist but
     none is valid, that is an error (never a silent fresh start).
     """
+    # Newest by step, not by the pointer: a kill between a state's os.replace and the pointer's
+    # update leaves a complete newer state (it was fsynced before it got its name) and a pointer
+    # one interval behind. The pointer is for people and tools; it never names a partial file.
     states = list_states(ckpt_dir)
-    pointer = ckpt_dir / LATEST
-    if pointer.is_file():
-        named = ckpt_dir / pointer.read_text().strip()
-        if named in states:
-            states.remove(named)
-            states.insert(0, named)
     if not states:
         return None
     problems = []

@@ -38,7 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser("fit", help="train a model (the default command)")
     fit.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
-    fit.add_argument("--resume", metavar="RUN", help="continue a run: its id, its path, or 'latest'")
     fit.add_argument("--force", action="store_true", help="resume even if settings differ from the run's own")
     _add_setting_flags(fit)
 
@@ -84,7 +83,7 @@ def run(argv: Sequence[str]) -> int:
         _quiet_tensorflow()
         from .fit import train  # TensorFlow is imported from here on
 
-        result = train(settings, resume=args.resume, force=args.force)
+        result = train(settings, force=args.force)
         return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
     if cmd == "settings":
         from . import config

@@ -60,6 +60,7 @@ class Settings:
     # --- run directory, checkpoints, stopping ---
     runs_dir: str = _f("./runs", "where run directories are created (the mounted volume in the container)")
     run_name: str = _f("", "optional label appended to the run id (letters, digits, - and _)")
+    resume: str = _f("", "continue a run: its id or path, latest, or auto (the newest run if it did not finish and its settings match, else a new run); empty: a new run")
     checkpoint_every: int = _f(200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0)
     keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
     monitor: str = _f("val_accuracy", "metric that decides the best weights (val_accuracy, val_loss, accuracy, loss)")
@@ -85,7 +86,7 @@ class Settings:
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = {
     "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
-    "checkpoint_every", "memory_growth", "auto_batch",
+    "checkpoint_every", "memory_growth", "auto_batch", "resume",
 }
 
 

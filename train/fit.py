@@ -7,6 +7,7 @@ function of (SEED, epoch) and a resumed run can re-enter an epoch at any saved s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -37,7 +38,32 @@ class Result:
     model: Any = field(default=None, repr=False)
 
 
+def _auto_resume(settings: Settings) -> str:
+    """RESUME=auto: the newest run, if it did not finish and was started with these settings."""
+    root = Path(settings.runs_dir)
+    runs = sorted(p for p in root.iterdir() if (p / "config.json").is_file()) if root.is_dir() else []
+    if not runs:
+        return ""
+    newest = runs[-1]
+    try:
+        status = read_json(newest / "manifest.json").get("status")
+        saved = settings_from_dict(read_json(newest / "config.json"))
+    except (OSError, ValueError) as exc:
+        log.info("RESUME=auto: cannot read run %s (%s); starting a new run", newest.name, exc)
+        return ""
+    # "running" is what a SIGKILLed or power-cut run leaves behind.
+    if status not in ("interrupted", "budget", "running"):
+        return ""
+    if diff_settings(saved, settings):
+        log.info("RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
+                 newest.name, "; ".join(diff_settings(saved, settings)))
+        return ""
+    return str(newest)
+
+
 def _prepare_run_dir(settings: Settings, resume: str | None, force: bool) -> tuple[Path, Settings, bool]:
+    if resume == "auto":
+        resume = _auto_resume(settings)
     if not resume:
         run_dir = create_run_dir(settings.runs_dir, settings.run_name)
         write_json(run_dir / "config.json", settings.to_dict())
@@ -75,7 +101,8 @@ def _improved(value: float | None, best: float | None, mode: str) -> bool:
 
 
 def train(settings: Settings, resume: str | None = None, force: bool = False) -> Result:
-    run_dir, settings, resumed = _prepare_run_dir(settings, resume, force)
+    """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring."""
+    run_dir, settings, resumed = _prepare_run_dir(settings, settings.resume if resume is None else resume, force)
     setup_logging(run_dir / "train.log")
     removed = clean_stale_temp(run_dir)
     log.info("run %s: %s%s", run_dir.name, "resuming " if resumed else "", run_dir)
@@ -121,10 +148,22 @@ def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float)
                                                "batch_size": settings.batch_size, "batch_halvings": 0}
     loop = _Loop(settings, run_dir, spec, setup, state, epochs, started)
     loop.build_model(models)
+    scope = setup.strategy.scope() if setup.strategy is not None else contextlib.nullcontext()
+    with scope:  # optimizer slots must be created where the model's variables live (MirroredStrategy)
+        _restore_or_save_initial(loop, loaded, checkpoints)
+    return loop.run()
+
+
+def _restore_or_save_initial(loop: "_Loop", loaded, checkpoints) -> None:
+    state = loop.state
     if loaded:
         checkpoints.restore(loop.model, loaded)
         log.info("resuming at epoch %d, step %d (global step %d)", state["epoch"] + 1, state["step"], state["global_step"])
-    return loop.run()
+    else:
+        # The initial weights as a state: a run killed before its first interval resumes from
+        # exactly these, and AUTO_BATCH always has a state to go back to.
+        loop.model.optimizer.build(loop.model.trainable_variables)
+        loop._save("initial state")
 
 
 class _Loop:
@@ -237,16 +276,14 @@ class _Loop:
             raise OutOfMemoryError(f"the GPU ran out of memory at batch size {self.state['batch_size']}: {remedies}") from None
         from . import checkpoints
 
-        loaded = checkpoints.load_latest(self.run_dir / "checkpoints")
-        old = self.state["batch_size"]
-        if loaded:
-            checkpoints.restore(self.model, loaded)
-            self.state = dict(loaded.meta)
-        else:
-            self.state.update(epoch=epoch, step=0)
-        # The example order does not depend on the batch size, so halving it doubles the step index.
-        self.state.update(batch_size=old // 2, step=self.state["step"] * 2,
-                          batch_halvings=self.state.get("batch_halvings", 0) + 1)
+        old, halvings = self.state["batch_size"], self.state.get("batch_halvings", 0) + 1
+        loaded = checkpoints.load_latest(self.run_dir / "checkpoints")  # at least the initial state
+        checkpoints.restore(self.model, loaded)
+        state = dict(loaded.meta)
+        # The example order does not depend on the batch size, so the position carries over in
+        # examples: the state's step counts batches of the state's own batch size.
+        examples = state["step"] * state.get("batch_size", old)
+        self.state = dict(state, batch_size=old // 2, step=examples // (old // 2), batch_halvings=halvings)
         log.warning("WARNING: out of GPU memory at batch size %d; AUTO_BATCH: continuing from the last checkpoint "
                     "with batch size %d (%d/%d)", old, old // 2, self.state["batch_halvings"], MAX_BATCH_HALVINGS)
         return self._train_epoch(self.state["epoch"])
