@@ -147,9 +147,13 @@ def train(c, local=False, detach=False, cpu=False, args=""):
         else:
             c.run(cmd, echo=True, pty=True)
         return
-    c.run(f"{_compose(c, cpu)} run --rm{' --detach' if detach else ''} train fit {args}".rstrip(), echo=True, pty=not detach)
+    # `up` (not `run`): one named service container, so `invoke logs -f` and `docker compose stop`
+    # find it; TRAIN_ARGS is appended to its `fit` command by docker-compose.yml.
+    extra = f"TRAIN_ARGS={shlex.quote(args)} " if args else ""
+    mode = "--detach" if detach else "--exit-code-from train"
+    c.run(f"{extra}{_compose(c, cpu)} up {mode} train", echo=True, pty=not detach)
     if detach:
-        print("training in the background; follow it with: invoke logs -f")
+        print("training in the background; follow it with: invoke logs -f; stop (and save) with: docker compose stop")
 
 
 @task(help={

@@ -158,7 +158,7 @@ chown -R "$uid:$gid" "$P"
 chmod 755 "$WORK"
 runuser -u "$CI_USER" -- mkdir "$P/runs"
 compose_as_ci() {
-  runuser -u "$CI_USER" -- env HOME="$P" HOST_UID="$uid" HOST_GID="$gid" DATA_HOST_DIR="$DATA" \
+  runuser -u "$CI_USER" -- env HOME="$P" TRAIN_ARGS="${TRAIN_ARGS:-}" HOST_UID="$uid" HOST_GID="$gid" DATA_HOST_DIR="$DATA" \
     docker compose --project-directory "$P" -f "$P/docker-compose.yml" -f "$P/docker-compose.cpu.yml" \
     -f "$P/compose.ci.yml" "$@"
 }
@@ -182,13 +182,13 @@ assert m["git"]["commit"] == (sys.argv[2] or None), ("BUILD_COMMIT not recorded"
 EOF
 
 say "stop: docker stop sends SIGTERM through the init; training saves a resumable state and exits 75"
-compose_as_ci run --detach --name tpl-ci-stop train fit --no-smoke --epochs 1000 --run-name stopped
-for _ in $(seq 120); do $DOCKER logs tpl-ci-stop 2>&1 | grep -q 'epoch 1/' && break; sleep 1; done
+# What `invoke train --detach --cpu --args ...` runs, then `invoke logs` and `docker compose stop`.
+TRAIN_ARGS="--no-smoke --epochs 1000 --run-name stopped" compose_as_ci up --no-build --detach train
+for _ in $(seq 120); do compose_as_ci logs train 2>&1 | grep -q 'epoch 1/' && break; sleep 1; done
 sleep 3
-$DOCKER stop tpl-ci-stop >/dev/null
-code=$($DOCKER inspect -f '{{.State.ExitCode}}' tpl-ci-stop)
-$DOCKER logs tpl-ci-stop 2>&1 | tail -4
-$DOCKER rm tpl-ci-stop >/dev/null
+compose_as_ci stop train
+code=$($DOCKER inspect -f '{{.State.ExitCode}}' tf-train-template-train-1)
+compose_as_ci logs train 2>&1 | tail -3
 [ "$code" = 75 ] || fail "after docker stop the training exited $code, not 75 (interrupted, state saved)"
 ls "$P"/runs/*stopped/checkpoints/ckpt-* >/dev/null || fail "no resumable checkpoint after docker stop"
 

@@ -98,7 +98,7 @@ def test_build_rejects_a_bad_target_and_a_missing_ca_bundle():
 def test_train_runs_compose_as_the_host_user_with_the_gpu():
     c = ctx()
     tasks.train(c, args="--epochs 5")
-    assert echoed(c) == ["HOST_UID=1234 HOST_GID=567 docker compose run --rm train fit --epochs 5"]
+    assert echoed(c) == ["TRAIN_ARGS='--epochs 5' HOST_UID=1234 HOST_GID=567 docker compose up --exit-code-from train train"]
     assert (tasks.ROOT / "runs").is_dir() and (tasks.ROOT / "data").is_dir()
 
 
@@ -106,7 +106,7 @@ def test_train_cpu_detached_uses_the_cpu_override_and_needs_no_gpu():
     c = ctx(**{"nvidia-smi -L": Result("", exited=1)})
     tasks.train(c, cpu=True, detach=True)
     assert echoed(c) == ["HOST_UID=1234 HOST_GID=567 docker compose -f docker-compose.yml -f docker-compose.cpu.yml "
-                         "run --rm --detach train fit"]
+                         "up --detach train"]
     assert not any("nvidia-smi" in cmd for cmd in commands(c))
 
 
