@@ -57,7 +57,7 @@ def _compose(c: Context, cpu: bool, gpu_needed: bool = True) -> str:
     if not cpu and gpu_needed:
         _require_gpu(c)
     ids = f"HOST_UID={os.getuid()} HOST_GID={os.getgid()}"  # compose cannot see the shell's $UID
-    return f"{ids} docker compose {CPU_COMPOSE if cpu else ''}".replace("  ", " ").rstrip()
+    return f"{ids} docker compose" + (f" {CPU_COMPOSE}" if cpu else "")
 
 
 def _volumes() -> None:
