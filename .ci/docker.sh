@@ -9,6 +9,7 @@
 #   smoke      `docker compose up` of the CPU variant, one smoke epoch, as an unprivileged host
 #              user; the run directory must appear on the host volume, owned by that user
 #   stop       `docker stop` of a training container: SIGTERM, checkpoint saved, exit code 75
+#   resume     the next `docker compose up` continues that run (RESUME=auto) and completes it
 # Workplace facts live here and only here: no registry (base image from debootstrap), TLS
 # intercepted (CA bundle in $PIP_CERT, passed as the BuildKit secret), engine without a bridge.
 # Env: MNIST_NPZ (optional, real MNIST for the tests and the smoke run); TESTS_MARK (pytest -m for
@@ -191,6 +192,19 @@ code=$($DOCKER inspect -f '{{.State.ExitCode}}' tf-train-template-train-1)
 compose_as_ci logs train 2>&1 | tail -3
 [ "$code" = 75 ] || fail "after docker stop the training exited $code, not 75 (interrupted, state saved)"
 ls "$P"/runs/*stopped/checkpoints/ckpt-* >/dev/null || fail "no resumable checkpoint after docker stop"
+
+say "resume: the next docker compose up continues the stopped run (RESUME=auto), here to the end of epoch 1"
+# EPOCHS may differ on resume (it does not change the result): the same run, cut short at 1 epoch.
+TRAIN_ARGS="--no-smoke --epochs 1 --run-name stopped" compose_as_ci up --no-build --exit-code-from train train
+stopped=("$P"/runs/*stopped/)
+[ ${#stopped[@]} = 1 ] || fail "the second up started a new run instead of resuming: $(ls "$P/runs")"
+grep -q "restored from checkpoint" "${stopped[0]}train.log" || fail "the second up did not restore the checkpoint"
+python3 - "${stopped[0]}manifest.json" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+print("resumed run:", m["status"], "resumed at", m["resumed_at"])
+assert m["status"] == "completed" and len(m["resumed_at"]) == 1, m
+EOF
 
 say "figures"
 size() { $DOCKER image inspect -f '{{.Size}}' "$1" | awk '{printf "%.2f GB", $1/1e9}'; }

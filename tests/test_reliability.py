@@ -21,7 +21,7 @@ from helpers import make_npz
 pytestmark = pytest.mark.slow
 
 # 3 epochs x 24 steps: long enough on 2 cores for several kills to land mid-training.
-GUARANTEE = dict(epochs=3, batch_size=16, checkpoint_every=4, deterministic=True, precision="float32", export=False)
+GUARANTEE = dict(epochs=5, batch_size=16, checkpoint_every=4, deterministic=True, precision="float32", export=False)
 STEPS_PER_EPOCH = 384 // 16
 
 
