@@ -84,7 +84,7 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 
 # The package, installed without re-resolving anything (--no-deps) and without build isolation
 # (setuptools comes from the lock, so nothing unpinned is downloaded). The lock inputs, README.md,
-# .env.example and docs/ come along because tests compare them with the code; the [d]/[e]/[s]
+# .env.example come along because tests compare them with the code; the [d]/[e]
 # wildcards let the build work in a checkout without them. BUILD_COMMIT records the commit the
 # image was built from (`invoke build` passes GIT_COMMIT; there is no .git in the image) for each
 # run's manifest; it comes last, so a new commit rebuilds one tiny layer. These lines end both
@@ -93,7 +93,6 @@ FROM deps-cpu AS cpu
 COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
 COPY train ./train
 COPY tests ./tests
-COPY doc[s] ./docs
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
 ARG GIT_COMMIT=""
 RUN printf '%s\n' "${GIT_COMMIT}" > BUILD_COMMIT
@@ -105,7 +104,6 @@ FROM deps-gpu AS gpu
 COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
 COPY train ./train
 COPY tests ./tests
-COPY doc[s] ./docs
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
 ARG GIT_COMMIT=""
 RUN printf '%s\n' "${GIT_COMMIT}" > BUILD_COMMIT

@@ -1,6 +1,6 @@
 """Turn pytest-benchmark's JSON (and the figures in extra_info) into the README's markdown table.
 
-    python benchmarks/summarise.py .benchmarks/latest.json > docs/bench-table.md
+    python benchmarks/summarise.py .benchmarks/latest.json   # the README's Performance table
 """
 
 from __future__ import annotations
