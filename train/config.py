@@ -232,16 +232,18 @@ def diff_settings(old: Settings, new: Settings, ignore: set[str] = RESUME_FREE) 
     return out
 
 
+def _default_text(f: dataclasses.Field) -> str:
+    """A default as it is written in .env (booleans as true/false)."""
+    if isinstance(f.default, bool):
+        return "true" if f.default else "false"
+    return str(f.default)
+
+
 def env_example() -> str:
     """The text of `.env.example`: every setting with its default and a one-line comment."""
     lines = ["# Settings for `python -m train` (copy to .env). Precedence: defaults < .env < environment < flags.", ""]
     for f in fields(Settings):
-        default = f.default
-        if isinstance(default, bool):
-            default = "true" if default else "false"
-        lines.append(f"# {f.metadata['doc']}")
-        lines.append(f"{f.name.upper()}={default}")
-        lines.append("")
+        lines += [f"# {f.metadata['doc']}", f"{f.name.upper()}={_default_text(f)}", ""]
     return "\n".join(lines)
 
 
@@ -249,10 +251,7 @@ def settings_table() -> str:
     """The README's configuration table (markdown)."""
     rows = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
     for f in fields(Settings):
-        default = f.default
-        if isinstance(default, bool):
-            default = "true" if default else "false"
         flag = "--" + f.name.replace("_", "-")
         doc = f.metadata["doc"].replace("|", "\\|")
-        rows.append(f"| `{f.name.upper()}` | `{flag}` | `{default}` | {doc} |")
+        rows.append(f"| `{f.name.upper()}` | `{flag}` | `{_default_text(f)}` | {doc} |")
     return "\n".join(rows)
