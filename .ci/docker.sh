@@ -129,6 +129,12 @@ mnist=()
 $DOCKER run --rm --network none "${mnist[@]}" --entrypoint python "$IMAGE:cpu" \
   -m pytest -q -p no:cacheprovider ${TESTS_MARK:+-m "$TESTS_MARK"}
 
+say "check: the GPU check inside the image reports the CPU fallback calmly (exit 0), and --require-gpu exits 1"
+$DOCKER run --rm --network none "$IMAGE:cpu" check | tee "$WORK/check.txt"
+grep -q "VERDICT: running on CPU" "$WORK/check.txt" || fail "python -m train check in the image gave no CPU verdict"
+set +e; $DOCKER run --rm --network none "$IMAGE:cpu" check --require-gpu --skip-matmul >/dev/null 2>&1; code=$?; set -e
+[ "$code" = 1 ] || fail "check --require-gpu on a CPU-only container exited $code, not 1"
+
 say "rebuild: a code-only change must reuse the dependency layer"
 mkdir "$WORK/ctx"
 tar -c --exclude=.git --exclude=.venv --exclude=runs --exclude=data . | tar -C "$WORK/ctx" -x
