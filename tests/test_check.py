@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -70,12 +69,11 @@ def test_json_has_exactly_the_documented_fields():
 
 
 @pytest.mark.slow
-def test_real_check_on_this_machine_finishes_within_seconds():
-    start = time.perf_counter()
+def test_real_check_on_this_machine():
     done = subprocess.run([sys.executable, "-m", "train", "check", "--json"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     r = json.loads(done.stdout)
-    assert done.returncode == 0 and r["verdict"]["status"] in ("cpu", "gpu") and time.perf_counter() - start < 60
+    assert done.returncode == 0 and r["verdict"]["status"] in ("cpu", "gpu")
     assert r["tensorflow"]["version"] and any("CPU" in m["device"] for m in r["matmul"])
 
 

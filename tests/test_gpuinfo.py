@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -154,13 +153,13 @@ def test_nvml_query_failure_after_init_is_not_fatal():
     assert p.gpus == [] and p.driver_present and "GPU is lost" in p.reason
 
 
-def test_real_machine_answers_fast_and_never_raises():
-    start = time.perf_counter()
+def test_real_machine_never_raises():
+    # How fast it answers is benchmarks/test_startup.py's job, not a timed test's.
     gpus = gpuinfo.query_gpus()
     present, reason = gpuinfo.driver_status()
     assert isinstance(gpus, list) and isinstance(present, bool) and reason
     if not present:
-        assert gpus == [] and time.perf_counter() - start < 0.5
+        assert gpus == []
 
 
 @pytest.mark.gpu
