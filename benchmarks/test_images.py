@@ -75,7 +75,6 @@ def test_image_pipeline_vs_pil(benchmark, quick, tmp_path):
 def test_data_wait_share(benchmark, quick, tmp_path):
     """Training on an image directory: time blocked in next(iterator) vs time in the train step."""
     import keras
-    import tensorflow as tf
 
     from train import data
 

@@ -73,7 +73,7 @@ def test_missing_key(tmp_path):
 
 
 def test_label_out_of_range_for_builtin(tmp_path):
-    path = write_npz(tmp_path / "mnist.npz", y_test=np.full(300, 10, np.uint8))
+    write_npz(tmp_path / "mnist.npz", y_test=np.full(300, 10, np.uint8))
     with pytest.raises(DataError, match=r"mnist\.npz: y_test has labels 10\.\.10; expected 0\.\.9"):
         data.load_data(settings(dataset="mnist", data_dir=str(tmp_path)))
 
@@ -109,7 +109,7 @@ def test_offline_builtin_names_the_file(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "_download", offline)
     with pytest.raises(DataError) as e:
         data.load_data(settings(dataset="fashion_mnist", data_dir=str(tmp_path / "data")))
-    assert f"put fashion_mnist.npz (Keras format" in str(e.value)
+    assert "put fashion_mnist.npz (Keras format" in str(e.value)
     assert str(tmp_path / "data" / "fashion_mnist.npz") in str(e.value)
 
 

@@ -15,7 +15,7 @@ import signal
 import numpy as np
 import pytest
 from faults import (fit_flags, kill_after_new_checkpoint, manifest, only_run, optimizer_iterations, run_fit,
-                    run_python, start_fit, states, step_of, output, wait_until)
+                    start_fit, states, step_of, output, wait_until)
 from helpers import make_npz
 
 pytestmark = pytest.mark.slow
@@ -234,12 +234,12 @@ def test_nan_loss_exits_5_keeps_the_last_good_checkpoint_and_says_what_to_change
 
 # -- 7. out of memory (injected ResourceExhaustedError), in-process through the CLI edge ------------
 def _oom_after(monkeypatch, good_calls: int, times: int):
-    """Make _Loop._fit raise ResourceExhaustedError on calls good_calls+1 .. good_calls+times."""
+    """Make EpochLoop._fit raise ResourceExhaustedError on calls good_calls+1 .. good_calls+times."""
     import tensorflow as tf
 
-    from train import fit
+    from train import loop
 
-    real, calls = fit._Loop._fit, {"n": 0}
+    real, calls = loop.EpochLoop._fit, {"n": 0}
 
     def fake(self, ds, saver):
         calls["n"] += 1
@@ -247,7 +247,7 @@ def _oom_after(monkeypatch, good_calls: int, times: int):
             raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor (injected)")
         return real(self, ds, saver)
 
-    monkeypatch.setattr(fit._Loop, "_fit", fake)
+    monkeypatch.setattr(loop.EpochLoop, "_fit", fake)
     return calls
 
 
