@@ -102,3 +102,11 @@ def test_bad_setting_exits_2_before_tensorflow_is_imported():
 
 def test_readme_configuration_table_is_current():
     assert settings_table() in (PROJECT_ROOT / "README.md").read_text()
+
+
+def test_epochs_may_change_on_resume_unless_a_schedule_spans_them():
+    constant = Settings()
+    assert diff_settings(constant, constant.replace(epochs=10)) == []
+    cosine = Settings(lr_schedule="cosine")
+    assert diff_settings(cosine, cosine.replace(epochs=10)) == [
+        "EPOCHS: 3 -> 10 (LR_SCHEDULE=cosine spans all epochs)"]

@@ -229,6 +229,9 @@ def diff_settings(old: Settings, new: Settings, ignore: set[str] = RESUME_FREE) 
         a, b = getattr(old, f.name), getattr(new, f.name)
         if f.name not in ignore and a != b:
             out.append(f"{f.name.upper()}: {a!r} -> {b!r}")
+    if old.lr_schedule != "constant" and old.epochs != new.epochs and "epochs" in ignore:
+        # A decaying schedule spans all EPOCHS: changing it changes every later learning rate.
+        out.append(f"EPOCHS: {old.epochs!r} -> {new.epochs!r} (LR_SCHEDULE={old.lr_schedule} spans all epochs)")
     return out
 
 
