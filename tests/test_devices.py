@@ -1,0 +1,49 @@
+"""devices: on a CPU, setup_devices applies the precision policy and seeds, and says what it did."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from train import devices
+from train.config import Settings
+
+pytestmark = pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="CPU behaviour; GPUs change the choice")
+
+
+@pytest.fixture(autouse=True)
+def restore_policy():
+    previous = keras.mixed_precision.global_policy()
+    yield
+    keras.mixed_precision.set_global_policy(previous)
+
+
+@pytest.mark.parametrize("flags, policy", [({"avx512_bf16"}, "mixed_bfloat16"), ({"avx2"}, "float32")])
+def test_auto_precision_on_cpu_follows_the_cpu_flags(monkeypatch, flags, policy):
+    monkeypatch.setattr(devices, "cpu_flags", lambda: flags)
+    setup = devices.setup_devices(Settings(precision="auto"))
+    assert setup.precision == policy
+    assert keras.mixed_precision.global_policy().name == policy
+    assert (setup.gpus, setup.strategy, setup.replicas, setup.memory_growth) == ([], None, 1, False)
+    assert setup.describe().startswith(f"devices: CPU; precision {policy} (CPU has")
+
+
+def test_explicit_precision_is_applied():
+    setup = devices.setup_devices(Settings(precision="mixed_float16"))
+    assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    assert setup.precision_reason == "set by PRECISION"
+
+
+def test_the_seed_makes_initial_weights_and_random_ops_repeat():
+    def draw(seed):
+        devices.setup_devices(Settings(precision="float32", seed=seed))
+        layer = keras.layers.Dense(3)
+        layer.build((None, 4))
+        return np.asarray(layer.kernel), np.random.rand(2), float(tf.random.uniform(()))
+
+    a, b, c = draw(7), draw(7), draw(8)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a[0], c[0])

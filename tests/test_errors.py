@@ -1,0 +1,46 @@
+"""errors: every documented exit code is used, and messages carry name, value and the fix."""
+
+from __future__ import annotations
+
+import inspect
+
+from train import errors
+from train.errors import EXIT_CODES, ConfigError, TemplateError
+
+
+def _error_classes():
+    import train.rundir  # noqa: F401  (defines RunNotFound)
+
+    seen, todo = set(), [TemplateError]
+    while todo:
+        cls = todo.pop()
+        if cls not in seen:
+            seen.add(cls)
+            todo.extend(cls.__subclasses__())
+    return seen
+
+
+def test_every_documented_exit_code_is_used():
+    used = {cls.exit_code for cls in _error_classes()}
+    # 0 is success and 75 is Interrupted; the CLI maps the statuses interrupted/budget to 75 too.
+    assert set(EXIT_CODES) - {0} <= used
+    assert used <= set(EXIT_CODES), f"undocumented exit codes: {used - set(EXIT_CODES)}"
+
+
+def test_every_error_class_has_a_docstring_and_a_kind():
+    for name, cls in inspect.getmembers(errors, inspect.isclass):
+        if issubclass(cls, TemplateError):
+            assert cls.__doc__, name
+            assert cls.kind, name
+
+
+def test_config_error_names_setting_value_and_rule():
+    exc = ConfigError("BATCH_SIZE", "abc", "expected a whole number")
+    assert str(exc) == "BATCH_SIZE='abc' is not valid: expected a whole number"
+    assert (exc.name, exc.value, exc.exit_code) == ("BATCH_SIZE", "abc", 2)
+    assert isinstance(exc, ValueError)
+
+
+def test_resume_mismatch_is_a_checkpoint_problem():
+    assert issubclass(errors.ResumeMismatchError, errors.CheckpointError)
+    assert errors.ResumeMismatchError.exit_code == 4

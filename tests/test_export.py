@@ -1,0 +1,103 @@
+"""export: a failed parity check raises ExportError and leaves the previous export/ untouched.
+
+The real fresh-process parity check (a second TensorFlow start) is covered end to end in test_fit.py;
+here it is faked so the file stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from train import export
+from train.errors import ExportError
+from train.rundir import TMP_MARK, read_json
+
+
+def _tiny_model():
+    inputs = keras.Input(shape=(6, 6, 1), name="image")
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs))
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(x))
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    run = tmp_path / "20260101-000000-aaaa"
+    (run / "export").mkdir(parents=True)
+    (run / "export" / "labels.txt").write_text("old\n")
+    (run / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    return run
+
+
+def test_parity_failure_raises_and_keeps_the_previous_export(run_dir, monkeypatch):
+    monkeypatch.setattr(export, "check_parity", lambda model, path, work: 1e-3)
+    with pytest.raises(ExportError, match="differs from the trained model by 0.001") as info:
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert info.value.exit_code == 8
+    assert [p.name for p in (run_dir / "export").iterdir()] == ["labels.txt"]
+    assert (run_dir / "export" / "labels.txt").read_text() == "old\n"
+    assert "export" not in read_json(run_dir / "manifest.json")
+    (staging,) = [p for p in run_dir.iterdir() if TMP_MARK in p.name]  # kept for inspection, named in the message
+    assert str(staging) in str(info.value)
+    assert json.loads((staging / "parity.json").read_text())["max_abs_diff"] == 1e-3
+
+
+def test_passing_parity_replaces_the_export_and_records_it(run_dir, monkeypatch):
+    monkeypatch.setattr(export, "check_parity", lambda model, path, work: 0.0)
+    report = export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    final = run_dir / "export"
+    assert sorted(p.name for p in final.iterdir()) == ["labels.txt", "model.keras", "parity.json", "savedmodel"]
+    assert (final / "labels.txt").read_text() == "a\nb\n"
+    assert read_json(run_dir / "manifest.json")["export"] == report
+    assert not any(TMP_MARK in p.name for p in run_dir.iterdir())
+
+
+def test_a_writer_failure_removes_the_staging_directory(run_dir, monkeypatch):
+    def boom(model, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "write_savedmodel", boom)
+    with pytest.raises(Exception, match="disk is full"):
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+
+
+def test_parity_batch_is_fixed_uint8():
+    a, b = export._parity_batch((6, 6, 1)), export._parity_batch((6, 6, 1))
+    assert a.dtype == np.uint8 and a.shape == (export.PARITY_BATCH, 6, 6, 1)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_rebuild_needs_data_and_weights(tmp_path):
+    from train.config import Settings
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(Settings().to_dict()))
+    (run / "manifest.json").write_text(json.dumps({"status": "running"}))
+    with pytest.raises(ExportError, match="no data description"):
+        export.rebuild_model(run)
+    (run / "manifest.json").write_text(json.dumps({"data": {"input_shape": [28, 28, 1], "class_names": ["0", "1"]}}))
+    with pytest.raises(ExportError, match="no best.weights.h5 or final.weights.h5"):
+        export.rebuild_model(run)
+
+
+def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch):
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        from train.models import build_model
+
+        model = build_model("cnn", (28, 28, 1), 3)
+        copy = export.float32_copy(model, "cnn")
+        assert copy is not model and copy.dtype_policy.name == "float32"
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+        for a, b in zip(model.get_weights(), copy.get_weights()):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    model32 = _tiny_model()
+    assert export.float32_copy(model32, "unused") is model32

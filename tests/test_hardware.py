@@ -1,0 +1,61 @@
+"""hardware: the precision `auto` picks, from faked GPU compute capabilities and CPU flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from train.hardware import choose_precision, cpu_bf16, cpu_flags
+
+
+@pytest.mark.parametrize("ccs, policy, cc_text", [
+    ([(6, 1)], "float32", "6.1"),
+    ([(7, 5)], "mixed_float16", "7.5"),
+    ([(8, 0)], "mixed_bfloat16", "8.0"),
+    ([(9, 0)], "mixed_bfloat16", "9.0"),
+    ([(9, 0), (7, 5)], "mixed_float16", "7.5"),  # mixed GPUs: the weakest decides
+    ([(8, 6), (6, 1), (9, 0)], "float32", "6.1"),
+])
+def test_auto_on_gpus(ccs, policy, cc_text):
+    got, reason = choose_precision("auto", ccs, {"amx_bf16"})  # GPU decides; CPU flags ignored
+    assert got == policy
+    assert cc_text in reason
+
+
+@pytest.mark.parametrize("flags, policy, named", [
+    ({"fpu", "amx_bf16", "avx512f"}, "mixed_bfloat16", "amx_bf16"),
+    ({"avx512_bf16"}, "mixed_bfloat16", "avx512_bf16"),
+    ({"amx_bf16", "avx512_bf16"}, "mixed_bfloat16", "amx_bf16, avx512_bf16"),
+    ({"avx2", "avx512f"}, "float32", "emulated"),
+    (set(), "float32", "emulated"),
+])
+def test_auto_on_cpu(flags, policy, named):
+    got, reason = choose_precision("auto", [], flags)
+    assert got == policy
+    assert named in reason
+
+
+@pytest.mark.parametrize("requested", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_explicit_precision_is_kept_whatever_the_hardware(requested):
+    assert choose_precision(requested, [(6, 1)], set()) == (requested, "set by PRECISION")
+    assert choose_precision(requested, [], {"amx_bf16"})[0] == requested
+
+
+def test_cpu_bf16_keeps_the_documented_order():
+    assert cpu_bf16(["avx512_bf16", "sse", "amx_bf16"]) == ["amx_bf16", "avx512_bf16"]
+    assert cpu_bf16([]) == []
+
+
+def test_cpu_flags_reads_the_first_flags_line(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nmodel name\t: Fake CPU\nflags\t\t: fpu sse avx512_bf16 amx_bf16\nbugs\t\t: spectre\n\n"
+        "processor\t: 1\nflags\t\t: fpu other\n"
+    )
+    assert cpu_flags(info) == {"fpu", "sse", "avx512_bf16", "amx_bf16"}
+
+
+def test_cpu_flags_without_a_flags_line_or_file_is_empty(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nFeatures\t: neon\n")  # e.g. ARM: no `flags` line
+    assert cpu_flags(info) == set()
+    assert cpu_flags(tmp_path / "missing") == set()

@@ -1,0 +1,65 @@
+"""logs: metrics.csv (append, truncate on resume, reload) and the shared console/train.log format."""
+
+from __future__ import annotations
+
+import csv
+import logging
+
+from train.logs import METRIC_COLUMNS, MetricsFile, close_logging, setup_logging
+from train.rundir import TMP_MARK
+
+
+def _read(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_append_writes_every_column_and_empty_gpu_columns(tmp_path):
+    path = tmp_path / "metrics.csv"
+    m = MetricsFile(path)
+    m.append({"epoch": 1, "loss": 0.123456789, "accuracy": 0.5, "batch_size": 32,
+              "gpu_memory_used_mb": None, "gpu_memory_peak_mb": None, "not_a_column": 7})
+    assert path.read_text().splitlines()[0] == ",".join(METRIC_COLUMNS)
+    (row,) = _read(path)
+    assert row["epoch"] == "1" and row["loss"] == "0.123457" and row["batch_size"] == "32"
+    assert row["gpu_memory_used_mb"] == "" and row["gpu_memory_peak_mb"] == "" and row["val_loss"] == ""
+    assert "not_a_column" not in row
+    assert not any(TMP_MARK in p.name for p in tmp_path.iterdir())
+
+
+def test_reload_truncate_and_append_after_a_resume(tmp_path):
+    path = tmp_path / "metrics.csv"
+    m = MetricsFile(path)
+    for epoch in (1, 2, 3):
+        m.append({"epoch": epoch, "loss": 1.0 / epoch})
+    again = MetricsFile(path)  # a resumed run reloads the file
+    assert [r["epoch"] for r in again.rows] == ["1", "2", "3"]
+    again.truncate_from(3)  # resuming inside epoch 3: its row will be written again
+    assert [r["epoch"] for r in again.rows] == ["1", "2"]
+    again.append({"epoch": 3, "loss": 0.25})
+    assert [(r["epoch"], r["loss"]) for r in _read(path)] == [("1", "1"), ("2", "0.5"), ("3", "0.25")]
+
+
+def test_a_missing_file_starts_empty(tmp_path):
+    m = MetricsFile(tmp_path / "metrics.csv")
+    assert m.rows == []
+    m.truncate_from(1)
+    assert m.rows == []
+
+
+def test_console_and_log_file_get_the_same_lines(tmp_path, capsys):
+    log = logging.getLogger("train")
+    try:
+        setup_logging(tmp_path / "train.log")
+        setup_logging(tmp_path / "train.log")  # a second run in-process replaces the handlers
+        log.info("hello %d", 42)
+        assert len(log.handlers) == 2
+        close_logging()
+        out = capsys.readouterr().out.splitlines()
+        assert len(out) == 1 and out[0].endswith(" hello 42")
+        assert (tmp_path / "train.log").read_text().splitlines() == out
+        assert not any(isinstance(h, logging.FileHandler) for h in log.handlers)
+    finally:
+        for h in list(log.handlers):
+            log.removeHandler(h)
+        log.propagate = True

@@ -1,0 +1,129 @@
+"""rundir: atomic writes, storage error messages, run ids, finding runs, cleaning temp files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import re
+
+import pytest
+
+from train.errors import StorageError
+from train.rundir import (TMP_MARK, RunNotFound, atomic_write, clean_stale_temp, create_run_dir, ensure_writable,
+                          new_run_id, read_json, resolve_run, storage_error, write_json, write_text)
+
+
+def test_atomic_write_replaces_the_file(tmp_path):
+    target = tmp_path / "a.json"
+    write_json(target, {"b": 1, "a": [1, 2]})
+    assert read_json(target) == {"a": [1, 2], "b": 1}
+    write_text(target, "new\n")
+    assert target.read_text() == "new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_temp_name_keeps_the_suffix_and_the_mark(tmp_path):
+    seen = []
+    atomic_write(tmp_path / "best.weights.h5", lambda p: (seen.append(p.name), p.write_bytes(b"x")))
+    assert seen[0].startswith("best" + TMP_MARK) and seen[0].endswith(".weights.h5")
+
+
+@pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"), RuntimeError("writer bug")])
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, failure):
+    target = tmp_path / "config.json"
+    target.write_text("old")
+
+    def write(p):
+        p.write_text("half")
+        raise failure
+
+    with pytest.raises(StorageError if isinstance(failure, OSError) else RuntimeError) as info:
+        atomic_write(target, write)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    if isinstance(failure, OSError):
+        assert str(target) in str(info.value) and "disk is full" in str(info.value)
+
+
+def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
+    calls = []
+    with pytest.raises(StorageError, match="disk is full"):
+        atomic_write(tmp_path / "w.weights.h5", calls.append, size_hint=1 << 62)
+    assert calls == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("code, words", [
+    (errno.ENOSPC, "disk is full"),
+    (errno.EDQUOT, "quota"),
+    (errno.EFBIG, "ulimit -f"),
+    (errno.EROFS, "read-only"),
+    (errno.EACCES, "permission denied"),
+    (errno.EPERM, "UID/GID"),
+])
+def test_storage_error_explains_each_errno(code, words):
+    exc = storage_error("/runs/x", OSError(code, "raw"))
+    assert isinstance(exc, StorageError) and exc.exit_code == 7
+    assert str(exc).startswith("cannot write /runs/x: ")
+    assert words in str(exc)
+
+
+def test_storage_error_falls_back_to_strerror():
+    assert str(storage_error("p", OSError(errno.EIO, "Input/output error"))) == "cannot write p: Input/output error"
+
+
+def test_new_run_id_format_and_sort_order():
+    early = new_run_id(now=dt.datetime(2026, 1, 2, 3, 4, 5))
+    late = new_run_id("exp_1", now=dt.datetime(2026, 11, 30, 6, 19, 59))
+    assert re.fullmatch(r"20260102-030405-[0-9a-f]{4}", early)
+    assert re.fullmatch(r"20261130-061959-[0-9a-f]{4}-exp_1", late)
+    assert sorted([late, early]) == [early, late]
+
+
+def _run(root, name):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
+    return d
+
+
+def test_resolve_run_by_id_path_and_latest(tmp_path):
+    root = tmp_path / "runs"
+    old = _run(root, "20260101-000000-aaaa")
+    new = _run(root, "20260102-000000-bbbb")
+    (root / "20260103-000000-cccc").mkdir()  # no config.json: not a run
+    assert resolve_run(root, old.name) == old
+    assert resolve_run(tmp_path / "elsewhere", str(new)) == new
+    assert resolve_run(root, "latest") == new
+
+
+@pytest.mark.parametrize("run", ["latest", "nope"])
+def test_resolve_run_missing_is_a_usage_error(tmp_path, run):
+    with pytest.raises(RunNotFound) as info:
+        resolve_run(tmp_path / "runs", run)
+    assert info.value.exit_code == 2
+    assert "runs" in str(info.value)
+
+
+def test_clean_stale_temp_removes_only_marked_files(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    stale = [tmp_path / f"config{TMP_MARK}ab12.json", tmp_path / "checkpoints" / f"ckpt{TMP_MARK}x.weights.h5"]
+    for p in stale:
+        p.write_text("partial")
+    keep = tmp_path / "config.json"
+    keep.write_text("{}")
+    assert sorted(clean_stale_temp(tmp_path)) == sorted(stale)
+    assert keep.exists() and not any(p.exists() for p in stale)
+    assert clean_stale_temp(tmp_path / "missing") == []
+
+
+def test_create_run_dir_lays_out_subdirectories(tmp_path):
+    run = create_run_dir(tmp_path / "runs", "demo")
+    assert run.name.endswith("-demo")
+    assert (run / "checkpoints").is_dir() and (run / "tensorboard").is_dir()
+    assert not any(TMP_MARK in p.name for p in run.parent.iterdir())
+
+
+def test_ensure_writable_under_a_file_is_a_storage_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StorageError, match="cannot write"):
+        ensure_writable(tmp_path / "file" / "runs")
