@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 
 import pytest
@@ -26,6 +27,7 @@ def no_git(monkeypatch):
     monkeypatch.setattr(manifest.subprocess, "run", fail)
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
 def test_git_info_in_a_repository_reports_commit_and_dirty(tmp_path):
     (tmp_path / "f.txt").write_text("1")
     _git(tmp_path, "init", "-q")
