@@ -13,7 +13,7 @@ from dataclasses import fields
 from typing import Sequence
 
 from .config import Settings, load_settings
-from .errors import EXIT_CODES, TemplateError
+from .errors import EXIT_CODES, Interrupted, TemplateError
 
 COMMANDS = ("fit", "export", "predict", "runs", "check", "settings")
 
@@ -121,6 +121,10 @@ def run(argv: Sequence[str]) -> int:
     return 0
 
 
+# Stopped early with a resumable state saved (signal or MAX_MINUTES): the documented "try again".
+EXIT_CODES_BY_STATUS = {"interrupted": Interrupted.exit_code, "budget": Interrupted.exit_code}
+
+
 def _quiet_tensorflow() -> None:
     """Keep TensorFlow's C++ start-up chatter (CPU instruction hints, cuInit on CPU hosts) off the console.
 
@@ -145,7 +149,6 @@ def _debug_setting(argv: Sequence[str]) -> bool:
     return "--no-debug" not in argv and debug_requested(env_file)
 
 
-EXIT_CODES_BY_STATUS = {"interrupted": 75, "budget": 75}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

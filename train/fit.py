@@ -17,7 +17,7 @@ from .logs import close_logging, setup_logging
 from .loop import EpochLoop, Result
 from .manifest import now_iso, start_manifest, update_manifest
 from .resume import prepare_run_dir
-from .rundir import clean_stale_temp
+from .rundir import clean_stale_temp, write_text
 
 log = logging.getLogger("train")
 __all__ = ["Result", "train"]
@@ -63,7 +63,7 @@ def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float)
                     data={"dataset": spec.name, "fingerprint": spec.fingerprint, "source": spec.source,
                           "n_train": spec.n_train, "n_val": spec.n_val, "input_shape": list(spec.input_shape),
                           "class_names": list(spec.class_names)})
-    (run_dir / "labels.txt").write_text("\n".join(spec.class_names) + "\n", encoding="utf-8")
+    write_text(run_dir / "labels.txt", "\n".join(spec.class_names) + "\n")
     epochs = 1 if settings.smoke else settings.epochs
     ckpt_dir = run_dir / "checkpoints"
     loaded = checkpoints.load_latest(ckpt_dir)
