@@ -1,10 +1,12 @@
-"""loop: the pure decisions of the epoch loop (monitor mode, improvement, divergence, OOM without AUTO_BATCH).
+"""loop: the pure decisions of the epoch loop (monitor mode, improvement, divergence, OOM, AUTO_BATCH position,
+steps per compiled call, progress mode, the typed state).
 
 Training itself is covered end to end by test_fit.py and test_reliability.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 from pathlib import Path
@@ -12,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from train.errors import DivergedError, OutOfMemoryError
-from train.loop import EpochLoop, _improved, _monitor_mode
+from train.loop import (EpochLoop, LoopState, _improved, _monitor_mode, position_after_halving, progress_verbose,
+                        steps_until)
 
 
 def _settings(**kw):
@@ -37,7 +40,8 @@ def test_improved():
 
 def _loop(**settings):
     return types.SimpleNamespace(s=_settings(**settings), run_dir=Path("/runs/r1"),
-                                 state={"batch_size": 64, "epoch": 1, "step": 3})
+                                 setup=types.SimpleNamespace(workers=1),
+                                 state=LoopState(batch_size=64, epoch=1, step=3))
 
 
 @pytest.mark.parametrize("key", ["loss", "val_loss"])
@@ -55,7 +59,47 @@ def test_finite_losses_pass():
 @pytest.mark.parametrize("auto_batch, state", [(False, {}), (True, {"batch_halvings": 3}), (True, {"batch_size": 1})])
 def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, state):
     loop = _loop(auto_batch=auto_batch)
-    loop.state.update(state)
+    loop.state = dataclasses.replace(loop.state, **state)
     with pytest.raises(OutOfMemoryError) as info:
         EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
-    assert f"batch size {loop.state['batch_size']}" in str(info.value) and "BATCH_SIZE" in str(info.value)
+    assert f"batch size {loop.state.batch_size}" in str(info.value) and "BATCH_SIZE" in str(info.value)
+
+
+def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
+    loop = _loop(auto_batch=True)
+    loop.setup.workers = 2
+    with pytest.raises(OutOfMemoryError):
+        EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
+
+
+@pytest.mark.parametrize("saved, old, expected_step", [
+    (LoopState(step=5, batch_size=32), 32, 10),  # 160 examples in, batches of 16
+    (LoopState(step=5, batch_size=16), 16, 10),  # a second halving counts in the saved state's own batches
+    (LoopState(step=3, batch_size=0), 32, 6),  # an old header without batch_size: the batch in use
+    (LoopState(step=7, batch_size=9), 9, 15),  # odd batch: whole batches of the new size, never past the position
+])
+def test_auto_batch_position_carries_over_in_examples(saved, old, expected_step):
+    got = position_after_halving(saved, old, halvings=2)
+    assert got.batch_size == old // 2 and got.step == expected_step and got.batch_halvings == 2
+    assert got.step * got.batch_size <= saved.step * (saved.batch_size or old)
+
+
+@pytest.mark.parametrize("left, per_exec, global_step, every, expected", [
+    (100, 1, 0, 4, 1), (100, 8, 0, 0, 8), (3, 8, 0, 0, 3),  # never past the epoch's end
+    (100, 8, 6, 4, 2),  # stops on the next checkpoint boundary (global step 8)
+    (100, 4, 24, 8, 4),
+])
+def test_steps_per_call(left, per_exec, global_step, every, expected):
+    assert steps_until(left, per_exec, global_step, every) == expected
+
+
+def test_progress_bar_on_a_terminal_one_line_otherwise():
+    assert progress_verbose("auto", True) == 1 and progress_verbose("auto", False) == 0
+    assert progress_verbose("bar", False) == 1 and progress_verbose("line", True) == 0
+
+
+def test_state_from_a_checkpoint_header_keeps_known_keys_only():
+    meta = {"epoch": 2, "step": 4, "global_step": 28, "best": 0.5, "batch_halvings": 0, "model_variables": [[1]]}
+    state = LoopState.from_meta(meta, default_batch=32)
+    assert state == LoopState(epoch=2, step=4, global_step=28, best=0.5, batch_size=32)
+    assert "model_variables" not in state.to_dict()

@@ -34,6 +34,8 @@ class DeviceSetup:
     memory_growth: bool = False
     strategy: tf.distribute.Strategy | None = None
     replicas: int = 1
+    workers: int = 1  # processes in the cluster (MultiWorkerMirroredStrategy when > 1)
+    worker_index: int = 0
 
     def describe(self) -> str:
         where = f"{len(self.gpus)} GPU(s): " + ", ".join(self.gpus) if self.gpus else "CPU"

@@ -6,7 +6,6 @@ state); `loop.EpochLoop` then runs the epochs and the export.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from .config import Settings
 from .errors import StorageError
 from .logs import close_logging, setup_logging
-from .loop import EpochLoop, Result
+from .loop import EpochLoop, LoopState, Result
 from .manifest import now_iso, start_manifest, update_manifest
 from .resume import prepare_run_dir
 from .rundir import clean_stale_temp, write_text
@@ -67,12 +66,10 @@ def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float)
     epochs = 1 if settings.smoke else settings.epochs
     ckpt_dir = run_dir / "checkpoints"
     loaded = checkpoints.load_latest(ckpt_dir)
-    state = dict(loaded.meta) if loaded else {"epoch": 0, "step": 0, "global_step": 0, "best": None,
-                                               "batch_size": settings.batch_size, "batch_halvings": 0}
+    state = LoopState.from_meta(loaded.meta, settings.batch_size) if loaded else LoopState(batch_size=settings.batch_size)
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started)
     loop.build_model(models)
-    scope = setup.strategy.scope() if setup.strategy is not None else contextlib.nullcontext()
-    with scope:  # optimizer slots must be created where the model's variables live (MirroredStrategy)
+    with loop.strategy.scope():  # optimizer slots must be created where the model's variables live
         _restore_or_save_initial(loop, loaded, checkpoints)
     return loop.run()
 
@@ -81,7 +78,7 @@ def _restore_or_save_initial(loop: EpochLoop, loaded, checkpoints) -> None:
     state = loop.state
     if loaded:
         checkpoints.restore(loop.model, loaded)
-        log.info("resuming at epoch %d, step %d (global step %d)", state["epoch"] + 1, state["step"], state["global_step"])
+        log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
     else:
         # The initial weights as a state: a run killed before its first interval resumes from
         # exactly these, and AUTO_BATCH always has a state to go back to.
