@@ -70,6 +70,9 @@ class Settings:
     export: bool = _f(True, "export SavedModel + .keras + labels at the end of training")
     progress: str = _f("auto", "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise", choices=PROGRESS_MODES)
     debug: bool = _f(False, "show Python tracebacks for expected errors")
+    # --- several machines (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it) ---
+    workers: str = _f("", "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process")
+    worker_index: int = _f(-1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000)
 
     # --- derived, read-only views ---
     @property
@@ -86,7 +89,7 @@ class Settings:
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = {
     "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
-    "checkpoint_every", "memory_growth", "auto_batch", "resume",
+    "checkpoint_every", "memory_growth", "auto_batch", "resume", "workers", "worker_index",
 }
 
 
@@ -202,7 +205,20 @@ def load_settings(
                 values[f.name] = _coerce(f, layer[f.name.upper()])
         if overrides and overrides.get(f.name) is not None:
             values[f.name] = _coerce(f, overrides[f.name])
-    return validate(Settings(**values))
+    settings = validate(Settings(**values))
+    check_cluster(settings, environ)
+    return settings
+
+
+def check_cluster(settings: Settings, environ: Mapping[str, str]):
+    """The cluster (TF_CONFIG or WORKERS/WORKER_INDEX), checked before TensorFlow is imported."""
+    from .cluster import read_cluster
+
+    cluster = read_cluster(settings.workers, settings.worker_index, environ)
+    if settings.batch_size % cluster.size:
+        raise ConfigError("BATCH_SIZE", settings.batch_size,
+                          f"the global batch is split across {cluster.size} workers: use a multiple of {cluster.size}")
+    return cluster
 
 
 def debug_requested(env_file: str | os.PathLike | None = ".env", environ: Mapping[str, str] | None = None) -> bool:
