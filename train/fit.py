@@ -2,15 +2,21 @@
 
 The parts are built in a fixed order with one log line each (run dir, devices, data, model,
 state); `loop.EpochLoop` then runs the epochs and the export.
+
+With several workers (TF_CONFIG or WORKERS) every worker first joins the cluster; the chief
+(worker 0) alone creates or resumes the run directory and reads its checkpoint, and sends the run
+id, the loop state and the restored variables to the others through the strategy (train.sync).
+The other workers write nothing under RUNS_DIR and log to stdout, prefixed with their index.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
-from .config import Settings
+from .config import Settings, check_cluster
 from .errors import StorageError
 from .logs import close_logging, setup_logging
 from .loop import EpochLoop, LoopState, Result
@@ -24,8 +30,21 @@ __all__ = ["Result", "train"]
 
 def train(settings: Settings, resume: str | None = None, force: bool = False) -> Result:
     """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring."""
+    cluster = check_cluster(settings, os.environ)
+    setup = None
+    if cluster.multi:
+        from . import devices
+
+        setup_logging(None, prefix=f"[worker {cluster.index}] ")
+        setup = devices.setup_devices(settings, cluster)  # joins the cluster: waits for every worker
+        if not cluster.is_chief:
+            return _worker(settings, setup)
     run_dir, settings, resumed = prepare_run_dir(settings, settings.resume if resume is None else resume, force)
-    setup_logging(run_dir / "train.log")
+    setup_logging(run_dir / "train.log", prefix="[worker 0] " if cluster.multi else "")
+    if setup is not None:
+        from . import sync
+
+        sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
     removed = clean_stale_temp(run_dir)
     log.info("run %s: %s%s", run_dir.name, "resuming " if resumed else "", run_dir)
     for p in removed:
@@ -35,7 +54,7 @@ def train(settings: Settings, resume: str | None = None, force: bool = False) ->
     status, error = "failed", None
     try:
         start_manifest(manifest_path, settings, run_dir.name, resumed)
-        result = _run(settings, run_dir, manifest_path, started)
+        result = _run(settings, run_dir, manifest_path, started, setup)
         status = result.status
         return result
     except BaseException as exc:
@@ -52,10 +71,10 @@ def train(settings: Settings, resume: str | None = None, force: bool = False) ->
         close_logging()
 
 
-def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float) -> Result:
+def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float, setup=None) -> Result:
     from . import checkpoints, data, devices, models
 
-    setup = devices.setup_devices(settings)
+    setup = setup or devices.setup_devices(settings)
     log.info(setup.describe())
     spec = data.load_data(settings)
     update_manifest(manifest_path, precision={"policy": setup.precision, "reason": setup.precision_reason},
@@ -64,9 +83,11 @@ def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float)
                           "class_names": list(spec.class_names)})
     write_text(run_dir / "labels.txt", "\n".join(spec.class_names) + "\n")
     epochs = 1 if settings.smoke else settings.epochs
-    ckpt_dir = run_dir / "checkpoints"
-    loaded = checkpoints.load_latest(ckpt_dir)
+    loaded = checkpoints.load_latest(run_dir / "checkpoints")
     state = LoopState.from_meta(loaded.meta, settings.batch_size) if loaded else LoopState(batch_size=settings.batch_size)
+    if setup.workers > 1:
+        _send_state(setup, spec, state, loaded is not None)
+    _record_distribution(manifest_path, setup, state)
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started)
     loop.build_model(models)
     with loop.strategy.scope():  # optimizer slots must be created where the model's variables live
@@ -74,10 +95,90 @@ def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float)
     return loop.run()
 
 
+def _worker(settings: Settings, setup) -> Result:
+    """A worker other than the chief: the same steps, with the chief's run id, state and weights."""
+    from . import data, models, sync
+
+    run_id = sync.text_from_chief(setup.strategy, "")
+    log.info("run %s: worker %d of %d; the chief writes the run directory", run_id, setup.worker_index, setup.workers)
+    log.info(setup.describe())
+    started = time.monotonic()
+    spec = data.load_data(settings)
+    state, resumed = _receive_state(setup, spec, settings)
+    _log_distribution(setup, state)
+    loop = EpochLoop(settings, None, spec, setup, state, 1 if settings.smoke else settings.epochs, started, chief=False)
+    loop.build_model(models)
+    with loop.strategy.scope():
+        loop.model.optimizer.build(loop.model.trainable_variables)
+        if resumed:
+            sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+            log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+    result = loop.run()
+    log.info("run %s ended: %s", run_id, result.status)
+    return result
+
+
+_STATE_FIELDS = ("epoch", "step", "global_step", "best", "batch_size", "batch_halvings", "workers")
+
+
+def _fingerprint_number(spec) -> int:
+    return int(spec.fingerprint[:12], 16)  # 48 bits: exact as float64
+
+
+def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
+    from . import sync
+
+    previous = state.workers
+    sync.numbers_from_chief(setup.strategy, [float(resumed), _fingerprint_number(spec),
+                                             *(getattr(state, f) for f in _STATE_FIELDS)])
+    if resumed and previous != setup.workers:
+        log.info("resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
+                 setup.workers, previous, state.batch_size)
+    state.workers = setup.workers
+
+
+def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
+    from . import sync
+    from .errors import DataError
+
+    got = sync.numbers_from_chief(setup.strategy, [0.0] * (2 + len(_STATE_FIELDS)))
+    if int(got[1]) != _fingerprint_number(spec):
+        raise DataError(f"worker {setup.worker_index} reads other data than the chief ({settings.dataset}: fingerprint "
+                        f"{spec.fingerprint[:12]} here, {int(got[1]):012x} on the chief); give every worker the same data set")
+    values = dict(zip(_STATE_FIELDS, got[2:]))
+    state = LoopState(**{k: (v if k == "best" else int(v)) for k, v in values.items()})
+    state.workers = setup.workers
+    return state, bool(got[0])
+
+
+def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
+    """The manifest says how the run was split; a resume on another worker count is appended."""
+    from .rundir import read_json
+
+    replicas = setup.replicas
+    now = {"workers": setup.workers, "worker_index": setup.worker_index, "replicas": replicas,
+           "global_batch": state.batch_size, "per_replica_batch": state.batch_size // replicas,
+           "from_global_step": state.global_step}
+    history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []
+    history = history if isinstance(history, list) else []
+    update_manifest(manifest_path, distribution=[*history, now])
+    _log_distribution(setup, state)
+
+
+def _log_distribution(setup, state: LoopState) -> None:
+    replicas = setup.replicas
+    log.info("distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
+             setup.workers, setup.worker_index, replicas, state.batch_size, state.batch_size // replicas)
+
+
 def _restore_or_save_initial(loop: EpochLoop, loaded, checkpoints) -> None:
     state = loop.state
     if loaded:
         checkpoints.restore(loop.model, loaded)
+        if loop.setup.workers > 1:
+            from . import sync
+
+            sync.variables_from_chief(loop.setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
         log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
     else:
         # The initial weights as a state: a run killed before its first interval resumes from

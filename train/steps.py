@@ -48,9 +48,11 @@ class Steps:
         self.model = model
         self.strategy = strategy or tf.distribute.get_strategy()
         self._loss = keras.losses.SparseCategoricalCrossentropy(reduction=None)
-        one_train = tf.function(self._replica_train, jit_compile=jit_compile or None, reduce_retracing=True)
-        one_eval = tf.function(self._replica_eval, jit_compile=jit_compile or None, reduce_retracing=True)
-        self._one_train, self._one_eval = one_train, one_eval
+        # JIT_COMPILE compiles the forward and backward pass with XLA; the optimizer update stays
+        # outside it because it is a synchronisation point (a merge_call) under a strategy, which a
+        # nested tf.function may not contain.
+        wrap = (lambda fn: tf.function(fn, jit_compile=True, reduce_retracing=True)) if jit_compile else (lambda fn: fn)
+        self._forward_backward, self._forward = wrap(self._replica_grads), wrap(self._replica_eval)
         self.train = tf.function(self._train_loop)
         self.evaluate = tf.function(self._eval_loop)
 
@@ -60,7 +62,7 @@ class Steps:
         return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), tf.reduce_sum(correct),
                          tf.cast(tf.shape(y)[0], tf.float32)])
 
-    def _replica_train(self, x, y, global_count):
+    def _replica_grads(self, x, y, global_count):
         model, optimizer = self.model, self.model.optimizer
         with tf.GradientTape() as tape:
             probs = model(x, training=True)
@@ -70,9 +72,13 @@ class Steps:
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n([tf.cast(v, tf.float32) for v in model.losses]))
             scaled = optimizer.scale_loss(loss)  # mixed_float16: the LossScaleOptimizer's dynamic scale
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))  # all-reduces (sums) the gradients
-        return self._sums(y, probs, per_example)
+        return tape.gradient(scaled, model.trainable_variables), self._sums(y, probs, per_example)
+
+    def _replica_train(self, x, y, global_count):
+        grads, sums = self._forward_backward(x, y, global_count)
+        # Keras' optimizer sums the replicas' gradients (an all-reduce) before it applies them.
+        self.model.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        return sums
 
     def _replica_eval(self, x, y, global_count):
         probs = self.model(x, training=False)
@@ -81,12 +87,12 @@ class Steps:
     # -- n steps, one call --------------------------------------------------------------------------
     def _train_loop(self, iterator, n, stop_vote):
         def replica(x, y, count, vote):
-            return tf.concat([self._one_train(x, y, count), [vote]], axis=0)
+            return tf.concat([self._replica_train(x, y, count), [vote]], axis=0)
 
         return self._loop(iterator, n, replica, stop_vote)
 
     def _eval_loop(self, iterator, n):
-        return self._loop(iterator, n, lambda x, y, count, vote: tf.concat([self._one_eval(x, y, count), [vote]], 0),
+        return self._loop(iterator, n, lambda x, y, count, vote: tf.concat([self._forward(x, y, count), [vote]], 0),
                           tf.constant(0.0))
 
     def _loop(self, iterator, n, replica, vote):
