@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from faults import env, fit_flags, manifest, only_run, wait_until
-from helpers import PROJECT_ROOT, make_npz
+from helpers import make_npz
+
+from train.errors import WorkerLostError
 
 pytestmark = pytest.mark.slow
 
@@ -131,3 +133,61 @@ def test_two_workers_match_one_process_with_two_replicas(pair, data, tmp_path):
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one, two))
     print(f"\nFIGURES max |weight difference| 2 workers vs 1 process x 2 replicas: {diff:.3g}")
     assert diff <= 1e-5
+
+
+def _saved_at(out: str) -> str | None:
+    import re
+
+    m = re.search(r"saved a resumable state at (epoch \d+ step \d+)", out)
+    return m.group(1) if m else None
+
+
+def _wait_for_checkpoint(procs, runs: Path, name: str = "ckpt-000000004.npz") -> None:
+    assert wait_until(lambda: bool(list(runs.glob(f"*/checkpoints/{name}"))), procs[0], timeout=HANG_GUARD), \
+        text(procs[0])[-3000:]
+
+
+def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_the_resumed_pair_matches(pair, data, tmp_path):
+    reference = manifest(only_run(pair[0] / "w0" / "runs"))["final_weights_sha256"]
+    procs = start_workers(tmp_path, data)
+    _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
+    procs[1].send_signal(signal.SIGTERM)
+    assert wait_all(procs) == [75, 75], [text(p)[-3000:] for p in procs]
+    chief, worker = text(procs[0]), text(procs[1])
+    assert "received SIGTERM" in worker and "Traceback" not in chief + worker
+    assert _saved_at(chief) is not None and _saved_at(chief) == _saved_at(worker), (_saved_at(chief), _saved_at(worker))
+    run = only_run(tmp_path / "w0" / "runs")
+    assert manifest(run)["status"] == "interrupted"
+    # Restart the pair with RESUME=auto: the chief finds the run, the worker follows it.
+    procs = start_workers(tmp_path, data, resume="auto")
+    assert wait_all(procs) == [0, 0], [text(p)[-3000:] for p in procs]
+    assert only_run(tmp_path / "w0" / "runs") == run
+    m = manifest(run)
+    assert m["status"] == "completed" and len(m["resumed_at"]) == 1
+    assert m["final_weights_sha256"] == reference
+
+
+def test_sigkill_of_a_worker_ends_the_other_with_one_line_and_the_restart_resumes(data, tmp_path):
+    procs = start_workers(tmp_path, data)
+    _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
+    procs[1].kill()
+    # Bounded by the coordination service's heartbeat timeout (devices.HEARTBEAT_SECONDS); the
+    # subprocess timeout only guards against a hang.
+    assert procs[0].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[0])[-3000:]
+    chief = text(procs[0])
+    # "stopped sending heartbeats" when the heartbeat notices first, "is unreachable" when a collective does
+    assert "WorkerLostError: worker 1 of 2 " in chief and "Traceback" not in chief
+    run = only_run(tmp_path / "w0" / "runs")
+    m = manifest(run)
+    assert m["status"] == "interrupted" and m["error"].startswith("WorkerLostError"), m
+    procs = start_workers(tmp_path, data, resume="auto")
+    assert wait_all(procs) == [0, 0], [text(p)[-3000:] for p in procs]
+    assert "restored from checkpoint" in text(procs[0]) and manifest(run)["status"] == "completed"
+
+
+def test_sigkill_of_the_chief_ends_the_worker_with_one_line(data, tmp_path):
+    procs = start_workers(tmp_path, data)
+    _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
+    procs[0].kill()
+    assert procs[1].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[1])[-3000:]
+    assert "WorkerLostError: worker 0 of 2" in text(procs[1]) and "Traceback" not in text(procs[1])

@@ -80,6 +80,13 @@ class NoGPUError(TemplateError):
     kind = "gpu"
 
 
+class WorkerLostError(TemplateError):
+    """Training with several workers: another worker died, its host was lost or it stopped answering."""
+
+    exit_code = 11
+    kind = "cluster"
+
+
 class Interrupted(TemplateError):
     """SIGTERM/SIGINT or MAX_MINUTES: the run saved a resumable state and stopped early.
 
@@ -100,5 +107,6 @@ EXIT_CODES = {
     6: "accelerator out of memory",
     7: "runs directory not writable or disk full",
     8: "export failed or the exported model disagrees with the trained one",
+    11: "several workers: another worker died or stopped answering; restart all of them with RESUME=auto",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
 }

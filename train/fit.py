@@ -11,13 +11,15 @@ The other workers write nothing under RUNS_DIR and log to stdout, prefixed with 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
 from .config import Settings, check_cluster
-from .errors import StorageError
+from .errors import StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
 from .loop import EpochLoop, LoopState, Result
 from .manifest import now_iso, start_manifest, update_manifest
@@ -38,7 +40,8 @@ def train(settings: Settings, resume: str | None = None, force: bool = False) ->
         setup_logging(None, prefix=f"[worker {cluster.index}] ")
         setup = devices.setup_devices(settings, cluster)  # joins the cluster: waits for every worker
         if not cluster.is_chief:
-            return _worker(settings, setup)
+            with _cluster_errors(setup):
+                return _worker(settings, setup)
     run_dir, settings, resumed = prepare_run_dir(settings, settings.resume if resume is None else resume, force)
     setup_logging(run_dir / "train.log", prefix="[worker 0] " if cluster.multi else "")
     if setup is not None:
@@ -54,12 +57,14 @@ def train(settings: Settings, resume: str | None = None, force: bool = False) ->
     status, error = "failed", None
     try:
         start_manifest(manifest_path, settings, run_dir.name, resumed)
-        result = _run(settings, run_dir, manifest_path, started, setup)
+        with _cluster_errors(setup):
+            result = _run(settings, run_dir, manifest_path, started, setup)
         status = result.status
         return result
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
-        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        # A lost worker leaves the chief's last checkpoint: resumable, so RESUME=auto picks it up.
+        status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError)) else "failed"
         raise
     finally:
         try:
@@ -69,6 +74,37 @@ def train(settings: Settings, resume: str | None = None, force: bool = False) ->
             log.error("could not update the manifest: %s", exc)
         log.info("run %s ended: %s", run_dir.name, status)
         close_logging()
+
+
+@contextlib.contextmanager
+def _cluster_errors(setup):
+    """A collective that fails because another worker is gone becomes one WorkerLostError line."""
+    if setup is None or setup.workers < 2:
+        yield
+        return
+    import tensorflow as tf
+
+    lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+            tf.errors.CancelledError)
+    try:
+        yield
+    except lost as exc:
+        raise WorkerLostError(describe_lost(str(exc), setup.workers)) from None
+
+
+def describe_lost(message: str, workers: int) -> str:
+    """One line from TensorFlow's collective / coordination error text."""
+    at = max(message.find("unhealthy"), message.find("remote target"))
+    tasks = sorted({int(t) for t in re.findall(r"task:(\d+)", message[at:at + 200])}) if at >= 0 else []
+    if "stopped sending heartbeats" in message or "heartbeat" in message.lower():
+        why = "stopped sending heartbeats (killed, host lost or network down)"
+    elif "deadline" in message.lower() or "timed out" in message.lower():
+        why = "did not answer within the collective timeout"
+    else:
+        why = "is unreachable"
+    who = ("worker " + ", ".join(map(str, tasks))) if tasks else "a worker"
+    return (f"{who} of {workers} {why}; training stopped. The chief's last checkpoint is kept: restart every "
+            "worker with RESUME=auto to continue from it")
 
 
 def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float, setup=None) -> Result:
@@ -87,6 +123,12 @@ def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float,
     state = LoopState.from_meta(loaded.meta, settings.batch_size) if loaded else LoopState(batch_size=settings.batch_size)
     if setup.workers > 1:
         _send_state(setup, spec, state, loaded is not None)
+    if loaded and state.workers != setup.workers:
+        # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
+        # `distribution` list records the change); only the summation order across replicas differs.
+        log.info("resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
+                 setup.workers, state.workers, state.batch_size)
+    state.workers = setup.workers
     _record_distribution(manifest_path, setup, state)
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started)
     loop.build_model(models)
@@ -128,13 +170,8 @@ def _fingerprint_number(spec) -> int:
 def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
     from . import sync
 
-    previous = state.workers
     sync.numbers_from_chief(setup.strategy, [float(resumed), _fingerprint_number(spec),
                                              *(getattr(state, f) for f in _STATE_FIELDS)])
-    if resumed and previous != setup.workers:
-        log.info("resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
-                 setup.workers, previous, state.batch_size)
-    state.workers = setup.workers
 
 
 def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
