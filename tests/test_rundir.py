@@ -97,6 +97,19 @@ def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
     assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"config.json": mode, "best.weights.h5": mode}
 
 
+def test_temp_dirs_respect_the_umask_and_carry_the_mark(tmp_path):
+    import os
+
+    from train.rundir import make_temp_dir
+
+    old = os.umask(0o022)
+    try:
+        d = make_temp_dir(tmp_path, "export")
+    finally:
+        os.umask(old)
+    assert d.name.startswith("export" + TMP_MARK) and d.stat().st_mode & 0o777 == 0o755
+
+
 def test_storage_error_falls_back_to_strerror():
     assert str(storage_error("p", OSError(errno.EIO, "Input/output error"))) == "cannot write p: Input/output error"
 

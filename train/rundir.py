@@ -107,6 +107,21 @@ def _new_temp(path: Path) -> Path:
     raise StorageError(f"cannot write {path}: no free temporary name in {path.parent}")
 
 
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new directory in `parent` named prefix + TMP_MARK + random, mode 0777 less the umask.
+
+    Not tempfile.mkdtemp, whose 0700 would survive the rename into place (see `_new_temp`).
+    """
+    for _ in range(100):
+        path = parent / f"{prefix}{TMP_MARK}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise StorageError(f"cannot write {parent}: no free temporary name")
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
