@@ -110,3 +110,25 @@ def test_every_setting_has_a_flag():
     fit = cli.build_parser()._subparsers._group_actions[0].choices["fit"]
     dests = {a.dest for a in fit._actions}
     assert {f.name for f in fields(Settings)} <= dests
+
+
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_like_fit(tmp_path, monkeypatch, command):
+    import os
+
+    import train.export
+    import train.predict
+
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "")  # so that monkeypatch restores the caller's value
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
+    run = tmp_path / "runs" / "20260101-000000-abcd"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    seen = []  # TF_CPP_MIN_LOG_LEVEL when the command would import TensorFlow
+    monkeypatch.setattr(train.export, "export_run", lambda r: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+                        or {"savedmodel": "s", "max_abs_diff": 0.0})
+    monkeypatch.setattr(train.predict, "predict_files", lambda r, f: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+                        or [{"file": "a.png", "class": "0", "probability": 1.0}])
+    argv = [command, run.name, *(["a.png"] if command == "predict" else []), "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == 0
+    assert seen == ["2"]
