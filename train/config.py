@@ -28,6 +28,8 @@ CACHE_MODES = ("memory", "file", "none")
 PROGRESS_MODES = ("auto", "bar", "line")
 MONITOR_MODES = ("auto", "max", "min")
 LR_SCHEDULES = ("constant", "cosine")
+# Smallest images the built-in models take (two 3x3 convolutions and two 2x2 poolings need 10x10).
+MIN_IMAGE_SIZE = {"cnn": 10, "cnn_bn": 10}
 # What the epoch loop logs (train.loop compiles with metrics=["accuracy"] and prefixes val_).
 MONITORS = ("val_accuracy", "val_loss", "accuracy", "loss")
 _TRUE = {"1", "true", "yes", "on"}
@@ -188,6 +190,9 @@ def validate(s: Settings) -> Settings:
     _check_dataset(s)
     if s.model not in BUILTIN_MODELS and not _MODULE_FN.match(s.model):
         raise ConfigError("MODEL", s.model, "one of " + ", ".join(BUILTIN_MODELS) + " or package.module:function")
+    if s.dataset.startswith("images:") and s.image_size < MIN_IMAGE_SIZE.get(s.model, 0):
+        raise ConfigError("IMAGE_SIZE", s.image_size, f"MODEL={s.model} needs images of at least "
+                          f"{MIN_IMAGE_SIZE[s.model]}x{MIN_IMAGE_SIZE[s.model]}: raise IMAGE_SIZE or use MODEL=resnet_small")
     if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
     if s.checkpoint_every % s.steps_per_execution:
