@@ -125,3 +125,27 @@ def test_builtin_minimum_image_sizes_are_exact(name):
 
 def test_registered_names_resolve_to_their_factories():
     assert all(get_factory(name) is factory for name, factory in REGISTRY.items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, shape, line", [
+    ("cnn", (2, 2), "ModelError: MODEL=cnn: the images are 2x2, smaller than the 10x10 cnn needs: use larger images "
+                    "or MODEL=resnet_small"),
+    ("my_models_for_test:raises", (8, 8), "ModelError: MODEL=my_models_for_test:raises: raises((8, 8, 1), 3) raised "
+                                          "KeyError: 'width'"),
+])
+def test_a_model_that_cannot_be_built_is_one_line_and_exit_2_from_the_cli(tmp_path, user_module, model, shape, line):
+    """After TensorFlow has loaded: the documented exit 2, one line, no traceback."""
+    import subprocess
+
+    from conftest import write_npz
+    from helpers import PYTHON, subprocess_env
+
+    npz = write_npz(tmp_path / "tiny.npz", n_train=64, n_test=32, shape=shape, classes=3)
+    env = subprocess_env(PYTHONPATH=f"{subprocess_env()['PYTHONPATH']}:{tmp_path}")
+    proc = subprocess.run([PYTHON, "-m", "train", "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(tmp_path / "runs"),
+                           "--model", model, "--epochs", "1", "--progress", "line"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == line
+    assert "Traceback" not in proc.stderr
