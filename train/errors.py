@@ -25,6 +25,30 @@ class ConfigError(TemplateError, ValueError):
         super().__init__(f"{name}={value!r} is not valid: {allowed}")
 
 
+class EnvFileError(ConfigError):
+    """A settings file (.env) that cannot be read: not UTF-8, or a line that is not NAME=value."""
+
+    def __init__(self, path: object, line: int | None, problem: str):
+        self.name, self.value, self.allowed, self.line = "ENV_FILE", str(path), problem, line
+        TemplateError.__init__(self, f"{path}{f', line {line}' if line else ''}: {problem}")
+
+
+class ModelError(TemplateError):
+    """The MODEL factory cannot build a model for the data: it fails to import, raises, has the wrong
+    signature, returns something else, or the images are too small for it.
+
+    Found when the model is built, after TensorFlow has loaded; what can be checked earlier (the
+    module exists, parses and defines the function) is a ConfigError before TensorFlow.
+    """
+
+    exit_code = 2
+    kind = "model"
+
+    def __init__(self, spec: str, problem: str):
+        self.name, self.value, self.problem = "MODEL", spec, problem
+        super().__init__(f"MODEL={spec}: {problem}")
+
+
 class DataError(TemplateError):
     """The data set is missing, empty, corrupt or of the wrong shape."""
 
@@ -107,7 +131,7 @@ class Interrupted(TemplateError):
 EXIT_CODES = {
     0: "success",
     1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU",
-    2: "invalid setting or command line (before TensorFlow is imported)",
+    2: "invalid setting or command line (found before TensorFlow is imported), or a MODEL that cannot be built for the data (found after)",
     3: "data set missing, empty, corrupt or of the wrong shape",
     4: "checkpoint or resume problem (no valid checkpoint, model or settings differ)",
     5: "training diverged (NaN/inf loss); the last good checkpoint is kept",
