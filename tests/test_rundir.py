@@ -170,3 +170,26 @@ def test_ensure_writable_under_a_file_is_a_storage_error(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(StorageError, match="cannot write"):
         ensure_writable(tmp_path / "file" / "runs")
+
+
+def test_atomic_write_fsyncs_the_data_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
+    """The order that survives a power loss: data on disk, then the name, then the name on disk."""
+    import os
+    import stat
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        info = os.fstat(fd)
+        events.append(("fsync dir",) if stat.S_ISDIR(info.st_mode) else ("fsync file", info.st_size))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    atomic_write(tmp_path / "state.npz", lambda p: (events.append(("write",)), p.write_bytes(b"12345")))
+    assert events == [("write",), ("fsync file", 5), ("replace", "state.npz"), ("fsync dir",)]
