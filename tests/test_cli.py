@@ -90,7 +90,7 @@ def test_a_named_env_file_that_is_missing_is_exit_2(capsys):
 def test_fit_status_becomes_the_exit_code(monkeypatch, status, code):
     calls = []
 
-    def train(settings, force):
+    def train(settings, force, restart=False):
         calls.append((settings.epochs, force))
         return types.SimpleNamespace(status=status)
 
