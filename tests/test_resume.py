@@ -200,6 +200,11 @@ def test_a_config_with_an_invalid_value_is_a_run_record_error(tmp_path):
 def test_a_run_locked_by_another_holder_is_refused_naming_it(tmp_path):
     s = _settings(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    starting = _fake_run(s, "20260103-000000-000001", "running", checkpoint=False)  # no state yet, but alive
+    with RunLock(starting):
+        with pytest.raises(RunBusyError):
+            plan_run(s, "auto")
+    starting.rename(run.parent / "moved")
     with RunLock(run):
         for resume in (run.name, "auto", "latest"):
             with pytest.raises(RunBusyError) as info:

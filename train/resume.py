@@ -70,6 +70,8 @@ def auto_resume(settings: Settings) -> str:
     # lock then refuses it).
     if status not in ("interrupted", "budget", "running"):
         return ""
+    if status == "running":
+        RunLock(newest).acquire().release()  # still going (RunBusyError), or killed: then resume it
     if diff_settings(saved, settings):
         log.info("RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
                  newest.name, "; ".join(diff_settings(saved, settings)))
