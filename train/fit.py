@@ -22,6 +22,7 @@ from .loop import EpochLoop, Result
 from .manifest import close_segment, new_segment, open_segment, record_data, start_manifest
 from .resume import RunPlan, check_data, plan_run
 from .rundir import clean_stale_temp, write_text
+from .stopping import StopFlag
 
 log = logging.getLogger("train")
 __all__ = ["Result", "train"]
@@ -29,14 +30,19 @@ __all__ = ["Result", "train"]
 
 def train(settings: Settings, resume: str | None = None, force: bool = False, restart: bool = False) -> Result:
     """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring."""
-    plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
-    try:
-        return _train(plan, force)
-    finally:
-        plan.release()
+    # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
+    # during start-up (TensorFlow import, data loading, model build) must still end with a finished
+    # manifest and exit 75, never with the default action's silent death.
+    stop = StopFlag(settings.max_minutes)
+    with stop.installed():
+        plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
+        try:
+            return _train(plan, force, stop)
+        finally:
+            plan.release()
 
 
-def _train(plan: RunPlan, force: bool) -> Result:
+def _train(plan: RunPlan, force: bool, stop: StopFlag) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
     setup_logging(run_dir / "train.log")
     removed = clean_stale_temp(run_dir)
@@ -44,14 +50,14 @@ def _train(plan: RunPlan, force: bool) -> Result:
     for p in removed:
         log.info("removed a temp file left by an interrupted write: %s", p.name)
     manifest_path = run_dir / "manifest.json"
-    started = time.monotonic()
+    started = stop.started
     status, error = "failed", None
     opened = {"segment": False}
     try:
         if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
             start_manifest(manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke))
             opened["segment"] = True
-        result = _run(plan, force, manifest_path, started, opened)
+        result = _run(plan, force, manifest_path, stop, opened)
         status = result.status
         return result
     except BaseException as exc:
@@ -84,20 +90,26 @@ def _close(run_dir: Path, manifest_path: Path, settings: Settings, status: str, 
         log.error("could not update the manifest: %s", exc)
 
 
-def _run(plan: RunPlan, force: bool, manifest_path: Path, started: float, opened: dict) -> Result:
+def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened: dict) -> Result:
+    settings, run_dir = plan.settings, plan.run_dir
+    if stop.check():
+        return _stopped_before_training(run_dir, stop)
     from . import checkpoints, data, devices, models
 
-    settings, run_dir = plan.settings, plan.run_dir
     setup = devices.setup_devices(settings)
     log.info(setup.describe())
+    if stop.check():
+        return _stopped_before_training(run_dir, stop)
     spec = data.load_data(settings)
+    if stop.check():
+        return _stopped_before_training(run_dir, stop)
     check_data(plan, spec.fingerprint, spec.source, force)
     epochs = _epochs(settings)
     ckpt_dir = run_dir / "checkpoints"
     loaded = None if plan.restart else checkpoints.load_latest(ckpt_dir)
     state = dict(loaded.meta) if loaded else {"epoch": 0, "step": 0, "global_step": 0, "best": None,
                                                "batch_size": settings.batch_size, "batch_halvings": 0}
-    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started)
+    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop)
     loop.build_model(models)
     scope = setup.strategy.scope() if setup.strategy is not None else contextlib.nullcontext()
     if loaded:
@@ -125,7 +137,15 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, started: float, opened
             # exactly these, and AUTO_BATCH always has a state to go back to.
             loop.model.optimizer.build(loop.model.trainable_variables)
             loop._save("initial state")
+    # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
+
+
+def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
+    """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
+    log.info("stopped before training started (%s): nothing new to save; continue with --resume %s",
+             stop.reason, run_dir.name)
+    return Result(run_dir, stop.status, 0)
 
 
 def _last_write(ckpt_dir: Path) -> float | None:
