@@ -92,7 +92,7 @@ def test_a_named_env_file_that_is_missing_is_exit_2(capsys):
 def test_fit_status_becomes_the_exit_code(monkeypatch, status, code):
     calls = []
 
-    def train(settings, force):
+    def train(settings, force, restart=False):
         calls.append((settings.epochs, force))
         return types.SimpleNamespace(status=status)
 
@@ -181,7 +181,7 @@ def test_an_unreadable_env_file_is_one_line_and_exit_2(tmp_path, capsys, content
 
 
 def test_a_model_error_is_one_line_and_exit_2(monkeypatch, capsys):
-    def train(settings, force):
+    def train(settings, force, **_):
         raise ModelError("my_models:make", "make((2, 2, 1), 3) raised ValueError: too small")
 
     monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=train))

@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser("fit", allow_abbrev=False, help="train a model (the default command)")
     fit.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
-    fit.add_argument("--force", action="store_true", help="resume even if settings differ from the run's own")
+    fit.add_argument("--force", action="store_true", help="resume even if settings or data differ from the run's own")
+    fit.add_argument("--restart", action="store_true",
+                     help="with --resume RUN: train RUN again from epoch 1 in its own directory when its checkpoints are gone")
     _add_setting_flags(fit)
 
     exp = sub.add_parser("export", allow_abbrev=False, help="export a run's best weights as SavedModel + .keras + labels")
@@ -109,7 +111,7 @@ def run(argv: Sequence[str]) -> int:
         _quiet_tensorflow()
         from .fit import train  # TensorFlow is imported from here on
 
-        result = train(settings, force=args.force)
+        result = train(settings, force=args.force, restart=args.restart)
         return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
     if cmd == "settings":
         from . import config
@@ -145,8 +147,10 @@ def run(argv: Sequence[str]) -> int:
         return 0 if verdict.match else ReproduceMismatch.exit_code
     if cmd == "export":
         from .export import export_run
+        from .rundir import RunLock
 
-        report = export_run(run_dir)
+        with RunLock(run_dir):  # never while a fit writes the same run
+            report = export_run(run_dir)
         print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
         return 0
     from .predict import format_predictions, predict_files

@@ -69,6 +69,24 @@ class ResumeMismatchError(CheckpointError):
     kind = "resume"
 
 
+class RunRecordError(CheckpointError):
+    """A run's config.json or manifest.json is missing, truncated or not what it should be."""
+
+    kind = "record"
+
+
+class RunBusyError(CheckpointError):
+    """Another live process holds the run's lock: two processes never write one run directory."""
+
+    kind = "busy"
+
+
+class NoWeightsError(CheckpointError):
+    """export / predict on a run that never saved weights (it failed or stopped before an epoch ended)."""
+
+    kind = "no-weights"
+
+
 class DivergedError(TemplateError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
@@ -133,7 +151,8 @@ EXIT_CODES = {
     1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU",
     2: "invalid setting or command line (found before TensorFlow is imported), or a MODEL that cannot be built for the data (found after)",
     3: "data set missing, empty, corrupt or of the wrong shape",
-    4: "checkpoint or resume problem (no valid checkpoint, model or settings differ)",
+    4: "checkpoint or run problem (no valid checkpoint or weights, model, settings or data differ, "
+       "unreadable config.json/manifest.json, run in use by another process)",
     5: "training diverged (NaN/inf loss); the last good checkpoint is kept",
     6: "accelerator out of memory",
     7: "runs directory not writable or disk full",
