@@ -3,9 +3,13 @@
 The parts are built in a fixed order with one log line each (run dir, devices, data, model,
 state); `loop.EpochLoop` then runs the epochs and the export.
 
+A resume is checked in full before the run's record changes: settings and checkpoints
+(resume.plan_run), then the data and the restored state. Only then are config.json and a new
+segment of manifest.json written, so a refused or failed resume leaves the record as it was.
+
 With several workers (TF_CONFIG or WORKERS) every worker first joins the cluster; the chief
-(worker 0) alone creates or resumes the run directory and reads its checkpoint, and sends the run
-id, the loop state and the restored variables to the others through the strategy (train.sync).
+(worker 0) alone plans, locks and writes the run directory and reads its checkpoint, and sends the
+run id, the loop state and the restored variables to the others through the strategy (train.sync).
 The other workers write nothing under RUNS_DIR and log to stdout, prefixed with their index.
 """
 
@@ -22,43 +26,61 @@ from .config import Settings, check_cluster
 from .errors import StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
 from .loop import EpochLoop, LoopState, Result
-from .manifest import now_iso, start_manifest, update_manifest
-from .resume import prepare_run_dir
+from .manifest import close_segment, new_segment, open_segment, record_data, start_manifest, update_manifest
+from .resume import RunPlan, check_data, plan_run
 from .rundir import clean_stale_temp, write_text
+from .stopping import StopFlag
 
 log = logging.getLogger("train")
 __all__ = ["Result", "train"]
 
 
-def train(settings: Settings, resume: str | None = None, force: bool = False) -> Result:
+def train(settings: Settings, resume: str | None = None, force: bool = False, restart: bool = False) -> Result:
     """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring."""
-    cluster = check_cluster(settings, os.environ)
-    setup = None
-    if cluster.multi:
-        from . import devices
+    # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
+    # during start-up (TensorFlow import, data loading, model build) must still end with a finished
+    # manifest and exit 75, never with the default action's silent death.
+    stop = StopFlag(settings.max_minutes)
+    with stop.installed():
+        cluster = check_cluster(settings, os.environ)
+        setup = None
+        if cluster.multi:
+            from . import devices
 
-        setup_logging(None, prefix=f"[worker {cluster.index}] ")
-        setup = devices.setup_devices(settings, cluster)  # joins the cluster: waits for every worker
-        if not cluster.is_chief:
-            with _cluster_errors(setup):
-                return _worker(settings, setup)
-    run_dir, settings, resumed = prepare_run_dir(settings, settings.resume if resume is None else resume, force)
-    setup_logging(run_dir / "train.log", prefix="[worker 0] " if cluster.multi else "")
+            setup_logging(None, prefix=f"[worker {cluster.index}] ")
+            setup = devices.setup_devices(settings, cluster)  # joins the cluster: waits for every worker
+            if not cluster.is_chief:
+                with _cluster_errors(setup):
+                    return _worker(settings, setup, stop)
+        plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
+        try:
+            return _train(plan, force, stop, setup)
+        finally:
+            plan.release()
+
+
+def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
+    run_dir, settings = plan.run_dir, plan.settings
+    setup_logging(run_dir / "train.log", prefix="[worker 0] " if setup is not None else "")
     if setup is not None:
         from . import sync
 
-        sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
+        with _cluster_errors(setup):
+            sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
     removed = clean_stale_temp(run_dir)
-    log.info("run %s: %s%s", run_dir.name, "resuming " if resumed else "", run_dir)
+    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", run_dir)
     for p in removed:
         log.info("removed a temp file left by an interrupted write: %s", p.name)
     manifest_path = run_dir / "manifest.json"
-    started = time.monotonic()
+    started = stop.started
     status, error = "failed", None
+    opened = {"segment": False}
     try:
-        start_manifest(manifest_path, settings, run_dir.name, resumed)
+        if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
+            start_manifest(manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke))
+            opened["segment"] = True
         with _cluster_errors(setup):
-            result = _run(settings, run_dir, manifest_path, started, setup)
+            result = _run(plan, force, manifest_path, stop, opened, setup)
         status = result.status
         return result
     except BaseException as exc:
@@ -67,13 +89,108 @@ def train(settings: Settings, resume: str | None = None, force: bool = False) ->
         status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError)) else "failed"
         raise
     finally:
-        try:
-            update_manifest(manifest_path, status=status, ended_at=now_iso(), error=error,
-                            duration_seconds=round(time.monotonic() - started, 2))
-        except StorageError as exc:  # the disk may be why we are failing: say so, keep the first error
-            log.error("could not update the manifest: %s", exc)
-        log.info("run %s ended: %s", run_dir.name, status)
+        if opened["segment"]:
+            _close(run_dir, manifest_path, settings, status, error, time.monotonic() - started)
+            log.info("run %s ended: %s", run_dir.name, status)
+        elif plan.resumed:
+            log.info("run %s: resume not started (%s); its config.json and manifest.json are unchanged",
+                     run_dir.name, error or status)
         close_logging()
+
+
+def _epochs(settings: Settings) -> int:
+    return 1 if settings.smoke else settings.epochs
+
+
+def _close(run_dir: Path, manifest_path: Path, settings: Settings, status: str, error: str | None, seconds: float) -> None:
+    from .checkpoints import latest_header
+
+    try:
+        # Where the run stands is what its newest state says, however this segment ended.
+        header = latest_header(run_dir / "checkpoints") or {}
+        best = {"monitor": settings.monitor, "value": header.get("best")}
+        close_segment(manifest_path, status, error, seconds, header.get("epoch"), best)
+    except StorageError as exc:  # the disk may be why we are failing: say so, keep the first error
+        log.error("could not update the manifest: %s", exc)
+
+
+def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened: dict, setup=None) -> Result:
+    settings, run_dir = plan.settings, plan.run_dir
+    several = setup is not None  # joined a cluster: its workers stop together, in the loop
+    if stop.check() and not several:
+        return _stopped_before_training(run_dir, stop)
+    from . import checkpoints, data, devices, models
+
+    setup = setup or devices.setup_devices(settings)
+    log.info(setup.describe())
+    if stop.check() and not several:
+        return _stopped_before_training(run_dir, stop)
+    spec = data.load_data(settings)
+    if stop.check() and not several:
+        return _stopped_before_training(run_dir, stop)
+    check_data(plan, spec.fingerprint, spec.source, force)
+    epochs = _epochs(settings)
+    ckpt_dir = run_dir / "checkpoints"
+    loaded = None if plan.restart else checkpoints.load_latest(ckpt_dir)
+    state = LoopState.from_meta(loaded.meta, settings.batch_size) if loaded else LoopState(batch_size=settings.batch_size)
+    workers = setup.workers if several else 1
+    if several:
+        _send_state(setup, spec, state, loaded is not None)
+    if loaded and state.workers != workers:
+        # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
+        # `distribution` list records the change); only the summation order across replicas differs.
+        log.info("resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
+                 workers, state.workers, state.batch_size)
+    state.workers = workers
+    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop)
+    loop.build_model(models)
+    scope = loop.strategy.scope()  # optimizer slots must be created where the model's variables live
+    if loaded:
+        with scope:
+            checkpoints.restore(loop.model, loaded)
+            if several:
+                from . import sync
+
+                sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+        log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+    # Everything is checked: from here on the run's record changes.
+    if plan.resumed:
+        plan.write_config()
+        where = f"{loaded.path.name} (epoch {state.epoch}, step {state.step})" if loaded else None
+        open_segment(manifest_path, plan.manifest, settings,
+                     new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
+                     last_write=_last_write(ckpt_dir))
+        opened["segment"] = True
+    labels = "\n".join(spec.class_names) + "\n"
+    if not (run_dir / "labels.txt").is_file() or (run_dir / "labels.txt").read_text(encoding="utf-8") != labels:
+        write_text(run_dir / "labels.txt", labels)
+    record_data(manifest_path, precision={"policy": setup.precision, "reason": setup.precision_reason},
+                data={"dataset": spec.name, "fingerprint": spec.fingerprint, "source": spec.source,
+                      "n_train": spec.n_train, "n_val": spec.n_val, "input_shape": list(spec.input_shape),
+                      "class_names": list(spec.class_names)})
+    _record_distribution(manifest_path, setup, state)
+    if not loaded:
+        with scope:
+            # The initial weights as a state: a run killed before its first interval resumes from
+            # exactly these, and AUTO_BATCH always has a state to go back to.
+            loop.model.optimizer.build(loop.model.trainable_variables)
+            loop._save("initial state")
+    # A stop requested from here on is seen by the loop before its first step: it saves a state.
+    return loop.run()
+
+
+def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
+    """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
+    log.info("stopped before training started (%s): nothing new to save; continue with --resume %s",
+             stop.reason, run_dir.name)
+    return Result(run_dir, stop.status, 0)
+
+
+def _last_write(ckpt_dir: Path) -> float | None:
+    from .checkpoints import list_states
+
+    states = list_states(ckpt_dir)
+    return states[0].stat().st_mtime if states else None
 
 
 @contextlib.contextmanager
@@ -107,48 +224,17 @@ def describe_lost(message: str, workers: int) -> str:
             "worker with RESUME=auto to continue from it")
 
 
-def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float, setup=None) -> Result:
-    from . import checkpoints, data, devices, models
-
-    setup = setup or devices.setup_devices(settings)
-    log.info(setup.describe())
-    spec = data.load_data(settings)
-    update_manifest(manifest_path, precision={"policy": setup.precision, "reason": setup.precision_reason},
-                    data={"dataset": spec.name, "fingerprint": spec.fingerprint, "source": spec.source,
-                          "n_train": spec.n_train, "n_val": spec.n_val, "input_shape": list(spec.input_shape),
-                          "class_names": list(spec.class_names)})
-    write_text(run_dir / "labels.txt", "\n".join(spec.class_names) + "\n")
-    epochs = 1 if settings.smoke else settings.epochs
-    loaded = checkpoints.load_latest(run_dir / "checkpoints")
-    state = LoopState.from_meta(loaded.meta, settings.batch_size) if loaded else LoopState(batch_size=settings.batch_size)
-    if setup.workers > 1:
-        _send_state(setup, spec, state, loaded is not None)
-    if loaded and state.workers != setup.workers:
-        # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
-        # `distribution` list records the change); only the summation order across replicas differs.
-        log.info("resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
-                 setup.workers, state.workers, state.batch_size)
-    state.workers = setup.workers
-    _record_distribution(manifest_path, setup, state)
-    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started)
-    loop.build_model(models)
-    with loop.strategy.scope():  # optimizer slots must be created where the model's variables live
-        _restore_or_save_initial(loop, loaded, checkpoints)
-    return loop.run()
-
-
-def _worker(settings: Settings, setup) -> Result:
+def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
     """A worker other than the chief: the same steps, with the chief's run id, state and weights."""
     from . import data, models, sync
 
     run_id = sync.text_from_chief(setup.strategy, "")
     log.info("run %s: worker %d of %d; the chief writes the run directory", run_id, setup.worker_index, setup.workers)
     log.info(setup.describe())
-    started = time.monotonic()
     spec = data.load_data(settings)
     state, resumed = _receive_state(setup, spec, settings)
     _log_distribution(setup, state)
-    loop = EpochLoop(settings, None, spec, setup, state, 1 if settings.smoke else settings.epochs, started, chief=False)
+    loop = EpochLoop(settings, None, spec, setup, state, _epochs(settings), stop.started, stop, chief=False)
     loop.build_model(models)
     with loop.strategy.scope():
         loop.model.optimizer.build(loop.model.trainable_variables)
@@ -192,8 +278,8 @@ def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
     """The manifest says how the run was split; a resume on another worker count is appended."""
     from .rundir import read_json
 
-    replicas = setup.replicas
-    now = {"workers": setup.workers, "worker_index": setup.worker_index, "replicas": replicas,
+    replicas, workers, index = _split(setup)
+    now = {"workers": workers, "worker_index": index, "replicas": replicas,
            "global_batch": state.batch_size, "per_replica_batch": state.batch_size // replicas,
            "from_global_step": state.global_step}
     history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []
@@ -203,22 +289,11 @@ def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
 
 
 def _log_distribution(setup, state: LoopState) -> None:
-    replicas = setup.replicas
+    replicas, workers, index = _split(setup)
     log.info("distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
-             setup.workers, setup.worker_index, replicas, state.batch_size, state.batch_size // replicas)
+             workers, index, replicas, state.batch_size, state.batch_size // replicas)
 
 
-def _restore_or_save_initial(loop: EpochLoop, loaded, checkpoints) -> None:
-    state = loop.state
-    if loaded:
-        checkpoints.restore(loop.model, loaded)
-        if loop.setup.workers > 1:
-            from . import sync
-
-            sync.variables_from_chief(loop.setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
-        log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
-    else:
-        # The initial weights as a state: a run killed before its first interval resumes from
-        # exactly these, and AUTO_BATCH always has a state to go back to.
-        loop.model.optimizer.build(loop.model.trainable_variables)
-        loop._save("initial state")
+def _split(setup) -> tuple[int, int, int]:
+    """(replicas, workers, this worker's index) of a device set-up."""
+    return getattr(setup, "replicas", 1), getattr(setup, "workers", 1), getattr(setup, "worker_index", 0)

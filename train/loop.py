@@ -78,15 +78,20 @@ def _improved(value: float | None, best: float | None, mode: str) -> bool:
     return best is None or (value > best if mode == "max" else value < best)
 
 
-def position_after_halving(saved: LoopState, old_batch: int, halvings: int) -> LoopState:
-    """AUTO_BATCH: the state to continue from with half the batch, from the last saved state.
+def step_at_batch_size(step: int, saved_batch: int, new_batch: int) -> int:
+    """Where a state saved at `step` (batches of `saved_batch`) stands in batches of `new_batch`.
 
-    The example order does not depend on the batch size, so the position carries over in examples:
-    the saved step counts batches of the saved state's own batch size.
+    The example order does not depend on the batch size, so the position carries over in examples.
     """
+    return step * saved_batch // new_batch
+
+
+def position_after_halving(saved: LoopState, old_batch: int, halvings: int) -> LoopState:
+    """AUTO_BATCH: the state to continue from with half the batch, from the last saved state
+    (whose step counts batches of its own batch size)."""
     new_batch = old_batch // 2
-    examples = saved.step * (saved.batch_size or old_batch)
-    return dataclasses.replace(saved, batch_size=new_batch, step=examples // new_batch, batch_halvings=halvings)
+    step = step_at_batch_size(saved.step, saved.batch_size or old_batch, new_batch)
+    return dataclasses.replace(saved, batch_size=new_batch, step=step, batch_halvings=halvings)
 
 
 def steps_until(n_left: int, per_execution: int, global_step: int, every: int) -> int:
@@ -106,7 +111,8 @@ def progress_verbose(progress: str, isatty: bool) -> int:
 class EpochLoop:
     """The epoch loop and what it owns: model, datasets, metrics, checkpoints, stop flag."""
 
-    def __init__(self, settings, run_dir, spec, setup, state: LoopState, epochs, started, chief: bool = True):
+    def __init__(self, settings, run_dir, spec, setup, state: LoopState, epochs, started,
+                 stop: StopFlag | None = None, chief: bool = True):
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started, self.chief = epochs, started, chief
         self.mode = _monitor_mode(settings)
@@ -115,7 +121,7 @@ class EpochLoop:
         if self.metrics:
             self.metrics.truncate_from(state.epoch + 1)
             self.history = [dict(r) for r in self.metrics.rows]
-        self.stop = StopFlag(settings.max_minutes, started)
+        self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
 
     @property
     def strategy(self):
@@ -225,8 +231,10 @@ class EpochLoop:
         while self.state.step < saver.total:
             n = steps_until(saver.total - self.state.step, self.s.steps_per_execution, self.state.global_step,
                             self.s.checkpoint_every)
-            vote = 1.0 if self.stop.check() else 0.0
-            out = self.steps.train(iterator, tf.constant(n), tf.constant(vote)).numpy()
+            asked = self.stop.check()
+            if asked and getattr(self.setup, "workers", 1) == 1:
+                break  # no other worker to tell: stop before another step runs
+            out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
             totals.add(out)
             stopping = out[3] > 0
             if stopping and self.stop.reason is None:
@@ -255,7 +263,7 @@ class EpochLoop:
         state = self.state
         # With several workers a halving on one would split the group: the error stops it instead.
         if (not self.s.auto_batch or state.batch_halvings >= MAX_BATCH_HALVINGS or state.batch_size < 2
-                or self.setup.workers > 1):
+                or getattr(self.setup, "workers", 1) > 1):
             raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
         from . import checkpoints
 
