@@ -1,4 +1,4 @@
-"""4. The training loop on one device: the project's compiled steps (train.steps) vs the `model.fit` they replace.
+"""7. The training loop on one device: the project's compiled steps (train.steps) vs the `model.fit` they replace.
 
 Same data pipeline order, model, initial weights, precision and STEPS_PER_EXECUTION; epochs
 interleaved in one process, the first (tracing) epoch of each left out. The loop under test is
@@ -70,7 +70,7 @@ def test_own_steps_vs_model_fit(benchmark, mnist_npz, quick, tmp_path, steps_per
     got = common.once(benchmark, lambda: common.interleave({"model.fit": fit, "steps": own}, repeats))
     fit_sps, own_sps = common.median(got["model.fit"][1:]), common.median(got["steps"][1:])
     value = common.ratio(own_sps, fit_sps)
-    common.record(benchmark, f"4. samples/s, one device: own compiled steps / model.fit (STEPS_PER_EXECUTION={steps_per_execution})",
+    common.record(benchmark, f"7. samples/s, one device: own compiled steps / model.fit (STEPS_PER_EXECUTION={steps_per_execution})",
                   f">= {GOAL}x within noise", value, value is not None and value >= GOAL * 0.97,
                   n_train=spec.n_train, model_fit_samples_per_second=fit_sps, steps_samples_per_second=own_sps,
                   samples_per_second=got)
