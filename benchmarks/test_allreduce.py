@@ -30,7 +30,7 @@ def _env(threads: int, **extra: str) -> dict[str, str]:
 
 def _flags(npz, runs) -> list[str]:
     return ["fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), "--epochs", "2", "--batch-size",
-            str(GLOBAL_BATCH), "--export", "false", "--progress", "line", "--checkpoint-every", "0",
+            str(GLOBAL_BATCH), "--no-export", "--progress", "line", "--checkpoint-every", "0",
             "--precision", "float32"]
 
 

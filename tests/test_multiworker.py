@@ -98,7 +98,7 @@ sys.exit(main(["fit", *sys.argv[1:]]))
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("pair")
-    procs = start_workers(tmp, data)
+    procs = start_workers(tmp, data, export=True)
     codes = wait_all(procs)
     return tmp, procs, codes
 
@@ -111,7 +111,9 @@ def test_two_workers_finish_and_only_the_chief_writes(pair):
     assert m["status"] == "completed" and m["epochs_completed"] == 2
     assert m["distribution"][-1] == {"workers": 2, "worker_index": 0, "replicas": 2, "global_batch": 32,
                                      "per_replica_batch": 16, "from_global_step": 0}
-    for name in ("final.weights.h5", "best.weights.h5", "metrics.csv", "train.log", "config.json", "checkpoints/LATEST"):
+    assert m["export"]["max_abs_diff"] <= 1e-5
+    for name in ("final.weights.h5", "best.weights.h5", "metrics.csv", "train.log", "config.json", "checkpoints/LATEST",
+                 "export/savedmodel/saved_model.pb", "tensorboard"):
         assert (run / name).exists(), name
     assert not (tmp / "w1" / "runs").exists() or not any((tmp / "w1" / "runs").iterdir())
     worker = text(procs[1])

@@ -195,6 +195,12 @@ class EpochLoop:
                         self.model)
         if status == "completed" and self.chief:
             result = self._finish(result)
+        if getattr(self.setup, "workers", 1) > 1:
+            from . import sync
+
+            # The others wait here for the chief's final weights and export, so no worker leaves
+            # while the chief still counts on it (the coordination service would report it lost).
+            sync.from_chief(self.strategy, [0.0])
         return result
 
     def _train_epoch(self, epoch: int) -> tuple[dict[str, float], float, int]:
