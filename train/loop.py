@@ -232,7 +232,8 @@ class EpochLoop:
         from .steps import Totals
 
         verbose = progress_verbose(self.s.progress, sys.stdout.isatty()) if self.chief else 0
-        bar = keras.utils.Progbar(saver.total) if verbose else None
+        # The values passed are running means already: stateful, so the bar shows them as they are.
+        bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", "accuracy"]) if verbose else None
         totals, iterator = Totals(), iter(ds)
         while self.state.step < saver.total:
             n = steps_until(saver.total - self.state.step, self.s.steps_per_execution, self.state.global_step,
