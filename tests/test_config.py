@@ -8,7 +8,7 @@ from helpers import PROJECT_ROOT
 
 from train import config
 from train.config import Settings, debug_requested, diff_settings, env_example, load_settings, settings_table
-from train.errors import ConfigError
+from train.errors import ConfigError, StorageError
 
 
 def load(overrides=None, env=None, env_file=None):
@@ -132,15 +132,16 @@ def test_a_path_given_for_the_wrong_kind_says_what_it_is(tmp_path):
         load(env={"DATASET": f"images:{tmp_path / 'file.txt'}"})
 
 
-def test_runs_dir_that_is_a_file_or_under_one(tmp_path):
+def test_runs_dir_that_is_a_file_or_under_one_says_so(tmp_path):
     (tmp_path / "f").write_text("x")
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(StorageError) as e:
         load(env={"RUNS_DIR": str(tmp_path / "f")})
-    assert str(e.value) == f"RUNS_DIR={str(tmp_path / 'f')!r} is not valid: is a file, not a directory: point RUNS_DIR at a directory"
-    with pytest.raises(ConfigError, match=rf"is under a file \({tmp_path / 'f'}\), not a directory"):
+    assert str(e.value) == f"cannot write {tmp_path / 'f'}: {tmp_path / 'f'} is a file, not a directory; point RUNS_DIR at a directory"
+    assert e.value.exit_code == 7
+    with pytest.raises(StorageError, match=rf"cannot write {tmp_path / 'f' / 'runs'}: {tmp_path / 'f'} is a file, not a directory"):
         load(env={"RUNS_DIR": str(tmp_path / "f" / "runs")})
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
-    with pytest.raises(ConfigError, match="is a broken link"):
+    with pytest.raises(StorageError, match="gone is a broken link, not a directory"):
         load(env={"RUNS_DIR": str(tmp_path / "gone")})
     assert load(env={"RUNS_DIR": str(tmp_path / "new" / "runs")}).runs_dir == str(tmp_path / "new" / "runs")
 

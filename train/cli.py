@@ -26,7 +26,7 @@ class _OnOff(argparse.BooleanOptionalAction):
         before = getattr(namespace, self.dest, None)
         super().__call__(parser, namespace, values, option_string)
         if before is not None and before != getattr(namespace, self.dest):
-            raise argparse.ArgumentError(self, f"given both ways ({'/'.join(self.option_strings)}): keep one")
+            raise argparse.ArgumentError(self, "given both ways: keep one")
 
 
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pred = sub.add_parser("predict", allow_abbrev=False, help="print class and probability for image files")
     pred.add_argument("run", help="run id, run directory or 'latest'")
-    pred.add_argument("images", nargs="+", help="image files (PNG/JPEG)")
+    pred.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF or BMP)")
     pred.add_argument("--env-file", default=".env")
     pred.add_argument("--runs-dir", default=None)
 

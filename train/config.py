@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .envfile import read_env_file
-from .errors import ConfigError
+from .errors import ConfigError, StorageError
 from .modelspec import check_model_spec
 
 log = logging.getLogger("train")
@@ -165,7 +165,7 @@ def _check_dataset(s: Settings) -> None:
 
 
 def _check_dirs(s: Settings) -> None:
-    """RUNS_DIR and DATA_DIR: not empty (that would be the working directory), and not under a file."""
+    """RUNS_DIR and DATA_DIR: not empty (that would be the working directory); RUNS_DIR not under a file."""
     for name in ("runs_dir", "data_dir"):
         value = getattr(s, name)
         if not value.strip():
@@ -175,9 +175,10 @@ def _check_dirs(s: Settings) -> None:
         if part.is_dir():
             return
         if part.exists() or part.is_symlink():
+            # A storage problem (exit 7, as a read-only RUNS_DIR), said plainly instead of "File exists".
             what = "a broken link" if not part.exists() else "a file"
-            where = f"is {what}" if part == p else f"is under {what} ({part})"
-            raise ConfigError("RUNS_DIR", s.runs_dir, f"{where}, not a directory: point RUNS_DIR at a directory")
+            raise StorageError(f"cannot write {s.runs_dir}: {part} is {what}, not a directory; "
+                               "point RUNS_DIR at a directory")
 
 
 _MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -157,6 +157,10 @@ def load_image_file(path: str | os.PathLike, input_shape: tuple[int, int, int]) 
     """One file as uint8 (H, W, C), decoded and resized exactly as the training pipeline does."""
     import tensorflow as tf
 
+    if Path(path).is_dir():
+        raise DataError(f"{path} is a directory, not an image file; give the image files ({SUPPORTED})")
+    if not Path(path).exists():
+        raise DataError(f"{path} does not exist" + (" (a broken link)" if Path(path).is_symlink() else ""))
     try:
         return decode_tensor(tf.io.read_file(str(path)), tuple(input_shape)).numpy()
     except (tf.errors.OpError, ValueError) as e:
