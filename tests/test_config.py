@@ -182,3 +182,21 @@ def test_a_user_model_is_checked_before_tensorflow(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=r"broken_models_for_test.py, line 1: SyntaxError"):
         load(env={"MODEL": "broken_models_for_test:make"})
+
+
+def test_image_size_too_small_for_a_builtin_model(tmp_path):
+    with pytest.raises(ConfigError, match=r"IMAGE_SIZE=9 is not valid: MODEL=cnn needs images of at least 10x10"):
+        load(env={"DATASET": f"images:{tmp_path}", "IMAGE_SIZE": "9"})
+    assert load(env={"DATASET": f"images:{tmp_path}", "IMAGE_SIZE": "9", "MODEL": "resnet_small"}).image_size == 9
+
+
+def test_a_user_model_that_cannot_work_exits_2_before_tensorflow_is_imported(tmp_path):
+    (tmp_path / "my_zoo.py").write_text("import keras\n\ndef make(input_shape):\n    pass\n")
+    code = "import sys, train.cli as c; rc = c.main(['fit', '--model', 'my_zoo:make']); " \
+           "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; sys.exit(rc)"
+    env = {"PYTHONPATH": f"{PROJECT_ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"ConfigError: MODEL='my_zoo:make' is not valid: make() in {tmp_path / 'my_zoo.py'} (line 3) takes 1 positional "
+        "argument; a model factory is make_model(input_shape, num_classes)")
