@@ -117,7 +117,8 @@ def run(argv: Sequence[str]) -> int:
         from .check import main as check_main
 
         return check_main(json_output=args.json, require_gpu=args.require_gpu, skip_matmul=args.skip_matmul)
-    settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn)
+    # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
+    settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn, check_model=False)
     if cmd == "runs":
         from .runs import format_runs, list_runs
 

@@ -209,12 +209,14 @@ def load_settings(
     env_file: str | os.PathLike | None = ".env",
     environ: Mapping[str, str] | None = None,
     warn: Callable[[str], None] | None = None,
+    check_model: bool = True,
 ) -> Settings:
     """Resolve the settings: defaults < .env file < environment < `overrides` (command-line flags).
 
     `overrides` uses field names (`batch_size`); files and the environment use UPPER_CASE names.
     A missing default `.env` is fine; an explicitly named one that does not exist is an error.
     `warn(line)` gets the warnings about the .env file (unknown or repeated keys); default: logged.
+    `check_model=False` skips looking for a MODEL=module:function (commands that build no model).
     """
     environ = os.environ if environ is None else environ
     layers: list[Mapping[str, Any]] = []
@@ -233,7 +235,7 @@ def load_settings(
         if overrides and overrides.get(f.name) is not None:
             values[f.name] = _coerce(f, overrides[f.name])
     settings = validate(Settings(**values))
-    if settings.model not in BUILTIN_MODELS:
+    if check_model and settings.model not in BUILTIN_MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
         check_model_spec(settings.model)
     return settings
