@@ -200,3 +200,9 @@ def test_a_user_model_that_cannot_work_exits_2_before_tensorflow_is_imported(tmp
     assert proc.stderr.strip() == (
         f"ConfigError: MODEL='my_zoo:make' is not valid: make() in {tmp_path / 'my_zoo.py'} (line 3) takes 1 positional "
         "argument; a model factory is make_model(input_shape, num_classes)")
+
+
+def test_no_validation_images_with_a_validation_monitor(tmp_path):
+    with pytest.raises(ConfigError, match=r"VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy"):
+        load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0"})
+    assert load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0", "MONITOR": "loss"}).val_split == 0

@@ -194,6 +194,9 @@ def validate(s: Settings) -> Settings:
     if s.dataset.startswith("images:") and s.image_size < MIN_IMAGE_SIZE.get(s.model, 0):
         raise ConfigError("IMAGE_SIZE", s.image_size, f"MODEL={s.model} needs images of at least "
                           f"{MIN_IMAGE_SIZE[s.model]}x{MIN_IMAGE_SIZE[s.model]}: raise IMAGE_SIZE or use MODEL=resnet_small")
+    if s.dataset.startswith("images:") and s.val_split == 0 and s.monitor.startswith("val_"):
+        raise ConfigError("VAL_SPLIT", s.val_split, f"0 leaves no validation images, so MONITOR={s.monitor} is never "
+                          "measured: set VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss")
     if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
     if s.checkpoint_every % s.steps_per_execution:

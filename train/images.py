@@ -233,6 +233,9 @@ def read_image_dir(root: Path, settings, subset: Callable[[int, int], np.ndarray
     class_names, rels, labels = list_image_dir(root)
     fingerprint = fingerprint_files(root, rels)
     tr, va = split_indices(labels, settings.val_split, settings.seed)
+    if settings.val_split > 0 and len(va) == 0:
+        raise DataError(f"{root}: VAL_SPLIT={settings.val_split} of {np.bincount(labels).min()} images in the smallest "
+                        "class leaves no image for validation; raise VAL_SPLIT or add images")
     if subset is not None:
         tr, va = tr[subset(len(tr), 0)], va[subset(len(va), 1)]
     shape = (settings.image_size, settings.image_size, settings.channels)
