@@ -80,7 +80,7 @@ def _other_tool(key: str) -> bool:
 
 def _suggest(key: str, names: set[str]) -> str:
     close = difflib.get_close_matches(key.upper(), sorted(names), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else f" (the settings: python -m train settings)"
+    return f" (did you mean {close[0]}?)" if close else " (the settings: python -m train settings)"
 
 
 def _short(text: str) -> str:

@@ -33,7 +33,8 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
 
     Links are followed (a class folder may be assembled from links to files or folders), but each
     real file counts once and in one class only: a link back to a folder that contains it (a loop),
-    or one file reachable from two classes, is an error naming both paths.
+    or one file reachable from two classes, is an error naming both paths. Names starting with "."
+    (.git, .ipynb_checkpoints, ...) are skipped.
     """
     root = Path(root)
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
