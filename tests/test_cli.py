@@ -92,7 +92,7 @@ def test_a_named_env_file_that_is_missing_is_exit_2(capsys):
 def test_fit_status_becomes_the_exit_code(monkeypatch, status, code):
     calls = []
 
-    def train(settings, force):
+    def train(settings, force, restart=False):
         calls.append((settings.epochs, force))
         return types.SimpleNamespace(status=status)
 
@@ -112,6 +112,28 @@ def test_every_setting_has_a_flag():
     fit = cli.build_parser()._subparsers._group_actions[0].choices["fit"]
     dests = {a.dest for a in fit._actions}
     assert {f.name for f in fields(Settings)} <= dests
+
+
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_like_fit(tmp_path, monkeypatch, command):
+    import os
+
+    import train.export
+    import train.predict
+
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "")  # so that monkeypatch restores the caller's value
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
+    run = tmp_path / "runs" / "20260101-000000-abcd"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    seen = []  # TF_CPP_MIN_LOG_LEVEL when the command would import TensorFlow
+    monkeypatch.setattr(train.export, "export_run", lambda r: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+                        or {"savedmodel": "s", "max_abs_diff": 0.0})
+    monkeypatch.setattr(train.predict, "predict_files", lambda r, f: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+                        or [{"file": "a.png", "class": "0", "probability": 1.0}])
+    argv = [command, run.name, *(["a.png"] if command == "predict" else []), "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == 0
+    assert seen == ["2"]
 
 
 @pytest.mark.parametrize("argv, meant", [
@@ -159,7 +181,7 @@ def test_an_unreadable_env_file_is_one_line_and_exit_2(tmp_path, capsys, content
 
 
 def test_a_model_error_is_one_line_and_exit_2(monkeypatch, capsys):
-    def train(settings, force):
+    def train(settings, force, **_):
         raise ModelError("my_models:make", "make((2, 2, 1), 3) raised ValueError: too small")
 
     monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=train))

@@ -88,8 +88,18 @@ def test_env_example_and_table_cover_every_setting():
 
     text, table = env_example(), settings_table()
     for f in fields(Settings):
-        assert f"\n{f.name.upper()}=" in text
+        assert f"\n# {f.name.upper()}=" in text
         assert f"`{f.name.upper()}`" in table
+
+
+def test_a_copied_env_example_sets_nothing(tmp_path):
+    # A copied .env.example must not pin anything: not RUNS_DIR=./runs into the container, not an
+    # empty RESUME= that turns off the compose service's RESUME=auto.
+    from dotenv import dotenv_values
+
+    (tmp_path / ".env").write_text(env_example() + "\n")
+    assert dotenv_values(tmp_path / ".env") == {}
+    assert load_settings(env_file=tmp_path / ".env", environ={}) == Settings()
 
 
 def test_committed_env_example_is_current():

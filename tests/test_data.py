@@ -222,3 +222,30 @@ def test_a_single_npy_array_is_called_so(tmp_path):
 def test_a_directory_given_as_npz_is_called_a_directory(tmp_path):
     with pytest.raises(DataError, match="is a directory, not a file"):
         data._read_npz(tmp_path)
+
+
+@pytest.mark.parametrize("seed, buffer", [(7, 0), (8, 0), (7, 50)])
+def test_train_batches_follow_epoch_order_of_seed_and_shuffle_buffer(make_npz, seed, buffer):
+    s = settings(dataset=f"npz:{make_npz()}", seed=seed, shuffle_buffer=buffer)
+    spec = data.load_data(s)
+    x, y = batches(data.train_dataset(spec, s, epoch=2, batch_size=64))
+    order = data.epoch_order(spec.n_train, seed, 2, buffer)
+    np.testing.assert_array_equal(x, spec._train.x[order].astype(np.float32))
+    np.testing.assert_array_equal(y, spec._train.y[order])
+
+
+def test_seed_epoch_and_shuffle_buffer_each_change_the_order():
+    base = data.epoch_order(600, seed=7, epoch=2, buffer=0)
+    for other in (data.epoch_order(600, seed=8, epoch=2, buffer=0), data.epoch_order(600, seed=7, epoch=3, buffer=0),
+                  data.epoch_order(600, seed=7, epoch=2, buffer=50)):
+        assert not np.array_equal(other, base)
+
+
+@pytest.mark.parametrize("buffer", [1, 2, 50, 599])
+def test_a_shuffle_buffer_only_draws_from_its_window(buffer):
+    """Like tf.data's shuffle: position t holds one of the first `buffer + t` examples, not yet used."""
+    order = data.epoch_order(600, seed=5, epoch=0, buffer=buffer)
+    assert all(int(i) < buffer + t for t, i in enumerate(order))
+    assert sorted(order.tolist()) == list(range(600))
+    if buffer > 1:
+        assert not np.array_equal(order, np.arange(600))

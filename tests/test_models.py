@@ -123,8 +123,18 @@ def test_builtin_minimum_image_sizes_are_exact(name):
         REGISTRY[name]((n - 1, n - 1, 1), 3)
 
 
-def test_registered_names_resolve_to_their_factories():
-    assert all(get_factory(name) is factory for name, factory in REGISTRY.items())
+@pytest.mark.parametrize("name, has, lacks", [
+    ("cnn", "Conv2D", ("BatchNormalization", "Add")),
+    ("cnn_bn", "BatchNormalization", ("Add",)),
+    ("resnet_small", "Add", ()),
+])
+def test_each_registered_name_builds_its_own_architecture(name, has, lacks):
+    from train import models
+
+    assert get_factory(name) is getattr(models, name)  # the name is the factory's own, not another's
+    kinds = {type(layer).__name__ for layer in build_model(name, (28, 28, 1), 3).layers}
+    assert has in kinds and not kinds & set(lacks)
+    assert sorted(REGISTRY) == ["cnn", "cnn_bn", "resnet_small"]  # a new model gets a row above
 
 
 @pytest.mark.slow

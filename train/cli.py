@@ -14,9 +14,9 @@ from dataclasses import fields
 from typing import Sequence
 
 from .config import Settings, load_settings
-from .errors import EXIT_CODES, Interrupted, TemplateError
+from .errors import EXIT_CODES, Interrupted, ReproduceMismatch, TemplateError
 
-COMMANDS = ("fit", "export", "predict", "runs", "check", "settings")
+COMMANDS = ("fit", "export", "predict", "runs", "check", "settings", "reproduce")
 
 
 class _OnOff(argparse.BooleanOptionalAction):
@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser("fit", allow_abbrev=False, help="train a model (the default command)")
     fit.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
-    fit.add_argument("--force", action="store_true", help="resume even if settings differ from the run's own")
+    fit.add_argument("--force", action="store_true", help="resume even if settings or data differ from the run's own")
+    fit.add_argument("--restart", action="store_true",
+                     help="with --resume RUN: train RUN again from epoch 1 in its own directory when its checkpoints are gone")
     _add_setting_flags(fit)
 
     exp = sub.add_parser("export", allow_abbrev=False, help="export a run's best weights as SavedModel + .keras + labels")
@@ -73,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--json", action="store_true", help="print the report as JSON")
     chk.add_argument("--require-gpu", action="store_true", help="exit 1 when no usable GPU is found")
     chk.add_argument("--skip-matmul", action="store_true", help="skip the timed matmul benchmark")
+
+    rep = sub.add_parser("reproduce", allow_abbrev=False, help="rerun a run from its own record and say whether it matches")
+    rep.add_argument("run", help="run id, run directory or 'latest'")
+    rep.add_argument("--local", action="store_true", required=True,
+                     help="rerun in this environment (installed versions compared with the run's); required")
+    rep.add_argument("--allow-dirty", action="store_true", help="rerun a run made from uncommitted changes anyway")
+    rep.add_argument("--epochs", type=int, default=None, help="stop after N epochs and compare with that epoch")
+    rep.add_argument("--env-file", default=".env")
+    rep.add_argument("--runs-dir", default=None)
 
     st = sub.add_parser("settings", allow_abbrev=False, help="print every setting: resolved values, .env.example or the README table")
     st.add_argument("--env-file", default=".env")
@@ -100,7 +111,7 @@ def run(argv: Sequence[str]) -> int:
         _quiet_tensorflow()
         from .fit import train  # TensorFlow is imported from here on
 
-        result = train(settings, force=args.force)
+        result = train(settings, force=args.force, restart=args.restart)
         return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
     if cmd == "settings":
         from . import config
@@ -126,11 +137,21 @@ def run(argv: Sequence[str]) -> int:
         return 0
     from .rundir import resolve_run
 
+    _quiet_tensorflow()  # export and predict start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
+    if cmd == "reproduce":
+        from .manifest import project_root
+        from .reproduce import format_verdict, reproduce
+
+        verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs)
+        print(format_verdict(verdict))
+        return 0 if verdict.match else ReproduceMismatch.exit_code
     if cmd == "export":
         from .export import export_run
+        from .rundir import RunLock
 
-        report = export_run(run_dir)
+        with RunLock(run_dir):  # never while a fit writes the same run
+            report = export_run(run_dir)
         print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
         return 0
     from .predict import format_predictions, predict_files

@@ -292,9 +292,13 @@ def _default_text(f: dataclasses.Field) -> str:
 
 def env_example() -> str:
     """The text of `.env.example`: every setting with its default and a one-line comment."""
-    lines = ["# Settings for `python -m train` (copy to .env). Precedence: defaults < .env < environment < flags.", ""]
+    # Every line commented out: a copied file changes nothing, on the host or in the container (where
+    # an active `RESUME=` would turn off the compose service's RESUME=auto), until a line is uncommented.
+    lines = ["# Settings for `python -m train`: cp .env.example .env, then uncomment and change what you need.",
+             "# Precedence: defaults < .env < environment < flags. In the container RUNS_DIR and DATA_DIR are",
+             "# always the /runs and /data volumes (docker-compose.yml); move them with RUNS_HOST_DIR/DATA_HOST_DIR.", ""]
     for f in fields(Settings):
-        lines += [f"# {f.metadata['doc']}", f"{f.name.upper()}={_default_text(f)}", ""]
+        lines += [f"# {f.metadata['doc']}", f"# {f.name.upper()}={_default_text(f)}", ""]
     return "\n".join(lines)
 
 

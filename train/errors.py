@@ -69,6 +69,24 @@ class ResumeMismatchError(CheckpointError):
     kind = "resume"
 
 
+class RunRecordError(CheckpointError):
+    """A run's config.json or manifest.json is missing, truncated or not what it should be."""
+
+    kind = "record"
+
+
+class RunBusyError(CheckpointError):
+    """Another live process holds the run's lock: two processes never write one run directory."""
+
+    kind = "busy"
+
+
+class NoWeightsError(CheckpointError):
+    """export / predict on a run that never saved weights (it failed or stopped before an epoch ended)."""
+
+    kind = "no-weights"
+
+
 class DivergedError(TemplateError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
@@ -104,6 +122,20 @@ class NoGPUError(TemplateError):
     kind = "gpu"
 
 
+class ReproduceError(TemplateError):
+    """A run cannot be reproduced from its record: missing commit, dirty tree, other lock or data."""
+
+    exit_code = 9
+    kind = "reproduce"
+
+
+class ReproduceMismatch(TemplateError):
+    """The rerun finished but its result differs from the original's (the verdict says how)."""
+
+    exit_code = 10
+    kind = "reproduce"
+
+
 class Interrupted(TemplateError):
     """SIGTERM/SIGINT or MAX_MINUTES: the run saved a resumable state and stopped early.
 
@@ -119,10 +151,13 @@ EXIT_CODES = {
     1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU",
     2: "invalid setting or command line (found before TensorFlow is imported), or a MODEL that cannot be built for the data (found after)",
     3: "data set missing, empty, corrupt or of the wrong shape",
-    4: "checkpoint or resume problem (no valid checkpoint, model or settings differ)",
+    4: "checkpoint or run problem (no valid checkpoint or weights, model, settings or data differ, "
+       "unreadable config.json/manifest.json, run in use by another process)",
     5: "training diverged (NaN/inf loss); the last good checkpoint is kept",
     6: "accelerator out of memory",
     7: "runs directory not writable or disk full",
     8: "export failed or the exported model disagrees with the trained one",
+    9: "reproduce: the run cannot be reproduced (commit, dirty tree, lock, data or its rerun failed)",
+    10: "reproduce: the rerun does not match the original",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
 }
