@@ -89,9 +89,9 @@ def _walk_class(top: Path):
             elif e.name.lower().endswith(IMAGE_EXTENSIONS):
                 try:
                     st = e.stat()
-                except OSError:
-                    raise DataError(f"{e.path}: a broken link ({os.readlink(e.path)!r} does not exist); "
-                                    "fix or remove it") from None
+                except OSError as exc:
+                    why = f"a broken link ({os.readlink(e.path)!r} does not exist)" if e.is_symlink() else exc.strerror
+                    raise DataError(f"{e.path}: {why}; fix or remove it") from None
                 yield e.path, (st.st_dev, st.st_ino)
 
     yield from walk(str(top))
