@@ -165,19 +165,24 @@ def _check_dataset(s: Settings) -> None:
 
 
 def _check_dirs(s: Settings) -> None:
-    """RUNS_DIR and DATA_DIR: not empty (that would be the working directory); RUNS_DIR not under a file."""
+    """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory."""
     for name in ("runs_dir", "data_dir"):
         value = getattr(s, name)
         if not value.strip():
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
-    p = Path(s.runs_dir).expanduser()
-    for part in (p, *p.parents):  # the nearest part of the path that exists must be a directory
+
+
+def _check_runs_dir_path(runs_dir: str) -> None:
+    """The nearest part of RUNS_DIR that exists must be a directory (checked for what the user gives,
+    not for a run's saved settings, whose RUNS_DIR may be somewhere else by now)."""
+    p = Path(runs_dir).expanduser()
+    for part in (p, *p.parents):
         if part.is_dir():
             return
         if part.exists() or part.is_symlink():
             # A storage problem (exit 7, as a read-only RUNS_DIR), said plainly instead of "File exists".
             what = "a broken link" if not part.exists() else "a file"
-            raise StorageError(f"cannot write {s.runs_dir}: {part} is {what}, not a directory; "
+            raise StorageError(f"cannot write {runs_dir}: {part} is {what}, not a directory; "
                                "point RUNS_DIR at a directory")
 
 
@@ -238,6 +243,7 @@ def load_settings(
         if overrides and overrides.get(f.name) is not None:
             values[f.name] = _coerce(f, overrides[f.name])
     settings = validate(Settings(**values))
+    _check_runs_dir_path(settings.runs_dir)
     if check_model and settings.model not in BUILTIN_MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
         check_model_spec(settings.model)
