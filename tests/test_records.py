@@ -19,12 +19,16 @@ def _bytes(run, *names):
 
 
 def _stop_at_check(monkeypatch, n):
-    """Request a stop at the n-th stop check of the loop (a step boundary)."""
+    """Request a stop at the n-th stop check of the epoch loop (a step boundary; start-up's checks not counted)."""
+    import sys
+
     from train import stopping
 
     original, calls = stopping.StopFlag.check, {"n": 0}
 
     def check(self):
+        if sys._getframe(1).f_code.co_filename.endswith("fit.py"):
+            return original(self)
         calls["n"] += 1
         if calls["n"] == n:
             self.request("test stop")
