@@ -45,6 +45,13 @@ def test_dependencies_come_from_the_lock_with_hashes_before_the_source():
     assert DOCKERFILE.count("pip install --no-deps --no-build-isolation") == 2
 
 
+def test_pip_uses_the_build_cache_mount():
+    # HOME is the run-time user's, so without PIP_CACHE_DIR pip ignores the mount (and disables its cache).
+    mounts = re.findall(r"--mount=type=cache,target=(\S+?),", DOCKERFILE)
+    installs = re.findall(r"PIP_CACHE_DIR=(\S+) pip install --require-hashes", DOCKERFILE)
+    assert len(mounts) == 2 and installs == mounts
+
+
 def test_gpu_target_exposes_the_driver_capabilities_it_needs():
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in DOCKERFILE and "TF_CPP_MIN_LOG_LEVEL=2" in DOCKERFILE
 
