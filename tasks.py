@@ -256,4 +256,15 @@ def clean(c, images=False, cpu=False):
         c.run(f"{_compose(c, cpu, gpu_needed=False)} down --remove-orphans{' --rmi all' if images else ''}", echo=True)
 
 
-ns = Collection(build, gpu_check, train, export, logs, tensorboard, test, bench, lock, clean)
+@task(help={
+    "run": "run id, run directory or 'latest'",
+    "allow_dirty": "rerun a run made from uncommitted changes (with the committed code)",
+    "epochs": "stop after N epochs and compare with the original at that epoch (0 = the whole run)",
+})
+def reproduce(c, run, allow_dirty=False, epochs=0):
+    """Rerun a run from its record in this environment (a worktree of its commit) and say whether it matches."""
+    flags = (" --allow-dirty" if allow_dirty else "") + (f" --epochs {int(epochs)}" if epochs else "")
+    c.run(f"{PY} -m train reproduce {shlex.quote(run)} --local{flags}", echo=True, pty=True)
+
+
+ns = Collection(build, gpu_check, train, export, logs, tensorboard, test, bench, lock, clean, reproduce)

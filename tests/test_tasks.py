@@ -233,3 +233,13 @@ def test_every_task_argument_has_help():
         missing = [p.name for p in params if not p.help]
         assert not missing, f"{name}: no help for {missing}"
         assert t.__doc__, f"{name} has no docstring"
+
+
+def test_reproduce_runs_the_package_command_with_its_flags():
+    c = ctx()
+    tasks.reproduce(c, run="20240101-000000-ab12")
+    tasks.reproduce(c, run="latest", allow_dirty=True, epochs=1)
+    assert echoed(c) == [
+        f"{tasks.PY} -m train reproduce 20240101-000000-ab12 --local",
+        f"{tasks.PY} -m train reproduce latest --local --allow-dirty --epochs 1",
+    ]

@@ -13,9 +13,9 @@ from dataclasses import fields
 from typing import Sequence
 
 from .config import Settings, load_settings
-from .errors import EXIT_CODES, Interrupted, TemplateError
+from .errors import EXIT_CODES, Interrupted, ReproduceMismatch, TemplateError
 
-COMMANDS = ("fit", "export", "predict", "runs", "check", "settings")
+COMMANDS = ("fit", "export", "predict", "runs", "check", "settings", "reproduce")
 
 
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -60,6 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--json", action="store_true", help="print the report as JSON")
     chk.add_argument("--require-gpu", action="store_true", help="exit 1 when no usable GPU is found")
     chk.add_argument("--skip-matmul", action="store_true", help="skip the timed matmul benchmark")
+
+    rep = sub.add_parser("reproduce", help="rerun a run from its own record and say whether it matches")
+    rep.add_argument("run", help="run id, run directory or 'latest'")
+    rep.add_argument("--local", action="store_true", required=True,
+                     help="rerun in this environment (installed versions compared with the run's); required")
+    rep.add_argument("--allow-dirty", action="store_true", help="rerun a run made from uncommitted changes anyway")
+    rep.add_argument("--epochs", type=int, default=None, help="stop after N epochs and compare with that epoch")
+    rep.add_argument("--env-file", default=".env")
+    rep.add_argument("--runs-dir", default=None)
 
     st = sub.add_parser("settings", help="print every setting: resolved values, .env.example or the README table")
     st.add_argument("--env-file", default=".env")
@@ -110,6 +119,13 @@ def run(argv: Sequence[str]) -> int:
 
     _quiet_tensorflow()  # export and predict start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
+    if cmd == "reproduce":
+        from .manifest import project_root
+        from .reproduce import format_verdict, reproduce
+
+        verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs)
+        print(format_verdict(verdict))
+        return 0 if verdict.match else ReproduceMismatch.exit_code
     if cmd == "export":
         from .export import export_run
 

@@ -80,6 +80,20 @@ class NoGPUError(TemplateError):
     kind = "gpu"
 
 
+class ReproduceError(TemplateError):
+    """A run cannot be reproduced from its record: missing commit, dirty tree, other lock or data."""
+
+    exit_code = 9
+    kind = "reproduce"
+
+
+class ReproduceMismatch(TemplateError):
+    """The rerun finished but its result differs from the original's (the verdict says how)."""
+
+    exit_code = 10
+    kind = "reproduce"
+
+
 class Interrupted(TemplateError):
     """SIGTERM/SIGINT or MAX_MINUTES: the run saved a resumable state and stopped early.
 
@@ -100,5 +114,7 @@ EXIT_CODES = {
     6: "accelerator out of memory",
     7: "runs directory not writable or disk full",
     8: "export failed or the exported model disagrees with the trained one",
+    9: "reproduce: the run cannot be reproduced (commit, dirty tree, lock, data or its rerun failed)",
+    10: "reproduce: the rerun does not match the original",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
 }

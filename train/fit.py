@@ -18,6 +18,7 @@ from .loop import EpochLoop, Result
 from .manifest import now_iso, start_manifest, update_manifest
 from .resume import prepare_run_dir
 from .rundir import clean_stale_temp, write_text
+from .stopping import StopFlag
 
 log = logging.getLogger("train")
 __all__ = ["Result", "train"]
@@ -25,6 +26,15 @@ __all__ = ["Result", "train"]
 
 def train(settings: Settings, resume: str | None = None, force: bool = False) -> Result:
     """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring."""
+    # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
+    # during start-up (TensorFlow import, data loading, model build) must still end with a finished
+    # manifest and exit 75, never with the default action's silent death.
+    stop = StopFlag(settings.max_minutes)
+    with stop.installed():
+        return _train(settings, resume, force, stop)
+
+
+def _train(settings: Settings, resume: str | None, force: bool, stop: StopFlag) -> Result:
     run_dir, settings, resumed = prepare_run_dir(settings, settings.resume if resume is None else resume, force)
     setup_logging(run_dir / "train.log")
     removed = clean_stale_temp(run_dir)
@@ -36,7 +46,7 @@ def train(settings: Settings, resume: str | None = None, force: bool = False) ->
     status, error = "failed", None
     try:
         start_manifest(manifest_path, settings, run_dir.name, resumed)
-        result = _run(settings, run_dir, manifest_path, started)
+        result = _run(settings, run_dir, manifest_path, stop)
         status = result.status
         return result
     except BaseException as exc:
@@ -53,12 +63,18 @@ def train(settings: Settings, resume: str | None = None, force: bool = False) ->
         close_logging()
 
 
-def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float) -> Result:
+def _run(settings: Settings, run_dir: Path, manifest_path: Path, stop: StopFlag) -> Result:
+    if stop.check():
+        return _stopped_before_training(run_dir, stop)
     from . import checkpoints, data, devices, models
 
     setup = devices.setup_devices(settings)
     log.info(setup.describe())
+    if stop.check():
+        return _stopped_before_training(run_dir, stop)
     spec = data.load_data(settings)
+    if stop.check():
+        return _stopped_before_training(run_dir, stop)
     update_manifest(manifest_path, precision={"policy": setup.precision, "reason": setup.precision_reason},
                     data={"dataset": spec.name, "fingerprint": spec.fingerprint, "source": spec.source,
                           "n_train": spec.n_train, "n_val": spec.n_val, "input_shape": list(spec.input_shape),
@@ -69,12 +85,20 @@ def _run(settings: Settings, run_dir: Path, manifest_path: Path, started: float)
     loaded = checkpoints.load_latest(ckpt_dir)
     state = dict(loaded.meta) if loaded else {"epoch": 0, "step": 0, "global_step": 0, "best": None,
                                                "batch_size": settings.batch_size, "batch_halvings": 0}
-    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started)
+    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop)
     loop.build_model(models)
     scope = setup.strategy.scope() if setup.strategy is not None else contextlib.nullcontext()
     with scope:  # optimizer slots must be created where the model's variables live (MirroredStrategy)
         _restore_or_save_initial(loop, loaded, checkpoints)
+    # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
+
+
+def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
+    """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
+    log.info("stopped before training started (%s): nothing new to save; continue with --resume %s",
+             stop.reason, run_dir.name)
+    return Result(run_dir, stop.status, 0)
 
 
 def _restore_or_save_initial(loop: EpochLoop, loaded, checkpoints) -> None:

@@ -51,14 +51,14 @@ def _improved(value: float | None, best: float | None, mode: str) -> bool:
 class EpochLoop:
     """The epoch loop and what it owns: model, datasets, metrics, checkpoints, stop flag."""
 
-    def __init__(self, settings, run_dir, spec, setup, state, epochs, started):
+    def __init__(self, settings, run_dir, spec, setup, state, epochs, started, stop: StopFlag | None = None):
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started = epochs, started
         self.mode = _monitor_mode(settings)
         self.metrics = MetricsFile(run_dir / "metrics.csv")
         self.metrics.truncate_from(state["epoch"] + 1)
         self.history: list[dict[str, Any]] = [dict(r) for r in self.metrics.rows]
-        self.stop = StopFlag(settings.max_minutes, started)
+        self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
 
     # -- construction -------------------------------------------------------------------------
     def build_model(self, models) -> None:
