@@ -159,3 +159,11 @@ def test_every_documented_compose_up_that_trains_returns_the_training_exit_code(
         if "tensorboard" in line or "--detach" in line:
             continue
         assert "--exit-code-from train" in line, line
+
+
+def test_workflow_builds_both_targets_with_a_layer_cache_and_linters_in_a_venv():
+    wf = (ROOT / ".github" / "workflows" / "container.yml").read_text()
+    assert "target: [cpu, gpu]" in wf and "target: ${{ matrix.target }}" in wf
+    assert "cache-from: type=gha" in wf and "cache-to: type=gha,mode=max" in wf
+    assert "pip install --user" not in wf and 'python3 -m venv "$RUNNER_TEMP/lint"' in wf
+    assert "GIT_COMMIT" in wf  # every image the workflow builds records its commit
