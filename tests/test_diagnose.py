@@ -159,3 +159,19 @@ def test_ptx_driver_floor_from_the_driver_version_when_the_cuda_version_is_unkno
     p.gpus[0].driver_version = "555.42.06"
     r = check.build_report(Facts(tf=cuda_tf(gpus=tf_gpus()), driver_present=True, gpus=p.gpus, libraries=LIBS_OK))
     assert "driver_too_old_for_ptx" not in codes(r)
+
+
+@pytest.mark.parametrize("driver, cuda, too_old", [
+    ("525.60.11", "12.0", True),   # the CUDA it reports is new enough; the driver version is not
+    ("525.60.11", None, True),     # nvidia-smi gave no CUDA version: the driver version alone decides
+    ("525.60.13", "12.0", False),  # exactly the minimum
+    ("535.129.03", "11.8", True),  # a new enough driver that reports an older CUDA (a compat package)
+])
+def test_driver_too_old_from_the_driver_version_or_its_cuda(driver, cuda, too_old):
+    gpu = gpuinfo.GpuInfo(0, "Tesla T4", "GPU-1", 15360.0, 0.0, driver, (7, 5), cuda)
+    facts = Facts(tf=cuda_tf(gpus=tf_gpus(cc=(7, 5), name="Tesla T4")), driver_present=True, gpus=[gpu],
+                  libraries=LIBS_OK, nvidia_pci_devices=1)
+    found = codes(check.build_report(facts))
+    assert ("driver_too_old" in found) == too_old
+    if too_old:
+        assert f"NVIDIA driver {driver} (supports CUDA up to {cuda or '?'})" in found["driver_too_old"]["summary"]
