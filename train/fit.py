@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
 
             setup_logging(None, prefix=f"[worker {cluster.index}] ")
             setup = devices.setup_devices(settings, cluster)  # joins the cluster: waits for every worker
+            _route_signals_again()
             if not cluster.is_chief:
                 with _cluster_errors(setup):
                     return _worker(settings, setup, stop)
@@ -191,6 +193,16 @@ def _last_write(ckpt_dir: Path) -> float | None:
 
     states = list_states(ckpt_dir)
     return states[0].stat().st_mtime if states else None
+
+
+def _route_signals_again() -> None:
+    """Starting MultiWorkerMirroredStrategy replaces the process's SIGTERM handler below Python
+    (TensorFlow's own termination watcher), after which Python's handler never runs and SIGTERM is
+    swallowed. Registering the same handlers again puts the stop flag back in charge."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
