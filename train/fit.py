@@ -59,6 +59,9 @@ def _train(settings: Settings, resume: str | None, force: bool, stop: StopFlag) 
                             duration_seconds=round(time.monotonic() - started, 2))
         except StorageError as exc:  # the disk may be why we are failing: say so, keep the first error
             log.error("could not update the manifest: %s", exc)
+        from .report import write_final_report  # never raises: a report never changes the run's outcome
+
+        write_final_report(run_dir, status)
         log.info("run %s ended: %s", run_dir.name, status)
         close_logging()
 
