@@ -54,15 +54,15 @@ class Evaluation:
 
 def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
     """Predict the validation set with best.weights.h5; RecordError / DataError say what is missing."""
+    weights = run_dir / "best.weights.h5"
+    if not weights.is_file():
+        raise RecordError(f"{weights} is missing: no epoch has finished yet")
     import keras
 
     from . import data, models
     from .config import settings_from_dict
     from .rundir import read_json
 
-    weights = run_dir / "best.weights.h5"
-    if not weights.is_file():
-        raise RecordError(f"{weights} is missing: no epoch has finished yet")
     settings = settings_from_dict(read_json(run_dir / "config.json"))
     with _quiet(log):  # the run's log is not the place for a second "data: ..." line
         spec = data.load_data(settings)

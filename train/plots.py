@@ -44,6 +44,10 @@ def _epoch_axis(ax, records: RunRecords) -> None:
 
 
 def curves_png(records: RunRecords) -> bytes:
+    return _png(curves_figure(records))
+
+
+def curves_figure(records: RunRecords):
     """Loss and accuracy (train vs validation), learning rate, samples/s and GPU memory if any."""
     from matplotlib.figure import Figure
 
@@ -88,7 +92,7 @@ def curves_png(records: RunRecords) -> bytes:
         if key == "learning_rate":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
         _epoch_axis(ax, records)
-    return _png(fig)
+    return fig
 
 
 def confusion_png(matrix: np.ndarray, class_names: Sequence[str]) -> bytes:
@@ -124,7 +128,9 @@ def confusion_png(matrix: np.ndarray, class_names: Sequence[str]) -> bytes:
     bars.set_xlim(0, 1)
     bars.set_title("per-class accuracy")
     for i, a in enumerate(acc):
-        bars.text(min(a, 0.98), i, f"{a:.0%}", ha="right", va="center", fontsize=7, color="white")
+        inside = a > 0.25  # the figure on the bar where it fits, else just after it
+        bars.text(a - 0.02 if inside else a + 0.02, i, f"{a:.0%}", ha="right" if inside else "left", va="center",
+                  fontsize=7, color="white" if inside else "black")
     bars.axvline(float(np.trace(matrix) / max(matrix.sum(), 1)), color="black", linestyle="--", linewidth=1,
                  label="overall")
     bars.legend(loc="lower left", fontsize=7)

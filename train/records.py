@@ -1,8 +1,8 @@
 """A run's records read back from its directory: settings, manifest, per-epoch metrics, resumes.
 
 The report and `compare` work from the run directory alone (a run copied home from a cloud GPU
-has nothing else), so this module reads config.json, manifest.json, metrics.csv, labels.txt and
-the resume lines of train.log, and nothing of TensorFlow.
+has nothing else), so this module reads config.json, manifest.json, metrics.csv and the resume
+lines of train.log, and nothing of TensorFlow.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ class RunRecords:
     manifest: dict[str, Any]
     rows: list[dict[str, float | None]] = field(default_factory=list)  # metrics.csv, numbers or None
     resumes: list[Resume] = field(default_factory=list)
-    labels: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -76,8 +75,7 @@ def load_records(run_dir: Path | str) -> RunRecords:
     run_dir = Path(run_dir)
     config = _read_json(run_dir / "config.json", required=True)
     manifest = _read_json(run_dir / "manifest.json", required=False)
-    return RunRecords(run_dir, config, manifest, read_metrics(run_dir / "metrics.csv"),
-                      read_resumes(run_dir / "train.log"), read_labels(run_dir / "labels.txt"))
+    return RunRecords(run_dir, config, manifest, read_metrics(run_dir / "metrics.csv"), read_resumes(run_dir / "train.log"))
 
 
 def _read_json(path: Path, required: bool) -> dict[str, Any]:
@@ -130,9 +128,3 @@ def read_resumes(path: Path) -> list[Resume]:
                 resumes.append(Resume(int(m.group(2)), int(m.group(3)), m.group(1)))
     return resumes
 
-
-def read_labels(path: Path) -> list[str]:
-    try:
-        return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
-    except (OSError, UnicodeDecodeError):
-        return []

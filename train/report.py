@@ -115,7 +115,6 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
 
 
 def _validation_section(records: RunRecords, missing: list[str]) -> str:
-    from . import plots
     from .evaluation import evaluate_best
 
     try:
@@ -123,6 +122,13 @@ def _validation_section(records: RunRecords, missing: list[str]) -> str:
     except Exception as exc:  # noqa: BLE001  data moved, weights missing...: the rest of the page still helps
         missing.append(f"validation: {type(exc).__name__}: {exc}")
         return _note(f"not available: {type(exc).__name__}: {exc}")
+    return validation_html(ev)
+
+
+def validation_html(ev) -> str:
+    """Accuracy, the confusion matrix picture, the per-class table and the most-wrong grid."""
+    from . import plots
+
     rows = [(_e(r["class"]), f'<td class="num">{r["examples"]}', f'<td class="num">{r["correct"]}',
              f'<td class="num">{"-" if r["accuracy"] is None else format(r["accuracy"], ".2%")}',
              _e(f"{r['confused_with'][0]} ({r['confused_with'][1]}x)") if r["confused_with"] else "-")
