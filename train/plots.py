@@ -161,6 +161,10 @@ def grid_png(images: np.ndarray, true: Sequence[int], pred: Sequence[int], prob:
 
 
 def compare_png(runs: Sequence[RunRecords]) -> bytes:
+    return _png(compare_figure(runs))
+
+
+def compare_figure(runs: Sequence[RunRecords]):
     """Overlaid curves of several runs: loss and accuracy by epoch, MONITOR by training time."""
     from matplotlib.figure import Figure
 
@@ -196,4 +200,4 @@ def compare_png(runs: Sequence[RunRecords]) -> bytes:
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9)
-    return _png(fig)
+    return fig
