@@ -55,6 +55,17 @@ def test_the_quick_report_is_one_self_contained_page(tmp_path):
         assert text in page, text
 
 
+def test_resume_note_and_image_row_follow_the_records(tmp_path):
+    plain = report.render(report.load_records(write_run_records(tmp_path / "a")), b"", "")
+    assert "dashed vertical line" not in plain and "none: run from a checkout" in plain
+    git = {"commit": "feedbeef", "dirty": None, "source": "/app/BUILD_COMMIT"}
+    run = write_run_records(tmp_path / "b", manifest={"git": git}, log_lines=RESUMED)
+    page = report.render(report.load_records(run), b"", "")
+    assert "dashed vertical line: the run was resumed there" in page
+    assert "the project&#x27;s image (no .git inside; commit from BUILD_COMMIT)" in page
+    assert "feedbeef from /app/BUILD_COMMIT" in page
+
+
 def test_values_from_the_records_are_escaped(tmp_path):
     run = write_run_records(tmp_path / "r", manifest={"status": "failed", "error": "DataError: <b>x</b> & y"})
     page = report.render(report.load_records(run), b"", "")

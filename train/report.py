@@ -101,7 +101,7 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
 <p class="note">report written {updated} from the run directory; curves.png holds the same curves.</p>
 <h2>Curves</h2>
 {_img(curves, "loss, accuracy, learning rate and throughput per epoch")}
-<p class="note">dashed vertical line: the run was resumed there; star: the best {_e(records.monitor)} (the weights in best.weights.h5).</p>
+<p class="note">{"dashed vertical line: the run was resumed there; " if records.resumes else ""}star: the best {_e(records.monitor)} (the weights in best.weights.h5).</p>
 <h2>Validation set, best weights</h2>
 {validation}
 <h2>Run</h2>
@@ -162,7 +162,9 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         ("training time (sum of epochs)", _seconds(records.seconds_to(float("inf")))),
         ("versions", f"Python {m.get('python', '?')}, TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}"
                      + (f"; built for {cuda}" if cuda else "")),
-        ("image", str(m["image"]) if m.get("image") else "none recorded (not run from an image)"),
+        ("image", str(m["image"]) if m.get("image") else
+                  "the project's image (no .git inside; commit from BUILD_COMMIT)" if "BUILD_COMMIT" in str(git.get("source"))
+                  else "none: run from a checkout"),
         ("commit", code),
         ("lock", f"{Path(str(lock.get('file', '?'))).name} sha256 {lock.get('sha256') or 'unknown'}"),
         ("data", f"{data.get('dataset', '?')} from {data.get('source', '?')}: {data.get('n_train', '?')} train / "
