@@ -10,7 +10,7 @@ import pytest
 from helpers import write_run_records
 
 from train import cli, compare
-from train.records import load_records
+from train.history import load_records
 
 pytest.importorskip("matplotlib")
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import write_run_records
 
 from train import plots
-from train.records import load_records
+from train.history import load_records
 
 pytest.importorskip("matplotlib")
 

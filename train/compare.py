@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import ConfigError
-from .records import RunRecords
+from .history import RunRecords
 
 # Settings that say how a run was driven, not what it learned: listing them is noise.
 NOT_COMPARED = {"resume", "progress", "debug"}
@@ -124,7 +124,7 @@ def _seconds(s) -> str:
 
 def compare_runs(runs_dir: str | Path, names: Sequence[str], out: str | None = None) -> str:
     """The `compare` command: check the arguments, read the runs, return the text (and write --out)."""
-    from .records import load_records
+    from .history import load_records
     from .rundir import resolve_run
 
     if len(names) < 2:

@@ -73,13 +73,6 @@ class ExportError(TemplateError):
     kind = "export"
 
 
-class RecordError(TemplateError):
-    """A run's records (config.json, manifest.json, metrics.csv) are missing or unreadable."""
-
-    exit_code = 9
-    kind = "records"
-
-
 class NoGPUError(TemplateError):
     """`check --require-gpu` found no usable GPU."""
 
@@ -107,6 +100,5 @@ EXIT_CODES = {
     6: "accelerator out of memory",
     7: "runs directory not writable or disk full",
     8: "export failed or the exported model disagrees with the trained one",
-    9: "a run's records (config.json, manifest.json, metrics.csv) are missing or unreadable (report, compare)",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
 }

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .records import RunRecords
+from .history import RunRecords
 
 TRAIN, VAL = "#1f77b4", "#d62728"
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .records import RunRecords, load_records
+from .history import RunRecords, load_records
 from .rundir import atomic_write, write_text
 
 log = logging.getLogger("train")
