@@ -92,14 +92,14 @@ def test_bad_arguments_are_one_line_and_exit_2(runs, capsys, argv, code, message
 
 @pytest.mark.parametrize("name, content", [("metrics.csv", "epoch,loss\n1,x\n"), ("config.json", "{"),
                                            ("manifest.json", "null")])
-def test_an_unreadable_record_is_exit_9_and_writes_nothing(runs, tmp_path, capsys, name, content):
+def test_an_unreadable_record_is_exit_4_and_writes_nothing(runs, tmp_path, capsys, name, content):
     run = runs / "20261130-110000-bbbb"
     (run / name).write_text(content)
     out = tmp_path / "cmp.png"
     argv = ["compare", "20261130-100000-aaaa", str(run), "--runs-dir", str(runs), "--out", str(out)]
-    assert cli.main(argv) == 9
+    assert cli.main(argv) == 4
     err = capsys.readouterr().err
-    assert err.startswith(f"RecordError: {run / name}") and err.count("\n") == 1
+    assert err.startswith("RunRecordError: ") and str(run / name) in err and err.count("\n") == 1
     assert not out.exists()
 
 

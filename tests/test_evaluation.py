@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.errors import RecordError
+from train.errors import NoWeightsError
 from train.evaluation import _predict, evaluate_best
 
 
@@ -56,5 +56,5 @@ def test_no_mistakes_and_an_empty_class():
 
 
 def test_a_run_without_best_weights_says_so(tmp_path):
-    with pytest.raises(RecordError, match="best.weights.h5 is missing: no epoch has finished yet"):
+    with pytest.raises(NoWeightsError, match="best.weights.h5 is missing: no epoch has finished yet"):
         evaluate_best(tmp_path)

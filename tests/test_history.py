@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import write_run_records
 
-from train.errors import RecordError
+from train.errors import RunRecordError
 from train.history import Resume, load_records
 
 RESUME_LOG = (
@@ -37,6 +37,18 @@ def test_best_row_follows_monitor_and_mode_and_keeps_the_first_of_equals(tmp_pat
     assert rec.seconds_to(float("inf")) == 12 and rec.seconds_to(None) is None
 
 
+def test_resumes_come_from_the_manifest_segments_when_it_has_them(tmp_path):
+    segments = [{"started_at": "2026-11-30T10:00:00+00:00", "resumed_from": None, "epoch_from": 0},
+                {"started_at": "2026-11-30T10:05:03+00:00", "resumed_from": "ckpt-000000094.npz (epoch 2, step 0)",
+                 "epoch_from": 2},
+                {"started_at": "2026-11-30T10:09:00+00:00", "resumed_from": "ckpt-000000150.npz (epoch 3, step 17)",
+                 "epoch_from": 3},
+                {"started_at": "2026-11-30T10:12:00+00:00", "resumed_from": None, "epoch_from": 4, "restart": True}]
+    # The log's lines are not read when the manifest has segments (they may come from another segment's log).
+    rec = load_records(write_run_records(tmp_path / "r", manifest={"segments": segments}, log_lines=RESUME_LOG))
+    assert rec.resumes == [Resume(3, 0, "2026-11-30T10:05:03+00:00"), Resume(4, 17, "2026-11-30T10:09:00+00:00")]
+
+
 def test_a_run_without_epochs_has_no_best(tmp_path):
     rec = load_records(write_run_records(tmp_path / "r", metrics=[]))
     assert rec.rows == [] and rec.best_row() is None and rec.seconds_to(3) is None
@@ -48,20 +60,20 @@ def test_a_run_without_epochs_has_no_best(tmp_path):
     ("metrics.csv", "epoch,loss\n1,0.5,7\n", "line 2: not the metrics.csv layout"),
     ("metrics.csv", "epoch,loss\n,0.5\n", "line 2: the epoch is empty"),
     ("config.json", "{not json", "config.json is unreadable (JSONDecodeError"),
-    ("manifest.json", "[1, 2]", "manifest.json holds a list, not an object"),
+    ("manifest.json", "[1, 2]", "manifest.json holds list, not a JSON object"),
     ("metrics.csv", b"\xff\xfe\x00bad", "metrics.csv is unreadable (UnicodeDecodeError"),
 ])
 def test_an_unreadable_record_names_the_file_and_the_problem(tmp_path, name, content, expected):
     run = write_run_records(tmp_path / "r")
     (run / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-    with pytest.raises(RecordError) as info:
+    with pytest.raises(RunRecordError) as info:
         load_records(run)
     assert expected in str(info.value) and str(run / name) in str(info.value)
-    assert info.value.exit_code == 9
+    assert info.value.exit_code == 4
 
 
 def test_a_directory_without_config_is_not_a_run(tmp_path):
-    with pytest.raises(RecordError, match="config.json is missing: is .* a run directory"):
+    with pytest.raises(RunRecordError, match="has no config.json .*: it is not a complete run directory"):
         load_records(tmp_path)
 
 

@@ -51,7 +51,8 @@ def test_the_quick_report_is_one_self_contained_page(tmp_path):
     for text in ("r1", "completed", "best val_accuracy <b>0.9300</b> at epoch 5 after 50.0 s of training",
                  "resumed 1x", "0123456789abcdef", "ab" * 32, "sha256 " + "cd" * 32,
                  "mixed_bfloat16: CPU has native bfloat16", "Python 3.11.7, TensorFlow 2.21.0, Keras 3.15.1",
-                 "max |diff| 0.00e+00", "CPU only", "one process", "BATCH_SIZE", "computed at the end of the run"):
+                 "max |diff| 0.00e+00", "CPU only", "one process", "BATCH_SIZE", "computed at the end of the run",
+                 "12.5 s over 1 segment(s)"):
         assert text in page, text
 
 
@@ -91,12 +92,14 @@ def test_a_failing_report_is_a_warning_and_leaves_the_last_one(tmp_path, train_l
     report.write_final_report(run, "completed")
     assert ((run / "report.html").read_bytes(), (run / "curves.png").read_bytes()) == before
     warnings = [r.getMessage() for r in train_log.records if "report.html not updated" in r.getMessage()]
-    assert len(warnings) == 2 and "RecordError" in warnings[0] and "line 2: loss='abc'" in warnings[0]
+    assert len(warnings) == 2 and "RunRecordError" in warnings[0] and "line 2: loss='abc'" in warnings[0]
     assert not list(run.glob("*.tmp-*"))
 
 
 def test_the_hooks_do_nothing_where_there_is_no_run(tmp_path, train_log):
     report.refresh_after_epoch(tmp_path)
+    report.refresh_after_epoch(None)  # a worker that writes no run directory
+    report.write_final_report(None, "completed")
     assert not (tmp_path / "report.html").exists() and not train_log.records
 
 
@@ -110,9 +113,9 @@ def test_report_command_quick_and_its_errors(tmp_path, capsys):
     assert cli.main(["report", "nope", "--runs-dir", str(runs)]) == 2
     assert capsys.readouterr().err.startswith("RunNotFound: run 'nope' not found")
     (run / "manifest.json").write_text("{")
-    assert cli.main(["report", str(run), "--quick"]) == 9
+    assert cli.main(["report", str(run), "--quick"]) == 4
     err = capsys.readouterr().err
-    assert err.startswith(f"RecordError: {run / 'manifest.json'} is unreadable") and err.count("\n") == 1
+    assert err.startswith(f"RunRecordError: run {run.name}: {run / 'manifest.json'} is unreadable") and err.count("\n") == 1
 
 
 def test_settings_and_a_bad_setting_never_import_matplotlib(tmp_path):
@@ -220,5 +223,5 @@ def test_a_failed_run_gets_a_report_that_says_why(tmp_path, monkeypatch):
     (run,) = (tmp_path / "runs").iterdir()
     page = (run / "report.html").read_text()
     assert '<span class="status failed">failed</span>' in page and "DataError: broken &lt;on purpose&gt;" in page
-    assert "not available: RecordError:" in page and "best.weights.h5 is missing" in page
+    assert "not available: NoWeightsError:" in page and "best.weights.h5 is missing" in page
     assert len(pngs(page)) == 1  # the curves (empty: no epoch finished)

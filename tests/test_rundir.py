@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
-import re
 
 import pytest
 
-from train.errors import StorageError
-from train.rundir import (TMP_MARK, RunNotFound, atomic_write, clean_stale_temp, create_run_dir, ensure_writable,
-                          new_run_id, read_json, resolve_run, storage_error, write_json, write_text)
+from train.errors import RunBusyError, RunRecordError, StorageError
+from train.rundir import (TMP_MARK, RunLock, RunNotFound, atomic_write, clean_stale_temp, create_run_dir,
+                          ensure_writable, list_run_dirs, new_run_id, read_json, read_record, resolve_run,
+                          storage_error, write_json, write_text)
 
 
 def test_atomic_write_replaces_the_file(tmp_path):
@@ -57,14 +57,57 @@ def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
     (errno.EDQUOT, "quota"),
     (errno.EFBIG, "ulimit -f"),
     (errno.EROFS, "read-only"),
-    (errno.EACCES, "permission denied"),
-    (errno.EPERM, "UID/GID"),
+    (errno.EACCES, "permission denied: run as the owner of RUNS_DIR"),
+    (errno.EPERM, "point RUNS_DIR at a folder you can write"),
 ])
 def test_storage_error_explains_each_errno(code, words):
-    exc = storage_error("/runs/x", OSError(code, "raw"))
+    exc = storage_error("/runs/x", OSError(code, "raw"), in_docker=False)
     assert isinstance(exc, StorageError) and exc.exit_code == 7
     assert str(exc).startswith("cannot write /runs/x: ")
     assert words in str(exc)
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM])
+def test_permission_denied_in_a_container_points_at_the_host_folder_and_host_ids(code):
+    # In the container RUNS_DIR is always the /runs volume: the fix is who owns its host folder.
+    text = str(storage_error("/runs", OSError(code, "raw"), in_docker=True))
+    assert "HOST_UID" in text and "HOST_GID" in text and "RUNS_HOST_DIR" in text and "mkdir -p runs" in text
+    assert "point RUNS_DIR" not in text
+
+
+def test_in_container_reads_the_engines_marker_files(tmp_path):
+    from train.rundir import in_container
+
+    assert not in_container(tmp_path)
+    (tmp_path / ".dockerenv").touch()
+    assert in_container(tmp_path)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
+    # A teammate or a TensorBoard container running as another user must be able to read run files.
+    import os
+
+    old = os.umask(umask)
+    try:
+        write_text(tmp_path / "config.json", "{}\n")
+        atomic_write(tmp_path / "best.weights.h5", lambda p: p.write_bytes(b"x"))
+    finally:
+        os.umask(old)
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"config.json": mode, "best.weights.h5": mode}
+
+
+def test_temp_dirs_respect_the_umask_and_carry_the_mark(tmp_path):
+    import os
+
+    from train.rundir import make_temp_dir
+
+    old = os.umask(0o022)
+    try:
+        d = make_temp_dir(tmp_path, "export")
+    finally:
+        os.umask(old)
+    assert d.name.startswith("export" + TMP_MARK) and d.stat().st_mode & 0o777 == 0o755
 
 
 def test_storage_error_falls_back_to_strerror():
@@ -72,11 +115,32 @@ def test_storage_error_falls_back_to_strerror():
 
 
 def test_new_run_id_format_and_sort_order():
-    early = new_run_id(now=dt.datetime(2026, 1, 2, 3, 4, 5))
-    late = new_run_id("exp_1", now=dt.datetime(2026, 11, 30, 6, 19, 59))
-    assert re.fullmatch(r"20260102-030405-[0-9a-f]{4}", early)
-    assert re.fullmatch(r"20261130-061959-[0-9a-f]{4}-exp_1", late)
+    early = new_run_id(now=dt.datetime(2026, 1, 2, 3, 4, 5, 999999))
+    late = new_run_id("exp_1", now=dt.datetime(2026, 11, 30, 6, 19, 59, 7))
+    assert early == "20260102-030405-999999"
+    assert late == "20261130-061959-000007-exp_1"
     assert sorted([late, early]) == [early, late]
+
+
+def test_latest_is_the_run_created_last_even_within_one_second(tmp_path):
+    root = tmp_path / "runs"
+    for _ in range(40):  # back-to-back pairs: most fall within one second
+        pair = []
+        for _ in range(2):
+            run = create_run_dir(root)
+            (run / "config.json").write_text("{}")
+            pair.append(run)
+        assert resolve_run(root, "latest") == pair[1]
+        assert list_run_dirs(root)[-2:] == pair
+
+
+def test_runs_are_ordered_by_creation_old_ids_included(tmp_path):
+    root = tmp_path / "runs"
+    names = ["renamed-by-hand", "20260101-000000-ffff", "20260101-000000-000001-zz", "20260101-000000-500000",
+             "20260101-000001-0aaa-named"]
+    for name in reversed(names):
+        _run(root, name)
+    assert [p.name for p in list_run_dirs(root)] == names
 
 
 def _run(root, name):
@@ -116,6 +180,59 @@ def test_clean_stale_temp_removes_only_marked_files(tmp_path):
     assert clean_stale_temp(tmp_path / "missing") == []
 
 
+def test_read_record_names_the_run_the_file_and_the_fix(tmp_path):
+    run = _run(tmp_path, "20260101-000000-000001")
+    assert read_record(run, "config.json") == {}
+    for content, words in ((b'{"a": ', "unreadable (JSONDecodeError"), (b"\xff\xfe", "unreadable (UnicodeDecodeError"),
+                           (b"null", "holds NoneType, not a JSON object")):
+        (run / "manifest.json").write_bytes(content)
+        with pytest.raises(RunRecordError) as info:
+            read_record(run, "manifest.json")
+        assert words in str(info.value) and run.name in str(info.value) and "backup" in str(info.value)
+        assert info.value.exit_code == 4
+    (run / "manifest.json").unlink()
+    with pytest.raises(RunRecordError, match="has no manifest.json"):
+        read_record(run, "manifest.json")
+
+
+def test_run_lock_refuses_a_second_holder_naming_pid_and_host(tmp_path):
+    import os
+    import socket
+
+    with RunLock(tmp_path):
+        with pytest.raises(RunBusyError) as info:
+            RunLock(tmp_path).acquire()
+        assert f"pid {os.getpid()} on host {socket.gethostname()}" in str(info.value)
+        assert tmp_path.name in str(info.value) and info.value.exit_code == 4
+    with RunLock(tmp_path):  # released: the file stays, and locks again
+        pass
+    assert (tmp_path / "run.lock").is_file()
+
+
+def test_a_lock_held_by_another_process_blocks_until_that_process_dies(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from train.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
+                               "print('locked', flush=True); sys.stdin.read()", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        assert holder.stdout.readline().strip() == "locked"  # the event: it holds the lock now
+        with pytest.raises(RunBusyError) as info:
+            RunLock(tmp_path).acquire()
+        assert f"pid {holder.pid} on host" in str(info.value)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert f"pid {holder.pid}" in (tmp_path / "run.lock").read_text()  # the dead holder's file is still there
+    with RunLock(tmp_path):  # ... and does not block
+        pass
+
+
 def test_create_run_dir_lays_out_subdirectories(tmp_path):
     run = create_run_dir(tmp_path / "runs", "demo")
     assert run.name.endswith("-demo")
@@ -127,3 +244,26 @@ def test_ensure_writable_under_a_file_is_a_storage_error(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(StorageError, match="cannot write"):
         ensure_writable(tmp_path / "file" / "runs")
+
+
+def test_atomic_write_fsyncs_the_data_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
+    """The order that survives a power loss: data on disk, then the name, then the name on disk."""
+    import os
+    import stat
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        info = os.fstat(fd)
+        events.append(("fsync dir",) if stat.S_ISDIR(info.st_mode) else ("fsync file", info.st_size))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    atomic_write(tmp_path / "state.npz", lambda p: (events.append(("write",)), p.write_bytes(b"12345")))
+    assert events == [("write",), ("fsync file", 5), ("replace", "state.npz"), ("fsync dir",)]

@@ -115,7 +115,7 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
     import json
 
     from helpers import tiny_settings
-    from train import cli, devices, fit
+    from train import cli, devices
 
     settings = tiny_settings(tmp_path)
 
@@ -144,7 +144,7 @@ def test_the_handler_is_installed_before_the_run_directory_is_made(tmp_path, mon
         seen.append(signal.getsignal(signal.SIGTERM))
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(fit, "prepare_run_dir", spy)
+    monkeypatch.setattr(fit, "plan_run", spy)
     with pytest.raises(RuntimeError):
         fit.train(tiny_settings(tmp_path))
     assert seen and seen[0] not in (signal.SIG_DFL, signal.SIG_IGN, None)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import RecordError
+from .errors import NoWeightsError
 
 log = logging.getLogger("train")
 MOST_WRONG = 24
@@ -53,10 +53,10 @@ class Evaluation:
 
 
 def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
-    """Predict the validation set with best.weights.h5; RecordError / DataError say what is missing."""
+    """Predict the validation set with best.weights.h5; NoWeightsError / DataError say what is missing."""
     weights = run_dir / "best.weights.h5"
     if not weights.is_file():
-        raise RecordError(f"{weights} is missing: no epoch has finished yet")
+        raise NoWeightsError(f"{weights} is missing: no epoch has finished yet")
     import keras
 
     from . import data, models

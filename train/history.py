@@ -1,20 +1,20 @@
-"""A run's records read back from its directory: settings, manifest, per-epoch metrics, resumes.
+"""A run read back from its directory for the report and `compare`: settings, manifest, metrics, resumes.
 
-The report and `compare` work from the run directory alone (a run copied home from a cloud GPU
-has nothing else), so this module reads config.json, manifest.json, metrics.csv and the resume
-lines of train.log, and nothing of TensorFlow.
+They work from the run directory alone (a run copied home from a cloud GPU has nothing else):
+config.json, manifest.json (its segments say where each resume began), metrics.csv, and for runs
+recorded before segments existed, the resume lines of train.log. Nothing of TensorFlow.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RecordError
+from .errors import RunRecordError
+from .rundir import read_record
 
 # Written by fit when a run continues from a state ("resuming at epoch 4, step 12 (global step 84)").
 _RESUME_LINE = re.compile(r"^(\S+ \S+) resuming at epoch (\d+), step (\d+)")
@@ -71,25 +71,27 @@ class RunRecords:
 
 
 def load_records(run_dir: Path | str) -> RunRecords:
-    """Read a run directory; RecordError names the file that is missing or unreadable and what to do."""
+    """Read a run directory; RunRecordError names the file that is missing or unreadable."""
     run_dir = Path(run_dir)
-    config = _read_json(run_dir / "config.json", required=True)
-    manifest = _read_json(run_dir / "manifest.json", required=False)
-    return RunRecords(run_dir, config, manifest, read_metrics(run_dir / "metrics.csv"), read_resumes(run_dir / "train.log"))
+    config = read_record(run_dir, "config.json")
+    manifest = read_record(run_dir, "manifest.json") if (run_dir / "manifest.json").exists() else {}
+    resumes = resumes_from_segments(manifest)
+    if resumes is None:
+        resumes = read_resumes(run_dir / "train.log")
+    return RunRecords(run_dir, config, manifest, read_metrics(run_dir / "metrics.csv"), resumes)
 
 
-def _read_json(path: Path, required: bool) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise RecordError(f"{path} is missing: is {path.parent} a run directory? `python -m train runs` lists the runs")
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise RecordError(f"{path} is unreadable ({type(exc).__name__}: {exc}); restore it from a copy of the run") from None
-    if not isinstance(data, dict):
-        raise RecordError(f"{path} holds a {type(data).__name__}, not an object; restore it from a copy of the run")
-    return data
+def resumes_from_segments(manifest: dict[str, Any]) -> list[Resume] | None:
+    """Each segment that continued from a state; None for a manifest without segments."""
+    segments = manifest.get("segments")
+    if not isinstance(segments, list):
+        return None
+    resumes = []
+    for seg in segments:
+        if isinstance(seg, dict) and seg.get("resumed_from") and isinstance(seg.get("epoch_from"), int):
+            step = re.search(r"step (\d+)", str(seg["resumed_from"]))
+            resumes.append(Resume(seg["epoch_from"] + 1, int(step.group(1)) if step else 0, str(seg.get("started_at"))))
+    return resumes
 
 
 def read_metrics(path: Path) -> list[dict[str, float | None]]:
@@ -100,19 +102,19 @@ def read_metrics(path: Path) -> list[dict[str, float | None]]:
         with open(path, newline="", encoding="utf-8") as fh:
             raw = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise RecordError(f"{path} is unreadable ({type(exc).__name__}: {exc}); restore it from a copy of the run") from None
+        raise RunRecordError(f"{path} is unreadable ({type(exc).__name__}: {exc}); restore it from a copy of the run") from None
     rows = []
     for line, r in enumerate(raw, start=2):
         if "epoch" not in r or None in r:
-            raise RecordError(f"{path}, line {line}: not the metrics.csv layout (an 'epoch' column, one value per column)")
+            raise RunRecordError(f"{path}, line {line}: not the metrics.csv layout (an 'epoch' column, one value per column)")
         row = {}
         for key, value in r.items():
             try:
                 row[key] = float(value) if value not in ("", None) else None
             except ValueError:
-                raise RecordError(f"{path}, line {line}: {key}={value!r} is not a number; restore the file from a copy of the run") from None
+                raise RunRecordError(f"{path}, line {line}: {key}={value!r} is not a number; restore the file from a copy of the run") from None
         if row["epoch"] is None:
-            raise RecordError(f"{path}, line {line}: the epoch is empty; restore the file from a copy of the run")
+            raise RunRecordError(f"{path}, line {line}: the epoch is empty; restore the file from a copy of the run")
         rows.append(row)
     return rows
 

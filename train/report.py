@@ -33,7 +33,7 @@ class Written:
 
 
 def write_report(run_dir: Path | str, full: bool = True) -> Written:
-    """Write curves.png and report.html (atomically); RecordError if the records are unreadable."""
+    """Write curves.png and report.html (atomically); RunRecordError if the records are unreadable."""
     from . import plots
 
     records = load_records(run_dir)
@@ -48,19 +48,20 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
     return Written(run_dir / "report.html", missing)
 
 
-def refresh_after_epoch(run_dir: Path) -> None:
+def refresh_after_epoch(run_dir: Path | None) -> None:
     """The epoch-end hook: curves and summary only; a failure is a warning, never the run's end."""
     _guarded(run_dir, full=False)
 
 
-def write_final_report(run_dir: Path, status: str) -> None:
+def write_final_report(run_dir: Path | None, status: str) -> None:
     """The end-of-run hook. After a signal only the quick part: the process has a grace period to exit in."""
     _guarded(run_dir, full=status != "interrupted")
 
 
-def _guarded(run_dir: Path, full: bool) -> None:
+def _guarded(run_dir: Path | None, full: bool) -> None:
     try:
-        if (Path(run_dir) / "config.json").is_file():
+        # None: a process that writes no run directory (a worker that is not the chief).
+        if run_dir is not None and (Path(run_dir) / "config.json").is_file():
             write_report(run_dir, full=full)
     except Exception as exc:  # noqa: BLE001  a report is never worth a run
         log.warning("WARNING: report.html not updated: %s: %s", type(exc).__name__, exc)
@@ -158,7 +159,7 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         ("status", f"{m.get('status', 'unknown')}" + (f": {m['error']}" if m.get("error") else "")),
         ("started / ended", f"{m.get('started_at', '-')} / {m.get('ended_at') or '-'}"),
         ("resumed", ", ".join(m.get("resumed_at") or []) or "never"),
-        ("duration of the last segment", _seconds(m.get("duration_seconds"))),
+        ("duration", f"{_seconds(m.get('duration_seconds'))} over {len(m.get('segments') or []) or 1} segment(s)"),
         ("training time (sum of epochs)", _seconds(records.seconds_to(float("inf")))),
         ("versions", f"Python {m.get('python', '?')}, TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}"
                      + (f"; built for {cuda}" if cuda else "")),
