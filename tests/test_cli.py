@@ -187,3 +187,10 @@ def test_a_model_error_is_one_line_and_exit_2(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=train))
     assert cli.main(["fit"]) == 2
     assert capsys.readouterr().err == "ModelError: MODEL=my_models:make: make((2, 2, 1), 3) raised ValueError: too small\n"
+
+
+def test_commands_that_build_no_model_do_not_look_for_the_model_module(tmp_path, capsys):
+    (tmp_path / ".env").write_text("MODEL=not_here_xyz:make\n")
+    assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert cli.main(["settings"]) == 2
+    assert "cannot find module 'not_here_xyz'" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from helpers import PROJECT_ROOT
 
 from train import config
 from train.config import Settings, debug_requested, diff_settings, env_example, load_settings, settings_table
-from train.errors import ConfigError
+from train.errors import ConfigError, StorageError
 
 
 def load(overrides=None, env=None, env_file=None):
@@ -142,15 +142,16 @@ def test_a_path_given_for_the_wrong_kind_says_what_it_is(tmp_path):
         load(env={"DATASET": f"images:{tmp_path / 'file.txt'}"})
 
 
-def test_runs_dir_that_is_a_file_or_under_one(tmp_path):
+def test_runs_dir_that_is_a_file_or_under_one_says_so(tmp_path):
     (tmp_path / "f").write_text("x")
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(StorageError) as e:
         load(env={"RUNS_DIR": str(tmp_path / "f")})
-    assert str(e.value) == f"RUNS_DIR={str(tmp_path / 'f')!r} is not valid: is a file, not a directory: point RUNS_DIR at a directory"
-    with pytest.raises(ConfigError, match=rf"is under a file \({tmp_path / 'f'}\), not a directory"):
+    assert str(e.value) == f"cannot write {tmp_path / 'f'}: {tmp_path / 'f'} is a file, not a directory; point RUNS_DIR at a directory"
+    assert e.value.exit_code == 7
+    with pytest.raises(StorageError, match=rf"cannot write {tmp_path / 'f' / 'runs'}: {tmp_path / 'f'} is a file, not a directory"):
         load(env={"RUNS_DIR": str(tmp_path / "f" / "runs")})
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
-    with pytest.raises(ConfigError, match="is a broken link"):
+    with pytest.raises(StorageError, match="gone is a broken link, not a directory"):
         load(env={"RUNS_DIR": str(tmp_path / "gone")})
     assert load(env={"RUNS_DIR": str(tmp_path / "new" / "runs")}).runs_dir == str(tmp_path / "new" / "runs")
 
@@ -191,3 +192,27 @@ def test_a_user_model_is_checked_before_tensorflow(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=r"broken_models_for_test.py, line 1: SyntaxError"):
         load(env={"MODEL": "broken_models_for_test:make"})
+
+
+def test_image_size_too_small_for_a_builtin_model(tmp_path):
+    with pytest.raises(ConfigError, match=r"IMAGE_SIZE=9 is not valid: MODEL=cnn needs images of at least 10x10"):
+        load(env={"DATASET": f"images:{tmp_path}", "IMAGE_SIZE": "9"})
+    assert load(env={"DATASET": f"images:{tmp_path}", "IMAGE_SIZE": "9", "MODEL": "resnet_small"}).image_size == 9
+
+
+def test_a_user_model_that_cannot_work_exits_2_before_tensorflow_is_imported(tmp_path):
+    (tmp_path / "my_zoo.py").write_text("import keras\n\ndef make(input_shape):\n    pass\n")
+    code = "import sys, train.cli as c; rc = c.main(['fit', '--model', 'my_zoo:make']); " \
+           "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; sys.exit(rc)"
+    env = {"PYTHONPATH": f"{PROJECT_ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"ConfigError: MODEL='my_zoo:make' is not valid: make() in {tmp_path / 'my_zoo.py'} (line 3) takes 1 positional "
+        "argument; a model factory is make_model(input_shape, num_classes)")
+
+
+def test_no_validation_images_with_a_validation_monitor(tmp_path):
+    with pytest.raises(ConfigError, match=r"VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy"):
+        load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0"})
+    assert load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0", "MONITOR": "loss"}).val_split == 0

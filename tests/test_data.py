@@ -182,6 +182,13 @@ def test_every_gap_in_the_labels_is_named(make_npz):
         data.load_data(settings(dataset=f"npz:{path}"))
 
 
+def test_many_gaps_are_shortened(make_npz):
+    y = np.array([0, 2, 4, 6, 8, 10, 12, 12] * 75, np.uint8)
+    path = make_npz(y_train=y, y_test=np.zeros(300, np.uint8))
+    with pytest.raises(DataError, match=r"no example of class 1, 3, 5, 7, \.\.\. \(labels found: 0, 2, 4, 6, \.\.\.\)"):
+        data.load_data(settings(dataset=f"npz:{path}"))
+
+
 def test_a_single_class_npz_is_refused(make_npz):
     path = make_npz(y_train=np.zeros(600, np.uint8), y_test=np.zeros(300, np.uint8))
     with pytest.raises(DataError, match="a single class .* needs at least two"):

@@ -212,3 +212,16 @@ def test_gif_and_bmp_are_read_for_grayscale_and_colour_models(tmp_path, fmt, cha
     x = images.load_image_file(path, (16, 16, channels))
     assert x.shape == (16, 16, channels)
     assert x[:7].min() >= 250 and x[9:].max() <= 5
+
+
+def test_load_image_file_says_what_is_wrong_with_the_path(tmp_path):
+    with pytest.raises(DataError, match=r"is a directory, not an image file; give the image files \(JPEG, PNG"):
+        images.load_image_file(tmp_path, (32, 32, 3))
+    with pytest.raises(DataError, match=r"nope.png does not exist$"):
+        images.load_image_file(tmp_path / "nope.png", (32, 32, 3))
+
+
+def test_a_split_that_leaves_no_validation_image_is_named(make_image_dir, tmp_path):
+    root = make_image_dir(classes=2, per_class=4)
+    with pytest.raises(DataError, match=r"VAL_SPLIT=0.1 of 4 images in the smallest class leaves no image for validation"):
+        data.load_data(settings(root, tmp_path, val_split=0.1))

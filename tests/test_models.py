@@ -56,6 +56,14 @@ def one_argument(input_shape):
     return good(input_shape, 2)
 
 
+class ResourceExhaustedError(Exception):
+    """Named as TensorFlow's out-of-memory error, which the loop reports itself."""
+
+
+def out_of_memory(input_shape, num_classes):
+    raise ResourceExhaustedError("OOM when allocating tensor")
+
+
 def strided(input_shape, num_classes):
     inputs = keras.Input(shape=input_shape)
     x = keras.layers.Conv2D(4, 5)(inputs)
@@ -96,6 +104,12 @@ def test_bad_user_factories_are_one_line_model_errors(user_module, spec, words):
     assert (info.value.name, info.value.value, info.value.exit_code) == ("MODEL", spec, 2)
     assert str(info.value).startswith(f"MODEL={spec}: ")
     assert words.format(mod=user_module) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_out_of_memory_while_building_is_not_called_a_model_error(user_module):
+    with pytest.raises(Exception, match="OOM when allocating") as info:
+        build_model(f"{user_module}:out_of_memory", (8, 8, 1), 4)
+    assert type(info.value).__name__ == "ResourceExhaustedError"
 
 
 @pytest.mark.parametrize("source, words", [

@@ -62,6 +62,10 @@ def pkg(tmp_path, monkeypatch):
     (tmp_path / "zoo_for_test" / "bad.py").write_text("def make(input_shape, num_classes):\n  return (\n")
     (tmp_path / "zoo_for_test" / "lazy.py").write_text("def __getattr__(name):\n    return None\n")
     (tmp_path / "flat_for_test.py").write_text(SOURCE)
+    (tmp_path / "zoo_for_test" / "dyn.py").write_text("for n in ('a', 'b'):\n    globals()[n] = print\n")
+    (tmp_path / "ns_for_test" / "deep").mkdir(parents=True)  # namespace packages: no __init__.py
+    (tmp_path / "ns_for_test" / "deep" / "nets.py").write_text("def make(input_shape):\n    pass\n")
+    (tmp_path / "zoo_for_test" / "fast.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
@@ -69,7 +73,7 @@ def pkg(tmp_path, monkeypatch):
 @pytest.mark.parametrize("spec", [
     "zoo_for_test.cnns:make", "flat_for_test:make", "flat_for_test:with_default", "flat_for_test:star",
     "flat_for_test:decorated", "flat_for_test:guarded", "flat_for_test:alias", "flat_for_test:L",
-    "zoo_for_test.lazy:anything",
+    "zoo_for_test.lazy:anything", "zoo_for_test.dyn:a", "zoo_for_test.fast:make",
 ])
 def test_specs_that_may_work_pass(pkg, spec):
     check_model_spec(spec)
@@ -85,6 +89,8 @@ def test_specs_that_may_work_pass(pkg, spec):
     ("flat_for_test:one_arg", "one_arg() in {root}/flat_for_test.py (line 10) takes 1 positional argument"),
     ("flat_for_test:three_args", "three_args() in {root}/flat_for_test.py (line 14) requires 3 arguments"),
     ("flat_for_test:kw_only", "requires the keyword argument width"),
+    ("ns_for_test.deep.nets:make", "make() in {root}/ns_for_test/deep/nets.py (line 1) takes 1 positional argument"),
+    ("ns_for_test.deep.nothere:make", "cannot find module 'ns_for_test.deep.nothere'"),
 ])
 def test_specs_that_cannot_work_are_config_errors_before_import(pkg, spec, words):
     with pytest.raises(ConfigError) as e:

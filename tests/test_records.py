@@ -17,12 +17,16 @@ def _bytes(run, *names):
 
 
 def _stop_at_check(monkeypatch, n):
-    """Request a stop at the n-th stop check of the loop (a step boundary)."""
+    """Request a stop at the n-th stop check of the epoch loop (a step boundary; start-up's checks not counted)."""
+    import sys
+
     from train import stopping
 
     original, calls = stopping.StopFlag.check, {"n": 0}
 
     def check(self):
+        if sys._getframe(1).f_code.co_filename.endswith("fit.py"):
+            return original(self)
         calls["n"] += 1
         if calls["n"] == n:
             self.request("test stop")
@@ -141,8 +145,10 @@ def test_a_second_fit_on_a_run_in_progress_is_refused_and_a_dead_holder_does_not
         assert wait_until(lambda: (tmp_path / "go.waiting").exists(), first), output(first)[-3000:]
         run = only_run(tmp_path / "runs")
         before = _bytes(run, "config.json", "manifest.json")
+        open_gate = tmp_path / "open"
+        open_gate.write_text("go")  # a second fit that got as far as its model would not wait
         for extra in (["--resume", run.name], ["--resume", "auto"]):
-            rc, out = run_fit(flags + extra, tmp_path, extra_env={"GATE_FILE": str(gate)})
+            rc, out = run_fit(flags + extra + ["--epochs", "1"], tmp_path, extra_env={"GATE_FILE": str(open_gate)})
             assert rc == 4, out[-3000:]
             assert f"RunBusyError: run {run.name} is in use by another process (pid {first.pid} on host" in out
             assert "Traceback" not in out and out.count("Error") == 1
@@ -175,3 +181,24 @@ def test_a_damaged_record_stops_resume_and_auto_with_one_line(tmp_path, name):
         assert rc == 4, out[-3000:]
         assert f"RunRecordError: run {run.name}: " in out and name in out and "Traceback" not in out
     assert (run / name).read_text() == text[: len(text) // 2]
+
+
+def test_a_resume_interrupted_during_start_up_leaves_the_record_as_it_was(tmp_path, monkeypatch):
+    import os
+
+    from train import devices
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False)
+    run = train(s).run_dir
+    before = _bytes(run, "config.json", "manifest.json")
+    real_setup = devices.setup_devices
+
+    def signalled_setup(settings):
+        os.kill(os.getpid(), signal.SIGTERM)  # `docker stop` while the resume starts up
+        return real_setup(settings)
+
+    monkeypatch.setattr(devices, "setup_devices", signalled_setup)
+    result = train(s.replace(epochs=3), resume=run.name)
+    assert result.status == "interrupted"
+    assert _bytes(run, "config.json", "manifest.json") == before

@@ -142,6 +142,7 @@ def test_auto_starts_fresh_when_epochs_change_under_a_cosine_schedule(tmp_path):
 def test_resume_without_checkpoints_is_an_error_naming_the_run_and_the_fix(tmp_path):
     s = _settings(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "completed", checkpoint=False)
+    (run / "metrics.csv").write_text("epoch\n1\n")
     before = _snapshot(run)
     with pytest.raises(CheckpointError) as info:
         plan_run(s, run.name)
@@ -164,17 +165,22 @@ def test_restart_is_refused_when_checkpoints_exist_or_without_resume(tmp_path):
 
 def test_auto_resume_of_an_emptied_interrupted_run_is_an_error_not_a_fresh_start(tmp_path):
     s = _settings(tmp_path)
-    _fake_run(s, "20260102-000000-bbbb", "interrupted", checkpoint=False)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", checkpoint=False)
+    (run / "best.weights.h5").write_bytes(b"weights")
     with pytest.raises(CheckpointError, match="no checkpoint"):
         plan_run(s, "auto")
 
 
-def test_auto_starts_fresh_after_a_run_killed_before_its_first_checkpoint(tmp_path):
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_epoch_1(tmp_path):
     s = _settings(tmp_path)
-    old = _fake_run(s, "20260102-000000-bbbb", "running", checkpoint=False)
-    assert auto_resume(s) == ""
-    (old / "metrics.csv").write_text("epoch\n1\n")  # it had trained: its checkpoints were removed
+    old = _fake_run(s, "20260102-000000-bbbb", "interrupted", checkpoint=False)  # stopped during start-up
     assert auto_resume(s) == str(old)
+    plan = plan_run(s, "auto")  # nothing was trained, so nothing is lost
+    plan.release()
+    assert plan.run_dir == old and not plan.restart
+    (old / "metrics.csv").write_text("epoch\n1\n")  # it had trained: its checkpoints were removed
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        plan_run(s, "auto")
 
 
 @pytest.mark.parametrize("name", ["config.json", "manifest.json"])

@@ -26,7 +26,7 @@ class _OnOff(argparse.BooleanOptionalAction):
         before = getattr(namespace, self.dest, None)
         super().__call__(parser, namespace, values, option_string)
         if before is not None and before != getattr(namespace, self.dest):
-            raise argparse.ArgumentError(self, f"given both ways ({'/'.join(self.option_strings)}): keep one")
+            raise argparse.ArgumentError(self, "given both ways: keep one")
 
 
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pred = sub.add_parser("predict", allow_abbrev=False, help="print class and probability for image files")
     pred.add_argument("run", help="run id, run directory or 'latest'")
-    pred.add_argument("images", nargs="+", help="image files (PNG/JPEG)")
+    pred.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF or BMP)")
     pred.add_argument("--env-file", default=".env")
     pred.add_argument("--runs-dir", default=None)
 
@@ -140,7 +140,8 @@ def run(argv: Sequence[str]) -> int:
         from .check import main as check_main
 
         return check_main(json_output=args.json, require_gpu=args.require_gpu, skip_matmul=args.skip_matmul)
-    settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn)
+    # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
+    settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn, check_model=False)
     if cmd == "runs":
         from .runs import format_runs, list_runs
 

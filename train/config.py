@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .envfile import read_env_file
-from .errors import ConfigError
+from .errors import ConfigError, StorageError
 from .modelspec import check_model_spec
 
 log = logging.getLogger("train")
@@ -165,19 +165,25 @@ def _check_dataset(s: Settings) -> None:
 
 
 def _check_dirs(s: Settings) -> None:
-    """RUNS_DIR and DATA_DIR: not empty (that would be the working directory), and not under a file."""
+    """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory."""
     for name in ("runs_dir", "data_dir"):
         value = getattr(s, name)
         if not value.strip():
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
-    p = Path(s.runs_dir).expanduser()
-    for part in (p, *p.parents):  # the nearest part of the path that exists must be a directory
+
+
+def _check_runs_dir_path(runs_dir: str) -> None:
+    """The nearest part of RUNS_DIR that exists must be a directory (checked for what the user gives,
+    not for a run's saved settings, whose RUNS_DIR may be somewhere else by now)."""
+    p = Path(runs_dir).expanduser()
+    for part in (p, *p.parents):
         if part.is_dir():
             return
         if part.exists() or part.is_symlink():
+            # A storage problem (exit 7, as a read-only RUNS_DIR), said plainly instead of "File exists".
             what = "a broken link" if not part.exists() else "a file"
-            where = f"is {what}" if part == p else f"is under {what} ({part})"
-            raise ConfigError("RUNS_DIR", s.runs_dir, f"{where}, not a directory: point RUNS_DIR at a directory")
+            raise StorageError(f"cannot write {runs_dir}: {part} is {what}, not a directory; "
+                               "point RUNS_DIR at a directory")
 
 
 _MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -193,6 +199,9 @@ def validate(s: Settings) -> Settings:
     if s.dataset.startswith("images:") and s.image_size < MIN_IMAGE_SIZE.get(s.model, 0):
         raise ConfigError("IMAGE_SIZE", s.image_size, f"MODEL={s.model} needs images of at least "
                           f"{MIN_IMAGE_SIZE[s.model]}x{MIN_IMAGE_SIZE[s.model]}: raise IMAGE_SIZE or use MODEL=resnet_small")
+    if s.dataset.startswith("images:") and s.val_split == 0 and s.monitor.startswith("val_"):
+        raise ConfigError("VAL_SPLIT", s.val_split, f"0 leaves no validation images, so MONITOR={s.monitor} is never "
+                          "measured: set VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss")
     if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
     if s.checkpoint_every % s.steps_per_execution:
@@ -208,12 +217,14 @@ def load_settings(
     env_file: str | os.PathLike | None = ".env",
     environ: Mapping[str, str] | None = None,
     warn: Callable[[str], None] | None = None,
+    check_model: bool = True,
 ) -> Settings:
     """Resolve the settings: defaults < .env file < environment < `overrides` (command-line flags).
 
     `overrides` uses field names (`batch_size`); files and the environment use UPPER_CASE names.
     A missing default `.env` is fine; an explicitly named one that does not exist is an error.
     `warn(line)` gets the warnings about the .env file (unknown or repeated keys); default: logged.
+    `check_model=False` skips looking for a MODEL=module:function (commands that build no model).
     """
     environ = os.environ if environ is None else environ
     layers: list[Mapping[str, Any]] = []
@@ -232,7 +243,8 @@ def load_settings(
         if overrides and overrides.get(f.name) is not None:
             values[f.name] = _coerce(f, overrides[f.name])
     settings = validate(Settings(**values))
-    if settings.model not in BUILTIN_MODELS:
+    _check_runs_dir_path(settings.runs_dir)
+    if check_model and settings.model not in BUILTIN_MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
         check_model_spec(settings.model)
     return settings

@@ -33,7 +33,8 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
 
     Links are followed (a class folder may be assembled from links to files or folders), but each
     real file counts once and in one class only: a link back to a folder that contains it (a loop),
-    or one file reachable from two classes, is an error naming both paths.
+    or one file reachable from two classes, is an error naming both paths. Names starting with "."
+    (.git, .ipynb_checkpoints, ...) are skipped.
     """
     root = Path(root)
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
@@ -88,9 +89,9 @@ def _walk_class(top: Path):
             elif e.name.lower().endswith(IMAGE_EXTENSIONS):
                 try:
                     st = e.stat()
-                except OSError:
-                    raise DataError(f"{e.path}: a broken link ({os.readlink(e.path)!r} does not exist); "
-                                    "fix or remove it") from None
+                except OSError as exc:
+                    why = f"a broken link ({os.readlink(e.path)!r} does not exist)" if e.is_symlink() else exc.strerror
+                    raise DataError(f"{e.path}: {why}; fix or remove it") from None
                 yield e.path, (st.st_dev, st.st_ino)
 
     yield from walk(str(top))
@@ -157,6 +158,10 @@ def load_image_file(path: str | os.PathLike, input_shape: tuple[int, int, int]) 
     """One file as uint8 (H, W, C), decoded and resized exactly as the training pipeline does."""
     import tensorflow as tf
 
+    if Path(path).is_dir():
+        raise DataError(f"{path} is a directory, not an image file; give the image files ({SUPPORTED})")
+    if not Path(path).exists():
+        raise DataError(f"{path} does not exist" + (" (a broken link)" if Path(path).is_symlink() else ""))
     try:
         return decode_tensor(tf.io.read_file(str(path)), tuple(input_shape)).numpy()
     except (tf.errors.OpError, ValueError) as e:
@@ -229,6 +234,9 @@ def read_image_dir(root: Path, settings, subset: Callable[[int, int], np.ndarray
     class_names, rels, labels = list_image_dir(root)
     fingerprint = fingerprint_files(root, rels)
     tr, va = split_indices(labels, settings.val_split, settings.seed)
+    if settings.val_split > 0 and len(va) == 0:
+        raise DataError(f"{root}: VAL_SPLIT={settings.val_split} of {np.bincount(labels).min()} images in the smallest "
+                        "class leaves no image for validation; raise VAL_SPLIT or add images")
     if subset is not None:
         tr, va = tr[subset(len(tr), 0)], va[subset(len(va), 1)]
     shape = (settings.image_size, settings.image_size, settings.channels)

@@ -76,14 +76,13 @@ def auto_resume(settings: Settings) -> str:
         log.info("RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
                  newest.name, "; ".join(diff_settings(saved, settings)))
         return ""
-    if not has_checkpoints(newest) and status == "running" and not _trained(newest):
-        log.info("RESUME=auto: run %s was stopped before its first checkpoint; starting a new run", newest.name)
-        return ""
     return str(newest)
 
 
-def _trained(run_dir: Path) -> bool:
-    return (run_dir / "metrics.csv").is_file() or (run_dir / "best.weights.h5").is_file()
+def _trained(run_dir: Path, manifest: dict[str, Any]) -> bool:
+    """Whether the run ever got as far as a finished epoch (then it had checkpoints)."""
+    return (any((run_dir / n).is_file() for n in ("metrics.csv", "best.weights.h5", "final.weights.h5"))
+            or bool(manifest.get("epochs_completed")))
 
 
 def plan_run(settings: Settings, resume: str | None, force: bool = False, restart: bool = False) -> RunPlan:
@@ -122,10 +121,11 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
             "resume with the same settings, or pass --force to continue with the new ones"
         )
     ckpt_dir = run_dir / "checkpoints"
+    # A run stopped or killed before its first state never trained: it simply starts at epoch 1.
     if restart and has_checkpoints(run_dir):
         raise CheckpointError(f"run {run_dir.name} has checkpoints in {ckpt_dir}: --restart is only for a run whose "
                               "checkpoints are gone; resume it without --restart")
-    if not restart and not has_checkpoints(run_dir):
+    if not restart and not has_checkpoints(run_dir) and _trained(run_dir, manifest):
         raise CheckpointError(
             f"run {run_dir.name} has no checkpoint in {ckpt_dir} (deleted or never written): there is nothing to "
             f"resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new run "
