@@ -74,6 +74,8 @@ class Settings:
     keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
     monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss", choices=MONITORS)
     monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
+    patience: int = _f(0, "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)", min=0, max=100000)
+    min_delta: float = _f(0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0)
     max_minutes: float = _f(0.0, "time budget: save and stop cleanly after this many minutes (0: no limit)", min=0.0)
     auto_batch: bool = _f(False, "on GPU out-of-memory, halve BATCH_SIZE and continue from the last checkpoint (at most 3 times)")
     export: bool = _f(True, "export SavedModel + .keras + labels at the end of training")
@@ -95,7 +97,7 @@ class Settings:
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = {
     "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
-    "checkpoint_every", "memory_growth", "auto_batch", "resume",
+    "checkpoint_every", "memory_growth", "auto_batch", "resume", "patience", "min_delta",
 }
 
 

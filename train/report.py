@@ -93,6 +93,8 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
     if records.resumes:
         lead.append(f"resumed {len(records.resumes)}x")
     error = f'<p class="error">{_e(m["error"])}</p>' if m.get("error") else ""
+    if ended_because(m) and not m.get("error"):
+        lead.append(f"ended: {_e(ended_because(m))}")
     updated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(records.name)}: {_e(status)}</title>
@@ -157,6 +159,7 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         code += f" from {git['source']}"
     rows = [
         ("status", f"{m.get('status', 'unknown')}" + (f": {m['error']}" if m.get("error") else "")),
+        ("ended because", m.get("error") or ended_because(m) or "-"),
         ("started / ended", f"{m.get('started_at', '-')} / {m.get('ended_at') or '-'}"),
         ("resumed", ", ".join(m.get("resumed_at") or []) or "never"),
         ("duration", f"{_seconds(m.get('duration_seconds'))} over {len(m.get('segments') or []) or 1} segment(s)"),
@@ -180,6 +183,14 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
                           if "max_abs_diff" in export else "not exported"),
     ]
     return [(k, _e(v)) for k, v in rows]
+
+
+def ended_because(manifest: dict) -> str | None:
+    """Why the latest segment ended (early stopping, all epochs, a stop); a resumed run's older reason is not it."""
+    segments = manifest.get("segments")
+    if isinstance(segments, list) and segments and isinstance(segments[-1], dict):
+        return segments[-1].get("ended_because")
+    return manifest.get("ended_because")
 
 
 def _metrics_table(records: RunRecords) -> str:
