@@ -4,8 +4,8 @@ One self-contained page (images inline as base64 PNG, no script, nothing fetched
 every segment with each resume marked, the best weights on the validation set (confusion matrix,
 per-class accuracy, the most wrong images) and a summary of the manifest and the settings.
 
-Two depths: at each epoch end only the cheap part is drawn (curves and summary: well under a
-second), so a running job can be watched from its volume; the validation part needs the data and
+Two depths: at each epoch end only the cheap part is drawn (curves and summary: under a second),
+so a running job can be watched from its volume; the validation part needs the data and
 a forward pass, so it is computed at the end of the run and by `python -m train report RUN`.
 Writing a report never changes a run's outcome: the hooks log a warning and carry on.
 """
