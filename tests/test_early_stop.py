@@ -60,6 +60,18 @@ def test_the_ending_goes_to_the_run_and_its_latest_segment(tmp_path):
     assert [s.get("ended_because") for s in m["segments"]] == ["old", "all 3 epochs trained"]
 
 
+@pytest.mark.parametrize("content", ['{"status": "runn', "[1, 2]"])
+def test_a_damaged_manifest_is_logged_not_raised(tmp_path, caplog, monkeypatch, content):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    path = tmp_path / "manifest.json"
+    path.write_text(content)
+    with caplog.at_level("ERROR", logger="train"):
+        record_ending(path, "all 3 epochs trained")
+    assert "could not record why the run ended" in caplog.text and path.read_text() == content
+
+
 @pytest.mark.parametrize("name, value", [("PATIENCE", "-1"), ("PATIENCE", "two"), ("MIN_DELTA", "-0.1")])
 def test_bad_values_are_config_errors(name, value):
     with pytest.raises(ConfigError, match=name):

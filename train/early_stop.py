@@ -8,10 +8,13 @@ improvement) are what the run exports, whatever epoch it stopped at. No TensorFl
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("train")
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,20 @@ def _fmt(value) -> str:
 
 
 def record_ending(manifest_path: Path, reason: str) -> None:
-    """Why the run ended, in the manifest and in its current segment (a resume starts a new one)."""
+    """Why the run ended, in the manifest and in its current segment (a resume starts a new one).
+
+    Informative only: a manifest damaged meanwhile or a full disk is logged, and the run ends as
+    it would have (its state is already saved).
+    """
+    from .errors import StorageError
     from .rundir import read_json, write_json
 
-    manifest = read_json(manifest_path) if manifest_path.is_file() else {}
-    manifest["ended_because"] = reason
-    segments = manifest.get("segments")
-    if isinstance(segments, list) and segments and isinstance(segments[-1], dict):
-        segments[-1]["ended_because"] = reason
-    write_json(manifest_path, manifest)
+    try:
+        manifest = read_json(manifest_path) if manifest_path.is_file() else {}
+        manifest["ended_because"] = reason
+        segments = manifest.get("segments")
+        if isinstance(segments, list) and segments and isinstance(segments[-1], dict):
+            segments[-1]["ended_because"] = reason
+        write_json(manifest_path, manifest)
+    except (StorageError, ValueError, TypeError) as exc:
+        log.error("could not record why the run ended in %s: %s", manifest_path, exc)
