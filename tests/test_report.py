@@ -83,6 +83,15 @@ def test_the_end_of_run_report_is_quick_after_a_signal(tmp_path, monkeypatch, st
     assert calls == [full, False]
 
 
+@pytest.mark.parametrize("mode, calls_made", [("full", [True, False]), ("quick", [False, False]), ("off", [])])
+def test_the_report_setting(tmp_path, monkeypatch, mode, calls_made):
+    calls = []
+    monkeypatch.setattr(report, "write_report", lambda run_dir, full: calls.append(full))
+    report.write_final_report(write_run_records(tmp_path / "r"), "completed", mode)
+    report.refresh_after_epoch(tmp_path / "r", mode)
+    assert calls == calls_made
+
+
 def test_a_failing_report_is_a_warning_and_leaves_the_last_one(tmp_path, train_log):
     run = write_run_records(tmp_path / "r")
     report.write_report(run, full=False)

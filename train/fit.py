@@ -69,7 +69,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag) -> Result:
             _close(run_dir, manifest_path, settings, status, error, time.monotonic() - started)
             from .report import write_final_report  # never raises: a report never changes the run's outcome
 
-            write_final_report(run_dir, status)
+            write_final_report(run_dir, status, settings.report)
             log.info("run %s ended: %s", run_dir.name, status)
         elif plan.resumed:
             log.info("run %s: resume not started (%s); its config.json and manifest.json are unchanged",

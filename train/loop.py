@@ -217,7 +217,7 @@ class EpochLoop:
                  "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)), seconds,
                  row["samples_per_second"] or 0.0, "  (best)" if self.state["best"] == value else "")
         from .report import refresh_after_epoch  # curves for whoever watches the volume; never raises
-        refresh_after_epoch(self.run_dir)
+        refresh_after_epoch(self.run_dir, self.s.report)
 
     def _save(self, why: str) -> None:
         from . import checkpoints

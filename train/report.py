@@ -48,20 +48,20 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
     return Written(run_dir / "report.html", missing)
 
 
-def refresh_after_epoch(run_dir: Path | None) -> None:
-    """The epoch-end hook: curves and summary only; a failure is a warning, never the run's end."""
-    _guarded(run_dir, full=False)
+def refresh_after_epoch(run_dir: Path | None, mode: str = "full") -> None:
+    """The epoch-end hook (REPORT=full or quick): curves and summary only; a failure is only a warning."""
+    _guarded(run_dir, full=False, mode=mode)
 
 
-def write_final_report(run_dir: Path | None, status: str) -> None:
+def write_final_report(run_dir: Path | None, status: str, mode: str = "full") -> None:
     """The end-of-run hook. After a signal only the quick part: the process has a grace period to exit in."""
-    _guarded(run_dir, full=status != "interrupted")
+    _guarded(run_dir, full=mode == "full" and status != "interrupted", mode=mode)
 
 
-def _guarded(run_dir: Path | None, full: bool) -> None:
+def _guarded(run_dir: Path | None, full: bool, mode: str) -> None:
     try:
         # None: a process that writes no run directory (a worker that is not the chief).
-        if run_dir is not None and (Path(run_dir) / "config.json").is_file():
+        if mode != "off" and run_dir is not None and (Path(run_dir) / "config.json").is_file():
             write_report(run_dir, full=full)
     except Exception as exc:  # noqa: BLE001  a report is never worth a run
         log.warning("WARNING: report.html not updated: %s: %s", type(exc).__name__, exc)
