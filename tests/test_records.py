@@ -3,10 +3,8 @@ two processes on one run, and what `runs` shows. End to end on generated data (s
 
 from __future__ import annotations
 
-import json
 import signal
 
-import numpy as np
 import pytest
 from faults import fit_flags, kill_after_new_checkpoint, manifest, only_run, output, run_fit, start_fit, wait_until
 from helpers import make_npz, tiny_settings
