@@ -77,8 +77,10 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
     && pip install --require-hashes --no-deps -r requirements-gpu.lock
-# Visible to the NVIDIA container toolkit: which GPUs to mount (compose/--gpus narrows it) and
-# which driver libraries (compute: CUDA; utility: nvidia-smi and NVML for `train check`).
+# Read by the NVIDIA container toolkit: which GPUs to mount and which driver libraries (compute:
+# CUDA; utility: nvidia-smi and NVML for `train check`). `docker run --gpus` and compose's GPU
+# reservation set NVIDIA_VISIBLE_DEVICES after this environment, so the later value wins; pick GPUs
+# with `--gpus '"device=0,2"'`, or CUDA_VISIBLE_DEVICES in .env with compose.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
@@ -86,8 +88,9 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 # (setuptools comes from the lock, so nothing unpinned is downloaded). The lock inputs, README.md,
 # .env.example come along because tests compare them with the code; the [d]/[e]
 # wildcards let the build work in a checkout without them. BUILD_COMMIT records the commit the
-# image was built from (`invoke build` passes GIT_COMMIT; there is no .git in the image) for each
-# run's manifest; it comes last, so a new commit rebuilds one tiny layer. These lines end both
+# image was built from for each run's manifest (there is no .git in the build context: `invoke
+# build`/`invoke train` pass GIT_COMMIT, and compose does when it is set in the environment or .env);
+# it comes last, so a new commit rebuilds one tiny layer. These lines end both
 # targets; ENTRYPOINT, CMD and the environment are inherited from `base`.
 FROM deps-cpu AS cpu
 COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./

@@ -73,7 +73,14 @@ def test_real_check_on_this_machine():
     done = subprocess.run([sys.executable, "-m", "train", "check", "--json"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     r = json.loads(done.stdout)
-    assert done.returncode == 0 and r["verdict"]["status"] in ("cpu", "gpu")
+    errors = [d["code"] for d in r["diagnoses"] if d["severity"] == "error"]
+    # The verdict this machine's facts call for: a GPU TensorFlow uses, else an error that explains
+    # why none is used, else a CPU machine with nothing wrong.
+    expected = "gpu" if r["tensorflow"]["gpus"] else "gpu_not_used" if errors else "cpu"
+    assert done.returncode == 0 and r["verdict"]["status"] == expected, (r["verdict"], errors)
+    assert r["verdict"]["usable_gpus"] == len(r["tensorflow"]["gpus"])
+    if not gpuinfo.driver_status()[0]:  # no NVIDIA driver here: nothing can be a usable GPU
+        assert r["gpus"] == [] and r["verdict"]["status"] != "gpu"
     assert r["tensorflow"]["version"] and any("CPU" in m["device"] for m in r["matmul"])
 
 

@@ -123,3 +123,21 @@ def test_restore_is_exact(tmp_path):
     restore(other, load_latest(tmp_path))
     for a, b in zip(other.variables + other.optimizer.variables, model.variables + model.optimizer.variables):
         assert np.array_equal(a.numpy(), b.numpy()), a.path
+
+
+def test_the_pointer_moves_only_after_the_state_file_is_in_place(tmp_path, monkeypatch):
+    """A kill between the two renames must leave a pointer to a complete state, never to a missing one."""
+    import os
+
+    renamed, real_replace = [], os.replace
+
+    def replace(src, dst):
+        real_replace(src, dst)
+        renamed.append(os.path.basename(dst))
+        if os.path.basename(dst) == LATEST:  # what the pointer names exists when the pointer moves
+            assert (tmp_path / (tmp_path / LATEST).read_text().strip()).is_file()
+
+    model = _model()
+    monkeypatch.setattr(os, "replace", replace)
+    _states(tmp_path, model, steps=(4, 8))
+    assert renamed == ["ckpt-000000004.npz", LATEST, "ckpt-000000008.npz", LATEST]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from train import export
-from train.errors import ExportError, NoWeightsError
+from train.errors import ExportError, NoWeightsError, StorageError
 from train.models import build_model
 from train.rundir import TMP_MARK, read_json
 
@@ -61,8 +61,9 @@ def test_a_writer_failure_removes_the_staging_directory(run_dir, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(export, "write_savedmodel", boom)
-    with pytest.raises(Exception, match="disk is full"):
+    with pytest.raises(StorageError, match="disk is full") as info:
         export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert str(run_dir / "export") in str(info.value) and info.value.exit_code == 7
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
 
 
@@ -144,3 +145,87 @@ def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch):
         keras.mixed_precision.set_global_policy(previous)
     model32 = _tiny_model()
     assert export.float32_copy(model32, "unused") is model32
+
+
+@pytest.fixture
+def reload_in_process(monkeypatch):
+    """Run the fresh-process reload script in this process (same code, no second TensorFlow start)."""
+    import subprocess
+    import sys
+
+    def run(cmd, **kw):
+        assert cmd[:2] == [sys.executable, "-c"] and "tensorflow" in cmd[2] and "train" not in cmd[2]
+        monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
+        exec(cmd[2], {"__name__": "__main__"})
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(export.subprocess, "run", run)
+
+
+def test_check_parity_measures_the_difference_to_the_savedmodel(tmp_path, reload_in_process):
+    keras.utils.set_random_seed(0)
+    model = _tiny_model()
+    export.write_savedmodel(model, tmp_path / "savedmodel")
+    assert export.check_parity(model, tmp_path / "savedmodel", tmp_path) <= export.TOLERANCE
+    x = export._parity_batch((6, 6, 1)).astype(np.float32)
+    other = _tiny_model()
+    rng = np.random.default_rng(0)
+    other.set_weights([w + rng.normal(0, 0.01, w.shape).astype(w.dtype) for w in model.get_weights()])
+    expected = np.max(np.abs(np.asarray(other(x)) - np.asarray(model(x))))
+    assert expected > 1e-3
+    assert export.check_parity(other, tmp_path / "savedmodel", tmp_path) == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_savedmodel_that_does_not_load_is_an_export_error(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 1, "", "Traceback (most recent call last):\nOSError: SavedModel file does not exist\n"))
+    with pytest.raises(ExportError, match="does not load in a fresh process: OSError: SavedModel file does not exist"):
+        export.check_parity(_tiny_model(), tmp_path / "savedmodel", tmp_path)
+
+
+@pytest.fixture
+def trained_run(tmp_path):
+    """A run directory as training leaves it, with best.weights.h5 from other weights than `model`."""
+    from train.config import Settings
+    from train.models import build_model
+
+    run = tmp_path / "20260101-000000-bbbb"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(Settings(model="cnn").to_dict()))
+    (run / "manifest.json").write_text(json.dumps({"data": {"input_shape": [12, 12, 1], "class_names": ["a", "b"]}}))
+    (run / "labels.txt").write_text("a\nb\n")
+    keras.utils.set_random_seed(1)
+    best = build_model("cnn", (12, 12, 1), 2)
+    best.save_weights(run / "best.weights.h5")
+    keras.utils.set_random_seed(2)
+    return run, best, build_model("cnn", (12, 12, 1), 2)
+
+
+def _exported(monkeypatch):
+    seen = []
+    monkeypatch.setattr(export, "export_model", lambda model, run_dir, labels: seen.append((model, labels)) or {})
+    return seen
+
+
+def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run, monkeypatch):
+    run, best, in_memory = trained_run
+    seen = _exported(monkeypatch)
+    export.export_run(run, model=in_memory)
+    ((model, labels),) = seen
+    assert model is not in_memory and labels == ["a", "b"]
+    for got, want, last in zip(model.get_weights(), best.get_weights(), in_memory.get_weights()):
+        np.testing.assert_array_equal(got, want)
+        assert not np.array_equal(got, last) or got.ndim == 1  # biases start at zero in both
+
+
+def test_export_run_without_best_weights_exports_the_model_in_memory(trained_run, monkeypatch):
+    run, _, in_memory = trained_run
+    (run / "best.weights.h5").unlink()
+    seen = _exported(monkeypatch)
+    export.export_run(run, model=in_memory)
+    ((model, labels),) = seen
+    assert labels == ["a", "b"]
+    for got, want in zip(model.get_weights(), in_memory.get_weights()):
+        np.testing.assert_array_equal(got, want)

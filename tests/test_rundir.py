@@ -57,14 +57,57 @@ def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
     (errno.EDQUOT, "quota"),
     (errno.EFBIG, "ulimit -f"),
     (errno.EROFS, "read-only"),
-    (errno.EACCES, "permission denied"),
-    (errno.EPERM, "UID/GID"),
+    (errno.EACCES, "permission denied: run as the owner of RUNS_DIR"),
+    (errno.EPERM, "point RUNS_DIR at a folder you can write"),
 ])
 def test_storage_error_explains_each_errno(code, words):
-    exc = storage_error("/runs/x", OSError(code, "raw"))
+    exc = storage_error("/runs/x", OSError(code, "raw"), in_docker=False)
     assert isinstance(exc, StorageError) and exc.exit_code == 7
     assert str(exc).startswith("cannot write /runs/x: ")
     assert words in str(exc)
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM])
+def test_permission_denied_in_a_container_points_at_the_host_folder_and_host_ids(code):
+    # In the container RUNS_DIR is always the /runs volume: the fix is who owns its host folder.
+    text = str(storage_error("/runs", OSError(code, "raw"), in_docker=True))
+    assert "HOST_UID" in text and "HOST_GID" in text and "RUNS_HOST_DIR" in text and "mkdir -p runs" in text
+    assert "point RUNS_DIR" not in text
+
+
+def test_in_container_reads_the_engines_marker_files(tmp_path):
+    from train.rundir import in_container
+
+    assert not in_container(tmp_path)
+    (tmp_path / ".dockerenv").touch()
+    assert in_container(tmp_path)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
+    # A teammate or a TensorBoard container running as another user must be able to read run files.
+    import os
+
+    old = os.umask(umask)
+    try:
+        write_text(tmp_path / "config.json", "{}\n")
+        atomic_write(tmp_path / "best.weights.h5", lambda p: p.write_bytes(b"x"))
+    finally:
+        os.umask(old)
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"config.json": mode, "best.weights.h5": mode}
+
+
+def test_temp_dirs_respect_the_umask_and_carry_the_mark(tmp_path):
+    import os
+
+    from train.rundir import make_temp_dir
+
+    old = os.umask(0o022)
+    try:
+        d = make_temp_dir(tmp_path, "export")
+    finally:
+        os.umask(old)
+    assert d.name.startswith("export" + TMP_MARK) and d.stat().st_mode & 0o777 == 0o755
 
 
 def test_storage_error_falls_back_to_strerror():
@@ -201,3 +244,26 @@ def test_ensure_writable_under_a_file_is_a_storage_error(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(StorageError, match="cannot write"):
         ensure_writable(tmp_path / "file" / "runs")
+
+
+def test_atomic_write_fsyncs_the_data_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
+    """The order that survives a power loss: data on disk, then the name, then the name on disk."""
+    import os
+    import stat
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        info = os.fstat(fd)
+        events.append(("fsync dir",) if stat.S_ISDIR(info.st_mode) else ("fsync file", info.st_size))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    atomic_write(tmp_path / "state.npz", lambda p: (events.append(("write",)), p.write_bytes(b"12345")))
+    assert events == [("write",), ("fsync file", 5), ("replace", "state.npz"), ("fsync dir",)]

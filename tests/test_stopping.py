@@ -115,7 +115,7 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
     import json
 
     from helpers import tiny_settings
-    from train import cli, devices, fit
+    from train import cli, devices
 
     settings = tiny_settings(tmp_path)
 

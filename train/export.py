@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import ExportError, NoWeightsError
 from .manifest import update_manifest
-from .rundir import TMP_MARK, read_record, read_run_settings, storage_error
+from .rundir import make_temp_dir, read_record, read_run_settings, storage_error
 
 log = logging.getLogger("train")
 TOLERANCE = 1e-5
@@ -103,7 +103,7 @@ def float32_copy(model, model_name: str):
 def export_model(model, run_dir: Path, labels: list[str]) -> dict[str, Any]:
     """Write run_dir/export/{savedmodel/, model.keras, labels.txt} atomically and verify parity."""
     final = run_dir / "export"
-    staging = Path(tempfile.mkdtemp(prefix="export" + TMP_MARK, dir=run_dir))
+    staging = make_temp_dir(run_dir, "export")  # readable by others as the umask allows, like every run file
     try:
         write_savedmodel(model, staging / "savedmodel")
         model.save(staging / "model.keras")

@@ -42,6 +42,14 @@ def _monitor_mode(settings: Settings) -> str:
     return "min" if "loss" in settings.monitor else "max"
 
 
+def step_at_batch_size(step: int, saved_batch: int, new_batch: int) -> int:
+    """Where a state saved at `step` (batches of `saved_batch`) stands in batches of `new_batch`.
+
+    The example order does not depend on the batch size, so the position carries over in examples.
+    """
+    return step * saved_batch // new_batch
+
+
 def _improved(value: float | None, best: float | None, mode: str) -> bool:
     if value is None or not math.isfinite(value):
         return False
@@ -162,10 +170,8 @@ class EpochLoop:
         loaded = checkpoints.load_latest(self.run_dir / "checkpoints")  # at least the initial state
         checkpoints.restore(self.model, loaded)
         state = dict(loaded.meta)
-        # The example order does not depend on the batch size, so the position carries over in
-        # examples: the state's step counts batches of the state's own batch size.
-        examples = state["step"] * state.get("batch_size", old)
-        self.state = dict(state, batch_size=old // 2, step=examples // (old // 2), batch_halvings=halvings)
+        step = step_at_batch_size(state["step"], state.get("batch_size", old), old // 2)
+        self.state = dict(state, batch_size=old // 2, step=step, batch_halvings=halvings)
         log.warning("WARNING: out of GPU memory at batch size %d; AUTO_BATCH: continuing from the last checkpoint "
                     "with batch size %d (%d/%d)", old, old // 2, self.state["batch_halvings"], MAX_BATCH_HALVINGS)
         return self._train_epoch(self.state["epoch"])

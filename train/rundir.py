@@ -16,9 +16,9 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -62,14 +62,30 @@ def list_run_dirs(runs_dir: str | Path) -> list[Path]:
     return sorted(found, key=creation_key)
 
 
-def storage_error(path: Path | str, exc: OSError) -> StorageError:
+def in_container(root: Path = Path("/")) -> bool:
+    """Whether this process runs in a Docker or Podman container (their marker files)."""
+    return (root / ".dockerenv").exists() or (root / "run/.containerenv").exists()
+
+
+def _permission_hint(in_docker: bool) -> str:
+    if in_docker:  # RUNS_DIR is the /runs volume there; what decides is who owns its host folder
+        return ("permission denied: the container runs as HOST_UID:HOST_GID, which must own the host folder "
+                "mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and "
+                "put HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)")
+    return "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR at a folder you can write"
+
+
+def storage_error(path: Path | str, exc: OSError, in_docker: bool | None = None) -> StorageError:
+    """The StorageError for `exc`, with the fix that fits the host or the container (`in_docker`)."""
+    if in_docker is None:
+        in_docker = in_container()
     reason = {
         errno.ENOSPC: "the disk is full: free space or point RUNS_DIR at a larger volume",
         errno.EDQUOT: "the disk quota is exceeded: free space or point RUNS_DIR elsewhere",
         errno.EFBIG: "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere",
         errno.EROFS: "the file system is read-only: mount the runs volume read-write or set RUNS_DIR",
-        errno.EACCES: "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR",
-        errno.EPERM: "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR",
+        errno.EACCES: _permission_hint(in_docker),
+        errno.EPERM: _permission_hint(in_docker),
     }.get(exc.errno, exc.strerror or str(exc))
     return StorageError(f"cannot write {path}: {reason}")
 
@@ -88,9 +104,7 @@ def atomic_write(path: Path | str, write: Callable[[Path], None], size_hint: int
     path = Path(path)
     if size_hint and shutil.disk_usage(path.parent).free < size_hint:
         raise storage_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name.split(".")[0] + TMP_MARK, suffix="".join(path.suffixes))
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = _new_temp(path)
     try:
         write(tmp_path)
         with open(tmp_path, "rb+") as fh:
@@ -104,6 +118,40 @@ def atomic_write(path: Path | str, write: Callable[[Path], None], size_hint: int
         tmp_path.unlink(missing_ok=True)
         raise
     return path
+
+
+def _new_temp(path: Path) -> Path:
+    """An empty, new temp file beside `path`, created with mode 0666 less the umask.
+
+    Not tempfile.mkstemp: its files are 0600, which os.replace keeps, so a teammate or a
+    TensorBoard container running as another user could not read the run's files.
+    """
+    prefix, suffix = path.name.split(".")[0] + TMP_MARK, "".join(path.suffixes)
+    for _ in range(100):
+        tmp = path.parent / f"{prefix}{secrets.token_hex(4)}{suffix}"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise storage_error(path, exc) from exc
+        return tmp
+    raise StorageError(f"cannot write {path}: no free temporary name in {path.parent}")
+
+
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new directory in `parent` named prefix + TMP_MARK + random, mode 0777 less the umask.
+
+    Not tempfile.mkdtemp, whose 0700 would survive the rename into place (see `_new_temp`).
+    """
+    for _ in range(100):
+        path = parent / f"{prefix}{TMP_MARK}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise StorageError(f"cannot write {parent}: no free temporary name")
 
 
 def _fsync_dir(directory: Path) -> None:
