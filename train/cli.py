@@ -148,7 +148,7 @@ def run(argv: Sequence[str]) -> int:
         return 0 if verdict.match else ReproduceMismatch.exit_code
     if cmd == "export":
         from .export import export_run
-        from .rundir import RunLock
+        from .runlock import RunLock
 
         with RunLock(run_dir):  # never while a fit writes the same run
             report = export_run(run_dir)
