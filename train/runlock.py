@@ -48,8 +48,12 @@ class RunLock:
                 f"run {self.run_dir.name} is in use by another process ({self.holder()}): two processes never "
                 "write one run; wait for it to end or stop it (Ctrl-C, `docker compose stop`), then resume"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
+        except OSError as exc:  # a full disk: the lock is held, only the note for others is missing
+            os.close(fd)
+            raise storage_error(self.path, exc) from exc
         self.fd = fd
         return self
 
