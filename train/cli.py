@@ -137,7 +137,7 @@ def run(argv: Sequence[str]) -> int:
         return 0
     from .rundir import resolve_run
 
-    _quiet_tensorflow()  # export and predict start TensorFlow too
+    _quiet_tensorflow()  # export, predict and reproduce start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
     if cmd == "reproduce":
         from .manifest import project_root
