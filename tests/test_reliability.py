@@ -446,11 +446,11 @@ def test_malformed_settings_exit_2_before_tensorflow_naming_the_setting(tmp_path
     assert not (tmp_path / "runs").exists()
 
 
-def test_debug_setting_shows_the_traceback(tmp_path, data):
+def test_debug_setting_shows_the_traceback_and_keeps_the_exit_code(tmp_path, data):
     for extra in ({"DEBUG": "1"}, {}):
         p = _no_tf(tmp_path, ["fit", "--dataset", f"npz:{data}", "--epochs", "abc"] + (["--debug"] if not extra else []),
                    **extra)
-        assert p.returncode == 1 and "Traceback" in p.stderr and "ConfigError: EPOCHS=" in p.stderr, p.stderr
+        assert p.returncode == 2 and "Traceback" in p.stderr and "ConfigError: EPOCHS=" in p.stderr, p.stderr
 
 
 # -- 11. corrupt or truncated data ----------------------------------------------------------------
