@@ -474,8 +474,8 @@ def test_corrupt_data_is_refused_before_training_naming_the_file(tmp_path, data)
 
     for c in ("a", "b"):
         (images / c).mkdir(parents=True)
-        for i in range(4):
-            Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(images / c / f"{i}.png")
+        for i in range(10):  # VAL_SPLIT=0.1 leaves one validation image per class
+            Image.fromarray(np.full((16, 16, 3), 20 * i, np.uint8)).save(images / c / f"{i}.png")
     (images / "b" / "2.png").write_text("not an image")
     cases = {"truncated.npz": f"npz:{truncated}", "flipped.npz": f"npz:{flipped}", "empty": f"images:{empty}",
              "2.png": f"images:{images}"}
