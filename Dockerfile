@@ -66,17 +66,19 @@ CMD ["fit"]
 # The cache mount keeps downloaded wheels across rebuilds without storing them in the image.
 # ca_bundle is an optional BuildKit secret for networks that intercept TLS (corporate proxies):
 # `--secret id=ca_bundle,src=/path/ca.pem`; it is mounted for this step only, never in a layer.
+# PIP_CACHE_DIR points pip at the cache mount: with HOME=/home/app, pip (as root) would otherwise
+# look in /home/app/.cache/pip, find it not owned by root and disable its cache altogether.
 FROM base AS deps-cpu
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && pip install --require-hashes --no-deps -r requirements.lock
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements.lock
 
 FROM base AS deps-gpu
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && pip install --require-hashes --no-deps -r requirements-gpu.lock
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements-gpu.lock
 # Read by the NVIDIA container toolkit: which GPUs to mount and which driver libraries (compute:
 # CUDA; utility: nvidia-smi and NVML for `train check`). `docker run --gpus` and compose's GPU
 # reservation set NVIDIA_VISIBLE_DEVICES after this environment, so the later value wins; pick GPUs

@@ -210,7 +210,7 @@ for f in config.json manifest.json train.log metrics.csv; do [ -s "$run/$f" ] ||
 for d in checkpoints export; do [ -d "$run/$d" ] && [ -n "$(ls -A "$run/$d")" ] || fail "$run$d/ is missing or empty"; done
 foreign=$(find "$P/runs" ! -uid "$uid" -printf '%u:%g %p\n' | head -5)
 [ -z "$foreign" ] || fail "files on the volume not owned by $CI_USER ($uid): $foreign"
-private=$(find "$P/runs" -type f ! -perm -o=r -printf '%m %p\n' | head -5)
+private=$(find "$P/runs" \( \( -type f ! -perm -o=r \) -o \( -type d ! -perm -o=rx \) \) -printf '%m %p\n' | head -5)
 [ -z "$private" ] || fail "run files not readable by other users (umask 022): $private"
 python3 - "$run/manifest.json" "$COMMIT" <<'EOF'
 import json, sys

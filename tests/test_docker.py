@@ -45,6 +45,13 @@ def test_dependencies_come_from_the_lock_with_hashes_before_the_source():
     assert DOCKERFILE.count("pip install --no-deps --no-build-isolation") == 2
 
 
+def test_pip_uses_the_build_cache_mount():
+    # HOME is the run-time user's, so without PIP_CACHE_DIR pip ignores the mount (and disables its cache).
+    mounts = re.findall(r"--mount=type=cache,target=(\S+?),", DOCKERFILE)
+    installs = re.findall(r"PIP_CACHE_DIR=(\S+) pip install --require-hashes", DOCKERFILE)
+    assert len(mounts) == 2 and installs == mounts
+
+
 def test_gpu_target_exposes_the_driver_capabilities_it_needs():
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in DOCKERFILE and "TF_CPP_MIN_LOG_LEVEL=2" in DOCKERFILE
 
@@ -152,3 +159,11 @@ def test_every_documented_compose_up_that_trains_returns_the_training_exit_code(
         if "tensorboard" in line or "--detach" in line:
             continue
         assert "--exit-code-from train" in line, line
+
+
+def test_workflow_builds_both_targets_with_a_layer_cache_and_linters_in_a_venv():
+    wf = (ROOT / ".github" / "workflows" / "container.yml").read_text()
+    assert "target: [cpu, gpu]" in wf and "target: ${{ matrix.target }}" in wf
+    assert "cache-from: type=gha" in wf and "cache-to: type=gha,mode=max" in wf
+    assert "pip install --user" not in wf and 'python3 -m venv "$RUNNER_TEMP/lint"' in wf
+    assert "GIT_COMMIT" in wf  # every image the workflow builds records its commit

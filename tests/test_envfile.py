@@ -62,6 +62,8 @@ def test_unknown_and_repeated_keys_warn_with_the_line(tmp_path):
 
 
 def test_other_tools_variables_match_docker_compose():
+    if not (PROJECT_ROOT / "docker-compose.yml").is_file():
+        pytest.skip("docker-compose.yml is a host-side file (not in the image)")
     compose = (PROJECT_ROOT / "docker-compose.yml").read_text()
     used = set(re.findall(r"\$\{([A-Z_]+)", compose))
     from dataclasses import fields

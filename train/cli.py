@@ -154,7 +154,7 @@ def run(argv: Sequence[str]) -> int:
         return 0
     from .rundir import resolve_run
 
-    _quiet_tensorflow()  # export and predict start TensorFlow too
+    _quiet_tensorflow()  # export, predict and reproduce start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
     if cmd == "report":
         from .report import write_report
@@ -173,7 +173,7 @@ def run(argv: Sequence[str]) -> int:
         return 0 if verdict.match else ReproduceMismatch.exit_code
     if cmd == "export":
         from .export import export_run
-        from .rundir import RunLock
+        from .runlock import RunLock
 
         with RunLock(run_dir):  # never while a fit writes the same run
             report = export_run(run_dir)

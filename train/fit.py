@@ -89,7 +89,7 @@ def _close(run_dir: Path, manifest_path: Path, settings: Settings, status: str, 
         header = latest_header(run_dir / "checkpoints") or {}
         best = {"monitor": settings.monitor, "value": header.get("best")}
         close_segment(manifest_path, status, error, seconds, header.get("epoch"), best)
-    except StorageError as exc:  # the disk may be why we are failing: say so, keep the first error
+    except (StorageError, ValueError) as exc:  # a full disk, or a manifest damaged meanwhile: keep the first error
         log.error("could not update the manifest: %s", exc)
 
 
