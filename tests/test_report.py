@@ -43,7 +43,7 @@ def test_the_quick_report_is_one_self_contained_page(tmp_path):
     written = report.write_report(run, full=False)
     page = (run / "report.html").read_text()
     assert written.path == run / "report.html" and written.missing == [
-        "validation: computed at the end of the run; `python -m train report r1` computes it now"]
+        "validation: not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report r1`"]
     # Nothing to fetch, nothing to run: every picture is inline, there is no script.
     assert "<script" not in page.lower() and not re.search(r"(?:src|href)=\"(?!data:)", page)
     assert "http" not in page.lower()
@@ -51,7 +51,7 @@ def test_the_quick_report_is_one_self_contained_page(tmp_path):
     for text in ("r1", "completed", "best val_accuracy <b>0.9300</b> at epoch 5 after 50.0 s of training",
                  "resumed 1x", "0123456789abcdef", "ab" * 32, "sha256 " + "cd" * 32,
                  "mixed_bfloat16: CPU has native bfloat16", "Python 3.11.7, TensorFlow 2.21.0, Keras 3.15.1",
-                 "max |diff| 0.00e+00", "CPU only", "one process", "BATCH_SIZE", "computed at the end of the run",
+                 "max |diff| 0.00e+00", "CPU only", "one process", "BATCH_SIZE", "not computed yet: it comes at the end of the run",
                  "12.5 s over 1 segment(s)"):
         assert text in page, text
 
@@ -118,7 +118,7 @@ def test_report_command_quick_and_its_errors(tmp_path, capsys):
     assert cli.main(["report", "latest", "--quick", "--runs-dir", str(runs)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"wrote {run / 'report.html'} and {run / 'curves.png'}"
-    assert out[1].startswith("  not included: validation: computed at the end of the run")
+    assert out[1].startswith("  not included: validation: not computed yet: it comes at the end of the run")
     assert cli.main(["report", "nope", "--runs-dir", str(runs)]) == 2
     assert capsys.readouterr().err.startswith("RunNotFound: run 'nope' not found")
     (run / "manifest.json").write_text("{")

@@ -23,7 +23,7 @@ from .history import RunRecords, load_records
 from .rundir import atomic_write, write_text
 
 log = logging.getLogger("train")
-CHEAP_NOTE = "computed at the end of the run; `python -m train report {run}` computes it now"
+CHEAP_NOTE = "not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report {run}`"
 
 
 @dataclass
