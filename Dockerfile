@@ -44,10 +44,13 @@ ENV APP_UID=${UID} \
     PIP_NO_INPUT=1 \
     TINI_SUBREAPER=1 \
     TF_CPP_MIN_LOG_LEVEL=2 \
+    MPLCONFIGDIR=/tmp/matplotlib \
     RUNS_DIR=/runs \
     DATA_DIR=/data
 # APP_UID/APP_GID: the build-time ids, for the numeric USER of each target (so runAsNonRoot can verify).
 # TINI_SUBREAPER: lets tini work under compose's `init: true` (docker-init as PID 1) too.
+# MPLCONFIGDIR: the report's matplotlib font cache; HOME is not writable when HOST_UID is not the
+# build-time UID, and matplotlib would otherwise warn and rebuild the cache at every start.
 # TF_CPP_MIN_LOG_LEVEL=2 keeps TensorFlow's C++ INFO/WARNING noise out of the logs; set 0 to debug.
 
 RUN python3 -m venv "${VIRTUAL_ENV}" \

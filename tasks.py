@@ -216,6 +216,32 @@ def export(c, run="latest", local=False, cpu=False):
 
 
 @task(help={
+    "run": "run id, run directory or 'latest' (default)",
+    "local": "write it on this host instead of in the container",
+    "cpu": "use the CPU image and no GPU reservation",
+    "quick": "curves and summary only (no data loading, no predictions)",
+})
+def report(c, run="latest", local=False, cpu=False, quick=False):
+    """Write a run's report.html and curves.png again (`python -m train report RUN`)."""
+    args = f"report {shlex.quote(run)}" + (" --quick" if quick else "")
+    if local:
+        c.run(f"{PY} -m train {args}", echo=True, pty=True)
+        return
+    _volumes()
+    c.run(f"{_compose(c, cpu)} run --rm train {args}", echo=True, pty=True)
+
+
+@task(help={
+    "runs": "two or more run ids or directories, split like a shell would, e.g. \"RUN_A RUN_B\"",
+    "out": "also write the overlaid curves: a .png, or an .html page with the tables",
+})
+def compare(c, runs, out=""):
+    """Compare runs on this host (`python -m train compare RUN RUN ...`): no container, no TensorFlow."""
+    names = " ".join(shlex.quote(r) for r in shlex.split(runs))
+    c.run(f"{PY} -m train compare {names}" + (f" --out {shlex.quote(out)}" if out else ""), echo=True, pty=True)
+
+
+@task(help={
     "follow": "keep printing new lines (-f)",
     "local": "show runs/nohup.out of `invoke train --local --detach` instead of the container's log",
     "cpu": "the training was started with --cpu",
@@ -309,4 +335,4 @@ def reproduce(c, run, allow_dirty=False, epochs=0):
     c.run(f"{PY} -m train reproduce {shlex.quote(run)} --local{flags}", echo=True, pty=True)
 
 
-ns = Collection(build, gpu_check, train, export, logs, tensorboard, test, bench, lock, clean, reproduce)
+ns = Collection(build, gpu_check, train, export, report, compare, logs, tensorboard, test, bench, lock, clean, reproduce)

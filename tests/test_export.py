@@ -121,7 +121,7 @@ def test_export_and_predict_of_a_damaged_record_are_one_line_exit_4(tmp_path, ca
 
 def test_export_of_a_run_in_use_is_refused_naming_the_holder(tmp_path, capsys):
     from train import cli
-    from train.rundir import RunLock
+    from train.runlock import RunLock
 
     run = _failed_run(tmp_path)
     with RunLock(run):

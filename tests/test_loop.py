@@ -89,7 +89,8 @@ def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch):
     loop._train_epoch = lambda epoch: continued.append((epoch, loop.state.to_dict())) or ({}, 0.0, 0)
     EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
     assert restored == [Path("/runs/r1/checkpoints")]
-    assert continued == [(1, dict(saved, batch_size=32, step=6, batch_halvings=1, workers=1))]
+    assert continued == [(1, dict(saved, batch_size=32, step=6, batch_halvings=1, workers=1, patience_reference=None,
+                                  patience_wait=0))]
 
 
 # --- the loop on a tiny model ----------------------------------------------------------------------

@@ -148,3 +148,10 @@ def test_a_new_run_starts_with_one_open_segment(tmp_path, facts):
     assert m["segments"][0]["smoke"] is True and m["segments"][0]["epochs_planned"] == 1
     failed = manifest.close_segment(path, "failed", "DataError: x", 1.5)
     assert failed["duration_seconds"] == 1.5 and "epochs_completed" not in failed and "best" not in failed
+
+
+def test_a_run_killed_before_its_manifest_gets_one_when_resumed(tmp_path, facts):
+    run = tmp_path / "20260101-000000-000001"
+    run.mkdir()
+    m = manifest.open_segment(run / "manifest.json", {}, object(), manifest.new_segment(2))
+    assert m["run_id"] == run.name and len(m["segments"]) == 1 and m["status"] == "running"

@@ -202,3 +202,18 @@ def test_a_resume_interrupted_during_start_up_leaves_the_record_as_it_was(tmp_pa
     result = train(s.replace(epochs=3), resume=run.name)
     assert result.status == "interrupted"
     assert _bytes(run, "config.json", "manifest.json") == before
+
+
+def test_a_manifest_damaged_during_the_run_does_not_hide_how_the_run_ended(tmp_path, caplog, monkeypatch):
+    import logging
+
+    from helpers import tiny_settings as settings_for
+    from train import fit
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    run = tmp_path / "20260101-000000-000001"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "manifest.json").write_text('{"status": "runn')
+    with caplog.at_level("ERROR", logger="train"):
+        fit._close(run, run / "manifest.json", settings_for(tmp_path), "failed", "DataError: x", 1.0)
+    assert "could not update the manifest" in caplog.text

@@ -446,11 +446,11 @@ def test_malformed_settings_exit_2_before_tensorflow_naming_the_setting(tmp_path
     assert not (tmp_path / "runs").exists()
 
 
-def test_debug_setting_shows_the_traceback(tmp_path, data):
+def test_debug_setting_shows_the_traceback_and_keeps_the_exit_code(tmp_path, data):
     for extra in ({"DEBUG": "1"}, {}):
         p = _no_tf(tmp_path, ["fit", "--dataset", f"npz:{data}", "--epochs", "abc"] + (["--debug"] if not extra else []),
                    **extra)
-        assert p.returncode == 1 and "Traceback" in p.stderr and "ConfigError: EPOCHS=" in p.stderr, p.stderr
+        assert p.returncode == 2 and "Traceback" in p.stderr and "ConfigError: EPOCHS=" in p.stderr, p.stderr
 
 
 # -- 11. corrupt or truncated data ----------------------------------------------------------------
@@ -474,8 +474,8 @@ def test_corrupt_data_is_refused_before_training_naming_the_file(tmp_path, data)
 
     for c in ("a", "b"):
         (images / c).mkdir(parents=True)
-        for i in range(4):
-            Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(images / c / f"{i}.png")
+        for i in range(10):  # VAL_SPLIT=0.1 leaves one validation image per class
+            Image.fromarray(np.full((16, 16, 3), 20 * i, np.uint8)).save(images / c / f"{i}.png")
     (images / "b" / "2.png").write_text("not an image")
     cases = {"truncated.npz": f"npz:{truncated}", "flipped.npz": f"npz:{flipped}", "empty": f"images:{empty}",
              "2.png": f"images:{images}"}

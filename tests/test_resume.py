@@ -13,7 +13,8 @@ import pytest
 from train.config import load_settings
 from train.errors import CheckpointError, ConfigError, ResumeMismatchError, RunBusyError, RunRecordError
 from train.resume import auto_resume, check_data, plan_run
-from train.rundir import RunLock, RunNotFound, read_json
+from train.rundir import RunNotFound, read_json
+from train.runlock import RunLock
 
 
 def _settings(tmp_path, **changes):

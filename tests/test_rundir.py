@@ -7,8 +7,8 @@ import errno
 
 import pytest
 
-from train.errors import RunBusyError, RunRecordError, StorageError
-from train.rundir import (TMP_MARK, RunLock, RunNotFound, atomic_write, clean_stale_temp, create_run_dir,
+from train.errors import RunRecordError, StorageError
+from train.rundir import (TMP_MARK, RunNotFound, atomic_write, clean_stale_temp, create_run_dir,
                           ensure_writable, list_run_dirs, new_run_id, read_json, read_record, resolve_run,
                           storage_error, write_json, write_text)
 
@@ -193,44 +193,6 @@ def test_read_record_names_the_run_the_file_and_the_fix(tmp_path):
     (run / "manifest.json").unlink()
     with pytest.raises(RunRecordError, match="has no manifest.json"):
         read_record(run, "manifest.json")
-
-
-def test_run_lock_refuses_a_second_holder_naming_pid_and_host(tmp_path):
-    import os
-    import socket
-
-    with RunLock(tmp_path):
-        with pytest.raises(RunBusyError) as info:
-            RunLock(tmp_path).acquire()
-        assert f"pid {os.getpid()} on host {socket.gethostname()}" in str(info.value)
-        assert tmp_path.name in str(info.value) and info.value.exit_code == 4
-    with RunLock(tmp_path):  # released: the file stays, and locks again
-        pass
-    assert (tmp_path / "run.lock").is_file()
-
-
-def test_a_lock_held_by_another_process_blocks_until_that_process_dies(tmp_path):
-    import signal
-    import subprocess
-    import sys
-
-    from helpers import subprocess_env
-
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from train.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
-                               "print('locked', flush=True); sys.stdin.read()", str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        assert holder.stdout.readline().strip() == "locked"  # the event: it holds the lock now
-        with pytest.raises(RunBusyError) as info:
-            RunLock(tmp_path).acquire()
-        assert f"pid {holder.pid} on host" in str(info.value)
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
-    assert f"pid {holder.pid}" in (tmp_path / "run.lock").read_text()  # the dead holder's file is still there
-    with RunLock(tmp_path):  # ... and does not block
-        pass
 
 
 def test_create_run_dir_lays_out_subdirectories(tmp_path):

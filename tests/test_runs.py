@@ -89,3 +89,16 @@ def test_duration_is_the_training_time_of_every_segment(tmp_path):
 def test_no_runs(tmp_path):
     assert list_runs(tmp_path / "missing") == []
     assert format_runs([]).startswith("no runs yet")
+
+
+def test_the_runs_command_lists_the_good_runs_beside_a_damaged_one(tmp_path, capsys):
+    from train import cli
+
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-000001", CFG, "[]")
+    _run(root, "20260101-000000-000002", CFG, {"status": "completed", "epochs_completed": 3})
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:2] == ["20260101-000000-000001", "unreadable"]
+    assert out[2].split()[:3] == ["20260101-000000-000002", "completed", "3/3"]
+    assert "holds list, not a JSON object" in out[3]

@@ -189,6 +189,23 @@ def test_export_logs_tensorboard():
     ]
 
 
+def test_report_and_compare():
+    c = ctx()
+    tasks.report(c, run="20240101-000000 x")
+    tasks.report(c, local=True, quick=True)
+    tasks.report(c, cpu=True)
+    tasks.compare(c, runs="a  b 'c d'", out="my runs.html")
+    tasks.compare(c, runs="a b")
+    compose = "HOST_UID=1234 HOST_GID=567 docker compose"
+    assert echoed(c) == [
+        f"{compose} run --rm train report '20240101-000000 x'",
+        f"{tasks.PY} -m train report latest --quick",
+        f"{compose} -f docker-compose.yml -f docker-compose.cpu.yml run --rm train report latest",
+        f"{tasks.PY} -m train compare a b 'c d' --out 'my runs.html'",
+        f"{tasks.PY} -m train compare a b",
+    ]
+
+
 def test_test_and_bench_use_the_current_interpreter(tmp_path):
     c = ctx()
     tasks.test(c)

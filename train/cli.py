@@ -1,4 +1,4 @@
-"""`python -m train {fit,export,predict,runs,check,settings}`: the thin command-line edge.
+"""`python -m train {fit,export,predict,runs,report,compare,check,settings}`: the thin command-line edge.
 
 Arguments become settings, one function is called, and the package's exceptions become one line on
 stderr and a documented exit code (train.errors.EXIT_CODES). Heavy imports happen inside the
@@ -16,7 +16,7 @@ from typing import Sequence
 from .config import Settings, load_settings
 from .errors import EXIT_CODES, Interrupted, ReproduceMismatch, TemplateError
 
-COMMANDS = ("fit", "export", "predict", "runs", "check", "settings", "reproduce")
+COMMANDS = ("fit", "export", "predict", "runs", "report", "compare", "check", "settings", "reproduce")
 
 
 class _OnOff(argparse.BooleanOptionalAction):
@@ -70,6 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("runs", allow_abbrev=False, help="list runs as a table")
     runs.add_argument("--env-file", default=".env")
     runs.add_argument("--runs-dir", default=None)
+
+    rep = sub.add_parser("report", help="write a run's report.html and curves.png again (with the validation part)")
+    rep.add_argument("run", help="run id, run directory or 'latest'")
+    rep.add_argument("--quick", action="store_true", help="curves and summary only: no data loading, no predictions")
+    rep.add_argument("--env-file", default=".env")
+    rep.add_argument("--runs-dir", default=None)
+
+    cmp_ = sub.add_parser("compare", help="settings that differ, final and best metrics, time to best, overlaid curves")
+    cmp_.add_argument("runs", nargs="+", metavar="RUN", help="two or more run ids, run directories or 'latest'")
+    cmp_.add_argument("--out", default=None, help="also write the overlaid curves: a .png, or an .html page with the tables")
+    cmp_.add_argument("--env-file", default=".env")
+    cmp_.add_argument("--runs-dir", default=None)
 
     chk = sub.add_parser("check", allow_abbrev=False, help="diagnose the GPU set-up and say why a GPU is not used")
     chk.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -135,10 +147,23 @@ def run(argv: Sequence[str]) -> int:
 
         print(format_runs(list_runs(settings.runs_dir)))
         return 0
+    if cmd == "compare":
+        from .compare import compare_runs
+
+        print(compare_runs(settings.runs_dir, args.runs, args.out))
+        return 0
     from .rundir import resolve_run
 
     _quiet_tensorflow()  # export, predict and reproduce start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
+    if cmd == "report":
+        from .report import write_report
+
+        written = write_report(run_dir, full=not args.quick)
+        print(f"wrote {written.path} and {written.path.with_name('curves.png')}")
+        for part in written.missing:
+            print(f"  not included: {part}")
+        return 0
     if cmd == "reproduce":
         from .manifest import project_root
         from .reproduce import format_verdict, reproduce
@@ -148,7 +173,7 @@ def run(argv: Sequence[str]) -> int:
         return 0 if verdict.match else ReproduceMismatch.exit_code
     if cmd == "export":
         from .export import export_run
-        from .rundir import RunLock
+        from .runlock import RunLock
 
         with RunLock(run_dir):  # never while a fit writes the same run
             report = export_run(run_dir)

@@ -27,6 +27,7 @@ BUILTIN_MODELS = ("cnn", "cnn_bn", "resnet_small")
 CACHE_MODES = ("memory", "file", "none")
 PROGRESS_MODES = ("auto", "bar", "line")
 MONITOR_MODES = ("auto", "max", "min")
+REPORT_MODES = ("full", "quick", "off")
 LR_SCHEDULES = ("constant", "cosine")
 # Smallest images the built-in models take (two 3x3 convolutions and two 2x2 poolings need 10x10).
 MIN_IMAGE_SIZE = {"cnn": 10, "cnn_bn": 10}
@@ -74,9 +75,12 @@ class Settings:
     keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
     monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss", choices=MONITORS)
     monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
+    patience: int = _f(0, "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)", min=0, max=100000)
+    min_delta: float = _f(0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0)
     max_minutes: float = _f(0.0, "time budget: save and stop cleanly after this many minutes (0: no limit)", min=0.0)
     auto_batch: bool = _f(False, "on GPU out-of-memory, halve BATCH_SIZE and continue from the last checkpoint (at most 3 times)")
     export: bool = _f(True, "export SavedModel + .keras + labels at the end of training")
+    report: str = _f("full", "report.html: full (at the end also the validation set: confusion matrix, most wrong images) | quick (curves and summary only) | off", choices=REPORT_MODES)
     progress: str = _f("auto", "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise", choices=PROGRESS_MODES)
     debug: bool = _f(False, "show Python tracebacks for expected errors")
     # --- several machines (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it) ---
@@ -98,7 +102,8 @@ class Settings:
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = {
     "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
-    "checkpoint_every", "memory_growth", "auto_batch", "resume", "workers", "worker_index",
+    "checkpoint_every", "memory_growth", "auto_batch", "resume", "patience", "min_delta", "report",
+    "workers", "worker_index",
 }
 
 

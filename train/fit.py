@@ -93,6 +93,9 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
     finally:
         if opened["segment"]:
             _close(run_dir, manifest_path, settings, status, error, time.monotonic() - started)
+            from .report import write_final_report  # never raises: a report never changes the run's outcome
+
+            write_final_report(run_dir, status, settings.report)
             log.info("run %s ended: %s", run_dir.name, status)
         elif plan.resumed:
             log.info("run %s: resume not started (%s); its config.json and manifest.json are unchanged",
@@ -112,7 +115,7 @@ def _close(run_dir: Path, manifest_path: Path, settings: Settings, status: str, 
         header = latest_header(run_dir / "checkpoints") or {}
         best = {"monitor": settings.monitor, "value": header.get("best")}
         close_segment(manifest_path, status, error, seconds, header.get("epoch"), best)
-    except StorageError as exc:  # the disk may be why we are failing: say so, keep the first error
+    except (StorageError, ValueError) as exc:  # a full disk, or a manifest damaged meanwhile: keep the first error
         log.error("could not update the manifest: %s", exc)
 
 
@@ -258,7 +261,9 @@ def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
     return result
 
 
-_STATE_FIELDS = ("epoch", "step", "global_step", "best", "batch_size", "batch_halvings", "workers")
+_STATE_FIELDS = ("epoch", "step", "global_step", "best", "batch_size", "batch_halvings", "workers", "patience_reference",
+                 "patience_wait")
+_FLOAT_FIELDS = ("best", "patience_reference")
 
 
 def _fingerprint_number(spec) -> int:
@@ -281,7 +286,7 @@ def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
         raise DataError(f"worker {setup.worker_index} reads other data than the chief ({settings.dataset}: fingerprint "
                         f"{spec.fingerprint[:12]} here, {int(got[1]):012x} on the chief); give every worker the same data set")
     values = dict(zip(_STATE_FIELDS, got[2:]))
-    state = LoopState(**{k: (v if k == "best" else int(v)) for k, v in values.items()})
+    state = LoopState(**{k: (v if k in _FLOAT_FIELDS else int(v)) for k, v in values.items()})
     state.workers = setup.workers
     return state, bool(got[0])
 

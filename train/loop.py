@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Settings
+from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
 from .logs import MetricsFile, TensorBoardWriter, gpu_memory
 from .manifest import update_manifest
@@ -41,6 +42,8 @@ class LoopState:
     batch_size: int = 0
     batch_halvings: int = 0
     workers: int = 1  # processes that trained the latest steps (a resume may use another count)
+    patience_reference: float | None = None  # early stopping: the last value that counted as an improvement
+    patience_wait: int = 0  # early stopping: epochs since
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], default_batch: int) -> "LoopState":
@@ -116,6 +119,7 @@ class EpochLoop:
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started, self.chief = epochs, started, chief
         self.mode = _monitor_mode(settings)
+        self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
         self.metrics = MetricsFile(run_dir / "metrics.csv") if chief else None
         self.history: list[dict[str, Any]] = []
         if self.metrics:
@@ -172,14 +176,20 @@ class EpochLoop:
         from . import checkpoints
 
         tb = TensorBoardWriter(self.run_dir / "tensorboard") if self.chief else None
-        status = "completed"
+        status, ended = "completed", f"all {self.epochs} epochs trained"
         try:
             with self.stop.installed():
                 while self.state.epoch < self.epochs:
                     epoch = self.state.epoch
+                    # Also right after a resume: the count was saved. Every worker sees the same
+                    # (all-reduced) metrics, so all of them stop at the same epoch.
+                    if self.patience.exhausted(self.state.to_dict()):
+                        ended = self.patience.reason(self.state.to_dict())
+                        log.info("%s", ended)
+                        break
                     logs, seconds, steps_run = self._train_epoch(epoch)
                     if self.stop.reason:
-                        status = self.stop.status
+                        status, ended = self.stop.status, f"stopped ({self.stop.reason}): resumable"
                         self._save("stop requested: " + self.stop.reason)
                         where = f"continue with --resume {self.run_dir.name}" if self.chief else "the chief saved it"
                         log.info("saved a resumable state at epoch %d step %d; %s", epoch + 1, self.state.step, where)
@@ -190,6 +200,8 @@ class EpochLoop:
         finally:
             if tb:
                 tb.close()
+        if self.chief:
+            record_ending(self.run_dir / "manifest.json", ended)
         final_sha = checkpoints.weights_sha256(self.model)
         result = Result(self.run_dir, status, self.state.epoch, self.history, self.state.best, final_sha, None,
                         self.model)
@@ -315,11 +327,18 @@ class EpochLoop:
 
                 atomic_write(self.run_dir / "best.weights.h5", self.model.save_weights,
                              size_hint=_weights_bytes(self.model))
+        counted = self.state.to_dict()
+        self.patience.update(counted, value)  # before the save: the count survives a stop
+        self.state.patience_reference, self.state.patience_wait = counted.get("patience_reference"), counted.get("patience_wait", 0)
         self.state.epoch, self.state.step = epoch + 1, 0
         self._save("epoch end")
         log.info("epoch %d/%d: %s  %.1fs  %.0f samples/s%s", epoch + 1, self.epochs,
                  "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)), seconds,
                  row["samples_per_second"] or 0.0, "  (best)" if self.state.best == value else "")
+        if self.chief:
+            from .report import refresh_after_epoch  # curves for whoever watches the volume; never raises
+
+            refresh_after_epoch(self.run_dir, self.s.report)
 
     def _save(self, why: str) -> None:
         if not self.chief:

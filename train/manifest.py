@@ -145,6 +145,7 @@ def open_segment(path: Path, previous: dict[str, Any], settings, segment: dict[s
                     resumed_at=list(previous.get("resumed_at") or []) + [segment["started_at"]],
                     segments=segments + [segment])
     manifest.setdefault("started_at", segment["started_at"])
+    manifest.setdefault("run_id", Path(path).parent.name)  # a run killed before its first manifest
     write_json(path, manifest)
     return manifest
 

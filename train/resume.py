@@ -20,8 +20,8 @@ from typing import Any
 
 from .config import RESUME_FREE, Settings, diff_settings, settings_from_dict
 from .errors import CheckpointError, ConfigError, ResumeMismatchError
-from .rundir import (RunLock, create_run_dir, list_run_dirs, read_record, read_run_settings, resolve_run,
-                     write_json)
+from .rundir import create_run_dir, list_run_dirs, read_record, read_run_settings, resolve_run, write_json
+from .runlock import RunLock
 
 log = logging.getLogger("train")
 

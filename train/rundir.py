@@ -5,27 +5,24 @@ runs/<run-id>/
   train.log          console lines            metrics.csv     one row per epoch
   tensorboard/       TensorBoard logs         checkpoints/    resumable states + LATEST pointer
   best.weights.h5    best weights on MONITOR  export/         SavedModel, model.keras, labels.txt
-  run.lock           held (flock) by the one process writing the run; names its pid and host
+  run.lock           held by the one process writing the run (train.runlock)
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import errno
-import fcntl
 import json
 import os
 import re
 import secrets
 import shutil
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import RunBusyError, RunRecordError, StorageError, TemplateError
+from .errors import RunRecordError, StorageError, TemplateError
 
 TMP_MARK = ".tmp-"
-LOCK_FILE = "run.lock"
 # 20261130-061959-483920[-name]: date, time, microseconds. Ids made before the microseconds
 # (20261130-061959-a1b2) carry 4 random hex digits instead.
 _ID = re.compile(r"^(\d{8}-\d{6})-([0-9a-f]{4}|\d{6})(?:-|$)")
@@ -259,61 +256,6 @@ def read_record(run_dir: Path, name: str) -> dict[str, Any]:
         raise RunRecordError(f"run {Path(run_dir).name}: {path} holds {type(data).__name__}, not a JSON object; "
                              "restore it from a backup, or move the run directory out of RUNS_DIR")
     return data
-
-
-class RunLock:
-    """One writer per run directory: an exclusive flock on run.lock, held for the run's life.
-
-    The kernel drops the lock when its process ends, however it ends (SIGKILL, power cut of a
-    container), so a stale file never blocks. The holder's pid and host are written into the
-    file only for the message a second process prints. flock is local to one machine: on a
-    RUNS_DIR shared over NFS, two hosts are not kept apart.
-    """
-
-    def __init__(self, run_dir: Path | str):
-        self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK_FILE
-        self.fd: int | None = None
-
-    def acquire(self) -> "RunLock":
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise storage_error(self.path, exc) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise storage_error(self.path, exc) from exc
-            raise RunBusyError(
-                f"run {self.run_dir.name} is in use by another process ({self.holder()}): two processes never "
-                "write one run; wait for it to end or stop it (Ctrl-C, `docker compose stop`), then resume"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
-        self.fd = fd
-        return self
-
-    def holder(self) -> str:
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
-            text = ""
-        return text or "pid unknown: it is just starting"
-
-    def release(self) -> None:
-        # The file stays: unlinking it would let a third process lock a new file while a second
-        # one still waits on the old inode.
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def __enter__(self) -> "RunLock":
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
 
 def read_run_settings(run_dir: Path):
