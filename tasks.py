@@ -148,7 +148,7 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
         return
     if local:
         cmd = f"{PY} -m train fit {args}".rstrip()
-        if detach:  # the guide's `nohup ... &`: survives the terminal; the run's own log is train.log
+        if detach:  # a plain `nohup ... &`: survives the terminal; the run's own log is train.log
             c.run(f"nohup {cmd} > runs/nohup.out 2>&1 &", echo=True, disown=True)
             print("training in the background; follow it with: invoke logs --local -f")
         else:

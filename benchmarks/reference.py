@@ -1,8 +1,8 @@
-"""The reference guide's MNIST recipe (section 4), reimplemented faithfully as the baseline.
+"""The classic Keras MNIST recipe, reimplemented faithfully as the baseline.
 
 numpy normalisation (/255 in float32), `from_tensor_slices(...).shuffle(1024).batch(128)
 .prefetch(AUTOTUNE)`, the test set batched without shuffling, float32, Adam with Keras defaults,
-and the guide's Sequential CNN declared with `input_shape=(28, 28, 1)`. Nothing from `train/`.
+and the recipe's Sequential CNN declared with `input_shape=(28, 28, 1)`. Nothing from `train/`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ SHUFFLE_BUFFER = 1024
 
 
 def prepare(arrays: dict, batch_size: int = BATCH_SIZE):
-    """(train_ds, test_ds) exactly as the guide builds them."""
+    """(train_ds, test_ds) exactly as the recipe builds them."""
     import tensorflow as tf
 
     x_train = arrays["x_train"][..., np.newaxis].astype("float32") / 255.0
@@ -28,7 +28,7 @@ def prepare(arrays: dict, batch_size: int = BATCH_SIZE):
 
 
 def make_model():
-    """The guide's CNN, compiled as the guide compiles it (float32 whatever the global policy was)."""
+    """The recipe's CNN, compiled as the recipe compiles it (float32 whatever the global policy was)."""
     import keras
     import tensorflow as tf
 

@@ -63,3 +63,28 @@ def test_check_on_cpu(benchmark, quick):
     seconds = common.median(s for s, _ in seconds_list)
     common.record(benchmark, "5b. `python -m train check` on CPU, seconds", f"< {GOAL_CHECK_S}s", None,
                   seconds < GOAL_CHECK_S, check_seconds=seconds, exit_codes=[c for _, c in seconds_list])
+
+
+def test_peak_probe_cost(benchmark, quick):
+    """The MFU peak probe each run makes at start, against `import tensorflow` (which every run pays)."""
+    from train.flops import measure_peak_flops
+
+    probes, imports, peaks = [], [], []
+
+    def probe() -> float:
+        t0 = time.perf_counter()
+        peaks.append(measure_peak_flops("float32"))
+        seconds = time.perf_counter() - t0
+        probes.append(seconds)
+        return seconds
+
+    def tf_import() -> float:
+        seconds, _ = _run(["-c", "import tensorflow"])
+        imports.append(seconds)
+        return seconds
+
+    common.once(benchmark, lambda: common.interleave({"probe": probe, "import_tensorflow": tf_import}, 1 if quick else 3))
+    p, t = common.median(probes), common.median(imports)
+    common.record(benchmark, "5c. peak FLOP/s probe at start / `import tensorflow`", "< 0.25x",
+                  common.ratio(p, t), p < 0.25 * t, probe_seconds=p, import_tensorflow_seconds=t,
+                  measured_gflops=common.median(peaks) / 1e9)

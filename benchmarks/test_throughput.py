@@ -14,7 +14,7 @@ def _samples_per_second(history) -> float:
 
 
 def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
-    """Same data, same epochs: the guide's recipe, then `train.fit.train` with default settings."""
+    """Same data, same epochs: the classic Keras MNIST recipe, then `train.fit.train` with default settings."""
     from train.fit import train
     from train.hardware import cpu_bf16, cpu_flags
 

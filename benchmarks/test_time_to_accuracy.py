@@ -10,7 +10,7 @@ from reference import Recipe
 
 TARGET = 0.990
 GOAL = 0.5
-BUDGET_EPOCHS = 10  # the guide trains 10 epochs
+BUDGET_EPOCHS = 10  # the classic recipe trains 10 epochs
 
 
 class _Template:

@@ -15,7 +15,7 @@ def load(overrides=None, env=None, env_file=None):
     return load_settings(overrides or {}, env_file=env_file, environ=env or {})
 
 
-def test_defaults_are_the_guides_recipe():
+def test_defaults_are_the_classic_mnist_recipe():
     s = load()
     assert (s.dataset, s.model, s.batch_size, s.learning_rate) == ("mnist", "cnn", 128, 1e-3)
 

@@ -143,7 +143,7 @@ def test_export_and_predict_from_the_command_line(finished, tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to train on real MNIST")
 def test_real_mnist_one_epoch_default_settings(tmp_path):
-    """The guide's workload through the default path (PRECISION=auto, DATA_DIR holding mnist.npz)."""
+    """The default workload through the default path (PRECISION=auto, DATA_DIR holding mnist.npz)."""
     from train.config import load_settings
     from train.fit import train
 

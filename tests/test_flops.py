@@ -70,3 +70,19 @@ def test_the_peak_probe_measures_a_matmul(monkeypatch):
     monkeypatch.setattr(flops.time, "perf_counter", lambda: next(ticks))
     peak = flops.measure_peak_flops(n=64, reps=3)
     assert peak == pytest.approx(2 * 64 ** 3 / 0.25)  # the best repetition
+
+
+def test_the_datasheet_peak_is_used_on_known_gpus_and_the_measured_one_elsewhere():
+    from train.flops import choose_peak, compute_dtype, datasheet_peak
+
+    assert compute_dtype("mixed_bfloat16") == "bfloat16" and compute_dtype("mixed_float16") == "float16"
+    assert compute_dtype("float32") == "float32"
+    h100 = datasheet_peak("NVIDIA H100 80GB HBM3", "bfloat16")
+    assert h100 == pytest.approx(989e12)
+    assert datasheet_peak("NVIDIA T4", "bfloat16") is None and datasheet_peak("Some GPU", "float32") is None
+    gpu = choose_peak(measured=600e12, datasheet=h100, devices=2, where="NVIDIA H100 80GB HBM3", dtype="bfloat16")
+    assert gpu.flops == pytest.approx(2 * 989e12) and gpu.source.startswith("datasheet: 989 TFLOP/s bfloat16")
+    assert gpu.measured_per_device == 600e12  # recorded beside it
+    cpu = choose_peak(measured=70e9, datasheet=None, devices=1, where="CPU", dtype="float32")
+    assert cpu.flops == 70e9 and cpu.source == "measured: 1024x1024 float32 matmul on CPU, x1"
+    assert choose_peak(None, None, 1, "CPU", "float32").flops is None

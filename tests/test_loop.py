@@ -238,3 +238,33 @@ def test_state_from_a_checkpoint_header_keeps_known_keys_only():
     state = LoopState.from_meta(meta, default_batch=32)
     assert state == LoopState(epoch=2, step=4, global_step=28, best=0.5, batch_size=32)
     assert "model_variables" not in state.to_dict()
+
+
+def test_every_epoch_records_achieved_flops_and_mfu_against_the_measured_peak(real_loop):
+    import json
+
+    loop = real_loop(epochs=1)
+    # 28x28 inputs, one Dense(784 -> 4): 2 * 784 * 4 FLOPs forward, three times that to train.
+    assert loop.flop_count.train_per_example == 3 * 2 * 784 * 4
+    assert loop.peak.flops and loop.peak.source.startswith("measured: 1024x1024 float32 matmul on CPU")
+    row = loop.run().history[-1]
+    assert row["model_flops_per_second"] == pytest.approx(row["samples_per_second"] * 3 * 2 * 784 * 4)
+    assert row["mfu"] == pytest.approx(row["model_flops_per_second"] / loop.peak.flops)
+    assert 0 < row["mfu"] < 1
+    manifest = json.loads((loop.run_dir / "manifest.json").read_text())
+    assert manifest["flops"]["train_per_example"] == 3 * 2 * 784 * 4 and manifest["peak"]["flops"] == loop.peak.flops
+    header = (loop.run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"model_flops_per_second", "mfu"} <= set(header)
+
+
+def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monkeypatch):
+    from train import flops
+
+    def broken(*_a, **_k):
+        raise RuntimeError("no device")
+
+    monkeypatch.setattr(flops, "measure_peak_flops", broken)
+    loop = real_loop(epochs=1)
+    assert loop.peak.flops is None
+    row = loop.run().history[-1]
+    assert row["mfu"] is None and row["model_flops_per_second"] is None and row["samples_per_second"]

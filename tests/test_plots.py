@@ -31,7 +31,8 @@ def test_curves_mark_each_resume_and_the_best_epoch(tmp_path):
     rec = load_records(write_run_records(tmp_path / "r", log_lines=log))
     fig = plots.curves_figure(rec)
     axes = panels(fig)
-    assert set(axes) == {"loss", "accuracy", "learning rate", "training samples/s"}  # no GPU: no GPU panel
+    assert set(axes) == {"loss", "accuracy", "learning rate", "training samples/s",
+                         "model-FLOP utilisation (of peak)"}  # no GPU: no GPU panel
     for ax in axes.values():
         marks = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--"]
         assert marks == [2.5, 4.5]

@@ -55,7 +55,7 @@ class Settings:
     shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
     smoke: bool = _f(False, "smoke test: 512 training / 256 validation examples, 1 epoch, to check the whole path in seconds")
     # --- model and optimisation ---
-    model: str = _f("cnn", "cnn (the guide's CNN) | cnn_bn (CNN with batch norm) | resnet_small | package.module:function")
+    model: str = _f("cnn", "cnn (the classic Keras MNIST CNN) | cnn_bn (CNN with batch norm) | resnet_small | package.module:function")
     epochs: int = _f(3, "number of epochs", min=1, max=100000)
     batch_size: int = _f(128, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
     learning_rate: float = _f(1e-3, "Adam learning rate", min=1e-8, max=10.0)

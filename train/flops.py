@@ -8,9 +8,10 @@ Element-wise layers (activations, pooling, normalisation) are a few percent of a
 left out, as in every published MFU figure; the layers that are not counted are listed, so a fork
 with exotic layers knows the count is a lower bound.
 
-The peak is measured, not looked up: a short float32 (or bf16/fp16, the training precision) matmul
-on the training device, the same measurement `python -m train check` makes. A datasheet peak for a
-GPU can be given instead (PEAK_TFLOPS); the manifest says which one was used.
+The peak is measured at start: a short matmul in the training precision on the training device,
+the measurement `python -m train check` makes. On a GPU whose datasheet peak is known (DATASHEET),
+that peak is used instead, as published MFU figures do, and the measured one is recorded beside it;
+the manifest says which one the MFU divides by.
 """
 
 from __future__ import annotations
@@ -23,6 +24,55 @@ TRAIN_MULTIPLIER = 3  # forward + backward (activations) + backward (weights)
 PROBE_N, PROBE_REPS = 1024, 3
 
 
+# Dense tensor-core peaks in TFLOP/s from NVIDIA's datasheets (SXM parts where there are two; no
+# sparsity). Keyed by a substring of the name NVML/TensorFlow reports; checked in order.
+DATASHEET: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200", {"float32": 67.0, "bfloat16": 989.0, "float16": 989.0}),
+    ("H100", {"float32": 67.0, "bfloat16": 989.0, "float16": 989.0}),
+    ("A100", {"float32": 19.5, "bfloat16": 312.0, "float16": 312.0}),
+    ("L4", {"float32": 30.3, "bfloat16": 121.0, "float16": 121.0}),
+    ("A10G", {"float32": 31.2, "bfloat16": 70.0, "float16": 70.0}),
+    ("V100", {"float32": 15.7, "float16": 125.0}),
+    ("T4", {"float32": 8.1, "float16": 65.0}),
+)
+
+
+def compute_dtype(policy: str) -> str:
+    """The dtype the matmuls run in under a Keras precision policy."""
+    return {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(policy, "float32")
+
+
+def datasheet_peak(device_name: str | None, dtype: str) -> float | None:
+    """The published dense peak in FLOP/s for a GPU name and dtype, or None when not in DATASHEET."""
+    for key, peaks in DATASHEET:
+        if device_name and key in device_name and dtype in peaks:
+            return peaks[dtype] * 1e12
+    return None
+
+
+@dataclass(frozen=True)
+class Peak:
+    flops: float | None  # FLOP/s of the whole set of replicas: what the MFU divides by
+    source: str  # e.g. "measured: 1024x1024 float32 matmul on CPU, x1"
+    measured_per_device: float | None = None
+    datasheet_per_device: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"flops": self.flops, "source": self.source, "measured_per_device": self.measured_per_device,
+                "datasheet_per_device": self.datasheet_per_device}
+
+
+def choose_peak(measured: float | None, datasheet: float | None, devices: int, where: str, dtype: str) -> Peak:
+    """The datasheet peak when there is one (GPUs), else the measured one; times the devices in sync."""
+    if datasheet:
+        return Peak(datasheet * devices, f"datasheet: {datasheet / 1e12:g} TFLOP/s {dtype} per {where}, x{devices}",
+                    measured, datasheet)
+    if measured:
+        return Peak(measured * devices, f"measured: {PROBE_N}x{PROBE_N} {dtype} matmul on {where}, x{devices}",
+                    measured, None)
+    return Peak(None, "unknown: the probe failed", None, None)
+
+
 @dataclass(frozen=True)
 class FlopCount:
     forward_per_example: int
@@ -32,6 +82,11 @@ class FlopCount:
     @property
     def train_per_example(self) -> int:
         return TRAIN_MULTIPLIER * self.forward_per_example
+
+    def to_dict(self) -> dict:
+        return {"train_per_example": self.train_per_example, "forward_per_example": self.forward_per_example,
+                "convention": "matmul and convolution multiply-adds x2, training = 3x forward",
+                "counted_layers": list(self.counted_layers), "uncounted_layers": list(self.uncounted_layers)}
 
 
 def _shape(tensor) -> tuple:

@@ -44,7 +44,7 @@ def choose_precision(
     GPUs: bfloat16 from 8.0 (same range as float32, so no loss scaling), float16 from 7.0,
     float32 below (no tensor cores: mixed precision would only add casts). With several GPUs the
     weakest decides. CPUs: bfloat16 only with native support (AMX or AVX512-BF16), where oneDNN
-    runs the guide's CNN faster than float32; emulated bf16 is slower, so float32 otherwise.
+    runs the classic Keras MNIST CNN faster than float32; emulated bf16 is slower, so float32 otherwise.
     Measured on a 2-core AMD EPYC with AVX512-BF16 and no AMX (benchmarks/test_throughput.py,
     interleaved in one process): bf16/float32 0.99x at batch 128 (equal within noise: the small
     CNN is bound by memory traffic and per-step overhead there) and 1.48x at batch 512, so AVX512-BF16

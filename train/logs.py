@@ -15,7 +15,7 @@ log = logging.getLogger("train")
 
 METRIC_COLUMNS = [
     "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "batch_size",
-    "epoch_seconds", "samples_per_second", "gpu_memory_used_mb", "gpu_memory_peak_mb",
+    "epoch_seconds", "samples_per_second", "model_flops_per_second", "mfu", "gpu_memory_used_mb", "gpu_memory_peak_mb",
 ]
 
 
@@ -111,7 +111,7 @@ def gpu_memory() -> tuple[float | None, float | None]:
         gpus = query_gpus()
         if gpus:
             used = float(sum(g.memory_used_mb for g in gpus))
-    except Exception:  # the guide's logger: never fatal
+    except Exception:  # GPU memory is a nice-to-have in the log: never fatal
         used = None
     peak = None
     try:

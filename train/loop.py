@@ -126,6 +126,9 @@ class EpochLoop:
             self.metrics.truncate_from(state.epoch + 1)
             self.history = [dict(r) for r in self.metrics.rows]
         self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
+        from .flops import FlopCount, Peak
+
+        self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
 
     @property
     def strategy(self):
@@ -157,6 +160,26 @@ class EpochLoop:
         log.info("model: %s, %d parameters, global batch %d%s", self.s.model, model.count_params(),
                  self.state.batch_size,
                  f" ({self.state.batch_size // replicas} per replica x {replicas})" if replicas > 1 else "")
+        self._measure_limits(replicas)
+
+    def _measure_limits(self, replicas: int) -> None:
+        """The model's FLOPs per example and the devices' peak, for the MFU of every epoch (never fatal)."""
+        from . import flops
+
+        self.flop_count = flops.count_flops(self.model)
+        dtype = flops.compute_dtype(getattr(self.setup, "precision", "float32"))
+        where = self.setup.gpus[0] if getattr(self.setup, "gpus", None) else "CPU"
+        try:
+            measured = flops.measure_peak_flops(dtype, "/GPU:0" if where != "CPU" else "/CPU:0")
+        except Exception as exc:  # a probe that cannot run leaves MFU empty, the run goes on
+            log.warning("WARNING: the peak FLOP/s probe failed (%s: %s): no MFU for this run", type(exc).__name__, exc)
+            measured = None
+        self.peak = flops.choose_peak(measured, flops.datasheet_peak(where, dtype), replicas, where, dtype)
+        uncounted = ", ".join(self.flop_count.uncounted_layers) or "none"
+        log.info("cost: %.1f MFLOP per training example (layers not counted: %s); peak %.1f GFLOP/s (%s)",
+                 self.flop_count.train_per_example / 1e6, uncounted, (self.peak.flops or 0) / 1e9, self.peak.source)
+        if self.chief:
+            update_manifest(self.run_dir / "manifest.json", flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
 
     # -- data ---------------------------------------------------------------------------------
     def _distributed(self, which: str, epoch: int, batch: int, start: int = 0):
@@ -311,9 +334,13 @@ class EpochLoop:
         used, peak = gpu_memory()
         batch = self.state.batch_size
         lr = self.model.optimizer.learning_rate
+        from .flops import mfu
+
+        speed = (steps_run * batch / seconds) if seconds else None
+        achieved, fraction = mfu(speed, self.flop_count, self.peak.flops)
         row = dict(logs, epoch=epoch + 1, learning_rate=float(keras.ops.convert_to_numpy(lr)), batch_size=batch,
-                   epoch_seconds=round(seconds, 3), samples_per_second=(steps_run * batch / seconds) if seconds else None,
-                   gpu_memory_used_mb=used, gpu_memory_peak_mb=peak)
+                   epoch_seconds=round(seconds, 3), samples_per_second=speed,
+                   model_flops_per_second=achieved, mfu=fraction, gpu_memory_used_mb=used, gpu_memory_peak_mb=peak)
         if self.metrics:
             self.metrics.append(row)
         self.history.append(row)
@@ -332,9 +359,11 @@ class EpochLoop:
         self.state.patience_reference, self.state.patience_wait = counted.get("patience_reference"), counted.get("patience_wait", 0)
         self.state.epoch, self.state.step = epoch + 1, 0
         self._save("epoch end")
-        log.info("epoch %d/%d: %s  %.1fs  %.0f samples/s%s", epoch + 1, self.epochs,
+        log.info("epoch %d/%d: %s  %.1fs  %.0f samples/s%s%s", epoch + 1, self.epochs,
                  "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)), seconds,
-                 row["samples_per_second"] or 0.0, "  (best)" if self.state.best == value else "")
+                 row["samples_per_second"] or 0.0,
+                 f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
+                 "  (best)" if self.state.best == value else "")
         if self.chief:
             from .report import refresh_after_epoch  # curves for whoever watches the volume; never raises
 

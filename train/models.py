@@ -27,7 +27,7 @@ def _head(x, num_classes: int):
 
 
 def cnn(input_shape: tuple, num_classes: int) -> keras.Model:
-    """The reference guide's CNN: Conv32-Pool-Conv64-Pool-Flatten-Dense128-Dense(classes)."""
+    """The classic Keras MNIST CNN: Conv32-Pool-Conv64-Pool-Flatten-Dense128-Dense(classes)."""
     inputs = keras.Input(shape=input_shape, name="image")
     x = layers.Rescaling(1.0 / 255, name="rescale")(inputs)
     x = layers.Conv2D(32, 3, activation="relu", name="conv1")(x)
@@ -40,7 +40,7 @@ def cnn(input_shape: tuple, num_classes: int) -> keras.Model:
 
 
 def cnn_bn(input_shape: tuple, num_classes: int) -> keras.Model:
-    """The guide's CNN with batch normalisation after each convolution: converges in fewer epochs."""
+    """The classic CNN with batch normalisation after each convolution: converges in fewer epochs."""
     inputs = keras.Input(shape=input_shape, name="image")
     x = layers.Rescaling(1.0 / 255, name="rescale")(inputs)
     for i, width in enumerate((32, 64), start=1):

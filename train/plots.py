@@ -73,7 +73,8 @@ def curves_figure(records: RunRecords):
             ax.text(0.5, 0.5, "no epoch finished yet", ha="center", va="center", transform=ax.transAxes)
         elif ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=9)
-    bottom = [("learning_rate", "learning rate", None), ("samples_per_second", "training samples/s", None)]
+    bottom = [("learning_rate", "learning rate", None), ("samples_per_second", "training samples/s", None),
+              ("mfu", "model-FLOP utilisation (of peak)", None)]
     if gpu:
         bottom.append(("gpu_memory_used_mb", "GPU memory (MB)", "gpu_memory_peak_mb"))
     width = 6 // len(bottom)

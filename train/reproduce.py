@@ -37,7 +37,8 @@ from .rundir import is_run_dir, write_json
 TOLERANCE = {"accuracy": ("absolute", 0.01), "loss": ("relative", 0.10)}
 # Settings whose value is where the run lives or how it was started, not what it computes.
 NOT_COMPARED = {"runs_dir", "data_dir", "resume", "run_name", "progress", "debug", "max_minutes", "export"}
-TIMING_COLUMNS = {"epoch", "epoch_seconds", "samples_per_second", "gpu_memory_used_mb", "gpu_memory_peak_mb"}
+TIMING_COLUMNS = {"epoch", "epoch_seconds", "samples_per_second", "model_flops_per_second", "mfu",
+                  "gpu_memory_used_mb", "gpu_memory_peak_mb"}
 
 
 @dataclass
