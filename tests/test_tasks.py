@@ -225,3 +225,22 @@ def test_every_task_argument_has_help():
         missing = [p.name for p in params if not p.help]
         assert not missing, f"{name}: no help for {missing}"
         assert t.__doc__, f"{name} has no docstring"
+
+
+def test_mutate_installs_mutmut_into_its_own_venv_once_then_runs_the_modules(tmp_path):
+    c = ctx()
+    tasks.mutate(c, modules="rundir, checkpoints")
+    venv = tmp_path / ".venv-mutmut"
+    install, run = echoed(c)[1:]
+    assert echoed(c)[0] == f"{tasks.PY} -m venv {venv}"
+    assert install == f"{venv}/bin/python -m pip install -q mutmut==3.8.1"
+    assert run == f"{venv}/bin/mutmut run --max-children 1 'train.rundir.*' 'train.checkpoints.*'"
+    (pth,) = venv.rglob("project-venv.pth")  # the project's packages, without a second TensorFlow
+    assert "site-packages" in str(pth.parent) and pth.read_text().strip().endswith("site-packages")
+
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    (venv / "bin" / "mutmut").write_text("")
+    c = ctx()
+    tasks.mutate(c, workers=2)
+    tasks.mutate(c, results=True)
+    assert echoed(c) == [f"{venv}/bin/mutmut run --max-children 2", f"{venv}/bin/mutmut results"]
