@@ -141,3 +141,82 @@ def test_the_pointer_moves_only_after_the_state_file_is_in_place(tmp_path, monke
     monkeypatch.setattr(os, "replace", replace)
     _states(tmp_path, model, steps=(4, 8))
     assert renamed == ["ckpt-000000004.npz", LATEST, "ckpt-000000008.npz", LATEST]
+
+
+def test_a_missing_directory_has_no_states(tmp_path):
+    assert list_states(tmp_path / "missing") == [] and load_latest(tmp_path / "missing") is None
+
+
+def test_only_state_files_are_listed_newest_first(tmp_path):
+    for name in ("ckpt-000000010.npz", "ckpt-000000002.npz", "ckpt-000000010.npz.tmp-x", "LATEST", "ckpt-10.npz",
+                 "best.weights.h5"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in list_states(tmp_path)] == ["ckpt-000000010.npz", "ckpt-000000002.npz"]
+
+
+def test_a_state_whose_header_does_not_match_its_arrays_is_incomplete(tmp_path):
+    import json
+
+    model = _model()
+    (path,) = _states(tmp_path, model, steps=(4,))
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes().decode())
+    for key in ("model_variables", "optimizer_variables"):
+        bad = dict(meta, **{key: meta[key] + [["extra", [1]]]})
+        np.savez(path, **dict(arrays, __meta__=np.frombuffer(json.dumps(bad).encode(), np.uint8)))
+        with pytest.raises(CheckpointError) as info:
+            read_state(path)
+        assert str(info.value) == f"checkpoint {path} is incomplete: variable count does not match its header"
+
+
+def test_unreadable_states_are_named_in_the_warning_and_the_error(tmp_path, caplog):
+    states = _states(tmp_path, _model())
+    for p in states:
+        p.write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING, logger="train"), pytest.raises(CheckpointError) as info:
+        load_latest(tmp_path)
+    assert str(info.value) == (
+        f"no valid checkpoint in {tmp_path} (unreadable: ckpt-000000012.npz, ckpt-000000008.npz, ckpt-000000004.npz); "
+        "start a new run without --resume, or restore the files from a backup")
+    first = caplog.records[0].getMessage()
+    assert first.startswith(f"WARNING: checkpoint {states[0]} is unreadable (ValueError: ")
+    assert first.endswith("; falling back to an older checkpoint") and len(caplog.records) == 3
+
+
+def test_restore_into_a_fresh_model_builds_its_optimizer_and_logs_the_path(tmp_path, caplog):
+    import keras
+
+    model = _model()
+    (path,) = _states(tmp_path, model, steps=(4,))
+    fresh = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="hidden"), keras.layers.Dense(2, name="head")])
+    fresh.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    assert not fresh.optimizer.built
+    with caplog.at_level(logging.INFO, logger="train"):
+        restore(fresh, load_latest(tmp_path))
+    assert f"restored from checkpoint: {path}" in caplog.messages
+    for a, b in zip(fresh.variables + fresh.optimizer.variables, model.variables + model.optimizer.variables):
+        assert np.array_equal(a.numpy(), b.numpy()), a.path
+
+
+def test_the_saved_header_holds_the_state_and_every_variable(tmp_path):
+    model = _model()
+    state = {"epoch": 2, "step": 5, "global_step": 29, "best": 0.75, "batch_size": 16, "batch_halvings": 1}
+    path = save_state(tmp_path, model, state, keep=3)
+    assert path == tmp_path / "ckpt-000000029.npz"
+    meta = read_state(path).meta
+    assert {k: meta[k] for k in state} == state
+    assert meta["model_variables"] == [[v.path, list(v.shape)] for v in model.variables]
+    assert meta["optimizer_variables"] == [[v.path, list(v.shape)] for v in model.optimizer.variables]
+
+
+def test_weights_sha256_covers_each_variable_path_dtype_and_bytes():
+    import hashlib
+
+    from train.checkpoints import weights_sha256
+
+    model = _model()
+    h = hashlib.sha256()
+    for v in model.variables:
+        h.update(v.path.encode() + str(v.numpy().dtype).encode() + np.ascontiguousarray(v.numpy()).tobytes())
+    assert weights_sha256(model) == h.hexdigest()

@@ -52,23 +52,26 @@ def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
     assert calls == [] and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("code, words", [
-    (errno.ENOSPC, "disk is full"),
-    (errno.EDQUOT, "quota"),
-    (errno.EFBIG, "ulimit -f"),
-    (errno.EROFS, "read-only"),
-    (errno.EACCES, "permission denied"),
-    (errno.EPERM, "UID/GID"),
+PERMISSION = "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR"
+
+
+@pytest.mark.parametrize("code, reason", [
+    (errno.ENOSPC, "the disk is full: free space or point RUNS_DIR at a larger volume"),
+    (errno.EDQUOT, "the disk quota is exceeded: free space or point RUNS_DIR elsewhere"),
+    (errno.EFBIG, "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere"),
+    (errno.EROFS, "the file system is read-only: mount the runs volume read-write or set RUNS_DIR"),
+    (errno.EACCES, PERMISSION),
+    (errno.EPERM, PERMISSION),
 ])
-def test_storage_error_explains_each_errno(code, words):
+def test_storage_error_explains_each_errno(code, reason):
     exc = storage_error("/runs/x", OSError(code, "raw"))
     assert isinstance(exc, StorageError) and exc.exit_code == 7
-    assert str(exc).startswith("cannot write /runs/x: ")
-    assert words in str(exc)
+    assert str(exc) == f"cannot write /runs/x: {reason}"
 
 
-def test_storage_error_falls_back_to_strerror():
+def test_storage_error_falls_back_to_strerror_then_to_the_exception():
     assert str(storage_error("p", OSError(errno.EIO, "Input/output error"))) == "cannot write p: Input/output error"
+    assert str(storage_error("p", OSError("no errno here"))) == "cannot write p: no errno here"
 
 
 def test_new_run_id_format_and_sort_order():
@@ -89,6 +92,7 @@ def _run(root, name):
 def test_resolve_run_by_id_path_and_latest(tmp_path):
     root = tmp_path / "runs"
     old = _run(root, "20260101-000000-aaaa")
+    _run(root, "20260101-120000-abcd")
     new = _run(root, "20260102-000000-bbbb")
     (root / "20260103-000000-cccc").mkdir()  # no config.json: not a run
     assert resolve_run(root, old.name) == old
