@@ -154,3 +154,35 @@ def test_atomic_write_fsyncs_the_data_before_the_rename_and_the_directory_after(
     monkeypatch.setattr(os, "replace", replace)
     atomic_write(tmp_path / "state.npz", lambda p: (events.append(("write",)), p.write_bytes(b"12345")))
     assert events == [("write",), ("fsync file", 5), ("replace", "state.npz"), ("fsync dir",)]
+
+
+def test_create_run_dir_without_a_name_is_a_bare_id(tmp_path):
+    run = create_run_dir(tmp_path / "runs")
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", run.name)
+
+
+def test_create_run_dir_tries_five_ids_then_gives_up(tmp_path, monkeypatch):
+    from train import rundir
+
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    tried = []
+    monkeypatch.setattr(rundir, "new_run_id", lambda name="": tried.append(name) or "taken")
+    with pytest.raises(StorageError) as info:
+        create_run_dir(tmp_path / "runs", "x")
+    assert str(info.value) == f"could not create a unique run directory under {tmp_path / 'runs'}"
+    assert tried == ["x"] * 5
+
+
+def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
+    from train import rundir
+
+    monkeypatch.setattr(rundir, "new_run_id", lambda name="": "missing-parent/run")
+    with pytest.raises(StorageError) as info:
+        create_run_dir(tmp_path / "runs")
+    assert str(info.value) == f"cannot write {tmp_path / 'runs' / 'missing-parent' / 'run'}: No such file or directory"
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):
+    target = ensure_writable(tmp_path / "a" / "b" / "runs")
+    assert target.is_dir() and list(target.iterdir()) == []
