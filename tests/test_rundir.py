@@ -14,9 +14,12 @@ from train.rundir import (TMP_MARK, RunNotFound, atomic_write, clean_stale_temp,
 
 
 def test_atomic_write_replaces_the_file(tmp_path):
+    from pathlib import Path
+
     target = tmp_path / "a.json"
-    write_json(target, {"b": 1, "a": [1, 2]})
-    assert read_json(target) == {"a": [1, 2], "b": 1}
+    write_json(target, {"b": 1, "a": [1], "p": Path("/x")})  # sorted, indented, paths as text: diffable by hand
+    assert target.read_text() == '{\n  "a": [\n    1\n  ],\n  "b": 1,\n  "p": "/x"\n}\n'
+    assert read_json(target) == {"a": [1], "b": 1, "p": "/x"}
     write_text(target, "new\n")
     assert target.read_text() == "new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
@@ -129,8 +132,9 @@ def test_create_run_dir_lays_out_subdirectories(tmp_path):
 
 def test_ensure_writable_under_a_file_is_a_storage_error(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(StorageError, match="cannot write"):
+    with pytest.raises(StorageError) as info:
         ensure_writable(tmp_path / "file" / "runs")
+    assert str(info.value) == f"cannot write {tmp_path / 'file' / 'runs'}: Not a directory"
 
 
 def test_atomic_write_fsyncs_the_data_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
