@@ -88,8 +88,8 @@ def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64, seed=1)
     with pytest.raises(ResumeMismatchError) as info:
         prepare_run_dir(s, run.name, force=False)
-    msg = str(info.value)
-    assert "BATCH_SIZE: 64 -> 32" in msg and "SEED: 1 -> 42" in msg and "--force" in msg
+    assert str(info.value) == (f"run {run.name} was started with other settings (BATCH_SIZE: 64 -> 32; SEED: 1 -> 42): "
+                               "resume with the same settings, or pass --force to continue with the new ones")
     assert info.value.exit_code == 4
     assert read_json(run / "config.json")["batch_size"] == 64  # untouched after a refusal
     _, effective, resumed = prepare_run_dir(s, run.name, force=True)
@@ -106,3 +106,11 @@ def test_auto_starts_fresh_when_epochs_change_under_a_cosine_schedule(tmp_path):
     s = _settings(tmp_path, lr_schedule="cosine")
     _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=9)
     assert auto_resume(s) == ""
+
+
+def test_prepare_auto_continues_the_unfinished_run(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    run_dir, effective, resumed = prepare_run_dir(s, "auto", force=False)
+    assert (run_dir, effective, resumed) == (run, s, True)
+    assert [p.name for p in Path(s.runs_dir).iterdir()] == [run.name]  # no new run directory
