@@ -48,17 +48,22 @@ def test_auto_starts_fresh_after_a_finished_or_failed_run(tmp_path, status):
 def test_auto_starts_fresh_when_settings_differ(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)  # setup_logging may have turned it off
     s = _settings(tmp_path)
-    _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64)
+    _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64, seed=1)
     with caplog.at_level("INFO", logger="train"):
         assert auto_resume(s) == ""
-    assert "BATCH_SIZE: 64 -> 32" in caplog.text
+    assert caplog.messages == ["RESUME=auto: run 20260102-000000-bbbb did not finish but its settings differ "
+                               "(BATCH_SIZE: 64 -> 32; SEED: 1 -> 42); starting a new run"]
 
 
-def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path):
+def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
     s = _settings(tmp_path)
     assert auto_resume(s) == ""  # RUNS_DIR does not exist yet
-    _fake_run(s, "20260102-000000-bbbb", None)  # killed before the manifest was written
-    assert auto_resume(s) == ""
+    run = _fake_run(s, "20260102-000000-bbbb", None)  # killed before the manifest was written
+    with caplog.at_level("INFO", logger="train"):
+        assert auto_resume(s) == ""
+    assert caplog.messages == [f"RESUME=auto: cannot read run {run.name} ([Errno 2] No such file or directory: "
+                               f"'{run / 'manifest.json'}'); starting a new run"]
 
 
 def test_prepare_new_run_writes_its_config(tmp_path):
