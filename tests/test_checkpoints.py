@@ -105,8 +105,36 @@ def test_a_diverged_state_is_never_saved(tmp_path):
 
 def test_a_different_width_is_refused_naming_the_variable_and_both_shapes(tmp_path):
     _states(tmp_path, _model(width=8), steps=(4,))
-    with pytest.raises(CheckpointError, match=r"hidden/kernel has shape \(4, 16\) in the model but \(4, 8\)"):
-        restore(_model(width=16), load_latest(tmp_path))
+    model, loaded = _model(width=16), load_latest(tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        restore(model, loaded)
+    path, saved_as = model.layers[0].kernel.path, loaded.meta["model_variables"][0][0]
+    assert str(info.value) == (
+        f"model variable {path} has shape (4, 16) in the model but (4, 8) in checkpoint ckpt-000000004.npz (saved as "
+        f"{saved_as}): the architecture changed; resume with the run's own settings or start a new run")
+
+
+def test_another_number_of_layers_is_refused_with_both_counts(tmp_path):
+    import keras
+
+    _states(tmp_path, _model(), steps=(4,))
+    deeper = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="hidden"), keras.layers.Dense(8, name="more"),
+                               keras.layers.Dense(2, name="head")])
+    deeper.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    with pytest.raises(CheckpointError) as info:
+        restore(deeper, load_latest(tmp_path))
+    assert str(info.value) == ("checkpoint ckpt-000000004.npz has 4 model variables, the current model has 6: "
+                               "the architecture changed; resume with the run's own MODEL or start a new run")
+
+
+def test_an_array_that_does_not_match_its_own_header_is_refused(tmp_path):
+    (path,) = _states(tmp_path, _model(), steps=(4,))
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["m00000"] = np.zeros((4, 9), "float32")  # the header still says (4, 8)
+    np.savez(path, **arrays)
+    with pytest.raises(CheckpointError, match=r"has shape \(4, 8\) in the model but \(4, 8\) in checkpoint"):
+        restore(_model(), load_latest(tmp_path))
 
 
 def test_an_optimizer_that_cannot_be_restored_is_an_error(tmp_path):
