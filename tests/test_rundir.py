@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import re
+import types
 
 import pytest
 
@@ -27,8 +28,9 @@ def test_atomic_write_replaces_the_file(tmp_path):
 
 def test_temp_name_keeps_the_suffix_and_the_mark(tmp_path):
     seen = []
-    atomic_write(tmp_path / "best.weights.h5", lambda p: (seen.append(p.name), p.write_bytes(b"x")))
-    assert seen[0].startswith("best" + TMP_MARK) and seen[0].endswith(".weights.h5")
+    atomic_write(tmp_path / "best.weights.h5", lambda p: (seen.append(p), p.write_bytes(b"x")))
+    assert seen[0].name.startswith("best" + TMP_MARK) and seen[0].name.endswith(".weights.h5")
+    assert seen[0].parent == tmp_path  # beside the target: os.replace is atomic only within one file system
 
 
 @pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"), RuntimeError("writer bug")])
@@ -50,9 +52,31 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, failure)
 
 def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
     calls = []
-    with pytest.raises(StorageError, match="disk is full"):
+    with pytest.raises(StorageError) as info:
         atomic_write(tmp_path / "w.weights.h5", calls.append, size_hint=1 << 62)
+    assert str(info.value) == (f"cannot write {tmp_path / 'w.weights.h5'}: "
+                               "the disk is full: free space or point RUNS_DIR at a larger volume")
     assert calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_size_hint_equal_to_free_space_is_enough(tmp_path, monkeypatch):
+    from train import rundir
+
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=1000))
+    atomic_write(tmp_path / "w.bin", lambda p: p.write_bytes(b"x"), size_hint=1000)
+    assert (tmp_path / "w.bin").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("failure, expected", [(OSError(errno.ENOSPC, "No space left"), StorageError),
+                                               (RuntimeError("writer bug"), RuntimeError)])
+def test_a_writer_that_removed_its_temp_file_still_reports_its_own_error(tmp_path, failure, expected):
+    def write(p):
+        p.unlink()
+        raise failure
+
+    with pytest.raises(expected):
+        atomic_write(tmp_path / "config.json", write)
+    assert list(tmp_path.iterdir()) == []
 
 
 PERMISSION = "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR"
