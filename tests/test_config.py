@@ -110,3 +110,24 @@ def test_epochs_may_change_on_resume_unless_a_schedule_spans_them():
     cosine = Settings(lr_schedule="cosine")
     assert diff_settings(cosine, cosine.replace(epochs=10)) == [
         "EPOCHS: 3 -> 10 (LR_SCHEDULE=cosine spans all epochs)"]
+
+
+@pytest.mark.parametrize("environ, env_text, expected", [
+    ({"DEBUG": "1"}, None, True), ({"DEBUG": " Yes "}, None, True), ({"DEBUG": "0"}, "DEBUG=1\n", False),
+    ({}, "DEBUG=true\n", True), ({}, "DEBUG=off\n", False), ({}, None, False), ({"EPOCHS": "abc"}, "DEBUG=on\n", True),
+])
+def test_debug_is_read_on_its_own_environment_first(tmp_path, environ, env_text, expected):
+    from train.config import debug_requested
+
+    env_file = tmp_path / ".env"
+    if env_text is not None:
+        env_file.write_text(env_text)
+    assert debug_requested(env_file, environ=environ) is expected
+
+
+def test_setting_fields_are_the_settings_in_order():
+    from dataclasses import fields
+
+    from train.config import setting_fields
+
+    assert [f.name for f in setting_fields()] == [f.name for f in fields(Settings)] and setting_fields()[0].name == "dataset"
