@@ -44,10 +44,13 @@ ENV APP_UID=${UID} \
     PIP_NO_INPUT=1 \
     TINI_SUBREAPER=1 \
     TF_CPP_MIN_LOG_LEVEL=2 \
+    MPLCONFIGDIR=/tmp/matplotlib \
     RUNS_DIR=/runs \
     DATA_DIR=/data
 # APP_UID/APP_GID: the build-time ids, for the numeric USER of each target (so runAsNonRoot can verify).
 # TINI_SUBREAPER: lets tini work under compose's `init: true` (docker-init as PID 1) too.
+# MPLCONFIGDIR: the report's matplotlib font cache; HOME is not writable when HOST_UID is not the
+# build-time UID, and matplotlib would otherwise warn and rebuild the cache at every start.
 # TF_CPP_MIN_LOG_LEVEL=2 keeps TensorFlow's C++ INFO/WARNING noise out of the logs; set 0 to debug.
 
 RUN python3 -m venv "${VIRTUAL_ENV}" \
@@ -66,19 +69,23 @@ CMD ["fit"]
 # The cache mount keeps downloaded wheels across rebuilds without storing them in the image.
 # ca_bundle is an optional BuildKit secret for networks that intercept TLS (corporate proxies):
 # `--secret id=ca_bundle,src=/path/ca.pem`; it is mounted for this step only, never in a layer.
+# PIP_CACHE_DIR points pip at the cache mount: with HOME=/home/app, pip (as root) would otherwise
+# look in /home/app/.cache/pip, find it not owned by root and disable its cache altogether.
 FROM base AS deps-cpu
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && pip install --require-hashes --no-deps -r requirements.lock
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements.lock
 
 FROM base AS deps-gpu
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && pip install --require-hashes --no-deps -r requirements-gpu.lock
-# Visible to the NVIDIA container toolkit: which GPUs to mount (compose/--gpus narrows it) and
-# which driver libraries (compute: CUDA; utility: nvidia-smi and NVML for `train check`).
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements-gpu.lock
+# Read by the NVIDIA container toolkit: which GPUs to mount and which driver libraries (compute:
+# CUDA; utility: nvidia-smi and NVML for `train check`). `docker run --gpus` and compose's GPU
+# reservation set NVIDIA_VISIBLE_DEVICES after this environment, so the later value wins; pick GPUs
+# with `--gpus '"device=0,2"'`, or CUDA_VISIBLE_DEVICES in .env with compose.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
@@ -86,8 +93,9 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 # (setuptools comes from the lock, so nothing unpinned is downloaded). The lock inputs, README.md,
 # .env.example come along because tests compare them with the code; the [d]/[e]
 # wildcards let the build work in a checkout without them. BUILD_COMMIT records the commit the
-# image was built from (`invoke build` passes GIT_COMMIT; there is no .git in the image) for each
-# run's manifest; it comes last, so a new commit rebuilds one tiny layer. These lines end both
+# image was built from for each run's manifest (there is no .git in the build context: `invoke
+# build`/`invoke train` pass GIT_COMMIT, and compose does when it is set in the environment or .env);
+# it comes last, so a new commit rebuilds one tiny layer. These lines end both
 # targets; ENTRYPOINT, CMD and the environment are inherited from `base`.
 FROM deps-cpu AS cpu
 COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./

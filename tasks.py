@@ -46,9 +46,9 @@ def _require_gpu(c: Context) -> None:
     if shutil.which("nvidia-smi") is None or "GPU" not in c.run("nvidia-smi -L", hide=True, warn=True).stdout:
         from train.stack import GPU_LOCK, locked_versions, stack_for
 
-        driver = stack_for(locked_versions(GPU_LOCK)["tensorflow"]).min_driver
+        stack = stack_for(locked_versions(GPU_LOCK)["tensorflow"])
         raise Exit(f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
-                   f">= {driver}, or add --cpu")
+                   f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs), or add --cpu")
 
 
 def _compose(c: Context, cpu: bool, gpu_needed: bool = True) -> str:
@@ -150,7 +150,10 @@ def train(c, local=False, detach=False, cpu=False, args=""):
     # `up` (not `run`): one named service container, so `invoke logs -f` and `docker compose stop`
     # find it; TRAIN_ARGS is appended to its `fit` command by docker-compose.yml.
     extra = f"TRAIN_ARGS={shlex.quote(args)} " if args else ""
-    mode = "--detach" if detach else "--exit-code-from train"
+    commit, _ = git_commit(c)
+    if commit:  # compose builds the image when it is missing: the commit must reach BUILD_COMMIT then too
+        extra += f"GIT_COMMIT={commit} "
+    mode = "--detach" if detach else "--exit-code-from train"  # without it, compose exits 0 whatever happened
     c.run(f"{extra}{_compose(c, cpu)} up {mode} train", echo=True, pty=not detach)
     if detach:
         print("training in the background; follow it with: invoke logs -f; stop (and save) with: docker compose stop")
@@ -168,6 +171,32 @@ def export(c, run="latest", local=False, cpu=False):
         return
     _volumes()
     c.run(f"{_compose(c, cpu)} run --rm train export {shlex.quote(run)}", echo=True, pty=True)
+
+
+@task(help={
+    "run": "run id, run directory or 'latest' (default)",
+    "local": "write it on this host instead of in the container",
+    "cpu": "use the CPU image and no GPU reservation",
+    "quick": "curves and summary only (no data loading, no predictions)",
+})
+def report(c, run="latest", local=False, cpu=False, quick=False):
+    """Write a run's report.html and curves.png again (`python -m train report RUN`)."""
+    args = f"report {shlex.quote(run)}" + (" --quick" if quick else "")
+    if local:
+        c.run(f"{PY} -m train {args}", echo=True, pty=True)
+        return
+    _volumes()
+    c.run(f"{_compose(c, cpu)} run --rm train {args}", echo=True, pty=True)
+
+
+@task(help={
+    "runs": "two or more run ids or directories, split like a shell would, e.g. \"RUN_A RUN_B\"",
+    "out": "also write the overlaid curves: a .png, or an .html page with the tables",
+})
+def compare(c, runs, out=""):
+    """Compare runs on this host (`python -m train compare RUN RUN ...`): no container, no TensorFlow."""
+    names = " ".join(shlex.quote(r) for r in shlex.split(runs))
+    c.run(f"{PY} -m train compare {names}" + (f" --out {shlex.quote(out)}" if out else ""), echo=True, pty=True)
 
 
 @task(help={
@@ -288,4 +317,16 @@ def clean(c, images=False, cpu=False):
         c.run(f"{_compose(c, cpu, gpu_needed=False)} down --remove-orphans{' --rmi all' if images else ''}", echo=True)
 
 
-ns = Collection(build, gpu_check, train, export, logs, tensorboard, test, bench, mutate, lock, clean)
+@task(help={
+    "run": "run id, run directory or 'latest'",
+    "allow_dirty": "rerun a run made from uncommitted changes (with the committed code)",
+    "epochs": "stop after N epochs and compare with the original at that epoch (0 = the whole run)",
+})
+def reproduce(c, run, allow_dirty=False, epochs=0):
+    """Rerun a run from its record in this environment (a worktree of its commit) and say whether it matches."""
+    flags = (" --allow-dirty" if allow_dirty else "") + (f" --epochs {int(epochs)}" if epochs else "")
+    c.run(f"{PY} -m train reproduce {shlex.quote(run)} --local{flags}", echo=True, pty=True)
+
+
+ns = Collection(build, gpu_check, train, export, report, compare, logs, tensorboard, test, bench, mutate, lock, clean,
+                reproduce)

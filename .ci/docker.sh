@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Everything CI does with Docker (called by .ci/run after the host test suite, from the repo root,
 # as root, on a fresh Debian bookworm machine). Installs and starts what it needs, then:
-#   lint       hadolint (Dockerfile), actionlint (.github/workflows), compose config (GPU + CPU)
-#   build      the CPU image for real, on a locally built base (no registry is reachable here)
-#   secrets    a dummy .env with a canary secret must not be in any layer of the image
+#   lint       hadolint (Dockerfile), actionlint (.github/workflows), compose config (GPU + CPU),
+#              the compose tests of tests/test_docker.py (marked `docker`) on the host
+#   newcomer   .env made as the README says (cp .env.example .env, HOST_UID/HOST_GID), plus the
+#              host paths a newcomer may uncomment and this machine's build inputs
+#   build      `docker compose build` of the CPU variant, as a newcomer would (base image and CA
+#              bundle from .env, GIT_COMMIT from the environment)
+#   secrets    the .env (with a canary secret) must not be in any layer of the image
 #   tests      the test suite inside the image, as its non-root user, with no network
 #   rebuild    a code-only change rebuilds without reinstalling dependencies (timed)
-#   smoke      `docker compose up` of the CPU variant, one smoke epoch, as an unprivileged host
-#              user; the run directory must appear on the host volume, owned by that user
+#   smoke      `docker compose up --exit-code-from train` of the CPU variant, one smoke epoch, as an
+#              unprivileged host user; the run directory must appear on the host volume, owned by
+#              that user and readable by others (umask 022), with the commit in its manifest
+#   failing    a training that fails (corrupt data, exit 3) returns 3 through `up --exit-code-from`
+#              and `run --rm`
 #   stop       `docker stop` of a training container: SIGTERM, checkpoint saved, exit code 75
 #   resume     the next `docker compose up` continues that run (RESUME=auto) and completes it
 # Workplace facts live here and only here: no registry (base image from debootstrap), TLS
@@ -87,6 +94,9 @@ docker compose config -q
 docker compose -f docker-compose.yml -f docker-compose.cpu.yml config -q
 docker compose -f docker-compose.yml -f docker-compose.cpu.yml config | grep -q 'driver: nvidia' \
   && fail "the CPU variant still reserves a GPU"
+if [ -x .venv/bin/python ]; then  # made by scripts/test in .ci/run; the compose binary exists only now
+  .venv/bin/python -m pytest -q -p no:cacheprovider -m docker tests/test_docker.py
+fi
 
 # --- base image --------------------------------------------------------------------------------
 if ! $DOCKER image inspect "$BASE" >/dev/null 2>&1; then
@@ -98,24 +108,44 @@ if ! $DOCKER image inspect "$BASE" >/dev/null 2>&1; then
   rm -rf "$WORK/rootfs"
 fi
 
+# --- newcomer .env ------------------------------------------------------------------------------
+# What the README tells a newcomer (cp .env.example .env, then HOST_UID/HOST_GID, added per user in
+# compose_as_ci below), then what a newcomer may uncomment for the host (RUNS_DIR, DATA_DIR: the
+# container must still use its volumes), a canary secret, a short run, and this machine's build
+# inputs (the local base image, the CA bundle of the TLS-intercepting proxy).
+[ ! -e .env ] || fail ".env exists in the checkout; CI needs to create its own dummy one"
+say "newcomer: cp .env.example .env, plus host paths, a canary secret and this machine's build inputs"
+cp .env.example .env
+CREATED_ENV=1
+CANARY="tpl-canary-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+CA=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+cat >>.env <<EOF
+RUNS_DIR=./runs
+DATA_DIR=./data
+CANARY_SECRET=$CANARY
+SMOKE=true
+EPOCHS=1
+BASE_IMAGE=$BASE
+CA_BUNDLE=$CA
+EOF
+GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || true)
+export GIT_COMMIT
+COMMIT=$GIT_COMMIT
+COMPOSE_CPU=(-f docker-compose.yml -f docker-compose.cpu.yml -f .ci/compose.ci.yml)
+
 # --- build -------------------------------------------------------------------------------------
-if [ ! -e .env ]; then
-  CANARY="tpl-canary-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
-  printf 'CANARY_SECRET=%s\nSMOKE=true\nEPOCHS=1\n' "$CANARY" >.env
-  CREATED_ENV=1
-else
-  fail ".env exists in the checkout; CI needs to create its own dummy one"
-fi
-COMMIT=$(git rev-parse HEAD 2>/dev/null || true)
-build() {  # build [extra docker build args...]
-  DOCKER_BUILDKIT=1 $DOCKER build --progress=plain --network host --target cpu --build-arg GIT_COMMIT="$COMMIT" \
-    --build-arg BASE_IMAGE="$BASE" --secret id=ca_bundle,src="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$@"
-}
-say "build: CPU image"
+say "build: docker compose build (CPU variant); base image and CA bundle from .env, GIT_COMMIT from the environment"
 t=$SECONDS
-build -t "$IMAGE:cpu" . >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; fail "docker build"; }
-grep -E '^#[0-9]+ \[' "$WORK/build.log" | cut -c1-120
+DOCKER_BUILDKIT=1 docker compose --progress plain "${COMPOSE_CPU[@]}" build train >"$WORK/build.log" 2>&1 \
+  || { tail -40 "$WORK/build.log"; fail "docker compose build"; }
+grep -E '^#[0-9]+ \[' "$WORK/build.log" | cut -c1-120 || true
 BUILD_S=$((SECONDS - t))
+[ "$($DOCKER run --rm --network none --entrypoint cat "$IMAGE:cpu" /app/BUILD_COMMIT)" = "$COMMIT" ] \
+  || fail "the compose-built image does not record GIT_COMMIT=$COMMIT"
+build() {  # build [extra docker build args...]: the same image with plain `docker build`
+  DOCKER_BUILDKIT=1 $DOCKER build --progress=plain --network host --target cpu --build-arg GIT_COMMIT="$COMMIT" \
+    --build-arg BASE_IMAGE="$BASE" --secret id=ca_bundle,src="$CA" "$@"
+}
 
 say "secrets: .env is neither in the image nor in any layer"
 $DOCKER run --rm --network none --entrypoint sh "$IMAGE:cpu" -c 'test ! -e /app/.env' || fail "/app/.env is in the image"
@@ -180,6 +210,8 @@ for f in config.json manifest.json train.log metrics.csv; do [ -s "$run/$f" ] ||
 for d in checkpoints export; do [ -d "$run/$d" ] && [ -n "$(ls -A "$run/$d")" ] || fail "$run$d/ is missing or empty"; done
 foreign=$(find "$P/runs" ! -uid "$uid" -printf '%u:%g %p\n' | head -5)
 [ -z "$foreign" ] || fail "files on the volume not owned by $CI_USER ($uid): $foreign"
+private=$(find "$P/runs" \( \( -type f ! -perm -o=r \) -o \( -type d ! -perm -o=rx \) \) -printf '%m %p\n' | head -5)
+[ -z "$private" ] || fail "run files not readable by other users (umask 022): $private"
 python3 - "$run/manifest.json" "$COMMIT" <<'EOF'
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -187,6 +219,20 @@ print("manifest:", m["status"], m["git"], m["requirements_lock"]["file"])
 assert m["status"] == "completed", m["status"]
 assert m["git"]["commit"] == (sys.argv[2] or None), ("BUILD_COMMIT not recorded", m["git"])
 EOF
+
+say "failing: a training that fails returns its exit code through compose (up --exit-code-from, run --rm)"
+runuser -u "$CI_USER" -- sh -c "printf 'not an npz file' > '$P/runs/corrupt.npz'"
+set +e
+TRAIN_ARGS="--dataset npz:/runs/corrupt.npz --run-name corrupt" compose_as_ci up --no-build --exit-code-from train train \
+  >"$WORK/failing-up.log" 2>&1
+up_code=$?
+compose_as_ci run --rm --no-deps train fit --dataset npz:/runs/corrupt.npz --run-name corrupt >"$WORK/failing-run.log" 2>&1
+run_code=$?
+set -e
+grep -h "DataError" "$WORK/failing-up.log" "$WORK/failing-run.log" | head -2 || true
+[ "$up_code" = 3 ] || { tail -5 "$WORK/failing-up.log"; fail "docker compose up --exit-code-from train exited $up_code, not 3"; }
+[ "$run_code" = 3 ] || { tail -5 "$WORK/failing-run.log"; fail "docker compose run --rm train exited $run_code, not 3"; }
+rm -rf "$P/runs/corrupt.npz" "$P"/runs/*-corrupt
 
 say "stop: docker stop sends SIGTERM through the init; training saves a resumable state and exits 75"
 # What `invoke train --detach --cpu --args ...` runs, then `invoke logs` and `docker compose stop`.

@@ -10,7 +10,7 @@ GOAL = 1.03
 
 
 def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
-    """Same settings, model, precision and per-epoch pipelines; export off (the bare loop has none).
+    """Same settings, model, precision and per-epoch pipelines; export and report off (the bare loop has neither).
 
     Both sides are timed from settings to trained weights: the template's `train()` call against
     load_data + build + compile + one `model.fit(validation_data=...)` per epoch + save_weights."""
@@ -19,7 +19,8 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
     from train.data import train_dataset, val_dataset
     from train.fit import train
 
-    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False)
+    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False,
+                        report="off")
     if quick:
         s = s.replace(epochs=1)
     n = 0

@@ -64,3 +64,39 @@ def tiny_settings(tmp_path: Path, **changes):
               "epochs": 2, "batch_size": 32, "checkpoint_every": 4, "precision": "float32", "progress": "line"}
     values.update(changes)
     return load_settings(values, env_file=None, environ={})
+
+
+def write_run_records(run_dir: Path, config: dict | None = None, manifest: dict | None = None,
+                      metrics: list[dict] | None = None, log_lines: tuple[str, ...] = ()) -> Path:
+    """A run directory as a finished run leaves its records (no weights): for the report and compare."""
+    import csv
+    import json
+
+    from train.config import Settings
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings = Settings().to_dict()
+    settings.update(config or {})
+    (run_dir / "config.json").write_text(json.dumps(settings))
+    base = {"status": "completed", "python": "3.11.7", "tensorflow": "2.21.0", "keras": "3.15.1",
+            "git": {"commit": "0123456789abcdef", "dirty": False, "source": "git"},
+            "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ab" * 32},
+            "data": {"dataset": "mnist", "source": "data/mnist.npz", "n_train": 60000, "n_val": 10000,
+                     "fingerprint": "cd" * 32, "class_names": [str(i) for i in range(10)]},
+            "precision": {"policy": "mixed_bfloat16", "reason": "CPU has native bfloat16"},
+            "gpus": [], "resumed_at": [], "duration_seconds": 12.5}
+    base.update(manifest or {})
+    (run_dir / "manifest.json").write_text(json.dumps(base))
+    if metrics is None:
+        metrics = [{"epoch": e, "loss": 1.0 / e, "accuracy": 1 - 0.3 / e, "val_loss": 1.2 / e,
+                    "val_accuracy": 1 - 0.35 / e, "learning_rate": 0.001, "batch_size": 128,
+                    "epoch_seconds": 10.0, "samples_per_second": 6000.0 + e} for e in range(1, 6)]
+    if metrics:
+        columns = list(dict.fromkeys(k for row in metrics for k in row))
+        with open(run_dir / "metrics.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(metrics)
+    (run_dir / "train.log").write_text("".join(line + "\n" for line in log_lines))
+    return run_dir

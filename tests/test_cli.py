@@ -10,8 +10,7 @@ import pytest
 
 from train import cli, config
 from train.config import Settings
-from train.errors import EXIT_CODES, ConfigError
-from train.rundir import RunNotFound
+from train.errors import EXIT_CODES, ModelError
 
 
 @pytest.fixture(autouse=True)
@@ -64,21 +63,24 @@ def test_runs_lists_an_empty_directory(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("no runs yet")
 
 
-def test_debug_shows_the_traceback(monkeypatch, tmp_path):
-    with pytest.raises(ConfigError):
-        cli.main(["fit", "--debug", "--batch-size", "abc"])
+def test_debug_adds_the_traceback_and_keeps_the_exit_code(monkeypatch, tmp_path, capsys):
+    assert cli.main(["fit", "--debug", "--batch-size", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert err.endswith("ConfigError: BATCH_SIZE='abc' is not valid: expected a whole number, e.g. 128\n")
     monkeypatch.setenv("DEBUG", "1")
-    with pytest.raises(RunNotFound):
-        cli.main(["export", "nope", "--runs-dir", str(tmp_path)])
+    assert cli.main(["export", "nope", "--runs-dir", str(tmp_path)]) == 2
+    assert "Traceback" in capsys.readouterr().err
     assert cli.main(["fit", "--no-debug", "--batch-size", "abc"]) == 2  # the flag wins over the environment
+    assert "Traceback" not in capsys.readouterr().err
 
 
-def test_debug_from_the_env_file_even_when_another_setting_is_invalid(tmp_path):
+def test_debug_from_the_env_file_even_when_another_setting_is_invalid(tmp_path, capsys):
     (tmp_path / "dbg.env").write_text("DEBUG=true\nBATCH_SIZE=abc\n")
-    with pytest.raises(ConfigError):
-        cli.main(["fit", "--env-file", "dbg.env"])
-    with pytest.raises(ConfigError):
-        cli.main(["fit", "--env-file=dbg.env"])
+    assert cli.main(["fit", "--env-file", "dbg.env"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+    assert cli.main(["fit", "--env-file=dbg.env"]) == 2
+    assert "Traceback" in capsys.readouterr().err
 
 
 def test_a_named_env_file_that_is_missing_is_exit_2(capsys):
@@ -90,7 +92,7 @@ def test_a_named_env_file_that_is_missing_is_exit_2(capsys):
 def test_fit_status_becomes_the_exit_code(monkeypatch, status, code):
     calls = []
 
-    def train(settings, force):
+    def train(settings, force, restart=False):
         calls.append((settings.epochs, force))
         return types.SimpleNamespace(status=status)
 
@@ -110,3 +112,85 @@ def test_every_setting_has_a_flag():
     fit = cli.build_parser()._subparsers._group_actions[0].choices["fit"]
     dests = {a.dest for a in fit._actions}
     assert {f.name for f in fields(Settings)} <= dests
+
+
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_like_fit(tmp_path, monkeypatch, command):
+    import os
+
+    import train.export
+    import train.predict
+
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "")  # so that monkeypatch restores the caller's value
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
+    run = tmp_path / "runs" / "20260101-000000-abcd"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    seen = []  # TF_CPP_MIN_LOG_LEVEL when the command would import TensorFlow
+    monkeypatch.setattr(train.export, "export_run", lambda r: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+                        or {"savedmodel": "s", "max_abs_diff": 0.0})
+    monkeypatch.setattr(train.predict, "predict_files", lambda r, f: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+                        or [{"file": "a.png", "class": "0", "probability": 1.0}])
+    argv = [command, run.name, *(["a.png"] if command == "predict" else []), "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == 0
+    assert seen == ["2"]
+
+
+@pytest.mark.parametrize("argv, meant", [
+    (["--epoch", "5"], "--epochs"), (["--lr", "0.1"], "--lr-schedule"), (["--batch", "8"], "--batch-size"),
+    (["export", "latest", "--runs", "x"], "--runs-dir"),
+])
+def test_a_prefix_of_a_flag_is_not_that_flag(capsys, argv, meant):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert f"unrecognized arguments: {argv[-2]}" in capsys.readouterr().err
+
+
+def test_a_switch_given_both_ways_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=lambda s, force: pytest.fail("ran")))
+    for argv in (["--deterministic", "--no-deterministic"], ["--no-export", "--smoke", "--export"]):
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        assert info.value.code == 2
+        assert "given both ways" in capsys.readouterr().err
+    assert cli.build_parser().parse_args(["fit", "--deterministic", "--deterministic"]).deterministic is True
+
+
+def test_env_file_warnings_are_printed_once_each(tmp_path, capsys):
+    (tmp_path / ".env").write_text("EPOCH=5\nSEED=1\nSEED=2\n")
+    assert cli.main(["settings"]) == 0
+    out, err = capsys.readouterr()
+    assert "SEED=2" in out.splitlines()
+    assert err.splitlines() == [
+        "WARNING: .env, line 1: EPOCH is not a setting and is ignored (did you mean EPOCHS?)",
+        "WARNING: .env, line 3: SEED is set again (first on line 2); line 3 wins",
+    ]
+
+
+@pytest.mark.parametrize("content, line", [
+    (b"SEED=1\nRUN_NAME=caf\xe9\n", ".env, line 2: byte 0xe9 is not UTF-8 text; save the file as UTF-8"),
+    (b"SEED=1\nEPOCHS 5\n", ".env, line 2: cannot read 'EPOCHS 5': write NAME=value, one per line, with any quotes closed"),
+    (b'RUN_NAME="abc\n', ".env, line 1: cannot read 'RUN_NAME=\"abc': write NAME=value, one per line, with any quotes closed"),
+])
+def test_an_unreadable_env_file_is_one_line_and_exit_2(tmp_path, capsys, content, line):
+    (tmp_path / ".env").write_bytes(content)
+    for argv in (["fit"], ["runs"], ["settings"]):
+        assert cli.main(argv) == 2
+        assert capsys.readouterr().err == f"EnvFileError: {line}\n"
+
+
+def test_a_model_error_is_one_line_and_exit_2(monkeypatch, capsys):
+    def train(settings, force, **_):
+        raise ModelError("my_models:make", "make((2, 2, 1), 3) raised ValueError: too small")
+
+    monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=train))
+    assert cli.main(["fit"]) == 2
+    assert capsys.readouterr().err == "ModelError: MODEL=my_models:make: make((2, 2, 1), 3) raised ValueError: too small\n"
+
+
+def test_commands_that_build_no_model_do_not_look_for_the_model_module(tmp_path, capsys):
+    (tmp_path / ".env").write_text("MODEL=not_here_xyz:make\n")
+    assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert cli.main(["settings"]) == 2
+    assert "cannot find module 'not_here_xyz'" in capsys.readouterr().err

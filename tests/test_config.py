@@ -6,8 +6,9 @@ import sys
 import pytest
 from helpers import PROJECT_ROOT
 
-from train.config import Settings, diff_settings, env_example, load_settings, settings_table
-from train.errors import ConfigError
+from train import config
+from train.config import Settings, debug_requested, diff_settings, env_example, load_settings, settings_table
+from train.errors import ConfigError, StorageError
 
 
 def load(overrides=None, env=None, env_file=None):
@@ -47,6 +48,10 @@ def test_missing_named_env_file_is_an_error(tmp_path):
     ("DATASET", "imagenet", "npz:<file>"),
     ("DATASET", "npz:/no/such/file.npz", "does not exist"),
     ("DATASET", "images:/no/such/dir", "does not exist"),
+    ("MONITOR", "val_acc", "one of val_accuracy, val_loss, accuracy, loss"),
+    ("RUNS_DIR", "", "must not be empty (the default is ./runs)"),
+    ("RUNS_DIR", "  ", "must not be empty"),
+    ("DATA_DIR", "", "must not be empty (the default is ./data)"),
     ("CACHE", "disk", "memory, file, none"),
     ("MEMORY_GROWTH", "maybe", "true/false"),
     ("VAL_SPLIT", "0.95", "between"),
@@ -83,8 +88,18 @@ def test_env_example_and_table_cover_every_setting():
 
     text, table = env_example(), settings_table()
     for f in fields(Settings):
-        assert f"\n{f.name.upper()}=" in text
+        assert f"\n# {f.name.upper()}=" in text
         assert f"`{f.name.upper()}`" in table
+
+
+def test_a_copied_env_example_sets_nothing(tmp_path):
+    # A copied .env.example must not pin anything: not RUNS_DIR=./runs into the container, not an
+    # empty RESUME= that turns off the compose service's RESUME=auto.
+    from dotenv import dotenv_values
+
+    (tmp_path / ".env").write_text(env_example() + "\n")
+    assert dotenv_values(tmp_path / ".env") == {}
+    assert load_settings(env_file=tmp_path / ".env", environ={}) == Settings()
 
 
 def test_committed_env_example_is_current():
@@ -131,3 +146,94 @@ def test_setting_fields_are_the_settings_in_order():
     from train.config import setting_fields
 
     assert [f.name for f in setting_fields()] == [f.name for f in fields(Settings)] and setting_fields()[0].name == "dataset"
+
+
+def test_monitor_choices_are_what_the_loop_logs():
+    from train.logs import METRIC_COLUMNS
+
+    # metrics.csv's columns are the epoch logs the loop writes; MONITOR must name one of them.
+    assert set(config.MONITORS) == {c for c in METRIC_COLUMNS if c.replace("val_", "") in ("loss", "accuracy")}
+
+
+def test_a_path_given_for_the_wrong_kind_says_what_it_is(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ConfigError, match=r"is a directory, not a file; give the path of an .npz"):
+        load(env={"DATASET": f"npz:{tmp_path}"})
+    with pytest.raises(ConfigError, match=r"file.txt is a file, not a directory; give a directory"):
+        load(env={"DATASET": f"images:{tmp_path / 'file.txt'}"})
+
+
+def test_runs_dir_that_is_a_file_or_under_one_says_so(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(StorageError) as e:
+        load(env={"RUNS_DIR": str(tmp_path / "f")})
+    assert str(e.value) == f"cannot write {tmp_path / 'f'}: {tmp_path / 'f'} is a file, not a directory; point RUNS_DIR at a directory"
+    assert e.value.exit_code == 7
+    with pytest.raises(StorageError, match=rf"cannot write {tmp_path / 'f' / 'runs'}: {tmp_path / 'f'} is a file, not a directory"):
+        load(env={"RUNS_DIR": str(tmp_path / "f" / "runs")})
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(StorageError, match="gone is a broken link, not a directory"):
+        load(env={"RUNS_DIR": str(tmp_path / "gone")})
+    assert load(env={"RUNS_DIR": str(tmp_path / "new" / "runs")}).runs_dir == str(tmp_path / "new" / "runs")
+
+
+def test_env_file_warnings_reach_the_caller(tmp_path):
+    env_file = tmp_path / "my.env"
+    env_file.write_text("EPOCH=5\nepochs=4\nBATCH_SIZE=8\nBATCH_SIZE=16\nHOST_UID=1000\n")
+    lines = []
+    s = load_settings({}, env_file=env_file, environ={}, warn=lines.append)
+    assert (s.epochs, s.batch_size) == (3, 16)
+    assert lines == [
+        f"WARNING: {env_file}, line 1: EPOCH is not a setting and is ignored (did you mean EPOCHS?)",
+        f"WARNING: {env_file}, line 2: epochs is not a setting and is ignored (did you mean EPOCHS?)",
+        f"WARNING: {env_file}, line 4: BATCH_SIZE is set again (first on line 3); line 4 wins",
+    ]
+
+
+def test_a_bad_env_file_line_is_one_error_with_file_and_line(tmp_path):
+    env_file = tmp_path / "my.env"
+    env_file.write_text("SEED=1\nEPOCHS 5\n")
+    with pytest.raises(ConfigError) as e:
+        load(env_file=env_file)
+    assert str(e.value) == f"{env_file}, line 2: cannot read 'EPOCHS 5': write NAME=value, one per line, with any quotes closed"
+
+
+def test_debug_is_read_from_an_env_file_that_is_otherwise_bad(tmp_path):
+    env_file = tmp_path / "my.env"
+    env_file.write_text("DEBUG=1\nNOT A LINE\n")
+    assert debug_requested(env_file, environ={}) is False  # the file cannot be read: no DEBUG from it
+    env_file.write_bytes(b"DEBUG=1\nRUN_NAME=caf\xe9\n")
+    assert debug_requested(env_file, environ={}) is False
+    env_file.write_text("DEBUG=1\nEPOCH=3\n")
+    assert debug_requested(env_file, environ={}) is True
+
+
+def test_a_user_model_is_checked_before_tensorflow(tmp_path, monkeypatch):
+    (tmp_path / "broken_models_for_test.py").write_text("def make(input_shape, num_classes)\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"broken_models_for_test.py, line 1: SyntaxError"):
+        load(env={"MODEL": "broken_models_for_test:make"})
+
+
+def test_image_size_too_small_for_a_builtin_model(tmp_path):
+    with pytest.raises(ConfigError, match=r"IMAGE_SIZE=9 is not valid: MODEL=cnn needs images of at least 10x10"):
+        load(env={"DATASET": f"images:{tmp_path}", "IMAGE_SIZE": "9"})
+    assert load(env={"DATASET": f"images:{tmp_path}", "IMAGE_SIZE": "9", "MODEL": "resnet_small"}).image_size == 9
+
+
+def test_a_user_model_that_cannot_work_exits_2_before_tensorflow_is_imported(tmp_path):
+    (tmp_path / "my_zoo.py").write_text("import keras\n\ndef make(input_shape):\n    pass\n")
+    code = "import sys, train.cli as c; rc = c.main(['fit', '--model', 'my_zoo:make']); " \
+           "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; sys.exit(rc)"
+    env = {"PYTHONPATH": f"{PROJECT_ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"ConfigError: MODEL='my_zoo:make' is not valid: make() in {tmp_path / 'my_zoo.py'} (line 3) takes 1 positional "
+        "argument; a model factory is make_model(input_shape, num_classes)")
+
+
+def test_no_validation_images_with_a_validation_monitor(tmp_path):
+    with pytest.raises(ConfigError, match=r"VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy"):
+        load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0"})
+    assert load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0", "MONITOR": "loss"}).val_split == 0

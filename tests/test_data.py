@@ -161,6 +161,76 @@ def test_real_mnist(tmp_path):
     assert x.shape == (128, 28, 28, 1) and float(x.numpy().max()) == 255.0
 
 
+# --- labels: 0..K-1, every class present, at least two ------------------------------------------
+
+
+def test_one_stray_label_is_named_not_a_million_classes(make_npz):
+    y = np.arange(600, dtype=np.int64) % 10
+    y[17] = 1_000_000
+    path = make_npz(y_train=y)
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(dataset=f"npz:{path}"))
+    assert str(e.value) == (
+        f"{path}: y_train has no example of class 10..999999 (labels found: 0..9, 1000000); labels must be "
+        "0..K-1 with every class present: renumber them, or remove the stray labels")
+
+
+def test_every_gap_in_the_labels_is_named(make_npz):
+    y = np.array([0, 2, 5, 6, 9] * 120, np.uint8)
+    path = make_npz(y_train=y, y_test=np.zeros(300, np.uint8))
+    with pytest.raises(DataError, match=r"no example of class 1, 3\.\.4, 7\.\.8 \(labels found: 0, 2, 5\.\.6, 9\)"):
+        data.load_data(settings(dataset=f"npz:{path}"))
+
+
+def test_many_gaps_are_shortened(make_npz):
+    y = np.array([0, 2, 4, 6, 8, 10, 12, 12] * 75, np.uint8)
+    path = make_npz(y_train=y, y_test=np.zeros(300, np.uint8))
+    with pytest.raises(DataError, match=r"no example of class 1, 3, 5, 7, \.\.\. \(labels found: 0, 2, 4, 6, \.\.\.\)"):
+        data.load_data(settings(dataset=f"npz:{path}"))
+
+
+def test_a_single_class_npz_is_refused(make_npz):
+    path = make_npz(y_train=np.zeros(600, np.uint8), y_test=np.zeros(300, np.uint8))
+    with pytest.raises(DataError, match="a single class .* needs at least two"):
+        data.load_data(settings(dataset=f"npz:{path}"))
+
+
+def test_a_test_label_that_training_never_sees_is_named(make_npz):
+    path = make_npz(classes=3, y_test=np.full(300, 3, np.uint8))
+    with pytest.raises(DataError, match=r"y_train has no example of class 3 \(labels found: 0\.\.2\)"):
+        data.load_data(settings(dataset=f"npz:{path}"))
+
+
+# --- what the file is, when it is not an .npz ------------------------------------------------------
+
+
+@pytest.mark.parametrize("content, what", [
+    (b"x_train,y_train\n1,2\n", "it is text ('x_train,y_train\\n1,2'...)"),
+    (b"", "it is empty"),
+    (b"\x00\x01\x02garbage", "it does not start like a zip archive"),
+])
+def test_a_file_that_is_not_an_npz_is_called_so(tmp_path, content, what):
+    path = tmp_path / "data.npz"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(dataset=f"npz:{path}"))
+    assert str(e.value).startswith(f"{path} is not an .npz file ({what}); save the arrays with numpy.savez")
+    assert "pickle" not in str(e.value)
+
+
+def test_a_single_npy_array_is_called_so(tmp_path):
+    path = tmp_path / "x.npz"
+    with open(path, "wb") as fh:
+        np.save(fh, np.zeros(3))
+    with pytest.raises(DataError, match="is not an .npz file \\(it is a single .npy array\\)"):
+        data._read_npz(path)
+
+
+def test_a_directory_given_as_npz_is_called_a_directory(tmp_path):
+    with pytest.raises(DataError, match="is a directory, not a file"):
+        data._read_npz(tmp_path)
+
+
 @pytest.mark.parametrize("seed, buffer", [(7, 0), (8, 0), (7, 50)])
 def test_train_batches_follow_epoch_order_of_seed_and_shuffle_buffer(make_npz, seed, buffer):
     s = settings(dataset=f"npz:{make_npz()}", seed=seed, shuffle_buffer=buffer)

@@ -101,7 +101,7 @@ def test_memory_growth_set_too_late_names_the_call():
 
 
 def test_memory_held_by_other_processes_is_listed():
-    r = check.build_report(on("550.54.15_h100", cuda_tf(gpus=tf_gpus())), own_pids={51007})
+    r = check.build_report(on("560.35.03_h100", cuda_tf(gpus=tf_gpus())), own_pids={51007})
     d = codes(r)["memory_held_by_others"]
     assert d["severity"] == "warning" and "60.0 of 79.6 GiB" in d["summary"]
     assert d["details"] == ["pid 48213 python3: 57.5 GiB"] and "kill 48213" in d["fix"]
@@ -112,6 +112,53 @@ def test_memory_held_outside_this_container_via_nvml():
     p = gpuinfo.probe(nvml=FakeNVML([h100(procs=[])]))
     r = check.build_report(Facts(tf=cuda_tf(gpus=tf_gpus()), driver_present=True, gpus=p.gpus, libraries=LIBS_OK))
     assert "outside this container" in codes(r)["memory_held_by_others"]["details"][0]
+
+
+PTX_ERROR = ("2024-07-02 10:11:12.000000: W tensorflow/core/framework/op_kernel.cc:1840] OP_REQUIRES failed: "
+             "CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was compiled with an unsupported toolchain.")
+
+
+@pytest.mark.parametrize("cc, jit", [((9, 0), True), ((10, 0), True), ((12, 0), True), ((8, 9), False),
+                                     ((8, 6), False), ((8, 0), False), ((7, 5), False), ((6, 1), False),
+                                     ((5, 2), False)])
+def test_which_gpus_run_tensorflow_21_only_through_ptx(cc, jit):
+    # Machine code sm_XY runs on X.y for y >= Y; PTX compute_90 is compiled for 9.0 and newer.
+    assert diagnose.needs_ptx(CUDA_BUILD, cc) is jit
+
+
+def test_h100_on_a_driver_older_than_cuda_12_5_cannot_load_the_ptx():
+    r = check.build_report(on("550.54.15_h100", cuda_tf(gpus=tf_gpus(), log=[PTX_ERROR])), require_gpu=True)
+    d = codes(r)["driver_too_old_for_ptx"]
+    assert d["summary"].startswith("driver too old for this GPU's PTX: NVIDIA H100 80GB HBM3 (compute capability 9.0)")
+    assert "sm_60, sm_70, sm_80, sm_89" in d["summary"] and "CUDA 12.5.1" in d["summary"]
+    assert "550.54.15 (CUDA up to 12.4)" in d["summary"]
+    assert d["fix"].startswith("upgrade the host's NVIDIA driver to 555.42.06 or newer (CUDA 12.5's driver)")
+    assert any("UNSUPPORTED_PTX_VERSION" in line for line in d["details"])
+    assert "driver_too_old" not in codes(r)  # 550 is new enough for CUDA 12.x machine code
+    # TensorFlow lists the GPU, but no kernel runs on it: not usable, and --require-gpu fails.
+    assert r["verdict"]["status"] == "gpu_not_used" and r["verdict"]["usable_gpus"] == 0 and r["exit_code"] == 1
+
+
+def test_the_same_h100_on_a_cuda_12_6_driver_is_ready():
+    r = check.build_report(on("560.35.03_h100", cuda_tf(gpus=tf_gpus())))
+    assert "driver_too_old_for_ptx" not in codes(r) and r["verdict"]["status"] == "gpu"
+
+
+def test_an_a100_on_an_older_driver_runs_the_machine_code():
+    r = check.build_report(on("535.129.03_2xa100", cuda_tf(gpus=tf_gpus(2, (8, 0), "NVIDIA A100-SXM4-40GB"))))
+    assert "driver_too_old_for_ptx" not in codes(r) and r["verdict"]["status"] == "gpu"
+
+
+def test_ptx_driver_floor_from_the_driver_version_when_the_cuda_version_is_unknown():
+    # NVML without the CUDA version: the floor from train.stack decides.
+    p = gpuinfo.probe(nvml=FakeNVML([h100()], driver="550.90.07", cuda=0))
+    for g in p.gpus:
+        g.cuda_driver_version = None
+    r = check.build_report(Facts(tf=cuda_tf(gpus=tf_gpus()), driver_present=True, gpus=p.gpus, libraries=LIBS_OK))
+    assert "555.42.06" in codes(r)["driver_too_old_for_ptx"]["fix"]
+    p.gpus[0].driver_version = "555.42.06"
+    r = check.build_report(Facts(tf=cuda_tf(gpus=tf_gpus()), driver_present=True, gpus=p.gpus, libraries=LIBS_OK))
+    assert "driver_too_old_for_ptx" not in codes(r)
 
 
 @pytest.mark.parametrize("driver, cuda, too_old", [

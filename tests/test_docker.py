@@ -45,6 +45,13 @@ def test_dependencies_come_from_the_lock_with_hashes_before_the_source():
     assert DOCKERFILE.count("pip install --no-deps --no-build-isolation") == 2
 
 
+def test_pip_uses_the_build_cache_mount():
+    # HOME is the run-time user's, so without PIP_CACHE_DIR pip ignores the mount (and disables its cache).
+    mounts = re.findall(r"--mount=type=cache,target=(\S+?),", DOCKERFILE)
+    installs = re.findall(r"PIP_CACHE_DIR=(\S+) pip install --require-hashes", DOCKERFILE)
+    assert len(mounts) == 2 and installs == mounts
+
+
 def test_gpu_target_exposes_the_driver_capabilities_it_needs():
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in DOCKERFILE and "TF_CPP_MIN_LOG_LEVEL=2" in DOCKERFILE
 
@@ -99,3 +106,64 @@ def test_compose_config_accepts_both_variants(files):
     assert ("driver: nvidia" in out.stdout) is gpu
     assert ("target: gpu" if gpu else "target: cpu") in out.stdout
     assert "host_ip: 127.0.0.1" in out.stdout and out.stdout.count("target: 6006") == 1  # TensorBoard: local only
+
+
+def _config_in_copy(tmp_path, dot_env: str, **env: str) -> str:
+    """`docker compose config` (both variants) of a copy of the compose files with this .env."""
+    compose = _compose()
+    if compose is None:
+        pytest.skip("no Docker Compose v2 binary (docker compose / docker-compose) installed")
+    for name in ("docker-compose.yml", "docker-compose.cpu.yml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / ".env").write_text(dot_env)
+    out = subprocess.run([*compose, "config"], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PATH": shutil.os.environ.get("PATH", ""), **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.docker
+def test_a_copied_env_example_keeps_the_volumes_and_resume_auto(tmp_path):
+    # `cp .env.example .env`, then the host paths uncommented: the container still uses its volumes.
+    dot_env = (ROOT / ".env.example").read_text() + "RUNS_DIR=./runs\nDATA_DIR=./data\nCUDA_VISIBLE_DEVICES=1\n"
+    out = _config_in_copy(tmp_path, dot_env)
+    assert "RUNS_DIR: /runs" in out and "DATA_DIR: /data" in out and "./runs" not in out.split("x-volumes")[0]
+    assert "RESUME: auto" in out
+    assert 'CUDA_VISIBLE_DEVICES: "1"' in out  # the documented way to pick GPUs reaches the container
+
+
+@pytest.mark.docker
+def test_build_inputs_come_from_the_environment_without_editing_the_compose_file(tmp_path):
+    plain = _config_in_copy(tmp_path, "")
+    assert "GIT_COMMIT" not in plain and "BASE_IMAGE" not in plain and "file: /dev/null" in plain
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    out = _config_in_copy(tmp_path, f"BASE_IMAGE=mirror.example/python:3.11\nCA_BUNDLE={ca}\n", GIT_COMMIT="0123abcd")
+    assert "GIT_COMMIT: 0123abcd" in out and "BASE_IMAGE: mirror.example/python:3.11" in out
+    assert f"file: {ca}" in out and "source: ca_bundle" in out
+
+
+def _compose_up_lines(text: str, markdown: bool) -> list[str]:
+    """Lines that tell a user to run `docker compose ... up` (in a markdown file: its code blocks)."""
+    if markdown:
+        text = "\n".join(re.findall(r"^```\w*\n(.*?)^```", text, re.M | re.S))
+    return [line for line in text.splitlines() if re.search(r"docker compose .*\bup\b", line)]
+
+
+@pytest.mark.parametrize("name", ["README.md", "docker-compose.yml", "docker-compose.cpu.yml"])
+def test_every_documented_compose_up_that_trains_returns_the_training_exit_code(name):
+    # A plain `docker compose up` exits 0 even when training failed: scripts would see success.
+    lines = _compose_up_lines((ROOT / name).read_text(), markdown=name.endswith(".md"))
+    assert lines or name != "README.md"
+    for line in lines:
+        if "tensorboard" in line or "--detach" in line:
+            continue
+        assert "--exit-code-from train" in line, line
+
+
+def test_workflow_builds_both_targets_with_a_layer_cache_and_linters_in_a_venv():
+    wf = (ROOT / ".github" / "workflows" / "container.yml").read_text()
+    assert "target: [cpu, gpu]" in wf and "target: ${{ matrix.target }}" in wf
+    assert "cache-from: type=gha" in wf and "cache-to: type=gha,mode=max" in wf
+    assert "pip install --user" not in wf and 'python3 -m venv "$RUNNER_TEMP/lint"' in wf
+    assert "GIT_COMMIT" in wf  # every image the workflow builds records its commit

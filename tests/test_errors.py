@@ -44,3 +44,17 @@ def test_config_error_names_setting_value_and_rule():
 def test_resume_mismatch_is_a_checkpoint_problem():
     assert issubclass(errors.ResumeMismatchError, errors.CheckpointError)
     assert errors.ResumeMismatchError.exit_code == 4
+
+
+def test_model_error_names_model_and_keeps_exit_2():
+    exc = errors.ModelError("zoo:make", "make((2, 2, 1), 3) raised ValueError: too small")
+    assert str(exc) == "MODEL=zoo:make: make((2, 2, 1), 3) raised ValueError: too small"
+    assert (exc.name, exc.value, exc.exit_code, exc.kind) == ("MODEL", "zoo:make", 2, "model")
+    assert "MODEL" in EXIT_CODES[2] and "after" in EXIT_CODES[2]  # documented: found after TensorFlow loads
+
+
+def test_env_file_error_names_file_and_line():
+    exc = errors.EnvFileError(".env", 3, "cannot read 'X'")
+    assert str(exc) == ".env, line 3: cannot read 'X'"
+    assert isinstance(exc, ConfigError) and exc.exit_code == 2 and exc.name == "ENV_FILE"
+    assert str(errors.EnvFileError(".env", None, "is a directory")) == ".env: is a directory"

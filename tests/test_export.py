@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from train import export
-from train.errors import ExportError, StorageError
+from train.errors import ExportError, NoWeightsError, StorageError
+from train.models import build_model
 from train.rundir import TMP_MARK, read_json
 
 
@@ -72,18 +73,60 @@ def test_parity_batch_is_fixed_uint8():
     np.testing.assert_array_equal(a, b)
 
 
-def test_rebuild_needs_data_and_weights(tmp_path):
+def _failed_run(tmp_path):
     from train.config import Settings
 
-    run = tmp_path / "r"
-    run.mkdir()
+    run = tmp_path / "runs" / "20260101-000000-000001"
+    run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps(Settings().to_dict()))
-    (run / "manifest.json").write_text(json.dumps({"status": "running"}))
+    (run / "manifest.json").write_text(json.dumps({"status": "failed", "error": "DataError: x_train is empty"}))
+    return run
+
+
+def test_rebuild_needs_weights_then_data(tmp_path):
+    run = _failed_run(tmp_path)
+    with pytest.raises(NoWeightsError) as info:
+        export.rebuild_model(run)
+    assert "has no weights" in str(info.value) and "it ended failed: DataError: x_train is empty" in str(info.value)
+    assert f"--resume {run.name}" in str(info.value) and info.value.exit_code == 4
+    build_model("cnn", (28, 28, 1), 2).save_weights(run / "final.weights.h5")
     with pytest.raises(ExportError, match="no data description"):
         export.rebuild_model(run)
-    (run / "manifest.json").write_text(json.dumps({"data": {"input_shape": [28, 28, 1], "class_names": ["0", "1"]}}))
-    with pytest.raises(ExportError, match="no best.weights.h5 or final.weights.h5"):
-        export.rebuild_model(run)
+
+
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_export_and_predict_of_a_run_without_weights_say_so_in_one_line(tmp_path, capsys, command):
+    from train import cli
+
+    run = _failed_run(tmp_path)
+    argv = [command, run.name, *(["x.png"] if command == "predict" else []), "--runs-dir", str(run.parent)]
+    assert cli.main(argv) == 4
+    err = capsys.readouterr().err
+    assert err.startswith(f"NoWeightsError: run {run.name} has no weights") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["export", "predict"])
+@pytest.mark.parametrize("name", ["config.json", "manifest.json"])
+def test_export_and_predict_of_a_damaged_record_are_one_line_exit_4(tmp_path, capsys, command, name):
+    from train import cli
+
+    run = _failed_run(tmp_path)
+    build_model("cnn", (28, 28, 1), 2).save_weights(run / "best.weights.h5")
+    (run / name).write_text('{"truncat')
+    argv = [command, run.name, *(["x.png"] if command == "predict" else []), "--runs-dir", str(run.parent)]
+    assert cli.main(argv) == 4
+    err = capsys.readouterr().err
+    assert err.startswith(f"RunRecordError: run {run.name}: ") and name in err and err.count("\n") == 1
+
+
+def test_export_of_a_run_in_use_is_refused_naming_the_holder(tmp_path, capsys):
+    from train import cli
+    from train.runlock import RunLock
+
+    run = _failed_run(tmp_path)
+    with RunLock(run):
+        assert cli.main(["export", run.name, "--runs-dir", str(run.parent)]) == 4
+    assert capsys.readouterr().err.startswith(f"RunBusyError: run {run.name} is in use by another process (pid ")
 
 
 def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch):

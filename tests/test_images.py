@@ -64,7 +64,7 @@ def test_class_dir_without_images(make_image_dir, tmp_path):
     root = make_image_dir(per_class=2)
     (root / "class_9").mkdir()
     (root / "class_9" / "notes.txt").write_text("not an image")
-    with pytest.raises(DataError, match="class_9: class directory has no JPEG/PNG images"):
+    with pytest.raises(DataError, match=r"class_9: class directory has no images \(JPEG, PNG, GIF \(first frame\) or BMP\)"):
         data.load_data(settings(root, tmp_path))
 
 
@@ -73,7 +73,7 @@ def test_non_image_png_is_named(make_image_dir, tmp_path, cache):
     root = make_image_dir()
     bad = root / "class_1" / "img_007.png"
     bad.write_bytes(b"this is not a PNG file at all" * 10)
-    with pytest.raises(DataError, match="not a readable JPEG/PNG image") as e:
+    with pytest.raises(DataError, match="not a readable image") as e:
         data.load_data(settings(root, tmp_path, cache=cache))
     assert str(bad) in str(e.value)
     assert not list((tmp_path / "runs").rglob("*.tmp"))  # no half-written file cache left behind
@@ -150,5 +150,78 @@ def test_smoke_on_images(make_image_dir, tmp_path):
 def test_load_image_file_names_a_bad_file(tmp_path):
     bad = tmp_path / "x.jpg"
     bad.write_bytes(b"\xff\xd8 truncated")
-    with pytest.raises(DataError, match="x.jpg: not a readable JPEG/PNG image"):
+    with pytest.raises(DataError, match=r"x.jpg: not a readable image \(.*\); the formats read are JPEG, PNG, GIF"):
         images.load_image_file(bad, (32, 32, 3))
+
+
+# --- links: followed, each real file once and in one class only ----------------------------------
+
+
+def test_a_link_back_to_a_containing_folder_is_an_error_naming_both(make_image_dir):
+    root = make_image_dir(classes=2, per_class=3)
+    (root / "class_0" / "up").symlink_to("..")  # followed blindly: class_1 read again as class_0, round and round
+    with pytest.raises(DataError, match="a folder that contains it") as e:
+        images.list_image_dir(root)
+    assert f"{root / 'class_0' / 'up'} links to {root.resolve()}" in str(e.value)
+
+
+def test_a_file_reachable_from_two_classes_is_an_error_naming_both(make_image_dir):
+    root = make_image_dir(classes=2, per_class=3)
+    (root / "class_0" / "more").symlink_to(root / "class_1")
+    with pytest.raises(DataError, match="are the same file") as e:
+        images.list_image_dir(root)
+    assert str(root / "class_0" / "more" / "img_000.png") in str(e.value)
+    assert str(root / "class_1" / "img_000.png") in str(e.value)
+
+
+def test_links_are_followed_and_each_real_file_counts_once(make_image_dir, tmp_path):
+    root = make_image_dir(classes=2, per_class=3)
+    elsewhere = make_image_dir("elsewhere", classes=2, per_class=2)
+    (root / "class_1" / "extra").symlink_to(elsewhere / "class_1")  # a folder link: followed
+    (root / "class_0" / "linked.png").symlink_to(elsewhere / "class_0" / "img_000.png")  # a file link: followed
+    (root / "class_0" / "twice.png").symlink_to("img_000.png")  # the same file again: counted once
+    names, rels, labels = images.list_image_dir(root)
+    assert labels.tolist() == [0] * 4 + [1] * 5
+    assert "class_0/linked.png" in rels and "class_1/extra/img_001.jpg" in rels
+    assert ("class_0/img_000.png" in rels) != ("class_0/twice.png" in rels)
+
+
+def test_a_broken_link_is_named(make_image_dir):
+    root = make_image_dir(classes=2, per_class=2)
+    (root / "class_1" / "gone.png").symlink_to("no-such-file.png")
+    with pytest.raises(DataError, match=r"class_1/gone.png: a broken link \('no-such-file.png' does not exist\)"):
+        images.list_image_dir(root)
+
+
+# --- formats ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["GIF", "BMP"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_gif_and_bmp_are_read_for_grayscale_and_colour_models(tmp_path, fmt, channels):
+    from PIL import Image
+
+    pixels = np.zeros((20, 20, 3), np.uint8)
+    pixels[:10] = 255  # top half white, bottom half black
+    path = tmp_path / f"x.{fmt.lower()}"
+    if fmt == "GIF":  # an animation: the first frame is the image
+        black = Image.fromarray(np.zeros_like(pixels))
+        Image.fromarray(pixels).save(path, save_all=True, append_images=[black, black])
+    else:
+        Image.fromarray(pixels).save(path)
+    x = images.load_image_file(path, (16, 16, channels))
+    assert x.shape == (16, 16, channels)
+    assert x[:7].min() >= 250 and x[9:].max() <= 5
+
+
+def test_load_image_file_says_what_is_wrong_with_the_path(tmp_path):
+    with pytest.raises(DataError, match=r"is a directory, not an image file; give the image files \(JPEG, PNG"):
+        images.load_image_file(tmp_path, (32, 32, 3))
+    with pytest.raises(DataError, match=r"nope.png does not exist$"):
+        images.load_image_file(tmp_path / "nope.png", (32, 32, 3))
+
+
+def test_a_split_that_leaves_no_validation_image_is_named(make_image_dir, tmp_path):
+    root = make_image_dir(classes=2, per_class=4)
+    with pytest.raises(DataError, match=r"VAL_SPLIT=0.1 of 4 images in the smallest class leaves no image for validation"):
+        data.load_data(settings(root, tmp_path, val_split=0.1))

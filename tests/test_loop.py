@@ -109,7 +109,6 @@ def real_loop(tmp_path):
 
     from helpers import tiny_settings
     from train import checkpoints, data
-    from train.fit import _restore_or_save_initial
     from train.rundir import create_run_dir
 
     s0 = tiny_settings(tmp_path, batch_size=64, export=False)
@@ -124,7 +123,11 @@ def real_loop(tmp_path):
         loop = EpochLoop(s, run_dir, spec, types.SimpleNamespace(strategy=None, replicas=1), state, epochs,
                          time.monotonic())
         loop.build_model(_tiny_models())
-        _restore_or_save_initial(loop, loaded, checkpoints)
+        if loaded:  # as train() does: restore a state, or save the initial one
+            checkpoints.restore(loop.model, loaded)
+        else:
+            loop.model.optimizer.build(loop.model.trainable_variables)
+            loop._save("initial state")
         return loop
 
     return make

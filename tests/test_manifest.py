@@ -81,3 +81,77 @@ def test_update_manifest_merges_fields(tmp_path):
 def test_project_root_is_the_checkout():
     root = manifest.project_root()
     assert (root / "train" / "manifest.py").is_file()
+
+
+# -- segments: the history of a run, one entry per process that trained it -----------------------
+@pytest.fixture
+def facts(monkeypatch):
+    """The environment facts without importing TensorFlow."""
+    monkeypatch.setattr(manifest, "environment_facts", lambda settings: {"host": "h", "seed": 42})
+
+
+FINISHED = {"run_id": "r", "status": "completed", "started_at": "2026-01-01T00:00:00+00:00", "resumed_at": [],
+            "ended_at": "2026-01-01T00:01:34+00:00", "error": None, "epochs_completed": 3,
+            "best": {"monitor": "val_accuracy", "value": 0.9}, "export": {"max_abs_diff": 0.0},
+            "final_weights_sha256": "f" * 64, "final_metrics": {"epoch": 3}, "duration_seconds": 94.0,
+            "data": {"fingerprint": "a" * 64}}
+
+
+def test_a_resume_that_stops_early_keeps_what_the_finished_run_recorded(tmp_path, facts):
+    path = tmp_path / "manifest.json"
+    manifest.write_json(path, {**FINISHED, "segments": [{"status": "completed", "seconds": 94.0}]})
+    seg = manifest.new_segment(5, 3, "ckpt-000000036.npz (epoch 3, step 0)")
+    manifest.open_segment(path, read_json(path), object(), seg)
+    manifest.record_data(path, {"fingerprint": "a" * 64}, {"policy": "float32"})
+    m = manifest.close_segment(path, "interrupted", None, 20.0, epoch=3, best={"monitor": "val_accuracy", "value": None})
+    for key in ("best", "export", "final_weights_sha256", "final_metrics", "epochs_completed", "started_at"):
+        assert m[key] == FINISHED[key], key
+    assert m["status"] == "interrupted" and m["duration_seconds"] == 114.0
+    assert [s["status"] for s in m["segments"]] == ["completed", "interrupted"]
+    last = m["segments"][-1]
+    assert last["resumed_from"].startswith("ckpt-000000036.npz") and last["epoch_from"] == 3 and last["epoch_to"] == 3
+    assert last["epochs_planned"] == 5 and last["data_fingerprint"] == "a" * 64 and last["ended_at"]
+    assert m["resumed_at"] == [last["started_at"]]
+
+
+def test_an_old_manifest_becomes_the_first_segment_and_a_forced_data_change_is_recorded(tmp_path, facts):
+    path = tmp_path / "manifest.json"
+    manifest.write_json(path, FINISHED)  # written before segments existed
+    seg = manifest.new_segment(4, 3, "ckpt", forced=["DATA: fingerprint aaaa... -> bbbb... (x.npz)"])
+    manifest.open_segment(path, read_json(path), object(), seg)
+    manifest.record_data(path, {"fingerprint": "b" * 64}, {"policy": "float32"})
+    m = manifest.close_segment(path, "completed", None, 10.0, epoch=4, best={"monitor": "val_accuracy", "value": 0.95})
+    first, second = m["segments"]
+    assert first["data_fingerprint"] == "a" * 64 and first["status"] == "completed" and first["seconds"] == 94.0
+    assert second["data_fingerprint"] == "b" * 64 and second["forced_changes"] == seg["forced_changes"]
+    assert m["data"]["fingerprint"] == "b" * 64 and m["best"]["value"] == 0.95 and m["epochs_completed"] == 4
+    assert m["duration_seconds"] == 104.0
+
+
+def test_a_killed_segment_is_closed_at_its_last_checkpoint_when_the_run_resumes(tmp_path, facts):
+    import datetime as dt
+
+    path = tmp_path / "manifest.json"
+    killed = manifest.new_segment(3)
+    killed["started_at"] = "2026-01-01T00:00:00+00:00"
+    manifest.write_json(path, {**FINISHED, "status": "running", "segments": [killed]})
+    last_write = dt.datetime(2026, 1, 1, 0, 1, 0, tzinfo=dt.timezone.utc).timestamp()
+    m = manifest.open_segment(path, read_json(path), object(), manifest.new_segment(3, 1), last_write=last_write)
+    assert m["segments"][0]["status"] == "killed" and m["segments"][0]["seconds"] == 60.0
+    assert m["segments"][0]["seconds_estimated"] is True and m["segments"][1]["status"] == "running"
+
+
+def test_a_new_run_starts_with_one_open_segment(tmp_path, facts):
+    path = tmp_path / "manifest.json"
+    m = manifest.start_manifest(path, object(), "r1", manifest.new_segment(1, smoke=True))
+    assert m["status"] == "running" and m["resumed_at"] == [] and m["host"] == "h"
+    assert m["segments"][0]["smoke"] is True and m["segments"][0]["epochs_planned"] == 1
+    failed = manifest.close_segment(path, "failed", "DataError: x", 1.5)
+    assert failed["duration_seconds"] == 1.5 and "epochs_completed" not in failed and "best" not in failed
+
+
+def test_a_run_killed_before_its_manifest_gets_one_when_resumed(tmp_path, facts):
+    run = tmp_path / "20260101-000000-000001"
+    run.mkdir()
+    m = manifest.open_segment(run / "manifest.json", {}, object(), manifest.new_segment(2))
+    assert m["run_id"] == run.name and len(m["segments"]) == 1 and m["status"] == "running"

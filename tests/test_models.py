@@ -6,7 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from train.errors import ConfigError
+from train.config import MIN_IMAGE_SIZE
+from train.errors import ModelError
 from train.models import REGISTRY, build_model, get_factory
 
 
@@ -47,6 +48,28 @@ def not_a_model(input_shape, num_classes):
     return "a string"
 
 
+def raises(input_shape, num_classes):
+    return {}["width"]
+
+
+def one_argument(input_shape):
+    return good(input_shape, 2)
+
+
+class ResourceExhaustedError(Exception):
+    """Named as TensorFlow's out-of-memory error, which the loop reports itself."""
+
+
+def out_of_memory(input_shape, num_classes):
+    raise ResourceExhaustedError("OOM when allocating tensor")
+
+
+def strided(input_shape, num_classes):
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Conv2D(4, 5)(inputs)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(keras.layers.Flatten()(x)))
+
+
 NOT_CALLABLE = 1
 '''
 
@@ -64,18 +87,54 @@ def test_a_user_factory_by_module_and_function(user_module):
 
 
 @pytest.mark.parametrize("spec, words", [
-    ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
-    ("{mod}:missing", "has no function 'missing'"),
-    ("{mod}:NOT_CALLABLE", "has no function 'NOT_CALLABLE'"),
-    ("{mod}:not_a_model", "returned str, expected a keras.Model"),
+    ("no_such_module_xyz:make", "importing module no_such_module_xyz failed: ModuleNotFoundError: No module named"),
+    ("{mod}:missing", "module {mod} has no function 'missing'"),
+    ("{mod}:NOT_CALLABLE", "module {mod} has no function 'NOT_CALLABLE'"),
+    ("{mod}:not_a_model", "not_a_model((8, 8, 1), 4) returned str, expected a keras.Model"),
     ("{mod}:three_classes", "outputs 3 values but the data has 4 classes"),
+    ("{mod}:raises", "raises((8, 8, 1), 4) raised KeyError: 'width'"),
+    ("{mod}:one_argument", "one_argument(input_shape) cannot be called as one_argument(input_shape, num_classes)"),
+    ("{mod}:strided", "strided((4, 4, 1), 4) raised ValueError: Computed output size would be zero or negative"),
 ])
-def test_bad_user_factories_are_config_errors_naming_model(user_module, spec, words):
+def test_bad_user_factories_are_one_line_model_errors(user_module, spec, words):
     spec = spec.format(mod=user_module)
-    with pytest.raises(ConfigError) as info:
-        build_model(spec, (8, 8, 1), 4)
-    assert info.value.name == "MODEL" and info.value.value == spec
-    assert words in str(info.value)
+    shape = (4, 4, 1) if spec.endswith("strided") else (8, 8, 1)
+    with pytest.raises(ModelError) as info:
+        build_model(spec, shape, 4)
+    assert (info.value.name, info.value.value, info.value.exit_code) == ("MODEL", spec, 2)
+    assert str(info.value).startswith(f"MODEL={spec}: ")
+    assert words.format(mod=user_module) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_out_of_memory_while_building_is_not_called_a_model_error(user_module):
+    with pytest.raises(Exception, match="OOM when allocating") as info:
+        build_model(f"{user_module}:out_of_memory", (8, 8, 1), 4)
+    assert type(info.value).__name__ == "ResourceExhaustedError"
+
+
+@pytest.mark.parametrize("source, words", [
+    ("def make(input_shape, num_classes)\n    pass\n", "SyntaxError"),
+    ("import no_such_dependency_xyz\n", "ModuleNotFoundError: No module named 'no_such_dependency_xyz'"),
+    ("raise RuntimeError('needs a licence key')\n", "RuntimeError: needs a licence key"),
+])
+def test_a_user_module_that_fails_to_import_is_named(tmp_path, monkeypatch, source, words):
+    name = f"failing_models_{abs(hash(source))}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModelError) as info:
+        build_model(f"{name}:make", (8, 8, 1), 4)
+    assert str(info.value).startswith(f"MODEL={name}:make: importing module {name} failed: ")
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(MIN_IMAGE_SIZE))
+def test_builtin_minimum_image_sizes_are_exact(name):
+    n = MIN_IMAGE_SIZE[name]
+    build_model(name, (n, n, 1), 3)
+    with pytest.raises(ModelError, match=rf"the images are {n - 1}x{n - 1}, smaller than the {n}x{n} {name} needs"):
+        build_model(name, (n - 1, n - 1, 1), 3)
+    with pytest.raises(ValueError):  # what Keras says without the check: a traceback
+        REGISTRY[name]((n - 1, n - 1, 1), 3)
 
 
 @pytest.mark.parametrize("name, has, lacks", [
@@ -90,3 +149,27 @@ def test_each_registered_name_builds_its_own_architecture(name, has, lacks):
     kinds = {type(layer).__name__ for layer in build_model(name, (28, 28, 1), 3).layers}
     assert has in kinds and not kinds & set(lacks)
     assert sorted(REGISTRY) == ["cnn", "cnn_bn", "resnet_small"]  # a new model gets a row above
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, shape, line", [
+    ("cnn", (2, 2), "ModelError: MODEL=cnn: the images are 2x2, smaller than the 10x10 cnn needs: use larger images "
+                    "or MODEL=resnet_small"),
+    ("my_models_for_test:raises", (8, 8), "ModelError: MODEL=my_models_for_test:raises: raises((8, 8, 1), 3) raised "
+                                          "KeyError: 'width'"),
+])
+def test_a_model_that_cannot_be_built_is_one_line_and_exit_2_from_the_cli(tmp_path, user_module, model, shape, line):
+    """After TensorFlow has loaded: the documented exit 2, one line, no traceback."""
+    import subprocess
+
+    from conftest import write_npz
+    from helpers import PYTHON, subprocess_env
+
+    npz = write_npz(tmp_path / "tiny.npz", n_train=64, n_test=32, shape=shape, classes=3)
+    env = subprocess_env(PYTHONPATH=f"{subprocess_env()['PYTHONPATH']}:{tmp_path}")
+    proc = subprocess.run([PYTHON, "-m", "train", "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(tmp_path / "runs"),
+                           "--model", model, "--epochs", "1", "--progress", "line"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == line
+    assert "Traceback" not in proc.stderr

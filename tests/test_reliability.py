@@ -88,20 +88,83 @@ def test_sigkill_at_seeded_points_then_resume_is_bit_identical(tmp_path, data, u
 
 
 # -- 2. SIGTERM ----------------------------------------------------------------------------------
-def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once(tmp_path, data, uninterrupted):
-    flags = fit_flags(tmp_path, data, **GUARANTEE)
-    proc = start_fit(flags, tmp_path)
-    assert kill_after_new_checkpoint(proc, tmp_path / "runs", delay=0.1, sig=signal.SIGTERM)
-    assert proc.returncode == 75, output(proc)[-3000:]
-    out = output(proc)
-    assert "received SIGTERM" in out and "saved a resumable state" in out and "Traceback" not in out
-    run = only_run(tmp_path / "runs")
-    assert manifest(run)["status"] == "interrupted"
+def _signal_when(proc, predicate, sig=signal.SIGTERM) -> bool:
+    """Send `sig` as soon as `predicate()` holds: an event of the run, never a delay."""
+    if not wait_until(predicate, proc) or proc.poll() is not None:
+        return False
+    proc.send_signal(sig)
+    proc.wait(timeout=180)
+    return True
+
+
+def _log_has(runs_dir, text):
+    def check():
+        logs = list(runs_dir.glob("*/train.log")) if runs_dir.is_dir() else []
+        return any(text in p.read_text(errors="replace") for p in logs)
+    return check
+
+
+def _has_state(runs_dir, min_step=0):
+    def check():
+        runs = [p for p in runs_dir.glob("*") if (p / "checkpoints").is_dir()] if runs_dir.is_dir() else []
+        return any(step_of(s) >= min_step for r in runs for s in states(r))
+    return check
+
+
+def _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted):
+    from train.checkpoints import LATEST
+
     rc, out = run_fit(flags + ["--resume", run.name], tmp_path)
     assert rc == 0, out[-3000:]
-    final = run / "checkpoints" / (run / "checkpoints" / "LATEST").read_text().strip()
+    final = run / "checkpoints" / (run / "checkpoints" / LATEST).read_text().strip()
     assert optimizer_iterations(final) == GUARANTEE["epochs"] * STEPS_PER_EPOCH
     assert manifest(run)["final_weights_sha256"] == uninterrupted[1]
+    return out
+
+
+# The start-up points: just after the run directory exists (TensorFlow, devices and data still to
+# come), and the moment the initial state is on disk (the loop not yet started).
+START_UP_POINTS = {
+    "run-directory": lambda runs: _log_has(runs, "run "),
+    "initial-state": lambda runs: _has_state(runs),
+}
+
+
+@pytest.mark.parametrize("point", START_UP_POINTS)
+def test_sigterm_at_any_moment_of_start_up_exits_75_with_the_manifest_finished(tmp_path, data, uninterrupted, point):
+    flags = fit_flags(tmp_path, data, **GUARANTEE)
+    proc = start_fit(flags, tmp_path)
+    assert _signal_when(proc, START_UP_POINTS[point](tmp_path / "runs")), output(proc)[-3000:]
+    out = output(proc)
+    assert proc.returncode == 75, out[-3000:]
+    assert "received SIGTERM" in out and "Traceback" not in out
+    run = only_run(tmp_path / "runs")
+    record = manifest(run)
+    assert record["status"] == "interrupted" and record["ended_at"]
+    _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted)
+
+
+def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once(tmp_path, data, uninterrupted):
+    from train.checkpoints import LATEST, read_state
+
+    flags = fit_flags(tmp_path, data, **GUARANTEE)
+    proc = start_fit(flags, tmp_path)
+    # Training is under way once the state of global step 8 exists (CHECKPOINT_EVERY=4).
+    assert _signal_when(proc, _has_state(tmp_path / "runs", min_step=8)), output(proc)[-3000:]
+    out = output(proc)
+    assert proc.returncode == 75, out[-3000:]
+    assert "received SIGTERM" in out and "Traceback" not in out
+    run = only_run(tmp_path / "runs")
+    assert manifest(run)["status"] == "interrupted"
+    # The newest state is the one saved on the stop, at the step where training stopped.
+    saved = re.search(r"saved a resumable state at epoch (\d+) step (\d+)", out)
+    assert saved, out[-3000:]
+    newest = read_state(run / "checkpoints" / (run / "checkpoints" / LATEST).read_text().strip()).meta
+    assert (newest["epoch"] + 1, newest["step"]) == (int(saved.group(1)), int(saved.group(2)))
+    assert newest["global_step"] >= 8
+    out = _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted)
+    # Every step runs once: the resumed segment starts exactly where the stop saved.
+    assert _restored_step(out) == newest["global_step"]
 
 
 # -- 3. kill during a checkpoint write -------------------------------------------------------------
@@ -383,11 +446,11 @@ def test_malformed_settings_exit_2_before_tensorflow_naming_the_setting(tmp_path
     assert not (tmp_path / "runs").exists()
 
 
-def test_debug_setting_shows_the_traceback(tmp_path, data):
+def test_debug_setting_shows_the_traceback_and_keeps_the_exit_code(tmp_path, data):
     for extra in ({"DEBUG": "1"}, {}):
         p = _no_tf(tmp_path, ["fit", "--dataset", f"npz:{data}", "--epochs", "abc"] + (["--debug"] if not extra else []),
                    **extra)
-        assert p.returncode == 1 and "Traceback" in p.stderr and "ConfigError: EPOCHS=" in p.stderr, p.stderr
+        assert p.returncode == 2 and "Traceback" in p.stderr and "ConfigError: EPOCHS=" in p.stderr, p.stderr
 
 
 # -- 11. corrupt or truncated data ----------------------------------------------------------------
@@ -411,8 +474,8 @@ def test_corrupt_data_is_refused_before_training_naming_the_file(tmp_path, data)
 
     for c in ("a", "b"):
         (images / c).mkdir(parents=True)
-        for i in range(4):
-            Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(images / c / f"{i}.png")
+        for i in range(10):  # VAL_SPLIT=0.1 leaves one validation image per class
+            Image.fromarray(np.full((16, 16, 3), 20 * i, np.uint8)).save(images / c / f"{i}.png")
     (images / "b" / "2.png").write_text("not an image")
     cases = {"truncated.npz": f"npz:{truncated}", "flipped.npz": f"npz:{flipped}", "empty": f"images:{empty}",
              "2.png": f"images:{images}"}

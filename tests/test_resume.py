@@ -1,17 +1,20 @@
-"""resume: which run a fit writes to (auto, by id, refused on differing settings), without TensorFlow."""
+"""resume: which run a fit writes to (auto, by id, refused on differing settings or no checkpoint),
+and that planning a resume writes nothing, without TensorFlow."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
 from train.config import load_settings
-from train.errors import ResumeMismatchError
-from train.resume import auto_resume, prepare_run_dir
+from train.errors import CheckpointError, ConfigError, ResumeMismatchError, RunBusyError, RunRecordError
+from train.resume import auto_resume, check_data, plan_run
 from train.rundir import RunNotFound, read_json
+from train.runlock import RunLock
 
 
 def _settings(tmp_path, **changes):
@@ -20,13 +23,25 @@ def _settings(tmp_path, **changes):
     return load_settings(values, env_file=None, environ={})
 
 
-def _fake_run(settings, run_id, status, **config_changes):
+def _fake_run(settings, run_id, status, checkpoint=True, **config_changes):
     d = Path(settings.runs_dir) / run_id
-    d.mkdir(parents=True)
+    (d / "checkpoints").mkdir(parents=True)
     (d / "config.json").write_text(json.dumps({**settings.to_dict(), **config_changes}))
     if status is not None:
-        (d / "manifest.json").write_text(json.dumps({"status": status}))
+        (d / "manifest.json").write_text(json.dumps({"status": status, "data": {"fingerprint": "a" * 64}}))
+    if checkpoint:
+        (d / "checkpoints" / "ckpt-000000004.npz").write_bytes(b"a state")
     return d
+
+
+def prepare_run_dir(settings, resume, force, restart=False):
+    plan = plan_run(settings, resume, force, restart)
+    plan.release()
+    return plan.run_dir, plan.settings, plan.resumed
+
+
+def _snapshot(run):
+    return {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "run.lock"}
 
 
 @pytest.mark.parametrize("status", ["interrupted", "budget", "running"])
@@ -55,15 +70,11 @@ def test_auto_starts_fresh_when_settings_differ(tmp_path, caplog, monkeypatch):
                                "(BATCH_SIZE: 64 -> 32; SEED: 1 -> 42); starting a new run"]
 
 
-def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path):
     s = _settings(tmp_path)
     assert auto_resume(s) == ""  # RUNS_DIR does not exist yet
-    run = _fake_run(s, "20260102-000000-bbbb", None)  # killed before the manifest was written
-    with caplog.at_level("INFO", logger="train"):
-        assert auto_resume(s) == ""
-    assert caplog.messages == [f"RESUME=auto: cannot read run {run.name} ([Errno 2] No such file or directory: "
-                               f"'{run / 'manifest.json'}'); starting a new run"]
+    _fake_run(s, "20260102-000000-bbbb", None)  # killed before the manifest was written
+    assert auto_resume(s) == ""
 
 
 def test_prepare_new_run_writes_its_config(tmp_path):
@@ -79,13 +90,28 @@ def test_prepare_auto_without_a_candidate_creates_a_run(tmp_path):
     assert not resumed and (run_dir / "config.json").is_file()
 
 
-def test_prepare_resume_keeps_the_runs_settings_but_takes_free_ones(tmp_path):
+def test_prepare_resume_keeps_the_runs_settings_but_takes_free_ones_and_writes_only_when_told(tmp_path):
     s = _settings(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=2)
-    run_dir, effective, resumed = prepare_run_dir(s.replace(epochs=7), run.name, force=False)
-    assert resumed and run_dir == run
-    assert effective.epochs == 7 and effective.batch_size == 32
+    before = _snapshot(run)
+    plan = plan_run(s.replace(epochs=7), run.name)
+    plan.release()
+    assert plan.resumed and plan.run_dir == run
+    assert plan.settings.epochs == 7 and plan.settings.batch_size == 32
+    assert _snapshot(run) == before  # planning writes nothing: fit writes once everything is checked
+    plan.write_config()
     assert read_json(run / "config.json")["epochs"] == 7
+
+
+def test_write_config_leaves_an_unchanged_config_alone(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    (run / "config.json").write_text(json.dumps(s.to_dict(), indent=7))  # same settings, other bytes
+    before = (run / "config.json").read_bytes()
+    plan = plan_run(s, run.name)
+    plan.release()
+    plan.write_config()
+    assert (run / "config.json").read_bytes() == before
 
 
 def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path):
@@ -97,9 +123,11 @@ def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path)
                                "resume with the same settings, or pass --force to continue with the new ones")
     assert info.value.exit_code == 4
     assert read_json(run / "config.json")["batch_size"] == 64  # untouched after a refusal
-    _, effective, resumed = prepare_run_dir(s, run.name, force=True)
-    assert resumed and effective == s
-    assert read_json(run / "config.json")["batch_size"] == 32
+    plan = plan_run(s, run.name, force=True)
+    plan.release()
+    assert plan.resumed and plan.settings == s
+    assert plan.forced == ["BATCH_SIZE: 64 -> 32", "SEED: 1 -> 42"]
+    assert read_json(run / "config.json")["batch_size"] == 64  # fit writes it once the resume is checked
 
 
 def test_prepare_unknown_run_is_run_not_found(tmp_path):
@@ -119,3 +147,97 @@ def test_prepare_auto_continues_the_unfinished_run(tmp_path):
     run_dir, effective, resumed = prepare_run_dir(s, "auto", force=False)
     assert (run_dir, effective, resumed) == (run, s, True)
     assert [p.name for p in Path(s.runs_dir).iterdir()] == [run.name]  # no new run directory
+
+
+def test_resume_without_checkpoints_is_an_error_naming_the_run_and_the_fix(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "completed", checkpoint=False)
+    (run / "metrics.csv").write_text("epoch\n1\n")
+    before = _snapshot(run)
+    with pytest.raises(CheckpointError) as info:
+        plan_run(s, run.name)
+    assert info.value.exit_code == 4
+    assert run.name in str(info.value) and "--restart" in str(info.value) and "without --resume" in str(info.value)
+    assert _snapshot(run) == before
+    plan = plan_run(s, run.name, restart=True)  # the explicit way to start it over
+    plan.release()
+    assert plan.resumed and plan.restart
+
+
+def test_restart_is_refused_when_checkpoints_exist_or_without_resume(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    with pytest.raises(CheckpointError, match="--restart is only for a run whose checkpoints are gone"):
+        plan_run(s, run.name, restart=True)
+    with pytest.raises(ConfigError, match="--restart"):
+        plan_run(s, None, restart=True)
+
+
+def test_auto_resume_of_an_emptied_interrupted_run_is_an_error_not_a_fresh_start(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", checkpoint=False)
+    (run / "best.weights.h5").write_bytes(b"weights")
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        plan_run(s, "auto")
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_epoch_1(tmp_path):
+    s = _settings(tmp_path)
+    old = _fake_run(s, "20260102-000000-bbbb", "interrupted", checkpoint=False)  # stopped during start-up
+    assert auto_resume(s) == str(old)
+    plan = plan_run(s, "auto")  # nothing was trained, so nothing is lost
+    plan.release()
+    assert plan.run_dir == old and not plan.restart
+    (old / "metrics.csv").write_text("epoch\n1\n")  # it had trained: its checkpoints were removed
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        plan_run(s, "auto")
+
+
+@pytest.mark.parametrize("name", ["config.json", "manifest.json"])
+@pytest.mark.parametrize("content", [b'{"status": "compl', b"[1, 2]", b"\xff\xfe\x00"])
+def test_a_corrupt_record_is_a_run_record_error_for_resume_and_auto(tmp_path, name, content):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    (run / name).write_bytes(content)
+    for resume in (run.name, "auto"):
+        with pytest.raises(RunRecordError) as info:
+            plan_run(s, resume)
+        assert info.value.exit_code == 4 and run.name in str(info.value) and name in str(info.value)
+    assert (run / name).read_bytes() == content
+
+
+def test_a_config_with_an_invalid_value_is_a_run_record_error(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=-3)
+    with pytest.raises(RunRecordError, match="config.json does not hold valid settings"):
+        plan_run(s, run.name)
+
+
+def test_a_run_locked_by_another_holder_is_refused_naming_it(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    starting = _fake_run(s, "20260103-000000-000001", "running", checkpoint=False)  # no state yet, but alive
+    with RunLock(starting):
+        with pytest.raises(RunBusyError):
+            plan_run(s, "auto")
+    starting.rename(run.parent / "moved")
+    with RunLock(run):
+        for resume in (run.name, "auto", "latest"):
+            with pytest.raises(RunBusyError) as info:
+                plan_run(s, resume)
+            assert run.name in str(info.value) and f"pid {os.getpid()}" in str(info.value)
+    plan_run(s, run.name).release()  # released: free again
+
+
+def test_changed_data_is_refused_unless_forced_and_then_recorded(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    plan = plan_run(s, run.name)
+    plan.release()
+    check_data(plan, "a" * 64, "x.npz", force=False)  # the same bytes: fine
+    with pytest.raises(ResumeMismatchError) as info:
+        check_data(plan, "b" * 64, "x.npz", force=False)
+    assert "DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb..." in str(info.value) and "--force" in str(info.value)
+    check_data(plan, "b" * 64, "x.npz", force=True)
+    assert plan.forced == ["DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... (x.npz)"]
+

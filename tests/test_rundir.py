@@ -9,9 +9,10 @@ import types
 
 import pytest
 
-from train.errors import StorageError
-from train.rundir import (TMP_MARK, RunNotFound, atomic_write, clean_stale_temp, create_run_dir, ensure_writable,
-                          new_run_id, read_json, resolve_run, storage_error, write_json, write_text)
+from train.errors import RunRecordError, StorageError
+from train.rundir import (TMP_MARK, RunNotFound, atomic_write, clean_stale_temp, create_run_dir,
+                          ensure_writable, list_run_dirs, new_run_id, read_json, read_record, resolve_run,
+                          storage_error, write_json, write_text)
 
 
 def test_atomic_write_replaces_the_file(tmp_path):
@@ -67,6 +68,15 @@ def test_size_hint_equal_to_free_space_is_enough(tmp_path, monkeypatch):
     assert (tmp_path / "w.bin").read_bytes() == b"x"
 
 
+def test_without_a_size_hint_free_space_is_not_checked(tmp_path, monkeypatch):
+    """Small files (config, pointer, manifest) are written even on a nearly full disk; ENOSPC still reports it."""
+    from train import rundir
+
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: (_ for _ in ()).throw(AssertionError("asked")))
+    write_text(tmp_path / "LATEST", "ckpt-000000004.npz\n")
+    assert (tmp_path / "LATEST").read_text() == "ckpt-000000004.npz\n"
+
+
 @pytest.mark.parametrize("failure, expected", [(OSError(errno.ENOSPC, "No space left"), StorageError),
                                                (RuntimeError("writer bug"), RuntimeError)])
 def test_a_writer_that_removed_its_temp_file_still_reports_its_own_error(tmp_path, failure, expected):
@@ -79,7 +89,7 @@ def test_a_writer_that_removed_its_temp_file_still_reports_its_own_error(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
-PERMISSION = "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR"
+PERMISSION = "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR at a folder you can write"
 
 
 @pytest.mark.parametrize("code, reason", [
@@ -91,7 +101,7 @@ PERMISSION = "permission denied: run as the owner of RUNS_DIR (in Docker set UID
     (errno.EPERM, PERMISSION),
 ])
 def test_storage_error_explains_each_errno(code, reason):
-    exc = storage_error("/runs/x", OSError(code, "raw"))
+    exc = storage_error("/runs/x", OSError(code, "raw"), in_docker=False)
     assert isinstance(exc, StorageError) and exc.exit_code == 7
     assert str(exc) == f"cannot write /runs/x: {reason}"
 
@@ -101,12 +111,80 @@ def test_storage_error_falls_back_to_strerror_then_to_the_exception():
     assert str(storage_error("p", OSError("no errno here"))) == "cannot write p: no errno here"
 
 
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM])
+def test_permission_denied_in_a_container_points_at_the_host_folder_and_host_ids(code):
+    # In the container RUNS_DIR is always the /runs volume: the fix is who owns its host folder.
+    text = str(storage_error("/runs", OSError(code, "raw"), in_docker=True))
+    assert "HOST_UID" in text and "HOST_GID" in text and "RUNS_HOST_DIR" in text and "mkdir -p runs" in text
+    assert "point RUNS_DIR" not in text
+
+
+def test_in_container_reads_the_engines_marker_files(tmp_path):
+    from train.rundir import in_container
+
+    assert not in_container(tmp_path)
+    (tmp_path / ".dockerenv").touch()
+    assert in_container(tmp_path)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
+    # A teammate or a TensorBoard container running as another user must be able to read run files.
+    import os
+
+    old = os.umask(umask)
+    try:
+        write_text(tmp_path / "config.json", "{}\n")
+        atomic_write(tmp_path / "best.weights.h5", lambda p: p.write_bytes(b"x"))
+    finally:
+        os.umask(old)
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"config.json": mode, "best.weights.h5": mode}
+
+
+def test_temp_dirs_respect_the_umask_and_carry_the_mark(tmp_path):
+    import os
+
+    from train.rundir import make_temp_dir
+
+    old = os.umask(0o022)
+    try:
+        d = make_temp_dir(tmp_path, "export")
+    finally:
+        os.umask(old)
+    assert d.name.startswith("export" + TMP_MARK) and d.stat().st_mode & 0o777 == 0o755
+
+
+def test_storage_error_falls_back_to_strerror():
+    assert str(storage_error("p", OSError(errno.EIO, "Input/output error"))) == "cannot write p: Input/output error"
+
+
 def test_new_run_id_format_and_sort_order():
-    early = new_run_id(now=dt.datetime(2026, 1, 2, 3, 4, 5))
-    late = new_run_id("exp_1", now=dt.datetime(2026, 11, 30, 6, 19, 59))
-    assert re.fullmatch(r"20260102-030405-[0-9a-f]{4}", early)
-    assert re.fullmatch(r"20261130-061959-[0-9a-f]{4}-exp_1", late)
+    early = new_run_id(now=dt.datetime(2026, 1, 2, 3, 4, 5, 999999))
+    late = new_run_id("exp_1", now=dt.datetime(2026, 11, 30, 6, 19, 59, 7))
+    assert early == "20260102-030405-999999"
+    assert late == "20261130-061959-000007-exp_1"
     assert sorted([late, early]) == [early, late]
+
+
+def test_latest_is_the_run_created_last_even_within_one_second(tmp_path):
+    root = tmp_path / "runs"
+    for _ in range(40):  # back-to-back pairs: most fall within one second
+        pair = []
+        for _ in range(2):
+            run = create_run_dir(root)
+            (run / "config.json").write_text("{}")
+            pair.append(run)
+        assert resolve_run(root, "latest") == pair[1]
+        assert list_run_dirs(root)[-2:] == pair
+
+
+def test_runs_are_ordered_by_creation_old_ids_included(tmp_path):
+    root = tmp_path / "runs"
+    names = ["renamed-by-hand", "20260101-000000-ffff", "20260101-000000-000001-zz", "20260101-000000-500000",
+             "20260101-000001-0aaa-named"]
+    for name in reversed(names):
+        _run(root, name)
+    assert [p.name for p in list_run_dirs(root)] == names
 
 
 def _run(root, name):
@@ -119,7 +197,6 @@ def _run(root, name):
 def test_resolve_run_by_id_path_and_latest(tmp_path):
     root = tmp_path / "runs"
     old = _run(root, "20260101-000000-aaaa")
-    _run(root, "20260101-120000-abcd")
     new = _run(root, "20260102-000000-bbbb")
     (root / "20260103-000000-cccc").mkdir()  # no config.json: not a run
     assert resolve_run(root, old.name) == old
@@ -145,6 +222,21 @@ def test_clean_stale_temp_removes_only_marked_files(tmp_path):
     assert sorted(clean_stale_temp(tmp_path)) == sorted(stale)
     assert keep.exists() and not any(p.exists() for p in stale)
     assert clean_stale_temp(tmp_path / "missing") == []
+
+
+def test_read_record_names_the_run_the_file_and_the_fix(tmp_path):
+    run = _run(tmp_path, "20260101-000000-000001")
+    assert read_record(run, "config.json") == {}
+    for content, words in ((b'{"a": ', "unreadable (JSONDecodeError"), (b"\xff\xfe", "unreadable (UnicodeDecodeError"),
+                           (b"null", "holds NoneType, not a JSON object")):
+        (run / "manifest.json").write_bytes(content)
+        with pytest.raises(RunRecordError) as info:
+            read_record(run, "manifest.json")
+        assert words in str(info.value) and run.name in str(info.value) and "backup" in str(info.value)
+        assert info.value.exit_code == 4
+    (run / "manifest.json").unlink()
+    with pytest.raises(RunRecordError, match="has no manifest.json"):
+        read_record(run, "manifest.json")
 
 
 def test_create_run_dir_lays_out_subdirectories(tmp_path):
@@ -186,10 +278,10 @@ def test_atomic_write_fsyncs_the_data_before_the_rename_and_the_directory_after(
 
 def test_create_run_dir_without_a_name_is_a_bare_id(tmp_path):
     run = create_run_dir(tmp_path / "runs")
-    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", run.name)
+    assert re.fullmatch(r"\d{8}-\d{6}-\d{6}", run.name)
 
 
-def test_create_run_dir_tries_five_ids_then_gives_up(tmp_path, monkeypatch):
+def test_create_run_dir_tries_a_hundred_ids_then_gives_up(tmp_path, monkeypatch):
     from train import rundir
 
     (tmp_path / "runs" / "taken").mkdir(parents=True)
@@ -198,7 +290,7 @@ def test_create_run_dir_tries_five_ids_then_gives_up(tmp_path, monkeypatch):
     with pytest.raises(StorageError) as info:
         create_run_dir(tmp_path / "runs", "x")
     assert str(info.value) == f"could not create a unique run directory under {tmp_path / 'runs'}"
-    assert tried == ["x"] * 5
+    assert tried == ["x"] * 100
 
 
 def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
@@ -214,12 +306,3 @@ def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
 def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):
     target = ensure_writable(tmp_path / "a" / "b" / "runs")
     assert target.is_dir() and list(target.iterdir()) == []
-
-
-def test_without_a_size_hint_free_space_is_not_checked(tmp_path, monkeypatch):
-    """Small files (config, pointer, manifest) are written even on a nearly full disk; ENOSPC still reports it."""
-    from train import rundir
-
-    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: (_ for _ in ()).throw(AssertionError("asked")))
-    write_text(tmp_path / "LATEST", "ckpt-000000004.npz\n")
-    assert (tmp_path / "LATEST").read_text() == "ckpt-000000004.npz\n"

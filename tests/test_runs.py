@@ -1,8 +1,10 @@
-"""runs: the table of runs under RUNS_DIR, from fake run directories (one with a broken manifest)."""
+"""runs: the table of runs under RUNS_DIR, from fake run directories (damaged ones included)."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from train.runs import format_runs, list_runs
 
@@ -33,21 +35,70 @@ def test_list_and_format_runs(tmp_path):
     rows = list_runs(root)
     assert [r["id"] for r in rows] == ["20260101-000000-aaaa", "20260102-000000-bbbb", "20260103-000000-cccc"]
     assert rows[0] == {"id": "20260101-000000-aaaa", "status": "completed", "epochs": 3, "of": 3,
-                            "monitor": "val_accuracy", "best": 0.98765, "duration": 61.4, "model": "cnn",
-                            "dataset": "mnist"}
-    assert (rows[1]["status"], rows[1]["epochs"], rows[1]["best"]) == ("unknown", 2, None)
-    assert (rows[2]["status"], rows[2]["epochs"], rows[2]["of"]) == ("unknown", None, None)
+                       "monitor": "val_accuracy", "best": 0.98765, "duration": 61.4, "model": "cnn",
+                       "dataset": "mnist", "smoke": False, "reason": None}
+    assert (rows[1]["status"], rows[1]["epochs"], rows[1]["best"]) == ("unreadable", None, None)
+    assert "manifest.json is unreadable" in rows[1]["reason"]
+    assert (rows[2]["status"], rows[2]["epochs"], rows[2]["of"]) == ("unreadable", None, None)
 
     lines = format_runs(rows).splitlines()
     assert lines[0].split() == ["ID", "STATUS", "EPOCHS", "BEST", "DURATION", "MODEL", "DATASET"]
     assert lines[1].split() == ["20260101-000000-aaaa", "completed", "3/3", "val_accuracy=0.9877", "61s", "cnn", "mnist"]
-    assert lines[2].split() == ["20260102-000000-bbbb", "unknown", "2/3", "-", "-", "cnn", "mnist"]
-    assert lines[3].split() == ["20260103-000000-cccc", "unknown", "-/-", "-", "-"]
+    assert lines[2].split() == ["20260102-000000-bbbb", "unreadable", "-/-", "-", "-"]
+    assert lines[3].split() == ["20260103-000000-cccc", "unreadable", "-/-", "-", "-"]
+    assert lines[4].startswith("20260102-000000-bbbb: run 20260102-000000-bbbb:") and "backup" in lines[4]
     col = lines[0].index("STATUS")
-    assert lines[1][col:].startswith("completed") and lines[2][col:].startswith("unknown")  # aligned columns
+    assert lines[1][col:].startswith("completed") and lines[2][col:].startswith("unreadable")  # aligned columns
     assert all(line == line.rstrip() for line in lines)
+
+
+@pytest.mark.parametrize("manifest", ["[1, 2]", "null", '{"best": [1], "status": "completed"}',
+                                      '{"segments": 5, "status": "completed"}', b"\xff\xfe"])
+def test_one_damaged_run_is_one_unreadable_row_and_never_takes_the_table_down(tmp_path, manifest):
+    root = tmp_path / "runs"
+    bad = _run(root, "20260101-000000-000001", CFG)
+    (bad / "manifest.json").write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
+    _run(root, "20260101-000000-000002", CFG, {"status": "completed", "epochs_completed": 3})
+    rows = list_runs(root)
+    assert [r["status"] for r in rows] == ["unreadable", "completed"]
+    text = format_runs(rows)
+    assert "20260101-000000-000002  completed" in text and rows[0]["reason"] in text
+
+
+def test_a_smoke_run_shows_the_one_epoch_it_trains(tmp_path):
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-000001", {**CFG, "epochs": 5, "smoke": True},
+         {"status": "completed", "epochs_completed": 1, "segments": [{"epochs_planned": 1, "seconds": 3.0}]})
+    _run(root, "20260101-000000-000002", {**CFG, "smoke": True}, {"status": "completed", "epochs_completed": 1})
+    rows = list_runs(root)
+    assert [(r["epochs"], r["of"]) for r in rows] == [(1, 1), (1, 1)]
+    assert format_runs(rows).splitlines()[1].split()[2:] == ["1/1", "-", "3s", "cnn", "mnist", "(smoke)"]
+
+
+def test_duration_is_the_training_time_of_every_segment(tmp_path):
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-000001", {**CFG, "epochs": 4},
+         {"status": "completed", "epochs_completed": 4, "duration_seconds": 55.0,
+          "segments": [{"seconds": 94.0, "status": "interrupted"}, {"seconds": None, "status": "killed"},
+                       {"seconds": 55.0, "status": "completed", "epochs_planned": 4}]})
+    (row,) = list_runs(root)
+    assert row["duration"] == 149.0 and row["of"] == 4
+    assert format_runs([row]).splitlines()[1].split()[4] == "149s"
 
 
 def test_no_runs(tmp_path):
     assert list_runs(tmp_path / "missing") == []
     assert format_runs([]).startswith("no runs yet")
+
+
+def test_the_runs_command_lists_the_good_runs_beside_a_damaged_one(tmp_path, capsys):
+    from train import cli
+
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-000001", CFG, "[]")
+    _run(root, "20260101-000000-000002", CFG, {"status": "completed", "epochs_completed": 3})
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:2] == ["20260101-000000-000001", "unreadable"]
+    assert out[2].split()[:3] == ["20260101-000000-000002", "completed", "3/3"]
+    assert "holds list, not a JSON object" in out[3]

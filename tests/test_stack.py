@@ -20,7 +20,7 @@ def test_locks_match_the_tested_stack_and_each_other():
 
 
 def test_tf_2_21_row_is_the_published_configuration():
-    assert stack.TESTED["2.21"] == TestedStack("2.21", "3.10", "3.13", "12.5", "9.3", "525.60.13")
+    assert stack.TESTED["2.21"] == TestedStack("2.21", "3.10", "3.13", "12.5", "9.3", "525.60.13", "8.9", "555.42.06")
     assert stack.TESTED["2.21"].pythons == ["3.10", "3.11", "3.12", "3.13"]
 
 
@@ -112,3 +112,9 @@ def test_installed_tensorflow_was_built_with_the_tested_cuda():
     tested = stack.stack_for(tf.__version__)
     assert stack.major_minor(info["cuda_version"]) == tested.cuda
     assert str(info["cudnn_version"]).split(".")[0] == tested.cudnn.split(".")[0]
+
+
+def test_describe_names_the_driver_floor_for_gpus_newer_than_the_machine_code():
+    # H100/H200 and newer run TensorFlow's kernels from CUDA 12.5 PTX: 525.60.13 is not enough there.
+    text = stack.describe()
+    assert "NVIDIA driver >= 525.60.13 (compute capability <= 8.9), >= 555.42.06 (newer GPUs)" in text

@@ -99,3 +99,53 @@ def test_outside_the_main_thread_nothing_is_installed():
     t.start()
     t.join()
     assert isinstance(seen[0][0], StopFlag) and seen[0][1] is before
+
+
+# -- the run routes signals to the flag from its first moment -------------------------------------
+class _NoDevices:
+    strategy, replicas, precision, precision_reason = None, 1, "float32", "test"
+
+    def describe(self):
+        return "devices: none (test)"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, monkeypatch, capsys, sig):
+    """Before the epoch loop exists (here: during device set-up) a signal must still be a clean stop."""
+    import json
+
+    from helpers import tiny_settings
+    from train import cli, devices
+
+    settings = tiny_settings(tmp_path)
+
+    def signalled_setup(_settings):
+        os.kill(os.getpid(), sig)  # delivered now, while start-up is in progress
+        return _NoDevices()
+
+    monkeypatch.setattr(devices, "setup_devices", signalled_setup)
+    monkeypatch.setattr(cli, "_settings_for", lambda _args: settings)
+    assert cli.main(["fit"]) == 75
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["ended_at"]
+    log = (run / "train.log").read_text()
+    assert f"received {sig.name}" in log and "stopped before training started" in log
+    assert "Stopped at once" not in capsys.readouterr().err  # one Ctrl-C is a clean stop, not exit 130
+
+
+def test_the_handler_is_installed_before_the_run_directory_is_made(tmp_path, monkeypatch):
+    from helpers import tiny_settings
+    from train import fit
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(signal.getsignal(signal.SIGTERM))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(fit, "plan_run", spy)
+    with pytest.raises(RuntimeError):
+        fit.train(tiny_settings(tmp_path))
+    assert seen and seen[0] not in (signal.SIG_DFL, signal.SIG_IGN, None)
+    assert signal.getsignal(signal.SIGTERM) is not seen[0]  # restored afterwards

@@ -21,6 +21,7 @@ import tasks  # noqa: E402
 
 from invoke import Exit, MockContext, Result  # noqa: E402
 
+COMMIT = "abc12345" + "0" * 32  # what `git rev-parse HEAD` answers in ctx()
 GPU_RUNTIMES = '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'
 
 
@@ -98,16 +99,23 @@ def test_build_rejects_a_bad_target_and_a_missing_ca_bundle():
 def test_train_runs_compose_as_the_host_user_with_the_gpu():
     c = ctx()
     tasks.train(c, args="--epochs 5")
-    assert echoed(c) == ["TRAIN_ARGS='--epochs 5' HOST_UID=1234 HOST_GID=567 docker compose up --exit-code-from train train"]
+    assert echoed(c) == [f"TRAIN_ARGS='--epochs 5' GIT_COMMIT={COMMIT} HOST_UID=1234 HOST_GID=567 docker compose up "
+                         "--exit-code-from train train"]
     assert (tasks.ROOT / "runs").is_dir() and (tasks.ROOT / "data").is_dir()
 
 
 def test_train_cpu_detached_uses_the_cpu_override_and_needs_no_gpu():
     c = ctx(**{"nvidia-smi -L": Result("", exited=1)})
     tasks.train(c, cpu=True, detach=True)
-    assert echoed(c) == ["HOST_UID=1234 HOST_GID=567 docker compose -f docker-compose.yml -f docker-compose.cpu.yml "
-                         "up --detach train"]
+    assert echoed(c) == [f"GIT_COMMIT={COMMIT} HOST_UID=1234 HOST_GID=567 docker compose -f docker-compose.yml "
+                         "-f docker-compose.cpu.yml up --detach train"]
     assert not any("nvidia-smi" in cmd for cmd in commands(c))
+
+
+def test_train_outside_git_passes_no_commit():
+    c = ctx(**{"git rev-parse HEAD": Result("", exited=128)})
+    tasks.train(c, cpu=True)
+    assert echoed(c)[0].startswith("HOST_UID=1234 HOST_GID=567 docker compose")
 
 
 def test_train_local_and_detached_local():
@@ -145,7 +153,7 @@ def test_missing_nvidia_runtime_names_the_toolkit(monkeypatch):
 
 def test_no_gpu_names_the_driver_from_the_stack_table():
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
-    with pytest.raises(Exit, match=r"install the NVIDIA driver >= 525\.60\.13, or add --cpu"):
+    with pytest.raises(Exit, match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\), or add --cpu"):
         tasks.gpu_check(c)
 
 
@@ -178,6 +186,23 @@ def test_export_logs_tensorboard():
         "tail -n 100 runs/nohup.out",
         f"TENSORBOARD_PORT=7007 {cpu} up --detach tensorboard",
         f"{compose} stop tensorboard",
+    ]
+
+
+def test_report_and_compare():
+    c = ctx()
+    tasks.report(c, run="20240101-000000 x")
+    tasks.report(c, local=True, quick=True)
+    tasks.report(c, cpu=True)
+    tasks.compare(c, runs="a  b 'c d'", out="my runs.html")
+    tasks.compare(c, runs="a b")
+    compose = "HOST_UID=1234 HOST_GID=567 docker compose"
+    assert echoed(c) == [
+        f"{compose} run --rm train report '20240101-000000 x'",
+        f"{tasks.PY} -m train report latest --quick",
+        f"{compose} -f docker-compose.yml -f docker-compose.cpu.yml run --rm train report latest",
+        f"{tasks.PY} -m train compare a b 'c d' --out 'my runs.html'",
+        f"{tasks.PY} -m train compare a b",
     ]
 
 
@@ -244,3 +269,13 @@ def test_mutate_installs_mutmut_into_its_own_venv_once_then_runs_the_modules(tmp
     tasks.mutate(c, workers=2)
     tasks.mutate(c, results=True)
     assert echoed(c) == [f"{venv}/bin/mutmut run --max-children 2", f"{venv}/bin/mutmut results"]
+
+
+def test_reproduce_runs_the_package_command_with_its_flags():
+    c = ctx()
+    tasks.reproduce(c, run="20240101-000000-ab12")
+    tasks.reproduce(c, run="latest", allow_dirty=True, epochs=1)
+    assert echoed(c) == [
+        f"{tasks.PY} -m train reproduce 20240101-000000-ab12 --local",
+        f"{tasks.PY} -m train reproduce latest --local --allow-dirty --epochs 1",
+    ]

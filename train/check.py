@@ -18,7 +18,7 @@ from typing import Any
 
 from . import hardware
 from .check_facts import Facts, collect
-from .diagnose import Diagnosis, classify_log, cuda_build, diagnose
+from .diagnose import GPU_BLOCKING, Diagnosis, classify_log, cuda_build, diagnose
 from .errors import NoGPUError
 
 
@@ -66,8 +66,9 @@ JSON_FIELDS = {
 
 
 def verdict(facts: Facts, diags: list[Diagnosis], speedup: float | None, auto: str) -> dict[str, Any]:
-    usable = len(facts.tf.gpus) if cuda_build(facts) else 0
     errors = [d for d in diags if d.severity == "error"]
+    blocked = any(d.code in GPU_BLOCKING for d in errors)  # TensorFlow lists the GPU but cannot run on it
+    usable = len(facts.tf.gpus) if cuda_build(facts) and not blocked else 0
     warnings = sum(d.severity == "warning" for d in diags)
     tail = f"; {warnings} warning(s) below" if warnings else ""
     if facts.tf.version is None:

@@ -86,6 +86,17 @@ def read_state(path: Path) -> Loaded:
     return Loaded(path, meta, model_arrays, opt_arrays)
 
 
+def latest_header(ckpt_dir: Path) -> dict[str, Any] | None:
+    """The JSON header (epoch, step, best, ...) of the newest readable state, without its arrays."""
+    for path in list_states(ckpt_dir):
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                return json.loads(npz["__meta__"].tobytes().decode())
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError):
+            continue
+    return None
+
+
 def load_latest(ckpt_dir: Path) -> Loaded | None:
     """The newest valid state; None when there has never been one.
 

@@ -1,4 +1,4 @@
-"""`python -m train {fit,export,predict,runs,check,settings}`: the thin command-line edge.
+"""`python -m train {fit,export,predict,runs,report,compare,check,settings}`: the thin command-line edge.
 
 Arguments become settings, one function is called, and the package's exceptions become one line on
 stderr and a documented exit code (train.errors.EXIT_CODES). Heavy imports happen inside the
@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from dataclasses import fields
 from typing import Sequence
 
 from .config import Settings, load_settings
-from .errors import EXIT_CODES, Interrupted, TemplateError
+from .errors import EXIT_CODES, Interrupted, ReproduceMismatch, TemplateError
 
-COMMANDS = ("fit", "export", "predict", "runs", "check", "settings")
+COMMANDS = ("fit", "export", "predict", "runs", "report", "compare", "check", "settings", "reproduce")
+
+
+class _OnOff(argparse.BooleanOptionalAction):
+    """--x / --no-x, where giving both is a usage error instead of the last one silently winning."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        super().__call__(parser, namespace, values, option_string)
+        if before is not None and before != getattr(namespace, self.dest):
+            raise argparse.ArgumentError(self, "given both ways: keep one")
 
 
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -23,7 +34,7 @@ def _add_setting_flags(p: argparse.ArgumentParser) -> None:
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
-            group.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
+            group.add_argument(flag, dest=f.name, default=None, action=_OnOff,
                                help=f.metadata["doc"])
         else:
             # Parsed as text and coerced by config, so a bad flag gets the same message as a bad .env line.
@@ -32,36 +43,61 @@ def _add_setting_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     epilog = "exit codes:\n" + "\n".join(f"  {k:>3}  {v}" for k, v in EXIT_CODES.items())
+    # allow_abbrev=False everywhere: a prefix (`--epoch`, `--lr`) must not quietly become another flag.
     parser = argparse.ArgumentParser(prog="python -m train", description="Reproducible TensorFlow training runs.",
-                                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="command")
 
-    fit = sub.add_parser("fit", help="train a model (the default command)")
+    fit = sub.add_parser("fit", allow_abbrev=False, help="train a model (the default command)")
     fit.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
-    fit.add_argument("--force", action="store_true", help="resume even if settings differ from the run's own")
+    fit.add_argument("--force", action="store_true", help="resume even if settings or data differ from the run's own")
+    fit.add_argument("--restart", action="store_true",
+                     help="with --resume RUN: train RUN again from epoch 1 in its own directory when its checkpoints are gone")
     _add_setting_flags(fit)
 
-    exp = sub.add_parser("export", help="export a run's best weights as SavedModel + .keras + labels")
+    exp = sub.add_parser("export", allow_abbrev=False, help="export a run's best weights as SavedModel + .keras + labels")
     exp.add_argument("run", help="run id, run directory or 'latest'")
     exp.add_argument("--env-file", default=".env")
     exp.add_argument("--runs-dir", default=None)
 
-    pred = sub.add_parser("predict", help="print class and probability for image files")
+    pred = sub.add_parser("predict", allow_abbrev=False, help="print class and probability for image files")
     pred.add_argument("run", help="run id, run directory or 'latest'")
-    pred.add_argument("images", nargs="+", help="image files (PNG/JPEG)")
+    pred.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF or BMP)")
     pred.add_argument("--env-file", default=".env")
     pred.add_argument("--runs-dir", default=None)
 
-    runs = sub.add_parser("runs", help="list runs as a table")
+    runs = sub.add_parser("runs", allow_abbrev=False, help="list runs as a table")
     runs.add_argument("--env-file", default=".env")
     runs.add_argument("--runs-dir", default=None)
 
-    chk = sub.add_parser("check", help="diagnose the GPU set-up and say why a GPU is not used")
+    rep = sub.add_parser("report", help="write a run's report.html and curves.png again (with the validation part)")
+    rep.add_argument("run", help="run id, run directory or 'latest'")
+    rep.add_argument("--quick", action="store_true", help="curves and summary only: no data loading, no predictions")
+    rep.add_argument("--env-file", default=".env")
+    rep.add_argument("--runs-dir", default=None)
+
+    cmp_ = sub.add_parser("compare", help="settings that differ, final and best metrics, time to best, overlaid curves")
+    cmp_.add_argument("runs", nargs="+", metavar="RUN", help="two or more run ids, run directories or 'latest'")
+    cmp_.add_argument("--out", default=None, help="also write the overlaid curves: a .png, or an .html page with the tables")
+    cmp_.add_argument("--env-file", default=".env")
+    cmp_.add_argument("--runs-dir", default=None)
+
+    chk = sub.add_parser("check", allow_abbrev=False, help="diagnose the GPU set-up and say why a GPU is not used")
     chk.add_argument("--json", action="store_true", help="print the report as JSON")
     chk.add_argument("--require-gpu", action="store_true", help="exit 1 when no usable GPU is found")
     chk.add_argument("--skip-matmul", action="store_true", help="skip the timed matmul benchmark")
 
-    st = sub.add_parser("settings", help="print every setting: resolved values, .env.example or the README table")
+    rep = sub.add_parser("reproduce", allow_abbrev=False, help="rerun a run from its own record and say whether it matches")
+    rep.add_argument("run", help="run id, run directory or 'latest'")
+    rep.add_argument("--local", action="store_true", required=True,
+                     help="rerun in this environment (installed versions compared with the run's); required")
+    rep.add_argument("--allow-dirty", action="store_true", help="rerun a run made from uncommitted changes anyway")
+    rep.add_argument("--epochs", type=int, default=None, help="stop after N epochs and compare with that epoch")
+    rep.add_argument("--env-file", default=".env")
+    rep.add_argument("--runs-dir", default=None)
+
+    st = sub.add_parser("settings", allow_abbrev=False, help="print every setting: resolved values, .env.example or the README table")
     st.add_argument("--env-file", default=".env")
     st.add_argument("--format", choices=("resolved", "env-example", "table"), default="resolved")
     return parser
@@ -69,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings_for(args: argparse.Namespace) -> Settings:
     overrides = {f.name: getattr(args, f.name, None) for f in fields(Settings)}
-    return load_settings(overrides, env_file=args.env_file)
+    return load_settings(overrides, env_file=args.env_file, warn=_warn)
+
+
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def run(argv: Sequence[str]) -> int:
@@ -83,7 +123,7 @@ def run(argv: Sequence[str]) -> int:
         _quiet_tensorflow()
         from .fit import train  # TensorFlow is imported from here on
 
-        result = train(settings, force=args.force)
+        result = train(settings, force=args.force, restart=args.restart)
         return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
     if cmd == "settings":
         from . import config
@@ -100,19 +140,43 @@ def run(argv: Sequence[str]) -> int:
         from .check import main as check_main
 
         return check_main(json_output=args.json, require_gpu=args.require_gpu, skip_matmul=args.skip_matmul)
-    settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file)
+    # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
+    settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn, check_model=False)
     if cmd == "runs":
         from .runs import format_runs, list_runs
 
         print(format_runs(list_runs(settings.runs_dir)))
         return 0
+    if cmd == "compare":
+        from .compare import compare_runs
+
+        print(compare_runs(settings.runs_dir, args.runs, args.out))
+        return 0
     from .rundir import resolve_run
 
+    _quiet_tensorflow()  # export, predict and reproduce start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
+    if cmd == "report":
+        from .report import write_report
+
+        written = write_report(run_dir, full=not args.quick)
+        print(f"wrote {written.path} and {written.path.with_name('curves.png')}")
+        for part in written.missing:
+            print(f"  not included: {part}")
+        return 0
+    if cmd == "reproduce":
+        from .manifest import project_root
+        from .reproduce import format_verdict, reproduce
+
+        verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs)
+        print(format_verdict(verdict))
+        return 0 if verdict.match else ReproduceMismatch.exit_code
     if cmd == "export":
         from .export import export_run
+        from .runlock import RunLock
 
-        report = export_run(run_dir)
+        with RunLock(run_dir):  # never while a fit writes the same run
+            report = export_run(run_dir)
         print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
         return 0
     from .predict import format_predictions, predict_files
@@ -158,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(argv)
     except TemplateError as exc:
         if debug or getattr(exc, "show_traceback", False) or _debug_setting(argv):
-            raise
+            # DEBUG adds the traceback; the exit code stays the documented one.
+            traceback.print_exc(file=sys.stderr)
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -8,13 +8,18 @@ and the README table are generated from the same list (`python -m train settings
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from .errors import ConfigError
+from .envfile import read_env_file
+from .errors import ConfigError, StorageError
+from .modelspec import check_model_spec
+
+log = logging.getLogger("train")
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 BUILTIN_DATASETS = ("mnist", "fashion_mnist", "cifar10")
@@ -22,7 +27,12 @@ BUILTIN_MODELS = ("cnn", "cnn_bn", "resnet_small")
 CACHE_MODES = ("memory", "file", "none")
 PROGRESS_MODES = ("auto", "bar", "line")
 MONITOR_MODES = ("auto", "max", "min")
+REPORT_MODES = ("full", "quick", "off")
 LR_SCHEDULES = ("constant", "cosine")
+# Smallest images the built-in models take (two 3x3 convolutions and two 2x2 poolings need 10x10).
+MIN_IMAGE_SIZE = {"cnn": 10, "cnn_bn": 10}
+# What the epoch loop logs (train.loop compiles with metrics=["accuracy"] and prefixes val_).
+MONITORS = ("val_accuracy", "val_loss", "accuracy", "loss")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -63,11 +73,14 @@ class Settings:
     resume: str = _f("", "continue a run: its id or path, latest, or auto (the newest run if it did not finish and its settings match, else a new run); empty: a new run")
     checkpoint_every: int = _f(200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0)
     keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
-    monitor: str = _f("val_accuracy", "metric that decides the best weights (val_accuracy, val_loss, accuracy, loss)")
+    monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss", choices=MONITORS)
     monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
+    patience: int = _f(0, "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)", min=0, max=100000)
+    min_delta: float = _f(0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0)
     max_minutes: float = _f(0.0, "time budget: save and stop cleanly after this many minutes (0: no limit)", min=0.0)
     auto_batch: bool = _f(False, "on GPU out-of-memory, halve BATCH_SIZE and continue from the last checkpoint (at most 3 times)")
     export: bool = _f(True, "export SavedModel + .keras + labels at the end of training")
+    report: str = _f("full", "report.html: full (at the end also the validation set: confusion matrix, most wrong images) | quick (curves and summary only) | off", choices=REPORT_MODES)
     progress: str = _f("auto", "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise", choices=PROGRESS_MODES)
     debug: bool = _f(False, "show Python tracebacks for expected errors")
 
@@ -86,7 +99,7 @@ class Settings:
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = {
     "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
-    "checkpoint_every", "memory_growth", "auto_batch", "resume",
+    "checkpoint_every", "memory_growth", "auto_batch", "resume", "patience", "min_delta", "report",
 }
 
 
@@ -148,9 +161,33 @@ def _check_dataset(s: Settings) -> None:
         raise ConfigError("DATASET", ds, "one of " + ", ".join(BUILTIN_DATASETS) + ", npz:<file>, images:<dir>")
     p = Path(path).expanduser()
     if kind == "npz" and not p.is_file():
-        raise ConfigError("DATASET", ds, f"file {p} does not exist; give the path of an .npz with x_train/y_train/x_test/y_test")
+        what = f"{p} is a directory, not a file" if p.is_dir() else f"file {p} does not exist"
+        raise ConfigError("DATASET", ds, f"{what}; give the path of an .npz with x_train/y_train/x_test/y_test")
     if kind == "images" and not p.is_dir():
-        raise ConfigError("DATASET", ds, f"directory {p} does not exist; give a directory with one sub-directory per class")
+        what = f"{p} is a file, not a directory" if p.exists() else f"directory {p} does not exist"
+        raise ConfigError("DATASET", ds, f"{what}; give a directory with one sub-directory per class")
+
+
+def _check_dirs(s: Settings) -> None:
+    """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory."""
+    for name in ("runs_dir", "data_dir"):
+        value = getattr(s, name)
+        if not value.strip():
+            raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
+
+
+def _check_runs_dir_path(runs_dir: str) -> None:
+    """The nearest part of RUNS_DIR that exists must be a directory (checked for what the user gives,
+    not for a run's saved settings, whose RUNS_DIR may be somewhere else by now)."""
+    p = Path(runs_dir).expanduser()
+    for part in (p, *p.parents):
+        if part.is_dir():
+            return
+        if part.exists() or part.is_symlink():
+            # A storage problem (exit 7, as a read-only RUNS_DIR), said plainly instead of "File exists".
+            what = "a broken link" if not part.exists() else "a file"
+            raise StorageError(f"cannot write {runs_dir}: {part} is {what}, not a directory; "
+                               "point RUNS_DIR at a directory")
 
 
 _MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -159,13 +196,18 @@ _MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 def validate(s: Settings) -> Settings:
     """Check every rule that does not need TensorFlow; return the settings unchanged or raise."""
     _check_ranges(s)
+    _check_dirs(s)
     _check_dataset(s)
     if s.model not in BUILTIN_MODELS and not _MODULE_FN.match(s.model):
         raise ConfigError("MODEL", s.model, "one of " + ", ".join(BUILTIN_MODELS) + " or package.module:function")
+    if s.dataset.startswith("images:") and s.image_size < MIN_IMAGE_SIZE.get(s.model, 0):
+        raise ConfigError("IMAGE_SIZE", s.image_size, f"MODEL={s.model} needs images of at least "
+                          f"{MIN_IMAGE_SIZE[s.model]}x{MIN_IMAGE_SIZE[s.model]}: raise IMAGE_SIZE or use MODEL=resnet_small")
+    if s.dataset.startswith("images:") and s.val_split == 0 and s.monitor.startswith("val_"):
+        raise ConfigError("VAL_SPLIT", s.val_split, f"0 leaves no validation images, so MONITOR={s.monitor} is never "
+                          "measured: set VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss")
     if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
-    if not re.fullmatch(r"(val_)?[a-z_0-9]+", s.monitor):
-        raise ConfigError("MONITOR", s.monitor, "a metric name such as val_accuracy or val_loss")
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
             "CHECKPOINT_EVERY", s.checkpoint_every,
@@ -178,20 +220,22 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     env_file: str | os.PathLike | None = ".env",
     environ: Mapping[str, str] | None = None,
+    warn: Callable[[str], None] | None = None,
+    check_model: bool = True,
 ) -> Settings:
     """Resolve the settings: defaults < .env file < environment < `overrides` (command-line flags).
 
     `overrides` uses field names (`batch_size`); files and the environment use UPPER_CASE names.
     A missing default `.env` is fine; an explicitly named one that does not exist is an error.
+    `warn(line)` gets the warnings about the .env file (unknown or repeated keys); default: logged.
+    `check_model=False` skips looking for a MODEL=module:function (commands that build no model).
     """
-    from dotenv import dotenv_values  # small and pure Python: fine before TensorFlow
-
     environ = os.environ if environ is None else environ
     layers: list[Mapping[str, Any]] = []
     if env_file:
         path = Path(env_file)
-        if path.is_file():
-            layers.append({k: v for k, v in dotenv_values(path).items() if v is not None})
+        if path.exists() or path.is_symlink():
+            layers.append(read_env_file(path, _names(), warn or log.warning))
         elif str(env_file) != ".env":
             raise ConfigError("ENV_FILE", str(env_file), "file does not exist; create it from .env.example")
     layers.append(environ)
@@ -202,18 +246,32 @@ def load_settings(
                 values[f.name] = _coerce(f, layer[f.name.upper()])
         if overrides and overrides.get(f.name) is not None:
             values[f.name] = _coerce(f, overrides[f.name])
-    return validate(Settings(**values))
+    settings = validate(Settings(**values))
+    _check_runs_dir_path(settings.runs_dir)
+    if check_model and settings.model not in BUILTIN_MODELS:
+        # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
+        check_model_spec(settings.model)
+    return settings
 
 
 def debug_requested(env_file: str | os.PathLike | None = ".env", environ: Mapping[str, str] | None = None) -> bool:
     """DEBUG from .env / the environment, read on its own: an invalid other setting must not hide it."""
-    from dotenv import dotenv_values
-
     environ = os.environ if environ is None else environ
     value = environ.get("DEBUG")
     if value is None and env_file and Path(env_file).is_file():
-        value = dotenv_values(env_file).get("DEBUG")
+        try:
+            value = read_env_file(env_file, _names()).get("DEBUG")
+        except ConfigError:
+            value = None  # an unreadable file is the error being reported; it cannot ask for DEBUG
     return str(value or "").strip().lower() in _TRUE
+
+
+def _names() -> set[str]:
+    return {f.name.upper() for f in fields(Settings)}
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in fields(Settings) if f.name == name)
 
 
 def settings_from_dict(data: Mapping[str, Any]) -> Settings:
@@ -244,9 +302,13 @@ def _default_text(f: dataclasses.Field) -> str:
 
 def env_example() -> str:
     """The text of `.env.example`: every setting with its default and a one-line comment."""
-    lines = ["# Settings for `python -m train` (copy to .env). Precedence: defaults < .env < environment < flags.", ""]
+    # Every line commented out: a copied file changes nothing, on the host or in the container (where
+    # an active `RESUME=` would turn off the compose service's RESUME=auto), until a line is uncommented.
+    lines = ["# Settings for `python -m train`: cp .env.example .env, then uncomment and change what you need.",
+             "# Precedence: defaults < .env < environment < flags. In the container RUNS_DIR and DATA_DIR are",
+             "# always the /runs and /data volumes (docker-compose.yml); move them with RUNS_HOST_DIR/DATA_HOST_DIR.", ""]
     for f in fields(Settings):
-        lines += [f"# {f.metadata['doc']}", f"{f.name.upper()}={_default_text(f)}", ""]
+        lines += [f"# {f.metadata['doc']}", f"# {f.name.upper()}={_default_text(f)}", ""]
     return "\n".join(lines)
 
 

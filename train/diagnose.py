@@ -16,6 +16,9 @@ from .check_facts import Facts, _major, _version
 # compatibility"): any 12.x build runs on >= 525.60.13.
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 HIDE_VALUES = ("", "void", "none")  # NVIDIA_VISIBLE_DEVICES values that give a container no GPU
+# Errors that leave TensorFlow listing a GPU it cannot run a kernel on: the verdict counts none usable.
+GPU_BLOCKING = {"driver_too_old_for_ptx"}
+_PTX_ERROR = re.compile(r"UNSUPPORTED_PTX_VERSION|PTX was compiled with an unsupported toolchain", re.I)
 
 
 @dataclass
@@ -112,6 +115,69 @@ def _driver_too_old(facts: Facts) -> Diagnosis | None:
                      f"upgrade the host's NVIDIA driver to {MIN_DRIVER[major]} or newer (a container uses the host's driver)")
 
 
+def _archs(build: dict, prefix: str) -> list[tuple[int, int]]:
+    """("sm_89", "compute_90") in the build info -> [(8, 9)] for prefix "sm", [(9, 0)] for "compute"."""
+    out = []
+    for arch in build.get("cuda_compute_capabilities") or []:
+        m = re.fullmatch(prefix + r"_(\d+)(\d)a?", str(arch))
+        if m:
+            out.append((int(m.group(1)), int(m.group(2))))
+    return out
+
+
+def needs_ptx(build: dict, cc: tuple[int, int]) -> bool:
+    """Whether a GPU of compute capability `cc` runs this build only through PTX JIT compilation.
+
+    Machine code for sm_XY runs on compute capability X.y with y >= Y (same major); PTX for
+    compute_XY is compiled by the driver for any X.Y or newer. No machine code but PTX: JIT.
+    """
+    sass = any(major == cc[0] and minor <= cc[1] for major, minor in _archs(build, "sm"))
+    return not sass and any(arch <= cc for arch in _archs(build, "compute"))
+
+
+def ptx_driver_floor(tf_version: str | None) -> str | None:
+    """The oldest driver that loads the PTX of this TensorFlow's CUDA (train.stack), if known."""
+    from .stack import StackError, stack_for
+
+    try:
+        return stack_for(tf_version or "").ptx_driver
+    except StackError:
+        return None
+
+
+def _driver_too_old_for_ptx(facts: Facts) -> Diagnosis | None:
+    """A GPU newer than the build's machine code, on a driver older than the CUDA that made the PTX."""
+    build, cuda = facts.tf.build, str(facts.tf.build.get("cuda_version") or "")
+    floor = ptx_driver_floor(facts.tf.version)
+    ccs = [tuple(g["compute_capability"]) for g in facts.tf.gpus if g.get("compute_capability")]
+    hit = []
+    for i, g in enumerate(facts.gpus):
+        cc = g.compute_capability or (ccs[i] if i < len(ccs) else None)
+        if not (cc and needs_ptx(build, tuple(cc))):
+            continue
+        if g.cuda_driver_version:
+            old = _version(g.cuda_driver_version)[:2] < _version(cuda)[:2]
+        else:
+            old = bool(floor) and _version(g.driver_version) < _version(floor)
+        if old:
+            hit.append((g, cc))
+    evidence = [line for line in facts.tf.log if _PTX_ERROR.search(line)]
+    evidence += [m["error"] for m in facts.tf.matmul if _PTX_ERROR.search(str(m.get("error") or ""))]
+    if not hit and not (evidence and facts.gpus):
+        return None
+    g, cc = hit[0] if hit else (facts.gpus[0], facts.gpus[0].compute_capability or (0, 0))
+    sass = ", ".join(f"sm_{a}{b}" for a, b in _archs(build, "sm"))
+    want = f"{floor} or newer (CUDA {'.'.join(cuda.split('.')[:2])}'s driver)" if floor else f"one that supports CUDA {cuda}"
+    return Diagnosis(
+        "driver_too_old_for_ptx", "error",
+        f"driver too old for this GPU's PTX: {g.name} (compute capability {cc[0]}.{cc[1]}) has no machine code in "
+        f"this TensorFlow build ({sass}), so the driver must compile its kernels from PTX made by CUDA {cuda}, "
+        f"which NVIDIA driver {g.driver_version} (CUDA up to {g.cuda_driver_version or '?'}) cannot load "
+        "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+        f"upgrade the host's NVIDIA driver to {want}; a container uses the host's driver",
+        [f"GPU {h.index}: {h.name}, compute capability {c[0]}.{c[1]}" for h, c in hit] + evidence)
+
+
 def _libraries(facts: Facts) -> list[Diagnosis]:
     out = []
     fix = f'pip install "tensorflow[and-cuda]=={facts.tf.version}" (brings the CUDA and cuDNN wheels the build expects)'
@@ -196,7 +262,7 @@ def diagnose(facts: Facts, own_pids: set[int] | None = None) -> list[Diagnosis]:
                                f'pip install "tensorflow[and-cuda]=={tf.version}" (instead of tensorflow-cpu)'
                                if gpu_here else "none needed on a CPU machine"))
     else:
-        too_old = _driver_too_old(facts)
+        too_old = _driver_too_old(facts) or _driver_too_old_for_ptx(facts)
         diags += [too_old] if too_old else []
         diags += _libraries(facts)
     shown, _ = classify_log(tf.log, facts.driver_present)

@@ -25,6 +25,30 @@ class ConfigError(TemplateError, ValueError):
         super().__init__(f"{name}={value!r} is not valid: {allowed}")
 
 
+class EnvFileError(ConfigError):
+    """A settings file (.env) that cannot be read: not UTF-8, or a line that is not NAME=value."""
+
+    def __init__(self, path: object, line: int | None, problem: str):
+        self.name, self.value, self.allowed, self.line = "ENV_FILE", str(path), problem, line
+        TemplateError.__init__(self, f"{path}{f', line {line}' if line else ''}: {problem}")
+
+
+class ModelError(TemplateError):
+    """The MODEL factory cannot build a model for the data: it fails to import, raises, has the wrong
+    signature, returns something else, or the images are too small for it.
+
+    Found when the model is built, after TensorFlow has loaded; what can be checked earlier (the
+    module exists, parses and defines the function) is a ConfigError before TensorFlow.
+    """
+
+    exit_code = 2
+    kind = "model"
+
+    def __init__(self, spec: str, problem: str):
+        self.name, self.value, self.problem = "MODEL", spec, problem
+        super().__init__(f"MODEL={spec}: {problem}")
+
+
 class DataError(TemplateError):
     """The data set is missing, empty, corrupt or of the wrong shape."""
 
@@ -43,6 +67,24 @@ class ResumeMismatchError(CheckpointError):
     """Resuming with settings that differ from the run's own."""
 
     kind = "resume"
+
+
+class RunRecordError(CheckpointError):
+    """A run's config.json or manifest.json is missing, truncated or not what it should be."""
+
+    kind = "record"
+
+
+class RunBusyError(CheckpointError):
+    """Another live process holds the run's lock: two processes never write one run directory."""
+
+    kind = "busy"
+
+
+class NoWeightsError(CheckpointError):
+    """export / predict on a run that never saved weights (it failed or stopped before an epoch ended)."""
+
+    kind = "no-weights"
 
 
 class DivergedError(TemplateError):
@@ -80,6 +122,20 @@ class NoGPUError(TemplateError):
     kind = "gpu"
 
 
+class ReproduceError(TemplateError):
+    """A run cannot be reproduced from its record: missing commit, dirty tree, other lock or data."""
+
+    exit_code = 9
+    kind = "reproduce"
+
+
+class ReproduceMismatch(TemplateError):
+    """The rerun finished but its result differs from the original's (the verdict says how)."""
+
+    exit_code = 10
+    kind = "reproduce"
+
+
 class Interrupted(TemplateError):
     """SIGTERM/SIGINT or MAX_MINUTES: the run saved a resumable state and stopped early.
 
@@ -93,12 +149,15 @@ class Interrupted(TemplateError):
 EXIT_CODES = {
     0: "success",
     1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU",
-    2: "invalid setting or command line (before TensorFlow is imported)",
+    2: "invalid setting or command line (found before TensorFlow is imported), or a MODEL that cannot be built for the data (found after)",
     3: "data set missing, empty, corrupt or of the wrong shape",
-    4: "checkpoint or resume problem (no valid checkpoint, model or settings differ)",
+    4: "checkpoint or run problem (no valid checkpoint or weights, model, settings or data differ, "
+       "unreadable config.json/manifest.json, run in use by another process)",
     5: "training diverged (NaN/inf loss); the last good checkpoint is kept",
     6: "accelerator out of memory",
     7: "runs directory not writable or disk full",
     8: "export failed or the exported model disagrees with the trained one",
+    9: "reproduce: the run cannot be reproduced (commit, dirty tree, lock, data or its rerun failed)",
+    10: "reproduce: the rerun does not match the original",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
 }

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ExportError
+from .errors import ExportError, NoWeightsError
 from .manifest import update_manifest
-from .rundir import TMP_MARK, read_json, storage_error
+from .rundir import make_temp_dir, read_record, read_run_settings, storage_error
 
 log = logging.getLogger("train")
 TOLERANCE = 1e-5
@@ -103,7 +103,7 @@ def float32_copy(model, model_name: str):
 def export_model(model, run_dir: Path, labels: list[str]) -> dict[str, Any]:
     """Write run_dir/export/{savedmodel/, model.keras, labels.txt} atomically and verify parity."""
     final = run_dir / "export"
-    staging = Path(tempfile.mkdtemp(prefix="export" + TMP_MARK, dir=run_dir))
+    staging = make_temp_dir(run_dir, "export")  # readable by others as the umask allows, like every run file
     try:
         write_savedmodel(model, staging / "savedmodel")
         model.save(staging / "model.keras")
@@ -136,11 +136,18 @@ def rebuild_model(run_dir: Path):
     """The run's model with its best (else final) weights, under the run's precision policy."""
     import keras
 
-    from .config import settings_from_dict
     from .models import build_model
 
-    settings = settings_from_dict(read_json(run_dir / "config.json"))
-    manifest = read_json(run_dir / "manifest.json")
+    settings = read_run_settings(run_dir)
+    manifest = read_record(run_dir, "manifest.json")
+    weights = [run_dir / n for n in ("best.weights.h5", "final.weights.h5") if (run_dir / n).is_file()]
+    if not weights:
+        ended = manifest.get("status") or "unknown"
+        error = f": {manifest['error']}" if manifest.get("error") else ""
+        raise NoWeightsError(
+            f"run {run_dir.name} has no weights (no best.weights.h5 or final.weights.h5; it ended {ended}{error}) "
+            f"because no epoch finished: resume it with `python -m train --resume {run_dir.name}`, or train a new run"
+        )
     data = manifest.get("data") or {}
     if "input_shape" not in data:
         raise ExportError(f"run {run_dir.name} has no data description in manifest.json: it ended before its data loaded")
@@ -150,11 +157,8 @@ def rebuild_model(run_dir: Path):
         model = build_model(settings.model, tuple(data["input_shape"]), len(data["class_names"]))
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    for name in ("best.weights.h5", "final.weights.h5"):
-        if (run_dir / name).is_file():
-            model.load_weights(run_dir / name)
-            return model, data["class_names"], name
-    raise ExportError(f"run {run_dir.name} has no best.weights.h5 or final.weights.h5 yet: train at least one epoch")
+    model.load_weights(weights[0])
+    return model, data["class_names"], weights[0].name
 
 
 def export_run(run_dir: Path, model=None) -> dict[str, Any]:
@@ -166,9 +170,7 @@ def export_run(run_dir: Path, model=None) -> dict[str, Any]:
     if model is None or (run_dir / "best.weights.h5").is_file():
         export, labels, source = rebuild_model(run_dir)
     else:
-        from .config import settings_from_dict
-
-        settings = settings_from_dict(read_json(run_dir / "config.json"))
+        settings = read_run_settings(run_dir)
         export, source = float32_copy(model, settings.model), "the trained model"
         labels = (run_dir / "labels.txt").read_text(encoding="utf-8").split("\n")[:-1]
     log.info("export: from %s", source)

@@ -1,4 +1,4 @@
-"""`images:<dir>`: one sub-directory per class of JPEG/PNG files, decoded once, up front.
+"""`images:<dir>`: one sub-directory per class of image files, decoded once, up front.
 
 Listing, fingerprinting, the train/validation split, decoding and the decode cache live here;
 `train.data` wraps the result in a DataSpec and builds the pipelines. Every file is decoded before
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -19,6 +20,8 @@ import numpy as np
 from .errors import DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# GIF: the first frame. What a message says the supported formats are.
+SUPPORTED = "JPEG, PNG, GIF (first frame) or BMP"
 _DECODE_BATCH = 256
 # Decoded images kept for the life of the process, keyed by what they were decoded from: a second
 # load_data (or a rebuilt pipeline) never decodes again.
@@ -26,27 +29,72 @@ _DECODED: dict[str, np.ndarray] = {}
 
 
 def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str], np.ndarray]:
-    """(class names, sorted relative paths, int32 labels); DataError when there is nothing to train on."""
+    """(class names, sorted relative paths, int32 labels); DataError when there is nothing to train on.
+
+    Links are followed (a class folder may be assembled from links to files or folders), but each
+    real file counts once and in one class only: a link back to a folder that contains it (a loop),
+    or one file reachable from two classes, is an error naming both paths. Names starting with "."
+    (.git, .ipynb_checkpoints, ...) are skipped.
+    """
     root = Path(root)
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not classes:
         raise DataError(f"{root}: no class sub-directories; put the images in one sub-directory per class, e.g. {root}/cats/001.jpg")
     rels: list[str] = []
     labels: list[int] = []
+    owner: dict[tuple[int, int], tuple[str, str]] = {}  # real file -> (its path, its class)
     for label, name in enumerate(classes):
-        found = sorted(
-            os.path.relpath(os.path.join(dirpath, f), root)
-            for dirpath, _, files in os.walk(root / name, followlinks=True)
-            for f in files
-            if f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith(".")
-        )
+        found: list[str] = []
+        for path, key in sorted(_walk_class(root / name)):
+            if key in owner:
+                first, first_class = owner[key]
+                if first_class != name:
+                    raise DataError(
+                        f"{first} (class {first_class}) and {path} (class {name}) are the same file; an image "
+                        "belongs to one class only: remove one of them (or the link that leads to it)")
+                continue  # the same file twice in one class (links): counted once
+            owner[key] = (path, name)
+            found.append(os.path.relpath(path, root))
         if not found:
-            raise DataError(f"{root / name}: class directory has no JPEG/PNG images; add some or remove the directory")
+            raise DataError(f"{root / name}: class directory has no images ({SUPPORTED}); add some or remove the directory")
         rels += found
         labels += [label] * len(found)
     if len(classes) < 2:
         raise DataError(f"{root}: only one class sub-directory ({classes[0]}); a classifier needs at least two")
     return tuple(classes), rels, np.asarray(labels, np.int32)
+
+
+def _walk_class(top: Path):
+    """(path, (device, inode)) of every image file under `top`, following links but never around a loop."""
+    chain = [os.path.realpath(top)]  # real paths of the folders from `top` down to the current one
+
+    def walk(directory: str):
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise DataError(f"{directory}: cannot read the folder ({exc.strerror}); fix its permissions") from None
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            if e.is_dir():
+                real = os.path.realpath(e.path)
+                inside = real.rstrip(os.sep) + os.sep
+                if any(c == real or c.startswith(inside) for c in chain):
+                    raise DataError(f"{e.path} links to {real}, a folder that contains it: the images would be "
+                                    "read round a loop; remove the link")
+                chain.append(real)
+                yield from walk(e.path)
+                chain.pop()
+            elif e.name.lower().endswith(IMAGE_EXTENSIONS):
+                try:
+                    st = e.stat()
+                except OSError as exc:
+                    why = f"a broken link ({os.readlink(e.path)!r} does not exist)" if e.is_symlink() else exc.strerror
+                    raise DataError(f"{e.path}: {why}; fix or remove it") from None
+                yield e.path, (st.st_dev, st.st_ino)
+
+    yield from walk(str(top))
 
 
 def fingerprint_files(root: str | os.PathLike, rels: Sequence[str]) -> str:
@@ -71,11 +119,11 @@ def fingerprint_files(root: str | os.PathLike, rels: Sequence[str]) -> str:
 
 
 def decode_tensor(contents, input_shape: tuple[int, int, int]):
-    """Encoded JPEG/PNG bytes -> uint8 (H, W, C): the one decode/resize used by training and predict."""
+    """Encoded image bytes -> uint8 (H, W, C): the one decode/resize used by training and predict."""
     import tensorflow as tf
 
     height, width, channels = input_shape
-    image = tf.io.decode_image(contents, channels=channels, expand_animations=False)
+    image = _decode(contents, channels)
     # Shrinking: "area" averages every source pixel (no aliasing) at a third of the cost of
     # bilinear with antialias=True; growing: bilinear.
     shrink = tf.logical_and(tf.shape(image)[0] >= height, tf.shape(image)[1] >= width)
@@ -89,14 +137,36 @@ def decode_tensor(contents, input_shape: tuple[int, int, int]):
     return image
 
 
+def _decode(contents, channels: int):
+    """JPEG, PNG, GIF (first frame) or BMP bytes -> uint8 (H, W, channels)."""
+    import tensorflow as tf
+
+    if channels != 1:
+        return tf.io.decode_image(contents, channels=channels, expand_animations=False)
+    # TensorFlow's GIF and BMP decoders only give colour: decode those as RGB and convert, so a
+    # grayscale model takes them too. JPEG and PNG keep their own grayscale decode.
+    head = tf.strings.substr(contents, 0, 2)
+    colour_only = tf.logical_or(tf.equal(head, b"GI"), tf.equal(head, b"BM"))
+    return tf.cond(
+        colour_only,
+        lambda: tf.image.rgb_to_grayscale(tf.io.decode_image(contents, channels=3, expand_animations=False)),
+        lambda: tf.io.decode_image(contents, channels=1, expand_animations=False),
+    )
+
+
 def load_image_file(path: str | os.PathLike, input_shape: tuple[int, int, int]) -> np.ndarray:
     """One file as uint8 (H, W, C), decoded and resized exactly as the training pipeline does."""
     import tensorflow as tf
 
+    if Path(path).is_dir():
+        raise DataError(f"{path} is a directory, not an image file; give the image files ({SUPPORTED})")
+    if not Path(path).exists():
+        raise DataError(f"{path} does not exist" + (" (a broken link)" if Path(path).is_symlink() else ""))
     try:
         return decode_tensor(tf.io.read_file(str(path)), tuple(input_shape)).numpy()
     except (tf.errors.OpError, ValueError) as e:
-        raise DataError(f"{path}: not a readable JPEG/PNG image ({_first_line(e)}); replace or remove it") from None
+        raise DataError(f"{path}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: "
+                        "convert or remove it") from None
 
 
 def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int]):
@@ -164,6 +234,9 @@ def read_image_dir(root: Path, settings, subset: Callable[[int, int], np.ndarray
     class_names, rels, labels = list_image_dir(root)
     fingerprint = fingerprint_files(root, rels)
     tr, va = split_indices(labels, settings.val_split, settings.seed)
+    if settings.val_split > 0 and len(va) == 0:
+        raise DataError(f"{root}: VAL_SPLIT={settings.val_split} of {np.bincount(labels).min()} images in the smallest "
+                        "class leaves no image for validation; raise VAL_SPLIT or add images")
     if subset is not None:
         tr, va = tr[subset(len(tr), 0)], va[subset(len(va), 1)]
     shape = (settings.image_size, settings.image_size, settings.channels)
@@ -211,4 +284,6 @@ def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint
 
 def _first_line(e: BaseException) -> str:
     text = getattr(e, "message", None) or str(e)
-    return text.strip().splitlines()[0][:200] if text.strip() else type(e).__name__
+    # TensorFlow wraps op errors as "{{function_node ...}} what went wrong [Op:DecodeImage] name: ".
+    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", "", text.strip().splitlines()[0] if text.strip() else "")
+    return text[:200] or type(e).__name__

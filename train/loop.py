@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Settings
+from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
 from .logs import MetricsFile, TensorBoardWriter, gpu_memory
 from .manifest import update_manifest
@@ -59,14 +60,15 @@ def _improved(value: float | None, best: float | None, mode: str) -> bool:
 class EpochLoop:
     """The epoch loop and what it owns: model, datasets, metrics, checkpoints, stop flag."""
 
-    def __init__(self, settings, run_dir, spec, setup, state, epochs, started):
+    def __init__(self, settings, run_dir, spec, setup, state, epochs, started, stop: StopFlag | None = None):
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started = epochs, started
         self.mode = _monitor_mode(settings)
+        self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
         self.metrics = MetricsFile(run_dir / "metrics.csv")
         self.metrics.truncate_from(state["epoch"] + 1)
         self.history: list[dict[str, Any]] = [dict(r) for r in self.metrics.rows]
-        self.stop = StopFlag(settings.max_minutes, started)
+        self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
 
     # -- construction -------------------------------------------------------------------------
     def build_model(self, models) -> None:
@@ -102,15 +104,19 @@ class EpochLoop:
 
         tb = TensorBoardWriter(self.run_dir / "tensorboard")
         val_ds = val_dataset(self.spec, self.s, self.state["batch_size"])
-        status = "completed"
+        status, ended = "completed", f"all {self.epochs} epochs trained"
         try:
             with self.stop.installed():
                 while self.state["epoch"] < self.epochs:
                     epoch = self.state["epoch"]
+                    if self.patience.exhausted(self.state):  # also right after a resume: the count was saved
+                        ended = self.patience.reason(self.state)
+                        log.info("%s", ended)
+                        break
                     # A signal during validation or set-up stops here, before another step runs.
                     logs, seconds, steps_run = ({}, 0.0, 0) if self.stop.check() else self._train_epoch(epoch)
                     if self.stop.reason:
-                        status = self.stop.status
+                        status, ended = self.stop.status, f"stopped ({self.stop.reason}): resumable"
                         self._save("stop requested: " + self.stop.reason)
                         log.info("saved a resumable state at epoch %d step %d; continue with --resume %s",
                                  epoch + 1, self.state["step"], self.run_dir.name)
@@ -121,6 +127,7 @@ class EpochLoop:
                     self._end_epoch(epoch, logs, seconds, steps_run, tb)
         finally:
             tb.close()
+        record_ending(self.run_dir / "manifest.json", ended)
         final_sha = checkpoints.weights_sha256(self.model)
         result = Result(self.run_dir, status, self.state["epoch"], self.history, self.state.get("best"),
                         final_sha, None, self.model)
@@ -203,11 +210,14 @@ class EpochLoop:
 
             self.state["best"] = value
             atomic_write(self.run_dir / "best.weights.h5", self.model.save_weights, size_hint=_weights_bytes(self.model))
+        self.patience.update(self.state, value)  # before the save: the count survives a stop
         self.state.update(epoch=epoch + 1, step=0)
         self._save("epoch end")
         log.info("epoch %d/%d: %s  %.1fs  %.0f samples/s%s", epoch + 1, self.epochs,
                  "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)), seconds,
                  row["samples_per_second"] or 0.0, "  (best)" if self.state["best"] == value else "")
+        from .report import refresh_after_epoch  # curves for whoever watches the volume; never raises
+        refresh_after_epoch(self.run_dir, self.s.report)
 
     def _save(self, why: str) -> None:
         from . import checkpoints

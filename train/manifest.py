@@ -90,14 +90,9 @@ def tf_facts() -> dict[str, Any]:
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "build_info": build}
 
 
-def start_manifest(path: Path, settings, run_id: str, resumed: bool) -> dict[str, Any]:
-    previous = read_json(path) if resumed and path.is_file() else {}
-    manifest = {
-        "run_id": run_id,
-        "status": "running",
-        "started_at": previous.get("started_at", now_iso()),
-        "resumed_at": previous.get("resumed_at", []) + ([now_iso()] if resumed else []),
-        "ended_at": None,
+def environment_facts(settings) -> dict[str, Any]:
+    """Where and with what this segment runs: versions, host, GPUs, git, lock (the latest segment's)."""
+    return {
         "seed": settings.seed,
         "host": socket.gethostname(),
         "python": sys.version.split()[0],
@@ -108,6 +103,89 @@ def start_manifest(path: Path, settings, run_id: str, resumed: bool) -> dict[str
         "git": git_info(),
         "requirements_lock": lock_hash(),
     }
+
+
+def new_segment(epochs_planned: int, start_epoch: int = 0, resumed_from: str | None = None,
+                forced: list[str] | None = None, restart: bool = False, smoke: bool = False) -> dict[str, Any]:
+    """One entry of the manifest's `segments`: a stretch of training by one process."""
+    return {"started_at": now_iso(), "ended_at": None, "status": "running", "error": None, "seconds": None,
+            "host": socket.gethostname(), "command": sys.argv, "resumed_from": resumed_from,
+            "forced_changes": list(forced or []), "restart": restart, "smoke": smoke,
+            "epochs_planned": epochs_planned, "epoch_from": start_epoch, "epoch_to": None,
+            "data_fingerprint": None}
+
+
+def start_manifest(path: Path, settings, run_id: str, segment: dict[str, Any]) -> dict[str, Any]:
+    """A new run's manifest, with its first segment open."""
+    manifest = {"run_id": run_id, "status": "running", "started_at": segment["started_at"], "resumed_at": [],
+                "ended_at": None, "error": None, **environment_facts(settings), "segments": [segment]}
+    write_json(path, manifest)
+    return manifest
+
+
+def open_segment(path: Path, previous: dict[str, Any], settings, segment: dict[str, Any],
+                 last_write: float | None = None) -> dict[str, Any]:
+    """A resumed run: append a segment to the manifest as found, keeping everything it recorded.
+
+    `previous` is the manifest read (and checked) before the resume was validated; `last_write`
+    (epoch seconds) is when the previous process last saved a state, the end of a segment that
+    was killed without recording its own.
+    """
+    manifest = dict(previous)
+    segments = [dict(s) for s in manifest.get("segments") or [_legacy_segment(previous)] if s]
+    if segments and segments[-1].get("status") == "running":  # SIGKILL, power cut: it never closed
+        last = segments[-1]
+        last["status"] = "killed"
+        if last_write is not None and last.get("started_at"):
+            ended = _dt.datetime.fromtimestamp(last_write, _dt.timezone.utc)
+            last["ended_at"] = ended.isoformat(timespec="seconds")
+            last["seconds"] = max(0.0, round((ended - _dt.datetime.fromisoformat(last["started_at"])).total_seconds(), 2))
+            last["seconds_estimated"] = True  # up to its last checkpoint
+    manifest.update(environment_facts(settings), status="running", ended_at=None, error=None,
+                    resumed_at=list(previous.get("resumed_at") or []) + [segment["started_at"]],
+                    segments=segments + [segment])
+    manifest.setdefault("started_at", segment["started_at"])
+    manifest.setdefault("run_id", Path(path).parent.name)  # a run killed before its first manifest
+    write_json(path, manifest)
+    return manifest
+
+
+def _legacy_segment(previous: dict[str, Any]) -> dict[str, Any] | None:
+    """A manifest written before segments were recorded: its one summary becomes the first segment."""
+    if not previous:
+        return None
+    return {"started_at": (previous.get("resumed_at") or [previous.get("started_at")])[-1],
+            "ended_at": previous.get("ended_at"), "status": previous.get("status"), "error": previous.get("error"),
+            "seconds": previous.get("duration_seconds"), "host": previous.get("host"),
+            "epoch_to": previous.get("epochs_completed"),
+            "data_fingerprint": (previous.get("data") or {}).get("fingerprint"),
+            "note": "summary of the run before segments were recorded"}
+
+
+def record_data(path: Path, data: dict[str, Any], precision: dict[str, Any]) -> dict[str, Any]:
+    """The data this segment trains on: the run's `data`, and the open segment's fingerprint."""
+    manifest = read_json(path)
+    if manifest.get("segments"):
+        manifest["segments"][-1]["data_fingerprint"] = data.get("fingerprint")
+    manifest.update(data=data, precision=precision)
+    write_json(path, manifest)
+    return manifest
+
+
+def close_segment(path: Path, status: str, error: str | None, seconds: float,
+                  epoch: int | None = None, best: dict[str, Any] | None = None) -> dict[str, Any]:
+    """End the open segment. The run's own fields (best, export, final weights hash, final metrics)
+    are only ever replaced by newer values, never emptied by a segment that did not finish."""
+    manifest = read_json(path)
+    segments = manifest.get("segments") or []
+    if segments:
+        segments[-1].update(ended_at=now_iso(), status=status, error=error, seconds=round(seconds, 2), epoch_to=epoch)
+    manifest.update(status=status, ended_at=now_iso(), error=error,
+                    duration_seconds=round(sum(s.get("seconds") or 0.0 for s in segments) if segments else seconds, 2))
+    if epoch is not None:
+        manifest["epochs_completed"] = epoch
+    if best is not None and best.get("value") is not None:
+        manifest["best"] = best
     write_json(path, manifest)
     return manifest
 

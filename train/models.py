@@ -9,12 +9,14 @@ under a mixed-precision policy (numerically safe loss).
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Callable
 
 import keras
 from keras import layers
 
-from .errors import ConfigError
+from .config import MIN_IMAGE_SIZE
+from .errors import ModelError, TemplateError
 
 Factory = Callable[[tuple, int], keras.Model]
 
@@ -82,25 +84,57 @@ REGISTRY: dict[str, Factory] = {"cnn": cnn, "cnn_bn": cnn_bn, "resnet_small": re
 
 
 def get_factory(name: str) -> Factory:
-    """A registered name, or `package.module:function` for a user's own factory."""
+    """A registered name, or `package.module:function` for a user's own factory.
+
+    Importing runs the user's module: any error in it becomes a ModelError naming the module.
+    """
     if name in REGISTRY:
         return REGISTRY[name]
     module_name, _, func_name = name.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError("MODEL", name, f"cannot import module {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+    except Exception as exc:  # their module's own code runs here: anything it raises is theirs to fix
+        raise ModelError(name, f"importing module {module_name} failed: {_first_line(exc)}") from exc
     factory = getattr(module, func_name, None)
     if not callable(factory):
-        raise ConfigError("MODEL", name, f"module {module_name!r} has no function {func_name!r}")
+        raise ModelError(name, f"module {module_name} has no function {func_name!r}")
+    try:
+        inspect.signature(factory).bind((1, 1, 1), 2)
+    except TypeError as exc:
+        raise ModelError(name, f"{func_name}{inspect.signature(factory)} cannot be called as "
+                               f"{func_name}(input_shape, num_classes): {exc}") from None
+    except ValueError:
+        pass  # no signature to inspect (a builtin or C callable): the call itself will tell
     return factory
 
 
 def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
-    model = get_factory(name)(tuple(input_shape), int(num_classes))
+    """The factory's model for the data, or a ModelError naming MODEL and the first line of the problem."""
+    factory = get_factory(name)
+    shape, classes = tuple(int(d) for d in input_shape), int(num_classes)
+    call = f"{name.partition(':')[2] or name}({shape}, {classes})"
+    if min(shape[:2]) < MIN_IMAGE_SIZE.get(name, 0):
+        raise ModelError(name, f"the images are {shape[0]}x{shape[1]}, smaller than the {MIN_IMAGE_SIZE[name]}x"
+                               f"{MIN_IMAGE_SIZE[name]} {name} needs: use larger images or MODEL=resnet_small")
+    try:
+        model = factory(shape, classes)
+    except TemplateError:
+        raise
+    except Exception as exc:
+        if type(exc).__name__ == "ResourceExhaustedError":
+            raise  # out of memory: the loop's own message and exit code
+        hint = ""
+        if any(w in str(exc) for w in ("negative", "zero", "Pooling")):  # Keras' words for images too small
+            hint = f"; if the images ({shape[0]}x{shape[1]}) are too small for the model, use larger ones"
+        raise ModelError(name, f"{call} raised {_first_line(exc)}{hint}") from exc
     if not isinstance(model, keras.Model):
-        raise ConfigError("MODEL", name, f"the factory returned {type(model).__name__}, expected a keras.Model")
-    out = model.outputs[0].shape
-    if out[-1] != num_classes:
-        raise ConfigError("MODEL", name, f"the model outputs {out[-1]} values but the data has {num_classes} classes")
+        raise ModelError(name, f"{call} returned {type(model).__name__}, expected a keras.Model")
+    outputs = getattr(model, "outputs", None) or []  # a subclassed model has none until it is called
+    if outputs and outputs[0].shape[-1] != classes:
+        raise ModelError(name, f"the model outputs {outputs[0].shape[-1]} values but the data has {classes} classes")
     return model
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200].rstrip('.')}" if lines else type(exc).__name__

@@ -1,7 +1,8 @@
 """`python -m train predict <run> <images>`: class and probability for each image file.
 
 Uses the run's exported SavedModel (what a serving user gets) when it exists, else rebuilds the
-model from the run's best weights; images go through the same decode/resize as training.
+model from the run's best weights; images go through the same decode/resize as training. A run
+without either says so (NoWeightsError, exit 4).
 """
 
 from __future__ import annotations
@@ -10,14 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .rundir import read_json
-
 
 def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     from .data import load_image_file
 
-    manifest = read_json(run_dir / "manifest.json")
-    shape = tuple((manifest.get("data") or {}).get("input_shape") or ())
     savedmodel = run_dir / "export" / "savedmodel"
     if savedmodel.is_dir():
         import tensorflow as tf

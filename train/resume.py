@@ -4,37 +4,74 @@ RESUME (or `--resume`) names a run by id or path, `latest`, or `auto` (the newes
 not finish and was started with the same settings). A resumed run keeps its own settings; only
 those that do not change the result (config.RESUME_FREE: EPOCHS, RUNS_DIR, ...) come from this
 invocation, unless `--force`.
+
+Planning a resume writes nothing: the run is locked, its record read and every check that can be
+made before TensorFlow is done here; `fit` checks the data and the checkpoint, and only then
+writes the run's config.json and opens a new segment in its manifest. A refused or failed resume
+leaves the record as it was.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .config import RESUME_FREE, Settings, diff_settings, settings_from_dict
-from .errors import ResumeMismatchError
-from .rundir import create_run_dir, read_json, resolve_run, write_json
+from .errors import CheckpointError, ConfigError, ResumeMismatchError
+from .rundir import create_run_dir, list_run_dirs, read_record, read_run_settings, resolve_run, write_json
+from .runlock import RunLock
 
 log = logging.getLogger("train")
 
 
+@dataclass
+class RunPlan:
+    """Where a fit writes and with what; holds the run's lock until `release`."""
+
+    run_dir: Path
+    settings: Settings  # the effective settings of this segment
+    resumed: bool
+    lock: RunLock
+    restart: bool = False
+    saved_config: dict[str, Any] | None = None  # config.json as found (resume only)
+    manifest: dict[str, Any] = field(default_factory=dict)  # manifest.json as found (resume only)
+    forced: list[str] = field(default_factory=list)  # differences accepted with --force
+
+    def write_config(self) -> None:
+        """config.json changes only when a setting really changed (EPOCHS extended, --force)."""
+        if self.saved_config != self.settings.to_dict():
+            write_json(self.run_dir / "config.json", self.settings.to_dict())
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def has_checkpoints(run_dir: Path) -> bool:
+    from .checkpoints import list_states  # numpy only, no TensorFlow
+
+    return bool(list_states(run_dir / "checkpoints"))
+
+
 def auto_resume(settings: Settings) -> str:
     """RESUME=auto: the newest run, if it did not finish and was started with these settings."""
-    root = Path(settings.runs_dir)
-    runs = sorted(p for p in root.iterdir() if (p / "config.json").is_file()) if root.is_dir() else []
+    runs = list_run_dirs(settings.runs_dir)
     if not runs:
         return ""
     newest = runs[-1]
-    try:
-        status = read_json(newest / "manifest.json").get("status")
-        saved = settings_from_dict(read_json(newest / "config.json"))
-    except (OSError, ValueError) as exc:
-        log.info("RESUME=auto: cannot read run %s (%s); starting a new run", newest.name, exc)
-        return ""
-    # "running" is what a SIGKILLed or power-cut run leaves behind.
+    if not (newest / "manifest.json").is_file():
+        return ""  # killed before its manifest: nothing was trained
+    # An unreadable record is an error, not a reason to start over: auto cannot tell whether
+    # that run finished, and the user should know its record is damaged.
+    status = read_record(newest, "manifest.json").get("status")
+    saved = read_run_settings(newest)
+    # "running" is what a SIGKILLed or power-cut run leaves behind (or a run still going: the
+    # lock then refuses it).
     if status not in ("interrupted", "budget", "running"):
         return ""
+    if status == "running":
+        RunLock(newest).acquire().release()  # still going (RunBusyError), or killed: then resume it
     if diff_settings(saved, settings):
         log.info("RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
                  newest.name, "; ".join(diff_settings(saved, settings)))
@@ -42,25 +79,77 @@ def auto_resume(settings: Settings) -> str:
     return str(newest)
 
 
-def prepare_run_dir(settings: Settings, resume: str | None, force: bool) -> tuple[Path, Settings, bool]:
+def _trained(run_dir: Path, manifest: dict[str, Any]) -> bool:
+    """Whether the run ever got as far as a finished epoch (then it had checkpoints)."""
+    return (any((run_dir / n).is_file() for n in ("metrics.csv", "best.weights.h5", "final.weights.h5"))
+            or bool(manifest.get("epochs_completed")))
+
+
+def plan_run(settings: Settings, resume: str | None, force: bool = False, restart: bool = False) -> RunPlan:
+    """Lock the run a fit will write and decide its settings; raise before writing anything."""
     if resume == "auto":
         resume = auto_resume(settings)
     if not resume:
+        if restart:
+            raise ConfigError("--restart", True, "needs --resume RUN (it trains that run again from epoch 1 when its "
+                              "checkpoints are gone)")
         run_dir = create_run_dir(settings.runs_dir, settings.run_name)
-        write_json(run_dir / "config.json", settings.to_dict())
-        return run_dir, settings, False
+        lock = RunLock(run_dir).acquire()
+        try:
+            write_json(run_dir / "config.json", settings.to_dict())
+        except BaseException:
+            lock.release()
+            raise
+        return RunPlan(run_dir, settings, False, lock)
     run_dir = resolve_run(settings.runs_dir, resume)
-    saved = settings_from_dict(read_json(run_dir / "config.json"))
+    lock = RunLock(run_dir).acquire()
+    try:
+        return _plan_resume(run_dir, lock, settings, force, restart)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, restart: bool) -> RunPlan:
+    saved_config = read_record(run_dir, "config.json")
+    saved = read_run_settings(run_dir)
+    manifest = read_record(run_dir, "manifest.json") if (run_dir / "manifest.json").exists() else {}
     diffs = diff_settings(saved, settings)
     if diffs and not force:
         raise ResumeMismatchError(
             f"run {run_dir.name} was started with other settings ({'; '.join(diffs)}): "
             "resume with the same settings, or pass --force to continue with the new ones"
         )
+    ckpt_dir = run_dir / "checkpoints"
+    # A run stopped or killed before its first state never trained: it simply starts at epoch 1.
+    if restart and has_checkpoints(run_dir):
+        raise CheckpointError(f"run {run_dir.name} has checkpoints in {ckpt_dir}: --restart is only for a run whose "
+                              "checkpoints are gone; resume it without --restart")
+    if not restart and not has_checkpoints(run_dir) and _trained(run_dir, manifest):
+        raise CheckpointError(
+            f"run {run_dir.name} has no checkpoint in {ckpt_dir} (deleted or never written): there is nothing to "
+            f"resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new run "
+            "without --resume"
+        )
     # Settings that do not change the result (EPOCHS, RUNS_DIR, ...) come from this invocation.
     effective = settings if force else settings_from_dict({**saved.to_dict(), **_free(settings)})
-    write_json(run_dir / "config.json", effective.to_dict())
-    return run_dir, effective, True
+    return RunPlan(run_dir, effective, True, lock, restart=restart, saved_config=saved_config, manifest=manifest,
+                   forced=diffs if force else [])
+
+
+def check_data(plan: RunPlan, fingerprint: str, source: str, force: bool) -> None:
+    """Refuse a resume on data whose bytes changed since the run last trained (unless --force)."""
+    before = (plan.manifest.get("data") or {}).get("fingerprint") if plan.resumed else None
+    if not before or before == fingerprint:
+        return
+    change = f"DATA: fingerprint {before[:12]}... -> {fingerprint[:12]}... ({source})"
+    if not force:
+        raise ResumeMismatchError(
+            f"run {plan.run_dir.name} was trained on other data ({change}): the same path holds new contents; "
+            "resume on the run's own data, start a new run, or pass --force to continue on the new data "
+            "(recorded in the manifest's segments)"
+        )
+    plan.forced.append(change)
 
 
 def _free(settings: Settings) -> dict[str, Any]:

@@ -5,6 +5,7 @@ runs/<run-id>/
   train.log          console lines            metrics.csv     one row per epoch
   tensorboard/       TensorBoard logs         checkpoints/    resumable states + LATEST pointer
   best.weights.h5    best weights on MONITOR  export/         SavedModel, model.keras, labels.txt
+  run.lock           held by the one process writing the run (train.runlock)
 """
 
 from __future__ import annotations
@@ -13,32 +14,75 @@ import datetime as _dt
 import errno
 import json
 import os
+import re
 import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import StorageError, TemplateError
+from .errors import RunRecordError, StorageError, TemplateError
 
 TMP_MARK = ".tmp-"
+# 20261130-061959-483920[-name]: date, time, microseconds. Ids made before the microseconds
+# (20261130-061959-a1b2) carry 4 random hex digits instead.
+_ID = re.compile(r"^(\d{8}-\d{6})-([0-9a-f]{4}|\d{6})(?:-|$)")
 
 
 def new_run_id(run_name: str = "", now: _dt.datetime | None = None) -> str:
-    """Sortable, unique and readable: 20261130-061959-a1b2[-name]."""
+    """Readable, and ordered by creation down to the microsecond: 20261130-061959-483920[-name].
+
+    Two runs started within one second get different ids in the order they were created (a
+    random suffix would order them by chance); two in the same microsecond collide on mkdir and
+    the later one takes the next id (create_run_dir).
+    """
     now = now or _dt.datetime.now()
-    rid = now.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    rid = now.strftime("%Y%m%d-%H%M%S-%f")
     return f"{rid}-{run_name}" if run_name else rid
 
 
-def storage_error(path: Path | str, exc: OSError) -> StorageError:
+def creation_key(path: Path) -> tuple:
+    """Sort key: creation order from the id (old 4-hex ids: by second, then name); other names first."""
+    m = _ID.match(path.name)
+    if not m:
+        return ("", -1, path.name)
+    micro = int(m.group(2)) if len(m.group(2)) == 6 else -1
+    return (m.group(1), micro, path.name)
+
+
+def list_run_dirs(runs_dir: str | Path) -> list[Path]:
+    """The run directories under RUNS_DIR, oldest first (by creation, not by name)."""
+    root = Path(runs_dir)
+    try:
+        found = [p for p in root.iterdir() if is_run_dir(p)] if root.is_dir() else []
+    except OSError:
+        return []
+    return sorted(found, key=creation_key)
+
+
+def in_container(root: Path = Path("/")) -> bool:
+    """Whether this process runs in a Docker or Podman container (their marker files)."""
+    return (root / ".dockerenv").exists() or (root / "run/.containerenv").exists()
+
+
+def _permission_hint(in_docker: bool) -> str:
+    if in_docker:  # RUNS_DIR is the /runs volume there; what decides is who owns its host folder
+        return ("permission denied: the container runs as HOST_UID:HOST_GID, which must own the host folder "
+                "mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and "
+                "put HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)")
+    return "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR at a folder you can write"
+
+
+def storage_error(path: Path | str, exc: OSError, in_docker: bool | None = None) -> StorageError:
+    """The StorageError for `exc`, with the fix that fits the host or the container (`in_docker`)."""
+    if in_docker is None:
+        in_docker = in_container()
     reason = {
         errno.ENOSPC: "the disk is full: free space or point RUNS_DIR at a larger volume",
         errno.EDQUOT: "the disk quota is exceeded: free space or point RUNS_DIR elsewhere",
         errno.EFBIG: "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere",
         errno.EROFS: "the file system is read-only: mount the runs volume read-write or set RUNS_DIR",
-        errno.EACCES: "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR",
-        errno.EPERM: "permission denied: run as the owner of RUNS_DIR (in Docker set UID/GID) or set RUNS_DIR",
+        errno.EACCES: _permission_hint(in_docker),
+        errno.EPERM: _permission_hint(in_docker),
     }.get(exc.errno, exc.strerror or str(exc))
     return StorageError(f"cannot write {path}: {reason}")
 
@@ -57,9 +101,7 @@ def atomic_write(path: Path | str, write: Callable[[Path], None], size_hint: int
     path = Path(path)
     if size_hint and shutil.disk_usage(path.parent).free < size_hint:
         raise storage_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name.split(".")[0] + TMP_MARK, suffix="".join(path.suffixes))
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = _new_temp(path)
     try:
         write(tmp_path)
         with open(tmp_path, "rb+") as fh:
@@ -73,6 +115,40 @@ def atomic_write(path: Path | str, write: Callable[[Path], None], size_hint: int
         tmp_path.unlink(missing_ok=True)
         raise
     return path
+
+
+def _new_temp(path: Path) -> Path:
+    """An empty, new temp file beside `path`, created with mode 0666 less the umask.
+
+    Not tempfile.mkstemp: its files are 0600, which os.replace keeps, so a teammate or a
+    TensorBoard container running as another user could not read the run's files.
+    """
+    prefix, suffix = path.name.split(".")[0] + TMP_MARK, "".join(path.suffixes)
+    for _ in range(100):
+        tmp = path.parent / f"{prefix}{secrets.token_hex(4)}{suffix}"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise storage_error(path, exc) from exc
+        return tmp
+    raise StorageError(f"cannot write {path}: no free temporary name in {path.parent}")
+
+
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new directory in `parent` named prefix + TMP_MARK + random, mode 0777 less the umask.
+
+    Not tempfile.mkdtemp, whose 0700 would survive the rename into place (see `_new_temp`).
+    """
+    for _ in range(100):
+        path = parent / f"{prefix}{TMP_MARK}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise StorageError(f"cannot write {parent}: no free temporary name")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -126,7 +202,7 @@ def ensure_writable(directory: Path | str) -> Path:
 
 def create_run_dir(runs_dir: str | Path, run_name: str = "") -> Path:
     root = ensure_writable(runs_dir)
-    for _ in range(5):
+    for _ in range(100):  # a collision means the same microsecond: the next try is later
         path = root / new_run_id(run_name)
         try:
             path.mkdir()
@@ -145,10 +221,10 @@ def is_run_dir(path: Path) -> bool:
 
 
 def resolve_run(runs_dir: str | Path, run: str) -> Path:
-    """A run id under RUNS_DIR, a path to a run directory, or 'latest' (newest run by id)."""
+    """A run id under RUNS_DIR, a path to a run directory, or 'latest' (the last one created)."""
     root = Path(runs_dir)
     if run == "latest":
-        runs = sorted(p for p in root.glob("*") if is_run_dir(p)) if root.is_dir() else []
+        runs = list_run_dirs(root)
         if not runs:
             raise RunNotFound(f"--resume/RUN 'latest': no runs in {root}; train first or set RUNS_DIR")
         return runs[-1]
@@ -163,3 +239,33 @@ class RunNotFound(TemplateError):
 
     exit_code = 2
     kind = "config"
+
+
+def read_record(run_dir: Path, name: str) -> dict[str, Any]:
+    """config.json or manifest.json of a run as a dict; RunRecordError when it cannot be read."""
+    path = Path(run_dir) / name
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        raise RunRecordError(f"run {Path(run_dir).name} has no {name} ({path}): it is not a complete run directory; "
+                             "start a new run, or restore the file from a backup") from None
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bad UTF-8 (truncated, overwritten)
+        raise RunRecordError(f"run {Path(run_dir).name}: {path} is unreadable ({type(exc).__name__}: {exc}); "
+                             "restore it from a backup, or move the run directory out of RUNS_DIR") from None
+    if not isinstance(data, dict):
+        raise RunRecordError(f"run {Path(run_dir).name}: {path} holds {type(data).__name__}, not a JSON object; "
+                             "restore it from a backup, or move the run directory out of RUNS_DIR")
+    return data
+
+
+def read_run_settings(run_dir: Path):
+    """The settings a run was started with (config.json); RunRecordError when they cannot be."""
+    from .config import settings_from_dict
+    from .errors import ConfigError
+
+    data = read_record(run_dir, "config.json")
+    try:
+        return settings_from_dict(data)
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise RunRecordError(f"run {Path(run_dir).name}: {Path(run_dir) / 'config.json'} does not hold valid settings "
+                             f"({exc}); restore it from a backup, or move the run directory out of RUNS_DIR") from None

@@ -1,36 +1,47 @@
-"""`python -m train runs`: the runs under RUNS_DIR as a table (id, status, epochs, best, duration)."""
+"""`python -m train runs`: the runs under RUNS_DIR as a table (id, status, epochs, best, duration).
+
+Oldest first, in the order the runs were created. A run whose config.json or manifest.json cannot
+be read is one row marked `unreadable` (with the reason); it never takes the table down.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .rundir import is_run_dir
+from .errors import RunRecordError
+from .rundir import list_run_dirs, read_record
 
 
 def list_runs(runs_dir: str | Path) -> list[dict]:
-    root = Path(runs_dir)
     rows = []
-    for path in sorted(root.iterdir()) if root.is_dir() else []:
-        if not is_run_dir(path):
-            continue
+    for path in list_run_dirs(runs_dir):
         try:
-            m = json.loads((path / "manifest.json").read_text())
-        except (OSError, ValueError):
-            m = {}
-        try:
-            cfg = json.loads((path / "config.json").read_text())
-        except (OSError, ValueError):
-            cfg = {}
-        best = (m.get("best") or {}).get("value")
-        epochs = m.get("epochs_completed")
-        if epochs is None and (path / "metrics.csv").is_file():
-            epochs = max(0, len((path / "metrics.csv").read_text().strip().splitlines()) - 1)
-        rows.append({"id": path.name, "status": m.get("status", "unknown"), "epochs": epochs,
-                     "of": cfg.get("epochs"), "monitor": cfg.get("monitor", ""), "best": best,
-                     "duration": m.get("duration_seconds"), "model": cfg.get("model", ""),
-                     "dataset": cfg.get("dataset", "")})
+            rows.append(_row(path))
+        except (RunRecordError, AttributeError, TypeError, ValueError, OSError) as exc:
+            reason = str(exc) if isinstance(exc, RunRecordError) else f"{type(exc).__name__}: {exc}"
+            rows.append({"id": path.name, "status": "unreadable", "epochs": None, "of": None, "monitor": "",
+                         "best": None, "duration": None, "model": "", "dataset": "", "smoke": False, "reason": reason})
     return rows
+
+
+def _row(path: Path) -> dict:
+    cfg = read_record(path, "config.json")
+    m = read_record(path, "manifest.json") if (path / "manifest.json").exists() else {}
+    best = (m.get("best") or {}).get("value")
+    epochs = m.get("epochs_completed")
+    if epochs is None and (path / "metrics.csv").is_file():
+        epochs = max(0, len((path / "metrics.csv").read_text().strip().splitlines()) - 1)
+    segments = [s for s in m.get("segments") or [] if isinstance(s, dict)]
+    last = segments[-1] if segments else {}
+    # What the run really does: a smoke run trains one epoch whatever EPOCHS says.
+    of = last.get("epochs_planned") or (1 if cfg.get("smoke") else cfg.get("epochs"))
+    if segments and any(isinstance(s.get("seconds"), (int, float)) for s in segments):
+        duration = sum(s["seconds"] for s in segments if isinstance(s.get("seconds"), (int, float)))
+    else:
+        duration = m.get("duration_seconds")
+    return {"id": path.name, "status": m.get("status", "unknown"), "epochs": epochs, "of": of,
+            "monitor": cfg.get("monitor", ""), "best": best, "duration": duration, "model": cfg.get("model", ""),
+            "dataset": cfg.get("dataset", ""), "smoke": bool(cfg.get("smoke")), "reason": None}
 
 
 def format_runs(rows: list[dict]) -> str:
@@ -38,10 +49,15 @@ def format_runs(rows: list[dict]) -> str:
         return "no runs yet (train with `python -m train`)"
     header = ("ID", "STATUS", "EPOCHS", "BEST", "DURATION", "MODEL", "DATASET")
     table = [header]
+    notes = []
     for r in rows:
         best = f"{r['monitor']}={r['best']:.4f}" if isinstance(r["best"], (int, float)) else "-"
         dur = f"{r['duration']:.0f}s" if isinstance(r["duration"], (int, float)) else "-"
         epochs = f"{r['epochs'] if r['epochs'] is not None else '-'}/{r['of'] or '-'}"
-        table.append((r["id"], r["status"], epochs, best, dur, r["model"], r["dataset"]))
+        dataset = f"{r['dataset']} (smoke)" if r.get("smoke") else r["dataset"]
+        table.append((r["id"], r["status"], epochs, best, dur, r["model"], dataset))
+        if r.get("reason"):
+            notes.append(f"{r['id']}: {r['reason']}")
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    return "\n".join(lines + notes)

@@ -31,6 +31,8 @@ class TestedStack:
     cuda: str  # CUDA toolkit major.minor it was built with
     cudnn: str  # cuDNN major.minor it was built with
     min_driver: str  # oldest Linux driver that runs this CUDA (CUDA 12.x minor-version compatibility)
+    sass: str  # newest GPU architecture with machine code in the wheels (compute capability)
+    ptx_driver: str  # oldest driver for newer GPUs: their kernels are JIT-compiled from this CUDA's PTX
 
     __test__ = False  # not a pytest test class despite the name
 
@@ -42,9 +44,13 @@ class TestedStack:
 
 
 # Add the new row before raising the TensorFlow pins (README, "Changing the TensorFlow version").
+# Both releases are built with CUDA 12.5.1 for sm_60, sm_70, sm_80, sm_89 plus compute_90 PTX
+# (TensorFlow's .bazelrc, `cuda12_version`; `tf.sysconfig.get_build_info()` shows the list). Minor-
+# version compatibility (>= 525.60.13) covers the machine code; PTX made by CUDA 12.5 needs a driver
+# of CUDA 12.5 or newer (555.42.06 for 12.5.1), so H100/H200 and newer need that driver.
 TESTED: dict[str, TestedStack] = {
-    "2.20": TestedStack("2.20", "3.9", "3.13", "12.5", "9.3", "525.60.13"),
-    "2.21": TestedStack("2.21", "3.10", "3.13", "12.5", "9.3", "525.60.13"),
+    "2.20": TestedStack("2.20", "3.9", "3.13", "12.5", "9.3", "525.60.13", "8.9", "555.42.06"),
+    "2.21": TestedStack("2.21", "3.10", "3.13", "12.5", "9.3", "525.60.13", "8.9", "555.42.06"),
 }
 
 # The wheels whose versions carry the CUDA and cuDNN versions (12.5.82 -> 12.5, 9.3.0.75 -> 9.3).
@@ -140,7 +146,8 @@ def describe(gpu_lock: str | Path = GPU_LOCK) -> str:
     gpu = locked_versions(gpu_lock)
     s = stack_for(gpu["tensorflow"])
     return (f"TensorFlow {gpu['tensorflow']} | CUDA {s.cuda} ({CUDA_WHEEL} {gpu.get(CUDA_WHEEL)}) | "
-            f"cuDNN {s.cudnn} ({CUDNN_WHEEL} {gpu.get(CUDNN_WHEEL)}) | NVIDIA driver >= {s.min_driver} | "
+            f"cuDNN {s.cudnn} ({CUDNN_WHEEL} {gpu.get(CUDNN_WHEEL)}) | NVIDIA driver >= {s.min_driver} "
+            f"(compute capability <= {s.sass}), >= {s.ptx_driver} (newer GPUs) | "
             f"Python {s.python_min}-{s.python_max}")
 
 

@@ -1,8 +1,10 @@
 """A stop flag raised by SIGTERM/SIGINT or by the MAX_MINUTES budget, checked at step boundaries.
 
-The signal handler only sets the flag: the training step in progress finishes, the loop saves a
-resumable state and returns with status 'interrupted' or 'budget' (exit code 75 at the CLI). A
-second SIGINT falls back to Python's default (KeyboardInterrupt) for a user who really means it.
+The handler is installed when a run starts (before the run directory, TensorFlow and the data), so
+a signal at any moment only sets the flag: start-up checks it between its parts, the training step
+in progress finishes, a resumable state is saved when there is a model to save, and the run returns
+with status 'interrupted' or 'budget' (exit code 75 at the CLI). A second SIGINT falls back to
+Python's default (KeyboardInterrupt) for a user who really means it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ log = logging.getLogger("train")
 
 class StopFlag:
     def __init__(self, max_minutes: float = 0.0, started: float | None = None):
-        self.deadline = (started or time.monotonic()) + max_minutes * 60 if max_minutes else None
+        self.started = time.monotonic() if started is None else started
+        self.deadline = self.started + max_minutes * 60 if max_minutes else None
         self.reason: str | None = None
         self.status = "interrupted"
+        self._installed = False
 
     def request(self, reason: str, status: str = "interrupted") -> None:
         if self.reason is None:
@@ -36,8 +40,8 @@ class StopFlag:
     @contextlib.contextmanager
     def installed(self):
         """Route SIGTERM/SIGINT to the flag while training (only possible in the main thread)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield self
+        if self._installed or threading.current_thread() is not threading.main_thread():
+            yield self  # already routed (the run installs it first, the loop again), or not possible
             return
 
         def handler(signum, _frame):
@@ -47,8 +51,10 @@ class StopFlag:
             self.request(f"received {name}")
 
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self._installed = True
         try:
             yield self
         finally:
+            self._installed = False
             for sig, old in previous.items():
                 signal.signal(sig, old)

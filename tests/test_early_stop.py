@@ -1,0 +1,119 @@
+"""early_stop: PATIENCE and MIN_DELTA as Keras counts them, a count that survives a resume, the best weights exported."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import tiny_settings
+
+from train.config import load_settings
+from train.early_stop import Patience, record_ending
+from train.errors import ConfigError
+
+
+def run(p: Patience, values) -> list[int]:
+    state: dict = {}
+    waits = []
+    for v in values:
+        p.update(state, v)
+        waits.append(state["patience_wait"])
+    return waits
+
+
+def test_max_mode_counts_epochs_without_an_improvement_larger_than_min_delta():
+    p = Patience(2, 0.01, "max", "val_accuracy")
+    # 0.905 is better than 0.90 but not by more than 0.01: no improvement; 0.915 is.
+    assert run(p, [0.90, 0.905, 0.915, 0.92, float("nan"), None]) == [0, 1, 0, 1, 2, 3]
+    state = {}
+    for v in (0.90, 0.905, 0.915):
+        p.update(state, v)
+    assert state == {"patience_reference": 0.915, "patience_wait": 0}
+
+
+def test_min_mode_and_a_zero_delta():
+    p = Patience(1, 0.0, "min", "val_loss")
+    assert run(p, [0.5, 0.5, 0.4, 0.41]) == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("patience, wait, stops", [(0, 99, False), (3, 2, False), (3, 3, True), (1, 1, True)])
+def test_exhausted_and_zero_is_off(patience, wait, stops):
+    p = Patience(patience, 0.0, "max", "val_accuracy")
+    assert p.exhausted({"patience_wait": wait}) is stops
+    assert p.exhausted({}) is False
+
+
+def test_the_reason_names_monitor_delta_patience_and_best():
+    p = Patience(3, 0.001, "max", "val_accuracy")
+    assert p.reason({"patience_wait": 3, "best": 0.98765}) == (
+        "early stopping: val_accuracy has not improved by more than MIN_DELTA=0.001 for 3 epochs (PATIENCE=3); "
+        "best val_accuracy 0.9877, its weights are in best.weights.h5")
+
+
+def test_the_ending_goes_to_the_run_and_its_latest_segment(tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"status": "running", "segments": [{"ended_because": "old"}, {"status": "running"}]}))
+    record_ending(path, "all 3 epochs trained")
+    m = json.loads(path.read_text())
+    assert m["ended_because"] == "all 3 epochs trained"
+    assert [s.get("ended_because") for s in m["segments"]] == ["old", "all 3 epochs trained"]
+
+
+@pytest.mark.parametrize("content", ['{"status": "runn', "[1, 2]"])
+def test_a_damaged_manifest_is_logged_not_raised(tmp_path, caplog, monkeypatch, content):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    path = tmp_path / "manifest.json"
+    path.write_text(content)
+    with caplog.at_level("ERROR", logger="train"):
+        record_ending(path, "all 3 epochs trained")
+    assert "could not record why the run ended" in caplog.text and path.read_text() == content
+
+
+@pytest.mark.parametrize("name, value", [("PATIENCE", "-1"), ("PATIENCE", "two"), ("MIN_DELTA", "-0.1")])
+def test_bad_values_are_config_errors(name, value):
+    with pytest.raises(ConfigError, match=name):
+        load_settings({}, env_file=None, environ={name: value})
+
+
+# --- in a real run ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_run_stops_early_says_why_and_exports_its_best_weights(tmp_path):
+    import keras
+
+    from train.fit import train
+
+    # MIN_DELTA=1: no accuracy can improve by more than 1, so after the first epoch none counts.
+    result = train(tiny_settings(tmp_path, epochs=6, patience=2, min_delta=1.0))
+    d = result.run_dir
+    assert result.status == "completed" and result.epochs_completed == 3
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["ended_because"].startswith("early stopping: val_accuracy has not improved by more than MIN_DELTA=1")
+    assert m["segments"][-1]["ended_because"] == m["ended_because"] and m["epochs_completed"] == 3
+    assert m["ended_because"] in (d / "train.log").read_text()
+    assert "ended: early stopping" in (d / "report.html").read_text()
+    assert "export: from best.weights.h5" in (d / "train.log").read_text()
+    exported = keras.models.load_model(d / "export" / "model.keras")
+    best = keras.models.clone_model(exported)
+    best.load_weights(d / "best.weights.h5")
+    for a, b in zip(exported.get_weights(), best.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_the_count_survives_a_resume(tmp_path):
+    from train.fit import train
+
+    # Two epochs: the first sets the reference, the second counts 1 of PATIENCE=2; then more epochs.
+    s = tiny_settings(tmp_path, epochs=2, patience=2, min_delta=1.0, export=False)
+    first = train(s)
+    assert first.epochs_completed == 2
+    again = train(s.replace(epochs=6), resume=first.run_dir.name)
+    # Counted from the saved state: one more epoch reaches 2. Counted afresh it would stop after epoch 5.
+    assert again.status == "completed" and again.epochs_completed == 3
+    m = json.loads((first.run_dir / "manifest.json").read_text())
+    assert m["segments"][0]["ended_because"] == "all 2 epochs trained"
+    assert m["segments"][-1]["ended_because"].startswith("early stopping")

@@ -1,0 +1,60 @@
+"""evaluation: confusion matrix, per-class accuracy and the most wrong images, from a run's best weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from train.errors import NoWeightsError
+from train.evaluation import _predict, evaluate_best
+
+
+class FixedModel:
+    """Stands in for a Keras model: the probabilities are the images' first pixel row (no TensorFlow)."""
+
+    class _Input:
+        shape = (None, 2, 3, 1)
+
+    inputs = [_Input()]
+
+    def __call__(self, x, training=False):
+        assert training is False
+        return x[:, 0, :, 0] / 255.0
+
+
+def batch(probs, labels):
+    """Images whose first row holds the probabilities the model will return for them."""
+    x = np.zeros((len(labels), 2, 3, 1), np.float32)
+    x[:, 0, :, 0] = np.asarray(probs) * 255.0
+    return x, np.asarray(labels)
+
+
+def test_matrix_per_class_and_the_most_wrong_across_batches():
+    batches = [
+        batch([[0.8, 0.2, 0.0], [0.6, 0.4, 0.0], [0.2, 0.0, 0.8]], [0, 1, 1]),   # p(true): 0.8, 0.4, 0.0
+        batch([[0.0, 1.0, 0.0], [0.0, 0.2, 0.8], [0.1, 0.0, 0.9]], [1, 1, 2]),   # 1.0, 0.2, 0.9
+        batch([[0.0, 0.4, 0.6], [1.0, 0.0, 0.0]], [1, 2]),                         # 0.4, 0.0
+    ]
+    ev = _predict(FixedModel(), batches, ["a", "b", "c"], k=3)
+    assert ev.matrix.tolist() == [[1, 0, 0], [1, 1, 3], [1, 0, 1]]
+    assert ev.n == 8 and ev.accuracy == pytest.approx(3 / 8)
+    # Least probability on the true class first; of equals, the earlier example first.
+    assert ev.wrong_true.tolist() == [1, 2, 1] and ev.wrong_pred.tolist() == [2, 0, 2]
+    assert ev.wrong_prob.tolist() == pytest.approx([0.8, 1.0, 0.8])
+    assert ev.wrong_images.dtype == np.uint8 and ev.wrong_images.shape == (3, 2, 3, 1)
+    assert ev.wrong_images[1, 0, :, 0].tolist() == [255, 0, 0]  # the image itself, not a copy of another
+    per = ev.per_class()
+    assert per[0] == {"class": "a", "examples": 1, "correct": 1, "accuracy": 1.0, "confused_with": None}
+    assert per[1]["accuracy"] == pytest.approx(0.2) and per[1]["confused_with"] == ("c", 3)
+    assert per[2]["confused_with"] == ("a", 1)
+
+
+def test_no_mistakes_and_an_empty_class():
+    ev = _predict(FixedModel(), [batch([[1.0, 0.0, 0.0]], [0])], ["a", "b", "c"], k=5)
+    assert ev.wrong_images.shape == (0, 2, 3, 1) and ev.accuracy == 1.0
+    assert ev.per_class()[1] == {"class": "b", "examples": 0, "correct": 0, "accuracy": None, "confused_with": None}
+
+
+def test_a_run_without_best_weights_says_so(tmp_path):
+    with pytest.raises(NoWeightsError, match="best.weights.h5 is missing: no epoch has finished yet"):
+        evaluate_best(tmp_path)

@@ -1,0 +1,219 @@
+"""A run's record across segments: what a resume that fails, is refused or stops early leaves behind,
+two processes on one run, and what `runs` shows. End to end on generated data (slow)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from faults import fit_flags, kill_after_new_checkpoint, manifest, only_run, output, run_fit, start_fit, wait_until
+from helpers import make_npz, tiny_settings
+
+pytestmark = pytest.mark.slow
+
+
+def _bytes(run, *names):
+    return {n: (run / n).read_bytes() for n in names}
+
+
+def _stop_at_check(monkeypatch, n):
+    """Request a stop at the n-th stop check of the epoch loop (a step boundary; start-up's checks not counted)."""
+    import sys
+
+    from train import stopping
+
+    original, calls = stopping.StopFlag.check, {"n": 0}
+
+    def check(self):
+        if sys._getframe(1).f_code.co_filename.endswith("fit.py"):
+            return original(self)
+        calls["n"] += 1
+        if calls["n"] == n:
+            self.request("test stop")
+        return original(self)
+
+    monkeypatch.setattr(stopping.StopFlag, "check", check)
+    return lambda: monkeypatch.setattr(stopping.StopFlag, "check", original)
+
+
+def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_total_time(tmp_path, monkeypatch):
+    from train.fit import train
+    from train.runs import list_runs
+
+    s = tiny_settings(tmp_path, epochs=1)
+    first = train(s)
+    done = manifest(first.run_dir)
+    assert done["export"] and done["best"]["value"] is not None and done["final_weights_sha256"]
+    restore = _stop_at_check(monkeypatch, 3)
+    stopped = train(s.replace(epochs=2), resume=first.run_dir.name)
+    restore()
+    assert stopped.status == "interrupted"
+    m = manifest(first.run_dir)
+    for key in ("best", "export", "final_weights_sha256", "final_metrics", "data", "started_at"):
+        assert m[key] == done[key], key
+    assert m["epochs_completed"] == 1 and m["status"] == "interrupted"
+    assert [(g["status"], g["epoch_from"], g["epoch_to"]) for g in m["segments"]] == [("completed", 0, 1),
+                                                                                      ("interrupted", 1, 1)]
+    assert m["segments"][1]["resumed_from"].startswith("ckpt-")
+    finished = train(s.replace(epochs=2), resume="latest")
+    m = manifest(first.run_dir)
+    assert finished.status == "completed" and m["epochs_completed"] == 2
+    assert m["final_weights_sha256"] == finished.final_weights_sha256 != done["final_weights_sha256"]
+    seconds = [g["seconds"] for g in m["segments"]]
+    (row,) = list_runs(s.runs_dir)
+    assert len(seconds) == 3 and row["duration"] == pytest.approx(sum(seconds)) and row["duration"] > seconds[-1]
+    assert (row["epochs"], row["of"]) == (2, 2)
+
+
+def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_were(tmp_path):
+    from train.errors import CheckpointError
+    from train.export import rebuild_model
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False)
+    run = train(s).run_dir
+    before = _bytes(run, "config.json", "manifest.json", "labels.txt", "metrics.csv")
+    with pytest.raises(CheckpointError, match="architecture changed"):
+        train(s.replace(model="cnn_bn", epochs=2), resume=run.name, force=True)
+    assert _bytes(run, "config.json", "manifest.json", "labels.txt", "metrics.csv") == before
+    assert "resume not started" in (run / "train.log").read_text()
+    model, _, _ = rebuild_model(run)  # the run is still usable as it was: the cnn
+    assert not any("batch_normalization" in v.path for v in model.variables)
+
+
+def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_explicit(tmp_path, monkeypatch, capsys):
+    from train import cli
+
+    monkeypatch.chdir(tmp_path)
+    npz = make_npz(tmp_path)
+    flags = fit_flags(tmp_path, npz, epochs=1, export=False)
+    assert cli.main(flags) == 0
+    run = only_run(tmp_path / "runs")
+    for p in (run / "checkpoints").iterdir():
+        p.unlink()
+    before = _bytes(run, "config.json", "manifest.json")
+    capsys.readouterr()
+    assert cli.main(flags + ["--resume", run.name, "--epochs", "2"]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith(f"CheckpointError: run {run.name} has no checkpoint") and err.count("\n") == 1
+    assert "--restart" in err and _bytes(run, "config.json", "manifest.json") == before
+    assert cli.main(flags + ["--resume", run.name, "--restart"]) == 0
+    m = manifest(run)
+    assert [(g["status"], g["restart"]) for g in m["segments"]] == [("completed", False), ("completed", True)]
+    assert m["epochs_completed"] == 1
+
+
+def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp_path):
+    from train.errors import ResumeMismatchError
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False)
+    run = train(s).run_dir
+    old = manifest(run)["data"]["fingerprint"]
+    make_npz(tmp_path, seed=1)  # same path, new contents
+    before = _bytes(run, "config.json", "manifest.json")
+    with pytest.raises(ResumeMismatchError) as info:
+        train(s.replace(epochs=2), resume=run.name)
+    assert f"DATA: fingerprint {old[:12]}..." in str(info.value) and "--force" in str(info.value)
+    assert _bytes(run, "config.json", "manifest.json") == before
+    forced = train(s.replace(epochs=2), resume=run.name, force=True)
+    m = manifest(run)
+    assert forced.status == "completed"
+    assert [g["data_fingerprint"] for g in m["segments"]] == [old, m["data"]["fingerprint"]] and old != m["data"]["fingerprint"]
+    assert m["segments"][1]["forced_changes"][0].startswith(f"DATA: fingerprint {old[:12]}...")
+
+
+def test_a_smoke_run_records_the_one_epoch_it_trains(tmp_path):
+    from train.fit import train
+    from train.runs import format_runs, list_runs
+
+    s = tiny_settings(tmp_path, smoke=True, epochs=5, export=False)
+    result = train(s)
+    assert result.epochs_completed == 1
+    assert manifest(result.run_dir)["segments"][0]["epochs_planned"] == 1
+    line = format_runs(list_runs(s.runs_dir)).splitlines()[1]
+    assert line.split()[1:3] == ["completed", "1/1"] and line.endswith("(smoke)")
+
+
+def test_a_second_fit_on_a_run_in_progress_is_refused_and_a_dead_holder_does_not_block(tmp_path):
+    npz = make_npz(tmp_path)
+    gate = tmp_path / "go"
+    flags = fit_flags(tmp_path, npz, epochs=50, export=False, model="gate:dense16")
+    first = start_fit(flags, tmp_path, extra_env={"GATE_FILE": str(gate)})
+    try:
+        # The event: the first run holds its lock and waits in its model factory.
+        assert wait_until(lambda: (tmp_path / "go.waiting").exists(), first), output(first)[-3000:]
+        run = only_run(tmp_path / "runs")
+        before = _bytes(run, "config.json", "manifest.json")
+        open_gate = tmp_path / "open"
+        open_gate.write_text("go")  # a second fit that got as far as its model would not wait
+        for extra in (["--resume", run.name], ["--resume", "auto"]):
+            rc, out = run_fit(flags + extra + ["--epochs", "1"], tmp_path, extra_env={"GATE_FILE": str(open_gate)})
+            assert rc == 4, out[-3000:]
+            assert f"RunBusyError: run {run.name} is in use by another process (pid {first.pid} on host" in out
+            assert "Traceback" not in out and out.count("Error") == 1
+        assert _bytes(run, "config.json", "manifest.json") == before
+        gate.write_text("go")
+        assert kill_after_new_checkpoint(first, tmp_path / "runs", 0.0), output(first)[-3000:]  # SIGKILL
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+    assert f"pid {first.pid}" in (run / "run.lock").read_text()  # the dead holder's lock file remains
+    rc, out = run_fit(flags + ["--resume", run.name, "--epochs", "1"], tmp_path, extra_env={"GATE_FILE": str(gate)})
+    assert rc == 0, out[-3000:]
+    m = manifest(run)
+    assert [g["status"] for g in m["segments"]] == ["killed", "completed"]
+    assert m["segments"][0]["seconds_estimated"] is True
+
+
+@pytest.mark.parametrize("name", ["config.json", "manifest.json"])
+def test_a_damaged_record_stops_resume_and_auto_with_one_line(tmp_path, name):
+    npz = make_npz(tmp_path)
+    flags = fit_flags(tmp_path, npz, epochs=1, export=False)
+    rc, out = run_fit(flags, tmp_path)
+    assert rc == 0, out[-3000:]
+    run = only_run(tmp_path / "runs")
+    text = (run / name).read_text()
+    (run / name).write_text(text[: len(text) // 2])  # truncated
+    for extra in (["--resume", run.name], ["--resume", "auto"]):
+        rc, out = run_fit(flags + extra, tmp_path)
+        assert rc == 4, out[-3000:]
+        assert f"RunRecordError: run {run.name}: " in out and name in out and "Traceback" not in out
+    assert (run / name).read_text() == text[: len(text) // 2]
+
+
+def test_a_resume_interrupted_during_start_up_leaves_the_record_as_it_was(tmp_path, monkeypatch):
+    import os
+
+    from train import devices
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False)
+    run = train(s).run_dir
+    before = _bytes(run, "config.json", "manifest.json")
+    real_setup = devices.setup_devices
+
+    def signalled_setup(settings):
+        os.kill(os.getpid(), signal.SIGTERM)  # `docker stop` while the resume starts up
+        return real_setup(settings)
+
+    monkeypatch.setattr(devices, "setup_devices", signalled_setup)
+    result = train(s.replace(epochs=3), resume=run.name)
+    assert result.status == "interrupted"
+    assert _bytes(run, "config.json", "manifest.json") == before
+
+
+def test_a_manifest_damaged_during_the_run_does_not_hide_how_the_run_ended(tmp_path, caplog, monkeypatch):
+    import logging
+
+    from helpers import tiny_settings as settings_for
+    from train import fit
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    run = tmp_path / "20260101-000000-000001"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "manifest.json").write_text('{"status": "runn')
+    with caplog.at_level("ERROR", logger="train"):
+        fit._close(run, run / "manifest.json", settings_for(tmp_path), "failed", "DataError: x", 1.0)
+    assert "could not update the manifest" in caplog.text
