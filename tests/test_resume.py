@@ -237,7 +237,22 @@ def test_changed_data_is_refused_unless_forced_and_then_recorded(tmp_path):
     check_data(plan, "a" * 64, "x.npz", force=False)  # the same bytes: fine
     with pytest.raises(ResumeMismatchError) as info:
         check_data(plan, "b" * 64, "x.npz", force=False)
-    assert "DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb..." in str(info.value) and "--force" in str(info.value)
+    assert str(info.value) == (
+        f"run {plan.run_dir.name} was trained on other data (DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... "
+        "(x.npz)): the same path holds new contents; resume on the run's own data, start a new run, or pass --force "
+        "to continue on the new data (recorded in the manifest's segments)")
     check_data(plan, "b" * 64, "x.npz", force=True)
     assert plan.forced == ["DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... (x.npz)"]
 
+
+
+@pytest.mark.parametrize("files, manifest, trained", [
+    ((), {}, False), ((), {"epochs_completed": 0}, False), ((), {"epochs_completed": 2}, True),
+    (("metrics.csv",), {}, True), (("best.weights.h5",), {}, True), (("final.weights.h5",), {}, True),
+])
+def test_a_run_counts_as_trained_by_its_files_or_its_manifest(tmp_path, files, manifest, trained):
+    from train.resume import _trained
+
+    for name in files:
+        (tmp_path / name).write_bytes(b"x")
+    assert _trained(tmp_path, manifest) is trained

@@ -306,3 +306,34 @@ def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
 def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):
     target = ensure_writable(tmp_path / "a" / "b" / "runs")
     assert target.is_dir() and list(target.iterdir()) == []
+
+
+def test_in_container_also_knows_podman(tmp_path):
+    from train.rundir import in_container
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".containerenv").touch()
+    assert in_container(tmp_path)
+
+
+def test_permission_denied_in_a_container_exactly(monkeypatch):
+    from train import rundir
+
+    monkeypatch.setattr(rundir, "in_container", lambda root=None: True)  # the default asks the machine
+    assert str(storage_error("/runs", OSError(errno.EACCES, "raw"))) == (
+        "cannot write /runs: permission denied: the container runs as HOST_UID:HOST_GID, which must own the host "
+        "folder mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and put "
+        "HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)")
+
+
+def test_make_temp_dir_names_and_gives_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
+    from train import rundir
+    from train.rundir import make_temp_dir
+
+    assert re.fullmatch(rf"export{re.escape(TMP_MARK)}[0-9a-f]{{8}}", make_temp_dir(tmp_path, "export").name)
+    drawn = []
+    monkeypatch.setattr(rundir.secrets, "token_hex", lambda n: drawn.append(n) or "taken")
+    (tmp_path / f"export{TMP_MARK}taken").mkdir()
+    with pytest.raises(StorageError) as info:
+        make_temp_dir(tmp_path, "export")
+    assert str(info.value) == f"cannot write {tmp_path}: no free temporary name" and drawn == [4] * 100
