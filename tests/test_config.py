@@ -237,3 +237,15 @@ def test_no_validation_images_with_a_validation_monitor(tmp_path):
     with pytest.raises(ConfigError, match=r"VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy"):
         load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0"})
     assert load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0", "MONITOR": "loss"}).val_split == 0
+
+
+def test_debug_defaults_to_this_directorys_env_and_the_process_environment(tmp_path, monkeypatch):
+    from train.config import debug_requested
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEBUG", raising=False)
+    assert debug_requested() is False
+    (tmp_path / ".env").write_text("DEBUG=1\n")
+    assert debug_requested() is True
+    monkeypatch.setenv("DEBUG", "0")
+    assert debug_requested() is False
