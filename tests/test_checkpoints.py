@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from train.checkpoints import LATEST, list_states, load_latest, read_state, restore, save_state
+from train.checkpoints import LATEST, latest_header, list_states, load_latest, read_state, restore, save_state
 from train.errors import CheckpointError, DivergedError
 from train.rundir import atomic_write, clean_stale_temp
 
@@ -251,3 +251,14 @@ def test_weights_sha256_covers_each_variable_path_dtype_and_bytes():
     for v in model.variables:
         h.update(v.path.encode() + str(v.numpy().dtype).encode() + np.ascontiguousarray(v.numpy()).tobytes())
     assert weights_sha256(model) == h.hexdigest()
+
+
+def test_latest_header_is_the_newest_readable_states_header_without_its_arrays(tmp_path):
+    assert latest_header(tmp_path) is None
+    newest, middle, _ = _states(tmp_path, _model())
+    assert latest_header(tmp_path) == read_state(newest).meta
+    newest.write_bytes(b"garbage")  # unreadable: the next one answers
+    assert latest_header(tmp_path)["global_step"] == 8 == read_state(middle).meta["global_step"]
+    for p in list_states(tmp_path):
+        p.write_bytes(b"PK\x03\x04half")
+    assert latest_header(tmp_path) is None
