@@ -7,6 +7,7 @@ here it is faked so the file stays fast.
 from __future__ import annotations
 
 import json
+import logging
 
 import keras
 import numpy as np
@@ -203,29 +204,49 @@ def trained_run(tmp_path):
     return run, best, build_model("cnn", (12, 12, 1), 2)
 
 
-def _exported(monkeypatch):
+def _exported(monkeypatch, run):
     seen = []
-    monkeypatch.setattr(export, "export_model", lambda model, run_dir, labels: seen.append((model, labels)) or {})
+
+    def export_model(model, run_dir, labels):
+        assert run_dir == run
+        seen.append((model, labels))
+        return {}
+
+    monkeypatch.setattr(export, "export_model", export_model)
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
     return seen
 
 
-def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run, monkeypatch):
+def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run, monkeypatch, caplog):
     run, best, in_memory = trained_run
-    seen = _exported(monkeypatch)
-    export.export_run(run, model=in_memory)
+    seen = _exported(monkeypatch, run)
+    with caplog.at_level(logging.INFO, logger="train"):
+        export.export_run(run, model=in_memory)
     ((model, labels),) = seen
     assert model is not in_memory and labels == ["a", "b"]
+    assert "export: from best.weights.h5" in caplog.messages
     for got, want, last in zip(model.get_weights(), best.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
         assert not np.array_equal(got, last) or got.ndim == 1  # biases start at zero in both
 
 
-def test_export_run_without_best_weights_exports_the_model_in_memory(trained_run, monkeypatch):
-    run, _, in_memory = trained_run
+def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_memory(trained_run, monkeypatch,
+                                                                                        caplog):
+    from train.models import build_model
+
+    run, _, _ = trained_run
     (run / "best.weights.h5").unlink()
-    seen = _exported(monkeypatch)
-    export.export_run(run, model=in_memory)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        in_memory = build_model("cnn", (12, 12, 1), 2)  # trained in mixed precision: the copy is rebuilt by MODEL
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    seen = _exported(monkeypatch, run)
+    with caplog.at_level(logging.INFO, logger="train"):
+        export.export_run(run, model=in_memory)
     ((model, labels),) = seen
-    assert labels == ["a", "b"]
+    assert labels == ["a", "b"] and model.dtype_policy.name == "float32"
     for got, want in zip(model.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
+    assert "export: from the trained model" in caplog.messages

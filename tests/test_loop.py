@@ -66,9 +66,11 @@ def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, stat
 
 @pytest.mark.parametrize("step, saved_batch, new_batch, expected", [
     (0, 64, 32, 0), (3, 64, 32, 6), (5, 64, 32, 10), (7, 32, 16, 14), (3, 64, 64, 3), (2, 32, 64, 1),
+    (3, 5, 2, 7),  # 15 examples in: batch 2 goes back to 14 (one example again), never forward past one
 ])
 def test_step_at_batch_size_keeps_the_position_in_examples(step, saved_batch, new_batch, expected):
-    assert step_at_batch_size(step, saved_batch, new_batch) == expected
+    got = step_at_batch_size(step, saved_batch, new_batch)
+    assert got == expected and isinstance(got, int)
 
 
 def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch):
