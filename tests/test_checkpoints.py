@@ -262,3 +262,8 @@ def test_latest_header_is_the_newest_readable_states_header_without_its_arrays(t
     for p in list_states(tmp_path):
         p.write_bytes(b"PK\x03\x04half")
     assert latest_header(tmp_path) is None
+
+
+def test_a_state_value_json_cannot_hold_is_saved_as_text_not_refused(tmp_path):
+    path = save_state(tmp_path, _model(), {"epoch": 0, "step": 1, "global_step": 1, "best": np.float32(0.5)}, keep=3)
+    assert read_state(path).meta["best"] == "0.5"
