@@ -249,3 +249,32 @@ def test_debug_defaults_to_this_directorys_env_and_the_process_environment(tmp_p
     assert debug_requested() is True
     monkeypatch.setenv("DEBUG", "0")
     assert debug_requested() is False
+
+
+ONE_OF_DATASETS = "one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir>"
+
+
+@pytest.mark.parametrize("name, raw, rule", [
+    ("DETERMINISTIC", "maybe", "expected true/false (1/0, yes/no, on/off)"),
+    ("EPOCHS", "abc", "expected a whole number, e.g. 3"),
+    ("LEARNING_RATE", "fast", "expected a number, e.g. 0.001"),
+    ("LEARNING_RATE", "inf", "expected a finite number"),
+    ("LEARNING_RATE", "-inf", "expected a finite number"),
+    ("LEARNING_RATE", "nan", "expected a finite number"),
+    ("DATASET", "mnist2", ONE_OF_DATASETS),
+    ("DATASET", "npz:", ONE_OF_DATASETS),
+    ("DATASET", "npz:/nonexistent.npz",
+     "file /nonexistent.npz does not exist; give the path of an .npz with x_train/y_train/x_test/y_test"),
+    ("DATASET", "images:/nonexistent",
+     "directory /nonexistent does not exist; give a directory with one sub-directory per class"),
+    ("MODEL", "bad model", "one of cnn, cnn_bn, resnet_small or package.module:function"),
+])
+def test_each_bad_value_gets_its_own_exact_message(name, raw, rule):
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, env_file=None, environ={name: raw})
+    assert str(info.value) == f"{name}={raw!r} is not valid: {rule}" and info.value.name == name
+
+
+def test_a_data_path_may_contain_a_colon(tmp_path):
+    (tmp_path / "a:b.npz").write_bytes(b"")
+    assert load_settings({}, env_file=None, environ={"DATASET": f"npz:{tmp_path}/a:b.npz"}).dataset.endswith("a:b.npz")
