@@ -278,3 +278,22 @@ def test_each_bad_value_gets_its_own_exact_message(name, raw, rule):
 def test_a_data_path_may_contain_a_colon(tmp_path):
     (tmp_path / "a:b.npz").write_bytes(b"")
     assert load_settings({}, env_file=None, environ={"DATASET": f"npz:{tmp_path}/a:b.npz"}).dataset.endswith("a:b.npz")
+
+
+@pytest.mark.parametrize("name, raw, rule", [
+    ("SHUFFLE_BUFFER", "-1", "must be >= 0"),
+    ("IMAGE_SIZE", "4", "must be between 8 and 4096"),
+    ("IMAGE_SIZE", "4097", "must be between 8 and 4096"),
+    ("EPOCHS", "0", "must be a positive whole number (at most 100000)"),
+    ("VAL_SPLIT", "0.95", "must be between 0.0 and 0.9"),
+])
+def test_each_range_rule_is_worded_for_its_bounds(name, raw, rule):
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, env_file=None, environ={name: raw})
+    assert str(info.value) == f"{name}={int(raw) if '.' not in raw else float(raw)!r} is not valid: {rule}"
+
+
+def test_the_bounds_themselves_are_allowed():
+    s = load_settings({}, env_file=None, environ={"EPOCHS": "100000", "IMAGE_SIZE": "8", "VAL_SPLIT": "0.9",
+                                                  "LEARNING_RATE": "10", "SHUFFLE_BUFFER": "0"})
+    assert (s.epochs, s.image_size, s.val_split, s.learning_rate, s.shuffle_buffer) == (100000, 8, 0.9, 10.0, 0)
