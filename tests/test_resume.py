@@ -256,3 +256,60 @@ def test_a_run_counts_as_trained_by_its_files_or_its_manifest(tmp_path, files, m
     for name in files:
         (tmp_path / name).write_bytes(b"x")
     assert _trained(tmp_path, manifest) is trained
+
+
+def test_plan_run_refuses_differing_settings_by_default(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", seed=1)
+    with pytest.raises(ResumeMismatchError):
+        plan_run(s, run.name)
+
+
+def test_a_new_run_is_not_resumed_and_restart_needs_a_run(tmp_path):
+    s = _settings(tmp_path)
+    plan = plan_run(s, None)
+    plan.release()
+    assert plan.resumed is False and plan.restart is False
+    with pytest.raises(ConfigError) as info:
+        plan_run(s, None, restart=True)
+    assert info.value.name == "--restart" and str(info.value) == (
+        "--restart=True is not valid: needs --resume RUN (it trains that run again from epoch 1 when its checkpoints "
+        "are gone)")
+
+
+def test_a_run_killed_before_its_manifest_resumes(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", None)
+    plan = plan_run(s, run.name)
+    plan.release()
+    assert plan.resumed and plan.manifest == {}
+
+
+def test_checkpoint_refusals_name_the_checkpoint_directory(tmp_path):
+    s = _settings(tmp_path)
+    trained = _fake_run(s, "20260102-000000-bbbb", "interrupted", checkpoint=False)
+    (trained / "metrics.csv").write_text("epoch\n1\n")
+    with pytest.raises(CheckpointError) as info:
+        plan_run(s, trained.name)
+    assert str(info.value) == (
+        f"run {trained.name} has no checkpoint in {trained / 'checkpoints'} (deleted or never written): there is "
+        "nothing to resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new "
+        "run without --resume")
+    kept = _fake_run(s, "20260103-000000-cccc", "interrupted")
+    with pytest.raises(CheckpointError) as info:
+        plan_run(s, kept.name, restart=True)
+    assert str(info.value) == (
+        f"run {kept.name} has checkpoints in {kept / 'checkpoints'}: --restart is only for a run whose checkpoints "
+        "are gone; resume it without --restart")
+
+
+def test_auto_checks_the_lock_of_a_running_run_only(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "running")
+    with RunLock(run):
+        with pytest.raises(RunBusyError):
+            auto_resume(s)  # still going: not a candidate
+    assert auto_resume(s) == str(run)  # killed: its lock is free, so it is resumed
+    (run / "manifest.json").write_text(json.dumps({"status": "interrupted"}))
+    with RunLock(run):
+        assert auto_resume(s) == str(run)  # stopped cleanly: no lock to check (the plan takes it)
