@@ -337,3 +337,44 @@ def test_make_temp_dir_names_and_gives_up_after_a_hundred_taken_names(tmp_path, 
     with pytest.raises(StorageError) as info:
         make_temp_dir(tmp_path, "export")
     assert str(info.value) == f"cannot write {tmp_path}: no free temporary name" and drawn == [4] * 100
+
+
+def test_temp_files_are_named_and_give_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
+    from train import rundir
+
+    seen = []
+    atomic_write(tmp_path / "config.json", lambda p: (seen.append(p.name), p.write_text("{}")))
+    assert re.fullmatch(rf"config{re.escape(TMP_MARK)}[0-9a-f]{{8}}\.json", seen[0])
+    drawn = []
+    monkeypatch.setattr(rundir.secrets, "token_hex", lambda n: drawn.append(n) or "taken")
+    (tmp_path / f"config{TMP_MARK}taken.json").write_text("")
+    with pytest.raises(StorageError) as info:
+        atomic_write(tmp_path / "config.json", lambda p: p.write_text("{}"))
+    assert str(info.value) == f"cannot write {tmp_path / 'config.json'}: no free temporary name in {tmp_path}"
+    assert drawn == [4] * 100
+
+
+def test_a_temp_file_that_cannot_be_created_names_the_target(tmp_path):
+    with pytest.raises(StorageError) as info:
+        atomic_write(tmp_path / "missing" / "config.json", lambda p: p.write_text("{}"))
+    assert str(info.value) == f"cannot write {tmp_path / 'missing' / 'config.json'}: No such file or directory"
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def test_read_record_messages_exactly(tmp_path):
+    run = _run(tmp_path, "20260101-000000-000001")
+    path = run / "manifest.json"
+    with pytest.raises(RunRecordError) as info:
+        read_record(run, "manifest.json")
+    assert str(info.value) == (f"run {run.name} has no manifest.json ({path}): it is not a complete run directory; "
+                               "start a new run, or restore the file from a backup")
+    path.write_text('{"a": ')
+    with pytest.raises(RunRecordError) as info:
+        read_record(run, "manifest.json")
+    assert str(info.value).startswith(f"run {run.name}: {path} is unreadable (JSONDecodeError: ")
+    assert str(info.value).endswith("); restore it from a backup, or move the run directory out of RUNS_DIR")
+    path.write_text("[1]")
+    with pytest.raises(RunRecordError) as info:
+        read_record(run, "manifest.json")
+    assert str(info.value) == (f"run {run.name}: {path} holds list, not a JSON object; "
+                               "restore it from a backup, or move the run directory out of RUNS_DIR")
