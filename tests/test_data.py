@@ -256,3 +256,11 @@ def test_a_shuffle_buffer_only_draws_from_its_window(buffer):
     assert sorted(order.tolist()) == list(range(600))
     if buffer > 1:
         assert not np.array_equal(order, np.arange(600))
+
+
+def test_no_buffer_or_a_buffer_of_the_whole_set_is_the_same_true_shuffle():
+    true_shuffle = data.epoch_order(600, seed=3, epoch=1, buffer=0)
+    np.testing.assert_array_equal(data.epoch_order(600, seed=3, epoch=1), true_shuffle)
+    np.testing.assert_array_equal(data.epoch_order(600, seed=3, epoch=1, buffer=600), true_shuffle)
+    np.testing.assert_array_equal(data.epoch_order(600, seed=3, epoch=1, buffer=10_000), true_shuffle)
+    assert not np.array_equal(true_shuffle, np.arange(600))

@@ -33,7 +33,7 @@ def test_monitor_mode(monitor, mode, expected):
 
 def test_improved():
     assert _improved(0.5, None, "max") and _improved(0.6, 0.5, "max") and not _improved(0.5, 0.5, "max")
-    assert _improved(0.4, 0.5, "min") and not _improved(0.6, 0.5, "min")
+    assert _improved(0.4, 0.5, "min") and not _improved(0.6, 0.5, "min") and not _improved(0.5, 0.5, "min")
     assert not _improved(None, None, "max")
     assert not _improved(math.nan, None, "max") and not _improved(math.inf, 1.0, "max")
 
