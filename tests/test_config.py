@@ -297,3 +297,37 @@ def test_the_bounds_themselves_are_allowed():
     s = load_settings({}, env_file=None, environ={"EPOCHS": "100000", "IMAGE_SIZE": "8", "VAL_SPLIT": "0.9",
                                                   "LEARNING_RATE": "10", "SHUFFLE_BUFFER": "0"})
     assert (s.epochs, s.image_size, s.val_split, s.learning_rate, s.shuffle_buffer) == (100000, 8, 0.9, 10.0, 0)
+
+
+def test_rules_between_settings_exactly(tmp_path):
+    images = tmp_path / "img"
+    images.mkdir()
+
+    def message(**env):
+        with pytest.raises(ConfigError) as info:
+            load_settings({}, env_file=None, environ=env)
+        return info.value.name, str(info.value)
+
+    assert message(RUN_NAME="a b") == ("RUN_NAME", "RUN_NAME='a b' is not valid: letters, digits, '-' and '_' only, "
+                                                   "at most 64 characters")
+    assert message(CHECKPOINT_EVERY="3", STEPS_PER_EXECUTION="2") == (
+        "CHECKPOINT_EVERY", "CHECKPOINT_EVERY=3 is not valid: must be a multiple of STEPS_PER_EXECUTION (2) so a "
+                            "checkpoint falls on a step boundary")
+    assert message(VAL_SPLIT="0", DATASET=f"images:{images}")[1] == (
+        "VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy is never measured: set "
+        "VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss")
+    assert message(IMAGE_SIZE="9", DATASET=f"images:{images}", MODEL="cnn")[0] == "IMAGE_SIZE"
+    assert load_settings({}, env_file=None, environ={"IMAGE_SIZE": "10", "DATASET": f"images:{images}"}).image_size == 10
+
+
+def test_a_named_env_file_must_exist_but_the_default_may_not(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, env_file=tmp_path / "my.env", environ={})
+    assert info.value.name == "ENV_FILE" and str(info.value) == (
+        f"ENV_FILE='{tmp_path / 'my.env'}' is not valid: file does not exist; create it from .env.example")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EPOCHS", "7")
+    assert load_settings({}).epochs == 7  # no ./.env: fine; the process environment is read by default
+    (tmp_path / ".env").write_text("EPOCHS=5\n")
+    monkeypatch.delenv("EPOCHS")
+    assert load_settings({}).epochs == 5  # ./.env is the default file
