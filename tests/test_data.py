@@ -264,3 +264,8 @@ def test_no_buffer_or_a_buffer_of_the_whole_set_is_the_same_true_shuffle():
     np.testing.assert_array_equal(data.epoch_order(600, seed=3, epoch=1, buffer=600), true_shuffle)
     np.testing.assert_array_equal(data.epoch_order(600, seed=3, epoch=1, buffer=10_000), true_shuffle)
     assert not np.array_equal(true_shuffle, np.arange(600))
+
+
+def test_a_shuffle_buffer_draws_anywhere_in_its_window():
+    firsts = {int(data.epoch_order(600, seed=s, epoch=0, buffer=50)[0]) for s in range(30)}
+    assert len(firsts) > 10 and max(firsts) < 50  # uniform over the first 50, not always the same slot
