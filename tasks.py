@@ -278,11 +278,15 @@ def _mutmut(c: Context) -> str:
 })
 def mutate(c, modules="", workers=1, results=False):
     """Mutation testing of train/ with the fast tests ([tool.mutmut] in pyproject.toml); not in CI."""
+    wanted = [m.strip() for m in modules.split(",") if m.strip()]
+    unknown = [m for m in wanted if not (ROOT / "train" / f"{m}.py").is_file()]
+    if unknown:
+        raise Exit(f"--modules {modules!r}: no train/{unknown[0]}.py; give module names such as rundir,checkpoints")
     mutmut = _mutmut(c)
     if results:
         c.run(f"{mutmut} results", echo=True, pty=True)
         return
-    names = " ".join(shlex.quote(f"train.{m.strip()}.*") for m in modules.split(",") if m.strip())
+    names = " ".join(shlex.quote(f"train.{m}.*") for m in wanted)
     c.run(f"{mutmut} run --max-children {int(workers)} {names}".rstrip(), echo=True, pty=True)
 
 

@@ -253,6 +253,9 @@ def test_every_task_argument_has_help():
 
 
 def test_mutate_installs_mutmut_into_its_own_venv_once_then_runs_the_modules(tmp_path):
+    (tmp_path / "train").mkdir()
+    for name in ("rundir", "checkpoints"):
+        (tmp_path / "train" / f"{name}.py").write_text("")
     c = ctx()
     tasks.mutate(c, modules="rundir, checkpoints")
     venv = tmp_path / ".venv-mutmut"
@@ -279,3 +282,12 @@ def test_reproduce_runs_the_package_command_with_its_flags():
         f"{tasks.PY} -m train reproduce 20240101-000000-ab12 --local",
         f"{tasks.PY} -m train reproduce latest --local --allow-dirty --epochs 1",
     ]
+
+
+def test_mutate_refuses_an_unknown_module_before_installing_anything(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "rundir.py").write_text("")
+    c = ctx()
+    with pytest.raises(Exit, match=r"--modules 'rundir,nope': no train/nope.py; give module names"):
+        tasks.mutate(c, modules="rundir,nope")
+    assert commands(c) == [] and not (tmp_path / ".venv-mutmut").exists()
