@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent
 IMAGE = os.environ.get("IMAGE", "tf-train-template")
 LOCKS = {"cpu": "requirements.lock", "gpu": "requirements-gpu.lock"}
 CPU_COMPOSE = "-f docker-compose.yml -f docker-compose.cpu.yml"
+MULTIWORKER_COMPOSE = "-f docker-compose.multiworker.yml"
+MULTIWORKER_SERVICES = 2  # worker0 and worker1 in docker-compose.multiworker.yml
 TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
 PY = shlex.quote(sys.executable)  # the interpreter invoke runs in: the project's venv
 
@@ -135,10 +137,15 @@ def gpu_check(c, local=False, cpu=False):
     "detach": "return at once and keep training in the background (follow with `invoke logs -f`)",
     "cpu": "use the CPU image and no GPU reservation (docker-compose.cpu.yml)",
     "args": "extra arguments for `python -m train fit`, e.g. \"--epochs 5 --model cnn_bn\"",
+    "workers": "train with N worker processes on this host (MultiWorkerMirroredStrategy; with --local any N, "
+               "else the 2 services of docker-compose.multiworker.yml)",
 })
-def train(c, local=False, detach=False, cpu=False, args=""):
+def train(c, local=False, detach=False, cpu=False, args="", workers=1):
     """Train with the settings from .env (+ --args); in the container with the GPU and the volumes."""
     _volumes()
+    if workers > 1:
+        _train_workers(c, workers, local, detach, args)
+        return
     if local:
         cmd = f"{PY} -m train fit {args}".rstrip()
         if detach:  # the guide's `nohup ... &`: survives the terminal; the run's own log is train.log
@@ -157,6 +164,41 @@ def train(c, local=False, detach=False, cpu=False, args=""):
     c.run(f"{extra}{_compose(c, cpu)} up {mode} train", echo=True, pty=not detach)
     if detach:
         print("training in the background; follow it with: invoke logs -f; stop (and save) with: docker compose stop")
+
+
+def free_ports(n: int) -> list[int]:
+    """n TCP ports free on 127.0.0.1 right now (the workers bind them a moment later)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _train_workers(c: Context, n: int, local: bool, detach: bool, args: str) -> None:
+    """Several workers on this host: local processes, or the multi-worker compose file."""
+    if detach:
+        raise Exit("--workers and --detach: start the workers in the foreground (Ctrl-C stops and saves them all)")
+    if local:
+        addresses = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
+        fit = f"{PY} -m train fit {args}".rstrip()
+        # Workers 1..n-1 in the background (their lines carry "[worker i]"), the chief in the
+        # foreground; the exit code is the chief's. A stop asked of any worker stops them all.
+        others = " ".join(f"WORKERS={addresses} WORKER_INDEX={i} {fit} &" for i in range(1, n))
+        c.run(f"{others} WORKERS={addresses} WORKER_INDEX=0 {fit}; rc=$?; wait; exit $rc", echo=True, pty=True)
+        return
+    if n != MULTIWORKER_SERVICES:
+        raise Exit(f"docker-compose.multiworker.yml defines {MULTIWORKER_SERVICES} workers, not {n}: use --local for "
+                   "another count, or add services to the file (its header says how)")
+    _require_docker(c)
+    extra = f"TRAIN_ARGS={shlex.quote(args)} " if args else ""
+    ids = f"HOST_UID={os.getuid()} HOST_GID={os.getgid()}"
+    c.run(f"{extra}{ids} docker compose {MULTIWORKER_COMPOSE} up --exit-code-from worker0", echo=True, pty=True)
 
 
 @task(help={

@@ -1,4 +1,5 @@
-"""loop: the pure decisions of the epoch loop (monitor mode, improvement, divergence, OOM), and the loop
+"""loop: the pure decisions of the epoch loop (monitor mode, improvement, divergence, OOM, AUTO_BATCH position,
+steps per compiled call, progress mode, the typed state), and the loop
 itself on a one-layer model and a few hundred generated examples (about a second per test): a stop
 saves the step reached, a resumed epoch starts at its saved step, the best weights are the best epoch's.
 
@@ -7,6 +8,7 @@ Training itself is covered end to end by test_fit.py and test_reliability.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 from pathlib import Path
@@ -15,7 +17,8 @@ import numpy as np
 import pytest
 
 from train.errors import DivergedError, OutOfMemoryError
-from train.loop import EpochLoop, _improved, _monitor_mode, step_at_batch_size
+from train.loop import (EpochLoop, LoopState, _improved, _monitor_mode, position_after_halving, progress_verbose,
+                        step_at_batch_size, steps_until)
 
 
 def _settings(**kw):
@@ -40,7 +43,8 @@ def test_improved():
 
 def _loop(**settings):
     return types.SimpleNamespace(s=_settings(**settings), run_dir=Path("/runs/r1"),
-                                 state={"batch_size": 64, "epoch": 1, "step": 3})
+                                 setup=types.SimpleNamespace(workers=1),
+                                 state=LoopState(batch_size=64, epoch=1, step=3))
 
 
 @pytest.mark.parametrize("key", ["loss", "val_loss"])
@@ -58,10 +62,10 @@ def test_finite_losses_pass():
 @pytest.mark.parametrize("auto_batch, state", [(False, {}), (True, {"batch_halvings": 3}), (True, {"batch_size": 1})])
 def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, state):
     loop = _loop(auto_batch=auto_batch)
-    loop.state.update(state)
+    loop.state = dataclasses.replace(loop.state, **state)
     with pytest.raises(OutOfMemoryError) as info:
         EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
-    assert f"batch size {loop.state['batch_size']}" in str(info.value) and "BATCH_SIZE" in str(info.value)
+    assert f"batch size {loop.state.batch_size}" in str(info.value) and "BATCH_SIZE" in str(info.value)
 
 
 @pytest.mark.parametrize("step, saved_batch, new_batch, expected", [
@@ -82,12 +86,13 @@ def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch):
     monkeypatch.setattr(checkpoints, "load_latest", lambda d: types.SimpleNamespace(meta=dict(saved), path=d))
     monkeypatch.setattr(checkpoints, "restore", lambda model, loaded: restored.append(loaded.path))
     loop = _loop(auto_batch=True)
-    loop.state.update(step=5, global_step=15)  # the failing step: not saved, so redone
+    loop.state = dataclasses.replace(loop.state, step=5, global_step=15)  # the failing step: not saved, so redone
     loop.model, continued = object(), []
-    loop._train_epoch = lambda epoch: continued.append((epoch, dict(loop.state))) or ({}, 0.0, 0)
+    loop._train_epoch = lambda epoch: continued.append((epoch, loop.state.to_dict())) or ({}, 0.0, 0)
     EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
     assert restored == [Path("/runs/r1/checkpoints")]
-    assert continued == [(1, dict(saved, batch_size=32, step=6, batch_halvings=1))]
+    assert continued == [(1, dict(saved, batch_size=32, step=6, batch_halvings=1, workers=1, patience_reference=None,
+                                  patience_wait=0))]
 
 
 # --- the loop on a tiny model ----------------------------------------------------------------------
@@ -120,9 +125,8 @@ def real_loop(tmp_path):
         s = s0.replace(**changes)
         run_dir = resume_from or create_run_dir(s0.runs_dir)
         loaded = checkpoints.load_latest(run_dir / "checkpoints") if resume_from else None
-        state = dict(loaded.meta) if loaded else {"epoch": 0, "step": 0, "global_step": 0, "best": None,
-                                                  "batch_size": s.batch_size, "batch_halvings": 0}
-        loop = EpochLoop(s, run_dir, spec, types.SimpleNamespace(strategy=None, replicas=1), state, epochs,
+        state = LoopState.from_meta(loaded.meta, s.batch_size) if loaded else LoopState(batch_size=s.batch_size)
+        loop = EpochLoop(s, run_dir, spec, types.SimpleNamespace(strategy=None, replicas=1, workers=1), state, epochs,
                          time.monotonic())
         loop.build_model(_tiny_models())
         if loaded:  # as train() does: restore a state, or save the initial one
@@ -136,7 +140,7 @@ def real_loop(tmp_path):
 
 
 def _stop_after_steps(loop, steps):
-    """Request a stop at the end of training step `steps` (the loop also checks once before each epoch)."""
+    """Request a stop at the end of training step `steps` (the loop checks before each compiled call)."""
     calls, check = {"n": 0}, loop.stop.check
 
     def counting_check():
@@ -161,12 +165,18 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
     assert stopped.status == "interrupted"
     assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 2, 2)
 
-    starts, original = [], data.train_dataset
-    monkeypatch.setattr(data, "train_dataset", lambda *a, **kw: starts.append(kw.get("start_step")) or original(*a, **kw))
+    starts, original = [], data.replica_dataset
+
+    def recording(spec, s, which, epoch, batch, start=0, **kw):
+        if which == "train":
+            starts.append(start)
+        return original(spec, s, which, epoch, batch, start, **kw)
+
+    monkeypatch.setattr(data, "replica_dataset", recording)
     resumed = real_loop(resume_from=loop.run_dir)
     result = resumed.run()
     assert result.status == "completed" and starts == [2]
-    assert (resumed.state["epoch"], resumed.state["step"], resumed.state["global_step"]) == (1, 0, 6)
+    assert (resumed.state.epoch, resumed.state.step, resumed.state.global_step) == (1, 0, 6)
     assert int(resumed.model.optimizer.iterations.numpy()) == 6
     # Compared with a tolerance (no op determinism in this process; bit identity is test_fit's job):
     # one Adam step more or less moves the weights by about LEARNING_RATE, round-off by far less.
@@ -178,11 +188,11 @@ def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
     loop = real_loop(epochs=4)
     scores, weights = iter([0.5, 0.7, 0.6, 0.7]), []
 
-    def evaluate(ds, **kw):  # a fixed sequence of val_accuracy; remembers each epoch's weights
+    def validate():  # a fixed sequence of val_accuracy; remembers each epoch's weights
         weights.append(loop.model.get_weights())
-        return {"loss": 1.0, "accuracy": next(scores)}
+        return {"val_loss": 1.0, "val_accuracy": next(scores)}
 
-    loop.model.evaluate = evaluate
+    loop._validate = validate
     result = loop.run()
     assert result.best == 0.7 and [r["val_accuracy"] for r in result.history] == [0.5, 0.7, 0.6, 0.7]
     best = _tiny_models().build_model("", loop.spec.input_shape, loop.spec.num_classes)
@@ -190,3 +200,43 @@ def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
     for saved, epoch_2, epoch_4 in zip(best.get_weights(), weights[1], weights[3]):
         np.testing.assert_array_equal(saved, epoch_2)  # the first 0.7: a tie is no improvement
         assert not np.array_equal(saved, epoch_4)
+
+
+def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
+    loop = _loop(auto_batch=True)
+    loop.setup.workers = 2
+    with pytest.raises(OutOfMemoryError):
+        EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
+
+
+@pytest.mark.parametrize("saved, old, expected_step", [
+    (LoopState(step=5, batch_size=32), 32, 10),  # 160 examples in, batches of 16
+    (LoopState(step=5, batch_size=16), 16, 10),  # a second halving counts in the saved state's own batches
+    (LoopState(step=3, batch_size=0), 32, 6),  # an old header without batch_size: the batch in use
+    (LoopState(step=7, batch_size=9), 9, 15),  # odd batch: whole batches of the new size, never past the position
+])
+def test_auto_batch_position_carries_over_in_examples(saved, old, expected_step):
+    got = position_after_halving(saved, old, halvings=2)
+    assert got.batch_size == old // 2 and got.step == expected_step and got.batch_halvings == 2
+    assert got.step * got.batch_size <= saved.step * (saved.batch_size or old)
+
+
+@pytest.mark.parametrize("left, per_exec, global_step, every, expected", [
+    (100, 1, 0, 4, 1), (100, 8, 0, 0, 8), (3, 8, 0, 0, 3),  # never past the epoch's end
+    (100, 8, 6, 4, 2),  # stops on the next checkpoint boundary (global step 8)
+    (100, 4, 24, 8, 4),
+])
+def test_steps_per_call(left, per_exec, global_step, every, expected):
+    assert steps_until(left, per_exec, global_step, every) == expected
+
+
+def test_progress_bar_on_a_terminal_one_line_otherwise():
+    assert progress_verbose("auto", True) == 1 and progress_verbose("auto", False) == 0
+    assert progress_verbose("bar", False) == 1 and progress_verbose("line", True) == 0
+
+
+def test_state_from_a_checkpoint_header_keeps_known_keys_only():
+    meta = {"epoch": 2, "step": 4, "global_step": 28, "best": 0.5, "batch_halvings": 0, "model_variables": [[1]]}
+    state = LoopState.from_meta(meta, default_batch=32)
+    assert state == LoopState(epoch=2, step=4, global_step=28, best=0.5, batch_size=32)
+    assert "model_variables" not in state.to_dict()

@@ -291,3 +291,39 @@ def test_mutate_refuses_an_unknown_module_before_installing_anything(tmp_path):
     with pytest.raises(Exit, match=r"--modules 'rundir,nope': no train/nope.py; give module names"):
         tasks.mutate(c, modules="rundir,nope")
     assert commands(c) == [] and not (tmp_path / ".venv-mutmut").exists()
+
+
+def test_train_with_workers_local_starts_one_cluster_chief_in_the_foreground(monkeypatch):
+    monkeypatch.setattr(tasks, "free_ports", lambda n: [5000 + i for i in range(n)])
+    c = ctx()
+    tasks.train(c, local=True, workers=3, args="--smoke")
+    (cmd,) = echoed(c)
+    cluster = "WORKERS=127.0.0.1:5000,127.0.0.1:5001,127.0.0.1:5002"
+    fit = f"{tasks.PY} -m train fit --smoke"
+    assert cmd == (f"{cluster} WORKER_INDEX=1 {fit} & {cluster} WORKER_INDEX=2 {fit} & "
+                   f"{cluster} WORKER_INDEX=0 {fit}; rc=$?; wait; exit $rc")
+
+
+def test_free_ports_are_distinct_and_bindable():
+    import socket
+
+    ports = tasks.free_ports(3)
+    assert len(set(ports)) == 3
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+
+
+def test_train_with_two_workers_in_containers_uses_the_multiworker_compose_file():
+    c = ctx()
+    tasks.train(c, workers=2, args="--epochs 1")
+    assert echoed(c)[-1] == ("TRAIN_ARGS='--epochs 1' HOST_UID=1234 HOST_GID=567 docker compose "
+                             "-f docker-compose.multiworker.yml up --exit-code-from worker0")
+
+
+@pytest.mark.parametrize("kw, words", [({"workers": 3}, "defines 2 workers"),
+                                       ({"workers": 2, "detach": True}, "--detach")])
+def test_train_with_workers_refuses_what_it_cannot_do(kw, words):
+    with pytest.raises(Exit) as info:
+        tasks.train(ctx(), **kw)
+    assert words in str(info.value)

@@ -83,6 +83,9 @@ class Settings:
     report: str = _f("full", "report.html: full (at the end also the validation set: confusion matrix, most wrong images) | quick (curves and summary only) | off", choices=REPORT_MODES)
     progress: str = _f("auto", "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise", choices=PROGRESS_MODES)
     debug: bool = _f(False, "show Python tracebacks for expected errors")
+    # --- several machines (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it) ---
+    workers: str = _f("", "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process")
+    worker_index: int = _f(-1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000)
 
     # --- derived, read-only views ---
     @property
@@ -100,6 +103,7 @@ class Settings:
 RESUME_FREE = {
     "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
     "checkpoint_every", "memory_growth", "auto_batch", "resume", "patience", "min_delta", "report",
+    "workers", "worker_index",
 }
 
 
@@ -251,7 +255,19 @@ def load_settings(
     if check_model and settings.model not in BUILTIN_MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
         check_model_spec(settings.model)
+    check_cluster(settings, environ)
     return settings
+
+
+def check_cluster(settings: Settings, environ: Mapping[str, str]):
+    """The cluster (TF_CONFIG or WORKERS/WORKER_INDEX), checked before TensorFlow is imported."""
+    from .cluster import read_cluster
+
+    cluster = read_cluster(settings.workers, settings.worker_index, environ)
+    if settings.batch_size % cluster.size:
+        raise ConfigError("BATCH_SIZE", settings.batch_size,
+                          f"the global batch is split across {cluster.size} workers: use a multiple of {cluster.size}")
+    return cluster
 
 
 def debug_requested(env_file: str | os.PathLike | None = ".env", environ: Mapping[str, str] | None = None) -> bool:

@@ -118,6 +118,79 @@ def val_dataset(spec: DataSpec, settings, batch_size: int):
     return _pipeline(spec, "val", np.arange(spec.n_val), batch_size)
 
 
+def replica_dataset(spec: DataSpec, settings, which: str, epoch: int, batch_size: int, start_step: int = 0,
+                    replicas: int = 1, first_replica: int = 0, local_replicas: int = 1):
+    """This process's share of the global batches, for `strategy.distribute_datasets_from_function`.
+
+    Elements are (images, labels, global_count), one per local replica per step, in replica order:
+    global batch k (the same batches as `train_dataset` / `val_dataset`, a pure function of
+    (SEED, epoch)) is cut into `replicas` contiguous slices (sizes differ by at most one, the last
+    batch may leave a replica an empty slice) and this process keeps slices first_replica ..
+    first_replica + local_replicas - 1. `global_count` is the size of the whole global batch, so a
+    replica's loss share is sum / global_count. Auto-sharding is off: the slicing is done here.
+    """
+    import tensorflow as tf
+
+    if which == "train":
+        order = epoch_order(spec.n_train, settings.seed, epoch, settings.shuffle_buffer)[start_step * batch_size:]
+    else:
+        order = np.arange(spec.n_val)
+    if replicas == 1:  # one replica: whole batches, the same pipeline as train_dataset
+        ds = _pipeline(spec, which, order, batch_size)
+        ds = ds.map(lambda x, y: (x, y, tf.shape(y)[0]))
+    else:
+        ds = _sliced_pipeline(spec, which, order, batch_size, replicas, first_replica, local_replicas)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)
+
+
+def slice_bounds(batch: int, replicas: int) -> list[int]:
+    """Where each replica's slice of a global batch of `batch` examples starts, plus the end."""
+    sizes = [batch // replicas + (r < batch % replicas) for r in range(replicas)]
+    return [0, *np.cumsum(sizes).tolist()]
+
+
+def _sliced_pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int, replicas: int, first: int,
+                     local: int):
+    import tensorflow as tf
+
+    split = spec._train if which == "train" else spec._val
+    shape = spec.input_shape
+
+    def my_slices(idx):
+        b = tf.shape(idx)[0]
+        sizes = b // replicas + tf.cast(tf.range(replicas) < b % replicas, tf.int32)
+        bounds = tf.concat([[0], tf.cumsum(sizes)], axis=0)
+        ids = tf.data.Dataset.range(first, first + local)
+        return ids.map(lambda r: (idx[bounds[r]:bounds[r + 1]], b))
+
+    index_ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).batch(batch_size).flat_map(my_slices)
+    y_t = tf.convert_to_tensor(split.y)
+    if split.x is None:  # CACHE=none: decode this replica's files only
+        paths = tf.constant(np.asarray(split.files, dtype=object).astype(str))
+
+        def gather(idx):
+            return tf.map_fn(lambda p: images.decode_tensor(tf.io.read_file(p), shape), tf.gather(paths, idx),
+                             fn_output_signature=tf.TensorSpec(shape, tf.uint8))
+    elif isinstance(split.x, np.memmap):
+        x_mm = split.x
+
+        def gather(idx):
+            x = tf.numpy_function(lambda i: x_mm[np.asarray(i)], [idx], tf.uint8, stateful=False)
+            return tf.ensure_shape(x, (None, *shape))
+    else:
+        if which not in spec._tensors:
+            spec._tensors[which] = tf.convert_to_tensor(split.x)
+        x_t = spec._tensors[which]
+
+        def gather(idx):
+            return tf.gather(x_t, idx)
+    ds = index_ds.map(lambda i, b: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i), b),
+                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
 def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
     import tensorflow as tf
 

@@ -34,6 +34,8 @@ class DeviceSetup:
     memory_growth: bool = False
     strategy: tf.distribute.Strategy | None = None
     replicas: int = 1
+    workers: int = 1  # processes in the cluster (MultiWorkerMirroredStrategy when > 1)
+    worker_index: int = 0
 
     def describe(self) -> str:
         where = f"{len(self.gpus)} GPU(s): " + ", ".join(self.gpus) if self.gpus else "CPU"
@@ -59,18 +61,30 @@ def _compute_capability(gpu) -> tuple[int, int] | None:
     return tuple(cc) if cc else None
 
 
-def setup_devices(settings) -> DeviceSetup:
-    """Apply memory growth, seeds, determinism and the precision policy; pick a strategy."""
+def setup_devices(settings, cluster=None) -> DeviceSetup:
+    """Apply memory growth, seeds, determinism and the precision policy; pick a strategy.
+
+    With a multi-worker `cluster` (train.cluster.Cluster) this joins it: it returns once every
+    worker has started."""
     gpus = tf.config.list_physical_devices("GPU")
     if settings.memory_growth:
         _enable_memory_growth(gpus)
+    multi = None
+    if cluster is not None and cluster.multi:
+        multi = _join_cluster(cluster)  # before any other op: the runtime starts with the cluster in it
     keras.utils.set_random_seed(settings.seed)
     if settings.deterministic:
         tf.config.experimental.enable_op_determinism()
     ccs = [cc for cc in (_compute_capability(g) for g in gpus) if cc]
     policy, reason = choose_precision(settings.precision, ccs, cpu_flags())
     keras.mixed_precision.set_global_policy(policy)
-    strategy = tf.distribute.MirroredStrategy() if len(gpus) > 1 else None
+    strategy = multi or (tf.distribute.MirroredStrategy() if len(gpus) > 1 else None)
+    replicas = strategy.num_replicas_in_sync if strategy else 1
+    if settings.batch_size % replicas:
+        from .errors import ConfigError
+
+        raise ConfigError("BATCH_SIZE", settings.batch_size,
+                          f"the global batch is split across {replicas} replicas: use a multiple of {replicas}")
     names = []
     for g in gpus:
         try:
@@ -84,5 +98,40 @@ def setup_devices(settings) -> DeviceSetup:
         compute_capabilities=ccs,
         memory_growth=bool(gpus) and settings.memory_growth,
         strategy=strategy,
-        replicas=strategy.num_replicas_in_sync if strategy else 1,
+        replicas=replicas,
+        workers=cluster.size if cluster is not None else 1,
+        worker_index=cluster.index if cluster is not None else 0,
     )
+
+
+# A dead worker (SIGKILL, lost host) is noticed by the coordination service's heartbeat; a live one
+# that stops answering by the collective timeout. Both are errors on the survivors, never a hang.
+HEARTBEAT_SECONDS = 30
+COLLECTIVE_TIMEOUT_SECONDS = 600  # generous: a chief writing a large checkpoint keeps the others waiting
+
+
+def _join_cluster(cluster):
+    """MultiWorkerMirroredStrategy for `cluster`, with bounded failure detection."""
+    import os
+
+    from tensorflow.python.eager import context  # no public API sets the heartbeat timeout
+
+    # TensorFlow's cluster resolver reads TF_CONFIG; WORKERS/WORKER_INDEX are turned into one.
+    os.environ["TF_CONFIG"] = cluster.tf_config() if cluster.source == "WORKERS" else os.environ["TF_CONFIG"]
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+
+    jobs = [coordination_config_pb2.CoordinatedJob(name="worker", num_tasks=len(cluster.workers))]
+    if cluster.source == "TF_CONFIG":
+        import json
+
+        spec = json.loads(os.environ["TF_CONFIG"])["cluster"]
+        jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(spec[job]))
+                for job in ("chief", "worker") if spec.get(job)]
+    leader = "/job:chief/replica:0/task:0" if jobs[0].name == "chief" else "/job:worker/replica:0/task:0"
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=leader, coordinated_jobs=jobs,
+        heartbeat_timeout_in_ms=HEARTBEAT_SECONDS * 1000)
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_SECONDS)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    log.info("%s: %d replica(s) in sync", cluster.describe(), strategy.num_replicas_in_sync)
+    return strategy

@@ -136,6 +136,13 @@ class ReproduceMismatch(TemplateError):
     kind = "reproduce"
 
 
+class WorkerLostError(TemplateError):
+    """Training with several workers: another worker died, its host was lost or it stopped answering."""
+
+    exit_code = 11
+    kind = "cluster"
+
+
 class Interrupted(TemplateError):
     """SIGTERM/SIGINT or MAX_MINUTES: the run saved a resumable state and stopped early.
 
@@ -159,5 +166,6 @@ EXIT_CODES = {
     8: "export failed or the exported model disagrees with the trained one",
     9: "reproduce: the run cannot be reproduced (commit, dirty tree, lock, data or its rerun failed)",
     10: "reproduce: the rerun does not match the original",
+    11: "several workers: another worker died or stopped answering; restart all of them with RESUME=auto",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
 }

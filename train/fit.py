@@ -6,20 +6,28 @@ state); `loop.EpochLoop` then runs the epochs and the export.
 A resume is checked in full before the run's record changes: settings and checkpoints
 (resume.plan_run), then the data and the restored state. Only then are config.json and a new
 segment of manifest.json written, so a refused or failed resume leaves the record as it was.
+
+With several workers (TF_CONFIG or WORKERS) every worker first joins the cluster; the chief
+(worker 0) alone plans, locks and writes the run directory and reads its checkpoint, and sends the
+run id, the loop state and the restored variables to the others through the strategy (train.sync).
+The other workers write nothing under RUNS_DIR and log to stdout, prefixed with their index.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import re
+import signal
 import time
 from pathlib import Path
 
-from .config import Settings
-from .errors import StorageError
+from .config import Settings, check_cluster
+from .errors import StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
-from .loop import EpochLoop, Result
-from .manifest import close_segment, new_segment, open_segment, record_data, start_manifest
+from .loop import EpochLoop, LoopState, Result
+from .manifest import close_segment, new_segment, open_segment, record_data, start_manifest, update_manifest
 from .resume import RunPlan, check_data, plan_run
 from .rundir import clean_stale_temp, write_text
 from .stopping import StopFlag
@@ -35,16 +43,32 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
     # manifest and exit 75, never with the default action's silent death.
     stop = StopFlag(settings.max_minutes)
     with stop.installed():
+        cluster = check_cluster(settings, os.environ)
+        setup = None
+        if cluster.multi:
+            from . import devices
+
+            setup_logging(None, prefix=f"[worker {cluster.index}] ")
+            setup = devices.setup_devices(settings, cluster)  # joins the cluster: waits for every worker
+            _route_signals_again()
+            if not cluster.is_chief:
+                with _cluster_errors(setup):
+                    return _worker(settings, setup, stop)
         plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
         try:
-            return _train(plan, force, stop)
+            return _train(plan, force, stop, setup)
         finally:
             plan.release()
 
 
-def _train(plan: RunPlan, force: bool, stop: StopFlag) -> Result:
+def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
-    setup_logging(run_dir / "train.log")
+    setup_logging(run_dir / "train.log", prefix="[worker 0] " if setup is not None else "")
+    if setup is not None:
+        from . import sync
+
+        with _cluster_errors(setup):
+            sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
     removed = clean_stale_temp(run_dir)
     log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", run_dir)
     for p in removed:
@@ -57,12 +81,14 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag) -> Result:
         if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
             start_manifest(manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke))
             opened["segment"] = True
-        result = _run(plan, force, manifest_path, stop, opened)
+        with _cluster_errors(setup):
+            result = _run(plan, force, manifest_path, stop, opened, setup)
         status = result.status
         return result
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
-        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        # A lost worker leaves the chief's last checkpoint: resumable, so RESUME=auto picks it up.
+        status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError)) else "failed"
         raise
     finally:
         if opened["segment"]:
@@ -93,38 +119,51 @@ def _close(run_dir: Path, manifest_path: Path, settings: Settings, status: str, 
         log.error("could not update the manifest: %s", exc)
 
 
-def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened: dict) -> Result:
+def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened: dict, setup=None) -> Result:
     settings, run_dir = plan.settings, plan.run_dir
-    if stop.check():
+    several = setup is not None  # joined a cluster: its workers stop together, in the loop
+    if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)
     from . import checkpoints, data, devices, models
 
-    setup = devices.setup_devices(settings)
+    setup = setup or devices.setup_devices(settings)
     log.info(setup.describe())
-    if stop.check():
+    if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)
     spec = data.load_data(settings)
-    if stop.check():
+    if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)
     check_data(plan, spec.fingerprint, spec.source, force)
     epochs = _epochs(settings)
     ckpt_dir = run_dir / "checkpoints"
     loaded = None if plan.restart else checkpoints.load_latest(ckpt_dir)
-    state = dict(loaded.meta) if loaded else {"epoch": 0, "step": 0, "global_step": 0, "best": None,
-                                               "batch_size": settings.batch_size, "batch_halvings": 0}
+    state = LoopState.from_meta(loaded.meta, settings.batch_size) if loaded else LoopState(batch_size=settings.batch_size)
+    workers = setup.workers if several else 1
+    if several:
+        _send_state(setup, spec, state, loaded is not None)
+    if loaded and state.workers != workers:
+        # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
+        # `distribution` list records the change); only the summation order across replicas differs.
+        log.info("resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
+                 workers, state.workers, state.batch_size)
+    state.workers = workers
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop)
     loop.build_model(models)
-    scope = setup.strategy.scope() if setup.strategy is not None else contextlib.nullcontext()
+    scope = loop.strategy.scope()  # optimizer slots must be created where the model's variables live
     if loaded:
-        with scope:  # optimizer slots must be created where the model's variables live (MirroredStrategy)
+        with scope:
             checkpoints.restore(loop.model, loaded)
-        log.info("resuming at epoch %d, step %d (global step %d)", state["epoch"] + 1, state["step"], state["global_step"])
+            if several:
+                from . import sync
+
+                sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+        log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
     # Everything is checked: from here on the run's record changes.
     if plan.resumed:
         plan.write_config()
-        where = f"{loaded.path.name} (epoch {state['epoch']}, step {state['step']})" if loaded else None
+        where = f"{loaded.path.name} (epoch {state.epoch}, step {state.step})" if loaded else None
         open_segment(manifest_path, plan.manifest, settings,
-                     new_segment(epochs, state["epoch"], where, plan.forced, plan.restart, settings.smoke),
+                     new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
                      last_write=_last_write(ckpt_dir))
         opened["segment"] = True
     labels = "\n".join(spec.class_names) + "\n"
@@ -134,6 +173,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
                 data={"dataset": spec.name, "fingerprint": spec.fingerprint, "source": spec.source,
                       "n_train": spec.n_train, "n_val": spec.n_val, "input_shape": list(spec.input_shape),
                       "class_names": list(spec.class_names)})
+    _record_distribution(manifest_path, setup, state)
     if not loaded:
         with scope:
             # The initial weights as a state: a run killed before its first interval resumes from
@@ -156,3 +196,121 @@ def _last_write(ckpt_dir: Path) -> float | None:
 
     states = list_states(ckpt_dir)
     return states[0].stat().st_mtime if states else None
+
+
+def _route_signals_again() -> None:
+    """Starting MultiWorkerMirroredStrategy replaces the process's SIGTERM handler below Python
+    (TensorFlow's own termination watcher), after which Python's handler never runs and SIGTERM is
+    swallowed. Registering the same handlers again puts the stop flag back in charge."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _cluster_errors(setup):
+    """A collective that fails because another worker is gone becomes one WorkerLostError line."""
+    if setup is None or setup.workers < 2:
+        yield
+        return
+    import tensorflow as tf
+
+    lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+            tf.errors.CancelledError)
+    try:
+        yield
+    except lost as exc:
+        raise WorkerLostError(describe_lost(str(exc), setup.workers)) from None
+
+
+def describe_lost(message: str, workers: int) -> str:
+    """One line from TensorFlow's collective / coordination error text."""
+    at = max(message.find("unhealthy"), message.find("remote target"))
+    tasks = sorted({int(t) for t in re.findall(r"task:(\d+)", message[at:at + 200])}) if at >= 0 else []
+    if "stopped sending heartbeats" in message or "heartbeat" in message.lower():
+        why = "stopped sending heartbeats (killed, host lost or network down)"
+    elif "deadline" in message.lower() or "timed out" in message.lower():
+        why = "did not answer within the collective timeout"
+    else:
+        why = "is unreachable"
+    who = ("worker " + ", ".join(map(str, tasks))) if tasks else "a worker"
+    return (f"{who} of {workers} {why}; training stopped. The chief's last checkpoint is kept: restart every "
+            "worker with RESUME=auto to continue from it")
+
+
+def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
+    """A worker other than the chief: the same steps, with the chief's run id, state and weights."""
+    from . import data, models, sync
+
+    run_id = sync.text_from_chief(setup.strategy, "")
+    log.info("run %s: worker %d of %d; the chief writes the run directory", run_id, setup.worker_index, setup.workers)
+    log.info(setup.describe())
+    spec = data.load_data(settings)
+    state, resumed = _receive_state(setup, spec, settings)
+    _log_distribution(setup, state)
+    loop = EpochLoop(settings, None, spec, setup, state, _epochs(settings), stop.started, stop, chief=False)
+    loop.build_model(models)
+    with loop.strategy.scope():
+        loop.model.optimizer.build(loop.model.trainable_variables)
+        if resumed:
+            sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+            log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+    result = loop.run()
+    log.info("run %s ended: %s", run_id, result.status)
+    return result
+
+
+_STATE_FIELDS = ("epoch", "step", "global_step", "best", "batch_size", "batch_halvings", "workers", "patience_reference",
+                 "patience_wait")
+_FLOAT_FIELDS = ("best", "patience_reference")
+
+
+def _fingerprint_number(spec) -> int:
+    return int(spec.fingerprint[:12], 16)  # 48 bits: exact as float64
+
+
+def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
+    from . import sync
+
+    sync.numbers_from_chief(setup.strategy, [float(resumed), _fingerprint_number(spec),
+                                             *(getattr(state, f) for f in _STATE_FIELDS)])
+
+
+def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
+    from . import sync
+    from .errors import DataError
+
+    got = sync.numbers_from_chief(setup.strategy, [0.0] * (2 + len(_STATE_FIELDS)))
+    if int(got[1]) != _fingerprint_number(spec):
+        raise DataError(f"worker {setup.worker_index} reads other data than the chief ({settings.dataset}: fingerprint "
+                        f"{spec.fingerprint[:12]} here, {int(got[1]):012x} on the chief); give every worker the same data set")
+    values = dict(zip(_STATE_FIELDS, got[2:]))
+    state = LoopState(**{k: (v if k in _FLOAT_FIELDS else int(v)) for k, v in values.items()})
+    state.workers = setup.workers
+    return state, bool(got[0])
+
+
+def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
+    """The manifest says how the run was split; a resume on another worker count is appended."""
+    from .rundir import read_json
+
+    replicas, workers, index = _split(setup)
+    now = {"workers": workers, "worker_index": index, "replicas": replicas,
+           "global_batch": state.batch_size, "per_replica_batch": state.batch_size // replicas,
+           "from_global_step": state.global_step}
+    history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []
+    history = history if isinstance(history, list) else []
+    update_manifest(manifest_path, distribution=[*history, now])
+    _log_distribution(setup, state)
+
+
+def _log_distribution(setup, state: LoopState) -> None:
+    replicas, workers, index = _split(setup)
+    log.info("distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
+             workers, index, replicas, state.batch_size, state.batch_size // replicas)
+
+
+def _split(setup) -> tuple[int, int, int]:
+    """(replicas, workers, this worker's index) of a device set-up."""
+    return getattr(setup, "replicas", 1), getattr(setup, "workers", 1), getattr(setup, "worker_index", 0)

@@ -19,9 +19,11 @@ METRIC_COLUMNS = [
 ]
 
 
-def setup_logging(log_file: Path | None) -> None:
-    """One format for the console and train.log; replaces handlers from an earlier run in-process."""
-    fmt = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S")
+def setup_logging(log_file: Path | None, prefix: str = "") -> None:
+    """One format for the console and train.log; replaces handlers from an earlier run in-process.
+
+    `prefix` tells workers apart when several processes train together ("[worker 1] ")."""
+    fmt = logging.Formatter(f"%(asctime)s {prefix}%(message)s", "%Y-%m-%d %H:%M:%S")
     for h in list(log.handlers):
         log.removeHandler(h)
         h.close()

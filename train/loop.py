@@ -1,14 +1,19 @@
-"""The epoch loop: one `model.fit` call per epoch, resumable at any saved step.
+"""The epoch loop: the project's own compiled steps (train.steps), resumable at any saved step.
 
 It owns the model, the datasets, metrics.csv, TensorBoard, the best weights, the resumable states
 and the stop flag. Each epoch's data order is a pure function of (SEED, epoch), so re-entering an
-epoch at a saved step sees exactly the batches an uninterrupted run would.
+epoch at a saved step sees exactly the batches an uninterrupted run would. The same code runs with
+no strategy, MirroredStrategy and MultiWorkerMirroredStrategy; with several processes only the
+chief (`chief=True`) writes anything, and a stop asked of any process stops all of them at the
+same step (the stop vote travels with each step's all-reduce).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +31,35 @@ MAX_BATCH_HALVINGS = 3
 
 
 @dataclass
+class LoopState:
+    """Where training stands; saved in every checkpoint's header. `batch_size` is the one source
+    of the global batch size in use (AUTO_BATCH may have halved BATCH_SIZE)."""
+
+    epoch: int = 0  # epochs completed
+    step: int = 0  # steps done in the current epoch, in batches of `batch_size`
+    global_step: int = 0
+    best: float | None = None
+    batch_size: int = 0
+    batch_halvings: int = 0
+    workers: int = 1  # processes that trained the latest steps (a resume may use another count)
+    patience_reference: float | None = None  # early stopping: the last value that counted as an improvement
+    patience_wait: int = 0  # early stopping: epochs since
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], default_batch: int) -> "LoopState":
+        """From a checkpoint header (which also lists variables): known keys only."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in meta.items() if k in known}
+        values.setdefault("batch_size", default_batch)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
 class Result:
-    run_dir: Path
+    run_dir: Path | None
     status: str  # completed | interrupted | budget
     epochs_completed: int
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -43,6 +75,12 @@ def _monitor_mode(settings: Settings) -> str:
     return "min" if "loss" in settings.monitor else "max"
 
 
+def _improved(value: float | None, best: float | None, mode: str) -> bool:
+    if value is None or not math.isfinite(value):
+        return False
+    return best is None or (value > best if mode == "max" else value < best)
+
+
 def step_at_batch_size(step: int, saved_batch: int, new_batch: int) -> int:
     """Where a state saved at `step` (batches of `saved_batch`) stands in batches of `new_batch`.
 
@@ -51,178 +89,264 @@ def step_at_batch_size(step: int, saved_batch: int, new_batch: int) -> int:
     return step * saved_batch // new_batch
 
 
-def _improved(value: float | None, best: float | None, mode: str) -> bool:
-    if value is None or not math.isfinite(value):
-        return False
-    return best is None or (value > best if mode == "max" else value < best)
+def position_after_halving(saved: LoopState, old_batch: int, halvings: int) -> LoopState:
+    """AUTO_BATCH: the state to continue from with half the batch, from the last saved state
+    (whose step counts batches of its own batch size)."""
+    new_batch = old_batch // 2
+    step = step_at_batch_size(saved.step, saved.batch_size or old_batch, new_batch)
+    return dataclasses.replace(saved, batch_size=new_batch, step=step, batch_halvings=halvings)
+
+
+def steps_until(n_left: int, per_execution: int, global_step: int, every: int) -> int:
+    """Steps for the next compiled call: at most STEPS_PER_EXECUTION, never past the epoch's end,
+    and ending on a CHECKPOINT_EVERY boundary so a checkpoint falls where it is due."""
+    n = min(per_execution, n_left)
+    if every:
+        n = min(n, every - global_step % every)
+    return max(n, 1)
+
+
+def progress_verbose(progress: str, isatty: bool) -> int:
+    """1: the Keras progress bar; 0: one line per epoch."""
+    return {"bar": 1, "line": 0}.get(progress, 1 if isatty else 0)
 
 
 class EpochLoop:
     """The epoch loop and what it owns: model, datasets, metrics, checkpoints, stop flag."""
 
-    def __init__(self, settings, run_dir, spec, setup, state, epochs, started, stop: StopFlag | None = None):
+    def __init__(self, settings, run_dir, spec, setup, state: LoopState, epochs, started,
+                 stop: StopFlag | None = None, chief: bool = True):
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
-        self.epochs, self.started = epochs, started
+        self.epochs, self.started, self.chief = epochs, started, chief
         self.mode = _monitor_mode(settings)
         self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
-        self.metrics = MetricsFile(run_dir / "metrics.csv")
-        self.metrics.truncate_from(state["epoch"] + 1)
-        self.history: list[dict[str, Any]] = [dict(r) for r in self.metrics.rows]
+        self.metrics = MetricsFile(run_dir / "metrics.csv") if chief else None
+        self.history: list[dict[str, Any]] = []
+        if self.metrics:
+            self.metrics.truncate_from(state.epoch + 1)
+            self.history = [dict(r) for r in self.metrics.rows]
         self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
+
+    @property
+    def strategy(self):
+        import tensorflow as tf
+
+        return self.setup.strategy or tf.distribute.get_strategy()
 
     # -- construction -------------------------------------------------------------------------
     def build_model(self, models) -> None:
         import keras
 
-        def make():
+        from .steps import Steps
+
+        with self.strategy.scope():
             model = models.build_model(self.s.model, self.spec.input_shape, self.spec.num_classes)
             lr: Any = self.s.learning_rate
             if self.s.lr_schedule == "cosine":
                 from .data import steps_per_epoch
 
-                total = self.epochs * steps_per_epoch(self.spec, self.state["batch_size"])
+                total = self.epochs * steps_per_epoch(self.spec, self.state.batch_size)
                 lr = keras.optimizers.schedules.CosineDecay(self.s.learning_rate, decay_steps=max(total, 1))
+            # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
+            # mixed_float16), the loss and the metrics for export; training runs train.steps.
             model.compile(optimizer=keras.optimizers.Adam(lr), loss="sparse_categorical_crossentropy",
-                          metrics=["accuracy"], jit_compile=self.s.jit_compile,
-                          steps_per_execution=self.s.steps_per_execution)
-            return model
+                          metrics=["accuracy"])
+        self.model = model
+        self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile)
+        replicas = self.strategy.num_replicas_in_sync
+        log.info("model: %s, %d parameters, global batch %d%s", self.s.model, model.count_params(),
+                 self.state.batch_size,
+                 f" ({self.state.batch_size // replicas} per replica x {replicas})" if replicas > 1 else "")
 
-        if self.setup.strategy is not None:
-            with self.setup.strategy.scope():
-                self.model = make()
-        else:
-            self.model = make()
-        log.info("model: %s, %d parameters, global batch %d%s", self.s.model, self.model.count_params(),
-                 self.state["batch_size"],
-                 f" ({self.state['batch_size'] // self.setup.replicas} per replica x {self.setup.replicas})"
-                 if self.setup.replicas > 1 else "")
+    # -- data ---------------------------------------------------------------------------------
+    def _distributed(self, which: str, epoch: int, batch: int, start: int = 0):
+        from .data import replica_dataset
+
+        strategy, replicas = self.strategy, self.strategy.num_replicas_in_sync
+
+        def per_process(ctx):
+            local = replicas // ctx.num_input_pipelines
+            return replica_dataset(self.spec, self.s, which, epoch, batch, start, replicas=replicas,
+                                   first_replica=ctx.input_pipeline_id * local, local_replicas=local)
+
+        return strategy.distribute_datasets_from_function(per_process)
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> Result:
         from . import checkpoints
-        from .data import val_dataset
 
-        tb = TensorBoardWriter(self.run_dir / "tensorboard")
-        val_ds = val_dataset(self.spec, self.s, self.state["batch_size"])
+        tb = TensorBoardWriter(self.run_dir / "tensorboard") if self.chief else None
         status, ended = "completed", f"all {self.epochs} epochs trained"
         try:
             with self.stop.installed():
-                while self.state["epoch"] < self.epochs:
-                    epoch = self.state["epoch"]
-                    if self.patience.exhausted(self.state):  # also right after a resume: the count was saved
-                        ended = self.patience.reason(self.state)
+                while self.state.epoch < self.epochs:
+                    epoch = self.state.epoch
+                    # Also right after a resume: the count was saved. Every worker sees the same
+                    # (all-reduced) metrics, so all of them stop at the same epoch.
+                    if self.patience.exhausted(self.state.to_dict()):
+                        ended = self.patience.reason(self.state.to_dict())
                         log.info("%s", ended)
                         break
-                    # A signal during validation or set-up stops here, before another step runs.
-                    logs, seconds, steps_run = ({}, 0.0, 0) if self.stop.check() else self._train_epoch(epoch)
+                    logs, seconds, steps_run = self._train_epoch(epoch)
                     if self.stop.reason:
                         status, ended = self.stop.status, f"stopped ({self.stop.reason}): resumable"
                         self._save("stop requested: " + self.stop.reason)
-                        log.info("saved a resumable state at epoch %d step %d; continue with --resume %s",
-                                 epoch + 1, self.state["step"], self.run_dir.name)
+                        where = f"continue with --resume {self.run_dir.name}" if self.chief else "the chief saved it"
+                        log.info("saved a resumable state at epoch %d step %d; %s", epoch + 1, self.state.step, where)
                         break
-                    val = self.model.evaluate(val_ds, verbose=0, return_dict=True)
-                    logs.update({f"val_{k}": float(v) for k, v in val.items()})
+                    logs.update(self._validate())
                     self._check_finite(logs, epoch)
                     self._end_epoch(epoch, logs, seconds, steps_run, tb)
         finally:
-            tb.close()
-        record_ending(self.run_dir / "manifest.json", ended)
+            if tb:
+                tb.close()
+        if self.chief:
+            record_ending(self.run_dir / "manifest.json", ended)
         final_sha = checkpoints.weights_sha256(self.model)
-        result = Result(self.run_dir, status, self.state["epoch"], self.history, self.state.get("best"),
-                        final_sha, None, self.model)
-        if status == "completed":
+        result = Result(self.run_dir, status, self.state.epoch, self.history, self.state.best, final_sha, None,
+                        self.model)
+        if status == "completed" and self.chief:
             result = self._finish(result)
+        if getattr(self.setup, "workers", 1) > 1:
+            from . import sync
+
+            # The others wait here for the chief's final weights and export, so no worker leaves
+            # while the chief still counts on it (the coordination service would report it lost).
+            sync.from_chief(self.strategy, [0.0])
         return result
 
     def _train_epoch(self, epoch: int) -> tuple[dict[str, float], float, int]:
-        """Fit the rest of one epoch from the saved step; returns (train logs, seconds, steps run)."""
-        from .data import steps_per_epoch, train_dataset
+        """Train the rest of one epoch from the saved step; returns (train logs, seconds, steps run)."""
+        from .data import steps_per_epoch
 
-        batch = self.state["batch_size"]
+        batch = self.state.batch_size
         total = steps_per_epoch(self.spec, batch)
-        start = self.state["step"]
+        start = self.state.step
         if start >= total:  # saved at the very last step: only validation is left
             return {}, 0.0, 0
-        ds = train_dataset(self.spec, self.s, epoch=epoch, batch_size=batch, start_step=start)
-        saver = _step_saver(self, start, total)
+        ds = self._distributed("train", epoch, batch, start)
+        saver = StepSaver(self, start, total)
         log.info("epoch %d/%d%s", epoch + 1, self.epochs, f" (from step {start}/{total})" if start else "")
         t0 = time.perf_counter()
         try:
-            history = self._fit(ds, saver)
+            logs = self._fit(ds, saver)
         except Exception as exc:
             if type(exc).__name__ == "ResourceExhaustedError":
                 return self._out_of_memory(epoch, exc)
             raise
-        seconds = time.perf_counter() - t0
-        logs = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
-        return logs, seconds, saver.steps_run
+        return logs, time.perf_counter() - t0, saver.steps_run
 
-    def _fit(self, ds, saver):
-        verbose = {"bar": 1, "line": 0}.get(self.s.progress, "auto")
-        if verbose == "auto":
-            import sys
+    def _fit(self, ds, saver: "StepSaver") -> dict[str, float]:
+        """Run the compiled train step over `ds` until the epoch ends or a stop is agreed."""
+        import keras
+        import tensorflow as tf
 
-            verbose = 1 if sys.stdout.isatty() else 0
-        return self.model.fit(ds, epochs=1, verbose=verbose, callbacks=[saver], shuffle=False)
+        from .steps import Totals
+
+        verbose = progress_verbose(self.s.progress, sys.stdout.isatty()) if self.chief else 0
+        # The values passed are running means already: stateful, so the bar shows them as they are.
+        bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", "accuracy"]) if verbose else None
+        totals, iterator = Totals(), iter(ds)
+        while self.state.step < saver.total:
+            n = steps_until(saver.total - self.state.step, self.s.steps_per_execution, self.state.global_step,
+                            self.s.checkpoint_every)
+            asked = self.stop.check()
+            if asked and getattr(self.setup, "workers", 1) == 1:
+                break  # no other worker to tell: stop before another step runs
+            out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
+            totals.add(out)
+            stopping = out[3] > 0
+            if stopping and self.stop.reason is None:
+                self.stop.request("another worker was asked to stop")
+            saver.after(n, stopping)
+            if bar:
+                bar.update(self.state.step, list(totals.logs().items()))
+            if stopping:
+                break
+        return totals.logs()
+
+    def _validate(self) -> dict[str, float]:
+        import tensorflow as tf
+
+        from .steps import Totals
+
+        batch = self.state.batch_size
+        totals = Totals()
+        totals.add(self.steps.evaluate(iter(self._distributed("val", 0, batch)),
+                                       tf.constant(math.ceil(self.spec.n_val / batch))).numpy())
+        return totals.logs("val_")
 
     def _out_of_memory(self, epoch: int, exc: Exception):
         remedies = ("lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
                     "or stop other processes on the GPU (python -m train check lists them)")
-        if not self.s.auto_batch or self.state.get("batch_halvings", 0) >= MAX_BATCH_HALVINGS or self.state["batch_size"] < 2:
-            raise OutOfMemoryError(f"the GPU ran out of memory at batch size {self.state['batch_size']}: {remedies}") from None
+        state = self.state
+        # With several workers a halving on one would split the group: the error stops it instead.
+        if (not self.s.auto_batch or state.batch_halvings >= MAX_BATCH_HALVINGS or state.batch_size < 2
+                or getattr(self.setup, "workers", 1) > 1):
+            raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
         from . import checkpoints
 
-        old, halvings = self.state["batch_size"], self.state.get("batch_halvings", 0) + 1
+        old = state.batch_size
         loaded = checkpoints.load_latest(self.run_dir / "checkpoints")  # at least the initial state
         checkpoints.restore(self.model, loaded)
-        state = dict(loaded.meta)
-        step = step_at_batch_size(state["step"], state.get("batch_size", old), old // 2)
-        self.state = dict(state, batch_size=old // 2, step=step, batch_halvings=halvings)
+        saved = LoopState.from_meta(loaded.meta, old)
+        self.state = position_after_halving(saved, old, state.batch_halvings + 1)
         log.warning("WARNING: out of GPU memory at batch size %d; AUTO_BATCH: continuing from the last checkpoint "
-                    "with batch size %d (%d/%d)", old, old // 2, self.state["batch_halvings"], MAX_BATCH_HALVINGS)
-        return self._train_epoch(self.state["epoch"])
+                    "with batch size %d (%d/%d)", old, self.state.batch_size, self.state.batch_halvings,
+                    MAX_BATCH_HALVINGS)
+        return self._train_epoch(self.state.epoch)
 
     def _check_finite(self, logs: dict[str, float], epoch: int) -> None:
         bad = [k for k in ("loss", "val_loss") if k in logs and not math.isfinite(logs[k])]
         if bad:
             raise DivergedError(
                 f"{bad[0]} is {logs[bad[0]]} in epoch {epoch + 1}: training diverged; the last good checkpoint "
-                f"is kept in {self.run_dir / 'checkpoints'}. Lower LEARNING_RATE (now {self.s.learning_rate}), "
-                "check the data for NaN values, or try PRECISION=float32"
+                f"is kept in {self.run_dir / 'checkpoints' if self.run_dir else 'the chief run directory'}. "
+                f"Lower LEARNING_RATE (now {self.s.learning_rate}), check the data for NaN values, or try PRECISION=float32"
             )
 
     def _end_epoch(self, epoch, logs, seconds, steps_run, tb) -> None:
         import keras
 
         used, peak = gpu_memory()
-        batch = self.state["batch_size"]
+        batch = self.state.batch_size
         lr = self.model.optimizer.learning_rate
         row = dict(logs, epoch=epoch + 1, learning_rate=float(keras.ops.convert_to_numpy(lr)), batch_size=batch,
                    epoch_seconds=round(seconds, 3), samples_per_second=(steps_run * batch / seconds) if seconds else None,
                    gpu_memory_used_mb=used, gpu_memory_peak_mb=peak)
-        self.metrics.append(row)
+        if self.metrics:
+            self.metrics.append(row)
         self.history.append(row)
-        tb.write(epoch, {k: v for k, v in row.items() if k != "epoch"})
+        if tb:
+            tb.write(epoch, {k: v for k, v in row.items() if k != "epoch"})
         value = logs.get(self.s.monitor)
-        if _improved(value, self.state.get("best"), self.mode):
-            from .rundir import atomic_write
+        if _improved(value, self.state.best, self.mode):
+            self.state.best = value
+            if self.chief:
+                from .rundir import atomic_write
 
-            self.state["best"] = value
-            atomic_write(self.run_dir / "best.weights.h5", self.model.save_weights, size_hint=_weights_bytes(self.model))
-        self.patience.update(self.state, value)  # before the save: the count survives a stop
-        self.state.update(epoch=epoch + 1, step=0)
+                atomic_write(self.run_dir / "best.weights.h5", self.model.save_weights,
+                             size_hint=_weights_bytes(self.model))
+        counted = self.state.to_dict()
+        self.patience.update(counted, value)  # before the save: the count survives a stop
+        self.state.patience_reference, self.state.patience_wait = counted.get("patience_reference"), counted.get("patience_wait", 0)
+        self.state.epoch, self.state.step = epoch + 1, 0
         self._save("epoch end")
         log.info("epoch %d/%d: %s  %.1fs  %.0f samples/s%s", epoch + 1, self.epochs,
                  "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)), seconds,
-                 row["samples_per_second"] or 0.0, "  (best)" if self.state["best"] == value else "")
-        from .report import refresh_after_epoch  # curves for whoever watches the volume; never raises
-        refresh_after_epoch(self.run_dir, self.s.report)
+                 row["samples_per_second"] or 0.0, "  (best)" if self.state.best == value else "")
+        if self.chief:
+            from .report import refresh_after_epoch  # curves for whoever watches the volume; never raises
+
+            refresh_after_epoch(self.run_dir, self.s.report)
 
     def _save(self, why: str) -> None:
+        if not self.chief:
+            return
         from . import checkpoints
 
-        path = checkpoints.save_state(self.run_dir / "checkpoints", self.model, self.state, self.s.keep_checkpoints)
+        path = checkpoints.save_state(self.run_dir / "checkpoints", self.model, self.state.to_dict(),
+                                      self.s.keep_checkpoints)
         log.debug("checkpoint %s (%s)", path.name, why)
 
     def _finish(self, result: Result) -> Result:
@@ -230,9 +354,9 @@ class EpochLoop:
 
         atomic_write(self.run_dir / "final.weights.h5", self.model.save_weights, size_hint=_weights_bytes(self.model))
         update_manifest(self.run_dir / "manifest.json", final_weights_sha256=result.final_weights_sha256,
-                        best={"monitor": self.s.monitor, "value": self.state.get("best")},
+                        best={"monitor": self.s.monitor, "value": self.state.best},
                         final_metrics=self.history[-1] if self.history else None,
-                        epochs_completed=self.state["epoch"])
+                        epochs_completed=self.state.epoch)
         if self.s.export:
             from .export import export_run
 
@@ -245,24 +369,20 @@ def _weights_bytes(model) -> int:
     return sum(int(v.numpy().nbytes) for v in model.variables) + (1 << 20)
 
 
-def _step_saver(loop: EpochLoop, start: int, total: int):
-    """Keras callback: a resumable state every CHECKPOINT_EVERY steps, and a clean stop on request."""
-    import keras
+class StepSaver:
+    """After each compiled call: advance the state, and save a resumable state every CHECKPOINT_EVERY steps."""
 
-    base = loop.state["global_step"]
+    def __init__(self, loop: EpochLoop, start: int, total: int):
+        self.loop, self.start, self.total = loop, start, total
+        self.steps_run = 0
 
-    class StepSaver(keras.callbacks.Callback):
-        steps_run = 0
-
-        def on_train_batch_end(self, batch, logs=None):
-            # With STEPS_PER_EXECUTION > 1 Keras calls this once per execution, with the last step's index.
-            self.steps_run = batch + 1
-            loop.state.update(step=start + batch + 1, global_step=base + batch + 1)
-            if loop.stop.check():
-                self.model.stop_training = True
-                return
-            every = loop.s.checkpoint_every
-            if every and loop.state["global_step"] % every == 0 and loop.state["step"] < total:
-                loop._save(f"every {every} steps")
-
-    return StepSaver()
+    def after(self, n: int, stopping: bool) -> None:
+        state = self.loop.state
+        self.steps_run += n
+        state.step += n
+        state.global_step += n
+        if stopping:  # the loop saves once it has left the epoch
+            return
+        every = self.loop.s.checkpoint_every
+        if every and state.global_step % every == 0 and state.step < self.total:
+            self.loop._save(f"every {every} steps")

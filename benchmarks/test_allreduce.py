@@ -1,0 +1,81 @@
+"""8. What the all-reduce costs per step: 2 workers x 1 thread vs 1 process x 2 threads, same global batch.
+
+Both sides are `python -m train fit` on the default CNN and MNIST-shaped data, 2 epochs, the
+second epoch timed (the first includes tracing). One process uses 2 intra-op threads on the whole
+batch; two workers on 127.0.0.1 use 1 thread each on half the batch and all-reduce the gradients
+(and the step's metric sums) every step. The difference per step is the price of the collective and
+of the lock-step between processes, on CPU over loopback gRPC.
+"""
+
+from __future__ import annotations
+
+import csv
+import socket
+import subprocess
+import sys
+
+import common
+
+GLOBAL_BATCH = 128
+
+
+def _env(threads: int, **extra: str) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("WORKERS", "WORKER_INDEX", "TF_CONFIG")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(common.ROOT), TF_NUM_INTRAOP_THREADS=str(threads),
+               TF_NUM_INTEROP_THREADS="1", OMP_NUM_THREADS=str(threads), **extra)
+    return env
+
+
+def _flags(npz, runs) -> list[str]:
+    return ["fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), "--epochs", "2", "--batch-size",
+            str(GLOBAL_BATCH), "--no-export", "--progress", "line", "--checkpoint-every", "0",
+            "--precision", "float32"]
+
+
+def _ms_per_step(runs, n_train: int) -> float:
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    steps = -(-n_train // GLOBAL_BATCH)
+    return float(rows[-1]["epoch_seconds"]) / steps * 1000
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, tmp_path):
+    n_train = len(mnist[0]["y_train"])
+    rounds = {"one": 0, "two": 0}
+
+    def one_process() -> float:
+        rounds["one"] += 1
+        runs = tmp_path / f"one{rounds['one']}"
+        subprocess.run([sys.executable, "-m", "train", *_flags(mnist_npz, runs)], env=_env(2), check=True,
+                       capture_output=True, timeout=3600)
+        return _ms_per_step(runs, n_train)
+
+    def two_workers() -> float:
+        rounds["two"] += 1
+        runs = tmp_path / f"two{rounds['two']}"
+        workers = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+        procs = [subprocess.Popen([sys.executable, "-m", "train", *_flags(mnist_npz, runs if i == 0 else tmp_path / "none")],
+                                  env=_env(1, WORKERS=workers, WORKER_INDEX=str(i)), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for i in range(2)]
+        assert [p.wait(timeout=3600) for p in procs] == [0, 0]
+        return _ms_per_step(runs, n_train)
+
+    got = common.once(benchmark, lambda: common.interleave({"1 process x 2 threads": one_process,
+                                                            "2 workers x 1 thread": two_workers}, 2))
+    one, two = common.median(got["1 process x 2 threads"]), common.median(got["2 workers x 1 thread"])
+    common.record(benchmark, "8. ms/step: 2 workers x 1 thread / 1 process x 2 threads (same global batch)",
+                  "reported", common.ratio(two, one), None, global_batch=GLOBAL_BATCH, n_train=n_train,
+                  one_process_ms_per_step=one, two_workers_ms_per_step=two, allreduce_ms_per_step=two - one,
+                  ms_per_step=got)

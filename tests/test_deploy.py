@@ -1,0 +1,108 @@
+"""Launchers for several workers: the multi-worker compose file and the Kubernetes manifests say what matters.
+
+Parsed, not run (running them needs Docker or a cluster): image, command, cluster settings,
+volumes (only the chief gets RUNS_DIR where it can), the grace period for the SIGTERM save.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yamlish
+
+from train.cluster import from_workers
+from train.errors import Interrupted
+
+ROOT = Path(__file__).resolve().parent.parent
+if not (ROOT / "deploy").is_dir():
+    pytest.skip("deploy/ and the compose files are host-side (not in the image)", allow_module_level=True)
+IMAGE = "registry.example.com/tf-train-template:gpu"
+
+
+def _env(container) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def _mounts(container) -> dict:
+    return {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+
+
+def test_yamlish_reads_what_it_claims_and_refuses_the_rest():
+    doc = yamlish.load('a: &x\n  b: 1\n  c: "two"  # note\nd:\n  <<: *x\n  c: three\ne:\n  - f: [g, "h"]\n    i: {j: true}\n  - k\n')
+    assert doc == {"a": {"b": 1, "c": "two"}, "d": {"b": 1, "c": "three"}, "e": [{"f": ["g", "h"], "i": {"j": True}}, "k"]}
+    with pytest.raises(ValueError):
+        yamlish.load("a: |\n  text\n")
+
+
+def test_compose_runs_two_workers_of_one_cluster_and_only_the_chief_mounts_runs():
+    doc = yamlish.load((ROOT / "docker-compose.multiworker.yml").read_text())
+    services = doc["services"]
+    assert sorted(services) == ["worker0", "worker1"]
+    clusters = []
+    for i, name in enumerate(sorted(services)):
+        svc = services[name]
+        assert svc["command"] == "fit ${TRAIN_ARGS:-}" and svc["init"] is True and svc["stop_grace_period"] == "2m"
+        assert svc["image"].endswith(":cpu") and svc["build"]["target"] == "cpu"
+        env = svc["environment"]
+        assert int(env["WORKER_INDEX"]) == i
+        clusters.append(from_workers(env["WORKERS"], int(env["WORKER_INDEX"])))
+        targets = [v["target"] for v in svc["volumes"]]
+        assert ("/runs" in targets) == (i == 0), (name, targets)
+        assert "/data" in targets
+    assert clusters[0].workers == clusters[1].workers == ("worker0:2222", "worker1:2222")
+    assert clusters[0].is_chief and not clusters[1].is_chief
+
+
+def test_tfjob_chief_alone_mounts_runs_and_every_pod_resumes_and_has_time_to_save():
+    job = yamlish.load((ROOT / "deploy" / "k8s" / "tfjob.yaml").read_text())
+    assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "TFJob"
+    specs = job["spec"]["tfReplicaSpecs"]
+    assert set(specs) == {"Chief", "Worker"} and specs["Chief"]["replicas"] == 1
+    for role, spec in specs.items():
+        assert spec["restartPolicy"] == "OnFailure"
+        pod = spec["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] >= 60
+        (c,) = pod["containers"]
+        assert c["name"] == "tensorflow" and c["image"] == IMAGE and c["args"] == ["fit"]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] >= 1
+        assert {"name": "tfjob-port", "containerPort": 2222} in c["ports"]
+        env = _env(c)
+        assert env["RESUME"] == "auto" and "WORKERS" not in env and "TF_CONFIG" not in env  # the operator sets TF_CONFIG
+        mounts = _mounts(c)
+        assert "/data" in mounts and "/dev/shm" in mounts
+        assert ("/runs" in mounts) == (role == "Chief") and (env.get("RUNS_DIR") == "/runs") == (role == "Chief")
+        claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["volumes"]}
+        assert set(mounts.values()) <= set(claims)
+    assert specs["Chief"]["template"]["spec"]["securityContext"]["fsGroup"] == 1000
+
+
+def test_indexed_job_builds_the_cluster_from_the_pod_index_behind_a_headless_service():
+    service, job = yamlish.load_all((ROOT / "deploy" / "k8s" / "indexed-job.yaml").read_text())
+    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"job-name": job["metadata"]["name"]}
+    spec = job["spec"]
+    assert job["kind"] == "Job" and spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"]
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == service["metadata"]["name"] and pod["restartPolicy"] == "OnFailure"
+    assert pod["terminationGracePeriodSeconds"] >= 60
+    (c,) = pod["containers"]
+    assert c["image"] == IMAGE and c["args"] == ["fit"]
+    env = _env(c)
+    cluster = from_workers(env["WORKERS"], 0)
+    assert len(cluster.workers) == spec["completions"]
+    name, sub = job["metadata"]["name"], service["metadata"]["name"]
+    assert cluster.workers == tuple(f"{name}-{i}.{sub}:2222" for i in range(spec["completions"]))
+    index = env["WORKER_INDEX"]["fieldRef"]["fieldPath"]
+    assert index == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert env["RESUME"] == "auto" and env["RUNS_DIR"] == "/runs"
+    assert {"/runs", "/data", "/dev/shm"} <= set(_mounts(c))
+    assert service["spec"]["ports"][0]["port"] == 2222 == c["ports"][0]["containerPort"]
+
+
+def test_documented_exit_codes_match_the_package():
+    from train.errors import WorkerLostError
+
+    text = (ROOT / "deploy" / "k8s" / "tfjob.yaml").read_text()
+    assert f"exit {WorkerLostError.exit_code}" in text and f"exits {Interrupted.exit_code}" in text

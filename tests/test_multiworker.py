@@ -1,0 +1,196 @@
+"""Several worker processes on 127.0.0.1 (MultiWorkerMirroredStrategy): a run, its artefacts, signals, kills.
+
+Each worker gets its own working directory and RUNS_DIR (no shared disk). Waits are for events
+(a process exiting, a checkpoint appearing); the subprocess timeouts only guard against a hang.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from faults import env, fit_flags, manifest, only_run, wait_until
+from helpers import make_npz
+
+from train.errors import WorkerLostError
+
+pytestmark = pytest.mark.slow
+
+HANG_GUARD = 600  # seconds: only reached when something hangs
+# 384 examples, global batch 32: 12 steps per epoch, 48 in all (room for a signal to land mid-run on a
+# loaded machine), checkpoints every 4 steps.
+RUN = dict(epochs=4, batch_size=32, checkpoint_every=4, deterministic=True, precision="float32", export=False)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_npz(tmp_path_factory.mktemp("data"))
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def start_workers(tmp_path: Path, data: Path, n: int = 2, extra: list[str] | None = None, **changes):
+    """n `python -m train fit` processes, one cluster; each in tmp_path/w<i> with its own RUNS_DIR."""
+    workers = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
+    procs = []
+    for i in range(n):
+        cwd = tmp_path / f"w{i}"
+        cwd.mkdir(exist_ok=True)
+        out = open(cwd / "out.txt", "a")
+        flags = fit_flags(cwd, data, **{**RUN, **changes})
+        proc = subprocess.Popen([sys.executable, "-m", "train", "fit", *flags, *(extra or [])], cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, env=env(WORKERS=workers, WORKER_INDEX=str(i)))
+        proc.out_path = cwd / "out.txt"
+        procs.append(proc)
+    return procs
+
+
+def text(proc) -> str:
+    return proc.out_path.read_text()
+
+
+def wait_all(procs) -> list[int]:
+    return [p.wait(timeout=HANG_GUARD) for p in procs]
+
+
+def final_weights(run: Path) -> list[np.ndarray]:
+    import h5py
+
+    out = []
+    with h5py.File(run / "final.weights.h5", "r") as f:
+        f.visititems(lambda name, obj: out.append(np.asarray(obj)) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+MIRRORED = """
+import sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from train import devices
+real = devices.setup_devices
+def two_replicas(settings, cluster=None):
+    setup = real(settings)
+    setup.strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    setup.replicas = 2
+    return setup
+devices.setup_devices = two_replicas
+from faults import fit_flags
+from train.cli import main
+sys.exit(main(["fit", *sys.argv[1:]]))
+"""
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("pair")
+    procs = start_workers(tmp, data, export=True)
+    codes = wait_all(procs)
+    return tmp, procs, codes
+
+
+def test_two_workers_finish_and_only_the_chief_writes(pair):
+    tmp, procs, codes = pair
+    assert codes == [0, 0], [text(p)[-3000:] for p in procs]
+    run = only_run(tmp / "w0" / "runs")
+    m = manifest(run)
+    assert m["status"] == "completed" and m["epochs_completed"] == 4
+    assert m["distribution"][-1] == {"workers": 2, "worker_index": 0, "replicas": 2, "global_batch": 32,
+                                     "per_replica_batch": 16, "from_global_step": 0}
+    assert m["export"]["max_abs_diff"] <= 1e-5
+    for name in ("final.weights.h5", "best.weights.h5", "metrics.csv", "train.log", "config.json", "checkpoints/LATEST",
+                 "export/savedmodel/saved_model.pb", "tensorboard"):
+        assert (run / name).exists(), name
+    assert not (tmp / "w1" / "runs").exists() or not any((tmp / "w1" / "runs").iterdir())
+    worker = text(procs[1])
+    assert f"run {run.name}: worker 1 of 2" in worker and "[worker 1]" in worker
+    assert "2 worker(s), this is worker 1, 2 replica(s) in sync, global batch 32, 16 per replica" in worker
+    assert "Traceback" not in worker + text(procs[0])
+
+
+def test_two_workers_match_one_process_with_two_replicas(pair, data, tmp_path):
+    tmp, _, codes = pair
+    assert codes == [0, 0]
+    flags = fit_flags(tmp_path, data, **RUN)
+    proc = subprocess.run([sys.executable, "-c", MIRRORED, *flags], cwd=tmp_path, env=env(), capture_output=True,
+                          text=True, timeout=HANG_GUARD)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    one = final_weights(only_run(tmp_path / "runs"))
+    two = final_weights(only_run(tmp / "w0" / "runs"))
+    assert len(one) == len(two)
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one, two))
+    print(f"\nFIGURES max |weight difference| 2 workers vs 1 process x 2 replicas: {diff:.3g}")
+    assert diff <= 1e-5
+
+
+def _saved_at(out: str) -> str | None:
+    import re
+
+    m = re.search(r"saved a resumable state at (epoch \d+ step \d+)", out)
+    return m.group(1) if m else None
+
+
+def _wait_for_checkpoint(procs, runs: Path, name: str = "ckpt-000000004.npz") -> None:
+    assert wait_until(lambda: bool(list(runs.glob(f"*/checkpoints/{name}"))), procs[0], timeout=HANG_GUARD), \
+        text(procs[0])[-3000:]
+
+
+def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_the_resumed_pair_matches(pair, data, tmp_path):
+    reference = manifest(only_run(pair[0] / "w0" / "runs"))["final_weights_sha256"]
+    procs = start_workers(tmp_path, data)
+    _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
+    procs[1].send_signal(signal.SIGTERM)
+    assert wait_all(procs) == [75, 75], [text(p)[-3000:] for p in procs]
+    chief, worker = text(procs[0]), text(procs[1])
+    assert "received SIGTERM" in worker and "Traceback" not in chief + worker
+    assert _saved_at(chief) is not None and _saved_at(chief) == _saved_at(worker), (_saved_at(chief), _saved_at(worker))
+    run = only_run(tmp_path / "w0" / "runs")
+    assert manifest(run)["status"] == "interrupted"
+    # Restart the pair with RESUME=auto: the chief finds the run, the worker follows it.
+    procs = start_workers(tmp_path, data, resume="auto")
+    assert wait_all(procs) == [0, 0], [text(p)[-3000:] for p in procs]
+    assert only_run(tmp_path / "w0" / "runs") == run
+    m = manifest(run)
+    assert m["status"] == "completed" and len(m["resumed_at"]) == 1
+    assert m["final_weights_sha256"] == reference
+
+
+def test_sigkill_of_a_worker_ends_the_other_with_one_line_and_the_restart_resumes(data, tmp_path):
+    procs = start_workers(tmp_path, data)
+    _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
+    procs[1].kill()
+    # Bounded by the coordination service's heartbeat timeout (devices.HEARTBEAT_SECONDS); the
+    # subprocess timeout only guards against a hang.
+    assert procs[0].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[0])[-3000:]
+    chief = text(procs[0])
+    # "stopped sending heartbeats" when the heartbeat notices first, "is unreachable" when a collective does
+    assert "WorkerLostError: worker 1 of 2 " in chief and "Traceback" not in chief
+    run = only_run(tmp_path / "w0" / "runs")
+    m = manifest(run)
+    assert m["status"] == "interrupted" and m["error"].startswith("WorkerLostError"), m
+    procs = start_workers(tmp_path, data, resume="auto")
+    assert wait_all(procs) == [0, 0], [text(p)[-3000:] for p in procs]
+    assert "restored from checkpoint" in text(procs[0]) and manifest(run)["status"] == "completed"
+
+
+def test_sigkill_of_the_chief_ends_the_worker_with_one_line(data, tmp_path):
+    procs = start_workers(tmp_path, data)
+    _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
+    procs[0].kill()
+    assert procs[1].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[1])[-3000:]
+    assert "WorkerLostError: worker 0 of 2" in text(procs[1]) and "Traceback" not in text(procs[1])

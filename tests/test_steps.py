@@ -1,0 +1,117 @@
+"""steps: the compiled train/validation steps on a one-layer model (no strategy: TensorFlow's default one).
+
+What they must match is Keras' own arithmetic: the loss is the mean over the global batch, one call
+runs `n` optimizer steps, the stop vote comes back summed, and float16 training goes through the
+LossScaleOptimizer's scaling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _model(policy="float32"):
+    import keras
+
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax", dtype=None)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+        model.optimizer.build(model.trainable_variables)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return model
+
+
+def _data(n=10, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)).astype("float32"), rng.integers(0, 3, n).astype("int32")
+
+
+def _iterator(x, y, batch):
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).map(lambda a, b: (a, b, tf.shape(b)[0]))
+    return iter(ds)
+
+
+def test_evaluate_sums_loss_and_correct_over_every_example():
+    import keras
+    import tensorflow as tf
+
+    from train.steps import Steps, Totals
+
+    model = _model()
+    x, y = _data()
+    totals = Totals()
+    totals.add(Steps(model).evaluate(_iterator(x, y, 4), tf.constant(3)).numpy())  # batches of 4, 4, 2
+    probs = model(x).numpy()
+    loss = keras.losses.sparse_categorical_crossentropy(y, probs).numpy()
+    assert totals.count == 10
+    assert totals.logs()["loss"] == pytest.approx(float(loss.mean()), rel=1e-5)
+    assert totals.logs()["accuracy"] == pytest.approx(float((probs.argmax(1) == y).mean()))
+    assert Totals().logs() == {}
+
+
+def test_one_call_runs_n_steps_and_matches_a_hand_written_step():
+    import keras
+    import tensorflow as tf
+
+    from train.steps import Steps
+
+    x, y = _data()
+    ours, ref = _model(), _model()
+    out = Steps(ours).train(_iterator(x, y, 5), tf.constant(2), tf.constant(0.0)).numpy()
+    assert int(ours.optimizer.iterations.numpy()) == 2 and out[2] == 10 and out[3] == 0
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    for k in range(2):  # Keras' own mean-over-the-batch step, by hand
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[5 * k:5 * k + 5], ref(x[5 * k:5 * k + 5], training=True))
+        grads = tape.gradient(loss, ref.trainable_variables)
+        ref.optimizer.apply_gradients(zip(grads, ref.trainable_variables))
+    for a, b in zip(ours.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_the_stop_vote_comes_back_with_the_sums():
+    import tensorflow as tf
+
+    from train.steps import Steps
+
+    x, y = _data()
+    out = Steps(_model()).train(_iterator(x, y, 5), tf.constant(1), tf.constant(1.0)).numpy()
+    assert out[3] > 0
+
+
+def test_jit_compile_gives_the_same_step():
+    import tensorflow as tf
+
+    from train.steps import Steps
+
+    x, y = _data()
+    plain, jit = _model(), _model()
+    Steps(plain).train(_iterator(x, y, 5), tf.constant(2), tf.constant(0.0))
+    Steps(jit, jit_compile=True).train(_iterator(x, y, 5), tf.constant(2), tf.constant(0.0))
+    for a, b in zip(plain.get_weights(), jit.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_float16_scales_the_loss_through_the_loss_scale_optimizer(monkeypatch):
+    import keras
+    import tensorflow as tf
+
+    from train.steps import Steps
+
+    model = _model("mixed_float16")
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    scaled = []
+    real = type(model.optimizer).scale_loss
+    monkeypatch.setattr(type(model.optimizer), "scale_loss", lambda self, loss: scaled.append(1) or real(self, loss))
+    before = [w.copy() for w in model.get_weights()]
+    x, y = _data()
+    Steps(model).train(_iterator(x, y, 5), tf.constant(2), tf.constant(0.0))
+    assert scaled, "the loss was not scaled"
+    after = model.get_weights()
+    assert all(np.isfinite(w).all() for w in after) and any(not np.array_equal(a, b) for a, b in zip(before, after))

@@ -1,0 +1,121 @@
+"""Which processes train together: TF_CONFIG as TensorFlow defines it, or WORKERS + WORKER_INDEX.
+
+Plain Python (no TensorFlow import), so a malformed cluster is refused in milliseconds with exit 2.
+TF_CONFIG is what Kubeflow's TFJob, Vertex AI and most cluster recipes set:
+
+    {"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}
+
+(a "chief" job of one task may come first; it is then worker 0). For hand-made clusters
+WORKERS=host1:2222,host2:2222 and WORKER_INDEX=0 build the same thing. Worker 0 is the chief:
+the only process that writes the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from .errors import ConfigError
+
+_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+JOBS = ("chief", "worker")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    workers: tuple[str, ...] = ()  # host:port of every process, chief first; empty: a single process
+    index: int = 0  # this process's place in `workers`
+    source: str = ""  # TF_CONFIG | WORKERS | "" (one process)
+
+    @property
+    def size(self) -> int:
+        return max(len(self.workers), 1)
+
+    @property
+    def multi(self) -> bool:
+        return len(self.workers) > 1
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+    def tf_config(self) -> str:
+        """TF_CONFIG for TensorFlow's cluster resolver (built from WORKERS / WORKER_INDEX)."""
+        return json.dumps({"cluster": {"worker": list(self.workers)}, "task": {"type": "worker", "index": self.index}})
+
+    def describe(self) -> str:
+        if not self.multi:
+            return "cluster: one process"
+        return f"cluster: worker {self.index} of {len(self.workers)} ({self.source}), chief {self.workers[0]}"
+
+
+def _check_address(name: str, raw: str, address: object) -> str:
+    if not isinstance(address, str) or not _ADDRESS.match(address.strip()):
+        raise ConfigError(name, raw, f"{address!r} is not host:port (e.g. 10.0.0.2:2222)")
+    port = int(_ADDRESS.match(address.strip()).group(2))
+    if not 1 <= port <= 65535:
+        raise ConfigError(name, raw, f"port {port} in {address!r} is outside 1..65535")
+    return address.strip()
+
+
+def from_workers(workers: str, worker_index: int) -> Cluster:
+    """WORKERS=host:port,... and WORKER_INDEX=N (-1: not set)."""
+    if not workers.strip():
+        if worker_index >= 0:
+            raise ConfigError("WORKER_INDEX", worker_index, "set only together with WORKERS=host:port,host:port,...")
+        return Cluster()
+    addresses = [_check_address("WORKERS", workers, a) for a in workers.split(",") if a.strip()]
+    if len(set(addresses)) != len(addresses):
+        raise ConfigError("WORKERS", workers, "an address appears twice; give each worker its own host:port")
+    if worker_index < 0:
+        raise ConfigError("WORKER_INDEX", worker_index,
+                          f"WORKERS lists {len(addresses)} workers: set WORKER_INDEX to this worker's place, 0..{len(addresses) - 1}")
+    if worker_index >= len(addresses):
+        raise ConfigError("WORKER_INDEX", worker_index, f"WORKERS lists {len(addresses)} workers: 0..{len(addresses) - 1}")
+    return Cluster(tuple(addresses), worker_index, "WORKERS")
+
+
+def from_tf_config(raw: str) -> Cluster:
+    """TF_CONFIG as TensorFlow defines it; only the chief and worker jobs are supported."""
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("TF_CONFIG", raw, f"not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict):
+        raise ConfigError("TF_CONFIG", raw, 'expected {"cluster": {"worker": ["host:port", ...]}, "task": {...}}')
+    cluster, task = config["cluster"], config.get("task")
+    other = sorted(set(cluster) - set(JOBS))
+    if other:
+        raise ConfigError("TF_CONFIG", raw, f"job(s) {', '.join(other)} are not supported: use chief and worker only")
+    jobs = {}
+    for job in JOBS:
+        addresses = cluster.get(job, [])
+        if not isinstance(addresses, list):
+            raise ConfigError("TF_CONFIG", raw, f'cluster.{job} must be a list of "host:port"')
+        jobs[job] = [_check_address("TF_CONFIG", raw, a) for a in addresses]
+    if len(jobs["chief"]) > 1:
+        raise ConfigError("TF_CONFIG", raw, "at most one chief")
+    everyone = jobs["chief"] + jobs["worker"]
+    if not everyone:
+        raise ConfigError("TF_CONFIG", raw, "the cluster lists no worker")
+    if not isinstance(task, dict) or task.get("type") not in JOBS or not isinstance(task.get("index"), int) \
+            or isinstance(task.get("index"), bool):
+        raise ConfigError("TF_CONFIG", raw, 'task must be {"type": "worker" or "chief", "index": N}')
+    kind, index = task["type"], task["index"]
+    if not 0 <= index < len(jobs[kind]):
+        raise ConfigError("TF_CONFIG", raw, f"task index {index} is out of range: cluster.{kind} has {len(jobs[kind])} entries")
+    return Cluster(tuple(everyone), index + (len(jobs["chief"]) if kind == "worker" else 0), "TF_CONFIG")
+
+
+def read_cluster(workers: str, worker_index: int, environ: Mapping[str, str]) -> Cluster:
+    """The cluster from the settings and the environment; ConfigError naming the setting."""
+    raw = environ.get("TF_CONFIG", "").strip()
+    if raw and workers.strip():
+        raise ConfigError("WORKERS", workers, "TF_CONFIG is set too: use one of them (TF_CONFIG wins in most launchers; unset WORKERS)")
+    if raw:
+        if worker_index >= 0:
+            raise ConfigError("WORKER_INDEX", worker_index, "TF_CONFIG names this worker's index already: unset WORKER_INDEX")
+        return from_tf_config(raw)
+    return from_workers(workers, worker_index)

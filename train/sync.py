@@ -1,0 +1,59 @@
+"""What the chief knows, sent to every worker through the strategy: no shared disk needed.
+
+The chief alone reads the run directory (run id, checkpoint); the other workers receive the same
+values by an all-reduce in which only replica 0 (on the chief) contributes. Values travel as
+float64, exact for float32/float16 weights and for integers below 2**53.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+RUN_ID_BYTES = 128
+
+
+def from_chief(strategy, values: np.ndarray) -> np.ndarray:
+    """`values` as the chief has them (others pass an array of the same shape; its content is ignored)."""
+    local = tf.constant(np.asarray(values, dtype=np.float64))
+
+    @tf.function
+    def broadcast():
+        def replica():
+            ctx = tf.distribute.get_replica_context()
+            return tf.where(tf.equal(ctx.replica_id_in_sync_group, 0), local, tf.zeros_like(local))
+
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica), axis=None)
+
+    return broadcast().numpy()
+
+
+def text_from_chief(strategy, text: str) -> str:
+    raw = text.encode()[:RUN_ID_BYTES]
+    arr = np.zeros(RUN_ID_BYTES, np.float64)
+    arr[: len(raw)] = np.frombuffer(raw, np.uint8)
+    got = from_chief(strategy, arr).astype(np.uint8)
+    return bytes(got[got > 0]).decode()
+
+
+def numbers_from_chief(strategy, numbers: list[float | None]) -> list[float | None]:
+    """A short list of numbers (None travels as NaN and comes back as None)."""
+    arr = np.array([math.nan if v is None else float(v) for v in numbers], np.float64)
+    return [None if math.isnan(v) else float(v) for v in from_chief(strategy, arr)]
+
+
+def variables_from_chief(strategy, variables) -> None:
+    """Give every worker the chief's values of `variables` (model and optimizer state after a restore)."""
+    variables = list(variables)
+    if not variables:
+        return
+    flat = np.concatenate([np.asarray(v.numpy(), np.float64).ravel() for v in variables])
+    flat = from_chief(strategy, flat)
+    offset = 0
+    for v in variables:
+        size = int(np.prod(v.shape))
+        dtype = np.dtype(getattr(v.dtype, "name", v.dtype))
+        v.assign(flat[offset: offset + size].reshape(tuple(v.shape)).astype(dtype))
+        offset += size
