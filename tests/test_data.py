@@ -235,10 +235,15 @@ def test_a_directory_given_as_npz_is_called_a_directory(tmp_path):
 def test_train_batches_follow_epoch_order_of_seed_and_shuffle_buffer(make_npz, seed, buffer):
     s = settings(dataset=f"npz:{make_npz()}", seed=seed, shuffle_buffer=buffer)
     spec = data.load_data(s)
-    x, y = batches(data.train_dataset(spec, s, epoch=2, batch_size=64))
     order = data.epoch_order(spec.n_train, seed, 2, buffer)
-    np.testing.assert_array_equal(x, spec._train.x[order].astype(np.float32))
-    np.testing.assert_array_equal(y, spec._train.y[order])
+    # What the loop reads (per replica, here one and two) and the plain pipeline: the same order.
+    for ds in (data.train_dataset(spec, s, epoch=2, batch_size=64),
+               ((x, y) for x, y, _ in data.replica_dataset(spec, s, "train", epoch=2, batch_size=64)),
+               ((x, y) for x, y, _ in data.replica_dataset(spec, s, "train", epoch=2, batch_size=64, replicas=2,
+                                                           local_replicas=2))):
+        x, y = batches(ds)
+        np.testing.assert_array_equal(x, spec._train.x[order].astype(np.float32))
+        np.testing.assert_array_equal(y, spec._train.y[order])
 
 
 def test_seed_epoch_and_shuffle_buffer_each_change_the_order():
