@@ -293,6 +293,45 @@ def bench(c, json=".benchmarks/latest.json", args=""):
           echo=True, pty=True)
 
 
+MUTMUT = "mutmut==3.8.1"
+MUTATE_VENV = ".venv-mutmut"
+
+
+def _mutmut(c: Context) -> str:
+    """mutmut in its own venv (.venv-mutmut/), created on first use. It sees this environment's
+    packages through a .pth file: TensorFlow is not installed twice, and the locks stay as they are."""
+    import sysconfig
+
+    venv = ROOT / MUTATE_VENV
+    exe = venv / "bin" / "mutmut"
+    if not exe.is_file():
+        c.run(f"{PY} -m venv {shlex.quote(str(venv))}", echo=True)
+        site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+        site.mkdir(parents=True, exist_ok=True)
+        (site / "project-venv.pth").write_text(sysconfig.get_path("purelib") + "\n")
+        c.run(f"{shlex.quote(str(venv / 'bin' / 'python'))} -m pip install -q {shlex.quote(MUTMUT)}", echo=True)
+    return shlex.quote(str(exe))
+
+
+@task(help={
+    "modules": "comma-separated modules of train/ to mutate now, e.g. rundir,checkpoints (default: all configured)",
+    "workers": "parallel test processes (default 1: kind to a shared machine)",
+    "results": "only list the surviving mutants of the last run (`mutmut show NAME` shows one)",
+})
+def mutate(c, modules="", workers=1, results=False):
+    """Mutation testing of train/ with the fast tests ([tool.mutmut] in pyproject.toml); not in CI."""
+    wanted = [m.strip() for m in modules.split(",") if m.strip()]
+    unknown = [m for m in wanted if not (ROOT / "train" / f"{m}.py").is_file()]
+    if unknown:
+        raise Exit(f"--modules {modules!r}: no train/{unknown[0]}.py; give module names such as rundir,checkpoints")
+    mutmut = _mutmut(c)
+    if results:
+        c.run(f"{mutmut} results", echo=True, pty=True)
+        return
+    names = " ".join(shlex.quote(f"train.{m}.*") for m in wanted)
+    c.run(f"{mutmut} run --max-children {int(workers)} {names}".rstrip(), echo=True, pty=True)
+
+
 @task(help={
     "upgrade": "move every package to the newest version the inputs allow (default: keep current pins)",
     "package": "upgrade only this package (uv's --upgrade-package), e.g. numpy",
@@ -335,4 +374,5 @@ def reproduce(c, run, allow_dirty=False, epochs=0):
     c.run(f"{PY} -m train reproduce {shlex.quote(run)} --local{flags}", echo=True, pty=True)
 
 
-ns = Collection(build, gpu_check, train, export, report, compare, logs, tensorboard, test, bench, lock, clean, reproduce)
+ns = Collection(build, gpu_check, train, export, report, compare, logs, tensorboard, test, bench, mutate, lock, clean,
+                reproduce)

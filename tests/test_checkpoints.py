@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
 
-from train.checkpoints import LATEST, list_states, load_latest, read_state, restore, save_state
+from train.checkpoints import LATEST, latest_header, list_states, load_latest, read_state, restore, save_state
 from train.errors import CheckpointError, DivergedError
 from train.rundir import atomic_write, clean_stale_temp
 
@@ -105,14 +106,44 @@ def test_a_diverged_state_is_never_saved(tmp_path):
 
 def test_a_different_width_is_refused_naming_the_variable_and_both_shapes(tmp_path):
     _states(tmp_path, _model(width=8), steps=(4,))
-    with pytest.raises(CheckpointError, match=r"hidden/kernel has shape \(4, 16\) in the model but \(4, 8\)"):
-        restore(_model(width=16), load_latest(tmp_path))
+    model, loaded = _model(width=16), load_latest(tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        restore(model, loaded)
+    path, saved_as = model.layers[0].kernel.path, loaded.meta["model_variables"][0][0]
+    assert str(info.value) == (
+        f"model variable {path} has shape (4, 16) in the model but (4, 8) in checkpoint ckpt-000000004.npz (saved as "
+        f"{saved_as}): the architecture changed; resume with the run's own settings or start a new run")
+
+
+def test_another_number_of_layers_is_refused_with_both_counts(tmp_path):
+    import keras
+
+    _states(tmp_path, _model(), steps=(4,))
+    deeper = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="hidden"), keras.layers.Dense(8, name="more"),
+                               keras.layers.Dense(2, name="head")])
+    deeper.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    with pytest.raises(CheckpointError) as info:
+        restore(deeper, load_latest(tmp_path))
+    assert str(info.value) == ("checkpoint ckpt-000000004.npz has 4 model variables, the current model has 6: "
+                               "the architecture changed; resume with the run's own MODEL or start a new run")
+
+
+def test_an_array_that_does_not_match_its_own_header_is_refused(tmp_path):
+    (path,) = _states(tmp_path, _model(), steps=(4,))
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["m00000"] = np.zeros((4, 9), "float32")  # the header still says (4, 8)
+    np.savez(path, **arrays)
+    with pytest.raises(CheckpointError, match=r"has shape \(4, 8\) in the model but \(4, 8\) in checkpoint"):
+        restore(_model(), load_latest(tmp_path))
 
 
 def test_an_optimizer_that_cannot_be_restored_is_an_error(tmp_path):
     _states(tmp_path, _model(optimizer="adam"), steps=(4,))
-    with pytest.raises(CheckpointError, match="the optimizer state cannot be restored"):
+    with pytest.raises(CheckpointError) as info:
         restore(_model(optimizer="sgd"), load_latest(tmp_path))
+    assert re.fullmatch(r"the optimizer state cannot be restored: checkpoint ckpt-000000004\.npz has \d+ optimizer "
+                        r"variables, the current model has \d+: the architecture changed; .*", str(info.value))
 
 
 def test_restore_is_exact(tmp_path):
@@ -141,3 +172,98 @@ def test_the_pointer_moves_only_after_the_state_file_is_in_place(tmp_path, monke
     monkeypatch.setattr(os, "replace", replace)
     _states(tmp_path, model, steps=(4, 8))
     assert renamed == ["ckpt-000000004.npz", LATEST, "ckpt-000000008.npz", LATEST]
+
+
+def test_a_missing_directory_has_no_states(tmp_path):
+    assert list_states(tmp_path / "missing") == [] and load_latest(tmp_path / "missing") is None
+
+
+def test_only_state_files_are_listed_newest_first(tmp_path):
+    for name in ("ckpt-000000010.npz", "ckpt-000000002.npz", "ckpt-000000010.npz.tmp-x", "LATEST", "ckpt-10.npz",
+                 "best.weights.h5"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in list_states(tmp_path)] == ["ckpt-000000010.npz", "ckpt-000000002.npz"]
+
+
+def test_a_state_whose_header_does_not_match_its_arrays_is_incomplete(tmp_path):
+    import json
+
+    model = _model()
+    (path,) = _states(tmp_path, model, steps=(4,))
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["__meta__"].tobytes().decode())
+    for key in ("model_variables", "optimizer_variables"):
+        bad = dict(meta, **{key: meta[key] + [["extra", [1]]]})
+        np.savez(path, **dict(arrays, __meta__=np.frombuffer(json.dumps(bad).encode(), np.uint8)))
+        with pytest.raises(CheckpointError) as info:
+            read_state(path)
+        assert str(info.value) == f"checkpoint {path} is incomplete: variable count does not match its header"
+
+
+def test_unreadable_states_are_named_in_the_warning_and_the_error(tmp_path, caplog):
+    states = _states(tmp_path, _model())
+    for p in states:
+        p.write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING, logger="train"), pytest.raises(CheckpointError) as info:
+        load_latest(tmp_path)
+    assert str(info.value) == (
+        f"no valid checkpoint in {tmp_path} (unreadable: ckpt-000000012.npz, ckpt-000000008.npz, ckpt-000000004.npz); "
+        "start a new run without --resume, or restore the files from a backup")
+    first = caplog.records[0].getMessage()
+    assert first.startswith(f"WARNING: checkpoint {states[0]} is unreadable (ValueError: ")
+    assert first.endswith("; falling back to an older checkpoint") and len(caplog.records) == 3
+
+
+def test_restore_into_a_fresh_model_builds_its_optimizer_and_logs_the_path(tmp_path, caplog):
+    import keras
+
+    model = _model()
+    (path,) = _states(tmp_path, model, steps=(4,))
+    fresh = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="hidden"), keras.layers.Dense(2, name="head")])
+    fresh.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    assert not fresh.optimizer.built
+    with caplog.at_level(logging.INFO, logger="train"):
+        restore(fresh, load_latest(tmp_path))
+    assert f"restored from checkpoint: {path}" in caplog.messages
+    for a, b in zip(fresh.variables + fresh.optimizer.variables, model.variables + model.optimizer.variables):
+        assert np.array_equal(a.numpy(), b.numpy()), a.path
+
+
+def test_the_saved_header_holds_the_state_and_every_variable(tmp_path):
+    model = _model()
+    state = {"epoch": 2, "step": 5, "global_step": 29, "best": 0.75, "batch_size": 16, "batch_halvings": 1}
+    path = save_state(tmp_path, model, state, keep=3)
+    assert path == tmp_path / "ckpt-000000029.npz"
+    meta = read_state(path).meta
+    assert {k: meta[k] for k in state} == state
+    assert meta["model_variables"] == [[v.path, list(v.shape)] for v in model.variables]
+    assert meta["optimizer_variables"] == [[v.path, list(v.shape)] for v in model.optimizer.variables]
+
+
+def test_weights_sha256_covers_each_variable_path_dtype_and_bytes():
+    import hashlib
+
+    from train.checkpoints import weights_sha256
+
+    model = _model()
+    h = hashlib.sha256()
+    for v in model.variables:
+        h.update(v.path.encode() + str(v.numpy().dtype).encode() + np.ascontiguousarray(v.numpy()).tobytes())
+    assert weights_sha256(model) == h.hexdigest()
+
+
+def test_latest_header_is_the_newest_readable_states_header_without_its_arrays(tmp_path):
+    assert latest_header(tmp_path) is None
+    newest, middle, _ = _states(tmp_path, _model())
+    assert latest_header(tmp_path) == read_state(newest).meta
+    newest.write_bytes(b"garbage")  # unreadable: the next one answers
+    assert latest_header(tmp_path)["global_step"] == 8 == read_state(middle).meta["global_step"]
+    for p in list_states(tmp_path):
+        p.write_bytes(b"PK\x03\x04half")
+    assert latest_header(tmp_path) is None
+
+
+def test_a_state_value_json_cannot_hold_is_saved_as_text_not_refused(tmp_path):
+    path = save_state(tmp_path, _model(), {"epoch": 0, "step": 1, "global_step": 1, "best": np.float32(0.5)}, keep=3)
+    assert read_state(path).meta["best"] == "0.5"

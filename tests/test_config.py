@@ -127,6 +127,27 @@ def test_epochs_may_change_on_resume_unless_a_schedule_spans_them():
         "EPOCHS: 3 -> 10 (LR_SCHEDULE=cosine spans all epochs)"]
 
 
+@pytest.mark.parametrize("environ, env_text, expected", [
+    ({"DEBUG": "1"}, None, True), ({"DEBUG": " Yes "}, None, True), ({"DEBUG": "0"}, "DEBUG=1\n", False),
+    ({}, "DEBUG=true\n", True), ({}, "DEBUG=off\n", False), ({}, None, False), ({"EPOCHS": "abc"}, "DEBUG=on\n", True),
+])
+def test_debug_is_read_on_its_own_environment_first(tmp_path, environ, env_text, expected):
+    from train.config import debug_requested
+
+    env_file = tmp_path / ".env"
+    if env_text is not None:
+        env_file.write_text(env_text)
+    assert debug_requested(env_file, environ=environ) is expected
+
+
+def test_setting_fields_are_the_settings_in_order():
+    from dataclasses import fields
+
+    from train.config import setting_fields
+
+    assert [f.name for f in setting_fields()] == [f.name for f in fields(Settings)] and setting_fields()[0].name == "dataset"
+
+
 def test_monitor_choices_are_what_the_loop_logs():
     from train.logs import METRIC_COLUMNS
 
@@ -216,3 +237,97 @@ def test_no_validation_images_with_a_validation_monitor(tmp_path):
     with pytest.raises(ConfigError, match=r"VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy"):
         load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0"})
     assert load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0", "MONITOR": "loss"}).val_split == 0
+
+
+def test_debug_defaults_to_this_directorys_env_and_the_process_environment(tmp_path, monkeypatch):
+    from train.config import debug_requested
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEBUG", raising=False)
+    assert debug_requested() is False
+    (tmp_path / ".env").write_text("DEBUG=1\n")
+    assert debug_requested() is True
+    monkeypatch.setenv("DEBUG", "0")
+    assert debug_requested() is False
+
+
+ONE_OF_DATASETS = "one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir>"
+
+
+@pytest.mark.parametrize("name, raw, rule", [
+    ("DETERMINISTIC", "maybe", "expected true/false (1/0, yes/no, on/off)"),
+    ("EPOCHS", "abc", "expected a whole number, e.g. 3"),
+    ("LEARNING_RATE", "fast", "expected a number, e.g. 0.001"),
+    ("LEARNING_RATE", "inf", "expected a finite number"),
+    ("LEARNING_RATE", "-inf", "expected a finite number"),
+    ("LEARNING_RATE", "nan", "expected a finite number"),
+    ("DATASET", "mnist2", ONE_OF_DATASETS),
+    ("DATASET", "npz:", ONE_OF_DATASETS),
+    ("DATASET", "npz:/nonexistent.npz",
+     "file /nonexistent.npz does not exist; give the path of an .npz with x_train/y_train/x_test/y_test"),
+    ("DATASET", "images:/nonexistent",
+     "directory /nonexistent does not exist; give a directory with one sub-directory per class"),
+    ("MODEL", "bad model", "one of cnn, cnn_bn, resnet_small or package.module:function"),
+])
+def test_each_bad_value_gets_its_own_exact_message(name, raw, rule):
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, env_file=None, environ={name: raw})
+    assert str(info.value) == f"{name}={raw!r} is not valid: {rule}" and info.value.name == name
+
+
+def test_a_data_path_may_contain_a_colon(tmp_path):
+    (tmp_path / "a:b.npz").write_bytes(b"")
+    assert load_settings({}, env_file=None, environ={"DATASET": f"npz:{tmp_path}/a:b.npz"}).dataset.endswith("a:b.npz")
+
+
+@pytest.mark.parametrize("name, raw, rule", [
+    ("SHUFFLE_BUFFER", "-1", "must be >= 0"),
+    ("IMAGE_SIZE", "4", "must be between 8 and 4096"),
+    ("IMAGE_SIZE", "4097", "must be between 8 and 4096"),
+    ("EPOCHS", "0", "must be a positive whole number (at most 100000)"),
+    ("VAL_SPLIT", "0.95", "must be between 0.0 and 0.9"),
+])
+def test_each_range_rule_is_worded_for_its_bounds(name, raw, rule):
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, env_file=None, environ={name: raw})
+    assert str(info.value) == f"{name}={int(raw) if '.' not in raw else float(raw)!r} is not valid: {rule}"
+
+
+def test_the_bounds_themselves_are_allowed():
+    s = load_settings({}, env_file=None, environ={"EPOCHS": "100000", "IMAGE_SIZE": "8", "VAL_SPLIT": "0.9",
+                                                  "LEARNING_RATE": "10", "SHUFFLE_BUFFER": "0"})
+    assert (s.epochs, s.image_size, s.val_split, s.learning_rate, s.shuffle_buffer) == (100000, 8, 0.9, 10.0, 0)
+
+
+def test_rules_between_settings_exactly(tmp_path):
+    images = tmp_path / "img"
+    images.mkdir()
+
+    def message(**env):
+        with pytest.raises(ConfigError) as info:
+            load_settings({}, env_file=None, environ=env)
+        return info.value.name, str(info.value)
+
+    assert message(RUN_NAME="a b") == ("RUN_NAME", "RUN_NAME='a b' is not valid: letters, digits, '-' and '_' only, "
+                                                   "at most 64 characters")
+    assert message(CHECKPOINT_EVERY="3", STEPS_PER_EXECUTION="2") == (
+        "CHECKPOINT_EVERY", "CHECKPOINT_EVERY=3 is not valid: must be a multiple of STEPS_PER_EXECUTION (2) so a "
+                            "checkpoint falls on a step boundary")
+    assert message(VAL_SPLIT="0", DATASET=f"images:{images}")[1] == (
+        "VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy is never measured: set "
+        "VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss")
+    assert message(IMAGE_SIZE="9", DATASET=f"images:{images}", MODEL="cnn")[0] == "IMAGE_SIZE"
+    assert load_settings({}, env_file=None, environ={"IMAGE_SIZE": "10", "DATASET": f"images:{images}"}).image_size == 10
+
+
+def test_a_named_env_file_must_exist_but_the_default_may_not(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, env_file=tmp_path / "my.env", environ={})
+    assert info.value.name == "ENV_FILE" and str(info.value) == (
+        f"ENV_FILE='{tmp_path / 'my.env'}' is not valid: file does not exist; create it from .env.example")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EPOCHS", "7")
+    assert load_settings({}).epochs == 7  # no ./.env: fine; the process environment is read by default
+    (tmp_path / ".env").write_text("EPOCHS=5\n")
+    monkeypatch.delenv("EPOCHS")
+    assert load_settings({}).epochs == 5  # ./.env is the default file

@@ -235,10 +235,15 @@ def test_a_directory_given_as_npz_is_called_a_directory(tmp_path):
 def test_train_batches_follow_epoch_order_of_seed_and_shuffle_buffer(make_npz, seed, buffer):
     s = settings(dataset=f"npz:{make_npz()}", seed=seed, shuffle_buffer=buffer)
     spec = data.load_data(s)
-    x, y = batches(data.train_dataset(spec, s, epoch=2, batch_size=64))
     order = data.epoch_order(spec.n_train, seed, 2, buffer)
-    np.testing.assert_array_equal(x, spec._train.x[order].astype(np.float32))
-    np.testing.assert_array_equal(y, spec._train.y[order])
+    # What the loop reads (per replica, here one and two) and the plain pipeline: the same order.
+    for ds in (data.train_dataset(spec, s, epoch=2, batch_size=64),
+               ((x, y) for x, y, _ in data.replica_dataset(spec, s, "train", epoch=2, batch_size=64)),
+               ((x, y) for x, y, _ in data.replica_dataset(spec, s, "train", epoch=2, batch_size=64, replicas=2,
+                                                           local_replicas=2))):
+        x, y = batches(ds)
+        np.testing.assert_array_equal(x, spec._train.x[order].astype(np.float32))
+        np.testing.assert_array_equal(y, spec._train.y[order])
 
 
 def test_seed_epoch_and_shuffle_buffer_each_change_the_order():
@@ -256,3 +261,16 @@ def test_a_shuffle_buffer_only_draws_from_its_window(buffer):
     assert sorted(order.tolist()) == list(range(600))
     if buffer > 1:
         assert not np.array_equal(order, np.arange(600))
+
+
+def test_no_buffer_or_a_buffer_of_the_whole_set_is_the_same_true_shuffle():
+    true_shuffle = data.epoch_order(600, seed=3, epoch=1, buffer=0)
+    np.testing.assert_array_equal(data.epoch_order(600, seed=3, epoch=1), true_shuffle)
+    np.testing.assert_array_equal(data.epoch_order(600, seed=3, epoch=1, buffer=600), true_shuffle)
+    np.testing.assert_array_equal(data.epoch_order(600, seed=3, epoch=1, buffer=10_000), true_shuffle)
+    assert not np.array_equal(true_shuffle, np.arange(600))
+
+
+def test_a_shuffle_buffer_draws_anywhere_in_its_window():
+    firsts = {int(data.epoch_order(600, seed=s, epoch=0, buffer=50)[0]) for s in range(30)}
+    assert len(firsts) > 10 and max(firsts) < 50  # uniform over the first 50, not always the same slot

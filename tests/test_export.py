@@ -7,6 +7,8 @@ here it is faked so the file stays fast.
 from __future__ import annotations
 
 import json
+import os
+import logging
 
 import keras
 import numpy as np
@@ -155,6 +157,10 @@ def reload_in_process(monkeypatch):
 
     def run(cmd, **kw):
         assert cmd[:2] == [sys.executable, "-c"] and "tensorflow" in cmd[2] and "train" not in cmd[2]
+        env = kw.pop("env")
+        assert kw == {"capture_output": True, "text": True, "timeout": 600} and env["TF_CPP_MIN_LOG_LEVEL"] == "2"
+        assert {k: v for k, v in env.items() if k != "TF_CPP_MIN_LOG_LEVEL"} == {
+            k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # the rest of the environment as is
         monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
         exec(cmd[2], {"__name__": "__main__"})
         return subprocess.CompletedProcess(cmd, 0, "", "")
@@ -164,11 +170,13 @@ def reload_in_process(monkeypatch):
 
 def test_check_parity_measures_the_difference_to_the_savedmodel(tmp_path, reload_in_process):
     keras.utils.set_random_seed(0)
-    model = _tiny_model()
+    inputs = keras.Input(shape=(6, 6, 1), name="image")
+    x = keras.layers.Dropout(0.5)(keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs)))
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(x))  # dropout: inference mode matters
     export.write_savedmodel(model, tmp_path / "savedmodel")
     assert export.check_parity(model, tmp_path / "savedmodel", tmp_path) <= export.TOLERANCE
     x = export._parity_batch((6, 6, 1)).astype(np.float32)
-    other = _tiny_model()
+    other = keras.models.clone_model(model)
     rng = np.random.default_rng(0)
     other.set_weights([w + rng.normal(0, 0.01, w.shape).astype(w.dtype) for w in model.get_weights()])
     expected = np.max(np.abs(np.asarray(other(x)) - np.asarray(model(x))))
@@ -179,10 +187,12 @@ def test_check_parity_measures_the_difference_to_the_savedmodel(tmp_path, reload
 def test_a_savedmodel_that_does_not_load_is_an_export_error(tmp_path, monkeypatch):
     import subprocess
 
-    monkeypatch.setattr(export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
-        cmd, 1, "", "Traceback (most recent call last):\nOSError: SavedModel file does not exist\n"))
-    with pytest.raises(ExportError, match="does not load in a fresh process: OSError: SavedModel file does not exist"):
-        export.check_parity(_tiny_model(), tmp_path / "savedmodel", tmp_path)
+    stderr = iter(["Traceback (most recent call last):\n  File x\nOSError: SavedModel file does not exist\n", ""])
+    monkeypatch.setattr(export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", next(stderr)))
+    for last_line in ("OSError: SavedModel file does not exist", "no output"):
+        with pytest.raises(ExportError) as info:
+            export.check_parity(_tiny_model(), tmp_path / "savedmodel", tmp_path)
+        assert str(info.value) == f"the SavedModel at {tmp_path / 'savedmodel'} does not load in a fresh process: {last_line}"
 
 
 @pytest.fixture
@@ -203,29 +213,49 @@ def trained_run(tmp_path):
     return run, best, build_model("cnn", (12, 12, 1), 2)
 
 
-def _exported(monkeypatch):
+def _exported(monkeypatch, run):
     seen = []
-    monkeypatch.setattr(export, "export_model", lambda model, run_dir, labels: seen.append((model, labels)) or {})
+
+    def export_model(model, run_dir, labels):
+        assert run_dir == run
+        seen.append((model, labels))
+        return {}
+
+    monkeypatch.setattr(export, "export_model", export_model)
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
     return seen
 
 
-def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run, monkeypatch):
+def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run, monkeypatch, caplog):
     run, best, in_memory = trained_run
-    seen = _exported(monkeypatch)
-    export.export_run(run, model=in_memory)
+    seen = _exported(monkeypatch, run)
+    with caplog.at_level(logging.INFO, logger="train"):
+        export.export_run(run, model=in_memory)
     ((model, labels),) = seen
     assert model is not in_memory and labels == ["a", "b"]
+    assert "export: from best.weights.h5" in caplog.messages
     for got, want, last in zip(model.get_weights(), best.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
         assert not np.array_equal(got, last) or got.ndim == 1  # biases start at zero in both
 
 
-def test_export_run_without_best_weights_exports_the_model_in_memory(trained_run, monkeypatch):
-    run, _, in_memory = trained_run
+def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_memory(trained_run, monkeypatch,
+                                                                                        caplog):
+    from train.models import build_model
+
+    run, _, _ = trained_run
     (run / "best.weights.h5").unlink()
-    seen = _exported(monkeypatch)
-    export.export_run(run, model=in_memory)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        in_memory = build_model("cnn", (12, 12, 1), 2)  # trained in mixed precision: the copy is rebuilt by MODEL
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    seen = _exported(monkeypatch, run)
+    with caplog.at_level(logging.INFO, logger="train"):
+        export.export_run(run, model=in_memory)
     ((model, labels),) = seen
-    assert labels == ["a", "b"]
+    assert labels == ["a", "b"] and model.dtype_policy.name == "float32"
     for got, want in zip(model.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
+    assert "export: from the trained model" in caplog.messages

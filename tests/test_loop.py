@@ -36,7 +36,7 @@ def test_monitor_mode(monitor, mode, expected):
 
 def test_improved():
     assert _improved(0.5, None, "max") and _improved(0.6, 0.5, "max") and not _improved(0.5, 0.5, "max")
-    assert _improved(0.4, 0.5, "min") and not _improved(0.6, 0.5, "min")
+    assert _improved(0.4, 0.5, "min") and not _improved(0.6, 0.5, "min") and not _improved(0.5, 0.5, "min")
     assert not _improved(None, None, "max")
     assert not _improved(math.nan, None, "max") and not _improved(math.inf, 1.0, "max")
 
@@ -70,9 +70,11 @@ def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, stat
 
 @pytest.mark.parametrize("step, saved_batch, new_batch, expected", [
     (0, 64, 32, 0), (3, 64, 32, 6), (5, 64, 32, 10), (7, 32, 16, 14), (3, 64, 64, 3), (2, 32, 64, 1),
+    (3, 5, 2, 7),  # 15 examples in: batch 2 goes back to 14 (one example again), never forward past one
 ])
 def test_step_at_batch_size_keeps_the_position_in_examples(step, saved_batch, new_batch, expected):
-    assert step_at_batch_size(step, saved_batch, new_batch) == expected
+    got = step_at_batch_size(step, saved_batch, new_batch)
+    assert got == expected and isinstance(got, int)
 
 
 def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch):

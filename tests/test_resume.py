@@ -63,10 +63,11 @@ def test_auto_starts_fresh_after_a_finished_or_failed_run(tmp_path, status):
 def test_auto_starts_fresh_when_settings_differ(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)  # setup_logging may have turned it off
     s = _settings(tmp_path)
-    _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64)
+    _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64, seed=1)
     with caplog.at_level("INFO", logger="train"):
         assert auto_resume(s) == ""
-    assert "BATCH_SIZE: 64 -> 32" in caplog.text
+    assert caplog.messages == ["RESUME=auto: run 20260102-000000-bbbb did not finish but its settings differ "
+                               "(BATCH_SIZE: 64 -> 32; SEED: 1 -> 42); starting a new run"]
 
 
 def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path):
@@ -118,8 +119,8 @@ def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64, seed=1)
     with pytest.raises(ResumeMismatchError) as info:
         prepare_run_dir(s, run.name, force=False)
-    msg = str(info.value)
-    assert "BATCH_SIZE: 64 -> 32" in msg and "SEED: 1 -> 42" in msg and "--force" in msg
+    assert str(info.value) == (f"run {run.name} was started with other settings (BATCH_SIZE: 64 -> 32; SEED: 1 -> 42): "
+                               "resume with the same settings, or pass --force to continue with the new ones")
     assert info.value.exit_code == 4
     assert read_json(run / "config.json")["batch_size"] == 64  # untouched after a refusal
     plan = plan_run(s, run.name, force=True)
@@ -138,6 +139,14 @@ def test_auto_starts_fresh_when_epochs_change_under_a_cosine_schedule(tmp_path):
     s = _settings(tmp_path, lr_schedule="cosine")
     _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=9)
     assert auto_resume(s) == ""
+
+
+def test_prepare_auto_continues_the_unfinished_run(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    run_dir, effective, resumed = prepare_run_dir(s, "auto", force=False)
+    assert (run_dir, effective, resumed) == (run, s, True)
+    assert [p.name for p in Path(s.runs_dir).iterdir()] == [run.name]  # no new run directory
 
 
 def test_resume_without_checkpoints_is_an_error_naming_the_run_and_the_fix(tmp_path):
@@ -228,7 +237,79 @@ def test_changed_data_is_refused_unless_forced_and_then_recorded(tmp_path):
     check_data(plan, "a" * 64, "x.npz", force=False)  # the same bytes: fine
     with pytest.raises(ResumeMismatchError) as info:
         check_data(plan, "b" * 64, "x.npz", force=False)
-    assert "DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb..." in str(info.value) and "--force" in str(info.value)
+    assert str(info.value) == (
+        f"run {plan.run_dir.name} was trained on other data (DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... "
+        "(x.npz)): the same path holds new contents; resume on the run's own data, start a new run, or pass --force "
+        "to continue on the new data (recorded in the manifest's segments)")
     check_data(plan, "b" * 64, "x.npz", force=True)
     assert plan.forced == ["DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... (x.npz)"]
 
+
+
+@pytest.mark.parametrize("files, manifest, trained", [
+    ((), {}, False), ((), {"epochs_completed": 0}, False), ((), {"epochs_completed": 2}, True),
+    (("metrics.csv",), {}, True), (("best.weights.h5",), {}, True), (("final.weights.h5",), {}, True),
+])
+def test_a_run_counts_as_trained_by_its_files_or_its_manifest(tmp_path, files, manifest, trained):
+    from train.resume import _trained
+
+    for name in files:
+        (tmp_path / name).write_bytes(b"x")
+    assert _trained(tmp_path, manifest) is trained
+
+
+def test_plan_run_refuses_differing_settings_by_default(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", seed=1)
+    with pytest.raises(ResumeMismatchError):
+        plan_run(s, run.name)
+
+
+def test_a_new_run_is_not_resumed_and_restart_needs_a_run(tmp_path):
+    s = _settings(tmp_path)
+    plan = plan_run(s, None)
+    plan.release()
+    assert plan.resumed is False and plan.restart is False
+    with pytest.raises(ConfigError) as info:
+        plan_run(s, None, restart=True)
+    assert info.value.name == "--restart" and str(info.value) == (
+        "--restart=True is not valid: needs --resume RUN (it trains that run again from epoch 1 when its checkpoints "
+        "are gone)")
+
+
+def test_a_run_killed_before_its_manifest_resumes(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", None)
+    plan = plan_run(s, run.name)
+    plan.release()
+    assert plan.resumed and plan.manifest == {}
+
+
+def test_checkpoint_refusals_name_the_checkpoint_directory(tmp_path):
+    s = _settings(tmp_path)
+    trained = _fake_run(s, "20260102-000000-bbbb", "interrupted", checkpoint=False)
+    (trained / "metrics.csv").write_text("epoch\n1\n")
+    with pytest.raises(CheckpointError) as info:
+        plan_run(s, trained.name)
+    assert str(info.value) == (
+        f"run {trained.name} has no checkpoint in {trained / 'checkpoints'} (deleted or never written): there is "
+        "nothing to resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new "
+        "run without --resume")
+    kept = _fake_run(s, "20260103-000000-cccc", "interrupted")
+    with pytest.raises(CheckpointError) as info:
+        plan_run(s, kept.name, restart=True)
+    assert str(info.value) == (
+        f"run {kept.name} has checkpoints in {kept / 'checkpoints'}: --restart is only for a run whose checkpoints "
+        "are gone; resume it without --restart")
+
+
+def test_auto_checks_the_lock_of_a_running_run_only(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "running")
+    with RunLock(run):
+        with pytest.raises(RunBusyError):
+            auto_resume(s)  # still going: not a candidate
+    assert auto_resume(s) == str(run)  # killed: its lock is free, so it is resumed
+    (run / "manifest.json").write_text(json.dumps({"status": "interrupted"}))
+    with RunLock(run):
+        assert auto_resume(s) == str(run)  # stopped cleanly: no lock to check (the plan takes it)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import re
+import types
 
 import pytest
 
@@ -14,9 +16,12 @@ from train.rundir import (TMP_MARK, RunNotFound, atomic_write, clean_stale_temp,
 
 
 def test_atomic_write_replaces_the_file(tmp_path):
+    from pathlib import Path
+
     target = tmp_path / "a.json"
-    write_json(target, {"b": 1, "a": [1, 2]})
-    assert read_json(target) == {"a": [1, 2], "b": 1}
+    write_json(target, {"b": 1, "a": [1], "p": Path("/x")})  # sorted, indented, paths as text: diffable by hand
+    assert target.read_text() == '{\n  "a": [\n    1\n  ],\n  "b": 1,\n  "p": "/x"\n}\n'
+    assert read_json(target) == {"a": [1], "b": 1, "p": "/x"}
     write_text(target, "new\n")
     assert target.read_text() == "new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
@@ -24,8 +29,9 @@ def test_atomic_write_replaces_the_file(tmp_path):
 
 def test_temp_name_keeps_the_suffix_and_the_mark(tmp_path):
     seen = []
-    atomic_write(tmp_path / "best.weights.h5", lambda p: (seen.append(p.name), p.write_bytes(b"x")))
-    assert seen[0].startswith("best" + TMP_MARK) and seen[0].endswith(".weights.h5")
+    atomic_write(tmp_path / "best.weights.h5", lambda p: (seen.append(p), p.write_bytes(b"x")))
+    assert seen[0].name.startswith("best" + TMP_MARK) and seen[0].name.endswith(".weights.h5")
+    assert seen[0].parent == tmp_path  # beside the target: os.replace is atomic only within one file system
 
 
 @pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"), RuntimeError("writer bug")])
@@ -47,24 +53,62 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, failure)
 
 def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
     calls = []
-    with pytest.raises(StorageError, match="disk is full"):
+    with pytest.raises(StorageError) as info:
         atomic_write(tmp_path / "w.weights.h5", calls.append, size_hint=1 << 62)
+    assert str(info.value) == (f"cannot write {tmp_path / 'w.weights.h5'}: "
+                               "the disk is full: free space or point RUNS_DIR at a larger volume")
     assert calls == [] and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("code, words", [
-    (errno.ENOSPC, "disk is full"),
-    (errno.EDQUOT, "quota"),
-    (errno.EFBIG, "ulimit -f"),
-    (errno.EROFS, "read-only"),
-    (errno.EACCES, "permission denied: run as the owner of RUNS_DIR"),
-    (errno.EPERM, "point RUNS_DIR at a folder you can write"),
+def test_size_hint_equal_to_free_space_is_enough(tmp_path, monkeypatch):
+    from train import rundir
+
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=1000))
+    atomic_write(tmp_path / "w.bin", lambda p: p.write_bytes(b"x"), size_hint=1000)
+    assert (tmp_path / "w.bin").read_bytes() == b"x"
+
+
+def test_without_a_size_hint_free_space_is_not_checked(tmp_path, monkeypatch):
+    """Small files (config, pointer, manifest) are written even on a nearly full disk; ENOSPC still reports it."""
+    from train import rundir
+
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: (_ for _ in ()).throw(AssertionError("asked")))
+    write_text(tmp_path / "LATEST", "ckpt-000000004.npz\n")
+    assert (tmp_path / "LATEST").read_text() == "ckpt-000000004.npz\n"
+
+
+@pytest.mark.parametrize("failure, expected", [(OSError(errno.ENOSPC, "No space left"), StorageError),
+                                               (RuntimeError("writer bug"), RuntimeError)])
+def test_a_writer_that_removed_its_temp_file_still_reports_its_own_error(tmp_path, failure, expected):
+    def write(p):
+        p.unlink()
+        raise failure
+
+    with pytest.raises(expected):
+        atomic_write(tmp_path / "config.json", write)
+    assert list(tmp_path.iterdir()) == []
+
+
+PERMISSION = "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR at a folder you can write"
+
+
+@pytest.mark.parametrize("code, reason", [
+    (errno.ENOSPC, "the disk is full: free space or point RUNS_DIR at a larger volume"),
+    (errno.EDQUOT, "the disk quota is exceeded: free space or point RUNS_DIR elsewhere"),
+    (errno.EFBIG, "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere"),
+    (errno.EROFS, "the file system is read-only: mount the runs volume read-write or set RUNS_DIR"),
+    (errno.EACCES, PERMISSION),
+    (errno.EPERM, PERMISSION),
 ])
-def test_storage_error_explains_each_errno(code, words):
+def test_storage_error_explains_each_errno(code, reason):
     exc = storage_error("/runs/x", OSError(code, "raw"), in_docker=False)
     assert isinstance(exc, StorageError) and exc.exit_code == 7
-    assert str(exc).startswith("cannot write /runs/x: ")
-    assert words in str(exc)
+    assert str(exc) == f"cannot write /runs/x: {reason}"
+
+
+def test_storage_error_falls_back_to_strerror_then_to_the_exception():
+    assert str(storage_error("p", OSError(errno.EIO, "Input/output error"))) == "cannot write p: Input/output error"
+    assert str(storage_error("p", OSError("no errno here"))) == "cannot write p: no errno here"
 
 
 @pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM])
@@ -204,8 +248,9 @@ def test_create_run_dir_lays_out_subdirectories(tmp_path):
 
 def test_ensure_writable_under_a_file_is_a_storage_error(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(StorageError, match="cannot write"):
+    with pytest.raises(StorageError) as info:
         ensure_writable(tmp_path / "file" / "runs")
+    assert str(info.value) == f"cannot write {tmp_path / 'file' / 'runs'}: Not a directory"
 
 
 def test_atomic_write_fsyncs_the_data_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
@@ -229,3 +274,107 @@ def test_atomic_write_fsyncs_the_data_before_the_rename_and_the_directory_after(
     monkeypatch.setattr(os, "replace", replace)
     atomic_write(tmp_path / "state.npz", lambda p: (events.append(("write",)), p.write_bytes(b"12345")))
     assert events == [("write",), ("fsync file", 5), ("replace", "state.npz"), ("fsync dir",)]
+
+
+def test_create_run_dir_without_a_name_is_a_bare_id(tmp_path):
+    run = create_run_dir(tmp_path / "runs")
+    assert re.fullmatch(r"\d{8}-\d{6}-\d{6}", run.name)
+
+
+def test_create_run_dir_tries_a_hundred_ids_then_gives_up(tmp_path, monkeypatch):
+    from train import rundir
+
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    tried = []
+    monkeypatch.setattr(rundir, "new_run_id", lambda name="": tried.append(name) or "taken")
+    with pytest.raises(StorageError) as info:
+        create_run_dir(tmp_path / "runs", "x")
+    assert str(info.value) == f"could not create a unique run directory under {tmp_path / 'runs'}"
+    assert tried == ["x"] * 100
+
+
+def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
+    from train import rundir
+
+    monkeypatch.setattr(rundir, "new_run_id", lambda name="": "missing-parent/run")
+    with pytest.raises(StorageError) as info:
+        create_run_dir(tmp_path / "runs")
+    assert str(info.value) == f"cannot write {tmp_path / 'runs' / 'missing-parent' / 'run'}: No such file or directory"
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):
+    target = ensure_writable(tmp_path / "a" / "b" / "runs")
+    assert target.is_dir() and list(target.iterdir()) == []
+
+
+def test_in_container_also_knows_podman(tmp_path):
+    from train.rundir import in_container
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".containerenv").touch()
+    assert in_container(tmp_path)
+
+
+def test_permission_denied_in_a_container_exactly(monkeypatch):
+    from train import rundir
+
+    monkeypatch.setattr(rundir, "in_container", lambda root=None: True)  # the default asks the machine
+    assert str(storage_error("/runs", OSError(errno.EACCES, "raw"))) == (
+        "cannot write /runs: permission denied: the container runs as HOST_UID:HOST_GID, which must own the host "
+        "folder mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and put "
+        "HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)")
+
+
+def test_make_temp_dir_names_and_gives_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
+    from train import rundir
+    from train.rundir import make_temp_dir
+
+    assert re.fullmatch(rf"export{re.escape(TMP_MARK)}[0-9a-f]{{8}}", make_temp_dir(tmp_path, "export").name)
+    drawn = []
+    monkeypatch.setattr(rundir.secrets, "token_hex", lambda n: drawn.append(n) or "taken")
+    (tmp_path / f"export{TMP_MARK}taken").mkdir()
+    with pytest.raises(StorageError) as info:
+        make_temp_dir(tmp_path, "export")
+    assert str(info.value) == f"cannot write {tmp_path}: no free temporary name" and drawn == [4] * 100
+
+
+def test_temp_files_are_named_and_give_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
+    from train import rundir
+
+    seen = []
+    atomic_write(tmp_path / "config.json", lambda p: (seen.append(p.name), p.write_text("{}")))
+    assert re.fullmatch(rf"config{re.escape(TMP_MARK)}[0-9a-f]{{8}}\.json", seen[0])
+    drawn = []
+    monkeypatch.setattr(rundir.secrets, "token_hex", lambda n: drawn.append(n) or "taken")
+    (tmp_path / f"config{TMP_MARK}taken.json").write_text("")
+    with pytest.raises(StorageError) as info:
+        atomic_write(tmp_path / "config.json", lambda p: p.write_text("{}"))
+    assert str(info.value) == f"cannot write {tmp_path / 'config.json'}: no free temporary name in {tmp_path}"
+    assert drawn == [4] * 100
+
+
+def test_a_temp_file_that_cannot_be_created_names_the_target(tmp_path):
+    with pytest.raises(StorageError) as info:
+        atomic_write(tmp_path / "missing" / "config.json", lambda p: p.write_text("{}"))
+    assert str(info.value) == f"cannot write {tmp_path / 'missing' / 'config.json'}: No such file or directory"
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def test_read_record_messages_exactly(tmp_path):
+    run = _run(tmp_path, "20260101-000000-000001")
+    path = run / "manifest.json"
+    with pytest.raises(RunRecordError) as info:
+        read_record(run, "manifest.json")
+    assert str(info.value) == (f"run {run.name} has no manifest.json ({path}): it is not a complete run directory; "
+                               "start a new run, or restore the file from a backup")
+    path.write_text('{"a": ')
+    with pytest.raises(RunRecordError) as info:
+        read_record(run, "manifest.json")
+    assert str(info.value).startswith(f"run {run.name}: {path} is unreadable (JSONDecodeError: ")
+    assert str(info.value).endswith("); restore it from a backup, or move the run directory out of RUNS_DIR")
+    path.write_text("[1]")
+    with pytest.raises(RunRecordError) as info:
+        read_record(run, "manifest.json")
+    assert str(info.value) == (f"run {run.name}: {path} holds list, not a JSON object; "
+                               "restore it from a backup, or move the run directory out of RUNS_DIR")

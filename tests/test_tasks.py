@@ -252,6 +252,28 @@ def test_every_task_argument_has_help():
         assert t.__doc__, f"{name} has no docstring"
 
 
+def test_mutate_installs_mutmut_into_its_own_venv_once_then_runs_the_modules(tmp_path):
+    (tmp_path / "train").mkdir()
+    for name in ("rundir", "checkpoints"):
+        (tmp_path / "train" / f"{name}.py").write_text("")
+    c = ctx()
+    tasks.mutate(c, modules="rundir, checkpoints")
+    venv = tmp_path / ".venv-mutmut"
+    install, run = echoed(c)[1:]
+    assert echoed(c)[0] == f"{tasks.PY} -m venv {venv}"
+    assert install == f"{venv}/bin/python -m pip install -q mutmut==3.8.1"
+    assert run == f"{venv}/bin/mutmut run --max-children 1 'train.rundir.*' 'train.checkpoints.*'"
+    (pth,) = venv.rglob("project-venv.pth")  # the project's packages, without a second TensorFlow
+    assert "site-packages" in str(pth.parent) and pth.read_text().strip().endswith("site-packages")
+
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    (venv / "bin" / "mutmut").write_text("")
+    c = ctx()
+    tasks.mutate(c, workers=2)
+    tasks.mutate(c, results=True)
+    assert echoed(c) == [f"{venv}/bin/mutmut run --max-children 2", f"{venv}/bin/mutmut results"]
+
+
 def test_reproduce_runs_the_package_command_with_its_flags():
     c = ctx()
     tasks.reproduce(c, run="20240101-000000-ab12")
@@ -260,6 +282,15 @@ def test_reproduce_runs_the_package_command_with_its_flags():
         f"{tasks.PY} -m train reproduce 20240101-000000-ab12 --local",
         f"{tasks.PY} -m train reproduce latest --local --allow-dirty --epochs 1",
     ]
+
+
+def test_mutate_refuses_an_unknown_module_before_installing_anything(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "rundir.py").write_text("")
+    c = ctx()
+    with pytest.raises(Exit, match=r"--modules 'rundir,nope': no train/nope.py; give module names"):
+        tasks.mutate(c, modules="rundir,nope")
+    assert commands(c) == [] and not (tmp_path / ".venv-mutmut").exists()
 
 
 def test_train_with_workers_local_starts_one_cluster_chief_in_the_foreground(monkeypatch):
