@@ -258,6 +258,34 @@ print("resumed run:", m["status"], "resumed at", m["resumed_at"])
 assert m["status"] == "completed" and len(m["resumed_at"]) == 1, m
 EOF
 
+say "multi-worker: two workers of the same image train one run; only the chief writes the run directory"
+cp .ci/compose.multiworker.ci.yml "$P/"
+cp docker-compose.multiworker.yml "$P/"
+mw_before=$(ls "$P/runs" | wc -l)
+t=$SECONDS
+runuser -u "$CI_USER" -- env HOME="$P" HOST_UID="$uid" HOST_GID="$gid" DATA_HOST_DIR="$DATA" TRAIN_ARGS="--run-name mw" \
+  docker compose --project-directory "$P" -f "$P/docker-compose.multiworker.yml" -f "$P/compose.multiworker.ci.yml" \
+  up --no-build --exit-code-from worker0 >"$WORK/multiworker.log" 2>&1 \
+  || { tail -20 "$WORK/multiworker.log"; fail "the 2-worker compose run did not exit 0"; }
+MW_S=$((SECONDS - t))
+grep -q "\[worker 1\]" "$WORK/multiworker.log" || fail "worker1's log lines are missing from the 2-worker run"
+mw=("$P"/runs/*-mw/)
+[ ${#mw[@]} = 1 ] && [ -d "${mw[0]}" ] || fail "expected one run directory for the 2-worker run, found: $(ls "$P/runs")"
+[ "$(ls "$P/runs" | wc -l)" = $((mw_before + 1)) ] || fail "the 2-worker run left more than one run directory"
+for f in config.json manifest.json train.log metrics.csv final.weights.h5; do
+  [ -s "${mw[0]}$f" ] || fail "${mw[0]}$f is missing after the 2-worker run"
+done
+python3 - "${mw[0]}manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+d = m["distribution"][-1]
+print("2-worker run:", m["status"], d)
+assert m["status"] == "completed" and d["workers"] == 2 and d["replicas"] == 2, (m["status"], d)
+PY
+runuser -u "$CI_USER" -- env HOME="$P" HOST_UID="$uid" HOST_GID="$gid" DATA_HOST_DIR="$DATA" \
+  docker compose --project-directory "$P" -f "$P/docker-compose.multiworker.yml" -f "$P/compose.multiworker.ci.yml" \
+  down >/dev/null 2>&1 || true
+
 say "figures"
 size() { $DOCKER image inspect -f '{{.Size}}' "$1" | awk '{printf "%.2f GB", $1/1e9}'; }
 echo "base image ($BASE):            $(size "$BASE")"
@@ -265,5 +293,6 @@ echo "CPU image ($IMAGE:cpu):    $(size "$IMAGE:cpu")"
 echo "full CPU build:                ${BUILD_S}s (pip download cache may be warm)"
 echo "code-only rebuild:             ${REBUILD_S}s"
 echo "compose smoke training:        ${SMOKE_S}s"
+echo "2-worker compose smoke run:    ${MW_S}s"
 echo "docker.sh total:               $((SECONDS - T0))s"
 say "docker.sh: all checks passed"

@@ -169,3 +169,10 @@ def test_workflow_builds_both_targets_with_a_layer_cache_and_linters_in_a_venv()
     assert "cache-from: type=gha" in wf and "cache-to: type=gha,mode=max" in wf
     assert "pip install --user" not in wf and 'python3 -m venv "$RUNNER_TEMP/lint"' in wf
     assert "GIT_COMMIT" in wf  # every image the workflow builds records its commit
+
+
+def test_every_training_service_trains_on_the_volumes_whatever_env_says():
+    """`environment:` wins over `env_file:` in compose: each service that runs `fit` pins the volumes."""
+    for name, services in (("docker-compose.yml", 1), ("docker-compose.multiworker.yml", 2)):
+        text = (ROOT / name).read_text()
+        assert text.count("RUNS_DIR: /runs") == services and text.count("DATA_DIR: /data") == services, name
