@@ -35,7 +35,21 @@ def test_gpu_steps_per_second(benchmark, mnist, mnist_npz, quick, tmp_path):
     got = common.once(benchmark, lambda: common.interleave(runs, 1 if quick else 3))
     sps = {k: common.median(v) for k, v in got.items()}
     value = common.ratio(sps["template default"], sps["reference"])
+    gpu = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0]).get("device_name")
     common.record(benchmark, "6. GPU steps/s: template default / reference", f">= {GOAL}x", value,
-                  value is not None and value >= GOAL, gpu=tf.config.experimental.get_device_details(
-                      tf.config.list_physical_devices("GPU")[0]).get("device_name"),
-                  steps_per_second=sps, ratios={k: common.ratio(v, sps["reference"]) for k, v in sps.items()})
+                  value is not None and value >= GOAL, gpu=gpu, steps_per_second=sps,
+                  ratios={k: common.ratio(v, sps["reference"]) for k, v in sps.items()}, mfu=_mfu(sps, gpu))
+
+
+def _mfu(steps_per_second: dict, gpu: str | None) -> dict:
+    """MFU beside each steps/s: the default CNN's FLOPs against the GPU's peak in the variant's precision."""
+    from train import flops
+    from train.models import cnn
+
+    count = flops.count_flops(cnn((28, 28, 1), 10))
+    out = {}
+    for name, sps in steps_per_second.items():
+        dtype = "float32" if name in ("reference", "template float32") else "float16"  # auto on a GPU: mixed_float16
+        peak = flops.datasheet_peak(gpu, dtype) or flops.measure_peak_flops(dtype, "/GPU:0")
+        out[name] = round(flops.mfu(sps * 128, count, peak)[1], 4)
+    return out
