@@ -63,3 +63,28 @@ def test_console_and_log_file_get_the_same_lines(tmp_path, capsys):
         for h in list(log.handlers):
             log.removeHandler(h)
         log.propagate = True
+
+
+def test_hparams_summary_carries_the_settings_and_final_metrics(tmp_path):
+    """What TensorBoard's HParams dashboard reads: a session summary with the settings, metric scalars."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from train.logs import write_hparams
+
+    logdir = tmp_path / "20260101-000000-000001" / "tensorboard"
+    write_hparams(logdir, {"batch_size": 64, "model": "cnn", "deterministic": True, "resume": None},
+                  {"val_accuracy": 0.97, "best_val_accuracy": 0.98, "loss": float("nan")}, step=3)
+    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+    acc.Reload()
+    content = acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    assert start.group_name == "20260101-000000-000001"
+    assert start.hparams["batch_size"].number_value == 64 and start.hparams["model"].string_value == "cnn"
+    assert start.hparams["deterministic"].bool_value is True and "resume" not in start.hparams
+    tags = acc.Tags()["tensors"]
+    assert {"hparams/val_accuracy", "hparams/best_val_accuracy"} <= set(tags) and "hparams/loss" not in tags
+    (event,) = acc.Tensors("hparams/best_val_accuracy")
+    import tensorflow as tf
+
+    assert event.step == 3 and abs(float(tf.make_ndarray(event.tensor_proto)) - 0.98) < 1e-6

@@ -270,3 +270,14 @@ def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monke
     assert loop.peak.flops is None
     row = loop.run().history[-1]
     assert row["mfu"] is None and row["model_flops_per_second"] is None and row["samples_per_second"]
+
+
+def test_the_end_of_a_run_writes_its_hparams_session(real_loop):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    loop = real_loop(epochs=1)
+    loop.run()
+    acc = EventAccumulator(str(loop.run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    assert "_hparams_/session_start_info" in tags and "hparams/best_val_accuracy" in tags, tags

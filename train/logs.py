@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import logging
 import sys
 from pathlib import Path
@@ -100,6 +101,25 @@ class TensorBoardWriter:
     def close(self) -> None:
         self._train.close()
         self._val.close()
+
+
+def write_hparams(logdir: Path, settings: dict[str, Any], metrics: dict[str, Any], step: int) -> None:
+    """The run's settings and final metrics for TensorBoard's HParams dashboard (one session per run).
+
+    `invoke tensorboard` (pointed at RUNS_DIR) then lists every run in its table and parallel-
+    coordinates views. The metrics go in as `hparams/<name>` scalars beside the session summary.
+    """
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import api as hp
+
+    values = {k: v for k, v in settings.items() if isinstance(v, (bool, int, float, str))}
+    writer = tf.summary.create_file_writer(str(logdir))
+    with writer.as_default():
+        hp.hparams(values, trial_id=logdir.parent.name)
+        for name, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                tf.summary.scalar(f"hparams/{name}", value, step=step)
+    writer.close()
 
 
 def gpu_memory() -> tuple[float | None, float | None]:

@@ -225,6 +225,7 @@ class EpochLoop:
                 tb.close()
         if self.chief:
             record_ending(self.run_dir / "manifest.json", ended)
+            self._write_hparams()
         final_sha = checkpoints.weights_sha256(self.model)
         result = Result(self.run_dir, status, self.state.epoch, self.history, self.state.best, final_sha, None,
                         self.model)
@@ -368,6 +369,18 @@ class EpochLoop:
             from .report import refresh_after_epoch  # curves for whoever watches the volume; never raises
 
             refresh_after_epoch(self.run_dir, self.s.report)
+
+    def _write_hparams(self) -> None:
+        """Settings and final metrics for TensorBoard's HParams view; a failure only warns."""
+        from .logs import write_hparams
+
+        final = {k: v for k, v in (self.history[-1] if self.history else {}).items()
+                 if k in ("loss", "accuracy", "val_loss", "val_accuracy")}
+        try:
+            write_hparams(self.run_dir / "tensorboard", self.s.to_dict(),
+                          {**final, f"best_{self.s.monitor}": self.state.best}, self.state.epoch)
+        except Exception as exc:  # a dashboard must never cost a run
+            log.warning("WARNING: TensorBoard HParams not written: %s: %s", type(exc).__name__, exc)
 
     def _save(self, why: str) -> None:
         if not self.chief:
