@@ -365,13 +365,24 @@ def clean(c, images=False, cpu=False):
 
 @task(help={
     "run": "run id, run directory or 'latest'",
+    "local": "rerun in this environment instead of the run's image",
     "allow_dirty": "rerun a run made from uncommitted changes (with the committed code)",
     "epochs": "stop after N epochs and compare with the original at that epoch (0 = the whole run)",
+    "data_dir": "the host folder mounted as /data in the image (default ./data)",
+    "base_image": "BASE_IMAGE build argument, if the run's image has to be built",
+    "ca_bundle": "CA bundle (PEM) for pip behind a TLS-intercepting proxy, if the image has to be built",
 })
-def reproduce(c, run, allow_dirty=False, epochs=0):
-    """Rerun a run from its record in this environment (a worktree of its commit) and say whether it matches."""
+def reproduce(c, run, local=False, allow_dirty=False, epochs=0, data_dir="data", base_image="", ca_bundle=""):
+    """Rerun a run from its record, in its image (reused or built from its commit), and say whether it matches."""
     flags = (" --allow-dirty" if allow_dirty else "") + (f" --epochs {int(epochs)}" if epochs else "")
-    c.run(f"{PY} -m train reproduce {shlex.quote(run)} --local{flags}", echo=True, pty=True)
+    if local:
+        c.run(f"{PY} -m train reproduce {shlex.quote(run)} --local{flags}", echo=True, pty=True)
+        return
+    _require_docker(c)
+    flags += f" --data-dir {shlex.quote(data_dir)}"
+    flags += f" --base-image {shlex.quote(base_image)}" if base_image else ""
+    flags += f" --ca-bundle {shlex.quote(ca_bundle)}" if ca_bundle else ""
+    c.run(f"{PY} -m train reproduce {shlex.quote(run)} --container{flags}", echo=True, pty=True)
 
 
 ns = Collection(build, gpu_check, train, export, report, compare, logs, tensorboard, test, bench, mutate, lock, clean,

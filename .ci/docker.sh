@@ -286,6 +286,23 @@ runuser -u "$CI_USER" -- env HOME="$P" HOST_UID="$uid" HOST_GID="$gid" DATA_HOST
   docker compose --project-directory "$P" -f "$P/docker-compose.multiworker.yml" -f "$P/compose.multiworker.ci.yml" \
   down >/dev/null 2>&1 || true
 
+say "reproduce: a deterministic run made in the image, rerun from its record in its image (built from the commit)"
+TRAIN_ARGS="--deterministic --run-name repsrc" compose_as_ci up --no-build --exit-code-from train train >"$WORK/repsrc.log" 2>&1 \
+  || { tail -20 "$WORK/repsrc.log"; fail "the run to reproduce did not complete"; }
+src=("$P"/runs/*-repsrc/)
+[ ${#src[@]} = 1 ] || fail "expected one run to reproduce, found: $(ls "$P/runs")"
+t=$SECONDS
+# The image tagged <target>-<lock hash>-<commit> does not exist yet: reproduce builds it from a
+# worktree of the recorded commit (with this machine's base image, CA bundle and host network).
+DOCKER=$DOCKER IMAGE=$IMAGE .venv/bin/python -m train reproduce "${src[0]}" --container --data-dir "$DATA" \
+  --base-image "$BASE" --ca-bundle "$CA" --network host >"$WORK/reproduce.log" 2>&1 \
+  || { tail -30 "$WORK/reproduce.log"; fail "reproduce --container did not match or failed"; }
+REPRO_S=$((SECONDS - t))
+grep -E "^(image|code|data|result):" "$WORK/reproduce.log"
+grep -q "result:     MATCH by final weights sha256" "$WORK/reproduce.log" || fail "the verdict is not a bit-identical match"
+grep -q "image: building $IMAGE:cpu-" "$WORK/reproduce.log" || fail "reproduce did not build the run's image"
+[ -s "$(ls -d "$P"/runs/*-repro-*repsrc/)reproduce.json" ] || fail "no reproduce.json in the rerun's directory"
+
 say "figures"
 size() { $DOCKER image inspect -f '{{.Size}}' "$1" | awk '{printf "%.2f GB", $1/1e9}'; }
 echo "base image ($BASE):            $(size "$BASE")"
@@ -294,5 +311,6 @@ echo "full CPU build:                ${BUILD_S}s (pip download cache may be warm
 echo "code-only rebuild:             ${REBUILD_S}s"
 echo "compose smoke training:        ${SMOKE_S}s"
 echo "2-worker compose smoke run:    ${MW_S}s"
+echo "reproduce --container:         ${REPRO_S}s (image build from the commit included)"
 echo "docker.sh total:               $((SECONDS - T0))s"
 say "docker.sh: all checks passed"

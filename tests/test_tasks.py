@@ -276,12 +276,15 @@ def test_mutate_installs_mutmut_into_its_own_venv_once_then_runs_the_modules(tmp
 
 def test_reproduce_runs_the_package_command_with_its_flags():
     c = ctx()
-    tasks.reproduce(c, run="20240101-000000-ab12")
-    tasks.reproduce(c, run="latest", allow_dirty=True, epochs=1)
-    assert echoed(c) == [
+    tasks.reproduce(c, run="20240101-000000-ab12", local=True)
+    tasks.reproduce(c, run="latest", local=True, allow_dirty=True, epochs=1)
+    tasks.reproduce(c, run="latest", base_image="mirror/python:3.11")
+    assert echoed(c)[:2] == [
         f"{tasks.PY} -m train reproduce 20240101-000000-ab12 --local",
         f"{tasks.PY} -m train reproduce latest --local --allow-dirty --epochs 1",
     ]
+    assert echoed(c)[-1] == (f"{tasks.PY} -m train reproduce latest --container --data-dir data "
+                             "--base-image mirror/python:3.11")
 
 
 def test_mutate_refuses_an_unknown_module_before_installing_anything(tmp_path):

@@ -174,7 +174,12 @@ def _with_absolute_paths(config: dict[str, Any], base: Path) -> dict[str, Any]:
 
 def rerun_flags(config: dict[str, Any], runs_dir: Path, run_name: str, epochs: int | None, base: Path) -> list[str]:
     """The recorded settings as `fit` flags (paths made absolute), a fresh run under `runs_dir`."""
-    values = dict(_with_absolute_paths(config, base), runs_dir=str(runs_dir), run_name=run_name, resume="")
+    return as_flags(dict(_with_absolute_paths(config, base), runs_dir=str(runs_dir)), run_name, epochs)
+
+
+def as_flags(values: dict[str, Any], run_name: str, epochs: int | None) -> list[str]:
+    """Settings as `fit` flags for a fresh run (never a resume) named `run_name`."""
+    values = dict(values, run_name=run_name, resume="")
     if epochs:
         values["epochs"] = epochs
     flags: list[str] = []
@@ -196,11 +201,16 @@ def _clean_env(code: Path, config: dict[str, Any]) -> dict[str, str]:
 
 
 def rerun(code: Path, flags: list[str], config: dict[str, Any], runs_dir: Path) -> Path:
-    before = {p.name for p in runs_dir.iterdir()} if runs_dir.is_dir() else set()
     empty_env = code.parent / "empty.env"
     empty_env.write_text("")
-    proc = subprocess.run([sys.executable, "-m", "train", "fit", "--env-file", str(empty_env), *flags],
-                          cwd=code, env=_clean_env(code, config))
+    return run_and_find([sys.executable, "-m", "train", "fit", "--env-file", str(empty_env), *flags], runs_dir,
+                        cwd=code, env=_clean_env(code, config))
+
+
+def run_and_find(cmd: list[str], runs_dir: Path, **kw) -> Path:
+    """Run a training command; the run directory it created under `runs_dir`."""
+    before = {p.name for p in runs_dir.iterdir()} if runs_dir.is_dir() else set()
+    proc = subprocess.run(cmd, **kw)
     new = sorted(p for p in runs_dir.iterdir() if p.name not in before and is_run_dir(p)) if runs_dir.is_dir() else []
     if proc.returncode != 0:
         where = f"; see {new[-1] / 'train.log'}" if new else ""
@@ -235,6 +245,9 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
     settings_a = {k: v for k, v in orig_c.items() if k not in NOT_COMPARED and k != "epochs"}
     settings_b = {k: v for k, v in new_c.items() if k not in NOT_COMPARED and k != "epochs"}
     differ = sorted(k for k in set(settings_a) | set(settings_b) if settings_a.get(k) != settings_b.get(k))
+    if ((orig_m.get("data") or {}).get("fingerprint") == (new_m.get("data") or {}).get("fingerprint")
+            and "dataset" in differ and str(settings_a.get("dataset")).split(":")[0] == str(settings_b.get("dataset")).split(":")[0]):
+        differ.remove("dataset")  # the same data under another path (host vs container): the fingerprint decides
     return [
         row("code", (orig_m.get("git") or {}).get("commit"), (new_m.get("git") or {}).get("commit")),
         row("lock", (orig_m.get("requirements_lock") or {}).get("sha256"), (new_m.get("requirements_lock") or {}).get("sha256")),
@@ -305,8 +318,10 @@ def judge(verdict: Verdict, orig_dir: Path, orig_m: dict, orig_c: dict, new_dir:
 
 # -- the command ---------------------------------------------------------------------------------
 def reproduce(run_dir: Path, root: Path, allow_dirty: bool = False, epochs: int | None = None,
-              base: Path | None = None, say=print) -> Verdict:
-    """Check, rerun and judge (see the module docstring); `root` is the project's git checkout."""
+              base: Path | None = None, say=print, image=None) -> Verdict:
+    """Check, rerun and judge (see the module docstring); `root` is the project's git checkout.
+
+    `image` (train.reproduce_image.ImageOptions): rerun in the run's image instead of this environment."""
     from .config import settings_from_dict
 
     base = base or Path.cwd()
@@ -322,16 +337,24 @@ def reproduce(run_dir: Path, root: Path, allow_dirty: bool = False, epochs: int 
     say(f"code: commit {commit[:12]} is in this clone{' (the run had uncommitted changes: --allow-dirty)' if (orig_m.get('git') or {}).get('dirty') else ''}")
     check_lock(root, commit, orig_m)
     say("lock: the commit's lock has the recorded sha256")
-    settings = settings_from_dict(_with_absolute_paths(orig_c, base))
-    fingerprint = check_data(settings, orig_m)
+    if image is not None:
+        from . import reproduce_image as ri
+
+        host = ri.host_values(orig_c, run_dir.parent, image.data_dir.resolve())
+    else:
+        host = _with_absolute_paths(orig_c, base)
+    fingerprint = check_data(settings_from_dict(host), orig_m)
     say(f"data: fingerprint {fingerprint} as recorded")
-    verdict.warnings = version_warnings(orig_m, installed_versions())
-    for w in verdict.warnings:
-        say(w)
     name = ("repro-" + run_dir.name)[:64]
-    with worktree(root, commit) as code:
-        say(f"rerunning {run_dir.name} with commit {commit[:12]} ...")
-        new_dir = rerun(code, rerun_flags(orig_c, run_dir.parent, name, epochs, base), orig_c, run_dir.parent)
+    if image is None:
+        verdict.warnings = version_warnings(orig_m, installed_versions())
+        for w in verdict.warnings:
+            say(w)
+        with worktree(root, commit) as code:
+            say(f"rerunning {run_dir.name} with commit {commit[:12]} ...")
+            new_dir = rerun(code, rerun_flags(orig_c, run_dir.parent, name, epochs, base), orig_c, run_dir.parent)
+    else:
+        new_dir = _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say)
     new_m, new_c = read_record(new_dir)
     verdict.rerun = new_dir.name
     verdict.rows = side_by_side(orig_m, orig_c, new_m, new_c, base)
@@ -342,6 +365,21 @@ def reproduce(run_dir: Path, root: Path, allow_dirty: bool = False, epochs: int 
     update_manifest(new_dir / "manifest.json", reproduces={"run_id": run_dir.name, "path": str(run_dir),
                                                            "match": verdict.match, "method": verdict.method})
     return verdict
+
+
+def _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say) -> Path:
+    from . import reproduce_image as ri
+
+    tag, target = ri.image_tag(orig_m, image)
+    if ri.have_image(tag, image):
+        say(f"image: {tag} (reused)")
+    else:
+        say(f"image: building {tag} from commit {commit[:12]} ...")
+        with worktree(root, commit) as code:
+            ri.build(tag, target, commit, code, image)
+    values, mounts = ri.container_values(host, run_dir.parent, image.data_dir.resolve())
+    say(f"rerunning {run_dir.name} in {tag} ...")
+    return run_and_find(ri.run_command(tag, as_flags(values, name, epochs), mounts, run_dir.parent, image), run_dir.parent)
 
 
 def format_verdict(v: Verdict) -> str:
