@@ -65,6 +65,8 @@ def test_a_damaged_manifest_is_logged_not_raised(tmp_path, caplog, monkeypatch, 
     import logging
 
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+
+    monkeypatch.setattr(logging.getLogger("train"), "handlers", [])  # no handler left by an earlier test
     path = tmp_path / "manifest.json"
     path.write_text(content)
     with caplog.at_level("ERROR", logger="train"):

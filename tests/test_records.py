@@ -211,6 +211,8 @@ def test_a_manifest_damaged_during_the_run_does_not_hide_how_the_run_ended(tmp_p
     from train import fit
 
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+
+    monkeypatch.setattr(logging.getLogger("train"), "handlers", [])  # no handler left by an earlier test
     run = tmp_path / "20260101-000000-000001"
     (run / "checkpoints").mkdir(parents=True)
     (run / "manifest.json").write_text('{"status": "runn')

@@ -62,6 +62,7 @@ def test_auto_starts_fresh_after_a_finished_or_failed_run(tmp_path, status):
 
 def test_auto_starts_fresh_when_settings_differ(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)  # setup_logging may have turned it off
+    monkeypatch.setattr(logging.getLogger("train"), "handlers", [])  # and earlier tests may have left theirs
     s = _settings(tmp_path)
     _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64, seed=1)
     with caplog.at_level("INFO", logger="train"):

@@ -178,8 +178,6 @@ class EpochLoop:
         uncounted = ", ".join(self.flop_count.uncounted_layers) or "none"
         log.info("cost: %.1f MFLOP per training example (layers not counted: %s); peak %.1f GFLOP/s (%s)",
                  self.flop_count.train_per_example / 1e6, uncounted, (self.peak.flops or 0) / 1e9, self.peak.source)
-        if self.chief:
-            update_manifest(self.run_dir / "manifest.json", flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
 
     # -- data ---------------------------------------------------------------------------------
     def _distributed(self, which: str, epoch: int, batch: int, start: int = 0):
@@ -198,6 +196,8 @@ class EpochLoop:
     def run(self) -> Result:
         from . import checkpoints
 
+        if self.chief:  # here, not at build time: a resume that fails its checks must not touch the record
+            update_manifest(self.run_dir / "manifest.json", flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
         tb = TensorBoardWriter(self.run_dir / "tensorboard") if self.chief else None
         status, ended = "completed", f"all {self.epochs} epochs trained"
         try:
