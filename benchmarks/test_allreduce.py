@@ -10,11 +10,11 @@ of the lock-step between processes, on CPU over loopback gRPC.
 from __future__ import annotations
 
 import csv
-import socket
 import subprocess
 import sys
 
 import common
+from train.cluster import free_local_ports
 
 GLOBAL_BATCH = 128
 
@@ -41,16 +41,6 @@ def _ms_per_step(runs, n_train: int) -> float:
     return float(rows[-1]["epoch_seconds"]) / steps * 1000
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, tmp_path):
     n_train = len(mnist[0]["y_train"])
     rounds = {"one": 0, "two": 0}
@@ -65,7 +55,7 @@ def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, tmp_path):
     def two_workers() -> float:
         rounds["two"] += 1
         runs = tmp_path / f"two{rounds['two']}"
-        workers = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+        workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(2))
         procs = [subprocess.Popen([sys.executable, "-m", "train", *_flags(mnist_npz, runs if i == 0 else tmp_path / "none")],
                                   env=_env(1, WORKERS=workers, WORKER_INDEX=str(i)), stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL) for i in range(2)]

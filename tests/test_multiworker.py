@@ -7,7 +7,6 @@ Each worker gets its own working directory and RUNS_DIR (no shared disk). Waits 
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from faults import env, fit_flags, manifest, only_run, wait_until
 from helpers import make_npz
 
+from train.cluster import free_local_ports
 from train.errors import WorkerLostError
 
 pytestmark = pytest.mark.slow
@@ -32,19 +32,9 @@ def data(tmp_path_factory):
     return make_npz(tmp_path_factory.mktemp("data"))
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def start_workers(tmp_path: Path, data: Path, n: int = 2, extra: list[str] | None = None, **changes):
     """n `python -m train fit` processes, one cluster; each in tmp_path/w<i> with its own RUNS_DIR."""
-    workers = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
+    workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(n))
     procs = []
     for i in range(n):
         cwd = tmp_path / f"w{i}"

@@ -149,17 +149,13 @@ def collect_libraries(build: Mapping[str, Any], environ: Mapping[str, str]) -> l
     return [find_library(name, major, dirs) for name, major in wanted]
 
 
-def _bench(tf: Any, device: str, n: int, reps: int) -> dict[str, Any]:
+def _bench(device: str, n: int, reps: int) -> dict[str, Any]:
+    """The float32 matmul probe every run also makes for its MFU (train.flops), on one device."""
+    from .flops import measure_peak_flops
+
     try:
-        with tf.device(device):
-            a, b = tf.random.uniform((n, n)), tf.random.uniform((n, n))
-            float(tf.reduce_sum(tf.matmul(a, b)))  # warm-up: kernels, cuBLAS handle
-            start = time.perf_counter()
-            for _ in range(reps):
-                c = tf.matmul(a, b)
-            float(tf.reduce_sum(c))  # waits for the GPU stream
-            seconds = (time.perf_counter() - start) / reps
-        return {"device": device, "n": n, "seconds": round(seconds, 6), "gflops": round(2 * n**3 / seconds / 1e9, 1)}
+        flops = measure_peak_flops("float32", device, n, reps)
+        return {"device": device, "n": n, "seconds": round(2 * n**3 / flops, 6), "gflops": round(flops / 1e9, 1)}
     except Exception as exc:  # the failure is the finding
         return {"device": device, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
 
@@ -195,7 +191,7 @@ def probe_main(skip_matmul: bool) -> None:
         out["gpus"].append({"name": g.name, "device_name": details.get("device_name"),
                             "compute_capability": details.get("compute_capability")})
     out["matmul"] = [] if skip_matmul else [
-        _bench(tf, f"/GPU:{i}", *MATMUL["GPU"]) for i in range(len(gpus))] + [_bench(tf, "/CPU:0", *MATMUL["CPU"])]
+        _bench(f"/GPU:{i}", *MATMUL["GPU"]) for i in range(len(gpus))] + [_bench("/CPU:0", *MATMUL["CPU"])]
     print(_MARK + json.dumps(out), flush=True)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -119,3 +120,15 @@ def read_cluster(workers: str, worker_index: int, environ: Mapping[str, str]) ->
             raise ConfigError("WORKER_INDEX", worker_index, "TF_CONFIG names this worker's index already: unset WORKER_INDEX")
         return from_tf_config(raw)
     return from_workers(workers, worker_index)
+
+
+def free_local_ports(n: int) -> list[int]:
+    """n TCP ports free on 127.0.0.1 right now (the workers bind them a moment later)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()

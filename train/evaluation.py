@@ -60,10 +60,9 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
     import keras
 
     from . import data, models
-    from .config import settings_from_dict
-    from .rundir import read_json
+    from .rundir import read_run_settings
 
-    settings = settings_from_dict(read_json(run_dir / "config.json"))
+    settings = read_run_settings(run_dir)
     with _quiet(log):  # the run's log is not the place for a second "data: ..." line
         spec = data.load_data(settings)
     previous = keras.mixed_precision.global_policy()

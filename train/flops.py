@@ -16,6 +16,7 @@ the manifest says which one the MFU divides by.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -143,7 +144,7 @@ def measure_peak_flops(dtype: str = "float32", device: str | None = None, n: int
     """FLOP/s of an n x n matmul in `dtype` on `device` (the default device when None): the best of `reps`."""
     import tensorflow as tf
 
-    with tf.device(device) if device else _null():
+    with tf.device(device) if device else contextlib.nullcontext():
         a = tf.random.stateless_uniform((n, n), seed=(1, 2), dtype=tf.float32)
         a = tf.cast(a, dtype)
         float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # warm-up: kernels, thread pools
@@ -162,10 +163,3 @@ def mfu(samples_per_second: float | None, count: FlopCount, peak_flops: float | 
     achieved = samples_per_second * count.train_per_example
     return achieved, achieved / peak_flops
 
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -167,6 +167,8 @@ class EpochLoop:
         from . import flops
 
         self.flop_count = flops.count_flops(self.model)
+        if not self.chief:
+            return  # only the chief records MFU: the probe would hold the other workers up for nothing
         dtype = flops.compute_dtype(getattr(self.setup, "precision", "float32"))
         where = self.setup.gpus[0] if getattr(self.setup, "gpus", None) else "CPU"
         try:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import ReproduceError
-from .rundir import is_run_dir, write_json
+from .rundir import list_run_dirs, write_json
 
 # Without determinism a rerun differs in the last bits; these are the agreed bounds for "the same
 # result": accuracies within one percentage point, losses within 10 % of the original.
@@ -58,21 +58,14 @@ class Verdict:
 
 # -- reading the record --------------------------------------------------------------------------
 def read_record(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(manifest, config) of a run; one clear line when either is missing or unreadable."""
-    out = []
-    for name in ("manifest.json", "config.json"):
-        path = run_dir / name
-        try:
-            out.append(json.loads(path.read_text()))
-        except FileNotFoundError:
-            raise ReproduceError(f"{path} is missing: a run directory needs its manifest.json and config.json "
-                                 "to be reproduced") from None
-        except (OSError, ValueError) as exc:
-            raise ReproduceError(f"{path} is unreadable ({type(exc).__name__}): the run's record is damaged, "
-                                 "it cannot be reproduced from it") from None
-        if not isinstance(out[-1], dict):
-            raise ReproduceError(f"{path} is not a JSON object: the run's record is damaged")
-    return out[0], out[1]
+    """(manifest, config) of a run; one clear line (exit 9) when either is missing or unreadable."""
+    from .errors import RunRecordError
+    from .rundir import read_record as read_one
+
+    try:
+        return read_one(run_dir, "manifest.json"), read_one(run_dir, "config.json")
+    except RunRecordError as exc:
+        raise ReproduceError(f"{exc}: the run cannot be reproduced from it") from None
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -209,9 +202,9 @@ def rerun(code: Path, flags: list[str], config: dict[str, Any], runs_dir: Path) 
 
 def run_and_find(cmd: list[str], runs_dir: Path, **kw) -> Path:
     """Run a training command; the run directory it created under `runs_dir`."""
-    before = {p.name for p in runs_dir.iterdir()} if runs_dir.is_dir() else set()
+    before = set(list_run_dirs(runs_dir))
     proc = subprocess.run(cmd, **kw)
-    new = sorted(p for p in runs_dir.iterdir() if p.name not in before and is_run_dir(p)) if runs_dir.is_dir() else []
+    new = [p for p in list_run_dirs(runs_dir) if p not in before]  # oldest first
     if proc.returncode != 0:
         where = f"; see {new[-1] / 'train.log'}" if new else ""
         raise ReproduceError(f"the rerun failed with exit code {proc.returncode}{where}")
