@@ -291,6 +291,10 @@ TRAIN_ARGS="--deterministic --run-name repsrc" compose_as_ci up --no-build --exi
   || { tail -20 "$WORK/repsrc.log"; fail "the run to reproduce did not complete"; }
 src=("$P"/runs/*-repsrc/)
 [ ${#src[@]} = 1 ] || fail "expected one run to reproduce, found: $(ls "$P/runs")"
+# dockerd's storage outlives a CI run on this machine: remove the images an earlier run's
+# reproduce built, so this one has to build the run's image itself.
+$DOCKER images --format '{{.Repository}}:{{.Tag}}' "$IMAGE" | grep -E ':cpu-[0-9a-f]{12}-[0-9a-f]{8}$' \
+  | xargs -r $DOCKER image rm >/dev/null || true
 t=$SECONDS
 # The image tagged <target>-<lock hash>-<commit> does not exist yet: reproduce builds it from a
 # worktree of the recorded commit (with this machine's base image, CA bundle and host network).
