@@ -63,7 +63,7 @@ def test_json_has_exactly_the_documented_fields():
     assert set(json.loads(json.dumps(r))["gpus"][0]) == {"index", "name", "uuid", "memory_total_mb", "memory_used_mb",
                                                          "driver_version", "compute_capability", "cuda_driver_version",
                                                          "processes"}
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "gpu-check.md").read_text()
     documented = set(re.findall(r"^\| `(\w+)` \|", text, flags=re.M))
     assert documented >= set(check.JSON_FIELDS)
 

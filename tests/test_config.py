@@ -1,5 +1,6 @@
 """Settings: precedence, coercion and every validation rule, all without TensorFlow."""
 
+import re
 import subprocess
 import sys
 
@@ -116,7 +117,11 @@ def test_bad_setting_exits_2_before_tensorflow_is_imported():
 
 
 def test_readme_configuration_table_is_current():
-    assert settings_table() in (PROJECT_ROOT / "README.md").read_text()
+    # Exactly the generated table between the markers: a stale, missing or hand-added row fails.
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    between = re.search(r"<!-- settings-table:start[^>]*-->\n(.*?)\n<!-- settings-table:end -->", readme, re.S)
+    assert between, "README.md lost its settings-table markers"
+    assert between.group(1) == settings_table()
 
 
 def test_epochs_may_change_on_resume_unless_a_schedule_spans_them():

@@ -150,7 +150,8 @@ def _compose_up_lines(text: str, markdown: bool) -> list[str]:
     return [line for line in text.splitlines() if re.search(r"docker compose .*\bup\b", line)]
 
 
-@pytest.mark.parametrize("name", ["README.md", "docker-compose.yml", "docker-compose.cpu.yml"])
+@pytest.mark.parametrize("name", ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")),
+                                  "docker-compose.yml", "docker-compose.cpu.yml"])
 def test_every_documented_compose_up_that_trains_returns_the_training_exit_code(name):
     # A plain `docker compose up` exits 0 even when training failed: scripts would see success.
     lines = _compose_up_lines((ROOT / name).read_text(), markdown=name.endswith(".md"))
