@@ -91,7 +91,7 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 
 # The package, installed without re-resolving anything (--no-deps) and without build isolation
 # (setuptools comes from the lock, so nothing unpinned is downloaded). The lock inputs, README.md,
-# .env.example come along because tests compare them with the code; the [d]/[e]
+# .env.example and docs/ come along because tests compare them with the code; the [d]/[e]
 # wildcards let the build work in a checkout without them. BUILD_COMMIT records the commit the
 # image was built from for each run's manifest (there is no .git in the build context: `invoke
 # build`/`invoke train` pass GIT_COMMIT, and compose does when it is set in the environment or .env);
@@ -101,6 +101,7 @@ FROM deps-cpu AS cpu
 COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
 COPY train ./train
 COPY tests ./tests
+COPY docs ./docs
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
 ARG GIT_COMMIT=""
 RUN printf '%s\n' "${GIT_COMMIT}" > BUILD_COMMIT
@@ -112,6 +113,7 @@ FROM deps-gpu AS gpu
 COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
 COPY train ./train
 COPY tests ./tests
+COPY docs ./docs
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
 ARG GIT_COMMIT=""
 RUN printf '%s\n' "${GIT_COMMIT}" > BUILD_COMMIT
