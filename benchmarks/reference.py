@@ -1,4 +1,4 @@
-"""The classic Keras MNIST recipe, reimplemented faithfully as the baseline.
+"""The classic Keras MNIST recipe of the TensorFlow quick-start tutorials, reimplemented faithfully as the baseline.
 
 numpy normalisation (/255 in float32), `from_tensor_slices(...).shuffle(1024).batch(128)
 .prefetch(AUTOTUNE)`, the test set batched without shuffling, float32, Adam with Keras defaults,

@@ -1,6 +1,6 @@
-"""Turn pytest-benchmark's JSON (and the figures in extra_info) into the README's markdown table.
+"""Turn pytest-benchmark's JSON (and the figures in extra_info) into the markdown table of docs/performance.md.
 
-    python benchmarks/summarise.py .benchmarks/latest.json   # the README's Performance table
+    python benchmarks/summarise.py .benchmarks/latest.json   # the table in docs/performance.md
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """9. Input pipeline alone: training samples/s that `train_dataset` delivers from its memory cache.
 
-The rate a GPU can be fed at, beside the FLOP ceilings in the README's MFU section: when the model
+The rate a GPU can be fed at, beside the FLOP ceilings in docs/performance.md (MFU): when the model
 would go faster than this, the pipeline (and the host's CPU cores) set the pace.
 """
 

@@ -1,7 +1,8 @@
 """Device set-up, the first TensorFlow import: memory growth, seeds, precision, distribution.
 
 `setup_devices` must run before anything touches a GPU and before a model is built: memory growth
-and the precision policy cannot be changed afterwards (DESIGN.md, "easy to get wrong").
+and the precision policy cannot be changed afterwards (TensorFlow refuses to change an initialised
+GPU, and layers built earlier keep the policy they were built with).
 """
 
 from __future__ import annotations

@@ -27,7 +27,10 @@ def _head(x, num_classes: int):
 
 
 def cnn(input_shape: tuple, num_classes: int) -> keras.Model:
-    """The classic Keras MNIST CNN: Conv32-Pool-Conv64-Pool-Flatten-Dense128-Dense(classes)."""
+    """The classic Keras MNIST CNN from the TensorFlow quick-start tutorials.
+
+    Conv32-Pool-Conv64-Pool-Flatten-Dense128-Dense(classes), with the rescaling inside the model.
+    """
     inputs = keras.Input(shape=input_shape, name="image")
     x = layers.Rescaling(1.0 / 255, name="rescale")(inputs)
     x = layers.Conv2D(32, 3, activation="relu", name="conv1")(x)

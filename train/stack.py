@@ -43,7 +43,7 @@ class TestedStack:
         return [f"{major}.{minor}" for minor in range(lo, hi + 1)]
 
 
-# Add the new row before raising the TensorFlow pins (README, "Changing the TensorFlow version").
+# Add the new row before raising the TensorFlow pins (docs/development.md, "Lock files and the TensorFlow version").
 # Both releases are built with CUDA 12.5.1 for sm_60, sm_70, sm_80, sm_89 plus compute_90 PTX
 # (TensorFlow's .bazelrc, `cuda12_version`; `tf.sysconfig.get_build_info()` shows the list). Minor-
 # version compatibility (>= 525.60.13) covers the machine code; PTX made by CUDA 12.5 needs a driver
