@@ -119,7 +119,7 @@ def test_bad_setting_exits_2_before_tensorflow_is_imported():
 def test_readme_configuration_table_is_current():
     # Exactly the generated table between the markers: a stale, missing or hand-added row fails.
     readme = (PROJECT_ROOT / "README.md").read_text()
-    between = re.search(r"<!-- settings-table:start[^>]*-->\n(.*?)\n<!-- settings-table:end -->", readme, re.S)
+    between = re.search(r"<!-- settings-table:start[^>]*-->\n\n(.*?)\n\n<!-- settings-table:end -->", readme, re.S)
     assert between, "README.md lost its settings-table markers"
     assert between.group(1) == settings_table()
 
