@@ -54,7 +54,9 @@ class Evaluation:
 
 def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
     """Predict the validation set with best.weights.h5; NoWeightsError / DataError say what is missing."""
-    weights = run_dir / "best.weights.h5"
+    from .rundir import RunDir
+
+    weights = RunDir(run_dir).best_weights
     if not weights.is_file():
         raise NoWeightsError(f"{weights} is missing: no epoch has finished yet")
     import keras

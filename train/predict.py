@@ -11,17 +11,26 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import ExportError
+from .rundir import RunDir
+
 
 def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     from .data import load_image_file
 
-    savedmodel = run_dir / "export" / "savedmodel"
+    files = RunDir(run_dir)
+    savedmodel = files.export.savedmodel
     if savedmodel.is_dir():
         import tensorflow as tf
 
-        labels = (run_dir / "export" / "labels.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        labels = files.data_description()[0]  # the run's one list of class names, as every reader
         serve = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
         shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
+        width = next(iter(serve.structured_outputs.values())).shape[-1]
+        if width != len(labels):
+            raise ExportError(f"the export of run {files.name} predicts {width} classes but the run has {len(labels)} "
+                              f"(it was exported before the run trained on other data): export it again with "
+                              f"`python -m train export {files.name}`")
 
         def run(batch):
             return next(iter(serve(images=tf.constant(batch)).values())).numpy()
