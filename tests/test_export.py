@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from train import export
-from train.errors import ExportError, NoWeightsError, StorageError
+from train.errors import ExportError, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
 from train.rundir import TMP_MARK, read_json
 
@@ -92,7 +92,7 @@ def test_rebuild_needs_weights_then_data(tmp_path):
     assert "has no weights" in str(info.value) and "it ended failed: DataError: x_train is empty" in str(info.value)
     assert f"--resume {run.name}" in str(info.value) and info.value.exit_code == 4
     build_model("cnn", (28, 28, 1), 2).save_weights(run / "final.weights.h5")
-    with pytest.raises(ExportError, match="no data description"):
+    with pytest.raises(RunRecordError, match="no data description"):
         export.rebuild_model(run)
 
 

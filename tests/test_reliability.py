@@ -106,8 +106,9 @@ def _log_has(runs_dir, text):
 
 def _has_state(runs_dir, min_step=0):
     def check():
-        runs = [p for p in runs_dir.glob("*") if (p / "checkpoints").is_dir()] if runs_dir.is_dir() else []
-        return any(step_of(s) >= min_step for r in runs for s in states(r))
+        from train.rundir import list_run_dirs
+
+        return any(step_of(s) >= min_step for r in list_run_dirs(runs_dir) for s in states(r))
     return check
 
 

@@ -18,19 +18,19 @@ from .rundir import RunDir
 def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     from .data import load_image_file
 
-    files = RunDir(run_dir)
-    savedmodel = files.export.savedmodel
+    run_files = RunDir(run_dir)
+    savedmodel = run_files.export.savedmodel
     if savedmodel.is_dir():
         import tensorflow as tf
 
-        labels = files.data_description()[0]  # the run's one list of class names, as every reader
+        labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
         serve = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
         shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
         width = next(iter(serve.structured_outputs.values())).shape[-1]
         if width != len(labels):
-            raise ExportError(f"the export of run {files.name} predicts {width} classes but the run has {len(labels)} "
+            raise ExportError(f"the export of run {run_files.name} predicts {width} classes but the run has {len(labels)} "
                               f"(it was exported before the run trained on other data): export it again with "
-                              f"`python -m train export {files.name}`")
+                              f"`python -m train export {run_files.name}`")
 
         def run(batch):
             return next(iter(serve(images=tf.constant(batch)).values())).numpy()
