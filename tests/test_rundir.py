@@ -478,3 +478,21 @@ def test_a_folder_without_config_json_is_no_run_for_any_command(runs_with_strays
     cmd = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(made)!r}, 'checkpoints').mkdir(parents=True)"]
     with pytest.raises(Exception, match="left no run directory"):
         run_and_find(cmd, root)
+
+
+def test_shared_writes_cleans_stale_temps_only_when_no_other_writer_is_inside(tmp_path):
+    from train.rundir import shared_writes
+
+    folder = tmp_path / ".cache" / "abc"
+    stale = folder / f"x{TMP_MARK}dead.npy"
+    folder.mkdir(parents=True)
+    stale.write_bytes(b"left by a kill")
+    with shared_writes(folder) as removed:
+        assert removed == [stale] and not stale.exists()
+        live = folder / f"y{TMP_MARK}live.npy"  # this writer's temp file, being written
+        live.write_bytes(b"in progress")
+        with shared_writes(folder) as removed_by_other:  # a second process (its own lock file description)
+            assert removed_by_other == [] and live.exists()
+    with shared_writes(folder) as removed:  # everybody left: now it is stale
+        assert removed == [live]
+    assert [p.name for p in folder.iterdir()] == [".writers.lock"]
