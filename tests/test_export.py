@@ -259,3 +259,16 @@ def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_
     for got, want in zip(model.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
     assert "export: from the trained model" in caplog.messages
+
+
+@pytest.mark.parametrize("best", [True, False])
+def test_export_takes_the_class_names_from_the_manifest_not_from_labels_txt(trained_run, monkeypatch, best):
+    """The manifest is the one source; labels.txt is only a copy for people (both export paths)."""
+    run, _, in_memory = trained_run
+    (run / "labels.txt").write_text("stale\ncopy\n")
+    if not best:
+        (run / "best.weights.h5").unlink()
+    seen = _exported(monkeypatch, run)
+    export.export_run(run, model=in_memory)
+    ((_, labels),) = seen
+    assert labels == ["a", "b"]
