@@ -26,7 +26,7 @@ from pathlib import Path
 from .config import Settings, check_cluster
 from .errors import StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
-from .loop import EpochLoop, LoopState, Result
+from .loop import EpochLoop, LoopState, Result, at_new_batch_size
 from .manifest import close_segment, new_segment, open_segment, record_data, start_manifest, update_manifest
 from .resume import RunPlan, check_data, plan_run
 from .rundir import RunDir, clean_stale_temp
@@ -137,7 +137,17 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     epochs = _epochs(settings)
     ckpt_dir = RunDir(run_dir).checkpoints
     loaded = None if plan.restart else checkpoints.load_latest(ckpt_dir)
-    state = LoopState.from_meta(loaded.meta, settings.batch_size) if loaded else LoopState(batch_size=settings.batch_size)
+    recorded_batch = (plan.saved_config or {}).get("batch_size", settings.batch_size)  # BATCH_SIZE before this resume
+    # A header without batch_size (older versions) was trained with the recorded BATCH_SIZE.
+    state = LoopState.from_meta(loaded.meta, recorded_batch) if loaded else LoopState(batch_size=settings.batch_size)
+    if loaded and recorded_batch != settings.batch_size:
+        # BATCH_SIZE changed with --force: train with the new value, as config.json records it.
+        # (An unchanged BATCH_SIZE keeps the checkpoint's, which AUTO_BATCH may have halved.)
+        saved_step, saved_batch = state.step, state.batch_size
+        state = at_new_batch_size(state, settings.batch_size)
+        log.info("BATCH_SIZE %d -> %d (--force): step %d of epoch %d in batches of %d is step %d in batches of %d",
+                 recorded_batch, settings.batch_size, saved_step, state.epoch + 1, saved_batch,
+                 state.step, state.batch_size)
     workers = setup.workers if several else 1
     if several:
         _send_state(setup, spec, state, loaded is not None)

@@ -90,6 +90,19 @@ def step_at_batch_size(step: int, saved_batch: int, new_batch: int) -> int:
     return step * saved_batch // new_batch
 
 
+def at_new_batch_size(saved: LoopState, new_batch: int) -> LoopState:
+    """A resume with another BATCH_SIZE (--force): the state continued in batches of `new_batch`.
+
+    The new value is what config.json says and what trains; the position carries over in examples
+    (rounded down to a whole batch: at most new_batch - 1 examples of that epoch are seen twice).
+    AUTO_BATCH counts its halvings from the new value again.
+    """
+    if saved.batch_size == new_batch:
+        return saved
+    step = step_at_batch_size(saved.step, saved.batch_size, new_batch)
+    return dataclasses.replace(saved, batch_size=new_batch, step=step, batch_halvings=0)
+
+
 def position_after_halving(saved: LoopState, old_batch: int, halvings: int) -> LoopState:
     """AUTO_BATCH: the state to continue from with half the batch, from the last saved state
     (whose step counts batches of its own batch size)."""
