@@ -1,4 +1,4 @@
-"""rundir: atomic writes, storage error messages, run ids, finding runs, cleaning temp files."""
+"""rundir: the layout (RunDir), atomic writes, storage error messages, run ids, finding runs, cleaning temp files."""
 
 from __future__ import annotations
 

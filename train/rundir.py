@@ -42,21 +42,10 @@ class ExportDir:
 
     path: Path
 
-    @property
-    def savedmodel(self) -> Path:
-        return self.path / "savedmodel"
-
-    @property
-    def keras(self) -> Path:
-        return self.path / "model.keras"
-
-    @property
-    def labels(self) -> Path:
-        return self.path / "labels.txt"
-
-    @property
-    def parity(self) -> Path:
-        return self.path / "parity.json"
+    savedmodel = property(lambda self: self.path / "savedmodel")
+    keras = property(lambda self: self.path / "model.keras")
+    labels = property(lambda self: self.path / "labels.txt")  # a copy of the run's class names
+    parity = property(lambda self: self.path / "parity.json")
 
 
 @dataclass(frozen=True)
@@ -78,6 +67,7 @@ class RunDir:
     def name(self) -> str:
         return self.path.name
 
+    # Read-only paths, one a line: the layout at a glance.
     config = property(lambda self: self.path / "config.json")
     manifest = property(lambda self: self.path / "manifest.json")
     labels = property(lambda self: self.path / "labels.txt")
@@ -94,7 +84,10 @@ class RunDir:
     export = property(lambda self: ExportDir(self.path / "export"))
 
     def is_run(self) -> bool:
-        """The one test of "is a run": a directory with its config.json (written before anything else)."""
+        """The one test of "is a run": a directory with its config.json, the first file a run writes.
+
+        A folder without it (a stray one, or a run killed between mkdir and its first write) is no
+        run for any command: `runs`, `latest`, RESUME=auto, report, compare, export, reproduce."""
         return self.path.is_dir() and self.config.is_file()
 
     def read_config(self) -> dict[str, Any]:
