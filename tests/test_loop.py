@@ -81,7 +81,8 @@ def test_step_at_batch_size_keeps_the_position_in_examples(step, saved_batch, ne
 
 @pytest.mark.parametrize("saved, new, expected", [
     (LoopState(step=5, batch_size=32, batch_halvings=1), 16, LoopState(step=10, batch_size=16)),
-    (LoopState(step=5, batch_size=32, epoch=2, global_step=29), 64, LoopState(step=2, batch_size=64, epoch=2, global_step=29)),
+    (LoopState(step=5, batch_size=32, epoch=2, global_step=29), 64,
+     LoopState(step=2, batch_size=64, epoch=2, global_step=29)),
     (LoopState(step=5, batch_size=32, batch_halvings=1), 32, LoopState(step=5, batch_size=32, batch_halvings=1)),
 ])
 def test_a_forced_new_batch_size_is_trained_from_the_same_example(saved, new, expected):

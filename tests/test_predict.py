@@ -59,6 +59,7 @@ def test_predict_with_the_export_names_classes_from_the_manifest(run_dir, tmp_pa
     rows = predict_files(run, [_png(tmp_path / "a.png", 0)])
     assert rows[0]["class"] == ["cat", "dog", "eel"][rows[0]["index"]]
     # An export older than a change of data (other classes) is refused, not mislabelled.
-    (run / "manifest.json").write_text(json.dumps({"data": {"input_shape": [28, 28, 1], "class_names": ["cat", "dog"]}}))
+    data = {"input_shape": [28, 28, 1], "class_names": ["cat", "dog"]}
+    (run / "manifest.json").write_text(json.dumps({"data": data}))
     with pytest.raises(ExportError, match="predicts 3 classes but the run has 2.*python -m train export"):
         predict_files(run, [_png(tmp_path / "a.png", 0)])

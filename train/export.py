@@ -152,7 +152,8 @@ def rebuild_model(run_dir: Path):
         ended = manifest.get("status") or "unknown"
         error = f": {manifest['error']}" if manifest.get("error") else ""
         raise NoWeightsError(
-            f"run {run_dir.name} has no weights (no {files.best_weights.name} or {files.final_weights.name}; it ended {ended}{error}) "
+            f"run {run_dir.name} has no weights (no {files.best_weights.name} or {files.final_weights.name}; "
+            f"it ended {ended}{error}) "
             f"because no epoch finished: resume it with `python -m train --resume {run_dir.name}`, or train a new run"
         )
     class_names, input_shape = files.data_description()

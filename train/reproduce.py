@@ -294,7 +294,8 @@ def judge(verdict: Verdict, orig_dir: Path, orig_m: dict, orig_c: dict, new_dir:
     epoch = epochs if not full else int(new_m.get("epochs_completed") or orig_c.get("epochs") or 0)
     a, b = _metrics_row(orig_dir, epoch), _metrics_row(new_dir, epoch)
     if a is None or b is None:
-        raise ReproduceError(f"no metrics row for epoch {epoch} in {RunDir(orig_dir if a is None else new_dir).metrics}: "
+        where = RunDir(orig_dir if a is None else new_dir).metrics
+        raise ReproduceError(f"no metrics row for epoch {epoch} in {where}: "
                              "nothing to compare the rerun with")
     if deterministic and same_kind:
         verdict.method = f"metrics.csv row of epoch {epoch}, exactly (the original's weights at that epoch are not kept)"

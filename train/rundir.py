@@ -355,7 +355,8 @@ def resolve_run(runs_dir: str | Path, run: str) -> Path:
     for candidate in (root / run, Path(run)):
         if is_run_dir(candidate):
             return candidate
-    raise RunNotFound(f"run {run!r} not found in {root} (no {RunDir(run).config.name}): `python -m train runs` lists the runs")
+    raise RunNotFound(f"run {run!r} not found in {root} (no {RunDir(run).config.name}): "
+                      "`python -m train runs` lists the runs")
 
 
 class RunNotFound(TemplateError):
