@@ -1,0 +1,301 @@
+"""MLflow tracking: the setting, what is logged, and runs against a real `mlflow server` on 127.0.0.1.
+
+The server tests need the full `mlflow` package, which never enters requirements.lock nor the image:
+scripts/venv-mlflow-server.sh installs it into .venv-mlflow-server (.ci/run does, and sets
+REQUIRE_MLFLOW_SERVER=1 so that there they fail instead of skipping). MLFLOW_SERVER may name
+another `mlflow` executable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from helpers import PROJECT_ROOT, subprocess_env, tiny_settings
+
+from train import tracking
+from train.cluster import free_local_ports
+from train.config import load_settings
+from train.errors import ConfigError
+
+# --- the setting -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:5000", "https://mlflow.example.org/tracking/", "http://mlflow:5000",
+                                 "file:///tmp/mlruns", "sqlite:///mlflow.db", "databricks", "postgresql+psycopg2://db/x"])
+def test_tracking_uris_mlflow_knows_are_accepted(uri):
+    assert load_settings({"mlflow_tracking_uri": uri}, env_file=None, environ={}).mlflow_tracking_uri == uri
+
+
+@pytest.mark.parametrize("uri", ["127.0.0.1:5000", "http://", "ftp://host/x", "http://host :5000",
+                                 "http://[::1:5000"])
+def test_a_tracking_uri_mlflow_cannot_use_is_a_config_error_naming_it(uri):
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, env_file=None, environ={"MLFLOW_TRACKING_URI": uri})
+    assert info.value.name == "MLFLOW_TRACKING_URI" and "http://host:5000" in str(info.value)
+
+
+def test_a_password_in_the_tracking_uri_is_refused_and_never_repeated():
+    with pytest.raises(ConfigError) as info:
+        load_settings({"mlflow_tracking_uri": "http://me:s3cret@host:5000"}, env_file=None, environ={})
+    assert "s3cret" not in str(info.value) and "MLFLOW_TRACKING_PASSWORD" in str(info.value)
+
+
+def test_an_empty_experiment_name_is_refused():
+    with pytest.raises(ConfigError, match="MLFLOW_EXPERIMENT"):
+        load_settings({"mlflow_tracking_uri": "http://h:5000", "mlflow_experiment": " "}, env_file=None, environ={})
+
+
+def test_the_tracking_settings_may_change_on_resume():
+    from train.config import RESUME_FREE
+
+    assert {"mlflow_tracking_uri", "mlflow_experiment"} <= RESUME_FREE
+
+
+# --- what is logged ----------------------------------------------------------------------------
+
+
+def test_tags_name_commit_lock_data_and_image():
+    manifest = {"run_id": "r1", "git": {"commit": "abc123", "dirty": True, "source": "git"},
+                "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff" * 32},
+                "data": {"fingerprint": "cd" * 32, "dataset": "mnist"}}
+    tags = tracking.tags_from_manifest(manifest)
+    assert tags["commit"] == "abc123 (uncommitted changes)" and tags["mlflow.source.git.commit"] == "abc123"
+    assert tags["lock_sha256"] == "ff" * 32 and tags["lock"] == "requirements.lock"
+    assert tags["data_fingerprint"] == "cd" * 32 and tags["image"] == "none (a git checkout)"
+    in_image = {**manifest, "git": {"commit": "0123456789abcdef", "source": "/app/BUILD_COMMIT"}}
+    assert tracking.tags_from_manifest(in_image)["image"] == "tf-train-template:cpu-ffffffffffff-01234567"
+    assert tracking.tags_from_manifest({})["commit"] == "unknown"
+
+
+def test_params_are_the_settings_without_where_tracking_goes():
+    params = tracking.params_from_settings({"batch_size": 32, "smoke": False, "mlflow_tracking_uri": "http://h",
+                                            "mlflow_experiment": "x"})
+    assert params == {"batch_size": "32", "smoke": "False"}
+
+
+def test_epoch_metrics_leave_out_empty_and_non_finite_values():
+    row = {"epoch": 2, "loss": 0.5, "val_loss": float("nan"), "mfu": None, "gpu_memory_used_mb": "", "ok": True}
+    assert tracking.epoch_metrics(row) == {"epoch": 2.0, "loss": 0.5}
+
+
+def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, caplog):
+    class Down:
+        def __getattr__(self, name):
+            def fail(*a, **k):
+                raise ConnectionError("connection refused\nmore detail")
+            return fail
+
+    (tmp_path / "manifest.json").write_text("{}")
+    tracker = tracking.Tracker(Down(), "run", tmp_path)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker.log_epoch({"loss": 1.0}, 10)
+        tracker.finish("completed")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["WARNING: MLflow: epoch metrics not logged (ConnectionError: connection refused); training goes on",
+                     "WARNING: MLflow: manifest.json not logged (ConnectionError: connection refused); training goes on",
+                     "WARNING: MLflow: run status not logged (ConnectionError: connection refused); training goes on"]
+
+
+def test_a_closed_port_is_unreachable_at_once():
+    (port,) = free_local_ports(1)
+    with pytest.raises(tracking.TrackingUnavailable, match=f"127.0.0.1:{port}/health cannot be reached"):
+        tracking.check_reachable(f"http://127.0.0.1:{port}")
+    tracking.check_reachable("file:///nowhere")  # not a server: checked by use
+
+
+def test_start_against_a_closed_port_is_one_warning_and_no_tracker(tmp_path, caplog):
+    (port,) = free_local_ports(1)
+    (tmp_path / "manifest.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="train"):
+        assert tracking.start(f"http://127.0.0.1:{port}", "Default", tmp_path, {"epochs": 1}) is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("WARNING: MLflow tracking off for this run:") and "training goes on" in line
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {}  # nothing recorded
+
+
+# --- off means not imported --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_without_tracking_imports_nothing_of_mlflow(tmp_path):
+    code = ("import sys, json; sys.path.insert(0, 'tests')\n"
+            "from helpers import tiny_settings\nfrom pathlib import Path\nfrom train.fit import train\n"
+            "r = train(tiny_settings(Path(sys.argv[1]), epochs=1, export=False, report='quick'))\n"
+            "import importlib.util\n"
+            "print(json.dumps({'status': r.status, 'installed': importlib.util.find_spec('mlflow') is not None,"
+            " 'imported': sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow' or m == 'train.tracking')}))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          env=subprocess_env(), cwd=PROJECT_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] == "completed" and out["imported"] == []
+    assert out["installed"]  # the client is in the lock: nothing kept it out but the setting being off
+
+
+# --- a real server ----------------------------------------------------------------------------
+
+
+def _server_executable() -> str | None:
+    given = os.environ.get("MLFLOW_SERVER")
+    if given:
+        return shutil.which(given) or given
+    own = PROJECT_ROOT / ".venv-mlflow-server" / "bin" / "mlflow"
+    return str(own) if own.is_file() else None
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server on 127.0.0.1 (SQLite backend, artifacts served): its URI."""
+    exe = _server_executable()
+    if exe is None:
+        if os.environ.get("REQUIRE_MLFLOW_SERVER") == "1":
+            pytest.fail("REQUIRE_MLFLOW_SERVER=1 but no MLflow server: run scripts/venv-mlflow-server.sh")
+        pytest.skip("no MLflow server installed (scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server; "
+                    "the runtime image carries only the client)")
+    home = tmp_path_factory.mktemp("mlflow-server")
+    (port,) = free_local_ports(1)
+    log_path = home / "server.log"
+    cmd = [exe, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+           "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
+           "--artifacts-destination", str(home / "artifacts"), "--serve-artifacts"]
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=home, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(uri, proc, log_path)
+        yield uri
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=60)
+
+
+def _wait_healthy(uri: str, proc: subprocess.Popen, log_path: Path) -> None:
+    """Until /health answers 200, or the server exits (then its log is the failure message). The
+    bound only keeps a hung server from hanging the suite; it asserts nothing about speed."""
+    give_up = time.monotonic() + 600
+    while time.monotonic() < give_up:
+        if proc.poll() is not None:
+            pytest.fail(f"mlflow server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(uri + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"mlflow server never answered /health:\n{log_path.read_text()[-3000:]}")
+
+
+def _client(uri):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _artifacts(client, run_id, path=None) -> set[str]:
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= _artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server, tmp_path):
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, mlflow_tracking_uri=mlflow_server, mlflow_experiment="template-tests")
+    result = train(s)
+    assert result.status == "completed"
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    run_id = manifest["mlflow"]["run_id"]
+    assert manifest["mlflow"]["tracking_uri"] == mlflow_server
+
+    client = _client(mlflow_server)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == result.run_dir.name
+    assert client.get_experiment(run.info.experiment_id).name == "template-tests"
+    params = run.data.params
+    assert params["batch_size"] == "32" and params["epochs"] == "2" and params["dataset"] == s.dataset
+    assert "mlflow_tracking_uri" not in params and len(params) == len(s.to_dict()) - 2
+
+    history = client.get_metric_history(run_id, "val_accuracy")
+    steps_per_epoch = -(-384 // 32)  # tiny_settings: 384 training examples
+    assert [m.step for m in history] == [steps_per_epoch, 2 * steps_per_epoch]
+    assert [m.value for m in history] == pytest.approx([r["val_accuracy"] for r in result.history])
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [steps_per_epoch, 2 * steps_per_epoch]
+
+    tags = run.data.tags
+    assert tags["commit"].startswith(str(manifest["git"]["commit"]))
+    assert tags["lock_sha256"] == manifest["requirements_lock"]["sha256"]
+    assert tags["data_fingerprint"] == manifest["data"]["fingerprint"] and tags["image"]
+
+    files = _artifacts(client, run_id)
+    assert {"manifest.json", "config.json", "report.html", "curves.png", "metrics.csv",
+            "export/model.keras", "export/labels.txt", "export/savedmodel/saved_model.pb"} <= files
+    local = Path(client.download_artifacts(run_id, "manifest.json", str(tmp_path)))
+    assert json.loads(local.read_text())["status"] == "completed"  # the final manifest, not the one at start
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, monkeypatch):
+    from train import stopping
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False, report="quick", mlflow_tracking_uri=mlflow_server)
+    original = stopping.StopFlag.check
+    calls = {"n": 0}
+
+    def stop_at_step_5(self):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            self.request("test stop")
+        return original(self)
+
+    monkeypatch.setattr(stopping.StopFlag, "check", stop_at_step_5)
+    stopped = train(s)
+    assert stopped.status == "interrupted"
+    run_id = json.loads((stopped.run_dir / "manifest.json").read_text())["mlflow"]["run_id"]
+    client = _client(mlflow_server)
+    assert client.get_run(run_id).info.status == "KILLED"
+
+    monkeypatch.setattr(stopping.StopFlag, "check", original)
+    resumed = train(s.replace(epochs=2), resume=stopped.run_dir.name)
+    assert resumed.status == "completed"
+    assert json.loads((stopped.run_dir / "manifest.json").read_text())["mlflow"]["run_id"] == run_id
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["epochs"] == "1"  # params cannot change; the run's config.json artifact has EPOCHS=2
+    steps = [m.step for m in client.get_metric_history(run_id, "val_accuracy")]
+    assert steps == [12, 24]  # both epochs, the first trained across the stop, on the global step
+    experiment_runs = client.search_runs([run.info.experiment_id], f"attributes.run_name = '{stopped.run_dir.name}'")
+    assert [r.info.run_id for r in experiment_runs] == [run_id]  # no second MLflow run
+
+
+@pytest.mark.slow
+def test_an_unreachable_server_is_one_warning_and_the_training_completes(tmp_path):
+    from helpers import make_npz
+
+    (port,) = free_local_ports(1)  # nothing listens there
+    npz = make_npz(tmp_path)
+    env = subprocess_env(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
+    proc = subprocess.run([sys.executable, "-m", "train", "fit", "--dataset", f"npz:{npz}", "--runs-dir",
+                           str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), "--epochs", "1",
+                           "--batch-size", "32", "--precision", "float32", "--no-export", "--report", "quick"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    warnings = [line for line in proc.stdout.splitlines() if "MLflow" in line]
+    assert len(warnings) == 1 and "tracking off for this run" in warnings[0] and f"127.0.0.1:{port}" in warnings[0]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and "mlflow" not in manifest
+    assert re.search(r"ended: completed", (run_dir / "train.log").read_text())
