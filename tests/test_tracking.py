@@ -299,3 +299,23 @@ def test_an_unreachable_server_is_one_warning_and_the_training_completes(tmp_pat
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed" and "mlflow" not in manifest
     assert re.search(r"ended: completed", (run_dir / "train.log").read_text())
+
+
+# --- the packages -------------------------------------------------------------------------------
+
+
+def _pinned(lock: str, name: str) -> str:
+    found = re.findall(rf"^{re.escape(name)}==(\S+)", (PROJECT_ROOT / lock).read_text(), re.MULTILINE)
+    assert len(found) == 1, (lock, name, found)
+    return found[0]
+
+
+def test_the_test_server_is_the_clients_version_and_the_server_stays_out_of_the_runtime_locks():
+    client = _pinned("requirements.lock", "mlflow-skinny")
+    assert _pinned("requirements-gpu.lock", "mlflow-skinny") == client
+    assert _pinned("requirements-mlflow-server.lock", "mlflow") == client
+    assert f"mlflow=={client}" in (PROJECT_ROOT / "requirements-mlflow-server.in").read_text()
+    for lock in ("requirements.lock", "requirements-gpu.lock"):
+        text = (PROJECT_ROOT / lock).read_text()
+        for server_only in ("mlflow", "flask", "sqlalchemy", "alembic", "gunicorn", "pandas"):
+            assert not re.search(rf"^{server_only}==", text, re.MULTILINE), (lock, server_only)
