@@ -8,6 +8,7 @@ another `mlflow` executable.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -153,30 +155,42 @@ def _server_executable() -> str | None:
     return str(own) if own.is_file() else None
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real MLflow tracking server on 127.0.0.1 (SQLite backend, artifacts served): its URI."""
+def _server_or_skip() -> str:
     exe = _server_executable()
     if exe is None:
         if os.environ.get("REQUIRE_MLFLOW_SERVER") == "1":
             pytest.fail("REQUIRE_MLFLOW_SERVER=1 but no MLflow server: run scripts/venv-mlflow-server.sh")
         pytest.skip("no MLflow server installed (scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server; "
                     "the runtime image carries only the client)")
-    home = tmp_path_factory.mktemp("mlflow-server")
-    (port,) = free_local_ports(1)
+    return exe
+
+
+@contextlib.contextmanager
+def _running_server(args: list[str], home: Path, port: int):
+    """`mlflow <args>` in `home`, until /health on 127.0.0.1:`port` answers; stopped afterwards."""
     log_path = home / "server.log"
-    cmd = [exe, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-           "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
-           "--artifacts-destination", str(home / "artifacts"), "--serve-artifacts"]
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=home, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen([_server_or_skip(), *args], stdout=out, stderr=subprocess.STDOUT, cwd=home,
+                                start_new_session=True)
     try:
-        _wait_healthy(uri, proc, log_path)
-        yield uri
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, log_path)
+        yield
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server on 127.0.0.1 (SQLite backend, artifacts served): its URI."""
+    _server_or_skip()
+    home = tmp_path_factory.mktemp("mlflow-server")
+    (port,) = free_local_ports(1)
+    args = ["server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
+            "--artifacts-destination", str(home / "artifacts"), "--serve-artifacts"]
+    with _running_server(args, home, port):
+        yield f"http://127.0.0.1:{port}"
 
 
 def _wait_healthy(uri: str, proc: subprocess.Popen, log_path: Path) -> None:
@@ -319,3 +333,82 @@ def test_the_test_server_is_the_clients_version_and_the_server_stays_out_of_the_
         text = (PROJECT_ROOT / lock).read_text()
         for server_only in ("mlflow", "flask", "sqlalchemy", "alembic", "gunicorn", "pandas"):
             assert not re.search(rf"^{server_only}==", text, re.MULTILINE), (lock, server_only)
+
+
+# --- the compose profile -------------------------------------------------------------------------
+
+
+def _compose_file() -> dict:
+    from yamlish import load
+
+    path = PROJECT_ROOT / "docker-compose.yml"
+    if not path.is_file():
+        pytest.skip("the compose files are host-side (not in the image)")
+    return load(path.read_text())
+
+
+def test_the_mlflow_profile_is_a_local_only_server_with_sqlite_and_artifacts_on_a_volume():
+    compose = _compose_file()
+    server = compose["services"]["mlflow"]
+    assert server["profiles"] == ["mlflow"]
+    assert server["image"] == "${MLFLOW_IMAGE:-ghcr.io/mlflow/mlflow:v%s}" % _pinned("requirements.lock", "mlflow-skinny")
+    assert server["ports"] == ["127.0.0.1:${MLFLOW_PORT:-5000}:5000"]  # loopback only: no authentication
+    assert server["volumes"] == ["mlflow:/mlflow"] and "mlflow" in compose["volumes"]
+    command = server["command"]
+    assert command[:2] == ["mlflow", "server"] and "--serve-artifacts" in command
+    assert "--backend-store-uri=sqlite:////mlflow/mlflow.db" in command  # on the volume
+    assert "--artifacts-destination=/mlflow/artifacts" in command
+    train = compose["services"]["train"]
+    assert train["environment"]["MLFLOW_TRACKING_URI"] == "${MLFLOW_TRACKING_URI:-}"
+    assert train["depends_on"]["mlflow"] == {"condition": "service_healthy", "required": False}
+
+
+def _compose_binary() -> list[str] | None:
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+@pytest.mark.docker
+def test_compose_starts_the_server_only_with_its_profile_and_points_the_training_at_it():
+    _compose_file()
+    compose = _compose_binary()
+    if compose is None:
+        pytest.skip("no Docker Compose v2 binary (docker compose / docker-compose) installed")
+
+    def config(*args, **env):
+        out = subprocess.run([*compose, *args, "config", "--format", "json"], cwd=PROJECT_ROOT, capture_output=True,
+                             text=True, env={"PATH": os.environ.get("PATH", ""), **env})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    plain = config()
+    assert set(plain["services"]) == {"train"} and plain["services"]["train"]["environment"]["MLFLOW_TRACKING_URI"] == ""
+    on = config("--profile", "mlflow", MLFLOW_TRACKING_URI="http://mlflow:5000")
+    assert set(on["services"]) == {"train", "mlflow"}
+    assert on["services"]["train"]["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    (port,) = on["services"]["mlflow"]["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "5000", 5000)
+
+
+@pytest.mark.slow
+def test_the_profiles_server_command_runs_and_answers_the_training_containers_host_name(tmp_path):
+    """The compose service's own command line, with its paths moved under tmp_path, on a free port."""
+    command = _compose_file()["services"]["mlflow"]["command"]
+    (port,) = free_local_ports(1)
+    args = [a.replace("--host=0.0.0.0", "--host=127.0.0.1").replace("--port=5000", f"--port={port}")
+            .replace("/mlflow/", f"{tmp_path}/") for a in command[1:]]
+    with _running_server(args + ["--workers=1"], tmp_path, port):
+        def status(host: str) -> int:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1",
+                                             headers={"Host": host})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as r:
+                    return r.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert status("mlflow:5000") == 200  # how the train service reaches it
+        assert status(f"localhost:{port}") == 200  # a browser on this machine
+        assert status("attacker.example:5000") == 403  # anything else: refused (DNS rebinding)
+    assert (tmp_path / "mlflow.db").is_file()
