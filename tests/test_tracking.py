@@ -90,20 +90,28 @@ def test_epoch_metrics_leave_out_empty_and_non_finite_values():
     assert tracking.epoch_metrics(row) == {"epoch": 2.0, "loss": 0.5}
 
 
-def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, caplog):
+@pytest.fixture
+def train_log_propagates(monkeypatch):
+    """caplog sees the `train` logger even after a training in this process turned propagation off."""
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+
+
+def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, caplog, train_log_propagates):
     class Down:
         def __getattr__(self, name):
             def fail(*a, **k):
                 raise ConnectionError("connection refused\nmore detail")
             return fail
 
-    (tmp_path / "manifest.json").write_text("{}")
+    for name in ("manifest.json", "config.json", "report.html"):
+        (tmp_path / name).write_text("{}")
     tracker = tracking.Tracker(Down(), "run", tmp_path)
     with caplog.at_level(logging.WARNING, logger="train"):
         tracker.log_epoch({"loss": 1.0}, 10)
         tracker.finish("completed")
     lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["WARNING: MLflow: epoch metrics not logged (ConnectionError: connection refused); training goes on",
+    assert lines == [  # after one failed upload the others are not tried: each would wait out its retries
+"WARNING: MLflow: epoch metrics not logged (ConnectionError: connection refused); training goes on",
                      "WARNING: MLflow: manifest.json not logged (ConnectionError: connection refused); training goes on",
                      "WARNING: MLflow: run status not logged (ConnectionError: connection refused); training goes on"]
 
@@ -115,7 +123,7 @@ def test_a_closed_port_is_unreachable_at_once():
     tracking.check_reachable("file:///nowhere")  # not a server: checked by use
 
 
-def test_start_against_a_closed_port_is_one_warning_and_no_tracker(tmp_path, caplog):
+def test_start_against_a_closed_port_is_one_warning_and_no_tracker(tmp_path, caplog, train_log_propagates):
     (port,) = free_local_ports(1)
     (tmp_path / "manifest.json").write_text("{}")
     with caplog.at_level(logging.WARNING, logger="train"):
@@ -174,9 +182,10 @@ def _running_server(args: list[str], home: Path, port: int):
                                 start_new_session=True)
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", proc, log_path)
-        yield
+        yield proc
     finally:
-        os.killpg(proc.pid, 15)
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
         proc.wait(timeout=60)
 
 
@@ -296,6 +305,35 @@ def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, mo
     assert [seg["status"] for seg in segments] == ["interrupted", "completed"]
     experiment_runs = client.search_runs([run.info.experiment_id], f"attributes.run_name = '{stopped.run_dir.name}'")
     assert [r.info.run_id for r in experiment_runs] == [run_id]  # no second MLflow run
+
+
+@pytest.mark.slow
+def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch):
+    from train.fit import train
+
+    home = tmp_path / "server"
+    home.mkdir()
+    (port,) = free_local_ports(1)
+    args = ["server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}", "--artifacts-destination", str(home / "a")]
+    with _running_server(args, home, port) as server:
+        original = tracking.Tracker.log_epoch
+
+        def log_then_lose_the_server(self, row, step):
+            original(self, row, step)
+            if server.poll() is None:  # after epoch 1 is logged: the server goes away
+                os.killpg(server.pid, 9)
+                server.wait()
+
+        monkeypatch.setattr(tracking.Tracker, "log_epoch", log_then_lose_the_server)
+        s = tiny_settings(tmp_path, export=False, report="quick", mlflow_tracking_uri=f"http://127.0.0.1:{port}")
+        result = train(s)
+    assert result.status == "completed" and result.epochs_completed == 2
+    lines = (result.run_dir / "train.log").read_text().splitlines()
+    warned = [line.split(" ", 2)[2] for line in lines if "WARNING: MLflow" in line]
+    assert warned and all(w.startswith("WARNING: MLflow: ") and "training goes on" in w for w in warned)
+    assert any("epoch metrics not logged" in w for w in warned) and any("run status not logged" in w for w in warned)
+    assert json.loads((result.run_dir / "manifest.json").read_text())["status"] == "completed"
 
 
 @pytest.mark.slow

@@ -112,11 +112,14 @@ class Tracker:
 
     def finish(self, status: str) -> None:
         """The run's files as artifacts, then the MLflow run's status (KILLED for a resumable stop)."""
-        for name in ARTIFACTS:
-            if (self.run_dir / name).is_file():
-                self._try(name, lambda n=name: self.client.log_artifact(self.run_id, str(self.run_dir / n)))
+        uploads = [(n, lambda n=n: self.client.log_artifact(self.run_id, str(self.run_dir / n)))
+                   for n in ARTIFACTS if (self.run_dir / n).is_file()]
         if (self.run_dir / "export").is_dir():
-            self._try("export", lambda: self.client.log_artifacts(self.run_id, str(self.run_dir / "export"), "export"))
+            uploads.append(("export", lambda: self.client.log_artifacts(self.run_id, str(self.run_dir / "export"),
+                                                                        "export")))
+        for name, upload in uploads:
+            if not self._try(name, upload):
+                break  # a server that failed one upload would fail the others too, each after its retries
         self._try("run status", lambda: self.client.set_terminated(self.run_id, RUN_STATUS.get(status, "FAILED")))
 
     def _try(self, what: str, call) -> bool:
