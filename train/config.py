@@ -197,11 +197,13 @@ def _check_runs_dir_path(runs_dir: str) -> None:
                                "point RUNS_DIR at a directory")
 
 
-_TRACKING_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+# What the mlflow-skinny client in the lock can talk to. Its local stores need more: SQLite and the
+# other databases SQLAlchemy (the full `mlflow`), and the file store is refused by MLflow 3.
+_TRACKING_SCHEMES = ("http", "https", "databricks")
 
 
 def _check_tracking(s: Settings) -> None:
-    """MLFLOW_TRACKING_URI: a tracking server or store MLflow knows, without credentials in it."""
+    """MLFLOW_TRACKING_URI: a tracking server the client can reach, without credentials in the URI."""
     uri = s.mlflow_tracking_uri
     if not uri:
         return
@@ -212,11 +214,12 @@ def _check_tracking(s: Settings) -> None:
         host = parts.hostname
     except ValueError:  # e.g. an unclosed [IPv6 bracket
         parts, host = urlsplit(""), None
-    scheme = "databricks" if uri == "databricks" else parts.scheme.split("+")[0]  # postgresql+psycopg2://
+    scheme = "databricks" if uri == "databricks" else parts.scheme
     if uri != uri.strip() or any(c.isspace() for c in uri) or scheme not in _TRACKING_SCHEMES or (
             scheme in ("http", "https") and not host):
         raise ConfigError("MLFLOW_TRACKING_URI", uri, "the URL of an MLflow tracking server (http://host:5000, "
-                          "https://...) or a store URI (file:///path, sqlite:///file.db, databricks); empty turns tracking off")
+                          "https://...) or databricks; empty turns tracking off. For a local store (file:, sqlite:) run "
+                          "a server on it (`docker compose --profile mlflow`, or `mlflow server`) and give its URL")
     if parts.password or parts.username and scheme != "databricks":
         # config.json and the manifest record the URI: a password in it would be written to disk.
         raise ConfigError("MLFLOW_TRACKING_URI", uri.replace(parts.password or "", "***"),

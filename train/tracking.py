@@ -42,7 +42,7 @@ class TrackingUnavailable(Exception):
 
 
 def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT) -> None:
-    """An http(s) tracking server answers its /health endpoint; other stores are checked by use."""
+    """An http(s) tracking server answers its /health endpoint (databricks is checked by use)."""
     if not uri.startswith(("http://", "https://")):
         return
     url = uri.rstrip("/") + "/health"
