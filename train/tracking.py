@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .manifest import update_manifest
-from .rundir import read_json
+from .rundir import RunDir
 
 log = logging.getLogger("train")
 
@@ -34,7 +34,7 @@ HEALTH_TIMEOUT = 5.0  # seconds for the reachability check at start
 NOT_PARAMS = {"mlflow_tracking_uri", "mlflow_experiment"}
 # mlflow RunStatus names for how a segment ended (train.fit statuses)
 RUN_STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED", "budget": "KILLED"}
-ARTIFACTS = ("manifest.json", "config.json", "report.html", "curves.png", "metrics.csv")
+ARTIFACTS = ("manifest", "config", "report", "curves", "metrics")  # RunDir's files, uploaded at each end
 
 
 class TrackingUnavailable(Exception):
@@ -101,7 +101,7 @@ class Tracker:
     """One training segment's side of an MLflow run. Every method only warns on failure."""
 
     def __init__(self, client, run_id: str, run_dir: Path):
-        self.client, self.run_id, self.run_dir = client, run_id, run_dir
+        self.client, self.run_id, self.files = client, run_id, RunDir(run_dir)
 
     def log_epoch(self, row: dict[str, Any], global_step: int) -> None:
         from mlflow.entities import Metric
@@ -112,11 +112,11 @@ class Tracker:
 
     def finish(self, status: str) -> None:
         """The run's files as artifacts, then the MLflow run's status (KILLED for a resumable stop)."""
-        uploads = [(n, lambda n=n: self.client.log_artifact(self.run_id, str(self.run_dir / n)))
-                   for n in ARTIFACTS if (self.run_dir / n).is_file()]
-        if (self.run_dir / "export").is_dir():
-            uploads.append(("export", lambda: self.client.log_artifacts(self.run_id, str(self.run_dir / "export"),
-                                                                        "export")))
+        files = [getattr(self.files, name) for name in ARTIFACTS]
+        uploads = [(p.name, lambda p=p: self.client.log_artifact(self.run_id, str(p))) for p in files if p.is_file()]
+        export = self.files.export.path
+        if export.is_dir():
+            uploads.append((export.name, lambda: self.client.log_artifacts(self.run_id, str(export), export.name)))
         for name, upload in uploads:
             if not self._try(name, upload):
                 break  # a server that failed one upload would fail the others too, each after its retries
@@ -134,7 +134,7 @@ class Tracker:
 
 def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) -> Tracker | None:
     """Create (or, on resume, continue) the MLflow run of `run_dir`; None, with one warning, when it cannot."""
-    manifest_path = run_dir / "manifest.json"
+    manifest_path = RunDir(run_dir).manifest
     try:
         check_reachable(uri)
         for key, value in CLIENT_DEFAULTS.items():
@@ -142,7 +142,7 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
         from mlflow import MlflowClient
 
         client = MlflowClient(tracking_uri=uri)
-        manifest = read_json(manifest_path)
+        manifest = RunDir(run_dir).read_manifest()
         previous = manifest.get("mlflow") or {}
         run_id = _continue(client, previous, uri) if previous.get("run_id") else None
         resumed = run_id is not None
