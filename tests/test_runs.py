@@ -121,7 +121,8 @@ def test_runs_json_is_one_document_with_the_tables_fields(tmp_path, capsys):
     assert runs[0] == {"id": "20260101-000000-000001", "status": "completed", "epochs_completed": 4,
                        "epochs_planned": 4, "monitor": "val_accuracy", "best": 0.75, "duration_seconds": 149.5,
                        "model": "cnn", "dataset": "mnist", "smoke": False, "unreadable_reason": None}
-    assert (runs[1]["status"], runs[1]["best"], runs[1]["smoke"], runs[1]["epochs_planned"]) == ("failed", None, True, 1)
+    second = runs[1]
+    assert (second["status"], second["best"], second["smoke"], second["epochs_planned"]) == ("failed", None, True, 1)
     assert runs[2]["status"] == "unreadable" and "holds list" in runs[2]["unreadable_reason"]
     assert [r["id"] for r in runs] == [r["id"] for r in list_runs(root)]
 

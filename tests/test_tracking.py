@@ -110,10 +110,9 @@ def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, cap
         tracker.log_epoch({"loss": 1.0}, 10)
         tracker.finish("completed")
     lines = [r.getMessage() for r in caplog.records]
-    assert lines == [  # after one failed upload the others are not tried: each would wait out its retries
-"WARNING: MLflow: epoch metrics not logged (ConnectionError: connection refused); training goes on",
-                     "WARNING: MLflow: manifest.json not logged (ConnectionError: connection refused); training goes on",
-                     "WARNING: MLflow: run status not logged (ConnectionError: connection refused); training goes on"]
+    # After one failed upload the others are not tried: each would wait out its retries.
+    assert lines == [f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
+                     for what in ("epoch metrics", "manifest.json", "run status")]
 
 
 def test_a_closed_port_is_unreachable_at_once():
@@ -394,7 +393,8 @@ def test_the_mlflow_profile_is_a_local_only_server_with_sqlite_and_artifacts_on_
     compose = _compose_file()
     server = compose["services"]["mlflow"]
     assert server["profiles"] == ["mlflow"]
-    assert server["image"] == "${MLFLOW_IMAGE:-ghcr.io/mlflow/mlflow:v%s}" % _pinned("requirements.lock", "mlflow-skinny")
+    client = _pinned("requirements.lock", "mlflow-skinny")
+    assert server["image"] == "${MLFLOW_IMAGE:-ghcr.io/mlflow/mlflow:v%s}" % client  # the client's version
     assert server["ports"] == ["127.0.0.1:${MLFLOW_PORT:-5000}:5000"]  # loopback only: no authentication
     assert server["volumes"] == ["mlflow:/mlflow"] and "mlflow" in compose["volumes"]
     command = server["command"]
@@ -426,7 +426,8 @@ def test_compose_starts_the_server_only_with_its_profile_and_points_the_training
         return json.loads(out.stdout)
 
     plain = config()
-    assert set(plain["services"]) == {"train"} and plain["services"]["train"]["environment"]["MLFLOW_TRACKING_URI"] == ""
+    assert set(plain["services"]) == {"train"}
+    assert plain["services"]["train"]["environment"]["MLFLOW_TRACKING_URI"] == ""
     on = config("--profile", "mlflow", MLFLOW_TRACKING_URI="http://mlflow:5000")
     assert set(on["services"]) == {"train", "mlflow"}
     assert on["services"]["train"]["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"

@@ -218,9 +218,10 @@ def _check_tracking(s: Settings) -> None:
     scheme = "databricks" if uri == "databricks" else parts.scheme
     if uri != uri.strip() or any(c.isspace() for c in uri) or scheme not in _TRACKING_SCHEMES or (
             scheme in ("http", "https") and not host):
-        raise ConfigError("MLFLOW_TRACKING_URI", uri, "the URL of an MLflow tracking server (http://host:5000, "
-                          "https://...) or databricks; empty turns tracking off. For a local store (file:, sqlite:) run "
-                          "a server on it (`docker compose --profile mlflow`, or `mlflow server`) and give its URL")
+        raise ConfigError("MLFLOW_TRACKING_URI", uri,
+                          "the URL of an MLflow tracking server (http://host:5000, https://...) or databricks; empty "
+                          "turns tracking off. For a local store (file:, sqlite:) run a server on it "
+                          "(`docker compose --profile mlflow`, or `mlflow server`) and give its URL")
     if parts.password or parts.username and scheme != "databricks":
         # config.json and the manifest record the URI: a password in it would be written to disk.
         raise ConfigError("MLFLOW_TRACKING_URI", uri.replace(parts.password or "", "***"),
