@@ -307,6 +307,35 @@ def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, mo
 
 
 @pytest.mark.slow
+def test_with_two_workers_only_the_chief_logs(mlflow_server, tmp_path):
+    from faults import env, fit_flags, only_run
+    from helpers import make_npz
+
+    npz = make_npz(tmp_path)
+    workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(2))
+    procs = []
+    for i in range(2):
+        cwd = tmp_path / f"w{i}"  # each its own RUNS_DIR: no shared disk, as on two hosts
+        cwd.mkdir()
+        with open(cwd / "out.txt", "w") as out:
+            flags = fit_flags(cwd, npz, epochs=2, export=False, report="quick", mlflow_experiment="two-workers")
+            procs.append(subprocess.Popen([sys.executable, "-m", "train", "fit", *flags], cwd=cwd, stdout=out,
+                                          stderr=subprocess.STDOUT,
+                                          env=env(WORKERS=workers, WORKER_INDEX=str(i),
+                                                  MLFLOW_TRACKING_URI=mlflow_server)))
+    codes = [p.wait(timeout=900) for p in procs]  # the timeout only guards against a hang
+    outputs = [(tmp_path / f"w{i}" / "out.txt").read_text() for i in range(2)]
+    assert codes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    chief_run = only_run(tmp_path / "w0" / "runs")
+    assert "MLflow: logging to run" in outputs[0] and "MLflow" not in outputs[1]
+    client = _client(mlflow_server)
+    experiment = client.get_experiment_by_name("two-workers")
+    (run,) = client.search_runs([experiment.experiment_id])  # one MLflow run, not one per worker
+    assert run.info.run_name == chief_run.name and run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [12, 24]
+
+
+@pytest.mark.slow
 def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch):
     from train.fit import train
 
