@@ -11,7 +11,8 @@ the JSON argument:
 - `prefetch`: the depth of every tf.data prefetch (the template's pipelines end with
   prefetch(AUTOTUNE));
 - `private_threadpool`, `max_intra_op`: tf.data's own thread pool
-  (`tf.data.Options().threading`), added where each pipeline ends.
+  (`tf.data.Options().threading`), added where each pipeline ends;
+- `precision`: PRECISION, when a comparison needs another than what `auto` picks.
 
 Everything else is `train.fit.train` with default settings, as a user runs it. The last line on
 stdout is JSON: each epoch's samples/s, the final validation accuracy, the final weights' hash and
@@ -49,6 +50,7 @@ def _patch_pipelines(prefetch: int | None, private_threadpool: int | None, max_i
 
 
 def run(spec: dict) -> dict:
+    import keras
     import tensorflow as tf
 
     if spec.get("intra") is not None:
@@ -61,12 +63,14 @@ def run(spec: dict) -> dict:
     from train.fit import train
 
     s = load_settings({"dataset": spec["dataset"], "runs_dir": spec["runs_dir"], "epochs": spec["epochs"],
-                       "export": False, "report": "off", "progress": "line"}, env_file=None, environ={})
+                       "precision": spec.get("precision"), "export": False, "report": "off", "progress": "line"},
+                      env_file=None, environ={})
     result = train(s)
     return {
         "samples_per_second": [row["samples_per_second"] for row in result.history],
         "mfu": [row.get("mfu") for row in result.history],
         "val_accuracy": result.history[-1]["val_accuracy"],
+        "precision": keras.mixed_precision.global_policy().name,
         "final_weights_sha256": result.final_weights_sha256,
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),

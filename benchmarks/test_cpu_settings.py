@@ -15,8 +15,8 @@ Size, for a loaded or a fast machine (the full run takes about 10 minutes on 2 c
     BENCH_CPU_EPOCHS    epochs per run, >= 2: the first traces the step and is not timed; a run's
                         figure is its fastest other epoch (default 3)
     BENCH_CPU_ROUNDS    rounds (default 2; quick mode: 1)
-    BENCH_CPU_SETTINGS  comma-separated names of the settings to run (default: all but "oneDNN off",
-                        which runs bfloat16 without oneDNN at a twentieth of the speed; quick mode: two)
+    BENCH_CPU_SETTINGS  comma-separated names of the settings to run (default: all but the two
+                        "oneDNN off" ones, which run many times slower; quick mode: two)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ CLEARED = ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_DEFAULT_FPMATH_MODE", "TF_SET_ONEDNN
            "TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "TF_NUM_INTRAOP_THREADS",
            "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS", "TF_CONFIG")
 QUICK_SETTINGS = ("default", "prefetch 2")
-SLOW_SETTINGS = ("oneDNN off",)  # run only when named in BENCH_CPU_SETTINGS
+SLOW_SETTINGS = ("oneDNN off", "oneDNN off, float32")  # run only when named in BENCH_CPU_SETTINGS
 
 
 def cores() -> int:
@@ -57,6 +57,9 @@ def candidates(n_cores: int) -> dict[str, dict]:
     for n in sorted({n_cores, half, 1}):
         out[f"inter {n}"] = c("threads", "inter-op threads", n, inter=n)
     out["oneDNN off"] = c("oneDNN", "TF_ENABLE_ONEDNN_OPTS", 0, {"TF_ENABLE_ONEDNN_OPTS": "0"})
+    # Not one change at a time: what PRECISION=auto should pick when oneDNN is off.
+    out["oneDNN off, float32"] = c("oneDNN", "TF_ENABLE_ONEDNN_OPTS + PRECISION", "0 + float32",
+                                   {"TF_ENABLE_ONEDNN_OPTS": "0"}, precision="float32")
     out["fpmath bf16"] = c("oneDNN", "ONEDNN_DEFAULT_FPMATH_MODE", "BF16", {"ONEDNN_DEFAULT_FPMATH_MODE": "BF16"})
     out["caller thread"] = c("oneDNN", "TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD", 1,
                              {"TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD": "1"})
