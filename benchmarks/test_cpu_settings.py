@@ -131,7 +131,7 @@ def markdown(summary: dict[str, dict], noise: float) -> str:
         if r["bit_identical"]:
             same = "yes, bit-identical weights"
         elif r["unchanged"]:
-            same = f"yes, accuracy {r['accuracy_difference']:+.4f} (noise ±{noise:.4f}); weights differ in the last bits"
+            same = f"yes, accuracy {r['accuracy_difference']:+.4f} (noise ±{noise:.4f}); weights not bit-identical"
         else:
             same = f"**no**: accuracy {r['accuracy_difference']:+.4f} (noise ±{noise:.4f})"
         per_round = ", ".join(f"{x:.2f}" for x in r["ratios"])
