@@ -135,7 +135,8 @@ def markdown(summary: dict[str, dict], noise: float) -> str:
         else:
             same = f"**no**: accuracy {r['accuracy_difference']:+.4f} (noise ±{noise:.4f})"
         per_round = ", ".join(f"{x:.2f}" for x in r["ratios"])
-        rows.append(f"| {r['setting']} | {r['value']} | {r['ratio']:.2f} ({per_round}) | {r['samples_per_second']:,} | {same} |")
+        rows.append(f"| {r['setting']} | {r['value']} | {r['ratio']:.2f} ({per_round}) "
+                    f"| {r['samples_per_second']:,} | {same} |")
     return "\n".join(rows) + "\n"
 
 
@@ -164,7 +165,8 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
     def go():
         for r in range(rounds):
             for name in (list(table) if r % 2 == 0 else list(table)[::-1]):
-                runs[name].append(run_worker(table[name], f"npz:{npz}", str(tmp_path / "runs" / name.replace(" ", "_")), epochs))
+                runs_dir = str(tmp_path / "runs" / name.replace(" ", "_"))
+                runs[name].append(run_worker(table[name], f"npz:{npz}", runs_dir, epochs))
             loads.append(load_average())
 
     t0 = time.perf_counter()
@@ -178,7 +180,8 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
     every_round = [n for n, r in better.items() if min(r["ratios"]) > 1.0]
     text = markdown(summary, noise)
     print(f"\n{what}: {len(subset['y_train'])} training examples, {n_val} validation, {epochs} epochs "
-          f"(the first untimed, the fastest other one counted), {rounds} round(s), {n_cores} cores, load average per round {loads}, "
+          f"(the first untimed, the fastest other one counted), {rounds} round(s), {n_cores} cores, "
+          f"load average per round {loads}, "
           f"{seconds:.0f}s; faster than the default in every round, results unchanged: "
           f"{', '.join(every_round) or 'none'}\n{text}")
     common.record(benchmark, "10. CPU settings: fastest setting that keeps the results / default",

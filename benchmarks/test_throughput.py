@@ -55,7 +55,8 @@ def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
     bf16 = bool(cpu_bf16(cpu_flags())) and not common.gpu_capabilities() and s.precision == "auto"
     goal = GOAL_BF16 if bf16 else GOAL_NO_BF16
     what_side = "template default" if s.precision == "auto" else f"template PRECISION={s.precision}"
-    common.record(benchmark, f"1. training samples/s: {what_side} / reference", f">= {goal}x" + (" (bf16 CPU)" if bf16 else ""),
+    common.record(benchmark, f"1. training samples/s: {what_side} / reference",
+                  f">= {goal}x" + (" (bf16 CPU)" if bf16 else ""),
                   value, value is not None and value >= goal, data=what, epochs=epochs, repeats=repeats,
                   reference_samples_per_second=ref_sps, template_samples_per_second=tpl_sps,
                   reference_test_accuracy=ref_acc, template_test_accuracy=tpl_acc,
