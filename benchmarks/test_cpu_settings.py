@@ -191,5 +191,5 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
                   training_examples=len(subset["y_train"]), validation_examples=n_val, epochs=epochs, rounds=rounds,
                   cores=n_cores, load_average=loads, seconds=seconds, accuracy_noise=noise,
                   samples_per_second={n: r["samples_per_second"] for n, r in summary.items()},
-                  settings=summary, markdown=text)
+                  settings=summary)
     assert np.isfinite([r["ratio"] for r in summary.values()]).all()
