@@ -10,7 +10,7 @@ or, where they differ in the last bits (thread counts change the order of sums),
 validation accuracy is within the sampling noise of the validation set (two standard errors of a
 difference of two accuracies measured on the same number of examples).
 
-Size, for a loaded or a fast machine (the full run takes about 10 minutes on 2 cores):
+Size, for a loaded or a fast machine (the full run took 8 minutes on 2 cores shared with other jobs):
     BENCH_CPU_EXAMPLES  training examples per run (default 15360; quick mode: 2048)
     BENCH_CPU_EPOCHS    epochs per run, >= 2: the first traces the step and is not timed; a run's
                         figure is its fastest other epoch (default 3)
