@@ -48,6 +48,7 @@ def test_the_chiefs_replica_sends_its_values_exactly():
     values = np.array([1.5, -2.0, 2.0 ** 52 + 1, 0.0])
     got = sync.from_chief(ReplicasOfOneWorker([0]), values)
     assert got.dtype == np.float64 and got.tolist() == values.tolist()
+    assert sync.from_chief(ReplicasOfOneWorker([0]), [2 ** 40 + 1, 3]).dtype == np.float64  # integers too
     # TensorFlow's default strategy (one process, one replica) is the chief's replica too.
     assert sync.from_chief(tf.distribute.get_strategy(), values).tolist() == values.tolist()
 
@@ -72,7 +73,7 @@ def _chief_sends(monkeypatch, array):
 
 
 def test_text_arrives_whole_and_is_cut_to_its_fixed_size(monkeypatch):
-    run_id = "20260101-120000-mnist-é"
+    run_id = "20260101-120000-mnist-é\x01"  # every byte but NUL arrives
     raw = np.zeros(sync.RUN_ID_BYTES)
     raw[: len(run_id.encode())] = np.frombuffer(run_id.encode(), np.uint8)
     seen = _chief_sends(monkeypatch, raw)
