@@ -157,3 +157,47 @@ def test_training_steps_use_batch_statistics_and_evaluation_the_moving_ones():
 
     Steps(model).train(_iterator(x, y, 5), tf.constant(1), tf.constant(0.0))
     assert (moving_mean.numpy() > 0).all(), "a training step left the moving statistics alone"
+
+
+def test_jit_compile_asks_tensorflow_for_xla_and_only_then(monkeypatch):
+    import tensorflow as tf
+
+    from train.steps import Steps
+
+    real, asked = tf.function, []
+
+    def spy(fn=None, **kw):
+        asked.append(kw.get("jit_compile"))
+        return real(fn, **kw)
+
+    monkeypatch.setattr(tf, "function", spy)
+    Steps(_model())
+    assert True not in asked
+    asked.clear()
+    Steps(_model(), jit_compile=True)
+    assert asked.count(True) == 2  # the forward and the forward-backward pass
+
+
+def test_regularization_losses_are_added_to_the_loss():
+    import keras
+    import tensorflow as tf
+
+    from train.steps import Steps
+
+    def regularized():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(
+            3, activation="softmax", kernel_regularizer=keras.regularizers.L2(0.5))])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        model.optimizer.build(model.trainable_variables)
+        return model
+
+    x, y = _data()
+    ours, ref = regularized(), regularized()
+    Steps(ours).train(_iterator(x, y, 10), tf.constant(1), tf.constant(0.0))
+    with tf.GradientTape() as tape:
+        probs = ref(x, training=True)
+        loss = keras.losses.SparseCategoricalCrossentropy()(y, probs) + tf.add_n(ref.losses)
+    ref.optimizer.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
+    for a, b in zip(ours.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
