@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from train import export
-from train.errors import ExportError, NoWeightsError, StorageError
+from train.errors import ExportError, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
 from train.rundir import TMP_MARK, read_json
 
@@ -92,7 +92,7 @@ def test_rebuild_needs_weights_then_data(tmp_path):
     assert "has no weights" in str(info.value) and "it ended failed: DataError: x_train is empty" in str(info.value)
     assert f"--resume {run.name}" in str(info.value) and info.value.exit_code == 4
     build_model("cnn", (28, 28, 1), 2).save_weights(run / "final.weights.h5")
-    with pytest.raises(ExportError, match="no data description"):
+    with pytest.raises(RunRecordError, match="no data description"):
         export.rebuild_model(run)
 
 
@@ -324,3 +324,16 @@ def test_any_other_failure_removes_the_staging_directory_and_propagates(run_dir,
     with pytest.raises(ValueError, match="not a storage problem"):
         export.export_model(_tiny_model(), run_dir, ["a", "b"])
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+
+
+@pytest.mark.parametrize("best", [True, False])
+def test_export_takes_the_class_names_from_the_manifest_not_from_labels_txt(trained_run, monkeypatch, best):
+    """The manifest is the one source; labels.txt is only a copy for people (both export paths)."""
+    run, _, in_memory = trained_run
+    (run / "labels.txt").write_text("stale\ncopy\n")
+    if not best:
+        (run / "best.weights.h5").unlink()
+    seen = _exported(monkeypatch, run)
+    export.export_run(run, model=in_memory)
+    ((_, labels),) = seen
+    assert labels == ["a", "b"]
