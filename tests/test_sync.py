@@ -28,7 +28,8 @@ class ReplicasOfOneWorker:
         results = []
         real = tf.distribute.get_replica_context
         for rid in self.replica_ids:
-            tf.distribute.get_replica_context = lambda rid=rid: SimpleNamespace(replica_id_in_sync_group=tf.constant(rid))
+            context = SimpleNamespace(replica_id_in_sync_group=tf.constant(rid))
+            tf.distribute.get_replica_context = lambda context=context: context
             try:
                 results.append(fn())
             finally:
