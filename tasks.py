@@ -46,7 +46,7 @@ def _require_gpu(c: Context) -> None:
         raise Exit(f"the NVIDIA container toolkit is not set up for Docker: install it ({TOOLKIT_URL}), "
                    "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; or add --cpu")
     if shutil.which("nvidia-smi") is None or "GPU" not in c.run("nvidia-smi -L", hide=True, warn=True).stdout:
-        from train.stack import GPU_LOCK, locked_versions, stack_for
+        from train.gpucheck.stack import GPU_LOCK, locked_versions, stack_for
 
         stack = stack_for(locked_versions(GPU_LOCK)["tensorflow"])
         raise Exit(f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
@@ -341,7 +341,7 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-gpu.in {flags} -o requirements-gpu.lock", echo=True)
     # The GPU lock constrains the CPU one: every package both install gets the same version.
     c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
-    c.run(f"{PY} -m train.stack", echo=True)  # fails when the pins no longer match TF's tested stack
+    c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match TF's tested stack
 
 
 @task(help={

@@ -79,7 +79,7 @@ def test_dockerignore_keeps_secrets_and_artefacts_out(path):
 
 
 @pytest.mark.parametrize("path", ["pyproject.toml", "requirements.lock", "requirements-gpu.lock", "train/fit.py",
-                                  "tests/test_stack.py"])
+                                  "train/gpucheck/stack.py", "tests/gpucheck/test_stack.py"])
 def test_dockerignore_lets_the_build_inputs_in(path):
     assert _in_context(path)
 

@@ -228,7 +228,7 @@ def test_lock_compiles_gpu_then_cpu_constrained_then_checks_the_stack():
     assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
     assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
     assert cpu.endswith("-o requirements.lock")
-    assert check == f"{tasks.PY} -m train.stack"
+    assert check == f"{tasks.PY} -m train.gpucheck.stack"
 
 
 def test_lock_without_uv_says_how_to_get_it(monkeypatch):

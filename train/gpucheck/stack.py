@@ -3,8 +3,9 @@
 TensorFlow publishes the Python / CUDA / cuDNN combination each release was built and tested with
 (https://www.tensorflow.org/install/source#gpu). `tensorflow[and-cuda]` only declares ranges for the
 nvidia-* wheels, so requirements-gpu.lock is what pins CUDA. `check_locks()` compares the locks with
-TESTED, so an upgrade that breaks the match fails in CI (tests/test_stack.py) and in `invoke lock`,
-not on a user's GPU. Plain Python, no TensorFlow import: `python -m train.stack` prints the stack.
+TESTED, so an upgrade that breaks the match fails in CI (tests/gpucheck/test_stack.py) and in
+`invoke lock`, not on a user's GPU. Plain Python, no TensorFlow import: `python -m train.gpucheck.stack`
+prints the stack.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import TemplateError
+from ..errors import TemplateError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CPU_LOCK = ROOT / "requirements.lock"
 GPU_LOCK = ROOT / "requirements-gpu.lock"
 
@@ -109,7 +110,7 @@ def stack_for(tf_version: str) -> TestedStack:
     key = major_minor(tf_version)
     if key not in TESTED:
         raise StackError(
-            f"TensorFlow {tf_version} has no row in train/stack.py TESTED (known: {', '.join(sorted(TESTED))}); "
+            f"TensorFlow {tf_version} has no row in train/gpucheck/stack.py TESTED (known: {', '.join(sorted(TESTED))}); "
             "add it from https://www.tensorflow.org/install/source#gpu"
         )
     return TESTED[key]

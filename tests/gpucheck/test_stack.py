@@ -1,4 +1,4 @@
-"""The lock files agree with TensorFlow's tested stack and with each other (train/stack.py)."""
+"""The lock files agree with TensorFlow's tested stack and with each other (train/gpucheck/stack.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from train import stack
-from train.stack import StackError, TestedStack
+from train.gpucheck import stack
+from train.gpucheck.stack import StackError, TestedStack
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_locks_match_the_tested_stack_and_each_other():
@@ -87,7 +87,7 @@ def test_check_locks_reports_diverging_shared_versions_and_cuda_on_cpu(tmp_path)
 
 
 def test_unknown_tensorflow_version_names_the_fix():
-    with pytest.raises(StackError, match=r"TensorFlow 2\.99\.0 has no row in train/stack.py TESTED"):
+    with pytest.raises(StackError, match=r"TensorFlow 2\.99\.0 has no row in train/gpucheck/stack.py TESTED"):
         stack.stack_for("2.99.0")
 
 
