@@ -15,6 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+# packaging parses the lock's lines exactly as pip does (requirements.in says why it is a dependency).
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from ..errors import TemplateError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,23 +73,31 @@ class StackError(TemplateError):
 class Pin:
     name: str  # normalised (PEP 503): lower case, runs of -_. become -
     version: str
-    marker: str  # environment marker, "" when the pin applies everywhere
+    marker: Marker | None  # environment marker; None when the pin applies everywhere
 
 
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)\s*(?:;\s*(.+?))?\s*\\?$")
-
-
-def normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _requirement_lines(text: str):
+    """(line number, requirement text) of a pip/uv lock: hash lines, comments and options skipped."""
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip().removesuffix("\\").strip()
+        if line and not line.startswith(("#", "-")):  # "--hash=...", "-r file", "-c file"
+            yield number, line
 
 
 def read_lock(path: str | Path) -> list[Pin]:
-    """Every `name==version ; marker` line of a pip/uv lock file (hash and comment lines skipped)."""
+    """Every `name==version ; marker` line of a pip/uv lock file."""
     pins = []
-    for line in Path(path).read_text().splitlines():
-        m = _PIN.match(line.strip())
-        if m:
-            pins.append(Pin(normalise(m.group(1)), m.group(2), (m.group(3) or "").strip()))
+    for number, line in _requirement_lines(Path(path).read_text()):
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            raise StackError(f"{path}, line {number}: {line!r} is not a requirement ({str(exc).splitlines()[0]}); "
+                             "regenerate the lock with `invoke lock`") from None
+        exact = [spec.version for spec in req.specifier if spec.operator == "=="]
+        if len(exact) != 1 or len(req.specifier) != 1:
+            raise StackError(f"{path}, line {number}: {line!r} does not pin one version with ==; "
+                             "regenerate the lock with `invoke lock`")
+        pins.append(Pin(canonicalize_name(req.name), exact[0], req.marker))
     if not pins:
         raise StackError(f"{path} has no pinned packages; regenerate it with `invoke lock`")
     return pins
@@ -92,14 +105,12 @@ def read_lock(path: str | Path) -> list[Pin]:
 
 def locked_versions(path: str | Path, python: str = "3.11", platform: str = "linux") -> dict[str, str]:
     """{name: version} that pip would install from `path` on CPython `python` on `platform`."""
-    from packaging.markers import Marker  # a TensorFlow dependency, so always installed with the lock
-
     env = {
         "python_version": python, "python_full_version": python + ".0", "sys_platform": platform,
         "platform_system": platform.capitalize(), "platform_machine": "x86_64", "os_name": "posix",
         "implementation_name": "cpython", "platform_python_implementation": "CPython",
     }
-    return {p.name: p.version for p in read_lock(path) if not p.marker or Marker(p.marker).evaluate(env)}
+    return {p.name: p.version for p in read_lock(path) if p.marker is None or p.marker.evaluate(env)}
 
 
 def major_minor(version: str) -> str:
