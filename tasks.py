@@ -330,7 +330,7 @@ def mutate(c, modules="", workers=1, results=False):
     "package": "upgrade only this package (uv's --upgrade-package), e.g. numpy",
 })
 def lock(c, upgrade=False, package=""):
-    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) with the same shared versions."""
+    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) and requirements-test.lock with the same shared versions."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -341,6 +341,8 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-gpu.in {flags} -o requirements-gpu.lock", echo=True)
     # The GPU lock constrains the CPU one: every package both install gets the same version.
     c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
+    # The test tools, installed on top of either runtime lock (the image's `test` target, .venv).
+    c.run(f"uv pip compile requirements-test.in -c requirements-gpu.lock {flags} -o requirements-test.lock", echo=True)
     c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match TF's tested stack
 
 

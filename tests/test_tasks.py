@@ -220,14 +220,16 @@ def test_test_and_bench_use_the_current_interpreter(tmp_path):
     assert out.parent.is_dir()
 
 
-def test_lock_compiles_gpu_then_cpu_constrained_then_checks_the_stack():
+def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack():
     c = ctx()
     tasks.lock(c, package="numpy")
-    gpu, cpu, check = echoed(c)
+    gpu, cpu, test, check = echoed(c)
     assert gpu.startswith("uv pip compile requirements-gpu.in --universal --python-version 3.10 --generate-hashes")
     assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
     assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
     assert cpu.endswith("-o requirements.lock")
+    assert test.startswith("uv pip compile requirements-test.in -c requirements-gpu.lock --universal")
+    assert test.endswith("-o requirements-test.lock")
     assert check == f"{tasks.PY} -m train.gpucheck.stack"
 
 

@@ -36,7 +36,7 @@ def test_cpu_lock_downloads_no_cuda_and_shares_versions(python):
 
 
 def test_every_locked_package_carries_a_hash():
-    for lock in (stack.CPU_LOCK, stack.GPU_LOCK):
+    for lock in (stack.CPU_LOCK, stack.GPU_LOCK, stack.TEST_LOCK):
         blocks = re.split(r"\n(?=[A-Za-z0-9])", lock.read_text())
         pinned = [b for b in blocks if "==" in b.split("\n")[0]]
         assert pinned and all("--hash=sha256:" in b for b in pinned), lock
@@ -54,7 +54,7 @@ def test_the_lock_inputs_pin_the_same_tensorflow():
     assert cpu and gpu and cpu.group(1) == gpu.group(1) == stack.locked_versions(stack.GPU_LOCK)["tensorflow"]
 
 
-def _write_locks(tmp_path: Path, cuda="12.5.82", cudnn="9.3.0.75", numpy_gpu="2.4.6", cpu_extra=""):
+def _write_locks(tmp_path: Path, cuda="12.5.82", cudnn="9.3.0.75", numpy_gpu="2.4.6", cpu_extra="", numpy_test="2.4.6"):
     h = "    --hash=sha256:" + "0" * 64
     gpu = tmp_path / "gpu.lock"
     gpu.write_text(
@@ -65,7 +65,9 @@ def _write_locks(tmp_path: Path, cuda="12.5.82", cudnn="9.3.0.75", numpy_gpu="2.
     cpu = tmp_path / "cpu.lock"
     cpu.write_text(f"tensorflow-cpu==2.21.0 \\\n{h}\nNumPy==2.4.6 ; python_full_version >= '3.11' \\\n{h}\n"
                    f"numpy==2.2.6 ; python_full_version < '3.11' \\\n{h}\n{cpu_extra}")
-    return cpu, gpu
+    test = tmp_path / "test.lock"
+    test.write_text(f"pytest==9.2.0 \\\n{h}\nnumpy=={numpy_test} ; python_full_version >= '3.11' \\\n{h}\n")
+    return cpu, gpu, test
 
 
 def test_check_locks_accepts_a_consistent_pair(tmp_path):
@@ -84,6 +86,12 @@ def test_check_locks_reports_diverging_shared_versions_and_cuda_on_cpu(tmp_path)
     _, problems = stack.check_locks(*_write_locks(tmp_path, numpy_gpu="2.5.5", cpu_extra=cuda_line))
     assert any("numpy is 2.4.6" in p and "Python 3.11" in p for p in problems)
     assert any("would download CUDA packages: nvidia-cublas-cu12" in p for p in problems)
+
+
+def test_check_locks_reports_a_test_lock_that_would_change_a_runtime_version(tmp_path):
+    _, problems = stack.check_locks(*_write_locks(tmp_path, numpy_test="2.5.0"))
+    assert any("numpy is 2.5.0 in" in p and "test.lock" in p and "gpu.lock" in p for p in problems)
+    assert any("numpy is 2.5.0 in" in p and "cpu.lock" in p for p in problems)
 
 
 def test_unknown_tensorflow_version_names_the_fix():

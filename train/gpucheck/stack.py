@@ -25,6 +25,7 @@ from ..errors import TemplateError
 ROOT = Path(__file__).resolve().parents[2]
 CPU_LOCK = ROOT / "requirements.lock"
 GPU_LOCK = ROOT / "requirements-gpu.lock"
+TEST_LOCK = ROOT / "requirements-test.lock"  # installed on top of either: must agree with both
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def stack_for(tf_version: str) -> TestedStack:
     return TESTED[key]
 
 
-def check_locks(cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK) -> tuple[TestedStack, list[str]]:
+def check_locks(cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK,
+                test_lock: str | Path = TEST_LOCK) -> tuple[TestedStack, list[str]]:
     """The tested stack the locks claim, and every way in which they disagree with it or each other."""
     problems: list[str] = []
     gpu = locked_versions(gpu_lock)
@@ -147,9 +149,12 @@ def check_locks(cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK
         cuda_on_cpu = sorted(n for n in cpu if _CUDA_ONLY.match(n) or n == "tensorflow")
         if cuda_on_cpu:
             problems.append(f"{cpu_lock} (Python {python}) would download CUDA packages: {', '.join(cuda_on_cpu)}")
-        for name in sorted(cpu.keys() & gpu.keys()):
-            if cpu[name] != gpu[name]:
-                problems.append(f"Python {python}: {name} is {cpu[name]} in {cpu_lock} but {gpu[name]} in {gpu_lock}")
+        test = locked_versions(test_lock, python)
+        for (a, a_lock), (b, b_lock) in (((cpu, cpu_lock), (gpu, gpu_lock)), ((test, test_lock), (gpu, gpu_lock)),
+                                         ((test, test_lock), (cpu, cpu_lock))):
+            for name in sorted(a.keys() & b.keys()):
+                if a[name] != b[name]:
+                    problems.append(f"Python {python}: {name} is {a[name]} in {a_lock} but {b[name]} in {b_lock}")
     return stack, problems
 
 
