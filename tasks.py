@@ -102,7 +102,7 @@ def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", netw
         raise Exit(f"--ca-bundle {ca_bundle!r} is not a file: give the path of a PEM bundle")
     _require_docker(c)
     commit, dirty = git_commit(c)
-    args = [f"--target {target}", f"--build-arg UID={uid}", f"--build-arg GID={gid}"]
+    args = ["--target runtime", f"--build-arg VARIANT={target}", f"--build-arg UID={uid}", f"--build-arg GID={gid}"]
     if commit:  # baked into the image as BUILD_COMMIT, recorded in every run's manifest
         args.append(f"--build-arg GIT_COMMIT={commit}")
     if base_image:

@@ -66,7 +66,8 @@ def test_build_tags_with_lock_hash_and_commit():
     import hashlib
 
     lock_hash = hashlib.sha256(b"# requirements.lock\n").hexdigest()[:12]
-    assert cmd.startswith("DOCKER_BUILDKIT=1 docker build --target cpu --build-arg UID=1000 --build-arg GID=1000 "
+    assert cmd.startswith("DOCKER_BUILDKIT=1 docker build --target runtime --build-arg VARIANT=cpu --build-arg UID=1000 "
+                          "--build-arg GID=1000 "
                           f"--build-arg GIT_COMMIT=abc12345{'0' * 32} ")
     assert f"-t tf-train-template:cpu -t tf-train-template:cpu-{lock_hash}-abc12345 ." in cmd
 
@@ -77,7 +78,7 @@ def test_build_marks_a_dirty_tree_and_passes_base_ca_and_network(tmp_path):
     c = ctx(**{"git status --porcelain --untracked-files=no": Result(" M train/fit.py\n")})
     tasks.build(c, base_image="mirror/python:3.11", ca_bundle=str(ca), network="host", uid=2000)
     (cmd,) = echoed(c)
-    assert "--target gpu --build-arg UID=2000" in cmd
+    assert "--target runtime --build-arg VARIANT=gpu --build-arg UID=2000" in cmd
     assert f"--build-arg BASE_IMAGE=mirror/python:3.11 --secret id=ca_bundle,src={ca} --network host" in cmd
     assert re.search(r"-t tf-train-template:gpu-[0-9a-f]{12}-abc12345-dirty \.$", cmd)
 
