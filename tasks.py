@@ -11,6 +11,7 @@ one line that says what is missing and what to do. Tested with invoke.MockContex
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shlex
 import shutil
@@ -46,11 +47,15 @@ def _require_gpu(c: Context) -> None:
         raise Exit(f"the NVIDIA container toolkit is not set up for Docker: install it ({TOOLKIT_URL}), "
                    "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; or add --cpu")
     if shutil.which("nvidia-smi") is None or "GPU" not in c.run("nvidia-smi -L", hide=True, warn=True).stdout:
-        from train.gpucheck.stack import GPU_LOCK, locked_versions, stack_for
-
-        stack = stack_for(locked_versions(GPU_LOCK)["tensorflow"])
+        try:  # the driver the locked CUDA needs, from the optional GPU check's table
+            from train.gpucheck.stack import GPU_LOCK, locked_versions, stack_for
+        except ModuleNotFoundError:
+            need = "that supports the CUDA of requirements-gpu.lock"
+        else:
+            stack = stack_for(locked_versions(GPU_LOCK)["tensorflow"])
+            need = f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs)"
         raise Exit(f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
-                   f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs), or add --cpu")
+                   f"{need}, or add --cpu")
 
 
 def _compose(c: Context, cpu: bool, gpu_needed: bool = True) -> str:
@@ -343,7 +348,8 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
     # The test tools, installed on top of either runtime lock (the image's `test` target, .venv).
     c.run(f"uv pip compile requirements-test.in -c requirements-gpu.lock {flags} -o requirements-test.lock", echo=True)
-    c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match TF's tested stack
+    if importlib.util.find_spec("train.gpucheck") is not None:  # the optional GPU check holds TF's tested stack
+        c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it
 
 
 @task(help={

@@ -19,6 +19,5 @@ def test_the_wheel_holds_every_module_of_train_and_no_tests(tmp_path):
                     str(src)], check=True, capture_output=True, cwd=tmp_path)
     names = set(zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist())
     modules = {p.relative_to(PROJECT_ROOT).as_posix() for p in (PROJECT_ROOT / "train").rglob("*.py")}
-    assert modules - names == set()
-    assert "train/gpucheck/check.py" in names
+    assert modules - names == set()  # subpackages too
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/"))]

@@ -153,8 +153,16 @@ def test_missing_nvidia_runtime_names_the_toolkit(monkeypatch):
 
 
 def test_no_gpu_names_the_driver_from_the_stack_table():
+    pytest.importorskip("train.gpucheck.stack")  # the optional GPU check holds the table
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
     with pytest.raises(Exit, match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\), or add --cpu"):
+        tasks.gpu_check(c)
+
+
+def test_no_gpu_without_the_gpu_check_still_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "train.gpucheck.stack", None)  # as if train/gpucheck/ were deleted
+    c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
+    with pytest.raises(Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock, or add --cpu"):
         tasks.gpu_check(c)
 
 
@@ -221,17 +229,21 @@ def test_test_and_bench_use_the_current_interpreter(tmp_path):
     assert out.parent.is_dir()
 
 
-def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack():
+def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(monkeypatch):
     c = ctx()
     tasks.lock(c, package="numpy")
-    gpu, cpu, test, check = echoed(c)
+    gpu, cpu, test, *check = echoed(c)
     assert gpu.startswith("uv pip compile requirements-gpu.in --universal --python-version 3.10 --generate-hashes")
     assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
     assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
     assert cpu.endswith("-o requirements.lock")
     assert test.startswith("uv pip compile requirements-test.in -c requirements-gpu.lock --universal")
     assert test.endswith("-o requirements-test.lock")
-    assert check == f"{tasks.PY} -m train.gpucheck.stack"
+    # The stack table belongs to the optional GPU check: a fork without train/gpucheck/ skips this step.
+    assert check == ([f"{tasks.PY} -m train.gpucheck.stack"] if (ROOT / "train" / "gpucheck").is_dir() else [])
+    monkeypatch.setitem(sys.modules, "train.gpucheck", None)  # as if train/gpucheck/ were deleted
+    tasks.lock(c, package="numpy")
+    assert echoed(c)[3 + len(check):] == [gpu, cpu, test]  # no stack check without the package
 
 
 def test_lock_without_uv_says_how_to_get_it(monkeypatch):

@@ -2,8 +2,7 @@
 
 An optional part. Training never imports it (the run manifest records the driver's GPU list when
 it is here, and nothing when it is not). To drop it from a fork, delete this folder, tests/gpucheck/
-and its entry in `train.cli.OPTIONAL_COMMANDS`; tasks.py's `gpu-check` task and the lock check in
-`invoke lock` then have nothing to run.
+and its entry in `train.cli.OPTIONAL_COMMANDS` (tasks.py's `gpu-check` task then has nothing to run).
 
   command.py   the `check` sub-command: its flags, and the call into check.py
   check.py     collect -> diagnose -> report, the verdict and the exit code
