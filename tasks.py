@@ -335,7 +335,8 @@ def mutate(c, modules="", workers=1, results=False):
     "package": "upgrade only this package (uv's --upgrade-package), e.g. numpy",
 })
 def lock(c, upgrade=False, package=""):
-    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) and requirements-test.lock with the same shared versions."""
+    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) and requirements-test.lock with the same
+    shared versions, and the MLflow test server's requirements-mlflow-server.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -348,6 +349,8 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
     # The test tools, installed on top of either runtime lock (the image's `test` target, .venv).
     c.run(f"uv pip compile requirements-test.in -c requirements-gpu.lock {flags} -o requirements-test.lock", echo=True)
+    # The MLflow server for the tracking tests: its own environment (scripts/venv-mlflow-server.sh), never the image's.
+    c.run(f"uv pip compile requirements-mlflow-server.in {flags} -o requirements-mlflow-server.lock", echo=True)
     if importlib.util.find_spec("train.gpucheck") is not None:  # the optional GPU check holds TF's tested stack
         c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it
 
