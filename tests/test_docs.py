@@ -96,7 +96,9 @@ def test_the_checker_finds_a_missing_file_a_missing_anchor_and_ignores_code(tmp_
         "[ok](docs/a.md) [ok](docs/a.md#exit-codes) [ok](docs/a.md#exit-codes-1) [ok](#container)\n"
         "[web](https://example.org/x#y) `[code](nowhere.md)`\n"
         "[gone](docs/b.md) [moved](#development) [wrong](docs/a.md#container)\n"
-        "```\n[in a block](nowhere.md)\n```\n", encoding="utf-8")
+        "```\n[in a block](nowhere.md)\n```\n",
+        encoding="utf-8",
+    )
     assert broken_links(readme, root=tmp_path) == [
         "README.md:7: docs/b.md (no such file)",
         "README.md:7: #development (no heading with that anchor in README.md)",
