@@ -13,6 +13,7 @@ from train import data
 from train.config import Settings, validate
 from train.errors import DataError
 from conftest import write_npz
+from train.cluster import free_local_ports
 
 
 def settings(**kw) -> Settings:
@@ -103,13 +104,13 @@ def test_builtin_with_wrong_shape_is_refused(tmp_path):
 
 
 def test_offline_builtin_names_the_file(tmp_path, monkeypatch):
-    def offline(name, cache_dir):
-        raise Exception("URL fetch failure: no network")  # what keras' get_file raises
+    from train import datasets
 
-    monkeypatch.setattr(data, "_download", offline)
+    # The real loader and keras.utils.get_file, pointed at a loopback port where nothing listens.
+    monkeypatch.setattr(datasets, "_FASHION", f"http://127.0.0.1:{free_local_ports(1)[0]}/")
     with pytest.raises(DataError) as e:
         data.load_data(settings(dataset="fashion_mnist", data_dir=str(tmp_path / "data")))
-    assert "put fashion_mnist.npz (Keras format" in str(e.value)
+    assert "put fashion_mnist.npz (Keras format" in str(e.value) and "URL fetch failure" in str(e.value)
     assert str(tmp_path / "data" / "fashion_mnist.npz") in str(e.value)
 
 

@@ -10,9 +10,7 @@ uint8 examples stay in a fixed order (the cache) and each batch gathers its indi
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib
 import logging
 import math
 import zipfile
@@ -24,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import images
+from .datasets import DATASETS
 from .errors import DataError
 from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
 
@@ -31,12 +30,6 @@ log = logging.getLogger("train")
 
 SMOKE_TRAIN, SMOKE_VAL = 512, 256
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
-BUILTIN_SHAPES = {"mnist": (28, 28, 1), "fashion_mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
-BUILTIN_CLASSES = {
-    "mnist": tuple(str(i) for i in range(10)),
-    "fashion_mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
-    "cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
-}
 
 
 class _Split(NamedTuple):
@@ -275,28 +268,22 @@ def _builtin(name: str, data_dir: Path) -> tuple[dict[str, np.ndarray], str, str
         return _read_npz(path), _sha256_file(path), str(path)
     cache = data_dir / "keras"
     try:
-        (x_train, y_train), (x_test, y_test) = _download(name, cache)
+        arrays = DATASETS[name].load(cache)
     # get_file raises a bare Exception for network failures, so nothing narrower catches them all.
     except Exception as e:  # noqa: BLE001
         raise DataError(
-            f"{path} not found and the Keras download of {name} failed ({type(e).__name__}); "
+            f"{path} not found and the download of {name} failed ({type(e).__name__}: {_first_line(e)}); "
             f"put {name}.npz (Keras format: x_train, y_train, x_test, y_test) at {path}, or allow network access"
         ) from None
-    arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
     h = hashlib.sha256()
     for k in NPZ_KEYS:
         h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
-    return arrays, h.hexdigest(), f"keras download cached in {cache}"
+    return arrays, h.hexdigest(), f"downloaded, cached in {cache}"
 
 
-def _download(name: str, cache_dir: Path):
-    """keras.datasets.<name>.load_data(), with its files cached under `cache_dir` (not ~/.keras)."""
-    from unittest import mock
-
-    module = importlib.import_module(f"keras.src.datasets.{name}")
-    # Keras 3's loaders take no cache_dir; give their get_file one so downloads land in DATA_DIR.
-    with mock.patch.object(module, "get_file", functools.partial(module.get_file, cache_dir=str(cache_dir.resolve()))):
-        return module.load_data()
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else "no message"
 
 
 def _check_arrays(where: str, arrays: dict[str, np.ndarray], num_classes: int | None) -> tuple:
@@ -372,11 +359,12 @@ def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:
 
 def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str | None) -> DataSpec:
     names = tuple(str(c) for c in arrays["class_names"]) if "class_names" in arrays else None
-    if builtin:
-        names = BUILTIN_CLASSES[builtin]
+    entry = DATASETS[builtin] if builtin else None
+    if entry:
+        names = entry.classes
     x_tr, y_tr, x_va, y_va, classes = _check_arrays(source, arrays, len(names) if names else None)
-    if builtin and x_tr.shape[1:] != BUILTIN_SHAPES[builtin]:
-        raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {BUILTIN_SHAPES[builtin]}; is it the right file?")
+    if entry and x_tr.shape[1:] != entry.shape:
+        raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {entry.shape}; is it the right file?")
     if settings.smoke:
         tr, va = _smoke_subset(len(y_tr), SMOKE_TRAIN, settings.seed, 0), _smoke_subset(len(y_va), SMOKE_VAL, settings.seed, 1)
         x_tr, y_tr, x_va, y_va = x_tr[tr], y_tr[tr], x_va[va], y_va[va]

@@ -22,7 +22,7 @@ from typing import Any
 from .config import Settings
 from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
-from .logs import MetricsFile, TensorBoardWriter, gpu_memory
+from .logs import MetricsFile, TensorBoardWriter, gpu_memory, metric_columns
 from .manifest import update_manifest
 from .stopping import StopFlag
 
@@ -119,8 +119,12 @@ class EpochLoop:
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started, self.chief = epochs, started, chief
         self.mode = _monitor_mode(settings)
+        from .models import entry
+
+        self.task = entry(settings.model)  # the model's loss and metrics
         self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
-        self.metrics = MetricsFile(run_dir / "metrics.csv") if chief else None
+        names = tuple(self.task.metrics)
+        self.metrics = MetricsFile(run_dir / "metrics.csv", metric_columns(names)) if chief else None
         self.history: list[dict[str, Any]] = []
         if self.metrics:
             self.metrics.truncate_from(state.epoch + 1)
@@ -151,11 +155,10 @@ class EpochLoop:
                 total = self.epochs * steps_per_epoch(self.spec, self.state.batch_size)
                 lr = keras.optimizers.schedules.CosineDecay(self.s.learning_rate, decay_steps=max(total, 1))
             # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
-            # mixed_float16), the loss and the metrics for export; training runs train.steps.
-            model.compile(optimizer=keras.optimizers.Adam(lr), loss="sparse_categorical_crossentropy",
-                          metrics=["accuracy"])
+            # mixed_float16), the loss and the metrics' names for export; training runs train.steps.
+            model.compile(optimizer=keras.optimizers.Adam(lr), loss=self.task.loss(), metrics=list(self.task.metrics))
         self.model = model
-        self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile)
+        self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile, task=self.task)
         replicas = self.strategy.num_replicas_in_sync
         log.info("model: %s, %d parameters, global batch %d%s", self.s.model, model.count_params(),
                  self.state.batch_size,
@@ -271,8 +274,9 @@ class EpochLoop:
 
         verbose = progress_verbose(self.s.progress, sys.stdout.isatty()) if self.chief else 0
         # The values passed are running means already: stateful, so the bar shows them as they are.
-        bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", "accuracy"]) if verbose else None
-        totals, iterator = Totals(), iter(ds)
+        names = tuple(self.task.metrics)
+        bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", *names]) if verbose else None
+        totals, iterator = Totals(names), iter(ds)
         while self.state.step < saver.total:
             n = steps_until(saver.total - self.state.step, self.s.steps_per_execution, self.state.global_step,
                             self.s.checkpoint_every)
@@ -281,7 +285,7 @@ class EpochLoop:
                 break  # no other worker to tell: stop before another step runs
             out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
             totals.add(out)
-            stopping = out[3] > 0
+            stopping = out[-1] > 0  # the stop votes
             if stopping and self.stop.reason is None:
                 self.stop.request("another worker was asked to stop")
             saver.after(n, stopping)
@@ -297,7 +301,7 @@ class EpochLoop:
         from .steps import Totals
 
         batch = self.state.batch_size
-        totals = Totals()
+        totals = Totals(tuple(self.task.metrics))
         totals.add(self.steps.evaluate(iter(self._distributed("val", 0, batch)),
                                        tf.constant(math.ceil(self.spec.n_val / batch))).numpy())
         return totals.logs("val_")
@@ -375,9 +379,10 @@ class EpochLoop:
     def _write_hparams(self) -> None:
         """Settings and final metrics for TensorBoard's HParams view; a failure only warns."""
         from .logs import write_hparams
+        from .models import monitors
 
         final = {k: v for k, v in (self.history[-1] if self.history else {}).items()
-                 if k in ("loss", "accuracy", "val_loss", "val_accuracy")}
+                 if k in monitors(self.s.model)}
         try:
             write_hparams(self.run_dir / "tensorboard", self.s.to_dict(),
                           {**final, f"best_{self.s.monitor}": self.state.best}, self.state.epoch)
