@@ -326,3 +326,10 @@ def test_a_named_env_file_must_exist_but_the_default_may_not(tmp_path, monkeypat
     (tmp_path / ".env").write_text("EPOCHS=5\n")
     monkeypatch.delenv("EPOCHS")
     assert load_settings({}).epochs == 5  # ./.env is the default file
+
+
+def test_monitor_follows_the_metrics_of_a_registered_model(monkeypatch):
+    monkeypatch.setitem(models.MODELS, "regressor", models.ModelEntry(None, "", metrics={"mae": None}))
+    with pytest.raises(ConfigError, match=r"MONITOR='val_accuracy' is not valid: one of val_mae, val_loss, mae, loss"):
+        load(env={"MODEL": "regressor"})
+    assert load(env={"MODEL": "regressor", "MONITOR": "val_mae"}).monitor == "val_mae"
