@@ -162,11 +162,11 @@ def test_a_tiny_run_downloads_the_new_data_set_and_trains_the_new_model_with_the
     with LocalFiles(site) as files:
         proc = run(project, "-c", _FIT, CIFAR100_URL, files.url(archive.name), digest,
                    "--model", "mlp", "--dataset", "cifar100", "--weight-decay", "0.01", "--monitor", "val_top2",
-                   "--epochs", "1", "--batch-size", "50", "--export", "false", "--report", "off",
+                   "--epochs", "1", "--batch-size", "50", "--no-export", "--report", "off",
                    "--precision", "float32", "--progress", "line", "--runs-dir", str(runs),
                    "--data-dir", str(tmp_path / "data"))
-        assert files.requests == ["/cifar-100-python.tar.gz"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert files.requests == ["/cifar-100-python.tar.gz"]
     (run_dir,) = runs.iterdir()
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert header[:6] == ["epoch", "loss", "accuracy", "top2", "val_loss", "val_accuracy"] and "val_top2" in header
