@@ -162,3 +162,11 @@ def test_a_download_that_fails_its_hash_is_a_data_error_then_fetched_again(tmp_p
             data.load_data(settings)
         (site / "good.npz").replace(site / "mnist.npz")  # the site is fixed: the bad copy is not kept
         assert data.load_data(settings).n_train == 40
+
+
+def test_the_package_uses_no_private_keras_module_and_no_test_double():
+    """Downloads go through the public keras.utils.get_file; nothing patches Keras at run time."""
+    root = Path(data.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        assert "keras.src" not in text and "unittest" not in text, path.name
