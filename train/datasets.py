@@ -62,7 +62,7 @@ def download(url: str, file_hash: str, cache_dir: Path, subdir: str = "datasets"
     downloaded again. Network and hash failures raise (the loader turns them into a DataError)."""
     import keras
 
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)  # get_file would use /tmp/.keras for a directory not there yet
     return Path(keras.utils.get_file(origin=url, file_hash=file_hash, cache_dir=str(cache_dir.resolve()),
                                      cache_subdir=subdir))
 
