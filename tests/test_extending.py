@@ -162,7 +162,7 @@ def test_a_tiny_run_downloads_the_new_data_set_and_trains_the_new_model_with_the
     with LocalFiles(site) as files:
         proc = run(project, "-c", _FIT, CIFAR100_URL, files.url(archive.name), digest,
                    "--model", "mlp", "--dataset", "cifar100", "--weight-decay", "0.01", "--monitor", "val_top2",
-                   "--epochs", "1", "--batch-size", "50", "--no-export", "--report", "off",
+                   "--epochs", "1", "--batch-size", "50", "--report", "off",
                    "--precision", "float32", "--progress", "line", "--runs-dir", str(runs),
                    "--data-dir", str(tmp_path / "data"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -175,4 +175,5 @@ def test_a_tiny_run_downloads_the_new_data_set_and_trains_the_new_model_with_the
     labels = (run_dir / "labels.txt").read_text().split()
     assert len(labels) == 100 and labels[0] == "apple" and labels[-1] == "worm"
     assert (tmp_path / "data" / "keras" / "datasets" / "cifar-100-python.tar.gz").is_file()
+    assert (run_dir / "export" / "labels.txt").read_text().split() == labels  # the model with top2 exports
 

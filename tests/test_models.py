@@ -172,3 +172,11 @@ def test_a_model_that_cannot_be_built_is_one_line_and_exit_2_from_the_cli(tmp_pa
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == line
     assert "Traceback" not in proc.stderr
+
+
+def test_the_exported_model_is_compiled_only_with_metrics_keras_knows():
+    from train.models import ModelEntry, correct
+
+    entry = ModelEntry(None, "", metrics={"accuracy": correct, "top2": correct, "mae": correct})
+    assert entry.compiled_metrics() == ["accuracy", "mae"]  # "top2" would break evaluate() on the loaded model
+    assert MODELS["cnn"].compiled_metrics() == ["accuracy"]

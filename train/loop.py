@@ -155,8 +155,9 @@ class EpochLoop:
                 total = self.epochs * steps_per_epoch(self.spec, self.state.batch_size)
                 lr = keras.optimizers.schedules.CosineDecay(self.s.learning_rate, decay_steps=max(total, 1))
             # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
-            # mixed_float16), the loss and the metrics' names for export; training runs train.steps.
-            model.compile(optimizer=keras.optimizers.Adam(lr), loss=self.task.loss(), metrics=list(self.task.metrics))
+            # mixed_float16), the loss and the metrics for export; training runs train.steps.
+            optimizer = keras.optimizers.Adam(lr)
+            model.compile(optimizer=optimizer, loss=self.task.loss(), metrics=self.task.compiled_metrics())
         self.model = model
         self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile, task=self.task)
         replicas = self.strategy.num_replicas_in_sync

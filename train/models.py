@@ -49,6 +49,19 @@ class ModelEntry:
     loss: Callable[..., Any] = sparse_crossentropy  # loss(reduction=None) -> a per-example Keras loss
     metrics: Mapping[str, Callable] = field(default_factory=lambda: {"accuracy": correct})
 
+    def compiled_metrics(self) -> list[str]:
+        """The metric names Keras knows, for the exported model's compile() (training computes its own)."""
+        import keras
+
+        known = []
+        for name in self.metrics:
+            try:
+                keras.metrics.get(name)
+                known.append(name)
+            except ValueError:
+                pass  # a metric of this project only: the exported model is compiled without it
+        return known
+
 
 MODELS: dict[str, ModelEntry] = {}
 # MODEL=package.module:function: a user's factory, trained as a classifier.
