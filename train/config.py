@@ -68,7 +68,7 @@ class Settings:
     resume: str = _f("", "continue a run: its id or path, latest, or auto (the newest run if it did not finish and its settings match, else a new run); empty: a new run")
     checkpoint_every: int = _f(200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0)
     keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
-    monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss")
+    monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss (or val_<name>/<name> of a metric the model adds)")
     monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
     patience: int = _f(0, "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)", min=0, max=100000)
     min_delta: float = _f(0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0)
