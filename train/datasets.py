@@ -59,7 +59,7 @@ def check_dataset(value: str) -> None:
 def download(url: str, file_hash: str, cache_dir: Path, subdir: str = "datasets") -> Path:
     """The file at `url`, downloaded once into cache_dir/subdir and checked against `file_hash`
     (sha256, or md5 where that is all the publisher gives); a cached copy that does not match is
-    downloaded again. Network and hash failures raise (the loader turns them into a DataError)."""
+    downloaded again. Network and hash failures raise (train.data turns them into a DataError)."""
     import keras
 
     cache_dir.mkdir(parents=True, exist_ok=True)  # get_file would use /tmp/.keras for a directory not there yet
