@@ -69,7 +69,9 @@ def run_python(code: str, cwd: Path, timeout: float = 180, **extra_env: str) -> 
 
 # -- watching a run ------------------------------------------------------------------------------
 def only_run(runs_dir: Path) -> Path:
-    runs = [p for p in runs_dir.iterdir() if (p / "config.json").is_file()]
+    from train.rundir import list_run_dirs
+
+    runs = list_run_dirs(runs_dir)
     assert len(runs) == 1, runs
     return runs[0]
 
@@ -102,8 +104,9 @@ def kill_after_new_checkpoint(proc, runs_dir: Path, delay: float, sig=signal.SIG
     True when the signal was sent to a live process; False when the run ended first.
     """
     def newest():
-        runs = [p for p in runs_dir.glob("*") if (p / "checkpoints").is_dir()] if runs_dir.is_dir() else []
-        return max((s for r in runs for s in states(r)), default=None)
+        from train.rundir import list_run_dirs
+
+        return max((s for r in list_run_dirs(runs_dir) for s in states(r)), default=None)
 
     before = newest()
     if not wait_until(lambda: newest() not in (None, before), proc):

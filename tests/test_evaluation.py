@@ -58,3 +58,28 @@ def test_no_mistakes_and_an_empty_class():
 def test_a_run_without_best_weights_says_so(tmp_path):
     with pytest.raises(NoWeightsError, match="best.weights.h5 is missing: no epoch has finished yet"):
         evaluate_best(tmp_path)
+
+
+def test_the_class_names_are_the_runs_and_data_with_other_classes_is_refused(tmp_path):
+    import json
+
+    from helpers import make_npz
+
+    from train.config import Settings
+    from train.errors import DataError
+    from train.models import build_model
+
+    npz = make_npz(tmp_path, classes=3)  # names 0, 1, 2
+    run = tmp_path / "20260101-000000-000001"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(Settings(dataset=f"npz:{npz}", model="cnn", batch_size=64).to_dict()))
+    build_model("cnn", (28, 28, 1), 3).save_weights(run / "best.weights.h5")
+    (run / "labels.txt").write_text("stale\ncopy\nhere\n")  # never read
+    for names in (["0", "1", "2"], ["0", "1", "2", "3"]):
+        (run / "manifest.json").write_text(json.dumps({"data": {"class_names": names, "input_shape": [28, 28, 1]}}))
+        if len(names) == 3:
+            assert evaluate_best(run).class_names == names
+        else:
+            with pytest.raises(DataError, match=rf"{npz} now holds other classes \(0, 1, 2\) than run {run.name} "
+                                                r"trained on \(0, 1, 2, 3\): evaluate it on the data"):
+                evaluate_best(run)

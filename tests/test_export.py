@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from train import export
-from train.errors import ExportError, NoWeightsError, StorageError
+from train.errors import ExportError, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
 from train.rundir import TMP_MARK, read_json
 
@@ -92,7 +92,7 @@ def test_rebuild_needs_weights_then_data(tmp_path):
     assert "has no weights" in str(info.value) and "it ended failed: DataError: x_train is empty" in str(info.value)
     assert f"--resume {run.name}" in str(info.value) and info.value.exit_code == 4
     build_model("cnn", (28, 28, 1), 2).save_weights(run / "final.weights.h5")
-    with pytest.raises(ExportError, match="no data description"):
+    with pytest.raises(RunRecordError, match="no data description"):
         export.rebuild_model(run)
 
 
@@ -259,3 +259,16 @@ def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_
     for got, want in zip(model.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
     assert "export: from the trained model" in caplog.messages
+
+
+@pytest.mark.parametrize("best", [True, False])
+def test_export_takes_the_class_names_from_the_manifest_not_from_labels_txt(trained_run, monkeypatch, best):
+    """The manifest is the one source; labels.txt is only a copy for people (both export paths)."""
+    run, _, in_memory = trained_run
+    (run / "labels.txt").write_text("stale\ncopy\n")
+    if not best:
+        (run / "best.weights.h5").unlink()
+    seen = _exported(monkeypatch, run)
+    export.export_run(run, model=in_memory)
+    ((_, labels),) = seen
+    assert labels == ["a", "b"]

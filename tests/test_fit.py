@@ -93,6 +93,22 @@ def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
     assert forced.run_dir == run and forced.epochs_completed == 2
 
 
+def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
+    """config.json, the manifest and metrics.csv all say the batch size the resumed epochs trained with."""
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False)
+    run = train(s).run_dir
+    train(s.replace(batch_size=16, epochs=2), resume=run.name, force=True)
+    config = json.loads((run / "config.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert config["batch_size"] == 16
+    assert [d["global_batch"] for d in manifest["distribution"]] == [32, 16]
+    assert "BATCH_SIZE: 32 -> 16" in manifest["segments"][-1]["forced_changes"]
+    assert [(r["epoch"], r["batch_size"]) for r in rows] == [("1", "32"), ("2", "16")]
+
+
 def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
     """In-process version of the guarantee: stop at a step boundary, resume, same final weights."""
     from train import stopping

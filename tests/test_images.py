@@ -9,7 +9,8 @@ import pytest
 
 from train import data, images
 from train.config import Settings, validate
-from train.errors import DataError
+from train.errors import DataError, StorageError
+from train.rundir import TMP_MARK
 
 
 def settings(root, tmp_path, **kw) -> Settings:
@@ -76,7 +77,7 @@ def test_non_image_png_is_named(make_image_dir, tmp_path, cache):
     with pytest.raises(DataError, match="not a readable image") as e:
         data.load_data(settings(root, tmp_path, cache=cache))
     assert str(bad) in str(e.value)
-    assert not list((tmp_path / "runs").rglob("*.tmp"))  # no half-written file cache left behind
+    assert not list((tmp_path / "runs").rglob(f"*{TMP_MARK}*"))  # no half-written file cache left behind
 
 
 def test_seeded_split_is_reproducible(make_image_dir, tmp_path):
@@ -138,6 +139,32 @@ def test_file_cache_is_reused_by_the_next_run(make_image_dir, tmp_path, monkeypa
     spec = data.load_data(s)
     assert isinstance(spec._train.x, np.memmap)
     assert len(batches(data.train_dataset(spec, s, epoch=0, batch_size=16))[0]) == 45
+
+
+def test_file_cache_removes_a_temp_file_left_by_a_killed_writer(make_image_dir, tmp_path):
+    root = make_image_dir()
+    s = settings(root, tmp_path, cache="file")
+    data.load_data(s)
+    (folder,) = (tmp_path / "runs" / ".cache").iterdir()
+    for p in folder.glob("*.npy"):
+        p.unlink()
+    stale = folder / f"0123456789abcdef{TMP_MARK}dead.npy"  # what a kill during the decode leaves
+    stale.write_bytes(b"half an array")
+    data._DECODED.clear()
+    data.load_data(s)
+    assert not stale.exists() and len(list(folder.glob("*.npy"))) == 2
+
+
+def test_file_cache_on_a_full_disk_is_a_storage_error_before_writing(make_image_dir, tmp_path, monkeypatch):
+    import types
+
+    from train import rundir
+
+    root = make_image_dir()
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=1000))
+    with pytest.raises(StorageError, match="the disk is full"):
+        data.load_data(settings(root, tmp_path, cache="file"))
+    assert not [p for p in (tmp_path / "runs" / ".cache").rglob("*") if p.is_file() and p.suffix == ".npy"]
 
 
 def test_smoke_on_images(make_image_dir, tmp_path):

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from train.errors import DivergedError, OutOfMemoryError
-from train.loop import (EpochLoop, LoopState, _improved, _monitor_mode, position_after_halving, progress_verbose,
-                        step_at_batch_size, steps_until)
+from train.loop import (EpochLoop, LoopState, _improved, _monitor_mode, at_new_batch_size, position_after_halving,
+                        progress_verbose, step_at_batch_size, steps_until)
 
 
 def _settings(**kw):
@@ -42,7 +42,9 @@ def test_improved():
 
 
 def _loop(**settings):
-    return types.SimpleNamespace(s=_settings(**settings), run_dir=Path("/runs/r1"),
+    from train.rundir import RunDir
+
+    return types.SimpleNamespace(s=_settings(**settings), run_dir=Path("/runs/r1"), files=RunDir(Path("/runs/r1")),
                                  setup=types.SimpleNamespace(workers=1),
                                  state=LoopState(batch_size=64, epoch=1, step=3))
 
@@ -75,6 +77,17 @@ def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, stat
 def test_step_at_batch_size_keeps_the_position_in_examples(step, saved_batch, new_batch, expected):
     got = step_at_batch_size(step, saved_batch, new_batch)
     assert got == expected and isinstance(got, int)
+
+
+@pytest.mark.parametrize("saved, new, expected", [
+    (LoopState(step=5, batch_size=32, batch_halvings=1), 16, LoopState(step=10, batch_size=16)),
+    (LoopState(step=5, batch_size=32, epoch=2, global_step=29), 64,
+     LoopState(step=2, batch_size=64, epoch=2, global_step=29)),
+    (LoopState(step=5, batch_size=32, batch_halvings=1), 32, LoopState(step=5, batch_size=32, batch_halvings=1)),
+])
+def test_a_forced_new_batch_size_is_trained_from_the_same_example(saved, new, expected):
+    """--force with a new BATCH_SIZE: the new value trains, AUTO_BATCH's count starts again; unchanged: as saved."""
+    assert at_new_batch_size(saved, new) == expected
 
 
 def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch):

@@ -45,3 +45,21 @@ def test_format_predictions_aligns_the_columns():
     out = format_predictions([{"file": "a.png", "class": "cat", "probability": 0.5},
                               {"file": "long/b.png", "class": "dog", "probability": 0.98765}])
     assert out.splitlines() == ["a.png       cat  0.5000", "long/b.png  dog  0.9877"]
+
+
+def test_predict_with_the_export_names_classes_from_the_manifest(run_dir, tmp_path):
+    """export/labels.txt is a copy for serving code; predict reads the manifest like every reader."""
+    from train.errors import ExportError
+    from train.export import write_savedmodel
+
+    run, model = run_dir
+    write_savedmodel(model, run / "export" / "savedmodel")
+    (run / "export" / "labels.txt").write_text("x\ny\nz\n")
+    (run / "best.weights.h5").unlink()  # the export is what predicts
+    rows = predict_files(run, [_png(tmp_path / "a.png", 0)])
+    assert rows[0]["class"] == ["cat", "dog", "eel"][rows[0]["index"]]
+    # An export older than a change of data (other classes) is refused, not mislabelled.
+    data = {"input_shape": [28, 28, 1], "class_names": ["cat", "dog"]}
+    (run / "manifest.json").write_text(json.dumps({"data": data}))
+    with pytest.raises(ExportError, match="predicts 3 classes but the run has 2.*python -m train export"):
+        predict_files(run, [_png(tmp_path / "a.png", 0)])

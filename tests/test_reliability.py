@@ -106,8 +106,9 @@ def _log_has(runs_dir, text):
 
 def _has_state(runs_dir, min_step=0):
     def check():
-        runs = [p for p in runs_dir.glob("*") if (p / "checkpoints").is_dir()] if runs_dir.is_dir() else []
-        return any(step_of(s) >= min_step for r in runs for s in states(r))
+        from train.rundir import list_run_dirs
+
+        return any(step_of(s) >= min_step for r in list_run_dirs(runs_dir) for s in states(r))
     return check
 
 
@@ -348,6 +349,10 @@ def test_oom_with_auto_batch_halves_the_batch_from_the_last_checkpoint_at_most_t
     header = rows[0].split(",")
     assert [r.split(",")[header.index("batch_size")] for r in rows[1:]] == ["32", "16"]
     assert calls["n"] == 3
+    # A resume with the same BATCH_SIZE keeps the halved batch: only a forced new BATCH_SIZE replaces it.
+    assert _cli(tmp_path, monkeypatch, [*flags, "--epochs", "3", "--resume", run.name]) == 0, capsys.readouterr().err
+    rows = (run / "metrics.csv").read_text().splitlines()
+    assert [r.split(",")[header.index("batch_size")] for r in rows[1:]] == ["32", "16", "16"]
     # Bounded: an OOM that never goes away stops after three halvings (32 -> 16 -> 8 -> 4) with exit 6.
     _oom_after(monkeypatch, good_calls=0, times=100)
     rc = _cli(tmp_path, monkeypatch, fit_flags(tmp_path / "x", data, epochs=1, model="faults:dense16", export=False,

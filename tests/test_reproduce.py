@@ -80,7 +80,9 @@ def _train(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
 
 
 def _runs(runs: Path) -> list[Path]:
-    return sorted(p for p in runs.iterdir() if (p / "config.json").is_file())
+    from train.rundir import list_run_dirs
+
+    return list_run_dirs(runs)
 
 
 @pytest.fixture(scope="module")

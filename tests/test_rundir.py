@@ -1,4 +1,4 @@
-"""rundir: atomic writes, storage error messages, run ids, finding runs, cleaning temp files."""
+"""rundir: the layout (RunDir), atomic writes, storage error messages, run ids, finding runs, cleaning temp files."""
 
 from __future__ import annotations
 
@@ -378,3 +378,121 @@ def test_read_record_messages_exactly(tmp_path):
         read_record(run, "manifest.json")
     assert str(info.value) == (f"run {run.name}: {path} holds list, not a JSON object; "
                                "restore it from a backup, or move the run directory out of RUNS_DIR")
+
+
+# -- RunDir: the layout, one source for the class names ------------------------------------------
+def test_run_dir_names_are_the_documented_layout(tmp_path):
+    """The names are the contract with users, scripts and CI: spelled out here on purpose."""
+    from train.rundir import RunDir
+
+    run = RunDir(str(tmp_path / "20260101-000000-000001"))
+    names = {"config": "config.json", "manifest": "manifest.json", "labels": "labels.txt", "log": "train.log",
+             "metrics": "metrics.csv", "tensorboard": "tensorboard", "checkpoints": "checkpoints",
+             "best_weights": "best.weights.h5", "final_weights": "final.weights.h5", "report": "report.html",
+             "curves": "curves.png", "reproduce": "reproduce.json", "lock": "run.lock"}
+    assert {k: getattr(run, k) for k in names} == {k: run.path / v for k, v in names.items()}
+    export = run.export
+    assert (export.path, export.savedmodel, export.keras, export.labels, export.parity) == (
+        run.path / "export", run.path / "export/savedmodel", run.path / "export/model.keras",
+        run.path / "export/labels.txt", run.path / "export/parity.json")
+    assert run.name == "20260101-000000-000001"
+    with pytest.raises(AttributeError):
+        run.path = tmp_path  # frozen: a run's place never changes under its users
+
+
+def test_the_class_names_come_from_the_manifest_and_labels_txt_is_derived(tmp_path):
+    import json
+
+    from train.rundir import RunDir
+
+    run = RunDir(_run(tmp_path, "20260101-000000-000001"))
+    run.manifest.write_text(json.dumps({"status": "running"}))
+    with pytest.raises(RunRecordError, match="no data description"):
+        run.data_description()
+    with pytest.raises(RunRecordError):
+        run.write_labels()
+    assert not run.labels.exists()
+    run.manifest.write_text(json.dumps({"data": {"class_names": ["cat", "dog"], "input_shape": [8, 8, 3]}}))
+    run.labels.write_text("stale\n")  # a copy is never read back: the manifest wins
+    assert run.data_description() == (["cat", "dog"], (8, 8, 3))
+    run.write_labels()
+    assert run.labels.read_text() == "cat\ndog\n"
+    before = run.labels.stat().st_ino
+    run.write_labels()  # unchanged: not rewritten
+    assert run.labels.stat().st_ino == before
+
+
+# -- one test of "is a run", the same everywhere -------------------------------------------------
+@pytest.fixture
+def runs_with_strays(tmp_path):
+    """One real run, interrupted, and two folders that are not runs, both newer by name."""
+    from helpers import write_run_records
+
+    from train.config import Settings
+
+    root = tmp_path / "runs"
+    settings = Settings(runs_dir=str(root)).to_dict()
+    real = write_run_records(root / "20260101-000000-000001", config=settings, manifest={"status": "interrupted"})
+    (real / "checkpoints").mkdir()
+    (real / "checkpoints" / "ckpt-000000004.npz").write_bytes(b"a state")
+    half = root / "20260102-000000-000001"  # killed between mkdir and config.json
+    (half / "checkpoints").mkdir(parents=True)
+    (half / "tensorboard").mkdir()
+    (half / "manifest.json").write_text('{"status": "running"}')
+    stray = root / "20260103-000000-000001-notes"
+    stray.mkdir()
+    (stray / "metrics.csv").write_text("epoch,loss\n1,0.5\n")
+    return root, real, [half, stray]
+
+
+def test_a_folder_without_config_json_is_no_run_for_any_command(runs_with_strays, capsys):
+    from train import cli
+    from train.config import load_settings
+    from train.report import write_final_report
+    from train.reproduce import run_and_find
+    from train.resume import auto_resume
+    from train.runs import list_runs
+
+    root, real, strays = runs_with_strays
+    assert list_run_dirs(root) == [real]
+    assert [r["id"] for r in list_runs(root)] == [real.name]
+    assert resolve_run(root, "latest") == real
+    assert auto_resume(load_settings({"runs_dir": str(root)}, env_file=None, environ={})) == str(real)
+    for stray in strays:
+        with pytest.raises(RunNotFound):
+            resolve_run(root, stray.name)
+        write_final_report(stray, "completed", "quick")
+        assert not (stray / "report.html").exists()
+        for argv in (["report", stray.name, "--quick"], ["compare", real.name, stray.name],
+                     ["export", stray.name], ["predict", stray.name, "x.png"]):
+            assert cli.main([*argv, "--runs-dir", str(root)]) == 2
+            assert capsys.readouterr().err.startswith(f"RunNotFound: run {stray.name!r} not found")
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]] == [real.name]
+    assert cli.main(["report", "latest", "--quick", "--runs-dir", str(root)]) == 0
+    assert (real / "report.html").is_file()
+    # A command that only leaves a half-made folder made no run.
+    import sys
+
+    made = root / "20260104-000000-000001"
+    cmd = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(made)!r}, 'checkpoints').mkdir(parents=True)"]
+    with pytest.raises(Exception, match="left no run directory"):
+        run_and_find(cmd, root)
+
+
+def test_shared_writes_cleans_stale_temps_only_when_no_other_writer_is_inside(tmp_path):
+    from train.rundir import shared_writes
+
+    folder = tmp_path / ".cache" / "abc"
+    stale = folder / f"x{TMP_MARK}dead.npy"
+    folder.mkdir(parents=True)
+    stale.write_bytes(b"left by a kill")
+    with shared_writes(folder) as removed:
+        assert removed == [stale] and not stale.exists()
+        live = folder / f"y{TMP_MARK}live.npy"  # this writer's temp file, being written
+        live.write_bytes(b"in progress")
+        with shared_writes(folder) as removed_by_other:  # a second process (its own lock file description)
+            assert removed_by_other == [] and live.exists()
+    with shared_writes(folder) as removed:  # everybody left: now it is stale
+        assert removed == [live]
+    assert [p.name for p in folder.iterdir()] == [".writers.lock"]

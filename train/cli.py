@@ -168,7 +168,9 @@ def run(argv: Sequence[str]) -> int:
         from .report import write_report
 
         written = write_report(run_dir, full=not args.quick)
-        print(f"wrote {written.path} and {written.path.with_name('curves.png')}")
+        from .rundir import RunDir
+
+        print(f"wrote {written.path} and {RunDir(run_dir).curves}")
         for part in written.missing:
             print(f"  not included: {part}")
         return 0

@@ -46,7 +46,8 @@ class Settings:
     image_size: int = _f(64, "images:<dir> only: images are resized to IMAGE_SIZE x IMAGE_SIZE", min=8, max=4096)
     channels: int = _f(3, "images:<dir> only: 1 (grayscale) or 3 (RGB)", choices=(1, 3))
     val_split: float = _f(0.1, "images:<dir> only: fraction held out for validation (seeded split)", min=0.0, max=0.9)
-    cache: str = _f("memory", "memory | file (under the run directory) | none: cache decoded examples", choices=CACHE_MODES)
+    cache: str = _f("memory", "memory | file (RUNS_DIR/.cache, shared by runs) | none: cache decoded examples",
+                    choices=CACHE_MODES)
     shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
     smoke: bool = _f(False, "smoke test: 512 training / 256 validation examples, 1 epoch, to check the whole path in seconds")
     # --- model and optimisation ---

@@ -54,17 +54,24 @@ class Evaluation:
 
 def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
     """Predict the validation set with best.weights.h5; NoWeightsError / DataError say what is missing."""
-    weights = run_dir / "best.weights.h5"
+    from .rundir import RunDir
+
+    weights = RunDir(run_dir).best_weights
     if not weights.is_file():
         raise NoWeightsError(f"{weights} is missing: no epoch has finished yet")
     import keras
 
     from . import data, models
+    from .errors import DataError
     from .rundir import read_run_settings
 
     settings = read_run_settings(run_dir)
+    class_names = RunDir(run_dir).data_description()[0]  # the run's classes, as every reader takes them
     with _quiet(log):  # the run's log is not the place for a second "data: ..." line
         spec = data.load_data(settings)
+    if list(spec.class_names) != class_names:
+        raise DataError(f"{spec.source} now holds other classes ({_few(spec.class_names)}) than run "
+                        f"{Path(run_dir).name} trained on ({_few(class_names)}): evaluate it on the data it trained on")
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")  # a float32 copy predicts the same on any device
     try:
@@ -72,7 +79,12 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
     finally:
         keras.mixed_precision.set_global_policy(previous)
     model.load_weights(weights)
-    return _predict(model, data.val_dataset(spec, settings, settings.batch_size), list(spec.class_names), k)
+    return _predict(model, data.val_dataset(spec, settings, settings.batch_size), class_names, k)
+
+
+def _few(names, shown: int = 5) -> str:
+    more = f", ... ({len(names)} classes)" if len(names) > shown else ""
+    return ", ".join(map(str, list(names)[:shown])) + more
 
 
 def _predict(model, dataset, class_names: list[str], k: int) -> Evaluation:

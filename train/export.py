@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import ExportError, NoWeightsError
 from .manifest import update_manifest
-from .rundir import make_temp_dir, read_record, read_run_settings, storage_error
+from .rundir import ExportDir, RunDir, labels_text, make_temp_dir, read_run_settings, storage_error
 
 log = logging.getLogger("train")
 TOLERANCE = 1e-5
@@ -101,33 +101,39 @@ def float32_copy(model, model_name: str):
 
 
 def export_model(model, run_dir: Path, labels: list[str]) -> dict[str, Any]:
-    """Write run_dir/export/{savedmodel/, model.keras, labels.txt} atomically and verify parity."""
-    final = run_dir / "export"
-    staging = make_temp_dir(run_dir, "export")  # readable by others as the umask allows, like every run file
+    """Write run_dir/export/{savedmodel/, model.keras, labels.txt} atomically and verify parity.
+
+    `labels` are the run's class names (RunDir.data_description); export/labels.txt is a copy of
+    them for serving code that has only the export folder.
+    """
+    files = RunDir(run_dir)
+    final = files.export.path
+    # A staging folder with the export's layout, renamed into place when complete.
+    staging = ExportDir(make_temp_dir(run_dir, final.name))  # readable by others as the umask allows
     try:
-        write_savedmodel(model, staging / "savedmodel")
-        model.save(staging / "model.keras")
-        (staging / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
+        write_savedmodel(model, staging.savedmodel)
+        model.save(staging.keras)
+        staging.labels.write_text(labels_text(labels), encoding="utf-8")
         with tempfile.TemporaryDirectory() as work:
-            diff = check_parity(model, staging / "savedmodel", Path(work))
-        (staging / "parity.json").write_text(json.dumps({"max_abs_diff": diff, "tolerance": TOLERANCE}) + "\n")
+            diff = check_parity(model, staging.savedmodel, Path(work))
+        staging.parity.write_text(json.dumps({"max_abs_diff": diff, "tolerance": TOLERANCE}) + "\n")
         if diff > TOLERANCE:
             raise ExportError(f"the exported SavedModel differs from the trained model by {diff:.3g} (> {TOLERANCE}); "
-                              f"the files are left in {staging} for inspection")
+                              f"the files are left in {staging.path} for inspection")
         if final.exists():
             shutil.rmtree(final)
-        staging.rename(final)
+        staging.path.rename(final)
     except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging.path, ignore_errors=True)
         raise storage_error(final, exc) from exc
     except ExportError:
         raise
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging.path, ignore_errors=True)
         raise
-    report = {"savedmodel": str(final / "savedmodel"), "keras": str(final / "model.keras"),
-              "labels": str(final / "labels.txt"), "max_abs_diff": diff, "tolerance": TOLERANCE}
-    update_manifest(run_dir / "manifest.json", export=report)
+    report = {"savedmodel": str(files.export.savedmodel), "keras": str(files.export.keras),
+              "labels": str(files.export.labels), "max_abs_diff": diff, "tolerance": TOLERANCE}
+    update_manifest(files.manifest, export=report)
     log.info("export: %s (fresh-process parity: max |diff| %.2e)", final, diff)
     return report
 
@@ -138,27 +144,27 @@ def rebuild_model(run_dir: Path):
 
     from .models import build_model
 
+    files = RunDir(run_dir)
     settings = read_run_settings(run_dir)
-    manifest = read_record(run_dir, "manifest.json")
-    weights = [run_dir / n for n in ("best.weights.h5", "final.weights.h5") if (run_dir / n).is_file()]
+    manifest = files.read_manifest()
+    weights = files.weights()
     if not weights:
         ended = manifest.get("status") or "unknown"
         error = f": {manifest['error']}" if manifest.get("error") else ""
         raise NoWeightsError(
-            f"run {run_dir.name} has no weights (no best.weights.h5 or final.weights.h5; it ended {ended}{error}) "
+            f"run {run_dir.name} has no weights (no {files.best_weights.name} or {files.final_weights.name}; "
+            f"it ended {ended}{error}) "
             f"because no epoch finished: resume it with `python -m train --resume {run_dir.name}`, or train a new run"
         )
-    data = manifest.get("data") or {}
-    if "input_shape" not in data:
-        raise ExportError(f"run {run_dir.name} has no data description in manifest.json: it ended before its data loaded")
+    class_names, input_shape = files.data_description()
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")  # see float32_copy: the export serves in float32
     try:
-        model = build_model(settings.model, tuple(data["input_shape"]), len(data["class_names"]))
+        model = build_model(settings.model, input_shape, len(class_names))
     finally:
         keras.mixed_precision.set_global_policy(previous)
     model.load_weights(weights[0])
-    return model, data["class_names"], weights[0].name
+    return model, class_names, weights[0].name
 
 
 def export_run(run_dir: Path, model=None) -> dict[str, Any]:
@@ -167,11 +173,11 @@ def export_run(run_dir: Path, model=None) -> dict[str, Any]:
     The trained model passed in is never modified: the export is a float32 copy of it.
     """
     run_dir = Path(run_dir)
-    if model is None or (run_dir / "best.weights.h5").is_file():
+    if model is None or RunDir(run_dir).best_weights.is_file():
         export, labels, source = rebuild_model(run_dir)
     else:
         settings = read_run_settings(run_dir)
         export, source = float32_copy(model, settings.model), "the trained model"
-        labels = (run_dir / "labels.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        labels = RunDir(run_dir).data_description()[0]
     log.info("export: from %s", source)
     return export_model(export, run_dir, labels)

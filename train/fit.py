@@ -26,10 +26,10 @@ from pathlib import Path
 from .config import Settings, check_cluster
 from .errors import StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
-from .loop import EpochLoop, LoopState, Result
+from .loop import EpochLoop, LoopState, Result, at_new_batch_size
 from .manifest import close_segment, new_segment, open_segment, record_data, start_manifest, update_manifest
 from .resume import RunPlan, check_data, plan_run
-from .rundir import clean_stale_temp, write_text
+from .rundir import RunDir, clean_stale_temp
 from .stopping import StopFlag
 
 log = logging.getLogger("train")
@@ -63,7 +63,7 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
 
 def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
-    setup_logging(run_dir / "train.log", prefix="[worker 0] " if setup is not None else "")
+    setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
     if setup is not None:
         from . import sync
 
@@ -73,7 +73,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
     log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", run_dir)
     for p in removed:
         log.info("removed a temp file left by an interrupted write: %s", p.name)
-    manifest_path = run_dir / "manifest.json"
+    manifest_path = RunDir(run_dir).manifest
     started = stop.started
     status, error = "failed", None
     opened = {"segment": False}
@@ -112,7 +112,7 @@ def _close(run_dir: Path, manifest_path: Path, settings: Settings, status: str, 
 
     try:
         # Where the run stands is what its newest state says, however this segment ended.
-        header = latest_header(run_dir / "checkpoints") or {}
+        header = latest_header(RunDir(run_dir).checkpoints) or {}
         best = {"monitor": settings.monitor, "value": header.get("best")}
         close_segment(manifest_path, status, error, seconds, header.get("epoch"), best)
     except (StorageError, ValueError) as exc:  # a full disk, or a manifest damaged meanwhile: keep the first error
@@ -135,9 +135,19 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
         return _stopped_before_training(run_dir, stop)
     check_data(plan, spec.fingerprint, spec.source, force)
     epochs = _epochs(settings)
-    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir = RunDir(run_dir).checkpoints
     loaded = None if plan.restart else checkpoints.load_latest(ckpt_dir)
-    state = LoopState.from_meta(loaded.meta, settings.batch_size) if loaded else LoopState(batch_size=settings.batch_size)
+    recorded_batch = (plan.saved_config or {}).get("batch_size", settings.batch_size)  # BATCH_SIZE before this resume
+    # A header without batch_size (older versions) was trained with the recorded BATCH_SIZE.
+    state = LoopState.from_meta(loaded.meta, recorded_batch) if loaded else LoopState(batch_size=settings.batch_size)
+    if loaded and recorded_batch != settings.batch_size:
+        # BATCH_SIZE changed with --force: train with the new value, as config.json records it.
+        # (An unchanged BATCH_SIZE keeps the checkpoint's, which AUTO_BATCH may have halved.)
+        saved_step, saved_batch = state.step, state.batch_size
+        state = at_new_batch_size(state, settings.batch_size)
+        log.info("BATCH_SIZE %d -> %d (--force): step %d of epoch %d in batches of %d is step %d in batches of %d",
+                 recorded_batch, settings.batch_size, saved_step, state.epoch + 1, saved_batch,
+                 state.step, state.batch_size)
     workers = setup.workers if several else 1
     if several:
         _send_state(setup, spec, state, loaded is not None)
@@ -166,13 +176,11 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
                      new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
                      last_write=_last_write(ckpt_dir))
         opened["segment"] = True
-    labels = "\n".join(spec.class_names) + "\n"
-    if not (run_dir / "labels.txt").is_file() or (run_dir / "labels.txt").read_text(encoding="utf-8") != labels:
-        write_text(run_dir / "labels.txt", labels)
     record_data(manifest_path, precision={"policy": setup.precision, "reason": setup.precision_reason},
                 data={"dataset": spec.name, "fingerprint": spec.fingerprint, "source": spec.source,
                       "n_train": spec.n_train, "n_val": spec.n_val, "input_shape": list(spec.input_shape),
                       "class_names": list(spec.class_names)})
+    RunDir(run_dir).write_labels()  # a copy of the class names record_data just wrote
     _record_distribution(manifest_path, setup, state)
     if not loaded:
         with scope:

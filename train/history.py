@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RunRecordError
-from .rundir import read_record
+from .rundir import RunDir
 
 # Written by fit when a run continues from a state ("resuming at epoch 4, step 12 (global step 84)").
 _RESUME_LINE = re.compile(r"^(\S+ \S+) resuming at epoch (\d+), step (\d+)")
@@ -72,13 +72,12 @@ class RunRecords:
 
 def load_records(run_dir: Path | str) -> RunRecords:
     """Read a run directory; RunRecordError names the file that is missing or unreadable."""
-    run_dir = Path(run_dir)
-    config = read_record(run_dir, "config.json")
-    manifest = read_record(run_dir, "manifest.json") if (run_dir / "manifest.json").exists() else {}
+    files = RunDir(run_dir)
+    config, manifest = files.read_config(), files.read_manifest(missing_ok=True)
     resumes = resumes_from_segments(manifest)
     if resumes is None:
-        resumes = read_resumes(run_dir / "train.log")
-    return RunRecords(run_dir, config, manifest, read_metrics(run_dir / "metrics.csv"), resumes)
+        resumes = read_resumes(files.log)
+    return RunRecords(files.path, config, manifest, read_metrics(files.metrics), resumes)
 
 
 def resumes_from_segments(manifest: dict[str, Any]) -> list[Resume] | None:

@@ -9,6 +9,7 @@ fills the cache: a uint8 array in memory, or a `.npy` memory-mapped from disk.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import DataError
+from .rundir import CACHE_DIR, atomic_write, shared_writes
 
+log = logging.getLogger("train")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 # GIF: the first frame. What a message says the supported formats are.
 SUPPORTED = "JPEG, PNG, GIF (first frame) or BMP"
@@ -248,7 +251,7 @@ def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint
             _DECODED[key] = out
         return _DECODED[key]
     # file: same fingerprint, shape and split -> already decoded and verified by an earlier run
-    path = Path(settings.runs_dir) / ".cache" / fingerprint[:16] / f"{key}.npy"
+    path = Path(settings.runs_dir) / CACHE_DIR / fingerprint[:16] / f"{key}.npy"
     if path.is_file():
         try:
             cached = np.load(path, mmap_mode="r")
@@ -256,17 +259,19 @@ def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint
                 return cached
         except (ValueError, OSError):
             pass  # a damaged cache is rebuilt below
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(files), *shape))
         decode_files(files, shape, out)
         out.flush()
-        del out
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+        del out  # unmapped before atomic_write syncs and renames it
+
+    # Other runs sharing RUNS_DIR may fill the same cache folder at the same time.
+    with shared_writes(path.parent) as removed:
+        for p in removed:
+            log.info("removed a temp file left by an interrupted cache write: %s", p)
+        # size_hint: a full disk is refused up front; a memory-mapped write into it would die of SIGBUS.
+        atomic_write(path, write, size_hint=len(files) * int(np.prod(shape)) + (1 << 16))
     return np.load(path, mmap_mode="r")
 
 

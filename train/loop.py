@@ -24,6 +24,7 @@ from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
 from .logs import MetricsFile, TensorBoardWriter, gpu_memory, metric_columns
 from .manifest import update_manifest
+from .rundir import RunDir
 from .stopping import StopFlag
 
 log = logging.getLogger("train")
@@ -89,6 +90,19 @@ def step_at_batch_size(step: int, saved_batch: int, new_batch: int) -> int:
     return step * saved_batch // new_batch
 
 
+def at_new_batch_size(saved: LoopState, new_batch: int) -> LoopState:
+    """A resume with another BATCH_SIZE (--force): the state continued in batches of `new_batch`.
+
+    The new value is what config.json says and what trains; the position carries over in examples
+    (rounded down to a whole batch: at most new_batch - 1 examples of that epoch are seen twice).
+    AUTO_BATCH counts its halvings from the new value again.
+    """
+    if saved.batch_size == new_batch:
+        return saved
+    step = step_at_batch_size(saved.step, saved.batch_size, new_batch)
+    return dataclasses.replace(saved, batch_size=new_batch, step=step, batch_halvings=0)
+
+
 def position_after_halving(saved: LoopState, old_batch: int, halvings: int) -> LoopState:
     """AUTO_BATCH: the state to continue from with half the batch, from the last saved state
     (whose step counts batches of its own batch size)."""
@@ -118,13 +132,14 @@ class EpochLoop:
                  stop: StopFlag | None = None, chief: bool = True):
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started, self.chief = epochs, started, chief
+        self.files = RunDir(run_dir) if run_dir is not None else None  # None: a worker that writes nothing
         self.mode = _monitor_mode(settings)
         from .models import entry
 
         self.task = entry(settings.model)  # the model's loss and metrics
         self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
         names = tuple(self.task.metrics)
-        self.metrics = MetricsFile(run_dir / "metrics.csv", metric_columns(names)) if chief else None
+        self.metrics = MetricsFile(self.files.metrics, metric_columns(names)) if chief else None
         self.history: list[dict[str, Any]] = []
         if self.metrics:
             self.metrics.truncate_from(state.epoch + 1)
@@ -203,8 +218,8 @@ class EpochLoop:
         from . import checkpoints
 
         if self.chief:  # here, not at build time: a resume that fails its checks must not touch the record
-            update_manifest(self.run_dir / "manifest.json", flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
-        tb = TensorBoardWriter(self.run_dir / "tensorboard") if self.chief else None
+            update_manifest(self.files.manifest, flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
+        tb = TensorBoardWriter(self.files.tensorboard) if self.chief else None
         status, ended = "completed", f"all {self.epochs} epochs trained"
         try:
             with self.stop.installed():
@@ -230,7 +245,7 @@ class EpochLoop:
             if tb:
                 tb.close()
         if self.chief:
-            record_ending(self.run_dir / "manifest.json", ended)
+            record_ending(self.files.manifest, ended)
             self._write_hparams()
         final_sha = checkpoints.weights_sha256(self.model)
         result = Result(self.run_dir, status, self.state.epoch, self.history, self.state.best, final_sha, None,
@@ -318,7 +333,7 @@ class EpochLoop:
         from . import checkpoints
 
         old = state.batch_size
-        loaded = checkpoints.load_latest(self.run_dir / "checkpoints")  # at least the initial state
+        loaded = checkpoints.load_latest(self.files.checkpoints)  # at least the initial state
         checkpoints.restore(self.model, loaded)
         saved = LoopState.from_meta(loaded.meta, old)
         self.state = position_after_halving(saved, old, state.batch_halvings + 1)
@@ -332,7 +347,7 @@ class EpochLoop:
         if bad:
             raise DivergedError(
                 f"{bad[0]} is {logs[bad[0]]} in epoch {epoch + 1}: training diverged; the last good checkpoint "
-                f"is kept in {self.run_dir / 'checkpoints' if self.run_dir else 'the chief run directory'}. "
+                f"is kept in {self.files.checkpoints if self.files else 'the chief run directory'}. "
                 f"Lower LEARNING_RATE (now {self.s.learning_rate}), check the data for NaN values, or try PRECISION=float32"
             )
 
@@ -360,7 +375,7 @@ class EpochLoop:
             if self.chief:
                 from .rundir import atomic_write
 
-                atomic_write(self.run_dir / "best.weights.h5", self.model.save_weights,
+                atomic_write(self.files.best_weights, self.model.save_weights,
                              size_hint=_weights_bytes(self.model))
         counted = self.state.to_dict()
         self.patience.update(counted, value)  # before the save: the count survives a stop
@@ -385,7 +400,7 @@ class EpochLoop:
         final = {k: v for k, v in (self.history[-1] if self.history else {}).items()
                  if k in monitors(self.s.model)}
         try:
-            write_hparams(self.run_dir / "tensorboard", self.s.to_dict(),
+            write_hparams(self.files.tensorboard, self.s.to_dict(),
                           {**final, f"best_{self.s.monitor}": self.state.best}, self.state.epoch)
         except Exception as exc:  # a dashboard must never cost a run
             log.warning("WARNING: TensorBoard HParams not written: %s: %s", type(exc).__name__, exc)
@@ -395,15 +410,15 @@ class EpochLoop:
             return
         from . import checkpoints
 
-        path = checkpoints.save_state(self.run_dir / "checkpoints", self.model, self.state.to_dict(),
+        path = checkpoints.save_state(self.files.checkpoints, self.model, self.state.to_dict(),
                                       self.s.keep_checkpoints)
         log.debug("checkpoint %s (%s)", path.name, why)
 
     def _finish(self, result: Result) -> Result:
         from .rundir import atomic_write
 
-        atomic_write(self.run_dir / "final.weights.h5", self.model.save_weights, size_hint=_weights_bytes(self.model))
-        update_manifest(self.run_dir / "manifest.json", final_weights_sha256=result.final_weights_sha256,
+        atomic_write(self.files.final_weights, self.model.save_weights, size_hint=_weights_bytes(self.model))
+        update_manifest(self.files.manifest, final_weights_sha256=result.final_weights_sha256,
                         best={"monitor": self.s.monitor, "value": self.state.best},
                         final_metrics=self.history[-1] if self.history else None,
                         epochs_completed=self.state.epoch)

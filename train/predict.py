@@ -11,17 +11,26 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import ExportError
+from .rundir import RunDir
+
 
 def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     from .data import load_image_file
 
-    savedmodel = run_dir / "export" / "savedmodel"
+    run_files = RunDir(run_dir)
+    savedmodel = run_files.export.savedmodel
     if savedmodel.is_dir():
         import tensorflow as tf
 
-        labels = (run_dir / "export" / "labels.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
         serve = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
         shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
+        width = next(iter(serve.structured_outputs.values())).shape[-1]
+        if width != len(labels):
+            raise ExportError(f"the export of run {run_files.name} predicts {width} classes but the run has "
+                              f"{len(labels)} (it was exported before the run trained on other data): "
+                              f"export it again with `python -m train export {run_files.name}`")
 
         def run(batch):
             return next(iter(serve(images=tf.constant(batch)).values())).numpy()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .history import RunRecords, load_records
-from .rundir import atomic_write, write_text
+from .rundir import RunDir, atomic_write, is_run_dir, write_text
 
 log = logging.getLogger("train")
 CHEAP_NOTE = "not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report {run}`"
@@ -37,15 +37,15 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
     from . import plots
 
     records = load_records(run_dir)
-    run_dir = records.run_dir
+    files = RunDir(records.run_dir)
     curves = plots.curves_png(records)
-    atomic_write(run_dir / "curves.png", lambda p: p.write_bytes(curves))
+    atomic_write(files.curves, lambda p: p.write_bytes(curves))
     missing: list[str] = []
     validation = _validation_section(records, missing) if full else _note(CHEAP_NOTE.format(run=records.name))
     if not full:
         missing.append("validation: " + CHEAP_NOTE.format(run=records.name))
-    write_text(run_dir / "report.html", render(records, curves, validation))
-    return Written(run_dir / "report.html", missing)
+    write_text(files.report, render(records, curves, validation))
+    return Written(files.report, missing)
 
 
 def refresh_after_epoch(run_dir: Path | None, mode: str = "full") -> None:
@@ -61,7 +61,7 @@ def write_final_report(run_dir: Path | None, status: str, mode: str = "full") ->
 def _guarded(run_dir: Path | None, full: bool, mode: str) -> None:
     try:
         # None: a process that writes no run directory (a worker that is not the chief).
-        if mode != "off" and run_dir is not None and (Path(run_dir) / "config.json").is_file():
+        if mode != "off" and run_dir is not None and is_run_dir(run_dir):
             write_report(run_dir, full=full)
     except Exception as exc:  # noqa: BLE001  a report is never worth a run
         log.warning("WARNING: report.html not updated: %s: %s", type(exc).__name__, exc)

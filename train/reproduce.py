@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import ReproduceError
-from .rundir import list_run_dirs, write_json
+from .rundir import RunDir, list_run_dirs, write_json
 
 # Without determinism a rerun differs in the last bits; these are the agreed bounds for "the same
 # result": accuracies within one percentage point, losses within 10 % of the original.
@@ -60,10 +60,9 @@ class Verdict:
 def read_record(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(manifest, config) of a run; one clear line (exit 9) when either is missing or unreadable."""
     from .errors import RunRecordError
-    from .rundir import read_record as read_one
 
     try:
-        return read_one(run_dir, "manifest.json"), read_one(run_dir, "config.json")
+        return RunDir(run_dir).read_manifest(), RunDir(run_dir).read_config()
     except RunRecordError as exc:
         raise ReproduceError(f"{exc}: the run cannot be reproduced from it") from None
 
@@ -206,7 +205,7 @@ def run_and_find(cmd: list[str], runs_dir: Path, **kw) -> Path:
     proc = subprocess.run(cmd, **kw)
     new = [p for p in list_run_dirs(runs_dir) if p not in before]  # oldest first
     if proc.returncode != 0:
-        where = f"; see {new[-1] / 'train.log'}" if new else ""
+        where = f"; see {RunDir(new[-1]).log}" if new else ""
         raise ReproduceError(f"the rerun failed with exit code {proc.returncode}{where}")
     if not new:
         raise ReproduceError(f"the rerun finished but left no run directory under {runs_dir}")
@@ -257,7 +256,7 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
 
 
 def _metrics_row(run_dir: Path, epoch: int) -> dict[str, float] | None:
-    path = run_dir / "metrics.csv"
+    path = RunDir(run_dir).metrics
     if not path.is_file():
         return None
     with path.open(newline="") as f:
@@ -295,7 +294,8 @@ def judge(verdict: Verdict, orig_dir: Path, orig_m: dict, orig_c: dict, new_dir:
     epoch = epochs if not full else int(new_m.get("epochs_completed") or orig_c.get("epochs") or 0)
     a, b = _metrics_row(orig_dir, epoch), _metrics_row(new_dir, epoch)
     if a is None or b is None:
-        raise ReproduceError(f"no metrics row for epoch {epoch} in {(orig_dir if a is None else new_dir) / 'metrics.csv'}: "
+        where = RunDir(orig_dir if a is None else new_dir).metrics
+        raise ReproduceError(f"no metrics row for epoch {epoch} in {where}: "
                              "nothing to compare the rerun with")
     if deterministic and same_kind:
         verdict.method = f"metrics.csv row of epoch {epoch}, exactly (the original's weights at that epoch are not kept)"
@@ -352,10 +352,10 @@ def reproduce(run_dir: Path, root: Path, allow_dirty: bool = False, epochs: int 
     verdict.rerun = new_dir.name
     verdict.rows = side_by_side(orig_m, orig_c, new_m, new_c, base)
     judge(verdict, run_dir, orig_m, orig_c, new_dir, new_m, epochs)
-    write_json(new_dir / "reproduce.json", verdict.to_dict())
+    write_json(RunDir(new_dir).reproduce, verdict.to_dict())
     from .manifest import update_manifest
 
-    update_manifest(new_dir / "manifest.json", reproduces={"run_id": run_dir.name, "path": str(run_dir),
+    update_manifest(RunDir(new_dir).manifest, reproduces={"run_id": run_dir.name, "path": str(run_dir),
                                                            "match": verdict.match, "method": verdict.method})
     return verdict
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from .config import RESUME_FREE, Settings, diff_settings, settings_from_dict
 from .errors import CheckpointError, ConfigError, ResumeMismatchError
-from .rundir import create_run_dir, list_run_dirs, read_record, read_run_settings, resolve_run, write_json
+from .rundir import RunDir, create_run_dir, list_run_dirs, read_run_settings, resolve_run, write_json
 from .runlock import RunLock
 
 log = logging.getLogger("train")
@@ -42,7 +42,7 @@ class RunPlan:
     def write_config(self) -> None:
         """config.json changes only when a setting really changed (EPOCHS extended, --force)."""
         if self.saved_config != self.settings.to_dict():
-            write_json(self.run_dir / "config.json", self.settings.to_dict())
+            write_json(RunDir(self.run_dir).config, self.settings.to_dict())
 
     def release(self) -> None:
         self.lock.release()
@@ -51,7 +51,7 @@ class RunPlan:
 def has_checkpoints(run_dir: Path) -> bool:
     from .checkpoints import list_states  # numpy only, no TensorFlow
 
-    return bool(list_states(run_dir / "checkpoints"))
+    return bool(list_states(RunDir(run_dir).checkpoints))
 
 
 def auto_resume(settings: Settings) -> str:
@@ -59,30 +59,30 @@ def auto_resume(settings: Settings) -> str:
     runs = list_run_dirs(settings.runs_dir)
     if not runs:
         return ""
-    newest = runs[-1]
-    if not (newest / "manifest.json").is_file():
+    newest = RunDir(runs[-1])
+    if not newest.manifest.is_file():
         return ""  # killed before its manifest: nothing was trained
     # An unreadable record is an error, not a reason to start over: auto cannot tell whether
     # that run finished, and the user should know its record is damaged.
-    status = read_record(newest, "manifest.json").get("status")
-    saved = read_run_settings(newest)
+    status = newest.read_manifest().get("status")
+    saved = read_run_settings(newest.path)
     # "running" is what a SIGKILLed or power-cut run leaves behind (or a run still going: the
     # lock then refuses it).
     if status not in ("interrupted", "budget", "running"):
         return ""
     if status == "running":
-        RunLock(newest).acquire().release()  # still going (RunBusyError), or killed: then resume it
+        RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
     if diff_settings(saved, settings):
         log.info("RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
                  newest.name, "; ".join(diff_settings(saved, settings)))
         return ""
-    return str(newest)
+    return str(newest.path)
 
 
 def _trained(run_dir: Path, manifest: dict[str, Any]) -> bool:
     """Whether the run ever got as far as a finished epoch (then it had checkpoints)."""
-    return (any((run_dir / n).is_file() for n in ("metrics.csv", "best.weights.h5", "final.weights.h5"))
-            or bool(manifest.get("epochs_completed")))
+    files = RunDir(run_dir)
+    return files.metrics.is_file() or bool(files.weights()) or bool(manifest.get("epochs_completed"))
 
 
 def plan_run(settings: Settings, resume: str | None, force: bool = False, restart: bool = False) -> RunPlan:
@@ -96,7 +96,7 @@ def plan_run(settings: Settings, resume: str | None, force: bool = False, restar
         run_dir = create_run_dir(settings.runs_dir, settings.run_name)
         lock = RunLock(run_dir).acquire()
         try:
-            write_json(run_dir / "config.json", settings.to_dict())
+            write_json(RunDir(run_dir).config, settings.to_dict())
         except BaseException:
             lock.release()
             raise
@@ -111,16 +111,17 @@ def plan_run(settings: Settings, resume: str | None, force: bool = False, restar
 
 
 def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, restart: bool) -> RunPlan:
-    saved_config = read_record(run_dir, "config.json")
+    files = RunDir(run_dir)
+    saved_config = files.read_config()
     saved = read_run_settings(run_dir)
-    manifest = read_record(run_dir, "manifest.json") if (run_dir / "manifest.json").exists() else {}
+    manifest = files.read_manifest(missing_ok=True)
     diffs = diff_settings(saved, settings)
     if diffs and not force:
         raise ResumeMismatchError(
             f"run {run_dir.name} was started with other settings ({'; '.join(diffs)}): "
             "resume with the same settings, or pass --force to continue with the new ones"
         )
-    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir = files.checkpoints
     # A run stopped or killed before its first state never trained: it simply starts at epoch 1.
     if restart and has_checkpoints(run_dir):
         raise CheckpointError(f"run {run_dir.name} has checkpoints in {ckpt_dir}: --restart is only for a run whose "

@@ -1,31 +1,127 @@
-"""The run directory: its id, its layout, atomic writes into it, and finding a run again.
+"""The run directory: its id, its layout (`RunDir`), atomic writes into it, and finding a run again.
 
 runs/<run-id>/
   config.json        resolved settings        manifest.json   versions, data, git, how it ended
   train.log          console lines            metrics.csv     one row per epoch
   tensorboard/       TensorBoard logs         checkpoints/    resumable states + LATEST pointer
-  best.weights.h5    best weights on MONITOR  export/         SavedModel, model.keras, labels.txt
-  run.lock           held by the one process writing the run (train.runlock)
+  best.weights.h5    best weights on MONITOR  final.weights.h5 weights at the end of training
+  labels.txt         class names, one a line  export/         SavedModel, model.keras, labels.txt
+  report.html        the run at a glance      curves.png      the curves of report.html
+  reproduce.json     a rerun's verdict        run.lock        held by the one process writing the run
+Only `RunDir` spells these names; every module asks it for a path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
+import fcntl
 import json
 import os
 import re
 import secrets
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .errors import RunRecordError, StorageError, TemplateError
 
 TMP_MARK = ".tmp-"
+CACHE_DIR = ".cache"  # under RUNS_DIR: the image decode cache (a hidden folder, never a run)
+WRITERS_LOCK = ".writers.lock"  # see shared_writes
 # 20261130-061959-483920[-name]: date, time, microseconds. Ids made before the microseconds
 # (20261130-061959-a1b2) carry 4 random hex digits instead.
 _ID = re.compile(r"^(\d{8}-\d{6})-([0-9a-f]{4}|\d{6})(?:-|$)")
+
+
+@dataclass(frozen=True)
+class ExportDir:
+    """export/ (or its staging folder): what a serving user copies away."""
+
+    path: Path
+
+    savedmodel = property(lambda self: self.path / "savedmodel")
+    keras = property(lambda self: self.path / "model.keras")
+    labels = property(lambda self: self.path / "labels.txt")  # a copy of the run's class names
+    parity = property(lambda self: self.path / "parity.json")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run directory: the only place that knows its file and folder names (see the module doc).
+
+    Class names and input shape have one source, the manifest's `data` (`data_description`): it
+    is written once the data is loaded, beside the data's fingerprint, and JSON keeps any class
+    name intact. labels.txt and export/labels.txt are copies written from it for people and for
+    serving code outside this package; nothing here reads them back.
+    """
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    # Read-only paths, one a line: the layout at a glance.
+    config = property(lambda self: self.path / "config.json")
+    manifest = property(lambda self: self.path / "manifest.json")
+    labels = property(lambda self: self.path / "labels.txt")
+    log = property(lambda self: self.path / "train.log")
+    metrics = property(lambda self: self.path / "metrics.csv")
+    tensorboard = property(lambda self: self.path / "tensorboard")
+    checkpoints = property(lambda self: self.path / "checkpoints")
+    best_weights = property(lambda self: self.path / "best.weights.h5")
+    final_weights = property(lambda self: self.path / "final.weights.h5")
+    report = property(lambda self: self.path / "report.html")
+    curves = property(lambda self: self.path / "curves.png")
+    reproduce = property(lambda self: self.path / "reproduce.json")
+    lock = property(lambda self: self.path / "run.lock")
+    export = property(lambda self: ExportDir(self.path / "export"))
+
+    def is_run(self) -> bool:
+        """The one test of "is a run": a directory with its config.json, the first file a run writes.
+
+        A folder without it (a stray one, or a run killed between mkdir and its first write) is no
+        run for any command: `runs`, `latest`, RESUME=auto, report, compare, export, reproduce."""
+        return self.path.is_dir() and self.config.is_file()
+
+    def read_config(self) -> dict[str, Any]:
+        return read_record(self.path, self.config.name)
+
+    def read_manifest(self, missing_ok: bool = False) -> dict[str, Any]:
+        """manifest.json; {} when `missing_ok` and the run ended before writing it."""
+        if missing_ok and not self.manifest.exists():
+            return {}
+        return read_record(self.path, self.manifest.name)
+
+    def weights(self) -> list[Path]:
+        """The weights files present, best first."""
+        return [p for p in (self.best_weights, self.final_weights) if p.is_file()]
+
+    def data_description(self) -> tuple[list[str], tuple[int, ...]]:
+        """(class names, input shape) from the manifest's `data`; RunRecordError when it has none."""
+        data = self.read_manifest().get("data") or {}
+        names, shape = data.get("class_names"), data.get("input_shape")
+        if not isinstance(names, list) or not isinstance(shape, list):
+            raise RunRecordError(f"run {self.name} has no data description in {self.manifest}: it ended before its "
+                                 "data loaded; resume it or train a new run")
+        return [str(n) for n in names], tuple(int(d) for d in shape)
+
+    def write_labels(self) -> None:
+        """labels.txt, derived from the manifest's class names; rewritten only when it differs."""
+        text = labels_text(self.data_description()[0])
+        if not self.labels.is_file() or self.labels.read_text(encoding="utf-8") != text:
+            write_text(self.labels, text)
+
+
+def labels_text(class_names) -> str:
+    """The labels.txt format: one class name a line, in class-index order."""
+    return "".join(f"{n}\n" for n in class_names)
 
 
 def new_run_id(run_name: str = "", now: _dt.datetime | None = None) -> str:
@@ -187,6 +283,33 @@ def clean_stale_temp(directory: Path) -> list[Path]:
     return removed
 
 
+@contextlib.contextmanager
+def shared_writes(directory: Path) -> Iterator[list[Path]]:
+    """Atomic writes into a folder that several processes write into (the decode cache under RUNS_DIR).
+
+    A run directory has one writer (its lock), so its stale temp files are simply removed. Here
+    every writer holds a shared flock on WRITERS_LOCK while inside, and the temp files are removed
+    only by a process that gets it exclusively: nobody else is writing, so any temp file is left
+    by a killed writer, never one still being written. Yields the files removed.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / WRITERS_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise storage_error(directory, exc) from exc
+    try:
+        removed: list[Path] = []
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            removed = clean_stale_temp(directory)
+        except BlockingIOError:
+            pass  # another process is writing here: its temp file is not stale
+        fcntl.flock(fd, fcntl.LOCK_SH)  # from exclusive, or waits while another process cleans
+        yield removed
+    finally:
+        os.close(fd)  # drops the lock
+
+
 def ensure_writable(directory: Path | str) -> Path:
     """Create the directory and prove it is writable now, before any training time is spent."""
     directory = Path(directory)
@@ -210,14 +333,15 @@ def create_run_dir(runs_dir: str | Path, run_name: str = "") -> Path:
             continue
         except OSError as exc:
             raise storage_error(path, exc) from exc
-        for sub in ("checkpoints", "tensorboard"):
-            (path / sub).mkdir()
+        run = RunDir(path)
+        for sub in (run.checkpoints, run.tensorboard):
+            sub.mkdir()
         return path
     raise StorageError(f"could not create a unique run directory under {root}")
 
 
-def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and (path / "config.json").is_file()
+def is_run_dir(path: Path | str) -> bool:
+    return RunDir(path).is_run()
 
 
 def resolve_run(runs_dir: str | Path, run: str) -> Path:
@@ -231,7 +355,8 @@ def resolve_run(runs_dir: str | Path, run: str) -> Path:
     for candidate in (root / run, Path(run)):
         if is_run_dir(candidate):
             return candidate
-    raise RunNotFound(f"run {run!r} not found in {root} (no config.json): `python -m train runs` lists the runs")
+    raise RunNotFound(f"run {run!r} not found in {root} (no {RunDir(run).config.name}): "
+                      "`python -m train runs` lists the runs")
 
 
 class RunNotFound(TemplateError):
@@ -263,9 +388,9 @@ def read_run_settings(run_dir: Path):
     from .config import settings_from_dict
     from .errors import ConfigError
 
-    data = read_record(run_dir, "config.json")
+    data = RunDir(run_dir).read_config()
     try:
         return settings_from_dict(data)
     except (ConfigError, TypeError, ValueError) as exc:
-        raise RunRecordError(f"run {Path(run_dir).name}: {Path(run_dir) / 'config.json'} does not hold valid settings "
+        raise RunRecordError(f"run {Path(run_dir).name}: {RunDir(run_dir).config} does not hold valid settings "
                              f"({exc}); restore it from a backup, or move the run directory out of RUNS_DIR") from None

@@ -14,10 +14,7 @@ import socket
 from pathlib import Path
 
 from .errors import RunBusyError
-from .rundir import storage_error
-
-LOCK_FILE = "run.lock"
-
+from .rundir import RunDir, storage_error
 
 class RunLock:
     """One writer per run directory: an exclusive flock on run.lock, held for the run's life.
@@ -30,7 +27,7 @@ class RunLock:
 
     def __init__(self, run_dir: Path | str):
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK_FILE
+        self.path = RunDir(self.run_dir).lock
         self.fd: int | None = None
 
     def acquire(self) -> "RunLock":

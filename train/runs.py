@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import RunRecordError
-from .rundir import list_run_dirs, read_record
+from .rundir import RunDir, list_run_dirs
 
 
 def list_runs(runs_dir: str | Path) -> list[dict]:
@@ -25,12 +25,12 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
 
 
 def _row(path: Path) -> dict:
-    cfg = read_record(path, "config.json")
-    m = read_record(path, "manifest.json") if (path / "manifest.json").exists() else {}
+    files = RunDir(path)
+    cfg, m = files.read_config(), files.read_manifest(missing_ok=True)
     best = (m.get("best") or {}).get("value")
     epochs = m.get("epochs_completed")
-    if epochs is None and (path / "metrics.csv").is_file():
-        epochs = max(0, len((path / "metrics.csv").read_text().strip().splitlines()) - 1)
+    if epochs is None and files.metrics.is_file():
+        epochs = max(0, len(files.metrics.read_text().strip().splitlines()) - 1)
     segments = [s for s in m.get("segments") or [] if isinstance(s, dict)]
     last = segments[-1] if segments else {}
     # What the run really does: a smoke run trains one epoch whatever EPOCHS says.
