@@ -120,7 +120,8 @@ def test_read_cifar_restores_height_width_channels(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8)
     path = _cifar_tar(tmp_path / "c.tar.gz", "cifar-10-batches-py",
-                      {"data_batch_1": (x[:2], [0, 1]), "data_batch_2": (x[2:4], [2, 3]), "test_batch": (x[4:], [4, 5])},
+                      {"data_batch_1": (x[:2], [0, 1]), "data_batch_2": (x[2:4], [2, 3]),
+                       "test_batch": (x[4:], [4, 5])},
                       "labels")
     got = read_cifar(path, "cifar-10-batches-py", ["data_batch_1", "data_batch_2"], "test_batch", "labels")
     np.testing.assert_array_equal(got["x_train"], x[:4])

@@ -85,7 +85,8 @@ def run(project: Path, *args: str, env: dict | None = None) -> subprocess.Comple
 def test_each_kind_of_extension_has_an_example_that_says_where_it_goes():
     blocks = doc_blocks(DOC.read_text())
     assert {b.section for b in blocks} == {"Add a model", "Add a data set", "Add a setting", "Add a GPU diagnosis"}
-    assert {b.path for b in blocks} >= {"train/models.py", "train/datasets.py", "train/config.py", "tests/test_diagnose.py"}
+    assert {b.path for b in blocks} >= {"train/models.py", "train/datasets.py", "train/config.py",
+                                        "tests/test_diagnose.py"}
 
 
 def test_an_anchor_must_name_one_line(tmp_path):

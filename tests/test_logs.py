@@ -32,7 +32,8 @@ def test_a_model_with_other_metrics_gets_their_columns(tmp_path):
 
     m = MetricsFile(tmp_path / "metrics.csv", metric_columns(("mae", "rmse")))
     m.append({"epoch": 1, "loss": 0.5, "mae": 0.25, "val_rmse": 0.75, "accuracy": 1.0})
-    assert (tmp_path / "metrics.csv").read_text().splitlines()[0].startswith("epoch,loss,mae,rmse,val_loss,val_mae,val_rmse,learning_rate")
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0]
+    assert header.startswith("epoch,loss,mae,rmse,val_loss,val_mae,val_rmse,learning_rate")
     (row,) = _read(tmp_path / "metrics.csv")
     assert row["mae"] == "0.25" and row["val_rmse"] == "0.75" and "accuracy" not in row
 

@@ -41,7 +41,8 @@ class Settings:
     """The resolved configuration of one run. Field names map to UPPER_CASE variables."""
 
     # --- data ---
-    dataset: str = _f("mnist", " | ".join(datasets.DATASETS) + " | npz:<file> | images:<dir> (one sub-directory per class)")
+    dataset: str = _f("mnist", " | ".join(datasets.DATASETS)
+                      + " | npz:<file> | images:<dir> (one sub-directory per class)")
     data_dir: str = _f("./data", "where built-in data sets are read from (<name>.npz) and downloads are cached")
     image_size: int = _f(64, "images:<dir> only: images are resized to IMAGE_SIZE x IMAGE_SIZE", min=8, max=4096)
     channels: int = _f(3, "images:<dir> only: 1 (grayscale) or 3 (RGB)", choices=(1, 3))
@@ -69,7 +70,8 @@ class Settings:
     resume: str = _f("", "continue a run: its id or path, latest, or auto (the newest run if it did not finish and its settings match, else a new run); empty: a new run")
     checkpoint_every: int = _f(200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0)
     keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
-    monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss (or val_<name>/<name> of a metric the model adds)")
+    monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss "
+                      "(or val_<name>/<name> of a metric the model adds)")
     monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
     patience: int = _f(0, "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)", min=0, max=100000)
     min_delta: float = _f(0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0)
