@@ -330,7 +330,8 @@ def mutate(c, modules="", workers=1, results=False):
     "package": "upgrade only this package (uv's --upgrade-package), e.g. numpy",
 })
 def lock(c, upgrade=False, package=""):
-    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) with the same shared versions."""
+    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) with the same shared versions, and the
+    MLflow test server's requirements-mlflow-server.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -341,6 +342,8 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-gpu.in {flags} -o requirements-gpu.lock", echo=True)
     # The GPU lock constrains the CPU one: every package both install gets the same version.
     c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
+    # The MLflow server for the tracking tests: its own environment (scripts/venv-mlflow-server.sh), never the image's.
+    c.run(f"uv pip compile requirements-mlflow-server.in {flags} -o requirements-mlflow-server.lock", echo=True)
     c.run(f"{PY} -m train.stack", echo=True)  # fails when the pins no longer match TF's tested stack
 
 

@@ -95,7 +95,7 @@ docker compose -f docker-compose.yml -f docker-compose.cpu.yml config -q
 docker compose -f docker-compose.yml -f docker-compose.cpu.yml config | grep -q 'driver: nvidia' \
   && fail "the CPU variant still reserves a GPU"
 if [ -x .venv/bin/python ]; then  # made by scripts/test in .ci/run; the compose binary exists only now
-  .venv/bin/python -m pytest -q -p no:cacheprovider -m docker tests/test_docker.py
+  .venv/bin/python -m pytest -q -p no:cacheprovider -m docker tests/test_docker.py tests/test_tracking.py
 fi
 
 # --- base image --------------------------------------------------------------------------------

@@ -102,3 +102,33 @@ def test_the_runs_command_lists_the_good_runs_beside_a_damaged_one(tmp_path, cap
     assert out[1].split()[:2] == ["20260101-000000-000001", "unreadable"]
     assert out[2].split()[:3] == ["20260101-000000-000002", "completed", "3/3"]
     assert "holds list, not a JSON object" in out[3]
+
+
+def test_runs_json_is_one_document_with_the_tables_fields(tmp_path, capsys):
+    from train import cli
+
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-000001", {**CFG, "epochs": 4},
+         {"status": "completed", "epochs_completed": 4, "best": {"value": 0.75},
+          "segments": [{"seconds": 94.0, "status": "interrupted"}, {"seconds": 55.5, "status": "completed",
+                                                                   "epochs_planned": 4}]})
+    _run(root, "20260101-000000-000002", {**CFG, "smoke": True}, '{"status": "failed", "best": {"value": NaN}}')
+    _run(root, "20260101-000000-000003", CFG, "[]")
+    assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    runs = json.loads(out)  # strict JSON: NaN would not load in other languages' parsers
+    assert "NaN" not in out
+    assert runs[0] == {"id": "20260101-000000-000001", "status": "completed", "epochs_completed": 4,
+                       "epochs_planned": 4, "monitor": "val_accuracy", "best": 0.75, "duration_seconds": 149.5,
+                       "model": "cnn", "dataset": "mnist", "smoke": False, "unreadable_reason": None}
+    second = runs[1]
+    assert (second["status"], second["best"], second["smoke"], second["epochs_planned"]) == ("failed", None, True, 1)
+    assert runs[2]["status"] == "unreadable" and "holds list" in runs[2]["unreadable_reason"]
+    assert [r["id"] for r in runs] == [r["id"] for r in list_runs(root)]
+
+
+def test_runs_json_with_no_runs_is_an_empty_list(tmp_path, capsys):
+    from train import cli
+
+    assert cli.main(["runs", "--json", "--runs-dir", str(tmp_path / "none")]) == 0
+    assert json.loads(capsys.readouterr().out) == []

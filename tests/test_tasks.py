@@ -223,11 +223,13 @@ def test_test_and_bench_use_the_current_interpreter(tmp_path):
 def test_lock_compiles_gpu_then_cpu_constrained_then_checks_the_stack():
     c = ctx()
     tasks.lock(c, package="numpy")
-    gpu, cpu, check = echoed(c)
+    gpu, cpu, server, check = echoed(c)
     assert gpu.startswith("uv pip compile requirements-gpu.in --universal --python-version 3.10 --generate-hashes")
     assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
     assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
     assert cpu.endswith("-o requirements.lock")
+    assert server.startswith("uv pip compile requirements-mlflow-server.in --universal")
+    assert server.endswith("-o requirements-mlflow-server.lock")
     assert check == f"{tasks.PY} -m train.stack"
 
 

@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--runs-dir", default=None)
 
     runs = sub.add_parser("runs", allow_abbrev=False, help="list runs as a table")
+    runs.add_argument("--json", action="store_true", help="print one JSON list of the runs instead (for scripts)")
     runs.add_argument("--env-file", default=".env")
     runs.add_argument("--runs-dir", default=None)
 
@@ -151,9 +152,10 @@ def run(argv: Sequence[str]) -> int:
     # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
     settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn, check_model=False)
     if cmd == "runs":
-        from .runs import format_runs, list_runs
+        from .runs import format_runs, list_runs, runs_json
 
-        print(format_runs(list_runs(settings.runs_dir)))
+        rows = list_runs(settings.runs_dir)
+        print(runs_json(rows) if args.json else format_runs(rows))
         return 0
     if cmd == "compare":
         from .compare import compare_runs

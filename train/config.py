@@ -81,6 +81,9 @@ class Settings:
     report: str = _f("full", "report.html: full (at the end also the validation set: confusion matrix, most wrong images) | quick (curves and summary only) | off", choices=REPORT_MODES)
     progress: str = _f("auto", "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise", choices=PROGRESS_MODES)
     debug: bool = _f(False, "show Python tracebacks for expected errors")
+    # --- experiment tracking (optional) ---
+    mlflow_tracking_uri: str = _f("", "MLflow tracking server, e.g. http://127.0.0.1:5000: log settings, metrics, tags and files there (empty: off)")
+    mlflow_experiment: str = _f("Default", "MLflow experiment the runs are logged in (created when missing)")
     # --- several machines (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it) ---
     workers: str = _f("", "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process")
     worker_index: int = _f(-1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000)
@@ -96,7 +99,7 @@ class Settings:
 RESUME_FREE = {
     "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
     "checkpoint_every", "memory_growth", "auto_batch", "resume", "patience", "min_delta", "report",
-    "workers", "worker_index",
+    "workers", "worker_index", "mlflow_tracking_uri", "mlflow_experiment",
 }
 
 
@@ -167,6 +170,39 @@ def _check_runs_dir_path(runs_dir: str) -> None:
                                "point RUNS_DIR at a directory")
 
 
+# What the mlflow-skinny client in the lock can talk to. Its local stores need more: SQLite and the
+# other databases SQLAlchemy (the full `mlflow`), and the file store is refused by MLflow 3.
+_TRACKING_SCHEMES = ("http", "https", "databricks")
+
+
+def _check_tracking(s: Settings) -> None:
+    """MLFLOW_TRACKING_URI: a tracking server the client can reach, without credentials in the URI."""
+    uri = s.mlflow_tracking_uri
+    if not uri:
+        return
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(uri)
+        host = parts.hostname
+    except ValueError:  # e.g. an unclosed [IPv6 bracket
+        parts, host = urlsplit(""), None
+    scheme = "databricks" if uri == "databricks" else parts.scheme
+    if uri != uri.strip() or any(c.isspace() for c in uri) or scheme not in _TRACKING_SCHEMES or (
+            scheme in ("http", "https") and not host):
+        raise ConfigError("MLFLOW_TRACKING_URI", uri,
+                          "the URL of an MLflow tracking server (http://host:5000, https://...) or databricks; empty "
+                          "turns tracking off. For a local store (file:, sqlite:) run a server on it "
+                          "(`docker compose --profile mlflow`, or `mlflow server`) and give its URL")
+    if parts.password or parts.username and scheme != "databricks":
+        # config.json and the manifest record the URI: a password in it would be written to disk.
+        raise ConfigError("MLFLOW_TRACKING_URI", uri.replace(parts.password or "", "***"),
+                          "no user or password in the URI: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
+                          "in the environment instead (the MLflow client reads them there)")
+    if not s.mlflow_experiment.strip():
+        raise ConfigError("MLFLOW_EXPERIMENT", s.mlflow_experiment, "an experiment name, e.g. Default")
+
+
 _MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -175,6 +211,7 @@ def validate(s: Settings) -> Settings:
     _check_ranges(s)
     _check_dirs(s)
     datasets.check_dataset(s.dataset)
+    _check_tracking(s)
     if s.model not in models.MODELS and not _MODULE_FN.match(s.model):
         raise ConfigError("MODEL", s.model, "one of " + ", ".join(models.MODELS) + " or package.module:function")
     if s.monitor not in models.monitors(s.model):

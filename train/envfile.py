@@ -19,7 +19,8 @@ from .errors import EnvFileError
 
 # Read from .env by docker-compose.yml and tasks.py, not by `python -m train` (a test keeps this
 # list in step with docker-compose.yml), and prefixes of other tools' variables.
-OTHER_TOOLS = {"HOST_UID", "HOST_GID", "IMAGE", "CA_BUNDLE", "BASE_IMAGE", "GIT_COMMIT", "RUNS_HOST_DIR", "DATA_HOST_DIR", "TRAIN_ARGS", "TENSORBOARD_PORT"}
+OTHER_TOOLS = {"HOST_UID", "HOST_GID", "IMAGE", "CA_BUNDLE", "BASE_IMAGE", "GIT_COMMIT", "RUNS_HOST_DIR", "DATA_HOST_DIR", "TRAIN_ARGS", "TENSORBOARD_PORT",
+               "MLFLOW_IMAGE", "MLFLOW_PORT"}
 OTHER_PREFIXES = ("COMPOSE_", "DOCKER_", "BUILDKIT_", "TF_", "CUDA_", "NVIDIA_", "XLA_", "NCCL_", "PYTHON")
 
 

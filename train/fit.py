@@ -96,6 +96,8 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
             from .report import write_final_report  # never raises: a report never changes the run's outcome
 
             write_final_report(run_dir, status, settings.report)
+            if opened.get("tracker"):  # after the report: the manifest, report and export go up as artifacts
+                opened["tracker"].finish(status)
             log.info("run %s ended: %s", run_dir.name, status)
         elif plan.resumed:
             log.info("run %s: resume not started (%s); its config.json and manifest.json are unchanged",
@@ -188,6 +190,11 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
             # exactly these, and AUTO_BATCH always has a state to go back to.
             loop.model.optimizer.build(loop.model.trainable_variables)
             loop._save("initial state")
+    if settings.mlflow_tracking_uri:  # only the chief gets here; `import mlflow` only now, when asked for
+        from .tracking import start
+
+        loop.tracker = opened["tracker"] = start(settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir,
+                                                 settings.to_dict())
     # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
 

@@ -145,6 +145,7 @@ class EpochLoop:
             self.metrics.truncate_from(state.epoch + 1)
             self.history = [dict(r) for r in self.metrics.rows]
         self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
+        self.tracker = None  # train.tracking.Tracker, set on the chief when MLFLOW_TRACKING_URI is set
         from .flops import FlopCount, Peak
 
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
@@ -369,6 +370,8 @@ class EpochLoop:
         self.history.append(row)
         if tb:
             tb.write(epoch, {k: v for k, v in row.items() if k != "epoch"})
+        if self.tracker:
+            self.tracker.log_epoch(row, self.state.global_step)  # never raises
         value = logs.get(self.s.monitor)
         if _improved(value, self.state.best, self.mode):
             self.state.best = value

@@ -1,11 +1,15 @@
-"""`python -m train runs`: the runs under RUNS_DIR as a table (id, status, epochs, best, duration).
+"""`python -m train runs`: the runs under RUNS_DIR as a table (id, status, epochs, best, duration),
+or with `--json` as one JSON list for scripts.
 
-Oldest first, in the order the runs were created. A run whose config.json or manifest.json cannot
+Oldest first, in the order the runs were created. The duration is the run's whole time over all its
+segments (a stopped and resumed run adds up every stretch). A run whose config.json or manifest.json cannot
 be read is one row marked `unreadable` (with the reason); it never takes the table down.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 from .errors import RunRecordError
@@ -61,3 +65,17 @@ def format_runs(rows: list[dict]) -> str:
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     return "\n".join(lines + notes)
+
+
+def runs_json(rows: list[dict]) -> str:
+    """The table's rows as one JSON list, with names a script can read without the table's header.
+
+    Never NaN or Infinity (not JSON): a non-finite best value is null."""
+    def number(v):
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    out = [{"id": r["id"], "status": r["status"], "epochs_completed": r["epochs"], "epochs_planned": r["of"],
+            "monitor": r["monitor"] or None, "best": number(r["best"]), "duration_seconds": number(r["duration"]),
+            "model": r["model"] or None, "dataset": r["dataset"] or None, "smoke": r["smoke"],
+            "unreadable_reason": r["reason"]} for r in rows]
+    return json.dumps(out, indent=2, allow_nan=False)

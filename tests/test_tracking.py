@@ -1,0 +1,487 @@
+"""MLflow tracking: the setting, what is logged, and runs against a real `mlflow server` on 127.0.0.1.
+
+The server tests need the full `mlflow` package, which never enters requirements.lock nor the image:
+scripts/venv-mlflow-server.sh installs it into .venv-mlflow-server (.ci/run does, and sets
+REQUIRE_MLFLOW_SERVER=1 so that there they fail instead of skipping). MLFLOW_SERVER may name
+another `mlflow` executable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from helpers import PROJECT_ROOT, subprocess_env, tiny_settings
+
+from train import tracking
+from train.cluster import free_local_ports
+from train.config import load_settings
+from train.errors import ConfigError
+
+# --- the setting -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:5000", "https://mlflow.example.org/tracking/", "http://mlflow:5000",
+                                 "databricks", "databricks://profile"])
+def test_tracking_servers_the_client_can_reach_are_accepted(uri):
+    assert load_settings({"mlflow_tracking_uri": uri}, env_file=None, environ={}).mlflow_tracking_uri == uri
+
+
+@pytest.mark.parametrize("uri", ["127.0.0.1:5000", "http://", "ftp://host/x", "http://host :5000",
+                                 "http://[::1:5000", "file:///tmp/mlruns", "sqlite:///mlflow.db", "./mlruns"])
+def test_a_tracking_uri_mlflow_cannot_use_is_a_config_error_naming_it(uri):
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, env_file=None, environ={"MLFLOW_TRACKING_URI": uri})
+    assert info.value.name == "MLFLOW_TRACKING_URI" and "http://host:5000" in str(info.value)
+
+
+def test_a_password_in_the_tracking_uri_is_refused_and_never_repeated():
+    with pytest.raises(ConfigError) as info:
+        load_settings({"mlflow_tracking_uri": "http://me:s3cret@host:5000"}, env_file=None, environ={})
+    assert "s3cret" not in str(info.value) and "MLFLOW_TRACKING_PASSWORD" in str(info.value)
+
+
+def test_an_empty_experiment_name_is_refused():
+    with pytest.raises(ConfigError, match="MLFLOW_EXPERIMENT"):
+        load_settings({"mlflow_tracking_uri": "http://h:5000", "mlflow_experiment": " "}, env_file=None, environ={})
+
+
+def test_the_tracking_settings_may_change_on_resume():
+    from train.config import RESUME_FREE
+
+    assert {"mlflow_tracking_uri", "mlflow_experiment"} <= RESUME_FREE
+
+
+# --- what is logged ----------------------------------------------------------------------------
+
+
+def test_tags_name_commit_lock_data_and_image():
+    manifest = {"run_id": "r1", "git": {"commit": "abc123", "dirty": True, "source": "git"},
+                "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff" * 32},
+                "data": {"fingerprint": "cd" * 32, "dataset": "mnist"}}
+    tags = tracking.tags_from_manifest(manifest)
+    assert tags["commit"] == "abc123 (uncommitted changes)" and tags["mlflow.source.git.commit"] == "abc123"
+    assert tags["lock_sha256"] == "ff" * 32 and tags["lock"] == "requirements.lock"
+    assert tags["data_fingerprint"] == "cd" * 32 and tags["image"] == "none (a git checkout)"
+    in_image = {**manifest, "git": {"commit": "0123456789abcdef", "source": "/app/BUILD_COMMIT"}}
+    assert tracking.tags_from_manifest(in_image)["image"] == "tf-train-template:cpu-ffffffffffff-01234567"
+    assert tracking.tags_from_manifest({})["commit"] == "unknown"
+
+
+def test_params_are_the_settings_without_where_tracking_goes():
+    params = tracking.params_from_settings({"batch_size": 32, "smoke": False, "mlflow_tracking_uri": "http://h",
+                                            "mlflow_experiment": "x"})
+    assert params == {"batch_size": "32", "smoke": "False"}
+
+
+def test_epoch_metrics_leave_out_empty_and_non_finite_values():
+    row = {"epoch": 2, "loss": 0.5, "val_loss": float("nan"), "mfu": None, "gpu_memory_used_mb": "", "ok": True}
+    assert tracking.epoch_metrics(row) == {"epoch": 2.0, "loss": 0.5}
+
+
+@pytest.fixture
+def train_log_propagates(monkeypatch):
+    """caplog sees the `train` logger even after a training in this process turned propagation off."""
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+
+
+def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, caplog, train_log_propagates):
+    class Down:
+        def __getattr__(self, name):
+            def fail(*a, **k):
+                raise ConnectionError("connection refused\nmore detail")
+            return fail
+
+    for name in ("manifest.json", "config.json", "report.html"):
+        (tmp_path / name).write_text("{}")
+    tracker = tracking.Tracker(Down(), "run", tmp_path)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker.log_epoch({"loss": 1.0}, 10)
+        tracker.finish("completed")
+    lines = [r.getMessage() for r in caplog.records]
+    # After one failed upload the others are not tried: each would wait out its retries.
+    assert lines == [f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
+                     for what in ("epoch metrics", "manifest.json", "run status")]
+
+
+def test_a_closed_port_is_unreachable_at_once():
+    (port,) = free_local_ports(1)
+    with pytest.raises(tracking.TrackingUnavailable, match=f"127.0.0.1:{port}/health cannot be reached"):
+        tracking.check_reachable(f"http://127.0.0.1:{port}")
+    tracking.check_reachable("databricks")  # no /health there: checked by use
+
+
+def test_start_against_a_closed_port_is_one_warning_and_no_tracker(tmp_path, caplog, train_log_propagates):
+    (port,) = free_local_ports(1)
+    (tmp_path / "manifest.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="train"):
+        assert tracking.start(f"http://127.0.0.1:{port}", "Default", tmp_path, {"epochs": 1}) is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("WARNING: MLflow tracking off for this run:") and "training goes on" in line
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {}  # nothing recorded
+
+
+# --- off means not imported --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_without_tracking_imports_nothing_of_mlflow(tmp_path):
+    code = ("import sys, json; sys.path.insert(0, 'tests')\n"
+            "from helpers import tiny_settings\nfrom pathlib import Path\nfrom train.fit import train\n"
+            "r = train(tiny_settings(Path(sys.argv[1]), epochs=1, export=False, report='quick'))\n"
+            "import importlib.util\n"
+            "print(json.dumps({'status': r.status, 'installed': importlib.util.find_spec('mlflow') is not None,"
+            " 'imported': sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow' or m == 'train.tracking')}))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          env=subprocess_env(), cwd=PROJECT_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] == "completed" and out["imported"] == []
+    assert out["installed"]  # the client is in the lock: nothing kept it out but the setting being off
+
+
+# --- a real server ----------------------------------------------------------------------------
+
+
+def _server_executable() -> str | None:
+    given = os.environ.get("MLFLOW_SERVER")
+    if given:
+        return shutil.which(given) or given
+    own = PROJECT_ROOT / ".venv-mlflow-server" / "bin" / "mlflow"
+    return str(own) if own.is_file() else None
+
+
+def _server_or_skip() -> str:
+    exe = _server_executable()
+    if exe is None:
+        if os.environ.get("REQUIRE_MLFLOW_SERVER") == "1":
+            pytest.fail("REQUIRE_MLFLOW_SERVER=1 but no MLflow server: run scripts/venv-mlflow-server.sh")
+        pytest.skip("no MLflow server installed (scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server; "
+                    "the runtime image carries only the client)")
+    return exe
+
+
+@contextlib.contextmanager
+def _running_server(args: list[str], home: Path, port: int):
+    """`mlflow <args>` in `home`, until /health on 127.0.0.1:`port` answers; stopped afterwards."""
+    log_path = home / "server.log"
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen([_server_or_skip(), *args], stdout=out, stderr=subprocess.STDOUT, cwd=home,
+                                start_new_session=True)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, log_path)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
+        proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server on 127.0.0.1 (SQLite backend, artifacts served): its URI."""
+    _server_or_skip()
+    home = tmp_path_factory.mktemp("mlflow-server")
+    (port,) = free_local_ports(1)
+    args = ["server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
+            "--artifacts-destination", str(home / "artifacts"), "--serve-artifacts"]
+    with _running_server(args, home, port):
+        yield f"http://127.0.0.1:{port}"
+
+
+def _wait_healthy(uri: str, proc: subprocess.Popen, log_path: Path) -> None:
+    """Until /health answers 200, or the server exits (then its log is the failure message). The
+    bound only keeps a hung server from hanging the suite; it asserts nothing about speed."""
+    give_up = time.monotonic() + 600
+    while time.monotonic() < give_up:
+        if proc.poll() is not None:
+            pytest.fail(f"mlflow server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(uri + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"mlflow server never answered /health:\n{log_path.read_text()[-3000:]}")
+
+
+def _client(uri):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _artifacts(client, run_id, path=None) -> set[str]:
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= _artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server, tmp_path):
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, report="quick", mlflow_tracking_uri=mlflow_server, mlflow_experiment="template-tests")
+    result = train(s)
+    assert result.status == "completed"
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    run_id = manifest["mlflow"]["run_id"]
+    assert manifest["mlflow"]["tracking_uri"] == mlflow_server
+
+    client = _client(mlflow_server)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == result.run_dir.name
+    assert client.get_experiment(run.info.experiment_id).name == "template-tests"
+    params = run.data.params
+    assert params["batch_size"] == "32" and params["epochs"] == "2" and params["dataset"] == s.dataset
+    assert "mlflow_tracking_uri" not in params and len(params) == len(s.to_dict()) - 2
+
+    history = client.get_metric_history(run_id, "val_accuracy")
+    steps_per_epoch = -(-384 // 32)  # tiny_settings: 384 training examples
+    assert [m.step for m in history] == [steps_per_epoch, 2 * steps_per_epoch]
+    assert [m.value for m in history] == pytest.approx([r["val_accuracy"] for r in result.history])
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [steps_per_epoch, 2 * steps_per_epoch]
+
+    tags = run.data.tags
+    assert tags["commit"].startswith(str(manifest["git"]["commit"]))
+    assert tags["lock_sha256"] == manifest["requirements_lock"]["sha256"]
+    assert tags["data_fingerprint"] == manifest["data"]["fingerprint"] and tags["image"]
+
+    files = _artifacts(client, run_id)
+    assert {"manifest.json", "config.json", "report.html", "curves.png", "metrics.csv",
+            "export/model.keras", "export/labels.txt", "export/savedmodel/saved_model.pb"} <= files
+    local = Path(client.download_artifacts(run_id, "manifest.json", str(tmp_path)))
+    assert json.loads(local.read_text())["status"] == "completed"  # the final manifest, not the one at start
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, monkeypatch):
+    from train import stopping
+    from train.fit import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False, report="quick", mlflow_tracking_uri=mlflow_server)
+    original = stopping.StopFlag.check
+    calls = {"n": 0}
+
+    def stop_at_step_5(self):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            self.request("test stop")
+        return original(self)
+
+    monkeypatch.setattr(stopping.StopFlag, "check", stop_at_step_5)
+    stopped = train(s)
+    assert stopped.status == "interrupted"
+    run_id = json.loads((stopped.run_dir / "manifest.json").read_text())["mlflow"]["run_id"]
+    client = _client(mlflow_server)
+    assert client.get_run(run_id).info.status == "KILLED"
+
+    monkeypatch.setattr(stopping.StopFlag, "check", original)
+    resumed = train(s.replace(epochs=2), resume=stopped.run_dir.name)
+    assert resumed.status == "completed"
+    assert json.loads((stopped.run_dir / "manifest.json").read_text())["mlflow"]["run_id"] == run_id
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["epochs"] == "1"  # params cannot change; the run's config.json artifact has EPOCHS=2
+    steps = [m.step for m in client.get_metric_history(run_id, "val_accuracy")]
+    assert steps == [12, 24]  # both epochs, the first trained across the stop, on the global step
+    local = Path(client.download_artifacts(run_id, "manifest.json", str(tmp_path)))
+    segments = json.loads(local.read_text())["segments"]  # the artifact is the newest manifest
+    assert [seg["status"] for seg in segments] == ["interrupted", "completed"]
+    experiment_runs = client.search_runs([run.info.experiment_id], f"attributes.run_name = '{stopped.run_dir.name}'")
+    assert [r.info.run_id for r in experiment_runs] == [run_id]  # no second MLflow run
+
+
+@pytest.mark.slow
+def test_with_two_workers_only_the_chief_logs(mlflow_server, tmp_path):
+    from faults import env, fit_flags, only_run
+    from helpers import make_npz
+
+    npz = make_npz(tmp_path)
+    workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(2))
+    procs = []
+    for i in range(2):
+        cwd = tmp_path / f"w{i}"  # each its own RUNS_DIR: no shared disk, as on two hosts
+        cwd.mkdir()
+        with open(cwd / "out.txt", "w") as out:
+            flags = fit_flags(cwd, npz, epochs=2, export=False, report="quick", mlflow_experiment="two-workers")
+            procs.append(subprocess.Popen([sys.executable, "-m", "train", "fit", *flags], cwd=cwd, stdout=out,
+                                          stderr=subprocess.STDOUT,
+                                          env=env(WORKERS=workers, WORKER_INDEX=str(i),
+                                                  MLFLOW_TRACKING_URI=mlflow_server)))
+    codes = [p.wait(timeout=900) for p in procs]  # the timeout only guards against a hang
+    outputs = [(tmp_path / f"w{i}" / "out.txt").read_text() for i in range(2)]
+    assert codes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    chief_run = only_run(tmp_path / "w0" / "runs")
+    assert "MLflow: logging to run" in outputs[0] and "MLflow" not in outputs[1]
+    client = _client(mlflow_server)
+    experiment = client.get_experiment_by_name("two-workers")
+    (run,) = client.search_runs([experiment.experiment_id])  # one MLflow run, not one per worker
+    assert run.info.run_name == chief_run.name and run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [12, 24]
+
+
+@pytest.mark.slow
+def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch):
+    from train.fit import train
+
+    home = tmp_path / "server"
+    home.mkdir()
+    (port,) = free_local_ports(1)
+    args = ["server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}", "--artifacts-destination", str(home / "a")]
+    with _running_server(args, home, port) as server:
+        original = tracking.Tracker.log_epoch
+
+        def log_then_lose_the_server(self, row, step):
+            original(self, row, step)
+            if server.poll() is None:  # after epoch 1 is logged: the server goes away
+                os.killpg(server.pid, 9)
+                server.wait()
+
+        monkeypatch.setattr(tracking.Tracker, "log_epoch", log_then_lose_the_server)
+        s = tiny_settings(tmp_path, export=False, report="quick", mlflow_tracking_uri=f"http://127.0.0.1:{port}")
+        result = train(s)
+    assert result.status == "completed" and result.epochs_completed == 2
+    lines = (result.run_dir / "train.log").read_text().splitlines()
+    warned = [line.split(" ", 2)[2] for line in lines if "WARNING: MLflow" in line]
+    assert warned and all(w.startswith("WARNING: MLflow: ") and "training goes on" in w for w in warned)
+    assert any("epoch metrics not logged" in w for w in warned) and any("run status not logged" in w for w in warned)
+    assert json.loads((result.run_dir / "manifest.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_an_unreachable_server_is_one_warning_and_the_training_completes(tmp_path):
+    from helpers import make_npz
+
+    (port,) = free_local_ports(1)  # nothing listens there
+    npz = make_npz(tmp_path)
+    env = subprocess_env(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
+    proc = subprocess.run([sys.executable, "-m", "train", "fit", "--dataset", f"npz:{npz}", "--runs-dir",
+                           str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), "--epochs", "1",
+                           "--batch-size", "32", "--precision", "float32", "--no-export", "--report", "quick"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    warnings = [line for line in proc.stdout.splitlines() if "MLflow" in line]
+    assert len(warnings) == 1 and "tracking off for this run" in warnings[0] and f"127.0.0.1:{port}" in warnings[0]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and "mlflow" not in manifest
+    assert re.search(r"ended: completed", (run_dir / "train.log").read_text())
+
+
+# --- the packages -------------------------------------------------------------------------------
+
+
+def _pinned(lock: str, name: str) -> str:
+    found = re.findall(rf"^{re.escape(name)}==(\S+)", (PROJECT_ROOT / lock).read_text(), re.MULTILINE)
+    assert len(found) == 1, (lock, name, found)
+    return found[0]
+
+
+def test_the_test_server_is_the_clients_version_and_the_server_stays_out_of_the_runtime_locks():
+    if not (PROJECT_ROOT / "requirements-mlflow-server.lock").is_file():
+        pytest.skip("the test server's lock is host-side (not in the image)")
+    client = _pinned("requirements.lock", "mlflow-skinny")
+    assert _pinned("requirements-gpu.lock", "mlflow-skinny") == client
+    assert _pinned("requirements-mlflow-server.lock", "mlflow") == client
+    assert f"mlflow=={client}" in (PROJECT_ROOT / "requirements-mlflow-server.in").read_text()
+    for lock in ("requirements.lock", "requirements-gpu.lock"):
+        text = (PROJECT_ROOT / lock).read_text()
+        for server_only in ("mlflow", "flask", "sqlalchemy", "alembic", "gunicorn", "pandas"):
+            assert not re.search(rf"^{server_only}==", text, re.MULTILINE), (lock, server_only)
+
+
+# --- the compose profile -------------------------------------------------------------------------
+
+
+def _compose_file() -> dict:
+    from yamlish import load
+
+    path = PROJECT_ROOT / "docker-compose.yml"
+    if not path.is_file():
+        pytest.skip("the compose files are host-side (not in the image)")
+    return load(path.read_text())
+
+
+def test_the_mlflow_profile_is_a_local_only_server_with_sqlite_and_artifacts_on_a_volume():
+    compose = _compose_file()
+    server = compose["services"]["mlflow"]
+    assert server["profiles"] == ["mlflow"]
+    client = _pinned("requirements.lock", "mlflow-skinny")
+    assert server["image"] == "${MLFLOW_IMAGE:-ghcr.io/mlflow/mlflow:v%s}" % client  # the client's version
+    assert server["ports"] == ["127.0.0.1:${MLFLOW_PORT:-5000}:5000"]  # loopback only: no authentication
+    assert server["volumes"] == ["mlflow:/mlflow"] and "mlflow" in compose["volumes"]
+    command = server["command"]
+    assert command[:2] == ["mlflow", "server"] and "--serve-artifacts" in command
+    assert "--backend-store-uri=sqlite:////mlflow/mlflow.db" in command  # on the volume
+    assert "--artifacts-destination=/mlflow/artifacts" in command
+    train = compose["services"]["train"]
+    assert train["environment"]["MLFLOW_TRACKING_URI"] == "${MLFLOW_TRACKING_URI:-}"
+    assert train["depends_on"]["mlflow"] == {"condition": "service_healthy", "required": False}
+
+
+def _compose_binary() -> list[str] | None:
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+@pytest.mark.docker
+def test_compose_starts_the_server_only_with_its_profile_and_points_the_training_at_it():
+    _compose_file()
+    compose = _compose_binary()
+    if compose is None:
+        pytest.skip("no Docker Compose v2 binary (docker compose / docker-compose) installed")
+
+    def config(*args, **env):
+        out = subprocess.run([*compose, *args, "config", "--format", "json"], cwd=PROJECT_ROOT, capture_output=True,
+                             text=True, env={"PATH": os.environ.get("PATH", ""), **env})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    plain = config()
+    assert set(plain["services"]) == {"train"}
+    assert plain["services"]["train"]["environment"]["MLFLOW_TRACKING_URI"] == ""
+    on = config("--profile", "mlflow", MLFLOW_TRACKING_URI="http://mlflow:5000")
+    assert set(on["services"]) == {"train", "mlflow"}
+    assert on["services"]["train"]["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    (port,) = on["services"]["mlflow"]["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "5000", 5000)
+
+
+@pytest.mark.slow
+def test_the_profiles_server_command_runs_and_answers_the_training_containers_host_name(tmp_path):
+    """The compose service's own command line, with its paths moved under tmp_path, on a free port."""
+    command = _compose_file()["services"]["mlflow"]["command"]
+    (port,) = free_local_ports(1)
+    args = [a.replace("--host=0.0.0.0", "--host=127.0.0.1").replace("--port=5000", f"--port={port}")
+            .replace("/mlflow/", f"{tmp_path}/") for a in command[1:]]
+    with _running_server(args + ["--workers=1"], tmp_path, port):
+        def status(host: str) -> int:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1",
+                                             headers={"Host": host})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as r:
+                    return r.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert status("mlflow:5000") == 200  # how the train service reaches it
+        assert status(f"localhost:{port}") == 200  # a browser on this machine
+        assert status("attacker.example:5000") == 403  # anything else: refused (DNS rebinding)
+    assert (tmp_path / "mlflow.db").is_file()
