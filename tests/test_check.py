@@ -18,7 +18,8 @@ from train.check_facts import Facts, TfFacts
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_cpu_machine_gets_a_calm_report_exit_0():
+def test_cpu_machine_gets_a_calm_report_exit_0(monkeypatch):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     facts = Facts(tf=cpu_tf(log=CUINIT_NOISE, matmul=[{"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 70.0}]),
                   driver_reason="NVML: NVML Shared Library Not Found", cpu_bf16=["avx512_bf16"])
     r = check.build_report(facts)
@@ -27,6 +28,12 @@ def test_cpu_machine_gets_a_calm_report_exit_0():
     text = check.format_report(r)
     assert "VERDICT: running on CPU" in text and "cuInit" in text and "CUDA_ERROR_NO_DEVICE" not in text
     assert r["precision"]["auto"] == "mixed_bfloat16" and r["tf_log"]["shown"] == []
+
+
+def test_auto_on_a_bf16_cpu_with_onednn_turned_off_is_float32_as_in_training(monkeypatch):
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    p = check.precisions(Facts(tf=cpu_tf(), cpu_bf16=["avx512_bf16"]))
+    assert p["auto"] == "float32" and "TF_ENABLE_ONEDNN_OPTS" in p["auto_reason"]
 
 
 def test_require_gpu_on_cpu_exits_1_through_the_cli(monkeypatch, capsys):

@@ -22,12 +22,22 @@ def restore_policy():
 
 @pytest.mark.parametrize("flags, policy", [({"avx512_bf16"}, "mixed_bfloat16"), ({"avx2"}, "float32")])
 def test_auto_precision_on_cpu_follows_the_cpu_flags(monkeypatch, flags, policy):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     monkeypatch.setattr(devices, "cpu_flags", lambda: flags)
     setup = devices.setup_devices(Settings(precision="auto"))
     assert setup.precision == policy
     assert keras.mixed_precision.global_policy().name == policy
     assert (setup.gpus, setup.strategy, setup.replicas, setup.memory_growth) == ([], None, 1, False)
     assert setup.describe().startswith(f"devices: CPU; precision {policy} (CPU has")
+
+
+def test_auto_precision_is_float32_when_onednn_is_turned_off(monkeypatch):
+    # Read from the environment as TensorFlow reads it: without oneDNN, bf16 is emulated.
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx512_bf16"})
+    setup = devices.setup_devices(Settings(precision="auto"))
+    assert setup.precision == "float32"
+    assert "TF_ENABLE_ONEDNN_OPTS" in setup.precision_reason
 
 
 def test_explicit_precision_is_applied():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from train.hardware import choose_precision, cpu_bf16, cpu_flags
+from train.hardware import choose_precision, cpu_bf16, cpu_flags, onednn_enabled
 
 
 @pytest.mark.parametrize("ccs, policy, cc_text", [
@@ -32,6 +32,31 @@ def test_auto_on_cpu(flags, policy, named):
     got, reason = choose_precision("auto", [], flags)
     assert got == policy
     assert named in reason
+
+
+@pytest.mark.parametrize("flags", [{"avx512_bf16"}, {"amx_bf16", "avx512_bf16"}])
+def test_auto_on_a_bf16_cpu_without_onednn_is_float32(flags):
+    got, reason = choose_precision("auto", [], flags, onednn=False)
+    assert got == "float32"
+    assert "TF_ENABLE_ONEDNN_OPTS" in reason and "avx512_bf16" in reason
+
+
+def test_onednn_off_changes_nothing_on_gpus_or_for_an_explicit_precision():
+    assert choose_precision("auto", [(8, 0)], {"avx512_bf16"}, onednn=False)[0] == "mixed_bfloat16"
+    assert choose_precision("mixed_bfloat16", [], {"avx512_bf16"}, onednn=False)[0] == "mixed_bfloat16"
+
+
+@pytest.mark.parametrize("environ, on", [
+    ({}, True),
+    ({"TF_ENABLE_ONEDNN_OPTS": "1"}, True),
+    ({"TF_ENABLE_ONEDNN_OPTS": "true"}, True),
+    ({"TF_ENABLE_ONEDNN_OPTS": ""}, True),  # TensorFlow ignores a value it cannot read: on
+    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, False),
+    ({"TF_ENABLE_ONEDNN_OPTS": "false"}, False),
+    ({"TF_ENABLE_ONEDNN_OPTS": "False"}, False),
+])
+def test_onednn_enabled_reads_the_variable_as_tensorflow_does(environ, on):
+    assert onednn_enabled(environ) is on
 
 
 @pytest.mark.parametrize("requested", ["float32", "mixed_float16", "mixed_bfloat16"])

@@ -39,7 +39,7 @@ def precisions(facts: Facts) -> dict[str, Any]:
                    "mixed_float16": (False, "CPUs have no fast float16 matmuls: slower than float32"),
                    "mixed_bfloat16": (bool(native), f"CPU has native bfloat16 ({native})" if native
                                       else "CPU has no amx_bf16/avx512_bf16: bfloat16 would be emulated, slower")}
-    auto, reason = hardware.choose_precision("auto", ccs, facts.cpu_bf16)
+    auto, reason = hardware.choose_precision("auto", ccs, facts.cpu_bf16, hardware.onednn_enabled())
     return {"options": {k: {"sensible": ok, "why": why} for k, (ok, why) in options.items()},
             "auto": auto, "auto_reason": reason}
 

@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf
 
 from .errors import TemplateError
-from .hardware import choose_precision, cpu_flags
+from .hardware import choose_precision, cpu_flags, onednn_enabled
 
 log = logging.getLogger("train")
 
@@ -76,7 +76,7 @@ def setup_devices(settings, cluster=None) -> DeviceSetup:
     if settings.deterministic:
         tf.config.experimental.enable_op_determinism()
     ccs = [cc for cc in (_compute_capability(g) for g in gpus) if cc]
-    policy, reason = choose_precision(settings.precision, ccs, cpu_flags())
+    policy, reason = choose_precision(settings.precision, ccs, cpu_flags(), onednn_enabled())
     keras.mixed_precision.set_global_policy(policy)
     strategy = multi or (tf.distribute.MirroredStrategy() if len(gpus) > 1 else None)
     replicas = strategy.num_replicas_in_sync if strategy else 1

@@ -6,8 +6,9 @@ any machine with faked inputs; `devices` feeds them the real values.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 # CPU flags (as in /proc/cpuinfo) that give TensorFlow/oneDNN native bfloat16 matmuls and convolutions.
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -34,10 +35,18 @@ def cpu_bf16(flags: Iterable[str]) -> list[str]:
     return [f for f in CPU_BF16_FLAGS if f in flags]
 
 
+def onednn_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether TensorFlow's oneDNN CPU kernels are on: TF_ENABLE_ONEDNN_OPTS=0 or false (any case)
+    turns them off, as TensorFlow reads it; unset, they are on in the x86 builds on bf16 CPUs."""
+    value = (os.environ if environ is None else environ).get("TF_ENABLE_ONEDNN_OPTS", "")
+    return value.lower() not in ("0", "false")
+
+
 def choose_precision(
     requested: str,
     gpu_compute_capabilities: Sequence[tuple[int, int]],
     flags: Iterable[str],
+    onednn: bool = True,
 ) -> tuple[str, str]:
     """Return (policy, reason). `requested` other than 'auto' is kept as it is.
 
@@ -48,7 +57,9 @@ def choose_precision(
     Measured on a 2-core AMD EPYC with AVX512-BF16 and no AMX (benchmarks/test_throughput.py,
     interleaved in one process): bf16/float32 0.99x at batch 128 (equal within noise: the small
     CNN is bound by memory traffic and per-step overhead there) and 1.48x at batch 512, so AVX512-BF16
-    alone is kept: never slower, faster as activations grow.
+    alone is kept: never slower, faster as activations grow. Native bf16 is oneDNN's: with
+    TF_ENABLE_ONEDNN_OPTS=0 (`onednn=False`) the same CPU trained the default CNN in mixed_bfloat16
+    at a twentieth of its speed with oneDNN (benchmarks/test_cpu_settings.py), so float32 then.
     """
     if requested != "auto":
         return requested, "set by PRECISION"
@@ -61,6 +72,9 @@ def choose_precision(
             return "mixed_float16", f"GPU compute capability {cc_text} >= 7.0 has float16 tensor cores"
         return "float32", f"GPU compute capability {cc_text} < 7.0 has no tensor cores"
     native = cpu_bf16(flags)
+    if native and not onednn:
+        return "float32", ("TF_ENABLE_ONEDNN_OPTS turns oneDNN off: without it bfloat16 is emulated even on this CPU ("
+                           + ", ".join(native) + ")")
     if native:
         return "mixed_bfloat16", "CPU has native bfloat16 (" + ", ".join(native) + ")"
     return "float32", "CPU has no native bfloat16 (no amx_bf16 / avx512_bf16): bf16 would be emulated"
