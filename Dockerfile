@@ -1,5 +1,7 @@
-# Training image: `--target gpu` (the default, last stage) or `--target cpu` (no CUDA wheels).
-# Both targets share every layer but the one that installs the lock file.
+# Training image. Two build choices:
+#   --build-arg VARIANT=gpu (default) or cpu: which lock is installed (cpu: tensorflow-cpu, no CUDA wheels);
+#   --target runtime (what trains; the default) or test (runtime + the test tools and tests/, for CI).
+# Both variants share every layer but the one that installs the lock file.
 #
 # No "# syntax=" line on purpose: the engine's built-in BuildKit frontend supports RUN --mount, so
 # the file builds where no registry is reachable. Build with BuildKit on (DOCKER_BUILDKIT=1, the
@@ -10,6 +12,8 @@
 # written); refresh both together. Override with --build-arg BASE_IMAGE=... for a registry mirror or
 # an internal image; it needs bash, python3 (3.10-3.13) with the venv module, and useradd.
 ARG BASE_IMAGE=python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
+# Declared before the first FROM so that a FROM line can use it: it picks the dependency stage.
+ARG VARIANT=gpu
 
 FROM ${BASE_IMAGE} AS base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -47,7 +51,7 @@ ENV APP_UID=${UID} \
     MPLCONFIGDIR=/tmp/matplotlib \
     RUNS_DIR=/runs \
     DATA_DIR=/data
-# APP_UID/APP_GID: the build-time ids, for the numeric USER of each target (so runAsNonRoot can verify).
+# APP_UID/APP_GID: the build-time ids, for the numeric USER of each stage (so runAsNonRoot can verify).
 # TINI_SUBREAPER: lets tini work under compose's `init: true` (docker-init as PID 1) too.
 # MPLCONFIGDIR: the report's matplotlib font cache; HOME is not writable when HOST_UID is not the
 # build-time UID, and matplotlib would otherwise warn and rebuild the cache at every start.
@@ -56,7 +60,8 @@ ENV APP_UID=${UID} \
 RUN python3 -m venv "${VIRTUAL_ENV}" \
     && install -d -o app -g app /runs /data
 WORKDIR /app
-# Both lock files, so tests/test_stack.py can check the stack inside either image.
+# Both runtime locks: each run's manifest records the hash of the one installed, and the GPU check
+# compares them with TensorFlow's tested stack.
 COPY requirements.lock requirements-gpu.lock ./
 # Exec form, so tini is PID 1 and python receives signals directly. `docker run IMAGE` trains;
 # `docker run IMAGE check|export|runs|predict ...` runs the other commands of the CLI.
@@ -90,17 +95,18 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 # The package, installed without re-resolving anything (--no-deps) and without build isolation
-# (setuptools comes from the lock, so nothing unpinned is downloaded). The lock inputs, README.md,
-# .env.example come along because tests compare them with the code; the [d]/[e]
-# wildcards let the build work in a checkout without them. BUILD_COMMIT records the commit the
-# image was built from for each run's manifest (there is no .git in the build context: `invoke
-# build`/`invoke train` pass GIT_COMMIT, and compose does when it is set in the environment or .env);
-# it comes last, so a new commit rebuilds one tiny layer. These lines end both
-# targets; ENTRYPOINT, CMD and the environment are inherited from `base`.
-FROM deps-cpu AS cpu
-COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
+# (setuptools comes from the lock, so nothing unpinned is downloaded). README.md is the package's
+# long description; the [d] wildcard lets the build work in a checkout without it. BUILD_COMMIT
+# records the commit the image was built from for each run's manifest (there is no .git in the
+# build context: `invoke build`/`invoke train` pass GIT_COMMIT, and compose does when it is set in
+# the environment or .env); it comes last, so a new commit rebuilds one tiny layer. ENTRYPOINT, CMD
+# and the environment are inherited from `base`.
+# DL3006 ("tag the image"): deps-${VARIANT} is one of the two stages above, not an image.
+# hadolint ignore=DL3006
+FROM deps-${VARIANT} AS runtime
+WORKDIR /app
+COPY pyproject.toml README.m[d] ./
 COPY train ./train
-COPY tests ./tests
 RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
 ARG GIT_COMMIT=""
 RUN printf '%s\n' "${GIT_COMMIT}" > BUILD_COMMIT
@@ -108,13 +114,20 @@ RUN printf '%s\n' "${GIT_COMMIT}" > BUILD_COMMIT
 # hadolint ignore=DL3066
 USER ${APP_UID}:${APP_GID}
 
-FROM deps-gpu AS gpu
-COPY pyproject.toml requirements*.in README.m[d] .env.exampl[e] ./
-COPY train ./train
+# The runtime image plus what only the tests need: the test lock (pytest, invoke, pillow, ...), the
+# tests, and the files they compare with the code (.env.example, the lock inputs). CI runs the
+# suite in it; nothing here reaches the runtime image. Root only to install, then the same user.
+FROM runtime AS test
+USER 0
+COPY requirements-test.lock ./
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca_bundle,required=false \
+    if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements-test.lock
+COPY requirements*.in .env.exampl[e] ./
 COPY tests ./tests
-RUN pip install --no-deps --no-build-isolation --no-cache-dir . && rm -rf build ./*.egg-info
-ARG GIT_COMMIT=""
-RUN printf '%s\n' "${GIT_COMMIT}" > BUILD_COMMIT
-# DL3066 ("non-numeric user"): it is numeric once expanded; hadolint does not expand variables.
 # hadolint ignore=DL3066
 USER ${APP_UID}:${APP_GID}
+
+# The last stage is what a build without --target gives: the runtime image, not the test one.
+FROM runtime AS default

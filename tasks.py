@@ -11,6 +11,7 @@ one line that says what is missing and what to do. Tested with invoke.MockContex
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shlex
 import shutil
@@ -46,11 +47,15 @@ def _require_gpu(c: Context) -> None:
         raise Exit(f"the NVIDIA container toolkit is not set up for Docker: install it ({TOOLKIT_URL}), "
                    "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; or add --cpu")
     if shutil.which("nvidia-smi") is None or "GPU" not in c.run("nvidia-smi -L", hide=True, warn=True).stdout:
-        from train.stack import GPU_LOCK, locked_versions, stack_for
-
-        stack = stack_for(locked_versions(GPU_LOCK)["tensorflow"])
+        try:  # the driver the locked CUDA needs, from the optional GPU check's table
+            from train.gpucheck.stack import GPU_LOCK, locked_versions, stack_for
+        except ModuleNotFoundError:
+            need = "that supports the CUDA of requirements-gpu.lock"
+        else:
+            stack = stack_for(locked_versions(GPU_LOCK)["tensorflow"])
+            need = f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs)"
         raise Exit(f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
-                   f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs), or add --cpu")
+                   f"{need}, or add --cpu")
 
 
 def _compose(c: Context, cpu: bool, gpu_needed: bool = True) -> str:
@@ -102,7 +107,7 @@ def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", netw
         raise Exit(f"--ca-bundle {ca_bundle!r} is not a file: give the path of a PEM bundle")
     _require_docker(c)
     commit, dirty = git_commit(c)
-    args = [f"--target {target}", f"--build-arg UID={uid}", f"--build-arg GID={gid}"]
+    args = ["--target runtime", f"--build-arg VARIANT={target}", f"--build-arg UID={uid}", f"--build-arg GID={gid}"]
     if commit:  # baked into the image as BUILD_COMMIT, recorded in every run's manifest
         args.append(f"--build-arg GIT_COMMIT={commit}")
     if base_image:
@@ -330,8 +335,8 @@ def mutate(c, modules="", workers=1, results=False):
     "package": "upgrade only this package (uv's --upgrade-package), e.g. numpy",
 })
 def lock(c, upgrade=False, package=""):
-    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) with the same shared versions, and the
-    MLflow test server's requirements-mlflow-server.lock."""
+    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) and requirements-test.lock with the same
+    shared versions, and the MLflow test server's requirements-mlflow-server.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -342,9 +347,12 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-gpu.in {flags} -o requirements-gpu.lock", echo=True)
     # The GPU lock constrains the CPU one: every package both install gets the same version.
     c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
+    # The test tools, installed on top of either runtime lock (the image's `test` target, .venv).
+    c.run(f"uv pip compile requirements-test.in -c requirements-gpu.lock {flags} -o requirements-test.lock", echo=True)
     # The MLflow server for the tracking tests: its own environment (scripts/venv-mlflow-server.sh), never the image's.
     c.run(f"uv pip compile requirements-mlflow-server.in {flags} -o requirements-mlflow-server.lock", echo=True)
-    c.run(f"{PY} -m train.stack", echo=True)  # fails when the pins no longer match TF's tested stack
+    if importlib.util.find_spec("train.gpucheck") is not None:  # the optional GPU check holds TF's tested stack
+        c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it
 
 
 @task(help={

@@ -8,7 +8,8 @@
 #   build      `docker compose build` of the CPU variant, as a newcomer would (base image and CA
 #              bundle from .env, GIT_COMMIT from the environment)
 #   secrets    the .env (with a canary secret) must not be in any layer of the image
-#   tests      the test suite inside the image, as its non-root user, with no network
+#   runtime    the runtime image holds no tests/, pytest or invoke
+#   tests      the test suite inside the image's `test` target, as its non-root user, with no network
 #   rebuild    a code-only change rebuilds without reinstalling dependencies (timed)
 #   smoke      `docker compose up --exit-code-from train` of the CPU variant, one smoke epoch, as an
 #              unprivileged host user; the run directory must appear on the host volume, owned by
@@ -142,8 +143,8 @@ grep -E '^#[0-9]+ \[' "$WORK/build.log" | cut -c1-120 || true
 BUILD_S=$((SECONDS - t))
 [ "$($DOCKER run --rm --network none --entrypoint cat "$IMAGE:cpu" /app/BUILD_COMMIT)" = "$COMMIT" ] \
   || fail "the compose-built image does not record GIT_COMMIT=$COMMIT"
-build() {  # build [extra docker build args...]: the same image with plain `docker build`
-  DOCKER_BUILDKIT=1 $DOCKER build --progress=plain --network host --target cpu --build-arg GIT_COMMIT="$COMMIT" \
+build() {  # build [extra docker build args...]: the same CPU image with plain `docker build` (--target runtime by default)
+  DOCKER_BUILDKIT=1 $DOCKER build --progress=plain --network host --target runtime --build-arg VARIANT=cpu --build-arg GIT_COMMIT="$COMMIT" \
     --build-arg BASE_IMAGE="$BASE" --secret id=ca_bundle,src="$CA" "$@"
 }
 
@@ -151,12 +152,22 @@ say "secrets: .env is neither in the image nor in any layer"
 $DOCKER run --rm --network none --entrypoint sh "$IMAGE:cpu" -c 'test ! -e /app/.env' || fail "/app/.env is in the image"
 if $DOCKER image save "$IMAGE:cpu" | grep -aqF "$CANARY"; then fail "the .env canary secret is in an image layer"; fi
 
-say "tests: the suite inside the image, as the image's non-root user, no network"
+say "runtime: the image holds what training needs, not the tests or the test tools"
+$DOCKER run --rm --network none --entrypoint sh "$IMAGE:cpu" -c \
+  'test ! -e /app/tests && ! python -c "import pytest" 2>/dev/null && ! python -c "import invoke" 2>/dev/null' \
+  || fail "tests/, pytest or invoke is in the runtime image"
+
+say "tests: the suite inside the test target (the runtime image + tests and test tools), as its non-root user, no network"
+t=$SECONDS
+build --target test -t "$IMAGE:cpu-test" . >"$WORK/build-test.log" 2>&1 || { tail -30 "$WORK/build-test.log"; fail "build --target test"; }
+TEST_BUILD_S=$((SECONDS - t))
+uid=$($DOCKER run --rm --network none --entrypoint id "$IMAGE:cpu-test" -u)
+[ "$uid" != 0 ] || fail "the test image runs as root"
 uid=$($DOCKER run --rm --network none --entrypoint id "$IMAGE:cpu" -u)
 [ "$uid" != 0 ] || fail "the image runs as root"
 mnist=()
 [ -n "${MNIST_NPZ:-}" ] && [ -f "$MNIST_NPZ" ] && mnist=(-v "$MNIST_NPZ:/mnist/mnist.npz:ro" -e MNIST_NPZ=/mnist/mnist.npz)
-$DOCKER run --rm --network none "${mnist[@]}" --entrypoint python "$IMAGE:cpu" \
+$DOCKER run --rm --network none "${mnist[@]}" --entrypoint python "$IMAGE:cpu-test" \
   -m pytest -q -p no:cacheprovider ${TESTS_MARK:+-m "$TESTS_MARK"}
 
 say "check: the GPU check inside the image reports the CPU fallback calmly (exit 0), and --require-gpu exits 1"
@@ -311,6 +322,8 @@ say "figures"
 size() { $DOCKER image inspect -f '{{.Size}}' "$1" | awk '{printf "%.2f GB", $1/1e9}'; }
 echo "base image ($BASE):            $(size "$BASE")"
 echo "CPU image ($IMAGE:cpu):    $(size "$IMAGE:cpu")"
+echo "CPU test image ($IMAGE:cpu-test): $(size "$IMAGE:cpu-test")"
+echo "test target build:             ${TEST_BUILD_S}s (on top of the CPU image)"
 echo "full CPU build:                ${BUILD_S}s (pip download cache may be warm)"
 echo "code-only rebuild:             ${REBUILD_S}s"
 echo "compose smoke training:        ${SMOKE_S}s"

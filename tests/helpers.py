@@ -130,7 +130,7 @@ class LocalFiles:
         self.server.shutdown()
         self.server.server_close()
 
-    def __enter__(self) -> "LocalFiles":
+    def __enter__(self) -> LocalFiles:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import write_npz
+
 from train import data
 from train.arrays import read_npz
 from train.config import Settings, validate

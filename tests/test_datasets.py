@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import LocalFiles, synthetic_arrays
+
 from train import config, data, datasets
 from train.config import Settings, validate
 from train.datasets import Dataset, download, read_cifar, read_idx

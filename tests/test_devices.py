@@ -57,3 +57,23 @@ def test_the_seed_makes_initial_weights_and_random_ops_repeat():
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(a[0], c[0])
+
+
+def test_gpu_memory_is_empty_on_a_cpu():
+    assert devices.gpu_memory() == (None, None)
+
+
+def test_gpu_memory_sums_tensorflows_counts_over_the_gpus_and_restarts_the_peak(monkeypatch):
+    info = {"GPU:0": {"current": 100 * 2**20, "peak": 300 * 2**20}, "GPU:1": {"current": 50 * 2**20, "peak": 60 * 2**20}}
+    reset = []
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind: ["gpu0", "gpu1"] if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info", lambda name: info[name])
+    monkeypatch.setattr(tf.config.experimental, "reset_memory_stats", reset.append)
+    assert devices.gpu_memory() == (150.0, 360.0)
+    assert reset == ["GPU:0", "GPU:1"]  # each epoch's peak is its own
+
+
+def test_gpu_memory_is_empty_when_tensorflow_cannot_say(monkeypatch):
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind: ["gpu0"])
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info", lambda name: (_ for _ in ()).throw(ValueError(name)))
+    assert devices.gpu_memory() == (None, None)

@@ -30,26 +30,43 @@ def test_base_image_is_pinned_by_tag_and_digest_and_overridable():
     assert "FROM ${BASE_IMAGE} AS base" in DOCKERFILE
 
 
-def test_both_targets_end_as_a_numeric_non_root_user_with_an_init_entrypoint():
-    assert [i for i in INSTRUCTIONS if i.startswith("FROM ")][-2:] == ["FROM deps-cpu AS cpu", "FROM deps-gpu AS gpu"]
+def test_runtime_and_test_stages_end_as_a_numeric_non_root_user_with_an_init_entrypoint():
+    froms = [i for i in INSTRUCTIONS if i.startswith("FROM ")]
+    assert froms[-3:] == ["FROM deps-${VARIANT} AS runtime", "FROM runtime AS test", "FROM runtime AS default"]
+    assert "ARG VARIANT=gpu" in INSTRUCTIONS[: INSTRUCTIONS.index(froms[0])]  # global: usable in FROM
     users = [i for i in INSTRUCTIONS if i.startswith("USER ")]
-    assert users == ["USER ${APP_UID}:${APP_GID}"] * 2
+    assert users == ["USER ${APP_UID}:${APP_GID}", "USER 0", "USER ${APP_UID}:${APP_GID}"]
     assert 'ENTRYPOINT ["tini", "--", "python", "-m", "train"]' in INSTRUCTIONS
     assert 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]' in INSTRUCTIONS
+
+
+def _stage(name: str) -> str:
+    """The instructions of one stage, from its FROM line to the next (comments left out)."""
+    start = re.search(rf"^FROM \S+ AS {name}$", DOCKERFILE, re.M).start()
+    end = re.search(r"^FROM ", DOCKERFILE[start + 1:], re.M)
+    text = DOCKERFILE[start: start + 1 + end.start()] if end else DOCKERFILE[start:]
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_the_runtime_image_holds_no_tests_and_no_test_tools():
+    runtime = _stage("runtime")
+    assert "COPY train ./train" in runtime and "tests" not in runtime and "requirements-test" not in runtime
+    assert "COPY tests ./tests" in _stage("test") and "-r requirements-test.lock" in _stage("test")
+    assert not re.search(r"^(pytest|invoke)\b", (ROOT / "requirements.in").read_text(), re.M)
 
 
 def test_dependencies_come_from_the_lock_with_hashes_before_the_source():
     deps = DOCKERFILE.index("--require-hashes")
     assert DOCKERFILE.index("COPY train") > deps and "--mount=type=cache" in DOCKERFILE
-    assert DOCKERFILE.count("pip install --require-hashes --no-deps -r requirements") == 2
-    assert DOCKERFILE.count("pip install --no-deps --no-build-isolation") == 2
+    assert DOCKERFILE.count("pip install --require-hashes --no-deps -r requirements") == 3  # cpu, gpu, test
+    assert DOCKERFILE.count("pip install --no-deps --no-build-isolation") == 1
 
 
 def test_pip_uses_the_build_cache_mount():
     # HOME is the run-time user's, so without PIP_CACHE_DIR pip ignores the mount (and disables its cache).
     mounts = re.findall(r"--mount=type=cache,target=(\S+?),", DOCKERFILE)
     installs = re.findall(r"PIP_CACHE_DIR=(\S+) pip install --require-hashes", DOCKERFILE)
-    assert len(mounts) == 2 and installs == mounts
+    assert len(mounts) == 3 and installs == mounts
 
 
 def test_gpu_target_exposes_the_driver_capabilities_it_needs():
@@ -78,8 +95,9 @@ def test_dockerignore_keeps_secrets_and_artefacts_out(path):
     assert not _in_context(path)
 
 
-@pytest.mark.parametrize("path", ["pyproject.toml", "requirements.lock", "requirements-gpu.lock", "train/fit.py",
-                                  "tests/test_stack.py"])
+@pytest.mark.parametrize("path", ["pyproject.toml", "requirements.lock", "requirements-gpu.lock", "requirements-test.lock",
+                                  "train/fit.py",
+                                  "train/gpucheck/stack.py", "tests/gpucheck/test_stack.py"])
 def test_dockerignore_lets_the_build_inputs_in(path):
     assert _in_context(path)
 
@@ -104,7 +122,7 @@ def test_compose_config_accepts_both_variants(files):
     assert "init: true" in out.stdout and "stop_grace_period: 2m0s" in out.stdout
     gpu = len(files) == 1
     assert ("driver: nvidia" in out.stdout) is gpu
-    assert ("target: gpu" if gpu else "target: cpu") in out.stdout
+    assert "target: runtime" in out.stdout and ("VARIANT: gpu" if gpu else "VARIANT: cpu") in out.stdout
     assert "host_ip: 127.0.0.1" in out.stdout and out.stdout.count("target: 6006") == 1  # TensorBoard: local only
 
 
@@ -163,9 +181,10 @@ def test_every_documented_compose_up_that_trains_returns_the_training_exit_code(
         assert f"--exit-code-from {service}" in line, line
 
 
-def test_workflow_builds_both_targets_with_a_layer_cache_and_linters_in_a_venv():
+def test_workflow_builds_both_variants_with_a_layer_cache_and_linters_in_a_venv():
     wf = (ROOT / ".github" / "workflows" / "container.yml").read_text()
-    assert "target: [cpu, gpu]" in wf and "target: ${{ matrix.target }}" in wf
+    assert "variant: [cpu, gpu]" in wf and "VARIANT=${{ matrix.variant }}" in wf and "target: runtime" in wf
+    assert "target: test" in wf and "tf-train-template:cpu-test -m pytest" in wf
     assert "cache-from: type=gha" in wf and "cache-to: type=gha,mode=max" in wf
     assert "pip install --user" not in wf and 'python3 -m venv "$RUNNER_TEMP/lint"' in wf
     assert "GIT_COMMIT" in wf  # every image the workflow builds records its commit

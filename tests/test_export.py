@@ -261,6 +261,71 @@ def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_
     assert "export: from the trained model" in caplog.messages
 
 
+def test_export_model_serves_raw_images_and_records_what_it_wrote(run_dir, reload_in_process, capsys, monkeypatch,
+                                                                 caplog):
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = _tiny_model()
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.INFO, logger="train"):
+        report = export.export_model(model, run_dir, ["cat", "dog"])  # the real parity check, in this process
+    final = run_dir / "export"
+    diff = report["max_abs_diff"]
+    assert report == {"savedmodel": str(final / "savedmodel"), "keras": str(final / "model.keras"),
+                      "labels": str(final / "labels.txt"), "max_abs_diff": diff, "tolerance": export.TOLERANCE}
+    assert 0 <= diff <= export.TOLERANCE and read_json(run_dir / "manifest.json")["export"] == report
+    assert read_json(final / "parity.json") == {"max_abs_diff": diff, "tolerance": export.TOLERANCE}
+    assert f"export: {final} (fresh-process parity: max |diff| {diff:.2e})" in caplog.messages
+    assert capsys.readouterr().out == ""  # no summary printed by the exporter
+    loaded = tf.saved_model.load(str(final / "savedmodel"))
+    assert hasattr(loaded, "serving_default")  # the endpoint by name, as well as the default signature
+    serving = loaded.signatures["serving_default"]
+    x = export._parity_batch((6, 6, 1))
+    out = serving(images=tf.constant(x))
+    assert list(out) == ["probabilities"] and out["probabilities"].dtype == tf.float32
+    np.testing.assert_allclose(out["probabilities"].numpy(), model(x.astype(np.float32)), atol=export.TOLERANCE)
+
+
+def test_a_difference_of_exactly_the_tolerance_passes(run_dir, monkeypatch):
+    monkeypatch.setattr(export, "check_parity", lambda model, path, work: export.TOLERANCE)
+    assert export.export_model(_tiny_model(), run_dir, ["a", "b"])["max_abs_diff"] == export.TOLERANCE
+
+
+def test_a_storage_failure_after_writing_removes_the_staging_directory(run_dir, monkeypatch):
+    def full(model, path, work):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "check_parity", full)
+    with pytest.raises(StorageError, match="disk is full"):
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+    assert (run_dir / "export" / "labels.txt").read_text() == "old\n"
+
+
+def test_the_parity_batch_spans_every_pixel_value():
+    x = export._parity_batch((16, 16, 1))
+    assert x.min() == 0 and x.max() == 255
+
+
+def test_a_run_without_weights_or_status_is_said_to_have_ended_unknown(tmp_path):
+    run = _failed_run(tmp_path)
+    (run / "manifest.json").write_text("{}")
+    with pytest.raises(NoWeightsError) as info:
+        export.rebuild_model(run)
+    assert "it ended unknown) because" in str(info.value)
+
+
+def test_any_other_failure_removes_the_staging_directory_and_propagates(run_dir, monkeypatch):
+    def bug(model, path):
+        raise ValueError("not a storage problem")
+
+    monkeypatch.setattr(export, "write_savedmodel", bug)
+    with pytest.raises(ValueError, match="not a storage problem"):
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+
+
 @pytest.mark.parametrize("best", [True, False])
 def test_export_takes_the_class_names_from_the_manifest_not_from_labels_txt(trained_run, monkeypatch, best):
     """The manifest is the one source; labels.txt is only a copy for people (both export paths)."""

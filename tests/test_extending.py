@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import PROJECT_ROOT, LocalFiles, subprocess_env
 
 DOC = PROJECT_ROOT / "docs" / "extending.md"
@@ -86,7 +85,7 @@ def test_each_kind_of_extension_has_an_example_that_says_where_it_goes():
     blocks = doc_blocks(DOC.read_text())
     assert {b.section for b in blocks} == {"Add a model", "Add a data set", "Add a setting", "Add a GPU diagnosis"}
     assert {b.path for b in blocks} >= {"train/models.py", "train/datasets.py", "train/config.py",
-                                        "tests/test_diagnose.py"}
+                                        "tests/gpucheck/test_diagnose.py"}
 
 
 def test_an_anchor_must_name_one_line(tmp_path):
@@ -112,7 +111,7 @@ def test_the_new_model_data_set_and_setting_are_checked_settings(project):
 
 
 def test_the_diagnosis_example_passes_its_own_test(project):
-    proc = run(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_diagnose.py",
+    proc = run(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpucheck/test_diagnose.py",
                "-k", "mixed_gpu_models")
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
 

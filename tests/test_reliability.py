@@ -68,7 +68,7 @@ def test_sigkill_at_seeded_points_then_resume_is_bit_identical(tmp_path, data, u
         newest = step_of(max(on_disk))
         proc = start_fit(flags + ["--resume", run.name], tmp_path)
         # Wait for the resume line, then compare what was restored with the newest state on disk.
-        wait_until(lambda: _restored_step(output(proc)) is not None, proc)
+        wait_until(lambda proc=proc: _restored_step(output(proc)) is not None, proc)
         restored = _restored_step(output(proc))
         assert restored == newest, (restored, on_disk)
         lost.append(newest)

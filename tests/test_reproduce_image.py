@@ -44,11 +44,20 @@ def test_a_host_run_gets_its_data_mounted_where_the_container_finds_it(tmp_path,
     assert (mount in mounts) if mount else len(mounts) == 4
 
 
+def test_a_commit_whose_dockerfile_names_its_stages_cpu_and_gpu_is_built_by_that_name(tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM base AS deps-cpu\nFROM deps-cpu AS cpu\nFROM deps-gpu AS gpu\n")
+    cmd = build_command("t:gpu-x", "gpu", "0123abc", tmp_path, ImageOptions(tmp_path))
+    assert cmd[2:4] == ["--target", "gpu"] and not [a for a in cmd if a.startswith("VARIANT=")]
+
+
 def test_the_build_and_run_command_lines(tmp_path):
     options = ImageOptions(tmp_path, base_image="mirror/python:3.11", ca_bundle="/ca.pem", network="host",
                            docker="/usr/bin/docker")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "Dockerfile").write_text("ARG VARIANT=gpu\nFROM base AS deps-cpu\nFROM deps-${VARIANT} AS runtime\n")
     cmd = build_command("t:cpu-x", "cpu", "0123abc", tmp_path / "src", options)
-    assert cmd[:4] == ["/usr/bin/docker", "build", "--target", "cpu"] and cmd[-3:] == ["-t", "t:cpu-x", str(tmp_path / "src")]
+    assert cmd[:6] == ["/usr/bin/docker", "build", "--target", "runtime", "--build-arg", "VARIANT=cpu"]
+    assert cmd[-3:] == ["-t", "t:cpu-x", str(tmp_path / "src")]
     assert "GIT_COMMIT=0123abc" in cmd and "BASE_IMAGE=mirror/python:3.11" in cmd
     assert "id=ca_bundle,src=/ca.pem" in cmd and cmd[cmd.index("--network") + 1] == "host"
     runs = tmp_path / "runs"

@@ -84,3 +84,6 @@ def test_every_cache_mode_slices_the_same_way(make_image_dir, tmp_path, cache):
     for (gx, gy), (wx, wy) in zip(got, want, strict=True):
         np.testing.assert_array_equal(gx, wx)
         np.testing.assert_array_equal(gy, wy)
+    # The image shape is known before the first element: the steps are traced (and XLA-compiled) against it.
+    ds = data.replica_dataset(spec, s, "train", 0, 16, replicas=2, first_replica=0, local_replicas=1)
+    assert ds.element_spec[0].shape.as_list() == [None, 16, 16, 3]

@@ -117,6 +117,92 @@ def test_float16_scales_the_loss_through_the_loss_scale_optimizer(monkeypatch):
     assert all(np.isfinite(w).all() for w in after) and any(not np.array_equal(a, b) for a, b in zip(before, after))
 
 
+def test_totals_add_up_over_calls():
+    from train.steps import Totals
+
+    totals = Totals()
+    totals.add([2.0, 1.0, 4.0, 0.0])
+    totals.add([1.0, 3.0, 4.0, 0.0])
+    assert (totals.loss, totals.sums, totals.count) == (3.0, [4.0], 8.0)  # the sum of "correct"
+    assert totals.logs("val_") == {"val_loss": 3.0 / 8, "val_accuracy": 0.5}
+
+
+def _batchnorm_model():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization(),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def test_training_steps_use_batch_statistics_and_evaluation_the_moving_ones():
+    import keras
+    import tensorflow as tf
+
+    from train.steps import Steps, Totals
+
+    x, y = _data()
+    x = x * 3 + 5  # far from BatchNormalization's initial moving mean (0) and variance (1)
+    model = _batchnorm_model()
+    moving_mean = model.layers[0].moving_mean
+    totals = Totals()
+    totals.add(Steps(model).evaluate(_iterator(x, y, 5), tf.constant(2)).numpy())
+    assert np.array_equal(moving_mean.numpy(), np.zeros(4)), "evaluation updated the moving statistics"
+    probs = model(x, training=False).numpy()
+    assert totals.logs()["loss"] == pytest.approx(
+        float(keras.losses.sparse_categorical_crossentropy(y, probs).numpy().mean()), rel=1e-5)
+
+    Steps(model).train(_iterator(x, y, 5), tf.constant(1), tf.constant(0.0))
+    assert (moving_mean.numpy() > 0).all(), "a training step left the moving statistics alone"
+
+
+def test_jit_compile_asks_tensorflow_for_xla_and_only_then(monkeypatch):
+    import tensorflow as tf
+
+    from train.steps import Steps
+
+    real, asked = tf.function, []
+
+    def spy(fn=None, **kw):
+        asked.append(kw.get("jit_compile"))
+        return real(fn, **kw)
+
+    monkeypatch.setattr(tf, "function", spy)
+    Steps(_model())
+    assert True not in asked
+    asked.clear()
+    Steps(_model(), jit_compile=True)
+    assert asked.count(True) == 2  # the forward and the forward-backward pass
+
+
+def test_regularization_losses_are_added_to_the_loss():
+    import keras
+    import tensorflow as tf
+
+    from train.steps import Steps
+
+    def regularized():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(
+            3, activation="softmax", kernel_regularizer=keras.regularizers.L2(0.5))])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        model.optimizer.build(model.trainable_variables)
+        return model
+
+    x, y = _data()
+    ours, ref = regularized(), regularized()
+    Steps(ours).train(_iterator(x, y, 10), tf.constant(1), tf.constant(0.0))
+    with tf.GradientTape() as tape:
+        probs = ref(x, training=True)
+        loss = keras.losses.SparseCategoricalCrossentropy()(y, probs) + tf.add_n(ref.losses)
+    ref.optimizer.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
+    for a, b in zip(ours.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
 def test_a_models_own_loss_and_metrics_drive_the_steps():
     """A registry entry with another loss (squared error on one-hot targets) and two metrics:
     the step trains with that loss, averaged over the batch, and sums each metric per example."""

@@ -66,7 +66,8 @@ def test_build_tags_with_lock_hash_and_commit():
     import hashlib
 
     lock_hash = hashlib.sha256(b"# requirements.lock\n").hexdigest()[:12]
-    assert cmd.startswith("DOCKER_BUILDKIT=1 docker build --target cpu --build-arg UID=1000 --build-arg GID=1000 "
+    assert cmd.startswith("DOCKER_BUILDKIT=1 docker build --target runtime --build-arg VARIANT=cpu --build-arg UID=1000 "
+                          "--build-arg GID=1000 "
                           f"--build-arg GIT_COMMIT=abc12345{'0' * 32} ")
     assert f"-t tf-train-template:cpu -t tf-train-template:cpu-{lock_hash}-abc12345 ." in cmd
 
@@ -77,7 +78,7 @@ def test_build_marks_a_dirty_tree_and_passes_base_ca_and_network(tmp_path):
     c = ctx(**{"git status --porcelain --untracked-files=no": Result(" M train/fit.py\n")})
     tasks.build(c, base_image="mirror/python:3.11", ca_bundle=str(ca), network="host", uid=2000)
     (cmd,) = echoed(c)
-    assert "--target gpu --build-arg UID=2000" in cmd
+    assert "--target runtime --build-arg VARIANT=gpu --build-arg UID=2000" in cmd
     assert f"--build-arg BASE_IMAGE=mirror/python:3.11 --secret id=ca_bundle,src={ca} --network host" in cmd
     assert re.search(r"-t tf-train-template:gpu-[0-9a-f]{12}-abc12345-dirty \.$", cmd)
 
@@ -152,8 +153,16 @@ def test_missing_nvidia_runtime_names_the_toolkit(monkeypatch):
 
 
 def test_no_gpu_names_the_driver_from_the_stack_table():
+    pytest.importorskip("train.gpucheck.stack")  # the optional GPU check holds the table
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
     with pytest.raises(Exit, match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\), or add --cpu"):
+        tasks.gpu_check(c)
+
+
+def test_no_gpu_without_the_gpu_check_still_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "train.gpucheck.stack", None)  # as if train/gpucheck/ were deleted
+    c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
+    with pytest.raises(Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock, or add --cpu"):
         tasks.gpu_check(c)
 
 
@@ -220,17 +229,23 @@ def test_test_and_bench_use_the_current_interpreter(tmp_path):
     assert out.parent.is_dir()
 
 
-def test_lock_compiles_gpu_then_cpu_constrained_then_checks_the_stack():
+def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(monkeypatch):
     c = ctx()
     tasks.lock(c, package="numpy")
-    gpu, cpu, server, check = echoed(c)
+    gpu, cpu, test, server, *check = echoed(c)
     assert gpu.startswith("uv pip compile requirements-gpu.in --universal --python-version 3.10 --generate-hashes")
     assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
     assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
     assert cpu.endswith("-o requirements.lock")
+    assert test.startswith("uv pip compile requirements-test.in -c requirements-gpu.lock --universal")
+    assert test.endswith("-o requirements-test.lock")
     assert server.startswith("uv pip compile requirements-mlflow-server.in --universal")
     assert server.endswith("-o requirements-mlflow-server.lock")
-    assert check == f"{tasks.PY} -m train.stack"
+    # The stack table belongs to the optional GPU check: a fork without train/gpucheck/ skips this step.
+    assert check == ([f"{tasks.PY} -m train.gpucheck.stack"] if (ROOT / "train" / "gpucheck").is_dir() else [])
+    monkeypatch.setitem(sys.modules, "train.gpucheck", None)  # as if train/gpucheck/ were deleted
+    tasks.lock(c, package="numpy")
+    assert echoed(c)[4 + len(check):] == [gpu, cpu, test, server]  # no stack check without the package
 
 
 def test_lock_without_uv_says_how_to_get_it(monkeypatch):

@@ -8,6 +8,7 @@ commands, after the settings are validated, so bad input is rejected before Tens
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import traceback
 from dataclasses import fields
@@ -16,7 +17,10 @@ from typing import Sequence
 from .config import Settings, load_settings
 from .errors import EXIT_CODES, Interrupted, ReproduceMismatch, TemplateError
 
-COMMANDS = ("fit", "export", "predict", "runs", "report", "compare", "check", "settings", "reproduce")
+# Commands that live in a subpackage of their own, by name: module with add_command(sub) and run(args).
+# Drop one from a fork by deleting its folder and its entry here.
+OPTIONAL_COMMANDS = {"check": "train.gpucheck.command"}
+COMMANDS = ("fit", "export", "predict", "runs", "report", "compare", "settings", "reproduce", *OPTIONAL_COMMANDS)
 
 
 class _OnOff(argparse.BooleanOptionalAction):
@@ -84,11 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--env-file", default=".env")
     cmp_.add_argument("--runs-dir", default=None)
 
-    chk = sub.add_parser("check", allow_abbrev=False, help="diagnose the GPU set-up and say why a GPU is not used")
-    chk.add_argument("--json", action="store_true", help="print the report as JSON")
-    chk.add_argument("--require-gpu", action="store_true", help="exit 1 when no usable GPU is found")
-    chk.add_argument("--skip-matmul", action="store_true", help="skip the timed matmul benchmark")
-
     rep = sub.add_parser("reproduce", allow_abbrev=False, help="rerun a run from its own record and say whether it matches")
     rep.add_argument("run", help="run id, run directory or 'latest'")
     where = rep.add_mutually_exclusive_group(required=True)
@@ -109,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("settings", allow_abbrev=False, help="print every setting: resolved values, .env.example or the README table")
     st.add_argument("--env-file", default=".env")
     st.add_argument("--format", choices=("resolved", "env-example", "table"), default="resolved")
+    for module in OPTIONAL_COMMANDS.values():
+        importlib.import_module(module).add_command(sub)
     return parser
 
 
@@ -145,10 +146,8 @@ def run(argv: Sequence[str]) -> int:
             for k, v in _settings_for(args).to_dict().items():
                 print(f"{k.upper()}={v}")
         return 0
-    if cmd == "check":
-        from .check import main as check_main
-
-        return check_main(json_output=args.json, require_gpu=args.require_gpu, skip_matmul=args.skip_matmul)
+    if cmd in OPTIONAL_COMMANDS:
+        return importlib.import_module(OPTIONAL_COMMANDS[cmd]).run(args)
     # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
     settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn, check_model=False)
     if cmd == "runs":

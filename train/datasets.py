@@ -15,9 +15,9 @@ from __future__ import annotations
 import gzip
 import pickle
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .errors import ConfigError
 

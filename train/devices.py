@@ -135,3 +135,24 @@ def _join_cluster(cluster):
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     log.info("%s: %d replica(s) in sync", cluster.describe(), strategy.num_replicas_in_sync)
     return strategy
+
+
+def gpu_memory() -> tuple[float | None, float | None]:
+    """(MB TensorFlow holds on its GPUs now, the most it held since the last call), summed over the
+    GPUs; (None, None) on a CPU. metrics.csv records it once per epoch.
+
+    TensorFlow's own allocator counts: no driver query (nvidia-smi would be a subprocess per epoch)
+    and nothing from the optional GPU check. A failure is an empty figure, never a failed epoch.
+    """
+    try:
+        count = len(tf.config.list_logical_devices("GPU"))
+        if not count:
+            return None, None
+        used = peak = 0.0
+        for i in range(count):
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+            used, peak = used + info["current"] / 2**20, peak + info["peak"] / 2**20
+            tf.config.experimental.reset_memory_stats(f"GPU:{i}")  # the next epoch's peak is its own
+        return used, peak
+    except Exception:  # a figure for the log: never fatal
+        return None, None

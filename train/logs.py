@@ -126,26 +126,3 @@ def write_hparams(logdir: Path, settings: dict[str, Any], metrics: dict[str, Any
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 tf.summary.scalar(f"hparams/{name}", value, step=step)
     writer.close()
-
-
-def gpu_memory() -> tuple[float | None, float | None]:
-    """(used MB across GPUs from the driver, peak MB TensorFlow allocated on GPU:0 this epoch); None on CPU."""
-    used = None
-    try:
-        from .gpuinfo import query_gpus
-
-        gpus = query_gpus()
-        if gpus:
-            used = float(sum(g.memory_used_mb for g in gpus))
-    except Exception:  # GPU memory is a nice-to-have in the log: never fatal
-        used = None
-    peak = None
-    try:
-        import tensorflow as tf
-
-        if tf.config.list_logical_devices("GPU"):
-            peak = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
-            tf.config.experimental.reset_memory_stats("GPU:0")
-    except Exception:
-        peak = None
-    return used, peak

@@ -22,7 +22,7 @@ from typing import Any
 from .config import Settings
 from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
-from .logs import MetricsFile, TensorBoardWriter, gpu_memory, metric_columns
+from .logs import MetricsFile, TensorBoardWriter, metric_columns
 from .manifest import update_manifest
 from .rundir import RunDir
 from .stopping import StopFlag
@@ -354,6 +354,8 @@ class EpochLoop:
 
     def _end_epoch(self, epoch, logs, seconds, steps_run, tb) -> None:
         import keras
+
+        from .devices import gpu_memory
 
         used, peak = gpu_memory()
         batch = self.state.batch_size

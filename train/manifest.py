@@ -69,8 +69,9 @@ def lock_hash(root: Path | None = None) -> dict[str, Any]:
 
 
 def gpu_facts() -> list[dict[str, Any]]:
+    """The driver's view of the GPUs (train.gpucheck); [] in a fork that dropped the GPU check."""
     try:
-        from .gpuinfo import query_gpus
+        from .gpucheck.gpuinfo import query_gpus
     except ImportError:
         return []
     try:

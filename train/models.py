@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .errors import ModelError, TemplateError
+
+if TYPE_CHECKING:
+    import keras
 
 Factory = Callable[[tuple, int], Any]  # (input_shape, num_classes) -> keras.Model
 

@@ -10,6 +10,7 @@ rerun only reads.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,9 +51,17 @@ def have_image(tag: str, options: ImageOptions) -> bool:
     return _docker(options, "image", "inspect", tag, capture_output=True).returncode == 0
 
 
+def _target_args(variant: str, context: Path) -> list[str]:
+    """The Dockerfile's runtime stage with VARIANT=cpu|gpu; a commit from before that picks the stage by name."""
+    dockerfile = context / "Dockerfile"
+    if dockerfile.is_file() and not re.search(r"^FROM \S+ AS runtime\s*$", dockerfile.read_text(), re.M | re.I):
+        return ["--target", variant]
+    return ["--target", "runtime", "--build-arg", f"VARIANT={variant}"]
+
+
 def build_command(tag: str, target: str, commit: str, context: Path, options: ImageOptions) -> list[str]:
     # The image's own default UID/GID: the rerun runs as the owner of the runs folder anyway.
-    cmd = [options.docker, "build", "--target", target, "--build-arg", f"GIT_COMMIT={commit}"]
+    cmd = [options.docker, "build", *_target_args(target, context), "--build-arg", f"GIT_COMMIT={commit}"]
     if options.base_image:
         cmd += ["--build-arg", f"BASE_IMAGE={options.base_image}"]
     if options.ca_bundle:

@@ -1,9 +1,9 @@
 """`python -m train check`: is the GPU used, and if not, why not and what is the one fix.
 
 Three steps, kept apart so the diagnosis is tested on any machine with faked inputs:
-  collect()  -> Facts      train.check_facts: the driver (train.gpuinfo), the CUDA/cuDNN libraries on
-                           disk, and a TensorFlow probe run in a subprocess so its C++ log is captured;
-  diagnose(facts)          train.diagnose, pure functions: a list of Diagnosis (code, severity, summary, fix);
+  collect()  -> Facts      facts.py: the driver (gpuinfo.py), the CUDA/cuDNN libraries on disk, and a
+                           TensorFlow probe run in a subprocess so its C++ log is captured (tflog.py sorts it);
+  diagnose(facts)          diagnose.py, pure functions: a list of Diagnosis (code, severity, summary, fix);
   build_report(facts)      here: the report as a dict, with the verdict and the precisions: printed as
                            text, or as JSON with `--json`.
 The parent process never imports TensorFlow; the probe is the only TensorFlow start (~3 s on a CPU).
@@ -16,10 +16,11 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from . import hardware
-from .check_facts import Facts, collect
-from .diagnose import GPU_BLOCKING, Diagnosis, classify_log, cuda_build, diagnose
-from .errors import NoGPUError
+from .. import hardware
+from .facts import Facts, collect
+from .diagnose import GPU_BLOCKING, Diagnosis, cuda_build, diagnose
+from .tflog import classify_log
+from ..errors import NoGPUError
 
 
 def precisions(facts: Facts) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""train.check: the report, the verdict, the text and JSON formats and the exit codes, from faked
-facts (tests/check_fakes.py). No GPU, no TensorFlow import except in the tests marked slow."""
+"""train.gpucheck.check: the report, the verdict, the text and JSON formats and the exit codes, from faked
+facts (tests/gpucheck/check_fakes.py). No GPU, no TensorFlow import except in the tests marked slow."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from check_fakes import CUINIT_NOISE, codes, cpu_tf, cuda_tf, on, tf_gpus
-from train import check, cli, gpuinfo
-from train.check_facts import Facts, TfFacts
+from train import cli
+from train.gpucheck import check, gpuinfo
+from train.gpucheck.facts import Facts, TfFacts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cpu_machine_gets_a_calm_report_exit_0(monkeypatch):
@@ -86,7 +87,7 @@ def test_real_check_on_this_machine():
     expected = "gpu" if r["tensorflow"]["gpus"] else "gpu_not_used" if errors else "cpu"
     assert done.returncode == 0 and r["verdict"]["status"] == expected, (r["verdict"], errors)
     assert r["verdict"]["usable_gpus"] == len(r["tensorflow"]["gpus"])
-    if not gpuinfo.driver_status()[0]:  # no NVIDIA driver here: nothing can be a usable GPU
+    if not gpuinfo.probe().driver_present:  # no NVIDIA driver here: nothing can be a usable GPU
         assert r["gpus"] == [] and r["verdict"]["status"] != "gpu"
     assert r["tensorflow"]["version"] and any("CPU" in m["device"] for m in r["matmul"])
 
@@ -94,7 +95,7 @@ def test_real_check_on_this_machine():
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_real_gpu_passes_require_gpu():
-    if not gpuinfo.driver_status()[0]:
+    if not gpuinfo.probe().driver_present:
         pytest.skip("needs an NVIDIA GPU and driver")
     done = subprocess.run([sys.executable, "-m", "train", "check", "--require-gpu"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)

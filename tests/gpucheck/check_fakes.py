@@ -1,11 +1,11 @@
-"""Faked facts for the train.check tests: build info, libraries, TensorFlow log lines, and Facts as
-collected on the machines whose nvidia-smi answers are recorded in tests/fixtures."""
+"""Faked facts for the train.gpucheck.check tests: build info, libraries, TensorFlow log lines, and Facts as
+collected on the machines whose nvidia-smi answers are recorded in tests/gpucheck/fixtures."""
 
 from __future__ import annotations
 
 from test_gpuinfo import recorded_smi
-from train import gpuinfo
-from train.check_facts import Facts, LibFact, TfFacts
+from train.gpucheck import gpuinfo
+from train.gpucheck.facts import Facts, LibFact, TfFacts
 
 CUDA_BUILD = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9",
               "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]}
@@ -45,7 +45,7 @@ def cpu_tf(**kw) -> TfFacts:
 
 
 def on(machine: str, tf: TfFacts, **kw) -> Facts:
-    """Facts as collected on a machine whose nvidia-smi answers are recorded in tests/fixtures."""
+    """Facts as collected on a machine whose nvidia-smi answers are recorded in tests/gpucheck/fixtures."""
     p = gpuinfo.probe(nvml=None, run=recorded_smi(machine))
     kw.setdefault("libraries", LIBS_OK if tf.build.get("is_cuda_build") else [])
     kw.setdefault("nvidia_pci_devices", len(p.gpus))

@@ -1,9 +1,9 @@
 """Facts for `python -m train check`: what the machine and TensorFlow say, collected as data.
 
-`collect()` reads the driver (train.gpuinfo), the CUDA/cuDNN libraries on disk and the environment,
+`collect()` reads the driver (gpuinfo.py), the CUDA/cuDNN libraries on disk and the environment,
 and starts TensorFlow in a subprocess (`run_probe` -> `probe_main`) so its C++ log (stderr) is
 captured. The parent process never imports TensorFlow; the probe is the only TensorFlow start
-(~3 s on a CPU). train.diagnose reads the resulting `Facts`; train.check reports on them.
+(~3 s on a CPU). diagnose.py reads the resulting `Facts`; check.py reports on them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import gpuinfo, hardware
+from .. import hardware
+from . import gpuinfo
 from .gpuinfo import GpuInfo
 
 PROBE_TIMEOUT_S = 180  # the first start of a new GPU can JIT-compile PTX for minutes; a CPU takes ~3 s
@@ -151,7 +152,7 @@ def collect_libraries(build: Mapping[str, Any], environ: Mapping[str, str]) -> l
 
 def _bench(device: str, n: int, reps: int) -> dict[str, Any]:
     """The float32 matmul probe every run also makes for its MFU (train.flops), on one device."""
-    from .flops import measure_peak_flops
+    from ..flops import measure_peak_flops
 
     try:
         flops = measure_peak_flops("float32", device, n, reps)
@@ -198,8 +199,8 @@ def probe_main(skip_matmul: bool) -> None:
 def run_probe(skip_matmul: bool, timeout: float = PROBE_TIMEOUT_S) -> TfFacts:
     """Start TensorFlow in a subprocess: its C++ log goes to a stderr we read, not to the user's terminal."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # every line, so library errors cannot be hidden
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); "
-            f"from train.check_facts import probe_main; probe_main({skip_matmul!r})")
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+            f"from train.gpucheck.facts import probe_main; probe_main({skip_matmul!r})")
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)

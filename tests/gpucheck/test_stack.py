@@ -1,4 +1,4 @@
-"""The lock files agree with TensorFlow's tested stack and with each other (train/stack.py)."""
+"""The lock files agree with TensorFlow's tested stack and with each other (train/gpucheck/stack.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from train import stack
-from train.stack import StackError, TestedStack
+from train.gpucheck import stack
+from train.gpucheck.stack import StackError, TestedStack
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_locks_match_the_tested_stack_and_each_other():
@@ -36,7 +36,7 @@ def test_cpu_lock_downloads_no_cuda_and_shares_versions(python):
 
 
 def test_every_locked_package_carries_a_hash():
-    for lock in (stack.CPU_LOCK, stack.GPU_LOCK):
+    for lock in (stack.CPU_LOCK, stack.GPU_LOCK, stack.TEST_LOCK):
         blocks = re.split(r"\n(?=[A-Za-z0-9])", lock.read_text())
         pinned = [b for b in blocks if "==" in b.split("\n")[0]]
         assert pinned and all("--hash=sha256:" in b for b in pinned), lock
@@ -54,7 +54,7 @@ def test_the_lock_inputs_pin_the_same_tensorflow():
     assert cpu and gpu and cpu.group(1) == gpu.group(1) == stack.locked_versions(stack.GPU_LOCK)["tensorflow"]
 
 
-def _write_locks(tmp_path: Path, cuda="12.5.82", cudnn="9.3.0.75", numpy_gpu="2.4.6", cpu_extra=""):
+def _write_locks(tmp_path: Path, cuda="12.5.82", cudnn="9.3.0.75", numpy_gpu="2.4.6", cpu_extra="", numpy_test="2.4.6"):
     h = "    --hash=sha256:" + "0" * 64
     gpu = tmp_path / "gpu.lock"
     gpu.write_text(
@@ -65,7 +65,9 @@ def _write_locks(tmp_path: Path, cuda="12.5.82", cudnn="9.3.0.75", numpy_gpu="2.
     cpu = tmp_path / "cpu.lock"
     cpu.write_text(f"tensorflow-cpu==2.21.0 \\\n{h}\nNumPy==2.4.6 ; python_full_version >= '3.11' \\\n{h}\n"
                    f"numpy==2.2.6 ; python_full_version < '3.11' \\\n{h}\n{cpu_extra}")
-    return cpu, gpu
+    test = tmp_path / "test.lock"
+    test.write_text(f"pytest==9.2.0 \\\n{h}\nnumpy=={numpy_test} ; python_full_version >= '3.11' \\\n{h}\n")
+    return cpu, gpu, test
 
 
 def test_check_locks_accepts_a_consistent_pair(tmp_path):
@@ -86,8 +88,14 @@ def test_check_locks_reports_diverging_shared_versions_and_cuda_on_cpu(tmp_path)
     assert any("would download CUDA packages: nvidia-cublas-cu12" in p for p in problems)
 
 
+def test_check_locks_reports_a_test_lock_that_would_change_a_runtime_version(tmp_path):
+    _, problems = stack.check_locks(*_write_locks(tmp_path, numpy_test="2.5.0"))
+    assert any("numpy is 2.5.0 in" in p and "test.lock" in p and "gpu.lock" in p for p in problems)
+    assert any("numpy is 2.5.0 in" in p and "cpu.lock" in p for p in problems)
+
+
 def test_unknown_tensorflow_version_names_the_fix():
-    with pytest.raises(StackError, match=r"TensorFlow 2\.99\.0 has no row in train/stack.py TESTED"):
+    with pytest.raises(StackError, match=r"TensorFlow 2\.99\.0 has no row in train/gpucheck/stack.py TESTED"):
         stack.stack_for("2.99.0")
 
 
@@ -95,6 +103,25 @@ def test_empty_lock_is_an_error_that_says_how_to_fix_it(tmp_path):
     (tmp_path / "empty.lock").write_text("# nothing\n")
     with pytest.raises(StackError, match="invoke lock"):
         stack.read_lock(tmp_path / "empty.lock")
+
+
+def test_a_lock_line_is_read_as_pip_reads_it(tmp_path):
+    lock = tmp_path / "x.lock"
+    lock.write_text("-c other.lock\nTensorFlow[and-cuda]==2.21.0 ; python_version >= '3.10' and sys_platform == 'linux' \\\n"
+                    "    --hash=sha256:" + "0" * 64 + "\n    # via -r requirements.in\nzope.interface==7.2 \\\n")
+    pins = stack.read_lock(lock)
+    assert [(p.name, p.version) for p in pins] == [("tensorflow", "2.21.0"), ("zope-interface", "7.2")]
+    assert stack.locked_versions(lock, "3.11") == {"tensorflow": "2.21.0", "zope-interface": "7.2"}
+    assert stack.locked_versions(lock, "3.11", platform="darwin") == {"zope-interface": "7.2"}
+
+
+@pytest.mark.parametrize("line, why", [("numpy>=2 \\", "does not pin one version"), ("numpy==2.4.6 ; python_version >>> '3'",
+                                                                                    "is not a requirement")])
+def test_a_line_that_is_no_pin_names_the_file_the_line_and_the_fix(tmp_path, line, why):
+    lock = tmp_path / "x.lock"
+    lock.write_text(f"# header\n{line}\n")
+    with pytest.raises(StackError, match=f"x.lock, line 2: .*{why}.*invoke lock"):
+        stack.read_lock(lock)
 
 
 def test_main_prints_the_stack(capsys):

@@ -1,8 +1,7 @@
-"""The diagnoses of `python -m train check`: pure functions over a `Facts` (train.check_facts).
+"""The diagnoses of `python -m train check`: pure functions over a `Facts` (train.gpucheck.facts).
 
 `diagnose(facts)` returns every problem found, root causes first, as a list of Diagnosis (code,
-severity, summary, fix); `classify_log` sorts TensorFlow's C++ log into lines that explain a
-failure and start-up noise. Nothing here reads the machine, so every case is tested with faked facts.
+severity, summary, fix). Nothing here reads the machine, so every case is tested with faked facts.
 """
 
 from __future__ import annotations
@@ -10,7 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .check_facts import Facts, _major, _version
+from .facts import Facts, _major, _version
+from .tflog import classify_log
 
 # Minimum Linux driver per CUDA major (CUDA Toolkit release notes, table 3, "minor version
 # compatibility"): any 12.x build runs on >= 525.60.13.
@@ -28,42 +28,6 @@ class Diagnosis:
     summary: str
     fix: str
     details: list[str] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------- TensorFlow's log, sorted
-
-# Lines that explain why a GPU is not used; shown as they are.
-_RELEVANT = re.compile(
-    r"Could not load dynamic library|Cannot dlopen|dlerror|Loaded runtime CuDNN|CUDA driver version is insufficient"
-    r"|Ignoring visible gpu device|cudaGetDevice\(\) failed|DNN library|no kernel image|failed to create cublas"
-    r"|cannot be modified after being initialized|Could not load library|CUDA_ERROR_(?!NO_DEVICE)")
-# Start-up noise, each kind explained in one line instead of shown raw.
-_NOISE = (
-    (re.compile(r"cuInit|CUDA_ERROR_NO_DEVICE|Could not find cuda drivers|kernel driver does not appear|"
-                r"CUDA diagnostic information|hostname: |libcuda reported version|kernel reported version"),
-     "cuInit: a CUDA build of TensorFlow looked for a GPU and found none (harmless on a machine without one)"),
-    (re.compile(r"oneDNN custom operations|cpu_feature_guard|appropriate compiler flags|following instructions|"
-                r"optimized to use available CPU"), "start-up notices about oneDNN and CPU instructions (informational)"),
-    (re.compile(r"register cu\w+ factory|already been registered|computation placer|TensorRT|TF-TRT|absl::InitializeLog"),
-     "plugin registration and optional TensorRT notices (harmless)"),
-    (re.compile(r"NUMA node"), "NUMA information not readable in a VM or container (harmless)"),
-)
-_PREFIX = re.compile(r"^(?:[IWEF]\d{4} [\d:.]+\s+\d+ |\d{4}-\d\d-\d\d [\d:.]+: [IWEF] (?:\S+/)?)")
-
-
-def classify_log(lines: list[str], driver_present: bool) -> tuple[list[str], dict[str, int]]:
-    """(lines worth showing, {explanation: count} for the noise). cuInit lines matter when a driver is there."""
-    shown, noise = [], {}
-    for raw in lines:
-        line = _PREFIX.sub("", raw.strip())
-        if not line:
-            continue
-        if _RELEVANT.search(line) or (driver_present and "cuInit" in line):
-            shown.append(line)
-            continue
-        why = next((text for pattern, text in _NOISE if pattern.search(line)), "other start-up messages")
-        noise[why] = noise.get(why, 0) + 1
-    return shown, noise
 
 
 # ---------------------------------------------------------------- diagnoses (pure)
@@ -136,7 +100,7 @@ def needs_ptx(build: dict, cc: tuple[int, int]) -> bool:
 
 
 def ptx_driver_floor(tf_version: str | None) -> str | None:
-    """The oldest driver that loads the PTX of this TensorFlow's CUDA (train.stack), if known."""
+    """The oldest driver that loads the PTX of this TensorFlow's CUDA (train.gpucheck.stack), if known."""
     from .stack import StackError, stack_for
 
     try:

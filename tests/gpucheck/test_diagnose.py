@@ -1,4 +1,4 @@
-"""train.diagnose: every diagnosis from faked facts (recorded nvidia-smi, NVML stand-in, injected
+"""train.gpucheck.diagnose: every diagnosis from faked facts (recorded nvidia-smi, NVML stand-in, injected
 build info, device lists, TensorFlow log lines and environment variables), read through the
 report. No GPU, no TensorFlow import."""
 
@@ -8,8 +8,8 @@ import pytest
 
 from check_fakes import CUDA_BUILD, CUINIT_NOISE, DLOPEN_ERRORS, LIBS_OK, codes, cpu_tf, cuda_tf, on, tf_gpus
 from test_gpuinfo import FakeNVML, h100
-from train import check, diagnose, gpuinfo
-from train.check_facts import Facts, LibFact, TfFacts
+from train.gpucheck import check, diagnose, gpuinfo, tflog
+from train.gpucheck.facts import Facts, LibFact, TfFacts
 
 
 @pytest.mark.parametrize("value,expect", [(None, "NVIDIA_VISIBLE_DEVICES is not set"), ("void", "'void'"),
@@ -80,9 +80,9 @@ def test_gpu_visible_to_driver_not_to_tf_shows_the_logged_library_errors():
 
 
 def test_cuinit_lines_are_noise_without_a_driver_and_shown_with_one():
-    shown, noise = diagnose.classify_log(CUINIT_NOISE, driver_present=False)
+    shown, noise = tflog.classify_log(CUINIT_NOISE, driver_present=False)
     assert shown == [] and sum(noise.values()) == 3 and any(k.startswith("cuInit") for k in noise)
-    shown, _ = diagnose.classify_log(CUINIT_NOISE[:1], driver_present=True)
+    shown, _ = tflog.classify_log(CUINIT_NOISE[:1], driver_present=True)
     assert shown and "cuInit" in shown[0]
 
 
@@ -150,7 +150,7 @@ def test_an_a100_on_an_older_driver_runs_the_machine_code():
 
 
 def test_ptx_driver_floor_from_the_driver_version_when_the_cuda_version_is_unknown():
-    # NVML without the CUDA version: the floor from train.stack decides.
+    # NVML without the CUDA version: the floor from train.gpucheck.stack decides.
     p = gpuinfo.probe(nvml=FakeNVML([h100()], driver="550.90.07", cuda=0))
     for g in p.gpus:
         g.cuda_driver_version = None

@@ -1,4 +1,4 @@
-"""train.gpuinfo against recorded nvidia-smi outputs and an NVML stand-in: no GPU needed."""
+"""train.gpucheck.gpuinfo against recorded nvidia-smi outputs and an NVML stand-in: no GPU needed."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from train import gpuinfo
-from train.gpuinfo import GpuProcess
+from train.gpucheck import gpuinfo
+from train.gpucheck.gpuinfo import GpuProcess
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 
@@ -159,7 +159,8 @@ def test_real_machine_never_raises():
     import shutil
 
     gpus = gpuinfo.query_gpus()
-    present, reason = gpuinfo.driver_status()
+    found = gpuinfo.probe()
+    present, reason = found.driver_present, found.reason
     assert reason.startswith(("NVML: ", "nvidia-smi: ", "GPU query failed: "))
     if ctypes.util.find_library("nvidia-ml") is None and shutil.which("nvidia-smi") is None:  # no driver installed
         assert not present and gpus == []
@@ -172,7 +173,8 @@ def test_real_machine_never_raises():
 
 @pytest.mark.gpu
 def test_real_gpu_is_listed():
-    present, reason = gpuinfo.driver_status()
+    found = gpuinfo.probe()
+    present, reason = found.driver_present, found.reason
     if not present:
         pytest.skip(f"needs an NVIDIA GPU and driver ({reason})")
     gpus = gpuinfo.query_gpus()

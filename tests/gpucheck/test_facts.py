@@ -1,4 +1,4 @@
-"""train.check_facts: libraries found on disk, and the TensorFlow probe (with a TensorFlow stand-in,
+"""train.gpucheck.facts: libraries found on disk, and the TensorFlow probe (with a TensorFlow stand-in,
 a crashing and a hanging subprocess). No GPU, no TensorFlow import."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 from check_fakes import CPU_BUILD, CUDA_BUILD, on
-from train import check, check_facts
-from train.check_facts import Facts, TfFacts
+from train.gpucheck import check
+from train.gpucheck import facts as check_facts
+from train.gpucheck.facts import Facts, TfFacts
 
 
 def test_find_library_on_disk(tmp_path):

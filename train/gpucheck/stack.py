@@ -3,8 +3,9 @@
 TensorFlow publishes the Python / CUDA / cuDNN combination each release was built and tested with
 (https://www.tensorflow.org/install/source#gpu). `tensorflow[and-cuda]` only declares ranges for the
 nvidia-* wheels, so requirements-gpu.lock is what pins CUDA. `check_locks()` compares the locks with
-TESTED, so an upgrade that breaks the match fails in CI (tests/test_stack.py) and in `invoke lock`,
-not on a user's GPU. Plain Python, no TensorFlow import: `python -m train.stack` prints the stack.
+TESTED, so an upgrade that breaks the match fails in CI (tests/gpucheck/test_stack.py) and in
+`invoke lock`, not on a user's GPU. Plain Python, no TensorFlow import: `python -m train.gpucheck.stack`
+prints the stack.
 """
 
 from __future__ import annotations
@@ -14,11 +15,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import TemplateError
+# packaging parses the lock's lines exactly as pip does (requirements.in says why it is a dependency).
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
+from ..errors import TemplateError
+
+ROOT = Path(__file__).resolve().parents[2]
 CPU_LOCK = ROOT / "requirements.lock"
 GPU_LOCK = ROOT / "requirements-gpu.lock"
+TEST_LOCK = ROOT / "requirements-test.lock"  # installed on top of either: must agree with both
 
 
 @dataclass(frozen=True)
@@ -67,23 +74,31 @@ class StackError(TemplateError):
 class Pin:
     name: str  # normalised (PEP 503): lower case, runs of -_. become -
     version: str
-    marker: str  # environment marker, "" when the pin applies everywhere
+    marker: Marker | None  # environment marker; None when the pin applies everywhere
 
 
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)\s*(?:;\s*(.+?))?\s*\\?$")
-
-
-def normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _requirement_lines(text: str):
+    """(line number, requirement text) of a pip/uv lock: hash lines, comments and options skipped."""
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip().removesuffix("\\").strip()
+        if line and not line.startswith(("#", "-")):  # "--hash=...", "-r file", "-c file"
+            yield number, line
 
 
 def read_lock(path: str | Path) -> list[Pin]:
-    """Every `name==version ; marker` line of a pip/uv lock file (hash and comment lines skipped)."""
+    """Every `name==version ; marker` line of a pip/uv lock file."""
     pins = []
-    for line in Path(path).read_text().splitlines():
-        m = _PIN.match(line.strip())
-        if m:
-            pins.append(Pin(normalise(m.group(1)), m.group(2), (m.group(3) or "").strip()))
+    for number, line in _requirement_lines(Path(path).read_text()):
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            raise StackError(f"{path}, line {number}: {line!r} is not a requirement ({str(exc).splitlines()[0]}); "
+                             "regenerate the lock with `invoke lock`") from None
+        exact = [spec.version for spec in req.specifier if spec.operator == "=="]
+        if len(exact) != 1 or len(req.specifier) != 1:
+            raise StackError(f"{path}, line {number}: {line!r} does not pin one version with ==; "
+                             "regenerate the lock with `invoke lock`")
+        pins.append(Pin(canonicalize_name(req.name), exact[0], req.marker))
     if not pins:
         raise StackError(f"{path} has no pinned packages; regenerate it with `invoke lock`")
     return pins
@@ -91,14 +106,12 @@ def read_lock(path: str | Path) -> list[Pin]:
 
 def locked_versions(path: str | Path, python: str = "3.11", platform: str = "linux") -> dict[str, str]:
     """{name: version} that pip would install from `path` on CPython `python` on `platform`."""
-    from packaging.markers import Marker  # a TensorFlow dependency, so always installed with the lock
-
     env = {
         "python_version": python, "python_full_version": python + ".0", "sys_platform": platform,
         "platform_system": platform.capitalize(), "platform_machine": "x86_64", "os_name": "posix",
         "implementation_name": "cpython", "platform_python_implementation": "CPython",
     }
-    return {p.name: p.version for p in read_lock(path) if not p.marker or Marker(p.marker).evaluate(env)}
+    return {p.name: p.version for p in read_lock(path) if p.marker is None or p.marker.evaluate(env)}
 
 
 def major_minor(version: str) -> str:
@@ -109,13 +122,14 @@ def stack_for(tf_version: str) -> TestedStack:
     key = major_minor(tf_version)
     if key not in TESTED:
         raise StackError(
-            f"TensorFlow {tf_version} has no row in train/stack.py TESTED (known: {', '.join(sorted(TESTED))}); "
+            f"TensorFlow {tf_version} has no row in train/gpucheck/stack.py TESTED (known: {', '.join(sorted(TESTED))}); "
             "add it from https://www.tensorflow.org/install/source#gpu"
         )
     return TESTED[key]
 
 
-def check_locks(cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK) -> tuple[TestedStack, list[str]]:
+def check_locks(cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK,
+                test_lock: str | Path = TEST_LOCK) -> tuple[TestedStack, list[str]]:
     """The tested stack the locks claim, and every way in which they disagree with it or each other."""
     problems: list[str] = []
     gpu = locked_versions(gpu_lock)
@@ -135,9 +149,12 @@ def check_locks(cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK
         cuda_on_cpu = sorted(n for n in cpu if _CUDA_ONLY.match(n) or n == "tensorflow")
         if cuda_on_cpu:
             problems.append(f"{cpu_lock} (Python {python}) would download CUDA packages: {', '.join(cuda_on_cpu)}")
-        for name in sorted(cpu.keys() & gpu.keys()):
-            if cpu[name] != gpu[name]:
-                problems.append(f"Python {python}: {name} is {cpu[name]} in {cpu_lock} but {gpu[name]} in {gpu_lock}")
+        test = locked_versions(test_lock, python)
+        for (a, a_lock), (b, b_lock) in (((cpu, cpu_lock), (gpu, gpu_lock)), ((test, test_lock), (gpu, gpu_lock)),
+                                         ((test, test_lock), (cpu, cpu_lock))):
+            for name in sorted(a.keys() & b.keys()):
+                if a[name] != b[name]:
+                    problems.append(f"Python {python}: {name} is {a[name]} in {a_lock} but {b[name]} in {b_lock}")
     return stack, problems
 
 

@@ -1,9 +1,9 @@
 """What the NVIDIA driver reports about the GPUs, without TensorFlow: names, memory, processes.
 
 NVML (the `pynvml` module from nvidia-ml-py) when it is importable, otherwise `nvidia-smi`. Never
-fatal: a machine without a driver gets `[]` and a reason, in milliseconds, because the training loop
-calls `query_gpus()` once per epoch to log GPU memory. Both back ends are injectable (`probe(nvml=...,
-run=...)`) so tests feed recorded nvidia-smi outputs or an NVML stand-in.
+fatal: a machine without a driver gets `[]` and a reason, in milliseconds (the run manifest records
+`query_gpus()` at every start). Both back ends are injectable (`probe(nvml=..., run=...)`) so tests
+feed recorded nvidia-smi outputs or an NVML stand-in.
 """
 
 from __future__ import annotations
@@ -206,8 +206,3 @@ def query_gpus() -> list[GpuInfo]:
     """Every GPU the driver shows, with memory and processes; [] without a driver."""
     return probe().gpus
 
-
-def driver_status() -> tuple[bool, str]:
-    """(driver present, one line saying where the answer came from or why there is no driver)."""
-    p = probe()
-    return p.driver_present, p.reason
