@@ -6,7 +6,7 @@ import sys
 import pytest
 from helpers import PROJECT_ROOT
 
-from train import config, models
+from train import models
 from train.config import Settings, debug_requested, diff_settings, env_example, load_settings, settings_table
 from train.errors import ConfigError, StorageError
 
