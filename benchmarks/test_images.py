@@ -39,9 +39,20 @@ def pil_loop(root, size: int) -> np.ndarray:
     return np.stack(out)
 
 
+def decode_image_dir_to_array(path, settings) -> np.ndarray:
+    """All images under `path` as uint8 (N, S, S, C): the pipeline's cold decode, no cache."""
+    import os
+
+    from train.images import decode_files, list_image_dir
+
+    _, rels, _ = list_image_dir(path)
+    out = np.empty((len(rels), settings.image_size, settings.image_size, settings.channels), np.uint8)
+    decode_files([os.path.join(path, r) for r in rels], out.shape[1:], out)
+    return out
+
+
 def test_image_pipeline_vs_pil(benchmark, quick, tmp_path):
     from train import data
-    from train.images import decode_image_dir_to_array
 
     per_class = 30 if quick else 300
     root = _image_dir(tmp_path / "images", 4, per_class)

@@ -100,3 +100,38 @@ def write_run_records(run_dir: Path, config: dict | None = None, manifest: dict 
             writer.writerows(metrics)
     (run_dir / "train.log").write_text("".join(line + "\n" for line in log_lines))
     return run_dir
+
+
+class LocalFiles:
+    """The files of a directory over HTTP on 127.0.0.1 (a stand-in for a download site: tests
+    never reach the internet). `url(name)` is a file's address; `requests` lists the paths asked for."""
+
+    def __init__(self, directory: Path):
+        import functools
+        import http.server
+        import threading
+
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args):  # quiet; record instead
+                outer.requests.append(self.path)
+
+        self.server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=str(directory)))
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, name: str = "") -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/{name}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> LocalFiles:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -7,7 +7,7 @@ import sys
 import pytest
 from helpers import PROJECT_ROOT
 
-from train import config
+from train import models
 from train.config import Settings, debug_requested, diff_settings, env_example, load_settings, settings_table
 from train.errors import ConfigError, StorageError
 
@@ -145,19 +145,14 @@ def test_debug_is_read_on_its_own_environment_first(tmp_path, environ, env_text,
     assert debug_requested(env_file, environ=environ) is expected
 
 
-def test_setting_fields_are_the_settings_in_order():
-    from dataclasses import fields
-
-    from train.config import setting_fields
-
-    assert [f.name for f in setting_fields()] == [f.name for f in fields(Settings)] and setting_fields()[0].name == "dataset"
-
-
-def test_monitor_choices_are_what_the_loop_logs():
-    from train.logs import METRIC_COLUMNS
+@pytest.mark.parametrize("model", [*models.MODELS, "my_module:make"])
+def test_monitor_choices_are_what_the_loop_logs(model):
+    from train.logs import metric_columns
 
     # metrics.csv's columns are the epoch logs the loop writes; MONITOR must name one of them.
-    assert set(config.MONITORS) == {c for c in METRIC_COLUMNS if c.replace("val_", "") in ("loss", "accuracy")}
+    metrics = tuple(models.entry(model).metrics)
+    logged = {c for c in metric_columns(metrics) if c.replace("val_", "") in ("loss", *metrics)}
+    assert set(models.monitors(model)) == logged and "val_accuracy" in logged
 
 
 def test_a_path_given_for_the_wrong_kind_says_what_it_is(tmp_path):
@@ -336,3 +331,10 @@ def test_a_named_env_file_must_exist_but_the_default_may_not(tmp_path, monkeypat
     (tmp_path / ".env").write_text("EPOCHS=5\n")
     monkeypatch.delenv("EPOCHS")
     assert load_settings({}).epochs == 5  # ./.env is the default file
+
+
+def test_monitor_follows_the_metrics_of_a_registered_model(monkeypatch):
+    monkeypatch.setitem(models.MODELS, "regressor", models.ModelEntry(None, "", metrics={"mae": None}))
+    with pytest.raises(ConfigError, match=r"MONITOR='val_accuracy' is not valid: one of val_mae, val_loss, mae, loss"):
+        load(env={"MODEL": "regressor"})
+    assert load(env={"MODEL": "regressor", "MONITOR": "val_mae"}).monitor == "val_mae"

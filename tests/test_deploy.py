@@ -43,7 +43,8 @@ def test_compose_runs_two_workers_of_one_cluster_and_only_the_chief_mounts_runs(
     for i, name in enumerate(sorted(services)):
         svc = services[name]
         assert svc["command"] == "fit ${TRAIN_ARGS:-}" and svc["init"] is True and svc["stop_grace_period"] == "2m"
-        assert svc["image"].endswith(":cpu") and svc["build"]["target"] == "cpu"
+        assert svc["image"].endswith(":cpu") and svc["build"]["target"] == "runtime"
+        assert svc["build"]["args"]["VARIANT"] == "cpu"
         env = svc["environment"]
         assert int(env["WORKER_INDEX"]) == i
         clusters.append(from_workers(env["WORKERS"], int(env["WORKER_INDEX"])))

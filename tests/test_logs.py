@@ -27,6 +27,17 @@ def test_append_writes_every_column_and_empty_gpu_columns(tmp_path):
     assert not any(TMP_MARK in p.name for p in tmp_path.iterdir())
 
 
+def test_a_model_with_other_metrics_gets_their_columns(tmp_path):
+    from train.logs import metric_columns
+
+    m = MetricsFile(tmp_path / "metrics.csv", metric_columns(("mae", "rmse")))
+    m.append({"epoch": 1, "loss": 0.5, "mae": 0.25, "val_rmse": 0.75, "accuracy": 1.0})
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0]
+    assert header.startswith("epoch,loss,mae,rmse,val_loss,val_mae,val_rmse,learning_rate")
+    (row,) = _read(tmp_path / "metrics.csv")
+    assert row["mae"] == "0.25" and row["val_rmse"] == "0.75" and "accuracy" not in row
+
+
 def test_reload_truncate_and_append_after_a_resume(tmp_path):
     path = tmp_path / "metrics.csv"
     m = MetricsFile(path)

@@ -6,9 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from train.config import MIN_IMAGE_SIZE
 from train.errors import ModelError
-from train.models import REGISTRY, build_model, get_factory
+from train.models import MODELS, build_model, get_factory
 
 
 @pytest.fixture
@@ -19,7 +18,7 @@ def bf16_policy():
     keras.mixed_precision.set_global_policy(previous)
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("shape", [(28, 28, 1), (64, 64, 3)])
 def test_registered_models_build_with_float32_output_under_mixed_bfloat16(name, shape, bf16_policy):
     model = build_model(name, shape, 5)
@@ -127,14 +126,14 @@ def test_a_user_module_that_fails_to_import_is_named(tmp_path, monkeypatch, sour
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("name", sorted(MIN_IMAGE_SIZE))
+@pytest.mark.parametrize("name", sorted(n for n in MODELS if MODELS[n].min_image_size))
 def test_builtin_minimum_image_sizes_are_exact(name):
-    n = MIN_IMAGE_SIZE[name]
+    n = MODELS[name].min_image_size
     build_model(name, (n, n, 1), 3)
     with pytest.raises(ModelError, match=rf"the images are {n - 1}x{n - 1}, smaller than the {n}x{n} {name} needs"):
         build_model(name, (n - 1, n - 1, 1), 3)
     with pytest.raises(ValueError):  # what Keras says without the check: a traceback
-        REGISTRY[name]((n - 1, n - 1, 1), 3)
+        MODELS[name].build((n - 1, n - 1, 1), 3)
 
 
 @pytest.mark.parametrize("name, has, lacks", [
@@ -148,7 +147,7 @@ def test_each_registered_name_builds_its_own_architecture(name, has, lacks):
     assert get_factory(name) is getattr(models, name)  # the name is the factory's own, not another's
     kinds = {type(layer).__name__ for layer in build_model(name, (28, 28, 1), 3).layers}
     assert has in kinds and not kinds & set(lacks)
-    assert sorted(REGISTRY) == ["cnn", "cnn_bn", "resnet_small"]  # a new model gets a row above
+    assert sorted(MODELS) == ["cnn", "cnn_bn", "resnet_small"]  # a new model gets a row above
 
 
 @pytest.mark.slow
@@ -173,3 +172,11 @@ def test_a_model_that_cannot_be_built_is_one_line_and_exit_2_from_the_cli(tmp_pa
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == line
     assert "Traceback" not in proc.stderr
+
+
+def test_the_exported_model_is_compiled_only_with_metrics_keras_knows():
+    from train.models import ModelEntry, correct
+
+    entry = ModelEntry(None, "", metrics={"accuracy": correct, "top2": correct, "mae": correct})
+    assert entry.compiled_metrics() == ["accuracy", "mae"]  # "top2" would break evaluate() on the loaded model
+    assert MODELS["cnn"].compiled_metrics() == ["accuracy"]

@@ -123,7 +123,7 @@ def test_totals_add_up_over_calls():
     totals = Totals()
     totals.add([2.0, 1.0, 4.0, 0.0])
     totals.add([1.0, 3.0, 4.0, 0.0])
-    assert (totals.loss, totals.correct, totals.count) == (3.0, 4.0, 8.0)
+    assert (totals.loss, totals.sums, totals.count) == (3.0, [4.0], 8.0)  # the sum of "correct"
     assert totals.logs("val_") == {"val_loss": 3.0 / 8, "val_accuracy": 0.5}
 
 
@@ -201,3 +201,53 @@ def test_regularization_losses_are_added_to_the_loss():
     ref.optimizer.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
     for a, b in zip(ours.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_a_models_own_loss_and_metrics_drive_the_steps():
+    """A registry entry with another loss (squared error on one-hot targets) and two metrics:
+    the step trains with that loss, averaged over the batch, and sums each metric per example."""
+    import keras
+    import tensorflow as tf
+
+    from train.models import ModelEntry
+    from train.steps import Steps, Totals
+
+    def squared_error(reduction="sum_over_batch_size"):
+        return keras.losses.MeanSquaredError(reduction=reduction)
+
+    def squared(y, probs):
+        return tf.reduce_sum(tf.square(tf.one_hot(tf.cast(y, tf.int32), 3) - probs), axis=-1) / 3
+
+    task = ModelEntry(None, "", loss=lambda reduction: _OneHot(squared_error(reduction)),
+                      metrics={"sq": squared, "top": lambda y, p: tf.reduce_max(p, axis=-1)})
+    x, y = _data()
+    ours, ref = _model(), _model()
+    out = Steps(ours, task=task).train(_iterator(x, y, 5), tf.constant(2), tf.constant(0.0)).numpy()
+    assert out.shape == (5,) and out[3] == 10 and out[4] == 0  # [loss, sq, top, examples, votes]
+    loss_fn = squared_error()
+    for k in range(2):  # the same loss, Keras' mean over each batch, by hand
+        with tf.GradientTape() as tape:
+            loss = loss_fn(tf.one_hot(y[5 * k:5 * k + 5], 3), ref(x[5 * k:5 * k + 5], training=True))
+        ref.optimizer.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
+    for a, b in zip(ours.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    totals = Totals(("sq", "top"))
+    totals.add(Steps(ours, task=task).evaluate(_iterator(x, y, 4), tf.constant(3)).numpy())
+    probs = ours(x).numpy()
+    expected_sq = float(np.mean(np.sum((np.eye(3)[y] - probs) ** 2, axis=1) / 3))
+    assert set(totals.logs()) == {"loss", "sq", "top"}
+    assert totals.logs()["loss"] == pytest.approx(expected_sq, rel=1e-5)  # MSE over one-hot = sq
+    assert totals.logs()["sq"] == pytest.approx(expected_sq, rel=1e-5)
+    assert totals.logs()["top"] == pytest.approx(float(probs.max(1).mean()), rel=1e-5)
+
+
+class _OneHot:
+    """A loss over integer labels made from one over one-hot targets (3 classes)."""
+
+    def __init__(self, loss):
+        self.loss = loss
+
+    def __call__(self, y, probs):
+        import tensorflow as tf
+
+        return self.loss(tf.one_hot(tf.cast(y, tf.int32), 3), probs)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from . import datasets, models
 from .envfile import read_env_file
 from .errors import ConfigError, StorageError
 from .modelspec import check_model_spec
@@ -22,17 +23,11 @@ from .modelspec import check_model_spec
 log = logging.getLogger("train")
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
-BUILTIN_DATASETS = ("mnist", "fashion_mnist", "cifar10")
-BUILTIN_MODELS = ("cnn", "cnn_bn", "resnet_small")
 CACHE_MODES = ("memory", "file", "none")
 PROGRESS_MODES = ("auto", "bar", "line")
 MONITOR_MODES = ("auto", "max", "min")
 REPORT_MODES = ("full", "quick", "off")
 LR_SCHEDULES = ("constant", "cosine")
-# Smallest images the built-in models take (two 3x3 convolutions and two 2x2 poolings need 10x10).
-MIN_IMAGE_SIZE = {"cnn": 10, "cnn_bn": 10}
-# What the epoch loop logs (train.loop compiles with metrics=["accuracy"] and prefixes val_).
-MONITORS = ("val_accuracy", "val_loss", "accuracy", "loss")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -46,7 +41,8 @@ class Settings:
     """The resolved configuration of one run. Field names map to UPPER_CASE variables."""
 
     # --- data ---
-    dataset: str = _f("mnist", "mnist | fashion_mnist | cifar10 | npz:<file> | images:<dir> (one sub-directory per class)")
+    dataset: str = _f("mnist", " | ".join(datasets.DATASETS)
+                      + " | npz:<file> | images:<dir> (one sub-directory per class)")
     data_dir: str = _f("./data", "where built-in data sets are read from (<name>.npz) and downloads are cached")
     image_size: int = _f(64, "images:<dir> only: images are resized to IMAGE_SIZE x IMAGE_SIZE", min=8, max=4096)
     channels: int = _f(3, "images:<dir> only: 1 (grayscale) or 3 (RGB)", choices=(1, 3))
@@ -56,7 +52,7 @@ class Settings:
     shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
     smoke: bool = _f(False, "smoke test: 512 training / 256 validation examples, 1 epoch, to check the whole path in seconds")
     # --- model and optimisation ---
-    model: str = _f("cnn", "cnn (the classic Keras MNIST CNN) | cnn_bn (CNN with batch norm) | resnet_small | package.module:function")
+    model: str = _f("cnn", models.describe())
     epochs: int = _f(3, "number of epochs", min=1, max=100000)
     batch_size: int = _f(128, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
     learning_rate: float = _f(1e-3, "Adam learning rate", min=1e-8, max=10.0)
@@ -74,7 +70,8 @@ class Settings:
     resume: str = _f("", "continue a run: its id or path, latest, or auto (the newest run if it did not finish and its settings match, else a new run); empty: a new run")
     checkpoint_every: int = _f(200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0)
     keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
-    monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss", choices=MONITORS)
+    monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss "
+                      "(or val_<name>/<name> of a metric the model adds)")
     monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
     patience: int = _f(0, "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)", min=0, max=100000)
     min_delta: float = _f(0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0)
@@ -91,11 +88,6 @@ class Settings:
     workers: str = _f("", "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process")
     worker_index: int = _f(-1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000)
 
-    # --- derived, read-only views ---
-    @property
-    def env_names(self) -> dict[str, str]:
-        return {f.name: f.name.upper() for f in fields(self)}
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -109,10 +101,6 @@ RESUME_FREE = {
     "checkpoint_every", "memory_growth", "auto_batch", "resume", "patience", "min_delta", "report",
     "workers", "worker_index", "mlflow_tracking_uri", "mlflow_experiment",
 }
-
-
-def setting_fields() -> list[dataclasses.Field]:
-    return list(fields(Settings))
 
 
 def _coerce(f: dataclasses.Field, raw: Any) -> Any:
@@ -158,22 +146,6 @@ def _check_ranges(s: Settings) -> None:
             if f.type in ("int", int) and lo == 1:
                 rule = "must be a positive whole number" + (f" (at most {hi})" if hi else "")
             raise ConfigError(name, value, rule)
-
-
-def _check_dataset(s: Settings) -> None:
-    ds = s.dataset
-    if ds in BUILTIN_DATASETS:
-        return
-    kind, _, path = ds.partition(":")
-    if kind not in ("npz", "images") or not path:
-        raise ConfigError("DATASET", ds, "one of " + ", ".join(BUILTIN_DATASETS) + ", npz:<file>, images:<dir>")
-    p = Path(path).expanduser()
-    if kind == "npz" and not p.is_file():
-        what = f"{p} is a directory, not a file" if p.is_dir() else f"file {p} does not exist"
-        raise ConfigError("DATASET", ds, f"{what}; give the path of an .npz with x_train/y_train/x_test/y_test")
-    if kind == "images" and not p.is_dir():
-        what = f"{p} is a file, not a directory" if p.exists() else f"directory {p} does not exist"
-        raise ConfigError("DATASET", ds, f"{what}; give a directory with one sub-directory per class")
 
 
 def _check_dirs(s: Settings) -> None:
@@ -238,13 +210,16 @@ def validate(s: Settings) -> Settings:
     """Check every rule that does not need TensorFlow; return the settings unchanged or raise."""
     _check_ranges(s)
     _check_dirs(s)
-    _check_dataset(s)
+    datasets.check_dataset(s.dataset)
     _check_tracking(s)
-    if s.model not in BUILTIN_MODELS and not _MODULE_FN.match(s.model):
-        raise ConfigError("MODEL", s.model, "one of " + ", ".join(BUILTIN_MODELS) + " or package.module:function")
-    if s.dataset.startswith("images:") and s.image_size < MIN_IMAGE_SIZE.get(s.model, 0):
+    if s.model not in models.MODELS and not _MODULE_FN.match(s.model):
+        raise ConfigError("MODEL", s.model, "one of " + ", ".join(models.MODELS) + " or package.module:function")
+    if s.monitor not in models.monitors(s.model):
+        raise ConfigError("MONITOR", s.monitor, "one of " + ", ".join(models.monitors(s.model)))
+    least = models.entry(s.model).min_image_size
+    if s.dataset.startswith("images:") and s.image_size < least:
         raise ConfigError("IMAGE_SIZE", s.image_size, f"MODEL={s.model} needs images of at least "
-                          f"{MIN_IMAGE_SIZE[s.model]}x{MIN_IMAGE_SIZE[s.model]}: raise IMAGE_SIZE or use MODEL=resnet_small")
+                          f"{least}x{least}: raise IMAGE_SIZE or use MODEL=resnet_small")
     if s.dataset.startswith("images:") and s.val_split == 0 and s.monitor.startswith("val_"):
         raise ConfigError("VAL_SPLIT", s.val_split, f"0 leaves no validation images, so MONITOR={s.monitor} is never "
                           "measured: set VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss")
@@ -290,7 +265,7 @@ def load_settings(
             values[f.name] = _coerce(f, overrides[f.name])
     settings = validate(Settings(**values))
     _check_runs_dir_path(settings.runs_dir)
-    if check_model and settings.model not in BUILTIN_MODELS:
+    if check_model and settings.model not in models.MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
         check_model_spec(settings.model)
     check_cluster(settings, environ)

@@ -10,13 +10,9 @@ uint8 examples stay in a fixed order (the cache) and each batch gathers its indi
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib
 import logging
 import math
-import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -24,19 +20,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import images
+from .arrays import NPZ_KEYS, check_arrays, read_npz, sha256_file
+from .datasets import DATASETS
 from .errors import DataError
 from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
 
 log = logging.getLogger("train")
 
 SMOKE_TRAIN, SMOKE_VAL = 512, 256
-NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
-BUILTIN_SHAPES = {"mnist": (28, 28, 1), "fashion_mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
-BUILTIN_CLASSES = {
-    "mnist": tuple(str(i) for i in range(10)),
-    "fashion_mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
-    "cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
-}
 
 
 class _Split(NamedTuple):
@@ -70,7 +61,7 @@ def load_data(settings) -> DataSpec:
     else:
         if kind == "npz":
             path, name = Path(arg).expanduser(), None
-            arrays, fingerprint, source = _read_npz(path), _sha256_file(path), str(path)
+            arrays, fingerprint, source = read_npz(path), sha256_file(path), str(path)
         else:
             name = settings.dataset
             arrays, fingerprint, source = _builtin(name, Path(settings.data_dir).expanduser())
@@ -225,144 +216,28 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
 # --- .npz and built-in data sets -----------------------------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of the file, read in full: numpy notices a bad CRC or a short file only on read."""
-    _check_npz_magic(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in NPZ_KEYS if k not in z.files]
-            if missing:
-                raise DataError(f"{path}: missing array(s) {', '.join(missing)}; an .npz needs x_train, y_train, x_test, y_test (Keras layout)")
-            return {k: z[k] for k in z.files}
-    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
-        raise DataError(f"{path} is corrupt or truncated ({type(e).__name__}: {e}); replace it with a good copy") from None
-
-
-def _check_npz_magic(path: Path) -> None:
-    """An .npz is a zip archive: say what the file is instead of numpy's guess ("pickled data")."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(64)
-    except IsADirectoryError:
-        raise DataError(f"{path} is a directory, not a file; give the path of an .npz file (or use images:<dir>)") from None
-    except OSError as e:
-        raise DataError(f"{path}: cannot read it ({e.strerror}); check the path and its permissions") from None
-    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
-        return
-    if not head:
-        what = "it is empty"
-    elif head.startswith(b"\x93NUMPY"):
-        what = "it is a single .npy array"
-    elif all(32 <= c < 127 or c in b"\t\r\n" for c in head):
-        what = f"it is text ({head[:24].decode('ascii').strip()!r}...)"
-    else:
-        what = "it does not start like a zip archive"
-    raise DataError(f"{path} is not an .npz file ({what}); save the arrays with "
-                    "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
-
-
 def _builtin(name: str, data_dir: Path) -> tuple[dict[str, np.ndarray], str, str]:
     path = data_dir / f"{name}.npz"
     if path.is_file():
-        return _read_npz(path), _sha256_file(path), str(path)
+        return read_npz(path), sha256_file(path), str(path)
     cache = data_dir / "keras"
     try:
-        (x_train, y_train), (x_test, y_test) = _download(name, cache)
+        arrays = DATASETS[name].load(cache)
     # get_file raises a bare Exception for network failures, so nothing narrower catches them all.
     except Exception as e:  # noqa: BLE001
         raise DataError(
-            f"{path} not found and the Keras download of {name} failed ({type(e).__name__}); "
+            f"{path} not found and the download of {name} failed ({type(e).__name__}: {_first_line(e)}); "
             f"put {name}.npz (Keras format: x_train, y_train, x_test, y_test) at {path}, or allow network access"
         ) from None
-    arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
     h = hashlib.sha256()
     for k in NPZ_KEYS:
         h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
-    return arrays, h.hexdigest(), f"keras download cached in {cache}"
+    return arrays, h.hexdigest(), f"downloaded, cached in {cache}"
 
 
-def _download(name: str, cache_dir: Path):
-    """keras.datasets.<name>.load_data(), with its files cached under `cache_dir` (not ~/.keras)."""
-    from unittest import mock
-
-    module = importlib.import_module(f"keras.src.datasets.{name}")
-    # Keras 3's loaders take no cache_dir; give their get_file one so downloads land in DATA_DIR.
-    with mock.patch.object(module, "get_file", functools.partial(module.get_file, cache_dir=str(cache_dir.resolve()))):
-        return module.load_data()
-
-
-def _check_arrays(where: str, arrays: dict[str, np.ndarray], num_classes: int | None) -> tuple:
-    """(x_train, y_train, x_test, y_test, num_classes) as uint8 NHWC / int32, or DataError."""
-    out = []
-    for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim == 3:
-            x = x[..., None]
-        if x.ndim != 4 or x.shape[-1] not in (1, 3) or len(x) == 0:
-            raise DataError(f"{where}: x_{split} has shape {x.shape}; expected (N, H, W) or (N, H, W, 1|3) with N > 0")
-        if x.dtype != np.uint8:
-            if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
-                raise DataError(f"{where}: x_{split} has dtype {x.dtype}; expected uint8 pixel values 0..255")
-            if not (np.all(np.isfinite(x)) and x.min() >= 0 and x.max() <= 255 and np.all(x == np.round(x))):
-                raise DataError(f"{where}: x_{split} holds values outside whole numbers 0..255; store raw uint8 pixels (the model rescales)")
-            x = x.astype(np.uint8)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]  # cifar10 keeps labels as (N, 1)
-        if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-            raise DataError(f"{where}: y_{split} has shape {y.shape} and dtype {y.dtype}; expected integer class ids of shape (N,)")
-        if len(y) != len(x):
-            raise DataError(f"{where}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
-        out += [x, y.astype(np.int64)]
-    if out[0].shape[1:] != out[2].shape[1:]:
-        raise DataError(f"{where}: x_train images are {out[0].shape[1:]} but x_test images are {out[2].shape[1:]}")
-    classes = _check_labels(where, out[1], out[3], num_classes)
-    return out[0], out[1].astype(np.int32), out[2], out[3].astype(np.int32), classes
-
-
-def _check_labels(where: str, y_train: np.ndarray, y_test: np.ndarray, num_classes: int | None) -> int:
-    """The number of classes K: labels must be 0..K-1 with every class in y_train, and K >= 2.
-
-    Checked on the labels found (np.unique), never by allocating K of anything: one stray label of
-    1,000,000 must be named, not turned into a million-class model.
-    """
-    found = np.unique(y_train)
-    classes = num_classes or int(max(found[-1], y_test.max())) + 1
-    for split, y in (("train", y_train), ("test", y_test)):
-        if y.min() < 0 or y.max() >= classes:
-            raise DataError(f"{where}: y_{split} has labels {y.min()}..{y.max()}; expected 0..{classes - 1}")
-    if classes < 2:
-        raise DataError(f"{where}: a single class (every label is 0); a classifier needs at least two")
-    if len(found) < classes:
-        bounds = np.concatenate([[-1], found, [classes]])  # the gaps between the labels found
-        missing = [(int(x) + 1, int(y) - 1) for x, y in zip(bounds[:-1], bounds[1:]) if y - x > 1]
-        raise DataError(
-            f"{where}: y_train has no example of class {_ranges(missing)} (labels found: "
-            f"{_ranges(_runs(found))}); labels must be 0..K-1 with every class present: renumber them, "
-            "or remove the stray labels"
-        )
-    return classes
-
-
-def _runs(values: np.ndarray) -> list[tuple[int, int]]:
-    """Sorted distinct values as (first, last) runs of consecutive numbers."""
-    breaks = np.flatnonzero(np.diff(values) != 1)
-    starts, ends = np.concatenate([[0], breaks + 1]), np.concatenate([breaks, [len(values) - 1]])
-    return [(int(values[i]), int(values[j])) for i, j in zip(starts, ends)]
-
-
-def _ranges(runs: list[tuple[int, int]], limit: int = 4) -> str:
-    """[(0, 3), (9, 9), (12, 40)] -> '0..3, 9, 12..40' (at most `limit` runs, then '...')."""
-    text = [f"{a}..{b}" if b > a else str(a) for a, b in runs[:limit]]
-    return ", ".join(text + (["..."] if len(runs) > limit else []))
-
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else "no message"
 
 def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:
     if n <= k:
@@ -372,11 +247,12 @@ def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:
 
 def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str | None) -> DataSpec:
     names = tuple(str(c) for c in arrays["class_names"]) if "class_names" in arrays else None
-    if builtin:
-        names = BUILTIN_CLASSES[builtin]
-    x_tr, y_tr, x_va, y_va, classes = _check_arrays(source, arrays, len(names) if names else None)
-    if builtin and x_tr.shape[1:] != BUILTIN_SHAPES[builtin]:
-        raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {BUILTIN_SHAPES[builtin]}; is it the right file?")
+    entry = DATASETS[builtin] if builtin else None
+    if entry:
+        names = entry.classes
+    x_tr, y_tr, x_va, y_va, classes = check_arrays(source, arrays, len(names) if names else None)
+    if entry and x_tr.shape[1:] != entry.shape:
+        raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {entry.shape}; is it the right file?")
     if settings.smoke:
         tr, va = _smoke_subset(len(y_tr), SMOKE_TRAIN, settings.seed, 0), _smoke_subset(len(y_va), SMOKE_VAL, settings.seed, 1)
         x_tr, y_tr, x_va, y_va = x_tr[tr], y_tr[tr], x_va[va], y_va[va]

@@ -205,18 +205,6 @@ def decode_files(paths: Sequence[str], input_shape: tuple[int, int, int], out: n
         raise DataError(f"decoding images {done}..{done + _DECODE_BATCH} of {len(paths)} failed ({_first_line(e)})") from None
 
 
-def decode_image_dir_to_array(path: str | os.PathLike, settings) -> tuple[np.ndarray, np.ndarray]:
-    """All images under `path` as (uint8 (N, S, S, C), int32 labels): the pipeline's cold decode.
-
-    Benchmark 4 times this against a per-file PIL loop.
-    """
-    _, rels, labels = list_image_dir(path)
-    shape = (settings.image_size, settings.image_size, settings.channels)
-    out = np.empty((len(rels), *shape), np.uint8)
-    decode_files([os.path.join(path, r) for r in rels], shape, out)
-    return out, labels
-
-
 def split_indices(labels: np.ndarray, val_split: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Stratified, seeded train/validation split; both index lists sorted (the fixed cache order)."""
     rng = np.random.default_rng(seed)

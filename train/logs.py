@@ -14,10 +14,16 @@ from .rundir import write_text
 
 log = logging.getLogger("train")
 
-METRIC_COLUMNS = [
-    "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "batch_size",
-    "epoch_seconds", "samples_per_second", "model_flops_per_second", "mfu", "gpu_memory_used_mb", "gpu_memory_peak_mb",
-]
+_AFTER = ["learning_rate", "batch_size", "epoch_seconds", "samples_per_second", "model_flops_per_second", "mfu",
+          "gpu_memory_used_mb", "gpu_memory_peak_mb"]
+
+
+def metric_columns(metrics: tuple[str, ...] = ("accuracy",)) -> list[str]:
+    """metrics.csv's columns for a model trained with `metrics` (train.models)."""
+    return ["epoch", "loss", *metrics, "val_loss", *(f"val_{m}" for m in metrics), *_AFTER]
+
+
+METRIC_COLUMNS = metric_columns()  # those of the classifiers
 
 
 def setup_logging(log_file: Path | None, prefix: str = "") -> None:
@@ -50,8 +56,8 @@ def close_logging() -> None:
 class MetricsFile:
     """metrics.csv, rewritten atomically each epoch (it is small) so it is never half-written."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, columns: list[str] = METRIC_COLUMNS):
+        self.path, self.columns = path, columns
         self.rows: list[dict[str, Any]] = []
         if path.is_file():
             with open(path, newline="", encoding="utf-8") as fh:
@@ -62,9 +68,9 @@ class MetricsFile:
         self.rows = [r for r in self.rows if int(r["epoch"]) < epoch]
 
     def append(self, row: dict[str, Any]) -> None:
-        self.rows.append({k: _fmt(row.get(k)) for k in METRIC_COLUMNS})
+        self.rows.append({k: _fmt(row.get(k)) for k in self.columns})
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=METRIC_COLUMNS)
+        writer = csv.DictWriter(buf, fieldnames=self.columns)
         writer.writeheader()
         writer.writerows(self.rows)
         write_text(self.path, buf.getvalue())

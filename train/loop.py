@@ -22,7 +22,7 @@ from typing import Any
 from .config import Settings
 from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
-from .logs import MetricsFile, TensorBoardWriter
+from .logs import MetricsFile, TensorBoardWriter, metric_columns
 from .manifest import update_manifest
 from .rundir import RunDir
 from .stopping import StopFlag
@@ -134,8 +134,12 @@ class EpochLoop:
         self.epochs, self.started, self.chief = epochs, started, chief
         self.files = RunDir(run_dir) if run_dir is not None else None  # None: a worker that writes nothing
         self.mode = _monitor_mode(settings)
+        from .models import entry
+
+        self.task = entry(settings.model)  # the model's loss and metrics
         self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
-        self.metrics = MetricsFile(self.files.metrics) if chief else None
+        names = tuple(self.task.metrics)
+        self.metrics = MetricsFile(self.files.metrics, metric_columns(names)) if chief else None
         self.history: list[dict[str, Any]] = []
         if self.metrics:
             self.metrics.truncate_from(state.epoch + 1)
@@ -168,10 +172,10 @@ class EpochLoop:
                 lr = keras.optimizers.schedules.CosineDecay(self.s.learning_rate, decay_steps=max(total, 1))
             # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
             # mixed_float16), the loss and the metrics for export; training runs train.steps.
-            model.compile(optimizer=keras.optimizers.Adam(lr), loss="sparse_categorical_crossentropy",
-                          metrics=["accuracy"])
+            optimizer = keras.optimizers.Adam(lr)
+            model.compile(optimizer=optimizer, loss=self.task.loss(), metrics=self.task.compiled_metrics())
         self.model = model
-        self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile)
+        self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile, task=self.task)
         replicas = self.strategy.num_replicas_in_sync
         log.info("model: %s, %d parameters, global batch %d%s", self.s.model, model.count_params(),
                  self.state.batch_size,
@@ -287,8 +291,9 @@ class EpochLoop:
 
         verbose = progress_verbose(self.s.progress, sys.stdout.isatty()) if self.chief else 0
         # The values passed are running means already: stateful, so the bar shows them as they are.
-        bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", "accuracy"]) if verbose else None
-        totals, iterator = Totals(), iter(ds)
+        names = tuple(self.task.metrics)
+        bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", *names]) if verbose else None
+        totals, iterator = Totals(names), iter(ds)
         while self.state.step < saver.total:
             n = steps_until(saver.total - self.state.step, self.s.steps_per_execution, self.state.global_step,
                             self.s.checkpoint_every)
@@ -297,7 +302,7 @@ class EpochLoop:
                 break  # no other worker to tell: stop before another step runs
             out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
             totals.add(out)
-            stopping = out[3] > 0
+            stopping = out[-1] > 0  # the stop votes
             if stopping and self.stop.reason is None:
                 self.stop.request("another worker was asked to stop")
             saver.after(n, stopping)
@@ -313,7 +318,7 @@ class EpochLoop:
         from .steps import Totals
 
         batch = self.state.batch_size
-        totals = Totals()
+        totals = Totals(tuple(self.task.metrics))
         totals.add(self.steps.evaluate(iter(self._distributed("val", 0, batch)),
                                        tf.constant(math.ceil(self.spec.n_val / batch))).numpy())
         return totals.logs("val_")
@@ -395,9 +400,10 @@ class EpochLoop:
     def _write_hparams(self) -> None:
         """Settings and final metrics for TensorBoard's HParams view; a failure only warns."""
         from .logs import write_hparams
+        from .models import monitors
 
         final = {k: v for k, v in (self.history[-1] if self.history else {}).items()
-                 if k in ("loss", "accuracy", "val_loss", "val_accuracy")}
+                 if k in monitors(self.s.model)}
         try:
             write_hparams(self.files.tensorboard, self.s.to_dict(),
                           {**final, f"best_{self.s.monitor}": self.state.best}, self.state.epoch)

@@ -1,36 +1,111 @@
-"""The model registry: a name or `package.module:function` -> an uncompiled keras.Model.
+"""The model registry: MODEL=<name> or package.module:function -> a keras.Model and how to train it.
 
-Every factory has the Keras-examples signature `make_model(input_shape, num_classes)`. Inputs are
-raw pixel values (0..255, float32); the model rescales them itself, so the exported model takes
-raw images and the data pipeline stays free of preprocessing. The softmax output is float32 even
-under a mixed-precision policy (numerically safe loss).
+A registered model is one `register(...)` call below: the factory (the Keras-examples signature
+`make_model(input_shape, num_classes)`), a one-line description (it becomes MODEL's help, in
+`.env.example` and the README), the smallest image it takes, and what it is trained with:
+`loss(reduction)` returns a Keras loss, which the loop asks for per example (`reduction=None`) and
+averages over the global batch itself, and `metrics` maps a name (it becomes the metrics.csv
+column, `val_<name>` and a MONITOR choice) to a function of (labels, outputs) giving one value per
+example. The defaults are those of classification into integer labels; a regression or multi-label
+model gives its own, in this file alone (docs/extending.md).
+
+Inputs are raw pixel values (0..255, float32); a model rescales them itself, so the exported model
+takes raw images and the data pipeline stays free of preprocessing. The softmax output is float32
+even under a mixed-precision policy (numerically safe loss). Keras is imported inside the functions:
+the settings check reads this registry before TensorFlow loads.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import keras
-from keras import layers
-
-from .config import MIN_IMAGE_SIZE
 from .errors import ModelError, TemplateError
 
-Factory = Callable[[tuple, int], keras.Model]
+if TYPE_CHECKING:
+    import keras
+
+Factory = Callable[[tuple, int], Any]  # (input_shape, num_classes) -> keras.Model
+
+
+def sparse_crossentropy(reduction: str | None = "sum_over_batch_size"):
+    """Cross-entropy between integer labels and the model's probabilities."""
+    import keras
+
+    return keras.losses.SparseCategoricalCrossentropy(reduction=reduction)
+
+
+def correct(labels, probs):
+    """1.0 where the most probable class is the label, else 0.0 (its mean is the accuracy)."""
+    import tensorflow as tf
+
+    return tf.cast(tf.equal(tf.cast(labels, tf.int64), tf.argmax(probs, axis=-1)), tf.float32)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    build: Factory
+    doc: str  # one line, shown in MODEL's help
+    min_image_size: int = 0  # the smallest height/width the architecture takes (0: any)
+    loss: Callable[..., Any] = sparse_crossentropy  # loss(reduction=None) -> a per-example Keras loss
+    metrics: Mapping[str, Callable] = field(default_factory=lambda: {"accuracy": correct})
+
+    def compiled_metrics(self) -> list[str]:
+        """The metric names Keras knows, for the exported model's compile() (training computes its own)."""
+        import keras
+
+        known = []
+        for name in self.metrics:
+            try:
+                keras.metrics.get(name)
+                known.append(name)
+            except ValueError:
+                pass  # a metric of this project only: the exported model is compiled without it
+        return known
+
+
+MODELS: dict[str, ModelEntry] = {}
+# MODEL=package.module:function: a user's factory, trained as a classifier.
+DEFAULT_ENTRY = ModelEntry(build=None, doc="")
+
+
+def register(name: str, build: Factory, doc: str, **kw: Any) -> ModelEntry:
+    MODELS[name] = ModelEntry(build, doc, **kw)
+    return MODELS[name]
+
+
+def entry(name: str) -> ModelEntry:
+    """The registry entry of MODEL (a user's module:function gets the classification defaults)."""
+    return MODELS.get(name, DEFAULT_ENTRY)
+
+
+def monitors(name: str) -> tuple[str, ...]:
+    """The values MONITOR may take for MODEL: the loss and every metric, on validation or training data."""
+    metrics = tuple(entry(name).metrics)
+    return (*(f"val_{m}" for m in metrics), "val_loss", *metrics, "loss")
+
+
+def describe() -> str:
+    """MODEL's help: every registered model with its description."""
+    return " | ".join(f"{n} ({e.doc})" if e.doc else n for n, e in MODELS.items()) + " | package.module:function"
 
 
 def _head(x, num_classes: int):
+    from keras import layers
+
     x = layers.Dense(num_classes, name="logits")(x)
     return layers.Activation("softmax", dtype="float32", name="probabilities")(x)
 
 
 def cnn(input_shape: tuple, num_classes: int) -> keras.Model:
-    """The classic Keras MNIST CNN from the TensorFlow quick-start tutorials.
+    """The classic Keras MNIST CNN from the TensorFlow quick-start tutorials:
+    Conv32-Pool-Conv64-Pool-Flatten-Dense128-Dense(classes)."""
+    import keras
+    from keras import layers
 
-    Conv32-Pool-Conv64-Pool-Flatten-Dense128-Dense(classes), with the rescaling inside the model.
-    """
     inputs = keras.Input(shape=input_shape, name="image")
     x = layers.Rescaling(1.0 / 255, name="rescale")(inputs)
     x = layers.Conv2D(32, 3, activation="relu", name="conv1")(x)
@@ -44,6 +119,9 @@ def cnn(input_shape: tuple, num_classes: int) -> keras.Model:
 
 def cnn_bn(input_shape: tuple, num_classes: int) -> keras.Model:
     """The classic CNN with batch normalisation after each convolution: converges in fewer epochs."""
+    import keras
+    from keras import layers
+
     inputs = keras.Input(shape=input_shape, name="image")
     x = layers.Rescaling(1.0 / 255, name="rescale")(inputs)
     for i, width in enumerate((32, 64), start=1):
@@ -57,6 +135,8 @@ def cnn_bn(input_shape: tuple, num_classes: int) -> keras.Model:
 
 
 def _residual_block(x, width: int, stride: int, name: str):
+    from keras import layers
+
     shortcut = x
     y = layers.Conv2D(width, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_conv1")(x)
     y = layers.BatchNormalization(name=f"{name}_bn1")(y)
@@ -71,6 +151,9 @@ def _residual_block(x, width: int, stride: int, name: str):
 
 def resnet_small(input_shape: tuple, num_classes: int) -> keras.Model:
     """A small ResNet for larger images from an image directory (e.g. 64x64 to 224x224)."""
+    import keras
+    from keras import layers
+
     inputs = keras.Input(shape=input_shape, name="image")
     x = layers.Rescaling(1.0 / 255, name="rescale")(inputs)
     stem_stride = 2 if min(input_shape[:2]) >= 64 else 1
@@ -83,7 +166,10 @@ def resnet_small(input_shape: tuple, num_classes: int) -> keras.Model:
     return keras.Model(inputs, _head(x, num_classes), name="resnet_small")
 
 
-REGISTRY: dict[str, Factory] = {"cnn": cnn, "cnn_bn": cnn_bn, "resnet_small": resnet_small}
+# Two 3x3 convolutions and two 2x2 poolings need images of at least 10x10.
+register("cnn", cnn, "the classic Keras MNIST CNN from the TensorFlow quick-start tutorials", min_image_size=10)
+register("cnn_bn", cnn_bn, "CNN with batch norm", min_image_size=10)
+register("resnet_small", resnet_small, "")
 
 
 def get_factory(name: str) -> Factory:
@@ -91,8 +177,8 @@ def get_factory(name: str) -> Factory:
 
     Importing runs the user's module: any error in it becomes a ModelError naming the module.
     """
-    if name in REGISTRY:
-        return REGISTRY[name]
+    if name in MODELS:
+        return MODELS[name].build
     module_name, _, func_name = name.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -113,12 +199,15 @@ def get_factory(name: str) -> Factory:
 
 def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
     """The factory's model for the data, or a ModelError naming MODEL and the first line of the problem."""
+    import keras
+
     factory = get_factory(name)
     shape, classes = tuple(int(d) for d in input_shape), int(num_classes)
     call = f"{name.partition(':')[2] or name}({shape}, {classes})"
-    if min(shape[:2]) < MIN_IMAGE_SIZE.get(name, 0):
-        raise ModelError(name, f"the images are {shape[0]}x{shape[1]}, smaller than the {MIN_IMAGE_SIZE[name]}x"
-                               f"{MIN_IMAGE_SIZE[name]} {name} needs: use larger images or MODEL=resnet_small")
+    least = entry(name).min_image_size
+    if min(shape[:2]) < least:
+        raise ModelError(name, f"the images are {shape[0]}x{shape[1]}, smaller than the {least}x"
+                               f"{least} {name} needs: use larger images or MODEL=resnet_small")
     try:
         model = factory(shape, classes)
     except TemplateError:

@@ -8,46 +8,53 @@ Each dataset element is (images, labels, global_count): a replica's slice of one
 the size of that global batch, so the loss is the mean over the global batch whatever the split
 (`sum(per_example) / global_count`); the optimizer sums the replicas' gradients.
 
-A train call runs `n` steps in a `tf.range` loop (STEPS_PER_EXECUTION) and returns the sums of
-loss, correct predictions and examples over those steps, plus the stop votes of all processes:
+The loss and the metrics are the model's (train.models: per-example values; the defaults are
+cross-entropy and accuracy). A train call runs `n` steps in a `tf.range` loop (STEPS_PER_EXECUTION)
+and returns the sums of the loss, of each metric and of the examples over those steps, plus the
+stop votes of all processes:
 one all-reduce per call carries the metrics and the stop flag, so every process learns in the same
 call that one of them was asked to stop.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import keras
 import tensorflow as tf
 
 
 @dataclass
 class Totals:
-    """Sums over the steps of one epoch (or of a validation pass)."""
+    """Sums over the steps of one epoch (or of a validation pass): [loss, *metrics, examples, votes]."""
 
+    metrics: tuple[str, ...] = ("accuracy",)
     loss: float = 0.0
-    correct: float = 0.0
+    sums: list[float] = field(default_factory=list)
     count: float = 0.0
 
     def add(self, values) -> None:
+        k = len(self.metrics)
         self.loss += float(values[0])
-        self.correct += float(values[1])
-        self.count += float(values[2])
+        self.sums = [a + float(b) for a, b in zip(self.sums or [0.0] * k, values[1:1 + k])]
+        self.count += float(values[1 + k])
 
     def logs(self, prefix: str = "") -> dict[str, float]:
         if not self.count:
             return {}
-        return {f"{prefix}loss": self.loss / self.count, f"{prefix}accuracy": self.correct / self.count}
+        return {f"{prefix}loss": self.loss / self.count,
+                **{f"{prefix}{m}": v / self.count for m, v in zip(self.metrics, self.sums)}}
 
 
 class Steps:
     """The model's compiled steps under `strategy` (None: TensorFlow's default strategy)."""
 
-    def __init__(self, model, strategy=None, jit_compile: bool = False):
-        self.model = model
+    def __init__(self, model, strategy=None, jit_compile: bool = False, task=None):
+        from .models import DEFAULT_ENTRY
+
+        self.model, task = model, task or DEFAULT_ENTRY
         self.strategy = strategy or tf.distribute.get_strategy()
-        self._loss = keras.losses.SparseCategoricalCrossentropy(reduction=None)
+        # Per example: the step itself takes the mean over the global batch, whatever the replicas' share.
+        self._loss, self._metrics = task.loss(reduction=None), dict(task.metrics)
         # JIT_COMPILE compiles the forward and backward pass with XLA; the optimizer update stays
         # outside it because it is a synchronisation point (a merge_call) under a strategy, which a
         # nested tf.function may not contain.
@@ -58,8 +65,8 @@ class Steps:
 
     # -- one replica, one step ----------------------------------------------------------------------
     def _sums(self, y, probs, per_example):
-        correct = tf.cast(tf.equal(tf.cast(y, tf.int64), tf.argmax(probs, axis=-1)), tf.float32)
-        return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), tf.reduce_sum(correct),
+        metrics = [tf.reduce_sum(tf.cast(fn(y, probs), tf.float32)) for fn in self._metrics.values()]
+        return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), *metrics,
                          tf.cast(tf.shape(y)[0], tf.float32)])
 
     def _replica_grads(self, x, y, global_count):
@@ -96,10 +103,10 @@ class Steps:
                           tf.constant(0.0))
 
     def _loop(self, iterator, n, replica, vote):
-        total = tf.zeros([4], tf.float32)
+        total = tf.zeros([len(self._metrics) + 3], tf.float32)
         for _ in tf.range(n):
             x, y, count = next(iterator)
             per_replica = self.strategy.run(replica, args=(x, y, count, vote))
             total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-        # [loss sum, correct, examples, stop votes (summed over replicas and steps)]
+        # [loss sum, each metric's sum, examples, stop votes (summed over replicas and steps)]
         return total
