@@ -32,20 +32,27 @@ PY = shlex.quote(sys.executable)  # the interpreter invoke runs in: the project'
 
 # --- preconditions -------------------------------------------------------------------------------
 
+
 def _require_docker(c: Context) -> None:
     if shutil.which("docker") is None:
-        raise Exit("Docker is not installed: install Docker Engine (https://docs.docker.com/engine/install/) or use --local")
+        raise Exit(
+            "Docker is not installed: install Docker Engine (https://docs.docker.com/engine/install/) or use --local"
+        )
     if not c.run("docker info --format '{{.ServerVersion}}'", hide=True, warn=True).ok:
-        raise Exit("the Docker engine is not reachable: start it (sudo systemctl start docker) and make sure "
-                   "you may use it (sudo usermod -aG docker $USER, then log in again)")
+        raise Exit(
+            "the Docker engine is not reachable: start it (sudo systemctl start docker) and make sure "
+            "you may use it (sudo usermod -aG docker $USER, then log in again)"
+        )
 
 
 def _require_gpu(c: Context) -> None:
     """The NVIDIA container toolkit on Docker, and a driver that sees a GPU on this host."""
     runtimes = c.run("docker info --format '{{json .Runtimes}}'", hide=True, warn=True).stdout
     if "nvidia" not in runtimes and shutil.which("nvidia-container-runtime-hook") is None:
-        raise Exit(f"the NVIDIA container toolkit is not set up for Docker: install it ({TOOLKIT_URL}), "
-                   "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; or add --cpu")
+        raise Exit(
+            f"the NVIDIA container toolkit is not set up for Docker: install it ({TOOLKIT_URL}), "
+            "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; or add --cpu"
+        )
     if shutil.which("nvidia-smi") is None or "GPU" not in c.run("nvidia-smi -L", hide=True, warn=True).stdout:
         try:  # the driver the locked CUDA needs, from the optional GPU check's table
             from train.gpucheck.stack import GPU_LOCK, locked_versions, stack_for
@@ -54,8 +61,10 @@ def _require_gpu(c: Context) -> None:
         else:
             stack = stack_for(locked_versions(GPU_LOCK)["tensorflow"])
             need = f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs)"
-        raise Exit(f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
-                   f"{need}, or add --cpu")
+        raise Exit(
+            f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
+            f"{need}, or add --cpu"
+        )
 
 
 def _compose(c: Context, cpu: bool, gpu_needed: bool = True) -> str:
@@ -75,6 +84,7 @@ def _volumes() -> None:
 
 # --- image ---------------------------------------------------------------------------------------
 
+
 def git_commit(c: Context) -> tuple[str, bool]:
     """The checked-out commit ("" outside a git checkout) and whether tracked files differ from it."""
     result = c.run("git rev-parse HEAD", hide=True, warn=True)
@@ -90,15 +100,17 @@ def image_tag(target: str, commit: str, dirty: bool) -> str:
     return f"{target}-{lock_hash}-{commit[:8] or 'nogit'}{'-dirty' if dirty else ''}"
 
 
-@task(help={
-    "target": "gpu (CUDA wheels, default) or cpu (tensorflow-cpu, no CUDA download)",
-    "uid": "user id of the image's default user (default 1000; compose runs as your HOST_UID anyway)",
-    "gid": "group id of the image's default user (default 1000)",
-    "base_image": "replace the Dockerfile's pinned base image (a mirror or an internal image)",
-    "ca_bundle": "PEM file of extra CA certificates, passed as a BuildKit secret (TLS-intercepting proxies)",
-    "network": "build network, e.g. host when the default bridge has no route out",
-    "no_cache": "rebuild every layer (the pip download cache mount is still used)",
-})
+@task(
+    help={
+        "target": "gpu (CUDA wheels, default) or cpu (tensorflow-cpu, no CUDA download)",
+        "uid": "user id of the image's default user (default 1000; compose runs as your HOST_UID anyway)",
+        "gid": "group id of the image's default user (default 1000)",
+        "base_image": "replace the Dockerfile's pinned base image (a mirror or an internal image)",
+        "ca_bundle": "PEM file of extra CA certificates, passed as a BuildKit secret (TLS-intercepting proxies)",
+        "network": "build network, e.g. host when the default bridge has no route out",
+        "no_cache": "rebuild every layer (the pip download cache mount is still used)",
+    }
+)
 def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", network="", no_cache=False):
     """Build the image; tag it IMAGE:<target> and IMAGE:<target>-<lock hash>-<commit>."""
     if target not in LOCKS:
@@ -124,10 +136,13 @@ def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", netw
 
 # --- running -------------------------------------------------------------------------------------
 
-@task(help={
-    "local": "run the check on this host, in the current Python environment",
-    "cpu": "use the CPU image (reports why no GPU is used, without needing one)",
-})
+
+@task(
+    help={
+        "local": "run the check on this host, in the current Python environment",
+        "cpu": "use the CPU image (reports why no GPU is used, without needing one)",
+    }
+)
 def gpu_check(c, local=False, cpu=False):
     """Diagnose the GPU set-up (`python -m train check --require-gpu`) inside the image, or --local."""
     if local:
@@ -137,14 +152,16 @@ def gpu_check(c, local=False, cpu=False):
     c.run(f"{_compose(c, cpu)} run --rm train check" + ("" if cpu else " --require-gpu"), echo=True, pty=True)
 
 
-@task(help={
-    "local": "train on this host, in the current Python environment, instead of the container",
-    "detach": "return at once and keep training in the background (follow with `invoke logs -f`)",
-    "cpu": "use the CPU image and no GPU reservation (docker-compose.cpu.yml)",
-    "args": "extra arguments for `python -m train fit`, e.g. \"--epochs 5 --model cnn_bn\"",
-    "workers": "train with N worker processes on this host (MultiWorkerMirroredStrategy; with --local any N, "
-               "else the 2 services of docker-compose.multiworker.yml)",
-})
+@task(
+    help={
+        "local": "train on this host, in the current Python environment, instead of the container",
+        "detach": "return at once and keep training in the background (follow with `invoke logs -f`)",
+        "cpu": "use the CPU image and no GPU reservation (docker-compose.cpu.yml)",
+        "args": 'extra arguments for `python -m train fit`, e.g. "--epochs 5 --model cnn_bn"',
+        "workers": "train with N worker processes on this host (MultiWorkerMirroredStrategy; with --local any N, "
+        "else the 2 services of docker-compose.multiworker.yml)",
+    }
+)
 def train(c, local=False, detach=False, cpu=False, args="", workers=1):
     """Train with the settings from .env (+ --args); in the container with the GPU and the volumes."""
     _volumes()
@@ -191,19 +208,23 @@ def _train_workers(c: Context, n: int, local: bool, detach: bool, args: str) -> 
         c.run(f"{others} WORKERS={addresses} WORKER_INDEX=0 {fit}; rc=$?; wait; exit $rc", echo=True, pty=True)
         return
     if n != MULTIWORKER_SERVICES:
-        raise Exit(f"docker-compose.multiworker.yml defines {MULTIWORKER_SERVICES} workers, not {n}: use --local for "
-                   "another count, or add services to the file (its header says how)")
+        raise Exit(
+            f"docker-compose.multiworker.yml defines {MULTIWORKER_SERVICES} workers, not {n}: use --local for "
+            "another count, or add services to the file (its header says how)"
+        )
     _require_docker(c)
     extra = f"TRAIN_ARGS={shlex.quote(args)} " if args else ""
     ids = f"HOST_UID={os.getuid()} HOST_GID={os.getgid()}"
     c.run(f"{extra}{ids} docker compose {MULTIWORKER_COMPOSE} up --exit-code-from worker0", echo=True, pty=True)
 
 
-@task(help={
-    "run": "run id, run directory or 'latest' (default)",
-    "local": "export on this host instead of in the container",
-    "cpu": "use the CPU image and no GPU reservation",
-})
+@task(
+    help={
+        "run": "run id, run directory or 'latest' (default)",
+        "local": "export on this host instead of in the container",
+        "cpu": "use the CPU image and no GPU reservation",
+    }
+)
 def export(c, run="latest", local=False, cpu=False):
     """Export a run's best weights as SavedModel + .keras + labels (`python -m train export RUN`)."""
     if local:
@@ -213,12 +234,14 @@ def export(c, run="latest", local=False, cpu=False):
     c.run(f"{_compose(c, cpu)} run --rm train export {shlex.quote(run)}", echo=True, pty=True)
 
 
-@task(help={
-    "run": "run id, run directory or 'latest' (default)",
-    "local": "write it on this host instead of in the container",
-    "cpu": "use the CPU image and no GPU reservation",
-    "quick": "curves and summary only (no data loading, no predictions)",
-})
+@task(
+    help={
+        "run": "run id, run directory or 'latest' (default)",
+        "local": "write it on this host instead of in the container",
+        "cpu": "use the CPU image and no GPU reservation",
+        "quick": "curves and summary only (no data loading, no predictions)",
+    }
+)
 def report(c, run="latest", local=False, cpu=False, quick=False):
     """Write a run's report.html and curves.png again (`python -m train report RUN`)."""
     args = f"report {shlex.quote(run)}" + (" --quick" if quick else "")
@@ -229,21 +252,25 @@ def report(c, run="latest", local=False, cpu=False, quick=False):
     c.run(f"{_compose(c, cpu)} run --rm train {args}", echo=True, pty=True)
 
 
-@task(help={
-    "runs": "two or more run ids or directories, split like a shell would, e.g. \"RUN_A RUN_B\"",
-    "out": "also write the overlaid curves: a .png, or an .html page with the tables",
-})
+@task(
+    help={
+        "runs": 'two or more run ids or directories, split like a shell would, e.g. "RUN_A RUN_B"',
+        "out": "also write the overlaid curves: a .png, or an .html page with the tables",
+    }
+)
 def compare(c, runs, out=""):
     """Compare runs on this host (`python -m train compare RUN RUN ...`): no container, no TensorFlow."""
     names = " ".join(shlex.quote(r) for r in shlex.split(runs))
     c.run(f"{PY} -m train compare {names}" + (f" --out {shlex.quote(out)}" if out else ""), echo=True, pty=True)
 
 
-@task(help={
-    "follow": "keep printing new lines (-f)",
-    "local": "show runs/nohup.out of `invoke train --local --detach` instead of the container's log",
-    "cpu": "the training was started with --cpu",
-})
+@task(
+    help={
+        "follow": "keep printing new lines (-f)",
+        "local": "show runs/nohup.out of `invoke train --local --detach` instead of the container's log",
+        "cpu": "the training was started with --cpu",
+    }
+)
 def logs(c, follow=False, local=False, cpu=False):
     """Show the training log of the container started by `invoke train --detach`."""
     if local:
@@ -252,12 +279,14 @@ def logs(c, follow=False, local=False, cpu=False):
     c.run(f"{_compose(c, cpu, gpu_needed=False)} logs {'-f ' if follow else ''}train".rstrip(), echo=True, pty=True)
 
 
-@task(help={
-    "local": "run TensorBoard on this host (foreground) instead of in a container",
-    "port": "port on 127.0.0.1 (default 6006)",
-    "cpu": "use the CPU image",
-    "stop": "stop the TensorBoard container",
-})
+@task(
+    help={
+        "local": "run TensorBoard on this host (foreground) instead of in a container",
+        "port": "port on 127.0.0.1 (default 6006)",
+        "cpu": "use the CPU image",
+        "stop": "stop the TensorBoard container",
+    }
+)
 def tensorboard(c, local=False, port=6006, cpu=False, stop=False):
     """Serve TensorBoard for every run under runs/ on http://127.0.0.1:PORT (this machine only)."""
     if local:
@@ -274,21 +303,27 @@ def tensorboard(c, local=False, port=6006, cpu=False, stop=False):
 
 # --- development ---------------------------------------------------------------------------------
 
-@task(help={"args": "extra pytest arguments, e.g. \"-m 'not slow'\" or \"tests/test_config.py\""})
+
+@task(help={"args": 'extra pytest arguments, e.g. "-m \'not slow\'" or "tests/test_config.py"'})
 def test(c, args=""):
     """Run the test suite in the current Python environment (`python -m pytest -q`)."""
     c.run(f"{PY} -m pytest -q {args}".rstrip(), echo=True, pty=True)
 
 
-@task(help={
-    "json": "where to write pytest-benchmark's JSON report",
-    "args": "extra pytest arguments, e.g. \"-k pipeline\"",
-})
+@task(
+    help={
+        "json": "where to write pytest-benchmark's JSON report",
+        "args": 'extra pytest arguments, e.g. "-k pipeline"',
+    }
+)
 def bench(c, json=".benchmarks/latest.json", args=""):
     """Run the benchmarks (benchmarks/) and write a JSON report."""
     Path(json).parent.mkdir(parents=True, exist_ok=True)
-    c.run(f"{PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {shlex.quote(json)} {args}".rstrip(),
-          echo=True, pty=True)
+    c.run(
+        f"{PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {shlex.quote(json)} {args}".rstrip(),
+        echo=True,
+        pty=True,
+    )
 
 
 MUTMUT = "mutmut==3.8.1"
@@ -311,11 +346,13 @@ def _mutmut(c: Context) -> str:
     return shlex.quote(str(exe))
 
 
-@task(help={
-    "modules": "comma-separated modules of train/ to mutate now, e.g. rundir,checkpoints (default: all configured)",
-    "workers": "parallel test processes (default 1: kind to a shared machine)",
-    "results": "only list the surviving mutants of the last run (`mutmut show NAME` shows one)",
-})
+@task(
+    help={
+        "modules": "comma-separated modules of train/ to mutate now, e.g. rundir,checkpoints (default: all configured)",
+        "workers": "parallel test processes (default 1: kind to a shared machine)",
+        "results": "only list the surviving mutants of the last run (`mutmut show NAME` shows one)",
+    }
+)
 def mutate(c, modules="", workers=1, results=False):
     """Mutation testing of train/ with the fast tests ([tool.mutmut] in pyproject.toml); not in CI."""
     wanted = [m.strip() for m in modules.split(",") if m.strip()]
@@ -330,10 +367,12 @@ def mutate(c, modules="", workers=1, results=False):
     c.run(f"{mutmut} run --max-children {int(workers)} {names}".rstrip(), echo=True, pty=True)
 
 
-@task(help={
-    "upgrade": "move every package to the newest version the inputs allow (default: keep current pins)",
-    "package": "upgrade only this package (uv's --upgrade-package), e.g. numpy",
-})
+@task(
+    help={
+        "upgrade": "move every package to the newest version the inputs allow (default: keep current pins)",
+        "package": "upgrade only this package (uv's --upgrade-package), e.g. numpy",
+    }
+)
 def lock(c, upgrade=False, package=""):
     """Regenerate requirements-gpu.lock, then requirements.lock (CPU) and requirements-test.lock with the same
     shared versions, and the MLflow test server's requirements-mlflow-server.lock."""
@@ -355,27 +394,34 @@ def lock(c, upgrade=False, package=""):
         c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it
 
 
-@task(help={
-    "images": "also remove the images built by compose (docker compose down --rmi all)",
-    "cpu": "the images were built with --cpu",
-})
+@task(
+    help={
+        "images": "also remove the images built by compose (docker compose down --rmi all)",
+        "cpu": "the images were built with --cpu",
+    }
+)
 def clean(c, images=False, cpu=False):
     """Remove caches and build leftovers, and stopped containers; never runs/ or data/."""
-    c.run("rm -rf .pytest_cache build dist *.egg-info && "
-          "find . -path ./.venv -prune -o -name __pycache__ -prune -exec rm -rf {} +", echo=True)
+    c.run(
+        "rm -rf .pytest_cache build dist *.egg-info && "
+        "find . -path ./.venv -prune -o -name __pycache__ -prune -exec rm -rf {} +",
+        echo=True,
+    )
     if shutil.which("docker") is not None:
         c.run(f"{_compose(c, cpu, gpu_needed=False)} down --remove-orphans{' --rmi all' if images else ''}", echo=True)
 
 
-@task(help={
-    "run": "run id, run directory or 'latest'",
-    "local": "rerun in this environment instead of the run's image",
-    "allow_dirty": "rerun a run made from uncommitted changes (with the committed code)",
-    "epochs": "stop after N epochs and compare with the original at that epoch (0 = the whole run)",
-    "data_dir": "the host folder mounted as /data in the image (default ./data)",
-    "base_image": "BASE_IMAGE build argument, if the run's image has to be built",
-    "ca_bundle": "CA bundle (PEM) for pip behind a TLS-intercepting proxy, if the image has to be built",
-})
+@task(
+    help={
+        "run": "run id, run directory or 'latest'",
+        "local": "rerun in this environment instead of the run's image",
+        "allow_dirty": "rerun a run made from uncommitted changes (with the committed code)",
+        "epochs": "stop after N epochs and compare with the original at that epoch (0 = the whole run)",
+        "data_dir": "the host folder mounted as /data in the image (default ./data)",
+        "base_image": "BASE_IMAGE build argument, if the run's image has to be built",
+        "ca_bundle": "CA bundle (PEM) for pip behind a TLS-intercepting proxy, if the image has to be built",
+    }
+)
 def reproduce(c, run, local=False, allow_dirty=False, epochs=0, data_dir="data", base_image="", ca_bundle=""):
     """Rerun a run from its record, in its image (reused or built from its commit), and say whether it matches."""
     flags = (" --allow-dirty" if allow_dirty else "") + (f" --epochs {int(epochs)}" if epochs else "")
@@ -389,5 +435,6 @@ def reproduce(c, run, local=False, allow_dirty=False, epochs=0, data_dir="data",
     c.run(f"{PY} -m train reproduce {shlex.quote(run)} --container{flags}", echo=True, pty=True)
 
 
-ns = Collection(build, gpu_check, train, export, report, compare, logs, tensorboard, test, bench, mutate, lock, clean,
-                reproduce)
+ns = Collection(
+    build, gpu_check, train, export, report, compare, logs, tensorboard, test, bench, mutate, lock, clean, reproduce
+)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ def generated_mnist(n_train: int = 60000, n_test: int = 10000, seed: int = 0) ->
         for k in range(10):
             rows = np.flatnonzero(y == k)
             r, c = 3 + (k // 5) * 12, 2 + (k % 5) * 5
-            x[rows, r:r + 10, c:c + 3] = 230
+            x[rows, r : r + 10, c : c + 3] = 230
         out[f"x_{split}"], out[f"y_{split}"] = x, y
     return out
 
@@ -44,8 +45,12 @@ def mnist_arrays(quick: bool) -> tuple[dict[str, np.ndarray], str]:
     else:
         arrays, what = generated_mnist(), "generated MNIST-shaped data"
     if quick:
-        arrays = {"x_train": arrays["x_train"][:2048], "y_train": arrays["y_train"][:2048],
-                  "x_test": arrays["x_test"][:512], "y_test": arrays["y_test"][:512]}
+        arrays = {
+            "x_train": arrays["x_train"][:2048],
+            "y_train": arrays["y_train"][:2048],
+            "x_test": arrays["x_test"][:512],
+            "y_test": arrays["y_test"][:512],
+        }
         what += ", quick subset 2048/512"
     return arrays, what
 
@@ -77,15 +82,22 @@ def interleave(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, 
     names = list(runs)
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
-        for n in (names if r % 2 == 0 else names[::-1]):
+        for n in names if r % 2 == 0 else names[::-1]:
             out[n].append(runs[n]())
     return out
 
 
 def record(benchmark, name: str, goal: str, value: float | None, passed: bool | None, **figures: Any) -> None:
     """Store one comparison in pytest-benchmark's extra_info (summarise.py reads these keys)."""
-    benchmark.extra_info.update({"comparison": name, "goal": goal, "ratio": value,
-                                 "passed": passed, **{k: _plain(v) for k, v in figures.items()}})
+    benchmark.extra_info.update(
+        {
+            "comparison": name,
+            "goal": goal,
+            "ratio": value,
+            "passed": passed,
+            **{k: _plain(v) for k, v in figures.items()},
+        }
+    )
 
 
 def _plain(v: Any) -> Any:
@@ -125,8 +137,13 @@ def template_parts(s, policy: str | None = None):
     if s.lr_schedule == "cosine":
         total = s.epochs * data.steps_per_epoch(spec, s.batch_size)
         lr = keras.optimizers.schedules.CosineDecay(s.learning_rate, decay_steps=max(total, 1))
-    model.compile(optimizer=keras.optimizers.Adam(lr), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                  jit_compile=s.jit_compile, steps_per_execution=s.steps_per_execution)
+    model.compile(
+        optimizer=keras.optimizers.Adam(lr),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        jit_compile=s.jit_compile,
+        steps_per_execution=s.steps_per_execution,
+    )
     return spec, model
 
 

@@ -19,8 +19,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--bench-quick", action="store_true", default=False,
-                     help="tiny data and budgets: check the benchmarks run (same as BENCH_QUICK=1)")
+    parser.addoption(
+        "--bench-quick",
+        action="store_true",
+        default=False,
+        help="tiny data and budgets: check the benchmarks run (same as BENCH_QUICK=1)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

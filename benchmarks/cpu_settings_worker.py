@@ -62,9 +62,19 @@ def run(spec: dict) -> dict:
     from train.config import load_settings
     from train.fit import train
 
-    s = load_settings({"dataset": spec["dataset"], "runs_dir": spec["runs_dir"], "epochs": spec["epochs"],
-                       "precision": spec.get("precision"), "export": False, "report": "off", "progress": "line"},
-                      env_file=None, environ={})
+    s = load_settings(
+        {
+            "dataset": spec["dataset"],
+            "runs_dir": spec["runs_dir"],
+            "epochs": spec["epochs"],
+            "precision": spec.get("precision"),
+            "export": False,
+            "report": "off",
+            "progress": "line",
+        },
+        env_file=None,
+        environ={},
+    )
     result = train(s)
     return {
         "samples_per_second": [row["samples_per_second"] for row in result.history],

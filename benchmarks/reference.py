@@ -33,15 +33,17 @@ def make_model():
     import tensorflow as tf
 
     keras.mixed_precision.set_global_policy("float32")
-    model = tf.keras.Sequential([
-        tf.keras.layers.Conv2D(32, (3, 3), activation="relu", input_shape=(28, 28, 1)),
-        tf.keras.layers.MaxPooling2D(2, 2),
-        tf.keras.layers.Conv2D(64, (3, 3), activation="relu"),
-        tf.keras.layers.MaxPooling2D(2, 2),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(128, activation="relu"),
-        tf.keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Conv2D(32, (3, 3), activation="relu", input_shape=(28, 28, 1)),
+            tf.keras.layers.MaxPooling2D(2, 2),
+            tf.keras.layers.Conv2D(64, (3, 3), activation="relu"),
+            tf.keras.layers.MaxPooling2D(2, 2),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(128, activation="relu"),
+            tf.keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
 
@@ -59,8 +61,7 @@ class Recipe:
         t0 = time.perf_counter()
         self.model.fit(self.train_ds, epochs=1, verbose=0)
         seconds = time.perf_counter() - t0
-        row = {"epoch": len(self.history) + 1, "epoch_seconds": seconds,
-               "samples_per_second": self.n_train / seconds}
+        row = {"epoch": len(self.history) + 1, "epoch_seconds": seconds, "samples_per_second": self.n_train / seconds}
         if evaluate:
             row["val_accuracy"] = float(self.model.evaluate(self.test_ds, verbose=0, return_dict=True)["accuracy"])
         self.history.append(row)

@@ -1,6 +1,6 @@
 """Turn pytest-benchmark's JSON (and the figures in extra_info) into the markdown table of docs/performance.md.
 
-    python benchmarks/summarise.py .benchmarks/latest.json   # the table in docs/performance.md
+python benchmarks/summarise.py .benchmarks/latest.json   # the table in docs/performance.md
 """
 
 from __future__ import annotations
@@ -19,11 +19,19 @@ def _fmt(v) -> str:
 
 
 def _detail(info: dict) -> str:
-    keep = [k for k in info if k not in ("comparison", "goal", "ratio", "passed") and not isinstance(info[k], (list, dict))]
-    nested = [k for k in ("samples_per_second", "images_per_second", "steps_per_second", "reached") if isinstance(info.get(k), dict)]
+    keep = [
+        k for k in info if k not in ("comparison", "goal", "ratio", "passed") and not isinstance(info[k], (list, dict))
+    ]
+    nested = [
+        k
+        for k in ("samples_per_second", "images_per_second", "steps_per_second", "reached")
+        if isinstance(info.get(k), dict)
+    ]
     parts = [f"{k}={_fmt(info[k])}" for k in keep]
     for k in nested:
-        inner = ", ".join(f"{n}: {_fmt(v if not isinstance(v, dict) else v.get('seconds'))}" for n, v in info[k].items())
+        inner = ", ".join(
+            f"{n}: {_fmt(v if not isinstance(v, dict) else v.get('seconds'))}" for n, v in info[k].items()
+        )
         parts.append(f"{k}: {inner}")
     return "; ".join(parts)
 
@@ -31,9 +39,13 @@ def _detail(info: dict) -> str:
 def table(report: dict) -> str:
     machine = report.get("machine_info", {})
     cpu = machine.get("cpu", {}).get("brand_raw") or machine.get("processor") or "?"
-    lines = [f"Measured {report.get('datetime', '?')[:19]} on {cpu} ({machine.get('cpu', {}).get('count', '?')} cores), "
-             f"Python {machine.get('python_version', '?')}.", "",
-             "| Comparison | Ratio | Goal | Met | Figures |", "|---|---|---|---|---|"]
+    lines = [
+        f"Measured {report.get('datetime', '?')[:19]} on {cpu} ({machine.get('cpu', {}).get('count', '?')} cores), "
+        f"Python {machine.get('python_version', '?')}.",
+        "",
+        "| Comparison | Ratio | Goal | Met | Figures |",
+        "|---|---|---|---|---|",
+    ]
     for b in sorted(report.get("benchmarks", []), key=lambda b: b.get("extra_info", {}).get("comparison", "")):
         info = b.get("extra_info", {})
         if "comparison" not in info:

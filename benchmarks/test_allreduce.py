@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import common
+
 from train.cluster import free_local_ports
 
 GLOBAL_BATCH = 128
@@ -23,15 +24,36 @@ def _env(threads: int, **extra: str) -> dict[str, str]:
     import os
 
     env = {k: v for k, v in os.environ.items() if k not in ("WORKERS", "WORKER_INDEX", "TF_CONFIG")}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(common.ROOT), TF_NUM_INTRAOP_THREADS=str(threads),
-               TF_NUM_INTEROP_THREADS="1", OMP_NUM_THREADS=str(threads), **extra)
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=str(common.ROOT),
+        TF_NUM_INTRAOP_THREADS=str(threads),
+        TF_NUM_INTEROP_THREADS="1",
+        OMP_NUM_THREADS=str(threads),
+        **extra,
+    )
     return env
 
 
 def _flags(npz, runs) -> list[str]:
-    return ["fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), "--epochs", "2", "--batch-size",
-            str(GLOBAL_BATCH), "--no-export", "--progress", "line", "--checkpoint-every", "0",
-            "--precision", "float32"]
+    return [
+        "fit",
+        "--dataset",
+        f"npz:{npz}",
+        "--runs-dir",
+        str(runs),
+        "--epochs",
+        "2",
+        "--batch-size",
+        str(GLOBAL_BATCH),
+        "--no-export",
+        "--progress",
+        "line",
+        "--checkpoint-every",
+        "0",
+        "--precision",
+        "float32",
+    ]
 
 
 def _ms_per_step(runs, n_train: int) -> float:
@@ -48,24 +70,46 @@ def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, tmp_path):
     def one_process() -> float:
         rounds["one"] += 1
         runs = tmp_path / f"one{rounds['one']}"
-        subprocess.run([sys.executable, "-m", "train", *_flags(mnist_npz, runs)], env=_env(2), check=True,
-                       capture_output=True, timeout=3600)
+        subprocess.run(
+            [sys.executable, "-m", "train", *_flags(mnist_npz, runs)],
+            env=_env(2),
+            check=True,
+            capture_output=True,
+            timeout=3600,
+        )
         return _ms_per_step(runs, n_train)
 
     def two_workers() -> float:
         rounds["two"] += 1
         runs = tmp_path / f"two{rounds['two']}"
         workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(2))
-        procs = [subprocess.Popen([sys.executable, "-m", "train", *_flags(mnist_npz, runs if i == 0 else tmp_path / "none")],
-                                  env=_env(1, WORKERS=workers, WORKER_INDEX=str(i)), stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "train", *_flags(mnist_npz, runs if i == 0 else tmp_path / "none")],
+                env=_env(1, WORKERS=workers, WORKER_INDEX=str(i)),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(2)
+        ]
         assert [p.wait(timeout=3600) for p in procs] == [0, 0]
         return _ms_per_step(runs, n_train)
 
-    got = common.once(benchmark, lambda: common.interleave({"1 process x 2 threads": one_process,
-                                                            "2 workers x 1 thread": two_workers}, 2))
+    got = common.once(
+        benchmark,
+        lambda: common.interleave({"1 process x 2 threads": one_process, "2 workers x 1 thread": two_workers}, 2),
+    )
     one, two = common.median(got["1 process x 2 threads"]), common.median(got["2 workers x 1 thread"])
-    common.record(benchmark, "8. ms/step: 2 workers x 1 thread / 1 process x 2 threads (same global batch)",
-                  "reported", common.ratio(two, one), None, global_batch=GLOBAL_BATCH, n_train=n_train,
-                  one_process_ms_per_step=one, two_workers_ms_per_step=two, allreduce_ms_per_step=two - one,
-                  ms_per_step=got)
+    common.record(
+        benchmark,
+        "8. ms/step: 2 workers x 1 thread / 1 process x 2 threads (same global batch)",
+        "reported",
+        common.ratio(two, one),
+        None,
+        global_batch=GLOBAL_BATCH,
+        n_train=n_train,
+        one_process_ms_per_step=one,
+        two_workers_ms_per_step=two,
+        allreduce_ms_per_step=two - one,
+        ms_per_step=got,
+    )

@@ -33,9 +33,17 @@ import numpy as np
 
 WORKER = common.ROOT / "benchmarks" / "cpu_settings_worker.py"
 # Variables that would change the baseline if the caller's environment had them.
-CLEARED = ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_DEFAULT_FPMATH_MODE", "TF_SET_ONEDNN_FPMATH_MODE",
-           "TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "TF_NUM_INTRAOP_THREADS",
-           "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS", "TF_CONFIG")
+CLEARED = (
+    "TF_ENABLE_ONEDNN_OPTS",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+    "TF_SET_ONEDNN_FPMATH_MODE",
+    "TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD",
+    "TF_ONEDNN_USE_SYSTEM_ALLOCATOR",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "OMP_NUM_THREADS",
+    "TF_CONFIG",
+)
 QUICK_SETTINGS = ("default", "prefetch 2")
 SLOW_SETTINGS = ("oneDNN off", "oneDNN off + float32")  # run only when named in BENCH_CPU_SETTINGS
 
@@ -58,11 +66,17 @@ def candidates(n_cores: int) -> dict[str, dict]:
         out[f"inter {n}"] = c("threads", "inter-op threads", n, inter=n)
     out["oneDNN off"] = c("oneDNN", "TF_ENABLE_ONEDNN_OPTS", 0, {"TF_ENABLE_ONEDNN_OPTS": "0"})
     # Not one change at a time: what PRECISION=auto should pick when oneDNN is off.
-    out["oneDNN off + float32"] = c("oneDNN", "TF_ENABLE_ONEDNN_OPTS + PRECISION", "0 + float32",
-                                    {"TF_ENABLE_ONEDNN_OPTS": "0"}, precision="float32")
+    out["oneDNN off + float32"] = c(
+        "oneDNN",
+        "TF_ENABLE_ONEDNN_OPTS + PRECISION",
+        "0 + float32",
+        {"TF_ENABLE_ONEDNN_OPTS": "0"},
+        precision="float32",
+    )
     out["fpmath bf16"] = c("oneDNN", "ONEDNN_DEFAULT_FPMATH_MODE", "BF16", {"ONEDNN_DEFAULT_FPMATH_MODE": "BF16"})
-    out["caller thread"] = c("oneDNN", "TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD", 1,
-                             {"TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD": "1"})
+    out["caller thread"] = c(
+        "oneDNN", "TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD", 1, {"TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD": "1"}
+    )
     out["system allocator"] = c("oneDNN", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", 1, {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1"})
     for n in sorted({1, n_cores}):
         out[f"tf.data pool {n}"] = c("tf.data", "threading.private_threadpool_size", n, private_threadpool=n)
@@ -80,8 +94,14 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 def run_worker(candidate: dict, dataset: str, runs_dir: str, epochs: int) -> dict:
     spec = dict(candidate["spec"], dataset=dataset, runs_dir=runs_dir, epochs=epochs)
-    proc = subprocess.run([sys.executable, str(WORKER), json.dumps(spec)], cwd=common.ROOT, env=_env(candidate["env"]),
-                          capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), json.dumps(spec)],
+        cwd=common.ROOT,
+        env=_env(candidate["env"]),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if any(k in candidate["spec"] for k in ("prefetch", "private_threadpool", "max_intra_op")):
@@ -113,21 +133,29 @@ def summarise(runs: dict[str, list[dict]], table: dict[str, dict], n_val: int) -
         ratios = [g["timed_samples_per_second"] / b["timed_samples_per_second"] for g, b in zip(got, base)]
         identical = all(g["final_weights_sha256"] == base[0]["final_weights_sha256"] for g in got)
         diff = common.median(g["val_accuracy"] for g in got) - base[0]["val_accuracy"]
-        out[name] = {"group": table[name]["group"], "setting": table[name]["setting"], "value": table[name]["value"],
-                     "ratio": round(common.median(ratios), 3), "ratios": [round(r, 3) for r in ratios],
-                     "samples_per_second": round(common.median(g["timed_samples_per_second"] for g in got)),
-                     "mfu": common.median(g["mfu"][-1] for g in got) if got[0]["mfu"][-1] is not None else None,
-                     "val_accuracy": common.median(g["val_accuracy"] for g in got),
-                     "bit_identical": identical, "accuracy_difference": round(diff, 4),
-                     "unchanged": identical or abs(diff) <= noise}
+        out[name] = {
+            "group": table[name]["group"],
+            "setting": table[name]["setting"],
+            "value": table[name]["value"],
+            "ratio": round(common.median(ratios), 3),
+            "ratios": [round(r, 3) for r in ratios],
+            "samples_per_second": round(common.median(g["timed_samples_per_second"] for g in got)),
+            "mfu": common.median(g["mfu"][-1] for g in got) if got[0]["mfu"][-1] is not None else None,
+            "val_accuracy": common.median(g["val_accuracy"] for g in got),
+            "bit_identical": identical,
+            "accuracy_difference": round(diff, 4),
+            "unchanged": identical or abs(diff) <= noise,
+        }
     return out
 
 
 def markdown(summary: dict[str, dict], noise: float) -> str:
     """The table for the performance docs."""
-    rows = ["| Setting | Value | samples/s ratio vs default (per round) | samples/s | Results unchanged? |",
-            "|---|---|---|---|---|"]
-    for name, r in summary.items():
+    rows = [
+        "| Setting | Value | samples/s ratio vs default (per round) | samples/s | Results unchanged? |",
+        "|---|---|---|---|---|",
+    ]
+    for r in summary.values():
         if r["bit_identical"]:
             same = "yes, bit-identical weights"
         elif r["unchanged"]:
@@ -135,8 +163,9 @@ def markdown(summary: dict[str, dict], noise: float) -> str:
         else:
             same = f"**no**: accuracy {r['accuracy_difference']:+.4f} (noise ±{noise:.4f})"
         per_round = ", ".join(f"{x:.2f}" for x in r["ratios"])
-        rows.append(f"| {r['setting']} | {r['value']} | {r['ratio']:.2f} ({per_round}) "
-                    f"| {r['samples_per_second']:,} | {same} |")
+        rows.append(
+            f"| {r['setting']} | {r['value']} | {r['ratio']:.2f} ({per_round}) | {r['samples_per_second']:,} | {same} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -155,8 +184,12 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
         table = {n: table[n] for n in names}
     else:
         table = {n: c for n, c in table.items() if n not in SLOW_SETTINGS}
-    subset = {"x_train": arrays["x_train"][:n_train], "y_train": arrays["y_train"][:n_train],
-              "x_test": arrays["x_test"], "y_test": arrays["y_test"]}
+    subset = {
+        "x_train": arrays["x_train"][:n_train],
+        "y_train": arrays["y_train"][:n_train],
+        "x_test": arrays["x_test"],
+        "y_test": arrays["y_test"],
+    }
     npz = common.write_npz(subset, tmp_path / "data" / "train.npz")
     n_val = len(subset["y_test"])
     runs: dict[str, list[dict]] = {n: [] for n in table}
@@ -164,7 +197,7 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
 
     def go():
         for r in range(rounds):
-            for name in (list(table) if r % 2 == 0 else list(table)[::-1]):
+            for name in list(table) if r % 2 == 0 else list(table)[::-1]:
                 runs_dir = str(tmp_path / "runs" / name.replace(" ", "_"))
                 runs[name].append(run_worker(table[name], f"npz:{npz}", runs_dir, epochs))
             loads.append(load_average())
@@ -179,17 +212,31 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
     # The rule for a new default: faster than the default in every round, results unchanged.
     every_round = [n for n, r in better.items() if min(r["ratios"]) > 1.0]
     text = markdown(summary, noise)
-    print(f"\n{what}: {len(subset['y_train'])} training examples, {n_val} validation, {epochs} epochs "
-          f"(the first untimed, the fastest other one counted), {rounds} round(s), {n_cores} cores, "
-          f"load average per round {loads}, "
-          f"{seconds:.0f}s; faster than the default in every round, results unchanged: "
-          f"{', '.join(every_round) or 'none'}\n{text}")
-    common.record(benchmark, "10. CPU settings: fastest setting that keeps the results / default",
-                  "reported: a default changes only for a setting faster in every round, results unchanged",
-                  summary[best]["ratio"] if best else None, None, best=best,
-                  faster_in_every_round=", ".join(every_round) or "none", data=what,
-                  training_examples=len(subset["y_train"]), validation_examples=n_val, epochs=epochs, rounds=rounds,
-                  cores=n_cores, load_average=loads, seconds=seconds, accuracy_noise=noise,
-                  samples_per_second={n: r["samples_per_second"] for n, r in summary.items()},
-                  settings=summary)
+    print(
+        f"\n{what}: {len(subset['y_train'])} training examples, {n_val} validation, {epochs} epochs "
+        f"(the first untimed, the fastest other one counted), {rounds} round(s), {n_cores} cores, "
+        f"load average per round {loads}, "
+        f"{seconds:.0f}s; faster than the default in every round, results unchanged: "
+        f"{', '.join(every_round) or 'none'}\n{text}"
+    )
+    common.record(
+        benchmark,
+        "10. CPU settings: fastest setting that keeps the results / default",
+        "reported: a default changes only for a setting faster in every round, results unchanged",
+        summary[best]["ratio"] if best else None,
+        None,
+        best=best,
+        faster_in_every_round=", ".join(every_round) or "none",
+        data=what,
+        training_examples=len(subset["y_train"]),
+        validation_examples=n_val,
+        epochs=epochs,
+        rounds=rounds,
+        cores=n_cores,
+        load_average=loads,
+        seconds=seconds,
+        accuracy_noise=noise,
+        samples_per_second={n: r["samples_per_second"] for n, r in summary.items()},
+        settings=summary,
+    )
     assert np.isfinite([r["ratio"] for r in summary.values()]).all()

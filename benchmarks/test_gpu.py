@@ -11,18 +11,20 @@ GOAL = 1.0
 
 def test_gpu_steps_per_second(benchmark, mnist, mnist_npz, quick, tmp_path):
     import tensorflow as tf
-
     from reference import Recipe
+
     from train.data import train_dataset
 
     if not tf.config.list_physical_devices("GPU"):
         pytest.skip("no GPU visible to TensorFlow (CPU-only build or no device): GPU steps/s not measured")
     arrays, what = mnist
     base = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"))
-    variants = {"template default": base,
-                "template + steps_per_execution=32": base.replace(steps_per_execution=32, checkpoint_every=224),
-                "template + XLA": base.replace(jit_compile=True),
-                "template float32": base.replace(precision="float32")}
+    variants = {
+        "template default": base,
+        "template + steps_per_execution=32": base.replace(steps_per_execution=32, checkpoint_every=224),
+        "template + XLA": base.replace(jit_compile=True),
+        "template float32": base.replace(precision="float32"),
+    }
     recipe = Recipe(arrays)
     steps = len(arrays["y_train"]) // 128
     runs = {"reference": lambda: common.fit_epoch(recipe.model, recipe.train_ds, len(arrays["y_train"])) / 128}
@@ -36,9 +38,17 @@ def test_gpu_steps_per_second(benchmark, mnist, mnist_npz, quick, tmp_path):
     sps = {k: common.median(v) for k, v in got.items()}
     value = common.ratio(sps["template default"], sps["reference"])
     gpu = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0]).get("device_name")
-    common.record(benchmark, "6. GPU steps/s: template default / reference", f">= {GOAL}x", value,
-                  value is not None and value >= GOAL, gpu=gpu, steps_per_second=sps,
-                  ratios={k: common.ratio(v, sps["reference"]) for k, v in sps.items()}, mfu=_mfu(sps, gpu))
+    common.record(
+        benchmark,
+        "6. GPU steps/s: template default / reference",
+        f">= {GOAL}x",
+        value,
+        value is not None and value >= GOAL,
+        gpu=gpu,
+        steps_per_second=sps,
+        ratios={k: common.ratio(v, sps["reference"]) for k, v in sps.items()},
+        mfu=_mfu(sps, gpu),
+    )
 
 
 def _mfu(steps_per_second: dict, gpu: str | None) -> dict:

@@ -77,10 +77,18 @@ def test_image_pipeline_vs_pil(benchmark, quick, tmp_path):
     ips = {k: common.median(v) for k, v in got.items()}
     first = common.ratio(ips["decode"], ips["pil_loop"])
     cached = common.ratio(ips["cached_epoch"], ips["pil_loop"])
-    common.record(benchmark, "4a. images/s: pipeline / PIL loop (cached epochs; first decode pass in figures)",
-                  f">= {GOAL_SPEEDUP}x", cached, cached is not None and cached >= GOAL_SPEEDUP,
-                  images=n, images_per_second=ips, first_pass_ratio=first, cached_epoch_ratio=cached,
-                  first_pass_meets_goal=first is not None and first >= GOAL_SPEEDUP)
+    common.record(
+        benchmark,
+        "4a. images/s: pipeline / PIL loop (cached epochs; first decode pass in figures)",
+        f">= {GOAL_SPEEDUP}x",
+        cached,
+        cached is not None and cached >= GOAL_SPEEDUP,
+        images=n,
+        images_per_second=ips,
+        first_pass_ratio=first,
+        cached_epoch_ratio=cached,
+        first_pass_meets_goal=first is not None and first >= GOAL_SPEEDUP,
+    )
 
 
 def test_data_wait_share(benchmark, quick, tmp_path):
@@ -113,6 +121,15 @@ def test_data_wait_share(benchmark, quick, tmp_path):
     keras.utils.set_random_seed(s.seed)
     common.once(benchmark, lambda: [epoch(e) for e in range(2 if quick else 3)])
     share = sum(waits) / (sum(waits) + sum(steps))
-    common.record(benchmark, "4b. share of step time waiting for data (image dir, cached)", f"< {GOAL_WAIT:.0%}",
-                  round(share, 4), share < GOAL_WAIT, steps=len(steps), wait_ms_median=1000 * common.median(waits),
-                  step_ms_median=1000 * common.median(steps), model=s.model, image_size=s.image_size)
+    common.record(
+        benchmark,
+        "4b. share of step time waiting for data (image dir, cached)",
+        f"< {GOAL_WAIT:.0%}",
+        round(share, 4),
+        share < GOAL_WAIT,
+        steps=len(steps),
+        wait_ms_median=1000 * common.median(waits),
+        step_ms_median=1000 * common.median(steps),
+        model=s.model,
+        image_size=s.image_size,
+    )

@@ -31,7 +31,8 @@ def _steps_epoch(steps, spec, s, epoch: int) -> float:
     from train.data import replica_dataset, steps_per_epoch
 
     ds = steps.strategy.distribute_datasets_from_function(
-        lambda ctx: replica_dataset(spec, s, "train", epoch, s.batch_size))
+        lambda ctx: replica_dataset(spec, s, "train", epoch, s.batch_size)
+    )
     total, done, iterator = steps_per_epoch(spec, s.batch_size), 0, None
     t0 = time.perf_counter()
     iterator = iter(ds)
@@ -48,8 +49,13 @@ def test_own_steps_vs_model_fit(benchmark, mnist_npz, quick, tmp_path, steps_per
 
     from train.steps import Steps
 
-    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False,
-                        steps_per_execution=steps_per_execution, checkpoint_every=0)
+    s = common.settings(
+        dataset=f"npz:{mnist_npz}",
+        runs_dir=str(tmp_path / "runs"),
+        export=False,
+        steps_per_execution=steps_per_execution,
+        checkpoint_every=0,
+    )
     keras.utils.set_random_seed(s.seed)
     spec, fit_model = common.template_parts(s)
     keras.utils.set_random_seed(s.seed)
@@ -70,7 +76,14 @@ def test_own_steps_vs_model_fit(benchmark, mnist_npz, quick, tmp_path, steps_per
     got = common.once(benchmark, lambda: common.interleave({"model.fit": fit, "steps": own}, repeats))
     fit_sps, own_sps = common.median(got["model.fit"][1:]), common.median(got["steps"][1:])
     value = common.ratio(own_sps, fit_sps)
-    common.record(benchmark, f"7. samples/s, one device: own compiled steps / model.fit (STEPS_PER_EXECUTION={steps_per_execution})",
-                  f">= {GOAL}x within noise", value, value is not None and value >= GOAL * 0.97,
-                  n_train=spec.n_train, model_fit_samples_per_second=fit_sps, steps_samples_per_second=own_sps,
-                  samples_per_second=got)
+    common.record(
+        benchmark,
+        f"7. samples/s, one device: own compiled steps / model.fit (STEPS_PER_EXECUTION={steps_per_execution})",
+        f">= {GOAL}x within noise",
+        value,
+        value is not None and value >= GOAL * 0.97,
+        n_train=spec.n_train,
+        model_fit_samples_per_second=fit_sps,
+        steps_samples_per_second=own_sps,
+        samples_per_second=got,
+    )

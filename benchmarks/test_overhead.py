@@ -19,8 +19,7 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
     from train.data import train_dataset, val_dataset
     from train.fit import train
 
-    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False,
-                        report="off")
+    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False, report="off")
     if quick:
         s = s.replace(epochs=1)
     n = 0
@@ -44,5 +43,12 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
 
     got = common.once(benchmark, lambda: common.interleave({"bare": bare, "template": template}, 1 if quick else 2))
     value = common.ratio(common.median(got["template"]), common.median(got["bare"]))
-    common.record(benchmark, "3. wall time: template fit loop / bare model.fit", f"<= {GOAL}x", value,
-                  value is not None and value <= GOAL, epochs=s.epochs, seconds=got)
+    common.record(
+        benchmark,
+        "3. wall time: template fit loop / bare model.fit",
+        f"<= {GOAL}x",
+        value,
+        value is not None and value <= GOAL,
+        epochs=s.epochs,
+        seconds=got,
+    )

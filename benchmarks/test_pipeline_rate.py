@@ -25,9 +25,17 @@ def test_pipeline_samples_per_second(benchmark, mnist_npz, quick, tmp_path):
             n += int(x.shape[0])
         return n / (time.perf_counter() - t0)
 
-    got = common.once(benchmark, lambda: common.interleave({"batch 128": lambda: rate(128),
-                                                             "batch 512": lambda: rate(512)}, 1 if quick else 3))
+    got = common.once(
+        benchmark,
+        lambda: common.interleave({"batch 128": lambda: rate(128), "batch 512": lambda: rate(512)}, 1 if quick else 3),
+    )
     sps = {k: common.median(v) for k, v in got.items()}
-    common.record(benchmark, "9. input pipeline alone: samples/s at batch 512 / batch 128", "reported",
-                  common.ratio(sps["batch 512"], sps["batch 128"]), None, samples_per_second=sps,
-                  n_train=spec.n_train)
+    common.record(
+        benchmark,
+        "9. input pipeline alone: samples/s at batch 512 / batch 128",
+        "reported",
+        common.ratio(sps["batch 512"], sps["batch 128"]),
+        None,
+        samples_per_second=sps,
+        n_train=spec.n_train,
+    )

@@ -22,7 +22,9 @@ def _env() -> dict[str, str]:
 
 def _run(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args], cwd=common.ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=common.ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
     return time.perf_counter() - t0, proc
 
 
@@ -35,7 +37,9 @@ def test_bad_setting_rejected_fast(benchmark, quick):
         seconds, proc = _run(bad)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "BATCH_SIZE" in proc.stderr
-        assert not re.search(r"\|\s+tensorflow\s*$", proc.stderr, re.M), "TensorFlow was imported before the settings were checked"
+        assert not re.search(r"\|\s+tensorflow\s*$", proc.stderr, re.M), (
+            "TensorFlow was imported before the settings were checked"
+        )
         rejects.append(seconds)
         return seconds
 
@@ -44,10 +48,19 @@ def test_bad_setting_rejected_fast(benchmark, quick):
         imports.append(seconds)
         return seconds
 
-    common.once(benchmark, lambda: common.interleave({"reject": reject, "import_tensorflow": tf_import}, 1 if quick else 3))
+    common.once(
+        benchmark, lambda: common.interleave({"reject": reject, "import_tensorflow": tf_import}, 1 if quick else 3)
+    )
     r, t = common.median(rejects), common.median(imports)
-    common.record(benchmark, "5a. bad setting rejected: wall time / `import tensorflow`", f"rejection < {GOAL_REJECT_S}s",
-                  common.ratio(r, t), r < GOAL_REJECT_S, reject_seconds=r, import_tensorflow_seconds=t)
+    common.record(
+        benchmark,
+        "5a. bad setting rejected: wall time / `import tensorflow`",
+        f"rejection < {GOAL_REJECT_S}s",
+        common.ratio(r, t),
+        r < GOAL_REJECT_S,
+        reject_seconds=r,
+        import_tensorflow_seconds=t,
+    )
 
 
 def test_check_on_cpu(benchmark, quick):
@@ -61,8 +74,15 @@ def test_check_on_cpu(benchmark, quick):
 
     common.once(benchmark, lambda: [check() for _ in range(1 if quick else 2)])
     seconds = common.median(s for s, _ in seconds_list)
-    common.record(benchmark, "5b. `python -m train check` on CPU, seconds", f"< {GOAL_CHECK_S}s", None,
-                  seconds < GOAL_CHECK_S, check_seconds=seconds, exit_codes=[c for _, c in seconds_list])
+    common.record(
+        benchmark,
+        "5b. `python -m train check` on CPU, seconds",
+        f"< {GOAL_CHECK_S}s",
+        None,
+        seconds < GOAL_CHECK_S,
+        check_seconds=seconds,
+        exit_codes=[c for _, c in seconds_list],
+    )
 
 
 def test_peak_probe_cost(benchmark, quick):
@@ -83,8 +103,17 @@ def test_peak_probe_cost(benchmark, quick):
         imports.append(seconds)
         return seconds
 
-    common.once(benchmark, lambda: common.interleave({"probe": probe, "import_tensorflow": tf_import}, 1 if quick else 3))
+    common.once(
+        benchmark, lambda: common.interleave({"probe": probe, "import_tensorflow": tf_import}, 1 if quick else 3)
+    )
     p, t = common.median(probes), common.median(imports)
-    common.record(benchmark, "5c. peak FLOP/s probe at start / `import tensorflow`", "< 0.25x",
-                  common.ratio(p, t), p < 0.25 * t, probe_seconds=p, import_tensorflow_seconds=t,
-                  measured_gflops=common.median(peaks) / 1e9)
+    common.record(
+        benchmark,
+        "5c. peak FLOP/s probe at start / `import tensorflow`",
+        "< 0.25x",
+        common.ratio(p, t),
+        p < 0.25 * t,
+        probe_seconds=p,
+        import_tensorflow_seconds=t,
+        measured_gflops=common.median(peaks) / 1e9,
+    )

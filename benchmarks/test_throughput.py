@@ -26,8 +26,12 @@ def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
     from train.hardware import cpu_bf16, cpu_flags
 
     arrays, what = mnist
-    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False,
-                        precision=os.environ.get("BENCH_PRECISION", "auto"))
+    s = common.settings(
+        dataset=f"npz:{mnist_npz}",
+        runs_dir=str(tmp_path / "runs"),
+        export=False,
+        precision=os.environ.get("BENCH_PRECISION", "auto"),
+    )
     epochs = 1 if quick else s.epochs
     s = s.replace(epochs=epochs)
     repeats = 1 if quick else 2
@@ -55,12 +59,22 @@ def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
     bf16 = bool(cpu_bf16(cpu_flags())) and not common.gpu_capabilities() and s.precision == "auto"
     goal = GOAL_BF16 if bf16 else GOAL_NO_BF16
     what_side = "template default" if s.precision == "auto" else f"template PRECISION={s.precision}"
-    common.record(benchmark, f"1. training samples/s: {what_side} / reference",
-                  f">= {goal}x" + (" (bf16 CPU)" if bf16 else ""),
-                  value, value is not None and value >= goal, data=what, epochs=epochs, repeats=repeats,
-                  reference_samples_per_second=ref_sps, template_samples_per_second=tpl_sps,
-                  reference_test_accuracy=ref_acc, template_test_accuracy=tpl_acc,
-                  accuracy_difference=tpl_acc - ref_acc, runs=results)
+    common.record(
+        benchmark,
+        f"1. training samples/s: {what_side} / reference",
+        f">= {goal}x" + (" (bf16 CPU)" if bf16 else ""),
+        value,
+        value is not None and value >= goal,
+        data=what,
+        epochs=epochs,
+        repeats=repeats,
+        reference_samples_per_second=ref_sps,
+        template_samples_per_second=tpl_sps,
+        reference_test_accuracy=ref_acc,
+        template_test_accuracy=tpl_acc,
+        accuracy_difference=tpl_acc - ref_acc,
+        runs=results,
+    )
 
 
 @pytest.mark.parametrize("batch_size", [128, 512])
@@ -83,6 +97,14 @@ def test_auto_precision_vs_float32(benchmark, mnist, mnist_npz, quick, tmp_path,
     got = common.once(benchmark, lambda: common.interleave(runs, 1 if quick else 4))
     sps = {p: common.median(v) for p, v in got.items()}
     value = common.ratio(sps[auto], sps["float32"])
-    common.record(benchmark, f"PRECISION=auto ({auto}) / float32, batch {batch_size}", ">= 0.97x (never slower; 3% noise)",
-                  value, value is not None and value >= 0.97, auto_reason=reason, samples_per_second=sps,
-                  bf16_over_float32=common.ratio(sps["mixed_bfloat16"], sps["float32"]), all_runs=got)
+    common.record(
+        benchmark,
+        f"PRECISION=auto ({auto}) / float32, batch {batch_size}",
+        ">= 0.97x (never slower; 3% noise)",
+        value,
+        value is not None and value >= 0.97,
+        auto_reason=reason,
+        samples_per_second=sps,
+        bf16_over_float32=common.ratio(sps["mixed_bfloat16"], sps["float32"]),
+        all_runs=got,
+    )

@@ -52,13 +52,17 @@ def _time_to(history, target: float) -> tuple[float | None, int | None]:
 def test_time_to_99(benchmark, mnist, mnist_npz, quick, tmp_path):
     arrays, what = mnist
     if common.mnist_path() is None and not quick:
-        pytest.skip("needs real MNIST: set MNIST_NPZ to a Keras-format mnist.npz (generated data says nothing about 99%)")
+        pytest.skip(
+            "needs real MNIST: set MNIST_NPZ to a Keras-format mnist.npz (generated data says nothing about 99%)"
+        )
     budget = 1 if quick else BUDGET_EPOCHS
     base = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"))
     contenders = {"reference": lambda: Recipe(arrays), "template": lambda: _Template(base.replace(epochs=budget))}
     # Candidate defaults, measured beside the current ones (a cosine schedule decays over EPOCHS).
-    candidates = {"template cnn_bn+cosine, 3 epochs": base.replace(model="cnn_bn", lr_schedule="cosine", epochs=3),
-                  "template cnn+cosine, 4 epochs": base.replace(lr_schedule="cosine", epochs=4)}
+    candidates = {
+        "template cnn_bn+cosine, 3 epochs": base.replace(model="cnn_bn", lr_schedule="cosine", epochs=3),
+        "template cnn+cosine, 4 epochs": base.replace(lr_schedule="cosine", epochs=4),
+    }
     for name, s in candidates.items():
         contenders[name] = lambda s=s: _Template(s.replace(epochs=1) if quick else s)
     runners = {name: make() for name, make in contenders.items()}
@@ -76,9 +80,21 @@ def test_time_to_99(benchmark, mnist, mnist_npz, quick, tmp_path):
     reached = {name: _time_to(r.history, TARGET) for name, r in runners.items()}
     ref_s, tpl_s = reached["reference"][0], reached["template"][0]
     value = common.ratio(tpl_s, ref_s) if ref_s and tpl_s else None
-    others = {name: {"seconds": sec, "epoch": ep, "ratio": common.ratio(sec, ref_s) if sec and ref_s else None}
-              for name, (sec, ep) in reached.items()}
-    common.record(benchmark, "2. time to 99.0% test accuracy: template default / reference", f"<= {GOAL}x",
-                  value, value is not None and value <= GOAL, data=what, budget_epochs=budget, reached=others,
-                  histories={n: [(r_["epoch"], round(r_["epoch_seconds"], 2), round(r_["val_accuracy"], 4))
-                                 for r_ in r.history] for n, r in runners.items()})
+    others = {
+        name: {"seconds": sec, "epoch": ep, "ratio": common.ratio(sec, ref_s) if sec and ref_s else None}
+        for name, (sec, ep) in reached.items()
+    }
+    common.record(
+        benchmark,
+        "2. time to 99.0% test accuracy: template default / reference",
+        f"<= {GOAL}x",
+        value,
+        value is not None and value <= GOAL,
+        data=what,
+        budget_epochs=budget,
+        reached=others,
+        histories={
+            n: [(r_["epoch"], round(r_["epoch_seconds"], 2), round(r_["val_accuracy"], 4)) for r_ in r.history]
+            for n, r in runners.items()
+        },
+    )

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 
-def write_npz(path: Path, n_train: int = 600, n_test: int = 300, shape=(28, 28), classes: int = 10, seed: int = 0, **extra) -> Path:
+def write_npz(
+    path: Path, n_train: int = 600, n_test: int = 300, shape=(28, 28), classes: int = 10, seed: int = 0, **extra
+) -> Path:
     """A Keras-layout .npz whose images carry their label (a learnable toy set)."""
     rng = np.random.default_rng(seed)
     arrays = {}

@@ -21,8 +21,16 @@ ROOT = TESTS.parent
 # -- running the CLI -----------------------------------------------------------------------------
 def fit_flags(tmp_path: Path, npz: Path, **changes) -> list[str]:
     """Command-line flags for a CPU-sized run (like helpers.tiny_settings), `changes` by field name."""
-    values = {"dataset": f"npz:{npz}", "runs_dir": str(tmp_path / "runs"), "data_dir": str(tmp_path / "data"),
-              "epochs": 2, "batch_size": 32, "checkpoint_every": 4, "precision": "float32", "progress": "line"}
+    values = {
+        "dataset": f"npz:{npz}",
+        "runs_dir": str(tmp_path / "runs"),
+        "data_dir": str(tmp_path / "data"),
+        "epochs": 2,
+        "batch_size": 32,
+        "checkpoint_every": 4,
+        "precision": "float32",
+        "progress": "line",
+    }
     values.update(changes)
     flags = []
     for name, value in values.items():
@@ -44,8 +52,14 @@ def start_fit(args: list[str], cwd: Path, extra_env: dict | None = None, preexec
     """`python -m train fit ARGS` in the background; stdout+stderr go to cwd/fit-<n>.out."""
     n = len(list(cwd.glob("fit-*.out")))
     out = open(cwd / f"fit-{n}.out", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "train", "fit", *args], cwd=cwd, stdout=out,
-                            stderr=subprocess.STDOUT, env=env(**(extra_env or {})), preexec_fn=preexec_fn)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "train", "fit", *args],
+        cwd=cwd,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env(**(extra_env or {})),
+        preexec_fn=preexec_fn,
+    )
     proc.out_path = cwd / f"fit-{n}.out"  # type: ignore[attr-defined]
     out.close()
     return proc
@@ -63,8 +77,9 @@ def run_fit(args: list[str], cwd: Path, timeout: float = 180, **kw) -> tuple[int
 
 
 def run_python(code: str, cwd: Path, timeout: float = 180, **extra_env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          env=env(**extra_env), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, env=env(**extra_env), timeout=timeout
+    )
 
 
 # -- watching a run ------------------------------------------------------------------------------
@@ -83,7 +98,7 @@ def states(run_dir: Path) -> list[str]:
 
 
 def step_of(name: str) -> int:
-    return int(name[len("ckpt-"):-len(".npz")])
+    return int(name[len("ckpt-") : -len(".npz")])
 
 
 def wait_until(predicate, proc: subprocess.Popen, timeout: float = 120, poll: float = 0.005) -> bool:
@@ -103,6 +118,7 @@ def kill_after_new_checkpoint(proc, runs_dir: Path, delay: float, sig=signal.SIG
 
     True when the signal was sent to a live process; False when the run ended first.
     """
+
     def newest():
         from train.rundir import list_run_dirs
 

@@ -40,7 +40,7 @@ def synthetic_arrays(n_train: int = 384, n_test: int = 128, size: int = 28, clas
         x = rng.integers(0, 60, size=(n, size, size), dtype=np.uint8)
         for i, k in enumerate(y):
             r, c = divmod(int(k), 2)
-            x[i, 4 + r * 12:10 + r * 12, 4 + c * 12:10 + c * 12] = 255
+            x[i, 4 + r * 12 : 10 + r * 12, 4 + c * 12 : 10 + c * 12] = 255
         return x, y
 
     (xtr, ytr), (xte, yte) = make(n_train), make(n_test)
@@ -60,14 +60,27 @@ def tiny_settings(tmp_path: Path, **changes):
     from train.config import load_settings
 
     npz = make_npz(tmp_path)
-    values = {"dataset": f"npz:{npz}", "runs_dir": str(tmp_path / "runs"), "data_dir": str(tmp_path / "data"),
-              "epochs": 2, "batch_size": 32, "checkpoint_every": 4, "precision": "float32", "progress": "line"}
+    values = {
+        "dataset": f"npz:{npz}",
+        "runs_dir": str(tmp_path / "runs"),
+        "data_dir": str(tmp_path / "data"),
+        "epochs": 2,
+        "batch_size": 32,
+        "checkpoint_every": 4,
+        "precision": "float32",
+        "progress": "line",
+    }
     values.update(changes)
     return load_settings(values, env_file=None, environ={})
 
 
-def write_run_records(run_dir: Path, config: dict | None = None, manifest: dict | None = None,
-                      metrics: list[dict] | None = None, log_lines: tuple[str, ...] = ()) -> Path:
+def write_run_records(
+    run_dir: Path,
+    config: dict | None = None,
+    manifest: dict | None = None,
+    metrics: list[dict] | None = None,
+    log_lines: tuple[str, ...] = (),
+) -> Path:
     """A run directory as a finished run leaves its records (no weights): for the report and compare."""
     import csv
     import json
@@ -79,19 +92,43 @@ def write_run_records(run_dir: Path, config: dict | None = None, manifest: dict 
     settings = Settings().to_dict()
     settings.update(config or {})
     (run_dir / "config.json").write_text(json.dumps(settings))
-    base = {"status": "completed", "python": "3.11.7", "tensorflow": "2.21.0", "keras": "3.15.1",
-            "git": {"commit": "0123456789abcdef", "dirty": False, "source": "git"},
-            "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ab" * 32},
-            "data": {"dataset": "mnist", "source": "data/mnist.npz", "n_train": 60000, "n_val": 10000,
-                     "fingerprint": "cd" * 32, "class_names": [str(i) for i in range(10)]},
-            "precision": {"policy": "mixed_bfloat16", "reason": "CPU has native bfloat16"},
-            "gpus": [], "resumed_at": [], "duration_seconds": 12.5}
+    base = {
+        "status": "completed",
+        "python": "3.11.7",
+        "tensorflow": "2.21.0",
+        "keras": "3.15.1",
+        "git": {"commit": "0123456789abcdef", "dirty": False, "source": "git"},
+        "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ab" * 32},
+        "data": {
+            "dataset": "mnist",
+            "source": "data/mnist.npz",
+            "n_train": 60000,
+            "n_val": 10000,
+            "fingerprint": "cd" * 32,
+            "class_names": [str(i) for i in range(10)],
+        },
+        "precision": {"policy": "mixed_bfloat16", "reason": "CPU has native bfloat16"},
+        "gpus": [],
+        "resumed_at": [],
+        "duration_seconds": 12.5,
+    }
     base.update(manifest or {})
     (run_dir / "manifest.json").write_text(json.dumps(base))
     if metrics is None:
-        metrics = [{"epoch": e, "loss": 1.0 / e, "accuracy": 1 - 0.3 / e, "val_loss": 1.2 / e,
-                    "val_accuracy": 1 - 0.35 / e, "learning_rate": 0.001, "batch_size": 128,
-                    "epoch_seconds": 10.0, "samples_per_second": 6000.0 + e} for e in range(1, 6)]
+        metrics = [
+            {
+                "epoch": e,
+                "loss": 1.0 / e,
+                "accuracy": 1 - 0.3 / e,
+                "val_loss": 1.2 / e,
+                "val_accuracy": 1 - 0.35 / e,
+                "learning_rate": 0.001,
+                "batch_size": 128,
+                "epoch_seconds": 10.0,
+                "samples_per_second": 6000.0 + e,
+            }
+            for e in range(1, 6)
+        ]
     if metrics:
         columns = list(dict.fromkeys(k for row in metrics for k in row))
         with open(run_dir / "metrics.csv", "w", newline="") as fh:
@@ -119,7 +156,8 @@ class LocalFiles:
                 outer.requests.append(self.path)
 
         self.server = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(Handler, directory=str(directory)))
+            ("127.0.0.1", 0), functools.partial(Handler, directory=str(directory))
+        )
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

@@ -42,7 +42,9 @@ def test_flipped_bytes_in_the_middle(make_npz):
 
 def test_missing_key(tmp_path):
     path = tmp_path / "bad.npz"
-    np.savez(path, x_train=np.zeros((4, 8, 8), np.uint8), y_train=np.zeros(4, np.uint8), x_test=np.zeros((2, 8, 8), np.uint8))
+    np.savez(
+        path, x_train=np.zeros((4, 8, 8), np.uint8), y_train=np.zeros(4, np.uint8), x_test=np.zeros((2, 8, 8), np.uint8)
+    )
     with pytest.raises(DataError, match=r"bad\.npz: missing array\(s\) y_test"):
         data.load_data(settings(dataset=f"npz:{path}"))
 
@@ -73,7 +75,8 @@ def test_one_stray_label_is_named_not_a_million_classes(make_npz):
         data.load_data(settings(dataset=f"npz:{path}"))
     assert str(e.value) == (
         f"{path}: y_train has no example of class 10..999999 (labels found: 0..9, 1000000); labels must be "
-        "0..K-1 with every class present: renumber them, or remove the stray labels")
+        "0..K-1 with every class present: renumber them, or remove the stray labels"
+    )
 
 
 def test_every_gap_in_the_labels_is_named(make_npz):
@@ -105,11 +108,14 @@ def test_a_test_label_that_training_never_sees_is_named(make_npz):
 # --- what the file is, when it is not an .npz ------------------------------------------------------
 
 
-@pytest.mark.parametrize("content, what", [
-    (b"x_train,y_train\n1,2\n", "it is text ('x_train,y_train\\n1,2'...)"),
-    (b"", "it is empty"),
-    (b"\x00\x01\x02garbage", "it does not start like a zip archive"),
-])
+@pytest.mark.parametrize(
+    "content, what",
+    [
+        (b"x_train,y_train\n1,2\n", "it is text ('x_train,y_train\\n1,2'...)"),
+        (b"", "it is empty"),
+        (b"\x00\x01\x02garbage", "it does not start like a zip archive"),
+    ],
+)
 def test_a_file_that_is_not_an_npz_is_called_so(tmp_path, content, what):
     path = tmp_path / "data.npz"
     path.write_bytes(content)

@@ -17,7 +17,9 @@ def _model(width=8, optimizer="adam"):
     import keras
 
     keras.utils.set_random_seed(0)
-    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(width, name="hidden"), keras.layers.Dense(2, name="head")])
+    m = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(width, name="hidden"), keras.layers.Dense(2, name="head")]
+    )
     m.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
     m.fit(np.ones((4, 4), "float32"), np.array([0, 1, 0, 1]), verbose=0)
     return m
@@ -112,20 +114,29 @@ def test_a_different_width_is_refused_naming_the_variable_and_both_shapes(tmp_pa
     path, saved_as = model.layers[0].kernel.path, loaded.meta["model_variables"][0][0]
     assert str(info.value) == (
         f"model variable {path} has shape (4, 16) in the model but (4, 8) in checkpoint ckpt-000000004.npz (saved as "
-        f"{saved_as}): the architecture changed; resume with the run's own settings or start a new run")
+        f"{saved_as}): the architecture changed; resume with the run's own settings or start a new run"
+    )
 
 
 def test_another_number_of_layers_is_refused_with_both_counts(tmp_path):
     import keras
 
     _states(tmp_path, _model(), steps=(4,))
-    deeper = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="hidden"), keras.layers.Dense(8, name="more"),
-                               keras.layers.Dense(2, name="head")])
+    deeper = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, name="hidden"),
+            keras.layers.Dense(8, name="more"),
+            keras.layers.Dense(2, name="head"),
+        ]
+    )
     deeper.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     with pytest.raises(CheckpointError) as info:
         restore(deeper, load_latest(tmp_path))
-    assert str(info.value) == ("checkpoint ckpt-000000004.npz has 4 model variables, the current model has 6: "
-                               "the architecture changed; resume with the run's own MODEL or start a new run")
+    assert str(info.value) == (
+        "checkpoint ckpt-000000004.npz has 4 model variables, the current model has 6: "
+        "the architecture changed; resume with the run's own MODEL or start a new run"
+    )
 
 
 def test_an_array_that_does_not_match_its_own_header_is_refused(tmp_path):
@@ -142,8 +153,11 @@ def test_an_optimizer_that_cannot_be_restored_is_an_error(tmp_path):
     _states(tmp_path, _model(optimizer="adam"), steps=(4,))
     with pytest.raises(CheckpointError) as info:
         restore(_model(optimizer="sgd"), load_latest(tmp_path))
-    assert re.fullmatch(r"the optimizer state cannot be restored: checkpoint ckpt-000000004\.npz has \d+ optimizer "
-                        r"variables, the current model has \d+: the architecture changed; .*", str(info.value))
+    assert re.fullmatch(
+        r"the optimizer state cannot be restored: checkpoint ckpt-000000004\.npz has \d+ optimizer "
+        r"variables, the current model has \d+: the architecture changed; .*",
+        str(info.value),
+    )
 
 
 def test_restore_is_exact(tmp_path):
@@ -179,8 +193,14 @@ def test_a_missing_directory_has_no_states(tmp_path):
 
 
 def test_only_state_files_are_listed_newest_first(tmp_path):
-    for name in ("ckpt-000000010.npz", "ckpt-000000002.npz", "ckpt-000000010.npz.tmp-x", "LATEST", "ckpt-10.npz",
-                 "best.weights.h5"):
+    for name in (
+        "ckpt-000000010.npz",
+        "ckpt-000000002.npz",
+        "ckpt-000000010.npz.tmp-x",
+        "LATEST",
+        "ckpt-10.npz",
+        "best.weights.h5",
+    ):
         (tmp_path / name).write_text("")
     assert [p.name for p in list_states(tmp_path)] == ["ckpt-000000010.npz", "ckpt-000000002.npz"]
 
@@ -209,7 +229,8 @@ def test_unreadable_states_are_named_in_the_warning_and_the_error(tmp_path, capl
         load_latest(tmp_path)
     assert str(info.value) == (
         f"no valid checkpoint in {tmp_path} (unreadable: ckpt-000000012.npz, ckpt-000000008.npz, ckpt-000000004.npz); "
-        "start a new run without --resume, or restore the files from a backup")
+        "start a new run without --resume, or restore the files from a backup"
+    )
     first = caplog.records[0].getMessage()
     assert first.startswith(f"WARNING: checkpoint {states[0]} is unreadable (ValueError: ")
     assert first.endswith("; falling back to an older checkpoint") and len(caplog.records) == 3
@@ -220,7 +241,9 @@ def test_restore_into_a_fresh_model_builds_its_optimizer_and_logs_the_path(tmp_p
 
     model = _model()
     (path,) = _states(tmp_path, model, steps=(4,))
-    fresh = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="hidden"), keras.layers.Dense(2, name="head")])
+    fresh = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(8, name="hidden"), keras.layers.Dense(2, name="head")]
+    )
     fresh.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     assert not fresh.optimizer.built
     with caplog.at_level(logging.INFO, logger="train"):

@@ -51,8 +51,13 @@ def test_an_unknown_flag_is_a_usage_error(capsys):
 
 @pytest.mark.parametrize("command", ["export", "predict"])
 def test_an_unknown_run_is_exit_2(tmp_path, capsys, command):
-    argv = [command, "20990101-000000-zzzz", *(["x.png"] if command == "predict" else []),
-            "--runs-dir", str(tmp_path / "runs")]
+    argv = [
+        command,
+        "20990101-000000-zzzz",
+        *(["x.png"] if command == "predict" else []),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("RunNotFound: run '20990101-000000-zzzz' not found") and err.count("\n") == 1
@@ -115,7 +120,9 @@ def test_every_setting_has_a_flag():
 
 
 @pytest.mark.parametrize("command", ["export", "predict"])
-def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_like_fit(tmp_path, monkeypatch, command):
+def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_like_fit(
+    tmp_path, monkeypatch, command
+):
     import os
 
     import train.export
@@ -127,19 +134,32 @@ def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_
     run.mkdir(parents=True)
     (run / "config.json").write_text("{}")
     seen = []  # TF_CPP_MIN_LOG_LEVEL when the command would import TensorFlow
-    monkeypatch.setattr(train.export, "export_run", lambda r: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
-                        or {"savedmodel": "s", "max_abs_diff": 0.0})
-    monkeypatch.setattr(train.predict, "predict_files", lambda r, f: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
-                        or [{"file": "a.png", "class": "0", "probability": 1.0}])
+    monkeypatch.setattr(
+        train.export,
+        "export_run",
+        lambda r: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")) or {"savedmodel": "s", "max_abs_diff": 0.0},
+    )
+    monkeypatch.setattr(
+        train.predict,
+        "predict_files",
+        lambda r, f: (
+            seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")) or [{"file": "a.png", "class": "0", "probability": 1.0}]
+        ),
+    )
     argv = [command, run.name, *(["a.png"] if command == "predict" else []), "--runs-dir", str(tmp_path / "runs")]
     assert cli.main(argv) == 0
     assert seen == ["2"]
 
 
-@pytest.mark.parametrize("argv, meant", [
-    (["--epoch", "5"], "--epochs"), (["--lr", "0.1"], "--lr-schedule"), (["--batch", "8"], "--batch-size"),
-    (["export", "latest", "--runs", "x"], "--runs-dir"),
-])
+@pytest.mark.parametrize(
+    "argv, meant",
+    [
+        (["--epoch", "5"], "--epochs"),
+        (["--lr", "0.1"], "--lr-schedule"),
+        (["--batch", "8"], "--batch-size"),
+        (["export", "latest", "--runs", "x"], "--runs-dir"),
+    ],
+)
 def test_a_prefix_of_a_flag_is_not_that_flag(capsys, argv, meant):
     with pytest.raises(SystemExit) as info:
         cli.main(argv)
@@ -168,11 +188,20 @@ def test_env_file_warnings_are_printed_once_each(tmp_path, capsys):
     ]
 
 
-@pytest.mark.parametrize("content, line", [
-    (b"SEED=1\nRUN_NAME=caf\xe9\n", ".env, line 2: byte 0xe9 is not UTF-8 text; save the file as UTF-8"),
-    (b"SEED=1\nEPOCHS 5\n", ".env, line 2: cannot read 'EPOCHS 5': write NAME=value, one per line, with any quotes closed"),
-    (b'RUN_NAME="abc\n', ".env, line 1: cannot read 'RUN_NAME=\"abc': write NAME=value, one per line, with any quotes closed"),
-])
+@pytest.mark.parametrize(
+    "content, line",
+    [
+        (b"SEED=1\nRUN_NAME=caf\xe9\n", ".env, line 2: byte 0xe9 is not UTF-8 text; save the file as UTF-8"),
+        (
+            b"SEED=1\nEPOCHS 5\n",
+            ".env, line 2: cannot read 'EPOCHS 5': write NAME=value, one per line, with any quotes closed",
+        ),
+        (
+            b'RUN_NAME="abc\n',
+            ".env, line 1: cannot read 'RUN_NAME=\"abc': write NAME=value, one per line, with any quotes closed",
+        ),
+    ],
+)
 def test_an_unreadable_env_file_is_one_line_and_exit_2(tmp_path, capsys, content, line):
     (tmp_path / ".env").write_bytes(content)
     for argv in (["fit"], ["runs"], ["settings"]):
@@ -186,7 +215,9 @@ def test_a_model_error_is_one_line_and_exit_2(monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=train))
     assert cli.main(["fit"]) == 2
-    assert capsys.readouterr().err == "ModelError: MODEL=my_models:make: make((2, 2, 1), 3) raised ValueError: too small\n"
+    assert (
+        capsys.readouterr().err == "ModelError: MODEL=my_models:make: make((2, 2, 1), 3) raised ValueError: too small\n"
+    )
 
 
 def test_commands_that_build_no_model_do_not_look_for_the_model_module(tmp_path, capsys):

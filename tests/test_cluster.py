@@ -29,8 +29,10 @@ def test_no_cluster_is_one_process():
 def test_workers_and_index_build_tensorflows_tf_config():
     c = read_cluster("10.0.0.1:2222, 10.0.0.2:2222", 1, {})
     assert c.workers == ("10.0.0.1:2222", "10.0.0.2:2222") and c.index == 1 and not c.is_chief and c.size == 2
-    assert json.loads(c.tf_config()) == {"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},
-                                         "task": {"type": "worker", "index": 1}}
+    assert json.loads(c.tf_config()) == {
+        "cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},
+        "task": {"type": "worker", "index": 1},
+    }
     assert from_tf_config(c.tf_config()) == Cluster(c.workers, 1, "TF_CONFIG")
 
 
@@ -40,29 +42,35 @@ def test_tf_config_with_a_chief_job_puts_the_chief_first():
     assert from_tf_config(_tf_config(["w0:1"], 0, chief=["c:1"], kind="chief")).is_chief
 
 
-@pytest.mark.parametrize("workers, index, name, words", [
-    ("a:1,b:2", -1, "WORKER_INDEX", "0..1"),  # WORKERS without WORKER_INDEX
-    ("a:1,b:2", 2, "WORKER_INDEX", "0..1"),  # out of range
-    ("a:1,b", 0, "WORKERS", "not host:port"),  # missing port
-    ("a:1,b:99999", 0, "WORKERS", "outside 1..65535"),
-    ("a:1,a:1", 0, "WORKERS", "twice"),
-    ("", 0, "WORKER_INDEX", "only together with WORKERS"),
-])
+@pytest.mark.parametrize(
+    "workers, index, name, words",
+    [
+        ("a:1,b:2", -1, "WORKER_INDEX", "0..1"),  # WORKERS without WORKER_INDEX
+        ("a:1,b:2", 2, "WORKER_INDEX", "0..1"),  # out of range
+        ("a:1,b", 0, "WORKERS", "not host:port"),  # missing port
+        ("a:1,b:99999", 0, "WORKERS", "outside 1..65535"),
+        ("a:1,a:1", 0, "WORKERS", "twice"),
+        ("", 0, "WORKER_INDEX", "only together with WORKERS"),
+    ],
+)
 def test_bad_workers_name_the_setting(workers, index, name, words):
     with pytest.raises(ConfigError) as info:
         from_workers(workers, index)
     assert info.value.name == name and words in str(info.value)
 
 
-@pytest.mark.parametrize("raw, words", [
-    ('{"cluster": {"worker": ["a:1"]', "not valid JSON"),
-    ('["a:1"]', "expected {"),
-    (_tf_config(["a:1", "b:1"], 2), "index 2 is out of range"),
-    (_tf_config(["a:1", "b"], 0), "not host:port"),
-    (json.dumps({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}, "task": {"type": "worker", "index": 0}}), "ps"),
-    (json.dumps({"cluster": {"worker": ["a:1"]}}), "task must be"),
-    (_tf_config([], 0), "no worker"),
-])
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        ('{"cluster": {"worker": ["a:1"]', "not valid JSON"),
+        ('["a:1"]', "expected {"),
+        (_tf_config(["a:1", "b:1"], 2), "index 2 is out of range"),
+        (_tf_config(["a:1", "b"], 0), "not host:port"),
+        (json.dumps({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}, "task": {"type": "worker", "index": 0}}), "ps"),
+        (json.dumps({"cluster": {"worker": ["a:1"]}}), "task must be"),
+        (_tf_config([], 0), "no worker"),
+    ],
+)
 def test_bad_tf_config_names_it(raw, words):
     with pytest.raises(ConfigError) as info:
         from_tf_config(raw)
@@ -86,17 +94,28 @@ def test_settings_check_the_cluster_and_that_the_batch_divides_by_the_workers():
     assert info.value.name == "TF_CONFIG"
 
 
-@pytest.mark.parametrize("env, name", [
-    ({"TF_CONFIG": "{not json"}, "TF_CONFIG"),
-    ({"TF_CONFIG": _tf_config(["127.0.0.1:1", "127.0.0.1:2"], 5)}, "TF_CONFIG"),
-    ({"WORKERS": "127.0.0.1:1,127.0.0.1"}, "WORKERS"),
-    ({"WORKERS": "127.0.0.1:1,127.0.0.1:2"}, "WORKER_INDEX"),
-])
+@pytest.mark.parametrize(
+    "env, name",
+    [
+        ({"TF_CONFIG": "{not json"}, "TF_CONFIG"),
+        ({"TF_CONFIG": _tf_config(["127.0.0.1:1", "127.0.0.1:2"], 5)}, "TF_CONFIG"),
+        ({"WORKERS": "127.0.0.1:1,127.0.0.1"}, "WORKERS"),
+        ({"WORKERS": "127.0.0.1:1,127.0.0.1:2"}, "WORKER_INDEX"),
+    ],
+)
 def test_each_bad_cluster_setting_exits_2_with_one_line_before_tensorflow(tmp_path, env, name):
-    code = ("import sys; from train.cli import main; rc = main(['fit']); "
-            "assert 'tensorflow' not in sys.modules; sys.exit(rc)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          env=subprocess_env(**env, PYTHONPATH=str(PROJECT_ROOT)), timeout=120)
+    code = (
+        "import sys; from train.cli import main; rc = main(['fit']); "
+        "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(**env, PYTHONPATH=str(PROJECT_ROOT)),
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"ConfigError: {name}="), lines

@@ -16,19 +16,36 @@ pytest.importorskip("matplotlib")
 
 
 def rows(lr: float, accuracies: list[float], seconds: float = 10.0) -> list[dict]:
-    return [{"epoch": e, "loss": 1.0 - a, "accuracy": a, "val_loss": 1.1 - a, "val_accuracy": a,
-             "learning_rate": lr, "epoch_seconds": seconds} for e, a in enumerate(accuracies, start=1)]
+    return [
+        {
+            "epoch": e,
+            "loss": 1.0 - a,
+            "accuracy": a,
+            "val_loss": 1.1 - a,
+            "val_accuracy": a,
+            "learning_rate": lr,
+            "epoch_seconds": seconds,
+        }
+        for e, a in enumerate(accuracies, start=1)
+    ]
 
 
 @pytest.fixture
 def runs(tmp_path):
     """Two runs under tmp_path/runs: B has another learning rate, peaks earlier and was resumed once."""
     root = tmp_path / "runs"
-    write_run_records(root / "20261130-100000-aaaa", {"learning_rate": 0.001, "epochs": 3, "progress": "bar"},
-                      metrics=rows(0.001, [0.80, 0.90, 0.95]))
-    write_run_records(root / "20261130-110000-bbbb", {"learning_rate": 0.01, "epochs": 3, "progress": "line"},
-                      manifest={"status": "interrupted"}, metrics=rows(0.01, [0.85, 0.93, 0.91], seconds=7.5),
-                      log_lines=("2026-11-30 11:05:00 resuming at epoch 2, step 3 (global step 50)",))
+    write_run_records(
+        root / "20261130-100000-aaaa",
+        {"learning_rate": 0.001, "epochs": 3, "progress": "bar"},
+        metrics=rows(0.001, [0.80, 0.90, 0.95]),
+    )
+    write_run_records(
+        root / "20261130-110000-bbbb",
+        {"learning_rate": 0.01, "epochs": 3, "progress": "line"},
+        manifest={"status": "interrupted"},
+        metrics=rows(0.01, [0.85, 0.93, 0.91], seconds=7.5),
+        log_lines=("2026-11-30 11:05:00 resuming at epoch 2, step 3 (global step 50)",),
+    )
     return root
 
 
@@ -39,9 +56,16 @@ def test_the_text_names_what_differs_and_what_it_did(runs, capsys):
     assert "settings that differ 20261130-100000-aaaa 20261130-110000-bbbb" in lines
     assert "LEARNING_RATE 0.001 0.01" in lines
     assert not any(line.startswith(("PROGRESS", "EPOCHS", "BATCH_SIZE")) for line in lines)  # same, or noise
-    for expected in ("status completed interrupted", "epochs 3/3 3/3", "final val_accuracy 0.9500 0.9100",
-                     "best val_accuracy=0.9500 val_accuracy=0.9300", "best at epoch 3 2",
-                     "time to best 30.0s 15.0s", "training time 30.0s 22.5s", "resumed 0x 1x"):
+    for expected in (
+        "status completed interrupted",
+        "epochs 3/3 3/3",
+        "final val_accuracy 0.9500 0.9100",
+        "best val_accuracy=0.9500 val_accuracy=0.9300",
+        "best at epoch 3 2",
+        "time to best 30.0s 15.0s",
+        "training time 30.0s 22.5s",
+        "resumed 0x 1x",
+    ):
         assert expected in lines, expected
 
 
@@ -64,8 +88,12 @@ def test_out_png_is_the_overlaid_curves(runs, tmp_path, capsys):
 
 def test_out_html_is_a_self_contained_page(runs, tmp_path):
     out = tmp_path / "cmp.html"
-    assert cli.main(["compare", "20261130-100000-aaaa", "20261130-110000-bbbb", "--runs-dir", str(runs),
-                     "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            ["compare", "20261130-100000-aaaa", "20261130-110000-bbbb", "--runs-dir", str(runs), "--out", str(out)]
+        )
+        == 0
+    )
     page = out.read_text()
     assert "<script" not in page and "http" not in page
     (png,) = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
@@ -74,24 +102,41 @@ def test_out_html_is_a_self_contained_page(runs, tmp_path):
     assert "<td>time to best</td><td>30.0s</td><td>15.0s</td>" in page
 
 
-@pytest.mark.parametrize("argv, code, message", [
-    (["20261130-100000-aaaa", "nope"], 2, "RunNotFound: run 'nope' not found"),
-    (["20261130-100000-aaaa"], 2, "ConfigError: RUN='20261130-100000-aaaa' is not valid: compare needs two or more runs"),
-    (["20261130-100000-aaaa", "latest", "20261130-110000-bbbb"], 2,
-     "ConfigError: RUN='20261130-110000-bbbb' is not valid: names the same run as 'latest'"),
-    (["20261130-100000-aaaa", "20261130-110000-bbbb", "--out", "x.pdf"], 2,
-     "ConfigError: --out='x.pdf' is not valid: must end in .png"),
-    (["20261130-100000-aaaa", "20261130-110000-bbbb", "--out", "no/such/dir/x.png"], 2,
-     "ConfigError: --out='no/such/dir/x.png' is not valid: the directory no/such/dir does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, code, message",
+    [
+        (["20261130-100000-aaaa", "nope"], 2, "RunNotFound: run 'nope' not found"),
+        (
+            ["20261130-100000-aaaa"],
+            2,
+            "ConfigError: RUN='20261130-100000-aaaa' is not valid: compare needs two or more runs",
+        ),
+        (
+            ["20261130-100000-aaaa", "latest", "20261130-110000-bbbb"],
+            2,
+            "ConfigError: RUN='20261130-110000-bbbb' is not valid: names the same run as 'latest'",
+        ),
+        (
+            ["20261130-100000-aaaa", "20261130-110000-bbbb", "--out", "x.pdf"],
+            2,
+            "ConfigError: --out='x.pdf' is not valid: must end in .png",
+        ),
+        (
+            ["20261130-100000-aaaa", "20261130-110000-bbbb", "--out", "no/such/dir/x.png"],
+            2,
+            "ConfigError: --out='no/such/dir/x.png' is not valid: the directory no/such/dir does not exist",
+        ),
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_2(runs, capsys, argv, code, message):
     assert cli.main(["compare", *argv, "--runs-dir", str(runs)]) == code
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("name, content", [("metrics.csv", "epoch,loss\n1,x\n"), ("config.json", "{"),
-                                           ("manifest.json", "null")])
+@pytest.mark.parametrize(
+    "name, content", [("metrics.csv", "epoch,loss\n1,x\n"), ("config.json", "{"), ("manifest.json", "null")]
+)
 def test_an_unreadable_record_is_exit_4_and_writes_nothing(runs, tmp_path, capsys, name, content):
     run = runs / "20261130-110000-bbbb"
     (run / name).write_text(content)
@@ -111,5 +156,7 @@ def test_the_overlay_marks_each_runs_best_at_its_training_time(runs):
     stars = [(list(line.get_xdata()), list(line.get_ydata())) for line in by_time.lines if line.get_marker() == "*"]
     assert stars == [([30.0], [0.95]), ([15.0], [0.93])]
     assert [line.get_label() for line in accuracy.lines if not line.get_label().startswith("_")] == [
-        "20261130-100000-aaaa", "20261130-110000-bbbb"]
+        "20261130-100000-aaaa",
+        "20261130-110000-bbbb",
+    ]
     assert [line.get_linestyle() for line in loss.lines] == ["-", "--", "-", "--"]  # validation, train per run

@@ -37,28 +37,31 @@ def test_missing_named_env_file_is_an_error(tmp_path):
         load(env_file=tmp_path / "nope.env")
 
 
-@pytest.mark.parametrize("name,value,fragment", [
-    ("EPOCHS", "abc", "whole number"),
-    ("EPOCHS", "0", "positive"),
-    ("BATCH_SIZE", "0", "positive"),
-    ("BATCH_SIZE", "-8", "positive"),
-    ("LEARNING_RATE", "fast", "number"),
-    ("LEARNING_RATE", "nan", "finite"),
-    ("PRECISION", "fp8", "one of auto"),
-    ("MODEL", "transformer", "module:function"),
-    ("DATASET", "imagenet", "npz:<file>"),
-    ("DATASET", "npz:/no/such/file.npz", "does not exist"),
-    ("DATASET", "images:/no/such/dir", "does not exist"),
-    ("MONITOR", "val_acc", "one of val_accuracy, val_loss, accuracy, loss"),
-    ("RUNS_DIR", "", "must not be empty (the default is ./runs)"),
-    ("RUNS_DIR", "  ", "must not be empty"),
-    ("DATA_DIR", "", "must not be empty (the default is ./data)"),
-    ("CACHE", "disk", "memory, file, none"),
-    ("MEMORY_GROWTH", "maybe", "true/false"),
-    ("VAL_SPLIT", "0.95", "between"),
-    ("RUN_NAME", "a b", "letters"),
-    ("CHANNELS", "2", "one of 1, 3"),
-])
+@pytest.mark.parametrize(
+    "name,value,fragment",
+    [
+        ("EPOCHS", "abc", "whole number"),
+        ("EPOCHS", "0", "positive"),
+        ("BATCH_SIZE", "0", "positive"),
+        ("BATCH_SIZE", "-8", "positive"),
+        ("LEARNING_RATE", "fast", "number"),
+        ("LEARNING_RATE", "nan", "finite"),
+        ("PRECISION", "fp8", "one of auto"),
+        ("MODEL", "transformer", "module:function"),
+        ("DATASET", "imagenet", "npz:<file>"),
+        ("DATASET", "npz:/no/such/file.npz", "does not exist"),
+        ("DATASET", "images:/no/such/dir", "does not exist"),
+        ("MONITOR", "val_acc", "one of val_accuracy, val_loss, accuracy, loss"),
+        ("RUNS_DIR", "", "must not be empty (the default is ./runs)"),
+        ("RUNS_DIR", "  ", "must not be empty"),
+        ("DATA_DIR", "", "must not be empty (the default is ./data)"),
+        ("CACHE", "disk", "memory, file, none"),
+        ("MEMORY_GROWTH", "maybe", "true/false"),
+        ("VAL_SPLIT", "0.95", "between"),
+        ("RUN_NAME", "a b", "letters"),
+        ("CHANNELS", "2", "one of 1, 3"),
+    ],
+)
 def test_bad_values_name_setting_value_and_rule(name, value, fragment):
     with pytest.raises(ConfigError) as info:
         load(env={name: value})
@@ -108,8 +111,10 @@ def test_committed_env_example_is_current():
 
 
 def test_bad_setting_exits_2_before_tensorflow_is_imported():
-    code = "import sys, train.cli as c; rc = c.main(['fit', '--epochs', 'abc']); " \
-           "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
+    code = (
+        "import sys, train.cli as c; rc = c.main(['fit', '--epochs', 'abc']); "
+        "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     # One line, naming the setting, the value and what is allowed. (Speed: benchmarks/, not here.)
@@ -128,14 +133,21 @@ def test_epochs_may_change_on_resume_unless_a_schedule_spans_them():
     constant = Settings()
     assert diff_settings(constant, constant.replace(epochs=10)) == []
     cosine = Settings(lr_schedule="cosine")
-    assert diff_settings(cosine, cosine.replace(epochs=10)) == [
-        "EPOCHS: 3 -> 10 (LR_SCHEDULE=cosine spans all epochs)"]
+    assert diff_settings(cosine, cosine.replace(epochs=10)) == ["EPOCHS: 3 -> 10 (LR_SCHEDULE=cosine spans all epochs)"]
 
 
-@pytest.mark.parametrize("environ, env_text, expected", [
-    ({"DEBUG": "1"}, None, True), ({"DEBUG": " Yes "}, None, True), ({"DEBUG": "0"}, "DEBUG=1\n", False),
-    ({}, "DEBUG=true\n", True), ({}, "DEBUG=off\n", False), ({}, None, False), ({"EPOCHS": "abc"}, "DEBUG=on\n", True),
-])
+@pytest.mark.parametrize(
+    "environ, env_text, expected",
+    [
+        ({"DEBUG": "1"}, None, True),
+        ({"DEBUG": " Yes "}, None, True),
+        ({"DEBUG": "0"}, "DEBUG=1\n", False),
+        ({}, "DEBUG=true\n", True),
+        ({}, "DEBUG=off\n", False),
+        ({}, None, False),
+        ({"EPOCHS": "abc"}, "DEBUG=on\n", True),
+    ],
+)
 def test_debug_is_read_on_its_own_environment_first(tmp_path, environ, env_text, expected):
     from train.config import debug_requested
 
@@ -167,9 +179,14 @@ def test_runs_dir_that_is_a_file_or_under_one_says_so(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(StorageError) as e:
         load(env={"RUNS_DIR": str(tmp_path / "f")})
-    assert str(e.value) == f"cannot write {tmp_path / 'f'}: {tmp_path / 'f'} is a file, not a directory; point RUNS_DIR at a directory"
+    assert (
+        str(e.value)
+        == f"cannot write {tmp_path / 'f'}: {tmp_path / 'f'} is a file, not a directory; point RUNS_DIR at a directory"
+    )
     assert e.value.exit_code == 7
-    with pytest.raises(StorageError, match=rf"cannot write {tmp_path / 'f' / 'runs'}: {tmp_path / 'f'} is a file, not a directory"):
+    with pytest.raises(
+        StorageError, match=rf"cannot write {tmp_path / 'f' / 'runs'}: {tmp_path / 'f'} is a file, not a directory"
+    ):
         load(env={"RUNS_DIR": str(tmp_path / "f" / "runs")})
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
     with pytest.raises(StorageError, match="gone is a broken link, not a directory"):
@@ -195,7 +212,10 @@ def test_a_bad_env_file_line_is_one_error_with_file_and_line(tmp_path):
     env_file.write_text("SEED=1\nEPOCHS 5\n")
     with pytest.raises(ConfigError) as e:
         load(env_file=env_file)
-    assert str(e.value) == f"{env_file}, line 2: cannot read 'EPOCHS 5': write NAME=value, one per line, with any quotes closed"
+    assert (
+        str(e.value)
+        == f"{env_file}, line 2: cannot read 'EPOCHS 5': write NAME=value, one per line, with any quotes closed"
+    )
 
 
 def test_debug_is_read_from_an_env_file_that_is_otherwise_bad(tmp_path):
@@ -223,18 +243,23 @@ def test_image_size_too_small_for_a_builtin_model(tmp_path):
 
 def test_a_user_model_that_cannot_work_exits_2_before_tensorflow_is_imported(tmp_path):
     (tmp_path / "my_zoo.py").write_text("import keras\n\ndef make(input_shape):\n    pass\n")
-    code = "import sys, train.cli as c; rc = c.main(['fit', '--model', 'my_zoo:make']); " \
-           "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; sys.exit(rc)"
+    code = (
+        "import sys, train.cli as c; rc = c.main(['fit', '--model', 'my_zoo:make']); "
+        "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; sys.exit(rc)"
+    )
     env = {"PYTHONPATH": f"{PROJECT_ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
         f"ConfigError: MODEL='my_zoo:make' is not valid: make() in {tmp_path / 'my_zoo.py'} (line 3) takes 1 positional "
-        "argument; a model factory is make_model(input_shape, num_classes)")
+        "argument; a model factory is make_model(input_shape, num_classes)"
+    )
 
 
 def test_no_validation_images_with_a_validation_monitor(tmp_path):
-    with pytest.raises(ConfigError, match=r"VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy"):
+    with pytest.raises(
+        ConfigError, match=r"VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy"
+    ):
         load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0"})
     assert load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0", "MONITOR": "loss"}).val_split == 0
 
@@ -254,21 +279,30 @@ def test_debug_defaults_to_this_directorys_env_and_the_process_environment(tmp_p
 ONE_OF_DATASETS = "one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir>"
 
 
-@pytest.mark.parametrize("name, raw, rule", [
-    ("DETERMINISTIC", "maybe", "expected true/false (1/0, yes/no, on/off)"),
-    ("EPOCHS", "abc", "expected a whole number, e.g. 3"),
-    ("LEARNING_RATE", "fast", "expected a number, e.g. 0.001"),
-    ("LEARNING_RATE", "inf", "expected a finite number"),
-    ("LEARNING_RATE", "-inf", "expected a finite number"),
-    ("LEARNING_RATE", "nan", "expected a finite number"),
-    ("DATASET", "mnist2", ONE_OF_DATASETS),
-    ("DATASET", "npz:", ONE_OF_DATASETS),
-    ("DATASET", "npz:/nonexistent.npz",
-     "file /nonexistent.npz does not exist; give the path of an .npz with x_train/y_train/x_test/y_test"),
-    ("DATASET", "images:/nonexistent",
-     "directory /nonexistent does not exist; give a directory with one sub-directory per class"),
-    ("MODEL", "bad model", "one of cnn, cnn_bn, resnet_small or package.module:function"),
-])
+@pytest.mark.parametrize(
+    "name, raw, rule",
+    [
+        ("DETERMINISTIC", "maybe", "expected true/false (1/0, yes/no, on/off)"),
+        ("EPOCHS", "abc", "expected a whole number, e.g. 3"),
+        ("LEARNING_RATE", "fast", "expected a number, e.g. 0.001"),
+        ("LEARNING_RATE", "inf", "expected a finite number"),
+        ("LEARNING_RATE", "-inf", "expected a finite number"),
+        ("LEARNING_RATE", "nan", "expected a finite number"),
+        ("DATASET", "mnist2", ONE_OF_DATASETS),
+        ("DATASET", "npz:", ONE_OF_DATASETS),
+        (
+            "DATASET",
+            "npz:/nonexistent.npz",
+            "file /nonexistent.npz does not exist; give the path of an .npz with x_train/y_train/x_test/y_test",
+        ),
+        (
+            "DATASET",
+            "images:/nonexistent",
+            "directory /nonexistent does not exist; give a directory with one sub-directory per class",
+        ),
+        ("MODEL", "bad model", "one of cnn, cnn_bn, resnet_small or package.module:function"),
+    ],
+)
 def test_each_bad_value_gets_its_own_exact_message(name, raw, rule):
     with pytest.raises(ConfigError) as info:
         load_settings({}, env_file=None, environ={name: raw})
@@ -280,13 +314,16 @@ def test_a_data_path_may_contain_a_colon(tmp_path):
     assert load_settings({}, env_file=None, environ={"DATASET": f"npz:{tmp_path}/a:b.npz"}).dataset.endswith("a:b.npz")
 
 
-@pytest.mark.parametrize("name, raw, rule", [
-    ("SHUFFLE_BUFFER", "-1", "must be >= 0"),
-    ("IMAGE_SIZE", "4", "must be between 8 and 4096"),
-    ("IMAGE_SIZE", "4097", "must be between 8 and 4096"),
-    ("EPOCHS", "0", "must be a positive whole number (at most 100000)"),
-    ("VAL_SPLIT", "0.95", "must be between 0.0 and 0.9"),
-])
+@pytest.mark.parametrize(
+    "name, raw, rule",
+    [
+        ("SHUFFLE_BUFFER", "-1", "must be >= 0"),
+        ("IMAGE_SIZE", "4", "must be between 8 and 4096"),
+        ("IMAGE_SIZE", "4097", "must be between 8 and 4096"),
+        ("EPOCHS", "0", "must be a positive whole number (at most 100000)"),
+        ("VAL_SPLIT", "0.95", "must be between 0.0 and 0.9"),
+    ],
+)
 def test_each_range_rule_is_worded_for_its_bounds(name, raw, rule):
     with pytest.raises(ConfigError) as info:
         load_settings({}, env_file=None, environ={name: raw})
@@ -294,8 +331,17 @@ def test_each_range_rule_is_worded_for_its_bounds(name, raw, rule):
 
 
 def test_the_bounds_themselves_are_allowed():
-    s = load_settings({}, env_file=None, environ={"EPOCHS": "100000", "IMAGE_SIZE": "8", "VAL_SPLIT": "0.9",
-                                                  "LEARNING_RATE": "10", "SHUFFLE_BUFFER": "0"})
+    s = load_settings(
+        {},
+        env_file=None,
+        environ={
+            "EPOCHS": "100000",
+            "IMAGE_SIZE": "8",
+            "VAL_SPLIT": "0.9",
+            "LEARNING_RATE": "10",
+            "SHUFFLE_BUFFER": "0",
+        },
+    )
     assert (s.epochs, s.image_size, s.val_split, s.learning_rate, s.shuffle_buffer) == (100000, 8, 0.9, 10.0, 0)
 
 
@@ -308,23 +354,31 @@ def test_rules_between_settings_exactly(tmp_path):
             load_settings({}, env_file=None, environ=env)
         return info.value.name, str(info.value)
 
-    assert message(RUN_NAME="a b") == ("RUN_NAME", "RUN_NAME='a b' is not valid: letters, digits, '-' and '_' only, "
-                                                   "at most 64 characters")
+    assert message(RUN_NAME="a b") == (
+        "RUN_NAME",
+        "RUN_NAME='a b' is not valid: letters, digits, '-' and '_' only, at most 64 characters",
+    )
     assert message(CHECKPOINT_EVERY="3", STEPS_PER_EXECUTION="2") == (
-        "CHECKPOINT_EVERY", "CHECKPOINT_EVERY=3 is not valid: must be a multiple of STEPS_PER_EXECUTION (2) so a "
-                            "checkpoint falls on a step boundary")
+        "CHECKPOINT_EVERY",
+        "CHECKPOINT_EVERY=3 is not valid: must be a multiple of STEPS_PER_EXECUTION (2) so a "
+        "checkpoint falls on a step boundary",
+    )
     assert message(VAL_SPLIT="0", DATASET=f"images:{images}")[1] == (
         "VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_accuracy is never measured: set "
-        "VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss")
+        "VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss"
+    )
     assert message(IMAGE_SIZE="9", DATASET=f"images:{images}", MODEL="cnn")[0] == "IMAGE_SIZE"
-    assert load_settings({}, env_file=None, environ={"IMAGE_SIZE": "10", "DATASET": f"images:{images}"}).image_size == 10
+    assert (
+        load_settings({}, env_file=None, environ={"IMAGE_SIZE": "10", "DATASET": f"images:{images}"}).image_size == 10
+    )
 
 
 def test_a_named_env_file_must_exist_but_the_default_may_not(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as info:
         load_settings({}, env_file=tmp_path / "my.env", environ={})
     assert info.value.name == "ENV_FILE" and str(info.value) == (
-        f"ENV_FILE='{tmp_path / 'my.env'}' is not valid: file does not exist; create it from .env.example")
+        f"ENV_FILE='{tmp_path / 'my.env'}' is not valid: file does not exist; create it from .env.example"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("EPOCHS", "7")
     assert load_settings({}).epochs == 7  # no ./.env: fine; the process environment is read by default

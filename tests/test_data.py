@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_npz
 
 from train import data
+from train.cluster import free_local_ports
 from train.config import Settings, validate
 from train.errors import DataError
-from conftest import write_npz
-from train.cluster import free_local_ports
 
 
 def settings(**kw) -> Settings:
@@ -108,7 +108,9 @@ def test_smoke_sizes(make_npz):
     np.testing.assert_array_equal(spec._train.y, data.load_data(s)._train.y)  # the same subset every time
 
 
-@pytest.mark.skipif(not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to test real MNIST")
+@pytest.mark.skipif(
+    not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to test real MNIST"
+)
 def test_real_mnist(tmp_path):
     src = Path(os.environ["MNIST_NPZ"])
     (tmp_path / "mnist.npz").symlink_to(src.resolve())
@@ -127,10 +129,14 @@ def test_train_batches_follow_epoch_order_of_seed_and_shuffle_buffer(make_npz, s
     spec = data.load_data(s)
     order = data.epoch_order(spec.n_train, seed, 2, buffer)
     # What the loop reads (per replica, here one and two) and the plain pipeline: the same order.
-    for ds in (data.train_dataset(spec, s, epoch=2, batch_size=64),
-               ((x, y) for x, y, _ in data.replica_dataset(spec, s, "train", epoch=2, batch_size=64)),
-               ((x, y) for x, y, _ in data.replica_dataset(spec, s, "train", epoch=2, batch_size=64, replicas=2,
-                                                           local_replicas=2))):
+    for ds in (
+        data.train_dataset(spec, s, epoch=2, batch_size=64),
+        ((x, y) for x, y, _ in data.replica_dataset(spec, s, "train", epoch=2, batch_size=64)),
+        (
+            (x, y)
+            for x, y, _ in data.replica_dataset(spec, s, "train", epoch=2, batch_size=64, replicas=2, local_replicas=2)
+        ),
+    ):
         x, y = batches(ds)
         np.testing.assert_array_equal(x, spec._train.x[order].astype(np.float32))
         np.testing.assert_array_equal(y, spec._train.y[order])
@@ -138,8 +144,11 @@ def test_train_batches_follow_epoch_order_of_seed_and_shuffle_buffer(make_npz, s
 
 def test_seed_epoch_and_shuffle_buffer_each_change_the_order():
     base = data.epoch_order(600, seed=7, epoch=2, buffer=0)
-    for other in (data.epoch_order(600, seed=8, epoch=2, buffer=0), data.epoch_order(600, seed=7, epoch=3, buffer=0),
-                  data.epoch_order(600, seed=7, epoch=2, buffer=50)):
+    for other in (
+        data.epoch_order(600, seed=8, epoch=2, buffer=0),
+        data.epoch_order(600, seed=7, epoch=3, buffer=0),
+        data.epoch_order(600, seed=7, epoch=2, buffer=50),
+    ):
         assert not np.array_equal(other, base)
 
 

@@ -48,6 +48,7 @@ def test_a_registered_data_set_is_valid_for_the_settings_and_loads_through_a_dow
     np.savez(site / "tiny-v1.npz", **synthetic_arrays(n_train=64, n_test=32, size=12))
     digest = sha256(site / "tiny-v1.npz")
     with LocalFiles(site) as files:
+
         def load(cache_dir: Path) -> dict:
             with np.load(download(files.url("tiny-v1.npz"), digest, cache_dir)) as z:
                 return dict(z)
@@ -62,8 +63,11 @@ def test_a_registered_data_set_is_valid_for_the_settings_and_loads_through_a_dow
 
 def test_an_unknown_data_set_lists_the_registered_ones(monkeypatch):
     monkeypatch.setitem(datasets.DATASETS, "tiny", Dataset("tiny", (8, 8, 1), ("a", "b"), lambda d: {}))
-    with pytest.raises(ConfigError, match=r"DATASET='mnst' is not valid: one of mnist, fashion_mnist, cifar10, tiny, "
-                                          r"npz:<file>, images:<dir>"):
+    with pytest.raises(
+        ConfigError,
+        match=r"DATASET='mnst' is not valid: one of mnist, fashion_mnist, cifar10, tiny, "
+        r"npz:<file>, images:<dir>",
+    ):
         datasets.check_dataset("mnst")
 
 
@@ -119,10 +123,12 @@ def _cifar_tar(path: Path, folder: str, batches: dict[str, tuple[np.ndarray, lis
 def test_read_cifar_restores_height_width_channels(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8)
-    path = _cifar_tar(tmp_path / "c.tar.gz", "cifar-10-batches-py",
-                      {"data_batch_1": (x[:2], [0, 1]), "data_batch_2": (x[2:4], [2, 3]),
-                       "test_batch": (x[4:], [4, 5])},
-                      "labels")
+    path = _cifar_tar(
+        tmp_path / "c.tar.gz",
+        "cifar-10-batches-py",
+        {"data_batch_1": (x[:2], [0, 1]), "data_batch_2": (x[2:4], [2, 3]), "test_batch": (x[4:], [4, 5])},
+        "labels",
+    )
     got = read_cifar(path, "cifar-10-batches-py", ["data_batch_1", "data_batch_2"], "test_batch", "labels")
     np.testing.assert_array_equal(got["x_train"], x[:4])
     np.testing.assert_array_equal(got["x_test"], x[4:])
@@ -153,13 +159,17 @@ def test_a_download_that_fails_its_hash_is_a_data_error_then_fetched_again(tmp_p
     (site / "mnist.npz").write_bytes(b"not the real file")
     settings = validate(Settings(data_dir=str(tmp_path / "data"), runs_dir=str(tmp_path / "runs")))
     with LocalFiles(site) as files:
+
         def load(cache_dir: Path) -> dict:
             with np.load(download(files.url("mnist.npz"), good, cache_dir)) as z:
                 return dict(z)
 
         monkeypatch.setitem(datasets.DATASETS, "mnist", Dataset("mnist", (28, 28, 1), tuple("0123456789"), load))
-        with pytest.raises(DataError, match=r"mnist.npz not found and the download of mnist failed \(ValueError: "
-                                            r"Incomplete or corrupted file detected"):
+        with pytest.raises(
+            DataError,
+            match=r"mnist.npz not found and the download of mnist failed \(ValueError: "
+            r"Incomplete or corrupted file detected",
+        ):
             data.load_data(settings)
         (site / "good.npz").replace(site / "mnist.npz")  # the site is fixed: the bad copy is not kept
         assert data.load_data(settings).n_train == 40

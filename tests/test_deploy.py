@@ -29,8 +29,14 @@ def _mounts(container) -> dict:
 
 
 def test_yamlish_reads_what_it_claims_and_refuses_the_rest():
-    doc = yamlish.load('a: &x\n  b: 1\n  c: "two"  # note\nd:\n  <<: *x\n  c: three\ne:\n  - f: [g, "h"]\n    i: {j: true}\n  - k\n')
-    assert doc == {"a": {"b": 1, "c": "two"}, "d": {"b": 1, "c": "three"}, "e": [{"f": ["g", "h"], "i": {"j": True}}, "k"]}
+    doc = yamlish.load(
+        'a: &x\n  b: 1\n  c: "two"  # note\nd:\n  <<: *x\n  c: three\ne:\n  - f: [g, "h"]\n    i: {j: true}\n  - k\n'
+    )
+    assert doc == {
+        "a": {"b": 1, "c": "two"},
+        "d": {"b": 1, "c": "three"},
+        "e": [{"f": ["g", "h"], "i": {"j": True}}, "k"],
+    }
     with pytest.raises(ValueError):
         yamlish.load("a: |\n  text\n")
 
@@ -69,7 +75,9 @@ def test_tfjob_chief_alone_mounts_runs_and_every_pod_resumes_and_has_time_to_sav
         assert c["resources"]["limits"]["nvidia.com/gpu"] >= 1
         assert {"name": "tfjob-port", "containerPort": 2222} in c["ports"]
         env = _env(c)
-        assert env["RESUME"] == "auto" and "WORKERS" not in env and "TF_CONFIG" not in env  # the operator sets TF_CONFIG
+        assert (
+            env["RESUME"] == "auto" and "WORKERS" not in env and "TF_CONFIG" not in env
+        )  # the operator sets TF_CONFIG
         mounts = _mounts(c)
         assert "/data" in mounts and "/dev/shm" in mounts
         assert ("/runs" in mounts) == (role == "Chief") and (env.get("RUNS_DIR") == "/runs") == (role == "Chief")

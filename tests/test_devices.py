@@ -10,7 +10,9 @@ import tensorflow as tf
 from train import devices
 from train.config import Settings
 
-pytestmark = pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="CPU behaviour; GPUs change the choice")
+pytestmark = pytest.mark.skipif(
+    bool(tf.config.list_physical_devices("GPU")), reason="CPU behaviour; GPUs change the choice"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +66,10 @@ def test_gpu_memory_is_empty_on_a_cpu():
 
 
 def test_gpu_memory_sums_tensorflows_counts_over_the_gpus_and_restarts_the_peak(monkeypatch):
-    info = {"GPU:0": {"current": 100 * 2**20, "peak": 300 * 2**20}, "GPU:1": {"current": 50 * 2**20, "peak": 60 * 2**20}}
+    info = {
+        "GPU:0": {"current": 100 * 2**20, "peak": 300 * 2**20},
+        "GPU:1": {"current": 50 * 2**20, "peak": 60 * 2**20},
+    }
     reset = []
     monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind: ["gpu0", "gpu1"] if kind == "GPU" else [])
     monkeypatch.setattr(tf.config.experimental, "get_memory_info", lambda name: info[name])

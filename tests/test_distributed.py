@@ -39,8 +39,14 @@ print("RESULT", again.status, again.epochs_completed, int(again.model.optimizer.
 
 
 def test_two_replicas_train_resume_and_export():
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          env=subprocess_env(), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1].split()
     # completed, 2 epochs, 12 steps each of 32 global (384 examples), the split stated in the log

@@ -43,8 +43,8 @@ def test_runtime_and_test_stages_end_as_a_numeric_non_root_user_with_an_init_ent
 def _stage(name: str) -> str:
     """The instructions of one stage, from its FROM line to the next (comments left out)."""
     start = re.search(rf"^FROM \S+ AS {name}$", DOCKERFILE, re.M).start()
-    end = re.search(r"^FROM ", DOCKERFILE[start + 1:], re.M)
-    text = DOCKERFILE[start: start + 1 + end.start()] if end else DOCKERFILE[start:]
+    end = re.search(r"^FROM ", DOCKERFILE[start + 1 :], re.M)
+    text = DOCKERFILE[start : start + 1 + end.start()] if end else DOCKERFILE[start:]
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
@@ -83,21 +83,43 @@ def _in_context(path: str) -> bool:
         negate = rule.startswith("!")
         pattern = rule.lstrip("!").rstrip("/").replace("**/", "")
         parts = Path(path).parts
-        if any(fnmatch.fnmatch("/".join(parts[: i + 1]), pattern) for i in range(len(parts))) or \
-                fnmatch.fnmatch(Path(path).name, pattern):
+        if any(fnmatch.fnmatch("/".join(parts[: i + 1]), pattern) for i in range(len(parts))) or fnmatch.fnmatch(
+            Path(path).name, pattern
+        ):
             included = negate
     return included
 
 
-@pytest.mark.parametrize("path", [".env", "runs/x/checkpoints/a.ckpt", "data/mnist.npz", ".git/config",
-                                  ".venv/bin/python", "train/.env", "tasks.py", "checkpoints/x"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".env",
+        "runs/x/checkpoints/a.ckpt",
+        "data/mnist.npz",
+        ".git/config",
+        ".venv/bin/python",
+        "train/.env",
+        "tasks.py",
+        "checkpoints/x",
+    ],
+)
 def test_dockerignore_keeps_secrets_and_artefacts_out(path):
     assert not _in_context(path)
 
 
-@pytest.mark.parametrize("path", ["pyproject.toml", "requirements.lock", "requirements-gpu.lock", "requirements-test.lock",
-                                  "train/fit.py",
-                                  "train/gpucheck/stack.py", "tests/gpucheck/test_stack.py", "docs/gpu-check.md"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "pyproject.toml",
+        "requirements.lock",
+        "requirements-gpu.lock",
+        "requirements-test.lock",
+        "train/fit.py",
+        "train/gpucheck/stack.py",
+        "tests/gpucheck/test_stack.py",
+        "docs/gpu-check.md",
+    ],
+)
 def test_dockerignore_lets_the_build_inputs_in(path):
     assert _in_context(path)
 
@@ -116,7 +138,9 @@ def test_compose_config_accepts_both_variants(files):
         pytest.skip("no Docker Compose v2 binary (docker compose / docker-compose) installed")
     args = [a for f in files for a in ("-f", f)]
     env = {"PATH": shutil.os.environ.get("PATH", ""), "HOST_UID": "1234", "HOST_GID": "567"}
-    out = subprocess.run([*compose, *args, "--profile", "tensorboard", "config"], cwd=ROOT, capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [*compose, *args, "--profile", "tensorboard", "config"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert 'user: "1234:567"' in out.stdout or "user: 1234:567" in out.stdout
     assert "init: true" in out.stdout and "stop_grace_period: 2m0s" in out.stdout
@@ -134,8 +158,13 @@ def _config_in_copy(tmp_path, dot_env: str, **env: str) -> str:
     for name in ("docker-compose.yml", "docker-compose.cpu.yml"):
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / ".env").write_text(dot_env)
-    out = subprocess.run([*compose, "config"], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PATH": shutil.os.environ.get("PATH", ""), **env})
+    out = subprocess.run(
+        [*compose, "config"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": shutil.os.environ.get("PATH", ""), **env},
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -48,7 +48,8 @@ def test_the_reason_names_monitor_delta_patience_and_best():
     p = Patience(3, 0.001, "max", "val_accuracy")
     assert p.reason({"patience_wait": 3, "best": 0.98765}) == (
         "early stopping: val_accuracy has not improved by more than MIN_DELTA=0.001 for 3 epochs (PATIENCE=3); "
-        "best val_accuracy 0.9877, its weights are in best.weights.h5")
+        "best val_accuracy 0.9877, its weights are in best.weights.h5"
+    )
 
 
 def test_the_ending_goes_to_the_run_and_its_latest_segment(tmp_path):
@@ -81,6 +82,7 @@ def test_bad_values_are_config_errors(name, value):
 
 
 # --- in a real run ------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_a_run_stops_early_says_why_and_exports_its_best_weights(tmp_path):

@@ -24,11 +24,14 @@ def test_values_as_python_dotenv_reads_them(tmp_path):
     assert values == {"SEED": "3", "RUN_NAME": "a b", "EPOCHS": "4", "X": "3"}
 
 
-@pytest.mark.parametrize("content, line, words", [
-    ("SEED=1\nEPOCHS 5\n", 2, "cannot read 'EPOCHS 5': write NAME=value"),
-    ('SEED=1\nRUN_NAME="abc\nEPOCHS=2\n', 2, "cannot read 'RUN_NAME=\"abc'"),
-    ("SEED=1\n\n\n  EPOCHS\n", 4, "'EPOCHS' has no '=': write EPOCHS=value"),
-])
+@pytest.mark.parametrize(
+    "content, line, words",
+    [
+        ("SEED=1\nEPOCHS 5\n", 2, "cannot read 'EPOCHS 5': write NAME=value"),
+        ('SEED=1\nRUN_NAME="abc\nEPOCHS=2\n', 2, "cannot read 'RUN_NAME=\"abc'"),
+        ("SEED=1\n\n\n  EPOCHS\n", 4, "'EPOCHS' has no '=': write EPOCHS=value"),
+    ],
+)
 def test_a_line_that_is_not_name_value_names_file_and_line(tmp_path, content, line, words, capsys):
     with pytest.raises(EnvFileError) as e:
         read(tmp_path, content)
@@ -51,7 +54,9 @@ def test_a_directory_in_place_of_the_file(tmp_path):
 
 def test_unknown_and_repeated_keys_warn_with_the_line(tmp_path):
     warnings = []
-    path, values = read(tmp_path, "EPOCH=5\nepochs=4\nSEED=1\nSEED=2\nHOST_UID=1000\nTF_CPP_MIN_LOG_LEVEL=3\nZZZ=1\n", warnings)
+    path, values = read(
+        tmp_path, "EPOCH=5\nepochs=4\nSEED=1\nSEED=2\nHOST_UID=1000\nTF_CPP_MIN_LOG_LEVEL=3\nZZZ=1\n", warnings
+    )
     assert values["SEED"] == "2"
     assert warnings == [
         f"WARNING: {path}, line 1: EPOCH is not a setting and is ignored (did you mean EPOCHS?)",
@@ -71,4 +76,6 @@ def test_other_tools_variables_match_docker_compose():
     from train.config import Settings
 
     settings = {f.name.upper() for f in fields(Settings)}
-    assert used - settings <= OTHER_TOOLS, f"compose reads {used - settings - OTHER_TOOLS} from .env: add to OTHER_TOOLS"
+    assert used - settings <= OTHER_TOOLS, (
+        f"compose reads {used - settings - OTHER_TOOLS} from .env: add to OTHER_TOOLS"
+    )

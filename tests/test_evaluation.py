@@ -31,9 +31,9 @@ def batch(probs, labels):
 
 def test_matrix_per_class_and_the_most_wrong_across_batches():
     batches = [
-        batch([[0.8, 0.2, 0.0], [0.6, 0.4, 0.0], [0.2, 0.0, 0.8]], [0, 1, 1]),   # p(true): 0.8, 0.4, 0.0
-        batch([[0.0, 1.0, 0.0], [0.0, 0.2, 0.8], [0.1, 0.0, 0.9]], [1, 1, 2]),   # 1.0, 0.2, 0.9
-        batch([[0.0, 0.4, 0.6], [1.0, 0.0, 0.0]], [1, 2]),                         # 0.4, 0.0
+        batch([[0.8, 0.2, 0.0], [0.6, 0.4, 0.0], [0.2, 0.0, 0.8]], [0, 1, 1]),  # p(true): 0.8, 0.4, 0.0
+        batch([[0.0, 1.0, 0.0], [0.0, 0.2, 0.8], [0.1, 0.0, 0.9]], [1, 1, 2]),  # 1.0, 0.2, 0.9
+        batch([[0.0, 0.4, 0.6], [1.0, 0.0, 0.0]], [1, 2]),  # 0.4, 0.0
     ]
     ev = _predict(FixedModel(), batches, ["a", "b", "c"], k=3)
     assert ev.matrix.tolist() == [[1, 0, 0], [1, 1, 3], [1, 0, 1]]
@@ -80,6 +80,9 @@ def test_the_class_names_are_the_runs_and_data_with_other_classes_is_refused(tmp
         if len(names) == 3:
             assert evaluate_best(run).class_names == names
         else:
-            with pytest.raises(DataError, match=rf"{npz} now holds other classes \(0, 1, 2\) than run {run.name} "
-                                                r"trained on \(0, 1, 2, 3\): evaluate it on the data"):
+            with pytest.raises(
+                DataError,
+                match=rf"{npz} now holds other classes \(0, 1, 2\) than run {run.name} "
+                r"trained on \(0, 1, 2, 3\): evaluate it on the data",
+            ):
                 evaluate_best(run)

@@ -7,8 +7,8 @@ here it is faked so the file stays fast.
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
 
 import keras
 import numpy as np
@@ -160,7 +160,8 @@ def reload_in_process(monkeypatch):
         env = kw.pop("env")
         assert kw == {"capture_output": True, "text": True, "timeout": 600} and env["TF_CPP_MIN_LOG_LEVEL"] == "2"
         assert {k: v for k, v in env.items() if k != "TF_CPP_MIN_LOG_LEVEL"} == {
-            k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # the rest of the environment as is
+            k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"
+        }  # the rest of the environment as is
         monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
         exec(cmd[2], {"__name__": "__main__"})
         return subprocess.CompletedProcess(cmd, 0, "", "")
@@ -188,11 +189,16 @@ def test_a_savedmodel_that_does_not_load_is_an_export_error(tmp_path, monkeypatc
     import subprocess
 
     stderr = iter(["Traceback (most recent call last):\n  File x\nOSError: SavedModel file does not exist\n", ""])
-    monkeypatch.setattr(export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", next(stderr)))
+    monkeypatch.setattr(
+        export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", next(stderr))
+    )
     for last_line in ("OSError: SavedModel file does not exist", "no output"):
         with pytest.raises(ExportError) as info:
             export.check_parity(_tiny_model(), tmp_path / "savedmodel", tmp_path)
-        assert str(info.value) == f"the SavedModel at {tmp_path / 'savedmodel'} does not load in a fresh process: {last_line}"
+        assert (
+            str(info.value)
+            == f"the SavedModel at {tmp_path / 'savedmodel'} does not load in a fresh process: {last_line}"
+        )
 
 
 @pytest.fixture
@@ -239,8 +245,9 @@ def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run
         assert not np.array_equal(got, last) or got.ndim == 1  # biases start at zero in both
 
 
-def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_memory(trained_run, monkeypatch,
-                                                                                        caplog):
+def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_memory(
+    trained_run, monkeypatch, caplog
+):
     from train.models import build_model
 
     run, _, _ = trained_run
@@ -261,8 +268,9 @@ def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_
     assert "export: from the trained model" in caplog.messages
 
 
-def test_export_model_serves_raw_images_and_records_what_it_wrote(run_dir, reload_in_process, capsys, monkeypatch,
-                                                                 caplog):
+def test_export_model_serves_raw_images_and_records_what_it_wrote(
+    run_dir, reload_in_process, capsys, monkeypatch, caplog
+):
     import tensorflow as tf
 
     keras.utils.set_random_seed(0)
@@ -272,8 +280,13 @@ def test_export_model_serves_raw_images_and_records_what_it_wrote(run_dir, reloa
         report = export.export_model(model, run_dir, ["cat", "dog"])  # the real parity check, in this process
     final = run_dir / "export"
     diff = report["max_abs_diff"]
-    assert report == {"savedmodel": str(final / "savedmodel"), "keras": str(final / "model.keras"),
-                      "labels": str(final / "labels.txt"), "max_abs_diff": diff, "tolerance": export.TOLERANCE}
+    assert report == {
+        "savedmodel": str(final / "savedmodel"),
+        "keras": str(final / "model.keras"),
+        "labels": str(final / "labels.txt"),
+        "max_abs_diff": diff,
+        "tolerance": export.TOLERANCE,
+    }
     assert 0 <= diff <= export.TOLERANCE and read_json(run_dir / "manifest.json")["export"] == report
     assert read_json(final / "parity.json") == {"max_abs_diff": diff, "tolerance": export.TOLERANCE}
     assert f"export: {final} (fresh-process parity: max |diff| {diff:.2e})" in caplog.messages

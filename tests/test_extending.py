@@ -20,8 +20,10 @@ import pytest
 from helpers import PROJECT_ROOT, LocalFiles, subprocess_env
 
 DOC = PROJECT_ROOT / "docs" / "extending.md"
-_WHERE = re.compile(r'^# (?P<path>\S+): (?:(?P<end>add at the end)|(?P<how>add after|add before|replace) the line '
-                    r'starting with "(?P<anchor>.+)")$')
+_WHERE = re.compile(
+    r"^# (?P<path>\S+): (?:(?P<end>add at the end)|(?P<how>add after|add before|replace) the line "
+    r'starting with "(?P<anchor>.+)")$'
+)
 CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
 
 
@@ -60,7 +62,7 @@ def apply(root: Path, block: Block) -> None:
         if block.how == "add before" and not lines[i].startswith(" "):
             new += ["", ""]  # a top-level definition: two blank lines before the next one
         start = i + 1 if block.how == "add after" else i
-        lines[start:i + 1 if block.how == "replace" else start] = new
+        lines[start : i + 1 if block.how == "replace" else start] = new
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -77,15 +79,24 @@ def project(tmp_path_factory) -> Path:
 
 
 def run(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=project, capture_output=True, text=True,
-                          env=subprocess_env(PYTHONPATH=str(project), **(env or {})))
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(PYTHONPATH=str(project), **(env or {})),
+    )
 
 
 def test_each_kind_of_extension_has_an_example_that_says_where_it_goes():
     blocks = doc_blocks(DOC.read_text())
     assert {b.section for b in blocks} == {"Add a model", "Add a data set", "Add a setting", "Add a GPU diagnosis"}
-    assert {b.path for b in blocks} >= {"train/models.py", "train/datasets.py", "train/config.py",
-                                        "tests/gpucheck/test_diagnose.py"}
+    assert {b.path for b in blocks} >= {
+        "train/models.py",
+        "train/datasets.py",
+        "train/config.py",
+        "tests/gpucheck/test_diagnose.py",
+    }
 
 
 def test_an_anchor_must_name_one_line(tmp_path):
@@ -111,8 +122,17 @@ def test_the_new_model_data_set_and_setting_are_checked_settings(project):
 
 
 def test_the_diagnosis_example_passes_its_own_test(project):
-    proc = run(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpucheck/test_diagnose.py",
-               "-k", "mixed_gpu_models")
+    proc = run(
+        project,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "tests/gpucheck/test_diagnose.py",
+        "-k",
+        "mixed_gpu_models",
+    )
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -121,8 +141,9 @@ def cifar100_archive(path: Path) -> Path:
     rng = np.random.default_rng(0)
     with tarfile.open(path, "w:gz") as tar:
         for member, n in (("train", 200), ("test", 100)):
-            blob = pickle.dumps({b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                                 b"fine_labels": [i % 100 for i in range(n)]})
+            blob = pickle.dumps(
+                {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"fine_labels": [i % 100 for i in range(n)]}
+            )
             info = tarfile.TarInfo(f"cifar-100-python/{member}")
             info.size = len(blob)
             tar.addfile(info, io.BytesIO(blob))
@@ -160,11 +181,36 @@ def test_a_tiny_run_downloads_the_new_data_set_and_trains_the_new_model_with_the
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     runs = tmp_path / "runs"
     with LocalFiles(site) as files:
-        proc = run(project, "-c", _FIT, CIFAR100_URL, files.url(archive.name), digest,
-                   "--model", "mlp", "--dataset", "cifar100", "--weight-decay", "0.01", "--monitor", "val_top2",
-                   "--epochs", "1", "--batch-size", "50", "--report", "off",
-                   "--precision", "float32", "--progress", "line", "--runs-dir", str(runs),
-                   "--data-dir", str(tmp_path / "data"))
+        proc = run(
+            project,
+            "-c",
+            _FIT,
+            CIFAR100_URL,
+            files.url(archive.name),
+            digest,
+            "--model",
+            "mlp",
+            "--dataset",
+            "cifar100",
+            "--weight-decay",
+            "0.01",
+            "--monitor",
+            "val_top2",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "50",
+            "--report",
+            "off",
+            "--precision",
+            "float32",
+            "--progress",
+            "line",
+            "--runs-dir",
+            str(runs),
+            "--data-dir",
+            str(tmp_path / "data"),
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert files.requests == ["/cifar-100-python.tar.gz"]
     (run_dir,) = runs.iterdir()
@@ -176,4 +222,3 @@ def test_a_tiny_run_downloads_the_new_data_set_and_trains_the_new_model_with_the
     assert len(labels) == 100 and labels[0] == "apple" and labels[-1] == "worm"
     assert (tmp_path / "data" / "keras" / "datasets" / "cifar-100-python.tar.gz").is_file()
     assert (run_dir / "export" / "labels.txt").read_text().split() == labels  # the model with top2 exports
-

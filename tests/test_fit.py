@@ -28,8 +28,21 @@ def test_a_run_leaves_every_artefact(finished):
     assert result.status == "completed" and result.epochs_completed == 2
     assert json.loads((d / "config.json").read_text())["batch_size"] == 32
     m = json.loads((d / "manifest.json").read_text())
-    for key in ("tensorflow", "keras", "python", "build_info", "gpus", "git", "requirements_lock", "seed", "host",
-                "started_at", "ended_at", "precision", "final_weights_sha256"):
+    for key in (
+        "tensorflow",
+        "keras",
+        "python",
+        "build_info",
+        "gpus",
+        "git",
+        "requirements_lock",
+        "seed",
+        "host",
+        "started_at",
+        "ended_at",
+        "precision",
+        "final_weights_sha256",
+    ):
         assert key in m, key
     assert m["status"] == "completed" and m["seed"] == 42
     assert len(m["data"]["fingerprint"]) == 64
@@ -59,8 +72,13 @@ def test_savedmodel_serves_raw_uint8_with_plain_tensorflow(finished):
         "p = f(images=tf.constant(x))['probabilities'].numpy(); assert p.shape == (2, 4), p.shape\n"
         "assert np.allclose(p.sum(axis=1), 1, atol=1e-5); print('ok')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code, str(result.run_dir / "export" / "savedmodel")],
-                          capture_output=True, text=True, env=subprocess_env(PYTHONPATH=""), cwd="/")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(result.run_dir / "export" / "savedmodel")],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(PYTHONPATH=""),
+        cwd="/",
+    )
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
 
 
@@ -143,21 +161,40 @@ def test_export_and_predict_from_the_command_line(finished, tmp_path):
     Image.fromarray(img).save(tmp_path / "one.png")
     env = subprocess_env()
     runs_dir = str(result.run_dir.parent)
-    exp = subprocess.run([sys.executable, "-m", "train", "export", result.run_dir.name, "--runs-dir", runs_dir],
-                         capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
+    exp = subprocess.run(
+        [sys.executable, "-m", "train", "export", result.run_dir.name, "--runs-dir", runs_dir],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
     assert exp.returncode == 0, exp.stderr[-2000:]
     assert "max |diff|" in exp.stdout
-    pred = subprocess.run([sys.executable, "-m", "train", "predict", str(result.run_dir), str(tmp_path / "one.png")],
-                          capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
+    pred = subprocess.run(
+        [sys.executable, "-m", "train", "predict", str(result.run_dir), str(tmp_path / "one.png")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
     assert pred.returncode == 0, pred.stderr[-2000:]
     fields = pred.stdout.split()
-    assert fields[0].endswith("one.png") and fields[1] == "1" and 0.25 < float(fields[2]) <= 1  # above chance (4 classes)
-    runs = subprocess.run([sys.executable, "-m", "train", "runs", "--runs-dir", runs_dir],
-                          capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
+    assert (
+        fields[0].endswith("one.png") and fields[1] == "1" and 0.25 < float(fields[2]) <= 1
+    )  # above chance (4 classes)
+    runs = subprocess.run(
+        [sys.executable, "-m", "train", "runs", "--runs-dir", runs_dir],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
     assert runs.returncode == 0 and result.run_dir.name in runs.stdout and "completed" in runs.stdout
 
 
-@pytest.mark.skipif(not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to train on real MNIST")
+@pytest.mark.skipif(
+    not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to train on real MNIST"
+)
 def test_real_mnist_one_epoch_default_settings(tmp_path):
     """The default workload through the default path (PRECISION=auto, DATA_DIR holding mnist.npz)."""
     from train.config import load_settings
@@ -166,8 +203,11 @@ def test_real_mnist_one_epoch_default_settings(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     (data_dir / "mnist.npz").symlink_to(os.environ["MNIST_NPZ"])
-    s = load_settings({"epochs": 1, "runs_dir": str(tmp_path / "runs"), "data_dir": str(data_dir), "export": False},
-                      env_file=None, environ={})
+    s = load_settings(
+        {"epochs": 1, "runs_dir": str(tmp_path / "runs"), "data_dir": str(data_dir), "export": False},
+        env_file=None,
+        environ={},
+    )
     result = train(s)
     assert result.history[-1]["val_accuracy"] >= 0.97
     manifest = json.loads((result.run_dir / "manifest.json").read_text())

@@ -12,10 +12,10 @@ def test_the_default_cnn_matches_the_hand_count():
     from train.models import cnn
 
     # By hand, 28x28x1 input, 10 classes, 2 FLOPs per multiply-add:
-    conv1 = 26 * 26 * 32 * (3 * 3 * 1) * 2      # 389,376
-    conv2 = 11 * 11 * 64 * (3 * 3 * 32) * 2     # 4,460,544
-    dense = 128 * (5 * 5 * 64) * 2              # 409,600
-    logits = 10 * 128 * 2                       # 2,560
+    conv1 = 26 * 26 * 32 * (3 * 3 * 1) * 2  # 389,376
+    conv2 = 11 * 11 * 64 * (3 * 3 * 32) * 2  # 4,460,544
+    dense = 128 * (5 * 5 * 64) * 2  # 409,600
+    logits = 10 * 128 * 2  # 2,560
     count = count_flops(cnn((28, 28, 1), 10))
     assert count.forward_per_example == conv1 + conv2 + dense + logits == 5_262_080
     assert count.train_per_example == 3 * 5_262_080  # about 15.8 MFLOP per training example
@@ -69,7 +69,7 @@ def test_the_peak_probe_measures_a_matmul(monkeypatch):
     ticks = iter([0.0, 0.5, 1.0, 1.25, 2.0, 3.0])  # three timed repetitions: 0.5 s, 0.25 s, 1.0 s
     monkeypatch.setattr(flops.time, "perf_counter", lambda: next(ticks))
     peak = flops.measure_peak_flops(n=64, reps=3)
-    assert peak == pytest.approx(2 * 64 ** 3 / 0.25)  # the best repetition
+    assert peak == pytest.approx(2 * 64**3 / 0.25)  # the best repetition
 
 
 def test_the_datasheet_peak_is_used_on_known_gpus_and_the_measured_one_elsewhere():

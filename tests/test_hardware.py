@@ -7,27 +7,33 @@ import pytest
 from train.hardware import choose_precision, cpu_bf16, cpu_flags, onednn_enabled
 
 
-@pytest.mark.parametrize("ccs, policy, cc_text", [
-    ([(6, 1)], "float32", "6.1"),
-    ([(7, 5)], "mixed_float16", "7.5"),
-    ([(8, 0)], "mixed_bfloat16", "8.0"),
-    ([(9, 0)], "mixed_bfloat16", "9.0"),
-    ([(9, 0), (7, 5)], "mixed_float16", "7.5"),  # mixed GPUs: the weakest decides
-    ([(8, 6), (6, 1), (9, 0)], "float32", "6.1"),
-])
+@pytest.mark.parametrize(
+    "ccs, policy, cc_text",
+    [
+        ([(6, 1)], "float32", "6.1"),
+        ([(7, 5)], "mixed_float16", "7.5"),
+        ([(8, 0)], "mixed_bfloat16", "8.0"),
+        ([(9, 0)], "mixed_bfloat16", "9.0"),
+        ([(9, 0), (7, 5)], "mixed_float16", "7.5"),  # mixed GPUs: the weakest decides
+        ([(8, 6), (6, 1), (9, 0)], "float32", "6.1"),
+    ],
+)
 def test_auto_on_gpus(ccs, policy, cc_text):
     got, reason = choose_precision("auto", ccs, {"amx_bf16"})  # GPU decides; CPU flags ignored
     assert got == policy
     assert cc_text in reason
 
 
-@pytest.mark.parametrize("flags, policy, named", [
-    ({"fpu", "amx_bf16", "avx512f"}, "mixed_bfloat16", "amx_bf16"),
-    ({"avx512_bf16"}, "mixed_bfloat16", "avx512_bf16"),
-    ({"amx_bf16", "avx512_bf16"}, "mixed_bfloat16", "amx_bf16, avx512_bf16"),
-    ({"avx2", "avx512f"}, "float32", "emulated"),
-    (set(), "float32", "emulated"),
-])
+@pytest.mark.parametrize(
+    "flags, policy, named",
+    [
+        ({"fpu", "amx_bf16", "avx512f"}, "mixed_bfloat16", "amx_bf16"),
+        ({"avx512_bf16"}, "mixed_bfloat16", "avx512_bf16"),
+        ({"amx_bf16", "avx512_bf16"}, "mixed_bfloat16", "amx_bf16, avx512_bf16"),
+        ({"avx2", "avx512f"}, "float32", "emulated"),
+        (set(), "float32", "emulated"),
+    ],
+)
 def test_auto_on_cpu(flags, policy, named):
     got, reason = choose_precision("auto", [], flags)
     assert got == policy
@@ -46,15 +52,18 @@ def test_onednn_off_changes_nothing_on_gpus_or_for_an_explicit_precision():
     assert choose_precision("mixed_bfloat16", [], {"avx512_bf16"}, onednn=False)[0] == "mixed_bfloat16"
 
 
-@pytest.mark.parametrize("environ, on", [
-    ({}, True),
-    ({"TF_ENABLE_ONEDNN_OPTS": "1"}, True),
-    ({"TF_ENABLE_ONEDNN_OPTS": "true"}, True),
-    ({"TF_ENABLE_ONEDNN_OPTS": ""}, True),  # TensorFlow ignores a value it cannot read: on
-    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, False),
-    ({"TF_ENABLE_ONEDNN_OPTS": "false"}, False),
-    ({"TF_ENABLE_ONEDNN_OPTS": "False"}, False),
-])
+@pytest.mark.parametrize(
+    "environ, on",
+    [
+        ({}, True),
+        ({"TF_ENABLE_ONEDNN_OPTS": "1"}, True),
+        ({"TF_ENABLE_ONEDNN_OPTS": "true"}, True),
+        ({"TF_ENABLE_ONEDNN_OPTS": ""}, True),  # TensorFlow ignores a value it cannot read: on
+        ({"TF_ENABLE_ONEDNN_OPTS": "0"}, False),
+        ({"TF_ENABLE_ONEDNN_OPTS": "false"}, False),
+        ({"TF_ENABLE_ONEDNN_OPTS": "False"}, False),
+    ],
+)
 def test_onednn_enabled_reads_the_variable_as_tensorflow_does(environ, on):
     assert onednn_enabled(environ) is on
 

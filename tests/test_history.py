@@ -19,17 +19,23 @@ RESUME_LOG = (
 def test_records_are_numbers_with_empty_cells_as_none(tmp_path):
     rows = [{"epoch": 1, "loss": 0.5, "val_accuracy": 0.9, "epoch_seconds": 2.0, "gpu_memory_used_mb": ""}]
     rec = load_records(write_run_records(tmp_path / "r1", metrics=rows, log_lines=RESUME_LOG))
-    assert rec.rows == [{"epoch": 1.0, "loss": 0.5, "val_accuracy": 0.9, "epoch_seconds": 2.0, "gpu_memory_used_mb": None}]
+    assert rec.rows == [
+        {"epoch": 1.0, "loss": 0.5, "val_accuracy": 0.9, "epoch_seconds": 2.0, "gpu_memory_used_mb": None}
+    ]
     assert rec.resumes == [Resume(epoch=3, step=12, at="2026-11-30 10:05:03")]
     assert rec.config["batch_size"] == 128 and rec.manifest["status"] == "completed" and rec.name == "r1"
 
 
-@pytest.mark.parametrize("monitor, mode, best_epoch", [
-    ("val_accuracy", "auto", 2), ("val_loss", "auto", 3), ("val_loss", "max", 1), ("loss", "min", 3)])
+@pytest.mark.parametrize(
+    "monitor, mode, best_epoch",
+    [("val_accuracy", "auto", 2), ("val_loss", "auto", 3), ("val_loss", "max", 1), ("loss", "min", 3)],
+)
 def test_best_row_follows_monitor_and_mode_and_keeps_the_first_of_equals(tmp_path, monitor, mode, best_epoch):
-    rows = [{"epoch": 1, "loss": 0.9, "val_loss": 0.8, "val_accuracy": 0.5, "epoch_seconds": 3},
-            {"epoch": 2, "loss": 0.5, "val_loss": 0.4, "val_accuracy": 0.9, "epoch_seconds": 4},
-            {"epoch": 3, "loss": 0.2, "val_loss": 0.3, "val_accuracy": 0.9, "epoch_seconds": 5}]
+    rows = [
+        {"epoch": 1, "loss": 0.9, "val_loss": 0.8, "val_accuracy": 0.5, "epoch_seconds": 3},
+        {"epoch": 2, "loss": 0.5, "val_loss": 0.4, "val_accuracy": 0.9, "epoch_seconds": 4},
+        {"epoch": 3, "loss": 0.2, "val_loss": 0.3, "val_accuracy": 0.9, "epoch_seconds": 5},
+    ]
     rec = load_records(write_run_records(tmp_path / "r", {"monitor": monitor, "monitor_mode": mode}, metrics=rows))
     best = rec.best_row()
     assert best["epoch"] == best_epoch
@@ -38,12 +44,20 @@ def test_best_row_follows_monitor_and_mode_and_keeps_the_first_of_equals(tmp_pat
 
 
 def test_resumes_come_from_the_manifest_segments_when_it_has_them(tmp_path):
-    segments = [{"started_at": "2026-11-30T10:00:00+00:00", "resumed_from": None, "epoch_from": 0},
-                {"started_at": "2026-11-30T10:05:03+00:00", "resumed_from": "ckpt-000000094.npz (epoch 2, step 0)",
-                 "epoch_from": 2},
-                {"started_at": "2026-11-30T10:09:00+00:00", "resumed_from": "ckpt-000000150.npz (epoch 3, step 17)",
-                 "epoch_from": 3},
-                {"started_at": "2026-11-30T10:12:00+00:00", "resumed_from": None, "epoch_from": 4, "restart": True}]
+    segments = [
+        {"started_at": "2026-11-30T10:00:00+00:00", "resumed_from": None, "epoch_from": 0},
+        {
+            "started_at": "2026-11-30T10:05:03+00:00",
+            "resumed_from": "ckpt-000000094.npz (epoch 2, step 0)",
+            "epoch_from": 2,
+        },
+        {
+            "started_at": "2026-11-30T10:09:00+00:00",
+            "resumed_from": "ckpt-000000150.npz (epoch 3, step 17)",
+            "epoch_from": 3,
+        },
+        {"started_at": "2026-11-30T10:12:00+00:00", "resumed_from": None, "epoch_from": 4, "restart": True},
+    ]
     # The log's lines are not read when the manifest has segments (they may come from another segment's log).
     rec = load_records(write_run_records(tmp_path / "r", manifest={"segments": segments}, log_lines=RESUME_LOG))
     assert rec.resumes == [Resume(3, 0, "2026-11-30T10:05:03+00:00"), Resume(4, 17, "2026-11-30T10:09:00+00:00")]
@@ -54,15 +68,18 @@ def test_a_run_without_epochs_has_no_best(tmp_path):
     assert rec.rows == [] and rec.best_row() is None and rec.seconds_to(3) is None
 
 
-@pytest.mark.parametrize("name, content, expected", [
-    ("metrics.csv", "epoch,loss\n1,0.5\n2,abc\n", "line 3: loss='abc' is not a number"),
-    ("metrics.csv", "loss,accuracy\n0.5,0.9\n", "line 2: not the metrics.csv layout"),
-    ("metrics.csv", "epoch,loss\n1,0.5,7\n", "line 2: not the metrics.csv layout"),
-    ("metrics.csv", "epoch,loss\n,0.5\n", "line 2: the epoch is empty"),
-    ("config.json", "{not json", "config.json is unreadable (JSONDecodeError"),
-    ("manifest.json", "[1, 2]", "manifest.json holds list, not a JSON object"),
-    ("metrics.csv", b"\xff\xfe\x00bad", "metrics.csv is unreadable (UnicodeDecodeError"),
-])
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("metrics.csv", "epoch,loss\n1,0.5\n2,abc\n", "line 3: loss='abc' is not a number"),
+        ("metrics.csv", "loss,accuracy\n0.5,0.9\n", "line 2: not the metrics.csv layout"),
+        ("metrics.csv", "epoch,loss\n1,0.5,7\n", "line 2: not the metrics.csv layout"),
+        ("metrics.csv", "epoch,loss\n,0.5\n", "line 2: the epoch is empty"),
+        ("config.json", "{not json", "config.json is unreadable (JSONDecodeError"),
+        ("manifest.json", "[1, 2]", "manifest.json holds list, not a JSON object"),
+        ("metrics.csv", b"\xff\xfe\x00bad", "metrics.csv is unreadable (UnicodeDecodeError"),
+    ],
+)
 def test_an_unreadable_record_names_the_file_and_the_problem(tmp_path, name, content, expected):
     run = write_run_records(tmp_path / "r")
     (run / name).write_bytes(content if isinstance(content, bytes) else content.encode())

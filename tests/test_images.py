@@ -42,7 +42,9 @@ def test_png_and_jpeg_class_dirs(make_image_dir, tmp_path):
     assert x.dtype == np.float32 and x.shape == (15, 32, 32, 3) and y.dtype == np.int32
     # predict's decode is bit-identical to the pipeline's
     for i in (0, 1, 14):
-        np.testing.assert_array_equal(images.load_image_file(spec._val.files[i], spec.input_shape), x[i].astype(np.uint8))
+        np.testing.assert_array_equal(
+            images.load_image_file(spec._val.files[i], spec.input_shape), x[i].astype(np.uint8)
+        )
     assert x[y == 1][..., 1].mean() > x[y == 1][..., 0].mean() + 100  # the class colour survived
 
 
@@ -65,7 +67,9 @@ def test_class_dir_without_images(make_image_dir, tmp_path):
     root = make_image_dir(per_class=2)
     (root / "class_9").mkdir()
     (root / "class_9" / "notes.txt").write_text("not an image")
-    with pytest.raises(DataError, match=r"class_9: class directory has no images \(JPEG, PNG, GIF \(first frame\) or BMP\)"):
+    with pytest.raises(
+        DataError, match=r"class_9: class directory has no images \(JPEG, PNG, GIF \(first frame\) or BMP\)"
+    ):
         data.load_data(settings(root, tmp_path))
 
 
@@ -250,5 +254,7 @@ def test_load_image_file_says_what_is_wrong_with_the_path(tmp_path):
 
 def test_a_split_that_leaves_no_validation_image_is_named(make_image_dir, tmp_path):
     root = make_image_dir(classes=2, per_class=4)
-    with pytest.raises(DataError, match=r"VAL_SPLIT=0.1 of 4 images in the smallest class leaves no image for validation"):
+    with pytest.raises(
+        DataError, match=r"VAL_SPLIT=0.1 of 4 images in the smallest class leaves no image for validation"
+    ):
         data.load_data(settings(root, tmp_path, val_split=0.1))

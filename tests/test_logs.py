@@ -17,8 +17,17 @@ def _read(path):
 def test_append_writes_every_column_and_empty_gpu_columns(tmp_path):
     path = tmp_path / "metrics.csv"
     m = MetricsFile(path)
-    m.append({"epoch": 1, "loss": 0.123456789, "accuracy": 0.5, "batch_size": 32,
-              "gpu_memory_used_mb": None, "gpu_memory_peak_mb": None, "not_a_column": 7})
+    m.append(
+        {
+            "epoch": 1,
+            "loss": 0.123456789,
+            "accuracy": 0.5,
+            "batch_size": 32,
+            "gpu_memory_used_mb": None,
+            "gpu_memory_peak_mb": None,
+            "not_a_column": 7,
+        }
+    )
     assert path.read_text().splitlines()[0] == ",".join(METRIC_COLUMNS)
     (row,) = _read(path)
     assert row["epoch"] == "1" and row["loss"] == "0.123457" and row["batch_size"] == "32"
@@ -84,8 +93,12 @@ def test_hparams_summary_carries_the_settings_and_final_metrics(tmp_path):
     from train.logs import write_hparams
 
     logdir = tmp_path / "20260101-000000-000001" / "tensorboard"
-    write_hparams(logdir, {"batch_size": 64, "model": "cnn", "deterministic": True, "resume": None},
-                  {"val_accuracy": 0.97, "best_val_accuracy": 0.98, "loss": float("nan")}, step=3)
+    write_hparams(
+        logdir,
+        {"batch_size": 64, "model": "cnn", "deterministic": True, "resume": None},
+        {"val_accuracy": 0.97, "best_val_accuracy": 0.98, "loss": float("nan")},
+        step=3,
+    )
     acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
     acc.Reload()
     content = acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content

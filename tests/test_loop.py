@@ -17,8 +17,17 @@ import numpy as np
 import pytest
 
 from train.errors import DivergedError, OutOfMemoryError
-from train.loop import (EpochLoop, LoopState, _improved, _monitor_mode, at_new_batch_size, position_after_halving,
-                        progress_verbose, step_at_batch_size, steps_until)
+from train.loop import (
+    EpochLoop,
+    LoopState,
+    _improved,
+    _monitor_mode,
+    at_new_batch_size,
+    position_after_halving,
+    progress_verbose,
+    step_at_batch_size,
+    steps_until,
+)
 
 
 def _settings(**kw):
@@ -26,10 +35,17 @@ def _settings(**kw):
     return types.SimpleNamespace(**{**base, **kw})
 
 
-@pytest.mark.parametrize("monitor, mode, expected", [
-    ("val_accuracy", "auto", "max"), ("accuracy", "auto", "max"), ("val_loss", "auto", "min"),
-    ("loss", "auto", "min"), ("val_loss", "max", "max"), ("val_accuracy", "min", "min"),
-])
+@pytest.mark.parametrize(
+    "monitor, mode, expected",
+    [
+        ("val_accuracy", "auto", "max"),
+        ("accuracy", "auto", "max"),
+        ("val_loss", "auto", "min"),
+        ("loss", "auto", "min"),
+        ("val_loss", "max", "max"),
+        ("val_accuracy", "min", "min"),
+    ],
+)
 def test_monitor_mode(monitor, mode, expected):
     assert _monitor_mode(_settings(monitor=monitor, monitor_mode=mode)) == expected
 
@@ -44,9 +60,13 @@ def test_improved():
 def _loop(**settings):
     from train.rundir import RunDir
 
-    return types.SimpleNamespace(s=_settings(**settings), run_dir=Path("/runs/r1"), files=RunDir(Path("/runs/r1")),
-                                 setup=types.SimpleNamespace(workers=1),
-                                 state=LoopState(batch_size=64, epoch=1, step=3))
+    return types.SimpleNamespace(
+        s=_settings(**settings),
+        run_dir=Path("/runs/r1"),
+        files=RunDir(Path("/runs/r1")),
+        setup=types.SimpleNamespace(workers=1),
+        state=LoopState(batch_size=64, epoch=1, step=3),
+    )
 
 
 @pytest.mark.parametrize("key", ["loss", "val_loss"])
@@ -70,21 +90,35 @@ def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, stat
     assert f"batch size {loop.state.batch_size}" in str(info.value) and "BATCH_SIZE" in str(info.value)
 
 
-@pytest.mark.parametrize("step, saved_batch, new_batch, expected", [
-    (0, 64, 32, 0), (3, 64, 32, 6), (5, 64, 32, 10), (7, 32, 16, 14), (3, 64, 64, 3), (2, 32, 64, 1),
-    (3, 5, 2, 7),  # 15 examples in: batch 2 goes back to 14 (one example again), never forward past one
-])
+@pytest.mark.parametrize(
+    "step, saved_batch, new_batch, expected",
+    [
+        (0, 64, 32, 0),
+        (3, 64, 32, 6),
+        (5, 64, 32, 10),
+        (7, 32, 16, 14),
+        (3, 64, 64, 3),
+        (2, 32, 64, 1),
+        (3, 5, 2, 7),  # 15 examples in: batch 2 goes back to 14 (one example again), never forward past one
+    ],
+)
 def test_step_at_batch_size_keeps_the_position_in_examples(step, saved_batch, new_batch, expected):
     got = step_at_batch_size(step, saved_batch, new_batch)
     assert got == expected and isinstance(got, int)
 
 
-@pytest.mark.parametrize("saved, new, expected", [
-    (LoopState(step=5, batch_size=32, batch_halvings=1), 16, LoopState(step=10, batch_size=16)),
-    (LoopState(step=5, batch_size=32, epoch=2, global_step=29), 64,
-     LoopState(step=2, batch_size=64, epoch=2, global_step=29)),
-    (LoopState(step=5, batch_size=32, batch_halvings=1), 32, LoopState(step=5, batch_size=32, batch_halvings=1)),
-])
+@pytest.mark.parametrize(
+    "saved, new, expected",
+    [
+        (LoopState(step=5, batch_size=32, batch_halvings=1), 16, LoopState(step=10, batch_size=16)),
+        (
+            LoopState(step=5, batch_size=32, epoch=2, global_step=29),
+            64,
+            LoopState(step=2, batch_size=64, epoch=2, global_step=29),
+        ),
+        (LoopState(step=5, batch_size=32, batch_halvings=1), 32, LoopState(step=5, batch_size=32, batch_halvings=1)),
+    ],
+)
 def test_a_forced_new_batch_size_is_trained_from_the_same_example(saved, new, expected):
     """--force with a new BATCH_SIZE: the new value trains, AUTO_BATCH's count starts again; unchanged: as saved."""
     assert at_new_batch_size(saved, new) == expected
@@ -104,19 +138,27 @@ def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch):
     loop._train_epoch = lambda epoch: continued.append((epoch, loop.state.to_dict())) or ({}, 0.0, 0)
     EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
     assert restored == [Path("/runs/r1/checkpoints")]
-    assert continued == [(1, dict(saved, batch_size=32, step=6, batch_halvings=1, workers=1, patience_reference=None,
-                                  patience_wait=0))]
+    assert continued == [
+        (1, dict(saved, batch_size=32, step=6, batch_halvings=1, workers=1, patience_reference=None, patience_wait=0))
+    ]
 
 
 # --- the loop on a tiny model ----------------------------------------------------------------------
+
 
 def _tiny_models():
     import keras
 
     def build_model(name, input_shape, num_classes):
         keras.utils.set_random_seed(0)
-        return keras.Sequential([keras.Input(input_shape), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
-                                 keras.layers.Dense(num_classes, activation="softmax")])
+        return keras.Sequential(
+            [
+                keras.Input(input_shape),
+                keras.layers.Rescaling(1 / 255),
+                keras.layers.Flatten(),
+                keras.layers.Dense(num_classes, activation="softmax"),
+            ]
+        )
 
     return types.SimpleNamespace(build_model=build_model)
 
@@ -128,6 +170,7 @@ def real_loop(tmp_path):
     import time
 
     from helpers import tiny_settings
+
     from train import checkpoints, data
     from train.rundir import create_run_dir
 
@@ -139,8 +182,15 @@ def real_loop(tmp_path):
         run_dir = resume_from or create_run_dir(s0.runs_dir)
         loaded = checkpoints.load_latest(run_dir / "checkpoints") if resume_from else None
         state = LoopState.from_meta(loaded.meta, s.batch_size) if loaded else LoopState(batch_size=s.batch_size)
-        loop = EpochLoop(s, run_dir, spec, types.SimpleNamespace(strategy=None, replicas=1, workers=1), state, epochs,
-                         time.monotonic())
+        loop = EpochLoop(
+            s,
+            run_dir,
+            spec,
+            types.SimpleNamespace(strategy=None, replicas=1, workers=1),
+            state,
+            epochs,
+            time.monotonic(),
+        )
         loop.build_model(_tiny_models())
         if loaded:  # as train() does: restore a state, or save the initial one
             checkpoints.restore(loop.model, loaded)
@@ -222,23 +272,31 @@ def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
         EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
 
 
-@pytest.mark.parametrize("saved, old, expected_step", [
-    (LoopState(step=5, batch_size=32), 32, 10),  # 160 examples in, batches of 16
-    (LoopState(step=5, batch_size=16), 16, 10),  # a second halving counts in the saved state's own batches
-    (LoopState(step=3, batch_size=0), 32, 6),  # an old header without batch_size: the batch in use
-    (LoopState(step=7, batch_size=9), 9, 15),  # odd batch: whole batches of the new size, never past the position
-])
+@pytest.mark.parametrize(
+    "saved, old, expected_step",
+    [
+        (LoopState(step=5, batch_size=32), 32, 10),  # 160 examples in, batches of 16
+        (LoopState(step=5, batch_size=16), 16, 10),  # a second halving counts in the saved state's own batches
+        (LoopState(step=3, batch_size=0), 32, 6),  # an old header without batch_size: the batch in use
+        (LoopState(step=7, batch_size=9), 9, 15),  # odd batch: whole batches of the new size, never past the position
+    ],
+)
 def test_auto_batch_position_carries_over_in_examples(saved, old, expected_step):
     got = position_after_halving(saved, old, halvings=2)
     assert got.batch_size == old // 2 and got.step == expected_step and got.batch_halvings == 2
     assert got.step * got.batch_size <= saved.step * (saved.batch_size or old)
 
 
-@pytest.mark.parametrize("left, per_exec, global_step, every, expected", [
-    (100, 1, 0, 4, 1), (100, 8, 0, 0, 8), (3, 8, 0, 0, 3),  # never past the epoch's end
-    (100, 8, 6, 4, 2),  # stops on the next checkpoint boundary (global step 8)
-    (100, 4, 24, 8, 4),
-])
+@pytest.mark.parametrize(
+    "left, per_exec, global_step, every, expected",
+    [
+        (100, 1, 0, 4, 1),
+        (100, 8, 0, 0, 8),
+        (3, 8, 0, 0, 3),  # never past the epoch's end
+        (100, 8, 6, 4, 2),  # stops on the next checkpoint boundary (global step 8)
+        (100, 4, 24, 8, 4),
+    ],
+)
 def test_steps_per_call(left, per_exec, global_step, every, expected):
     assert steps_until(left, per_exec, global_step, every) == expected
 

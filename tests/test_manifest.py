@@ -14,16 +14,28 @@ from train.rundir import read_json
 
 
 def _git(root, *args):
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(root), "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        ["git", "-C", str(root), *args],
+        check=True,
+        capture_output=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "HOME": str(root),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
 
 
 @pytest.fixture
 def no_git(monkeypatch):
     """Make `git` unavailable, as inside the image."""
+
     def fail(*a, **kw):
         raise FileNotFoundError("git")
+
     monkeypatch.setattr(manifest.subprocess, "run", fail)
 
 
@@ -33,7 +45,9 @@ def test_git_info_in_a_repository_reports_commit_and_dirty(tmp_path):
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "f.txt")
     _git(tmp_path, "commit", "-q", "-m", "c")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     assert git_info(tmp_path) == {"commit": head, "dirty": False, "source": "git"}
     (tmp_path / "f.txt").write_text("2")
     assert git_info(tmp_path)["dirty"] is True
@@ -90,11 +104,21 @@ def facts(monkeypatch):
     monkeypatch.setattr(manifest, "environment_facts", lambda settings: {"host": "h", "seed": 42})
 
 
-FINISHED = {"run_id": "r", "status": "completed", "started_at": "2026-01-01T00:00:00+00:00", "resumed_at": [],
-            "ended_at": "2026-01-01T00:01:34+00:00", "error": None, "epochs_completed": 3,
-            "best": {"monitor": "val_accuracy", "value": 0.9}, "export": {"max_abs_diff": 0.0},
-            "final_weights_sha256": "f" * 64, "final_metrics": {"epoch": 3}, "duration_seconds": 94.0,
-            "data": {"fingerprint": "a" * 64}}
+FINISHED = {
+    "run_id": "r",
+    "status": "completed",
+    "started_at": "2026-01-01T00:00:00+00:00",
+    "resumed_at": [],
+    "ended_at": "2026-01-01T00:01:34+00:00",
+    "error": None,
+    "epochs_completed": 3,
+    "best": {"monitor": "val_accuracy", "value": 0.9},
+    "export": {"max_abs_diff": 0.0},
+    "final_weights_sha256": "f" * 64,
+    "final_metrics": {"epoch": 3},
+    "duration_seconds": 94.0,
+    "data": {"fingerprint": "a" * 64},
+}
 
 
 def test_a_resume_that_stops_early_keeps_what_the_finished_run_recorded(tmp_path, facts):
@@ -103,7 +127,9 @@ def test_a_resume_that_stops_early_keeps_what_the_finished_run_recorded(tmp_path
     seg = manifest.new_segment(5, 3, "ckpt-000000036.npz (epoch 3, step 0)")
     manifest.open_segment(path, read_json(path), object(), seg)
     manifest.record_data(path, {"fingerprint": "a" * 64}, {"policy": "float32"})
-    m = manifest.close_segment(path, "interrupted", None, 20.0, epoch=3, best={"monitor": "val_accuracy", "value": None})
+    m = manifest.close_segment(
+        path, "interrupted", None, 20.0, epoch=3, best={"monitor": "val_accuracy", "value": None}
+    )
     for key in ("best", "export", "final_weights_sha256", "final_metrics", "epochs_completed", "started_at"):
         assert m[key] == FINISHED[key], key
     assert m["status"] == "interrupted" and m["duration_seconds"] == 114.0

@@ -85,16 +85,19 @@ def test_a_user_factory_by_module_and_function(user_module):
     assert tuple(model.outputs[0].shape) == (None, 4)
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("no_such_module_xyz:make", "importing module no_such_module_xyz failed: ModuleNotFoundError: No module named"),
-    ("{mod}:missing", "module {mod} has no function 'missing'"),
-    ("{mod}:NOT_CALLABLE", "module {mod} has no function 'NOT_CALLABLE'"),
-    ("{mod}:not_a_model", "not_a_model((8, 8, 1), 4) returned str, expected a keras.Model"),
-    ("{mod}:three_classes", "outputs 3 values but the data has 4 classes"),
-    ("{mod}:raises", "raises((8, 8, 1), 4) raised KeyError: 'width'"),
-    ("{mod}:one_argument", "one_argument(input_shape) cannot be called as one_argument(input_shape, num_classes)"),
-    ("{mod}:strided", "strided((4, 4, 1), 4) raised ValueError: Computed output size would be zero or negative"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("no_such_module_xyz:make", "importing module no_such_module_xyz failed: ModuleNotFoundError: No module named"),
+        ("{mod}:missing", "module {mod} has no function 'missing'"),
+        ("{mod}:NOT_CALLABLE", "module {mod} has no function 'NOT_CALLABLE'"),
+        ("{mod}:not_a_model", "not_a_model((8, 8, 1), 4) returned str, expected a keras.Model"),
+        ("{mod}:three_classes", "outputs 3 values but the data has 4 classes"),
+        ("{mod}:raises", "raises((8, 8, 1), 4) raised KeyError: 'width'"),
+        ("{mod}:one_argument", "one_argument(input_shape) cannot be called as one_argument(input_shape, num_classes)"),
+        ("{mod}:strided", "strided((4, 4, 1), 4) raised ValueError: Computed output size would be zero or negative"),
+    ],
+)
 def test_bad_user_factories_are_one_line_model_errors(user_module, spec, words):
     spec = spec.format(mod=user_module)
     shape = (4, 4, 1) if spec.endswith("strided") else (8, 8, 1)
@@ -111,11 +114,14 @@ def test_out_of_memory_while_building_is_not_called_a_model_error(user_module):
     assert type(info.value).__name__ == "ResourceExhaustedError"
 
 
-@pytest.mark.parametrize("source, words", [
-    ("def make(input_shape, num_classes)\n    pass\n", "SyntaxError"),
-    ("import no_such_dependency_xyz\n", "ModuleNotFoundError: No module named 'no_such_dependency_xyz'"),
-    ("raise RuntimeError('needs a licence key')\n", "RuntimeError: needs a licence key"),
-])
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        ("def make(input_shape, num_classes)\n    pass\n", "SyntaxError"),
+        ("import no_such_dependency_xyz\n", "ModuleNotFoundError: No module named 'no_such_dependency_xyz'"),
+        ("raise RuntimeError('needs a licence key')\n", "RuntimeError: needs a licence key"),
+    ],
+)
 def test_a_user_module_that_fails_to_import_is_named(tmp_path, monkeypatch, source, words):
     name = f"failing_models_{abs(hash(source))}"
     (tmp_path / f"{name}.py").write_text(source)
@@ -136,11 +142,14 @@ def test_builtin_minimum_image_sizes_are_exact(name):
         MODELS[name].build((n - 1, n - 1, 1), 3)
 
 
-@pytest.mark.parametrize("name, has, lacks", [
-    ("cnn", "Conv2D", ("BatchNormalization", "Add")),
-    ("cnn_bn", "BatchNormalization", ("Add",)),
-    ("resnet_small", "Add", ()),
-])
+@pytest.mark.parametrize(
+    "name, has, lacks",
+    [
+        ("cnn", "Conv2D", ("BatchNormalization", "Add")),
+        ("cnn_bn", "BatchNormalization", ("Add",)),
+        ("resnet_small", "Add", ()),
+    ],
+)
 def test_each_registered_name_builds_its_own_architecture(name, has, lacks):
     from train import models
 
@@ -151,12 +160,22 @@ def test_each_registered_name_builds_its_own_architecture(name, has, lacks):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, shape, line", [
-    ("cnn", (2, 2), "ModelError: MODEL=cnn: the images are 2x2, smaller than the 10x10 cnn needs: use larger images "
-                    "or MODEL=resnet_small"),
-    ("my_models_for_test:raises", (8, 8), "ModelError: MODEL=my_models_for_test:raises: raises((8, 8, 1), 3) raised "
-                                          "KeyError: 'width'"),
-])
+@pytest.mark.parametrize(
+    "model, shape, line",
+    [
+        (
+            "cnn",
+            (2, 2),
+            "ModelError: MODEL=cnn: the images are 2x2, smaller than the 10x10 cnn needs: use larger images "
+            "or MODEL=resnet_small",
+        ),
+        (
+            "my_models_for_test:raises",
+            (8, 8),
+            "ModelError: MODEL=my_models_for_test:raises: raises((8, 8, 1), 3) raised KeyError: 'width'",
+        ),
+    ],
+)
 def test_a_model_that_cannot_be_built_is_one_line_and_exit_2_from_the_cli(tmp_path, user_module, model, shape, line):
     """After TensorFlow has loaded: the documented exit 2, one line, no traceback."""
     import subprocess
@@ -166,9 +185,28 @@ def test_a_model_that_cannot_be_built_is_one_line_and_exit_2_from_the_cli(tmp_pa
 
     npz = write_npz(tmp_path / "tiny.npz", n_train=64, n_test=32, shape=shape, classes=3)
     env = subprocess_env(PYTHONPATH=f"{subprocess_env()['PYTHONPATH']}:{tmp_path}")
-    proc = subprocess.run([PYTHON, "-m", "train", "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(tmp_path / "runs"),
-                           "--model", model, "--epochs", "1", "--progress", "line"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "train",
+            "fit",
+            "--dataset",
+            f"npz:{npz}",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--model",
+            model,
+            "--epochs",
+            "1",
+            "--progress",
+            "line",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == line
     assert "Traceback" not in proc.stderr

@@ -9,7 +9,7 @@ import pytest
 from train.errors import ConfigError
 from train.modelspec import check_model_spec
 
-SOURCE = '''
+SOURCE = """
 import keras
 from keras import layers as L
 
@@ -51,7 +51,7 @@ if True:
         pass
 
 alias = make
-'''
+"""
 
 
 @pytest.fixture
@@ -70,28 +70,45 @@ def pkg(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("spec", [
-    "zoo_for_test.cnns:make", "flat_for_test:make", "flat_for_test:with_default", "flat_for_test:star",
-    "flat_for_test:decorated", "flat_for_test:guarded", "flat_for_test:alias", "flat_for_test:L",
-    "zoo_for_test.lazy:anything", "zoo_for_test.dyn:a", "zoo_for_test.fast:make",
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "zoo_for_test.cnns:make",
+        "flat_for_test:make",
+        "flat_for_test:with_default",
+        "flat_for_test:star",
+        "flat_for_test:decorated",
+        "flat_for_test:guarded",
+        "flat_for_test:alias",
+        "flat_for_test:L",
+        "zoo_for_test.lazy:anything",
+        "zoo_for_test.dyn:a",
+        "zoo_for_test.fast:make",
+    ],
+)
 def test_specs_that_may_work_pass(pkg, spec):
     check_model_spec(spec)
     assert "flat_for_test" not in sys.modules and "zoo_for_test.cnns" not in sys.modules  # nothing imported
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("no_such_module_xyz:make", "cannot find module 'no_such_module_xyz': run from the folder that holds it"),
-    ("zoo_for_test.nothere:make", "cannot find module 'zoo_for_test.nothere'"),
-    ("flat_for_test.sub:make", "flat_for_test is a module, not a package"),
-    ("zoo_for_test.bad:make", "bad.py, line 2: SyntaxError"),
-    ("zoo_for_test.cnns:missing", "cnns.py defines no function 'missing'"),
-    ("flat_for_test:one_arg", "one_arg() in {root}/flat_for_test.py (line 10) takes 1 positional argument"),
-    ("flat_for_test:three_args", "three_args() in {root}/flat_for_test.py (line 14) requires 3 arguments"),
-    ("flat_for_test:kw_only", "requires the keyword argument width"),
-    ("ns_for_test.deep.nets:make", "make() in {root}/ns_for_test/deep/nets.py (line 1) takes 1 positional argument"),
-    ("ns_for_test.deep.nothere:make", "cannot find module 'ns_for_test.deep.nothere'"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("no_such_module_xyz:make", "cannot find module 'no_such_module_xyz': run from the folder that holds it"),
+        ("zoo_for_test.nothere:make", "cannot find module 'zoo_for_test.nothere'"),
+        ("flat_for_test.sub:make", "flat_for_test is a module, not a package"),
+        ("zoo_for_test.bad:make", "bad.py, line 2: SyntaxError"),
+        ("zoo_for_test.cnns:missing", "cnns.py defines no function 'missing'"),
+        ("flat_for_test:one_arg", "one_arg() in {root}/flat_for_test.py (line 10) takes 1 positional argument"),
+        ("flat_for_test:three_args", "three_args() in {root}/flat_for_test.py (line 14) requires 3 arguments"),
+        ("flat_for_test:kw_only", "requires the keyword argument width"),
+        (
+            "ns_for_test.deep.nets:make",
+            "make() in {root}/ns_for_test/deep/nets.py (line 1) takes 1 positional argument",
+        ),
+        ("ns_for_test.deep.nothere:make", "cannot find module 'ns_for_test.deep.nothere'"),
+    ],
+)
 def test_specs_that_cannot_work_are_config_errors_before_import(pkg, spec, words):
     with pytest.raises(ConfigError) as e:
         check_model_spec(spec)

@@ -41,8 +41,13 @@ def start_workers(tmp_path: Path, data: Path, n: int = 2, extra: list[str] | Non
         cwd.mkdir(exist_ok=True)
         out = open(cwd / "out.txt", "a")
         flags = fit_flags(cwd, data, **{**RUN, **changes})
-        proc = subprocess.Popen([sys.executable, "-m", "train", "fit", *flags, *(extra or [])], cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT, env=env(WORKERS=workers, WORKER_INDEX=str(i)))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "train", "fit", *flags, *(extra or [])],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env(WORKERS=workers, WORKER_INDEX=str(i)),
+        )
         proc.out_path = cwd / "out.txt"
         procs.append(proc)
     return procs
@@ -100,11 +105,25 @@ def test_two_workers_finish_and_only_the_chief_writes(pair):
     run = only_run(tmp / "w0" / "runs")
     m = manifest(run)
     assert m["status"] == "completed" and m["epochs_completed"] == 4
-    assert m["distribution"][-1] == {"workers": 2, "worker_index": 0, "replicas": 2, "global_batch": 32,
-                                     "per_replica_batch": 16, "from_global_step": 0}
+    assert m["distribution"][-1] == {
+        "workers": 2,
+        "worker_index": 0,
+        "replicas": 2,
+        "global_batch": 32,
+        "per_replica_batch": 16,
+        "from_global_step": 0,
+    }
     assert m["export"]["max_abs_diff"] <= 1e-5
-    for name in ("final.weights.h5", "best.weights.h5", "metrics.csv", "train.log", "config.json", "checkpoints/LATEST",
-                 "export/savedmodel/saved_model.pb", "tensorboard"):
+    for name in (
+        "final.weights.h5",
+        "best.weights.h5",
+        "metrics.csv",
+        "train.log",
+        "config.json",
+        "checkpoints/LATEST",
+        "export/savedmodel/saved_model.pb",
+        "tensorboard",
+    ):
         assert (run / name).exists(), name
     assert not (tmp / "w1" / "runs").exists() or not any((tmp / "w1" / "runs").iterdir())
     worker = text(procs[1])
@@ -117,8 +136,14 @@ def test_two_workers_match_one_process_with_two_replicas(pair, data, tmp_path):
     tmp, _, codes = pair
     assert codes == [0, 0]
     flags = fit_flags(tmp_path, data, **RUN)
-    proc = subprocess.run([sys.executable, "-c", MIRRORED, *flags], cwd=tmp_path, env=env(), capture_output=True,
-                          text=True, timeout=HANG_GUARD)
+    proc = subprocess.run(
+        [sys.executable, "-c", MIRRORED, *flags],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     one = final_weights(only_run(tmp_path / "runs"))
     two = final_weights(only_run(tmp / "w0" / "runs"))
@@ -136,8 +161,9 @@ def _saved_at(out: str) -> str | None:
 
 
 def _wait_for_checkpoint(procs, runs: Path, name: str = "ckpt-000000004.npz") -> None:
-    assert wait_until(lambda: bool(list(runs.glob(f"*/checkpoints/{name}"))), procs[0], timeout=HANG_GUARD), \
-        text(procs[0])[-3000:]
+    assert wait_until(lambda: bool(list(runs.glob(f"*/checkpoints/{name}"))), procs[0], timeout=HANG_GUARD), text(
+        procs[0]
+    )[-3000:]
 
 
 def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_the_resumed_pair_matches(pair, data, tmp_path):

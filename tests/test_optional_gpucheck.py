@@ -31,8 +31,14 @@ cli.OPTIONAL_COMMANDS.clear()
 
 
 def _run(script: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", BLOCKER + script, *args], cwd=PROJECT_ROOT, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKER + script, *args],
+        cwd=PROJECT_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -51,7 +57,8 @@ print(json.dumps({"code": code, "gpus": manifest.gpu_facts(), "memory": devices.
 
 @pytest.mark.slow
 def test_training_never_reaches_into_the_gpu_check(tmp_path):
-    out = _run("""
+    out = _run(
+        """
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from helpers import tiny_settings
@@ -59,8 +66,13 @@ from train.fit import train
 result = train(tiny_settings(Path(sys.argv[2])))
 rows = (result.run_dir / "metrics.csv").read_text().splitlines()
 print(json.dumps({"status": result.status, "rows": len(rows) - 1, "attempts": attempts}))
-""", str(PROJECT_ROOT / "tests"), str(tmp_path))
+""",
+        str(PROJECT_ROOT / "tests"),
+        str(tmp_path),
+    )
     assert out["status"] == "completed" and out["rows"] == 2
     # The manifest may ask once per start (and records no GPUs); the epoch loop must never ask.
-    from_loop = [stack for stack in out["attempts"] if any(f.endswith(("loop.py", "logs.py", "devices.py")) for f in stack)]
+    from_loop = [
+        stack for stack in out["attempts"] if any(f.endswith(("loop.py", "logs.py", "devices.py")) for f in stack)
+    ]
     assert from_loop == []

@@ -26,13 +26,20 @@ def panels(fig) -> dict:
 
 
 def test_curves_mark_each_resume_and_the_best_epoch(tmp_path):
-    log = ("2026-11-30 10:05:03 resuming at epoch 3, step 0 (global step 94)",
-           "2026-11-30 10:09:03 resuming at epoch 5, step 7 (global step 195)")
+    log = (
+        "2026-11-30 10:05:03 resuming at epoch 3, step 0 (global step 94)",
+        "2026-11-30 10:09:03 resuming at epoch 5, step 7 (global step 195)",
+    )
     rec = load_records(write_run_records(tmp_path / "r", log_lines=log))
     fig = plots.curves_figure(rec)
     axes = panels(fig)
-    assert set(axes) == {"loss", "accuracy", "learning rate", "training samples/s",
-                         "model-FLOP utilisation (of peak)"}  # no GPU: no GPU panel
+    assert set(axes) == {
+        "loss",
+        "accuracy",
+        "learning rate",
+        "training samples/s",
+        "model-FLOP utilisation (of peak)",
+    }  # no GPU: no GPU panel
     for ax in axes.values():
         marks = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--"]
         assert marks == [2.5, 4.5]
@@ -50,8 +57,10 @@ def test_the_best_star_follows_monitor(tmp_path):
 
 
 def test_gpu_memory_gets_a_panel_when_recorded(tmp_path):
-    rows = [{"epoch": e, "loss": 1 / e, "val_loss": 1 / e, "gpu_memory_used_mb": 900 + e, "gpu_memory_peak_mb": 800.0}
-            for e in (1, 2)]
+    rows = [
+        {"epoch": e, "loss": 1 / e, "val_loss": 1 / e, "gpu_memory_used_mb": 900 + e, "gpu_memory_peak_mb": 800.0}
+        for e in (1, 2)
+    ]
     axes = panels(plots.curves_figure(load_records(write_run_records(tmp_path / "r", metrics=rows))))
     gpu = axes["GPU memory (MB)"]
     assert [list(line.get_ydata()) for line in gpu.lines] == [[901, 902], [800, 800]]
@@ -76,11 +85,14 @@ def test_confusion_and_grid_pictures():
 
 def test_compare_overlays_every_run(tmp_path):
     a = load_records(write_run_records(tmp_path / "a"))
-    b = load_records(write_run_records(tmp_path / "b", metrics=[{"epoch": e, "val_accuracy": 0.5 + e / 10, "epoch_seconds": 4}
-                                                                          for e in (1, 2, 3)]))
+    b = load_records(
+        write_run_records(
+            tmp_path / "b", metrics=[{"epoch": e, "val_accuracy": 0.5 + e / 10, "epoch_seconds": 4} for e in (1, 2, 3)]
+        )
+    )
     img = image(plots.compare_png([a, b]))
     assert img.shape == (432, 1350, 3)
     # Each run's colour is in the picture.
     for colour in plots.PALETTE[:2]:
-        rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+        rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
         assert (np.abs(img.astype(int) - rgb).sum(axis=2) < 30).sum() > 100, colour

@@ -18,7 +18,9 @@ def run_dir(tmp_path):
     run = tmp_path / "20260101-000000-aaaa"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(Settings(model="cnn").to_dict()))
-    (run / "manifest.json").write_text(json.dumps({"data": {"input_shape": [28, 28, 1], "class_names": ["cat", "dog", "eel"]}}))
+    (run / "manifest.json").write_text(
+        json.dumps({"data": {"input_shape": [28, 28, 1], "class_names": ["cat", "dog", "eel"]}})
+    )
     model = build_model("cnn", (28, 28, 1), 3)
     model.save_weights(run / "best.weights.h5")
     return run, model
@@ -42,8 +44,12 @@ def test_predict_from_best_weights_matches_the_model(run_dir, tmp_path):
 
 
 def test_format_predictions_aligns_the_columns():
-    out = format_predictions([{"file": "a.png", "class": "cat", "probability": 0.5},
-                              {"file": "long/b.png", "class": "dog", "probability": 0.98765}])
+    out = format_predictions(
+        [
+            {"file": "a.png", "class": "cat", "probability": 0.5},
+            {"file": "long/b.png", "class": "dog", "probability": 0.98765},
+        ]
+    )
     assert out.splitlines() == ["a.png       cat  0.5000", "long/b.png  dog  0.9877"]
 
 

@@ -52,8 +52,10 @@ def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_t
     for key in ("best", "export", "final_weights_sha256", "final_metrics", "data", "started_at"):
         assert m[key] == done[key], key
     assert m["epochs_completed"] == 1 and m["status"] == "interrupted"
-    assert [(g["status"], g["epoch_from"], g["epoch_to"]) for g in m["segments"]] == [("completed", 0, 1),
-                                                                                      ("interrupted", 1, 1)]
+    assert [(g["status"], g["epoch_from"], g["epoch_to"]) for g in m["segments"]] == [
+        ("completed", 0, 1),
+        ("interrupted", 1, 1),
+    ]
     assert m["segments"][1]["resumed_from"].startswith("ckpt-")
     finished = train(s.replace(epochs=2), resume="latest")
     m = manifest(first.run_dir)
@@ -119,7 +121,9 @@ def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp
     forced = train(s.replace(epochs=2), resume=run.name, force=True)
     m = manifest(run)
     assert forced.status == "completed"
-    assert [g["data_fingerprint"] for g in m["segments"]] == [old, m["data"]["fingerprint"]] and old != m["data"]["fingerprint"]
+    assert [g["data_fingerprint"] for g in m["segments"]] == [old, m["data"]["fingerprint"]] and old != m["data"][
+        "fingerprint"
+    ]
     assert m["segments"][1]["forced_changes"][0].startswith(f"DATA: fingerprint {old[:12]}...")
 
 
@@ -208,6 +212,7 @@ def test_a_manifest_damaged_during_the_run_does_not_hide_how_the_run_ended(tmp_p
     import logging
 
     from helpers import tiny_settings as settings_for
+
     from train import fit
 
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)

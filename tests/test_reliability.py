@@ -14,8 +14,19 @@ import signal
 
 import numpy as np
 import pytest
-from faults import (fit_flags, kill_after_new_checkpoint, manifest, only_run, optimizer_iterations, run_fit,
-                    start_fit, states, step_of, output, wait_until)
+from faults import (
+    fit_flags,
+    kill_after_new_checkpoint,
+    manifest,
+    only_run,
+    optimizer_iterations,
+    output,
+    run_fit,
+    start_fit,
+    states,
+    step_of,
+    wait_until,
+)
 from helpers import make_npz
 
 pytestmark = pytest.mark.slow
@@ -83,8 +94,10 @@ def test_sigkill_at_seeded_points_then_resume_is_bit_identical(tmp_path, data, u
     assert optimizer_iterations(final) == GUARANTEE["epochs"] * STEPS_PER_EPOCH
     # Work lost per kill is at most one interval: checkpoints are never further apart than CHECKPOINT_EVERY
     # within an epoch, and the restored state is always the newest one on disk (checked above).
-    print(f"\nFIGURES guarantee: {kills} SIGKILL points, resumed from global steps {lost} ({in_write} during a checkpoint write), final sha identical: "
-          f"{m['final_weights_sha256'] == straight_sha}")
+    print(
+        f"\nFIGURES guarantee: {kills} SIGKILL points, resumed from global steps {lost} ({in_write} during a checkpoint write), final sha identical: "
+        f"{m['final_weights_sha256'] == straight_sha}"
+    )
 
 
 # -- 2. SIGTERM ----------------------------------------------------------------------------------
@@ -101,6 +114,7 @@ def _log_has(runs_dir, text):
     def check():
         logs = list(runs_dir.glob("*/train.log")) if runs_dir.is_dir() else []
         return any(text in p.read_text(errors="replace") for p in logs)
+
     return check
 
 
@@ -109,6 +123,7 @@ def _has_state(runs_dir, min_step=0):
         from train.rundir import list_run_dirs
 
         return any(step_of(s) >= min_step for r in list_run_dirs(runs_dir) for s in states(r))
+
     return check
 
 
@@ -185,11 +200,14 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_are_cleaned(tmp_path, data, uninterrupted):
+def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_are_cleaned(
+    tmp_path, data, uninterrupted
+):
     import subprocess
     import sys
 
     from faults import env
+
     from train.checkpoints import LATEST, load_latest, read_state
     from train.errors import CheckpointError
 
@@ -197,8 +215,14 @@ def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_ar
     runs, loadable, tried = tmp_path / "runs", 0, 0
     for target in random.Random(5).sample(range(2, 7), 4):
         resume = ["--resume", only_run(runs).name] if runs.is_dir() else []
-        proc = subprocess.run([sys.executable, "-c", DIE_IN_SAVE, str(target), "fit", *flags, *resume],
-                              cwd=tmp_path, capture_output=True, text=True, env=env(), timeout=180)
+        proc = subprocess.run(
+            [sys.executable, "-c", DIE_IN_SAVE, str(target), "fit", *flags, *resume],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env(),
+            timeout=180,
+        )
         assert proc.returncode == 137, proc.stderr[-3000:]
         tried += 1
         ckpts = only_run(runs) / "checkpoints"
@@ -215,8 +239,10 @@ def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_ar
     assert not list(run.rglob("*.tmp-*"))
     assert manifest(run)["final_weights_sha256"] == uninterrupted[1]
     assert loadable == tried
-    print(f"\nFIGURES checkpoint-write kills: {tried} tried, {loadable} left a loadable checkpoint; "
-          "final sha identical: True")
+    print(
+        f"\nFIGURES checkpoint-write kills: {tried} tried, {loadable} left a loadable checkpoint; "
+        "final sha identical: True"
+    )
 
 
 # -- a small finished run (dense16, 1 epoch), copied for the tests that damage it ----------------
@@ -235,8 +261,11 @@ def small_copy(tmp_path, small_run, data):
 
     src_tmp, run = small_run
     shutil.copytree(src_tmp / "runs", tmp_path / "runs")
-    return tmp_path, tmp_path / "runs" / run.name, fit_flags(tmp_path, data, epochs=1, model="faults:dense16",
-                                                             export=False)
+    return (
+        tmp_path,
+        tmp_path / "runs" / run.name,
+        fit_flags(tmp_path, data, epochs=1, model="faults:dense16", export=False),
+    )
 
 
 # -- 4. corrupt latest checkpoint ------------------------------------------------------------------
@@ -267,8 +296,11 @@ def test_resume_with_a_different_architecture_is_refused_naming_the_layer_and_sh
     tmp, run, flags = small_copy
     rc, out = run_fit(flags + ["--model", "faults:dense32", "--epochs", "2", "--resume", run.name, "--force"], tmp)
     assert rc == 4, out[-3000:]
-    assert re.search(r"CheckpointError: model variable hidden/kernel has shape \(784, 32\) in the model but "
-                     r"\(784, 16\) in checkpoint ckpt-000000012\.npz", out), out[-2000:]
+    assert re.search(
+        r"CheckpointError: model variable hidden/kernel has shape \(784, 32\) in the model but "
+        r"\(784, 16\) in checkpoint ckpt-000000012\.npz",
+        out,
+    ), out[-2000:]
     assert "Traceback" not in out
 
 
@@ -337,14 +369,18 @@ def test_oom_without_auto_batch_exits_6_with_the_remedies(tmp_path, data, monkey
         assert remedy in err
 
 
-def test_oom_with_auto_batch_halves_the_batch_from_the_last_checkpoint_at_most_three_times(tmp_path, data, monkeypatch,
-                                                                                            capsys):
+def test_oom_with_auto_batch_halves_the_batch_from_the_last_checkpoint_at_most_three_times(
+    tmp_path, data, monkeypatch, capsys
+):
     calls = _oom_after(monkeypatch, good_calls=1, times=1)  # epoch 1 fits, epoch 2 runs out of memory once
     flags = fit_flags(tmp_path, data, epochs=2, model="faults:dense16", export=False, auto_batch=True)
     assert _cli(tmp_path, monkeypatch, flags) == 0, capsys.readouterr().err
     run = only_run(tmp_path / "runs")
     log = (run / "train.log").read_text()
-    assert "out of GPU memory at batch size 32; AUTO_BATCH: continuing from the last checkpoint with batch size 16 (1/3)" in log
+    assert (
+        "out of GPU memory at batch size 32; AUTO_BATCH: continuing from the last checkpoint with batch size 16 (1/3)"
+        in log
+    )
     rows = (run / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
     assert [r.split(",")[header.index("batch_size")] for r in rows[1:]] == ["32", "16"]
@@ -355,8 +391,11 @@ def test_oom_with_auto_batch_halves_the_batch_from_the_last_checkpoint_at_most_t
     assert [r.split(",")[header.index("batch_size")] for r in rows[1:]] == ["32", "16", "16"]
     # Bounded: an OOM that never goes away stops after three halvings (32 -> 16 -> 8 -> 4) with exit 6.
     _oom_after(monkeypatch, good_calls=0, times=100)
-    rc = _cli(tmp_path, monkeypatch, fit_flags(tmp_path / "x", data, epochs=1, model="faults:dense16", export=False,
-                                               auto_batch=True))
+    rc = _cli(
+        tmp_path,
+        monkeypatch,
+        fit_flags(tmp_path / "x", data, epochs=1, model="faults:dense16", export=False, auto_batch=True),
+    )
     err = capsys.readouterr().err
     assert rc == 6 and "at batch size 4" in err, err
 
@@ -383,8 +422,11 @@ def test_disk_full_keeps_the_last_good_checkpoint_and_names_the_path(tmp_path, d
     rc, out = run_fit(flags, tmp_path)
     assert rc == 7, out[-3000:]
     # Whichever write meets the full disk first (the state at step 8 or best.weights.h5) is named.
-    assert re.search(r"StorageError: cannot write \S+/(checkpoints/ckpt-000000008\.npz|best\.weights\.h5): "
-                     r"the disk is full", out), out[-2000:]
+    assert re.search(
+        r"StorageError: cannot write \S+/(checkpoints/ckpt-000000008\.npz|best\.weights\.h5): "
+        r"the disk is full",
+        out,
+    ), out[-2000:]
     assert "Traceback" not in out
     run = only_run(small_disk / "runs")
     assert not list(run.rglob("*.tmp-*")) and not (run / "final.weights.h5").exists()
@@ -408,8 +450,14 @@ def _no_tf(tmp_path, args, **extra_env):
 
     from faults import env
 
-    return subprocess.run([sys.executable, "-c", NO_TF, *args], cwd=tmp_path, capture_output=True, text=True,
-                          env=env(**extra_env), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", NO_TF, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env(**extra_env),
+        timeout=120,
+    )
 
 
 def test_runs_dir_under_a_file_is_refused_before_training(tmp_path, data):
@@ -437,12 +485,15 @@ def test_read_only_runs_dir_is_refused_before_training(tmp_path, data):
 
 
 # -- 10. malformed settings -----------------------------------------------------------------------
-@pytest.mark.parametrize("args, environ, name", [
-    ([], {"EPOCHS": "abc"}, "EPOCHS"),
-    (["--batch-size", "-4"], {}, "BATCH_SIZE"),
-    ([], {"PRECISION": "float8"}, "PRECISION"),
-    (["--lr-schedule", "linear"], {}, "LR_SCHEDULE"),
-])
+@pytest.mark.parametrize(
+    "args, environ, name",
+    [
+        ([], {"EPOCHS": "abc"}, "EPOCHS"),
+        (["--batch-size", "-4"], {}, "BATCH_SIZE"),
+        ([], {"PRECISION": "float8"}, "PRECISION"),
+        (["--lr-schedule", "linear"], {}, "LR_SCHEDULE"),
+    ],
+)
 def test_malformed_settings_exit_2_before_tensorflow_naming_the_setting(tmp_path, data, args, environ, name):
     p = _no_tf(tmp_path, ["fit", "--dataset", f"npz:{data}", "--runs-dir", str(tmp_path / "runs"), *args], **environ)
     assert p.returncode == 2, p.stderr
@@ -453,8 +504,11 @@ def test_malformed_settings_exit_2_before_tensorflow_naming_the_setting(tmp_path
 
 def test_debug_setting_shows_the_traceback_and_keeps_the_exit_code(tmp_path, data):
     for extra in ({"DEBUG": "1"}, {}):
-        p = _no_tf(tmp_path, ["fit", "--dataset", f"npz:{data}", "--epochs", "abc"] + (["--debug"] if not extra else []),
-                   **extra)
+        p = _no_tf(
+            tmp_path,
+            ["fit", "--dataset", f"npz:{data}", "--epochs", "abc"] + (["--debug"] if not extra else []),
+            **extra,
+        )
         assert p.returncode == 2 and "Traceback" in p.stderr and "ConfigError: EPOCHS=" in p.stderr, p.stderr
 
 
@@ -482,16 +536,26 @@ def test_corrupt_data_is_refused_before_training_naming_the_file(tmp_path, data)
         for i in range(10):  # VAL_SPLIT=0.1 leaves one validation image per class
             Image.fromarray(np.full((16, 16, 3), 20 * i, np.uint8)).save(images / c / f"{i}.png")
     (images / "b" / "2.png").write_text("not an image")
-    cases = {"truncated.npz": f"npz:{truncated}", "flipped.npz": f"npz:{flipped}", "empty": f"images:{empty}",
-             "2.png": f"images:{images}"}
+    cases = {
+        "truncated.npz": f"npz:{truncated}",
+        "flipped.npz": f"npz:{flipped}",
+        "empty": f"images:{empty}",
+        "2.png": f"images:{images}",
+    }
     code = (
         "import sys, json\nfrom train.cli import main\nout = {}\n"
         "for name, ds in json.loads(sys.argv[1]).items():\n"
         "    out[name] = main(['fit', '--dataset', ds, *sys.argv[2:]])\n"
         "    print('RC', name, out[name], file=sys.stderr, flush=True)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code, json.dumps(cases), *fit_flags(tmp_path, data, image_size=16)[2:]],
-                       cwd=tmp_path, capture_output=True, text=True, env=env(), timeout=180)
+    p = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(cases), *fit_flags(tmp_path, data, image_size=16)[2:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=180,
+    )
     err = p.stderr
     for name in cases:
         assert f"RC {name} 3" in err, err[-3000:]

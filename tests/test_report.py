@@ -37,22 +37,37 @@ def pngs(page: str) -> list[bytes]:
 
 
 def test_the_quick_report_is_one_self_contained_page(tmp_path):
-    run = write_run_records(tmp_path / "r1", manifest={"resumed_at": ["2026-11-30T10:05:03+00:00"],
-                                                         "export": {"max_abs_diff": 0.0, "tolerance": 1e-5}},
-                            log_lines=RESUMED)
+    run = write_run_records(
+        tmp_path / "r1",
+        manifest={"resumed_at": ["2026-11-30T10:05:03+00:00"], "export": {"max_abs_diff": 0.0, "tolerance": 1e-5}},
+        log_lines=RESUMED,
+    )
     written = report.write_report(run, full=False)
     page = (run / "report.html").read_text()
     assert written.path == run / "report.html" and written.missing == [
-        "validation: not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report r1`"]
+        "validation: not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report r1`"
+    ]
     # Nothing to fetch, nothing to run: every picture is inline, there is no script.
     assert "<script" not in page.lower() and not re.search(r"(?:src|href)=\"(?!data:)", page)
     assert "http" not in page.lower()
     assert pngs(page) == [(run / "curves.png").read_bytes()]
-    for text in ("r1", "completed", "best val_accuracy <b>0.9300</b> at epoch 5 after 50.0 s of training",
-                 "resumed 1x", "0123456789abcdef", "ab" * 32, "sha256 " + "cd" * 32,
-                 "mixed_bfloat16: CPU has native bfloat16", "Python 3.11.7, TensorFlow 2.21.0, Keras 3.15.1",
-                 "max |diff| 0.00e+00", "CPU only", "one process", "BATCH_SIZE", "not computed yet: it comes at the end of the run",
-                 "12.5 s over 1 segment(s)"):
+    for text in (
+        "r1",
+        "completed",
+        "best val_accuracy <b>0.9300</b> at epoch 5 after 50.0 s of training",
+        "resumed 1x",
+        "0123456789abcdef",
+        "ab" * 32,
+        "sha256 " + "cd" * 32,
+        "mixed_bfloat16: CPU has native bfloat16",
+        "Python 3.11.7, TensorFlow 2.21.0, Keras 3.15.1",
+        "max |diff| 0.00e+00",
+        "CPU only",
+        "one process",
+        "BATCH_SIZE",
+        "not computed yet: it comes at the end of the run",
+        "12.5 s over 1 segment(s)",
+    ):
         assert text in page, text
 
 
@@ -74,7 +89,9 @@ def test_values_from_the_records_are_escaped(tmp_path):
     assert '<span class="status failed">failed</span>' in page
 
 
-@pytest.mark.parametrize("status, full", [("completed", True), ("failed", True), ("budget", True), ("interrupted", False)])
+@pytest.mark.parametrize(
+    "status, full", [("completed", True), ("failed", True), ("budget", True), ("interrupted", False)]
+)
 def test_the_end_of_run_report_is_quick_after_a_signal(tmp_path, monkeypatch, status, full):
     calls = []
     monkeypatch.setattr(report, "write_report", lambda run_dir, full: calls.append(full))
@@ -124,25 +141,38 @@ def test_report_command_quick_and_its_errors(tmp_path, capsys):
     (run / "manifest.json").write_text("{")
     assert cli.main(["report", str(run), "--quick"]) == 4
     err = capsys.readouterr().err
-    assert err.startswith(f"RunRecordError: run {run.name}: {run / 'manifest.json'} is unreadable") and err.count("\n") == 1
+    assert (
+        err.startswith(f"RunRecordError: run {run.name}: {run / 'manifest.json'} is unreadable")
+        and err.count("\n") == 1
+    )
 
 
 def test_settings_and_a_bad_setting_never_import_matplotlib(tmp_path):
-    code = ("import sys; from train.cli import main; a = main(['settings']); b = main(['--epochs', 'x']);"
-            "print(a, b, 'matplotlib' in sys.modules, 'train.report' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          env=subprocess_env())
+    code = (
+        "import sys; from train.cli import main; a = main(['settings']); b = main(['--epochs', 'x']);"
+        "print(a, b, 'matplotlib' in sys.modules, 'train.report' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=subprocess_env()
+    )
     assert proc.stdout.splitlines()[-1] == "0 2 False False", proc.stderr[-2000:]
 
 
 # --- in a real browser -----------------------------------------------------------------------------
 
+
 def fake_evaluation(classes: int = 10) -> Evaluation:
     rng = np.random.default_rng(0)
     matrix = rng.integers(0, 3, (classes, classes)) + np.diag(rng.integers(40, 60, classes))
     wrong = rng.integers(0, 256, (12, 28, 28, 1), dtype=np.uint8)
-    return Evaluation([f"class {i}" for i in range(classes)], matrix, wrong, np.arange(12) % classes,
-                      (np.arange(12) + 1) % classes, np.full(12, 0.9))
+    return Evaluation(
+        [f"class {i}" for i in range(classes)],
+        matrix,
+        wrong,
+        np.arange(12) % classes,
+        (np.arange(12) + 1) % classes,
+        np.full(12, 0.9),
+    )
 
 
 def screenshot(page, out, size=(1280, 2600)):
@@ -153,16 +183,32 @@ def screenshot(page, out, size=(1280, 2600)):
         pytest.skip("chromium is not installed (Debian: apt-get install chromium); CI installs it")
     profile = out.parent / "chromium-profile"
     profile.mkdir()
-    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={profile}", f"--screenshot={out}", f"--window-size={size[0]},{size[1]}",
-                           page.as_uri()], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            f"--screenshot={out}",
+            f"--window-size={size[0]},{size[1]}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.is_file(), proc.stderr[-3000:]
     return np.asarray(Image.open(out).convert("RGB")).astype(int)
 
 
 def near(img, colour: str, tol: int = 40):
-    rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+    rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
     return np.abs(img - rgb).sum(axis=2) < tol
 
 
@@ -184,6 +230,7 @@ def test_chromium_renders_the_pictures_at_their_size(tmp_path):
 
 
 # --- wired into a real run -------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tmp_path, monkeypatch, make_npz):

@@ -13,19 +13,32 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import PROJECT_ROOT, make_npz, subprocess_env
+
 from train.errors import ReproduceError
 from train.reproduce import Verdict, judge, version_warnings, within_tolerance
 
-TINY = ["--epochs", "2", "--batch-size", "32", "--checkpoint-every", "4", "--precision", "float32",
-        "--deterministic", "--progress", "line", "--no-export"]
+TINY = [
+    "--epochs",
+    "2",
+    "--batch-size",
+    "32",
+    "--checkpoint-every",
+    "4",
+    "--precision",
+    "float32",
+    "--deterministic",
+    "--progress",
+    "line",
+    "--no-export",
+]
 
 
 # -- pure parts ----------------------------------------------------------------------------------
 def test_version_warnings_name_both_versions():
-    warnings = version_warnings({"tensorflow": "2.19.0", "keras": "3.15.0"},
-                                {"tensorflow": "2.21.0", "keras": "3.15.0", "python": "3.11.7"})
+    warnings = version_warnings(
+        {"tensorflow": "2.19.0", "keras": "3.15.0"}, {"tensorflow": "2.21.0", "keras": "3.15.0", "python": "3.11.7"}
+    )
     assert warnings == ["WARNING: tensorflow 2.21.0 is installed, the run used 2.19.0: the rerun may differ"]
 
 
@@ -41,8 +54,15 @@ def test_without_determinism_the_verdict_uses_the_tolerance(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "metrics.csv").write_text(f"epoch,val_accuracy,epoch_seconds\n1,{acc},3.0\n")
     rows = [{"what": "device", "same": True}, {"what": "precision", "same": True}]
-    v = judge(Verdict("a", "b", rows=rows), tmp_path / "a", {}, {"deterministic": False, "epochs": 1},
-              tmp_path / "b", {"epochs_completed": 1}, None)
+    v = judge(
+        Verdict("a", "b", rows=rows),
+        tmp_path / "a",
+        {},
+        {"deterministic": False, "epochs": 1},
+        tmp_path / "b",
+        {"epochs_completed": 1},
+        None,
+    )
     assert not v.match and "tolerance" in v.method and "DETERMINISTIC=false" in v.method
 
 
@@ -72,8 +92,14 @@ def _clone_of_the_package(dest: Path) -> Path:
 
 
 def _train(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "train", *args], cwd=repo, capture_output=True, text=True,
-                          env=subprocess_env(PYTHONPATH=str(repo)), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "train", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(PYTHONPATH=str(repo)),
+        timeout=600,
+    )
     if check:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc

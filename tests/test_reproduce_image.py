@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from train.errors import ReproduceError
-from train.reproduce_image import (ImageOptions, build_command, container_values, host_values, image_tag,
-                                   run_command)
+from train.reproduce_image import ImageOptions, build_command, container_values, host_values, image_tag, run_command
 
-MANIFEST = {"git": {"commit": "0123456789abcdef0123"}, "requirements_lock": {"file": "/app/requirements.lock",
-                                                                          "sha256": "feedbeef" * 8}}
+MANIFEST = {
+    "git": {"commit": "0123456789abcdef0123"},
+    "requirements_lock": {"file": "/app/requirements.lock", "sha256": "feedbeef" * 8},
+}
 
 
 def test_the_tag_is_the_one_invoke_build_gives_and_the_target_follows_the_lock():
@@ -28,18 +29,24 @@ def test_a_run_made_in_the_image_maps_its_volumes_onto_the_host_folders(tmp_path
     host = host_values(recorded, runs, data)
     assert host["data_dir"] == str(data) and host["dataset"] == f"npz:{data / 'sub/x.npz'}"
     inside, mounts = container_values(host, runs, data)
-    assert inside["runs_dir"] == "/runs" and inside["data_dir"] == "/data" and inside["dataset"] == "npz:/data/sub/x.npz"
+    assert (
+        inside["runs_dir"] == "/runs" and inside["data_dir"] == "/data" and inside["dataset"] == "npz:/data/sub/x.npz"
+    )
     assert mounts == ["-v", f"{runs}:/runs", "-v", f"{data}:/data:ro"]
 
 
-@pytest.mark.parametrize("dataset, expected, mount", [
-    ("npz:/elsewhere/set.npz", "npz:/dataset/set.npz", "/elsewhere:/dataset:ro"),
-    ("images:/photos/cats", "images:/dataset", "/photos/cats:/dataset:ro"),
-    ("mnist", "mnist", None),
-])
+@pytest.mark.parametrize(
+    "dataset, expected, mount",
+    [
+        ("npz:/elsewhere/set.npz", "npz:/dataset/set.npz", "/elsewhere:/dataset:ro"),
+        ("images:/photos/cats", "images:/dataset", "/photos/cats:/dataset:ro"),
+        ("mnist", "mnist", None),
+    ],
+)
 def test_a_host_run_gets_its_data_mounted_where_the_container_finds_it(tmp_path, dataset, expected, mount):
-    inside, mounts = container_values(host_values({"dataset": dataset}, tmp_path / "runs", tmp_path / "data"),
-                                      tmp_path / "runs", tmp_path / "data")
+    inside, mounts = container_values(
+        host_values({"dataset": dataset}, tmp_path / "runs", tmp_path / "data"), tmp_path / "runs", tmp_path / "data"
+    )
     assert inside["dataset"] == expected
     assert (mount in mounts) if mount else len(mounts) == 4
 
@@ -51,10 +58,13 @@ def test_a_commit_whose_dockerfile_names_its_stages_cpu_and_gpu_is_built_by_that
 
 
 def test_the_build_and_run_command_lines(tmp_path):
-    options = ImageOptions(tmp_path, base_image="mirror/python:3.11", ca_bundle="/ca.pem", network="host",
-                           docker="/usr/bin/docker")
+    options = ImageOptions(
+        tmp_path, base_image="mirror/python:3.11", ca_bundle="/ca.pem", network="host", docker="/usr/bin/docker"
+    )
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "Dockerfile").write_text("ARG VARIANT=gpu\nFROM base AS deps-cpu\nFROM deps-${VARIANT} AS runtime\n")
+    (tmp_path / "src" / "Dockerfile").write_text(
+        "ARG VARIANT=gpu\nFROM base AS deps-cpu\nFROM deps-${VARIANT} AS runtime\n"
+    )
     cmd = build_command("t:cpu-x", "cpu", "0123abc", tmp_path / "src", options)
     assert cmd[:6] == ["/usr/bin/docker", "build", "--target", "runtime", "--build-arg", "VARIANT=cpu"]
     assert cmd[-3:] == ["-t", "t:cpu-x", str(tmp_path / "src")]

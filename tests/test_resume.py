@@ -18,8 +18,13 @@ from train.runlock import RunLock
 
 
 def _settings(tmp_path, **changes):
-    values = {"dataset": "mnist", "runs_dir": str(tmp_path / "runs"), "data_dir": str(tmp_path / "data"),
-              "batch_size": 32, **changes}
+    values = {
+        "dataset": "mnist",
+        "runs_dir": str(tmp_path / "runs"),
+        "data_dir": str(tmp_path / "data"),
+        "batch_size": 32,
+        **changes,
+    }
     return load_settings(values, env_file=None, environ={})
 
 
@@ -67,8 +72,10 @@ def test_auto_starts_fresh_when_settings_differ(tmp_path, caplog, monkeypatch):
     _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64, seed=1)
     with caplog.at_level("INFO", logger="train"):
         assert auto_resume(s) == ""
-    assert caplog.messages == ["RESUME=auto: run 20260102-000000-bbbb did not finish but its settings differ "
-                               "(BATCH_SIZE: 64 -> 32; SEED: 1 -> 42); starting a new run"]
+    assert caplog.messages == [
+        "RESUME=auto: run 20260102-000000-bbbb did not finish but its settings differ "
+        "(BATCH_SIZE: 64 -> 32; SEED: 1 -> 42); starting a new run"
+    ]
 
 
 def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path):
@@ -120,8 +127,10 @@ def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64, seed=1)
     with pytest.raises(ResumeMismatchError) as info:
         prepare_run_dir(s, run.name, force=False)
-    assert str(info.value) == (f"run {run.name} was started with other settings (BATCH_SIZE: 64 -> 32; SEED: 1 -> 42): "
-                               "resume with the same settings, or pass --force to continue with the new ones")
+    assert str(info.value) == (
+        f"run {run.name} was started with other settings (BATCH_SIZE: 64 -> 32; SEED: 1 -> 42): "
+        "resume with the same settings, or pass --force to continue with the new ones"
+    )
     assert info.value.exit_code == 4
     assert read_json(run / "config.json")["batch_size"] == 64  # untouched after a refusal
     plan = plan_run(s, run.name, force=True)
@@ -241,16 +250,23 @@ def test_changed_data_is_refused_unless_forced_and_then_recorded(tmp_path):
     assert str(info.value) == (
         f"run {plan.run_dir.name} was trained on other data (DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... "
         "(x.npz)): the same path holds new contents; resume on the run's own data, start a new run, or pass --force "
-        "to continue on the new data (recorded in the manifest's segments)")
+        "to continue on the new data (recorded in the manifest's segments)"
+    )
     check_data(plan, "b" * 64, "x.npz", force=True)
     assert plan.forced == ["DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... (x.npz)"]
 
 
-
-@pytest.mark.parametrize("files, manifest, trained", [
-    ((), {}, False), ((), {"epochs_completed": 0}, False), ((), {"epochs_completed": 2}, True),
-    (("metrics.csv",), {}, True), (("best.weights.h5",), {}, True), (("final.weights.h5",), {}, True),
-])
+@pytest.mark.parametrize(
+    "files, manifest, trained",
+    [
+        ((), {}, False),
+        ((), {"epochs_completed": 0}, False),
+        ((), {"epochs_completed": 2}, True),
+        (("metrics.csv",), {}, True),
+        (("best.weights.h5",), {}, True),
+        (("final.weights.h5",), {}, True),
+    ],
+)
 def test_a_run_counts_as_trained_by_its_files_or_its_manifest(tmp_path, files, manifest, trained):
     from train.resume import _trained
 
@@ -275,7 +291,8 @@ def test_a_new_run_is_not_resumed_and_restart_needs_a_run(tmp_path):
         plan_run(s, None, restart=True)
     assert info.value.name == "--restart" and str(info.value) == (
         "--restart=True is not valid: needs --resume RUN (it trains that run again from epoch 1 when its checkpoints "
-        "are gone)")
+        "are gone)"
+    )
 
 
 def test_a_run_killed_before_its_manifest_resumes(tmp_path):
@@ -295,13 +312,15 @@ def test_checkpoint_refusals_name_the_checkpoint_directory(tmp_path):
     assert str(info.value) == (
         f"run {trained.name} has no checkpoint in {trained / 'checkpoints'} (deleted or never written): there is "
         "nothing to resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new "
-        "run without --resume")
+        "run without --resume"
+    )
     kept = _fake_run(s, "20260103-000000-cccc", "interrupted")
     with pytest.raises(CheckpointError) as info:
         plan_run(s, kept.name, restart=True)
     assert str(info.value) == (
         f"run {kept.name} has checkpoints in {kept / 'checkpoints'}: --restart is only for a run whose checkpoints "
-        "are gone; resume it without --restart")
+        "are gone; resume it without --restart"
+    )
 
 
 def test_auto_checks_the_lock_of_a_running_run_only(tmp_path):

@@ -10,9 +10,22 @@ import types
 import pytest
 
 from train.errors import RunRecordError, StorageError
-from train.rundir import (TMP_MARK, RunNotFound, atomic_write, clean_stale_temp, create_run_dir,
-                          ensure_writable, list_run_dirs, new_run_id, read_json, read_record, resolve_run,
-                          storage_error, write_json, write_text)
+from train.rundir import (
+    TMP_MARK,
+    RunNotFound,
+    atomic_write,
+    clean_stale_temp,
+    create_run_dir,
+    ensure_writable,
+    list_run_dirs,
+    new_run_id,
+    read_json,
+    read_record,
+    resolve_run,
+    storage_error,
+    write_json,
+    write_text,
+)
 
 
 def test_atomic_write_replaces_the_file(tmp_path):
@@ -55,8 +68,9 @@ def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
     calls = []
     with pytest.raises(StorageError) as info:
         atomic_write(tmp_path / "w.weights.h5", calls.append, size_hint=1 << 62)
-    assert str(info.value) == (f"cannot write {tmp_path / 'w.weights.h5'}: "
-                               "the disk is full: free space or point RUNS_DIR at a larger volume")
+    assert str(info.value) == (
+        f"cannot write {tmp_path / 'w.weights.h5'}: the disk is full: free space or point RUNS_DIR at a larger volume"
+    )
     assert calls == [] and list(tmp_path.iterdir()) == []
 
 
@@ -77,8 +91,10 @@ def test_without_a_size_hint_free_space_is_not_checked(tmp_path, monkeypatch):
     assert (tmp_path / "LATEST").read_text() == "ckpt-000000004.npz\n"
 
 
-@pytest.mark.parametrize("failure, expected", [(OSError(errno.ENOSPC, "No space left"), StorageError),
-                                               (RuntimeError("writer bug"), RuntimeError)])
+@pytest.mark.parametrize(
+    "failure, expected",
+    [(OSError(errno.ENOSPC, "No space left"), StorageError), (RuntimeError("writer bug"), RuntimeError)],
+)
 def test_a_writer_that_removed_its_temp_file_still_reports_its_own_error(tmp_path, failure, expected):
     def write(p):
         p.unlink()
@@ -92,14 +108,17 @@ def test_a_writer_that_removed_its_temp_file_still_reports_its_own_error(tmp_pat
 PERMISSION = "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR at a folder you can write"
 
 
-@pytest.mark.parametrize("code, reason", [
-    (errno.ENOSPC, "the disk is full: free space or point RUNS_DIR at a larger volume"),
-    (errno.EDQUOT, "the disk quota is exceeded: free space or point RUNS_DIR elsewhere"),
-    (errno.EFBIG, "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere"),
-    (errno.EROFS, "the file system is read-only: mount the runs volume read-write or set RUNS_DIR"),
-    (errno.EACCES, PERMISSION),
-    (errno.EPERM, PERMISSION),
-])
+@pytest.mark.parametrize(
+    "code, reason",
+    [
+        (errno.ENOSPC, "the disk is full: free space or point RUNS_DIR at a larger volume"),
+        (errno.EDQUOT, "the disk quota is exceeded: free space or point RUNS_DIR elsewhere"),
+        (errno.EFBIG, "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere"),
+        (errno.EROFS, "the file system is read-only: mount the runs volume read-write or set RUNS_DIR"),
+        (errno.EACCES, PERMISSION),
+        (errno.EPERM, PERMISSION),
+    ],
+)
 def test_storage_error_explains_each_errno(code, reason):
     exc = storage_error("/runs/x", OSError(code, "raw"), in_docker=False)
     assert isinstance(exc, StorageError) and exc.exit_code == 7
@@ -138,7 +157,10 @@ def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
         atomic_write(tmp_path / "best.weights.h5", lambda p: p.write_bytes(b"x"))
     finally:
         os.umask(old)
-    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"config.json": mode, "best.weights.h5": mode}
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {
+        "config.json": mode,
+        "best.weights.h5": mode,
+    }
 
 
 def test_temp_dirs_respect_the_umask_and_carry_the_mark(tmp_path):
@@ -180,8 +202,13 @@ def test_latest_is_the_run_created_last_even_within_one_second(tmp_path):
 
 def test_runs_are_ordered_by_creation_old_ids_included(tmp_path):
     root = tmp_path / "runs"
-    names = ["renamed-by-hand", "20260101-000000-ffff", "20260101-000000-000001-zz", "20260101-000000-500000",
-             "20260101-000001-0aaa-named"]
+    names = [
+        "renamed-by-hand",
+        "20260101-000000-ffff",
+        "20260101-000000-000001-zz",
+        "20260101-000000-500000",
+        "20260101-000001-0aaa-named",
+    ]
     for name in reversed(names):
         _run(root, name)
     assert [p.name for p in list_run_dirs(root)] == names
@@ -227,8 +254,11 @@ def test_clean_stale_temp_removes_only_marked_files(tmp_path):
 def test_read_record_names_the_run_the_file_and_the_fix(tmp_path):
     run = _run(tmp_path, "20260101-000000-000001")
     assert read_record(run, "config.json") == {}
-    for content, words in ((b'{"a": ', "unreadable (JSONDecodeError"), (b"\xff\xfe", "unreadable (UnicodeDecodeError"),
-                           (b"null", "holds NoneType, not a JSON object")):
+    for content, words in (
+        (b'{"a": ', "unreadable (JSONDecodeError"),
+        (b"\xff\xfe", "unreadable (UnicodeDecodeError"),
+        (b"null", "holds NoneType, not a JSON object"),
+    ):
         (run / "manifest.json").write_bytes(content)
         with pytest.raises(RunRecordError) as info:
             read_record(run, "manifest.json")
@@ -323,7 +353,8 @@ def test_permission_denied_in_a_container_exactly(monkeypatch):
     assert str(storage_error("/runs", OSError(errno.EACCES, "raw"))) == (
         "cannot write /runs: permission denied: the container runs as HOST_UID:HOST_GID, which must own the host "
         "folder mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and put "
-        "HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)")
+        "HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)"
+    )
 
 
 def test_make_temp_dir_names_and_gives_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
@@ -366,8 +397,10 @@ def test_read_record_messages_exactly(tmp_path):
     path = run / "manifest.json"
     with pytest.raises(RunRecordError) as info:
         read_record(run, "manifest.json")
-    assert str(info.value) == (f"run {run.name} has no manifest.json ({path}): it is not a complete run directory; "
-                               "start a new run, or restore the file from a backup")
+    assert str(info.value) == (
+        f"run {run.name} has no manifest.json ({path}): it is not a complete run directory; "
+        "start a new run, or restore the file from a backup"
+    )
     path.write_text('{"a": ')
     with pytest.raises(RunRecordError) as info:
         read_record(run, "manifest.json")
@@ -376,8 +409,10 @@ def test_read_record_messages_exactly(tmp_path):
     path.write_text("[1]")
     with pytest.raises(RunRecordError) as info:
         read_record(run, "manifest.json")
-    assert str(info.value) == (f"run {run.name}: {path} holds list, not a JSON object; "
-                               "restore it from a backup, or move the run directory out of RUNS_DIR")
+    assert str(info.value) == (
+        f"run {run.name}: {path} holds list, not a JSON object; "
+        "restore it from a backup, or move the run directory out of RUNS_DIR"
+    )
 
 
 # -- RunDir: the layout, one source for the class names ------------------------------------------
@@ -386,15 +421,30 @@ def test_run_dir_names_are_the_documented_layout(tmp_path):
     from train.rundir import RunDir
 
     run = RunDir(str(tmp_path / "20260101-000000-000001"))
-    names = {"config": "config.json", "manifest": "manifest.json", "labels": "labels.txt", "log": "train.log",
-             "metrics": "metrics.csv", "tensorboard": "tensorboard", "checkpoints": "checkpoints",
-             "best_weights": "best.weights.h5", "final_weights": "final.weights.h5", "report": "report.html",
-             "curves": "curves.png", "reproduce": "reproduce.json", "lock": "run.lock"}
+    names = {
+        "config": "config.json",
+        "manifest": "manifest.json",
+        "labels": "labels.txt",
+        "log": "train.log",
+        "metrics": "metrics.csv",
+        "tensorboard": "tensorboard",
+        "checkpoints": "checkpoints",
+        "best_weights": "best.weights.h5",
+        "final_weights": "final.weights.h5",
+        "report": "report.html",
+        "curves": "curves.png",
+        "reproduce": "reproduce.json",
+        "lock": "run.lock",
+    }
     assert {k: getattr(run, k) for k in names} == {k: run.path / v for k, v in names.items()}
     export = run.export
     assert (export.path, export.savedmodel, export.keras, export.labels, export.parity) == (
-        run.path / "export", run.path / "export/savedmodel", run.path / "export/model.keras",
-        run.path / "export/labels.txt", run.path / "export/parity.json")
+        run.path / "export",
+        run.path / "export/savedmodel",
+        run.path / "export/model.keras",
+        run.path / "export/labels.txt",
+        run.path / "export/parity.json",
+    )
     assert run.name == "20260101-000000-000001"
     with pytest.raises(AttributeError):
         run.path = tmp_path  # frozen: a run's place never changes under its users
@@ -463,8 +513,12 @@ def test_a_folder_without_config_json_is_no_run_for_any_command(runs_with_strays
             resolve_run(root, stray.name)
         write_final_report(stray, "completed", "quick")
         assert not (stray / "report.html").exists()
-        for argv in (["report", stray.name, "--quick"], ["compare", real.name, stray.name],
-                     ["export", stray.name], ["predict", stray.name, "x.png"]):
+        for argv in (
+            ["report", stray.name, "--quick"],
+            ["compare", real.name, stray.name],
+            ["export", stray.name],
+            ["predict", stray.name, "x.png"],
+        ):
             assert cli.main([*argv, "--runs-dir", str(root)]) == 2
             assert capsys.readouterr().err.startswith(f"RunNotFound: run {stray.name!r} not found")
     assert cli.main(["runs", "--runs-dir", str(root)]) == 0

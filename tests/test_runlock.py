@@ -29,9 +29,18 @@ def test_a_lock_held_by_another_process_blocks_until_that_process_dies(tmp_path)
     from helpers import subprocess_env
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from train.runlock import RunLock; RunLock(sys.argv[1]).acquire(); "
-                               "print('locked', flush=True); sys.stdin.read()", str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env())
+        [
+            sys.executable,
+            "-c",
+            "import sys; from train.runlock import RunLock; RunLock(sys.argv[1]).acquire(); "
+            "print('locked', flush=True); sys.stdin.read()",
+            str(tmp_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"  # the event: it holds the lock now
         with pytest.raises(RunBusyError) as info:

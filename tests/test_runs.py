@@ -25,8 +25,12 @@ CFG = {"epochs": 3, "monitor": "val_accuracy", "model": "cnn", "dataset": "mnist
 
 def test_list_and_format_runs(tmp_path):
     root = tmp_path / "runs"
-    _run(root, "20260101-000000-aaaa", CFG,
-         {"status": "completed", "epochs_completed": 3, "best": {"value": 0.98765}, "duration_seconds": 61.4})
+    _run(
+        root,
+        "20260101-000000-aaaa",
+        CFG,
+        {"status": "completed", "epochs_completed": 3, "best": {"value": 0.98765}, "duration_seconds": 61.4},
+    )
     _run(root, "20260102-000000-bbbb", CFG, "{not json", metrics="epoch,loss\n1,0.5\n2,0.4\n")
     _run(root, "20260103-000000-cccc", "{broken")  # config unreadable too
     (root / "not-a-run").mkdir()
@@ -34,16 +38,34 @@ def test_list_and_format_runs(tmp_path):
 
     rows = list_runs(root)
     assert [r["id"] for r in rows] == ["20260101-000000-aaaa", "20260102-000000-bbbb", "20260103-000000-cccc"]
-    assert rows[0] == {"id": "20260101-000000-aaaa", "status": "completed", "epochs": 3, "of": 3,
-                       "monitor": "val_accuracy", "best": 0.98765, "duration": 61.4, "model": "cnn",
-                       "dataset": "mnist", "smoke": False, "reason": None}
+    assert rows[0] == {
+        "id": "20260101-000000-aaaa",
+        "status": "completed",
+        "epochs": 3,
+        "of": 3,
+        "monitor": "val_accuracy",
+        "best": 0.98765,
+        "duration": 61.4,
+        "model": "cnn",
+        "dataset": "mnist",
+        "smoke": False,
+        "reason": None,
+    }
     assert (rows[1]["status"], rows[1]["epochs"], rows[1]["best"]) == ("unreadable", None, None)
     assert "manifest.json is unreadable" in rows[1]["reason"]
     assert (rows[2]["status"], rows[2]["epochs"], rows[2]["of"]) == ("unreadable", None, None)
 
     lines = format_runs(rows).splitlines()
     assert lines[0].split() == ["ID", "STATUS", "EPOCHS", "BEST", "DURATION", "MODEL", "DATASET"]
-    assert lines[1].split() == ["20260101-000000-aaaa", "completed", "3/3", "val_accuracy=0.9877", "61s", "cnn", "mnist"]
+    assert lines[1].split() == [
+        "20260101-000000-aaaa",
+        "completed",
+        "3/3",
+        "val_accuracy=0.9877",
+        "61s",
+        "cnn",
+        "mnist",
+    ]
     assert lines[2].split() == ["20260102-000000-bbbb", "unreadable", "-/-", "-", "-"]
     assert lines[3].split() == ["20260103-000000-cccc", "unreadable", "-/-", "-", "-"]
     assert lines[4].startswith("20260102-000000-bbbb: run 20260102-000000-bbbb:") and "backup" in lines[4]
@@ -52,8 +74,10 @@ def test_list_and_format_runs(tmp_path):
     assert all(line == line.rstrip() for line in lines)
 
 
-@pytest.mark.parametrize("manifest", ["[1, 2]", "null", '{"best": [1], "status": "completed"}',
-                                      '{"segments": 5, "status": "completed"}', b"\xff\xfe"])
+@pytest.mark.parametrize(
+    "manifest",
+    ["[1, 2]", "null", '{"best": [1], "status": "completed"}', '{"segments": 5, "status": "completed"}', b"\xff\xfe"],
+)
 def test_one_damaged_run_is_one_unreadable_row_and_never_takes_the_table_down(tmp_path, manifest):
     root = tmp_path / "runs"
     bad = _run(root, "20260101-000000-000001", CFG)
@@ -67,8 +91,12 @@ def test_one_damaged_run_is_one_unreadable_row_and_never_takes_the_table_down(tm
 
 def test_a_smoke_run_shows_the_one_epoch_it_trains(tmp_path):
     root = tmp_path / "runs"
-    _run(root, "20260101-000000-000001", {**CFG, "epochs": 5, "smoke": True},
-         {"status": "completed", "epochs_completed": 1, "segments": [{"epochs_planned": 1, "seconds": 3.0}]})
+    _run(
+        root,
+        "20260101-000000-000001",
+        {**CFG, "epochs": 5, "smoke": True},
+        {"status": "completed", "epochs_completed": 1, "segments": [{"epochs_planned": 1, "seconds": 3.0}]},
+    )
     _run(root, "20260101-000000-000002", {**CFG, "smoke": True}, {"status": "completed", "epochs_completed": 1})
     rows = list_runs(root)
     assert [(r["epochs"], r["of"]) for r in rows] == [(1, 1), (1, 1)]
@@ -77,10 +105,21 @@ def test_a_smoke_run_shows_the_one_epoch_it_trains(tmp_path):
 
 def test_duration_is_the_training_time_of_every_segment(tmp_path):
     root = tmp_path / "runs"
-    _run(root, "20260101-000000-000001", {**CFG, "epochs": 4},
-         {"status": "completed", "epochs_completed": 4, "duration_seconds": 55.0,
-          "segments": [{"seconds": 94.0, "status": "interrupted"}, {"seconds": None, "status": "killed"},
-                       {"seconds": 55.0, "status": "completed", "epochs_planned": 4}]})
+    _run(
+        root,
+        "20260101-000000-000001",
+        {**CFG, "epochs": 4},
+        {
+            "status": "completed",
+            "epochs_completed": 4,
+            "duration_seconds": 55.0,
+            "segments": [
+                {"seconds": 94.0, "status": "interrupted"},
+                {"seconds": None, "status": "killed"},
+                {"seconds": 55.0, "status": "completed", "epochs_planned": 4},
+            ],
+        },
+    )
     (row,) = list_runs(root)
     assert row["duration"] == 149.0 and row["of"] == 4
     assert format_runs([row]).splitlines()[1].split()[4] == "149s"
@@ -108,19 +147,39 @@ def test_runs_json_is_one_document_with_the_tables_fields(tmp_path, capsys):
     from train import cli
 
     root = tmp_path / "runs"
-    _run(root, "20260101-000000-000001", {**CFG, "epochs": 4},
-         {"status": "completed", "epochs_completed": 4, "best": {"value": 0.75},
-          "segments": [{"seconds": 94.0, "status": "interrupted"}, {"seconds": 55.5, "status": "completed",
-                                                                   "epochs_planned": 4}]})
+    _run(
+        root,
+        "20260101-000000-000001",
+        {**CFG, "epochs": 4},
+        {
+            "status": "completed",
+            "epochs_completed": 4,
+            "best": {"value": 0.75},
+            "segments": [
+                {"seconds": 94.0, "status": "interrupted"},
+                {"seconds": 55.5, "status": "completed", "epochs_planned": 4},
+            ],
+        },
+    )
     _run(root, "20260101-000000-000002", {**CFG, "smoke": True}, '{"status": "failed", "best": {"value": NaN}}')
     _run(root, "20260101-000000-000003", CFG, "[]")
     assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
     out = capsys.readouterr().out
     runs = json.loads(out)  # strict JSON: NaN would not load in other languages' parsers
     assert "NaN" not in out
-    assert runs[0] == {"id": "20260101-000000-000001", "status": "completed", "epochs_completed": 4,
-                       "epochs_planned": 4, "monitor": "val_accuracy", "best": 0.75, "duration_seconds": 149.5,
-                       "model": "cnn", "dataset": "mnist", "smoke": False, "unreadable_reason": None}
+    assert runs[0] == {
+        "id": "20260101-000000-000001",
+        "status": "completed",
+        "epochs_completed": 4,
+        "epochs_planned": 4,
+        "monitor": "val_accuracy",
+        "best": 0.75,
+        "duration_seconds": 149.5,
+        "model": "cnn",
+        "dataset": "mnist",
+        "smoke": False,
+        "unreadable_reason": None,
+    }
     second = runs[1]
     assert (second["status"], second["best"], second["smoke"], second["epochs_planned"]) == ("failed", None, True, 1)
     assert runs[2]["status"] == "unreadable" and "holds list" in runs[2]["unreadable_reason"]

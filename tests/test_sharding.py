@@ -26,9 +26,22 @@ def _global_batches(spec, s, epoch, batch, start=0):
 def _reassemble(spec, s, epoch, batch, replicas, per_worker, start=0, which="train"):
     """Run every worker's pipeline and glue the replicas' slices of each step back together."""
     workers = replicas // per_worker
-    streams = [_elements(data.replica_dataset(spec, s, which, epoch, batch, start, replicas=replicas,
-                                              first_replica=w * per_worker, local_replicas=per_worker))
-               for w in range(workers)]
+    streams = [
+        _elements(
+            data.replica_dataset(
+                spec,
+                s,
+                which,
+                epoch,
+                batch,
+                start,
+                replicas=replicas,
+                first_replica=w * per_worker,
+                local_replicas=per_worker,
+            )
+        )
+        for w in range(workers)
+    ]
     steps = len(streams[0]) // per_worker
     assert all(len(st) == steps * per_worker for st in streams)  # every worker runs the same number of steps
     out = []
@@ -76,8 +89,9 @@ def test_a_last_batch_smaller_than_the_replicas_leaves_empty_slices(make_npz):
 
 @pytest.mark.parametrize("cache", ["memory", "file", "none"])
 def test_every_cache_mode_slices_the_same_way(make_image_dir, tmp_path, cache):
-    s = _settings(dataset=f"images:{make_image_dir()}", cache=cache, seed=3, image_size=16,
-                  runs_dir=str(tmp_path / "runs"))
+    s = _settings(
+        dataset=f"images:{make_image_dir()}", cache=cache, seed=3, image_size=16, runs_dir=str(tmp_path / "runs")
+    )
     spec = data.load_data(s)
     got = _reassemble(spec, s, epoch=0, batch=16, replicas=2, per_worker=1)
     want = _global_batches(spec, s, epoch=0, batch=16)

@@ -68,7 +68,7 @@ def test_one_call_runs_n_steps_and_matches_a_hand_written_step():
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     for k in range(2):  # Keras' own mean-over-the-batch step, by hand
         with tf.GradientTape() as tape:
-            loss = loss_fn(y[5 * k:5 * k + 5], ref(x[5 * k:5 * k + 5], training=True))
+            loss = loss_fn(y[5 * k : 5 * k + 5], ref(x[5 * k : 5 * k + 5], training=True))
         grads = tape.gradient(loss, ref.trainable_variables)
         ref.optimizer.apply_gradients(zip(grads, ref.trainable_variables))
     for a, b in zip(ours.get_weights(), ref.get_weights()):
@@ -131,8 +131,9 @@ def _batchnorm_model():
     import keras
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization(),
-                              keras.layers.Dense(3, activation="softmax")])
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.BatchNormalization(), keras.layers.Dense(3, activation="softmax")]
+    )
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
     model.optimizer.build(model.trainable_variables)
     return model
@@ -153,7 +154,8 @@ def test_training_steps_use_batch_statistics_and_evaluation_the_moving_ones():
     assert np.array_equal(moving_mean.numpy(), np.zeros(4)), "evaluation updated the moving statistics"
     probs = model(x, training=False).numpy()
     assert totals.logs()["loss"] == pytest.approx(
-        float(keras.losses.sparse_categorical_crossentropy(y, probs).numpy().mean()), rel=1e-5)
+        float(keras.losses.sparse_categorical_crossentropy(y, probs).numpy().mean()), rel=1e-5
+    )
 
     Steps(model).train(_iterator(x, y, 5), tf.constant(1), tf.constant(0.0))
     assert (moving_mean.numpy() > 0).all(), "a training step left the moving statistics alone"
@@ -186,8 +188,12 @@ def test_regularization_losses_are_added_to_the_loss():
 
     def regularized():
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(
-            3, activation="softmax", kernel_regularizer=keras.regularizers.L2(0.5))])
+        model = keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(3, activation="softmax", kernel_regularizer=keras.regularizers.L2(0.5)),
+            ]
+        )
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
         model.optimizer.build(model.trainable_variables)
         return model
@@ -218,8 +224,12 @@ def test_a_models_own_loss_and_metrics_drive_the_steps():
     def squared(y, probs):
         return tf.reduce_sum(tf.square(tf.one_hot(tf.cast(y, tf.int32), 3) - probs), axis=-1) / 3
 
-    task = ModelEntry(None, "", loss=lambda reduction: _OneHot(squared_error(reduction)),
-                      metrics={"sq": squared, "top": lambda y, p: tf.reduce_max(p, axis=-1)})
+    task = ModelEntry(
+        None,
+        "",
+        loss=lambda reduction: _OneHot(squared_error(reduction)),
+        metrics={"sq": squared, "top": lambda y, p: tf.reduce_max(p, axis=-1)},
+    )
     x, y = _data()
     ours, ref = _model(), _model()
     out = Steps(ours, task=task).train(_iterator(x, y, 5), tf.constant(2), tf.constant(0.0)).numpy()
@@ -227,7 +237,7 @@ def test_a_models_own_loss_and_metrics_drive_the_steps():
     loss_fn = squared_error()
     for k in range(2):  # the same loss, Keras' mean over each batch, by hand
         with tf.GradientTape() as tape:
-            loss = loss_fn(tf.one_hot(y[5 * k:5 * k + 5], 3), ref(x[5 * k:5 * k + 5], training=True))
+            loss = loss_fn(tf.one_hot(y[5 * k : 5 * k + 5], 3), ref(x[5 * k : 5 * k + 5], training=True))
         ref.optimizer.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
     for a, b in zip(ours.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

@@ -115,6 +115,7 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
     import json
 
     from helpers import tiny_settings
+
     from train import cli, devices
 
     settings = tiny_settings(tmp_path)
@@ -136,6 +137,7 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
 
 def test_the_handler_is_installed_before_the_run_directory_is_made(tmp_path, monkeypatch):
     from helpers import tiny_settings
+
     from train import fit
 
     seen = []

@@ -46,10 +46,10 @@ class ReplicasOfOneWorker:
 def test_the_chiefs_replica_sends_its_values_exactly():
     import tensorflow as tf
 
-    values = np.array([1.5, -2.0, 2.0 ** 52 + 1, 0.0])
+    values = np.array([1.5, -2.0, 2.0**52 + 1, 0.0])
     got = sync.from_chief(ReplicasOfOneWorker([0]), values)
     assert got.dtype == np.float64 and got.tolist() == values.tolist()
-    assert sync.from_chief(ReplicasOfOneWorker([0]), [2 ** 40 + 1, 3]).dtype == np.float64  # integers too
+    assert sync.from_chief(ReplicasOfOneWorker([0]), [2**40 + 1, 3]).dtype == np.float64  # integers too
     # TensorFlow's default strategy (one process, one replica) is the chief's replica too.
     assert sync.from_chief(tf.distribute.get_strategy(), values).tolist() == values.tolist()
 
@@ -123,4 +123,3 @@ def test_variables_keep_their_values_on_the_chief():
     v = tf.Variable(np.array([[1.0, -3.25]], np.float32))
     sync.variables_from_chief(ReplicasOfOneWorker([0]), [v])
     assert v.numpy().tolist() == [[1.0, -3.25]]
-

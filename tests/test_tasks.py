@@ -17,9 +17,9 @@ if not (ROOT / "tasks.py").is_file():
     pytest.skip("tasks.py is a host-side file (not in the image)", allow_module_level=True)
 invoke = pytest.importorskip("invoke")
 sys.path.insert(0, str(ROOT))
-import tasks  # noqa: E402
-
 from invoke import Exit, MockContext, Result  # noqa: E402
+
+import tasks  # noqa: E402
 
 COMMIT = "abc12345" + "0" * 32  # what `git rev-parse HEAD` answers in ctx()
 GPU_RUNTIMES = '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'
@@ -66,9 +66,11 @@ def test_build_tags_with_lock_hash_and_commit():
     import hashlib
 
     lock_hash = hashlib.sha256(b"# requirements.lock\n").hexdigest()[:12]
-    assert cmd.startswith("DOCKER_BUILDKIT=1 docker build --target runtime --build-arg VARIANT=cpu --build-arg UID=1000 "
-                          "--build-arg GID=1000 "
-                          f"--build-arg GIT_COMMIT=abc12345{'0' * 32} ")
+    assert cmd.startswith(
+        "DOCKER_BUILDKIT=1 docker build --target runtime --build-arg VARIANT=cpu --build-arg UID=1000 "
+        "--build-arg GID=1000 "
+        f"--build-arg GIT_COMMIT=abc12345{'0' * 32} "
+    )
     assert f"-t tf-train-template:cpu -t tf-train-template:cpu-{lock_hash}-abc12345 ." in cmd
 
 
@@ -100,16 +102,20 @@ def test_build_rejects_a_bad_target_and_a_missing_ca_bundle():
 def test_train_runs_compose_as_the_host_user_with_the_gpu():
     c = ctx()
     tasks.train(c, args="--epochs 5")
-    assert echoed(c) == [f"TRAIN_ARGS='--epochs 5' GIT_COMMIT={COMMIT} HOST_UID=1234 HOST_GID=567 docker compose up "
-                         "--exit-code-from train train"]
+    assert echoed(c) == [
+        f"TRAIN_ARGS='--epochs 5' GIT_COMMIT={COMMIT} HOST_UID=1234 HOST_GID=567 docker compose up "
+        "--exit-code-from train train"
+    ]
     assert (tasks.ROOT / "runs").is_dir() and (tasks.ROOT / "data").is_dir()
 
 
 def test_train_cpu_detached_uses_the_cpu_override_and_needs_no_gpu():
     c = ctx(**{"nvidia-smi -L": Result("", exited=1)})
     tasks.train(c, cpu=True, detach=True)
-    assert echoed(c) == [f"GIT_COMMIT={COMMIT} HOST_UID=1234 HOST_GID=567 docker compose -f docker-compose.yml "
-                         "-f docker-compose.cpu.yml up --detach train"]
+    assert echoed(c) == [
+        f"GIT_COMMIT={COMMIT} HOST_UID=1234 HOST_GID=567 docker compose -f docker-compose.yml "
+        "-f docker-compose.cpu.yml up --detach train"
+    ]
     assert not any("nvidia-smi" in cmd for cmd in commands(c))
 
 
@@ -128,10 +134,13 @@ def test_train_local_and_detached_local():
     assert not any(cmd.startswith("docker") for cmd in commands(c))
 
 
-@pytest.mark.parametrize("missing, message", [
-    ("docker", "Docker is not installed"),
-    ("nvidia-smi", "no NVIDIA GPU found on this host"),
-])
+@pytest.mark.parametrize(
+    "missing, message",
+    [
+        ("docker", "Docker is not installed"),
+        ("nvidia-smi", "no NVIDIA GPU found on this host"),
+    ],
+)
 def test_missing_tools_stop_with_one_line(monkeypatch, missing, message):
     monkeypatch.setattr(tasks.shutil, "which", lambda name: None if name == missing else f"/usr/bin/{name}")
     with pytest.raises(Exit, match=message) as err:
@@ -155,14 +164,19 @@ def test_missing_nvidia_runtime_names_the_toolkit(monkeypatch):
 def test_no_gpu_names_the_driver_from_the_stack_table():
     pytest.importorskip("train.gpucheck.stack")  # the optional GPU check holds the table
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
-    with pytest.raises(Exit, match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\), or add --cpu"):
+    with pytest.raises(
+        Exit,
+        match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\), or add --cpu",
+    ):
         tasks.gpu_check(c)
 
 
 def test_no_gpu_without_the_gpu_check_still_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "train.gpucheck.stack", None)  # as if train/gpucheck/ were deleted
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
-    with pytest.raises(Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock, or add --cpu"):
+    with pytest.raises(
+        Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock, or add --cpu"
+    ):
         tasks.gpu_check(c)
 
 
@@ -245,7 +259,7 @@ def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(m
     assert check == ([f"{tasks.PY} -m train.gpucheck.stack"] if (ROOT / "train" / "gpucheck").is_dir() else [])
     monkeypatch.setitem(sys.modules, "train.gpucheck", None)  # as if train/gpucheck/ were deleted
     tasks.lock(c, package="numpy")
-    assert echoed(c)[4 + len(check):] == [gpu, cpu, test, server]  # no stack check without the package
+    assert echoed(c)[4 + len(check) :] == [gpu, cpu, test, server]  # no stack check without the package
 
 
 def test_lock_without_uv_says_how_to_get_it(monkeypatch):
@@ -300,8 +314,9 @@ def test_reproduce_runs_the_package_command_with_its_flags():
         f"{tasks.PY} -m train reproduce 20240101-000000-ab12 --local",
         f"{tasks.PY} -m train reproduce latest --local --allow-dirty --epochs 1",
     ]
-    assert echoed(c)[-1] == (f"{tasks.PY} -m train reproduce latest --container --data-dir data "
-                             "--base-image mirror/python:3.11")
+    assert echoed(c)[-1] == (
+        f"{tasks.PY} -m train reproduce latest --container --data-dir data --base-image mirror/python:3.11"
+    )
 
 
 def test_mutate_refuses_an_unknown_module_before_installing_anything(tmp_path):
@@ -320,8 +335,10 @@ def test_train_with_workers_local_starts_one_cluster_chief_in_the_foreground(mon
     (cmd,) = echoed(c)
     cluster = "WORKERS=127.0.0.1:5000,127.0.0.1:5001,127.0.0.1:5002"
     fit = f"{tasks.PY} -m train fit --smoke"
-    assert cmd == (f"{cluster} WORKER_INDEX=1 {fit} & {cluster} WORKER_INDEX=2 {fit} & "
-                   f"{cluster} WORKER_INDEX=0 {fit}; rc=$?; wait; exit $rc")
+    assert cmd == (
+        f"{cluster} WORKER_INDEX=1 {fit} & {cluster} WORKER_INDEX=2 {fit} & "
+        f"{cluster} WORKER_INDEX=0 {fit}; rc=$?; wait; exit $rc"
+    )
 
 
 def test_free_ports_are_distinct_and_bindable():
@@ -337,12 +354,15 @@ def test_free_ports_are_distinct_and_bindable():
 def test_train_with_two_workers_in_containers_uses_the_multiworker_compose_file():
     c = ctx()
     tasks.train(c, workers=2, args="--epochs 1")
-    assert echoed(c)[-1] == ("TRAIN_ARGS='--epochs 1' HOST_UID=1234 HOST_GID=567 docker compose "
-                             "-f docker-compose.multiworker.yml up --exit-code-from worker0")
+    assert echoed(c)[-1] == (
+        "TRAIN_ARGS='--epochs 1' HOST_UID=1234 HOST_GID=567 docker compose "
+        "-f docker-compose.multiworker.yml up --exit-code-from worker0"
+    )
 
 
-@pytest.mark.parametrize("kw, words", [({"workers": 3}, "defines 2 workers"),
-                                       ({"workers": 2, "detach": True}, "--detach")])
+@pytest.mark.parametrize(
+    "kw, words", [({"workers": 3}, "defines 2 workers"), ({"workers": 2, "detach": True}, "--detach")]
+)
 def test_train_with_workers_refuses_what_it_cannot_do(kw, words):
     with pytest.raises(Exit) as info:
         tasks.train(ctx(), **kw)

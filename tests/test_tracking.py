@@ -32,14 +32,33 @@ from train.errors import ConfigError
 # --- the setting -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("uri", ["http://127.0.0.1:5000", "https://mlflow.example.org/tracking/", "http://mlflow:5000",
-                                 "databricks", "databricks://profile"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://127.0.0.1:5000",
+        "https://mlflow.example.org/tracking/",
+        "http://mlflow:5000",
+        "databricks",
+        "databricks://profile",
+    ],
+)
 def test_tracking_servers_the_client_can_reach_are_accepted(uri):
     assert load_settings({"mlflow_tracking_uri": uri}, env_file=None, environ={}).mlflow_tracking_uri == uri
 
 
-@pytest.mark.parametrize("uri", ["127.0.0.1:5000", "http://", "ftp://host/x", "http://host :5000",
-                                 "http://[::1:5000", "file:///tmp/mlruns", "sqlite:///mlflow.db", "./mlruns"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "127.0.0.1:5000",
+        "http://",
+        "ftp://host/x",
+        "http://host :5000",
+        "http://[::1:5000",
+        "file:///tmp/mlruns",
+        "sqlite:///mlflow.db",
+        "./mlruns",
+    ],
+)
 def test_a_tracking_uri_mlflow_cannot_use_is_a_config_error_naming_it(uri):
     with pytest.raises(ConfigError) as info:
         load_settings({}, env_file=None, environ={"MLFLOW_TRACKING_URI": uri})
@@ -67,9 +86,12 @@ def test_the_tracking_settings_may_change_on_resume():
 
 
 def test_tags_name_commit_lock_data_and_image():
-    manifest = {"run_id": "r1", "git": {"commit": "abc123", "dirty": True, "source": "git"},
-                "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff" * 32},
-                "data": {"fingerprint": "cd" * 32, "dataset": "mnist"}}
+    manifest = {
+        "run_id": "r1",
+        "git": {"commit": "abc123", "dirty": True, "source": "git"},
+        "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff" * 32},
+        "data": {"fingerprint": "cd" * 32, "dataset": "mnist"},
+    }
     tags = tracking.tags_from_manifest(manifest)
     assert tags["commit"] == "abc123 (uncommitted changes)" and tags["mlflow.source.git.commit"] == "abc123"
     assert tags["lock_sha256"] == "ff" * 32 and tags["lock"] == "requirements.lock"
@@ -80,8 +102,9 @@ def test_tags_name_commit_lock_data_and_image():
 
 
 def test_params_are_the_settings_without_where_tracking_goes():
-    params = tracking.params_from_settings({"batch_size": 32, "smoke": False, "mlflow_tracking_uri": "http://h",
-                                            "mlflow_experiment": "x"})
+    params = tracking.params_from_settings(
+        {"batch_size": 32, "smoke": False, "mlflow_tracking_uri": "http://h", "mlflow_experiment": "x"}
+    )
     assert params == {"batch_size": "32", "smoke": "False"}
 
 
@@ -101,6 +124,7 @@ def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, cap
         def __getattr__(self, name):
             def fail(*a, **k):
                 raise ConnectionError("connection refused\nmore detail")
+
             return fail
 
     for name in ("manifest.json", "config.json", "report.html"):
@@ -111,8 +135,10 @@ def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, cap
         tracker.finish("completed")
     lines = [r.getMessage() for r in caplog.records]
     # After one failed upload the others are not tried: each would wait out its retries.
-    assert lines == [f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
-                     for what in ("epoch metrics", "manifest.json", "run status")]
+    assert lines == [
+        f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
+        for what in ("epoch metrics", "manifest.json", "run status")
+    ]
 
 
 def test_a_closed_port_is_unreachable_at_once():
@@ -137,14 +163,21 @@ def test_start_against_a_closed_port_is_one_warning_and_no_tracker(tmp_path, cap
 
 @pytest.mark.slow
 def test_a_run_without_tracking_imports_nothing_of_mlflow(tmp_path):
-    code = ("import sys, json; sys.path.insert(0, 'tests')\n"
-            "from helpers import tiny_settings\nfrom pathlib import Path\nfrom train.fit import train\n"
-            "r = train(tiny_settings(Path(sys.argv[1]), epochs=1, export=False, report='quick'))\n"
-            "import importlib.util\n"
-            "print(json.dumps({'status': r.status, 'installed': importlib.util.find_spec('mlflow') is not None,"
-            " 'imported': sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow' or m == 'train.tracking')}))\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                          env=subprocess_env(), cwd=PROJECT_ROOT)
+    code = (
+        "import sys, json; sys.path.insert(0, 'tests')\n"
+        "from helpers import tiny_settings\nfrom pathlib import Path\nfrom train.fit import train\n"
+        "r = train(tiny_settings(Path(sys.argv[1]), epochs=1, export=False, report='quick'))\n"
+        "import importlib.util\n"
+        "print(json.dumps({'status': r.status, 'installed': importlib.util.find_spec('mlflow') is not None,"
+        " 'imported': sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow' or m == 'train.tracking')}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=PROJECT_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["status"] == "completed" and out["imported"] == []
@@ -167,8 +200,10 @@ def _server_or_skip() -> str:
     if exe is None:
         if os.environ.get("REQUIRE_MLFLOW_SERVER") == "1":
             pytest.fail("REQUIRE_MLFLOW_SERVER=1 but no MLflow server: run scripts/venv-mlflow-server.sh")
-        pytest.skip("no MLflow server installed (scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server; "
-                    "the runtime image carries only the client)")
+        pytest.skip(
+            "no MLflow server installed (scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server; "
+            "the runtime image carries only the client)"
+        )
     return exe
 
 
@@ -177,8 +212,9 @@ def _running_server(args: list[str], home: Path, port: int):
     """`mlflow <args>` in `home`, until /health on 127.0.0.1:`port` answers; stopped afterwards."""
     log_path = home / "server.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen([_server_or_skip(), *args], stdout=out, stderr=subprocess.STDOUT, cwd=home,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [_server_or_skip(), *args], stdout=out, stderr=subprocess.STDOUT, cwd=home, start_new_session=True
+        )
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", proc, log_path)
         yield proc
@@ -194,9 +230,20 @@ def mlflow_server(tmp_path_factory):
     _server_or_skip()
     home = tmp_path_factory.mktemp("mlflow-server")
     (port,) = free_local_ports(1)
-    args = ["server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
-            "--artifacts-destination", str(home / "artifacts"), "--serve-artifacts"]
+    args = [
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{home / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(home / "artifacts"),
+        "--serve-artifacts",
+    ]
     with _running_server(args, home, port):
         yield f"http://127.0.0.1:{port}"
 
@@ -262,8 +309,16 @@ def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server
     assert tags["data_fingerprint"] == manifest["data"]["fingerprint"] and tags["image"]
 
     files = _artifacts(client, run_id)
-    assert {"manifest.json", "config.json", "report.html", "curves.png", "metrics.csv",
-            "export/model.keras", "export/labels.txt", "export/savedmodel/saved_model.pb"} <= files
+    assert {
+        "manifest.json",
+        "config.json",
+        "report.html",
+        "curves.png",
+        "metrics.csv",
+        "export/model.keras",
+        "export/labels.txt",
+        "export/savedmodel/saved_model.pb",
+    } <= files
     local = Path(client.download_artifacts(run_id, "manifest.json", str(tmp_path)))
     assert json.loads(local.read_text())["status"] == "completed"  # the final manifest, not the one at start
 
@@ -319,10 +374,15 @@ def test_with_two_workers_only_the_chief_logs(mlflow_server, tmp_path):
         cwd.mkdir()
         with open(cwd / "out.txt", "w") as out:
             flags = fit_flags(cwd, npz, epochs=2, export=False, report="quick", mlflow_experiment="two-workers")
-            procs.append(subprocess.Popen([sys.executable, "-m", "train", "fit", *flags], cwd=cwd, stdout=out,
-                                          stderr=subprocess.STDOUT,
-                                          env=env(WORKERS=workers, WORKER_INDEX=str(i),
-                                                  MLFLOW_TRACKING_URI=mlflow_server)))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "train", "fit", *flags],
+                    cwd=cwd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env(WORKERS=workers, WORKER_INDEX=str(i), MLFLOW_TRACKING_URI=mlflow_server),
+                )
+            )
     codes = [p.wait(timeout=900) for p in procs]  # the timeout only guards against a hang
     outputs = [(tmp_path / f"w{i}" / "out.txt").read_text() for i in range(2)]
     assert codes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
@@ -342,8 +402,19 @@ def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch)
     home = tmp_path / "server"
     home.mkdir()
     (port,) = free_local_ports(1)
-    args = ["server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}", "--artifacts-destination", str(home / "a")]
+    args = [
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{home / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(home / "a"),
+    ]
     with _running_server(args, home, port) as server:
         original = tracking.Tracker.log_epoch
 
@@ -371,10 +442,33 @@ def test_an_unreachable_server_is_one_warning_and_the_training_completes(tmp_pat
     (port,) = free_local_ports(1)  # nothing listens there
     npz = make_npz(tmp_path)
     env = subprocess_env(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
-    proc = subprocess.run([sys.executable, "-m", "train", "fit", "--dataset", f"npz:{npz}", "--runs-dir",
-                           str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), "--epochs", "1",
-                           "--batch-size", "32", "--precision", "float32", "--no-export", "--report", "quick"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "train",
+            "fit",
+            "--dataset",
+            f"npz:{npz}",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "32",
+            "--precision",
+            "float32",
+            "--no-export",
+            "--report",
+            "quick",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     warnings = [line for line in proc.stdout.splitlines() if "MLflow" in line]
     assert len(warnings) == 1 and "tracking off for this run" in warnings[0] and f"127.0.0.1:{port}" in warnings[0]
@@ -423,7 +517,7 @@ def test_the_mlflow_profile_is_a_local_only_server_with_sqlite_and_artifacts_on_
     server = compose["services"]["mlflow"]
     assert server["profiles"] == ["mlflow"]
     client = _pinned("requirements.lock", "mlflow-skinny")
-    assert server["image"] == "${MLFLOW_IMAGE:-ghcr.io/mlflow/mlflow:v%s}" % client  # the client's version
+    assert server["image"] == "${MLFLOW_IMAGE:-ghcr.io/mlflow/mlflow:v" + client + "}"  # the client's version
     assert server["ports"] == ["127.0.0.1:${MLFLOW_PORT:-5000}:5000"]  # loopback only: no authentication
     assert server["volumes"] == ["mlflow:/mlflow"] and "mlflow" in compose["volumes"]
     command = server["command"]
@@ -449,8 +543,13 @@ def test_compose_starts_the_server_only_with_its_profile_and_points_the_training
         pytest.skip("no Docker Compose v2 binary (docker compose / docker-compose) installed")
 
     def config(*args, **env):
-        out = subprocess.run([*compose, *args, "config", "--format", "json"], cwd=PROJECT_ROOT, capture_output=True,
-                             text=True, env={"PATH": os.environ.get("PATH", ""), **env})
+        out = subprocess.run(
+            [*compose, *args, "config", "--format", "json"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ.get("PATH", ""), **env},
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
@@ -469,12 +568,18 @@ def test_the_profiles_server_command_runs_and_answers_the_training_containers_ho
     """The compose service's own command line, with its paths moved under tmp_path, on a free port."""
     command = _compose_file()["services"]["mlflow"]["command"]
     (port,) = free_local_ports(1)
-    args = [a.replace("--host=0.0.0.0", "--host=127.0.0.1").replace("--port=5000", f"--port={port}")
-            .replace("/mlflow/", f"{tmp_path}/") for a in command[1:]]
+    args = [
+        a.replace("--host=0.0.0.0", "--host=127.0.0.1")
+        .replace("--port=5000", f"--port={port}")
+        .replace("/mlflow/", f"{tmp_path}/")
+        for a in command[1:]
+    ]
     with _running_server(args + ["--workers=1"], tmp_path, port):
+
         def status(host: str) -> int:
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1",
-                                             headers={"Host": host})
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1", headers={"Host": host}
+            )
             try:
                 with urllib.request.urlopen(request, timeout=30) as r:
                     return r.status

@@ -113,7 +113,9 @@ class _Reader:
 
     def mapping(self, indent: int, into: dict | None = None) -> dict:
         out = {} if into is None else into
-        while self.i < len(self.lines) and self.lines[self.i][0] == indent and not self.lines[self.i][1].startswith("- "):
+        while (
+            self.i < len(self.lines) and self.lines[self.i][0] == indent and not self.lines[self.i][1].startswith("- ")
+        ):
             text = self.lines[self.i][1]
             m = re.match(r'^("[^"]*"|[^:]+?):(?:\s+(.*))?$', text)
             if not m:
@@ -126,8 +128,10 @@ class _Reader:
                 rest = rest.strip()
             if rest:
                 value = _scalar(rest, self.anchors)
-            elif self.i < len(self.lines) and (self.lines[self.i][0] > indent or
-                                               (self.lines[self.i][0] == indent and self.lines[self.i][1].startswith("- "))):
+            elif self.i < len(self.lines) and (
+                self.lines[self.i][0] > indent
+                or (self.lines[self.i][0] == indent and self.lines[self.i][1].startswith("- "))
+            ):
                 value = self.block(self.lines[self.i][0])
             else:
                 value = None

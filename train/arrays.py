@@ -35,10 +35,14 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in NPZ_KEYS if k not in z.files]
             if missing:
-                raise DataError(f"{path}: missing array(s) {', '.join(missing)}; an .npz needs x_train, y_train, x_test, y_test (Keras layout)")
+                raise DataError(
+                    f"{path}: missing array(s) {', '.join(missing)}; an .npz needs x_train, y_train, x_test, y_test (Keras layout)"
+                )
             return {k: z[k] for k in z.files}
     except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
-        raise DataError(f"{path} is corrupt or truncated ({type(e).__name__}: {e}); replace it with a good copy") from None
+        raise DataError(
+            f"{path} is corrupt or truncated ({type(e).__name__}: {e}); replace it with a good copy"
+        ) from None
 
 
 def _check_npz_magic(path: Path) -> None:
@@ -47,7 +51,9 @@ def _check_npz_magic(path: Path) -> None:
         with open(path, "rb") as fh:
             head = fh.read(64)
     except IsADirectoryError:
-        raise DataError(f"{path} is a directory, not a file; give the path of an .npz file (or use images:<dir>)") from None
+        raise DataError(
+            f"{path} is a directory, not a file; give the path of an .npz file (or use images:<dir>)"
+        ) from None
     except OSError as e:
         raise DataError(f"{path}: cannot read it ({e.strerror}); check the path and its permissions") from None
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
@@ -60,8 +66,10 @@ def _check_npz_magic(path: Path) -> None:
         what = f"it is text ({head[:24].decode('ascii').strip()!r}...)"
     else:
         what = "it does not start like a zip archive"
-    raise DataError(f"{path} is not an .npz file ({what}); save the arrays with "
-                    "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
+    raise DataError(
+        f"{path} is not an .npz file ({what}); save the arrays with "
+        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)"
+    )
 
 
 def check_arrays(where: str, arrays: dict[str, np.ndarray], num_classes: int | None) -> tuple:
@@ -77,12 +85,16 @@ def check_arrays(where: str, arrays: dict[str, np.ndarray], num_classes: int | N
             if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
                 raise DataError(f"{where}: x_{split} has dtype {x.dtype}; expected uint8 pixel values 0..255")
             if not (np.all(np.isfinite(x)) and x.min() >= 0 and x.max() <= 255 and np.all(x == np.round(x))):
-                raise DataError(f"{where}: x_{split} holds values outside whole numbers 0..255; store raw uint8 pixels (the model rescales)")
+                raise DataError(
+                    f"{where}: x_{split} holds values outside whole numbers 0..255; store raw uint8 pixels (the model rescales)"
+                )
             x = x.astype(np.uint8)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]  # cifar10 keeps labels as (N, 1)
         if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-            raise DataError(f"{where}: y_{split} has shape {y.shape} and dtype {y.dtype}; expected integer class ids of shape (N,)")
+            raise DataError(
+                f"{where}: y_{split} has shape {y.shape} and dtype {y.dtype}; expected integer class ids of shape (N,)"
+            )
         if len(y) != len(x):
             raise DataError(f"{where}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
         out += [x, y.astype(np.int64)]

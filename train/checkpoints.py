@@ -77,11 +77,21 @@ def read_state(path: Path) -> Loaded:
             meta = json.loads(npz["__meta__"].tobytes().decode())
             names = sorted(k for k in npz.files if k != "__meta__")
             data = {k: npz[k] for k in names}  # reading every member checks its CRC
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        EOFError,
+        zipfile.BadZipFile,
+        json.JSONDecodeError,
+        UnicodeDecodeError,
+    ) as exc:
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc})") from None
     model_arrays = [data[k] for k in names if k.startswith("m")]
     opt_arrays = [data[k] for k in names if k.startswith("o")]
-    if len(model_arrays) != len(meta.get("model_variables", ())) or len(opt_arrays) != len(meta.get("optimizer_variables", ())):
+    if len(model_arrays) != len(meta.get("model_variables", ())) or len(opt_arrays) != len(
+        meta.get("optimizer_variables", ())
+    ):
         raise CheckpointError(f"checkpoint {path} is incomplete: variable count does not match its header")
     return Loaded(path, meta, model_arrays, opt_arrays)
 
@@ -147,7 +157,9 @@ def restore(model, loaded: Loaded) -> None:
     if not optimizer.built:
         optimizer.build(model.trainable_variables)
     try:
-        _check_shapes("optimizer", optimizer.variables, loaded.meta["optimizer_variables"], loaded.optimizer_arrays, loaded.path)
+        _check_shapes(
+            "optimizer", optimizer.variables, loaded.meta["optimizer_variables"], loaded.optimizer_arrays, loaded.path
+        )
     except CheckpointError as exc:
         raise CheckpointError(f"the optimizer state cannot be restored: {exc}") from None
     for v, arr in zip(model.variables, loaded.model_arrays):

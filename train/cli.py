@@ -11,8 +11,8 @@ import argparse
 import importlib
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Sequence
 
 from .config import Settings, load_settings
 from .errors import EXIT_CODES, Interrupted, ReproduceMismatch, TemplateError
@@ -38,8 +38,7 @@ def _add_setting_flags(p: argparse.ArgumentParser) -> None:
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
-            group.add_argument(flag, dest=f.name, default=None, action=_OnOff,
-                               help=f.metadata["doc"])
+            group.add_argument(flag, dest=f.name, default=None, action=_OnOff, help=f.metadata["doc"])
         else:
             # Parsed as text and coerced by config, so a bad flag gets the same message as a bad .env line.
             group.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=f.metadata["doc"])
@@ -48,19 +47,28 @@ def _add_setting_flags(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     epilog = "exit codes:\n" + "\n".join(f"  {k:>3}  {v}" for k, v in EXIT_CODES.items())
     # allow_abbrev=False everywhere: a prefix (`--epoch`, `--lr`) must not quietly become another flag.
-    parser = argparse.ArgumentParser(prog="python -m train", description="Reproducible TensorFlow training runs.",
-                                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)
+    parser = argparse.ArgumentParser(
+        prog="python -m train",
+        description="Reproducible TensorFlow training runs.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
     sub = parser.add_subparsers(dest="command")
 
     fit = sub.add_parser("fit", allow_abbrev=False, help="train a model (the default command)")
     fit.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
     fit.add_argument("--force", action="store_true", help="resume even if settings or data differ from the run's own")
-    fit.add_argument("--restart", action="store_true",
-                     help="with --resume RUN: train RUN again from epoch 1 in its own directory when its checkpoints are gone")
+    fit.add_argument(
+        "--restart",
+        action="store_true",
+        help="with --resume RUN: train RUN again from epoch 1 in its own directory when its checkpoints are gone",
+    )
     _add_setting_flags(fit)
 
-    exp = sub.add_parser("export", allow_abbrev=False, help="export a run's best weights as SavedModel + .keras + labels")
+    exp = sub.add_parser(
+        "export", allow_abbrev=False, help="export a run's best weights as SavedModel + .keras + labels"
+    )
     exp.add_argument("run", help="run id, run directory or 'latest'")
     exp.add_argument("--env-file", default=".env")
     exp.add_argument("--runs-dir", default=None)
@@ -84,19 +92,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmp_ = sub.add_parser("compare", help="settings that differ, final and best metrics, time to best, overlaid curves")
     cmp_.add_argument("runs", nargs="+", metavar="RUN", help="two or more run ids, run directories or 'latest'")
-    cmp_.add_argument("--out", default=None, help="also write the overlaid curves: a .png, or an .html page with the tables")
+    cmp_.add_argument(
+        "--out", default=None, help="also write the overlaid curves: a .png, or an .html page with the tables"
+    )
     cmp_.add_argument("--env-file", default=".env")
     cmp_.add_argument("--runs-dir", default=None)
 
-    rep = sub.add_parser("reproduce", allow_abbrev=False, help="rerun a run from its own record and say whether it matches")
+    rep = sub.add_parser(
+        "reproduce", allow_abbrev=False, help="rerun a run from its own record and say whether it matches"
+    )
     rep.add_argument("run", help="run id, run directory or 'latest'")
     where = rep.add_mutually_exclusive_group(required=True)
-    where.add_argument("--local", action="store_true",
-                       help="rerun in this environment (installed versions compared with the run's)")
-    where.add_argument("--container", action="store_true",
-                       help="rerun in the run's image IMAGE:<target>-<lock hash>-<commit>, built from the commit if missing")
-    rep.add_argument("--data-dir", default="data", help="--container: the host folder mounted as /data (default ./data)")
-    rep.add_argument("--target", choices=("cpu", "gpu"), default=None, help="--container: image target (default: the run's lock)")
+    where.add_argument(
+        "--local", action="store_true", help="rerun in this environment (installed versions compared with the run's)"
+    )
+    where.add_argument(
+        "--container",
+        action="store_true",
+        help="rerun in the run's image IMAGE:<target>-<lock hash>-<commit>, built from the commit if missing",
+    )
+    rep.add_argument(
+        "--data-dir", default="data", help="--container: the host folder mounted as /data (default ./data)"
+    )
+    rep.add_argument(
+        "--target", choices=("cpu", "gpu"), default=None, help="--container: image target (default: the run's lock)"
+    )
     rep.add_argument("--base-image", default="", help="--container: build argument BASE_IMAGE when the image is built")
     rep.add_argument("--ca-bundle", default="", help="--container: a CA bundle for pip behind a TLS proxy, when built")
     rep.add_argument("--network", default="", help="--container: docker build --network, when built")
@@ -105,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--env-file", default=".env")
     rep.add_argument("--runs-dir", default=None)
 
-    st = sub.add_parser("settings", allow_abbrev=False, help="print every setting: resolved values, .env.example or the README table")
+    st = sub.add_parser(
+        "settings", allow_abbrev=False, help="print every setting: resolved values, .env.example or the README table"
+    )
     st.add_argument("--env-file", default=".env")
     st.add_argument("--format", choices=("resolved", "env-example", "table"), default="resolved")
     for module in OPTIONAL_COMMANDS.values():
@@ -186,8 +208,15 @@ def run(argv: Sequence[str]) -> int:
 
             from .reproduce_image import ImageOptions
 
-            image = ImageOptions(Path(args.data_dir), args.target or "", os.environ.get("IMAGE", "tf-train-template"),
-                                 args.base_image, args.ca_bundle, args.network, os.environ.get("DOCKER", "docker"))
+            image = ImageOptions(
+                Path(args.data_dir),
+                args.target or "",
+                os.environ.get("IMAGE", "tf-train-template"),
+                args.base_image,
+                args.ca_bundle,
+                args.network,
+                os.environ.get("DOCKER", "docker"),
+            )
         verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image)
         print(format_verdict(verdict))
         return 0 if verdict.match else ReproduceMismatch.exit_code
@@ -233,8 +262,6 @@ def _debug_setting(argv: Sequence[str]) -> bool:
     return "--no-debug" not in argv and debug_requested(env_file)
 
 
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
@@ -247,5 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("Stopped at once (second Ctrl-C): the last saved state is kept; --resume continues from it.", file=sys.stderr)
+        print(
+            "Stopped at once (second Ctrl-C): the last saved state is kept; --resume continues from it.",
+            file=sys.stderr,
+        )
         return 130

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .errors import ConfigError
 
@@ -71,10 +71,15 @@ def from_workers(workers: str, worker_index: int) -> Cluster:
     if len(set(addresses)) != len(addresses):
         raise ConfigError("WORKERS", workers, "an address appears twice; give each worker its own host:port")
     if worker_index < 0:
-        raise ConfigError("WORKER_INDEX", worker_index,
-                          f"WORKERS lists {len(addresses)} workers: set WORKER_INDEX to this worker's place, 0..{len(addresses) - 1}")
+        raise ConfigError(
+            "WORKER_INDEX",
+            worker_index,
+            f"WORKERS lists {len(addresses)} workers: set WORKER_INDEX to this worker's place, 0..{len(addresses) - 1}",
+        )
     if worker_index >= len(addresses):
-        raise ConfigError("WORKER_INDEX", worker_index, f"WORKERS lists {len(addresses)} workers: 0..{len(addresses) - 1}")
+        raise ConfigError(
+            "WORKER_INDEX", worker_index, f"WORKERS lists {len(addresses)} workers: 0..{len(addresses) - 1}"
+        )
     return Cluster(tuple(addresses), worker_index, "WORKERS")
 
 
@@ -101,12 +106,18 @@ def from_tf_config(raw: str) -> Cluster:
     everyone = jobs["chief"] + jobs["worker"]
     if not everyone:
         raise ConfigError("TF_CONFIG", raw, "the cluster lists no worker")
-    if not isinstance(task, dict) or task.get("type") not in JOBS or not isinstance(task.get("index"), int) \
-            or isinstance(task.get("index"), bool):
+    if (
+        not isinstance(task, dict)
+        or task.get("type") not in JOBS
+        or not isinstance(task.get("index"), int)
+        or isinstance(task.get("index"), bool)
+    ):
         raise ConfigError("TF_CONFIG", raw, 'task must be {"type": "worker" or "chief", "index": N}')
     kind, index = task["type"], task["index"]
     if not 0 <= index < len(jobs[kind]):
-        raise ConfigError("TF_CONFIG", raw, f"task index {index} is out of range: cluster.{kind} has {len(jobs[kind])} entries")
+        raise ConfigError(
+            "TF_CONFIG", raw, f"task index {index} is out of range: cluster.{kind} has {len(jobs[kind])} entries"
+        )
     return Cluster(tuple(everyone), index + (len(jobs["chief"]) if kind == "worker" else 0), "TF_CONFIG")
 
 
@@ -114,10 +125,16 @@ def read_cluster(workers: str, worker_index: int, environ: Mapping[str, str]) ->
     """The cluster from the settings and the environment; ConfigError naming the setting."""
     raw = environ.get("TF_CONFIG", "").strip()
     if raw and workers.strip():
-        raise ConfigError("WORKERS", workers, "TF_CONFIG is set too: use one of them (TF_CONFIG wins in most launchers; unset WORKERS)")
+        raise ConfigError(
+            "WORKERS",
+            workers,
+            "TF_CONFIG is set too: use one of them (TF_CONFIG wins in most launchers; unset WORKERS)",
+        )
     if raw:
         if worker_index >= 0:
-            raise ConfigError("WORKER_INDEX", worker_index, "TF_CONFIG names this worker's index already: unset WORKER_INDEX")
+            raise ConfigError(
+                "WORKER_INDEX", worker_index, "TF_CONFIG names this worker's index already: unset WORKER_INDEX"
+            )
         return from_tf_config(raw)
     return from_workers(workers, worker_index)
 

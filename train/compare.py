@@ -8,8 +8,8 @@ TensorFlow.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .errors import ConfigError
 from .history import RunRecords
@@ -53,8 +53,10 @@ def differing_settings(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]
 
 def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     """Status, epochs, final metrics, best MONITOR and the training time to reach it."""
-    rows = [("status", [str(r.manifest.get("status", "unknown")) for r in runs]),
-            ("epochs", [f"{len(r.rows)}/{r.config.get('epochs', '?')}" for r in runs])]
+    rows = [
+        ("status", [str(r.manifest.get("status", "unknown")) for r in runs]),
+        ("epochs", [f"{len(r.rows)}/{r.config.get('epochs', '?')}" for r in runs]),
+    ]
     for key in METRICS:
         rows.append((f"final {key}", [_num(r.rows[-1].get(key)) if r.rows else "-" for r in runs]))
     bests = [r.best_row() for r in runs]
@@ -69,10 +71,18 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
 def format_comparison(runs: Sequence[RunRecords]) -> str:
     header = ["", *[r.name for r in runs]]
     settings = differing_settings(runs)
-    blocks = [_columns([["settings that differ", *header[1:]],
-                        *([[k, *v] for k, v in settings] or [["(none)", *["" for _ in runs]]])]),
-              _columns([["metrics", *header[1:]], *[[k, *v] for k, v in metric_rows(runs)]])]
-    blocks.append("time to best: training seconds (sum of epoch_seconds, validation excluded) until the best epoch ended")
+    blocks = [
+        _columns(
+            [
+                ["settings that differ", *header[1:]],
+                *([[k, *v] for k, v in settings] or [["(none)", *["" for _ in runs]]]),
+            ]
+        ),
+        _columns([["metrics", *header[1:]], *[[k, *v] for k, v in metric_rows(runs)]]),
+    ]
+    blocks.append(
+        "time to best: training seconds (sum of epoch_seconds, validation excluded) until the best epoch ended"
+    )
     return "\n\n".join(blocks)
 
 
@@ -128,7 +138,9 @@ def compare_runs(runs_dir: str | Path, names: Sequence[str], out: str | None = N
     from .rundir import resolve_run
 
     if len(names) < 2:
-        raise ConfigError("RUN", " ".join(names), "compare needs two or more runs: python -m train compare RUN RUN [RUN...]")
+        raise ConfigError(
+            "RUN", " ".join(names), "compare needs two or more runs: python -m train compare RUN RUN [RUN...]"
+        )
     out_path = check_out(out)
     dirs = [resolve_run(runs_dir, name) for name in names]
     check_distinct(dirs, names)

@@ -11,9 +11,10 @@ import dataclasses
 import logging
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from . import datasets, models
 from .envfile import read_env_file
@@ -41,16 +42,20 @@ class Settings:
     """The resolved configuration of one run. Field names map to UPPER_CASE variables."""
 
     # --- data ---
-    dataset: str = _f("mnist", " | ".join(datasets.DATASETS)
-                      + " | npz:<file> | images:<dir> (one sub-directory per class)")
+    dataset: str = _f(
+        "mnist", " | ".join(datasets.DATASETS) + " | npz:<file> | images:<dir> (one sub-directory per class)"
+    )
     data_dir: str = _f("./data", "where built-in data sets are read from (<name>.npz) and downloads are cached")
     image_size: int = _f(64, "images:<dir> only: images are resized to IMAGE_SIZE x IMAGE_SIZE", min=8, max=4096)
     channels: int = _f(3, "images:<dir> only: 1 (grayscale) or 3 (RGB)", choices=(1, 3))
     val_split: float = _f(0.1, "images:<dir> only: fraction held out for validation (seeded split)", min=0.0, max=0.9)
-    cache: str = _f("memory", "memory | file (RUNS_DIR/.cache, shared by runs) | none: cache decoded examples",
-                    choices=CACHE_MODES)
+    cache: str = _f(
+        "memory", "memory | file (RUNS_DIR/.cache, shared by runs) | none: cache decoded examples", choices=CACHE_MODES
+    )
     shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
-    smoke: bool = _f(False, "smoke test: 512 training / 256 validation examples, 1 epoch, to check the whole path in seconds")
+    smoke: bool = _f(
+        False, "smoke test: 512 training / 256 validation examples, 1 epoch, to check the whole path in seconds"
+    )
     # --- model and optimisation ---
     model: str = _f("cnn", models.describe())
     epochs: int = _f(3, "number of epochs", min=1, max=100000)
@@ -58,48 +63,96 @@ class Settings:
     learning_rate: float = _f(1e-3, "Adam learning rate", min=1e-8, max=10.0)
     lr_schedule: str = _f("constant", "constant | cosine (decays to 0 over all training steps)", choices=LR_SCHEDULES)
     seed: int = _f(42, "seed for weights, data split and shuffle order", min=0, max=2**31 - 1)
-    deterministic: bool = _f(False, "enable TensorFlow op determinism: bit-identical results on one machine, a little slower")
+    deterministic: bool = _f(
+        False, "enable TensorFlow op determinism: bit-identical results on one machine, a little slower"
+    )
     # --- devices ---
-    precision: str = _f("auto", "auto | float32 | mixed_float16 | mixed_bfloat16 (auto picks from the hardware)", choices=PRECISIONS)
+    precision: str = _f(
+        "auto", "auto | float32 | mixed_float16 | mixed_bfloat16 (auto picks from the hardware)", choices=PRECISIONS
+    )
     memory_growth: bool = _f(True, "let GPU memory grow as needed instead of taking it all at start")
     jit_compile: bool = _f(False, "compile the train step with XLA")
-    steps_per_execution: int = _f(1, "train steps run per call into TensorFlow (fewer Python round trips)", min=1, max=10000)
+    steps_per_execution: int = _f(
+        1, "train steps run per call into TensorFlow (fewer Python round trips)", min=1, max=10000
+    )
     # --- run directory, checkpoints, stopping ---
     runs_dir: str = _f("./runs", "where run directories are created (the mounted volume in the container)")
     run_name: str = _f("", "optional label appended to the run id (letters, digits, - and _)")
-    resume: str = _f("", "continue a run: its id or path, latest, or auto (the newest run if it did not finish and its settings match, else a new run); empty: a new run")
+    resume: str = _f(
+        "",
+        "continue a run: its id or path, latest, or auto (the newest run if it did not finish and its settings match, else a new run); empty: a new run",
+    )
     checkpoint_every: int = _f(200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0)
     keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
-    monitor: str = _f("val_accuracy", "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss "
-                      "(or val_<name>/<name> of a metric the model adds)")
+    monitor: str = _f(
+        "val_accuracy",
+        "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss "
+        "(or val_<name>/<name> of a metric the model adds)",
+    )
     monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
-    patience: int = _f(0, "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)", min=0, max=100000)
+    patience: int = _f(
+        0,
+        "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)",
+        min=0,
+        max=100000,
+    )
     min_delta: float = _f(0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0)
     max_minutes: float = _f(0.0, "time budget: save and stop cleanly after this many minutes (0: no limit)", min=0.0)
-    auto_batch: bool = _f(False, "on GPU out-of-memory, halve BATCH_SIZE and continue from the last checkpoint (at most 3 times)")
+    auto_batch: bool = _f(
+        False, "on GPU out-of-memory, halve BATCH_SIZE and continue from the last checkpoint (at most 3 times)"
+    )
     export: bool = _f(True, "export SavedModel + .keras + labels at the end of training")
-    report: str = _f("full", "report.html: full (at the end also the validation set: confusion matrix, most wrong images) | quick (curves and summary only) | off", choices=REPORT_MODES)
-    progress: str = _f("auto", "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise", choices=PROGRESS_MODES)
+    report: str = _f(
+        "full",
+        "report.html: full (at the end also the validation set: confusion matrix, most wrong images) | quick (curves and summary only) | off",
+        choices=REPORT_MODES,
+    )
+    progress: str = _f(
+        "auto",
+        "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise",
+        choices=PROGRESS_MODES,
+    )
     debug: bool = _f(False, "show Python tracebacks for expected errors")
     # --- experiment tracking (optional) ---
-    mlflow_tracking_uri: str = _f("", "MLflow tracking server, e.g. http://127.0.0.1:5000: log settings, metrics, tags and files there (empty: off)")
+    mlflow_tracking_uri: str = _f(
+        "",
+        "MLflow tracking server, e.g. http://127.0.0.1:5000: log settings, metrics, tags and files there (empty: off)",
+    )
     mlflow_experiment: str = _f("Default", "MLflow experiment the runs are logged in (created when missing)")
     # --- several machines (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it) ---
-    workers: str = _f("", "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process")
+    workers: str = _f(
+        "", "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process"
+    )
     worker_index: int = _f(-1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         return validate(dataclasses.replace(self, **changes))
 
 
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = {
-    "runs_dir", "data_dir", "epochs", "max_minutes", "progress", "debug", "export", "keep_checkpoints",
-    "checkpoint_every", "memory_growth", "auto_batch", "resume", "patience", "min_delta", "report",
-    "workers", "worker_index", "mlflow_tracking_uri", "mlflow_experiment",
+    "runs_dir",
+    "data_dir",
+    "epochs",
+    "max_minutes",
+    "progress",
+    "debug",
+    "export",
+    "keep_checkpoints",
+    "checkpoint_every",
+    "memory_growth",
+    "auto_batch",
+    "resume",
+    "patience",
+    "min_delta",
+    "report",
+    "workers",
+    "worker_index",
+    "mlflow_tracking_uri",
+    "mlflow_experiment",
 }
 
 
@@ -166,8 +219,9 @@ def _check_runs_dir_path(runs_dir: str) -> None:
         if part.exists() or part.is_symlink():
             # A storage problem (exit 7, as a read-only RUNS_DIR), said plainly instead of "File exists".
             what = "a broken link" if not part.exists() else "a file"
-            raise StorageError(f"cannot write {runs_dir}: {part} is {what}, not a directory; "
-                               "point RUNS_DIR at a directory")
+            raise StorageError(
+                f"cannot write {runs_dir}: {part} is {what}, not a directory; point RUNS_DIR at a directory"
+            )
 
 
 # What the mlflow-skinny client in the lock can talk to. Its local stores need more: SQLite and the
@@ -188,17 +242,27 @@ def _check_tracking(s: Settings) -> None:
     except ValueError:  # e.g. an unclosed [IPv6 bracket
         parts, host = urlsplit(""), None
     scheme = "databricks" if uri == "databricks" else parts.scheme
-    if uri != uri.strip() or any(c.isspace() for c in uri) or scheme not in _TRACKING_SCHEMES or (
-            scheme in ("http", "https") and not host):
-        raise ConfigError("MLFLOW_TRACKING_URI", uri,
-                          "the URL of an MLflow tracking server (http://host:5000, https://...) or databricks; empty "
-                          "turns tracking off. For a local store (file:, sqlite:) run a server on it "
-                          "(`docker compose --profile mlflow`, or `mlflow server`) and give its URL")
+    if (
+        uri != uri.strip()
+        or any(c.isspace() for c in uri)
+        or scheme not in _TRACKING_SCHEMES
+        or (scheme in ("http", "https") and not host)
+    ):
+        raise ConfigError(
+            "MLFLOW_TRACKING_URI",
+            uri,
+            "the URL of an MLflow tracking server (http://host:5000, https://...) or databricks; empty "
+            "turns tracking off. For a local store (file:, sqlite:) run a server on it "
+            "(`docker compose --profile mlflow`, or `mlflow server`) and give its URL",
+        )
     if parts.password or parts.username and scheme != "databricks":
         # config.json and the manifest record the URI: a password in it would be written to disk.
-        raise ConfigError("MLFLOW_TRACKING_URI", uri.replace(parts.password or "", "***"),
-                          "no user or password in the URI: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
-                          "in the environment instead (the MLflow client reads them there)")
+        raise ConfigError(
+            "MLFLOW_TRACKING_URI",
+            uri.replace(parts.password or "", "***"),
+            "no user or password in the URI: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
+            "in the environment instead (the MLflow client reads them there)",
+        )
     if not s.mlflow_experiment.strip():
         raise ConfigError("MLFLOW_EXPERIMENT", s.mlflow_experiment, "an experiment name, e.g. Default")
 
@@ -218,16 +282,24 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("MONITOR", s.monitor, "one of " + ", ".join(models.monitors(s.model)))
     least = models.entry(s.model).min_image_size
     if s.dataset.startswith("images:") and s.image_size < least:
-        raise ConfigError("IMAGE_SIZE", s.image_size, f"MODEL={s.model} needs images of at least "
-                          f"{least}x{least}: raise IMAGE_SIZE or use MODEL=resnet_small")
+        raise ConfigError(
+            "IMAGE_SIZE",
+            s.image_size,
+            f"MODEL={s.model} needs images of at least {least}x{least}: raise IMAGE_SIZE or use MODEL=resnet_small",
+        )
     if s.dataset.startswith("images:") and s.val_split == 0 and s.monitor.startswith("val_"):
-        raise ConfigError("VAL_SPLIT", s.val_split, f"0 leaves no validation images, so MONITOR={s.monitor} is never "
-                          "measured: set VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss")
+        raise ConfigError(
+            "VAL_SPLIT",
+            s.val_split,
+            f"0 leaves no validation images, so MONITOR={s.monitor} is never "
+            "measured: set VAL_SPLIT above 0 (e.g. 0.1) or MONITOR=accuracy or loss",
+        )
     if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
-            "CHECKPOINT_EVERY", s.checkpoint_every,
+            "CHECKPOINT_EVERY",
+            s.checkpoint_every,
             f"must be a multiple of STEPS_PER_EXECUTION ({s.steps_per_execution}) so a checkpoint falls on a step boundary",
         )
     return s
@@ -278,8 +350,11 @@ def check_cluster(settings: Settings, environ: Mapping[str, str]):
 
     cluster = read_cluster(settings.workers, settings.worker_index, environ)
     if settings.batch_size % cluster.size:
-        raise ConfigError("BATCH_SIZE", settings.batch_size,
-                          f"the global batch is split across {cluster.size} workers: use a multiple of {cluster.size}")
+        raise ConfigError(
+            "BATCH_SIZE",
+            settings.batch_size,
+            f"the global batch is split across {cluster.size} workers: use a multiple of {cluster.size}",
+        )
     return cluster
 
 
@@ -333,9 +408,12 @@ def env_example() -> str:
     """The text of `.env.example`: every setting with its default and a one-line comment."""
     # Every line commented out: a copied file changes nothing, on the host or in the container (where
     # an active `RESUME=` would turn off the compose service's RESUME=auto), until a line is uncommented.
-    lines = ["# Settings for `python -m train`: cp .env.example .env, then uncomment and change what you need.",
-             "# Precedence: defaults < .env < environment < flags. In the container RUNS_DIR and DATA_DIR are",
-             "# always the /runs and /data volumes (docker-compose.yml); move them with RUNS_HOST_DIR/DATA_HOST_DIR.", ""]
+    lines = [
+        "# Settings for `python -m train`: cp .env.example .env, then uncomment and change what you need.",
+        "# Precedence: defaults < .env < environment < flags. In the container RUNS_DIR and DATA_DIR are",
+        "# always the /runs and /data volumes (docker-compose.yml); move them with RUNS_HOST_DIR/DATA_HOST_DIR.",
+        "",
+    ]
     for f in fields(Settings):
         lines += [f"# {f.metadata['doc']}", f"# {f.name.upper()}={_default_text(f)}", ""]
     return "\n".join(lines)

@@ -68,7 +68,13 @@ def load_data(settings) -> DataSpec:
         spec = _from_arrays(settings, arrays, fingerprint, source, name)
     log.info(
         "data: %s from %s: %d train / %d val, shape %s, %d classes, fingerprint %s",
-        spec.name, spec.source, spec.n_train, spec.n_val, spec.input_shape, spec.num_classes, spec.fingerprint[:16],
+        spec.name,
+        spec.source,
+        spec.n_train,
+        spec.n_val,
+        spec.input_shape,
+        spec.num_classes,
+        spec.fingerprint[:16],
     )
     return spec
 
@@ -109,8 +115,17 @@ def val_dataset(spec: DataSpec, settings, batch_size: int):
     return _pipeline(spec, "val", np.arange(spec.n_val), batch_size)
 
 
-def replica_dataset(spec: DataSpec, settings, which: str, epoch: int, batch_size: int, start_step: int = 0,
-                    replicas: int = 1, first_replica: int = 0, local_replicas: int = 1):
+def replica_dataset(
+    spec: DataSpec,
+    settings,
+    which: str,
+    epoch: int,
+    batch_size: int,
+    start_step: int = 0,
+    replicas: int = 1,
+    first_replica: int = 0,
+    local_replicas: int = 1,
+):
     """This process's share of the global batches, for `strategy.distribute_datasets_from_function`.
 
     Elements are (images, labels, global_count), one per local replica per step, in replica order:
@@ -123,7 +138,7 @@ def replica_dataset(spec: DataSpec, settings, which: str, epoch: int, batch_size
     import tensorflow as tf
 
     if which == "train":
-        order = epoch_order(spec.n_train, settings.seed, epoch, settings.shuffle_buffer)[start_step * batch_size:]
+        order = epoch_order(spec.n_train, settings.seed, epoch, settings.shuffle_buffer)[start_step * batch_size :]
     else:
         order = np.arange(spec.n_val)
     if replicas == 1:  # one replica: whole batches, the same pipeline as train_dataset
@@ -142,8 +157,9 @@ def slice_bounds(batch: int, replicas: int) -> list[int]:
     return [0, *np.cumsum(sizes).tolist()]
 
 
-def _sliced_pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int, replicas: int, first: int,
-                     local: int):
+def _sliced_pipeline(
+    spec: DataSpec, which: str, order: np.ndarray, batch_size: int, replicas: int, first: int, local: int
+):
     import tensorflow as tf
 
     split = spec._train if which == "train" else spec._val
@@ -154,7 +170,7 @@ def _sliced_pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: 
         sizes = b // replicas + tf.cast(tf.range(replicas) < b % replicas, tf.int32)
         bounds = tf.concat([[0], tf.cumsum(sizes)], axis=0)
         ids = tf.data.Dataset.range(first, first + local)
-        return ids.map(lambda r: (idx[bounds[r]:bounds[r + 1]], b))
+        return ids.map(lambda r: (idx[bounds[r] : bounds[r + 1]], b))
 
     index_ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).batch(batch_size).flat_map(my_slices)
     y_t = tf.convert_to_tensor(split.y)
@@ -162,8 +178,11 @@ def _sliced_pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: 
         paths = tf.constant(np.asarray(split.files, dtype=object).astype(str))
 
         def gather(idx):
-            return tf.map_fn(lambda p: images.decode_tensor(tf.io.read_file(p), shape), tf.gather(paths, idx),
-                             fn_output_signature=tf.TensorSpec(shape, tf.uint8))
+            return tf.map_fn(
+                lambda p: images.decode_tensor(tf.io.read_file(p), shape),
+                tf.gather(paths, idx),
+                fn_output_signature=tf.TensorSpec(shape, tf.uint8),
+            )
     elif isinstance(split.x, np.memmap):
         x_mm = split.x
 
@@ -177,8 +196,12 @@ def _sliced_pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: 
 
         def gather(idx):
             return tf.gather(x_t, idx)
-    ds = index_ds.map(lambda i, b: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i), b),
-                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    ds = index_ds.map(
+        lambda i, b: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i), b),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -206,10 +229,14 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
 
         def gather(idx):
             return tf.gather(x_t, idx)
+
     y_t = tf.convert_to_tensor(split.y)
     ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).batch(batch_size)
-    ds = ds.map(lambda i: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i)),
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(
+        lambda i: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -239,6 +266,7 @@ def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0][:200] if lines else "no message"
 
+
 def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:
     if n <= k:
         return np.arange(n)
@@ -254,12 +282,22 @@ def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str |
     if entry and x_tr.shape[1:] != entry.shape:
         raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {entry.shape}; is it the right file?")
     if settings.smoke:
-        tr, va = _smoke_subset(len(y_tr), SMOKE_TRAIN, settings.seed, 0), _smoke_subset(len(y_va), SMOKE_VAL, settings.seed, 1)
+        tr, va = (
+            _smoke_subset(len(y_tr), SMOKE_TRAIN, settings.seed, 0),
+            _smoke_subset(len(y_va), SMOKE_VAL, settings.seed, 1),
+        )
         x_tr, y_tr, x_va, y_va = x_tr[tr], y_tr[tr], x_va[va], y_va[va]
     return DataSpec(
-        name=settings.dataset, input_shape=tuple(int(d) for d in x_tr.shape[1:]), num_classes=classes,
-        class_names=names or tuple(str(i) for i in range(classes)), n_train=len(y_tr), n_val=len(y_va),
-        fingerprint=fingerprint, source=source, _train=_Split(x_tr, y_tr), _val=_Split(x_va, y_va),
+        name=settings.dataset,
+        input_shape=tuple(int(d) for d in x_tr.shape[1:]),
+        num_classes=classes,
+        class_names=names or tuple(str(i) for i in range(classes)),
+        n_train=len(y_tr),
+        n_val=len(y_va),
+        fingerprint=fingerprint,
+        source=source,
+        _train=_Split(x_tr, y_tr),
+        _val=_Split(x_va, y_va),
     )
 
 
@@ -272,6 +310,14 @@ def _load_images(root: Path, settings) -> DataSpec:
 
     names, shape, fingerprint, (tr, va) = images.read_image_dir(root, settings, smoke if settings.smoke else None)
     return DataSpec(
-        name=settings.dataset, input_shape=shape, num_classes=len(names), class_names=names, n_train=len(tr[1]),
-        n_val=len(va[1]), fingerprint=fingerprint, source=str(root), _train=_Split(*tr), _val=_Split(*va),
+        name=settings.dataset,
+        input_shape=shape,
+        num_classes=len(names),
+        class_names=names,
+        n_train=len(tr[1]),
+        n_val=len(va[1]),
+        fingerprint=fingerprint,
+        source=str(root),
+        _train=_Split(*tr),
+        _val=_Split(*va),
     )

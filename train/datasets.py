@@ -63,8 +63,9 @@ def download(url: str, file_hash: str, cache_dir: Path, subdir: str = "datasets"
     import keras
 
     cache_dir.mkdir(parents=True, exist_ok=True)  # get_file would use /tmp/.keras for a directory not there yet
-    return Path(keras.utils.get_file(origin=url, file_hash=file_hash, cache_dir=str(cache_dir.resolve()),
-                                     cache_subdir=subdir))
+    return Path(
+        keras.utils.get_file(origin=url, file_hash=file_hash, cache_dir=str(cache_dir.resolve()), cache_subdir=subdir)
+    )
 
 
 class _ArraysOnly(pickle.Unpickler):
@@ -93,15 +94,22 @@ def read_cifar(path: Path, folder: str, train: list[str], test: str, label_key: 
     with tarfile.open(path, "r:gz") as archive:
         parts = [batch(archive, m) for m in train]
         x_test, y_test = batch(archive, test)
-    return {"x_train": np.concatenate([p[0] for p in parts]), "y_train": np.concatenate([p[1] for p in parts]),
-            "x_test": x_test, "y_test": y_test}
+    return {
+        "x_train": np.concatenate([p[0] for p in parts]),
+        "y_train": np.concatenate([p[1] for p in parts]),
+        "x_test": x_test,
+        "y_test": y_test,
+    }
 
 
 def _mnist(cache_dir: Path) -> Arrays:
     import numpy as np
 
-    path = download("https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz",
-                    "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1", cache_dir)
+    path = download(
+        "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz",
+        "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1",
+        cache_dir,
+    )
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in ("x_train", "y_train", "x_test", "y_test")}
 
@@ -122,23 +130,40 @@ def read_idx(path: Path):
 
     with gzip.open(path, "rb") as fh:
         raw = fh.read()
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(raw[3])]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(raw[3])]
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * len(dims)).reshape(dims)
 
 
 def _fashion_mnist(cache_dir: Path) -> Arrays:
-    return {k: read_idx(download(_FASHION + name, md5, cache_dir, "datasets/fashion-mnist"))
-            for k, (name, md5) in _FASHION_FILES.items()}
+    return {
+        k: read_idx(download(_FASHION + name, md5, cache_dir, "datasets/fashion-mnist"))
+        for k, (name, md5) in _FASHION_FILES.items()
+    }
 
 
 def _cifar10(cache_dir: Path) -> Arrays:
-    path = download("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-                    "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce", cache_dir)
+    path = download(
+        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
+        cache_dir,
+    )
     return read_cifar(path, "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "labels")
 
 
 register(Dataset("mnist", (28, 28, 1), tuple(str(i) for i in range(10)), _mnist))
-register(Dataset("fashion_mnist", (28, 28, 1), ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
-                                                "Shirt", "Sneaker", "Bag", "Ankle boot"), _fashion_mnist))
-register(Dataset("cifar10", (32, 32, 3), ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                                          "ship", "truck"), _cifar10))
+register(
+    Dataset(
+        "fashion_mnist",
+        (28, 28, 1),
+        ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+        _fashion_mnist,
+    )
+)
+register(
+    Dataset(
+        "cifar10",
+        (32, 32, 3),
+        ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+        _cifar10,
+    )
+)

@@ -84,8 +84,11 @@ def setup_devices(settings, cluster=None) -> DeviceSetup:
     if settings.batch_size % replicas:
         from .errors import ConfigError
 
-        raise ConfigError("BATCH_SIZE", settings.batch_size,
-                          f"the global batch is split across {replicas} replicas: use a multiple of {replicas}")
+        raise ConfigError(
+            "BATCH_SIZE",
+            settings.batch_size,
+            f"the global batch is split across {replicas} replicas: use a multiple of {replicas}",
+        )
     names = []
     for g in gpus:
         try:
@@ -126,12 +129,18 @@ def _join_cluster(cluster):
         import json
 
         spec = json.loads(os.environ["TF_CONFIG"])["cluster"]
-        jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(spec[job]))
-                for job in ("chief", "worker") if spec.get(job)]
+        jobs = [
+            coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(spec[job]))
+            for job in ("chief", "worker")
+            if spec.get(job)
+        ]
     leader = "/job:chief/replica:0/task:0" if jobs[0].name == "chief" else "/job:worker/replica:0/task:0"
     context.context().configure_coordination_service(
-        service_type="standalone", service_leader=leader, coordinated_jobs=jobs,
-        heartbeat_timeout_in_ms=HEARTBEAT_SECONDS * 1000)
+        service_type="standalone",
+        service_leader=leader,
+        coordinated_jobs=jobs,
+        heartbeat_timeout_in_ms=HEARTBEAT_SECONDS * 1000,
+    )
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_SECONDS)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     log.info("%s: %d replica(s) in sync", cluster.describe(), strategy.num_replicas_in_sync)

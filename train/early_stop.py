@@ -27,9 +27,14 @@ class Patience:
     def update(self, state: dict[str, Any], value: float | None) -> None:
         """Count one finished epoch whose MONITOR was `value` (None or NaN counts as no improvement)."""
         reference = state.get("patience_reference")
-        better = value is not None and math.isfinite(value) and (
-            reference is None
-            or (value > reference + self.min_delta if self.mode == "max" else value < reference - self.min_delta))
+        better = (
+            value is not None
+            and math.isfinite(value)
+            and (
+                reference is None
+                or (value > reference + self.min_delta if self.mode == "max" else value < reference - self.min_delta)
+            )
+        )
         if better:
             state.update(patience_reference=value, patience_wait=0)
         else:
@@ -39,9 +44,11 @@ class Patience:
         return self.patience > 0 and state.get("patience_wait", 0) >= self.patience
 
     def reason(self, state: dict[str, Any]) -> str:
-        return (f"early stopping: {self.monitor} has not improved by more than MIN_DELTA={self.min_delta:g} for "
-                f"{state.get('patience_wait', 0)} epochs (PATIENCE={self.patience}); best {self.monitor} "
-                f"{_fmt(state.get('best'))}, its weights are in best.weights.h5")
+        return (
+            f"early stopping: {self.monitor} has not improved by more than MIN_DELTA={self.min_delta:g} for "
+            f"{state.get('patience_wait', 0)} epochs (PATIENCE={self.patience}); best {self.monitor} "
+            f"{_fmt(state.get('best'))}, its weights are in best.weights.h5"
+        )
 
 
 def _fmt(value) -> str:

@@ -12,20 +12,33 @@ from __future__ import annotations
 import difflib
 import io
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .errors import EnvFileError
 
 # Read from .env by docker-compose.yml and tasks.py, not by `python -m train` (a test keeps this
 # list in step with docker-compose.yml), and prefixes of other tools' variables.
-OTHER_TOOLS = {"HOST_UID", "HOST_GID", "IMAGE", "CA_BUNDLE", "BASE_IMAGE", "GIT_COMMIT", "RUNS_HOST_DIR", "DATA_HOST_DIR", "TRAIN_ARGS", "TENSORBOARD_PORT",
-               "MLFLOW_IMAGE", "MLFLOW_PORT"}
+OTHER_TOOLS = {
+    "HOST_UID",
+    "HOST_GID",
+    "IMAGE",
+    "CA_BUNDLE",
+    "BASE_IMAGE",
+    "GIT_COMMIT",
+    "RUNS_HOST_DIR",
+    "DATA_HOST_DIR",
+    "TRAIN_ARGS",
+    "TENSORBOARD_PORT",
+    "MLFLOW_IMAGE",
+    "MLFLOW_PORT",
+}
 OTHER_PREFIXES = ("COMPOSE_", "DOCKER_", "BUILDKIT_", "TF_", "CUDA_", "NVIDIA_", "XLA_", "NCCL_", "PYTHON")
 
 
-def read_env_file(path: str | os.PathLike, settings: Iterable[str],
-                  warn: Callable[[str], None] | None = None) -> dict[str, str]:
+def read_env_file(
+    path: str | os.PathLike, settings: Iterable[str], warn: Callable[[str], None] | None = None
+) -> dict[str, str]:
     """The file's NAME -> value (interpolated as python-dotenv does); EnvFileError on a bad line.
 
     `settings`: the UPPER_CASE setting names, for the warnings about unknown keys (`warn(line)`).
@@ -43,8 +56,9 @@ def read_env_file(path: str | os.PathLike, settings: Iterable[str],
         # python-dotenv counts from the blank lines before a statement; the statement is below them.
         line = binding.original.line + raw[: len(raw) - len(raw.lstrip())].count("\n")
         if binding.error:
-            raise EnvFileError(path, line, f"cannot read {_short(original)}: write NAME=value, one per line, "
-                                           "with any quotes closed")
+            raise EnvFileError(
+                path, line, f"cannot read {_short(original)}: write NAME=value, one per line, with any quotes closed"
+            )
         key = binding.key
         if key is None:  # a comment or an empty line
             continue
@@ -64,15 +78,21 @@ def _read_text(path: Path) -> str:
     try:
         raw = path.read_bytes()
     except IsADirectoryError:
-        raise EnvFileError(path, None, "is a directory, not a file (docker creates one when it mounts a file "
-                                       "that does not exist): remove it, or create the file from .env.example") from None
+        raise EnvFileError(
+            path,
+            None,
+            "is a directory, not a file (docker creates one when it mounts a file "
+            "that does not exist): remove it, or create the file from .env.example",
+        ) from None
     except OSError as exc:
         raise EnvFileError(path, None, f"cannot be read ({exc.strerror}); check its permissions") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise EnvFileError(path, line, f"byte 0x{raw[exc.start]:02x} is not UTF-8 text; save the file as UTF-8") from None
+        raise EnvFileError(
+            path, line, f"byte 0x{raw[exc.start]:02x} is not UTF-8 text; save the file as UTF-8"
+        ) from None
 
 
 def _other_tool(key: str) -> bool:

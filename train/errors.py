@@ -159,7 +159,7 @@ EXIT_CODES = {
     2: "invalid setting or command line (found before TensorFlow is imported), or a MODEL that cannot be built for the data (found after)",
     3: "data set missing, empty, corrupt or of the wrong shape",
     4: "checkpoint or run problem (no valid checkpoint or weights, model, settings or data differ, "
-       "unreadable config.json/manifest.json, run in use by another process)",
+    "unreadable config.json/manifest.json, run in use by another process)",
     5: "training diverged (NaN/inf loss); the last good checkpoint is kept",
     6: "accelerator out of memory",
     7: "runs directory not writable or disk full",

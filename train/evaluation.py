@@ -46,9 +46,15 @@ class Evaluation:
             off = self.matrix[i].copy()
             off[i] = 0
             j = int(off.argmax())
-            rows.append({"class": name, "examples": total, "correct": correct,
-                         "accuracy": correct / total if total else None,
-                         "confused_with": (self.class_names[j], int(off[j])) if off[j] else None})
+            rows.append(
+                {
+                    "class": name,
+                    "examples": total,
+                    "correct": correct,
+                    "accuracy": correct / total if total else None,
+                    "confused_with": (self.class_names[j], int(off[j])) if off[j] else None,
+                }
+            )
         return rows
 
 
@@ -70,8 +76,10 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
     with _quiet(log):  # the run's log is not the place for a second "data: ..." line
         spec = data.load_data(settings)
     if list(spec.class_names) != class_names:
-        raise DataError(f"{spec.source} now holds other classes ({_few(spec.class_names)}) than run "
-                        f"{Path(run_dir).name} trained on ({_few(class_names)}): evaluate it on the data it trained on")
+        raise DataError(
+            f"{spec.source} now holds other classes ({_few(spec.class_names)}) than run "
+            f"{Path(run_dir).name} trained on ({_few(class_names)}): evaluate it on the data it trained on"
+        )
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")  # a float32 copy predicts the same on any device
     try:

@@ -53,8 +53,9 @@ def write_savedmodel(model, path: Path) -> None:
         # Preprocessing lives in the artefact: raw uint8 pixels in, float32 probabilities out.
         return {"probabilities": tf.cast(model(tf.cast(images, tf.float32), training=False), tf.float32)}
 
-    archive.add_endpoint(name="serving_default", fn=serve,
-                         input_signature=[tf.TensorSpec(shape, tf.uint8, name="images")])
+    archive.add_endpoint(
+        name="serving_default", fn=serve, input_signature=[tf.TensorSpec(shape, tf.uint8, name="images")]
+    )
     archive.write_out(str(path), verbose=False)
 
 
@@ -62,8 +63,13 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
     x = _parity_batch(tuple(model.inputs[0].shape[1:]))
     expected = np.asarray(model(x.astype(np.float32), training=False), dtype=np.float32)
     np.save(workdir / "x.npy", x)
-    proc = subprocess.run([sys.executable, "-c", _RELOAD, str(savedmodel), str(workdir / "x.npy"), str(workdir / "y.npy")],
-                          capture_output=True, text=True, timeout=600, env=_quiet_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", _RELOAD, str(savedmodel), str(workdir / "x.npy"), str(workdir / "y.npy")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_quiet_env(),
+    )
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
         raise ExportError(f"the SavedModel at {savedmodel} does not load in a fresh process: {tail[0]}")
@@ -118,8 +124,10 @@ def export_model(model, run_dir: Path, labels: list[str]) -> dict[str, Any]:
             diff = check_parity(model, staging.savedmodel, Path(work))
         staging.parity.write_text(json.dumps({"max_abs_diff": diff, "tolerance": TOLERANCE}) + "\n")
         if diff > TOLERANCE:
-            raise ExportError(f"the exported SavedModel differs from the trained model by {diff:.3g} (> {TOLERANCE}); "
-                              f"the files are left in {staging.path} for inspection")
+            raise ExportError(
+                f"the exported SavedModel differs from the trained model by {diff:.3g} (> {TOLERANCE}); "
+                f"the files are left in {staging.path} for inspection"
+            )
         if final.exists():
             shutil.rmtree(final)
         staging.path.rename(final)
@@ -131,8 +139,13 @@ def export_model(model, run_dir: Path, labels: list[str]) -> dict[str, Any]:
     except BaseException:
         shutil.rmtree(staging.path, ignore_errors=True)
         raise
-    report = {"savedmodel": str(files.export.savedmodel), "keras": str(files.export.keras),
-              "labels": str(files.export.labels), "max_abs_diff": diff, "tolerance": TOLERANCE}
+    report = {
+        "savedmodel": str(files.export.savedmodel),
+        "keras": str(files.export.keras),
+        "labels": str(files.export.labels),
+        "max_abs_diff": diff,
+        "tolerance": TOLERANCE,
+    }
     update_manifest(files.manifest, export=report)
     log.info("export: %s (fresh-process parity: max |diff| %.2e)", final, diff)
     return report

@@ -100,8 +100,11 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
                 opened["tracker"].finish(status)
             log.info("run %s ended: %s", run_dir.name, status)
         elif plan.resumed:
-            log.info("run %s: resume not started (%s); its config.json and manifest.json are unchanged",
-                     run_dir.name, error or status)
+            log.info(
+                "run %s: resume not started (%s); its config.json and manifest.json are unchanged",
+                run_dir.name,
+                error or status,
+            )
         close_logging()
 
 
@@ -109,7 +112,9 @@ def _epochs(settings: Settings) -> int:
     return 1 if settings.smoke else settings.epochs
 
 
-def _close(run_dir: Path, manifest_path: Path, settings: Settings, status: str, error: str | None, seconds: float) -> None:
+def _close(
+    run_dir: Path, manifest_path: Path, settings: Settings, status: str, error: str | None, seconds: float
+) -> None:
     from .checkpoints import latest_header
 
     try:
@@ -147,17 +152,28 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
         # (An unchanged BATCH_SIZE keeps the checkpoint's, which AUTO_BATCH may have halved.)
         saved_step, saved_batch = state.step, state.batch_size
         state = at_new_batch_size(state, settings.batch_size)
-        log.info("BATCH_SIZE %d -> %d (--force): step %d of epoch %d in batches of %d is step %d in batches of %d",
-                 recorded_batch, settings.batch_size, saved_step, state.epoch + 1, saved_batch,
-                 state.step, state.batch_size)
+        log.info(
+            "BATCH_SIZE %d -> %d (--force): step %d of epoch %d in batches of %d is step %d in batches of %d",
+            recorded_batch,
+            settings.batch_size,
+            saved_step,
+            state.epoch + 1,
+            saved_batch,
+            state.step,
+            state.batch_size,
+        )
     workers = setup.workers if several else 1
     if several:
         _send_state(setup, spec, state, loaded is not None)
     if loaded and state.workers != workers:
         # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
         # `distribution` list records the change); only the summation order across replicas differs.
-        log.info("resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
-                 workers, state.workers, state.batch_size)
+        log.info(
+            "resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
+            workers,
+            state.workers,
+            state.batch_size,
+        )
     state.workers = workers
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop)
     loop.build_model(models)
@@ -174,14 +190,27 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     if plan.resumed:
         plan.write_config()
         where = f"{loaded.path.name} (epoch {state.epoch}, step {state.step})" if loaded else None
-        open_segment(manifest_path, plan.manifest, settings,
-                     new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
-                     last_write=_last_write(ckpt_dir))
+        open_segment(
+            manifest_path,
+            plan.manifest,
+            settings,
+            new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
+            last_write=_last_write(ckpt_dir),
+        )
         opened["segment"] = True
-    record_data(manifest_path, precision={"policy": setup.precision, "reason": setup.precision_reason},
-                data={"dataset": spec.name, "fingerprint": spec.fingerprint, "source": spec.source,
-                      "n_train": spec.n_train, "n_val": spec.n_val, "input_shape": list(spec.input_shape),
-                      "class_names": list(spec.class_names)})
+    record_data(
+        manifest_path,
+        precision={"policy": setup.precision, "reason": setup.precision_reason},
+        data={
+            "dataset": spec.name,
+            "fingerprint": spec.fingerprint,
+            "source": spec.source,
+            "n_train": spec.n_train,
+            "n_val": spec.n_val,
+            "input_shape": list(spec.input_shape),
+            "class_names": list(spec.class_names),
+        },
+    )
     RunDir(run_dir).write_labels()  # a copy of the class names record_data just wrote
     _record_distribution(manifest_path, setup, state)
     if not loaded:
@@ -193,16 +222,20 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     if settings.mlflow_tracking_uri:  # only the chief gets here; `import mlflow` only now, when asked for
         from .tracking import start
 
-        loop.tracker = opened["tracker"] = start(settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir,
-                                                 settings.to_dict())
+        loop.tracker = opened["tracker"] = start(
+            settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir, settings.to_dict()
+        )
     # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
 
 
 def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
     """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
-    log.info("stopped before training started (%s): nothing new to save; continue with --resume %s",
-             stop.reason, run_dir.name)
+    log.info(
+        "stopped before training started (%s): nothing new to save; continue with --resume %s",
+        stop.reason,
+        run_dir.name,
+    )
     return Result(run_dir, stop.status, 0)
 
 
@@ -231,8 +264,12 @@ def _cluster_errors(setup):
         return
     import tensorflow as tf
 
-    lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
-            tf.errors.CancelledError)
+    lost = (
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.AbortedError,
+        tf.errors.CancelledError,
+    )
     try:
         yield
     except lost as exc:
@@ -242,7 +279,7 @@ def _cluster_errors(setup):
 def describe_lost(message: str, workers: int) -> str:
     """One line from TensorFlow's collective / coordination error text."""
     at = max(message.find("unhealthy"), message.find("remote target"))
-    tasks = sorted({int(t) for t in re.findall(r"task:(\d+)", message[at:at + 200])}) if at >= 0 else []
+    tasks = sorted({int(t) for t in re.findall(r"task:(\d+)", message[at : at + 200])}) if at >= 0 else []
     if "stopped sending heartbeats" in message or "heartbeat" in message.lower():
         why = "stopped sending heartbeats (killed, host lost or network down)"
     elif "deadline" in message.lower() or "timed out" in message.lower():
@@ -250,8 +287,10 @@ def describe_lost(message: str, workers: int) -> str:
     else:
         why = "is unreachable"
     who = ("worker " + ", ".join(map(str, tasks))) if tasks else "a worker"
-    return (f"{who} of {workers} {why}; training stopped. The chief's last checkpoint is kept: restart every "
-            "worker with RESUME=auto to continue from it")
+    return (
+        f"{who} of {workers} {why}; training stopped. The chief's last checkpoint is kept: restart every "
+        "worker with RESUME=auto to continue from it"
+    )
 
 
 def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
@@ -276,8 +315,17 @@ def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
     return result
 
 
-_STATE_FIELDS = ("epoch", "step", "global_step", "best", "batch_size", "batch_halvings", "workers", "patience_reference",
-                 "patience_wait")
+_STATE_FIELDS = (
+    "epoch",
+    "step",
+    "global_step",
+    "best",
+    "batch_size",
+    "batch_halvings",
+    "workers",
+    "patience_reference",
+    "patience_wait",
+)
 _FLOAT_FIELDS = ("best", "patience_reference")
 
 
@@ -288,8 +336,9 @@ def _fingerprint_number(spec) -> int:
 def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
     from . import sync
 
-    sync.numbers_from_chief(setup.strategy, [float(resumed), _fingerprint_number(spec),
-                                             *(getattr(state, f) for f in _STATE_FIELDS)])
+    sync.numbers_from_chief(
+        setup.strategy, [float(resumed), _fingerprint_number(spec), *(getattr(state, f) for f in _STATE_FIELDS)]
+    )
 
 
 def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
@@ -298,8 +347,10 @@ def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
 
     got = sync.numbers_from_chief(setup.strategy, [0.0] * (2 + len(_STATE_FIELDS)))
     if int(got[1]) != _fingerprint_number(spec):
-        raise DataError(f"worker {setup.worker_index} reads other data than the chief ({settings.dataset}: fingerprint "
-                        f"{spec.fingerprint[:12]} here, {int(got[1]):012x} on the chief); give every worker the same data set")
+        raise DataError(
+            f"worker {setup.worker_index} reads other data than the chief ({settings.dataset}: fingerprint "
+            f"{spec.fingerprint[:12]} here, {int(got[1]):012x} on the chief); give every worker the same data set"
+        )
     values = dict(zip(_STATE_FIELDS, got[2:]))
     state = LoopState(**{k: (v if k in _FLOAT_FIELDS else int(v)) for k, v in values.items()})
     state.workers = setup.workers
@@ -311,9 +362,14 @@ def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
     from .rundir import read_json
 
     replicas, workers, index = _split(setup)
-    now = {"workers": workers, "worker_index": index, "replicas": replicas,
-           "global_batch": state.batch_size, "per_replica_batch": state.batch_size // replicas,
-           "from_global_step": state.global_step}
+    now = {
+        "workers": workers,
+        "worker_index": index,
+        "replicas": replicas,
+        "global_batch": state.batch_size,
+        "per_replica_batch": state.batch_size // replicas,
+        "from_global_step": state.global_step,
+    }
     history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []
     history = history if isinstance(history, list) else []
     update_manifest(manifest_path, distribution=[*history, now])
@@ -322,8 +378,14 @@ def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
 
 def _log_distribution(setup, state: LoopState) -> None:
     replicas, workers, index = _split(setup)
-    log.info("distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
-             workers, index, replicas, state.batch_size, state.batch_size // replicas)
+    log.info(
+        "distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
+        workers,
+        index,
+        replicas,
+        state.batch_size,
+        state.batch_size // replicas,
+    )
 
 
 def _split(setup) -> tuple[int, int, int]:

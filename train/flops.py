@@ -59,18 +59,27 @@ class Peak:
     datasheet_per_device: float | None = None
 
     def to_dict(self) -> dict:
-        return {"flops": self.flops, "source": self.source, "measured_per_device": self.measured_per_device,
-                "datasheet_per_device": self.datasheet_per_device}
+        return {
+            "flops": self.flops,
+            "source": self.source,
+            "measured_per_device": self.measured_per_device,
+            "datasheet_per_device": self.datasheet_per_device,
+        }
 
 
 def choose_peak(measured: float | None, datasheet: float | None, devices: int, where: str, dtype: str) -> Peak:
     """The datasheet peak when there is one (GPUs), else the measured one; times the devices in sync."""
     if datasheet:
-        return Peak(datasheet * devices, f"datasheet: {datasheet / 1e12:g} TFLOP/s {dtype} per {where}, x{devices}",
-                    measured, datasheet)
+        return Peak(
+            datasheet * devices,
+            f"datasheet: {datasheet / 1e12:g} TFLOP/s {dtype} per {where}, x{devices}",
+            measured,
+            datasheet,
+        )
     if measured:
-        return Peak(measured * devices, f"measured: {PROBE_N}x{PROBE_N} {dtype} matmul on {where}, x{devices}",
-                    measured, None)
+        return Peak(
+            measured * devices, f"measured: {PROBE_N}x{PROBE_N} {dtype} matmul on {where}, x{devices}", measured, None
+        )
     return Peak(None, "unknown: the probe failed", None, None)
 
 
@@ -85,9 +94,13 @@ class FlopCount:
         return TRAIN_MULTIPLIER * self.forward_per_example
 
     def to_dict(self) -> dict:
-        return {"train_per_example": self.train_per_example, "forward_per_example": self.forward_per_example,
-                "convention": "matmul and convolution multiply-adds x2, training = 3x forward",
-                "counted_layers": list(self.counted_layers), "uncounted_layers": list(self.uncounted_layers)}
+        return {
+            "train_per_example": self.train_per_example,
+            "forward_per_example": self.forward_per_example,
+            "convention": "matmul and convolution multiply-adds x2, training = 3x forward",
+            "counted_layers": list(self.counted_layers),
+            "uncounted_layers": list(self.uncounted_layers),
+        }
 
 
 def _shape(tensor) -> tuple:
@@ -140,7 +153,9 @@ def count_flops(model) -> FlopCount:
     return FlopCount(total, tuple(counted), tuple(uncounted))
 
 
-def measure_peak_flops(dtype: str = "float32", device: str | None = None, n: int = PROBE_N, reps: int = PROBE_REPS) -> float:
+def measure_peak_flops(
+    dtype: str = "float32", device: str | None = None, n: int = PROBE_N, reps: int = PROBE_REPS
+) -> float:
     """FLOP/s of an n x n matmul in `dtype` on `device` (the default device when None): the best of `reps`."""
     import tensorflow as tf
 
@@ -153,13 +168,14 @@ def measure_peak_flops(dtype: str = "float32", device: str | None = None, n: int
             t0 = time.perf_counter()
             float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # the read forces completion
             best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best
+    return 2 * n**3 / best
 
 
-def mfu(samples_per_second: float | None, count: FlopCount, peak_flops: float | None) -> tuple[float | None, float | None]:
+def mfu(
+    samples_per_second: float | None, count: FlopCount, peak_flops: float | None
+) -> tuple[float | None, float | None]:
     """(achieved model FLOP/s, MFU in 0..1) for a measured training throughput; None where unknown."""
     if not samples_per_second or not peak_flops:
         return None, None
     achieved = samples_per_second * count.train_per_example
     return achieved, achieved / peak_flops
-

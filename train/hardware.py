@@ -7,8 +7,8 @@ any machine with faked inputs; `devices` feeds them the real values.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 # CPU flags (as in /proc/cpuinfo) that give TensorFlow/oneDNN native bfloat16 matmuls and convolutions.
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -73,8 +73,11 @@ def choose_precision(
         return "float32", f"GPU compute capability {cc_text} < 7.0 has no tensor cores"
     native = cpu_bf16(flags)
     if native and not onednn:
-        return "float32", ("TF_ENABLE_ONEDNN_OPTS turns oneDNN off: without it bfloat16 is emulated even on this CPU ("
-                           + ", ".join(native) + ")")
+        return "float32", (
+            "TF_ENABLE_ONEDNN_OPTS turns oneDNN off: without it bfloat16 is emulated even on this CPU ("
+            + ", ".join(native)
+            + ")"
+        )
     if native:
         return "mixed_bfloat16", "CPU has native bfloat16 (" + ", ".join(native) + ")"
     return "float32", "CPU has no native bfloat16 (no amx_bf16 / avx512_bf16): bf16 would be emulated"

@@ -101,17 +101,23 @@ def read_metrics(path: Path) -> list[dict[str, float | None]]:
         with open(path, newline="", encoding="utf-8") as fh:
             raw = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise RunRecordError(f"{path} is unreadable ({type(exc).__name__}: {exc}); restore it from a copy of the run") from None
+        raise RunRecordError(
+            f"{path} is unreadable ({type(exc).__name__}: {exc}); restore it from a copy of the run"
+        ) from None
     rows = []
     for line, r in enumerate(raw, start=2):
         if "epoch" not in r or None in r:
-            raise RunRecordError(f"{path}, line {line}: not the metrics.csv layout (an 'epoch' column, one value per column)")
+            raise RunRecordError(
+                f"{path}, line {line}: not the metrics.csv layout (an 'epoch' column, one value per column)"
+            )
         row = {}
         for key, value in r.items():
             try:
                 row[key] = float(value) if value not in ("", None) else None
             except ValueError:
-                raise RunRecordError(f"{path}, line {line}: {key}={value!r} is not a number; restore the file from a copy of the run") from None
+                raise RunRecordError(
+                    f"{path}, line {line}: {key}={value!r} is not a number; restore the file from a copy of the run"
+                ) from None
         if row["epoch"] is None:
             raise RunRecordError(f"{path}, line {line}: the epoch is empty; restore the file from a copy of the run")
         rows.append(row)
@@ -128,4 +134,3 @@ def read_resumes(path: Path) -> list[Resume]:
             if m:
                 resumes.append(Resume(int(m.group(2)), int(m.group(3)), m.group(1)))
     return resumes
-

@@ -12,9 +12,10 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,9 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
     root = Path(root)
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not classes:
-        raise DataError(f"{root}: no class sub-directories; put the images in one sub-directory per class, e.g. {root}/cats/001.jpg")
+        raise DataError(
+            f"{root}: no class sub-directories; put the images in one sub-directory per class, e.g. {root}/cats/001.jpg"
+        )
     rels: list[str] = []
     labels: list[int] = []
     owner: dict[tuple[int, int], tuple[str, str]] = {}  # real file -> (its path, its class)
@@ -54,12 +57,15 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
                 if first_class != name:
                     raise DataError(
                         f"{first} (class {first_class}) and {path} (class {name}) are the same file; an image "
-                        "belongs to one class only: remove one of them (or the link that leads to it)")
+                        "belongs to one class only: remove one of them (or the link that leads to it)"
+                    )
                 continue  # the same file twice in one class (links): counted once
             owner[key] = (path, name)
             found.append(os.path.relpath(path, root))
         if not found:
-            raise DataError(f"{root / name}: class directory has no images ({SUPPORTED}); add some or remove the directory")
+            raise DataError(
+                f"{root / name}: class directory has no images ({SUPPORTED}); add some or remove the directory"
+            )
         rels += found
         labels += [label] * len(found)
     if len(classes) < 2:
@@ -84,8 +90,10 @@ def _walk_class(top: Path):
                 real = os.path.realpath(e.path)
                 inside = real.rstrip(os.sep) + os.sep
                 if any(c == real or c.startswith(inside) for c in chain):
-                    raise DataError(f"{e.path} links to {real}, a folder that contains it: the images would be "
-                                    "read round a loop; remove the link")
+                    raise DataError(
+                        f"{e.path} links to {real}, a folder that contains it: the images would be "
+                        "read round a loop; remove the link"
+                    )
                 chain.append(real)
                 yield from walk(e.path)
                 chain.pop()
@@ -168,8 +176,9 @@ def load_image_file(path: str | os.PathLike, input_shape: tuple[int, int, int]) 
     try:
         return decode_tensor(tf.io.read_file(str(path)), tuple(input_shape)).numpy()
     except (tf.errors.OpError, ValueError) as e:
-        raise DataError(f"{path}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: "
-                        "convert or remove it") from None
+        raise DataError(
+            f"{path}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
+        ) from None
 
 
 def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int]):
@@ -179,7 +188,8 @@ def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int]):
     ds = tf.data.Dataset.from_tensor_slices(np.asarray(paths, dtype=object).astype(str))
     return ds.map(
         lambda p: decode_tensor(tf.io.read_file(p), input_shape),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
     )
 
 
@@ -202,7 +212,9 @@ def decode_files(paths: Sequence[str], input_shape: tuple[int, int, int], out: n
         # With deterministic=True the error surfaces at the batch holding the file: find it there.
         for path in paths[done : done + _DECODE_BATCH]:
             load_image_file(path, input_shape)
-        raise DataError(f"decoding images {done}..{done + _DECODE_BATCH} of {len(paths)} failed ({_first_line(e)})") from None
+        raise DataError(
+            f"decoding images {done}..{done + _DECODE_BATCH} of {len(paths)} failed ({_first_line(e)})"
+        ) from None
 
 
 def split_indices(labels: np.ndarray, val_split: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -226,8 +238,10 @@ def read_image_dir(root: Path, settings, subset: Callable[[int, int], np.ndarray
     fingerprint = fingerprint_files(root, rels)
     tr, va = split_indices(labels, settings.val_split, settings.seed)
     if settings.val_split > 0 and len(va) == 0:
-        raise DataError(f"{root}: VAL_SPLIT={settings.val_split} of {np.bincount(labels).min()} images in the smallest "
-                        "class leaves no image for validation; raise VAL_SPLIT or add images")
+        raise DataError(
+            f"{root}: VAL_SPLIT={settings.val_split} of {np.bincount(labels).min()} images in the smallest "
+            "class leaves no image for validation; raise VAL_SPLIT or add images"
+        )
     if subset is not None:
         tr, va = tr[subset(len(tr), 0)], va[subset(len(va), 1)]
     shape = (settings.image_size, settings.image_size, settings.channels)
@@ -278,5 +292,7 @@ def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint
 def _first_line(e: BaseException) -> str:
     text = getattr(e, "message", None) or str(e)
     # TensorFlow wraps op errors as "{{function_node ...}} what went wrong [Op:DecodeImage] name: ".
-    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", "", text.strip().splitlines()[0] if text.strip() else "")
+    text = re.sub(
+        r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", "", text.strip().splitlines()[0] if text.strip() else ""
+    )
     return text[:200] or type(e).__name__

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,16 @@ from .rundir import write_text
 
 log = logging.getLogger("train")
 
-_AFTER = ["learning_rate", "batch_size", "epoch_seconds", "samples_per_second", "model_flops_per_second", "mfu",
-          "gpu_memory_used_mb", "gpu_memory_peak_mb"]
+_AFTER = [
+    "learning_rate",
+    "batch_size",
+    "epoch_seconds",
+    "samples_per_second",
+    "model_flops_per_second",
+    "mfu",
+    "gpu_memory_used_mb",
+    "gpu_memory_peak_mb",
+]
 
 
 def metric_columns(metrics: tuple[str, ...] = ("accuracy",)) -> list[str]:

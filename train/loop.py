@@ -47,7 +47,7 @@ class LoopState:
     patience_wait: int = 0  # early stopping: epochs since
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any], default_batch: int) -> "LoopState":
+    def from_meta(cls, meta: dict[str, Any], default_batch: int) -> LoopState:
         """From a checkpoint header (which also lists variables): known keys only."""
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in meta.items() if k in known}
@@ -128,8 +128,18 @@ def progress_verbose(progress: str, isatty: bool) -> int:
 class EpochLoop:
     """The epoch loop and what it owns: model, datasets, metrics, checkpoints, stop flag."""
 
-    def __init__(self, settings, run_dir, spec, setup, state: LoopState, epochs, started,
-                 stop: StopFlag | None = None, chief: bool = True):
+    def __init__(
+        self,
+        settings,
+        run_dir,
+        spec,
+        setup,
+        state: LoopState,
+        epochs,
+        started,
+        stop: StopFlag | None = None,
+        chief: bool = True,
+    ):
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started, self.chief = epochs, started, chief
         self.files = RunDir(run_dir) if run_dir is not None else None  # None: a worker that writes nothing
@@ -177,9 +187,13 @@ class EpochLoop:
         self.model = model
         self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile, task=self.task)
         replicas = self.strategy.num_replicas_in_sync
-        log.info("model: %s, %d parameters, global batch %d%s", self.s.model, model.count_params(),
-                 self.state.batch_size,
-                 f" ({self.state.batch_size // replicas} per replica x {replicas})" if replicas > 1 else "")
+        log.info(
+            "model: %s, %d parameters, global batch %d%s",
+            self.s.model,
+            model.count_params(),
+            self.state.batch_size,
+            f" ({self.state.batch_size // replicas} per replica x {replicas})" if replicas > 1 else "",
+        )
         self._measure_limits(replicas)
 
     def _measure_limits(self, replicas: int) -> None:
@@ -198,8 +212,13 @@ class EpochLoop:
             measured = None
         self.peak = flops.choose_peak(measured, flops.datasheet_peak(where, dtype), replicas, where, dtype)
         uncounted = ", ".join(self.flop_count.uncounted_layers) or "none"
-        log.info("cost: %.1f MFLOP per training example (layers not counted: %s); peak %.1f GFLOP/s (%s)",
-                 self.flop_count.train_per_example / 1e6, uncounted, (self.peak.flops or 0) / 1e9, self.peak.source)
+        log.info(
+            "cost: %.1f MFLOP per training example (layers not counted: %s); peak %.1f GFLOP/s (%s)",
+            self.flop_count.train_per_example / 1e6,
+            uncounted,
+            (self.peak.flops or 0) / 1e9,
+            self.peak.source,
+        )
 
     # -- data ---------------------------------------------------------------------------------
     def _distributed(self, which: str, epoch: int, batch: int, start: int = 0):
@@ -209,8 +228,17 @@ class EpochLoop:
 
         def per_process(ctx):
             local = replicas // ctx.num_input_pipelines
-            return replica_dataset(self.spec, self.s, which, epoch, batch, start, replicas=replicas,
-                                   first_replica=ctx.input_pipeline_id * local, local_replicas=local)
+            return replica_dataset(
+                self.spec,
+                self.s,
+                which,
+                epoch,
+                batch,
+                start,
+                replicas=replicas,
+                first_replica=ctx.input_pipeline_id * local,
+                local_replicas=local,
+            )
 
         return strategy.distribute_datasets_from_function(per_process)
 
@@ -249,8 +277,9 @@ class EpochLoop:
             record_ending(self.files.manifest, ended)
             self._write_hparams()
         final_sha = checkpoints.weights_sha256(self.model)
-        result = Result(self.run_dir, status, self.state.epoch, self.history, self.state.best, final_sha, None,
-                        self.model)
+        result = Result(
+            self.run_dir, status, self.state.epoch, self.history, self.state.best, final_sha, None, self.model
+        )
         if status == "completed" and self.chief:
             result = self._finish(result)
         if getattr(self.setup, "workers", 1) > 1:
@@ -282,7 +311,7 @@ class EpochLoop:
             raise
         return logs, time.perf_counter() - t0, saver.steps_run
 
-    def _fit(self, ds, saver: "StepSaver") -> dict[str, float]:
+    def _fit(self, ds, saver: StepSaver) -> dict[str, float]:
         """Run the compiled train step over `ds` until the epoch ends or a stop is agreed."""
         import keras
         import tensorflow as tf
@@ -295,8 +324,12 @@ class EpochLoop:
         bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", *names]) if verbose else None
         totals, iterator = Totals(names), iter(ds)
         while self.state.step < saver.total:
-            n = steps_until(saver.total - self.state.step, self.s.steps_per_execution, self.state.global_step,
-                            self.s.checkpoint_every)
+            n = steps_until(
+                saver.total - self.state.step,
+                self.s.steps_per_execution,
+                self.state.global_step,
+                self.s.checkpoint_every,
+            )
             asked = self.stop.check()
             if asked and getattr(self.setup, "workers", 1) == 1:
                 break  # no other worker to tell: stop before another step runs
@@ -319,17 +352,26 @@ class EpochLoop:
 
         batch = self.state.batch_size
         totals = Totals(tuple(self.task.metrics))
-        totals.add(self.steps.evaluate(iter(self._distributed("val", 0, batch)),
-                                       tf.constant(math.ceil(self.spec.n_val / batch))).numpy())
+        totals.add(
+            self.steps.evaluate(
+                iter(self._distributed("val", 0, batch)), tf.constant(math.ceil(self.spec.n_val / batch))
+            ).numpy()
+        )
         return totals.logs("val_")
 
     def _out_of_memory(self, epoch: int, exc: Exception):
-        remedies = ("lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
-                    "or stop other processes on the GPU (python -m train check lists them)")
+        remedies = (
+            "lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
+            "or stop other processes on the GPU (python -m train check lists them)"
+        )
         state = self.state
         # With several workers a halving on one would split the group: the error stops it instead.
-        if (not self.s.auto_batch or state.batch_halvings >= MAX_BATCH_HALVINGS or state.batch_size < 2
-                or getattr(self.setup, "workers", 1) > 1):
+        if (
+            not self.s.auto_batch
+            or state.batch_halvings >= MAX_BATCH_HALVINGS
+            or state.batch_size < 2
+            or getattr(self.setup, "workers", 1) > 1
+        ):
             raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
         from . import checkpoints
 
@@ -338,9 +380,14 @@ class EpochLoop:
         checkpoints.restore(self.model, loaded)
         saved = LoopState.from_meta(loaded.meta, old)
         self.state = position_after_halving(saved, old, state.batch_halvings + 1)
-        log.warning("WARNING: out of GPU memory at batch size %d; AUTO_BATCH: continuing from the last checkpoint "
-                    "with batch size %d (%d/%d)", old, self.state.batch_size, self.state.batch_halvings,
-                    MAX_BATCH_HALVINGS)
+        log.warning(
+            "WARNING: out of GPU memory at batch size %d; AUTO_BATCH: continuing from the last checkpoint "
+            "with batch size %d (%d/%d)",
+            old,
+            self.state.batch_size,
+            self.state.batch_halvings,
+            MAX_BATCH_HALVINGS,
+        )
         return self._train_epoch(self.state.epoch)
 
     def _check_finite(self, logs: dict[str, float], epoch: int) -> None:
@@ -364,9 +411,18 @@ class EpochLoop:
 
         speed = (steps_run * batch / seconds) if seconds else None
         achieved, fraction = mfu(speed, self.flop_count, self.peak.flops)
-        row = dict(logs, epoch=epoch + 1, learning_rate=float(keras.ops.convert_to_numpy(lr)), batch_size=batch,
-                   epoch_seconds=round(seconds, 3), samples_per_second=speed,
-                   model_flops_per_second=achieved, mfu=fraction, gpu_memory_used_mb=used, gpu_memory_peak_mb=peak)
+        row = dict(
+            logs,
+            epoch=epoch + 1,
+            learning_rate=float(keras.ops.convert_to_numpy(lr)),
+            batch_size=batch,
+            epoch_seconds=round(seconds, 3),
+            samples_per_second=speed,
+            model_flops_per_second=achieved,
+            mfu=fraction,
+            gpu_memory_used_mb=used,
+            gpu_memory_peak_mb=peak,
+        )
         if self.metrics:
             self.metrics.append(row)
         self.history.append(row)
@@ -380,18 +436,25 @@ class EpochLoop:
             if self.chief:
                 from .rundir import atomic_write
 
-                atomic_write(self.files.best_weights, self.model.save_weights,
-                             size_hint=_weights_bytes(self.model))
+                atomic_write(self.files.best_weights, self.model.save_weights, size_hint=_weights_bytes(self.model))
         counted = self.state.to_dict()
         self.patience.update(counted, value)  # before the save: the count survives a stop
-        self.state.patience_reference, self.state.patience_wait = counted.get("patience_reference"), counted.get("patience_wait", 0)
+        self.state.patience_reference, self.state.patience_wait = (
+            counted.get("patience_reference"),
+            counted.get("patience_wait", 0),
+        )
         self.state.epoch, self.state.step = epoch + 1, 0
         self._save("epoch end")
-        log.info("epoch %d/%d: %s  %.1fs  %.0f samples/s%s%s", epoch + 1, self.epochs,
-                 "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)), seconds,
-                 row["samples_per_second"] or 0.0,
-                 f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
-                 "  (best)" if self.state.best == value else "")
+        log.info(
+            "epoch %d/%d: %s  %.1fs  %.0f samples/s%s%s",
+            epoch + 1,
+            self.epochs,
+            "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)),
+            seconds,
+            row["samples_per_second"] or 0.0,
+            f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
+            "  (best)" if self.state.best == value else "",
+        )
         if self.chief:
             from .report import refresh_after_epoch  # curves for whoever watches the volume; never raises
 
@@ -402,11 +465,14 @@ class EpochLoop:
         from .logs import write_hparams
         from .models import monitors
 
-        final = {k: v for k, v in (self.history[-1] if self.history else {}).items()
-                 if k in monitors(self.s.model)}
+        final = {k: v for k, v in (self.history[-1] if self.history else {}).items() if k in monitors(self.s.model)}
         try:
-            write_hparams(self.files.tensorboard, self.s.to_dict(),
-                          {**final, f"best_{self.s.monitor}": self.state.best}, self.state.epoch)
+            write_hparams(
+                self.files.tensorboard,
+                self.s.to_dict(),
+                {**final, f"best_{self.s.monitor}": self.state.best},
+                self.state.epoch,
+            )
         except Exception as exc:  # a dashboard must never cost a run
             log.warning("WARNING: TensorBoard HParams not written: %s: %s", type(exc).__name__, exc)
 
@@ -415,18 +481,20 @@ class EpochLoop:
             return
         from . import checkpoints
 
-        path = checkpoints.save_state(self.files.checkpoints, self.model, self.state.to_dict(),
-                                      self.s.keep_checkpoints)
+        path = checkpoints.save_state(self.files.checkpoints, self.model, self.state.to_dict(), self.s.keep_checkpoints)
         log.debug("checkpoint %s (%s)", path.name, why)
 
     def _finish(self, result: Result) -> Result:
         from .rundir import atomic_write
 
         atomic_write(self.files.final_weights, self.model.save_weights, size_hint=_weights_bytes(self.model))
-        update_manifest(self.files.manifest, final_weights_sha256=result.final_weights_sha256,
-                        best={"monitor": self.s.monitor, "value": self.state.best},
-                        final_metrics=self.history[-1] if self.history else None,
-                        epochs_completed=self.state.epoch)
+        update_manifest(
+            self.files.manifest,
+            final_weights_sha256=result.final_weights_sha256,
+            best={"monitor": self.s.monitor, "value": self.state.best},
+            final_metrics=self.history[-1] if self.history else None,
+            epochs_completed=self.state.epoch,
+        )
         if self.s.export:
             from .export import export_run
 

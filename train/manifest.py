@@ -19,6 +19,7 @@ from typing import Any
 
 from .rundir import read_json, write_json
 
+
 def project_root() -> Path:
     """The checkout (editable install) or the image's working directory (package in site-packages)."""
     for candidate in (Path(__file__).resolve().parent.parent, Path.cwd()):
@@ -42,10 +43,16 @@ def git_info(root: Path | None = None) -> dict[str, Any]:
     """Commit and dirty flag from git; inside the image (no .git) from the BUILD_COMMIT file baked at build."""
     root = root or project_root()
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if commit.returncode == 0:
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5)
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
             return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "source": "git"}
     except (OSError, subprocess.SubprocessError):
         pass
@@ -106,26 +113,53 @@ def environment_facts(settings) -> dict[str, Any]:
     }
 
 
-def new_segment(epochs_planned: int, start_epoch: int = 0, resumed_from: str | None = None,
-                forced: list[str] | None = None, restart: bool = False, smoke: bool = False) -> dict[str, Any]:
+def new_segment(
+    epochs_planned: int,
+    start_epoch: int = 0,
+    resumed_from: str | None = None,
+    forced: list[str] | None = None,
+    restart: bool = False,
+    smoke: bool = False,
+) -> dict[str, Any]:
     """One entry of the manifest's `segments`: a stretch of training by one process."""
-    return {"started_at": now_iso(), "ended_at": None, "status": "running", "error": None, "seconds": None,
-            "host": socket.gethostname(), "command": sys.argv, "resumed_from": resumed_from,
-            "forced_changes": list(forced or []), "restart": restart, "smoke": smoke,
-            "epochs_planned": epochs_planned, "epoch_from": start_epoch, "epoch_to": None,
-            "data_fingerprint": None}
+    return {
+        "started_at": now_iso(),
+        "ended_at": None,
+        "status": "running",
+        "error": None,
+        "seconds": None,
+        "host": socket.gethostname(),
+        "command": sys.argv,
+        "resumed_from": resumed_from,
+        "forced_changes": list(forced or []),
+        "restart": restart,
+        "smoke": smoke,
+        "epochs_planned": epochs_planned,
+        "epoch_from": start_epoch,
+        "epoch_to": None,
+        "data_fingerprint": None,
+    }
 
 
 def start_manifest(path: Path, settings, run_id: str, segment: dict[str, Any]) -> dict[str, Any]:
     """A new run's manifest, with its first segment open."""
-    manifest = {"run_id": run_id, "status": "running", "started_at": segment["started_at"], "resumed_at": [],
-                "ended_at": None, "error": None, **environment_facts(settings), "segments": [segment]}
+    manifest = {
+        "run_id": run_id,
+        "status": "running",
+        "started_at": segment["started_at"],
+        "resumed_at": [],
+        "ended_at": None,
+        "error": None,
+        **environment_facts(settings),
+        "segments": [segment],
+    }
     write_json(path, manifest)
     return manifest
 
 
-def open_segment(path: Path, previous: dict[str, Any], settings, segment: dict[str, Any],
-                 last_write: float | None = None) -> dict[str, Any]:
+def open_segment(
+    path: Path, previous: dict[str, Any], settings, segment: dict[str, Any], last_write: float | None = None
+) -> dict[str, Any]:
     """A resumed run: append a segment to the manifest as found, keeping everything it recorded.
 
     `previous` is the manifest read (and checked) before the resume was validated; `last_write`
@@ -140,11 +174,18 @@ def open_segment(path: Path, previous: dict[str, Any], settings, segment: dict[s
         if last_write is not None and last.get("started_at"):
             ended = _dt.datetime.fromtimestamp(last_write, _dt.timezone.utc)
             last["ended_at"] = ended.isoformat(timespec="seconds")
-            last["seconds"] = max(0.0, round((ended - _dt.datetime.fromisoformat(last["started_at"])).total_seconds(), 2))
+            last["seconds"] = max(
+                0.0, round((ended - _dt.datetime.fromisoformat(last["started_at"])).total_seconds(), 2)
+            )
             last["seconds_estimated"] = True  # up to its last checkpoint
-    manifest.update(environment_facts(settings), status="running", ended_at=None, error=None,
-                    resumed_at=list(previous.get("resumed_at") or []) + [segment["started_at"]],
-                    segments=segments + [segment])
+    manifest.update(
+        environment_facts(settings),
+        status="running",
+        ended_at=None,
+        error=None,
+        resumed_at=list(previous.get("resumed_at") or []) + [segment["started_at"]],
+        segments=segments + [segment],
+    )
     manifest.setdefault("started_at", segment["started_at"])
     manifest.setdefault("run_id", Path(path).parent.name)  # a run killed before its first manifest
     write_json(path, manifest)
@@ -155,12 +196,17 @@ def _legacy_segment(previous: dict[str, Any]) -> dict[str, Any] | None:
     """A manifest written before segments were recorded: its one summary becomes the first segment."""
     if not previous:
         return None
-    return {"started_at": (previous.get("resumed_at") or [previous.get("started_at")])[-1],
-            "ended_at": previous.get("ended_at"), "status": previous.get("status"), "error": previous.get("error"),
-            "seconds": previous.get("duration_seconds"), "host": previous.get("host"),
-            "epoch_to": previous.get("epochs_completed"),
-            "data_fingerprint": (previous.get("data") or {}).get("fingerprint"),
-            "note": "summary of the run before segments were recorded"}
+    return {
+        "started_at": (previous.get("resumed_at") or [previous.get("started_at")])[-1],
+        "ended_at": previous.get("ended_at"),
+        "status": previous.get("status"),
+        "error": previous.get("error"),
+        "seconds": previous.get("duration_seconds"),
+        "host": previous.get("host"),
+        "epoch_to": previous.get("epochs_completed"),
+        "data_fingerprint": (previous.get("data") or {}).get("fingerprint"),
+        "note": "summary of the run before segments were recorded",
+    }
 
 
 def record_data(path: Path, data: dict[str, Any], precision: dict[str, Any]) -> dict[str, Any]:
@@ -173,16 +219,26 @@ def record_data(path: Path, data: dict[str, Any], precision: dict[str, Any]) -> 
     return manifest
 
 
-def close_segment(path: Path, status: str, error: str | None, seconds: float,
-                  epoch: int | None = None, best: dict[str, Any] | None = None) -> dict[str, Any]:
+def close_segment(
+    path: Path,
+    status: str,
+    error: str | None,
+    seconds: float,
+    epoch: int | None = None,
+    best: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """End the open segment. The run's own fields (best, export, final weights hash, final metrics)
     are only ever replaced by newer values, never emptied by a segment that did not finish."""
     manifest = read_json(path)
     segments = manifest.get("segments") or []
     if segments:
         segments[-1].update(ended_at=now_iso(), status=status, error=error, seconds=round(seconds, 2), epoch_to=epoch)
-    manifest.update(status=status, ended_at=now_iso(), error=error,
-                    duration_seconds=round(sum(s.get("seconds") or 0.0 for s in segments) if segments else seconds, 2))
+    manifest.update(
+        status=status,
+        ended_at=now_iso(),
+        error=error,
+        duration_seconds=round(sum(s.get("seconds") or 0.0 for s in segments) if segments else seconds, 2),
+    )
     if epoch is not None:
         manifest["epochs_completed"] = epoch
     if best is not None and best.get("value") is not None:

@@ -190,8 +190,10 @@ def get_factory(name: str) -> Factory:
     try:
         inspect.signature(factory).bind((1, 1, 1), 2)
     except TypeError as exc:
-        raise ModelError(name, f"{func_name}{inspect.signature(factory)} cannot be called as "
-                               f"{func_name}(input_shape, num_classes): {exc}") from None
+        raise ModelError(
+            name,
+            f"{func_name}{inspect.signature(factory)} cannot be called as {func_name}(input_shape, num_classes): {exc}",
+        ) from None
     except ValueError:
         pass  # no signature to inspect (a builtin or C callable): the call itself will tell
     return factory
@@ -206,8 +208,11 @@ def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
     call = f"{name.partition(':')[2] or name}({shape}, {classes})"
     least = entry(name).min_image_size
     if min(shape[:2]) < least:
-        raise ModelError(name, f"the images are {shape[0]}x{shape[1]}, smaller than the {least}x"
-                               f"{least} {name} needs: use larger images or MODEL=resnet_small")
+        raise ModelError(
+            name,
+            f"the images are {shape[0]}x{shape[1]}, smaller than the {least}x"
+            f"{least} {name} needs: use larger images or MODEL=resnet_small",
+        )
     try:
         model = factory(shape, classes)
     except TemplateError:

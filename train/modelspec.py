@@ -44,8 +44,12 @@ def check_model_spec(spec: str) -> None:
     if isinstance(binding, (ast.FunctionDef, ast.AsyncFunctionDef)) and not binding.decorator_list:
         problem = _signature_problem(binding.args)
         if problem:
-            raise ConfigError("MODEL", spec, f"{func}() in {source} (line {binding.lineno}) {problem}; a model "
-                                             "factory is make_model(input_shape, num_classes)")
+            raise ConfigError(
+                "MODEL",
+                spec,
+                f"{func}() in {source} (line {binding.lineno}) {problem}; a model "
+                "factory is make_model(input_shape, num_classes)",
+            )
 
 
 def find_source(spec: str, module: str) -> Path | None:
@@ -56,14 +60,18 @@ def find_source(spec: str, module: str) -> Path | None:
     except (ImportError, ValueError):
         found = None
     if found is None:
-        raise ConfigError("MODEL", spec, f"cannot find module {top!r}: run from the folder that holds it, "
-                                         "or add that folder to PYTHONPATH")
+        raise ConfigError(
+            "MODEL",
+            spec,
+            f"cannot find module {top!r}: run from the folder that holds it, or add that folder to PYTHONPATH",
+        )
     path = Path(found.origin) if found.origin and found.origin.endswith(".py") else None
     locations = list(found.submodule_search_locations or [])
     for i, part in enumerate(rest):
         if not locations:
-            raise ConfigError("MODEL", spec, f"{'.'.join([top, *rest[:i]])} is a module, not a package: "
-                                             f"it has no submodule {part!r}")
+            raise ConfigError(
+                "MODEL", spec, f"{'.'.join([top, *rest[:i]])} is a module, not a package: it has no submodule {part!r}"
+            )
         path, locations = _find_in(spec, ".".join([top, *rest[: i + 1]]), part, locations)
         if path is None and not locations:
             return None  # an extension or compiled module: judged when imported

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -39,8 +39,7 @@ def _epoch_axis(ax, records: RunRecords) -> None:
     ax.grid(True, alpha=0.3)
     for i, r in enumerate(records.resumes):
         # Resumed into epoch r.epoch: the line sits just before that epoch's point.
-        ax.axvline(r.epoch - 0.5, color="#555555", linestyle="--", linewidth=1,
-                   label="resumed" if i == 0 else None)
+        ax.axvline(r.epoch - 0.5, color="#555555", linestyle="--", linewidth=1, label="resumed" if i == 0 else None)
 
 
 def curves_png(records: RunRecords) -> bytes:
@@ -55,8 +54,11 @@ def curves_figure(records: RunRecords):
     fig = Figure(figsize=(12, 7.2), dpi=90)
     grid = fig.add_gridspec(2, 6, left=0.06, right=0.98, top=0.9, bottom=0.08, wspace=0.9, hspace=0.45)
     done = len(records.rows)
-    fig.suptitle(f"{records.name}: {records.manifest.get('status', 'unknown')}, "
-                 f"{done} of {records.config.get('epochs', '?')} epochs", fontsize=13)
+    fig.suptitle(
+        f"{records.name}: {records.manifest.get('status', 'unknown')}, "
+        f"{done} of {records.config.get('epochs', '?')} epochs",
+        fontsize=13,
+    )
     best = records.best_row()
     for slot, metric, title in ((grid[0, :3], "loss", "loss"), (grid[0, 3:], "accuracy", "accuracy")):
         ax = fig.add_subplot(slot)
@@ -66,29 +68,48 @@ def curves_figure(records: RunRecords):
             if x:
                 ax.plot(x, y, color=colour, marker="o" if len(x) <= 40 else None, markersize=4, label=label)
         if best is not None and records.monitor in (metric, "val_" + metric):
-            ax.plot([best["epoch"]], [best[records.monitor]], marker="*", markersize=16, color="#ffbf00",
-                    markeredgecolor="black", linestyle="none", label=f"best {records.monitor}")
+            ax.plot(
+                [best["epoch"]],
+                [best[records.monitor]],
+                marker="*",
+                markersize=16,
+                color="#ffbf00",
+                markeredgecolor="black",
+                linestyle="none",
+                label=f"best {records.monitor}",
+            )
         _epoch_axis(ax, records)
         if not done:
             ax.text(0.5, 0.5, "no epoch finished yet", ha="center", va="center", transform=ax.transAxes)
         elif ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=9)
-    bottom = [("learning_rate", "learning rate", None), ("samples_per_second", "training samples/s", None),
-              ("mfu", "model-FLOP utilisation (of peak)", None)]
+    bottom = [
+        ("learning_rate", "learning rate", None),
+        ("samples_per_second", "training samples/s", None),
+        ("mfu", "model-FLOP utilisation (of peak)", None),
+    ]
     if gpu:
         bottom.append(("gpu_memory_used_mb", "GPU memory (MB)", "gpu_memory_peak_mb"))
     width = 6 // len(bottom)
     for i, (key, title, second) in enumerate(bottom):
-        ax = fig.add_subplot(grid[1, i * width:(i + 1) * width])
+        ax = fig.add_subplot(grid[1, i * width : (i + 1) * width])
         ax.set_title(title)
         x, y = _xy(records, key)
         if x:
-            ax.plot(x, y, color=TRAIN, marker="o" if len(x) <= 40 else None, markersize=3,
-                    label="used (driver)" if second else None)
+            ax.plot(
+                x,
+                y,
+                color=TRAIN,
+                marker="o" if len(x) <= 40 else None,
+                markersize=3,
+                label="used (driver)" if second else None,
+            )
         if second:
             x2, y2 = _xy(records, second)
             if x2:
-                ax.plot(x2, y2, color=VAL, marker="o" if len(x2) <= 40 else None, markersize=3, label="peak (TensorFlow)")
+                ax.plot(
+                    x2, y2, color=VAL, marker="o" if len(x2) <= 40 else None, markersize=3, label="peak (TensorFlow)"
+                )
             ax.legend(loc="best", fontsize=8)
         if key == "learning_rate":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
@@ -118,8 +139,15 @@ def confusion_png(matrix: np.ndarray, class_names: Sequence[str]) -> bytes:
         for i in range(n):
             for j in range(n):
                 if matrix[i, j]:
-                    ax.text(j, i, str(int(matrix[i, j])), ha="center", va="center", fontsize=8,
-                            color="white" if share[i, j] > 0.5 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        str(int(matrix[i, j])),
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="white" if share[i, j] > 0.5 else "black",
+                    )
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     acc = np.diag(share)
     # From a round tenth below the worst class: differences of a few points stay visible at 95%+.
@@ -133,17 +161,31 @@ def confusion_png(matrix: np.ndarray, class_names: Sequence[str]) -> bytes:
     pad = 0.02 * (1 - low)
     for i, a in enumerate(acc):
         inside = a - low > 0.25 * (1 - low)  # the figure on the bar where it fits, else just after it
-        bars.text(a - pad if inside else max(a, low) + pad, i, f"{a:.1%}", ha="right" if inside else "left",
-                  va="center", fontsize=7, color="white" if inside else "black")
-    bars.axvline(float(np.trace(matrix) / max(matrix.sum(), 1)), color="black", linestyle="--", linewidth=1,
-                 label="overall")
+        bars.text(
+            a - pad if inside else max(a, low) + pad,
+            i,
+            f"{a:.1%}",
+            ha="right" if inside else "left",
+            va="center",
+            fontsize=7,
+            color="white" if inside else "black",
+        )
+    bars.axvline(
+        float(np.trace(matrix) / max(matrix.sum(), 1)), color="black", linestyle="--", linewidth=1, label="overall"
+    )
     bars.legend(loc="lower left", fontsize=7)
     bars.grid(True, axis="x", alpha=0.3)
     return _png(fig)
 
 
-def grid_png(images: np.ndarray, true: Sequence[int], pred: Sequence[int], prob: Sequence[float],
-             class_names: Sequence[str], columns: int = 8) -> bytes:
+def grid_png(
+    images: np.ndarray,
+    true: Sequence[int],
+    pred: Sequence[int],
+    prob: Sequence[float],
+    class_names: Sequence[str],
+    columns: int = 8,
+) -> bytes:
     """The given images in a grid, each titled with its true and predicted class."""
     from matplotlib.figure import Figure
 
@@ -157,10 +199,18 @@ def grid_png(images: np.ndarray, true: Sequence[int], pred: Sequence[int], prob:
         if i >= count:
             continue
         img = images[i]
-        ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray" if img.shape[-1] == 1 else None,
-                  vmin=0, vmax=255, interpolation="nearest")
-        ax.set_title(f"true {str(class_names[true[i]])[:10]}\npred {str(class_names[pred[i]])[:10]} {prob[i]:.0%}",
-                     fontsize=9, color="#b00000")
+        ax.imshow(
+            img[..., 0] if img.shape[-1] == 1 else img,
+            cmap="gray" if img.shape[-1] == 1 else None,
+            vmin=0,
+            vmax=255,
+            interpolation="nearest",
+        )
+        ax.set_title(
+            f"true {str(class_names[true[i]])[:10]}\npred {str(class_names[pred[i]])[:10]} {prob[i]:.0%}",
+            fontsize=9,
+            color="#b00000",
+        )
     return _png(fig)
 
 
@@ -183,16 +233,30 @@ def compare_figure(runs: Sequence[RunRecords]):
             for key, style in (("val_" + metric, "-"), (metric, "--")):
                 x, y = _xy(rec, key)
                 if x:
-                    ax.plot(x, y, linestyle=style, color=colour, marker="o" if len(x) <= 40 else None, markersize=3,
-                            label=rec.name if key.startswith("val_") else None)
+                    ax.plot(
+                        x,
+                        y,
+                        linestyle=style,
+                        color=colour,
+                        marker="o" if len(x) <= 40 else None,
+                        markersize=3,
+                        label=rec.name if key.startswith("val_") else None,
+                    )
         x, y = _xy(rec, rec.monitor)
         if x:
             secs = [rec.seconds_to(e) for e in x]
             axes[2].plot(secs, y, color=colour, marker="o" if len(x) <= 40 else None, markersize=3)
             best = rec.best_row()
             if best is not None:  # where each run reached its best: the time-to-best column of the table
-                axes[2].plot([rec.seconds_to(best["epoch"])], [best[rec.monitor]], marker="*", markersize=14,
-                             color=colour, markeredgecolor="black", linestyle="none")
+                axes[2].plot(
+                    [rec.seconds_to(best["epoch"])],
+                    [best[rec.monitor]],
+                    marker="*",
+                    markersize=14,
+                    color=colour,
+                    markeredgecolor="black",
+                    linestyle="none",
+                )
     for ax, title in zip(axes, ("loss", "accuracy", f"{monitor} by training time")):
         ax.set_title(title)
         ax.grid(True, alpha=0.3)

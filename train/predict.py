@@ -28,9 +28,11 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
         shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
         width = next(iter(serve.structured_outputs.values())).shape[-1]
         if width != len(labels):
-            raise ExportError(f"the export of run {run_files.name} predicts {width} classes but the run has "
-                              f"{len(labels)} (it was exported before the run trained on other data): "
-                              f"export it again with `python -m train export {run_files.name}`")
+            raise ExportError(
+                f"the export of run {run_files.name} predicts {width} classes but the run has "
+                f"{len(labels)} (it was exported before the run trained on other data): "
+                f"export it again with `python -m train export {run_files.name}`"
+            )
 
         def run(batch):
             return next(iter(serve(images=tf.constant(batch)).values())).numpy()
@@ -48,8 +50,9 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     out = []
     for f, p in zip(files, probs):
         k = int(np.argmax(p))
-        out.append({"file": str(f), "class": labels[k] if k < len(labels) else str(k), "index": k,
-                    "probability": float(p[k])})
+        out.append(
+            {"file": str(f), "class": labels[k] if k < len(labels) else str(k), "index": k, "probability": float(p[k])}
+        )
     return out
 
 

@@ -23,7 +23,9 @@ from .history import RunRecords, load_records
 from .rundir import RunDir, atomic_write, is_run_dir, write_text
 
 log = logging.getLogger("train")
-CHEAP_NOTE = "not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report {run}`"
+CHEAP_NOTE = (
+    "not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report {run}`"
+)
 
 
 @dataclass
@@ -85,11 +87,15 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
     m, c = records.manifest, records.config
     status = str(m.get("status", "unknown"))
     best = records.best_row()
-    lead = [f"model <b>{_e(c.get('model'))}</b> on <b>{_e(c.get('dataset'))}</b>",
-            f"{len(records.rows)} of {_e(c.get('epochs'))} epochs"]
+    lead = [
+        f"model <b>{_e(c.get('model'))}</b> on <b>{_e(c.get('dataset'))}</b>",
+        f"{len(records.rows)} of {_e(c.get('epochs'))} epochs",
+    ]
     if best is not None:
-        lead.append(f"best {_e(records.monitor)} <b>{best[records.monitor]:.4f}</b> at epoch {best['epoch']:.0f} "
-                    f"after {_seconds(records.seconds_to(best['epoch']))} of training")
+        lead.append(
+            f"best {_e(records.monitor)} <b>{best[records.monitor]:.4f}</b> at epoch {best['epoch']:.0f} "
+            f"after {_seconds(records.seconds_to(best['epoch']))} of training"
+        )
     if records.resumes:
         lead.append(f"resumed {len(records.resumes)}x")
     error = f'<p class="error">{_e(m["error"])}</p>' if m.get("error") else ""
@@ -132,17 +138,29 @@ def validation_html(ev) -> str:
     """Accuracy, the confusion matrix picture, the per-class table and the most-wrong grid."""
     from . import plots
 
-    rows = [(_e(r["class"]), f'<td class="num">{r["examples"]}', f'<td class="num">{r["correct"]}',
-             f'<td class="num">{"-" if r["accuracy"] is None else format(r["accuracy"], ".2%")}',
-             _e(f"{r['confused_with'][0]} ({r['confused_with'][1]}x)") if r["confused_with"] else "-")
-            for r in ev.per_class()]
-    parts = [f'<p class="lead">accuracy <b>{ev.accuracy:.2%}</b> on {ev.n} validation examples</p>',
-             _img(plots.confusion_png(ev.matrix, ev.class_names), "confusion matrix and per-class accuracy"),
-             _table(rows, ("class", "examples", "correct", "accuracy", "most often taken for"))]
+    rows = [
+        (
+            _e(r["class"]),
+            f'<td class="num">{r["examples"]}',
+            f'<td class="num">{r["correct"]}',
+            f'<td class="num">{"-" if r["accuracy"] is None else format(r["accuracy"], ".2%")}',
+            _e(f"{r['confused_with'][0]} ({r['confused_with'][1]}x)") if r["confused_with"] else "-",
+        )
+        for r in ev.per_class()
+    ]
+    parts = [
+        f'<p class="lead">accuracy <b>{ev.accuracy:.2%}</b> on {ev.n} validation examples</p>',
+        _img(plots.confusion_png(ev.matrix, ev.class_names), "confusion matrix and per-class accuracy"),
+        _table(rows, ("class", "examples", "correct", "accuracy", "most often taken for")),
+    ]
     if len(ev.wrong_images):
-        parts += [f"<h3>The {len(ev.wrong_images)} most wrong (least probability on the true class)</h3>",
-                  _img(plots.grid_png(ev.wrong_images, ev.wrong_true, ev.wrong_pred, ev.wrong_prob, ev.class_names),
-                       "validation images the model gets most wrong, with true and predicted class")]
+        parts += [
+            f"<h3>The {len(ev.wrong_images)} most wrong (least probability on the true class)</h3>",
+            _img(
+                plots.grid_png(ev.wrong_images, ev.wrong_true, ev.wrong_pred, ev.wrong_prob, ev.class_names),
+                "validation images the model gets most wrong, with true and predicted class",
+            ),
+        ]
     else:
         parts.append(_note("no validation image is misclassified"))
     return "\n".join(parts)
@@ -153,7 +171,9 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
     git, lock, data = m.get("git") or {}, m.get("requirements_lock") or {}, m.get("data") or {}
     build, export, precision = m.get("build_info") or {}, m.get("export") or {}, m.get("precision") or {}
     gpus = [g for g in m.get("gpus") or [] if g.get("name")]
-    cuda = ", ".join(f"{k.replace('_version', '')} {v}" for k, v in build.items() if k in ("cuda_version", "cudnn_version"))
+    cuda = ", ".join(
+        f"{k.replace('_version', '')} {v}" for k, v in build.items() if k in ("cuda_version", "cudnn_version")
+    )
     code = f"{git.get('commit') or 'unknown'}{' (uncommitted changes)' if git.get('dirty') else ''}"
     if git.get("source") and git.get("source") != "git":
         code += f" from {git['source']}"
@@ -164,23 +184,38 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         ("resumed", ", ".join(m.get("resumed_at") or []) or "never"),
         ("duration", f"{_seconds(m.get('duration_seconds'))} over {len(m.get('segments') or []) or 1} segment(s)"),
         ("training time (sum of epochs)", _seconds(records.seconds_to(float("inf")))),
-        ("versions", f"Python {m.get('python', '?')}, TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}"
-                     + (f"; built for {cuda}" if cuda else "")),
-        ("image", str(m["image"]) if m.get("image") else
-                  "the project's image (no .git inside; commit from BUILD_COMMIT)" if "BUILD_COMMIT" in str(git.get("source"))
-                  else "none: run from a checkout"),
+        (
+            "versions",
+            f"Python {m.get('python', '?')}, TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}"
+            + (f"; built for {cuda}" if cuda else ""),
+        ),
+        (
+            "image",
+            str(m["image"])
+            if m.get("image")
+            else "the project's image (no .git inside; commit from BUILD_COMMIT)"
+            if "BUILD_COMMIT" in str(git.get("source"))
+            else "none: run from a checkout",
+        ),
         ("commit", code),
         ("lock", f"{Path(str(lock.get('file', '?'))).name} sha256 {lock.get('sha256') or 'unknown'}"),
-        ("data", f"{data.get('dataset', '?')} from {data.get('source', '?')}: {data.get('n_train', '?')} train / "
-                 f"{data.get('n_val', '?')} val, {len(data.get('class_names') or [])} classes"),
+        (
+            "data",
+            f"{data.get('dataset', '?')} from {data.get('source', '?')}: {data.get('n_train', '?')} train / "
+            f"{data.get('n_val', '?')} val, {len(data.get('class_names') or [])} classes",
+        ),
         ("data fingerprint", f"sha256 {data.get('fingerprint', 'unknown')}"),
         ("precision", f"{precision.get('policy', '?')}: {precision.get('reason', '?')}"),
         ("devices", "; ".join(f"{g['name']} ({g.get('memory_total_mb', '?')} MB)" for g in gpus) or "CPU only"),
         ("cluster", _compact(m["cluster"]) if m.get("cluster") else "one process"),
         ("host", f"{m.get('host', '?')} ({m.get('platform', '?')})"),
         ("seed", f"{m.get('seed', '?')}, deterministic ops: {records.config.get('deterministic')}"),
-        ("export parity", f"max |diff| {export['max_abs_diff']:.2e} (tolerance {export.get('tolerance')})"
-                          if "max_abs_diff" in export else "not exported"),
+        (
+            "export parity",
+            f"max |diff| {export['max_abs_diff']:.2e} (tolerance {export.get('tolerance')})"
+            if "max_abs_diff" in export
+            else "not exported",
+        ),
     ]
     return [(k, _e(v)) for k, v in rows]
 
@@ -203,8 +238,9 @@ def _metrics_table(records: RunRecords) -> str:
 
 def _table(rows, header: tuple[str, ...] | None = None) -> str:
     head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>" if header else ""
-    cells = "".join("<tr>" + "".join(c + "</td>" if c.startswith("<td") else f"<td>{c}</td>" for c in row) + "</tr>"
-                    for row in rows)
+    cells = "".join(
+        "<tr>" + "".join(c + "</td>" if c.startswith("<td") else f"<td>{c}</td>" for c in row) + "</tr>" for row in rows
+    )
     return f"<table>{head}{cells}</table>"
 
 

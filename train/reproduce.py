@@ -24,10 +24,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import ReproduceError
 from .rundir import RunDir, list_run_dirs, write_json
@@ -37,8 +38,15 @@ from .rundir import RunDir, list_run_dirs, write_json
 TOLERANCE = {"accuracy": ("absolute", 0.01), "loss": ("relative", 0.10)}
 # Settings whose value is where the run lives or how it was started, not what it computes.
 NOT_COMPARED = {"runs_dir", "data_dir", "resume", "run_name", "progress", "debug", "max_minutes", "export"}
-TIMING_COLUMNS = {"epoch", "epoch_seconds", "samples_per_second", "model_flops_per_second", "mfu",
-                  "gpu_memory_used_mb", "gpu_memory_peak_mb"}
+TIMING_COLUMNS = {
+    "epoch",
+    "epoch_seconds",
+    "samples_per_second",
+    "model_flops_per_second",
+    "mfu",
+    "gpu_memory_used_mb",
+    "gpu_memory_peak_mb",
+}
 
 
 @dataclass
@@ -52,8 +60,15 @@ class Verdict:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"original": self.original, "rerun": self.rerun, "match": self.match, "method": self.method,
-                "details": self.details, "rows": self.rows, "warnings": self.warnings}
+        return {
+            "original": self.original,
+            "rerun": self.rerun,
+            "match": self.match,
+            "method": self.method,
+            "details": self.details,
+            "rows": self.rows,
+            "warnings": self.warnings,
+        }
 
 
 # -- reading the record --------------------------------------------------------------------------
@@ -75,17 +90,25 @@ def check_commit(root: Path, manifest: dict[str, Any], allow_dirty: bool) -> str
     git = manifest.get("git") or {}
     commit = git.get("commit")
     if not commit:
-        raise ReproduceError(f"the run records no commit (git source: {git.get('source')!r}): it was made outside a "
-                             "git checkout or from an image built without GIT_COMMIT; rerun it by hand")
+        raise ReproduceError(
+            f"the run records no commit (git source: {git.get('source')!r}): it was made outside a "
+            "git checkout or from an image built without GIT_COMMIT; rerun it by hand"
+        )
     if git.get("dirty") and not allow_dirty:
-        raise ReproduceError(f"the run was made from a tree with uncommitted changes on top of {commit[:12]}: its code "
-                             "is not in any commit; pass --allow-dirty to rerun with the committed code anyway")
+        raise ReproduceError(
+            f"the run was made from a tree with uncommitted changes on top of {commit[:12]}: its code "
+            "is not in any commit; pass --allow-dirty to rerun with the committed code anyway"
+        )
     if shutil.which("git") is None or _git(root, "rev-parse", "--git-dir").returncode != 0:
-        raise ReproduceError(f"{root} is not a git checkout: run reproduce from a clone of the project that "
-                             f"contains commit {commit[:12]}")
+        raise ReproduceError(
+            f"{root} is not a git checkout: run reproduce from a clone of the project that "
+            f"contains commit {commit[:12]}"
+        )
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
-        raise ReproduceError(f"commit {commit[:12]} is not in this clone ({root}): `git fetch` the branch it is on, "
-                             "then run reproduce again")
+        raise ReproduceError(
+            f"commit {commit[:12]} is not in this clone ({root}): `git fetch` the branch it is on, "
+            "then run reproduce again"
+        )
     return commit
 
 
@@ -97,8 +120,10 @@ def check_lock(root: Path, commit: str, manifest: dict[str, Any]) -> None:
         raise ReproduceError(f"commit {commit[:12]} has no {name}: its environment cannot be rebuilt")
     actual = hashlib.sha256(shown.stdout).hexdigest()
     if recorded and actual != recorded:
-        raise ReproduceError(f"{name} at commit {commit[:12]} has sha256 {actual[:16]}..., the run recorded "
-                             f"{recorded[:16]}...: the run was not installed from that commit's lock")
+        raise ReproduceError(
+            f"{name} at commit {commit[:12]} has sha256 {actual[:16]}..., the run recorded "
+            f"{recorded[:16]}...: the run was not installed from that commit's lock"
+        )
 
 
 def check_data(settings, manifest: dict[str, Any]) -> str:
@@ -108,8 +133,10 @@ def check_data(settings, manifest: dict[str, Any]) -> str:
     recorded = (manifest.get("data") or {}).get("fingerprint")
     spec = load_data(settings)
     if recorded and spec.fingerprint != recorded:
-        raise ReproduceError(f"the data differs from the run's: {spec.source} has fingerprint {spec.fingerprint}, "
-                             f"the run recorded {recorded}; restore that data (or point DATA_DIR/DATASET to it)")
+        raise ReproduceError(
+            f"the data differs from the run's: {spec.source} has fingerprint {spec.fingerprint}, "
+            f"the run recorded {recorded}; restore that data (or point DATA_DIR/DATASET to it)"
+        )
     return spec.fingerprint
 
 
@@ -120,14 +147,19 @@ def installed_versions() -> dict[str, str | None]:
                 return metadata.version(name)
         return None
 
-    return {"tensorflow": version("tensorflow", "tensorflow-cpu"), "keras": version("keras"),
-            "python": sys.version.split()[0]}
+    return {
+        "tensorflow": version("tensorflow", "tensorflow-cpu"),
+        "keras": version("keras"),
+        "python": sys.version.split()[0],
+    }
 
 
 def version_warnings(manifest: dict[str, Any], installed: dict[str, str | None]) -> list[str]:
-    return [f"WARNING: {name} {installed[name]} is installed, the run used {manifest.get(name)}: the rerun may differ"
-            for name in ("tensorflow", "keras", "python")
-            if manifest.get(name) and installed.get(name) and manifest.get(name) != installed[name]]
+    return [
+        f"WARNING: {name} {installed[name]} is installed, the run used {manifest.get(name)}: the rerun may differ"
+        for name in ("tensorflow", "keras", "python")
+        if manifest.get(name) and installed.get(name) and manifest.get(name) != installed[name]
+    ]
 
 
 # -- rerunning -----------------------------------------------------------------------------------
@@ -139,7 +171,9 @@ def worktree(root: Path, commit: str) -> Iterator[Path]:
     added = _git(root, "worktree", "add", "--detach", str(path), commit)
     if added.returncode != 0:
         shutil.rmtree(parent, ignore_errors=True)
-        raise ReproduceError(f"could not check out commit {commit[:12]}: {added.stderr.decode(errors='replace').strip()}")
+        raise ReproduceError(
+            f"could not check out commit {commit[:12]}: {added.stderr.decode(errors='replace').strip()}"
+        )
     try:
         yield path
     finally:
@@ -195,8 +229,12 @@ def _clean_env(code: Path, config: dict[str, Any]) -> dict[str, str]:
 def rerun(code: Path, flags: list[str], config: dict[str, Any], runs_dir: Path) -> Path:
     empty_env = code.parent / "empty.env"
     empty_env.write_text("")
-    return run_and_find([sys.executable, "-m", "train", "fit", "--env-file", str(empty_env), *flags], runs_dir,
-                        cwd=code, env=_clean_env(code, config))
+    return run_and_find(
+        [sys.executable, "-m", "train", "fit", "--env-file", str(empty_env), *flags],
+        runs_dir,
+        cwd=code,
+        env=_clean_env(code, config),
+    )
 
 
 def run_and_find(cmd: list[str], runs_dir: Path, **kw) -> Path:
@@ -237,16 +275,27 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
     settings_a = {k: v for k, v in orig_c.items() if k not in NOT_COMPARED and k != "epochs"}
     settings_b = {k: v for k, v in new_c.items() if k not in NOT_COMPARED and k != "epochs"}
     differ = sorted(k for k in set(settings_a) | set(settings_b) if settings_a.get(k) != settings_b.get(k))
-    if ((orig_m.get("data") or {}).get("fingerprint") == (new_m.get("data") or {}).get("fingerprint")
-            and "dataset" in differ and str(settings_a.get("dataset")).split(":")[0] == str(settings_b.get("dataset")).split(":")[0]):
+    if (
+        (orig_m.get("data") or {}).get("fingerprint") == (new_m.get("data") or {}).get("fingerprint")
+        and "dataset" in differ
+        and str(settings_a.get("dataset")).split(":")[0] == str(settings_b.get("dataset")).split(":")[0]
+    ):
         differ.remove("dataset")  # the same data under another path (host vs container): the fingerprint decides
     return [
         row("code", (orig_m.get("git") or {}).get("commit"), (new_m.get("git") or {}).get("commit")),
-        row("lock", (orig_m.get("requirements_lock") or {}).get("sha256"), (new_m.get("requirements_lock") or {}).get("sha256")),
+        row(
+            "lock",
+            (orig_m.get("requirements_lock") or {}).get("sha256"),
+            (new_m.get("requirements_lock") or {}).get("sha256"),
+        ),
         row("image", _image(orig_m), _image(new_m)),
         row("data", (orig_m.get("data") or {}).get("fingerprint"), (new_m.get("data") or {}).get("fingerprint")),
-        {"what": "settings", "original": "recorded", "rerun": "differ: " + ", ".join(differ) if differ else "same",
-         "same": not differ},
+        {
+            "what": "settings",
+            "original": "recorded",
+            "rerun": "differ: " + ", ".join(differ) if differ else "same",
+            "same": not differ,
+        },
         row("tensorflow", orig_m.get("tensorflow"), new_m.get("tensorflow")),
         row("keras", orig_m.get("keras"), new_m.get("keras")),
         row("cuda", _cuda(orig_m), _cuda(new_m)),
@@ -280,8 +329,9 @@ def within_tolerance(a: dict[str, float], b: dict[str, float]) -> tuple[bool, di
     return ok and bool(details), details
 
 
-def judge(verdict: Verdict, orig_dir: Path, orig_m: dict, orig_c: dict, new_dir: Path, new_m: dict,
-          epochs: int | None) -> Verdict:
+def judge(
+    verdict: Verdict, orig_dir: Path, orig_m: dict, orig_c: dict, new_dir: Path, new_m: dict, epochs: int | None
+) -> Verdict:
     same_kind = all(r["same"] for r in verdict.rows if r["what"] in ("device", "precision"))
     deterministic = bool(orig_c.get("deterministic"))
     full = not epochs or epochs >= int(orig_c.get("epochs") or 0)
@@ -295,10 +345,11 @@ def judge(verdict: Verdict, orig_dir: Path, orig_m: dict, orig_c: dict, new_dir:
     a, b = _metrics_row(orig_dir, epoch), _metrics_row(new_dir, epoch)
     if a is None or b is None:
         where = RunDir(orig_dir if a is None else new_dir).metrics
-        raise ReproduceError(f"no metrics row for epoch {epoch} in {where}: "
-                             "nothing to compare the rerun with")
+        raise ReproduceError(f"no metrics row for epoch {epoch} in {where}: nothing to compare the rerun with")
     if deterministic and same_kind:
-        verdict.method = f"metrics.csv row of epoch {epoch}, exactly (the original's weights at that epoch are not kept)"
+        verdict.method = (
+            f"metrics.csv row of epoch {epoch}, exactly (the original's weights at that epoch are not kept)"
+        )
         differ = {k: {"original": a[k], "rerun": b.get(k)} for k in a if b.get(k) != a[k]}
         verdict.match, verdict.details = not differ and bool(a), {"epoch": epoch, "differ": differ}
         return verdict
@@ -310,8 +361,15 @@ def judge(verdict: Verdict, orig_dir: Path, orig_m: dict, orig_c: dict, new_dir:
 
 
 # -- the command ---------------------------------------------------------------------------------
-def reproduce(run_dir: Path, root: Path, allow_dirty: bool = False, epochs: int | None = None,
-              base: Path | None = None, say=print, image=None) -> Verdict:
+def reproduce(
+    run_dir: Path,
+    root: Path,
+    allow_dirty: bool = False,
+    epochs: int | None = None,
+    base: Path | None = None,
+    say=print,
+    image=None,
+) -> Verdict:
     """Check, rerun and judge (see the module docstring); `root` is the project's git checkout.
 
     `image` (train.reproduce_image.ImageOptions): rerun in the run's image instead of this environment."""
@@ -323,11 +381,15 @@ def reproduce(run_dir: Path, root: Path, allow_dirty: bool = False, epochs: int 
     if epochs is not None and epochs < 1:
         raise ReproduceError(f"--epochs {epochs}: give a number of epochs of at least 1")
     if epochs and orig_c.get("lr_schedule") == "cosine" and epochs < int(orig_c.get("epochs") or 0):
-        raise ReproduceError("--epochs with LR_SCHEDULE=cosine: the schedule spans all EPOCHS, so a shorter rerun "
-                             "follows another learning rate; reproduce the whole run instead")
+        raise ReproduceError(
+            "--epochs with LR_SCHEDULE=cosine: the schedule spans all EPOCHS, so a shorter rerun "
+            "follows another learning rate; reproduce the whole run instead"
+        )
     verdict = Verdict(run_dir.name, None)
     commit = check_commit(root, orig_m, allow_dirty)
-    say(f"code: commit {commit[:12]} is in this clone{' (the run had uncommitted changes: --allow-dirty)' if (orig_m.get('git') or {}).get('dirty') else ''}")
+    say(
+        f"code: commit {commit[:12]} is in this clone{' (the run had uncommitted changes: --allow-dirty)' if (orig_m.get('git') or {}).get('dirty') else ''}"
+    )
     check_lock(root, commit, orig_m)
     say("lock: the commit's lock has the recorded sha256")
     if image is not None:
@@ -355,8 +417,10 @@ def reproduce(run_dir: Path, root: Path, allow_dirty: bool = False, epochs: int 
     write_json(RunDir(new_dir).reproduce, verdict.to_dict())
     from .manifest import update_manifest
 
-    update_manifest(RunDir(new_dir).manifest, reproduces={"run_id": run_dir.name, "path": str(run_dir),
-                                                           "match": verdict.match, "method": verdict.method})
+    update_manifest(
+        RunDir(new_dir).manifest,
+        reproduces={"run_id": run_dir.name, "path": str(run_dir), "match": verdict.match, "method": verdict.method},
+    )
     return verdict
 
 
@@ -372,7 +436,9 @@ def _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, sa
             ri.build(tag, target, commit, code, image)
     values, mounts = ri.container_values(host, run_dir.parent, image.data_dir.resolve())
     say(f"rerunning {run_dir.name} in {tag} ...")
-    return run_and_find(ri.run_command(tag, as_flags(values, name, epochs), mounts, run_dir.parent, image), run_dir.parent)
+    return run_and_find(
+        ri.run_command(tag, as_flags(values, name, epochs), mounts, run_dir.parent, image), run_dir.parent
+    )
 
 
 def format_verdict(v: Verdict) -> str:

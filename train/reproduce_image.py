@@ -44,7 +44,9 @@ def _docker(options: ImageOptions, *args: str, **kw) -> subprocess.CompletedProc
     try:
         return subprocess.run([options.docker, *args], **kw)
     except FileNotFoundError:
-        raise ReproduceError(f"{options.docker!r} is not installed: install Docker, or reproduce with --local") from None
+        raise ReproduceError(
+            f"{options.docker!r} is not installed: install Docker, or reproduce with --local"
+        ) from None
 
 
 def have_image(tag: str, options: ImageOptions) -> bool:
@@ -72,10 +74,13 @@ def build_command(tag: str, target: str, commit: str, context: Path, options: Im
 
 
 def build(tag: str, target: str, commit: str, context: Path, options: ImageOptions) -> None:
-    proc = subprocess.run(build_command(tag, target, commit, context, options), env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    proc = subprocess.run(
+        build_command(tag, target, commit, context, options), env={**os.environ, "DOCKER_BUILDKIT": "1"}
+    )
     if proc.returncode != 0:
-        raise ReproduceError(f"building {tag} from commit {commit[:12]} failed (exit {proc.returncode}); "
-                             "see the build output above")
+        raise ReproduceError(
+            f"building {tag} from commit {commit[:12]} failed (exit {proc.returncode}); see the build output above"
+        )
 
 
 def _host(path: str, runs_parent: Path, data_dir: Path) -> Path:
@@ -117,5 +122,16 @@ def container_values(host: dict[str, Any], runs_parent: Path, data_dir: Path) ->
 def run_command(tag: str, flags: list[str], mounts: list[str], runs_parent: Path, options: ImageOptions) -> list[str]:
     owner = runs_parent.stat()
     # As the owner of the runs folder: the new run directory is theirs, like the original's.
-    return [options.docker, "run", "--rm", "--network", "none", "--user", f"{owner.st_uid}:{owner.st_gid}",
-            *mounts, tag, "fit", *flags]
+    return [
+        options.docker,
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--user",
+        f"{owner.st_uid}:{owner.st_gid}",
+        *mounts,
+        tag,
+        "fit",
+        *flags,
+    ]

@@ -73,8 +73,11 @@ def auto_resume(settings: Settings) -> str:
     if status == "running":
         RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
     if diff_settings(saved, settings):
-        log.info("RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
-                 newest.name, "; ".join(diff_settings(saved, settings)))
+        log.info(
+            "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
+            newest.name,
+            "; ".join(diff_settings(saved, settings)),
+        )
         return ""
     return str(newest.path)
 
@@ -91,8 +94,11 @@ def plan_run(settings: Settings, resume: str | None, force: bool = False, restar
         resume = auto_resume(settings)
     if not resume:
         if restart:
-            raise ConfigError("--restart", True, "needs --resume RUN (it trains that run again from epoch 1 when its "
-                              "checkpoints are gone)")
+            raise ConfigError(
+                "--restart",
+                True,
+                "needs --resume RUN (it trains that run again from epoch 1 when its checkpoints are gone)",
+            )
         run_dir = create_run_dir(settings.runs_dir, settings.run_name)
         lock = RunLock(run_dir).acquire()
         try:
@@ -124,8 +130,10 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
     ckpt_dir = files.checkpoints
     # A run stopped or killed before its first state never trained: it simply starts at epoch 1.
     if restart and has_checkpoints(run_dir):
-        raise CheckpointError(f"run {run_dir.name} has checkpoints in {ckpt_dir}: --restart is only for a run whose "
-                              "checkpoints are gone; resume it without --restart")
+        raise CheckpointError(
+            f"run {run_dir.name} has checkpoints in {ckpt_dir}: --restart is only for a run whose "
+            "checkpoints are gone; resume it without --restart"
+        )
     if not restart and not has_checkpoints(run_dir) and _trained(run_dir, manifest):
         raise CheckpointError(
             f"run {run_dir.name} has no checkpoint in {ckpt_dir} (deleted or never written): there is nothing to "
@@ -134,8 +142,16 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
         )
     # Settings that do not change the result (EPOCHS, RUNS_DIR, ...) come from this invocation.
     effective = settings if force else settings_from_dict({**saved.to_dict(), **_free(settings)})
-    return RunPlan(run_dir, effective, True, lock, restart=restart, saved_config=saved_config, manifest=manifest,
-                   forced=diffs if force else [])
+    return RunPlan(
+        run_dir,
+        effective,
+        True,
+        lock,
+        restart=restart,
+        saved_config=saved_config,
+        manifest=manifest,
+        forced=diffs if force else [],
+    )
 
 
 def check_data(plan: RunPlan, fingerprint: str, source: str, force: bool) -> None:

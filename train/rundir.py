@@ -22,9 +22,10 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .errors import RunRecordError, StorageError, TemplateError
 
@@ -108,8 +109,10 @@ class RunDir:
         data = self.read_manifest().get("data") or {}
         names, shape = data.get("class_names"), data.get("input_shape")
         if not isinstance(names, list) or not isinstance(shape, list):
-            raise RunRecordError(f"run {self.name} has no data description in {self.manifest}: it ended before its "
-                                 "data loaded; resume it or train a new run")
+            raise RunRecordError(
+                f"run {self.name} has no data description in {self.manifest}: it ended before its "
+                "data loaded; resume it or train a new run"
+            )
         return [str(n) for n in names], tuple(int(d) for d in shape)
 
     def write_labels(self) -> None:
@@ -162,9 +165,11 @@ def in_container(root: Path = Path("/")) -> bool:
 
 def _permission_hint(in_docker: bool) -> str:
     if in_docker:  # RUNS_DIR is the /runs volume there; what decides is who owns its host folder
-        return ("permission denied: the container runs as HOST_UID:HOST_GID, which must own the host folder "
-                "mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and "
-                "put HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)")
+        return (
+            "permission denied: the container runs as HOST_UID:HOST_GID, which must own the host folder "
+            "mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and "
+            "put HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)"
+        )
     return "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR at a folder you can write"
 
 
@@ -355,8 +360,9 @@ def resolve_run(runs_dir: str | Path, run: str) -> Path:
     for candidate in (root / run, Path(run)):
         if is_run_dir(candidate):
             return candidate
-    raise RunNotFound(f"run {run!r} not found in {root} (no {RunDir(run).config.name}): "
-                      "`python -m train runs` lists the runs")
+    raise RunNotFound(
+        f"run {run!r} not found in {root} (no {RunDir(run).config.name}): `python -m train runs` lists the runs"
+    )
 
 
 class RunNotFound(TemplateError):
@@ -372,14 +378,20 @@ def read_record(run_dir: Path, name: str) -> dict[str, Any]:
     try:
         data = read_json(path)
     except FileNotFoundError:
-        raise RunRecordError(f"run {Path(run_dir).name} has no {name} ({path}): it is not a complete run directory; "
-                             "start a new run, or restore the file from a backup") from None
+        raise RunRecordError(
+            f"run {Path(run_dir).name} has no {name} ({path}): it is not a complete run directory; "
+            "start a new run, or restore the file from a backup"
+        ) from None
     except (OSError, ValueError) as exc:  # ValueError: bad JSON or bad UTF-8 (truncated, overwritten)
-        raise RunRecordError(f"run {Path(run_dir).name}: {path} is unreadable ({type(exc).__name__}: {exc}); "
-                             "restore it from a backup, or move the run directory out of RUNS_DIR") from None
+        raise RunRecordError(
+            f"run {Path(run_dir).name}: {path} is unreadable ({type(exc).__name__}: {exc}); "
+            "restore it from a backup, or move the run directory out of RUNS_DIR"
+        ) from None
     if not isinstance(data, dict):
-        raise RunRecordError(f"run {Path(run_dir).name}: {path} holds {type(data).__name__}, not a JSON object; "
-                             "restore it from a backup, or move the run directory out of RUNS_DIR")
+        raise RunRecordError(
+            f"run {Path(run_dir).name}: {path} holds {type(data).__name__}, not a JSON object; "
+            "restore it from a backup, or move the run directory out of RUNS_DIR"
+        )
     return data
 
 
@@ -392,5 +404,7 @@ def read_run_settings(run_dir: Path):
     try:
         return settings_from_dict(data)
     except (ConfigError, TypeError, ValueError) as exc:
-        raise RunRecordError(f"run {Path(run_dir).name}: {RunDir(run_dir).config} does not hold valid settings "
-                             f"({exc}); restore it from a backup, or move the run directory out of RUNS_DIR") from None
+        raise RunRecordError(
+            f"run {Path(run_dir).name}: {RunDir(run_dir).config} does not hold valid settings "
+            f"({exc}); restore it from a backup, or move the run directory out of RUNS_DIR"
+        ) from None

@@ -16,6 +16,7 @@ from pathlib import Path
 from .errors import RunBusyError
 from .rundir import RunDir, storage_error
 
+
 class RunLock:
     """One writer per run directory: an exclusive flock on run.lock, held for the run's life.
 
@@ -30,7 +31,7 @@ class RunLock:
         self.path = RunDir(self.run_dir).lock
         self.fd: int | None = None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
@@ -68,7 +69,7 @@ class RunLock:
             os.close(self.fd)
             self.fd = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

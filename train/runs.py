@@ -23,8 +23,21 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
             rows.append(_row(path))
         except (RunRecordError, AttributeError, TypeError, ValueError, OSError) as exc:
             reason = str(exc) if isinstance(exc, RunRecordError) else f"{type(exc).__name__}: {exc}"
-            rows.append({"id": path.name, "status": "unreadable", "epochs": None, "of": None, "monitor": "",
-                         "best": None, "duration": None, "model": "", "dataset": "", "smoke": False, "reason": reason})
+            rows.append(
+                {
+                    "id": path.name,
+                    "status": "unreadable",
+                    "epochs": None,
+                    "of": None,
+                    "monitor": "",
+                    "best": None,
+                    "duration": None,
+                    "model": "",
+                    "dataset": "",
+                    "smoke": False,
+                    "reason": reason,
+                }
+            )
     return rows
 
 
@@ -43,9 +56,19 @@ def _row(path: Path) -> dict:
         duration = sum(s["seconds"] for s in segments if isinstance(s.get("seconds"), (int, float)))
     else:
         duration = m.get("duration_seconds")
-    return {"id": path.name, "status": m.get("status", "unknown"), "epochs": epochs, "of": of,
-            "monitor": cfg.get("monitor", ""), "best": best, "duration": duration, "model": cfg.get("model", ""),
-            "dataset": cfg.get("dataset", ""), "smoke": bool(cfg.get("smoke")), "reason": None}
+    return {
+        "id": path.name,
+        "status": m.get("status", "unknown"),
+        "epochs": epochs,
+        "of": of,
+        "monitor": cfg.get("monitor", ""),
+        "best": best,
+        "duration": duration,
+        "model": cfg.get("model", ""),
+        "dataset": cfg.get("dataset", ""),
+        "smoke": bool(cfg.get("smoke")),
+        "reason": None,
+    }
 
 
 def format_runs(rows: list[dict]) -> str:
@@ -71,11 +94,24 @@ def runs_json(rows: list[dict]) -> str:
     """The table's rows as one JSON list, with names a script can read without the table's header.
 
     Never NaN or Infinity (not JSON): a non-finite best value is null."""
+
     def number(v):
         return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
-    out = [{"id": r["id"], "status": r["status"], "epochs_completed": r["epochs"], "epochs_planned": r["of"],
-            "monitor": r["monitor"] or None, "best": number(r["best"]), "duration_seconds": number(r["duration"]),
-            "model": r["model"] or None, "dataset": r["dataset"] or None, "smoke": r["smoke"],
-            "unreadable_reason": r["reason"]} for r in rows]
+    out = [
+        {
+            "id": r["id"],
+            "status": r["status"],
+            "epochs_completed": r["epochs"],
+            "epochs_planned": r["of"],
+            "monitor": r["monitor"] or None,
+            "best": number(r["best"]),
+            "duration_seconds": number(r["duration"]),
+            "model": r["model"] or None,
+            "dataset": r["dataset"] or None,
+            "smoke": r["smoke"],
+            "unreadable_reason": r["reason"],
+        }
+        for r in rows
+    ]
     return json.dumps(out, indent=2, allow_nan=False)

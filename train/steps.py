@@ -35,14 +35,16 @@ class Totals:
     def add(self, values) -> None:
         k = len(self.metrics)
         self.loss += float(values[0])
-        self.sums = [a + float(b) for a, b in zip(self.sums or [0.0] * k, values[1:1 + k])]
+        self.sums = [a + float(b) for a, b in zip(self.sums or [0.0] * k, values[1 : 1 + k])]
         self.count += float(values[1 + k])
 
     def logs(self, prefix: str = "") -> dict[str, float]:
         if not self.count:
             return {}
-        return {f"{prefix}loss": self.loss / self.count,
-                **{f"{prefix}{m}": v / self.count for m, v in zip(self.metrics, self.sums)}}
+        return {
+            f"{prefix}loss": self.loss / self.count,
+            **{f"{prefix}{m}": v / self.count for m, v in zip(self.metrics, self.sums)},
+        }
 
 
 class Steps:
@@ -66,8 +68,9 @@ class Steps:
     # -- one replica, one step ----------------------------------------------------------------------
     def _sums(self, y, probs, per_example):
         metrics = [tf.reduce_sum(tf.cast(fn(y, probs), tf.float32)) for fn in self._metrics.values()]
-        return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), *metrics,
-                         tf.cast(tf.shape(y)[0], tf.float32)])
+        return tf.stack(
+            [tf.reduce_sum(tf.cast(per_example, tf.float32)), *metrics, tf.cast(tf.shape(y)[0], tf.float32)]
+        )
 
     def _replica_grads(self, x, y, global_count):
         model, optimizer = self.model, self.model.optimizer
@@ -99,8 +102,9 @@ class Steps:
         return self._loop(iterator, n, replica, stop_vote)
 
     def _eval_loop(self, iterator, n):
-        return self._loop(iterator, n, lambda x, y, count, vote: tf.concat([self._forward(x, y, count), [vote]], 0),
-                          tf.constant(0.0))
+        return self._loop(
+            iterator, n, lambda x, y, count, vote: tf.concat([self._forward(x, y, count), [vote]], 0), tf.constant(0.0)
+        )
 
     def _loop(self, iterator, n, replica, vote):
         total = tf.zeros([len(self._metrics) + 3], tf.float32)

@@ -55,5 +55,5 @@ def variables_from_chief(strategy, variables) -> None:
     for v in variables:
         size = int(np.prod(v.shape))
         dtype = np.dtype(getattr(v.dtype, "name", v.dtype))
-        v.assign(flat[offset: offset + size].reshape(tuple(v.shape)).astype(dtype))
+        v.assign(flat[offset : offset + size].reshape(tuple(v.shape)).astype(dtype))
         offset += size

@@ -27,8 +27,11 @@ log = logging.getLogger("train")
 # The client retries a failing request 7 times with exponential backoff and waits 120 s for each
 # answer: minutes of a stalled training per call when the server is gone. It reads these knobs
 # only from the environment; a user's own values win.
-CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                   "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+CLIENT_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
 HEALTH_TIMEOUT = 5.0  # seconds for the reachability check at start
 # Settings that are not params: where tracking goes is not a property of the training.
 NOT_PARAMS = {"mlflow_tracking_uri", "mlflow_experiment"}
@@ -61,11 +64,16 @@ def tags_from_manifest(manifest: dict[str, Any]) -> dict[str, str]:
     git = manifest.get("git") or {}
     lock = manifest.get("requirements_lock") or {}
     commit = str(git.get("commit") or "unknown") + (" (uncommitted changes)" if git.get("dirty") else "")
-    return {"commit": commit, "mlflow.source.git.commit": str(git.get("commit") or ""),
-            "lock": Path(str(lock.get("file") or "unknown")).name, "lock_sha256": str(lock.get("sha256") or "unknown"),
-            "data_fingerprint": str((manifest.get("data") or {}).get("fingerprint") or "unknown"),
-            "dataset": str((manifest.get("data") or {}).get("dataset") or "unknown"),
-            "image": image_of(manifest), "run_dir": str(manifest.get("run_id") or "")}
+    return {
+        "commit": commit,
+        "mlflow.source.git.commit": str(git.get("commit") or ""),
+        "lock": Path(str(lock.get("file") or "unknown")).name,
+        "lock_sha256": str(lock.get("sha256") or "unknown"),
+        "data_fingerprint": str((manifest.get("data") or {}).get("fingerprint") or "unknown"),
+        "dataset": str((manifest.get("data") or {}).get("dataset") or "unknown"),
+        "image": image_of(manifest),
+        "run_dir": str(manifest.get("run_id") or ""),
+    }
 
 
 def image_of(manifest: dict[str, Any]) -> str:
@@ -127,8 +135,9 @@ class Tracker:
             call()
             return True
         except Exception as exc:  # tracking must never cost the run
-            log.warning("WARNING: MLflow: %s not logged (%s: %s); training goes on", what, type(exc).__name__,
-                        _first_line(exc))
+            log.warning(
+                "WARNING: MLflow: %s not logged (%s: %s); training goes on", what, type(exc).__name__, _first_line(exc)
+            )
             return False
 
 
@@ -156,30 +165,49 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
             params = {k: v for k, v in params.items() if k not in logged}
         from mlflow.entities import Param, RunTag
 
-        client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()],
-                         tags=[RunTag(k, v) for k, v in tags_from_manifest(manifest).items()], synchronous=True)
+        client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags_from_manifest(manifest).items()],
+            synchronous=True,
+        )
         experiment_id = client.get_run(run_id).info.experiment_id
     except Exception as exc:
-        log.warning("WARNING: MLflow tracking off for this run: %s (MLFLOW_TRACKING_URI=%s); training goes on",
-                    _first_line(exc), uri)
+        log.warning(
+            "WARNING: MLflow tracking off for this run: %s (MLFLOW_TRACKING_URI=%s); training goes on",
+            _first_line(exc),
+            uri,
+        )
         return None
     update_manifest(manifest_path, mlflow={"run_id": run_id, "experiment_id": experiment_id, "tracking_uri": uri})
-    log.info("MLflow: %s run %s in experiment %s at %s", "continuing" if resumed else "logging to", run_id,
-             experiment_id, uri)
+    log.info(
+        "MLflow: %s run %s in experiment %s at %s",
+        "continuing" if resumed else "logging to",
+        run_id,
+        experiment_id,
+        uri,
+    )
     return tracker
 
 
 def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
     """The recorded MLflow run, marked running again; None when this server does not know it."""
     if previous.get("tracking_uri") not in (None, uri):
-        log.warning("WARNING: MLflow: the run was tracked at %s, now MLFLOW_TRACKING_URI=%s: a new MLflow run is "
-                    "started there", previous["tracking_uri"], uri)
+        log.warning(
+            "WARNING: MLflow: the run was tracked at %s, now MLFLOW_TRACKING_URI=%s: a new MLflow run is started there",
+            previous["tracking_uri"],
+            uri,
+        )
         return None
     try:
         client.get_run(previous["run_id"])
     except Exception as exc:
-        log.warning("WARNING: MLflow: run %s not found at %s (%s): a new MLflow run is started", previous["run_id"],
-                    uri, _first_line(exc))
+        log.warning(
+            "WARNING: MLflow: run %s not found at %s (%s): a new MLflow run is started",
+            previous["run_id"],
+            uri,
+            _first_line(exc),
+        )
         return None
     client.update_run(previous["run_id"], status="RUNNING")
     return previous["run_id"]

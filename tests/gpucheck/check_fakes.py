@@ -4,15 +4,22 @@ collected on the machines whose nvidia-smi answers are recorded in tests/gpuchec
 from __future__ import annotations
 
 from test_gpuinfo import recorded_smi
+
 from train.gpucheck import gpuinfo
 from train.gpucheck.facts import Facts, LibFact, TfFacts
 
-CUDA_BUILD = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9",
-              "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]}
+CUDA_BUILD = {
+    "is_cuda_build": True,
+    "cuda_version": "12.5.1",
+    "cudnn_version": "9",
+    "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"],
+}
 CPU_BUILD = {"is_cuda_build": False, "is_rocm_build": False, "is_tensorrt_build": False}
-LIBS_OK = [LibFact("cudart", "libcudart.so.12", "/venv/nvidia/cuda_runtime/lib/libcudart.so.12", "12.5"),
-           LibFact("cublas", "libcublas.so.12", "/venv/nvidia/cublas/lib/libcublas.so.12", "12.5.3"),
-           LibFact("cudnn", "libcudnn.so.9", "/venv/nvidia/cudnn/lib/libcudnn.so.9", "9.3.0")]
+LIBS_OK = [
+    LibFact("cudart", "libcudart.so.12", "/venv/nvidia/cuda_runtime/lib/libcudart.so.12", "12.5"),
+    LibFact("cublas", "libcublas.so.12", "/venv/nvidia/cublas/lib/libcublas.so.12", "12.5.3"),
+    LibFact("cudnn", "libcudnn.so.9", "/venv/nvidia/cudnn/lib/libcudnn.so.9", "9.3.0"),
+]
 # What TensorFlow's CUDA build prints on a machine without a GPU (the "cuInit noise").
 CUINIT_NOISE = [
     "2024-03-12 09:41:30.118211: E external/local_xla/xla/stream_executor/cuda/cuda_driver.cc:282] failed call to "
@@ -32,8 +39,11 @@ DLOPEN_ERRORS = [
     "libraries for your platform.",
 ]
 
+
 def tf_gpus(n: int = 1, cc=(9, 0), name: str = "NVIDIA H100 80GB HBM3") -> list[dict]:
-    return [{"name": f"/physical_device:GPU:{i}", "device_name": name, "compute_capability": list(cc)} for i in range(n)]
+    return [
+        {"name": f"/physical_device:GPU:{i}", "device_name": name, "compute_capability": list(cc)} for i in range(n)
+    ]
 
 
 def cuda_tf(**kw) -> TfFacts:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from check_fakes import CUINIT_NOISE, codes, cpu_tf, cuda_tf, on, tf_gpus
+
 from train import cli
 from train.gpucheck import check, gpuinfo
 from train.gpucheck.facts import Facts, TfFacts
@@ -21,8 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_cpu_machine_gets_a_calm_report_exit_0(monkeypatch):
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
-    facts = Facts(tf=cpu_tf(log=CUINIT_NOISE, matmul=[{"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 70.0}]),
-                  driver_reason="NVML: NVML Shared Library Not Found", cpu_bf16=["avx512_bf16"])
+    facts = Facts(
+        tf=cpu_tf(log=CUINIT_NOISE, matmul=[{"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 70.0}]),
+        driver_reason="NVML: NVML Shared Library Not Found",
+        cpu_bf16=["avx512_bf16"],
+    )
     r = check.build_report(facts)
     assert r["exit_code"] == 0 and r["verdict"]["status"] == "cpu" and r["verdict"]["usable_gpus"] == 0
     assert {d["severity"] for d in r["diagnoses"]} == {"info"}
@@ -48,12 +51,19 @@ def test_require_gpu_on_cpu_exits_1_through_the_cli(monkeypatch, capsys):
 
 
 def test_healthy_gpus_report_speedup_and_precision():
-    matmul = [{"device": "/GPU:0", "n": 4096, "seconds": 0.0075, "gflops": 18325.0},
-              {"device": "/GPU:1", "n": 4096, "seconds": 0.0075, "gflops": 18300.0},
-              {"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 71.6}]
+    matmul = [
+        {"device": "/GPU:0", "n": 4096, "seconds": 0.0075, "gflops": 18325.0},
+        {"device": "/GPU:1", "n": 4096, "seconds": 0.0075, "gflops": 18300.0},
+        {"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 71.6},
+    ]
     mg = {"in_effect": True, "error": None, "late_call": None}
-    r = check.build_report(on("535.129.03_2xa100", cuda_tf(gpus=tf_gpus(2, (8, 0), "NVIDIA A100-SXM4-40GB"),
-                                                           matmul=matmul, memory_growth=mg)), require_gpu=True)
+    r = check.build_report(
+        on(
+            "535.129.03_2xa100",
+            cuda_tf(gpus=tf_gpus(2, (8, 0), "NVIDIA A100-SXM4-40GB"), matmul=matmul, memory_growth=mg),
+        ),
+        require_gpu=True,
+    )
     assert r["diagnoses"] == [] and r["exit_code"] == 0 and r["gpu_speedup"] == 255.9
     assert r["verdict"]["line"].startswith("GPU ready: TensorFlow uses 2 GPU(s) (NVIDIA A100-SXM4-40GB); matmul 256x")
     assert r["precision"]["auto"] == "mixed_bfloat16" and "on for every GPU" in check.format_report(r)
@@ -68,9 +78,17 @@ def test_tensorflow_that_cannot_start_exits_1():
 def test_json_has_exactly_the_documented_fields():
     r = check.build_report(on("550.54.15_h100", cuda_tf(gpus=tf_gpus())))
     assert set(r) == set(check.JSON_FIELDS)
-    assert set(json.loads(json.dumps(r))["gpus"][0]) == {"index", "name", "uuid", "memory_total_mb", "memory_used_mb",
-                                                         "driver_version", "compute_capability", "cuda_driver_version",
-                                                         "processes"}
+    assert set(json.loads(json.dumps(r))["gpus"][0]) == {
+        "index",
+        "name",
+        "uuid",
+        "memory_total_mb",
+        "memory_used_mb",
+        "driver_version",
+        "compute_capability",
+        "cuda_driver_version",
+        "processes",
+    }
     text = (ROOT / "docs" / "gpu-check.md").read_text()
     documented = set(re.findall(r"^\| `(\w+)` \|", text, flags=re.M))
     assert documented >= set(check.JSON_FIELDS)
@@ -78,8 +96,9 @@ def test_json_has_exactly_the_documented_fields():
 
 @pytest.mark.slow
 def test_real_check_on_this_machine():
-    done = subprocess.run([sys.executable, "-m", "train", "check", "--json"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "train", "check", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     r = json.loads(done.stdout)
     errors = [d["code"] for d in r["diagnoses"] if d["severity"] == "error"]
     # The verdict this machine's facts call for: a GPU TensorFlow uses, else an error that explains
@@ -97,6 +116,7 @@ def test_real_check_on_this_machine():
 def test_real_gpu_passes_require_gpu():
     if not gpuinfo.probe().driver_present:
         pytest.skip("needs an NVIDIA GPU and driver")
-    done = subprocess.run([sys.executable, "-m", "train", "check", "--require-gpu"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "train", "check", "--require-gpu"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout + done.stderr

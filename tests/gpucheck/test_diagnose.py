@@ -5,18 +5,31 @@ report. No GPU, no TensorFlow import."""
 from __future__ import annotations
 
 import pytest
-
 from check_fakes import CUDA_BUILD, CUINIT_NOISE, DLOPEN_ERRORS, LIBS_OK, codes, cpu_tf, cuda_tf, on, tf_gpus
 from test_gpuinfo import FakeNVML, h100
+
 from train.gpucheck import check, diagnose, gpuinfo, tflog
 from train.gpucheck.facts import Facts, LibFact, TfFacts
 
 
-@pytest.mark.parametrize("value,expect", [(None, "NVIDIA_VISIBLE_DEVICES is not set"), ("void", "'void'"),
-                                          ("none", "'none'"), ("", "''"), ("all", "not started with the NVIDIA runtime")])
+@pytest.mark.parametrize(
+    "value,expect",
+    [
+        (None, "NVIDIA_VISIBLE_DEVICES is not set"),
+        ("void", "'void'"),
+        ("none", "'none'"),
+        ("", "''"),
+        ("all", "not started with the NVIDIA runtime"),
+    ],
+)
 def test_no_driver_in_container(value, expect):
-    facts = Facts(tf=cuda_tf(log=CUINIT_NOISE), driver_reason="NVML: Driver Not Loaded", in_container=True,
-                  nvidia_pci_devices=1, env={"NVIDIA_VISIBLE_DEVICES": value})
+    facts = Facts(
+        tf=cuda_tf(log=CUINIT_NOISE),
+        driver_reason="NVML: Driver Not Loaded",
+        in_container=True,
+        nvidia_pci_devices=1,
+        env={"NVIDIA_VISIBLE_DEVICES": value},
+    )
     r = check.build_report(facts)
     d = codes(r)["no_driver"]
     assert expect in d["summary"] and d["severity"] == "error" and r["exit_code"] == 0
@@ -35,7 +48,9 @@ def test_driver_too_old_names_both_versions():
     d = codes(r)["driver_too_old"]
     assert "470.223.02" in d["summary"] and "11.4" in d["summary"] and "CUDA 12.5.1" in d["summary"]
     assert "525.60.13" in d["fix"] and r["verdict"]["status"] == "gpu_not_used"
-    assert "gpu_not_visible_to_tf" in codes(r) and codes(r)["gpu_not_visible_to_tf"]["fix"] == "fix the problem(s) above"
+    assert (
+        "gpu_not_visible_to_tf" in codes(r) and codes(r)["gpu_not_visible_to_tf"]["fix"] == "fix the problem(s) above"
+    )
 
 
 def test_oldest_driver_for_cuda_12_is_accepted():
@@ -45,8 +60,9 @@ def test_oldest_driver_for_cuda_12_is_accepted():
     assert not r["precision"]["options"]["mixed_bfloat16"]["sensible"]
 
 
-@pytest.mark.parametrize("others,code", [([], "library_missing"),
-                                         (["/usr/lib/x86_64-linux-gnu/libcudnn.so.8.9.7"], "library_wrong_major")])
+@pytest.mark.parametrize(
+    "others,code", [([], "library_missing"), (["/usr/lib/x86_64-linux-gnu/libcudnn.so.8.9.7"], "library_wrong_major")]
+)
 def test_cudnn_missing_or_wrong_major(others, code):
     libs = LIBS_OK[:2] + [LibFact("cudnn", "libcudnn.so.9", None, None, others)]
     r = check.build_report(on("535.129.03_2xa100", cuda_tf(log=DLOPEN_ERRORS), libraries=libs))
@@ -66,7 +82,11 @@ def test_cudnn_older_minor_than_the_build():
 def test_cpu_only_build_on_a_gpu_machine():
     r = check.build_report(on("535.129.03_2xa100", cpu_tf()))
     d = codes(r)["cpu_only_build"]
-    assert d["severity"] == "error" and "tensorflow[and-cuda]==2.21.0" in d["fix"] and r["verdict"]["status"] == "gpu_not_used"
+    assert (
+        d["severity"] == "error"
+        and "tensorflow[and-cuda]==2.21.0" in d["fix"]
+        and r["verdict"]["status"] == "gpu_not_used"
+    )
     assert "gpu_not_visible_to_tf" not in codes(r)  # the build explains it
 
 
@@ -74,7 +94,9 @@ def test_gpu_visible_to_driver_not_to_tf_shows_the_logged_library_errors():
     r = check.build_report(on("535.129.03_2xa100", cuda_tf(log=CUINIT_NOISE[2:] + DLOPEN_ERRORS)))
     d = codes(r)["gpu_not_visible_to_tf"]
     assert "the driver shows 2 GPU(s) but TensorFlow sees 0" in d["summary"]
-    assert any(line.startswith("dso_loader.cc:64] Could not load dynamic library 'libcudnn.so.8'") for line in d["details"])
+    assert any(
+        line.startswith("dso_loader.cc:64] Could not load dynamic library 'libcudnn.so.8'") for line in d["details"]
+    )
     assert any("Cannot dlopen some GPU libraries" in line for line in d["details"])
     assert "oneDNN" not in " ".join(d["details"]) and "tensorflow[and-cuda]" in d["fix"]
 
@@ -114,13 +136,26 @@ def test_memory_held_outside_this_container_via_nvml():
     assert "outside this container" in codes(r)["memory_held_by_others"]["details"][0]
 
 
-PTX_ERROR = ("2024-07-02 10:11:12.000000: W tensorflow/core/framework/op_kernel.cc:1840] OP_REQUIRES failed: "
-             "CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was compiled with an unsupported toolchain.")
+PTX_ERROR = (
+    "2024-07-02 10:11:12.000000: W tensorflow/core/framework/op_kernel.cc:1840] OP_REQUIRES failed: "
+    "CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was compiled with an unsupported toolchain."
+)
 
 
-@pytest.mark.parametrize("cc, jit", [((9, 0), True), ((10, 0), True), ((12, 0), True), ((8, 9), False),
-                                     ((8, 6), False), ((8, 0), False), ((7, 5), False), ((6, 1), False),
-                                     ((5, 2), False)])
+@pytest.mark.parametrize(
+    "cc, jit",
+    [
+        ((9, 0), True),
+        ((10, 0), True),
+        ((12, 0), True),
+        ((8, 9), False),
+        ((8, 6), False),
+        ((8, 0), False),
+        ((7, 5), False),
+        ((6, 1), False),
+        ((5, 2), False),
+    ],
+)
 def test_which_gpus_run_tensorflow_21_only_through_ptx(cc, jit):
     # Machine code sm_XY runs on X.y for y >= Y; PTX compute_90 is compiled for 9.0 and newer.
     assert diagnose.needs_ptx(CUDA_BUILD, cc) is jit
@@ -161,16 +196,24 @@ def test_ptx_driver_floor_from_the_driver_version_when_the_cuda_version_is_unkno
     assert "driver_too_old_for_ptx" not in codes(r)
 
 
-@pytest.mark.parametrize("driver, cuda, too_old", [
-    ("525.60.11", "12.0", True),   # the CUDA it reports is new enough; the driver version is not
-    ("525.60.11", None, True),     # nvidia-smi gave no CUDA version: the driver version alone decides
-    ("525.60.13", "12.0", False),  # exactly the minimum
-    ("535.129.03", "11.8", True),  # a new enough driver that reports an older CUDA (a compat package)
-])
+@pytest.mark.parametrize(
+    "driver, cuda, too_old",
+    [
+        ("525.60.11", "12.0", True),  # the CUDA it reports is new enough; the driver version is not
+        ("525.60.11", None, True),  # nvidia-smi gave no CUDA version: the driver version alone decides
+        ("525.60.13", "12.0", False),  # exactly the minimum
+        ("535.129.03", "11.8", True),  # a new enough driver that reports an older CUDA (a compat package)
+    ],
+)
 def test_driver_too_old_from_the_driver_version_or_its_cuda(driver, cuda, too_old):
     gpu = gpuinfo.GpuInfo(0, "Tesla T4", "GPU-1", 15360.0, 0.0, driver, (7, 5), cuda)
-    facts = Facts(tf=cuda_tf(gpus=tf_gpus(cc=(7, 5), name="Tesla T4")), driver_present=True, gpus=[gpu],
-                  libraries=LIBS_OK, nvidia_pci_devices=1)
+    facts = Facts(
+        tf=cuda_tf(gpus=tf_gpus(cc=(7, 5), name="Tesla T4")),
+        driver_present=True,
+        gpus=[gpu],
+        libraries=LIBS_OK,
+        nvidia_pci_devices=1,
+    )
     found = codes(check.build_report(facts))
     assert ("driver_too_old" in found) == too_old
     if too_old:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from check_fakes import CPU_BUILD, CUDA_BUILD, on
+
 from train.gpucheck import check
 from train.gpucheck import facts as check_facts
 from train.gpucheck.facts import Facts, TfFacts
@@ -34,12 +35,18 @@ class _FakeTF:
     def __init__(self):
         gpu = type("PhysicalDevice", (), {"name": "/physical_device:GPU:0"})()
         late = RuntimeError("Physical devices cannot be modified after being initialized")
-        exp = type("Exp", (), {"set_memory_growth": staticmethod(lambda g, on: (_ for _ in ()).throw(late)),
-                               "get_memory_growth": staticmethod(lambda g: False),
-                               "get_device_details": staticmethod(lambda g: {"device_name": "Tesla T4",
-                                                                             "compute_capability": (7, 5)})})
-        self.config = type("Config", (), {"list_physical_devices": staticmethod(lambda kind: [gpu]),
-                                          "experimental": exp})
+        exp = type(
+            "Exp",
+            (),
+            {
+                "set_memory_growth": staticmethod(lambda g, on: (_ for _ in ()).throw(late)),
+                "get_memory_growth": staticmethod(lambda g: False),
+                "get_device_details": staticmethod(lambda g: {"device_name": "Tesla T4", "compute_capability": (7, 5)}),
+            },
+        )
+        self.config = type(
+            "Config", (), {"list_physical_devices": staticmethod(lambda kind: [gpu]), "experimental": exp}
+        )
         self.sysconfig = type("Sysconfig", (), {"get_build_info": staticmethod(lambda: dict(CUDA_BUILD))})
 
 
@@ -47,7 +54,9 @@ def test_probe_records_the_late_memory_growth_call(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tensorflow", _FakeTF())
     check_facts.probe_main(skip_matmul=True)
     out = json.loads(capsys.readouterr().out.split("@@train-check@@", 1)[1])
-    assert out["memory_growth"]["late_call"] == "tf.config.experimental.set_memory_growth('/physical_device:GPU:0', True)"
+    assert (
+        out["memory_growth"]["late_call"] == "tf.config.experimental.set_memory_growth('/physical_device:GPU:0', True)"
+    )
     assert out["gpus"] == [{"name": "/physical_device:GPU:0", "device_name": "Tesla T4", "compute_capability": [7, 5]}]
     facts = on("525.60.13_t4", TfFacts(**out))
     assert check.build_report(facts)["diagnoses"][0]["code"] == "memory_growth_too_late"
@@ -58,8 +67,11 @@ def test_probe_that_crashes_or_hangs_is_a_finding(monkeypatch):
     crashed = check_facts.run_probe(skip_matmul=True)
     assert crashed.version is None and "exited with status 1" in crashed.error
     monkeypatch.setattr(check_facts.sys, "executable", "/bin/sleep")
-    monkeypatch.setattr(check_facts.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(
-        subprocess.TimeoutExpired("probe", 0.1, stderr=b"still loading")))
+    monkeypatch.setattr(
+        check_facts.subprocess,
+        "run",
+        lambda *a, **k: (_ for _ in ()).throw(subprocess.TimeoutExpired("probe", 0.1, stderr=b"still loading")),
+    )
     hung = check_facts.run_probe(skip_matmul=True, timeout=0.1)
     assert "did not finish" in hung.error and hung.log == ["still loading"]
     assert check.build_report(Facts(tf=hung))["exit_code"] == 1

@@ -81,8 +81,10 @@ class FakeNVML:
         return h["cc"]
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
-        return [SimpleNamespace(pid=pid, usedGpuMemory=None if mb is None else mb * gpuinfo.MIB)
-                for pid, _, mb in h.get("procs", [])]
+        return [
+            SimpleNamespace(pid=pid, usedGpuMemory=None if mb is None else mb * gpuinfo.MIB)
+            for pid, _, mb in h.get("procs", [])
+        ]
 
     def nvmlSystemGetProcessName(self, pid):
         for g in self.gpus:
@@ -93,8 +95,14 @@ class FakeNVML:
 
 
 def h100(**kw):
-    gpu = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-7c1f", "total_mb": 81559, "used_mb": 61447, "cc": (9, 0),
-           "procs": [(48213, "python3", 58880), (51007, None, None)]}
+    gpu = {
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": "GPU-7c1f",
+        "total_mb": 81559,
+        "used_mb": 61447,
+        "cc": (9, 0),
+        "procs": [(48213, "python3", 58880), (51007, None, None)],
+    }
     return {**gpu, **kw}
 
 

@@ -63,8 +63,10 @@ def _write_locks(tmp_path: Path, cuda="12.5.82", cudnn="9.3.0.75", numpy_gpu="2.
         f"numpy==2.2.6 ; python_full_version < '3.11' \\\n{h}\n"
     )
     cpu = tmp_path / "cpu.lock"
-    cpu.write_text(f"tensorflow-cpu==2.21.0 \\\n{h}\nNumPy==2.4.6 ; python_full_version >= '3.11' \\\n{h}\n"
-                   f"numpy==2.2.6 ; python_full_version < '3.11' \\\n{h}\n{cpu_extra}")
+    cpu.write_text(
+        f"tensorflow-cpu==2.21.0 \\\n{h}\nNumPy==2.4.6 ; python_full_version >= '3.11' \\\n{h}\n"
+        f"numpy==2.2.6 ; python_full_version < '3.11' \\\n{h}\n{cpu_extra}"
+    )
     test = tmp_path / "test.lock"
     test.write_text(f"pytest==9.2.0 \\\n{h}\nnumpy=={numpy_test} ; python_full_version >= '3.11' \\\n{h}\n")
     return cpu, gpu, test
@@ -107,16 +109,20 @@ def test_empty_lock_is_an_error_that_says_how_to_fix_it(tmp_path):
 
 def test_a_lock_line_is_read_as_pip_reads_it(tmp_path):
     lock = tmp_path / "x.lock"
-    lock.write_text("-c other.lock\nTensorFlow[and-cuda]==2.21.0 ; python_version >= '3.10' and sys_platform == 'linux' \\\n"
-                    "    --hash=sha256:" + "0" * 64 + "\n    # via -r requirements.in\nzope.interface==7.2 \\\n")
+    lock.write_text(
+        "-c other.lock\nTensorFlow[and-cuda]==2.21.0 ; python_version >= '3.10' and sys_platform == 'linux' \\\n"
+        "    --hash=sha256:" + "0" * 64 + "\n    # via -r requirements.in\nzope.interface==7.2 \\\n"
+    )
     pins = stack.read_lock(lock)
     assert [(p.name, p.version) for p in pins] == [("tensorflow", "2.21.0"), ("zope-interface", "7.2")]
     assert stack.locked_versions(lock, "3.11") == {"tensorflow": "2.21.0", "zope-interface": "7.2"}
     assert stack.locked_versions(lock, "3.11", platform="darwin") == {"zope-interface": "7.2"}
 
 
-@pytest.mark.parametrize("line, why", [("numpy>=2 \\", "does not pin one version"), ("numpy==2.4.6 ; python_version >>> '3'",
-                                                                                    "is not a requirement")])
+@pytest.mark.parametrize(
+    "line, why",
+    [("numpy>=2 \\", "does not pin one version"), ("numpy==2.4.6 ; python_version >>> '3'", "is not a requirement")],
+)
 def test_a_line_that_is_no_pin_names_the_file_the_line_and_the_fix(tmp_path, line, why):
     lock = tmp_path / "x.lock"
     lock.write_text(f"# header\n{line}\n")

@@ -17,10 +17,10 @@ from dataclasses import asdict
 from typing import Any
 
 from .. import hardware
-from .facts import Facts, collect
-from .diagnose import GPU_BLOCKING, Diagnosis, cuda_build, diagnose
-from .tflog import classify_log
 from ..errors import NoGPUError
+from .diagnose import GPU_BLOCKING, Diagnosis, cuda_build, diagnose
+from .facts import Facts, collect
+from .tflog import classify_log
 
 
 def precisions(facts: Facts) -> dict[str, Any]:
@@ -31,18 +31,29 @@ def precisions(facts: Facts) -> dict[str, Any]:
         ok16 = bool(cc and cc >= hardware.FP16_MIN_CC)
         okbf = bool(cc and cc >= hardware.BF16_MIN_CC)
         where = f"GPU compute capability {cc[0]}.{cc[1]}" if cc else "GPU compute capability unknown"
-        options = {"float32": (True, "always correct"),
-                   "mixed_float16": (ok16, f"{where} {'>=' if ok16 else '<'} 7.0 (float16 tensor cores)"),
-                   "mixed_bfloat16": (okbf, f"{where} {'>=' if okbf else '<'} 8.0 (bfloat16 tensor cores)")}
+        options = {
+            "float32": (True, "always correct"),
+            "mixed_float16": (ok16, f"{where} {'>=' if ok16 else '<'} 7.0 (float16 tensor cores)"),
+            "mixed_bfloat16": (okbf, f"{where} {'>=' if okbf else '<'} 8.0 (bfloat16 tensor cores)"),
+        }
     else:
         native = ", ".join(facts.cpu_bf16)
-        options = {"float32": (True, "always correct"),
-                   "mixed_float16": (False, "CPUs have no fast float16 matmuls: slower than float32"),
-                   "mixed_bfloat16": (bool(native), f"CPU has native bfloat16 ({native})" if native
-                                      else "CPU has no amx_bf16/avx512_bf16: bfloat16 would be emulated, slower")}
+        options = {
+            "float32": (True, "always correct"),
+            "mixed_float16": (False, "CPUs have no fast float16 matmuls: slower than float32"),
+            "mixed_bfloat16": (
+                bool(native),
+                f"CPU has native bfloat16 ({native})"
+                if native
+                else "CPU has no amx_bf16/avx512_bf16: bfloat16 would be emulated, slower",
+            ),
+        }
     auto, reason = hardware.choose_precision("auto", ccs, facts.cpu_bf16, hardware.onednn_enabled())
-    return {"options": {k: {"sensible": ok, "why": why} for k, (ok, why) in options.items()},
-            "auto": auto, "auto_reason": reason}
+    return {
+        "options": {k: {"sensible": ok, "why": why} for k, (ok, why) in options.items()},
+        "auto": auto,
+        "auto_reason": reason,
+    }
 
 
 # ---------------------------------------------------------------- report
@@ -54,7 +65,7 @@ JSON_FIELDS = {
     "libraries": "[{library, expected, path, version, others, error}]: CUDA/cuDNN the build needs, as found on disk",
     "driver": "{present, reason, version, cuda_version}",
     "gpus": "[{index, name, uuid, memory_total_mb, memory_used_mb, driver_version, compute_capability, "
-            "cuda_driver_version, processes: [{pid, name, used_memory_mb}]}] as the driver reports them",
+    "cuda_driver_version, processes: [{pid, name, used_memory_mb}]}] as the driver reports them",
     "memory_growth": "{in_effect, error, late_call}",
     "matmul": "[{device, n, seconds, gflops} or {device, error}]",
     "gpu_speedup": "best GPU GFLOP/s divided by CPU GFLOP/s, or null",
@@ -77,10 +88,15 @@ def verdict(facts: Facts, diags: list[Diagnosis], speedup: float | None, auto: s
     elif usable:
         names = ", ".join(sorted({g.get("device_name") or g["name"] for g in facts.tf.gpus}))
         fast = f"; matmul {speedup:.0f}x the CPU" if speedup else ""
-        status, line = "gpu", f"GPU ready: TensorFlow uses {usable} GPU(s) ({names}){fast}; precision auto -> {auto}{tail}"
+        status, line = (
+            "gpu",
+            f"GPU ready: TensorFlow uses {usable} GPU(s) ({names}){fast}; precision auto -> {auto}{tail}",
+        )
     elif errors:
-        status, line = "gpu_not_used", (f"GPU NOT USED, training would run on the CPU: {errors[0].summary}. "
-                                        f"Fix: {errors[0].fix}")
+        status, line = (
+            "gpu_not_used",
+            (f"GPU NOT USED, training would run on the CPU: {errors[0].summary}. Fix: {errors[0].fix}"),
+        )
     else:
         status, line = "cpu", f"running on CPU: no GPU here, and nothing is wrong; precision auto -> {auto}{tail}"
     return {"status": status, "line": line, "usable_gpus": usable}
@@ -97,17 +113,34 @@ def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | N
     exit_code = 1 if v["status"] == "no_tensorflow" or (require_gpu and not v["usable_gpus"]) else 0
     g0 = facts.gpus[0] if facts.gpus else None
     return {
-        "verdict": v, "exit_code": exit_code,
-        "tensorflow": {"version": facts.tf.version, "error": facts.tf.error, "build": facts.tf.build, "gpus": facts.tf.gpus},
+        "verdict": v,
+        "exit_code": exit_code,
+        "tensorflow": {
+            "version": facts.tf.version,
+            "error": facts.tf.error,
+            "build": facts.tf.build,
+            "gpus": facts.tf.gpus,
+        },
         "libraries": [asdict(lib) for lib in facts.libraries],
-        "driver": {"present": facts.driver_present, "reason": facts.driver_reason,
-                   "version": g0.driver_version if g0 else None, "cuda_version": g0.cuda_driver_version if g0 else None},
+        "driver": {
+            "present": facts.driver_present,
+            "reason": facts.driver_reason,
+            "version": g0.driver_version if g0 else None,
+            "cuda_version": g0.cuda_driver_version if g0 else None,
+        },
         "gpus": [asdict(g) for g in facts.gpus],
-        "memory_growth": facts.tf.memory_growth, "matmul": facts.tf.matmul,
-        "gpu_speedup": round(speedup, 1) if speedup else None, "precision": prec,
-        "diagnoses": [asdict(d) for d in diags], "tf_log": {"shown": shown, "noise": noise},
-        "environment": {"in_container": facts.in_container, "nvidia_pci_devices": facts.nvidia_pci_devices,
-                        "cpu_bf16": facts.cpu_bf16, **facts.env},
+        "memory_growth": facts.tf.memory_growth,
+        "matmul": facts.tf.matmul,
+        "gpu_speedup": round(speedup, 1) if speedup else None,
+        "precision": prec,
+        "diagnoses": [asdict(d) for d in diags],
+        "tf_log": {"shown": shown, "noise": noise},
+        "environment": {
+            "in_container": facts.in_container,
+            "nvidia_pci_devices": facts.nvidia_pci_devices,
+            "cpu_bf16": facts.cpu_bf16,
+            **facts.env,
+        },
         "seconds": round(facts.tf.seconds, 2),
     }
 
@@ -121,20 +154,32 @@ def format_report(r: dict[str, Any]) -> str:
 
     if build.get("is_cuda_build"):
         ccs = build.get("cuda_compute_capabilities") or []
-        row("TensorFlow", f"{tf['version']}, built for CUDA {build.get('cuda_version')}, cuDNN "
-            f"{build.get('cudnn_version')}, compute capabilities {', '.join(map(str, ccs)) or '?'}")
+        row(
+            "TensorFlow",
+            f"{tf['version']}, built for CUDA {build.get('cuda_version')}, cuDNN "
+            f"{build.get('cudnn_version')}, compute capabilities {', '.join(map(str, ccs)) or '?'}",
+        )
         for lib in r["libraries"]:
             found = f"{lib['path']} ({lib['version'] or 'version unknown'})" if lib["path"] else "NOT FOUND"
-            row("  " + lib["library"], f"{lib['expected']}: {found}" + (f"; also {', '.join(lib['others'])}" if lib["others"] else ""))
+            row(
+                "  " + lib["library"],
+                f"{lib['expected']}: {found}" + (f"; also {', '.join(lib['others'])}" if lib["others"] else ""),
+            )
     else:
         row("TensorFlow", f"{tf['version'] or 'not available'}, CPU-only build (no CUDA libraries needed)")
     d = r["driver"]
-    row("Driver", f"{d['version']}, CUDA up to {d['cuda_version'] or '?'}" if d["present"] and d["version"] else
-        f"none ({d['reason']})")
+    row(
+        "Driver",
+        f"{d['version']}, CUDA up to {d['cuda_version'] or '?'}"
+        if d["present"] and d["version"]
+        else f"none ({d['reason']})",
+    )
     for g in r["gpus"]:
         cc = ".".join(map(str, g["compute_capability"])) if g["compute_capability"] else "?"
-        row(f"GPU {g['index']}", f"{g['name']}, {g['memory_used_mb']:.0f} of {g['memory_total_mb']:.0f} MiB used, "
-            f"compute capability {cc}")
+        row(
+            f"GPU {g['index']}",
+            f"{g['name']}, {g['memory_used_mb']:.0f} of {g['memory_total_mb']:.0f} MiB used, compute capability {cc}",
+        )
         for p in g["processes"]:
             used = f"{p['used_memory_mb']:.0f} MiB" if p["used_memory_mb"] is not None else "? MiB"
             row("", f"process {p['pid']} {p['name']}: {used}")
@@ -143,13 +188,23 @@ def format_report(r: dict[str, Any]) -> str:
     if tf["gpus"] or mg.get("error"):
         row("Memory growth", "on for every GPU" if mg.get("in_effect") else f"NOT in effect {mg.get('error') or ''}")
     for m in r["matmul"]:
-        row("Matmul", f"{m['device']}: " + (f"{m['n']}x{m['n']} float32 in {m['seconds'] * 1e3:.1f} ms, "
-                                             f"{m['gflops']:.0f} GFLOP/s" if "error" not in m else f"failed: {m['error']}"))
+        row(
+            "Matmul",
+            f"{m['device']}: "
+            + (
+                f"{m['n']}x{m['n']} float32 in {m['seconds'] * 1e3:.1f} ms, {m['gflops']:.0f} GFLOP/s"
+                if "error" not in m
+                else f"failed: {m['error']}"
+            ),
+        )
     if r["gpu_speedup"]:
         row("", f"GPU / CPU throughput: {r['gpu_speedup']}x")
     p = r["precision"]
-    row("Precision", "; ".join(f"{k} {'yes' if v['sensible'] else 'no'}" for k, v in p["options"].items())
-        + f"; auto -> {p['auto']} ({p['auto_reason']})")
+    row(
+        "Precision",
+        "; ".join(f"{k} {'yes' if v['sensible'] else 'no'}" for k, v in p["options"].items())
+        + f"; auto -> {p['auto']} ({p['auto_reason']})",
+    )
     noise = r["tf_log"]["noise"]
     if noise:
         row("TF log", f"{sum(noise.values())} start-up line(s) captured, not errors: " + "; ".join(noise))
@@ -170,7 +225,10 @@ def main(json_output: bool = False, require_gpu: bool = False, skip_matmul: bool
     report = build_report(collect(skip_matmul), require_gpu, own_pids={os.getpid()})
     print(json.dumps(report, indent=2) if json_output else format_report(report), flush=True)
     if require_gpu and not report["verdict"]["usable_gpus"]:
-        d = next((d for d in report["diagnoses"] if d["severity"] == "error"), None) or (report["diagnoses"] or [None])[0]
+        d = (
+            next((d for d in report["diagnoses"] if d["severity"] == "error"), None)
+            or (report["diagnoses"] or [None])[0]
+        )
         why = f"{d['summary']}. Fix: {d['fix']}" if d else report["verdict"]["line"]
         raise NoGPUError(f"--require-gpu: no usable GPU: {why}")
     return report["exit_code"]

@@ -32,6 +32,7 @@ class Diagnosis:
 
 # ---------------------------------------------------------------- diagnoses (pure)
 
+
 def cuda_build(facts: Facts) -> bool:
     return bool(facts.tf.build.get("is_cuda_build"))
 
@@ -39,26 +40,50 @@ def cuda_build(facts: Facts) -> bool:
 def _no_driver(facts: Facts) -> Diagnosis:
     nvd = facts.env.get("NVIDIA_VISIBLE_DEVICES")
     severity = "error" if facts.nvidia_pci_devices else "info"
-    runtime_fix = ("start the container with `docker run --gpus all` (compose: a `deploy.resources.reservations."
-                   "devices` entry with `capabilities: [gpu]`), the NVIDIA Container Toolkit installed on the host")
+    runtime_fix = (
+        "start the container with `docker run --gpus all` (compose: a `deploy.resources.reservations."
+        "devices` entry with `capabilities: [gpu]`), the NVIDIA Container Toolkit installed on the host"
+    )
     if not facts.nvidia_pci_devices and facts.in_container:  # likely a CPU host: say so calmly
         runtime_fix = "none needed to train on the CPU; if the host has a GPU, " + runtime_fix
     if facts.in_container and nvd is None:
-        return Diagnosis("no_driver", severity, "no NVIDIA driver visible: this container was started without GPUs "
-                         "(NVIDIA_VISIBLE_DEVICES is not set, so the NVIDIA runtime added none)"
-                         + ("" if facts.nvidia_pci_devices else "; no NVIDIA GPU is on the PCI bus either"), runtime_fix)
+        return Diagnosis(
+            "no_driver",
+            severity,
+            "no NVIDIA driver visible: this container was started without GPUs "
+            "(NVIDIA_VISIBLE_DEVICES is not set, so the NVIDIA runtime added none)"
+            + ("" if facts.nvidia_pci_devices else "; no NVIDIA GPU is on the PCI bus either"),
+            runtime_fix,
+        )
     if nvd is not None and nvd.strip().lower() in HIDE_VALUES:
-        return Diagnosis("no_driver", severity, f"no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES={nvd!r} tells the "
-                         "NVIDIA runtime to give this container no GPU",
-                         "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`")
+        return Diagnosis(
+            "no_driver",
+            severity,
+            f"no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES={nvd!r} tells the "
+            "NVIDIA runtime to give this container no GPU",
+            "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`",
+        )
     if facts.in_container:
-        return Diagnosis("no_driver", severity, f"no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES={nvd!r} asks for "
-                         "GPUs, but the container was not started with the NVIDIA runtime", runtime_fix)
+        return Diagnosis(
+            "no_driver",
+            severity,
+            f"no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES={nvd!r} asks for "
+            "GPUs, but the container was not started with the NVIDIA runtime",
+            runtime_fix,
+        )
     if facts.nvidia_pci_devices:
-        return Diagnosis("no_driver", "error", f"an NVIDIA GPU is on the PCI bus but no driver is loaded "
-                         f"({facts.driver_reason})", "install the NVIDIA driver (then `nvidia-smi` must list the GPU)")
-    return Diagnosis("no_driver", "info", "no NVIDIA GPU or driver on this machine: TensorFlow runs on the CPU",
-                     "none needed to train on the CPU; for a GPU, run on a machine (or cloud instance) that has one")
+        return Diagnosis(
+            "no_driver",
+            "error",
+            f"an NVIDIA GPU is on the PCI bus but no driver is loaded ({facts.driver_reason})",
+            "install the NVIDIA driver (then `nvidia-smi` must list the GPU)",
+        )
+    return Diagnosis(
+        "no_driver",
+        "info",
+        "no NVIDIA GPU or driver on this machine: TensorFlow runs on the CPU",
+        "none needed to train on the CPU; for a GPU, run on a machine (or cloud instance) that has one",
+    )
 
 
 def _driver_too_old(facts: Facts) -> Diagnosis | None:
@@ -72,11 +97,14 @@ def _driver_too_old(facts: Facts) -> Diagnosis | None:
         old = old or _major(g.cuda_driver_version) < major
     if not old:
         return None
-    return Diagnosis("driver_too_old", "error",
-                     f"NVIDIA driver {g.driver_version} (supports CUDA up to {g.cuda_driver_version or '?'}) is too old "
-                     f"for this TensorFlow build, which needs CUDA {need_cuda}: CUDA {major}.x needs driver >= "
-                     f"{MIN_DRIVER[major]}",
-                     f"upgrade the host's NVIDIA driver to {MIN_DRIVER[major]} or newer (a container uses the host's driver)")
+    return Diagnosis(
+        "driver_too_old",
+        "error",
+        f"NVIDIA driver {g.driver_version} (supports CUDA up to {g.cuda_driver_version or '?'}) is too old "
+        f"for this TensorFlow build, which needs CUDA {need_cuda}: CUDA {major}.x needs driver >= "
+        f"{MIN_DRIVER[major]}",
+        f"upgrade the host's NVIDIA driver to {MIN_DRIVER[major]} or newer (a container uses the host's driver)",
+    )
 
 
 def _archs(build: dict, prefix: str) -> list[tuple[int, int]]:
@@ -131,15 +159,21 @@ def _driver_too_old_for_ptx(facts: Facts) -> Diagnosis | None:
         return None
     g, cc = hit[0] if hit else (facts.gpus[0], facts.gpus[0].compute_capability or (0, 0))
     sass = ", ".join(f"sm_{a}{b}" for a, b in _archs(build, "sm"))
-    want = f"{floor} or newer (CUDA {'.'.join(cuda.split('.')[:2])}'s driver)" if floor else f"one that supports CUDA {cuda}"
+    want = (
+        f"{floor} or newer (CUDA {'.'.join(cuda.split('.')[:2])}'s driver)"
+        if floor
+        else f"one that supports CUDA {cuda}"
+    )
     return Diagnosis(
-        "driver_too_old_for_ptx", "error",
+        "driver_too_old_for_ptx",
+        "error",
         f"driver too old for this GPU's PTX: {g.name} (compute capability {cc[0]}.{cc[1]}) has no machine code in "
         f"this TensorFlow build ({sass}), so the driver must compile its kernels from PTX made by CUDA {cuda}, "
         f"which NVIDIA driver {g.driver_version} (CUDA up to {g.cuda_driver_version or '?'}) cannot load "
         "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
         f"upgrade the host's NVIDIA driver to {want}; a container uses the host's driver",
-        [f"GPU {h.index}: {h.name}, compute capability {c[0]}.{c[1]}" for h, c in hit] + evidence)
+        [f"GPU {h.index}: {h.name}, compute capability {c[0]}.{c[1]}" for h, c in hit] + evidence,
+    )
 
 
 def _libraries(facts: Facts) -> list[Diagnosis]:
@@ -149,13 +183,28 @@ def _libraries(facts: Facts) -> list[Diagnosis]:
         if lib.path is None:
             code = "library_wrong_major" if lib.others else "library_missing"
             found = ", ".join(lib.others) if lib.others else "nothing"
-            out.append(Diagnosis(code, "error", f"{lib.library}: {lib.expected} not found (found: {found}); this "
-                                 f"TensorFlow build expects {lib.expected}", fix, [lib.error] if lib.error else []))
+            out.append(
+                Diagnosis(
+                    code,
+                    "error",
+                    f"{lib.library}: {lib.expected} not found (found: {found}); this "
+                    f"TensorFlow build expects {lib.expected}",
+                    fix,
+                    [lib.error] if lib.error else [],
+                )
+            )
         elif lib.library == "cudnn" and lib.version:
             built = str(facts.tf.build.get("cudnn_version", ""))
             if len(_version(built)) >= 2 and _version(lib.version)[:2] < _version(built)[:2]:
-                out.append(Diagnosis("library_wrong_version", "error", f"cudnn: {lib.path} is version {lib.version}; "
-                                     f"this build was compiled with cuDNN {built} and needs that minor or newer", fix))
+                out.append(
+                    Diagnosis(
+                        "library_wrong_version",
+                        "error",
+                        f"cudnn: {lib.path} is version {lib.version}; "
+                        f"this build was compiled with cuDNN {built} and needs that minor or newer",
+                        fix,
+                    )
+                )
     return out
 
 
@@ -166,28 +215,45 @@ def _not_visible_to_tf(facts: Facts, shown: list[str], explained: bool) -> Diagn
     cvd = facts.env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
         if seen == 0 and cvd.strip() in ("", "-1"):
-            return Diagnosis("gpu_hidden", "error", f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU from TensorFlow",
-                             "unset CUDA_VISIBLE_DEVICES (or set it to the GPU indices to use, e.g. 0)")
+            return Diagnosis(
+                "gpu_hidden",
+                "error",
+                f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU from TensorFlow",
+                "unset CUDA_VISIBLE_DEVICES (or set it to the GPU indices to use, e.g. 0)",
+            )
         if seen:
             return None  # a deliberate subset
-    fix = "fix the problem(s) above" if explained else (
-        f'pip install "tensorflow[and-cuda]=={facts.tf.version}" and check the library errors listed')
+    fix = (
+        "fix the problem(s) above"
+        if explained
+        else (f'pip install "tensorflow[and-cuda]=={facts.tf.version}" and check the library errors listed')
+    )
     if any("Ignoring visible gpu device" in line for line in shown):
-        fix = "use a GPU with the compute capability the build supports (see the line above), or a build that supports it"
+        fix = (
+            "use a GPU with the compute capability the build supports (see the line above), or a build that supports it"
+        )
     severity = "error" if seen == 0 else "warning"
-    return Diagnosis("gpu_not_visible_to_tf", severity, f"the driver shows {present} GPU(s) but TensorFlow sees {seen}",
-                     fix, shown or ["TensorFlow logged no library-loading error"])
+    return Diagnosis(
+        "gpu_not_visible_to_tf",
+        severity,
+        f"the driver shows {present} GPU(s) but TensorFlow sees {seen}",
+        fix,
+        shown or ["TensorFlow logged no library-loading error"],
+    )
 
 
 def _memory_growth(facts: Facts) -> Diagnosis | None:
     mg = facts.tf.memory_growth
     if not (mg.get("error") and "after being initialized" in mg["error"]):
         return None
-    return Diagnosis("memory_growth_too_late", "error",
-                     f"{mg.get('late_call') or 'set_memory_growth'} came too late: the GPU had already been initialised "
-                     f"(\"{mg['error']}\")",
-                     "call tf.config.experimental.set_memory_growth before anything touches the GPU (the first tensor, "
-                     "model or tf.config.list_logical_devices()); here train.devices does it before building the model")
+    return Diagnosis(
+        "memory_growth_too_late",
+        "error",
+        f"{mg.get('late_call') or 'set_memory_growth'} came too late: the GPU had already been initialised "
+        f'("{mg["error"]}")',
+        "call tf.config.experimental.set_memory_growth before anything touches the GPU (the first tensor, "
+        "model or tf.config.list_logical_devices()); here train.devices does it before building the model",
+    )
 
 
 def _memory_held(facts: Facts, own_pids: set[int]) -> list[Diagnosis]:
@@ -198,14 +264,25 @@ def _memory_held(facts: Facts, own_pids: set[int]) -> list[Diagnosis]:
         if not others and unlisted < max(1024.0, 0.05 * g.memory_total_mb):
             continue
         held = f"{g.memory_used_mb / 1024:.1f} of {g.memory_total_mb / 1024:.1f} GiB"
-        details = [f"pid {p.pid} {p.name}: " + (f"{p.used_memory_mb / 1024:.1f} GiB" if p.used_memory_mb is not None
-                                                 else "amount not reported") for p in others]
+        details = [
+            f"pid {p.pid} {p.name}: "
+            + (f"{p.used_memory_mb / 1024:.1f} GiB" if p.used_memory_mb is not None else "amount not reported")
+            for p in others
+        ]
         if not others:
             details = ["no process listed: held by processes outside this container or PID namespace"]
         fix = (f"stop them (kill {' '.join(str(p.pid) for p in others)})" if others else "free it on the host") + (
-            " or pick a free GPU with CUDA_VISIBLE_DEVICES=<index>")
-        out.append(Diagnosis("memory_held_by_others", "warning",
-                             f"GPU {g.index} ({g.name}): {held} already held by other processes", fix, details))
+            " or pick a free GPU with CUDA_VISIBLE_DEVICES=<index>"
+        )
+        out.append(
+            Diagnosis(
+                "memory_held_by_others",
+                "warning",
+                f"GPU {g.index} ({g.name}): {held} already held by other processes",
+                fix,
+                details,
+            )
+        )
     return out
 
 
@@ -213,18 +290,30 @@ def diagnose(facts: Facts, own_pids: set[int] | None = None) -> list[Diagnosis]:
     """Every problem found, root causes first. Pure: reads only `facts`."""
     tf, diags = facts.tf, []
     if tf.version is None:
-        return [Diagnosis("tensorflow_unavailable", "error", f"TensorFlow could not be started: {tf.error}",
-                          "install the locked requirements (`pip install -r requirements.lock`) and rerun",
-                          classify_log(tf.log, facts.driver_present)[0] or tf.log[-5:])]
+        return [
+            Diagnosis(
+                "tensorflow_unavailable",
+                "error",
+                f"TensorFlow could not be started: {tf.error}",
+                "install the locked requirements (`pip install -r requirements.lock`) and rerun",
+                classify_log(tf.log, facts.driver_present)[0] or tf.log[-5:],
+            )
+        ]
     if not facts.driver_present:
         diags.append(_no_driver(facts))
     if not cuda_build(facts):
         gpu_here = bool(facts.gpus)
-        diags.append(Diagnosis("cpu_only_build", "error" if gpu_here else "info",
-                               f"TensorFlow {tf.version} is a CPU-only build"
-                               + (" but this machine has a GPU" if gpu_here else " (right for this machine)"),
-                               f'pip install "tensorflow[and-cuda]=={tf.version}" (instead of tensorflow-cpu)'
-                               if gpu_here else "none needed on a CPU machine"))
+        diags.append(
+            Diagnosis(
+                "cpu_only_build",
+                "error" if gpu_here else "info",
+                f"TensorFlow {tf.version} is a CPU-only build"
+                + (" but this machine has a GPU" if gpu_here else " (right for this machine)"),
+                f'pip install "tensorflow[and-cuda]=={tf.version}" (instead of tensorflow-cpu)'
+                if gpu_here
+                else "none needed on a CPU machine",
+            )
+        )
     else:
         too_old = _driver_too_old(facts) or _driver_too_old_for_ptx(facts)
         diags += [too_old] if too_old else []

@@ -15,9 +15,10 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .. import hardware
 from . import gpuinfo
@@ -75,6 +76,7 @@ def _major(text: Any) -> int | None:
 
 # ---------------------------------------------------------------- collection (reads the machine)
 
+
 def in_container(root: Path = Path("/")) -> bool:
     if (root / ".dockerenv").exists() or (root / "run/.containerenv").exists():
         return True
@@ -98,10 +100,23 @@ def nvidia_pci_devices(sysfs: Path = Path("/sys/bus/pci/devices")) -> int:
 
 def library_dirs(environ: Mapping[str, str]) -> list[Path]:
     """pip's nvidia-* wheels (what tensorflow[and-cuda] uses), LD_LIBRARY_PATH, then the usual system places."""
-    dirs = [d for p in sys.path if p.endswith(("site-packages", "dist-packages")) for d in sorted(Path(p).glob("nvidia/*/lib"))]
+    dirs = [
+        d
+        for p in sys.path
+        if p.endswith(("site-packages", "dist-packages"))
+        for d in sorted(Path(p).glob("nvidia/*/lib"))
+    ]
     dirs += [Path(p) for p in environ.get("LD_LIBRARY_PATH", "").split(":") if p]
-    dirs += [Path(p) for p in ("/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-                               "/usr/lib64", "/usr/local/lib")]
+    dirs += [
+        Path(p)
+        for p in (
+            "/usr/local/cuda/lib64",
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu",
+            "/usr/lib64",
+            "/usr/local/lib",
+        )
+    ]
     return [d for i, d in enumerate(dirs) if d.is_dir() and d not in dirs[:i]]
 
 
@@ -170,8 +185,9 @@ def probe_main(skip_matmul: bool) -> None:
         print(_MARK + json.dumps({"error": f"import tensorflow failed: {type(exc).__name__}: {exc}"}), flush=True)
         return
     out["version"] = tf.__version__
-    out["build"] = {k: v if isinstance(v, (str, int, float, bool)) else str(v)
-                    for k, v in tf.sysconfig.get_build_info().items()}
+    out["build"] = {
+        k: v if isinstance(v, (str, int, float, bool)) else str(v) for k, v in tf.sysconfig.get_build_info().items()
+    }
     gpus = tf.config.list_physical_devices("GPU")
     mg: dict[str, Any] = {"in_effect": None, "error": None, "late_call": None}
     for g in gpus:  # before any op, as train.devices does
@@ -189,31 +205,47 @@ def probe_main(skip_matmul: bool) -> None:
             details = tf.config.experimental.get_device_details(g)
         except Exception:  # not every platform reports details; the driver's compute capability still stands
             details = {}
-        out["gpus"].append({"name": g.name, "device_name": details.get("device_name"),
-                            "compute_capability": details.get("compute_capability")})
-    out["matmul"] = [] if skip_matmul else [
-        _bench(f"/GPU:{i}", *MATMUL["GPU"]) for i in range(len(gpus))] + [_bench("/CPU:0", *MATMUL["CPU"])]
+        out["gpus"].append(
+            {
+                "name": g.name,
+                "device_name": details.get("device_name"),
+                "compute_capability": details.get("compute_capability"),
+            }
+        )
+    out["matmul"] = (
+        []
+        if skip_matmul
+        else [_bench(f"/GPU:{i}", *MATMUL["GPU"]) for i in range(len(gpus))] + [_bench("/CPU:0", *MATMUL["CPU"])]
+    )
     print(_MARK + json.dumps(out), flush=True)
 
 
 def run_probe(skip_matmul: bool, timeout: float = PROBE_TIMEOUT_S) -> TfFacts:
     """Start TensorFlow in a subprocess: its C++ log goes to a stderr we read, not to the user's terminal."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # every line, so library errors cannot be hidden
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
-            f"from train.gpucheck.facts import probe_main; probe_main({skip_matmul!r})")
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+        f"from train.gpucheck.facts import probe_main; probe_main({skip_matmul!r})"
+    )
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        return TfFacts(error=f"the TensorFlow probe did not finish in {timeout:.0f} s", log=err.splitlines(),
-                       seconds=time.perf_counter() - start)
+        return TfFacts(
+            error=f"the TensorFlow probe did not finish in {timeout:.0f} s",
+            log=err.splitlines(),
+            seconds=time.perf_counter() - start,
+        )
     seconds = time.perf_counter() - start
     log = done.stderr.splitlines()
-    payload = next((line[len(_MARK):] for line in done.stdout.splitlines() if line.startswith(_MARK)), None)
+    payload = next((line[len(_MARK) :] for line in done.stdout.splitlines() if line.startswith(_MARK)), None)
     if payload is None:
-        return TfFacts(error=f"the TensorFlow probe exited with status {done.returncode} before reporting",
-                       log=log, seconds=seconds)
+        return TfFacts(
+            error=f"the TensorFlow probe exited with status {done.returncode} before reporting",
+            log=log,
+            seconds=seconds,
+        )
     data = json.loads(payload)
     return TfFacts(**{k: v for k, v in data.items() if k in TfFacts.__dataclass_fields__}, log=log, seconds=seconds)
 
@@ -222,8 +254,14 @@ def collect(skip_matmul: bool = False, environ: Mapping[str, str] | None = None)
     environ = os.environ if environ is None else environ
     g = gpuinfo.probe()  # before the probe starts, so every process listed is someone else's
     tf = run_probe(skip_matmul)
-    return Facts(tf=tf, driver_present=g.driver_present, driver_reason=g.reason, gpus=g.gpus,
-                 libraries=collect_libraries(tf.build, environ), env={k: environ.get(k) for k in ENV_VARS},
-                 in_container=in_container(), nvidia_pci_devices=nvidia_pci_devices(),
-                 cpu_bf16=hardware.cpu_bf16(hardware.cpu_flags()))
-
+    return Facts(
+        tf=tf,
+        driver_present=g.driver_present,
+        driver_reason=g.reason,
+        gpus=g.gpus,
+        libraries=collect_libraries(tf.build, environ),
+        env={k: environ.get(k) for k in ENV_VARS},
+        in_container=in_container(),
+        nvidia_pci_devices=nvidia_pci_devices(),
+        cpu_bf16=hardware.cpu_bf16(hardware.cpu_flags()),
+    )

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 MIB = 1024 * 1024
 SMI_TIMEOUT_S = 5.0
@@ -76,8 +77,19 @@ def _from_nvml(nvml: Any) -> Probe:
                 cc: tuple[int, int] | None = tuple(int(x) for x in nvml.nvmlDeviceGetCudaComputeCapability(h))  # type: ignore[assignment]
             except Exception:
                 cc = None
-            gpus.append(GpuInfo(i, _text(nvml.nvmlDeviceGetName(h)), _text(nvml.nvmlDeviceGetUUID(h)),
-                                mem.total / MIB, mem.used / MIB, driver, cc, cuda, _nvml_processes(nvml, h)))
+            gpus.append(
+                GpuInfo(
+                    i,
+                    _text(nvml.nvmlDeviceGetName(h)),
+                    _text(nvml.nvmlDeviceGetUUID(h)),
+                    mem.total / MIB,
+                    mem.used / MIB,
+                    driver,
+                    cc,
+                    cuda,
+                    _nvml_processes(nvml, h),
+                )
+            )
         return Probe(gpus, True, f"NVML: driver {driver}, CUDA {cuda or '?'}, {len(gpus)} GPU(s)")
     except Exception as exc:
         return Probe([], True, f"NVML: driver loaded but the query failed: {exc}")
@@ -122,8 +134,18 @@ def parse_query_gpu(text: str, cuda_driver_version: str | None = None) -> list[G
         if len(cols) > 6 and "." in cols[6]:
             major, minor = cols[6].split(".", 1)
             cc = (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
-        gpus.append(GpuInfo(int(cols[0]), cols[1], cols[2], _number(cols[3]) or 0.0, _number(cols[4]) or 0.0,
-                            cols[5], cc, cuda_driver_version))
+        gpus.append(
+            GpuInfo(
+                int(cols[0]),
+                cols[1],
+                cols[2],
+                _number(cols[3]) or 0.0,
+                _number(cols[4]) or 0.0,
+                cols[5],
+                cc,
+                cuda_driver_version,
+            )
+        )
     return gpus
 
 
@@ -153,7 +175,9 @@ _cuda_cache: dict[str, str | None] = {}  # driver version -> CUDA version: fixed
 def _from_smi(run: Runner) -> Probe:
     rc, out = run(["nvidia-smi", f"--query-gpu={SMI_GPU_FIELDS}", "--format=csv,noheader,nounits"])
     if rc != 0 and "compute_cap" in out:  # drivers before 510 do not know the field
-        rc, out = run(["nvidia-smi", f"--query-gpu={SMI_GPU_FIELDS.rsplit(',', 1)[0]}", "--format=csv,noheader,nounits"])
+        rc, out = run(
+            ["nvidia-smi", f"--query-gpu={SMI_GPU_FIELDS.rsplit(',', 1)[0]}", "--format=csv,noheader,nounits"]
+        )
     if rc != 0:
         first = next((line.strip() for line in out.splitlines() if line.strip()), f"exit status {rc}")
         return Probe([], False, f"nvidia-smi: {first}")
@@ -205,4 +229,3 @@ def probe(nvml: Any = "import", run: Runner | None = None) -> Probe:
 def query_gpus() -> list[GpuInfo]:
     """Every GPU the driver shows, with memory and processes; [] without a driver."""
     return probe().gpus
-

@@ -92,12 +92,16 @@ def read_lock(path: str | Path) -> list[Pin]:
         try:
             req = Requirement(line)
         except InvalidRequirement as exc:
-            raise StackError(f"{path}, line {number}: {line!r} is not a requirement ({str(exc).splitlines()[0]}); "
-                             "regenerate the lock with `invoke lock`") from None
+            raise StackError(
+                f"{path}, line {number}: {line!r} is not a requirement ({str(exc).splitlines()[0]}); "
+                "regenerate the lock with `invoke lock`"
+            ) from None
         exact = [spec.version for spec in req.specifier if spec.operator == "=="]
         if len(exact) != 1 or len(req.specifier) != 1:
-            raise StackError(f"{path}, line {number}: {line!r} does not pin one version with ==; "
-                             "regenerate the lock with `invoke lock`")
+            raise StackError(
+                f"{path}, line {number}: {line!r} does not pin one version with ==; "
+                "regenerate the lock with `invoke lock`"
+            )
         pins.append(Pin(canonicalize_name(req.name), exact[0], req.marker))
     if not pins:
         raise StackError(f"{path} has no pinned packages; regenerate it with `invoke lock`")
@@ -107,9 +111,14 @@ def read_lock(path: str | Path) -> list[Pin]:
 def locked_versions(path: str | Path, python: str = "3.11", platform: str = "linux") -> dict[str, str]:
     """{name: version} that pip would install from `path` on CPython `python` on `platform`."""
     env = {
-        "python_version": python, "python_full_version": python + ".0", "sys_platform": platform,
-        "platform_system": platform.capitalize(), "platform_machine": "x86_64", "os_name": "posix",
-        "implementation_name": "cpython", "platform_python_implementation": "CPython",
+        "python_version": python,
+        "python_full_version": python + ".0",
+        "sys_platform": platform,
+        "platform_system": platform.capitalize(),
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
     }
     return {p.name: p.version for p in read_lock(path) if p.marker is None or p.marker.evaluate(env)}
 
@@ -128,8 +137,9 @@ def stack_for(tf_version: str) -> TestedStack:
     return TESTED[key]
 
 
-def check_locks(cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK,
-                test_lock: str | Path = TEST_LOCK) -> tuple[TestedStack, list[str]]:
+def check_locks(
+    cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK, test_lock: str | Path = TEST_LOCK
+) -> tuple[TestedStack, list[str]]:
     """The tested stack the locks claim, and every way in which they disagree with it or each other."""
     problems: list[str] = []
     gpu = locked_versions(gpu_lock)
@@ -144,14 +154,19 @@ def check_locks(cpu_lock: str | Path = CPU_LOCK, gpu_lock: str | Path = GPU_LOCK
     for python in stack.pythons:
         cpu, gpu = locked_versions(cpu_lock, python), locked_versions(gpu_lock, python)
         if cpu.get("tensorflow-cpu") != tf or gpu.get("tensorflow") != tf:
-            problems.append(f"Python {python}: the locks do not both pin TensorFlow {tf} (cpu: "
-                            f"{cpu.get('tensorflow-cpu')}, gpu: {gpu.get('tensorflow')})")
+            problems.append(
+                f"Python {python}: the locks do not both pin TensorFlow {tf} (cpu: "
+                f"{cpu.get('tensorflow-cpu')}, gpu: {gpu.get('tensorflow')})"
+            )
         cuda_on_cpu = sorted(n for n in cpu if _CUDA_ONLY.match(n) or n == "tensorflow")
         if cuda_on_cpu:
             problems.append(f"{cpu_lock} (Python {python}) would download CUDA packages: {', '.join(cuda_on_cpu)}")
         test = locked_versions(test_lock, python)
-        for (a, a_lock), (b, b_lock) in (((cpu, cpu_lock), (gpu, gpu_lock)), ((test, test_lock), (gpu, gpu_lock)),
-                                         ((test, test_lock), (cpu, cpu_lock))):
+        for (a, a_lock), (b, b_lock) in (
+            ((cpu, cpu_lock), (gpu, gpu_lock)),
+            ((test, test_lock), (gpu, gpu_lock)),
+            ((test, test_lock), (cpu, cpu_lock)),
+        ):
             for name in sorted(a.keys() & b.keys()):
                 if a[name] != b[name]:
                     problems.append(f"Python {python}: {name} is {a[name]} in {a_lock} but {b[name]} in {b_lock}")
@@ -162,10 +177,12 @@ def describe(gpu_lock: str | Path = GPU_LOCK) -> str:
     """One line: the locked TensorFlow, CUDA and cuDNN and what they need from the host."""
     gpu = locked_versions(gpu_lock)
     s = stack_for(gpu["tensorflow"])
-    return (f"TensorFlow {gpu['tensorflow']} | CUDA {s.cuda} ({CUDA_WHEEL} {gpu.get(CUDA_WHEEL)}) | "
-            f"cuDNN {s.cudnn} ({CUDNN_WHEEL} {gpu.get(CUDNN_WHEEL)}) | NVIDIA driver >= {s.min_driver} "
-            f"(compute capability <= {s.sass}), >= {s.ptx_driver} (newer GPUs) | "
-            f"Python {s.python_min}-{s.python_max}")
+    return (
+        f"TensorFlow {gpu['tensorflow']} | CUDA {s.cuda} ({CUDA_WHEEL} {gpu.get(CUDA_WHEEL)}) | "
+        f"cuDNN {s.cudnn} ({CUDNN_WHEEL} {gpu.get(CUDNN_WHEEL)}) | NVIDIA driver >= {s.min_driver} "
+        f"(compute capability <= {s.sass}), >= {s.ptx_driver} (newer GPUs) | "
+        f"Python {s.python_min}-{s.python_max}"
+    )
 
 
 def main() -> int:

@@ -12,16 +12,30 @@ import re
 _RELEVANT = re.compile(
     r"Could not load dynamic library|Cannot dlopen|dlerror|Loaded runtime CuDNN|CUDA driver version is insufficient"
     r"|Ignoring visible gpu device|cudaGetDevice\(\) failed|DNN library|no kernel image|failed to create cublas"
-    r"|cannot be modified after being initialized|Could not load library|CUDA_ERROR_(?!NO_DEVICE)")
+    r"|cannot be modified after being initialized|Could not load library|CUDA_ERROR_(?!NO_DEVICE)"
+)
 # Start-up noise, each kind explained in one line instead of shown raw.
 _NOISE = (
-    (re.compile(r"cuInit|CUDA_ERROR_NO_DEVICE|Could not find cuda drivers|kernel driver does not appear|"
-                r"CUDA diagnostic information|hostname: |libcuda reported version|kernel reported version"),
-     "cuInit: a CUDA build of TensorFlow looked for a GPU and found none (harmless on a machine without one)"),
-    (re.compile(r"oneDNN custom operations|cpu_feature_guard|appropriate compiler flags|following instructions|"
-                r"optimized to use available CPU"), "start-up notices about oneDNN and CPU instructions (informational)"),
-    (re.compile(r"register cu\w+ factory|already been registered|computation placer|TensorRT|TF-TRT|absl::InitializeLog"),
-     "plugin registration and optional TensorRT notices (harmless)"),
+    (
+        re.compile(
+            r"cuInit|CUDA_ERROR_NO_DEVICE|Could not find cuda drivers|kernel driver does not appear|"
+            r"CUDA diagnostic information|hostname: |libcuda reported version|kernel reported version"
+        ),
+        "cuInit: a CUDA build of TensorFlow looked for a GPU and found none (harmless on a machine without one)",
+    ),
+    (
+        re.compile(
+            r"oneDNN custom operations|cpu_feature_guard|appropriate compiler flags|following instructions|"
+            r"optimized to use available CPU"
+        ),
+        "start-up notices about oneDNN and CPU instructions (informational)",
+    ),
+    (
+        re.compile(
+            r"register cu\w+ factory|already been registered|computation placer|TensorRT|TF-TRT|absl::InitializeLog"
+        ),
+        "plugin registration and optional TensorRT notices (harmless)",
+    ),
     (re.compile(r"NUMA node"), "NUMA information not readable in a VM or container (harmless)"),
 )
 _PREFIX = re.compile(r"^(?:[IWEF]\d{4} [\d:.]+\s+\d+ |\d{4}-\d\d-\d\d [\d:.]+: [IWEF] (?:\S+/)?)")
