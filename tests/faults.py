@@ -21,16 +21,9 @@ ROOT = TESTS.parent
 # -- running the CLI -----------------------------------------------------------------------------
 def fit_flags(tmp_path: Path, npz: Path, **changes) -> list[str]:
     """Command-line flags for a CPU-sized run (like helpers.tiny_settings), `changes` by field name."""
-    values = {
-        "dataset": f"npz:{npz}",
-        "runs_dir": str(tmp_path / "runs"),
-        "data_dir": str(tmp_path / "data"),
-        "epochs": 2,
-        "batch_size": 32,
-        "checkpoint_every": 4,
-        "precision": "float32",
-        "progress": "line",
-    }
+    from helpers import tiny_values
+
+    values = tiny_values(tmp_path, npz)
     values.update(changes)
     flags = []
     for name, value in values.items():

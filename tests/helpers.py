@@ -59,8 +59,14 @@ def tiny_settings(tmp_path: Path, **changes):
     """A CPU-sized run on generated data, every output under tmp_path."""
     from train.config import load_settings
 
-    npz = make_npz(tmp_path)
-    values = {
+    values = tiny_values(tmp_path, make_npz(tmp_path))
+    values.update(changes)
+    return load_settings(values, env_file=None, environ={})
+
+
+def tiny_values(tmp_path: Path, npz: Path) -> dict:
+    """The settings of a CPU-sized run on `npz`, by field name, every output under tmp_path."""
+    return {
         "dataset": f"npz:{npz}",
         "runs_dir": str(tmp_path / "runs"),
         "data_dir": str(tmp_path / "data"),
@@ -70,8 +76,6 @@ def tiny_settings(tmp_path: Path, **changes):
         "precision": "float32",
         "progress": "line",
     }
-    values.update(changes)
-    return load_settings(values, env_file=None, environ={})
 
 
 def write_run_records(

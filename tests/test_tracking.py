@@ -224,13 +224,9 @@ def _running_server(args: list[str], home: Path, port: int):
         proc.wait(timeout=60)
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real MLflow tracking server on 127.0.0.1 (SQLite backend, artifacts served): its URI."""
-    _server_or_skip()
-    home = tmp_path_factory.mktemp("mlflow-server")
-    (port,) = free_local_ports(1)
-    args = [
+def _server_args(home: Path, port: int, artifacts: str) -> list[str]:
+    """`mlflow server` on 127.0.0.1:`port`, one worker, SQLite in `home`, artifacts in home/`artifacts`."""
+    return [
         "server",
         "--host",
         "127.0.0.1",
@@ -241,9 +237,17 @@ def mlflow_server(tmp_path_factory):
         "--backend-store-uri",
         f"sqlite:///{home / 'mlflow.db'}",
         "--artifacts-destination",
-        str(home / "artifacts"),
-        "--serve-artifacts",
+        str(home / artifacts),
     ]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server on 127.0.0.1 (SQLite backend, artifacts served): its URI."""
+    _server_or_skip()
+    home = tmp_path_factory.mktemp("mlflow-server")
+    (port,) = free_local_ports(1)
+    args = [*_server_args(home, port, "artifacts"), "--serve-artifacts"]
     with _running_server(args, home, port):
         yield f"http://127.0.0.1:{port}"
 
@@ -402,19 +406,7 @@ def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch)
     home = tmp_path / "server"
     home.mkdir()
     (port,) = free_local_ports(1)
-    args = [
-        "server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        "--backend-store-uri",
-        f"sqlite:///{home / 'mlflow.db'}",
-        "--artifacts-destination",
-        str(home / "a"),
-    ]
+    args = _server_args(home, port, "a")
     with _running_server(args, home, port) as server:
         original = tracking.Tracker.log_epoch
 

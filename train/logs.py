@@ -14,16 +14,17 @@ from .rundir import write_text
 
 log = logging.getLogger("train")
 
-_AFTER = [
-    "learning_rate",
-    "batch_size",
+# Columns that measure the machine (time, speed, memory), not what the model computed: a rerun of
+# the same run differs in these whatever it reproduces.
+MEASURED_COLUMNS = (
     "epoch_seconds",
     "samples_per_second",
     "model_flops_per_second",
     "mfu",
     "gpu_memory_used_mb",
     "gpu_memory_peak_mb",
-]
+)
+_AFTER = ["learning_rate", "batch_size", *MEASURED_COLUMNS]
 
 
 def metric_columns(metrics: tuple[str, ...] = ("accuracy",)) -> list[str]:

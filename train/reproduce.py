@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ReproduceError
+from .logs import MEASURED_COLUMNS
 from .rundir import RunDir, list_run_dirs, write_json
 
 # Without determinism a rerun differs in the last bits; these are the agreed bounds for "the same
@@ -38,15 +39,7 @@ from .rundir import RunDir, list_run_dirs, write_json
 TOLERANCE = {"accuracy": ("absolute", 0.01), "loss": ("relative", 0.10)}
 # Settings whose value is where the run lives or how it was started, not what it computes.
 NOT_COMPARED = {"runs_dir", "data_dir", "resume", "run_name", "progress", "debug", "max_minutes", "export"}
-TIMING_COLUMNS = {
-    "epoch",
-    "epoch_seconds",
-    "samples_per_second",
-    "model_flops_per_second",
-    "mfu",
-    "gpu_memory_used_mb",
-    "gpu_memory_peak_mb",
-}
+TIMING_COLUMNS = {"epoch", *MEASURED_COLUMNS}
 
 
 @dataclass
