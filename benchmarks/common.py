@@ -121,15 +121,21 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+def resolve_precision(requested: str = "auto") -> tuple[str, str]:
+    """(policy, reason) as `train.devices` resolves PRECISION on this machine, oneDNN variables included."""
+    from train.hardware import choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
+
+    return choose_precision(requested, gpu_capabilities(), cpu_flags(), onednn_enabled(), onednn_max_isa())
+
+
 def template_parts(s, policy: str | None = None):
     """(spec, compiled model) built as `train.fit` builds them, under `policy` (default: what
     PRECISION resolves to on this machine). For side-by-side epochs without a run directory."""
     import keras
 
     from train import data, models
-    from train.hardware import choose_precision, cpu_flags
 
-    policy = policy or choose_precision(s.precision, gpu_capabilities(), cpu_flags())[0]
+    policy = policy or resolve_precision(s.precision)[0]
     keras.mixed_precision.set_global_policy(policy)
     spec = data.load_data(s)
     model = models.build_model(s.model, spec.input_shape, spec.num_classes)

@@ -12,7 +12,8 @@ the JSON argument:
   prefetch(AUTOTUNE));
 - `private_threadpool`, `max_intra_op`: tf.data's own thread pool
   (`tf.data.Options().threading`), added where each pipeline ends;
-- `precision`: PRECISION, when a comparison needs another than what `auto` picks.
+- `precision`: PRECISION, when a comparison needs another than what `auto` picks;
+- `settings`: other template settings by name, e.g. {"jit_compile": true, "steps_per_execution": 8}.
 
 Everything else is `train.fit.train` with default settings, as a user runs it. The last line on
 stdout is JSON: each epoch's samples/s, the final validation accuracy, the final weights' hash and
@@ -71,6 +72,7 @@ def run(spec: dict) -> dict:
             "export": False,
             "report": "off",
             "progress": "line",
+            **spec.get("settings", {}),
         },
         env_file=None,
         environ={},

@@ -17,6 +17,11 @@ Size, for a loaded or a fast machine (the full run took 8 minutes on 2 cores sha
     BENCH_CPU_ROUNDS    rounds (default 2; quick mode: 1)
     BENCH_CPU_SETTINGS  comma-separated names of the settings to run (default: all but the two
                         "oneDNN off" ones, which run many times slower; quick mode: two)
+
+ONEDNN_MAX_CPU_ISA is passed through, not cleared: `ONEDNN_MAX_CPU_ISA=AVX2 pytest ...` runs every
+setting with oneDNN's AVX2 kernels, as on a CPU without AVX-512 (TensorFlow's other kernels are
+built for AVX on every x86 CPU). The "AVX2 kernels" and "AVX-512 kernels" settings compare such
+caps with the default in one run.
 """
 
 from __future__ import annotations
@@ -45,7 +50,11 @@ CLEARED = (
     "TF_CONFIG",
 )
 QUICK_SETTINGS = ("default", "prefetch 2")
-SLOW_SETTINGS = ("oneDNN off", "oneDNN off + float32")  # run only when named in BENCH_CPU_SETTINGS
+SLOW_SETTINGS = (
+    "oneDNN off",
+    "oneDNN off + float32",
+    "AVX2 kernels + bfloat16",
+)  # run only when named in BENCH_CPU_SETTINGS
 
 
 def cores() -> int:
@@ -73,6 +82,18 @@ def candidates(n_cores: int) -> dict[str, dict]:
         {"TF_ENABLE_ONEDNN_OPTS": "0"},
         precision="float32",
     )
+    # What older CPUs run: a CPU without AVX-512 (AVX2), and AVX-512 without bfloat16 (AVX512_CORE),
+    # where PRECISION=auto is float32; the bfloat16 one shows what auto avoids there. (bfloat16
+    # under an AVX2 cap is not a setting: TensorFlow crashes, and the template refuses it.)
+    out["AVX2 kernels"] = c("oneDNN", "ONEDNN_MAX_CPU_ISA", "AVX2", {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    out["AVX-512 kernels"] = c("oneDNN", "ONEDNN_MAX_CPU_ISA", "AVX512_CORE", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"})
+    out["AVX-512 kernels + bfloat16"] = c(
+        "oneDNN",
+        "ONEDNN_MAX_CPU_ISA + PRECISION",
+        "AVX512_CORE + mixed_bfloat16",
+        {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+        precision="mixed_bfloat16",
+    )
     out["fpmath bf16"] = c("oneDNN", "ONEDNN_DEFAULT_FPMATH_MODE", "BF16", {"ONEDNN_DEFAULT_FPMATH_MODE": "BF16"})
     out["caller thread"] = c(
         "oneDNN", "TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD", 1, {"TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD": "1"}
@@ -83,6 +104,16 @@ def candidates(n_cores: int) -> dict[str, dict]:
     out["tf.data intra 1"] = c("tf.data", "threading.max_intra_op_parallelism", 1, max_intra_op=1)
     for n in (1, 2, 4):
         out[f"prefetch {n}"] = c("prefetch", "prefetch depth", n, prefetch=n)
+    # The template's own switches: XLA for the forward and backward pass, several steps per call.
+    out["XLA"] = c("template", "JIT_COMPILE", 1, settings={"jit_compile": True})
+    for n in (4, 8):
+        out[f"steps per call {n}"] = c("template", "STEPS_PER_EXECUTION", n, settings={"steps_per_execution": n})
+    out["XLA + steps per call 8"] = c(
+        "template",
+        "JIT_COMPILE + STEPS_PER_EXECUTION",
+        "1 + 8",
+        settings={"jit_compile": True, "steps_per_execution": 8},
+    )
     return out
 
 

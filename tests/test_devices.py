@@ -25,6 +25,7 @@ def restore_policy():
 @pytest.mark.parametrize("flags, policy", [({"avx512_bf16"}, "mixed_bfloat16"), ({"avx2"}, "float32")])
 def test_auto_precision_on_cpu_follows_the_cpu_flags(monkeypatch, flags, policy):
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.setattr(devices, "cpu_flags", lambda: flags)
     setup = devices.setup_devices(Settings(precision="auto"))
     assert setup.precision == policy
@@ -40,6 +41,23 @@ def test_auto_precision_is_float32_when_onednn_is_turned_off(monkeypatch):
     setup = devices.setup_devices(Settings(precision="auto"))
     assert setup.precision == "float32"
     assert "TF_ENABLE_ONEDNN_OPTS" in setup.precision_reason
+
+
+def test_auto_precision_is_float32_when_onednn_is_capped_below_its_bf16_kernels(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx512_bf16"})
+    setup = devices.setup_devices(Settings(precision="auto"))
+    assert setup.precision == "float32"
+    assert "ONEDNN_MAX_CPU_ISA=AVX512_CORE" in setup.precision_reason
+
+
+def test_bfloat16_under_a_cap_where_tensorflow_crashes_is_a_config_error_before_any_bf16_op(monkeypatch):
+    from train.errors import ConfigError
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    with pytest.raises(ConfigError, match="ONEDNN_MAX_CPU_ISA=AVX2"):
+        devices.setup_devices(Settings(precision="mixed_bfloat16"))
 
 
 def test_explicit_precision_is_applied():

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from train.hardware import choose_precision, cpu_bf16, cpu_flags, onednn_enabled
+from train.errors import ConfigError
+from train.hardware import (
+    check_precision_fits_isa,
+    choose_precision,
+    cpu_bf16,
+    cpu_flags,
+    onednn_enabled,
+    onednn_max_isa,
+)
 
 
 @pytest.mark.parametrize(
@@ -52,6 +60,37 @@ def test_onednn_off_changes_nothing_on_gpus_or_for_an_explicit_precision():
     assert choose_precision("mixed_bfloat16", [], {"avx512_bf16"}, onednn=False)[0] == "mixed_bfloat16"
 
 
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "SSE41"])
+def test_auto_on_a_bf16_cpu_with_onednn_capped_below_bf16_is_float32(isa):
+    got, reason = choose_precision("auto", [], {"amx_bf16", "avx512_bf16"}, max_isa=isa)
+    assert got == "float32"
+    assert f"ONEDNN_MAX_CPU_ISA={isa}" in reason and "AVX512_CORE_BF16" in reason
+
+
+@pytest.mark.parametrize("isa", [None, "AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL", "DEFAULT"])
+def test_an_isa_cap_that_keeps_the_bf16_kernels_keeps_bf16(isa):
+    assert choose_precision("auto", [], {"avx512_bf16"}, max_isa=isa)[0] == "mixed_bfloat16"
+
+
+def test_an_isa_cap_changes_nothing_on_gpus_or_for_an_explicit_precision():
+    assert choose_precision("auto", [(8, 0)], {"avx512_bf16"}, max_isa="AVX2")[0] == "mixed_bfloat16"
+    assert choose_precision("mixed_bfloat16", [], {"avx512_bf16"}, max_isa="AVX2")[0] == "mixed_bfloat16"
+
+
+@pytest.mark.parametrize(
+    "environ, isa",
+    [
+        ({}, None),
+        ({"ONEDNN_MAX_CPU_ISA": ""}, None),
+        ({"ONEDNN_MAX_CPU_ISA": "avx2"}, "AVX2"),  # oneDNN reads the name in any case
+        ({"DNNL_MAX_CPU_ISA": "AVX512_CORE"}, "AVX512_CORE"),  # the older name
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "ALL"}, "AVX2"),
+    ],
+)
+def test_onednn_max_isa_reads_both_names(environ, isa):
+    assert onednn_max_isa(environ) == isa
+
+
 @pytest.mark.parametrize(
     "environ, on",
     [
@@ -93,3 +132,25 @@ def test_cpu_flags_without_a_flags_line_or_file_is_empty(tmp_path):
     info.write_text("processor\t: 0\nFeatures\t: neon\n")  # e.g. ARM: no `flags` line
     assert cpu_flags(info) == set()
     assert cpu_flags(tmp_path / "missing") == set()
+
+
+@pytest.mark.parametrize("isa", ["AVX2", "AVX", "SSE41", "AVX2_VNNI"])
+def test_bfloat16_on_the_cpu_under_a_cap_where_tensorflow_crashes_is_refused(isa):
+    with pytest.raises(ConfigError) as caught:
+        check_precision_fits_isa("mixed_bfloat16", [], {"avx2", "avx512f", "avx512_bf16"}, isa)
+    assert caught.value.name == "PRECISION" and f"ONEDNN_MAX_CPU_ISA={isa}" in str(caught.value)
+    assert "PRECISION=float32" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "policy, ccs, flags, isa",
+    [
+        ("float32", [], {"avx512f"}, "AVX2"),
+        ("mixed_bfloat16", [(8, 0)], {"avx512f"}, "AVX2"),  # the GPU does the bfloat16 work
+        ("mixed_bfloat16", [], {"avx512f"}, "AVX512_CORE"),  # emulated there, slow but correct
+        ("mixed_bfloat16", [], {"avx512f"}, None),
+        ("mixed_bfloat16", [], {"avx2", "fma"}, "AVX2"),  # no AVX-512: TensorFlow keeps bf16 off oneDNN
+    ],
+)
+def test_other_precisions_and_caps_pass_the_isa_check(policy, ccs, flags, isa):
+    check_precision_fits_isa(policy, ccs, flags, isa)

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from .errors import TemplateError
-from .hardware import choose_precision, cpu_flags, onednn_enabled
+from .hardware import check_precision_fits_isa, choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
 
 log = logging.getLogger("train")
 
@@ -77,7 +77,9 @@ def setup_devices(settings, cluster=None) -> DeviceSetup:
     if settings.deterministic:
         tf.config.experimental.enable_op_determinism()
     ccs = [cc for cc in (_compute_capability(g) for g in gpus) if cc]
-    policy, reason = choose_precision(settings.precision, ccs, cpu_flags(), onednn_enabled())
+    flags = cpu_flags()
+    policy, reason = choose_precision(settings.precision, ccs, flags, onednn_enabled(), onednn_max_isa())
+    check_precision_fits_isa(policy, ccs, flags, onednn_max_isa())
     keras.mixed_precision.set_global_policy(policy)
     strategy = multi or (tf.distribute.MirroredStrategy() if len(gpus) > 1 else None)
     replicas = strategy.num_replicas_in_sync if strategy else 1

@@ -13,6 +13,16 @@ from pathlib import Path
 # CPU flags (as in /proc/cpuinfo) that give TensorFlow/oneDNN native bfloat16 matmuls and convolutions.
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 # NVIDIA: float16 tensor cores from compute capability 7.0 (Volta), bfloat16 from 8.0 (Ampere).
+# oneDNN's ISA names, as ONEDNN_MAX_CPU_ISA takes them, that stop it below its bfloat16 kernels
+# (AVX512_CORE_BF16 and up): capped there, bfloat16 is emulated even on a CPU that has it. Any other
+# value (AVX512_CORE_BF16, AVX512_CORE_AMX, ALL, ...) leaves the native kernels in reach.
+ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
+# Capped at one of these on a CPU with AVX-512, TensorFlow still hands bfloat16 work to oneDNN (it
+# decides from the CPU's avx512f flag: IsBF16SupportedByOneDNNOnThisCPU in its mkl_graph_util.h),
+# which has no kernel for it under the cap: a bfloat16 matmul ends the process (SIGSEGV) and a
+# convolution raises "could not create a primitive descriptor" (TensorFlow 2.21, measured with
+# ONEDNN_MAX_CPU_ISA=AVX2). Without avx512f, TensorFlow keeps bfloat16 on its own kernels.
+ISAS_BF16_FAILS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI")
 FP16_MIN_CC = (7, 0)
 BF16_MIN_CC = (8, 0)
 
@@ -42,11 +52,38 @@ def onednn_enabled(environ: Mapping[str, str] | None = None) -> bool:
     return value.lower() not in ("0", "false")
 
 
+def onednn_max_isa(environ: Mapping[str, str] | None = None) -> str | None:
+    """The instruction set oneDNN is capped at, upper-cased: ONEDNN_MAX_CPU_ISA, or DNNL_MAX_CPU_ISA,
+    the older name oneDNN still reads; None when neither is set. ONEDNN_MAX_CPU_ISA=AVX2 makes a
+    newer CPU run oneDNN's AVX2 kernels, as a CPU without AVX-512 would."""
+    env = os.environ if environ is None else environ
+    value = (env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+    return value or None
+
+
+def check_precision_fits_isa(
+    policy: str, gpu_compute_capabilities: Sequence[tuple[int, int]], flags: Iterable[str], max_isa: str | None
+) -> None:
+    """Refuse bfloat16 on the CPU under an ONEDNN_MAX_CPU_ISA cap at which TensorFlow crashes, with
+    what to change, instead of a segmentation fault at the first step."""
+    on_onednn = bool({"avx512f", "avx_ne_convert"} & set(flags))
+    if policy == "mixed_bfloat16" and not gpu_compute_capabilities and on_onednn and max_isa in ISAS_BF16_FAILS:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            "PRECISION",
+            policy,
+            f"TensorFlow's bfloat16 CPU kernels crash under ONEDNN_MAX_CPU_ISA={max_isa}: "
+            "use PRECISION=float32 (or auto), or unset ONEDNN_MAX_CPU_ISA",
+        )
+
+
 def choose_precision(
     requested: str,
     gpu_compute_capabilities: Sequence[tuple[int, int]],
     flags: Iterable[str],
     onednn: bool = True,
+    max_isa: str | None = None,
 ) -> tuple[str, str]:
     """Return (policy, reason). `requested` other than 'auto' is kept as it is.
 
@@ -59,7 +96,8 @@ def choose_precision(
     CNN is bound by memory traffic and per-step overhead there) and 1.48x at batch 512, so AVX512-BF16
     alone is kept: never slower, faster as activations grow. Native bf16 is oneDNN's: with
     TF_ENABLE_ONEDNN_OPTS=0 (`onednn=False`) the same CPU trained the default CNN in mixed_bfloat16
-    at a twentieth of its speed with oneDNN (benchmarks/test_cpu_settings.py), so float32 then.
+    at a twentieth of its speed with oneDNN (benchmarks/test_cpu_settings.py), so float32 then, and
+    likewise when `max_isa` (ONEDNN_MAX_CPU_ISA) keeps oneDNN below its bfloat16 kernels.
     """
     if requested != "auto":
         return requested, "set by PRECISION"
@@ -77,6 +115,11 @@ def choose_precision(
             "TF_ENABLE_ONEDNN_OPTS turns oneDNN off: without it bfloat16 is emulated even on this CPU ("
             + ", ".join(native)
             + ")"
+        )
+    if native and max_isa in ISAS_WITHOUT_BF16:
+        return "float32", (
+            f"ONEDNN_MAX_CPU_ISA={max_isa} keeps oneDNN below its bfloat16 kernels (AVX512_CORE_BF16): "
+            "bfloat16 would be emulated even on this CPU (" + ", ".join(native) + ")"
         )
     if native:
         return "mixed_bfloat16", "CPU has native bfloat16 (" + ", ".join(native) + ")"

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_cpu_machine_gets_a_calm_report_exit_0(monkeypatch):
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     facts = Facts(
         tf=cpu_tf(log=CUINIT_NOISE, matmul=[{"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 70.0}]),
         driver_reason="NVML: NVML Shared Library Not Found",
@@ -38,6 +39,15 @@ def test_auto_on_a_bf16_cpu_with_onednn_turned_off_is_float32_as_in_training(mon
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     p = check.precisions(Facts(tf=cpu_tf(), cpu_bf16=["avx512_bf16"]))
     assert p["auto"] == "float32" and "TF_ENABLE_ONEDNN_OPTS" in p["auto_reason"]
+
+
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE"])
+def test_bfloat16_is_not_sensible_on_a_bf16_cpu_with_onednn_capped_below_it(monkeypatch, isa):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
+    p = check.precisions(Facts(tf=cpu_tf(), cpu_bf16=["avx512_bf16"]))
+    assert p["auto"] == "float32" and p["options"]["mixed_bfloat16"]["sensible"] is False
+    assert f"ONEDNN_MAX_CPU_ISA={isa}" in p["options"]["mixed_bfloat16"]["why"]
 
 
 def test_require_gpu_on_cpu_exits_1_through_the_cli(monkeypatch, capsys):

@@ -26,6 +26,9 @@ from .tflog import classify_log
 def precisions(facts: Facts) -> dict[str, Any]:
     """Which precisions make sense on the devices TensorFlow will use, and what `auto` picks (train.hardware)."""
     ccs = [tuple(g["compute_capability"]) for g in facts.tf.gpus if g.get("compute_capability")]
+    auto, reason = hardware.choose_precision(
+        "auto", ccs, facts.cpu_bf16, hardware.onednn_enabled(), hardware.onednn_max_isa()
+    )
     if facts.tf.gpus:
         cc = min(ccs) if ccs else None
         ok16 = bool(cc and cc >= hardware.FP16_MIN_CC)
@@ -41,14 +44,12 @@ def precisions(facts: Facts) -> dict[str, Any]:
         options = {
             "float32": (True, "always correct"),
             "mixed_float16": (False, "CPUs have no fast float16 matmuls: slower than float32"),
+            # auto's reason: native bfloat16, or what keeps oneDNN from it (TF_ENABLE_ONEDNN_OPTS, ONEDNN_MAX_CPU_ISA)
             "mixed_bfloat16": (
-                bool(native),
-                f"CPU has native bfloat16 ({native})"
-                if native
-                else "CPU has no amx_bf16/avx512_bf16: bfloat16 would be emulated, slower",
+                auto == "mixed_bfloat16",
+                reason if native else "CPU has no amx_bf16/avx512_bf16: bfloat16 would be emulated, slower",
             ),
         }
-    auto, reason = hardware.choose_precision("auto", ccs, facts.cpu_bf16, hardware.onednn_enabled())
     return {
         "options": {k: {"sensible": ok, "why": why} for k, (ok, why) in options.items()},
         "auto": auto,
