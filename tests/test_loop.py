@@ -87,7 +87,11 @@ def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, stat
     loop.state = dataclasses.replace(loop.state, **state)
     with pytest.raises(OutOfMemoryError) as info:
         EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
-    assert f"batch size {loop.state.batch_size}" in str(info.value) and "BATCH_SIZE" in str(info.value)
+    assert str(info.value) == (
+        f"the GPU ran out of memory at batch size {loop.state.batch_size}: lower BATCH_SIZE, use "
+        "PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, or stop other processes on the GPU "
+        "(python -m train check lists them)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -124,23 +128,31 @@ def test_a_forced_new_batch_size_is_trained_from_the_same_example(saved, new, ex
     assert at_new_batch_size(saved, new) == expected
 
 
-def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch):
-    """Saved at step 3 of batch 64 (192 examples in): batch 32 continues at step 6, from the saved state."""
+@pytest.mark.parametrize(
+    "batch, header",
+    [
+        (64, {"batch_size": 64}),
+        (2, {"batch_size": 2}),  # the smallest batch that can still halve
+        (64, {}),  # a header from an older version, without batch_size: saved at the batch in use
+    ],
+)
+def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch, batch, header):
+    """Saved at step 3 (3 batches in): half the batch continues at step 6, from the saved state."""
     from train import checkpoints
 
-    saved = {"epoch": 1, "step": 3, "global_step": 13, "best": 0.5, "batch_size": 64, "batch_halvings": 0}
+    saved = {"epoch": 1, "step": 3, "global_step": 13, "best": 0.5, "batch_halvings": 0, **header}
     restored = []
     monkeypatch.setattr(checkpoints, "load_latest", lambda d: types.SimpleNamespace(meta=dict(saved), path=d))
     monkeypatch.setattr(checkpoints, "restore", lambda model, loaded: restored.append(loaded.path))
     loop = _loop(auto_batch=True)
-    loop.state = dataclasses.replace(loop.state, step=5, global_step=15)  # the failing step: not saved, so redone
+    # The failing step: not saved, so redone.
+    loop.state = dataclasses.replace(loop.state, batch_size=batch, step=5, global_step=15)
     loop.model, continued = object(), []
     loop._train_epoch = lambda epoch: continued.append((epoch, loop.state.to_dict())) or ({}, 0.0, 0)
     EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
     assert restored == [Path("/runs/r1/checkpoints")]
-    assert continued == [
-        (1, dict(saved, batch_size=32, step=6, batch_halvings=1, workers=1, patience_reference=None, patience_wait=0))
-    ]
+    expected = dict(saved, batch_size=batch // 2, step=6, batch_halvings=1)
+    assert continued == [(1, dict(expected, workers=1, patience_reference=None, patience_wait=0))]
 
 
 # --- the loop on a tiny model ----------------------------------------------------------------------
@@ -265,6 +277,64 @@ def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
         assert not np.array_equal(saved, epoch_4)
 
 
+def _oom_at_call(loop, bad_call: int) -> dict:
+    """Make the loop's `bad_call`-th compiled train call run out of memory; returns what was seen:
+    the newest checkpoint at that moment, and the model's weights and optimizer step at the next call."""
+    import tensorflow as tf
+
+    from train import checkpoints
+
+    train, seen = loop.steps.train, {"calls": 0}
+
+    def failing_once(*args):
+        seen["calls"] += 1
+        if seen["calls"] == bad_call:
+            seen["checkpoint"] = checkpoints.load_latest(loop.run_dir / "checkpoints")
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor (injected)")
+        if seen["calls"] == bad_call + 1:
+            seen["weights"] = [v.numpy() for v in loop.model.variables]
+            seen["iterations"] = int(loop.model.optimizer.iterations.numpy())
+        return train(*args)
+
+    loop.steps.train = failing_once
+    return seen
+
+
+def test_auto_batch_continues_from_the_checkpoints_weights_with_half_the_batch(real_loop, monkeypatch, caplog):
+    """Out of memory in step 6 of batch 64, the state of step 4 saved: training goes on from that
+    state's weights and optimizer, in batches of 32 from its example (step 8 of 12), and says so."""
+    import logging
+
+    from train import data
+
+    loop = real_loop(epochs=1, auto_batch=True)
+    seen = _oom_at_call(loop, 6)
+    batches, original = [], data.replica_dataset
+
+    def recording(spec, s, which, epoch, batch, start=0, **kw):
+        if which == "train":
+            batches.append((batch, start))
+        return original(spec, s, which, epoch, batch, start, **kw)
+
+    monkeypatch.setattr(data, "replica_dataset", recording)
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)  # an earlier setup_logging may have cut it
+    with caplog.at_level(logging.WARNING, logger="train"):
+        result = loop.run()
+    assert seen["checkpoint"].meta["global_step"] == 4
+    for weights, saved in zip(seen["weights"], seen["checkpoint"].model_arrays, strict=True):
+        np.testing.assert_array_equal(weights, saved)
+    assert seen["iterations"] == 4
+    assert batches == [(64, 0), (32, 8)]
+    assert result.status == "completed" and [r["batch_size"] for r in result.history] == [32]
+    assert (loop.state.epoch, loop.state.step, loop.state.global_step, loop.state.batch_halvings) == (1, 0, 8, 1)
+    assert int(loop.model.optimizer.iterations.numpy()) == 8
+    warnings = [r.getMessage() for r in caplog.records if r.funcName == "_out_of_memory"]
+    assert warnings == [
+        "WARNING: out of GPU memory at batch size 64; AUTO_BATCH: continuing from the last checkpoint "
+        "with batch size 32 (1/3)"
+    ]
+
+
 def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
     loop = _loop(auto_batch=True)
     loop.setup.workers = 2
@@ -277,14 +347,13 @@ def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
     [
         (LoopState(step=5, batch_size=32), 32, 10),  # 160 examples in, batches of 16
         (LoopState(step=5, batch_size=16), 16, 10),  # a second halving counts in the saved state's own batches
-        (LoopState(step=3, batch_size=0), 32, 6),  # an old header without batch_size: the batch in use
         (LoopState(step=7, batch_size=9), 9, 15),  # odd batch: whole batches of the new size, never past the position
     ],
 )
 def test_auto_batch_position_carries_over_in_examples(saved, old, expected_step):
     got = position_after_halving(saved, old, halvings=2)
     assert got.batch_size == old // 2 and got.step == expected_step and got.batch_halvings == 2
-    assert got.step * got.batch_size <= saved.step * (saved.batch_size or old)
+    assert got.step * got.batch_size <= saved.step * saved.batch_size
 
 
 @pytest.mark.parametrize(

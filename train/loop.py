@@ -107,7 +107,7 @@ def position_after_halving(saved: LoopState, old_batch: int, halvings: int) -> L
     """AUTO_BATCH: the state to continue from with half the batch, from the last saved state
     (whose step counts batches of its own batch size)."""
     new_batch = old_batch // 2
-    step = step_at_batch_size(saved.step, saved.batch_size or old_batch, new_batch)
+    step = step_at_batch_size(saved.step, saved.batch_size, new_batch)
     return dataclasses.replace(saved, batch_size=new_batch, step=step, batch_halvings=halvings)
 
 
@@ -282,7 +282,7 @@ class EpochLoop:
         )
         if status == "completed" and self.chief:
             result = self._finish(result)
-        if getattr(self.setup, "workers", 1) > 1:
+        if self.setup.workers > 1:
             from . import sync
 
             # The others wait here for the chief's final weights and export, so no worker leaves
@@ -331,7 +331,7 @@ class EpochLoop:
                 self.s.checkpoint_every,
             )
             asked = self.stop.check()
-            if asked and getattr(self.setup, "workers", 1) == 1:
+            if asked and self.setup.workers == 1:
                 break  # no other worker to tell: stop before another step runs
             out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
             totals.add(out)
@@ -370,7 +370,7 @@ class EpochLoop:
             not self.s.auto_batch
             or state.batch_halvings >= MAX_BATCH_HALVINGS
             or state.batch_size < 2
-            or getattr(self.setup, "workers", 1) > 1
+            or self.setup.workers > 1
         ):
             raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
         from . import checkpoints
@@ -378,7 +378,7 @@ class EpochLoop:
         old = state.batch_size
         loaded = checkpoints.load_latest(self.files.checkpoints)  # at least the initial state
         checkpoints.restore(self.model, loaded)
-        saved = LoopState.from_meta(loaded.meta, old)
+        saved = LoopState.from_meta(loaded.meta, old)  # a header without batch_size (older versions): the batch in use
         self.state = position_after_halving(saved, old, state.batch_halvings + 1)
         log.warning(
             "WARNING: out of GPU memory at batch size %d; AUTO_BATCH: continuing from the last checkpoint "
