@@ -177,8 +177,9 @@ def _tiny_models():
 
 @pytest.fixture
 def real_loop(tmp_path):
-    """make(epochs=1, resume_from=None, **settings) -> an EpochLoop as train() builds it, in a new run
-    directory or resuming `resume_from`: 384 generated examples, 6 steps of 64 per epoch."""
+    """make(epochs=1, resume_from=None, chief=True, **settings) -> an EpochLoop as train() builds it, in a
+    new run directory or resuming `resume_from` (chief=False: a worker, no run directory): 384 generated
+    examples, 6 steps of 64 per epoch."""
     import time
 
     from helpers import tiny_settings
@@ -189,9 +190,9 @@ def real_loop(tmp_path):
     s0 = tiny_settings(tmp_path, batch_size=64, export=False)
     spec = data.load_data(s0)
 
-    def make(epochs=1, resume_from=None, **changes):
+    def make(epochs=1, resume_from=None, chief=True, **changes):
         s = s0.replace(**changes)
-        run_dir = resume_from or create_run_dir(s0.runs_dir)
+        run_dir = (resume_from or create_run_dir(s0.runs_dir)) if chief else None
         loaded = checkpoints.load_latest(run_dir / "checkpoints") if resume_from else None
         state = LoopState.from_meta(loaded.meta, s.batch_size) if loaded else LoopState(batch_size=s.batch_size)
         loop = EpochLoop(
@@ -202,6 +203,7 @@ def real_loop(tmp_path):
             state,
             epochs,
             time.monotonic(),
+            chief=chief,
         )
         loop.build_model(_tiny_models())
         if loaded:  # as train() does: restore a state, or save the initial one
@@ -259,15 +261,21 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
-def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
-    loop = real_loop(epochs=4)
-    scores, weights = iter([0.5, 0.7, 0.6, 0.7]), []
+def _fixed_validation(loop, val_accuracy):
+    """Replace validation by a fixed sequence of val_accuracy; returns the model's weights at each epoch's end."""
+    scores, weights = iter(val_accuracy), []
 
-    def validate():  # a fixed sequence of val_accuracy; remembers each epoch's weights
+    def validate():
         weights.append(loop.model.get_weights())
         return {"val_loss": 1.0, "val_accuracy": next(scores)}
 
     loop._validate = validate
+    return weights
+
+
+def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
+    loop = real_loop(epochs=4)
+    weights = _fixed_validation(loop, [0.5, 0.7, 0.6, 0.7])
     result = loop.run()
     assert result.best == 0.7 and [r["val_accuracy"] for r in result.history] == [0.5, 0.7, 0.6, 0.7]
     best = _tiny_models().build_model("", loop.spec.input_shape, loop.spec.num_classes)
@@ -275,6 +283,50 @@ def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
     for saved, epoch_2, epoch_4 in zip(best.get_weights(), weights[1], weights[3]):
         np.testing.assert_array_equal(saved, epoch_2)  # the first 0.7: a tie is no improvement
         assert not np.array_equal(saved, epoch_4)
+
+
+def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(real_loop):
+    """PATIENCE=2 on val_accuracy (larger is better): epochs 3 and 4 do not beat epoch 2, so epoch 5 never starts."""
+    import json
+
+    loop = real_loop(epochs=6, patience=2)
+    _fixed_validation(loop, [0.5, 0.7, 0.6, 0.65, 0.9, 0.9])
+    result = loop.run()
+    assert result.status == "completed" and result.epochs_completed == 4 and result.best == 0.7
+    assert [r["val_accuracy"] for r in result.history] == [0.5, 0.7, 0.6, 0.65]
+    manifest = json.loads((loop.run_dir / "manifest.json").read_text())
+    assert manifest["ended_because"] == (
+        "early stopping: val_accuracy has not improved by more than MIN_DELTA=0 for 2 epochs (PATIENCE=2); "
+        "best val_accuracy 0.7000, its weights are in best.weights.h5"
+    )
+
+
+def test_a_worker_trains_without_writing_anything(real_loop, tmp_path):
+    """chief=False (another process of a multi-worker run): the same epochs, no run directory, no files."""
+    before = sorted(tmp_path.rglob("*"))
+    loop = real_loop(epochs=2, chief=False)
+    result = loop.run()
+    assert result.status == "completed" and result.run_dir is None and result.epochs_completed == 2
+    assert [r["epoch"] for r in result.history] == [1, 2] and loop.state.global_step == 12
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_models_own_metrics_are_trained_validated_and_recorded(real_loop, monkeypatch):
+    """A registered model's metrics (train.models) become columns of metrics.csv, with their val_ twins."""
+    from train import models
+
+    def wrong(labels, probs):
+        return 1.0 - models.correct(labels, probs)
+
+    metrics = {"accuracy": models.correct, "wrong": wrong}
+    monkeypatch.setitem(models.MODELS, "tiny_two_metrics", models.ModelEntry(build=None, doc="", metrics=metrics))
+    loop = real_loop(epochs=1, model="tiny_two_metrics", monitor="val_wrong")
+    row = loop.run().history[-1]
+    assert row["wrong"] == pytest.approx(1 - row["accuracy"]) and row["val_wrong"] == pytest.approx(
+        1 - row["val_accuracy"]
+    )
+    header = (loop.run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[:7] == ["epoch", "loss", "accuracy", "wrong", "val_loss", "val_accuracy", "val_wrong"]
 
 
 def _oom_at_call(loop, bad_call: int) -> dict:
