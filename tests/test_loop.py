@@ -177,9 +177,9 @@ def _tiny_models():
 
 @pytest.fixture
 def real_loop(tmp_path):
-    """make(epochs=1, resume_from=None, chief=True, **settings) -> an EpochLoop as train() builds it, in a
-    new run directory or resuming `resume_from` (chief=False: a worker, no run directory): 384 generated
-    examples, 6 steps of 64 per epoch."""
+    """make(epochs=1, resume_from=None, chief=True, started=now, stop=None, **settings) -> an EpochLoop as
+    train() builds it, in a new run directory or resuming `resume_from` (chief=False: a worker, no run
+    directory): 384 generated examples, 6 steps of 64 per epoch."""
     import time
 
     from helpers import tiny_settings
@@ -190,7 +190,7 @@ def real_loop(tmp_path):
     s0 = tiny_settings(tmp_path, batch_size=64, export=False)
     spec = data.load_data(s0)
 
-    def make(epochs=1, resume_from=None, chief=True, **changes):
+    def make(epochs=1, resume_from=None, chief=True, started=None, stop=None, **changes):
         s = s0.replace(**changes)
         run_dir = (resume_from or create_run_dir(s0.runs_dir)) if chief else None
         loaded = checkpoints.load_latest(run_dir / "checkpoints") if resume_from else None
@@ -202,7 +202,8 @@ def real_loop(tmp_path):
             types.SimpleNamespace(strategy=None, replicas=1, workers=1),
             state,
             epochs,
-            time.monotonic(),
+            time.monotonic() if started is None else started,
+            stop,
             chief=chief,
         )
         loop.build_model(_tiny_models())
@@ -271,6 +272,53 @@ def _fixed_validation(loop, val_accuracy):
 
     loop._validate = validate
     return weights
+
+
+def _ended_because(run_dir: Path) -> str:
+    import json
+
+    return json.loads((run_dir / "manifest.json").read_text())["ended_because"]
+
+
+def test_a_spent_max_minutes_budget_stops_before_the_first_step_with_a_resumable_state(real_loop):
+    """MAX_MINUTES counts from the run's start (`started`), not from the loop's."""
+    import time
+
+    from train import checkpoints
+
+    loop = real_loop(epochs=1, max_minutes=1, started=time.monotonic() - 61)
+    result = loop.run()
+    assert result.status == "budget" and result.epochs_completed == 0 and result.history == []
+    newest = checkpoints.load_latest(loop.run_dir / "checkpoints")
+    assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 0, 0)
+    assert _ended_because(loop.run_dir) == "stopped (MAX_MINUTES reached): resumable"
+
+
+def test_the_stop_flag_given_is_the_one_obeyed(real_loop):
+    """train() routes signals to its own StopFlag and hands it to the loop: a stop asked of it stops the loop."""
+    from train.stopping import StopFlag
+
+    stop = StopFlag()
+    stop.request("received SIGTERM")
+    loop = real_loop(epochs=1, stop=stop)
+    result = loop.run()
+    assert result.status == "interrupted" and loop.state.global_step == 0
+    assert _ended_because(loop.run_dir) == "stopped (received SIGTERM): resumable"
+
+
+def test_a_resume_drops_the_metrics_rows_of_epochs_it_trains_again(real_loop):
+    """A run killed between writing epoch 2's row and saving its state: the resume trains epoch 2
+    again and keeps one row per epoch, the first epoch's as it was."""
+    loop = real_loop(epochs=1)
+    loop.run()
+    metrics = loop.run_dir / "metrics.csv"
+    first = metrics.read_text().splitlines()
+    metrics.write_text("\n".join([*first, first[1].replace("1,", "2,", 1)]) + "\n")  # epoch 2's row, no state
+    resumed = real_loop(epochs=2, resume_from=loop.run_dir)
+    result = resumed.run()
+    lines = metrics.read_text().splitlines()
+    assert lines[:2] == first and [line.split(",")[0] for line in lines[1:]] == ["1", "2"]
+    assert [int(r["epoch"]) for r in result.history] == [1, 2]
 
 
 def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
