@@ -158,10 +158,13 @@ def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch, batch,
 # --- the loop on a tiny model ----------------------------------------------------------------------
 
 
-def _tiny_models():
+def _tiny_models(asked=None):
+    """The one-layer model under every MODEL name; `asked` collects the names asked for."""
     import keras
 
     def build_model(name, input_shape, num_classes):
+        if asked is not None:
+            asked.append(name)
         keras.utils.set_random_seed(0)
         return keras.Sequential(
             [
@@ -179,7 +182,7 @@ def _tiny_models():
 def real_loop(tmp_path):
     """make(epochs=1, resume_from=None, chief=True, started=now, stop=None, **settings) -> an EpochLoop as
     train() builds it, in a new run directory or resuming `resume_from` (chief=False: a worker, no run
-    directory): 384 generated examples, 6 steps of 64 per epoch."""
+    directory): 384 generated examples, 6 steps of 64 per epoch. make.asked: the MODEL names built."""
     import time
 
     from helpers import tiny_settings
@@ -206,7 +209,7 @@ def real_loop(tmp_path):
             stop,
             chief=chief,
         )
-        loop.build_model(_tiny_models())
+        loop.build_model(_tiny_models(make.asked))
         if loaded:  # as train() does: restore a state, or save the initial one
             checkpoints.restore(loop.model, loaded)
         else:
@@ -214,6 +217,7 @@ def real_loop(tmp_path):
             loop._save("initial state")
         return loop
 
+    make.asked = []
     return make
 
 
@@ -306,6 +310,14 @@ def test_the_stop_flag_given_is_the_one_obeyed(real_loop):
     assert _ended_because(loop.run_dir) == "stopped (received SIGTERM): resumable"
 
 
+def test_a_cosine_schedule_decays_to_zero_over_all_epochs(real_loop):
+    """LR_SCHEDULE=cosine over 2 epochs of 6 steps: half the rate after epoch 1, zero after epoch 2."""
+    result = real_loop(epochs=2, lr_schedule="cosine", learning_rate=1e-3).run()
+    assert [r["learning_rate"] for r in result.history] == pytest.approx([5e-4, 0.0], abs=1e-9)
+    constant = real_loop(epochs=2, learning_rate=1e-3).run()
+    assert [r["learning_rate"] for r in constant.history] == pytest.approx([1e-3, 1e-3])
+
+
 def test_a_resume_drops_the_metrics_rows_of_epochs_it_trains_again(real_loop):
     """A run killed between writing epoch 2's row and saving its state: the resume trains epoch 2
     again and keeps one row per epoch, the first epoch's as it was."""
@@ -369,6 +381,7 @@ def test_a_models_own_metrics_are_trained_validated_and_recorded(real_loop, monk
     metrics = {"accuracy": models.correct, "wrong": wrong}
     monkeypatch.setitem(models.MODELS, "tiny_two_metrics", models.ModelEntry(build=None, doc="", metrics=metrics))
     loop = real_loop(epochs=1, model="tiny_two_metrics", monitor="val_wrong")
+    assert real_loop.asked == ["tiny_two_metrics"]
     row = loop.run().history[-1]
     assert row["wrong"] == pytest.approx(1 - row["accuracy"]) and row["val_wrong"] == pytest.approx(
         1 - row["val_accuracy"]
