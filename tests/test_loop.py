@@ -188,6 +188,7 @@ def real_loop(tmp_path):
     from helpers import tiny_settings
 
     from train import checkpoints, data
+    from train.devices import DeviceSetup
     from train.rundir import create_run_dir
 
     s0 = tiny_settings(tmp_path, batch_size=64, export=False)
@@ -202,7 +203,7 @@ def real_loop(tmp_path):
             s,
             run_dir,
             spec,
-            types.SimpleNamespace(strategy=None, replicas=1, workers=1),
+            DeviceSetup(precision="float32", precision_reason="a tiny test run"),
             state,
             epochs,
             time.monotonic() if started is None else started,
@@ -234,7 +235,7 @@ def _stop_after_steps(loop, steps):
     loop.stop.check = counting_check
 
 
-def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monkeypatch):
+def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monkeypatch, train_log):
     from train import checkpoints, data
 
     straight = real_loop().run()
@@ -246,6 +247,9 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
     newest = checkpoints.load_latest(loop.run_dir / "checkpoints")
     assert stopped.status == "interrupted"
     assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 2, 2)
+    assert _ended_because(loop.run_dir) == "stopped (test stop): resumable"
+    said = f"saved a resumable state at epoch 1 step 2; continue with --resume {loop.run_dir.name}"
+    assert _log_lines(train_log)[-1] == said
 
     starts, original = [], data.replica_dataset
 
@@ -257,7 +261,8 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
     monkeypatch.setattr(data, "replica_dataset", recording)
     resumed = real_loop(resume_from=loop.run_dir)
     result = resumed.run()
-    assert result.status == "completed" and starts == [2]
+    assert result.status == "completed" and starts == [2] and "epoch 1/1 (from step 2/6)" in _log_lines(train_log)
+    assert _ended_because(loop.run_dir) == "all 1 epochs trained"
     assert (resumed.state.epoch, resumed.state.step, resumed.state.global_step) == (1, 0, 6)
     assert int(resumed.model.optimizer.iterations.numpy()) == 6
     # Compared with a tolerance (no op determinism in this process; bit identity is test_fit's job):
@@ -333,6 +338,48 @@ def test_a_resume_drops_the_metrics_rows_of_epochs_it_trains_again(real_loop):
     assert [int(r["epoch"]) for r in result.history] == [1, 2]
 
 
+def _log_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "train"]
+
+
+@pytest.fixture
+def train_log(monkeypatch, caplog):
+    """The messages of the `train` logger from now on, DEBUG included (a list, filled as they come)."""
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)  # an earlier setup_logging may have cut it
+    caplog.set_level(logging.DEBUG, logger="train")
+    return caplog
+
+
+def test_the_log_names_the_model_its_cost_each_epoch_and_each_checkpoint(real_loop, train_log):
+    import re
+
+    loop = real_loop(epochs=2)
+    _fixed_validation(loop, [0.5, 0.4])
+    loop.run()
+    epoch_end = (
+        r"epoch {}/2: accuracy=\d\.\d{{4}}  loss=\d\.\d{{4}}  val_accuracy={}  val_loss=1\.0000  \d+\.\ds  "
+        r"\d+ samples/s  \d+\.\d GFLOP/s = MFU \d+\.\d%{}"
+    )
+    expected = [
+        r"model: cnn, 3140 parameters, global batch 64",
+        r"cost: 0\.0 MFLOP per training example \(layers not counted: none\); "
+        r"peak \d+\.\d GFLOP/s \(measured: 1024x1024 float32 matmul on CPU, x1\)",
+        r"checkpoint ckpt-000000000\.npz \(initial state\)",
+        r"epoch 1/2",
+        r"checkpoint ckpt-000000004\.npz \(every 4 steps\)",
+        r"checkpoint ckpt-000000006\.npz \(epoch end\)",
+        epoch_end.format(1, r"0\.5000", r"  \(best\)"),
+        r"epoch 2/2",
+        r"checkpoint ckpt-000000008\.npz \(every 4 steps\)",
+        r"checkpoint ckpt-000000012\.npz \(epoch end\)",
+        epoch_end.format(2, r"0\.4000", ""),
+    ]
+    lines = _log_lines(train_log)
+    assert len(lines) == len(expected) and all(re.fullmatch(e, line) for e, line in zip(expected, lines)), lines
+
+
 def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
     loop = real_loop(epochs=4)
     weights = _fixed_validation(loop, [0.5, 0.7, 0.6, 0.7])
@@ -368,6 +415,7 @@ def test_a_worker_trains_without_writing_anything(real_loop, tmp_path):
     result = loop.run()
     assert result.status == "completed" and result.run_dir is None and result.epochs_completed == 2
     assert [r["epoch"] for r in result.history] == [1, 2] and loop.state.global_step == 12
+    assert loop.peak.flops is None and [r["mfu"] for r in result.history] == [None, None]  # the chief's to record
     assert sorted(tmp_path.rglob("*")) == before
 
 
@@ -512,17 +560,55 @@ def test_every_epoch_records_achieved_flops_and_mfu_against_the_measured_peak(re
     assert {"model_flops_per_second", "mfu"} <= set(header)
 
 
-def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monkeypatch):
+def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monkeypatch, caplog):
+    import logging
+
     from train import flops
 
     def broken(*_a, **_k):
         raise RuntimeError("no device")
 
     monkeypatch.setattr(flops, "measure_peak_flops", broken)
-    loop = real_loop(epochs=1)
-    assert loop.peak.flops is None
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        loop = real_loop(epochs=1)
+    assert loop.peak.flops is None and loop.peak.source == "unknown: the probe failed"
+    assert [r.getMessage() for r in caplog.records if r.funcName == "_measure_limits"] == [
+        "WARNING: the peak FLOP/s probe failed (RuntimeError: no device): no MFU for this run"
+    ]
     row = loop.run().history[-1]
     assert row["mfu"] is None and row["model_flops_per_second"] is None and row["samples_per_second"]
+
+
+def test_on_a_known_gpu_the_peak_is_the_datasheets_for_the_training_precision(monkeypatch, caplog):
+    """Two A100s under mixed_bfloat16: the probe runs in bfloat16 on the GPU, the MFU divides by 2 x 312
+    TFLOP/s, and the log line names the cost, the layers left out of it and where the peak comes from."""
+    import logging
+
+    from train import flops
+
+    probes = []
+    monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype, device: probes.append((dtype, device)) or 2e14)
+    count = flops.FlopCount(2_000_000, ("dense",), ("attention", "rope"))
+    monkeypatch.setattr(flops, "count_flops", lambda model: count)
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    gpus = ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"]
+    loop = types.SimpleNamespace(
+        model=None, chief=True, setup=types.SimpleNamespace(precision="mixed_bfloat16", gpus=gpus)
+    )
+    with caplog.at_level(logging.INFO, logger="train"):
+        EpochLoop._measure_limits(loop, replicas=2)
+    assert probes == [("bfloat16", "/GPU:0")] and loop.flop_count == count
+    assert loop.peak == flops.Peak(
+        624e12,
+        "datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2",
+        measured_per_device=2e14,
+        datasheet_per_device=312e12,
+    )
+    assert [r.getMessage() for r in caplog.records if r.funcName == "_measure_limits"] == [
+        "cost: 6.0 MFLOP per training example (layers not counted: attention, rope); "
+        "peak 624000.0 GFLOP/s (datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2)"
+    ]
 
 
 def test_the_end_of_a_run_writes_its_hparams_session(real_loop):

@@ -203,8 +203,8 @@ class EpochLoop:
         self.flop_count = flops.count_flops(self.model)
         if not self.chief:
             return  # only the chief records MFU: the probe would hold the other workers up for nothing
-        dtype = flops.compute_dtype(getattr(self.setup, "precision", "float32"))
-        where = self.setup.gpus[0] if getattr(self.setup, "gpus", None) else "CPU"
+        dtype = flops.compute_dtype(self.setup.precision)
+        where = self.setup.gpus[0] if self.setup.gpus else "CPU"
         try:
             measured = flops.measure_peak_flops(dtype, "/GPU:0" if where != "CPU" else "/CPU:0")
         except Exception as exc:  # a probe that cannot run leaves MFU empty, the run goes on
