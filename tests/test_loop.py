@@ -180,7 +180,7 @@ def _tiny_models(asked=None):
 
 @pytest.fixture
 def real_loop(tmp_path):
-    """make(epochs=1, resume_from=None, chief=True, started=now, stop=None, **settings) -> an EpochLoop as
+    """make(epochs=1, resume_from=None, chief=True, started=now, stop=None, strategy=None, **settings) -> an EpochLoop as
     train() builds it, in a new run directory or resuming `resume_from` (chief=False: a worker, no run
     directory): 384 generated examples, 6 steps of 64 per epoch. make.asked: the MODEL names built."""
     import time
@@ -194,7 +194,7 @@ def real_loop(tmp_path):
     s0 = tiny_settings(tmp_path, batch_size=64, export=False)
     spec = data.load_data(s0)
 
-    def make(epochs=1, resume_from=None, chief=True, started=None, stop=None, **changes):
+    def make(epochs=1, resume_from=None, chief=True, started=None, stop=None, strategy=None, **changes):
         s = s0.replace(**changes)
         run_dir = (resume_from or create_run_dir(s0.runs_dir)) if chief else None
         loaded = checkpoints.load_latest(run_dir / "checkpoints") if resume_from else None
@@ -203,7 +203,7 @@ def real_loop(tmp_path):
             s,
             run_dir,
             spec,
-            DeviceSetup(precision="float32", precision_reason="a tiny test run"),
+            DeviceSetup(precision="float32", precision_reason="a tiny test run", strategy=strategy),
             state,
             epochs,
             time.monotonic() if started is None else started,
@@ -211,11 +211,12 @@ def real_loop(tmp_path):
             chief=chief,
         )
         loop.build_model(_tiny_models(make.asked))
-        if loaded:  # as train() does: restore a state, or save the initial one
-            checkpoints.restore(loop.model, loaded)
-        else:
-            loop.model.optimizer.build(loop.model.trainable_variables)
-            loop._save("initial state")
+        with loop.strategy.scope():  # as train() does: restore a state, or save the initial one
+            if loaded:
+                checkpoints.restore(loop.model, loaded)
+            else:
+                loop.model.optimizer.build(loop.model.trainable_variables)
+                loop._save("initial state")
         return loop
 
     make.asked = []
@@ -315,10 +316,47 @@ def test_the_stop_flag_given_is_the_one_obeyed(real_loop):
     assert _ended_because(loop.run_dir) == "stopped (received SIGTERM): resumable"
 
 
+def test_a_mirrored_strategy_trains_its_own_variables(real_loop):
+    """The strategy of the device setup builds the model and runs the steps (one CPU replica here)."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    loop = real_loop(epochs=1, strategy=strategy)
+    assert loop.strategy is strategy and loop.steps.strategy is strategy
+    result = loop.run()
+    assert result.status == "completed" and loop.state.global_step == 6
+    assert int(loop.model.optimizer.iterations.numpy()) == 6
+
+
+def test_jit_compile_reaches_the_compiled_steps(real_loop, monkeypatch):
+    import tensorflow as tf
+
+    real, asked = tf.function, []
+
+    def spy(fn=None, **kw):
+        asked.append(kw.get("jit_compile"))
+        return real(fn, **kw)
+
+    monkeypatch.setattr(tf, "function", spy)
+    real_loop(epochs=1, jit_compile=True)
+    assert asked.count(True) == 2  # the forward and the forward-backward pass
+
+
+def test_the_trained_model_is_compiled_with_the_models_loss_and_metrics(real_loop):
+    """What the export saves: Keras's own evaluate() on the validation split agrees with the loop's."""
+    loop = real_loop(epochs=1)
+    row = loop.run().history[-1]
+    val = loop.spec._val
+    got = loop.model.evaluate(val.x.astype("float32"), val.y, batch_size=64, verbose=0, return_dict=True)
+    assert got == pytest.approx({"loss": row["val_loss"], "accuracy": row["val_accuracy"]}, rel=1e-5)
+
+
 def test_a_cosine_schedule_decays_to_zero_over_all_epochs(real_loop):
     """LR_SCHEDULE=cosine over 2 epochs of 6 steps: half the rate after epoch 1, zero after epoch 2."""
     result = real_loop(epochs=2, lr_schedule="cosine", learning_rate=1e-3).run()
     assert [r["learning_rate"] for r in result.history] == pytest.approx([5e-4, 0.0], abs=1e-9)
+    one_step = real_loop(epochs=1, lr_schedule="cosine", learning_rate=1e-3, batch_size=512).run()
+    assert one_step.history[-1]["learning_rate"] == pytest.approx(0.0, abs=1e-9)  # a schedule of a single step
     constant = real_loop(epochs=2, learning_rate=1e-3).run()
     assert [r["learning_rate"] for r in constant.history] == pytest.approx([1e-3, 1e-3])
 
