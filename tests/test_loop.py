@@ -23,6 +23,7 @@ from train.loop import (
     _improved,
     _monitor_mode,
     at_new_batch_size,
+    batch_text,
     position_after_halving,
     progress_verbose,
     step_at_batch_size,
@@ -567,6 +568,13 @@ def test_auto_batch_position_carries_over_in_examples(saved, old, expected_step)
 )
 def test_steps_per_call(left, per_exec, global_step, every, expected):
     assert steps_until(left, per_exec, global_step, every) == expected
+
+
+@pytest.mark.parametrize(
+    "batch, replicas, expected", [(64, 1, "64"), (64, 2, "64 (32 per replica x 2)"), (96, 3, "96 (32 per replica x 3)")]
+)
+def test_the_log_gives_each_replicas_share_of_the_batch(batch, replicas, expected):
+    assert batch_text(batch, replicas) == expected
 
 
 def test_progress_bar_on_a_terminal_one_line_otherwise():

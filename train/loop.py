@@ -120,6 +120,11 @@ def steps_until(n_left: int, per_execution: int, global_step: int, every: int) -
     return max(n, 1)
 
 
+def batch_text(batch: int, replicas: int) -> str:
+    """The global batch as the log gives it, with each replica's share when there are several."""
+    return f"{batch} ({batch // replicas} per replica x {replicas})" if replicas > 1 else str(batch)
+
+
 def progress_verbose(progress: str, isatty: bool) -> int:
     """1: the Keras progress bar; 0: one line per epoch."""
     return {"bar": 1, "line": 0}.get(progress, 1 if isatty else 0)
@@ -188,11 +193,10 @@ class EpochLoop:
         self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile, task=self.task)
         replicas = self.strategy.num_replicas_in_sync
         log.info(
-            "model: %s, %d parameters, global batch %d%s",
+            "model: %s, %d parameters, global batch %s",
             self.s.model,
             model.count_params(),
-            self.state.batch_size,
-            f" ({self.state.batch_size // replicas} per replica x {replicas})" if replicas > 1 else "",
+            batch_text(self.state.batch_size, replicas),
         )
         self._measure_limits(replicas)
 
