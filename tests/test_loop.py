@@ -95,6 +95,28 @@ def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, stat
     )
 
 
+def test_each_process_reads_the_slices_of_its_own_replicas(monkeypatch):
+    """Two processes with two replicas each: process 0 reads replicas 0-1 of every global batch, process 1 replicas 2-3."""
+    from train import data
+
+    monkeypatch.setattr(data, "replica_dataset", lambda *args, **kw: (args, kw))
+
+    class TwoProcesses:
+        num_replicas_in_sync = 4
+
+        def distribute_datasets_from_function(self, per_process):
+            return [per_process(types.SimpleNamespace(num_input_pipelines=2, input_pipeline_id=i)) for i in (0, 1)]
+
+    loop = types.SimpleNamespace(strategy=TwoProcesses(), spec="spec", s="settings")
+    got = EpochLoop._distributed(loop, "train", 3, 64, 5)
+    assert got == [
+        (("spec", "settings", "train", 3, 64, 5), {"replicas": 4, "first_replica": 0, "local_replicas": 2}),
+        (("spec", "settings", "train", 3, 64, 5), {"replicas": 4, "first_replica": 2, "local_replicas": 2}),
+    ]
+    assert all(type(v) is int for _, kw in got for v in kw.values())  # they bound tf.data ranges
+    assert EpochLoop._distributed(loop, "val", 0, 64)[0][0] == ("spec", "settings", "val", 0, 64, 0)
+
+
 @pytest.mark.parametrize(
     "step, saved_batch, new_batch, expected",
     [
