@@ -273,7 +273,8 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
     assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 2, 2)
     assert _ended_because(loop.run_dir) == "stopped (test stop): resumable"
     said = f"saved a resumable state at epoch 1 step 2; continue with --resume {loop.run_dir.name}"
-    assert _log_lines(train_log)[-1] == said
+    assert _log_lines(train_log)[-2:] == ["checkpoint ckpt-000000002.npz (stop requested: test stop)", said]
+    assert stopped.final_weights_sha256 and not (loop.run_dir / "final.weights.h5").exists()
 
     starts, original = [], data.replica_dataset
 
@@ -469,11 +470,14 @@ def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(r
     )
 
 
-def test_a_worker_trains_without_writing_anything(real_loop, tmp_path):
-    """chief=False (another process of a multi-worker run): the same epochs, no run directory, no files."""
+def test_a_worker_trains_without_writing_anything(real_loop, tmp_path, capsys):
+    """chief=False (another process of a multi-worker run): the same epochs, no run directory, no files,
+    no progress bar."""
     before = sorted(tmp_path.rglob("*"))
-    loop = real_loop(epochs=2, chief=False)
+    loop = real_loop(epochs=2, chief=False, progress="bar")
+    capsys.readouterr()
     result = loop.run()
+    assert "6/6" not in capsys.readouterr().out
     assert result.status == "completed" and result.run_dir is None and result.epochs_completed == 2
     assert [r["epoch"] for r in result.history] == [1, 2] and loop.state.global_step == 12
     assert loop.peak.flops is None and [r["mfu"] for r in result.history] == [None, None]  # the chief's to record
@@ -677,6 +681,124 @@ def test_on_a_known_gpu_the_peak_is_the_datasheets_for_the_training_precision(mo
         "cost: 6.0 MFLOP per training example (layers not counted: attention, rope); "
         "peak 624000.0 GFLOP/s (datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2)"
     ]
+
+
+def _scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """The scalars TensorBoard shows for one event directory: tag -> [(step, value)]."""
+    import tensorflow as tf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+    acc.Reload()
+    return {
+        tag: [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+        for tag in acc.Tags()["tensors"]
+    }
+
+
+def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, monkeypatch):
+    """The end of a run: final.weights.h5, the manifest's summary, the export, TensorBoard's epoch
+    scalars, an MLflow row and a report refresh per epoch, and only KEEP_CHECKPOINTS states."""
+    import json
+
+    from train import checkpoints, export, report
+
+    exported, refreshed, tracked = [], [], []
+    monkeypatch.setattr(
+        export, "export_run", lambda run_dir, model: exported.append((run_dir, model)) or {"format": "x"}
+    )
+    monkeypatch.setattr(report, "refresh_after_epoch", lambda run_dir, mode: refreshed.append((run_dir, mode)))
+    loop = real_loop(epochs=2, export=True, report="quick", keep_checkpoints=2)
+    loop.tracker = types.SimpleNamespace(log_epoch=lambda row, step: tracked.append((dict(row), step)))
+    result = loop.run()
+
+    assert result.status == "completed" and result.export == {"format": "x"}
+    assert exported == [(loop.run_dir, loop.model)] and refreshed == [(loop.run_dir, "quick")] * 2
+    assert tracked == [(result.history[0], 6), (result.history[1], 12)]
+    final = _tiny_models().build_model("", loop.spec.input_shape, loop.spec.num_classes)
+    final.load_weights(loop.run_dir / "final.weights.h5")
+    for saved, trained in zip(final.get_weights(), result.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(saved, trained)
+    manifest = json.loads((loop.run_dir / "manifest.json").read_text())
+    assert result.final_weights_sha256 == checkpoints.weights_sha256(result.model) == manifest["final_weights_sha256"]
+    assert manifest["best"] == {"monitor": "val_accuracy", "value": result.best} and manifest["epochs_completed"] == 2
+    assert manifest["final_metrics"] == json.loads(json.dumps(result.history[-1]))
+    assert sorted(p.name for p in checkpoints.list_states(loop.run_dir / "checkpoints")) == [
+        "ckpt-000000008.npz",
+        "ckpt-000000012.npz",
+    ]
+    train, val = _scalars(loop.run_dir / "tensorboard" / "train"), _scalars(loop.run_dir / "tensorboard" / "validation")
+    for name in ("loss", "accuracy", "learning_rate", "batch_size", "samples_per_second"):
+        assert train[f"epoch_{name}"] == [(e, pytest.approx(r[name])) for e, r in enumerate(result.history)]
+    for name in ("loss", "accuracy"):
+        assert val[f"epoch_{name}"] == [(e, pytest.approx(r[f"val_{name}"])) for e, r in enumerate(result.history)]
+    assert "epoch_epoch" not in train
+
+
+def test_epoch_time_and_speed_come_from_the_clock_around_training(real_loop, monkeypatch):
+    """seconds = the time the epoch's training took (validation not included); samples/s = examples / seconds."""
+    from train import loop as loop_module
+
+    ticks = iter([100.0, 101.23456, 200.0, 202.0])
+    monkeypatch.setattr(loop_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    loop = real_loop(epochs=2)
+    rows = loop.run().history
+    assert [r["epoch_seconds"] for r in rows] == [1.235, 2.0]
+    assert [r["samples_per_second"] for r in rows] == [pytest.approx(384 / 1.23456), pytest.approx(192.0)]
+    assert rows[0]["model_flops_per_second"] == pytest.approx(384 / 1.23456 * 3 * 2 * 784 * 4)
+
+
+def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
+    """Stopped after the epoch's last step, before validation: the resume trains nothing and ends the epoch."""
+    loop = real_loop(epochs=1)
+    loop.state.step, loop.state.global_step = 6, 6
+    row = loop.run().history[0]
+    assert "loss" not in row and "val_loss" in row and row["samples_per_second"] is None
+    assert not any(line.startswith("epoch 1/1 (") or line == "epoch 1/1" for line in _log_lines(train_log))
+    assert (loop.state.epoch, loop.state.step, loop.state.global_step) == (1, 0, 6)
+
+
+def test_steps_per_execution_runs_that_many_steps_a_call_and_still_meets_every_checkpoint(real_loop):
+    """STEPS_PER_EXECUTION=4, CHECKPOINT_EVERY=4, 6 steps an epoch: calls of 4, 2 | 2, 4 (global steps 4, 6 | 8, 12)."""
+    loop = real_loop(epochs=2, steps_per_execution=4, checkpoint_every=4)
+    train, sizes = loop.steps.train, []
+
+    def recording(iterator, n, vote):
+        sizes.append(int(n))
+        return train(iterator, n, vote)
+
+    loop.steps.train = recording
+    loop.run()
+    assert sizes == [4, 2, 2, 4] and loop.state.global_step == 12
+
+
+def test_a_stop_voted_by_another_worker_stops_this_one_after_the_same_step(real_loop):
+    from train import checkpoints
+
+    loop = real_loop(epochs=1)
+    train, calls = loop.steps.train, {"n": 0}
+
+    def voted_at_step_3(iterator, n, vote):
+        calls["n"] += 1
+        out = train(iterator, n, vote).numpy()
+        if calls["n"] == 3:
+            out[-1] = 1.0  # the all-reduced stop votes: one worker asked
+        return types.SimpleNamespace(numpy=lambda: out)
+
+    loop.steps.train = voted_at_step_3
+    result = loop.run()
+    newest = checkpoints.load_latest(loop.run_dir / "checkpoints")
+    assert result.status == "interrupted" and calls["n"] == 3
+    assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 3, 3)
+    assert _ended_because(loop.run_dir) == "stopped (another worker was asked to stop): resumable"
+
+
+def test_the_progress_bar_shows_the_steps_and_running_metrics(real_loop, capsys):
+    loop = real_loop(epochs=1, progress="bar")
+    capsys.readouterr()
+    loop.run()
+    out = capsys.readouterr().out
+    assert "6/6" in out and "accuracy: " in out and "loss: " in out
 
 
 def test_the_end_of_a_run_writes_its_hparams_session(real_loop):
