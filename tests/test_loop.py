@@ -652,34 +652,43 @@ def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monke
     assert row["mfu"] is None and row["model_flops_per_second"] is None and row["samples_per_second"]
 
 
-def test_on_a_known_gpu_the_peak_is_the_datasheets_for_the_training_precision(monkeypatch, caplog):
-    """Two A100s under mixed_bfloat16: the probe runs in bfloat16 on the GPU, the MFU divides by 2 x 312
-    TFLOP/s, and the log line names the cost, the layers left out of it and where the peak comes from."""
-    import logging
-
+@pytest.mark.parametrize(
+    "precision, gpus, replicas, probe, peak, text",
+    [
+        (  # the first GPU's datasheet (a T4 has no bfloat16 figure) times the replicas; the probe is recorded beside it
+            "mixed_bfloat16",
+            ["NVIDIA A100-SXM4-80GB", "Tesla T4"],
+            2,
+            ("bfloat16", "/GPU:0"),
+            (624e12, "datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2", 2e14, 312e12),
+            "peak 624000.0 GFLOP/s (datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2)",
+        ),
+        (  # no GPU: the probe, in the training precision, on the CPU
+            "mixed_bfloat16",
+            [],
+            1,
+            ("bfloat16", "/CPU:0"),
+            (2e14, "measured: 1024x1024 bfloat16 matmul on CPU, x1", 2e14, None),
+            "peak 200000.0 GFLOP/s (measured: 1024x1024 bfloat16 matmul on CPU, x1)",
+        ),
+    ],
+)
+def test_the_peak_is_the_datasheets_on_a_known_gpu_else_the_probes(
+    monkeypatch, train_log, precision, gpus, replicas, probe, peak, text
+):
+    """The MFU's denominator, and the log line naming the cost, the layers left out of it and the peak's source."""
     from train import flops
 
     probes = []
     monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype, device: probes.append((dtype, device)) or 2e14)
     count = flops.FlopCount(2_000_000, ("dense",), ("attention", "rope"))
     monkeypatch.setattr(flops, "count_flops", lambda model: count)
-    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
-    gpus = ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"]
-    loop = types.SimpleNamespace(
-        model=None, chief=True, setup=types.SimpleNamespace(precision="mixed_bfloat16", gpus=gpus)
-    )
-    with caplog.at_level(logging.INFO, logger="train"):
-        EpochLoop._measure_limits(loop, replicas=2)
-    assert probes == [("bfloat16", "/GPU:0")] and loop.flop_count == count
-    assert loop.peak == flops.Peak(
-        624e12,
-        "datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2",
-        measured_per_device=2e14,
-        datasheet_per_device=312e12,
-    )
-    assert [r.getMessage() for r in caplog.records if r.funcName == "_measure_limits"] == [
-        "cost: 6.0 MFLOP per training example (layers not counted: attention, rope); "
-        "peak 624000.0 GFLOP/s (datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2)"
+    setup = types.SimpleNamespace(precision=precision, gpus=gpus)
+    loop = types.SimpleNamespace(model=None, chief=True, setup=setup)
+    EpochLoop._measure_limits(loop, replicas=replicas)
+    assert probes == [probe] and loop.flop_count == count and loop.peak == flops.Peak(*peak)
+    assert _log_lines(train_log) == [
+        f"cost: 6.0 MFLOP per training example (layers not counted: attention, rope); {text}"
     ]
 
 
