@@ -692,8 +692,8 @@ def test_the_peak_is_the_datasheets_on_a_known_gpu_else_the_probes(
     ]
 
 
-def _scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
-    """The scalars TensorBoard shows for one event directory: tag -> [(step, value)]."""
+def _scalars(logdir: Path, prefix: str = "epoch_") -> dict[str, list[tuple[int, float]]]:
+    """The scalars TensorBoard shows for one event directory, tags starting with `prefix`: tag -> [(step, value)]."""
     import tensorflow as tf
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -702,6 +702,7 @@ def _scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
     return {
         tag: [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
         for tag in acc.Tags()["tensors"]
+        if tag.startswith(prefix)
     }
 
 
@@ -810,12 +811,45 @@ def test_the_progress_bar_shows_the_steps_and_running_metrics(real_loop, capsys)
     assert "6/6" in out and "accuracy: " in out and "loss: " in out
 
 
-def test_the_end_of_a_run_writes_its_hparams_session(real_loop):
+def test_the_end_of_a_run_writes_its_hparams_session(real_loop, train_log):
+    """TensorBoard's HParams view: the settings, and the last epoch's monitors and the best value at the last epoch."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
 
-    loop = real_loop(epochs=1)
-    loop.run()
+    loop = real_loop(epochs=2)
+    result = loop.run()
+    last = result.history[-1]
+    hparams = _scalars(loop.run_dir / "tensorboard", "hparams/")
+    assert hparams == {
+        **{f"hparams/{m}": [(2, pytest.approx(last[m]))] for m in ("val_accuracy", "val_loss", "accuracy", "loss")},
+        "hparams/best_val_accuracy": [(2, pytest.approx(result.best))],
+    }
     acc = EventAccumulator(str(loop.run_dir / "tensorboard"), size_guidance={"tensors": 0})
     acc.Reload()
-    tags = set(acc.Tags()["tensors"])
-    assert "_hparams_/session_start_info" in tags and "hparams/best_val_accuracy" in tags, tags
+    content = acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content
+    session = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    assert session.hparams["batch_size"].number_value == 64 and session.hparams["model"].string_value == "cnn"
+    assert not [line for line in _log_lines(train_log) if "HParams" in line]
+
+
+def test_hparams_that_cannot_be_written_only_warn(real_loop, monkeypatch, train_log):
+    from train import logs
+
+    def full(*_a):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(logs, "write_hparams", full)
+    result = real_loop(epochs=1).run()
+    assert result.status == "completed"
+    assert "WARNING: TensorBoard HParams not written: OSError: No space left on device" in _log_lines(train_log)
+
+
+def test_a_run_stopped_before_its_first_epoch_writes_hparams_without_metrics(real_loop, train_log):
+    from train.stopping import StopFlag
+
+    stop = StopFlag()
+    stop.request("received SIGTERM")
+    loop = real_loop(epochs=1, stop=stop)
+    loop.run()
+    assert not [line for line in _log_lines(train_log) if "HParams" in line]
+    assert _scalars(loop.run_dir / "tensorboard", "hparams/") == {}
