@@ -681,14 +681,14 @@ def test_the_peak_is_the_datasheets_on_a_known_gpu_else_the_probes(
 
     probes = []
     monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype, device: probes.append((dtype, device)) or 2e14)
-    count = flops.FlopCount(2_000_000, ("dense",), ("attention", "rope"))
+    count = flops.FlopCount(40 * 10**9, ("dense",), ("attention", "rope"))  # a large vision transformer
     monkeypatch.setattr(flops, "count_flops", lambda model: count)
     setup = types.SimpleNamespace(precision=precision, gpus=gpus)
     loop = types.SimpleNamespace(model=None, chief=True, setup=setup)
     EpochLoop._measure_limits(loop, replicas=replicas)
     assert probes == [probe] and loop.flop_count == count and loop.peak == flops.Peak(*peak)
     assert _log_lines(train_log) == [
-        f"cost: 6.0 MFLOP per training example (layers not counted: attention, rope); {text}"
+        f"cost: 120000.0 MFLOP per training example (layers not counted: attention, rope); {text}"
     ]
 
 
