@@ -385,6 +385,16 @@ def test_a_cosine_schedule_decays_to_zero_over_all_epochs(real_loop):
     assert [r["learning_rate"] for r in constant.history] == pytest.approx([1e-3, 1e-3])
 
 
+def test_a_stopped_worker_says_the_chief_saved_the_state(real_loop, train_log):
+    from train.stopping import StopFlag
+
+    stop = StopFlag()
+    stop.request("received SIGTERM")
+    result = real_loop(epochs=1, chief=False, stop=stop).run()
+    assert result.status == "interrupted"
+    assert _log_lines(train_log)[-1] == "saved a resumable state at epoch 1 step 0; the chief saved it"
+
+
 def test_a_resume_drops_the_metrics_rows_of_epochs_it_trains_again(real_loop):
     """A run killed between writing epoch 2's row and saving its state: the resume trains epoch 2
     again and keeps one row per epoch, the first epoch's as it was."""
@@ -454,20 +464,25 @@ def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
         assert not np.array_equal(saved, epoch_4)
 
 
-def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(real_loop):
-    """PATIENCE=2 on val_accuracy (larger is better): epochs 3 and 4 do not beat epoch 2, so epoch 5 never starts."""
-    import json
+def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(real_loop, train_log):
+    """PATIENCE=2 on val_accuracy (larger is better): epochs 3 and 4 do not beat epoch 2, so epoch 5 never
+    starts, nor after a resume."""
+    from train import checkpoints
 
     loop = real_loop(epochs=6, patience=2)
     _fixed_validation(loop, [0.5, 0.7, 0.6, 0.65, 0.9, 0.9])
     result = loop.run()
     assert result.status == "completed" and result.epochs_completed == 4 and result.best == 0.7
+    saved = checkpoints.load_latest(loop.run_dir / "checkpoints").meta  # the count survives a stop
+    assert (saved["epoch"], saved["patience_reference"], saved["patience_wait"]) == (4, 0.7, 2)
     assert [r["val_accuracy"] for r in result.history] == [0.5, 0.7, 0.6, 0.65]
-    manifest = json.loads((loop.run_dir / "manifest.json").read_text())
-    assert manifest["ended_because"] == (
+    reason = (
         "early stopping: val_accuracy has not improved by more than MIN_DELTA=0 for 2 epochs (PATIENCE=2); "
         "best val_accuracy 0.7000, its weights are in best.weights.h5"
     )
+    assert _ended_because(loop.run_dir) == reason and _log_lines(train_log)[-1] == reason
+    resumed = real_loop(epochs=6, resume_from=loop.run_dir, patience=2)
+    assert resumed.run().epochs_completed == 4 and _log_lines(train_log)[-1] == reason
 
 
 def test_a_worker_trains_without_writing_anything(real_loop, tmp_path, capsys):
@@ -723,6 +738,9 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     result = loop.run()
 
     assert result.status == "completed" and result.export == {"format": "x"}
+    assert (result.run_dir, result.model, result.epochs_completed) == (loop.run_dir, loop.model, 2)
+    assert result.history == loop.history and len(result.history) == 2
+    assert result.best == max(r["val_accuracy"] for r in result.history)
     assert exported == [(loop.run_dir, loop.model)] and refreshed == [(loop.run_dir, "quick")] * 2
     assert tracked == [(result.history[0], 6), (result.history[1], 12)]
     final = _tiny_models().build_model("", loop.spec.input_shape, loop.spec.num_classes)
@@ -801,6 +819,39 @@ def test_a_stop_voted_by_another_worker_stops_this_one_after_the_same_step(real_
     assert result.status == "interrupted" and calls["n"] == 3
     assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 3, 3)
     assert _ended_because(loop.run_dir) == "stopped (another worker was asked to stop): resumable"
+
+
+@pytest.mark.parametrize("workers, waits", [(1, 0), (2, 1)])
+def test_with_several_workers_each_waits_for_the_chiefs_end(real_loop, monkeypatch, workers, waits):
+    """No worker leaves while the chief still counts on it (its final weights and export); alone, nobody waits."""
+    from train import sync
+
+    calls = []
+    monkeypatch.setattr(sync, "from_chief", lambda strategy, values: calls.append(values))
+    loop = real_loop(epochs=1)
+    loop.setup.workers = workers
+    assert loop.run().status == "completed" and calls == [[0.0]] * waits
+
+
+def test_with_several_workers_a_stop_travels_with_the_next_steps_vote(real_loop, train_log):
+    """Asked after step 2: a lone process stops at once; one of several runs step 3 carrying its vote, so every
+    worker stops after the same step."""
+    from train import checkpoints
+
+    loop = real_loop(epochs=1)
+    loop.setup.workers = 2
+    train, votes = loop.steps.train, []
+
+    def recording(iterator, n, vote):
+        votes.append(float(vote))
+        return train(iterator, n, vote)
+
+    loop.steps.train = recording
+    _stop_after_steps(loop, 2)
+    assert loop.run().status == "interrupted" and votes == [0.0, 0.0, 1.0]
+    newest = checkpoints.load_latest(loop.run_dir / "checkpoints")
+    assert (newest.meta["step"], newest.meta["global_step"]) == (3, 3)
+    assert "another worker was asked to stop" not in " ".join(_log_lines(train_log))  # its own request stands
 
 
 def test_the_progress_bar_shows_the_steps_and_running_metrics(real_loop, capsys):

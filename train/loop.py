@@ -444,8 +444,8 @@ class EpochLoop:
         counted = self.state.to_dict()
         self.patience.update(counted, value)  # before the save: the count survives a stop
         self.state.patience_reference, self.state.patience_wait = (
-            counted.get("patience_reference"),
-            counted.get("patience_wait", 0),
+            counted["patience_reference"],
+            counted["patience_wait"],
         )
         self.state.epoch, self.state.step = epoch + 1, 0
         self._save("epoch end")
