@@ -87,7 +87,7 @@ def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, stat
     loop = _loop(auto_batch=auto_batch)
     loop.state = dataclasses.replace(loop.state, **state)
     with pytest.raises(OutOfMemoryError) as info:
-        EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
+        EpochLoop._out_of_memory(loop)
     assert str(info.value) == (
         f"the GPU ran out of memory at batch size {loop.state.batch_size}: lower BATCH_SIZE, use "
         "PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, or stop other processes on the GPU "
@@ -172,7 +172,7 @@ def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch, batch,
     loop.state = dataclasses.replace(loop.state, batch_size=batch, step=5, global_step=15)
     loop.model, continued = object(), []
     loop._train_epoch = lambda epoch: continued.append((epoch, loop.state.to_dict())) or ({}, 0.0, 0)
-    EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
+    EpochLoop._out_of_memory(loop)
     assert restored == [Path("/runs/r1/checkpoints")]
     expected = dict(saved, batch_size=batch // 2, step=6, batch_halvings=1)
     assert continued == [(1, dict(expected, workers=1, patience_reference=None, patience_wait=0))]
@@ -385,6 +385,46 @@ def test_a_cosine_schedule_decays_to_zero_over_all_epochs(real_loop):
     assert [r["learning_rate"] for r in constant.history] == pytest.approx([1e-3, 1e-3])
 
 
+def test_a_diverged_validation_loss_fails_the_run_and_keeps_the_last_good_state(real_loop):
+    from train import checkpoints
+
+    loop = real_loop(epochs=3)
+    scores = iter([{"val_loss": 1.0, "val_accuracy": 0.5}, {"val_loss": math.nan, "val_accuracy": 0.5}])
+    loop._validate = lambda: next(scores)
+    with pytest.raises(DivergedError) as info:
+        loop.run()
+    assert str(info.value).startswith(
+        "val_loss is nan in epoch 2: training diverged; the last good checkpoint is kept in "
+    )
+    newest = checkpoints.load_latest(loop.run_dir / "checkpoints")
+    assert (newest.meta["epoch"], newest.meta["global_step"]) == (1, 8)  # global step 8 of epoch 2, not its end (12)
+
+
+@pytest.mark.parametrize("nan_accuracy, fails", [(False, "best.weights.h5"), (True, "final.weights.h5"), (False, None)])
+def test_weights_are_written_only_with_room_for_them_and_a_mebibyte(real_loop, monkeypatch, nan_accuracy, fails):
+    """Keras's HDF5 writer dies at exit on a full disk, so the room is checked first: the weights' bytes (the
+    one-layer model: 3140 float32) and 1 MiB for HDF5's own records. One byte less is a full disk, naming the file."""
+    from train import rundir
+    from train.errors import StorageError
+
+    need = 4 * 3140 + 2**20
+    free = need - 1 if fails else need
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=free))
+    loop = real_loop(epochs=1)
+    accuracy = math.nan if nan_accuracy else 0.5  # no improvement: no best weights to write
+    loop._validate = lambda: {"val_loss": 1.0, "val_accuracy": accuracy}
+    if fails:
+        with pytest.raises(StorageError) as info:
+            loop.run()
+        assert (
+            str(info.value)
+            == f"cannot write {loop.run_dir / fails}: the disk is full: free space or point RUNS_DIR at a larger volume"
+        )
+        assert not (loop.run_dir / fails).exists()
+    else:
+        assert loop.run().status == "completed" and (loop.run_dir / "final.weights.h5").is_file()
+
+
 def test_a_stopped_worker_says_the_chief_saved_the_state(real_loop, train_log):
     from train.stopping import StopFlag
 
@@ -580,7 +620,7 @@ def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
     loop = _loop(auto_batch=True)
     loop.setup.workers = 2
     with pytest.raises(OutOfMemoryError):
-        EpochLoop._out_of_memory(loop, 1, RuntimeError("OOM"))
+        EpochLoop._out_of_memory(loop)
 
 
 @pytest.mark.parametrize(
@@ -726,9 +766,11 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     scalars, an MLflow row and a report refresh per epoch, and only KEEP_CHECKPOINTS states."""
     import json
 
-    from train import checkpoints, export, report
+    from train import checkpoints, devices, export, report
 
     exported, refreshed, tracked = [], [], []
+    memory = iter([(100.0, 150.0), (110.0, 160.0)])
+    monkeypatch.setattr(devices, "gpu_memory", lambda: next(memory))  # (MB in use, peak MB) at each epoch's end
     monkeypatch.setattr(
         export, "export_run", lambda run_dir, model: exported.append((run_dir, model)) or {"format": "x"}
     )
@@ -740,6 +782,10 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     assert result.status == "completed" and result.export == {"format": "x"}
     assert (result.run_dir, result.model, result.epochs_completed) == (loop.run_dir, loop.model, 2)
     assert result.history == loop.history and len(result.history) == 2
+    assert [(r["gpu_memory_used_mb"], r["gpu_memory_peak_mb"]) for r in result.history] == [
+        (100.0, 150.0),
+        (110.0, 160.0),
+    ]
     assert result.best == max(r["val_accuracy"] for r in result.history)
     assert exported == [(loop.run_dir, loop.model)] and refreshed == [(loop.run_dir, "quick")] * 2
     assert tracked == [(result.history[0], 6), (result.history[1], 12)]
@@ -800,25 +846,28 @@ def test_steps_per_execution_runs_that_many_steps_a_call_and_still_meets_every_c
     assert sizes == [4, 2, 2, 4] and loop.state.global_step == 12
 
 
-def test_a_stop_voted_by_another_worker_stops_this_one_after_the_same_step(real_loop):
+def test_a_stop_voted_by_another_worker_stops_this_one_after_the_same_step(real_loop, train_log):
+    """The vote arrives with step 4, a CHECKPOINT_EVERY boundary: one save, the stop's, once the loop has left the epoch."""
     from train import checkpoints
 
     loop = real_loop(epochs=1)
     train, calls = loop.steps.train, {"n": 0}
 
-    def voted_at_step_3(iterator, n, vote):
+    def voted_at_step_4(iterator, n, vote):
         calls["n"] += 1
         out = train(iterator, n, vote).numpy()
-        if calls["n"] == 3:
+        if calls["n"] == 4:
             out[-1] = 1.0  # the all-reduced stop votes: one worker asked
         return types.SimpleNamespace(numpy=lambda: out)
 
-    loop.steps.train = voted_at_step_3
+    loop.steps.train = voted_at_step_4
     result = loop.run()
     newest = checkpoints.load_latest(loop.run_dir / "checkpoints")
-    assert result.status == "interrupted" and calls["n"] == 3
-    assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 3, 3)
+    assert result.status == "interrupted" and calls["n"] == 4
+    assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 4, 4)
     assert _ended_because(loop.run_dir) == "stopped (another worker was asked to stop): resumable"
+    saves = [line for line in _log_lines(train_log) if line.startswith("checkpoint ckpt-000000004")]
+    assert saves == ["checkpoint ckpt-000000004.npz (stop requested: another worker was asked to stop)"]
 
 
 @pytest.mark.parametrize("workers, waits", [(1, 0), (2, 1)])
@@ -857,9 +906,10 @@ def test_with_several_workers_a_stop_travels_with_the_next_steps_vote(real_loop,
 def test_the_progress_bar_shows_the_steps_and_running_metrics(real_loop, capsys):
     loop = real_loop(epochs=1, progress="bar")
     capsys.readouterr()
-    loop.run()
+    row = loop.run().history[-1]
     out = capsys.readouterr().out
-    assert "6/6" in out and "accuracy: " in out and "loss: " in out
+    # The epoch's running means as they are (not averaged again by the bar).
+    assert "6/6" in out and f"accuracy: {row['accuracy']:.4f}" in out and f"loss: {row['loss']:.4f}" in out
 
 
 def test_the_end_of_a_run_writes_its_hparams_session(real_loop, train_log):

@@ -311,7 +311,7 @@ class EpochLoop:
             logs = self._fit(ds, saver)
         except Exception as exc:
             if type(exc).__name__ == "ResourceExhaustedError":
-                return self._out_of_memory(epoch, exc)
+                return self._out_of_memory()
             raise
         return logs, time.perf_counter() - t0, saver.steps_run
 
@@ -363,7 +363,8 @@ class EpochLoop:
         )
         return totals.logs("val_")
 
-    def _out_of_memory(self, epoch: int, exc: Exception):
+    def _out_of_memory(self):
+        """ResourceExhaustedError in a step: halve the batch from the last checkpoint (AUTO_BATCH), or fail."""
         remedies = (
             "lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
             "or stop other processes on the GPU (python -m train check lists them)"
