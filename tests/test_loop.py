@@ -903,13 +903,30 @@ def test_with_several_workers_a_stop_travels_with_the_next_steps_vote(real_loop,
     assert "another worker was asked to stop" not in " ".join(_log_lines(train_log))  # its own request stands
 
 
-def test_the_progress_bar_shows_the_steps_and_running_metrics(real_loop, capsys):
+def test_the_progress_bar_shows_the_epochs_running_means_at_every_step(real_loop, capsys, monkeypatch):
+    """PROGRESS=bar: after step k the bar shows the mean loss over steps 1..k, as the epoch line will."""
+    import re
+
+    import keras
+
+    init = keras.utils.Progbar.__init__
+    monkeypatch.setattr(keras.utils.Progbar, "__init__", lambda self, *a, **kw: init(self, *a, **kw, interval=0))
     loop = real_loop(epochs=1, progress="bar")
+    train, sums, means = loop.steps.train, [0.0, 0.0], []
+
+    def recording(iterator, n, vote):
+        out = train(iterator, n, vote)
+        values = out.numpy()  # [loss sum, accuracy sum, examples, stop votes]
+        sums[0], sums[1] = sums[0] + values[0], sums[1] + values[-2]
+        means.append(sums[0] / sums[1])
+        return out
+
+    loop.steps.train = recording
     capsys.readouterr()
     row = loop.run().history[-1]
-    out = capsys.readouterr().out
-    # The epoch's running means as they are (not averaged again by the bar).
-    assert "6/6" in out and f"accuracy: {row['accuracy']:.4f}" in out and f"loss: {row['loss']:.4f}" in out
+    shown = re.findall(r"(\d)/6\D.*? - loss: (\d\.\d{4})", capsys.readouterr().out)
+    assert shown == [(str(k), f"{m:.4f}") for k, m in enumerate(means, start=1)]
+    assert shown[-1][1] == f"{row['loss']:.4f}"
 
 
 def test_the_end_of_a_run_writes_its_hparams_session(real_loop, train_log):
