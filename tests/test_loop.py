@@ -70,12 +70,30 @@ def _loop(**settings):
     )
 
 
-@pytest.mark.parametrize("key", ["loss", "val_loss"])
-def test_non_finite_loss_is_diverged_naming_what_to_change(key):
+@pytest.mark.parametrize(
+    "key, value, chief, where",
+    [
+        ("loss", math.nan, True, "/runs/r1/checkpoints"),
+        ("val_loss", math.inf, True, "/runs/r1/checkpoints"),
+        ("val_loss", -math.inf, False, "the chief run directory"),  # a worker has no run directory of its own
+    ],
+)
+def test_non_finite_loss_is_diverged_naming_what_to_change(key, value, chief, where):
+    loop = _loop()
+    if not chief:
+        loop.files = None
     with pytest.raises(DivergedError) as info:
-        EpochLoop._check_finite(_loop(), {"loss": 0.1, key: math.nan}, epoch=1)
-    msg = str(info.value)
-    assert f"{key} is nan in epoch 2" in msg and "/runs/r1/checkpoints" in msg and "LEARNING_RATE (now 0.001)" in msg
+        EpochLoop._check_finite(loop, {"loss": 0.1, "val_loss": 0.2, key: value}, epoch=1)
+    assert str(info.value) == (
+        f"{key} is {value} in epoch 2: training diverged; the last good checkpoint is kept in {where}. "
+        "Lower LEARNING_RATE (now 0.001), check the data for NaN values, or try PRECISION=float32"
+    )
+
+
+def test_a_missing_loss_is_no_divergence():
+    """An epoch with only validation left has no training loss; a worker may lack neither."""
+    EpochLoop._check_finite(_loop(), {"val_loss": 0.2}, epoch=0)
+    EpochLoop._check_finite(_loop(), {"loss": 0.2}, epoch=0)
 
 
 def test_finite_losses_pass():
@@ -832,18 +850,30 @@ def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
     assert (loop.state.epoch, loop.state.step, loop.state.global_step) == (1, 0, 6)
 
 
-def test_steps_per_execution_runs_that_many_steps_a_call_and_still_meets_every_checkpoint(real_loop):
-    """STEPS_PER_EXECUTION=4, CHECKPOINT_EVERY=4, 6 steps an epoch: calls of 4, 2 | 2, 4 (global steps 4, 6 | 8, 12)."""
-    loop = real_loop(epochs=2, steps_per_execution=4, checkpoint_every=4)
-    train, sizes = loop.steps.train, []
+@pytest.mark.parametrize(
+    "every, sizes, saves",
+    [
+        (4, [4, 2, 2, 4], [(4, "every 4 steps"), (6, "epoch end"), (8, "every 4 steps"), (12, "epoch end")]),
+        (0, [4, 2, 4, 2], [(6, "epoch end"), (12, "epoch end")]),  # CHECKPOINT_EVERY=0: epoch ends only
+    ],
+)
+def test_steps_per_execution_runs_that_many_steps_a_call_and_still_meets_every_checkpoint(
+    real_loop, train_log, every, sizes, saves
+):
+    """STEPS_PER_EXECUTION=4, 6 steps an epoch: a call never crosses the epoch's end or a CHECKPOINT_EVERY boundary."""
+    loop = real_loop(epochs=2, steps_per_execution=4, checkpoint_every=every)
+    train, called = loop.steps.train, []
 
     def recording(iterator, n, vote):
-        sizes.append(int(n))
+        called.append(int(n))
         return train(iterator, n, vote)
 
     loop.steps.train = recording
+    train_log.clear()  # from here: the run's own saves
     loop.run()
-    assert sizes == [4, 2, 2, 4] and loop.state.global_step == 12
+    assert called == sizes and loop.state.global_step == 12
+    saved = [line for line in _log_lines(train_log) if line.startswith("checkpoint ")]
+    assert saved == [f"checkpoint ckpt-{step:09d}.npz ({why})" for step, why in saves]
 
 
 def test_a_stop_voted_by_another_worker_stops_this_one_after_the_same_step(real_loop, train_log):
