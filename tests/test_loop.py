@@ -652,6 +652,7 @@ def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
 def test_auto_batch_position_carries_over_in_examples(saved, old, expected_step):
     got = position_after_halving(saved, old, halvings=2)
     assert got.batch_size == old // 2 and got.step == expected_step and got.batch_halvings == 2
+    assert type(got.batch_size) is int and type(got.step) is int  # whole batches, as metrics.csv records them
     assert got.step * got.batch_size <= saved.step * saved.batch_size
 
 
