@@ -828,17 +828,27 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     assert "epoch_epoch" not in train
 
 
-def test_epoch_time_and_speed_come_from_the_clock_around_training(real_loop, monkeypatch):
-    """seconds = the time the epoch's training took (validation not included); samples/s = examples / seconds."""
+def test_epoch_time_speed_and_mfu_come_from_the_clock_around_training(real_loop, monkeypatch, train_log):
+    """seconds = the time the epoch's training took (validation not included); samples/s = examples / seconds;
+    model FLOP/s = samples/s x FLOPs per example (18816 here); MFU = that / the peak (set to 100 GFLOP/s)."""
+    from train import flops
     from train import loop as loop_module
 
-    ticks = iter([100.0, 101.23456, 200.0, 202.0])
+    ticks = iter([100.0, 100.00384, 200.0, 200.00192])  # 384 examples in 3.84 ms, then in 1.92 ms
     monkeypatch.setattr(loop_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
     loop = real_loop(epochs=2)
+    loop.peak = flops.Peak(1e11, "a test peak")
+    _fixed_validation(loop, [0.5, 0.4])
     rows = loop.run().history
-    assert [r["epoch_seconds"] for r in rows] == [1.235, 2.0]
-    assert [r["samples_per_second"] for r in rows] == [pytest.approx(384 / 1.23456), pytest.approx(192.0)]
-    assert rows[0]["model_flops_per_second"] == pytest.approx(384 / 1.23456 * 3 * 2 * 784 * 4)
+    assert [r["epoch_seconds"] for r in rows] == [0.004, 0.002]
+    assert [r["samples_per_second"] for r in rows] == [pytest.approx(1e5), pytest.approx(2e5)]
+    assert [r["model_flops_per_second"] for r in rows] == [pytest.approx(1.8816e9), pytest.approx(3.7632e9)]
+    assert [r["mfu"] for r in rows] == [pytest.approx(0.018816), pytest.approx(0.037632)]
+    ends = [line for line in _log_lines(train_log) if line.startswith("epoch ") and ": " in line]
+    assert ends[0].endswith("  0.0s  100000 samples/s  1.9 GFLOP/s = MFU 1.9%  (best)"), ends
+    assert ends[1].endswith("val_accuracy=0.4000  val_loss=1.0000  0.0s  200000 samples/s  3.8 GFLOP/s = MFU 3.8%"), (
+        ends
+    )
 
 
 def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
@@ -848,6 +858,7 @@ def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
     row = loop.run().history[0]
     assert "loss" not in row and "val_loss" in row and row["samples_per_second"] is None
     assert not any(line.startswith("epoch 1/1 (") or line == "epoch 1/1" for line in _log_lines(train_log))
+    assert _log_lines(train_log)[-1].endswith("  0.0s  0 samples/s  (best)")  # nothing trained: no speed, no MFU
     assert (loop.state.epoch, loop.state.step, loop.state.global_step) == (1, 0, 6)
 
 
