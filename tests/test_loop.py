@@ -918,10 +918,10 @@ def test_with_several_workers_each_waits_for_the_chiefs_end(real_loop, monkeypat
     from train import sync
 
     calls = []
-    monkeypatch.setattr(sync, "from_chief", lambda strategy, values: calls.append(values))
+    monkeypatch.setattr(sync, "from_chief", lambda strategy, values: calls.append((strategy, values)))
     loop = real_loop(epochs=1)
     loop.setup.workers = workers
-    assert loop.run().status == "completed" and calls == [[0.0]] * waits
+    assert loop.run().status == "completed" and calls == [(loop.strategy, [0.0])] * waits
 
 
 def test_with_several_workers_a_stop_travels_with_the_next_steps_vote(real_loop, train_log):

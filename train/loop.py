@@ -304,7 +304,7 @@ class EpochLoop:
         if start >= total:  # saved at the very last step: only validation is left
             return {}, 0.0, 0
         ds = self._distributed("train", epoch, batch, start)
-        saver = StepSaver(self, start, total)
+        saver = StepSaver(self, total)
         log.info("epoch %d/%d%s", epoch + 1, self.epochs, f" (from step {start}/{total})" if start else "")
         t0 = time.perf_counter()
         try:
@@ -515,8 +515,8 @@ def _weights_bytes(model) -> int:
 class StepSaver:
     """After each compiled call: advance the state, and save a resumable state every CHECKPOINT_EVERY steps."""
 
-    def __init__(self, loop: EpochLoop, start: int, total: int):
-        self.loop, self.start, self.total = loop, start, total
+    def __init__(self, loop: EpochLoop, total: int):
+        self.loop, self.total = loop, total
         self.steps_run = 0
 
     def after(self, n: int, stopping: bool) -> None:
