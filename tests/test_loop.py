@@ -971,6 +971,17 @@ def test_the_progress_bar_shows_the_epochs_running_means_at_every_step(real_loop
     assert shown[-1][1] == f"{row['loss']:.4f}"
 
 
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_auto_shows_the_bar_on_a_terminal_only(real_loop, capsys, monkeypatch, terminal):
+    import sys
+
+    loop = real_loop(epochs=1, progress="auto")
+    capsys.readouterr()
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    loop.run()
+    assert ("6/6" in capsys.readouterr().out) is terminal
+
+
 def test_the_end_of_a_run_writes_its_hparams_session(real_loop, train_log):
     """TensorBoard's HParams view: the settings, and the last epoch's monitors and the best value at the last epoch."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
