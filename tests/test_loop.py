@@ -1,7 +1,11 @@
 """loop: the pure decisions of the epoch loop (monitor mode, improvement, divergence, OOM, AUTO_BATCH position,
 steps per compiled call, progress mode, the typed state), and the loop
 itself on a one-layer model and a few hundred generated examples (about a second per test): a stop
-saves the step reached, a resumed epoch starts at its saved step, the best weights are the best epoch's.
+saves the step reached, a resumed epoch starts at its saved step, the best weights are the best epoch's,
+an out-of-memory step continues from the last checkpoint with half the batch, early stopping, what a
+run leaves behind (metrics.csv, TensorBoard, HParams, the manifest, final weights, the log), and what a
+worker that is not the chief does (the same steps, nothing written). Faults are injected in-process
+(a step that raises ResourceExhaustedError, a stop vote, a full disk, a fixed clock).
 
 Training itself is covered end to end by test_fit.py and test_reliability.py.
 """
