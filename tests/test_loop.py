@@ -578,6 +578,8 @@ def test_a_models_own_metrics_are_trained_validated_and_recorded(real_loop, monk
     )
     header = (loop.run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert header[:7] == ["epoch", "loss", "accuracy", "wrong", "val_loss", "val_accuracy", "val_wrong"]
+    hparams = _scalars(loop.run_dir / "tensorboard", "hparams/")
+    assert {"hparams/wrong", "hparams/val_wrong", "hparams/best_val_wrong"} <= set(hparams)
 
 
 def _oom_at_call(loop, bad_call: int) -> dict:
@@ -792,37 +794,38 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     from train import checkpoints, devices, export, report
 
     exported, refreshed, tracked = [], [], []
-    memory = iter([(100.0, 150.0), (110.0, 160.0)])
+    memory = iter([(100.0, 150.0), (110.0, 160.0), (120.0, 170.0)])
     monkeypatch.setattr(devices, "gpu_memory", lambda: next(memory))  # (MB in use, peak MB) at each epoch's end
     monkeypatch.setattr(
         export, "export_run", lambda run_dir, model: exported.append((run_dir, model)) or {"format": "x"}
     )
     monkeypatch.setattr(report, "refresh_after_epoch", lambda run_dir, mode: refreshed.append((run_dir, mode)))
-    loop = real_loop(epochs=2, export=True, report="quick", keep_checkpoints=2)
+    loop = real_loop(epochs=3, export=True, report="quick", keep_checkpoints=2)
     loop.tracker = types.SimpleNamespace(log_epoch=lambda row, step: tracked.append((dict(row), step)))
     result = loop.run()
 
     assert result.status == "completed" and result.export == {"format": "x"}
-    assert (result.run_dir, result.model, result.epochs_completed) == (loop.run_dir, loop.model, 2)
-    assert result.history == loop.history and len(result.history) == 2
+    assert (result.run_dir, result.model, result.epochs_completed) == (loop.run_dir, loop.model, 3)
+    assert result.history == loop.history and len(result.history) == 3
     assert [(r["gpu_memory_used_mb"], r["gpu_memory_peak_mb"]) for r in result.history] == [
         (100.0, 150.0),
         (110.0, 160.0),
+        (120.0, 170.0),
     ]
     assert result.best == max(r["val_accuracy"] for r in result.history)
-    assert exported == [(loop.run_dir, loop.model)] and refreshed == [(loop.run_dir, "quick")] * 2
-    assert tracked == [(result.history[0], 6), (result.history[1], 12)]
+    assert exported == [(loop.run_dir, loop.model)] and refreshed == [(loop.run_dir, "quick")] * 3
+    assert tracked == [(row, 6 * epoch) for epoch, row in enumerate(result.history, start=1)]
     final = _tiny_models().build_model("", loop.spec.input_shape, loop.spec.num_classes)
     final.load_weights(loop.run_dir / "final.weights.h5")
     for saved, trained in zip(final.get_weights(), result.model.get_weights(), strict=True):
         np.testing.assert_array_equal(saved, trained)
     manifest = json.loads((loop.run_dir / "manifest.json").read_text())
     assert result.final_weights_sha256 == checkpoints.weights_sha256(result.model) == manifest["final_weights_sha256"]
-    assert manifest["best"] == {"monitor": "val_accuracy", "value": result.best} and manifest["epochs_completed"] == 2
+    assert manifest["best"] == {"monitor": "val_accuracy", "value": result.best} and manifest["epochs_completed"] == 3
     assert manifest["final_metrics"] == json.loads(json.dumps(result.history[-1]))
     assert sorted(p.name for p in checkpoints.list_states(loop.run_dir / "checkpoints")) == [
-        "ckpt-000000008.npz",
-        "ckpt-000000012.npz",
+        "ckpt-000000016.npz",
+        "ckpt-000000018.npz",
     ]
     train, val = _scalars(loop.run_dir / "tensorboard" / "train"), _scalars(loop.run_dir / "tensorboard" / "validation")
     for name in ("loss", "accuracy", "learning_rate", "batch_size", "samples_per_second"):
@@ -991,13 +994,13 @@ def test_the_end_of_a_run_writes_its_hparams_session(real_loop, train_log):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    loop = real_loop(epochs=2)
+    loop = real_loop(epochs=3)
     result = loop.run()
     last = result.history[-1]
     hparams = _scalars(loop.run_dir / "tensorboard", "hparams/")
     assert hparams == {
-        **{f"hparams/{m}": [(2, pytest.approx(last[m]))] for m in ("val_accuracy", "val_loss", "accuracy", "loss")},
-        "hparams/best_val_accuracy": [(2, pytest.approx(result.best))],
+        **{f"hparams/{m}": [(3, pytest.approx(last[m]))] for m in ("val_accuracy", "val_loss", "accuracy", "loss")},
+        "hparams/best_val_accuracy": [(3, pytest.approx(result.best))],
     }
     acc = EventAccumulator(str(loop.run_dir / "tensorboard"), size_guidance={"tensors": 0})
     acc.Reload()
