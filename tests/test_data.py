@@ -106,6 +106,46 @@ def test_smoke_sizes(make_npz):
     spec = data.load_data(s)
     assert (spec.n_train, spec.n_val) == (512, 256)
     np.testing.assert_array_equal(spec._train.y, data.load_data(s)._train.y)  # the same subset every time
+    # 512 different examples, none drawn twice (the generated images are all distinct)
+    assert len(np.unique(spec._train.x.reshape(512, -1), axis=0)) == 512
+    assert len(np.unique(spec._val.x.reshape(256, -1), axis=0)) == 256
+
+
+def _register(monkeypatch, load):
+    from train import datasets
+
+    monkeypatch.setitem(datasets.DATASETS, "tiny", datasets.Dataset("tiny", (28, 28, 1), tuple("0123456789"), load))
+
+
+def test_a_downloaded_data_set_is_fingerprinted_by_its_content(tmp_path, monkeypatch):
+    def arrays(seed):
+        with np.load(write_npz(tmp_path / f"src{seed}.npz", seed=seed)) as z:
+            return dict(z)
+
+    def fingerprint(seed):
+        _register(monkeypatch, lambda cache: arrays(seed))
+        return data.load_data(settings(dataset="tiny", data_dir=str(tmp_path / "data"))).fingerprint
+
+    assert fingerprint(1) == fingerprint(1)  # a resume's data check compares it
+    assert fingerprint(1) != fingerprint(2)
+
+
+@pytest.mark.parametrize(
+    "error, shown",
+    [
+        (ValueError(""), "(ValueError: no message)"),
+        (OSError("  \n"), "(OSError: no message)"),
+        (RuntimeError("x" * 300 + "\nsecond line"), "(RuntimeError: " + "x" * 200 + ")"),
+    ],
+)
+def test_a_failed_download_shows_the_first_line_of_its_error_cut_at_200_characters(tmp_path, monkeypatch, error, shown):
+    def load(cache):
+        raise error
+
+    _register(monkeypatch, load)
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(dataset="tiny", data_dir=str(tmp_path / "data")))
+    assert shown in str(e.value) and "second line" not in str(e.value)
 
 
 @pytest.mark.skipif(
