@@ -58,8 +58,15 @@ def test_builtin_from_data_dir_cifar_labels_flattened(tmp_path):
 
 def test_builtin_with_wrong_shape_is_refused(tmp_path):
     write_npz(tmp_path / "mnist.npz", shape=(32, 32, 3))
-    with pytest.raises(DataError, match="is it the right file"):
+    with pytest.raises(DataError, match=r"images are \(32, 32, 3\) but mnist has \(28, 28, 1\); is it the right file"):
         data.load_data(settings(dataset="mnist", data_dir=str(tmp_path)))
+
+
+def test_an_npz_may_name_its_classes(make_npz):
+    names = np.array([f"digit {i}" for i in range(10)])
+    s = settings(dataset=f"npz:{make_npz(class_names=names)}")
+    spec = data.load_data(s)
+    assert spec.class_names == tuple(f"digit {i}" for i in range(10)) and spec.name == s.dataset
 
 
 def test_offline_builtin_names_the_file(tmp_path, monkeypatch):
