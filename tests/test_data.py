@@ -47,6 +47,18 @@ def test_npz_round_trip(make_npz):
     assert len(train_x) == 600 and data.steps_per_epoch(spec, 64) == 10  # last batch partial: 600 = 9*64 + 24
 
 
+def test_an_npz_path_with_a_colon_loads_and_the_data_line_says_what_was_loaded(tmp_path, caplog):
+    path = write_npz(tmp_path / "run:2" / "toy:v1.npz")  # only the first colon separates the kind
+    with caplog.at_level("INFO", logger="train"):
+        spec = data.load_data(settings(dataset=f"npz:{path}"))
+    assert spec.source == str(path)
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("data: "))
+    assert line == (
+        f"data: npz:{path} from {path}: 600 train / 300 val, shape (28, 28, 1), 10 classes, "
+        f"fingerprint {spec.fingerprint[:16]}"
+    )
+
+
 def test_builtin_from_data_dir_cifar_labels_flattened(tmp_path):
     y = np.arange(600, dtype=np.uint8).reshape(-1, 1) % 10
     write_npz(tmp_path / "cifar10.npz", shape=(32, 32, 3), y_train=y, y_test=y[:300])
