@@ -47,6 +47,18 @@ def test_npz_round_trip(make_npz):
     assert len(train_x) == 600 and data.steps_per_epoch(spec, 64) == 10  # last batch partial: 600 = 9*64 + 24
 
 
+def test_an_npz_path_with_a_colon_loads_and_the_data_line_says_what_was_loaded(tmp_path, caplog):
+    path = write_npz(tmp_path / "run:2" / "toy:v1.npz")  # only the first colon separates the kind
+    with caplog.at_level("INFO", logger="train"):
+        spec = data.load_data(settings(dataset=f"npz:{path}"))
+    assert spec.source == str(path)
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("data: "))
+    assert line == (
+        f"data: npz:{path} from {path}: 600 train / 300 val, shape (28, 28, 1), 10 classes, "
+        f"fingerprint {spec.fingerprint[:16]}"
+    )
+
+
 def test_builtin_from_data_dir_cifar_labels_flattened(tmp_path):
     y = np.arange(600, dtype=np.uint8).reshape(-1, 1) % 10
     write_npz(tmp_path / "cifar10.npz", shape=(32, 32, 3), y_train=y, y_test=y[:300])
@@ -58,8 +70,15 @@ def test_builtin_from_data_dir_cifar_labels_flattened(tmp_path):
 
 def test_builtin_with_wrong_shape_is_refused(tmp_path):
     write_npz(tmp_path / "mnist.npz", shape=(32, 32, 3))
-    with pytest.raises(DataError, match="is it the right file"):
+    with pytest.raises(DataError, match=r"images are \(32, 32, 3\) but mnist has \(28, 28, 1\); is it the right file"):
         data.load_data(settings(dataset="mnist", data_dir=str(tmp_path)))
+
+
+def test_an_npz_may_name_its_classes(make_npz):
+    names = np.array([f"digit {i}" for i in range(10)])
+    s = settings(dataset=f"npz:{make_npz(class_names=names)}")
+    spec = data.load_data(s)
+    assert spec.class_names == tuple(f"digit {i}" for i in range(10)) and spec.name == s.dataset
 
 
 def test_offline_builtin_names_the_file(tmp_path, monkeypatch):
@@ -106,6 +125,46 @@ def test_smoke_sizes(make_npz):
     spec = data.load_data(s)
     assert (spec.n_train, spec.n_val) == (512, 256)
     np.testing.assert_array_equal(spec._train.y, data.load_data(s)._train.y)  # the same subset every time
+    # 512 different examples, none drawn twice (the generated images are all distinct)
+    assert len(np.unique(spec._train.x.reshape(512, -1), axis=0)) == 512
+    assert len(np.unique(spec._val.x.reshape(256, -1), axis=0)) == 256
+
+
+def _register(monkeypatch, load):
+    from train import datasets
+
+    monkeypatch.setitem(datasets.DATASETS, "tiny", datasets.Dataset("tiny", (28, 28, 1), tuple("0123456789"), load))
+
+
+def test_a_downloaded_data_set_is_fingerprinted_by_its_content(tmp_path, monkeypatch):
+    def arrays(seed):
+        with np.load(write_npz(tmp_path / f"src{seed}.npz", seed=seed)) as z:
+            return dict(z)
+
+    def fingerprint(seed):
+        _register(monkeypatch, lambda cache: arrays(seed))
+        return data.load_data(settings(dataset="tiny", data_dir=str(tmp_path / "data"))).fingerprint
+
+    assert fingerprint(1) == fingerprint(1)  # a resume's data check compares it
+    assert fingerprint(1) != fingerprint(2)
+
+
+@pytest.mark.parametrize(
+    "error, shown",
+    [
+        (ValueError(""), "(ValueError: no message)"),
+        (OSError("  \n"), "(OSError: no message)"),
+        (RuntimeError("x" * 300 + "\nsecond line"), "(RuntimeError: " + "x" * 200 + ")"),
+    ],
+)
+def test_a_failed_download_shows_the_first_line_of_its_error_cut_at_200_characters(tmp_path, monkeypatch, error, shown):
+    def load(cache):
+        raise error
+
+    _register(monkeypatch, load)
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(dataset="tiny", data_dir=str(tmp_path / "data")))
+    assert shown in str(e.value) and "second line" not in str(e.value)
 
 
 @pytest.mark.skipif(

@@ -48,6 +48,16 @@ def test_png_and_jpeg_class_dirs(make_image_dir, tmp_path):
     assert x[y == 1][..., 1].mean() > x[y == 1][..., 0].mean() + 100  # the class colour survived
 
 
+def test_smoke_takes_a_subset_of_an_image_dir_and_only_then(make_image_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "SMOKE_TRAIN", 6)  # a smoke run's sizes, scaled down to this small folder
+    monkeypatch.setattr(data, "SMOKE_VAL", 3)
+    root = make_image_dir()
+    full = data.load_data(settings(root, tmp_path))
+    assert (full.n_train, full.n_val, full.name) == (45, 15, f"images:{root}")
+    smoke = data.load_data(settings(root, tmp_path, smoke=True))
+    assert (smoke.n_train, smoke.n_val) == (6, 3)
+
+
 def test_grayscale_and_fingerprint_tracks_bytes(make_image_dir, tmp_path):
     root = make_image_dir(per_class=4)
     spec = data.load_data(settings(root, tmp_path, channels=1))

@@ -162,7 +162,7 @@ def _sliced_pipeline(
 ):
     import tensorflow as tf
 
-    split = spec._train if which == "train" else spec._val
+    split = {"train": spec._train, "val": spec._val}[which]
     shape = spec.input_shape
 
     def my_slices(idx):
@@ -208,7 +208,7 @@ def _sliced_pipeline(
 def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
     import tensorflow as tf
 
-    split = spec._train if which == "train" else spec._val
+    split = {"train": spec._train, "val": spec._val}[which]
     shape = spec.input_shape
     if split.x is None:  # CACHE=none: decode again every epoch
         images_ds = images.decode_dataset([split.files[i] for i in order], shape)
