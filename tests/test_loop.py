@@ -633,7 +633,7 @@ def test_auto_batch_continues_from_the_checkpoints_weights_with_half_the_batch(r
     assert result.status == "completed" and [r["batch_size"] for r in result.history] == [32]
     assert (loop.state.epoch, loop.state.step, loop.state.global_step, loop.state.batch_halvings) == (1, 0, 8, 1)
     assert int(loop.model.optimizer.iterations.numpy()) == 8
-    warnings = [r.getMessage() for r in caplog.records if r.funcName == "_out_of_memory"]
+    warnings = [r.getMessage() for r in caplog.records if "out of GPU memory" in r.getMessage()]
     assert warnings == [
         "WARNING: out of GPU memory at batch size 64; AUTO_BATCH: continuing from the last checkpoint "
         "with batch size 32 (1/3)"
@@ -725,7 +725,7 @@ def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monke
     with caplog.at_level(logging.WARNING, logger="train"):
         loop = real_loop(epochs=1)
     assert loop.peak.flops is None and loop.peak.source == "unknown: the probe failed"
-    assert [r.getMessage() for r in caplog.records if r.funcName == "_measure_limits"] == [
+    assert [r.getMessage() for r in caplog.records if "probe failed" in r.getMessage()] == [
         "WARNING: the peak FLOP/s probe failed (RuntimeError: no device): no MFU for this run"
     ]
     row = loop.run().history[-1]
