@@ -175,7 +175,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
             state.batch_size,
         )
     state.workers = workers
-    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop)
+    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop, chief=True)
     loop.build_model(models)
     scope = loop.strategy.scope()  # optimizer slots must be created where the model's variables live
     if loaded:

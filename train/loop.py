@@ -143,7 +143,8 @@ class EpochLoop:
         epochs,
         started,
         stop: StopFlag | None = None,
-        chief: bool = True,
+        *,
+        chief: bool,  # said by every caller: a worker that takes itself for the chief writes over the run
     ):
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started, self.chief = epochs, started, chief
