@@ -77,9 +77,9 @@ def setup_devices(settings, cluster=None) -> DeviceSetup:
     if settings.deterministic:
         tf.config.experimental.enable_op_determinism()
     ccs = [cc for cc in (_compute_capability(g) for g in gpus) if cc]
-    flags = cpu_flags()
-    policy, reason = choose_precision(settings.precision, ccs, flags, onednn_enabled(), onednn_max_isa())
-    check_precision_fits_isa(policy, ccs, flags, onednn_max_isa())
+    flags, max_isa = cpu_flags(), onednn_max_isa()
+    policy, reason = choose_precision(settings.precision, ccs, flags, onednn_enabled(), max_isa)
+    check_precision_fits_isa(policy, ccs, flags, max_isa)
     keras.mixed_precision.set_global_policy(policy)
     strategy = multi or (tf.distribute.MirroredStrategy() if len(gpus) > 1 else None)
     replicas = strategy.num_replicas_in_sync if strategy else 1

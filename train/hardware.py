@@ -12,17 +12,18 @@ from pathlib import Path
 
 # CPU flags (as in /proc/cpuinfo) that give TensorFlow/oneDNN native bfloat16 matmuls and convolutions.
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-# NVIDIA: float16 tensor cores from compute capability 7.0 (Volta), bfloat16 from 8.0 (Ampere).
-# oneDNN's ISA names, as ONEDNN_MAX_CPU_ISA takes them, that stop it below its bfloat16 kernels
-# (AVX512_CORE_BF16 and up): capped there, bfloat16 is emulated even on a CPU that has it. Any other
-# value (AVX512_CORE_BF16, AVX512_CORE_AMX, ALL, ...) leaves the native kernels in reach.
-ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
-# Capped at one of these on a CPU with AVX-512, TensorFlow still hands bfloat16 work to oneDNN (it
-# decides from the CPU's avx512f flag: IsBF16SupportedByOneDNNOnThisCPU in its mkl_graph_util.h),
-# which has no kernel for it under the cap: a bfloat16 matmul ends the process (SIGSEGV) and a
-# convolution raises "could not create a primitive descriptor" (TensorFlow 2.21, measured with
-# ONEDNN_MAX_CPU_ISA=AVX2). Without avx512f, TensorFlow keeps bfloat16 on its own kernels.
+# Capped at one of these oneDNN ISA names (ONEDNN_MAX_CPU_ISA) on a CPU with AVX-512, TensorFlow
+# still hands bfloat16 work to oneDNN (it decides from the CPU's avx512f flag:
+# IsBF16SupportedByOneDNNOnThisCPU in its mkl_graph_util.h), which has no kernel for it under the
+# cap: a bfloat16 matmul ends the process (SIGSEGV) and a convolution raises "could not create a
+# primitive descriptor" (TensorFlow 2.21, measured with ONEDNN_MAX_CPU_ISA=AVX2). Without avx512f,
+# TensorFlow keeps bfloat16 on its own kernels.
 ISAS_BF16_FAILS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI")
+# The caps that stop oneDNN below its bfloat16 kernels (AVX512_CORE_BF16 and up): there bfloat16 is
+# emulated, or crashes as above, even on a CPU that has it. Any other value (AVX512_CORE_BF16,
+# AVX512_CORE_AMX, ALL, ...) leaves the native kernels in reach.
+ISAS_WITHOUT_BF16 = (*ISAS_BF16_FAILS, "AVX512_CORE", "AVX512_CORE_VNNI")
+# NVIDIA: float16 tensor cores from compute capability 7.0 (Volta), bfloat16 from 8.0 (Ampere).
 FP16_MIN_CC = (7, 0)
 BF16_MIN_CC = (8, 0)
 
