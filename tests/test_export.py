@@ -131,7 +131,7 @@ def test_export_of_a_run_in_use_is_refused_naming_the_holder(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(f"RunBusyError: run {run.name} is in use by another process (pid ")
 
 
-def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch):
+def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch, tmp_path):
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
@@ -145,8 +145,21 @@ def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch):
             np.testing.assert_array_equal(a, b)
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    model32 = _tiny_model()
-    assert export.float32_copy(model32, "unused") is model32
+    # A float32 model is copied too, without its optimizer: the run's learning-rate schedule is
+    # this package's own class, and a model.keras holding it would not load anywhere else.
+    from train.models import build_model
+    from train.schedules import CosineOverTraining
+
+    model32 = build_model("cnn", (28, 28, 1), 3)
+    model32.compile(
+        optimizer=keras.optimizers.Adam(CosineOverTraining(1e-3, 2, 5)), loss="sparse_categorical_crossentropy"
+    )
+    copy32 = export.float32_copy(model32, "cnn")
+    assert copy32 is not model32 and getattr(copy32, "optimizer", None) is None
+    for a, b in zip(model32.get_weights(), copy32.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    copy32.save(tmp_path / "model.keras")
+    assert keras.models.load_model(tmp_path / "model.keras").count_params() == model32.count_params()
 
 
 @pytest.fixture

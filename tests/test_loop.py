@@ -192,10 +192,12 @@ def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch, batch,
     loop = _loop(auto_batch=True)
     # The failing step: not saved, so redone.
     loop.state = dataclasses.replace(loop.state, batch_size=batch, step=5, global_step=15)
-    loop.model, continued = object(), []
+    loop.model, continued, aligned = object(), [], []
     loop._train_epoch = lambda epoch: continued.append((epoch, loop.state.to_dict())) or ({}, 0.0, 0)
+    loop._align_schedule = lambda: aligned.append((loop.state.step, loop.state.batch_size))
     EpochLoop._out_of_memory(loop)
     assert restored == [Path("/runs/r1/checkpoints")]
+    assert aligned == [(6, batch // 2)]  # the learning-rate schedule learns the new position
     expected = dict(saved, batch_size=batch // 2, step=6, batch_halvings=1)
     assert continued == [(1, dict(expected, workers=1, patience_reference=None, patience_wait=0))]
 
@@ -638,6 +640,33 @@ def test_auto_batch_continues_from_the_checkpoints_weights_with_half_the_batch(r
         "WARNING: out of GPU memory at batch size 64; AUTO_BATCH: continuing from the last checkpoint "
         "with batch size 32 (1/3)"
     ]
+
+
+def test_a_cosine_schedule_still_spans_all_epochs_after_auto_batch_halves_the_batch(real_loop):
+    """Out of memory in step 6 of batch 64: epoch 1 ends halfway down the cosine and epoch 2 at
+    zero, though an epoch now takes 12 optimizer steps instead of 6 (counted in steps, the rate
+    would be a quarter after epoch 1 and zero two thirds of the way through)."""
+    loop = real_loop(epochs=2, auto_batch=True, lr_schedule="cosine", learning_rate=1e-3)
+    _oom_at_call(loop, 6)
+    result = loop.run()
+    assert [r["batch_size"] for r in result.history] == [32, 32]
+    assert [r["learning_rate"] for r in result.history] == pytest.approx([5e-4, 0.0], abs=1e-9)
+
+
+def test_a_resume_with_another_batch_size_keeps_the_cosine_where_training_stands(real_loop):
+    """3 epochs: 1 trained in batches of 64 (6 steps), resumed in batches of 32 (12 steps an
+    epoch): the rate after epoch 2 is the cosine at two thirds, whatever the optimizer's step count."""
+    first = real_loop(epochs=3, lr_schedule="cosine", learning_rate=1e-3)
+    _stop_after_steps(first, 6)
+    assert first.run().status == "interrupted" and first.state.global_step == 6
+    resumed = real_loop(epochs=3, resume_from=first.run_dir, lr_schedule="cosine", learning_rate=1e-3)
+    resumed.state = at_new_batch_size(resumed.state, 32)  # as a --force resume with BATCH_SIZE=32 does
+    _stop_after_steps(resumed, 12)
+    resumed.run()
+    third, two_thirds = (1e-3 * 0.5 * (1 + math.cos(math.pi * k / 3)) for k in (1, 2))
+    rates = [float(r["learning_rate"]) for r in resumed.history]  # epoch 1's row is read back from metrics.csv
+    assert rates == pytest.approx([third, two_thirds], rel=1e-5)
+    assert int(resumed.model.optimizer.iterations.numpy()) == 18
 
 
 def test_oom_with_several_workers_is_an_error_even_with_auto_batch():

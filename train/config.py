@@ -61,7 +61,7 @@ class Settings:
     epochs: int = _f(3, "number of epochs", min=1, max=100000)
     batch_size: int = _f(128, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
     learning_rate: float = _f(1e-3, "Adam learning rate", min=1e-8, max=10.0)
-    lr_schedule: str = _f("constant", "constant | cosine (decays to 0 over all training steps)", choices=LR_SCHEDULES)
+    lr_schedule: str = _f("constant", "constant | cosine (decays to 0 over all EPOCHS)", choices=LR_SCHEDULES)
     seed: int = _f(42, "seed for weights, data split and shuffle order", min=0, max=2**31 - 1)
     deterministic: bool = _f(
         False, "enable TensorFlow op determinism: bit-identical results on one machine, a little slower"

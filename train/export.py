@@ -84,18 +84,18 @@ def _quiet_env() -> dict[str, str]:
 
 
 def float32_copy(model, model_name: str):
-    """The same network and weights under the float32 policy.
+    """The same network and weights under the float32 policy, uncompiled.
 
     The export serves in float32 whatever the training precision: it runs on any CPU or GPU, and
     its fresh-process parity can be held to 1e-5 (bfloat16 keeps ~3 significant digits, so a
-    mixed-precision graph and the eager model already differ by ~1e-3 after fusion).
+    mixed-precision graph and the eager model already differ by ~1e-3 after fusion). A copy also
+    in float32: model.keras then never carries the training optimizer, whose learning-rate
+    schedule (train.schedules) only this package could load.
     """
     import keras
 
     from .models import build_model
 
-    if keras.mixed_precision.global_policy().name == "float32" and model.dtype_policy.name == "float32":
-        return model
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")
     try:

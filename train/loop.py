@@ -162,6 +162,7 @@ class EpochLoop:
             self.history = [dict(r) for r in self.metrics.rows]
         self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
         self.tracker = None  # train.tracking.Tracker, set on the chief when MLFLOW_TRACKING_URI is set
+        self.schedule = None  # train.schedules.CosineOverTraining under LR_SCHEDULE=cosine, set by build_model
         from .flops import FlopCount, Peak
 
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
@@ -183,9 +184,10 @@ class EpochLoop:
             lr: Any = self.s.learning_rate
             if self.s.lr_schedule == "cosine":
                 from .data import steps_per_epoch
+                from .schedules import CosineOverTraining
 
-                total = self.epochs * steps_per_epoch(self.spec, self.state.batch_size)
-                lr = keras.optimizers.schedules.CosineDecay(self.s.learning_rate, decay_steps=max(total, 1))
+                per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
+                lr = self.schedule = CosineOverTraining(self.s.learning_rate, self.epochs, per_epoch)
             # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
             # mixed_float16), the loss and the metrics for export; training runs train.steps.
             optimizer = keras.optimizers.Adam(lr)
@@ -255,6 +257,7 @@ class EpochLoop:
             update_manifest(self.files.manifest, flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
         tb = TensorBoardWriter(self.files.tensorboard) if self.chief else None
         status, ended = "completed", f"all {self.epochs} epochs trained"
+        self._align_schedule()  # the optimizer's step is the restored one by now
         try:
             with self.stop.installed():
                 while self.state.epoch < self.epochs:
@@ -386,6 +389,7 @@ class EpochLoop:
         checkpoints.restore(self.model, loaded)
         saved = LoopState.from_meta(loaded.meta, old)  # a header without batch_size (older versions): the batch in use
         self.state = position_after_halving(saved, old, state.batch_halvings + 1)
+        self._align_schedule()
         log.warning(
             "WARNING: out of GPU memory at batch size %d; AUTO_BATCH: continuing from the last checkpoint "
             "with batch size %d (%d/%d)",
@@ -395,6 +399,17 @@ class EpochLoop:
             MAX_BATCH_HALVINGS,
         )
         return self._train_epoch(self.state.epoch)
+
+    def _align_schedule(self) -> None:
+        """Tell a decaying learning rate where training stands, in epochs of the batch size now in
+        use: at every start (a resume may bring another BATCH_SIZE) and after AUTO_BATCH halves it."""
+        if self.schedule is None:
+            return
+        from .data import steps_per_epoch
+
+        iteration = int(self.model.optimizer.iterations.numpy())
+        per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
+        self.schedule.begin(self.state.epoch, self.state.step, per_epoch, iteration)
 
     def _check_finite(self, logs: dict[str, float], epoch: int) -> None:
         bad = [k for k in ("loss", "val_loss") if k in logs and not math.isfinite(logs[k])]
