@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import logging
 
-from train.logs import METRIC_COLUMNS, MetricsFile, close_logging, setup_logging
+from train.logs import METRIC_COLUMNS, MetricsFile, close_logging, read_back, setup_logging
 from train.rundir import TMP_MARK
 
 
@@ -58,6 +58,15 @@ def test_reload_truncate_and_append_after_a_resume(tmp_path):
     assert [r["epoch"] for r in again.rows] == ["1", "2"]
     again.append({"epoch": 3, "loss": 0.25})
     assert [(r["epoch"], r["loss"]) for r in _read(path)] == [("1", "1"), ("2", "0.5"), ("3", "0.25")]
+
+
+def test_a_row_read_back_has_the_numbers_it_was_written_with(tmp_path):
+    m = MetricsFile(tmp_path / "metrics.csv")
+    m.append({"epoch": 2, "loss": 0.125, "batch_size": 64, "learning_rate": 1e-3, "mfu": None})
+    row = read_back(MetricsFile(tmp_path / "metrics.csv").rows[0])
+    assert row["epoch"] == 2 and isinstance(row["epoch"], int) and row["batch_size"] == 64
+    assert (row["loss"], row["learning_rate"], row["mfu"], row["gpu_memory_used_mb"]) == (0.125, 1e-3, None, None)
+    assert read_back({"epoch": "3", "loss": "not a number"}) == {"epoch": 3, "loss": "not a number"}
 
 
 def test_a_missing_file_starts_empty(tmp_path):

@@ -85,6 +85,21 @@ class MetricsFile:
         write_text(self.path, buf.getvalue())
 
 
+def read_back(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of metrics.csv as numbers again, as the loop first had it: epoch and batch size whole,
+    the rest float, an empty cell None (a cell that is not a number stays as written)."""
+
+    def number(key: str, text: Any) -> Any:
+        if text in ("", None):
+            return None
+        try:
+            return int(text) if key in ("epoch", "batch_size") else float(text)
+        except (TypeError, ValueError):
+            return text
+
+    return {k: number(k, v) for k, v in row.items()}
+
+
 def _fmt(value: Any) -> Any:
     if value is None:
         return ""  # e.g. GPU memory on a CPU: recorded empty, never fatal

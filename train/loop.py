@@ -22,7 +22,7 @@ from typing import Any
 from .config import Settings
 from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
-from .logs import MetricsFile, TensorBoardWriter, metric_columns
+from .logs import MetricsFile, TensorBoardWriter, metric_columns, read_back
 from .manifest import update_manifest
 from .rundir import RunDir
 from .stopping import StopFlag
@@ -159,7 +159,7 @@ class EpochLoop:
         self.history: list[dict[str, Any]] = []
         if self.metrics:
             self.metrics.truncate_from(state.epoch + 1)
-            self.history = [dict(r) for r in self.metrics.rows]
+            self.history = [read_back(r) for r in self.metrics.rows]  # numbers, as this run's own rows
         self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
         self.tracker = None  # train.tracking.Tracker, set on the chief when MLFLOW_TRACKING_URI is set
         self.schedule = None  # train.schedules.CosineOverTraining under LR_SCHEDULE=cosine, set by build_model
