@@ -151,12 +151,6 @@ def replica_dataset(
     return ds.with_options(options)
 
 
-def slice_bounds(batch: int, replicas: int) -> list[int]:
-    """Where each replica's slice of a global batch of `batch` examples starts, plus the end."""
-    sizes = [batch // replicas + (r < batch % replicas) for r in range(replicas)]
-    return [0, *np.cumsum(sizes).tolist()]
-
-
 def _sliced_pipeline(
     spec: DataSpec, which: str, order: np.ndarray, batch_size: int, replicas: int, first: int, local: int
 ):
