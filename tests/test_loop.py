@@ -656,6 +656,9 @@ def test_a_resume_with_every_epoch_trained_records_the_last_epochs_metrics_as_nu
     assert again.history == [as_written(row)] and isinstance(again.history[-1]["epoch"], int)
     final = json.loads((first.run_dir / "manifest.json").read_text())["final_metrics"]
     assert final == as_written(row)
+    (first.run_dir / "metrics.csv").unlink()  # lost with it: no last row to record, and no error
+    assert real_loop(epochs=1, resume_from=first.run_dir).run().status == "completed"
+    assert json.loads((first.run_dir / "manifest.json").read_text())["final_metrics"] is None
 
 
 def test_a_cosine_schedule_still_spans_all_epochs_after_auto_batch_halves_the_batch(real_loop):
