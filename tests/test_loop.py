@@ -371,6 +371,8 @@ def test_a_mirrored_strategy_trains_its_own_variables(real_loop):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     loop = real_loop(epochs=1, strategy=strategy)
     assert loop.strategy is strategy and loop.steps.strategy is strategy
+    cosine = real_loop(epochs=1, strategy=strategy, lr_schedule="cosine").schedule
+    assert not isinstance(cosine.start, tf.distribute.DistributedValues)  # plain: set once, read by each replica
     result = loop.run()
     assert result.status == "completed" and loop.state.global_step == 6
     assert int(loop.model.optimizer.iterations.numpy()) == 6

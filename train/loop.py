@@ -179,15 +179,15 @@ class EpochLoop:
 
         from .steps import Steps
 
+        lr: Any = self.s.learning_rate
+        if self.s.lr_schedule == "cosine":  # outside the strategy's scope: see train.schedules
+            from .data import steps_per_epoch
+            from .schedules import CosineOverTraining
+
+            per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
+            lr = self.schedule = CosineOverTraining(self.s.learning_rate, self.epochs, per_epoch)
         with self.strategy.scope():
             model = models.build_model(self.s.model, self.spec.input_shape, self.spec.num_classes)
-            lr: Any = self.s.learning_rate
-            if self.s.lr_schedule == "cosine":
-                from .data import steps_per_epoch
-                from .schedules import CosineOverTraining
-
-                per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
-                lr = self.schedule = CosineOverTraining(self.s.learning_rate, self.epochs, per_epoch)
             # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
             # mixed_float16), the loss and the metrics for export; training runs train.steps.
             optimizer = keras.optimizers.Adam(lr)

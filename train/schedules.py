@@ -24,12 +24,12 @@ class CosineOverTraining(keras.optimizers.schedules.LearningRateSchedule):
         self.steps_per_epoch = steps_per_epoch
         self.cosine = keras.optimizers.schedules.CosineDecay(initial, decay_steps=max(epochs * steps_per_epoch, 1))
         # Variables, not Python numbers: the compiled training step reads them, so a new stretch
-        # needs no new trace. init_scope: plain variables even under a distribution strategy (every
-        # process and replica only reads them, and every process assigns the same values).
-        with tf.init_scope():
-            self.start = tf.Variable(0.0, trainable=False, name="lr_schedule_start")
-            self.start_iteration = tf.Variable(0, dtype=tf.int64, trainable=False, name="lr_schedule_start_iteration")
-            self.scale = tf.Variable(1.0, trainable=False, name="lr_schedule_scale")
+        # needs no new trace. Build the schedule outside a strategy's scope: plain variables, which
+        # every replica only reads and every process sets to the same values. No model or optimizer
+        # tracks them, so no name, trainable flag or checkpoint is needed.
+        self.start = tf.Variable(0.0)
+        self.start_iteration = tf.Variable(0, dtype=tf.int64)
+        self.scale = tf.Variable(1.0)
 
     def begin(self, epoch: int, step: int, steps_per_epoch: int, iteration: int) -> None:
         """Training continues at `step` of `epoch`, in epochs of `steps_per_epoch` steps, when the
