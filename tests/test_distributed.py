@@ -38,28 +38,8 @@ print("RESULT", again.status, again.epochs_completed, int(again.model.optimizer.
 """
 
 
-def test_two_replicas_train_resume_and_export():
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1].split()
-    # completed, 2 epochs, 12 steps each of 32 global (384 examples), the split stated in the log
-    assert line[1:5] == ["completed", "2", "24", "True"], line
-    assert float(line[5]) <= 1e-5
-
-
-def test_two_replicas_follow_a_cosine_schedule_to_zero():
-    """The schedule's position lives in plain variables that every replica's compiled step reads."""
-    script = SCRIPT.split("first = train(s)")[0] + (
-        "r = train(s.replace(epochs=2, lr_schedule='cosine', export=False))\n"
-        "print('RESULT', r.status, *[row['learning_rate'] for row in r.history])\n"
-    )
+def _result(script: str) -> list[str]:
+    """Run `script` in a fresh Python (two logical CPUs need a process of their own); its last RESULT line, split."""
     proc = subprocess.run(
         [sys.executable, "-c", script],
         cwd=PROJECT_ROOT,
@@ -69,5 +49,21 @@ def test_two_replicas_follow_a_cosine_schedule_to_zero():
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1].split()
+    return [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1].split()
+
+
+def test_two_replicas_train_resume_and_export():
+    line = _result(SCRIPT)
+    # completed, 2 epochs, 12 steps each of 32 global (384 examples), the split stated in the log
+    assert line[1:5] == ["completed", "2", "24", "True"], line
+    assert float(line[5]) <= 1e-5
+
+
+def test_two_replicas_follow_a_cosine_schedule_to_zero():
+    """The schedule's position lives in plain variables that every replica's compiled step reads."""
+    line = _result(
+        SCRIPT.split("first = train(s)")[0]
+        + "r = train(s.replace(epochs=2, lr_schedule='cosine', export=False))\n"
+        + "print('RESULT', r.status, *[row['learning_rate'] for row in r.history])\n"
+    )
     assert line[1] == "completed" and [float(v) for v in line[2:]] == pytest.approx([5e-4, 0.0], abs=1e-9)
