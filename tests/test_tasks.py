@@ -367,3 +367,22 @@ def test_train_with_workers_refuses_what_it_cannot_do(kw, words):
     with pytest.raises(Exit) as info:
         tasks.train(ctx(), **kw)
     assert words in str(info.value)
+
+
+LIST_WIDTH = 60  # `invoke --list` wraps at the terminal's width: 80 columns leave 63 beside the names
+
+
+def test_invoke_list_shows_every_tasks_first_line_whole_on_one_line(monkeypatch, capsys):
+    """invoke lists the first line of each docstring (a sentence cut by a line break is shown cut),
+    wrapped to the terminal: each first line is the whole first sentence, and fits."""
+    import invoke.program
+
+    monkeypatch.setattr(invoke.program, "pty_size", lambda: (80, 24))
+    invoke.Program(namespace=tasks.ns).run(["invoke", "--list"], exit=False)
+    entries = [line for line in capsys.readouterr().out.splitlines()[1:] if line.strip()]
+    names = sorted(tasks.ns.task_names)
+    assert [line.split()[0] for line in entries] == names  # no wrapped continuation lines
+    for name in names:
+        paragraph = tasks.ns[name].__doc__.strip().split("\n\n")[0]
+        assert "\n" not in paragraph and paragraph.endswith("."), f"{name}: {paragraph!r}"
+        assert len(paragraph) <= LIST_WIDTH, f"{name}: {len(paragraph)} characters: {paragraph!r}"
