@@ -329,18 +329,33 @@ def test(c, args=""):
 
 @task(
     help={
-        "json": "where to write pytest-benchmark's JSON report",
+        "json": "where to write pytest-benchmark's JSON report (the ratio table is read from it)",
         "args": 'extra pytest arguments, e.g. "-k pipeline"',
+        "quick": "tiny data and budgets (about 30 s): checks that the benchmarks run; the ratios mean nothing",
     }
 )
-def bench(c, json=".benchmarks/latest.json", args=""):
-    """Run the benchmarks (benchmarks/) and write a JSON report."""
-    Path(json).parent.mkdir(parents=True, exist_ok=True)
-    c.run(
-        f"{PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {shlex.quote(json)} {args}".rstrip(),
+def bench(c, json=".benchmarks/latest.json", args="", quick=False):
+    """Run the benchmarks (benchmarks/) and print their ratios.
+
+    pytest-benchmark's timing tables first, then benchmarks/summarise.py's table of the ratios
+    against the reference recipe (the one in docs/performance.md), from the JSON report."""
+    report = Path(json)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    before = report.stat().st_mtime_ns if report.is_file() else None
+    flags = " --bench-quick" if quick else ""
+    result = c.run(
+        f"{PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {shlex.quote(json)}{flags} {args}".rstrip(),
         echo=True,
         pty=True,
+        warn=True,
     )
+    # Also after a failed benchmark: the others' ratios are in the report. An old report is not shown.
+    if report.is_file() and report.stat().st_mtime_ns != before:
+        c.run(f"{PY} benchmarks/summarise.py {shlex.quote(json)}", echo=True)
+        if quick:
+            print("--quick: tiny data, so these ratios only show that the benchmarks run")
+    if not result.ok:
+        raise Exit(code=result.exited)
 
 
 MUTMUT = "mutmut==3.8.1"

@@ -243,6 +243,56 @@ def test_test_and_bench_use_the_current_interpreter(tmp_path):
     assert out.parent.is_dir()
 
 
+def _writing_the_report(c: MockContext, out: Path, exited: int = 0) -> MockContext:
+    """Make the benchmark command write its JSON report (and exit with `exited`), as pytest-benchmark does."""
+    real = c.run._mock_wraps
+
+    def run(command, **kwargs):
+        if "--benchmark-json" in command:
+            out.write_text('{"benchmarks": []}')
+            return Result(exited=exited)
+        return real(command, **kwargs)
+
+    c.run.side_effect = run
+    return c
+
+
+def test_bench_prints_the_ratio_table_of_the_report_it_wrote(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    c = _writing_the_report(ctx(), out)
+    tasks.bench(c, json=str(out))
+    assert echoed(c) == [
+        f"{tasks.PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {out}",
+        f"{tasks.PY} benchmarks/summarise.py {out}",
+    ]
+    assert capsys.readouterr().out == ""
+
+
+def test_bench_quick_is_an_option_and_says_its_ratios_mean_nothing(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    c = _writing_the_report(ctx(), out)
+    tasks.bench(c, json=str(out), quick=True, args="-k pipeline")
+    assert (
+        echoed(c)[0]
+        == f"{tasks.PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {out} --bench-quick -k pipeline"
+    )
+    assert echoed(c)[1] == f"{tasks.PY} benchmarks/summarise.py {out}"
+    assert "ratios only show that the benchmarks run" in capsys.readouterr().out
+    assert "quick" in tasks.bench.help and "--bench-quick" in (ROOT / "benchmarks" / "conftest.py").read_text()
+
+
+def test_bench_shows_the_ratios_of_a_failed_run_but_not_an_old_report_and_keeps_the_exit_code(tmp_path):
+    out = tmp_path / "r.json"
+    c = _writing_the_report(ctx(), out, exited=1)
+    with pytest.raises(Exit) as failed:
+        tasks.bench(c, json=str(out))
+    assert failed.value.code == 1 and len(echoed(c)) == 2  # the others' ratios are still shown
+    old = ctx(**{f"{tasks.PY} -m pytest benchmarks/": Result(exited=2)})  # a collection error: no new report
+    with pytest.raises(Exit) as failed:
+        tasks.bench(old, json=str(out))
+    assert failed.value.code == 2 and echoed(old) == [echoed(c)[0]]
+
+
 def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(monkeypatch):
     c = ctx()
     tasks.lock(c, package="numpy")
