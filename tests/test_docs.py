@@ -120,8 +120,11 @@ def _code(text: str) -> list[tuple[int, str]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
-        elif fenced:
-            found.append((number, line))
+        elif fenced:  # a shell line: the command, and in its comment only the code spans
+            m = re.search(r"(?:^|\s)#", line)
+            command, comment = (line[: m.start()], line[m.end() :]) if m else (line, "")
+            found.append((number, command))
+            found += [(number, span) for span in re.findall(r"`([^`]+)`", comment)]
         else:
             prose.append((number, line))
     joined = "\n".join(line for _, line in prose)
@@ -147,9 +150,6 @@ def invoke_commands(text: str) -> list[tuple[int, list[str]]]:
             args = []
             for token in tokens:
                 if token in COMMAND_ENDS:
-                    break
-                if "`" in token:  # a code span in a fenced line's comment ends here
-                    args += [token.split("`")[0]] if token.split("`")[0] else []
                     break
                 args.append(token)
             commands.append((number, args))
@@ -192,7 +192,7 @@ def test_the_invoke_checker_refuses_unknown_tasks_and_options_and_accepts_real_o
     doc.write_text(
         "Run `invoke lock --package numpy` or `invoke lock -u`, `invoke --list`, `invoke\nserve web --no-colour`.\n"
         "```\nFOO=1 invoke lock --upgrade && invoke serve web   # then `invoke lock --upgrade-package x`\n"
-        "invoke lock / invoke publish\ninvoke serve web --no-upgrade\n```\n"
+        "invoke lock / invoke publish\ninvoke serve web --no-upgrade\ninvoke lock   # invoke lock prints nothing\n```\n"
         "invoke without backticks is prose: invoke anything --at-all.\n",
         encoding="utf-8",
     )
