@@ -151,6 +151,9 @@ def invoke_commands(text: str) -> list[tuple[int, list[str]]]:
             for token in tokens:
                 if token in COMMAND_ENDS:
                     break
+                if "`" in token:  # the end of a code span inside a fenced line (a file tree, ...)
+                    args += [token.split("`")[0]] if token.split("`")[0] else []
+                    break
                 args.append(token)
             commands.append((number, args))
     return commands
@@ -192,7 +195,7 @@ def test_the_invoke_checker_refuses_unknown_tasks_and_options_and_accepts_real_o
     doc.write_text(
         "Run `invoke lock --package numpy` or `invoke lock -u`, `invoke --list`, `invoke\nserve web --no-colour`.\n"
         "```\nFOO=1 invoke lock --upgrade && invoke serve web   # then `invoke lock --upgrade-package x`\n"
-        "invoke lock / invoke publish\ninvoke serve web --no-upgrade\ninvoke lock   # invoke lock prints nothing\n```\n"
+        "invoke lock / invoke publish\ninvoke serve web --no-upgrade\ninvoke lock   # invoke lock prints nothing\nfolder/  a tree (`invoke lock`)\n```\n"
         "invoke without backticks is prose: invoke anything --at-all.\n",
         encoding="utf-8",
     )
