@@ -436,3 +436,90 @@ def test_invoke_list_shows_every_tasks_first_line_whole_on_one_line(monkeypatch,
         paragraph = tasks.ns[name].__doc__.strip().split("\n\n")[0]
         assert "\n" not in paragraph and paragraph.endswith("."), f"{name}: {paragraph!r}"
         assert len(paragraph) <= LIST_WIDTH, f"{name}: {len(paragraph)} characters: {paragraph!r}"
+
+
+# --- scripts/venv.sh: the host set-up of scripts/train and scripts/test -----------------------------
+
+
+@pytest.fixture
+def clone(tmp_path):
+    """A copy of scripts/venv.sh beside fake locks, and a PYTHON whose venv's python logs what it is asked."""
+    import shlex
+    import shutil
+    import stat
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "venv.sh", tmp_path / "scripts" / "venv.sh")
+    (tmp_path / "requirements.lock").write_text("numpy==2.0 \\\n    --hash=sha256:aa\ntensorflow-cpu==2.21\n")
+    (tmp_path / "requirements-test.lock").write_text("pytest==9.0\n")
+    log = tmp_path / "pip.log"
+    recorder = f'#!/bin/sh\necho "$*" >> {log}\n'
+    fake = tmp_path / "fakepython"
+    fake.write_text(
+        f"#!/bin/sh\nmkdir -p .venv/bin\nprintf %s {shlex.quote(recorder)} > .venv/bin/python\nchmod +x .venv/bin/python\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return tmp_path
+
+
+def venv_sh(clone: Path, *args: str) -> tuple[list[str], str]:
+    """Run the copied scripts/venv.sh; return the pip commands it ran (this time) and what it printed."""
+    import os
+    import subprocess
+
+    log = clone / "pip.log"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHON": str(clone / "fakepython")}
+    done = subprocess.run(
+        ["bash", "scripts/venv.sh", *args], cwd=clone, env=env, capture_output=True, text=True, check=True
+    )
+    pip = (
+        [line.split(" --disable-pip-version-check ")[-1] for line in log.read_text().splitlines()]
+        if log.exists()
+        else []
+    )
+    return pip, done.stderr
+
+
+def test_scripts_train_installs_only_the_runtime_lock_and_says_so_first(clone):
+    pip, said = venv_sh(clone)
+    assert pip == ["--require-hashes -r requirements.lock", "--no-deps -e ."]
+    assert said.startswith("scripts/venv.sh: installing the 2 pinned packages of requirements.lock into .venv")
+    assert "a few minutes" in said
+    assert venv_sh(clone) == ([], "")  # stamped: nothing to do
+
+
+def test_scripts_train_asks_for_the_runtime_only_and_scripts_test_for_the_test_tools():
+    assert "\nscripts/venv.sh\n" in (ROOT / "scripts" / "train").read_text()
+    assert "\nscripts/venv.sh --test\n" in (ROOT / "scripts" / "test").read_text()
+
+
+def test_a_venv_made_for_training_gets_the_test_tools_when_scripts_test_uses_it(clone):
+    venv_sh(clone)
+    pip, said = venv_sh(clone, "--test")
+    assert pip == ["--require-hashes -r requirements-test.lock"]
+    assert "the test tools, the 1 pinned packages of requirements-test.lock" in said
+    assert venv_sh(clone, "--test") == ([], "") and venv_sh(clone) == ([], "")
+
+
+def test_a_changed_runtime_lock_installs_it_again_and_the_test_tools_with_it(clone):
+    assert venv_sh(clone, "--test")[0] == [
+        "--require-hashes -r requirements.lock",
+        "--no-deps -e .",
+        "--require-hashes -r requirements-test.lock",
+    ]
+    with (clone / "requirements.lock").open("a") as lock:
+        lock.write("keras==3.12\n")
+    assert venv_sh(clone)[0] == ["--require-hashes -r requirements.lock", "--no-deps -e ."]
+    assert venv_sh(clone, "--test")[0] == ["--require-hashes -r requirements-test.lock"]
+    (clone / "requirements-test.lock").write_text("pytest==9.1\n")
+    assert venv_sh(clone, "--test")[0] == ["--require-hashes -r requirements-test.lock"]
+    assert venv_sh(clone) == ([], "")
+
+
+def test_venv_sh_refuses_an_unknown_argument(clone):
+    import subprocess
+
+    done = subprocess.run(["bash", "scripts/venv.sh", "--tests"], cwd=clone, capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown argument '--tests'" in done.stderr and "--test" in done.stderr
+    assert not (clone / ".venv").exists()
