@@ -27,6 +27,7 @@ LOCKS = {"cpu": "requirements.lock", "gpu": "requirements-gpu.lock"}
 CPU_COMPOSE = "-f docker-compose.yml -f docker-compose.cpu.yml"
 MULTIWORKER_COMPOSE = "-f docker-compose.multiworker.yml"
 MULTIWORKER_SERVICES = 2  # worker0 and worker1 in docker-compose.multiworker.yml
+CPU_HINT = f"or add --cpu (the CPU image; without invoke: docker compose {CPU_COMPOSE} ...)"
 TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
 PY = shlex.quote(sys.executable)  # the interpreter invoke runs in: the project's venv
 
@@ -52,7 +53,7 @@ def _require_gpu(c: Context) -> None:
     if "nvidia" not in runtimes and shutil.which("nvidia-container-runtime-hook") is None:
         raise Exit(
             f"the NVIDIA container toolkit is not set up for Docker: install it ({TOOLKIT_URL}), "
-            "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; or add --cpu"
+            f"run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; {CPU_HINT}"
         )
     if shutil.which("nvidia-smi") is None or "GPU" not in c.run("nvidia-smi -L", hide=True, warn=True).stdout:
         try:  # the driver the locked CUDA needs, from the optional GPU check's table
@@ -64,7 +65,7 @@ def _require_gpu(c: Context) -> None:
             need = f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs)"
         raise Exit(
             f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
-            f"{need}, or add --cpu"
+            f"{need}; {CPU_HINT}"
         )
 
 

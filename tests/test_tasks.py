@@ -157,8 +157,10 @@ def test_engine_not_running_stops_with_one_line():
 def test_missing_nvidia_runtime_names_the_toolkit(monkeypatch):
     monkeypatch.setattr(tasks.shutil, "which", lambda n: None if n == "nvidia-container-runtime-hook" else f"/bin/{n}")
     c = ctx(**{"docker info --format '{{json .Runtimes}}'": Result('{"runc":{"path":"runc"}}')})
-    with pytest.raises(Exit, match="NVIDIA container toolkit is not set up for Docker.*or add --cpu"):
+    with pytest.raises(Exit, match="NVIDIA container toolkit is not set up for Docker.*or add --cpu") as stopped:
         tasks.gpu_check(c)
+    # the plain compose command too, for a newcomer who ran `docker compose up` first
+    assert "docker compose -f docker-compose.yml -f docker-compose.cpu.yml" in str(stopped.value)
 
 
 def test_no_gpu_names_the_driver_from_the_stack_table():
@@ -166,7 +168,7 @@ def test_no_gpu_names_the_driver_from_the_stack_table():
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
     with pytest.raises(
         Exit,
-        match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\), or add --cpu",
+        match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\); or add --cpu",
     ):
         tasks.gpu_check(c)
 
@@ -175,7 +177,7 @@ def test_no_gpu_without_the_gpu_check_still_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "train.gpucheck.stack", None)  # as if train/gpucheck/ were deleted
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
     with pytest.raises(
-        Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock, or add --cpu"
+        Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock; or add --cpu"
     ):
         tasks.gpu_check(c)
 
