@@ -503,7 +503,8 @@ def test_the_log_names_the_model_its_cost_each_epoch_and_each_checkpoint(real_lo
     expected = [
         r"model: cnn, 3140 parameters, global batch 64",
         r"cost: 0\.0 MFLOP per training example \(layers not counted: none\); "
-        r"peak \d+\.\d GFLOP/s \(measured: 1024x1024 float32 matmul on CPU, x1\)",
+        r"peak \d+\.\d GFLOP/s \(measured: 1024x1024 float32 matmul on CPU, x1; "
+        r"(measured now \(best of \d probes\), cached in|cached from) \S+peak-flops\S+json.*\)",
         r"checkpoint ckpt-000000000\.npz \(initial state\)",
         r"epoch 1/2",
         r"checkpoint ckpt-000000004\.npz \(every 4 steps\)",
