@@ -219,3 +219,13 @@ def test_peak_flops_accepts_auto_measure_or_a_positive_number(value):
     with pytest.raises(ConfigError) as refused:
         load_settings(env_file=None, environ={"PEAK_FLOPS": value})
     assert refused.value.name == "PEAK_FLOPS" and "auto, measure or a positive number" in str(refused.value)
+
+
+def test_peak_flops_is_not_a_difference_for_reproduce(tmp_path):
+    """It changes what the MFU divides by, never what training computes; runs recorded before the
+    setting existed have no such key."""
+    from train.reproduce import side_by_side
+
+    old = {"epochs": 1, "seed": 42}
+    rows = side_by_side({}, old, {}, {**old, "peak_flops": "measure"}, tmp_path)
+    assert next(r for r in rows if r["what"] == "settings")["same"] is True
