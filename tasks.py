@@ -6,6 +6,7 @@
 
 Container tasks check their preconditions first (Docker, the NVIDIA runtime, a GPU) and stop with
 one line that says what is missing and what to do. Tested with invoke.MockContext (tests/test_tasks.py).
+A task's first docstring line is what `invoke --list` shows: one sentence of at most 60 characters.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ LOCKS = {"cpu": "requirements.lock", "gpu": "requirements-gpu.lock"}
 CPU_COMPOSE = "-f docker-compose.yml -f docker-compose.cpu.yml"
 MULTIWORKER_COMPOSE = "-f docker-compose.multiworker.yml"
 MULTIWORKER_SERVICES = 2  # worker0 and worker1 in docker-compose.multiworker.yml
+CPU_HINT = f"or add --cpu (the CPU image; without invoke: docker compose {CPU_COMPOSE} ...)"
 TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
 PY = shlex.quote(sys.executable)  # the interpreter invoke runs in: the project's venv
 
@@ -51,7 +53,7 @@ def _require_gpu(c: Context) -> None:
     if "nvidia" not in runtimes and shutil.which("nvidia-container-runtime-hook") is None:
         raise Exit(
             f"the NVIDIA container toolkit is not set up for Docker: install it ({TOOLKIT_URL}), "
-            "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; or add --cpu"
+            f"run `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker; {CPU_HINT}"
         )
     if shutil.which("nvidia-smi") is None or "GPU" not in c.run("nvidia-smi -L", hide=True, warn=True).stdout:
         try:  # the driver the locked CUDA needs, from the optional GPU check's table
@@ -63,7 +65,7 @@ def _require_gpu(c: Context) -> None:
             need = f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs)"
         raise Exit(
             f"no NVIDIA GPU found on this host (`nvidia-smi -L` lists none): install the NVIDIA driver "
-            f"{need}, or add --cpu"
+            f"{need}; {CPU_HINT}"
         )
 
 
@@ -112,7 +114,9 @@ def image_tag(target: str, commit: str, dirty: bool) -> str:
     }
 )
 def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", network="", no_cache=False):
-    """Build the image; tag it IMAGE:<target> and IMAGE:<target>-<lock hash>-<commit>."""
+    """Build the image, tagged with its lock's hash and the commit.
+
+    Tags IMAGE:<target> and IMAGE:<target>-<lock hash>-<commit>."""
     if target not in LOCKS:
         raise Exit(f"--target {target!r} is not valid: gpu or cpu")
     if ca_bundle and not Path(ca_bundle).is_file():
@@ -144,7 +148,9 @@ def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", netw
     }
 )
 def gpu_check(c, local=False, cpu=False):
-    """Diagnose the GPU set-up (`python -m train check --require-gpu`) inside the image, or --local."""
+    """Diagnose the GPU set-up inside the image, or --local.
+
+    Runs `python -m train check --require-gpu`."""
     if local:
         c.run(f"{PY} -m train check --require-gpu", echo=True, pty=True)
         return
@@ -163,7 +169,9 @@ def gpu_check(c, local=False, cpu=False):
     }
 )
 def train(c, local=False, detach=False, cpu=False, args="", workers=1):
-    """Train with the settings from .env (+ --args); in the container with the GPU and the volumes."""
+    """Train with .env's settings, in the container with the GPU.
+
+    The settings from .env plus --args; the container gets the GPU and the runs/ and data/ volumes."""
     _volumes()
     if workers > 1:
         _train_workers(c, workers, local, detach, args)
@@ -226,7 +234,9 @@ def _train_workers(c: Context, n: int, local: bool, detach: bool, args: str) -> 
     }
 )
 def export(c, run="latest", local=False, cpu=False):
-    """Export a run's best weights as SavedModel + .keras + labels (`python -m train export RUN`)."""
+    """Export a run's best weights (SavedModel, .keras, labels).
+
+    Runs `python -m train export RUN`."""
     if local:
         c.run(f"{PY} -m train export {shlex.quote(run)}", echo=True, pty=True)
         return
@@ -243,7 +253,9 @@ def export(c, run="latest", local=False, cpu=False):
     }
 )
 def report(c, run="latest", local=False, cpu=False, quick=False):
-    """Write a run's report.html and curves.png again (`python -m train report RUN`)."""
+    """Write a run's report.html and curves.png again.
+
+    Runs `python -m train report RUN`."""
     args = f"report {shlex.quote(run)}" + (" --quick" if quick else "")
     if local:
         c.run(f"{PY} -m train {args}", echo=True, pty=True)
@@ -259,7 +271,9 @@ def report(c, run="latest", local=False, cpu=False, quick=False):
     }
 )
 def compare(c, runs, out=""):
-    """Compare runs on this host (`python -m train compare RUN RUN ...`): no container, no TensorFlow."""
+    """Compare runs on this host (no container, no TensorFlow).
+
+    Runs `python -m train compare RUN RUN ...`."""
     names = " ".join(shlex.quote(r) for r in shlex.split(runs))
     c.run(f"{PY} -m train compare {names}" + (f" --out {shlex.quote(out)}" if out else ""), echo=True, pty=True)
 
@@ -272,7 +286,7 @@ def compare(c, runs, out=""):
     }
 )
 def logs(c, follow=False, local=False, cpu=False):
-    """Show the training log of the container started by `invoke train --detach`."""
+    """Show the log of the training started with --detach."""
     if local:
         c.run(f"tail -n 100 {'-f ' if follow else ''}runs/nohup.out", echo=True, pty=True)
         return
@@ -288,7 +302,9 @@ def logs(c, follow=False, local=False, cpu=False):
     }
 )
 def tensorboard(c, local=False, port=6006, cpu=False, stop=False):
-    """Serve TensorBoard for every run under runs/ on http://127.0.0.1:PORT (this machine only)."""
+    """Serve TensorBoard for every run under runs/.
+
+    On http://127.0.0.1:PORT: this machine only (TensorBoard has no authentication)."""
     if local:
         c.run(f"{PY} -m tensorboard.main --logdir runs --host 127.0.0.1 --port {int(port)}", echo=True, pty=True)
         return
@@ -306,24 +322,41 @@ def tensorboard(c, local=False, port=6006, cpu=False, stop=False):
 
 @task(help={"args": 'extra pytest arguments, e.g. "-m \'not slow\'" or "tests/test_config.py"'})
 def test(c, args=""):
-    """Run the test suite in the current Python environment (`python -m pytest -q`)."""
+    """Run the test suite in this Python environment.
+
+    Runs `python -m pytest -q`."""
     c.run(f"{PY} -m pytest -q {args}".rstrip(), echo=True, pty=True)
 
 
 @task(
     help={
-        "json": "where to write pytest-benchmark's JSON report",
+        "json": "where to write pytest-benchmark's JSON report (the ratio table is read from it)",
         "args": 'extra pytest arguments, e.g. "-k pipeline"',
+        "quick": "tiny data and budgets (about 30 s): checks that the benchmarks run; the ratios mean nothing",
     }
 )
-def bench(c, json=".benchmarks/latest.json", args=""):
-    """Run the benchmarks (benchmarks/) and write a JSON report."""
-    Path(json).parent.mkdir(parents=True, exist_ok=True)
-    c.run(
-        f"{PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {shlex.quote(json)} {args}".rstrip(),
+def bench(c, json=".benchmarks/latest.json", args="", quick=False):
+    """Run the benchmarks (benchmarks/) and print their ratios.
+
+    pytest-benchmark's timing tables first, then benchmarks/summarise.py's table of the ratios
+    against the reference recipe (the one in docs/performance.md), from the JSON report."""
+    report = Path(json)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    before = report.stat().st_mtime_ns if report.is_file() else None
+    flags = " --bench-quick" if quick else ""
+    result = c.run(
+        f"{PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {shlex.quote(json)}{flags} {args}".rstrip(),
         echo=True,
         pty=True,
+        warn=True,
     )
+    # Also after a failed benchmark: the others' ratios are in the report. An old report is not shown.
+    if report.is_file() and report.stat().st_mtime_ns != before:
+        c.run(f"{PY} benchmarks/summarise.py {shlex.quote(json)}", echo=True)
+        if quick:
+            print("--quick: tiny data, so these ratios only show that the benchmarks run")
+    if not result.ok:
+        raise Exit(code=result.exited)
 
 
 MUTMUT = "mutmut==3.8.1"
@@ -354,7 +387,9 @@ def _mutmut(c: Context) -> str:
     }
 )
 def mutate(c, modules="", workers=1, results=False):
-    """Mutation testing of train/ with the fast tests ([tool.mutmut] in pyproject.toml); not in CI."""
+    """Mutation testing of train/ with the fast tests (not in CI).
+
+    The modules and tests are configured in [tool.mutmut] in pyproject.toml."""
     wanted = [m.strip() for m in modules.split(",") if m.strip()]
     unknown = [m for m in wanted if not (ROOT / "train" / f"{m}.py").is_file()]
     if unknown:
@@ -374,7 +409,9 @@ def mutate(c, modules="", workers=1, results=False):
     }
 )
 def lock(c, upgrade=False, package=""):
-    """Regenerate requirements-gpu.lock, then requirements.lock (CPU) and requirements-test.lock with the same
+    """Regenerate every lock file from its .in file.
+
+    requirements-gpu.lock first, then requirements.lock (CPU) and requirements-test.lock with the same
     shared versions, and the MLflow test server's requirements-mlflow-server.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
@@ -401,7 +438,9 @@ def lock(c, upgrade=False, package=""):
     }
 )
 def clean(c, images=False, cpu=False):
-    """Remove caches and build leftovers, and stopped containers; never runs/ or data/."""
+    """Remove caches and stopped containers; never runs/ or data/.
+
+    Caches and build leftovers, and the stopped containers (and with --images the images)."""
     c.run(
         "rm -rf .pytest_cache build dist *.egg-info && "
         "find . -path ./.venv -prune -o -name __pycache__ -prune -exec rm -rf {} +",
@@ -423,7 +462,9 @@ def clean(c, images=False, cpu=False):
     }
 )
 def reproduce(c, run, local=False, allow_dirty=False, epochs=0, data_dir="data", base_image="", ca_bundle=""):
-    """Rerun a run from its record, in its image (reused or built from its commit), and say whether it matches."""
+    """Rerun a run from its record and say whether it matches.
+
+    In its image (reused, or built from its commit), or --local in this environment."""
     flags = (" --allow-dirty" if allow_dirty else "") + (f" --epochs {int(epochs)}" if epochs else "")
     if local:
         c.run(f"{PY} -m train reproduce {shlex.quote(run)} --local{flags}", echo=True, pty=True)

@@ -86,7 +86,7 @@ def test_check_on_cpu(benchmark, quick):
 
 
 def test_peak_probe_cost(benchmark, quick):
-    """The MFU peak probe each run makes at start, against `import tensorflow` (which every run pays)."""
+    """One MFU peak probe (the first run on a machine makes PROBE_ROUNDS), against `import tensorflow`."""
     from train.flops import measure_peak_flops
 
     probes, imports, peaks = [], [], []

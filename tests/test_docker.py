@@ -224,3 +224,37 @@ def test_every_training_service_trains_on_the_volumes_whatever_env_says():
     for name, services in (("docker-compose.yml", 1), ("docker-compose.multiworker.yml", 2)):
         text = (ROOT / name).read_text()
         assert text.count("RUNS_DIR: /runs") == services and text.count("DATA_DIR: /data") == services, name
+
+
+# --- the container quick start, as the README and docs/container.md show it --------------------------
+
+
+def _quick_start(doc: str) -> list[str]:
+    """The shell lines of the code block that sets up .env and runs `docker compose up` in a doc."""
+    for block in re.findall(r"```bash\n(.*?)```", (ROOT / doc).read_text(), re.S):
+        if "docker compose up --exit-code-from train" in block and ">> .env" in block:
+            return block.splitlines()
+    raise AssertionError(f"{doc} has no quick-start block")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/container.md"])
+def test_the_quick_starts_env_lines_can_be_run_twice(doc, tmp_path):
+    """Pasting the block again (a newcomer does) adds no line to .env twice; the CPU line is shown
+    commented out, to be run on a CPU-only host, and is just as safe to repeat."""
+    lines = [line.lstrip("# ").split("  #")[0] for line in _quick_start(doc) if ">> .env" in line]
+    assert any("HOST_UID=" in line for line in lines) and any("COMPOSE_FILE=" in line for line in lines)
+    (tmp_path / ".env").write_text("# HOST_UID=1000   (commented out, as in .env.example)\nEPOCHS=2\n")
+    for _ in range(2):
+        for line in lines:
+            subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True)
+    keys = [line.split("=")[0] for line in (tmp_path / ".env").read_text().splitlines() if not line.startswith("#")]
+    assert sorted(keys) == ["COMPOSE_FILE", "EPOCHS", "HOST_GID", "HOST_UID"]
+    assert "COMPOSE_FILE=docker-compose.yml:docker-compose.cpu.yml" in (tmp_path / ".env").read_text()
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/container.md"])
+def test_the_quick_start_says_on_the_up_line_that_a_cpu_host_needs_the_cpu_file_first(doc):
+    lines = _quick_start(doc)
+    up = next(i for i, line in enumerate(lines) if line.startswith("docker compose up --exit-code-from train"))
+    assert "GPU" in lines[up] and "CPU" in lines[up]
+    assert "No NVIDIA GPU" in lines[up - 2] and "docker-compose.cpu.yml" in lines[up - 1]

@@ -1,4 +1,6 @@
-"""The README and docs/: every relative link and #anchor points at a file and a heading that exist.
+"""The README and docs/: every relative link and #anchor points at a file and a heading that exist,
+every `invoke` command shown is one invoke's own parser accepts for tasks.py, and the README's
+metrics.csv columns are the ones the training writes.
 
 Fast and offline: links to other sites are not followed. Anchors follow GitHub's rule for heading
 ids (lowercase; punctuation other than '-' and '_' dropped; each space becomes '-'; a repeated
@@ -104,3 +106,116 @@ def test_the_checker_finds_a_missing_file_a_missing_anchor_and_ignores_code(tmp_
         "README.md:7: #development (no heading with that anchor in README.md)",
         "README.md:7: docs/a.md#container (no heading with that anchor in a.md)",
     ]
+
+
+# --- invoke commands ------------------------------------------------------------------------------
+
+INVOKE = re.compile(r"(?<![\w-])invoke(?=\s|$)")
+COMMAND_ENDS = {"&&", "||", "|", ";", "&", "/", ")"}
+
+
+def _code(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of every fenced code line and every inline code span (which may wrap)."""
+    found, fenced, prose = [], False, []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif fenced:  # a shell line: the command, and in its comment only the code spans
+            m = re.search(r"(?:^|\s)#", line)
+            command, comment = (line[: m.start()], line[m.end() :]) if m else (line, "")
+            found.append((number, command))
+            found += [(number, span) for span in re.findall(r"`([^`]+)`", comment)]
+        else:
+            prose.append((number, line))
+    joined = "\n".join(line for _, line in prose)
+    starts = [number for number, _ in prose]
+    for m in re.finditer(r"`([^`]+)`", joined):
+        found.append((starts[joined.count("\n", 0, m.start())], m.group(1).replace("\n", " ")))
+    return found
+
+
+def invoke_commands(text: str) -> list[tuple[int, list[str]]]:
+    """Every `invoke ...` command line shown in a markdown text: (line number, its arguments)."""
+    import shlex
+
+    commands = []
+    for number, code in _code(text):
+        for m in INVOKE.finditer(code):
+            lexer = shlex.shlex(code[m.end() :], posix=True, punctuation_chars=";&|()")
+            lexer.whitespace_split, lexer.commenters = True, "#"
+            try:
+                tokens = list(lexer)
+            except ValueError:  # an unclosed quote: a code span cut in the middle of a string
+                tokens = code[m.end() :].split()
+            args = []
+            for token in tokens:
+                if token in COMMAND_ENDS:
+                    break
+                if "`" in token:  # the end of a code span inside a fenced line (a file tree, ...)
+                    args += [token.split("`")[0]] if token.split("`")[0] else []
+                    break
+                args.append(token)
+            commands.append((number, args))
+    return commands
+
+
+def invoke_errors(path: Path, root: Path = ROOT) -> list[str]:
+    """Every invoke command of one markdown file that invoke's own parser refuses (unknown task or option)."""
+    from invoke import Collection, Program
+    from invoke.exceptions import ParseError
+    from invoke.loader import FilesystemLoader
+    from invoke.parser import Parser
+
+    module, _ = FilesystemLoader(start=str(root)).load("tasks")
+    contexts = Collection.from_module(module).to_contexts()
+    initial = Program().initial_context  # the core flags: --list, --help, ...
+    problems = []
+    for number, args in invoke_commands(path.read_text(encoding="utf-8")):
+        try:
+            core = Parser(initial=initial, ignore_unknown=True).parse_argv(args)
+            Parser(initial=initial, contexts=contexts).parse_argv(core.unparsed)
+        except ParseError as exc:
+            problems.append(f"{path.relative_to(root)}:{number}: invoke {' '.join(args)} ({exc})")
+    return problems
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: p.name)
+def test_every_invoke_command_in_the_docs_names_a_real_task_and_real_options(path):
+    assert invoke_errors(path) == []
+
+
+def test_the_invoke_checker_refuses_unknown_tasks_and_options_and_accepts_real_ones(tmp_path):
+    (tmp_path / "tasks.py").write_text(
+        "from invoke import task\n\n"
+        "@task\ndef lock(c, upgrade=False, package=''):\n    pass\n\n"
+        "@task\ndef serve(c, name, colour=True):\n    pass\n",
+        encoding="utf-8",
+    )
+    doc = tmp_path / "README.md"
+    doc.write_text(
+        "Run `invoke lock --package numpy` or `invoke lock -u`, `invoke --list`, `invoke\nserve web --no-colour`.\n"
+        "```\nFOO=1 invoke lock --upgrade && invoke serve web   # then `invoke lock --upgrade-package x`\n"
+        "invoke lock / invoke publish\ninvoke serve web --no-upgrade\ninvoke lock   # invoke lock prints nothing\nfolder/  a tree (`invoke lock`)\n```\n"
+        "invoke without backticks is prose: invoke anything --at-all.\n",
+        encoding="utf-8",
+    )
+    errors = invoke_errors(doc, root=tmp_path)
+    assert [e.split(" (")[0] for e in errors] == [
+        "README.md:4: invoke lock --upgrade-package x",
+        "README.md:5: invoke publish",
+        "README.md:6: invoke serve web --no-upgrade",
+    ]
+
+
+def test_the_readmes_metrics_csv_columns_are_the_ones_written():
+    from train.logs import METRIC_COLUMNS
+
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("metrics.csv "))
+    entry = [lines[start].split("metrics.csv", 1)[1]]
+    for line in lines[start + 1 :]:  # the entry's continuation lines are indented past the names
+        if not line.startswith(" " * 10):
+            break
+        entry.append(line)
+    listed = " ".join(entry).split(":", 1)[1].split("(")[0]
+    assert [c.strip() for c in listed.split(",")] == METRIC_COLUMNS

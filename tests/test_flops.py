@@ -1,6 +1,9 @@
-"""flops: the FLOP count against a hand count, the peak probe, and MFU arithmetic."""
+"""flops: the FLOP count against a hand count, the peak probe and its cache, and MFU arithmetic."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +89,143 @@ def test_the_datasheet_peak_is_used_on_known_gpus_and_the_measured_one_elsewhere
     cpu = choose_peak(measured=70e9, datasheet=None, devices=1, where="CPU", dtype="float32")
     assert cpu.flops == 70e9 and cpu.source == "measured: 1024x1024 float32 matmul on CPU, x1"
     assert choose_peak(None, None, 1, "CPU", "float32").flops is None
+
+
+def test_the_measured_peak_is_multiplied_by_the_devices_in_sync():
+    from train.flops import choose_peak
+
+    two = choose_peak(measured=70e9, datasheet=None, devices=2, where="CPU", dtype="float32")
+    assert two.flops == pytest.approx(140e9) and two.measured_per_device == 70e9
+    assert two.source == "measured: 1024x1024 float32 matmul on CPU, x2"
+    given = flops.peak_for("2.5e11", Path("unused"), "CPU", "float32", devices=4)
+    assert given.flops == pytest.approx(1e12) and given.source == "PEAK_FLOPS: 250 GFLOP/s per CPU, x4"
+
+
+# --- the peak, measured once per machine and cached ----------------------------------------------
+
+KEY = {"device": "CPU", "cpu": "Fake CPU", "cpu_count": 2, "dtype": "float32", "tensorflow": "2.21.0"}
+
+
+def probes(*values: float):
+    """A probe answering `values` in turn (a noisy machine), and the list of calls made."""
+    calls: list[float] = []
+    answers = iter(values)
+
+    def probe() -> float:
+        calls.append(next(answers))
+        return calls[-1]
+
+    return probe, calls
+
+
+@pytest.fixture
+def warnings(monkeypatch, caplog):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    caplog.set_level(logging.WARNING, logger="train")
+    return lambda: [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_peak_is_the_best_of_several_probes_and_the_next_run_reads_it_from_the_cache(tmp_path, warnings):
+    probe, calls = probes(300e9, 659e9, 295e9, 500e9, 410e9)
+    first, origin = flops.cached_peak(tmp_path, KEY, probe, rounds=5)
+    assert first == 659e9 and len(calls) == 5
+    path = flops.peak_cache_file(tmp_path, KEY)
+    assert origin == f"measured now (best of 5 probes), cached in {path}"
+    assert path.parent == tmp_path / "peak-flops"
+    recorded = json.loads(path.read_text())
+    assert recorded["key"] == KEY and recorded["probes"] == calls and recorded["flops_per_device"] == 659e9
+
+    again, calls_again = probes(100e9)
+    second, origin = flops.cached_peak(tmp_path, KEY, again)
+    assert second == first and calls_again == []  # no probe: the cached figure
+    assert origin == f"cached from {path} (measured {recorded['measured_at']})"
+    assert warnings() == []
+
+
+def test_another_precision_or_tensorflow_version_is_measured_on_its_own(tmp_path):
+    flops.cached_peak(tmp_path, KEY, probes(*[100e9] * 5)[0], rounds=5)
+    for other in ({**KEY, "dtype": "bfloat16"}, {**KEY, "tensorflow": "2.22.0"}):
+        probe, calls = probes(*[200e9] * 5)
+        assert flops.cached_peak(tmp_path, other, probe, rounds=5)[0] == 200e9 and len(calls) == 5
+    assert len(list((tmp_path / "peak-flops").glob("*.json"))) == 3
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("{not json", "Expecting property name"),
+        ('{"key": {}, "flops_per_device": 1e9, "measured_at": "x"}', "another machine"),
+        (json.dumps({"key": KEY, "flops_per_device": -5, "measured_at": "x"}), "not a positive number"),
+        (json.dumps({"key": KEY, "flops_per_device": "fast", "measured_at": "x"}), "not a positive number"),
+        (json.dumps({"key": KEY, "measured_at": "x"}), "flops_per_device"),
+        ("[]", "list indices"),
+    ],
+)
+def test_a_corrupt_cache_is_measured_again_with_a_warning_and_replaced(tmp_path, warnings, content, why):
+    path = flops.peak_cache_file(tmp_path, KEY)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    probe, calls = probes(*[400e9] * 5)
+    peak, origin = flops.cached_peak(tmp_path, KEY, probe, rounds=5)
+    assert peak == 400e9 and len(calls) == 5 and origin.startswith("measured now")
+    [warning] = warnings()
+    assert warning.startswith(f"WARNING: the cached peak {path} cannot be used (") and why in warning
+    assert warning.endswith("): measuring it again")
+    assert json.loads(path.read_text())["flops_per_device"] == 400e9  # the next run reads a good one
+
+
+def test_peak_flops_measure_measures_again_and_replaces_the_cached_figure(tmp_path):
+    flops.cached_peak(tmp_path, KEY, probes(*[100e9] * 5)[0], rounds=5)
+    probe, calls = probes(*[300e9] * 5)
+    assert flops.cached_peak(tmp_path, KEY, probe, remeasure=True, rounds=5)[0] == 300e9 and len(calls) == 5
+    assert flops.cached_peak(tmp_path, KEY, probes()[0])[0] == 300e9
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_measurement_in_use(tmp_path, warnings):
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache folder would be")
+    peak, origin = flops.cached_peak(blocked, KEY, probes(*[100e9] * 5)[0], rounds=5)
+    assert peak == 100e9 and origin == "measured now (best of 5 probes; not cached)"
+    [warning] = warnings()
+    assert (
+        warning.startswith("WARNING: the measured peak cannot be cached in ")
+        and "the next run measures again" in warning
+    )
+
+
+def test_two_runs_in_a_row_divide_by_the_same_peak(tmp_path, monkeypatch):
+    """The real probe, then the real cache: the second start does not measure."""
+    first = flops.peak_for("auto", tmp_path, "CPU", "float32", devices=1)
+    monkeypatch.setattr(flops, "measure_peak_flops", lambda *a, **k: pytest.fail("the cached peak was not used"))
+    second = flops.peak_for("auto", tmp_path, "CPU", "float32", devices=1)
+    assert second.flops == first.flops > 0 and second.measured_per_device == first.measured_per_device
+    assert first.origin.startswith("measured now") and second.origin.startswith("cached from ")
+    assert second.to_dict()["origin"] == second.origin  # recorded in the manifest
+    key = flops.machine_key("CPU", "float32")
+    import tensorflow as tf
+
+    assert key["tensorflow"] == tf.__version__ and key["dtype"] == "float32" and key["device"] == "CPU"
+
+
+@pytest.mark.parametrize("value", ["fast", "0", "-1e9", "nan", "inf", ""])
+def test_peak_flops_accepts_auto_measure_or_a_positive_number(value):
+    from train.config import load_settings
+    from train.errors import ConfigError
+
+    assert load_settings(env_file=None, environ={"PEAK_FLOPS": "2.5e11"}).peak_flops == "2.5e11"
+    assert load_settings(env_file=None, environ={"PEAK_FLOPS": "measure"}).peak_flops == "measure"
+    with pytest.raises(ConfigError) as refused:
+        load_settings(env_file=None, environ={"PEAK_FLOPS": value})
+    assert refused.value.name == "PEAK_FLOPS" and "auto, measure or a positive number" in str(refused.value)
+
+
+def test_peak_flops_is_not_a_difference_for_reproduce(tmp_path):
+    """It changes what the MFU divides by, never what training computes; runs recorded before the
+    setting existed have no such key."""
+    from train.reproduce import side_by_side
+
+    old = {"epochs": 1, "seed": 42}
+    rows = side_by_side({}, old, {}, {**old, "peak_flops": "measure"}, tmp_path)
+    assert next(r for r in rows if r["what"] == "settings")["same"] is True

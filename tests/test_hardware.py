@@ -154,3 +154,12 @@ def test_bfloat16_on_the_cpu_under_a_cap_where_tensorflow_crashes_is_refused(isa
 )
 def test_other_precisions_and_caps_pass_the_isa_check(policy, ccs, flags, isa):
     check_precision_fits_isa(policy, ccs, flags, isa)
+
+
+def test_cpu_model_is_the_model_name_line(tmp_path):
+    from train.hardware import cpu_model
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n")
+    assert cpu_model(info) == "AMD EPYC 9R14 96-Core Processor"
+    assert isinstance(cpu_model(tmp_path / "missing"), str)  # platform's answer, maybe ""

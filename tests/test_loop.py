@@ -503,7 +503,8 @@ def test_the_log_names_the_model_its_cost_each_epoch_and_each_checkpoint(real_lo
     expected = [
         r"model: cnn, 3140 parameters, global batch 64",
         r"cost: 0\.0 MFLOP per training example \(layers not counted: none\); "
-        r"peak \d+\.\d GFLOP/s \(measured: 1024x1024 float32 matmul on CPU, x1\)",
+        r"peak \d+\.\d GFLOP/s \(measured: 1024x1024 float32 matmul on CPU, x1; "
+        r"(measured now \(best of \d probes\), cached in|cached from) \S+peak-flops\S+json.*\)",
         r"checkpoint ckpt-000000000\.npz \(initial state\)",
         r"epoch 1/2",
         r"checkpoint ckpt-000000004\.npz \(every 4 steps\)",
@@ -804,7 +805,7 @@ def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monke
     ],
 )
 def test_the_peak_is_the_datasheets_on_a_known_gpu_else_the_probes(
-    monkeypatch, train_log, precision, gpus, replicas, probe, peak, text
+    monkeypatch, train_log, tmp_path, precision, gpus, replicas, probe, peak, text
 ):
     """The MFU's denominator, and the log line naming the cost, the layers left out of it and the peak's source."""
     from train import flops
@@ -814,11 +815,15 @@ def test_the_peak_is_the_datasheets_on_a_known_gpu_else_the_probes(
     count = flops.FlopCount(40 * 10**9, ("dense",), ("attention", "rope"))  # a large vision transformer
     monkeypatch.setattr(flops, "count_flops", lambda model: count)
     setup = types.SimpleNamespace(precision=precision, gpus=gpus)
-    loop = types.SimpleNamespace(model=None, chief=True, setup=setup)
+    settings = types.SimpleNamespace(runs_dir=str(tmp_path), peak_flops="auto")
+    loop = types.SimpleNamespace(model=None, chief=True, setup=setup, s=settings)
     EpochLoop._measure_limits(loop, replicas=replicas)
-    assert probes == [probe] and loop.flop_count == count and loop.peak == flops.Peak(*peak)
+    origin = f"measured now (best of {flops.PROBE_ROUNDS} probes), cached in {tmp_path}/.cache/peak-flops/"
+    assert probes == [probe] * flops.PROBE_ROUNDS and loop.flop_count == count
+    assert loop.peak == flops.Peak(*peak, origin=loop.peak.origin) and loop.peak.origin.startswith(origin)
     assert _log_lines(train_log) == [
-        f"cost: 120000.0 MFLOP per training example (layers not counted: attention, rope); {text}"
+        f"cost: 120000.0 MFLOP per training example (layers not counted: attention, rope); {text[:-1]}; "
+        f"{loop.peak.origin})"
     ]
 
 

@@ -62,6 +62,8 @@ def test_git_info_not_a_repository_falls_back_too(tmp_path):
     (tmp_path / "BUILD_COMMIT").write_text("")  # built outside git: baked empty
     info = git_info(tmp_path)  # real git, but tmp_path is no repository
     assert info["commit"] is None and info["source"].endswith("BUILD_COMMIT")
+    assert info["commit_missing"].startswith("GIT_COMMIT was not set when this image was built: rebuild it with")
+    assert "GIT_COMMIT=$(git rev-parse HEAD) docker compose build" in info["commit_missing"]
 
 
 def test_git_info_with_nothing_says_why(tmp_path, no_git):

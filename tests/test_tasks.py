@@ -157,8 +157,10 @@ def test_engine_not_running_stops_with_one_line():
 def test_missing_nvidia_runtime_names_the_toolkit(monkeypatch):
     monkeypatch.setattr(tasks.shutil, "which", lambda n: None if n == "nvidia-container-runtime-hook" else f"/bin/{n}")
     c = ctx(**{"docker info --format '{{json .Runtimes}}'": Result('{"runc":{"path":"runc"}}')})
-    with pytest.raises(Exit, match="NVIDIA container toolkit is not set up for Docker.*or add --cpu"):
+    with pytest.raises(Exit, match="NVIDIA container toolkit is not set up for Docker.*or add --cpu") as stopped:
         tasks.gpu_check(c)
+    # the plain compose command too, for a newcomer who ran `docker compose up` first
+    assert "docker compose -f docker-compose.yml -f docker-compose.cpu.yml" in str(stopped.value)
 
 
 def test_no_gpu_names_the_driver_from_the_stack_table():
@@ -166,7 +168,7 @@ def test_no_gpu_names_the_driver_from_the_stack_table():
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
     with pytest.raises(
         Exit,
-        match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\), or add --cpu",
+        match=r"install the NVIDIA driver >= 525\.60\.13 \(>= 555\.42\.06 for H100, H200 and newer GPUs\); or add --cpu",
     ):
         tasks.gpu_check(c)
 
@@ -175,7 +177,7 @@ def test_no_gpu_without_the_gpu_check_still_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "train.gpucheck.stack", None)  # as if train/gpucheck/ were deleted
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
     with pytest.raises(
-        Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock, or add --cpu"
+        Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock; or add --cpu"
     ):
         tasks.gpu_check(c)
 
@@ -241,6 +243,56 @@ def test_test_and_bench_use_the_current_interpreter(tmp_path):
         f"{tasks.PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {out}",
     ]
     assert out.parent.is_dir()
+
+
+def _writing_the_report(c: MockContext, out: Path, exited: int = 0) -> MockContext:
+    """Make the benchmark command write its JSON report (and exit with `exited`), as pytest-benchmark does."""
+    real = c.run._mock_wraps
+
+    def run(command, **kwargs):
+        if "--benchmark-json" in command:
+            out.write_text('{"benchmarks": []}')
+            return Result(exited=exited)
+        return real(command, **kwargs)
+
+    c.run.side_effect = run
+    return c
+
+
+def test_bench_prints_the_ratio_table_of_the_report_it_wrote(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    c = _writing_the_report(ctx(), out)
+    tasks.bench(c, json=str(out))
+    assert echoed(c) == [
+        f"{tasks.PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {out}",
+        f"{tasks.PY} benchmarks/summarise.py {out}",
+    ]
+    assert capsys.readouterr().out == ""
+
+
+def test_bench_quick_is_an_option_and_says_its_ratios_mean_nothing(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    c = _writing_the_report(ctx(), out)
+    tasks.bench(c, json=str(out), quick=True, args="-k pipeline")
+    assert (
+        echoed(c)[0]
+        == f"{tasks.PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {out} --bench-quick -k pipeline"
+    )
+    assert echoed(c)[1] == f"{tasks.PY} benchmarks/summarise.py {out}"
+    assert "ratios only show that the benchmarks run" in capsys.readouterr().out
+    assert "quick" in tasks.bench.help and "--bench-quick" in (ROOT / "benchmarks" / "conftest.py").read_text()
+
+
+def test_bench_shows_the_ratios_of_a_failed_run_but_not_an_old_report_and_keeps_the_exit_code(tmp_path):
+    out = tmp_path / "r.json"
+    c = _writing_the_report(ctx(), out, exited=1)
+    with pytest.raises(Exit) as failed:
+        tasks.bench(c, json=str(out))
+    assert failed.value.code == 1 and len(echoed(c)) == 2  # the others' ratios are still shown
+    old = ctx(**{f"{tasks.PY} -m pytest benchmarks/": Result(exited=2)})  # a collection error: no new report
+    with pytest.raises(Exit) as failed:
+        tasks.bench(old, json=str(out))
+    assert failed.value.code == 2 and echoed(old) == [echoed(c)[0]]
 
 
 def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(monkeypatch):
@@ -367,3 +419,109 @@ def test_train_with_workers_refuses_what_it_cannot_do(kw, words):
     with pytest.raises(Exit) as info:
         tasks.train(ctx(), **kw)
     assert words in str(info.value)
+
+
+LIST_WIDTH = 60  # `invoke --list` wraps at the terminal's width: 80 columns leave 63 beside the names
+
+
+def test_invoke_list_shows_every_tasks_first_line_whole_on_one_line(monkeypatch, capsys):
+    """invoke lists the first line of each docstring (a sentence cut by a line break is shown cut),
+    wrapped to the terminal: each first line is the whole first sentence, and fits."""
+    import invoke.program
+
+    monkeypatch.setattr(invoke.program, "pty_size", lambda: (80, 24))
+    invoke.Program(namespace=tasks.ns).run(["invoke", "--list"], exit=False)
+    entries = [line for line in capsys.readouterr().out.splitlines()[1:] if line.strip()]
+    names = sorted(tasks.ns.task_names)
+    assert [line.split()[0] for line in entries] == names  # no wrapped continuation lines
+    for name in names:
+        paragraph = tasks.ns[name].__doc__.strip().split("\n\n")[0]
+        assert "\n" not in paragraph and paragraph.endswith("."), f"{name}: {paragraph!r}"
+        assert len(paragraph) <= LIST_WIDTH, f"{name}: {len(paragraph)} characters: {paragraph!r}"
+
+
+# --- scripts/venv.sh: the host set-up of scripts/train and scripts/test -----------------------------
+
+
+@pytest.fixture
+def clone(tmp_path):
+    """A copy of scripts/venv.sh beside fake locks, and a PYTHON whose venv's python logs what it is asked."""
+    import shlex
+    import shutil
+    import stat
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "venv.sh", tmp_path / "scripts" / "venv.sh")
+    (tmp_path / "requirements.lock").write_text("numpy==2.0 \\\n    --hash=sha256:aa\ntensorflow-cpu==2.21\n")
+    (tmp_path / "requirements-test.lock").write_text("pytest==9.0\n")
+    log = tmp_path / "pip.log"
+    recorder = f'#!/bin/sh\necho "$*" >> {log}\n'
+    fake = tmp_path / "fakepython"
+    fake.write_text(
+        f"#!/bin/sh\nmkdir -p .venv/bin\nprintf %s {shlex.quote(recorder)} > .venv/bin/python\nchmod +x .venv/bin/python\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return tmp_path
+
+
+def venv_sh(clone: Path, *args: str) -> tuple[list[str], str]:
+    """Run the copied scripts/venv.sh; return the pip commands it ran (this time) and what it printed."""
+    import os
+    import subprocess
+
+    log = clone / "pip.log"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHON": str(clone / "fakepython")}
+    done = subprocess.run(
+        ["bash", "scripts/venv.sh", *args], cwd=clone, env=env, capture_output=True, text=True, check=True
+    )
+    pip = (
+        [line.split(" --disable-pip-version-check ")[-1] for line in log.read_text().splitlines()]
+        if log.exists()
+        else []
+    )
+    return pip, done.stderr
+
+
+def test_scripts_train_installs_only_the_runtime_lock_and_says_so_first(clone):
+    pip, said = venv_sh(clone)
+    assert pip == ["--require-hashes -r requirements.lock", "--no-deps -e ."]
+    assert said.startswith("scripts/venv.sh: installing the 2 pinned packages of requirements.lock into .venv")
+    assert "a few minutes" in said
+    assert venv_sh(clone) == ([], "")  # stamped: nothing to do
+
+
+def test_scripts_train_asks_for_the_runtime_only_and_scripts_test_for_the_test_tools():
+    assert "\nscripts/venv.sh\n" in (ROOT / "scripts" / "train").read_text()
+    assert "\nscripts/venv.sh --test\n" in (ROOT / "scripts" / "test").read_text()
+
+
+def test_a_venv_made_for_training_gets_the_test_tools_when_scripts_test_uses_it(clone):
+    venv_sh(clone)
+    pip, said = venv_sh(clone, "--test")
+    assert pip == ["--require-hashes -r requirements-test.lock"]
+    assert "the test tools, the 1 pinned packages of requirements-test.lock" in said
+    assert venv_sh(clone, "--test") == ([], "") and venv_sh(clone) == ([], "")
+
+
+def test_a_changed_runtime_lock_installs_it_again_and_the_test_tools_with_it(clone):
+    assert venv_sh(clone, "--test")[0] == [
+        "--require-hashes -r requirements.lock",
+        "--no-deps -e .",
+        "--require-hashes -r requirements-test.lock",
+    ]
+    with (clone / "requirements.lock").open("a") as lock:
+        lock.write("keras==3.12\n")
+    assert venv_sh(clone)[0] == ["--require-hashes -r requirements.lock", "--no-deps -e ."]
+    assert venv_sh(clone, "--test")[0] == ["--require-hashes -r requirements-test.lock"]
+    (clone / "requirements-test.lock").write_text("pytest==9.1\n")
+    assert venv_sh(clone, "--test")[0] == ["--require-hashes -r requirements-test.lock"]
+    assert venv_sh(clone) == ([], "")
+
+
+def test_venv_sh_refuses_an_unknown_argument(clone):
+    import subprocess
+
+    done = subprocess.run(["bash", "scripts/venv.sh", "--tests"], cwd=clone, capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown argument '--tests'" in done.stderr and "--test" in done.stderr
+    assert not (clone / ".venv").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -72,6 +73,11 @@ class Settings:
     )
     memory_growth: bool = _f(True, "let GPU memory grow as needed instead of taking it all at start")
     jit_compile: bool = _f(False, "compile the train step with XLA")
+    peak_flops: str = _f(
+        "auto",
+        "the MFU's peak FLOP/s per device: auto (a known GPU's datasheet, else measured once per machine, precision "
+        "and TensorFlow version, cached in RUNS_DIR/.cache) | measure (again now, and cache it) | a number, e.g. 2.5e11",
+    )
     steps_per_execution: int = _f(
         1, "train steps run per call into TensorFlow (fewer Python round trips)", min=1, max=10000
     )
@@ -153,6 +159,7 @@ RESUME_FREE = {
     "worker_index",
     "mlflow_tracking_uri",
     "mlflow_experiment",
+    "peak_flops",
 }
 
 
@@ -270,9 +277,23 @@ def _check_tracking(s: Settings) -> None:
 _MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+def _check_peak_flops(value: str) -> None:
+    if value in ("auto", "measure"):
+        return
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise ConfigError(
+            "PEAK_FLOPS", value, "auto, measure or a positive number of FLOP/s per device, e.g. 2.5e11 (250 GFLOP/s)"
+        )
+
+
 def validate(s: Settings) -> Settings:
     """Check every rule that does not need TensorFlow; return the settings unchanged or raise."""
     _check_ranges(s)
+    _check_peak_flops(s.peak_flops)
     _check_dirs(s)
     datasets.check_dataset(s.dataset)
     _check_tracking(s)

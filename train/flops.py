@@ -8,21 +8,36 @@ Element-wise layers (activations, pooling, normalisation) are a few percent of a
 left out, as in every published MFU figure; the layers that are not counted are listed, so a fork
 with exotic layers knows the count is a lower bound.
 
-The peak is measured at start: a short matmul in the training precision on the training device,
-the measurement `python -m train check` makes. On a GPU whose datasheet peak is known (DATASHEET),
-that peak is used instead, as published MFU figures do, and the measured one is recorded beside it;
-the manifest says which one the MFU divides by.
+The peak is a short matmul in the training precision on the training device, the measurement
+`python -m train check` makes. One probe moves by 2x with the load of a shared machine, so the peak
+is the best of PROBE_ROUNDS probes, measured once per machine, precision and TensorFlow version and
+cached under RUNS_DIR/.cache/peak-flops/: every later run on that machine divides by the same
+number, so their MFUs compare. PEAK_FLOPS=measure measures it again (and replaces the cached one);
+a number sets it. On a GPU whose datasheet peak is known (DATASHEET), that peak is used instead, as
+published MFU figures do, and the measured one is recorded beside it; the manifest says which one
+the MFU divides by and where the measured one came from (`origin`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import logging
 import math
+import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+log = logging.getLogger("train")
 
 TRAIN_MULTIPLIER = 3  # forward + backward (activations) + backward (weights)
 PROBE_N, PROBE_REPS = 1024, 3
+PROBE_ROUNDS = 5  # probes of PROBE_REPS matmuls each; the best is the machine's, the rest its load
+PEAK_CACHE = "peak-flops"  # under RUNS_DIR/.cache
 
 
 # Dense tensor-core peaks in TFLOP/s from NVIDIA's datasheets (SXM parts where there are two; no
@@ -57,6 +72,7 @@ class Peak:
     source: str  # e.g. "measured: 1024x1024 float32 matmul on CPU, x1"
     measured_per_device: float | None = None
     datasheet_per_device: float | None = None
+    origin: str = ""  # where measured_per_device comes from: "measured now ...", "cached from FILE (DATE)", ...
 
     def to_dict(self) -> dict:
         return {
@@ -64,10 +80,13 @@ class Peak:
             "source": self.source,
             "measured_per_device": self.measured_per_device,
             "datasheet_per_device": self.datasheet_per_device,
+            "origin": self.origin,
         }
 
 
-def choose_peak(measured: float | None, datasheet: float | None, devices: int, where: str, dtype: str) -> Peak:
+def choose_peak(
+    measured: float | None, datasheet: float | None, devices: int, where: str, dtype: str, origin: str = ""
+) -> Peak:
     """The datasheet peak when there is one (GPUs), else the measured one; times the devices in sync."""
     if datasheet:
         return Peak(
@@ -75,12 +94,97 @@ def choose_peak(measured: float | None, datasheet: float | None, devices: int, w
             f"datasheet: {datasheet / 1e12:g} TFLOP/s {dtype} per {where}, x{devices}",
             measured,
             datasheet,
+            origin,
         )
     if measured:
         return Peak(
-            measured * devices, f"measured: {PROBE_N}x{PROBE_N} {dtype} matmul on {where}, x{devices}", measured, None
+            measured * devices,
+            f"measured: {PROBE_N}x{PROBE_N} {dtype} matmul on {where}, x{devices}",
+            measured,
+            None,
+            origin,
         )
-    return Peak(None, "unknown: the probe failed", None, None)
+    return Peak(None, "unknown: the probe failed", None, None, origin)
+
+
+def machine_key(where: str, dtype: str, environ: Mapping[str, str] | None = None) -> dict:
+    """What the measured peak depends on: the device, the CPU, the dtype, TensorFlow and oneDNN."""
+    import tensorflow as tf
+
+    from .hardware import cpu_model, onednn_enabled, onednn_max_isa
+
+    return {
+        "device": where,
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "dtype": dtype,
+        "tensorflow": tf.__version__,
+        "onednn": onednn_enabled(environ),
+        "onednn_max_isa": onednn_max_isa(environ),
+    }
+
+
+def peak_cache_file(cache_dir: Path, key: Mapping) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(cache_dir) / PEAK_CACHE / f"{digest}.json"
+
+
+def _read_cached(path: Path, key: Mapping) -> tuple[float, str]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    flops = data["flops_per_device"]
+    if data.get("key") != dict(key):
+        raise ValueError("it was measured for another machine, precision or TensorFlow version")
+    if not isinstance(flops, (int, float)) or isinstance(flops, bool) or not (0 < flops < math.inf):
+        raise ValueError(f"flops_per_device is {flops!r}, not a positive number")
+    return float(flops), str(data["measured_at"])
+
+
+def cached_peak(
+    cache_dir: Path, key: Mapping, probe: Callable[[], float], remeasure: bool = False, rounds: int = PROBE_ROUNDS
+) -> tuple[float, str]:
+    """(FLOP/s per device, where it came from): the cached measurement for `key`, else the best of
+    `rounds` probes, then cached for the next run. A cache that cannot be read is measured again,
+    with a warning; one that cannot be written leaves this run's measurement in use."""
+    from .rundir import shared_writes, write_json
+
+    path = peak_cache_file(cache_dir, key)
+    if not remeasure and (path.exists() or path.is_symlink()):
+        try:
+            flops, when = _read_cached(path, key)
+            return flops, f"cached from {path} (measured {when})"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("WARNING: the cached peak %s cannot be used (%s): measuring it again", path, exc)
+    probes = [probe() for _ in range(rounds)]
+    best = max(probes)
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record = {"key": dict(key), "flops_per_device": best, "probes": probes, "measured_at": when}
+    try:
+        with shared_writes(path.parent):  # other runs sharing RUNS_DIR may measure at the same time
+            write_json(path, record)
+    except Exception as exc:  # an unwritable cache costs the next run a measurement, nothing more
+        log.warning("WARNING: the measured peak cannot be cached in %s (%s): the next run measures again", path, exc)
+        return best, f"measured now (best of {rounds} probes; not cached)"
+    return best, f"measured now (best of {rounds} probes), cached in {path}"
+
+
+def peak_for(setting: str, cache_dir: Path, where: str, dtype: str, devices: int) -> Peak:
+    """The MFU's denominator under PEAK_FLOPS (auto, measure or FLOP/s per device; see the module's
+    docstring) for `devices` replicas of `where` ("CPU" or the first GPU's name). Never raises: a
+    probe that cannot run gives an unknown peak, and the run goes on without MFU."""
+    if setting not in ("auto", "measure"):
+        given = float(setting)
+        return Peak(
+            given * devices, f"PEAK_FLOPS: {given / 1e9:g} GFLOP/s per {where}, x{devices}", origin="PEAK_FLOPS"
+        )
+    device = "/CPU:0" if where == "CPU" else "/GPU:0"
+    try:
+        measured, origin = cached_peak(
+            cache_dir, machine_key(where, dtype), lambda: measure_peak_flops(dtype, device), setting == "measure"
+        )
+    except Exception as exc:  # a probe that cannot run leaves MFU empty, the run goes on
+        log.warning("WARNING: the peak FLOP/s probe failed (%s: %s): no MFU for this run", type(exc).__name__, exc)
+        measured, origin = None, "the probe failed"
+    return choose_peak(measured, datasheet_peak(where, dtype), devices, where, dtype, origin)
 
 
 @dataclass(frozen=True)

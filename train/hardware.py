@@ -40,6 +40,19 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
     return set()
 
 
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name ("AMD EPYC 9R14 ..."), else the processor platform reports; "" if neither."""
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor()
+
+
 def cpu_bf16(flags: Iterable[str]) -> list[str]:
     """The bf16 features present, e.g. ['avx512_bf16']; empty means bfloat16 would be emulated (slow)."""
     flags = set(flags)

@@ -24,7 +24,7 @@ from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
 from .logs import MetricsFile, TensorBoardWriter, metric_columns, read_back
 from .manifest import update_manifest
-from .rundir import RunDir
+from .rundir import CACHE_DIR, RunDir
 from .stopping import StopFlag
 
 log = logging.getLogger("train")
@@ -212,19 +212,15 @@ class EpochLoop:
             return  # only the chief records MFU: the probe would hold the other workers up for nothing
         dtype = flops.compute_dtype(self.setup.precision)
         where = self.setup.gpus[0] if self.setup.gpus else "CPU"
-        try:
-            measured = flops.measure_peak_flops(dtype, "/GPU:0" if where != "CPU" else "/CPU:0")
-        except Exception as exc:  # a probe that cannot run leaves MFU empty, the run goes on
-            log.warning("WARNING: the peak FLOP/s probe failed (%s: %s): no MFU for this run", type(exc).__name__, exc)
-            measured = None
-        self.peak = flops.choose_peak(measured, flops.datasheet_peak(where, dtype), replicas, where, dtype)
+        cache = Path(self.s.runs_dir) / CACHE_DIR  # one measurement per machine, shared by the runs
+        self.peak = flops.peak_for(self.s.peak_flops, cache, where, dtype, replicas)
         uncounted = ", ".join(self.flop_count.uncounted_layers) or "none"
         log.info(
             "cost: %.1f MFLOP per training example (layers not counted: %s); peak %.1f GFLOP/s (%s)",
             self.flop_count.train_per_example / 1e6,
             uncounted,
             (self.peak.flops or 0) / 1e9,
-            self.peak.source,
+            "; ".join(filter(None, (self.peak.source, self.peak.origin))),
         )
 
     # -- data ---------------------------------------------------------------------------------

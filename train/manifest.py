@@ -58,8 +58,17 @@ def git_info(root: Path | None = None) -> dict[str, Any]:
         pass
     baked = root / "BUILD_COMMIT"
     if baked.is_file():
-        return {"commit": baked.read_text().strip() or None, "dirty": None, "source": str(baked)}
+        commit = baked.read_text().strip() or None
+        if commit is None:  # compose cannot run git: it passes GIT_COMMIT only when the shell or .env has it
+            return {"commit": None, "dirty": None, "source": str(baked), "commit_missing": NO_BUILD_COMMIT}
+        return {"commit": commit, "dirty": None, "source": str(baked)}
     return {"commit": None, "dirty": None, "source": "no git repository and no BUILD_COMMIT file"}
+
+
+NO_BUILD_COMMIT = (
+    "GIT_COMMIT was not set when this image was built: rebuild it with `invoke build` (or `invoke train`, "
+    "which pass it), or `GIT_COMMIT=$(git rev-parse HEAD) docker compose build`"
+)
 
 
 def lock_hash(root: Path | None = None) -> dict[str, Any]:
