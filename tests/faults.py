@@ -69,10 +69,51 @@ def run_fit(args: list[str], cwd: Path, timeout: float = 180, **kw) -> tuple[int
     return rc, output(proc)
 
 
-def run_python(code: str, cwd: Path, timeout: float = 180, **extra_env: str) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, cwd: Path, timeout: float = 180, preexec_fn=None, **extra_env: str
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, env=env(**extra_env), timeout=timeout
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env(**extra_env),
+        timeout=timeout,
+        preexec_fn=preexec_fn,
     )
+
+
+def file_modes_apply():
+    """A preexec_fn under which file modes bind even for root (mode 000 denies), or None if they already do.
+
+    root reads any file through two capabilities, CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH; the
+    child drops them from its bounding set, so the program it runs never has them. Skips the test
+    where that is not allowed (no CAP_SETPCAP)."""
+    import pytest
+
+    if os.geteuid() != 0:
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, dac_caps = 24, (1, 2)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import ctypes; l = ctypes.CDLL(None); print(all(l.prctl({pr_capbset_drop}, c, 0, 0, 0) == 0 for c in {dac_caps}))",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if probe.stdout.strip() != "True":
+        pytest.skip("running as root without CAP_SETPCAP: cannot make file modes bind")
+
+    def drop() -> None:
+        for cap in dac_caps:
+            libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
+
+    return drop
 
 
 # -- watching a run ------------------------------------------------------------------------------

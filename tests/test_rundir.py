@@ -550,3 +550,46 @@ def test_shared_writes_cleans_stale_temps_only_when_no_other_writer_is_inside(tm
     with shared_writes(folder) as removed:  # everybody left: now it is stale
         assert removed == [live]
     assert [p.name for p in folder.iterdir()] == [".writers.lock"]
+
+
+def test_a_folder_that_cannot_be_read_never_hides_the_stopped_run_from_resume_auto(runs_with_strays, tmp_path):
+    from faults import file_modes_apply, run_python
+
+    root, real, _ = runs_with_strays
+    locked = root / "20251231-000000-000001"  # older than the stopped run; mode 000
+    locked.mkdir()
+    locked.chmod(0)
+    code = (
+        "from train.config import load_settings; from train.resume import auto_resume; "
+        "from train.rundir import resolve_run; from train.errors import RunRecordError\n"
+        f"print(auto_resume(load_settings({{'runs_dir': {str(root)!r}}}, env_file=None, environ={{}})))\n"
+        f"print(resolve_run({str(root)!r}, 'latest'))\n"
+        f"try: resolve_run({str(root)!r}, {locked.name!r})\n"
+        "except RunRecordError as exc: print(exc.exit_code, exc)"
+    )
+    try:
+        proc = run_python(code, tmp_path, timeout=120, preexec_fn=file_modes_apply())
+    finally:
+        locked.chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    resumed, latest, refused = proc.stdout.splitlines()
+    assert resumed == str(real) and latest == str(real)
+    assert refused.startswith(f"4 run {locked.name!r}: {locked} cannot be read (Permission denied)")
+    warnings = proc.stderr.splitlines()
+    assert len(warnings) == 2 and all(w.startswith(f"WARNING: {locked} in RUNS_DIR cannot be read") for w in warnings)
+
+
+def test_runs_dir_that_cannot_be_listed_is_a_storage_error_not_no_runs(tmp_path):
+    from faults import file_modes_apply, run_python
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    root.chmod(0o300)  # writable, not listable
+    code = f"from train.cli import main; print(main(['runs', '--runs-dir', {str(root)!r}, '--env-file', '/dev/null']))"
+    try:
+        proc = run_python(code, tmp_path, timeout=120, preexec_fn=file_modes_apply())
+    finally:
+        root.chmod(0o755)
+    assert proc.stdout.split() == ["7"]
+    assert proc.stderr.startswith(f"StorageError: cannot list RUNS_DIR {root}: Permission denied")
+    assert proc.stderr.count("\n") == 1

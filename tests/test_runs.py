@@ -50,6 +50,7 @@ def test_list_and_format_runs(tmp_path):
         "dataset": "mnist",
         "smoke": False,
         "reason": None,
+        "error": None,
     }
     assert (rows[1]["status"], rows[1]["epochs"], rows[1]["best"]) == ("unreadable", None, None)
     assert "manifest.json is unreadable" in rows[1]["reason"]
@@ -179,6 +180,7 @@ def test_runs_json_is_one_document_with_the_tables_fields(tmp_path, capsys):
         "dataset": "mnist",
         "smoke": False,
         "unreadable_reason": None,
+        "error": None,
     }
     second = runs[1]
     assert (second["status"], second["best"], second["smoke"], second["epochs_planned"]) == ("failed", None, True, 1)
@@ -191,3 +193,79 @@ def test_runs_json_with_no_runs_is_an_empty_list(tmp_path, capsys):
 
     assert cli.main(["runs", "--json", "--runs-dir", str(tmp_path / "none")]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_a_folder_that_cannot_be_read_is_one_warning_and_the_runs_beside_it_are_listed(tmp_path):
+    from faults import file_modes_apply, run_python
+
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-000001", CFG, {"status": "completed", "epochs_completed": 3})
+    _run(root, "20260101-000000-000003", CFG, {"status": "interrupted", "epochs_completed": 1})
+    locked = root / "20260101-000000-000002"
+    locked.mkdir()
+    locked.chmod(0)
+    try:
+        for argv in (["runs"], ["runs", "--json"]):
+            argv += ["--runs-dir", str(root), "--env-file", "/dev/null"]
+            code = f"import sys; from train.cli import main; sys.exit(main({argv!r}))"
+            proc = run_python(code, tmp_path, timeout=120, preexec_fn=file_modes_apply())
+            assert proc.returncode == 0, proc.stderr
+            listed = [r["id"] for r in json.loads(proc.stdout)] if "--json" in argv else proc.stdout.split()
+            assert "20260101-000000-000001" in listed and "20260101-000000-000003" in listed
+            assert locked.name not in proc.stdout
+            (warning,) = proc.stderr.splitlines()
+            assert warning.startswith(f"WARNING: {locked} in RUNS_DIR cannot be read (Permission denied)")
+            assert "make it readable" in warning
+    finally:
+        locked.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        '{"status": "completed", "epochs_completed": NaN}',
+        '{"status": "completed", "epochs_completed": 3, "duration_seconds": Infinity}',
+        '{"status": "completed", "segments": [{"seconds": -Infinity, "epochs_planned": NaN}]}',
+        '{"status": "completed", "segments": [{"seconds": 1e308}, {"seconds": 1e308}], "best": {"value": -Infinity}}',
+        '{"status": "completed", "epochs_completed": "3", "best": {"value": "0.9"}, "duration_seconds": true}',
+    ],
+)
+def test_a_number_that_is_not_finite_is_null_and_the_other_runs_are_listed(tmp_path, capsys, manifest):
+    from train import cli
+
+    root = tmp_path / "runs"
+    for i in range(1, 201):
+        name = f"20260101-000000-{i:06d}"
+        good = {"status": "completed", "epochs_completed": 3, "best": {"value": 0.5}, "duration_seconds": 9.0}
+        _run(root, name, CFG, manifest if i == 100 else good)
+    assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
+    out, err = capsys.readouterr()
+    runs = json.loads(out)
+    assert len(runs) == 200 and err == ""
+    assert all(r["best"] == 0.5 and r["epochs_completed"] == 3 for i, r in enumerate(runs) if i != 99)
+    damaged = runs[99]
+    assert damaged["status"] == "completed"
+    for key in ("best", "duration_seconds"):
+        assert damaged[key] is None or isinstance(damaged[key], float) and damaged[key] < 1e300, key
+    assert damaged["epochs_completed"] in (None, 3) and damaged["epochs_planned"] in (None, 3)
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 201 and not any(word in table[100].lower() for word in ("nan", "inf"))
+
+
+def test_a_failed_run_shows_why_under_the_table_and_in_json(tmp_path, capsys):
+    from train import cli
+
+    root = tmp_path / "runs"
+    error = "DataError: data/mnist.npz is truncated (12 of 11490434 bytes); download it again\nsecond line"
+    _run(root, "20260101-000000-000001", CFG, {"status": "failed", "epochs_completed": 0, "error": error})
+    _run(root, "20260101-000000-000002", CFG, {"status": "completed", "epochs_completed": 3, "error": None})
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:2] == ["20260101-000000-000001", "failed"]
+    assert lines[3:] == [
+        "20260101-000000-000001: failed: DataError: data/mnist.npz is truncated (12 of 11490434 bytes); download it again"
+    ]
+    assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert runs[0]["error"] == error.splitlines()[0] and runs[1]["error"] is None

@@ -18,6 +18,7 @@ import datetime as _dt
 import errno
 import fcntl
 import json
+import logging
 import os
 import re
 import secrets
@@ -29,6 +30,7 @@ from typing import Any
 
 from .errors import RunRecordError, StorageError, TemplateError
 
+log = logging.getLogger("train")
 TMP_MARK = ".tmp-"
 CACHE_DIR = ".cache"  # under RUNS_DIR: the image decode cache (a hidden folder, never a run)
 WRITERS_LOCK = ".writers.lock"  # see shared_writes
@@ -148,14 +150,40 @@ def creation_key(path: Path) -> tuple:
     return (m.group(1), micro, path.name)
 
 
-def list_run_dirs(runs_dir: str | Path) -> list[Path]:
-    """The run directories under RUNS_DIR, oldest first (by creation, not by name)."""
+def list_run_dirs(runs_dir: str | Path, warn: Callable[[str], None] | None = None) -> list[Path]:
+    """The run directories under RUNS_DIR, oldest first (by creation, not by name).
+
+    An entry that cannot be looked into (mode 000, another user's folder, `lost+found` on a
+    mounted volume) is one warning line and is left out; it never hides the runs beside it.
+    RUNS_DIR itself unreadable is a StorageError: "no runs" would be a guess.
+    """
+    runs, unreadable = scan_run_dirs(runs_dir)
+    for path, reason in unreadable:
+        (warn or log.warning)(
+            f"WARNING: {path} in RUNS_DIR cannot be read ({reason}): left out; make it readable "
+            "(chmod, or chown to this user) or move it out of RUNS_DIR"
+        )
+    return runs
+
+
+def scan_run_dirs(runs_dir: str | Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(the run directories oldest first, [(entry, reason)] for the entries that cannot be read)."""
     root = Path(runs_dir)
     try:
-        found = [p for p in root.iterdir() if is_run_dir(p)] if root.is_dir() else []
-    except OSError:
-        return []
-    return sorted(found, key=creation_key)
+        entries = list(root.iterdir()) if root.is_dir() else []
+    except OSError as exc:
+        raise StorageError(
+            f"cannot list RUNS_DIR {root}: {exc.strerror or exc}; make it readable by this user "
+            "(chmod u+rx) or point RUNS_DIR at another folder"
+        ) from None
+    found, unreadable = [], []
+    for p in entries:
+        try:
+            if is_run_dir(p):
+                found.append(p)
+        except OSError as exc:
+            unreadable.append((p, exc.strerror or type(exc).__name__))
+    return sorted(found, key=creation_key), unreadable
 
 
 def in_container(root: Path = Path("/")) -> bool:
@@ -358,8 +386,14 @@ def resolve_run(runs_dir: str | Path, run: str) -> Path:
             raise RunNotFound(f"--resume/RUN 'latest': no runs in {root}; train first or set RUNS_DIR")
         return runs[-1]
     for candidate in (root / run, Path(run)):
-        if is_run_dir(candidate):
-            return candidate
+        try:
+            if is_run_dir(candidate):
+                return candidate
+        except OSError as exc:  # a folder this user may not look into (mode 000, another owner)
+            raise RunRecordError(
+                f"run {run!r}: {candidate} cannot be read ({exc.strerror or exc}); make it readable "
+                "(chmod, or chown to this user) or run as its owner"
+            ) from None
     raise RunNotFound(
         f"run {run!r} not found in {root} (no {RunDir(run).config.name}): `python -m train runs` lists the runs"
     )

@@ -3,7 +3,9 @@ or with `--json` as one JSON list for scripts.
 
 Oldest first, in the order the runs were created. The duration is the run's whole time over all its
 segments (a stopped and resumed run adds up every stretch). A run whose config.json or manifest.json cannot
-be read is one row marked `unreadable` (with the reason); it never takes the table down.
+be read is one row marked `unreadable` (with the reason); it never takes the table down. A number
+that is not finite or not a number (a hand-edited or damaged manifest: NaN, Infinity, "3") is
+shown as `-` (null in JSON), and a run that failed has its error on a line under the table.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
                     "dataset": "",
                     "smoke": False,
                     "reason": reason,
+                    "error": None,
                 }
             )
     return rows
@@ -44,31 +47,50 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
 def _row(path: Path) -> dict:
     files = RunDir(path)
     cfg, m = files.read_config(), files.read_manifest(missing_ok=True)
-    best = (m.get("best") or {}).get("value")
-    epochs = m.get("epochs_completed")
+    best = _number((m.get("best") or {}).get("value"))
+    epochs = _count(m.get("epochs_completed"))
     if epochs is None and files.metrics.is_file():
         epochs = max(0, len(files.metrics.read_text().strip().splitlines()) - 1)
     segments = [s for s in m.get("segments") or [] if isinstance(s, dict)]
     last = segments[-1] if segments else {}
     # What the run really does: a smoke run trains one epoch whatever EPOCHS says.
-    of = last.get("epochs_planned") or (1 if cfg.get("smoke") else cfg.get("epochs"))
-    if segments and any(isinstance(s.get("seconds"), (int, float)) for s in segments):
-        duration = sum(s["seconds"] for s in segments if isinstance(s.get("seconds"), (int, float)))
+    of = _count(last.get("epochs_planned")) or (1 if cfg.get("smoke") else _count(cfg.get("epochs")))
+    seconds = [_number(s.get("seconds")) for s in segments]
+    if any(x is not None for x in seconds):
+        duration = _number(sum(x for x in seconds if x is not None))
     else:
-        duration = m.get("duration_seconds")
+        duration = _number(m.get("duration_seconds"))
+    error = m.get("error")
     return {
         "id": path.name,
-        "status": m.get("status", "unknown"),
+        "status": str(m.get("status") or "unknown"),
         "epochs": epochs,
         "of": of,
-        "monitor": cfg.get("monitor", ""),
+        "monitor": str(cfg.get("monitor", "")),
         "best": best,
         "duration": duration,
-        "model": cfg.get("model", ""),
-        "dataset": cfg.get("dataset", ""),
+        "model": str(cfg.get("model", "")),
+        "dataset": str(cfg.get("dataset", "")),
         "smoke": bool(cfg.get("smoke")),
         "reason": None,
+        "error": _one_line(error) if error else None,
     }
+
+
+def _number(v) -> float | None:
+    """A finite number, else None: NaN and Infinity are valid in Python's JSON but in no one else's."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _count(v) -> int | None:
+    v = _number(v)
+    return int(v) if v is not None and v >= 0 and float(v).is_integer() else None
+
+
+def _one_line(text, limit: int = 300) -> str:
+    """The error's first line, cut short: one row's note never fills the screen."""
+    first = str(text).strip().splitlines()[0] if str(text).strip() else str(text)
+    return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
 def format_runs(rows: list[dict]) -> str:
@@ -85,6 +107,8 @@ def format_runs(rows: list[dict]) -> str:
         table.append((r["id"], r["status"], epochs, best, dur, r["model"], dataset))
         if r.get("reason"):
             notes.append(f"{r['id']}: {r['reason']}")
+        elif r.get("error"):
+            notes.append(f"{r['id']}: {r['status']}: {r['error']}")
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     return "\n".join(lines + notes)
@@ -93,10 +117,8 @@ def format_runs(rows: list[dict]) -> str:
 def runs_json(rows: list[dict]) -> str:
     """The table's rows as one JSON list, with names a script can read without the table's header.
 
-    Never NaN or Infinity (not JSON): a non-finite best value is null."""
-
-    def number(v):
-        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    Never NaN or Infinity (not JSON): a non-finite number is null. `error` is how a failed run
+    failed (its manifest's error, first line)."""
 
     out = [
         {
@@ -105,12 +127,13 @@ def runs_json(rows: list[dict]) -> str:
             "epochs_completed": r["epochs"],
             "epochs_planned": r["of"],
             "monitor": r["monitor"] or None,
-            "best": number(r["best"]),
-            "duration_seconds": number(r["duration"]),
+            "best": _number(r["best"]),
+            "duration_seconds": _number(r["duration"]),
             "model": r["model"] or None,
             "dataset": r["dataset"] or None,
             "smoke": r["smoke"],
             "unreadable_reason": r["reason"],
+            "error": r.get("error"),
         }
         for r in rows
     ]
