@@ -86,6 +86,12 @@ class RunDir:
     lock = property(lambda self: self.path / "run.lock")
     export = property(lambda self: ExportDir(self.path / "export"))
 
+    def own_names(self) -> set[str]:
+        """The names of the files and folders a run writes at its top level (the layout above)."""
+        values = [getattr(self, name) for name, value in vars(RunDir).items() if isinstance(value, property)]
+        paths = [v.path if isinstance(v, ExportDir) else v for v in values]
+        return {p.name for p in paths if isinstance(p, Path) and p.parent == self.path}
+
     def is_run(self) -> bool:
         """The one test of "is a run": a directory with its config.json, the first file a run writes.
 
