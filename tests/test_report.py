@@ -302,6 +302,34 @@ def test_class_names_with_tex_make_a_whole_report(tmp_path, monkeypatch):
     assert len(pngs(page)) == 3 and "<td>$\\foo$</td>" in page and "100% &amp; &lt;b&gt;" in page
 
 
+@pytest.mark.parametrize(
+    "monitor, mode, epoch, value, seconds",
+    [
+        ("val_accuracy", "auto", 3, 0.91, "60.0 s"),
+        ("val_accuracy", "max", 3, 0.91, "60.0 s"),
+        ("val_loss", "auto", 2, 0.30, "30.0 s"),
+        ("val_loss", "min", 2, 0.30, "30.0 s"),
+        ("val_loss", "max", 1, 0.60, "10.0 s"),
+    ],
+)
+def test_the_report_and_compare_show_the_best_epoch_not_the_last(tmp_path, monitor, mode, epoch, value, seconds):
+    from helpers import peaked_metrics
+
+    from train import compare, plots
+
+    run = write_run_records(tmp_path / "r", {"monitor": monitor, "monitor_mode": mode}, metrics=peaked_metrics())
+    report.write_report(run, full=False)
+    page = (run / "report.html").read_text()
+    assert f"best {monitor} <b>{value:.4f}</b> at epoch {epoch} after {seconds} of training" in page
+    records = report.load_records(run)
+    axes = {ax.get_title(): ax for ax in plots.curves_figure(records).axes}
+    (star,) = [line for ax in axes.values() for line in ax.lines if line.get_label() == f"best {monitor}"]
+    assert (list(star.get_xdata()), list(star.get_ydata())) == ([epoch], [value])
+    rows = dict(compare.metric_rows([records, records]))
+    assert rows["best"] == [f"{monitor}={value:.4f}"] * 2 and rows["best at epoch"] == [str(epoch)] * 2
+    assert rows["time to best"] == [seconds.replace(" ", "")] * 2
+
+
 # --- wired into a real run -------------------------------------------------------------------------
 
 

@@ -269,3 +269,31 @@ def test_a_failed_run_shows_why_under_the_table_and_in_json(tmp_path, capsys):
     assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
     runs = json.loads(capsys.readouterr().out)
     assert runs[0]["error"] == error.splitlines()[0] and runs[1]["error"] is None
+
+
+# MONITOR, MONITOR_MODE -> the best epoch of helpers.peaked_metrics and its value (never the last epoch)
+PEAKS = [
+    ("val_accuracy", "auto", 3, 0.91),
+    ("val_accuracy", "max", 3, 0.91),
+    ("val_loss", "auto", 2, 0.30),
+    ("val_loss", "min", 2, 0.30),
+    ("val_accuracy", "min", 1, 0.70),
+]
+
+
+@pytest.mark.parametrize("monitor, mode, epoch, value", PEAKS)
+def test_runs_shows_the_best_epoch_not_the_last(tmp_path, capsys, monitor, mode, epoch, value):
+    from helpers import peaked_metrics, write_run_records
+
+    from train import cli
+
+    root = tmp_path / "runs"
+    config = {"monitor": monitor, "monitor_mode": mode, "epochs": 5}
+    # Killed before it closed its manifest: no best recorded there, so it comes from metrics.csv.
+    write_run_records(root / "20260101-000000-000001", config, {"status": "running"}, metrics=peaked_metrics())
+    recorded = {"status": "completed", "epochs_completed": 5, "best": {"monitor": monitor, "value": value}}
+    write_run_records(root / "20260101-000000-000002", config, recorded, metrics=peaked_metrics())
+    assert [r["best"] for r in list_runs(root)] == [value, value]
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[3] for line in lines[1:]] == [f"{monitor}={value:.4f}"] * 2

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from .errors import RunRecordError
+from .history import RunRecords, read_metrics
 from .rundir import RunDir, list_run_dirs
 
 
@@ -48,6 +49,8 @@ def _row(path: Path) -> dict:
     files = RunDir(path)
     cfg, m = files.read_config(), files.read_manifest(missing_ok=True)
     best = _number((m.get("best") or {}).get("value"))
+    if best is None:
+        best = _best_in_metrics(files, cfg, m)
     epochs = _count(m.get("epochs_completed"))
     if epochs is None and files.metrics.is_file():
         epochs = max(0, len(files.metrics.read_text().strip().splitlines()) - 1)
@@ -75,6 +78,17 @@ def _row(path: Path) -> dict:
         "reason": None,
         "error": _one_line(error) if error else None,
     }
+
+
+def _best_in_metrics(files: RunDir, cfg: dict, m: dict) -> float | None:
+    """The best MONITOR value in metrics.csv: a run killed before it closed its manifest recorded none.
+
+    The same rule as the report's (history.RunRecords.best_row): MONITOR_MODE, the first of equals."""
+    try:
+        row = RunRecords(files.path, cfg, m, read_metrics(files.metrics)).best_row()
+    except RunRecordError:  # a damaged metrics.csv: the manifest still says the rest
+        return None
+    return _number(row.get(str(cfg.get("monitor", "val_accuracy")))) if row else None
 
 
 def _number(v) -> float | None:
