@@ -197,3 +197,17 @@ def test_out_may_be_a_new_file_inside_a_run(runs, capsys):
     out = runs / a / "compare-with-b.html"
     assert cli.main(["compare", a, b, "--runs-dir", str(runs), "--out", str(out)]) == 0
     assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_the_html_page_escapes_what_the_runs_hold(tmp_path):
+    a = write_run_records(
+        tmp_path / "20261130-100000-a&b", {"dataset": "npz:data/x<1>&y.npz", "model": "m:<b>bold</b>"}
+    )
+    b = write_run_records(tmp_path / "20261130-110000-<i>", {"dataset": "mnist"}, manifest={"status": "<s>x</s>&"})
+    page = compare.compare_html([load_records(a), load_records(b)], b"")
+    cells = "<td>DATASET</td><td>npz:data/x&lt;1&gt;&amp;y.npz</td><td>mnist</td>"
+    assert cells in page and "<td>MODEL</td><td>m:&lt;b&gt;bold&lt;/b&gt;</td>" in page
+    assert "<th>20261130-100000-a&amp;b</th><th>20261130-110000-&lt;i&gt;</th>" in page
+    assert "<td>status</td><td>completed</td><td>&lt;s&gt;x&lt;/s&gt;&amp;</td>" in page
+    for raw in ("x<1>", "<b>bold", "<i>", "<s>", "&y", "a&b"):
+        assert raw not in page, raw
