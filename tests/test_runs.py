@@ -51,6 +51,7 @@ def test_list_and_format_runs(tmp_path):
         "smoke": False,
         "reason": None,
         "error": None,
+        "copy_of": None,
     }
     assert (rows[1]["status"], rows[1]["epochs"], rows[1]["best"]) == ("unreadable", None, None)
     assert "manifest.json is unreadable" in rows[1]["reason"]
@@ -181,6 +182,7 @@ def test_runs_json_is_one_document_with_the_tables_fields(tmp_path, capsys):
         "smoke": False,
         "unreadable_reason": None,
         "error": None,
+        "copy_of": None,
     }
     second = runs[1]
     assert (second["status"], second["best"], second["smoke"], second["epochs_planned"]) == ("failed", None, True, 1)
@@ -297,3 +299,31 @@ def test_runs_shows_the_best_epoch_not_the_last(tmp_path, capsys, monitor, mode,
     assert cli.main(["runs", "--runs-dir", str(root)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[3] for line in lines[1:]] == [f"{monitor}={value:.4f}"] * 2
+
+
+def test_a_copy_of_a_run_in_runs_dir_is_named_as_one(tmp_path, capsys):
+    from train import cli
+
+    root = tmp_path / "runs"
+    manifest = {"run_id": "20260101-000000-000001", "status": "interrupted", "epochs_completed": 1}
+    original = _run(root, "20260101-000000-000001", CFG, manifest)
+    _run(root, "base copy.bak", CFG, manifest)
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in lines[1:3]] == ["base copy.bak", original.name]
+    assert lines[3:] == [
+        f"base copy.bak: its manifest.json says it is run {original.name}: a copy or a renamed folder; "
+        "keep backups outside RUNS_DIR (every command takes what is there for a run)"
+    ]
+    assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
+    assert [r["copy_of"] for r in json.loads(capsys.readouterr().out)] == [original.name, None]
+    # Unquoted, the name arrives cut at its space: the error says which run was meant.
+    assert cli.main(["compare", original.name, "base", "--runs-dir", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"RunNotFound: run 'base' not found in {root} (no config.json); did you mean 'base copy.bak'? "
+        "(quote a name that has a space); `python -m train runs` lists the runs"
+    )
+    assert err.count("\n") == 1
+    assert cli.main(["report", "20260101-000000-00001", "--runs-dir", str(root)]) == 2
+    assert f"did you mean {original.name!r}?;" in capsys.readouterr().err

@@ -401,8 +401,28 @@ def resolve_run(runs_dir: str | Path, run: str) -> Path:
                 "(chmod, or chown to this user) or run as its owner"
             ) from None
     raise RunNotFound(
-        f"run {run!r} not found in {root} (no {RunDir(run).config.name}): `python -m train runs` lists the runs"
+        f"run {run!r} not found in {root} (no {RunDir(run).config.name}){_did_you_mean(root, run)}; "
+        "`python -m train runs` lists the runs"
     )
+
+
+def _did_you_mean(root: Path, run: str) -> str:
+    """A run whose name starts with `run` (a name with a space, unquoted, arrives cut at the space:
+    `report base copy.bak`), else the closest name."""
+    import difflib
+
+    try:
+        names = [p.name for p in root.iterdir() if is_run_dir(p)] if root.is_dir() else []
+    except OSError:
+        return ""
+    longer = [n for n in names if n.startswith(run) and n != run]
+    if longer:
+        spaced = " ".join(repr(n) for n in longer[:3] if " " in n[len(run) :][:1])
+        if spaced:
+            return f"; did you mean {spaced}? (quote a name that has a space)"
+        return "; did you mean " + ", ".join(repr(n) for n in longer[:3]) + "?"
+    close = difflib.get_close_matches(run, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class RunNotFound(TemplateError):

@@ -40,6 +40,7 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
                     "smoke": False,
                     "reason": reason,
                     "error": None,
+                    "copy_of": None,
                 }
             )
     return rows
@@ -64,6 +65,7 @@ def _row(path: Path) -> dict:
     else:
         duration = _number(m.get("duration_seconds"))
     error = m.get("error")
+    recorded_id = m.get("run_id")
     return {
         "id": path.name,
         "status": str(m.get("status") or "unknown"),
@@ -77,6 +79,8 @@ def _row(path: Path) -> dict:
         "smoke": bool(cfg.get("smoke")),
         "reason": None,
         "error": _one_line(error) if error else None,
+        # A copy (`base copy.bak`) or a renamed run: listed like any run, and said to be one.
+        "copy_of": recorded_id if isinstance(recorded_id, str) and recorded_id != path.name else None,
     }
 
 
@@ -123,6 +127,11 @@ def format_runs(rows: list[dict]) -> str:
             notes.append(f"{r['id']}: {r['reason']}")
         elif r.get("error"):
             notes.append(f"{r['id']}: {r['status']}: {r['error']}")
+        if r.get("copy_of"):
+            notes.append(
+                f"{r['id']}: its manifest.json says it is run {r['copy_of']}: a copy or a renamed folder; "
+                "keep backups outside RUNS_DIR (every command takes what is there for a run)"
+            )
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     return "\n".join(lines + notes)
@@ -148,6 +157,7 @@ def runs_json(rows: list[dict]) -> str:
             "smoke": r["smoke"],
             "unreadable_reason": r["reason"],
             "error": r.get("error"),
+            "copy_of": r.get("copy_of"),
         }
         for r in rows
     ]
