@@ -593,3 +593,40 @@ def test_runs_dir_that_cannot_be_listed_is_a_storage_error_not_no_runs(tmp_path)
     assert proc.stdout.split() == ["7"]
     assert proc.stderr.startswith(f"StorageError: cannot list RUNS_DIR {root}: Permission denied")
     assert proc.stderr.count("\n") == 1
+
+
+def test_a_config_key_this_version_does_not_know_is_named_a_warning_when_read_and_a_difference_on_resume(
+    runs_with_strays, caplog
+):
+    import json
+    import logging
+
+    from train.config import load_settings
+    from train.errors import ResumeMismatchError
+    from train.resume import auto_resume, plan_run
+    from train.rundir import read_run_settings
+
+    root, real, _ = runs_with_strays
+    config = json.loads((real / "config.json").read_text())
+    (real / "config.json").write_text(json.dumps({**config, "label_smoothing": 0.1, "epoch": 9}))
+    logger, propagate = logging.getLogger("train"), logging.getLogger("train").propagate
+    logger.addHandler(caplog.handler)
+    logger.propagate = False  # each line once, whatever an earlier test set up
+    try:
+        assert read_run_settings(real).epochs == config["epochs"]
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.propagate = propagate
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning == (
+        f"WARNING: run {real.name}: {real / 'config.json'} holds EPOCH (did you mean EPOCHS?), LABEL_SMOOTHING, "
+        "not a setting of this version (written by a newer version, or edited by hand): ignored here; use the "
+        "version that wrote the run, or remove the key"
+    )
+    settings = load_settings({"runs_dir": str(root)}, env_file=None, environ={})
+    assert auto_resume(settings) == ""  # its settings differ: a new run, as for any other difference
+    with pytest.raises(ResumeMismatchError) as info:
+        plan_run(settings, real.name)
+    assert "LABEL_SMOOTHING: not a setting of this version (a newer version wrote the run?)" in str(info.value)
+    assert "EPOCH (did you mean EPOCHS?): not a setting" in str(info.value) and "--force" in str(info.value)
+    assert json.loads((real / "config.json").read_text())["label_smoothing"] == 0.1  # the record is unchanged

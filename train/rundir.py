@@ -455,12 +455,41 @@ def read_record(run_dir: Path, name: str) -> dict[str, Any]:
     return data
 
 
-def read_run_settings(run_dir: Path):
-    """The settings a run was started with (config.json); RunRecordError when they cannot be."""
+def unknown_settings(data: dict[str, Any]) -> list[str]:
+    """The keys of a config.json that are no setting of this version, each as `KEY (did you mean X?)`.
+
+    A run written by a newer version (a setting added since), or a config.json edited by hand."""
+    import difflib
+    from dataclasses import fields
+
+    from .config import Settings
+
+    known = sorted(f.name for f in fields(Settings))
+    out = []
+    for key in sorted(k for k in data if k not in known):
+        close = difflib.get_close_matches(str(key).lower(), known, n=1, cutoff=0.6)
+        out.append(str(key).upper() + (f" (did you mean {close[0].upper()}?)" if close else ""))
+    return out
+
+
+def read_run_settings(run_dir: Path, warn_unknown: bool = True):
+    """The settings a run was started with (config.json); RunRecordError when they cannot be.
+
+    A key that is no setting of this version is left out, with one warning line naming it
+    (`warn_unknown`); a resume refuses it instead (train.resume), as it would train without it."""
     from .config import settings_from_dict
     from .errors import ConfigError
 
     data = RunDir(run_dir).read_config()
+    unknown = unknown_settings(data)
+    if unknown and warn_unknown:
+        log.warning(
+            "WARNING: run %s: %s holds %s, not a setting of this version (written by a newer version, or "
+            "edited by hand): ignored here; use the version that wrote the run, or remove the key",
+            Path(run_dir).name,
+            RunDir(run_dir).config,
+            ", ".join(unknown),
+        )
     try:
         return settings_from_dict(data)
     except (ConfigError, TypeError, ValueError) as exc:
