@@ -630,3 +630,29 @@ def test_a_config_key_this_version_does_not_know_is_named_a_warning_when_read_an
     assert "LABEL_SMOOTHING: not a setting of this version (a newer version wrote the run?)" in str(info.value)
     assert "EPOCH (did you mean EPOCHS?): not a setting" in str(info.value) and "--force" in str(info.value)
     assert json.loads((real / "config.json").read_text())["label_smoothing"] == 0.1  # the record is unchanged
+
+
+@pytest.mark.parametrize("name, ok", [("界" * 64, True), ("𠀀" * 58, True), ("𠀀" * 64, False), ("é" * 64, True)])
+def test_run_name_is_checked_in_bytes_before_anything_starts(tmp_path, capsys, name, ok):
+    from train import cli
+    from train.config import load_settings
+    from train.errors import ConfigError
+
+    runs = tmp_path / "not" / "yet"  # RUNS_DIR need not exist: its nearest parent's file system decides
+    if ok:
+        assert load_settings({"run_name": name, "runs_dir": str(runs)}, env_file=None, environ={}).run_name == name
+        assert create_run_dir(runs, name).name.endswith("-" + name)  # the longest that fits, for "𠀀" * 58
+        return
+    with pytest.raises(ConfigError):
+        load_settings({"run_name": name, "runs_dir": str(runs)}, env_file=None, environ={})
+    assert cli.main(["fit", "--run-name", name, "--runs-dir", str(runs), "--env-file", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ConfigError: RUN_NAME={name!r} is not valid: 256 bytes in UTF-8, more than the 232 ")
+    assert "allows 255 bytes a name, the run id takes 23): shorten it" in err and err.count("\n") == 1
+    assert not runs.exists()
+
+
+def test_a_name_too_long_for_the_file_system_says_so(tmp_path):
+    err = storage_error(tmp_path / ("x" * 300), OSError(errno.ENAMETOOLONG, "File name too long"), in_docker=False)
+    assert str(err).endswith("a name in the path is longer than the file system allows: shorten RUN_NAME or RUNS_DIR")
+    assert err.exit_code == 7

@@ -135,6 +135,37 @@ def labels_text(class_names) -> str:
     return "".join(f"{n}\n" for n in class_names)
 
 
+ID_LENGTH = len("20261130-061959-483920-")  # what new_run_id puts before RUN_NAME
+
+
+def name_max(directory: Path | str) -> int:
+    """The longest file name, in bytes, the file system of `directory` (or of its nearest existing
+    parent: RUNS_DIR may not exist yet) allows; 255 where it does not say."""
+    path = Path(directory).absolute()
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            try:
+                return os.pathconf(candidate, "PC_NAME_MAX")
+            except (OSError, ValueError):
+                break
+    return 255
+
+
+def run_name_problem(run_name: str, runs_dir: Path | str) -> str | None:
+    """Why a run directory named after `run_name` cannot be created in `runs_dir`, or None.
+
+    The limit is on bytes, not characters: a letter outside ASCII takes 2 to 4 bytes in UTF-8, so
+    64 characters may already be too long ("File name too long" at mkdir, after the start-up)."""
+    size, limit = len(run_name.encode("utf-8", "surrogatepass")), name_max(runs_dir) - ID_LENGTH
+    if size <= limit:
+        return None
+    return (
+        f"{size} bytes in UTF-8, more than the {limit} a run directory's name leaves for it (the file system "
+        f"of {runs_dir} allows {limit + ID_LENGTH} bytes a name, the run id takes {ID_LENGTH}): shorten it "
+        "(each letter outside ASCII takes 2 to 4 bytes)"
+    )
+
+
 def new_run_id(run_name: str = "", now: _dt.datetime | None = None) -> str:
     """Readable, and ordered by creation down to the microsecond: 20261130-061959-483920[-name].
 
@@ -216,6 +247,7 @@ def storage_error(path: Path | str, exc: OSError, in_docker: bool | None = None)
         errno.EDQUOT: "the disk quota is exceeded: free space or point RUNS_DIR elsewhere",
         errno.EFBIG: "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere",
         errno.EROFS: "the file system is read-only: mount the runs volume read-write or set RUNS_DIR",
+        errno.ENAMETOOLONG: "a name in the path is longer than the file system allows: shorten RUN_NAME or RUNS_DIR",
         errno.EACCES: _permission_hint(in_docker),
         errno.EPERM: _permission_hint(in_docker),
     }.get(exc.errno, exc.strerror or str(exc))
