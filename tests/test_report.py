@@ -330,6 +330,28 @@ def test_the_report_and_compare_show_the_best_epoch_not_the_last(tmp_path, monit
     assert rows["time to best"] == [seconds.replace(" ", "")] * 2
 
 
+def test_time_to_best_in_the_report_and_compare_includes_the_stopped_segment(tmp_path):
+    from helpers import peaked_metrics
+
+    from train import compare
+
+    segments = [
+        {
+            "status": "interrupted",
+            "epoch_from": 0,
+            "seconds": 30.0,
+            "unfinished_epoch": {"epoch": 2, "train_seconds": 7.5},
+        },
+        {"status": "completed", "epoch_from": 1, "resumed_from": "ckpt-000000009.npz (epoch 1, step 4)"},
+    ]
+    run = write_run_records(tmp_path / "r", manifest={"segments": segments}, metrics=peaked_metrics())
+    page = report.render(report.load_records(run), b"", "")
+    assert "best val_accuracy <b>0.9100</b> at epoch 3 after 67.5 s of training" in page  # 60 + 7.5 s
+    assert "<td>training time (every segment, no validation)</td><td>2.6 min</td>" in page  # 150 + 7.5 s
+    rows = dict(compare.metric_rows([report.load_records(run)] * 2))
+    assert rows["time to best"] == ["67.5s"] * 2
+
+
 # --- wired into a real run -------------------------------------------------------------------------
 
 

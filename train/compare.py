@@ -108,9 +108,7 @@ def format_comparison(runs: Sequence[RunRecords]) -> str:
         ),
         _columns([["metrics", *header[1:]], *[[k, *v] for k, v in metric_rows(runs)]]),
     ]
-    blocks.append(
-        "time to best: training seconds (sum of epoch_seconds, validation excluded) until the best epoch ended"
-    )
+    blocks.append("time to best: training seconds of every segment (validation excluded) until the best epoch ended")
     return "\n\n".join(blocks)
 
 
@@ -138,7 +136,7 @@ def compare_html(runs: Sequence[RunRecords], png: bytes) -> str:
 {_table([(_e(k), *map(_e, v)) for k, v in settings], ("setting", *names)) if settings else '<p class="note">none</p>'}
 <h2>Metrics</h2>
 {_table([(_e(k), *map(_e, v)) for k, v in metric_rows(runs)], ("", *names))}
-<p class="note">time to best: training seconds (sum of epoch_seconds, validation excluded) until the best epoch ended.</p>
+<p class="note">time to best: training seconds of every segment (validation excluded) until the best epoch ended.</p>
 </body></html>
 """
 

@@ -243,7 +243,7 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         ("started / ended", f"{m.get('started_at', '-')} / {m.get('ended_at') or '-'}"),
         ("resumed", ", ".join(m.get("resumed_at") or []) or "never"),
         ("duration", f"{_seconds(m.get('duration_seconds'))} over {len(m.get('segments') or []) or 1} segment(s)"),
-        ("training time (sum of epochs)", _seconds(records.seconds_to(float("inf")))),
+        ("training time (every segment, no validation)", _seconds(records.seconds_to(float("inf")))),
         (
             "versions",
             f"Python {m.get('python', '?')}, TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}"
