@@ -267,6 +267,15 @@ def test_a_quick_report_keeps_the_validation_part_of_the_full_one_while_the_best
     page = (run / "report.html").read_text()
     assert "most often taken for" not in page and len(pngs(page)) == 1
     assert written.missing == [f"validation: {report.ENDED_NOTE.format(run=run.name)}"]
+    from train import evaluation
+    from train.errors import DataError
+
+    def moved(run_dir):
+        raise DataError("data/mnist.npz is missing")
+
+    monkeypatch.setattr(evaluation, "evaluate_best", moved)
+    assert report.write_report(run, full=True).missing == ["validation: DataError: data/mnist.npz is missing"]
+    assert report.write_report(run, full=False).missing == written.missing  # a failure is not kept as a result
 
 
 def test_a_quick_report_of_a_run_still_going_says_the_validation_part_comes_at_its_end(tmp_path):

@@ -50,7 +50,9 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
     missing: list[str] = []
     weights = _weights_signature(files)
     if full:
-        validation = _mark(_validation_section(records, missing), weights)
+        validation = _validation_section(records, missing)
+        if not missing:  # only an evaluation is worth keeping, never the reason there is none
+            validation = _mark(validation, weights)
     else:
         validation = _saved_section(files, weights)
         if validation is None:
