@@ -444,8 +444,8 @@ def _did_you_mean(root: Path, run: str) -> str:
     import difflib
 
     try:
-        names = [p.name for p in root.iterdir() if is_run_dir(p)] if root.is_dir() else []
-    except OSError:
+        names = [p.name for p in scan_run_dirs(root)[0]]
+    except StorageError:
         return ""
     longer = [n for n in names if n.startswith(run) and n != run]
     if longer:
