@@ -69,10 +69,44 @@ def run_fit(args: list[str], cwd: Path, timeout: float = 180, **kw) -> tuple[int
     return rc, output(proc)
 
 
-def run_python(code: str, cwd: Path, timeout: float = 180, **extra_env: str) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, cwd: Path, timeout: float = 180, preexec_fn=None, **extra_env: str
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, env=env(**extra_env), timeout=timeout
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env(**extra_env),
+        timeout=timeout,
+        preexec_fn=preexec_fn,
     )
+
+
+def file_modes_apply():
+    """A preexec_fn under which file modes bind even for root (mode 000 denies), or None if they already do.
+
+    root reads any file through two capabilities, CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH; the
+    child drops them from its bounding set, so the program it runs never has them. Skips the test
+    where that is not allowed (no CAP_SETPCAP)."""
+    import pytest
+
+    if os.geteuid() != 0:
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def drop() -> None:
+        for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    try:
+        subprocess.run([sys.executable, "-c", ""], preexec_fn=drop, check=True)
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("running as root without CAP_SETPCAP: cannot make file modes bind")
+    return drop
 
 
 # -- watching a run ------------------------------------------------------------------------------

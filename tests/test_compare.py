@@ -160,3 +160,54 @@ def test_the_overlay_marks_each_runs_best_at_its_training_time(runs):
         "20261130-110000-bbbb",
     ]
     assert [line.get_linestyle() for line in loss.lines] == ["-", "--", "-", "--"]  # validation, train per run
+
+
+@pytest.mark.parametrize(
+    "out, problem",
+    [
+        ("A/report.html", "report.html is a name run A writes itself"),
+        ("A/curves.png", "curves.png is a name run A writes itself"),
+        ("A/checkpoints/new.png", "checkpoints is a name run A writes itself"),
+        ("A/export/new.html", "export is a name run A writes itself"),
+        ("A/notes.html", "RUNS/A/notes.html already exists inside run A"),
+        ("A/../A-name/./report.html", "report.html is a name run A writes itself"),
+        ("link.html", "report.html is a name run A writes itself"),  # a link to the run's report
+    ],
+)
+def test_out_never_overwrites_a_file_of_a_run(runs, tmp_path, capsys, out, problem):
+    a, b = "20261130-100000-aaaa", "20261130-110000-bbbb"
+    run = runs / a
+    for name, text in (("report.html", "the run's report"), ("curves.png", "its curves"), ("notes.html", "mine")):
+        (run / name).write_text(text)
+    (run / "export").mkdir()
+    (run / "checkpoints").mkdir()
+    (tmp_path / "link.html").symlink_to(run / "report.html")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    target = str(tmp_path / out.replace("A-name", a).replace("A/", f"runs/{a}/", 1))
+    assert cli.main(["compare", a, b, "--runs-dir", str(runs), "--out", target]) == 2
+    err = capsys.readouterr().err
+    expected = problem.replace("RUNS/A", str(run)).replace("run A", f"run {a}")
+    assert err.startswith(f"ConfigError: --out={target!r} is not valid: {expected}; compare never overwrites")
+    assert err.count("\n") == 1
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_out_may_be_a_new_file_inside_a_run(runs, capsys):
+    a, b = "20261130-100000-aaaa", "20261130-110000-bbbb"
+    out = runs / a / "compare-with-b.html"
+    assert cli.main(["compare", a, b, "--runs-dir", str(runs), "--out", str(out)]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_the_html_page_escapes_what_the_runs_hold(tmp_path):
+    a = write_run_records(
+        tmp_path / "20261130-100000-a&b", {"dataset": "npz:data/x<1>&y.npz", "model": "m:<b>bold</b>"}
+    )
+    b = write_run_records(tmp_path / "20261130-110000-<i>", {"dataset": "mnist"}, manifest={"status": "<s>x</s>&"})
+    page = compare.compare_html([load_records(a), load_records(b)], b"")
+    cells = "<td>DATASET</td><td>npz:data/x&lt;1&gt;&amp;y.npz</td><td>mnist</td>"
+    assert cells in page and "<td>MODEL</td><td>m:&lt;b&gt;bold&lt;/b&gt;</td>" in page
+    assert "<th>20261130-100000-a&amp;b</th><th>20261130-110000-&lt;i&gt;</th>" in page
+    assert "<td>status</td><td>completed</td><td>&lt;s&gt;x&lt;/s&gt;&amp;</td>" in page
+    for raw in ("x<1>", "<b>bold", "<i>", "<s>", "&y", "a&b"):
+        assert raw not in page, raw

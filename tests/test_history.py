@@ -100,3 +100,18 @@ def test_missing_optional_records_are_empty(tmp_path):
         (run / name).unlink()
     rec = load_records(run)
     assert (rec.manifest, rec.rows, rec.resumes) == ({}, [], [])
+
+
+def test_time_to_best_counts_what_a_stopped_segment_trained_of_its_unfinished_epoch(tmp_path):
+    from helpers import peaked_metrics
+
+    segments = [
+        {"status": "interrupted", "epoch_from": 0, "unfinished_epoch": {"epoch": 2, "train_seconds": 7.5}},
+        {"status": "interrupted", "epoch_from": 1, "unfinished_epoch": {"epoch": 4, "train_seconds": 3.0}},
+        {"status": "killed", "epoch_from": 3},  # unknown: not counted
+        {"status": "completed", "epoch_from": 4, "unfinished_epoch": {"epoch": "x", "train_seconds": float("nan")}},
+    ]
+    rec = load_records(write_run_records(tmp_path / "r", manifest={"segments": segments}, metrics=peaked_metrics()))
+    assert rec.best_row()["epoch"] == 3  # epoch_seconds 10, 20, 30, 40, 50
+    assert rec.seconds_to(1) == 10 and rec.seconds_to(3) == 60 + 7.5
+    assert rec.seconds_to(float("inf")) == 150 + 7.5 + 3.0

@@ -664,6 +664,27 @@ def test_a_resume_with_every_epoch_trained_records_the_last_epochs_metrics_as_nu
     assert json.loads((first.run_dir / "manifest.json").read_text())["final_metrics"] is None
 
 
+def test_a_stop_records_the_training_time_of_the_unfinished_epoch_for_time_to_best(real_loop):
+    """metrics.csv times only the part of epoch 1 the resumed segment trains; the stopped segment's
+    part is in its manifest segment, and time to best adds it."""
+    import json
+
+    from train.history import load_records
+
+    loop = real_loop()
+    (loop.run_dir / "config.json").write_text(json.dumps(loop.s.to_dict()))  # as fit writes them
+    (loop.run_dir / "manifest.json").write_text(json.dumps({"segments": [{"status": "running"}]}))
+    _stop_after_steps(loop, 3)
+    assert loop.run().status == "interrupted"
+    (segment,) = json.loads((loop.run_dir / "manifest.json").read_text())["segments"]
+    part = segment["unfinished_epoch"]
+    assert part["epoch"] == 1 and part["train_seconds"] > 0
+    assert real_loop(resume_from=loop.run_dir).run().status == "completed"
+    records = load_records(loop.run_dir)
+    (row,) = records.rows
+    assert records.seconds_to(1) == pytest.approx(row["epoch_seconds"] + part["train_seconds"])
+
+
 def test_a_cosine_schedule_still_spans_all_epochs_after_auto_batch_halves_the_batch(real_loop):
     """Out of memory in step 6 of batch 64: epoch 1 ends halfway down the cosine and epoch 2 at
     zero, though an epoch now takes 12 optimizer steps instead of 6 (counted in steps, the rate

@@ -96,3 +96,44 @@ def test_compare_overlays_every_run(tmp_path):
     for colour in plots.PALETTE[:2]:
         rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
         assert (np.abs(img.astype(int) - rgb).sum(axis=2) < 30).sum() > 100, colour
+
+
+TEX = [r"$\foo$", "$x^2$", r"a_{b}\\", "$", "100% & <b>"]  # mathtext that does not parse, or would typeset
+
+
+def test_names_with_tex_are_drawn_as_plain_text_in_every_picture(tmp_path):
+    matrix = np.array([[8, 2, 0, 0, 1], [1, 9, 0, 0, 0], [0, 0, 10, 0, 0], [0, 0, 0, 5, 0], [1, 0, 0, 0, 7]])
+    assert image(plots.confusion_png(matrix, TEX)).std() > 10
+    images = np.zeros((5, 8, 8, 1), np.uint8)
+    assert image(plots.grid_png(images, [0, 1, 2, 3, 4], [1, 2, 3, 4, 0], [0.5] * 5, TEX)).std() > 10
+    a = load_records(write_run_records(tmp_path / r"$\bar$ run", {"monitor": "val_accuracy"}))
+    b = load_records(write_run_records(tmp_path / "$y_1$"))
+    assert image(plots.curves_png(a)).std() > 10
+    assert image(plots.compare_png([a, b])).std() > 10
+    fig = plots.curves_figure(a)
+    assert fig.texts[0].get_text().startswith(r"$\bar$ run") and not fig.texts[0].get_parse_math()
+
+
+def test_the_red_bars_are_named_in_a_legend_and_follow_the_overall_line():
+    matrix = np.array([[8, 2, 0], [1, 9, 0], [0, 0, 10]])  # 80%, 90%, 100%; overall 90%
+    fig = plots.confusion_figure(matrix, ["cat", "dog", "bird"])
+    bars = panels(fig)["per-class accuracy"]
+    colours = [tuple(round(c, 3) for c in patch.get_facecolor()[:3]) for patch in bars.patches]
+    red, blue = (tuple(round(int(c[i : i + 2], 16) / 255, 3) for i in (1, 3, 5)) for c in (plots.VAL, plots.TRAIN))
+    assert colours == [red, blue, blue]
+    legend = bars.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["overall accuracy", "below it", "at or above"]
+    (line,) = [line for line in bars.lines if line.get_linestyle() == "--"]
+    assert list(line.get_xdata()) == [0.9, 0.9]
+
+
+def test_a_constant_learning_rate_is_labelled_with_its_value_not_an_offset(tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = plots.curves_figure(load_records(write_run_records(tmp_path / "r")))  # learning rate 0.001 throughout
+    FigureCanvasAgg(fig).draw()
+    for title in ("learning rate", "training samples/s"):
+        ax = panels(fig)[title]
+        assert ax.yaxis.get_offset_text().get_text() == "", title
+    labels = [t.get_text() for t in panels(fig)["learning rate"].get_yticklabels()]
+    assert "0.001" in labels and all("e" not in label for label in labels)

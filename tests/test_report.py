@@ -39,7 +39,11 @@ def pngs(page: str) -> list[bytes]:
 def test_the_quick_report_is_one_self_contained_page(tmp_path):
     run = write_run_records(
         tmp_path / "r1",
-        manifest={"resumed_at": ["2026-11-30T10:05:03+00:00"], "export": {"max_abs_diff": 0.0, "tolerance": 1e-5}},
+        manifest={
+            "status": "running",  # the epoch-end refresh
+            "resumed_at": ["2026-11-30T10:05:03+00:00"],
+            "export": {"max_abs_diff": 0.0, "tolerance": 1e-5},
+        },
         log_lines=RESUMED,
     )
     written = report.write_report(run, full=False)
@@ -53,7 +57,7 @@ def test_the_quick_report_is_one_self_contained_page(tmp_path):
     assert pngs(page) == [(run / "curves.png").read_bytes()]
     for text in (
         "r1",
-        "completed",
+        '<span class="status running">running</span>',
         "best val_accuracy <b>0.9300</b> at epoch 5 after 50.0 s of training",
         "resumed 1x",
         "0123456789abcdef",
@@ -135,7 +139,10 @@ def test_report_command_quick_and_its_errors(tmp_path, capsys):
     assert cli.main(["report", "latest", "--quick", "--runs-dir", str(runs)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"wrote {run / 'report.html'} and {run / 'curves.png'}"
-    assert out[1].startswith("  not included: validation: not computed yet: it comes at the end of the run")
+    assert out[1] == (
+        "  not included: validation: not computed: `python -m train report 20261130-000000-abcd` (without --quick) "
+        "computes it from the best weights"
+    )
     assert cli.main(["report", "nope", "--runs-dir", str(runs)]) == 2
     assert capsys.readouterr().err.startswith("RunNotFound: run 'nope' not found")
     (run / "manifest.json").write_text("{")
@@ -227,6 +234,131 @@ def test_chromium_renders_the_pictures_at_their_size(tmp_path):
         # Drawn at the picture's own width (1080 px: loss panel left edge to throughput panel right edge).
         assert xs.max() - xs.min() > 800 and xs.max() < 1280, colour
     assert near(img, "#08306b", 60).sum() > 300  # the confusion matrix's darkest blue: its diagonal
+
+
+def _evaluated(monkeypatch, ev=None):
+    """evaluate_best answers with a made-up evaluation (no data, no TensorFlow); returns the calls."""
+    from train import evaluation
+
+    calls = []
+    monkeypatch.setattr(evaluation, "evaluate_best", lambda run_dir: calls.append(run_dir) or ev or fake_evaluation())
+    return calls
+
+
+def test_a_quick_report_keeps_the_validation_part_of_the_full_one_while_the_best_weights_are_the_same(
+    tmp_path, monkeypatch, capsys
+):
+    runs = tmp_path / "runs"
+    run = write_run_records(runs / "20261130-000000-000001")
+    (run / "best.weights.h5").write_bytes(b"weights of epoch 5")
+    calls = _evaluated(monkeypatch)
+    assert report.write_report(run, full=True).missing == []
+    full = (run / "report.html").read_text()
+    assert len(pngs(full)) == 3 and "most often taken for" in full
+    section = full[full.index("<h2>Validation set") : full.index("<h2>Run</h2>")]
+    assert cli.main(["report", run.name, "--quick", "--runs-dir", str(runs)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"wrote {run / 'report.html'} and {run / 'curves.png'}"]
+    quick = (run / "report.html").read_text()
+    assert quick[quick.index("<h2>Validation set") : quick.index("<h2>Run</h2>")] == section and len(calls) == 1
+    report.refresh_after_epoch(run)  # the epoch-end hook of a resumed run, before a new best
+    assert "most often taken for" in (run / "report.html").read_text()
+    (run / "best.weights.h5").write_bytes(b"weights of a new best epoch")  # evaluated weights replaced
+    written = report.write_report(run, full=False)
+    page = (run / "report.html").read_text()
+    assert "most often taken for" not in page and len(pngs(page)) == 1
+    assert written.missing == [f"validation: {report.ENDED_NOTE.format(run=run.name)}"]
+    from train import evaluation
+    from train.errors import DataError
+
+    def moved(run_dir):
+        raise DataError("data/mnist.npz is missing")
+
+    monkeypatch.setattr(evaluation, "evaluate_best", moved)
+    assert report.write_report(run, full=True).missing == ["validation: DataError: data/mnist.npz is missing"]
+    assert report.write_report(run, full=False).missing == written.missing  # a failure is not kept as a result
+
+
+def test_a_quick_report_of_a_run_still_going_says_the_validation_part_comes_at_its_end(tmp_path):
+    run = write_run_records(tmp_path / "r", manifest={"status": "running"})
+    assert report.write_report(run, full=False).missing == [f"validation: {report.CHEAP_NOTE.format(run='r')}"]
+    run = write_run_records(tmp_path / "s", manifest={"status": "interrupted"})
+    (note,) = report.write_report(run, full=False).missing
+    assert "comes at the end" not in note and "python -m train report s` (without --quick)" in note
+
+
+def test_the_validation_accuracy_names_the_val_accuracy_training_logged_when_they_differ(tmp_path):
+    ev = fake_evaluation()  # accuracy: not the 0.9300 training logged at the best epoch
+    records = report.load_records(write_run_records(tmp_path / "r"))
+    part = report.validation_html(ev, records)
+    assert (
+        f"training logged val_accuracy 0.9300 for these weights (epoch 5, under mixed_bfloat16); here the same "
+        f"{ev.n} examples are predicted again in float32, hence {ev.accuracy:.4f}"
+    ) in part
+    rows = [dict(r, val_accuracy=ev.accuracy - 0.1 * (5 - r["epoch"])) for r in records.rows]  # best: epoch 5
+    same = report.load_records(write_run_records(tmp_path / "s", metrics=rows))
+    assert "training logged" not in report.validation_html(ev, same)
+
+
+def test_class_names_with_tex_make_a_whole_report(tmp_path, monkeypatch):
+    names = [r"$\foo$", "$x^2$", r"a_{b}\\", "$", "100% & <b>"]  # mathtext that does not parse
+    ev = fake_evaluation(len(names))
+    ev.class_names[:] = names
+    run = write_run_records(tmp_path / "r")
+    (run / "best.weights.h5").write_bytes(b"w")
+    _evaluated(monkeypatch, ev)
+    assert report.write_report(run, full=True).missing == []
+    page = (run / "report.html").read_text()
+    assert len(pngs(page)) == 3 and "<td>$\\foo$</td>" in page and "100% &amp; &lt;b&gt;" in page
+
+
+@pytest.mark.parametrize(
+    "monitor, mode, epoch, value, seconds",
+    [
+        ("val_accuracy", "auto", 3, 0.91, "60.0 s"),
+        ("val_accuracy", "max", 3, 0.91, "60.0 s"),
+        ("val_loss", "auto", 2, 0.30, "30.0 s"),
+        ("val_loss", "min", 2, 0.30, "30.0 s"),
+        ("val_loss", "max", 1, 0.60, "10.0 s"),
+    ],
+)
+def test_the_report_and_compare_show_the_best_epoch_not_the_last(tmp_path, monitor, mode, epoch, value, seconds):
+    from helpers import peaked_metrics
+
+    from train import compare, plots
+
+    run = write_run_records(tmp_path / "r", {"monitor": monitor, "monitor_mode": mode}, metrics=peaked_metrics())
+    report.write_report(run, full=False)
+    page = (run / "report.html").read_text()
+    assert f"best {monitor} <b>{value:.4f}</b> at epoch {epoch} after {seconds} of training" in page
+    records = report.load_records(run)
+    axes = {ax.get_title(): ax for ax in plots.curves_figure(records).axes}
+    (star,) = [line for ax in axes.values() for line in ax.lines if line.get_label() == f"best {monitor}"]
+    assert (list(star.get_xdata()), list(star.get_ydata())) == ([epoch], [value])
+    rows = dict(compare.metric_rows([records, records]))
+    assert rows["best"] == [f"{monitor}={value:.4f}"] * 2 and rows["best at epoch"] == [str(epoch)] * 2
+    assert rows["time to best"] == [seconds.replace(" ", "")] * 2
+
+
+def test_time_to_best_in_the_report_and_compare_includes_the_stopped_segment(tmp_path):
+    from helpers import peaked_metrics
+
+    from train import compare
+
+    segments = [
+        {
+            "status": "interrupted",
+            "epoch_from": 0,
+            "seconds": 30.0,
+            "unfinished_epoch": {"epoch": 2, "train_seconds": 7.5},
+        },
+        {"status": "completed", "epoch_from": 1, "resumed_from": "ckpt-000000009.npz (epoch 1, step 4)"},
+    ]
+    run = write_run_records(tmp_path / "r", manifest={"segments": segments}, metrics=peaked_metrics())
+    page = report.render(report.load_records(run), b"", "")
+    assert "best val_accuracy <b>0.9100</b> at epoch 3 after 67.5 s of training" in page  # 60 + 7.5 s
+    assert "<td>training time (every segment, no validation)</td><td>2.6 min</td>" in page  # 150 + 7.5 s
+    rows = dict(compare.metric_rows([report.load_records(run)] * 2))
+    assert rows["time to best"] == ["67.5s"] * 2
 
 
 # --- wired into a real run -------------------------------------------------------------------------

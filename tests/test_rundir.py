@@ -550,3 +550,109 @@ def test_shared_writes_cleans_stale_temps_only_when_no_other_writer_is_inside(tm
     with shared_writes(folder) as removed:  # everybody left: now it is stale
         assert removed == [live]
     assert [p.name for p in folder.iterdir()] == [".writers.lock"]
+
+
+def test_a_folder_that_cannot_be_read_never_hides_the_stopped_run_from_resume_auto(runs_with_strays, tmp_path):
+    from faults import file_modes_apply, run_python
+
+    root, real, _ = runs_with_strays
+    locked = root / "20251231-000000-000001"  # older than the stopped run; mode 000
+    locked.mkdir()
+    locked.chmod(0)
+    code = (
+        "from train.config import load_settings; from train.resume import auto_resume; "
+        "from train.rundir import resolve_run; from train.errors import RunRecordError\n"
+        f"print(auto_resume(load_settings({{'runs_dir': {str(root)!r}}}, env_file=None, environ={{}})))\n"
+        f"print(resolve_run({str(root)!r}, 'latest'))\n"
+        f"try: resolve_run({str(root)!r}, {locked.name!r})\n"
+        "except RunRecordError as exc: print(exc.exit_code, exc)"
+    )
+    try:
+        proc = run_python(code, tmp_path, timeout=120, preexec_fn=file_modes_apply())
+    finally:
+        locked.chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    resumed, latest, refused = proc.stdout.splitlines()
+    assert resumed == str(real) and latest == str(real)
+    assert refused.startswith(f"4 run {locked.name!r}: {locked} cannot be read (Permission denied)")
+    warnings = proc.stderr.splitlines()
+    assert len(warnings) == 2 and all(w.startswith(f"WARNING: {locked} in RUNS_DIR cannot be read") for w in warnings)
+
+
+def test_runs_dir_that_cannot_be_listed_is_a_storage_error_not_no_runs(tmp_path):
+    from faults import file_modes_apply, run_python
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    root.chmod(0o300)  # writable, not listable
+    code = f"from train.cli import main; print(main(['runs', '--runs-dir', {str(root)!r}, '--env-file', '/dev/null']))"
+    try:
+        proc = run_python(code, tmp_path, timeout=120, preexec_fn=file_modes_apply())
+    finally:
+        root.chmod(0o755)
+    assert proc.stdout.split() == ["7"]
+    assert proc.stderr.startswith(f"StorageError: cannot list RUNS_DIR {root}: Permission denied")
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_config_key_this_version_does_not_know_is_named_a_warning_when_read_and_a_difference_on_resume(
+    runs_with_strays, caplog
+):
+    import json
+    import logging
+
+    from train.config import load_settings
+    from train.errors import ResumeMismatchError
+    from train.resume import auto_resume, plan_run
+    from train.rundir import read_run_settings
+
+    root, real, _ = runs_with_strays
+    config = json.loads((real / "config.json").read_text())
+    (real / "config.json").write_text(json.dumps({**config, "label_smoothing": 0.1, "epoch": 9}))
+    logger, propagate = logging.getLogger("train"), logging.getLogger("train").propagate
+    logger.addHandler(caplog.handler)
+    logger.propagate = False  # each line once, whatever an earlier test set up
+    try:
+        assert read_run_settings(real).epochs == config["epochs"]
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.propagate = propagate
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning == (
+        f"WARNING: run {real.name}: {real / 'config.json'} holds EPOCH (did you mean EPOCHS?), LABEL_SMOOTHING, "
+        "not a setting of this version (written by a newer version, or edited by hand): ignored here; use the "
+        "version that wrote the run, or remove the key"
+    )
+    settings = load_settings({"runs_dir": str(root)}, env_file=None, environ={})
+    assert auto_resume(settings) == ""  # its settings differ: a new run, as for any other difference
+    with pytest.raises(ResumeMismatchError) as info:
+        plan_run(settings, real.name)
+    assert "LABEL_SMOOTHING: not a setting of this version (a newer version wrote the run?)" in str(info.value)
+    assert "EPOCH (did you mean EPOCHS?): not a setting" in str(info.value) and "--force" in str(info.value)
+    assert json.loads((real / "config.json").read_text())["label_smoothing"] == 0.1  # the record is unchanged
+
+
+@pytest.mark.parametrize("name, ok", [("界" * 64, True), ("𠀀" * 58, True), ("𠀀" * 64, False), ("é" * 64, True)])
+def test_run_name_is_checked_in_bytes_before_anything_starts(tmp_path, capsys, name, ok):
+    from train import cli
+    from train.config import load_settings
+    from train.errors import ConfigError
+
+    runs = tmp_path / "not" / "yet"  # RUNS_DIR need not exist: its nearest parent's file system decides
+    if ok:
+        assert load_settings({"run_name": name, "runs_dir": str(runs)}, env_file=None, environ={}).run_name == name
+        assert create_run_dir(runs, name).name.endswith("-" + name)  # the longest that fits, for "𠀀" * 58
+        return
+    with pytest.raises(ConfigError):
+        load_settings({"run_name": name, "runs_dir": str(runs)}, env_file=None, environ={})
+    assert cli.main(["fit", "--run-name", name, "--runs-dir", str(runs), "--env-file", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ConfigError: RUN_NAME={name!r} is not valid: 256 bytes in UTF-8, more than the 232 ")
+    assert "allows 255 bytes a name, the run id takes 23): shorten it" in err and err.count("\n") == 1
+    assert not runs.exists()
+
+
+def test_a_name_too_long_for_the_file_system_says_so(tmp_path):
+    err = storage_error(tmp_path / ("x" * 300), OSError(errno.ENAMETOOLONG, "File name too long"), in_docker=False)
+    assert str(err).endswith("a name in the path is longer than the file system allows: shorten RUN_NAME or RUNS_DIR")
+    assert err.exit_code == 7

@@ -50,6 +50,8 @@ def test_list_and_format_runs(tmp_path):
         "dataset": "mnist",
         "smoke": False,
         "reason": None,
+        "error": None,
+        "copy_of": None,
     }
     assert (rows[1]["status"], rows[1]["epochs"], rows[1]["best"]) == ("unreadable", None, None)
     assert "manifest.json is unreadable" in rows[1]["reason"]
@@ -179,6 +181,8 @@ def test_runs_json_is_one_document_with_the_tables_fields(tmp_path, capsys):
         "dataset": "mnist",
         "smoke": False,
         "unreadable_reason": None,
+        "error": None,
+        "copy_of": None,
     }
     second = runs[1]
     assert (second["status"], second["best"], second["smoke"], second["epochs_planned"]) == ("failed", None, True, 1)
@@ -191,3 +195,135 @@ def test_runs_json_with_no_runs_is_an_empty_list(tmp_path, capsys):
 
     assert cli.main(["runs", "--json", "--runs-dir", str(tmp_path / "none")]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_a_folder_that_cannot_be_read_is_one_warning_and_the_runs_beside_it_are_listed(tmp_path):
+    from faults import file_modes_apply, run_python
+
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-000001", CFG, {"status": "completed", "epochs_completed": 3})
+    _run(root, "20260101-000000-000003", CFG, {"status": "interrupted", "epochs_completed": 1})
+    locked = root / "20260101-000000-000002"
+    locked.mkdir()
+    locked.chmod(0)
+    try:
+        for argv in (["runs"], ["runs", "--json"]):
+            argv += ["--runs-dir", str(root), "--env-file", "/dev/null"]
+            code = f"import sys; from train.cli import main; sys.exit(main({argv!r}))"
+            proc = run_python(code, tmp_path, timeout=120, preexec_fn=file_modes_apply())
+            assert proc.returncode == 0, proc.stderr
+            listed = [r["id"] for r in json.loads(proc.stdout)] if "--json" in argv else proc.stdout.split()
+            assert "20260101-000000-000001" in listed and "20260101-000000-000003" in listed
+            assert locked.name not in proc.stdout
+            (warning,) = proc.stderr.splitlines()
+            assert warning.startswith(f"WARNING: {locked} in RUNS_DIR cannot be read (Permission denied)")
+            assert "make it readable" in warning
+    finally:
+        locked.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        '{"status": "completed", "epochs_completed": NaN}',
+        '{"status": "completed", "epochs_completed": 3, "duration_seconds": Infinity}',
+        '{"status": "completed", "segments": [{"seconds": -Infinity, "epochs_planned": NaN}]}',
+        '{"status": "completed", "segments": [{"seconds": 1e308}, {"seconds": 1e308}], "best": {"value": -Infinity}}',
+        '{"status": "completed", "epochs_completed": "3", "best": {"value": "0.9"}, "duration_seconds": true}',
+    ],
+)
+def test_a_number_that_is_not_finite_is_null_and_the_other_runs_are_listed(tmp_path, capsys, manifest):
+    from train import cli
+
+    root = tmp_path / "runs"
+    for i in range(1, 201):
+        name = f"20260101-000000-{i:06d}"
+        good = {"status": "completed", "epochs_completed": 3, "best": {"value": 0.5}, "duration_seconds": 9.0}
+        _run(root, name, CFG, manifest if i == 100 else good)
+    assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
+    out, err = capsys.readouterr()
+    runs = json.loads(out)
+    assert len(runs) == 200 and err == ""
+    assert all(r["best"] == 0.5 and r["epochs_completed"] == 3 for i, r in enumerate(runs) if i != 99)
+    damaged = runs[99]
+    assert damaged["status"] == "completed"
+    for key in ("best", "duration_seconds"):
+        assert damaged[key] is None or isinstance(damaged[key], float) and damaged[key] < 1e300, key
+    assert damaged["epochs_completed"] in (None, 3) and damaged["epochs_planned"] in (None, 3)
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 201 and not any(word in table[100].lower() for word in ("nan", "inf"))
+
+
+def test_a_failed_run_shows_why_under_the_table_and_in_json(tmp_path, capsys):
+    from train import cli
+
+    root = tmp_path / "runs"
+    error = "DataError: data/mnist.npz is truncated (12 of 11490434 bytes); download it again\nsecond line"
+    _run(root, "20260101-000000-000001", CFG, {"status": "failed", "epochs_completed": 0, "error": error})
+    _run(root, "20260101-000000-000002", CFG, {"status": "completed", "epochs_completed": 3, "error": None})
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:2] == ["20260101-000000-000001", "failed"]
+    assert lines[3:] == [
+        "20260101-000000-000001: failed: DataError: data/mnist.npz is truncated (12 of 11490434 bytes); download it again"
+    ]
+    assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert runs[0]["error"] == error.splitlines()[0] and runs[1]["error"] is None
+
+
+# MONITOR, MONITOR_MODE -> the best epoch of helpers.peaked_metrics and its value (never the last epoch)
+PEAKS = [
+    ("val_accuracy", "auto", 3, 0.91),
+    ("val_accuracy", "max", 3, 0.91),
+    ("val_loss", "auto", 2, 0.30),
+    ("val_loss", "min", 2, 0.30),
+    ("val_accuracy", "min", 1, 0.70),
+]
+
+
+@pytest.mark.parametrize("monitor, mode, epoch, value", PEAKS)
+def test_runs_shows_the_best_epoch_not_the_last(tmp_path, capsys, monitor, mode, epoch, value):
+    from helpers import peaked_metrics, write_run_records
+
+    from train import cli
+
+    root = tmp_path / "runs"
+    config = {"monitor": monitor, "monitor_mode": mode, "epochs": 5}
+    # Killed before it closed its manifest: no best recorded there, so it comes from metrics.csv.
+    write_run_records(root / "20260101-000000-000001", config, {"status": "running"}, metrics=peaked_metrics())
+    recorded = {"status": "completed", "epochs_completed": 5, "best": {"monitor": monitor, "value": value}}
+    write_run_records(root / "20260101-000000-000002", config, recorded, metrics=peaked_metrics())
+    assert [r["best"] for r in list_runs(root)] == [value, value]
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[3] for line in lines[1:]] == [f"{monitor}={value:.4f}"] * 2
+
+
+def test_a_copy_of_a_run_in_runs_dir_is_named_as_one(tmp_path, capsys):
+    from train import cli
+
+    root = tmp_path / "runs"
+    manifest = {"run_id": "20260101-000000-000001", "status": "interrupted", "epochs_completed": 1}
+    original = _run(root, "20260101-000000-000001", CFG, manifest)
+    _run(root, "base copy.bak", CFG, manifest)
+    assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in lines[1:3]] == ["base copy.bak", original.name]
+    assert lines[3:] == [
+        f"base copy.bak: its manifest.json says it is run {original.name}: a copy or a renamed folder; "
+        "keep backups outside RUNS_DIR (every command takes what is there for a run)"
+    ]
+    assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
+    assert [r["copy_of"] for r in json.loads(capsys.readouterr().out)] == [original.name, None]
+    # Unquoted, the name arrives cut at its space: the error says which run was meant.
+    assert cli.main(["compare", original.name, "base", "--runs-dir", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"RunNotFound: run 'base' not found in {root} (no config.json); did you mean 'base copy.bak'? "
+        "(quote a name that has a space); `python -m train runs` lists the runs"
+    )
+    assert err.count("\n") == 1
+    assert cli.main(["report", "20260101-000000-00001", "--runs-dir", str(root)]) == 2
+    assert f"did you mean {original.name!r}?;" in capsys.readouterr().err

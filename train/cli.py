@@ -86,7 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="write a run's report.html and curves.png again (with the validation part)")
     rep.add_argument("run", help="run id, run directory or 'latest'")
-    rep.add_argument("--quick", action="store_true", help="curves and summary only: no data loading, no predictions")
+    rep.add_argument(
+        "--quick",
+        action="store_true",
+        help="curves and summary only: no data loading, no predictions (a validation part already computed "
+        "for the same best weights is kept)",
+    )
     rep.add_argument("--env-file", default=".env")
     rep.add_argument("--runs-dir", default=None)
 

@@ -29,7 +29,35 @@ def check_out(out: str | None) -> Path | None:
         raise ConfigError("--out", out, "must end in .png (the curves) or .html (a page with the tables and curves)")
     if not path.parent.resolve().is_dir():
         raise ConfigError("--out", out, f"the directory {path.parent} does not exist; create it first")
+    if path.is_dir():
+        raise ConfigError("--out", out, "is a directory; name a file in it, e.g. compare.html")
+    _check_not_a_runs_own(path, out)
     return path
+
+
+def _check_not_a_runs_own(path: Path, out: str) -> None:
+    """A run's files are its record: --out never overwrites one, nor takes a name the run writes.
+
+    Inside a run directory only a new file whose name is none of the run's own is written
+    (`compare.html` beside a run's report.html, not report.html itself); a link is followed."""
+    from .rundir import RunDir, is_run_dir
+
+    target = path.resolve()
+    for parent in target.parents:
+        try:
+            if not is_run_dir(parent):
+                continue
+        except OSError:  # a folder this user cannot look into holds no run it could overwrite
+            continue
+        own = RunDir(parent)
+        top = target.relative_to(parent).parts[0]
+        if top in own.own_names():
+            problem = f"{top} is a name run {own.name} writes itself"
+        elif target.exists():
+            problem = f"{target} already exists inside run {own.name}"
+        else:
+            return
+        raise ConfigError("--out", out, f"{problem}; compare never overwrites a run's files: name a new file")
 
 
 def check_distinct(run_dirs: Sequence[Path], names: Sequence[str]) -> None:
@@ -80,9 +108,7 @@ def format_comparison(runs: Sequence[RunRecords]) -> str:
         ),
         _columns([["metrics", *header[1:]], *[[k, *v] for k, v in metric_rows(runs)]]),
     ]
-    blocks.append(
-        "time to best: training seconds (sum of epoch_seconds, validation excluded) until the best epoch ended"
-    )
+    blocks.append("time to best: training seconds of every segment (validation excluded) until the best epoch ended")
     return "\n\n".join(blocks)
 
 
@@ -110,7 +136,7 @@ def compare_html(runs: Sequence[RunRecords], png: bytes) -> str:
 {_table([(_e(k), *map(_e, v)) for k, v in settings], ("setting", *names)) if settings else '<p class="note">none</p>'}
 <h2>Metrics</h2>
 {_table([(_e(k), *map(_e, v)) for k, v in metric_rows(runs)], ("", *names))}
-<p class="note">time to best: training seconds (sum of epoch_seconds, validation excluded) until the best epoch ended.</p>
+<p class="note">time to best: training seconds of every segment (validation excluded) until the best epoch ended.</p>
 </body></html>
 """
 

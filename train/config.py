@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from . import datasets, models
+from . import datasets, models, rundir
 from .envfile import read_env_file
 from .errors import ConfigError, StorageError
 from .modelspec import check_model_spec
@@ -317,6 +317,8 @@ def validate(s: Settings) -> Settings:
         )
     if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
+    if s.run_name and s.runs_dir and (problem := rundir.run_name_problem(s.run_name, s.runs_dir)):
+        raise ConfigError("RUN_NAME", s.run_name, problem)
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
             "CHECKPOINT_EVERY",

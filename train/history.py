@@ -8,6 +8,7 @@ recorded before segments existed, the resume lines of train.log. Nothing of Tens
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,11 +64,28 @@ class RunRecords:
         return next(r for r in scored if sign * r[self.monitor] == best)
 
     def seconds_to(self, epoch: float | None) -> float | None:
-        """Training seconds (sum of epoch_seconds) up to and including `epoch`: validation excluded."""
+        """Training seconds up to and including `epoch`, over every segment: validation excluded.
+
+        The sum of epoch_seconds, plus what each stopped segment trained of the epoch it did not
+        finish (metrics.csv times only the part the resumed segment trained). A killed segment's
+        unfinished epoch is not known, and its steps since the last checkpoint are trained again."""
         if epoch is None:
             return None
         secs = [r.get("epoch_seconds") or 0.0 for r in self.rows if r.get("epoch") is not None and r["epoch"] <= epoch]
-        return sum(secs) if secs else None
+        if not secs:
+            return None
+        return sum(secs) + sum(s for e, s in self.unfinished_epochs() if e <= epoch)
+
+    def unfinished_epochs(self) -> list[tuple[int, float]]:
+        """(epoch, training seconds) of each segment's epoch left unfinished by a stop, from the manifest."""
+        out = []
+        for seg in self.manifest.get("segments") or []:
+            part = seg.get("unfinished_epoch") if isinstance(seg, dict) else None
+            if isinstance(part, dict) and isinstance(part.get("epoch"), int):
+                seconds = part.get("train_seconds")
+                if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
+                    out.append((part["epoch"], float(seconds)))
+        return out
 
 
 def load_records(run_dir: Path | str) -> RunRecords:

@@ -23,7 +23,7 @@ from .config import Settings
 from .early_stop import Patience, record_ending
 from .errors import DivergedError, OutOfMemoryError
 from .logs import MetricsFile, TensorBoardWriter, metric_columns, read_back
-from .manifest import update_manifest
+from .manifest import record_unfinished_epoch, update_manifest
 from .rundir import CACHE_DIR, RunDir
 from .stopping import StopFlag
 
@@ -268,6 +268,8 @@ class EpochLoop:
                     if self.stop.reason:
                         status, ended = self.stop.status, f"stopped ({self.stop.reason}): resumable"
                         self._save("stop requested: " + self.stop.reason)
+                        if self.chief:
+                            record_unfinished_epoch(self.files.manifest, epoch + 1, seconds)
                         where = f"continue with --resume {self.run_dir.name}" if self.chief else "the chief saved it"
                         log.info("saved a resumable state at epoch %d step %d; %s", epoch + 1, self.state.step, where)
                         break

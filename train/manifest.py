@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import logging
 import platform
 import socket
 import subprocess
@@ -254,6 +255,24 @@ def close_segment(
         manifest["best"] = best
     write_json(path, manifest)
     return manifest
+
+
+def record_unfinished_epoch(path: Path, epoch: int, seconds: float) -> None:
+    """The training seconds a stopped segment spent in the epoch it did not finish (1-based `epoch`).
+
+    metrics.csv only has the part of that epoch the resumed segment trains, so "time to best"
+    (train.history) adds this. Informative only: a damaged manifest or a full disk is logged, and
+    the stop goes on (its state is already saved)."""
+    from .errors import StorageError
+
+    try:
+        manifest = read_json(path)
+        segments = manifest.get("segments")
+        if seconds > 0 and isinstance(segments, list) and segments and isinstance(segments[-1], dict):
+            segments[-1]["unfinished_epoch"] = {"epoch": epoch, "train_seconds": round(seconds, 3)}
+            write_json(path, manifest)
+    except (OSError, ValueError, StorageError) as exc:
+        logging.getLogger("train").warning("WARNING: manifest not updated with the unfinished epoch: %s", exc)
 
 
 def update_manifest(path: Path, **fields: Any) -> dict[str, Any]:

@@ -7,9 +7,10 @@ is chosen and nothing needs a display.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -19,6 +20,23 @@ TRAIN, VAL = "#1f77b4", "#d62728"
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
+def plain_text(draw: Callable) -> Callable:
+    """Every label drawn as the text it is: class names, run names and metric names come from
+    users, and `$\\foo$` (matplotlib's mathtext) or usetex would turn one into TeX that may not
+    parse, taking the picture and the report down. Applies while the figure is built and while it
+    is drawn (tick labels are made then)."""
+
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        from matplotlib import rc_context
+
+        with rc_context({"text.parse_math": False, "text.usetex": False}):
+            return draw(*args, **kwargs)
+
+    return wrapper
+
+
+@plain_text
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", facecolor="white")
@@ -46,6 +64,7 @@ def curves_png(records: RunRecords) -> bytes:
     return _png(curves_figure(records))
 
 
+@plain_text
 def curves_figure(records: RunRecords):
     """Loss and accuracy (train vs validation), learning rate, samples/s and GPU memory if any."""
     from matplotlib.figure import Figure
@@ -111,14 +130,29 @@ def curves_figure(records: RunRecords):
                     x2, y2, color=VAL, marker="o" if len(x2) <= 40 else None, markersize=3, label="peak (TensorFlow)"
                 )
             ax.legend(loc="best", fontsize=8)
-        if key == "learning_rate":
-            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+        _plain_numbers(ax, y)
         _epoch_axis(ax, records)
     return fig
 
 
+def _plain_numbers(ax, y: list[float]) -> None:
+    """Tick labels that are the values themselves: no "1e-3" or "+6e3" offset above the axis,
+    which a constant learning rate or a steady samples/s otherwise gets."""
+    from matplotlib.ticker import FuncFormatter
+
+    if y and min(y) == max(y):  # a flat line: a range from zero, so the ticks are round numbers
+        ax.set_ylim(min(0.0, 2 * y[0]), max(0.0, 2 * y[0]) or 1.0)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
 def confusion_png(matrix: np.ndarray, class_names: Sequence[str]) -> bytes:
-    """Row-normalised confusion matrix (counts written in when they fit) and per-class accuracy bars."""
+    return _png(confusion_figure(matrix, class_names))
+
+
+@plain_text
+def confusion_figure(matrix: np.ndarray, class_names: Sequence[str]):
+    """Row-normalised confusion matrix (counts written in when they fit) and per-class accuracy bars
+    (red: below the overall accuracy, the dashed line)."""
     from matplotlib.figure import Figure
 
     n = len(class_names)
@@ -152,8 +186,9 @@ def confusion_png(matrix: np.ndarray, class_names: Sequence[str]) -> bytes:
     acc = np.diag(share)
     # From a round tenth below the worst class: differences of a few points stay visible at 95%+.
     low = max(0.0, math.floor((float(acc.min()) - 0.02) * 10) / 10) if n else 0.0
+    overall = float(np.trace(matrix) / max(matrix.sum(), 1))
     bars = fig.add_subplot(grid[1])
-    bars.barh(range(n), acc, color=[VAL if a < acc.mean() else TRAIN for a in acc])
+    bars.barh(range(n), acc, color=[VAL if a < overall else TRAIN for a in acc])
     bars.set_yticks(range(n), labels, fontsize=8)
     bars.invert_yaxis()
     bars.set_xlim(low, 1)
@@ -170,14 +205,18 @@ def confusion_png(matrix: np.ndarray, class_names: Sequence[str]) -> bytes:
             fontsize=7,
             color="white" if inside else "black",
         )
-    bars.axvline(
-        float(np.trace(matrix) / max(matrix.sum(), 1)), color="black", linestyle="--", linewidth=1, label="overall"
+    from matplotlib.patches import Patch
+
+    line = bars.axvline(overall, color="black", linestyle="--", linewidth=1, label="overall accuracy")
+    below, above = Patch(color=VAL, label="below it"), Patch(color=TRAIN, label="at or above")
+    bars.legend(
+        handles=[line, below, above], loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=3, fontsize=7, frameon=False
     )
-    bars.legend(loc="lower left", fontsize=7)
     bars.grid(True, axis="x", alpha=0.3)
-    return _png(fig)
+    return fig
 
 
+@plain_text
 def grid_png(
     images: np.ndarray,
     true: Sequence[int],
@@ -218,6 +257,7 @@ def compare_png(runs: Sequence[RunRecords]) -> bytes:
     return _png(compare_figure(runs))
 
 
+@plain_text
 def compare_figure(runs: Sequence[RunRecords]):
     """Overlaid curves of several runs: loss and accuracy by epoch, MONITOR by training time."""
     from matplotlib.figure import Figure

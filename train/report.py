@@ -16,6 +16,7 @@ import base64
 import datetime as _dt
 import html
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,10 @@ log = logging.getLogger("train")
 CHEAP_NOTE = (
     "not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report {run}`"
 )
+ENDED_NOTE = "not computed: `python -m train report {run}` (without --quick) computes it from the best weights"
+# The validation part between these marks, with the best weights it evaluated (their size and
+# modification time): a quick report keeps it while those weights are the same.
+_SECTION = re.compile(r"<!-- validation of (\S+) -->\n(.*?)\n<!-- end of validation -->", re.S)
 
 
 @dataclass
@@ -43,11 +48,49 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
     curves = plots.curves_png(records)
     atomic_write(files.curves, lambda p: p.write_bytes(curves))
     missing: list[str] = []
-    validation = _validation_section(records, missing) if full else _note(CHEAP_NOTE.format(run=records.name))
-    if not full:
-        missing.append("validation: " + CHEAP_NOTE.format(run=records.name))
+    weights = _weights_signature(files)
+    if full:
+        validation = _validation_section(records, missing)
+        if not missing:  # only an evaluation is worth keeping, never the reason there is none
+            validation = _mark(validation, weights)
+    else:
+        validation = _saved_section(files, weights)
+        if validation is None:
+            running = records.manifest.get("status") == "running"
+            note = (CHEAP_NOTE if running else ENDED_NOTE).format(run=records.name)
+            validation = _note(note)
+            missing.append("validation: " + note)
     write_text(files.report, render(records, curves, validation))
     return Written(files.report, missing)
+
+
+def _weights_signature(files: RunDir) -> str | None:
+    try:
+        st = files.best_weights.stat()
+    except OSError:
+        return None
+    return f"best.weights.h5@{st.st_size}-{st.st_mtime_ns}"
+
+
+def _mark(section: str, weights: str | None) -> str:
+    """The validation part, marked with the weights it evaluated (none: not to be kept)."""
+    if weights is None:
+        return section
+    return f"<!-- validation of {weights} -->\n{section}\n<!-- end of validation -->"
+
+
+def _saved_section(files: RunDir, weights: str | None) -> str | None:
+    """The validation part of the report already written, if it evaluated the current best weights.
+
+    A quick report (each epoch end, `report --quick`) on a run whose full report is written keeps
+    its confusion matrix and mistakes instead of dropping them; new best weights make it stale."""
+    if weights is None or not files.report.is_file():
+        return None
+    try:
+        found = _SECTION.search(files.report.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+    return found.group(0) if found and found.group(1) == weights else None
 
 
 def refresh_after_epoch(run_dir: Path | None, mode: str = "full") -> None:
@@ -131,10 +174,27 @@ def _validation_section(records: RunRecords, missing: list[str]) -> str:
     except Exception as exc:  # noqa: BLE001  data moved, weights missing...: the rest of the page still helps
         missing.append(f"validation: {type(exc).__name__}: {exc}")
         return _note(f"not available: {type(exc).__name__}: {exc}")
-    return validation_html(ev)
+    return validation_html(ev, records)
 
 
-def validation_html(ev) -> str:
+def measured_differently(ev, records: RunRecords | None) -> str | None:
+    """Why this accuracy is not the val_accuracy training logged for the same weights, when it is not.
+
+    Training measures under its precision policy (bfloat16 or float16 on an accelerator); the
+    report predicts again in float32, which gives the same on any device. Both are named, so the
+    page never shows two numbers for one thing without saying why."""
+    best = records.best_row() if records is not None else None
+    logged = best.get("val_accuracy") if best else None
+    if logged is None or abs(logged - ev.accuracy) < 5e-5:
+        return None
+    policy = (records.manifest.get("precision") or {}).get("policy") or "its precision policy"
+    return (
+        f"training logged val_accuracy {logged:.4f} for these weights (epoch {best['epoch']:.0f}, under {policy}); "
+        f"here the same {ev.n} examples are predicted again in float32, hence {ev.accuracy:.4f}"
+    )
+
+
+def validation_html(ev, records: RunRecords | None = None) -> str:
     """Accuracy, the confusion matrix picture, the per-class table and the most-wrong grid."""
     from . import plots
 
@@ -148,8 +208,10 @@ def validation_html(ev) -> str:
         )
         for r in ev.per_class()
     ]
+    why = measured_differently(ev, records)
     parts = [
         f'<p class="lead">accuracy <b>{ev.accuracy:.2%}</b> on {ev.n} validation examples</p>',
+        *([_note(why)] if why else []),
         _img(plots.confusion_png(ev.matrix, ev.class_names), "confusion matrix and per-class accuracy"),
         _table(rows, ("class", "examples", "correct", "accuracy", "most often taken for")),
     ]
@@ -183,7 +245,7 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         ("started / ended", f"{m.get('started_at', '-')} / {m.get('ended_at') or '-'}"),
         ("resumed", ", ".join(m.get("resumed_at") or []) or "never"),
         ("duration", f"{_seconds(m.get('duration_seconds'))} over {len(m.get('segments') or []) or 1} segment(s)"),
-        ("training time (sum of epochs)", _seconds(records.seconds_to(float("inf")))),
+        ("training time (every segment, no validation)", _seconds(records.seconds_to(float("inf")))),
         (
             "versions",
             f"Python {m.get('python', '?')}, TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}"

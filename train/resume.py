@@ -20,7 +20,15 @@ from typing import Any
 
 from .config import RESUME_FREE, Settings, diff_settings, settings_from_dict
 from .errors import CheckpointError, ConfigError, ResumeMismatchError
-from .rundir import RunDir, create_run_dir, list_run_dirs, read_run_settings, resolve_run, write_json
+from .rundir import (
+    RunDir,
+    create_run_dir,
+    list_run_dirs,
+    read_run_settings,
+    resolve_run,
+    unknown_settings,
+    write_json,
+)
 from .runlock import RunLock
 
 log = logging.getLogger("train")
@@ -65,21 +73,29 @@ def auto_resume(settings: Settings) -> str:
     # An unreadable record is an error, not a reason to start over: auto cannot tell whether
     # that run finished, and the user should know its record is damaged.
     status = newest.read_manifest().get("status")
-    saved = read_run_settings(newest.path)
+    saved = read_run_settings(newest.path, warn_unknown=False)
     # "running" is what a SIGKILLed or power-cut run leaves behind (or a run still going: the
     # lock then refuses it).
     if status not in ("interrupted", "budget", "running"):
         return ""
     if status == "running":
         RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
-    if diff_settings(saved, settings):
+    diffs = diff_settings(saved, settings) + _unknown(newest.read_config())
+    if diffs:
         log.info(
             "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
             newest.name,
-            "; ".join(diff_settings(saved, settings)),
+            "; ".join(diffs),
         )
         return ""
     return str(newest.path)
+
+
+def _unknown(config: dict[str, Any]) -> list[str]:
+    """config.json keys this version has no setting for, as differences: training on would drop them."""
+    return [
+        f"{key}: not a setting of this version (a newer version wrote the run?)" for key in unknown_settings(config)
+    ]
 
 
 def _trained(run_dir: Path, manifest: dict[str, Any]) -> bool:
@@ -119,9 +135,9 @@ def plan_run(settings: Settings, resume: str | None, force: bool = False, restar
 def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, restart: bool) -> RunPlan:
     files = RunDir(run_dir)
     saved_config = files.read_config()
-    saved = read_run_settings(run_dir)
+    saved = read_run_settings(run_dir, warn_unknown=False)
     manifest = files.read_manifest(missing_ok=True)
-    diffs = diff_settings(saved, settings)
+    diffs = diff_settings(saved, settings) + _unknown(saved_config)
     if diffs and not force:
         raise ResumeMismatchError(
             f"run {run_dir.name} was started with other settings ({'; '.join(diffs)}): "

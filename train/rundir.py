@@ -18,6 +18,7 @@ import datetime as _dt
 import errno
 import fcntl
 import json
+import logging
 import os
 import re
 import secrets
@@ -29,6 +30,7 @@ from typing import Any
 
 from .errors import RunRecordError, StorageError, TemplateError
 
+log = logging.getLogger("train")
 TMP_MARK = ".tmp-"
 CACHE_DIR = ".cache"  # under RUNS_DIR: the image decode cache (a hidden folder, never a run)
 WRITERS_LOCK = ".writers.lock"  # see shared_writes
@@ -84,6 +86,12 @@ class RunDir:
     lock = property(lambda self: self.path / "run.lock")
     export = property(lambda self: ExportDir(self.path / "export"))
 
+    def own_names(self) -> set[str]:
+        """The names of the files and folders a run writes at its top level (the layout above)."""
+        values = [getattr(self, name) for name, value in vars(RunDir).items() if isinstance(value, property)]
+        paths = [v.path if isinstance(v, ExportDir) else v for v in values]
+        return {p.name for p in paths if isinstance(p, Path) and p.parent == self.path}
+
     def is_run(self) -> bool:
         """The one test of "is a run": a directory with its config.json, the first file a run writes.
 
@@ -127,6 +135,37 @@ def labels_text(class_names) -> str:
     return "".join(f"{n}\n" for n in class_names)
 
 
+ID_LENGTH = len("20261130-061959-483920-")  # what new_run_id puts before RUN_NAME
+
+
+def name_max(directory: Path | str) -> int:
+    """The longest file name, in bytes, the file system of `directory` (or of its nearest existing
+    parent: RUNS_DIR may not exist yet) allows; 255 where it does not say."""
+    path = Path(directory).absolute()
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            try:
+                return os.pathconf(candidate, "PC_NAME_MAX")
+            except (OSError, ValueError):
+                break
+    return 255
+
+
+def run_name_problem(run_name: str, runs_dir: Path | str) -> str | None:
+    """Why a run directory named after `run_name` cannot be created in `runs_dir`, or None.
+
+    The limit is on bytes, not characters: a letter outside ASCII takes 2 to 4 bytes in UTF-8, so
+    64 characters may already be too long ("File name too long" at mkdir, after the start-up)."""
+    size, limit = len(run_name.encode("utf-8", "surrogatepass")), name_max(runs_dir) - ID_LENGTH
+    if size <= limit:
+        return None
+    return (
+        f"{size} bytes in UTF-8, more than the {limit} a run directory's name leaves for it (the file system "
+        f"of {runs_dir} allows {limit + ID_LENGTH} bytes a name, the run id takes {ID_LENGTH}): shorten it "
+        "(each letter outside ASCII takes 2 to 4 bytes)"
+    )
+
+
 def new_run_id(run_name: str = "", now: _dt.datetime | None = None) -> str:
     """Readable, and ordered by creation down to the microsecond: 20261130-061959-483920[-name].
 
@@ -148,14 +187,40 @@ def creation_key(path: Path) -> tuple:
     return (m.group(1), micro, path.name)
 
 
-def list_run_dirs(runs_dir: str | Path) -> list[Path]:
-    """The run directories under RUNS_DIR, oldest first (by creation, not by name)."""
+def list_run_dirs(runs_dir: str | Path, warn: Callable[[str], None] | None = None) -> list[Path]:
+    """The run directories under RUNS_DIR, oldest first (by creation, not by name).
+
+    An entry that cannot be looked into (mode 000, another user's folder, `lost+found` on a
+    mounted volume) is one warning line and is left out; it never hides the runs beside it.
+    RUNS_DIR itself unreadable is a StorageError: "no runs" would be a guess.
+    """
+    runs, unreadable = scan_run_dirs(runs_dir)
+    for path, reason in unreadable:
+        (warn or log.warning)(
+            f"WARNING: {path} in RUNS_DIR cannot be read ({reason}): left out; make it readable "
+            "(chmod, or chown to this user) or move it out of RUNS_DIR"
+        )
+    return runs
+
+
+def scan_run_dirs(runs_dir: str | Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(the run directories oldest first, [(entry, reason)] for the entries that cannot be read)."""
     root = Path(runs_dir)
     try:
-        found = [p for p in root.iterdir() if is_run_dir(p)] if root.is_dir() else []
-    except OSError:
-        return []
-    return sorted(found, key=creation_key)
+        entries = list(root.iterdir()) if root.is_dir() else []
+    except OSError as exc:
+        raise StorageError(
+            f"cannot list RUNS_DIR {root}: {exc.strerror or exc}; make it readable by this user "
+            "(chmod u+rx) or point RUNS_DIR at another folder"
+        ) from None
+    found, unreadable = [], []
+    for p in entries:
+        try:
+            if is_run_dir(p):
+                found.append(p)
+        except OSError as exc:
+            unreadable.append((p, exc.strerror or type(exc).__name__))
+    return sorted(found, key=creation_key), unreadable
 
 
 def in_container(root: Path = Path("/")) -> bool:
@@ -182,6 +247,7 @@ def storage_error(path: Path | str, exc: OSError, in_docker: bool | None = None)
         errno.EDQUOT: "the disk quota is exceeded: free space or point RUNS_DIR elsewhere",
         errno.EFBIG: "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere",
         errno.EROFS: "the file system is read-only: mount the runs volume read-write or set RUNS_DIR",
+        errno.ENAMETOOLONG: "a name in the path is longer than the file system allows: shorten RUN_NAME or RUNS_DIR",
         errno.EACCES: _permission_hint(in_docker),
         errno.EPERM: _permission_hint(in_docker),
     }.get(exc.errno, exc.strerror or str(exc))
@@ -358,11 +424,37 @@ def resolve_run(runs_dir: str | Path, run: str) -> Path:
             raise RunNotFound(f"--resume/RUN 'latest': no runs in {root}; train first or set RUNS_DIR")
         return runs[-1]
     for candidate in (root / run, Path(run)):
-        if is_run_dir(candidate):
-            return candidate
+        try:
+            if is_run_dir(candidate):
+                return candidate
+        except OSError as exc:  # a folder this user may not look into (mode 000, another owner)
+            raise RunRecordError(
+                f"run {run!r}: {candidate} cannot be read ({exc.strerror or exc}); make it readable "
+                "(chmod, or chown to this user) or run as its owner"
+            ) from None
     raise RunNotFound(
-        f"run {run!r} not found in {root} (no {RunDir(run).config.name}): `python -m train runs` lists the runs"
+        f"run {run!r} not found in {root} (no {RunDir(run).config.name}){_did_you_mean(root, run)}; "
+        "`python -m train runs` lists the runs"
     )
+
+
+def _did_you_mean(root: Path, run: str) -> str:
+    """A run whose name starts with `run` (a name with a space, unquoted, arrives cut at the space:
+    `report base copy.bak`), else the closest name."""
+    import difflib
+
+    try:
+        names = [p.name for p in scan_run_dirs(root)[0]]
+    except StorageError:
+        return ""
+    longer = [n for n in names if n.startswith(run) and n != run]
+    if longer:
+        spaced = " ".join(repr(n) for n in longer[:3] if " " in n[len(run) :][:1])
+        if spaced:
+            return f"; did you mean {spaced}? (quote a name that has a space)"
+        return "; did you mean " + ", ".join(repr(n) for n in longer[:3]) + "?"
+    close = difflib.get_close_matches(run, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class RunNotFound(TemplateError):
@@ -395,12 +487,41 @@ def read_record(run_dir: Path, name: str) -> dict[str, Any]:
     return data
 
 
-def read_run_settings(run_dir: Path):
-    """The settings a run was started with (config.json); RunRecordError when they cannot be."""
+def unknown_settings(data: dict[str, Any]) -> list[str]:
+    """The keys of a config.json that are no setting of this version, each as `KEY (did you mean X?)`.
+
+    A run written by a newer version (a setting added since), or a config.json edited by hand."""
+    import difflib
+    from dataclasses import fields
+
+    from .config import Settings
+
+    known = sorted(f.name for f in fields(Settings))
+    out = []
+    for key in sorted(k for k in data if k not in known):
+        close = difflib.get_close_matches(str(key).lower(), known, n=1, cutoff=0.6)
+        out.append(str(key).upper() + (f" (did you mean {close[0].upper()}?)" if close else ""))
+    return out
+
+
+def read_run_settings(run_dir: Path, warn_unknown: bool = True):
+    """The settings a run was started with (config.json); RunRecordError when they cannot be.
+
+    A key that is no setting of this version is left out, with one warning line naming it
+    (`warn_unknown`); a resume refuses it instead (train.resume), as it would train without it."""
     from .config import settings_from_dict
     from .errors import ConfigError
 
     data = RunDir(run_dir).read_config()
+    unknown = unknown_settings(data)
+    if unknown and warn_unknown:
+        log.warning(
+            "WARNING: run %s: %s holds %s, not a setting of this version (written by a newer version, or "
+            "edited by hand): ignored here; use the version that wrote the run, or remove the key",
+            Path(run_dir).name,
+            RunDir(run_dir).config,
+            ", ".join(unknown),
+        )
     try:
         return settings_from_dict(data)
     except (ConfigError, TypeError, ValueError) as exc:
