@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import images
-from .arrays import NPZ_KEYS, check_arrays, read_npz, sha256_file
+from .arrays import NPZ_KEYS, check_arrays, npz_class_names, read_npz, sha256_file
 from .datasets import DATASETS
 from .errors import DataError
 from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
@@ -270,7 +270,7 @@ def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:
 
 
 def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str | None) -> DataSpec:
-    names = tuple(str(c) for c in arrays["class_names"]) if "class_names" in arrays else None
+    names = npz_class_names(source, arrays["class_names"]) if "class_names" in arrays else None
     entry = DATASETS[builtin] if builtin else None
     if entry:
         names = entry.classes
