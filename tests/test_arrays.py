@@ -295,3 +295,29 @@ def test_available_memory_is_positive_and_at_most_the_machine_s():
     from train.arrays import available_memory
 
     assert 0 < available_memory() <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_members_of_an_npz_that_a_run_does_not_use_are_never_decompressed(tmp_path):
+    import zipfile
+
+    path = write_npz(tmp_path / "extra.npz", n_train=200, n_test=50)
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("notes.txt", b"\0" * 100_000)
+    raw = bytearray(path.read_bytes())
+    at = raw.rindex(b"notes.txt") - 46 + 16  # the central directory's CRC of notes.txt
+    raw[at : at + 4] = b"\xde\xad\xbe\xef"  # read, it would fail ("Bad CRC-32")
+    path.write_bytes(bytes(raw))
+    assert data.load_data(settings(dataset=f"npz:{path}")).n_train == 200
+
+
+def test_a_fifo_in_data_dir_is_named_not_taken_for_a_missing_file(tmp_path, monkeypatch):
+    import os
+
+    from train import datasets
+
+    monkeypatch.setattr(datasets, "download", lambda *a, **k: pytest.fail("downloaded instead"))
+    os.mkfifo(tmp_path / "mnist.npz")
+    error = returns_without_blocking(
+        lambda: data.load_data(settings(dataset="mnist", data_dir=str(tmp_path))), tmp_path / "mnist.npz"
+    )
+    assert isinstance(error, DataError) and "mnist.npz is a FIFO (named pipe), not a regular file" in str(error)

@@ -24,6 +24,7 @@ import numpy as np
 from .errors import DataError
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+_MEMBERS = (*NPZ_KEYS, "class_names")  # what read_npz loads of an .npz
 
 
 def sha256_file(path: Path) -> str:
@@ -35,7 +36,8 @@ def sha256_file(path: Path) -> str:
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of the file, read in full: numpy notices a bad CRC or a short file only on read."""
+    """The arrays a run uses (NPZ_KEYS, class_names), read in full: numpy notices a bad CRC or a short
+    file only on read. Other members are never decompressed."""
     _check_npz_magic(path)
     try:
         check_npz_headers(path)
@@ -45,7 +47,8 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
                 raise DataError(
                     f"{path}: missing array(s) {', '.join(missing)}; an .npz needs x_train, y_train, x_test, y_test (Keras layout)"
                 )
-            return {k: z[k] for k in z.files}
+            # Only the arrays a run uses: any other member (a note, a stray archive) is never decompressed.
+            return {k: z[k] for k in z.files if k in _MEMBERS}
     except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
         raise DataError(
             f"{path} is corrupt or truncated ({type(e).__name__}: {e}); replace it with a good copy"
@@ -63,9 +66,9 @@ def check_npz_headers(path: Path, available: int | None = None) -> int:
     total, arrays = 0, []
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
-            if not info.filename.endswith(".npy"):
-                continue
             name = info.filename[: -len(".npy")]
+            if not info.filename.endswith(".npy") or name not in _MEMBERS:
+                continue  # never read
             with archive.open(info) as fh:
                 version = np.lib.format.read_magic(fh)
                 read_header = (
