@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -577,3 +578,54 @@ def test_a_file_cache_from_other_data_or_without_its_record_is_rebuilt(make_imag
         spec = data.load_data(s)
     assert len(_warnings(caplog)) == 2 and all("is missing or unreadable" in w for w in _warnings(caplog))
     np.testing.assert_array_equal(batches(data.val_dataset(spec, s, 4))[0], new_x)
+
+
+# --- at the command line: one line, the data exit code ---------------------------------------------
+
+
+def test_each_bad_input_is_one_line_and_its_exit_code_at_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import write_image_dir, write_npz
+    from faults import env, fit_flags
+
+    cases = {}
+    for name, change in (
+        ("newline", lambda root: (root / "class_1").rename(root / "class\n1")),
+        ("single", lambda root: [p.unlink() for p in sorted((root / "class_1").iterdir())[1:]]),
+        ("bomb", lambda root: (root / "class_1" / "bomb.png").write_bytes(_png(20000, 20000, rows=2))),
+    ):
+        root = write_image_dir(tmp_path / name, classes=2, per_class=4, size=8)
+        change(root)
+        cases[name] = (f"images:{root}", 3)
+    y = np.arange(60, dtype=np.uint64) % 10
+    y[3] = 2**64 - 1
+    cases["uint64"] = (f"npz:{write_npz(tmp_path / 'u64.npz', n_train=60, n_test=20, y_train=y)}", 3)
+    names = np.array(["a\nb", *map(str, range(1, 10))])
+    cases["names"] = (f"npz:{write_npz(tmp_path / 'names.npz', n_train=60, n_test=20, class_names=names)}", 3)
+    cases["zero"] = ("npz:/dev/zero", 2)
+    code = (
+        "import sys, json\nfrom train.cli import main\n"
+        "for name, (ds, _) in json.loads(sys.argv[1]).items():\n"
+        "    print('BEGIN', name, file=sys.stderr, flush=True)\n"
+        "    rc = main(['fit', '--dataset', ds, *sys.argv[2:]])\n"
+        "    print('RC', name, rc, file=sys.stderr, flush=True)\n"
+    )
+    npz = write_npz(tmp_path / "ok.npz", n_train=60, n_test=20)
+    flags = fit_flags(tmp_path, npz, image_size=16, val_split=0.5)[2:]
+    p = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(cases), *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+    )
+    blocks = dict(re.findall(r"BEGIN (\w+)\n(.*?)RC \1 ", p.stderr, re.S))
+    for name, (_, rc) in cases.items():
+        assert f"RC {name} {rc}" in p.stderr, p.stderr[-3000:]
+        errors = [line for line in blocks[name].splitlines() if re.match(r"\w+Error: ", line)]
+        assert len(errors) == 1, (name, blocks[name])
+    assert "Traceback" not in p.stderr and "epoch 1/" not in p.stderr
