@@ -34,6 +34,7 @@ class _Split(NamedTuple):
     x: Any  # uint8 (N, H, W, C): np.ndarray, np.memmap (CACHE=file), or None (CACHE=none: decode per epoch)
     y: np.ndarray  # int32 (N,)
     files: tuple[str, ...] = ()  # image paths, in the same order as y
+    info: np.ndarray | None = None  # int32 (N, 2): each file's EXIF orientation and CMYK flag, for the decode
 
 
 @dataclass(frozen=True)
@@ -170,11 +171,12 @@ def _sliced_pipeline(
     y_t = tf.convert_to_tensor(split.y)
     if split.x is None:  # CACHE=none: decode this replica's files only
         paths = tf.constant(np.asarray(split.files, dtype=object).astype(str))
+        info = tf.constant(split.info)
 
         def gather(idx):
             return tf.map_fn(
-                lambda p: images.decode_tensor(tf.io.read_file(p), shape),
-                tf.gather(paths, idx),
+                lambda p_i: images.decode_tensor(tf.io.read_file(p_i[0]), shape, p_i[1]),
+                (tf.gather(paths, idx), tf.gather(info, idx)),
                 fn_output_signature=tf.TensorSpec(shape, tf.uint8),
             )
     elif isinstance(split.x, np.memmap):
@@ -205,7 +207,7 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
     split = {"train": spec._train, "val": spec._val}[which]
     shape = spec.input_shape
     if split.x is None:  # CACHE=none: decode again every epoch
-        images_ds = images.decode_dataset([split.files[i] for i in order], shape)
+        images_ds = images.decode_dataset([split.files[i] for i in order], shape, split.info[order])
         labels_ds = tf.data.Dataset.from_tensor_slices(split.y[order])
         ds = tf.data.Dataset.zip(images_ds, labels_ds).batch(batch_size)
         # The decode above is the parallel part; a cast per batch is cheap, and a sequential map

@@ -124,31 +124,37 @@ def _walk_class(top: Path):
     yield from walk(str(top))
 
 
-def fingerprint_files(root: str | os.PathLike, rels: Sequence[str], max_pixels: int | None = None) -> str:
-    """sha256 over the sorted relative paths and each file's bytes (files hashed in parallel).
+def fingerprint_files(root: str | os.PathLike, rels: Sequence[str]) -> str:
+    """sha256 over the sorted relative paths and each file's bytes (files hashed in parallel)."""
+    return scan_files(root, rels, None)[0]
 
-    With `max_pixels`, each file's header is checked too (`check_image_header`): the one pass that
-    reads every file refuses an oversized image before anything decodes it.
+
+def scan_files(root: str | os.PathLike, rels: Sequence[str], max_pixels: int | None) -> tuple[str, np.ndarray]:
+    """(fingerprint, info): the one pass that reads every file, in parallel.
+
+    The fingerprint is sha256 over the sorted relative paths and each file's bytes; info holds the
+    (EXIF orientation, CMYK) of each file, from its header, for the decode. With `max_pixels`, an
+    image whose header declares more is refused here, before anything decodes it.
     """
     root = Path(root)
 
-    def digests(chunk: Sequence[str]) -> list[bytes]:
+    def read(chunk: Sequence[str]) -> list[tuple[bytes, tuple[int, int]]]:
         out = []
         for rel in chunk:
             raw = read_image_bytes(root / rel)
-            if max_pixels is not None:
-                check_image_header(root / rel, raw, max_pixels)
-            out.append(hashlib.sha256(raw).digest())
+            out.append((hashlib.sha256(raw).digest(), image_info(raw, root / rel, max_pixels)))
         return out
 
     # Chunks of files per task: one task per small file costs more than hashing it.
     chunks = [rels[i : i + 128] for i in range(0, len(rels), 128)]
     outer = hashlib.sha256()
+    info = np.ones((len(rels), 2), np.int32)
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
-        for chunk, found in zip(chunks, pool.map(digests, chunks)):
-            for rel, digest in zip(chunk, found):
-                outer.update(rel.replace(os.sep, "/").encode() + b"\0" + digest)
-    return outer.hexdigest()
+        for start, found in zip(range(0, len(rels), 128), pool.map(read, chunks)):
+            for i, (digest, file_info) in enumerate(found, start):
+                outer.update(rels[i].replace(os.sep, "/").encode() + b"\0" + digest)
+                info[i] = file_info
+    return outer.hexdigest(), info
 
 
 def read_image_bytes(path: str | os.PathLike) -> bytes:
@@ -169,10 +175,16 @@ def read_image_bytes(path: str | os.PathLike) -> bytes:
         raise DataError(f"{path}: cannot read it ({exc.strerror}); fix its permissions") from None
 
 
-def check_image_header(path: str | os.PathLike, raw: bytes, max_pixels: int) -> None:
-    """DataError when the header declares more than `max_pixels` (width x height, times the frames of a
-    GIF: TensorFlow decodes them all to keep the first). Only the header is read; a file PIL cannot
-    parse is left to the decoder, whose error names it."""
+_ORIENTATION = 0x0112  # the EXIF tag: how the camera was held, 1 (upright) .. 8
+
+
+def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None) -> tuple[int, int]:
+    """(EXIF orientation 1..8, 1 if CMYK else 0) of an encoded image, from its header only (PIL).
+
+    DataError when the header declares more than `max_pixels` (width x height, times the frames of a
+    GIF: TensorFlow decodes them all to keep the first). A file PIL cannot parse gets (1, 0) and is
+    left to the decoder, whose error names it.
+    """
     from PIL import Image
 
     # MAX_IMAGE_PIXELS (checked below, for every image) is the limit; PIL's own process-wide default
@@ -181,39 +193,29 @@ def check_image_header(path: str | os.PathLike, raw: bytes, max_pixels: int) -> 
     try:
         with Image.open(io.BytesIO(raw)) as im:
             (width, height), frames = im.size, getattr(im, "n_frames", 1) if im.format == "GIF" else 1
-    except Exception:  # noqa: BLE001  (PIL raises many types for files it cannot parse)
-        return
-    pixels = width * height * frames
-    if pixels > max_pixels:
-        shown = f"{frames} frames of {width}x{height}" if frames > 1 else f"{width}x{height}"
-        raise DataError(
-            f"{path}: {shown} is {pixels / 1e6:,.0f} million pixels, more than MAX_IMAGE_PIXELS={max_pixels:,} "
-            f"(decoding it would take about {pixels * 3 / 1e9:.1f} GB); shrink the image (it is resized to "
-            "IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS"
-        )
-
-
-_ORIENTATION = 0x0112  # the EXIF tag: how the camera was held, 1 (upright) .. 8
-
-
-def _image_info(raw) -> np.ndarray:
-    """[EXIF orientation 1..8, 1 if CMYK] of encoded bytes, from the header only (PIL)."""
-    from PIL import Image
-
-    if isinstance(raw, np.ndarray):  # what tf.numpy_function passes: a 0-d array holding the bytes
-        raw = raw.item()
-    try:
-        with Image.open(io.BytesIO(raw)) as im:
             if im.format == "PNG":  # PIL's getexif would decode a PNG whose eXIf chunk is not up front
                 exif = Image.Exif()
                 if im.info.get("exif"):
                     exif.load(im.info["exif"])
             else:
                 exif = im.getexif()
-            orientation, cmyk = int(exif.get(_ORIENTATION, 1)), im.mode == "CMYK"
-    except Exception:  # noqa: BLE001  (not parsable: the decoder says what is wrong)
-        orientation, cmyk = 1, False
-    return np.asarray([orientation if 1 <= orientation <= 8 else 1, int(cmyk)], np.int32)
+            orientation, cmyk = int(exif.get(_ORIENTATION, 1)), int(im.mode == "CMYK")
+    except Exception:  # noqa: BLE001  (PIL raises many types for files it cannot parse)
+        return 1, 0
+    pixels = width * height * frames
+    if max_pixels is not None and pixels > max_pixels:
+        shown = f"{frames} frames of {width}x{height}" if frames > 1 else f"{width}x{height}"
+        raise DataError(
+            f"{path}: {shown} is {pixels / 1e6:,.0f} million pixels, more than MAX_IMAGE_PIXELS={max_pixels:,} "
+            f"(decoding it would take about {pixels * 3 / 1e9:.1f} GB); shrink the image (it is resized to "
+            "IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS"
+        )
+    return (orientation if 1 <= orientation <= 8 else 1), cmyk
+
+
+def files_info(paths: Sequence[str]) -> np.ndarray:
+    """(N, 2) int32 `image_info` of files (no size limit): for a decode not fed by `scan_files`."""
+    return np.asarray([image_info(read_image_bytes(p), p, None) for p in paths], np.int32).reshape(-1, 2)
 
 
 def _orient(image, orientation):
@@ -236,12 +238,16 @@ def _orient(image, orientation):
     return tf.switch_case(orientation - 1, branches, default=branches[0])
 
 
-def decode_tensor(contents, input_shape: tuple[int, int, int]):
-    """Encoded image bytes -> uint8 (H, W, C): the one decode/resize used by training and predict."""
+def decode_tensor(contents, input_shape: tuple[int, int, int], info):
+    """Encoded image bytes -> uint8 (H, W, C): the one decode/resize used by training and predict.
+
+    `info` is the file's (EXIF orientation, CMYK) from `image_info`, read in Python beforehand: a
+    Python call per image inside the pipeline would hold it to one core.
+    """
     import tensorflow as tf
 
     height, width, channels = input_shape
-    image = _decode(contents, channels)
+    image = _decode(contents, channels, tf.cast(info, tf.int32))
     # Shrinking: "area" averages every source pixel (no aliasing) at a third of the cost of
     # bilinear with antialias=True; growing: bilinear.
     shrink = tf.logical_and(tf.shape(image)[0] >= height, tf.shape(image)[1] >= width)
@@ -255,12 +261,10 @@ def decode_tensor(contents, input_shape: tuple[int, int, int]):
     return image
 
 
-def _decode(contents, channels: int):
+def _decode(contents, channels: int, info):
     """JPEG, PNG, GIF (first frame) or BMP bytes -> uint8 (H, W, channels), EXIF orientation applied."""
     import tensorflow as tf
 
-    info = tf.numpy_function(_image_info, [contents], tf.int32, stateful=False)
-    info.set_shape([2])
     if channels != 1:
         image = tf.io.decode_image(contents, channels=channels, expand_animations=False)
         return _orient(image, info[0])
@@ -287,36 +291,44 @@ def load_image_file(
     import tensorflow as tf
 
     raw = read_image_bytes(path)
-    if max_pixels is not None:
-        check_image_header(path, raw, max_pixels)
+    info = image_info(raw, path, max_pixels)
     try:
-        return decode_tensor(tf.constant(raw), tuple(input_shape)).numpy()
+        return decode_tensor(tf.constant(raw), tuple(input_shape), tf.constant(info)).numpy()
     except (tf.errors.OpError, ValueError) as e:
         raise DataError(
             f"{path}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
         ) from None
 
 
-def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int]):
-    """A tf.data pipeline of uint8 images for `paths`, decoded in parallel, in the order given."""
+def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int], info: np.ndarray | None = None):
+    """A tf.data pipeline of uint8 images for `paths`, decoded in parallel, in the order given.
+
+    `info`: the files' `image_info` rows (from `scan_files`); read from the files when not given.
+    """
     import tensorflow as tf
 
-    ds = tf.data.Dataset.from_tensor_slices(np.asarray(paths, dtype=object).astype(str))
+    info = files_info(paths) if info is None else info
+    ds = tf.data.Dataset.from_tensor_slices((np.asarray(paths, dtype=object).astype(str), np.asarray(info, np.int32)))
     return ds.map(
-        lambda p: decode_tensor(tf.io.read_file(p), input_shape),
+        lambda p, i: decode_tensor(tf.io.read_file(p), input_shape, i),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
 
 
-def decode_files(paths: Sequence[str], input_shape: tuple[int, int, int], out: np.ndarray | None = None) -> None:
+def decode_files(
+    paths: Sequence[str],
+    input_shape: tuple[int, int, int],
+    out: np.ndarray | None = None,
+    info: np.ndarray | None = None,
+) -> None:
     """Decode every file (in parallel, with tf.data) into `out` (N, H, W, C) uint8, or only check them.
 
     A file that is missing or not an image raises DataError naming it.
     """
     import tensorflow as tf
 
-    batches = decode_dataset(paths, input_shape).batch(_DECODE_BATCH).prefetch(2)
+    batches = decode_dataset(paths, input_shape, info).batch(_DECODE_BATCH).prefetch(2)
     done = 0
     try:
         for batch in batches:
@@ -378,35 +390,37 @@ def _check_split(root: Path, class_names, labels: np.ndarray, val: np.ndarray, v
 
 
 def read_image_dir(root: Path, settings, subset: Callable[[int, int], np.ndarray] | None = None):
-    """(class names, input shape, fingerprint, [(x, y, files) of train, of val]), every file decoded.
+    """(class names, input shape, fingerprint, [(x, y, files, info) of train, of val]), every file decoded.
 
     `subset(n, salt)` (salt 0: train, 1: val) picks the indices a smoke run keeps.
     """
     class_names, rels, labels = list_image_dir(root)
-    fingerprint = fingerprint_files(root, rels, settings.max_image_pixels)
+    fingerprint, info = scan_files(root, rels, settings.max_image_pixels)
     tr, va = split_indices(labels, settings.val_split, settings.seed)
     if settings.val_split > 0:
         _check_split(root, class_names, labels, va, settings.val_split)
     if subset is not None:
         tr, va = tr[subset(len(tr), 0)], va[subset(len(va), 1)]
     shape = (settings.image_size, settings.image_size, settings.channels)
-    splits: list[tuple[Any, np.ndarray, tuple[str, ...]]] = []
+    splits: list[tuple[Any, np.ndarray, tuple[str, ...], np.ndarray]] = []
     for which, idx in (("train", tr), ("val", va)):
         files = tuple(str(root / rels[i]) for i in idx)
         key = hashlib.sha256(repr((fingerprint, which, shape, idx.tolist())).encode()).hexdigest()[:16]
-        splits.append((decode_cached(files, shape, key, settings, fingerprint), labels[idx], files))
+        splits.append(
+            (decode_cached(files, shape, key, settings, fingerprint, info[idx]), labels[idx], files, info[idx])
+        )
     return class_names, shape, fingerprint, splits
 
 
-def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint: str):
+def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint: str, info: np.ndarray):
     """Decode (and so verify) every file once, into the cache CACHE asks for."""
     if settings.cache == "none":
-        decode_files(files, shape)
+        decode_files(files, shape, info=info)
         return None
     if settings.cache == "memory":
         if key not in _DECODED:
             out = np.empty((len(files), *shape), np.uint8)
-            decode_files(files, shape, out)
+            decode_files(files, shape, out, info)
             _DECODED[key] = out
         return _DECODED[key]
     # file: same fingerprint, shape and split -> already decoded and verified by an earlier run
@@ -417,7 +431,7 @@ def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint
 
     def write(tmp: Path) -> None:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(files), *shape))
-        decode_files(files, shape, out)
+        decode_files(files, shape, out, info)
         out.flush()
         del out  # unmapped before atomic_write syncs and renames it
 
