@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import images
-from .arrays import NPZ_KEYS, check_arrays, npz_class_names, read_npz, sha256_file
+from .arrays import NPZ_KEYS, check_arrays, check_class_names, npz_class_names, read_npz, sha256_file
 from .datasets import DATASETS
 from .errors import DataError
 from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
@@ -275,7 +275,7 @@ def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str |
     names = npz_class_names(source, arrays["class_names"]) if "class_names" in arrays else None
     entry = DATASETS[builtin] if builtin else None
     if entry:
-        names = entry.classes
+        names = check_class_names(builtin, entry.classes, "fix the classes of its register(Dataset(...)) entry")
     x_tr, y_tr, x_va, y_va, classes = check_arrays(source, arrays, len(names) if names else None)
     if entry and x_tr.shape[1:] != entry.shape:
         raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {entry.shape}; is it the right file?")
