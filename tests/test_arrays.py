@@ -321,3 +321,18 @@ def test_a_fifo_in_data_dir_is_named_not_taken_for_a_missing_file(tmp_path, monk
         lambda: data.load_data(settings(dataset="mnist", data_dir=str(tmp_path))), tmp_path / "mnist.npz"
     )
     assert isinstance(error, DataError) and "mnist.npz is a FIFO (named pipe), not a regular file" in str(error)
+
+
+def test_under_a_container_memory_limit_only_anonymous_memory_counts_as_used(tmp_path):
+    from train.arrays import available_memory
+
+    (tmp_path / "meminfo").write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text("8000000000\n")
+    # 7.5 GB charged, 7 GB of it page cache (files read): 7.5 GB still available, not 0.5 GB.
+    (cgroup / "memory.current").write_text("7500000000\n")
+    (cgroup / "memory.stat").write_text("anon 500000000\nfile 7000000000\n")
+    assert available_memory(str(tmp_path / "meminfo"), str(cgroup)) == 7_500_000_000
+    (cgroup / "memory.max").write_text("max\n")  # no limit: the kernel's figure
+    assert available_memory(str(tmp_path / "meminfo"), str(cgroup)) == 20_000_000 * 1024

@@ -99,44 +99,45 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def available_memory() -> int:
+def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> int:
     """Bytes this process can still allocate: the smaller of the kernel's MemAvailable and the room
-    left under a cgroup memory limit (a container's --memory), which MemAvailable does not see."""
+    left under a cgroup memory limit (a container's --memory), which MemAvailable does not see.
+
+    Under a cgroup, what counts as used is its anonymous memory: the page cache it also charges
+    (every file read so far) is given back under pressure, so it does not make a file "too large".
+    """
     candidates = []
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    candidates.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    kernel = _fields(meminfo)
+    if "MemAvailable:" in kernel:
+        candidates.append(kernel["MemAvailable:"] * 1024)
+    for folder, limit_name, anon_name in (
+        (cgroup, "memory.max", "anon"),  # cgroup v2
+        (f"{cgroup}/memory", "memory.limit_in_bytes", "total_rss"),  # cgroup v1
     ):
         try:
-            limit = Path(limit_file).read_text().strip()
-            if limit != "max":
-                candidates.append(int(limit) - int(Path(usage_file).read_text()))
+            limit = int(Path(folder, limit_name).read_text())  # "max" (no limit) raises ValueError
         except (OSError, ValueError):
-            pass
+            continue
+        anon = _fields(f"{folder}/memory.stat").get(anon_name)
+        if anon is not None:
+            candidates.append(limit - anon)
     if not candidates:
         candidates.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     return max(0, min(candidates))
 
 
-def check_regular_file(path: Path, what: str = "file") -> None:
-    """DataError unless `path` is a regular file (or a link to one): a FIFO would block a read
-    forever and /dev/zero never ends, so neither is opened."""
+def _fields(path: str) -> dict[str, int]:
+    """'name value' lines of a /proc or cgroup file as {name: value}; {} when it cannot be read."""
+    out = {}
     try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        broken = " (a broken link)" if os.path.islink(path) else ""
-        raise DataError(f"{path} does not exist{broken}; give the path of an existing {what}") from None
-    except OSError as e:
-        raise DataError(f"{path}: cannot read it ({e.strerror}); check the path and its permissions") from None
-    if not stat.S_ISREG(mode):
-        raise DataError(f"{path} is {describe_file_type(mode)}, not a regular file; give the path of a {what}")
+        with open(path) as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 2 and parts[1].isdigit():
+                    out[parts[0]] = int(parts[1])
+    except OSError:
+        pass
+    return out
 
 
 def describe_file_type(mode: int) -> str:
