@@ -232,3 +232,13 @@ def test_no_buffer_or_a_buffer_of_the_whole_set_is_the_same_true_shuffle():
 def test_a_shuffle_buffer_draws_anywhere_in_its_window():
     firsts = {int(data.epoch_order(600, seed=s, epoch=0, buffer=50)[0]) for s in range(30)}
     assert len(firsts) > 10 and max(firsts) < 50  # uniform over the first 50, not always the same slot
+
+
+def test_a_registered_data_set_whose_class_names_cannot_be_labels_is_refused(tmp_path, monkeypatch):
+    from train import datasets
+
+    names = (*"012345678", "8")
+    entry = datasets.Dataset("tiny", (28, 28, 1), names, lambda cache: dict(np.load(write_npz(tmp_path / "s.npz"))))
+    monkeypatch.setitem(datasets.DATASETS, "tiny", entry)
+    with pytest.raises(DataError, match=r"^tiny: classes 8 and 9 are both named '8'; class names must be unique: fix"):
+        data.load_data(settings(dataset="tiny", data_dir=str(tmp_path / "data")))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,3 +270,362 @@ def test_a_split_that_leaves_no_validation_image_is_named(make_image_dir, tmp_pa
         DataError, match=r"VAL_SPLIT=0.1 of 4 images in the smallest class leaves no image for validation"
     ):
         data.load_data(settings(root, tmp_path, val_split=0.1))
+
+
+# --- class names from folder names --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "folder, problem",
+    [
+        ("two\nlines", r"name 'two\\nlines' holds the control character '\\n'"),
+        ("tab\there", r"holds the control character '\\t'"),
+        ("cat ", r"name 'cat ' has leading or trailing whitespace"),
+        (" ", r"name ' ' is only whitespace"),
+        ("cafe\u0301", r"classes \d and \d are both named"),  # beside class "café" (composed): equal once normalised
+        (b"caf\xe9", "is not valid UTF-8"),  # a Latin-1 name on a UTF-8 system
+    ],
+)
+def test_a_folder_name_that_cannot_be_a_class_name_is_refused(make_image_dir, tmp_path, folder, problem):
+    import os
+
+    root = make_image_dir(classes=2, per_class=2)
+    os.rename(root / "class_1", root / "caf\u00e9")
+    target = os.path.join(os.fsencode(root), folder if isinstance(folder, bytes) else os.fsencode(folder))
+    shutil.copytree(os.fsencode(root / "class_0"), target)
+    with pytest.raises(DataError, match=problem) as e:
+        data.load_data(settings(root, tmp_path))
+    assert str(e.value).startswith(f"{root}: ") and str(e.value).endswith("rename the folder")
+
+
+# --- one image in a class ---------------------------------------------------------------------------
+
+
+def test_a_class_of_one_image_is_refused_when_there_is_a_validation_split(make_image_dir, tmp_path):
+    root = make_image_dir(classes=3, per_class=4)
+    for p in sorted((root / "class_2").iterdir())[1:]:
+        p.unlink()
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(root, tmp_path, val_split=0.5))
+    assert str(e.value) == (
+        f"{root / 'class_2'}: class 'class_2' has a single image; with VAL_SPLIT=0.5 a class needs at least 2 "
+        "(one to train on, one to validate): add images, remove the folder, or set VAL_SPLIT=0"
+    )
+    no_split = settings(root, tmp_path, val_split=0.0, monitor="accuracy")
+    assert data.load_data(no_split).num_classes == 3  # no validation split: nothing to refuse
+
+
+def test_a_class_left_without_a_validation_image_is_warned_about_once(make_image_dir, tmp_path, caplog):
+    root = make_image_dir(classes=3, per_class=2)
+    for c in (0, 1):
+        for i in range(2, 8):
+            shutil.copy(root / f"class_{c}" / "img_000.png", root / f"class_{c}" / f"more_{i}.png")
+    with caplog.at_level("WARNING", logger="train"):
+        spec = data.load_data(settings(root, tmp_path, val_split=0.25))  # 8 -> 2 validation, 2 -> round(0.5) = 0
+    assert np.bincount(spec._val.y, minlength=3).tolist() == [2, 2, 0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"WARNING: {root}: VAL_SPLIT=0.25 leaves 1 of 3 classes without a validation image ('class_2'): their "
+        "accuracy is never measured; raise VAL_SPLIT or add images"
+    ]
+
+
+# --- unreadable files and folders ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder under /tmp that another user can enter (pytest's own tmp_path is private to root)."""
+    import os
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="unreadable-"))
+    path.chmod(0o755)
+    yield path
+    for p in path.rglob("*"):
+        os.chmod(p, 0o755, follow_symlinks=False) if not p.is_symlink() else None
+    shutil.rmtree(path)
+
+
+def as_another_user(fn):
+    """fn() with the permissions of an unprivileged user: root reads files of mode 000 anyway, so as
+    root the effective uid is switched to `nobody` for the call (every thread follows), then back."""
+    import os
+
+    if os.geteuid() != 0:
+        return fn()
+    from PIL import Image
+
+    Image.init()  # PIL's format plugins imported now, while everything is readable
+    os.setegid(65534)
+    os.seteuid(65534)
+    try:
+        return fn()
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+@pytest.mark.parametrize("which", ["an image", "a class folder", "the images root"])
+def test_an_unreadable_image_or_folder_is_one_error_naming_it(shared_dir, which):
+    from conftest import write_image_dir
+
+    root = write_image_dir(shared_dir / "images", classes=2, per_class=2, size=8)
+    locked = {
+        "an image": root / "class_1" / "img_001.jpg",
+        "a class folder": root / "class_1",
+        "the images root": root,
+    }[which]
+    locked.chmod(0)
+    s = settings(root, shared_dir, cache="none")
+    with pytest.raises(DataError) as e:
+        as_another_user(lambda: data.load_data(s))
+    assert str(e.value) == f"{locked}: cannot read the folder (Permission denied); fix its permissions".replace(
+        "the folder", "it" if which == "an image" else "the folder"
+    )
+
+
+def test_predict_names_an_unreadable_image(shared_dir):
+    from PIL import Image
+
+    path = shared_dir / "x.png"
+    Image.new("RGB", (8, 8)).save(path)
+    path.chmod(0)
+    with pytest.raises(DataError) as e:
+        as_another_user(lambda: images.load_image_file(path, (8, 8, 3)))
+    assert str(e.value) == f"{path}: cannot read it (Permission denied); fix its permissions"
+
+
+def test_a_fifo_among_the_images_or_given_to_predict_is_named_and_never_read(make_image_dir, tmp_path):
+    import os
+
+    from test_arrays import returns_without_blocking
+
+    root = make_image_dir(classes=2, per_class=2)
+    fifo = root / "class_1" / "pipe.png"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match=r"pipe.png is a FIFO \(named pipe\), not an image file; remove it"):
+        images.list_image_dir(root)
+    error = returns_without_blocking(lambda: images.load_image_file(fifo, (8, 8, 3)), fifo)
+    assert isinstance(error, DataError) and str(error).startswith(f"{fifo} is a FIFO (named pipe), not an image file")
+
+
+# --- decompression bombs: the header's size is checked before decoding --------------------------------
+
+
+def _png(width: int, height: int, rows: int) -> bytes:
+    """A grayscale PNG whose header declares width x height, holding only `rows` rows (a cheap bomb)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    idat = zlib.compress(b"\0" * (width + 1) * rows)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def test_a_png_declaring_20000x20000_pixels_is_refused_before_decoding(make_image_dir, tmp_path):
+    root = make_image_dir(classes=2, per_class=4, size=8)
+    bomb = root / "class_0" / "bomb.png"
+    bomb.write_bytes(_png(20000, 20000, rows=4))
+    assert bomb.stat().st_size < 2000
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(root, tmp_path))
+    assert str(e.value) == (
+        f"{bomb}: 20000x20000 is 400 million pixels, more than MAX_IMAGE_PIXELS=50,000,000 (decoding it would "
+        "take about 1.2 GB); shrink the image (it is resized to IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS"
+    )
+    with pytest.raises(DataError, match="20000x20000 is 400 million pixels, more than MAX_IMAGE_PIXELS"):
+        images.load_image_file(bomb, (8, 8, 3))  # predict reads images through the same check
+
+
+def test_max_image_pixels_is_a_setting_counting_every_frame_of_a_gif(make_image_dir, tmp_path):
+    from PIL import Image
+
+    root = make_image_dir(classes=2, per_class=4, size=40)  # 40..48 pixels a side: at most 2304
+    data.load_data(settings(root, tmp_path, max_image_pixels=2304))
+    frames = [Image.new("RGB", (40, 40), (i * 80, 0, 0)) for i in range(3)]
+    gif = root / "class_1" / "anim.gif"
+    frames[0].save(gif, save_all=True, append_images=frames[1:])  # 3 x 1600 pixels decoded
+    with pytest.raises(
+        DataError, match=r"anim.gif: 3 frames of 40x40 is 0 million pixels, more than MAX_IMAGE_PIXELS=2,304"
+    ):
+        data.load_data(settings(root, tmp_path, max_image_pixels=2304))
+
+
+# --- EXIF orientation, CMYK ---------------------------------------------------------------------------
+
+
+def _pattern(height: int = 12, width: int = 20) -> np.ndarray:
+    """An image that looks different under each of the 8 flips and turns."""
+    pixels = np.zeros((height, width, 3), np.uint8)
+    pixels[: height // 2, : width // 3] = (255, 0, 0)
+    pixels[height // 2 :, width // 2 :] = (0, 0, 255)
+    pixels[0, :] = (0, 255, 0)
+    return pixels
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_the_exif_orientation_is_applied_as_pil_exif_transpose_does(tmp_path, orientation):
+    from PIL import Image, ImageOps
+
+    path = tmp_path / "photo.png"  # lossless, so the pixels can be compared exactly
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(_pattern()).save(path, exif=exif)
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(path)))
+    got = images.load_image_file(path, expected.shape)  # no resize: the decode's own pixels
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("cache", ["memory", "file", "none"])
+def test_a_phone_photo_held_sideways_trains_upright_as_predict_reads_it(tmp_path, cache):
+    from PIL import Image
+
+    root = tmp_path / "images"
+    upright = np.zeros((40, 20, 3), np.uint8)
+    upright[:20] = 255  # top half white: what a viewer shows
+    exif = Image.Exif()
+    exif[0x0112] = 6  # the camera stored it turned a quarter to the left
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(np.rot90(upright, 1).copy()).save(root / c / f"{i}.jpg", exif=exif, quality=95)
+    s = settings(root, tmp_path, image_size=16, val_split=0.5, cache=cache)
+    spec = data.load_data(s)
+    x, _ = batches(data.train_dataset(spec, s, epoch=0, batch_size=4))
+    assert x[:, :7].min() > 230 and x[:, 9:].max() < 25  # upright: white on top
+    x_val, _ = batches(data.val_dataset(spec, s, batch_size=4))
+    for i, f in enumerate(spec._val.files):  # predict's decode is the pipeline's
+        np.testing.assert_array_equal(images.load_image_file(f, (16, 16, 3)), x_val[i].astype(np.uint8))
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_a_cmyk_jpeg_is_read_for_grayscale_and_colour_models(tmp_path, channels):
+    from PIL import Image
+
+    pixels = np.zeros((20, 20, 3), np.uint8)
+    pixels[:10] = 255
+    path = tmp_path / "print.jpg"
+    Image.fromarray(pixels).convert("CMYK").save(path)
+    assert Image.open(path).mode == "CMYK"
+    x = images.load_image_file(path, (16, 16, channels))
+    assert x.shape == (16, 16, channels) and x[:7].min() >= 245 and x[9:].max() <= 10
+
+
+# --- CACHE=file: verified against the data before it is trained on ----------------------------------
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_an_edited_file_cache_is_detected_and_rebuilt_with_one_warning(make_image_dir, tmp_path, caplog):
+    root = make_image_dir(classes=2, per_class=4)
+    s = settings(root, tmp_path, cache="file", val_split=0.5)
+    fresh = batches(data.val_dataset(data.load_data(s), s, 4))
+    caches = sorted((tmp_path / "runs" / ".cache").rglob("*.npy"))
+    for path in caches:  # the same size and header, other pixels: only a check of the bytes sees it
+        raw = bytearray(path.read_bytes())
+        raw[-100:] = bytes(255 - b for b in raw[-100:])
+        path.write_bytes(bytes(raw))
+    with caplog.at_level("WARNING", logger="train"):
+        spec = data.load_data(s)
+    assert len(_warnings(caplog)) == 2  # one line for each cache (train, val)
+    assert all("does not match the data: its bytes changed since it was written" in w for w in _warnings(caplog))
+    got = batches(data.val_dataset(spec, s, 4))
+    np.testing.assert_array_equal(got[0], fresh[0])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="train"):
+        data.load_data(s)  # rebuilt and recorded: trusted again, silently
+    assert _warnings(caplog) == [] and all(p.exists() for p in caches)
+
+
+def test_a_file_cache_from_other_data_or_without_its_record_is_rebuilt(make_image_dir, tmp_path, caplog):
+    root = make_image_dir(classes=2, per_class=4)
+    s = settings(root, tmp_path, cache="file", val_split=0.5)
+    cache_dir = tmp_path / "runs" / ".cache"
+    old = data.load_data(s)
+    old_x = batches(data.val_dataset(old, s, 4))[0]
+    old_files = sorted(p for p in cache_dir.rglob("*") if p.suffix in (".npy", ".json"))
+    for p in root.rglob("img_*.png"):  # the data changes: a new fingerprint, a new cache
+        p.write_bytes((root / "class_0" / "img_001.jpg").read_bytes())
+    with caplog.at_level("WARNING", logger="train"):
+        spec = data.load_data(s)
+    assert spec.fingerprint != old.fingerprint and _warnings(caplog) == []
+    new_x = batches(data.val_dataset(spec, s, 4))[0]
+    assert not np.array_equal(new_x, old_x)
+    memory = data.load_data(settings(root, tmp_path, val_split=0.5))
+    np.testing.assert_array_equal(batches(data.val_dataset(memory, s, 4))[0], new_x)
+    # The old cache copied over the new one's files (a restored backup, a synced folder): the
+    # record's fingerprint says it was decoded from other data.
+    new_files = sorted(p for p in cache_dir.rglob("*") if p.suffix in (".npy", ".json") and p not in old_files)
+    for src, dst in zip(old_files, new_files):
+        shutil.copy(src, dst)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="train"):
+        spec = data.load_data(s)
+    assert len(_warnings(caplog)) == 2 and all("decoded from other data" in w for w in _warnings(caplog))
+    np.testing.assert_array_equal(batches(data.val_dataset(spec, s, 4))[0], new_x)
+    # A cache without its record (a kill between the two writes, a cache from an older version): rebuilt.
+    for p in new_files:
+        if p.suffix == ".json":
+            p.unlink()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="train"):
+        spec = data.load_data(s)
+    assert len(_warnings(caplog)) == 2 and all("is missing or unreadable" in w for w in _warnings(caplog))
+    np.testing.assert_array_equal(batches(data.val_dataset(spec, s, 4))[0], new_x)
+
+
+# --- at the command line: one line, the data exit code ---------------------------------------------
+
+
+def test_each_bad_input_is_one_line_and_its_exit_code_at_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import write_image_dir, write_npz
+    from faults import env, fit_flags
+
+    cases = {}
+    for name, change in (
+        ("newline", lambda root: (root / "class_1").rename(root / "class\n1")),
+        ("single", lambda root: [p.unlink() for p in sorted((root / "class_1").iterdir())[1:]]),
+        ("bomb", lambda root: (root / "class_1" / "bomb.png").write_bytes(_png(20000, 20000, rows=2))),
+    ):
+        root = write_image_dir(tmp_path / name, classes=2, per_class=4, size=8)
+        change(root)
+        cases[name] = (f"images:{root}", 3)
+    y = np.arange(60, dtype=np.uint64) % 10
+    y[3] = 2**64 - 1
+    cases["uint64"] = (f"npz:{write_npz(tmp_path / 'u64.npz', n_train=60, n_test=20, y_train=y)}", 3)
+    names = np.array(["a\nb", *map(str, range(1, 10))])
+    cases["names"] = (f"npz:{write_npz(tmp_path / 'names.npz', n_train=60, n_test=20, class_names=names)}", 3)
+    cases["zero"] = ("npz:/dev/zero", 2)
+    code = (
+        "import sys, json\nfrom train.cli import main\n"
+        "for name, (ds, _) in json.loads(sys.argv[1]).items():\n"
+        "    print('BEGIN', name, file=sys.stderr, flush=True)\n"
+        "    rc = main(['fit', '--dataset', ds, *sys.argv[2:]])\n"
+        "    print('RC', name, rc, file=sys.stderr, flush=True)\n"
+    )
+    npz = write_npz(tmp_path / "ok.npz", n_train=60, n_test=20)
+    flags = fit_flags(tmp_path, npz, image_size=16, val_split=0.5)[2:]
+    p = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(cases), *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+    )
+    blocks = dict(re.findall(r"BEGIN (\w+)\n(.*?)RC \1 ", p.stderr, re.S))
+    for name, (_, rc) in cases.items():
+        assert f"RC {name} {rc}" in p.stderr, p.stderr[-3000:]
+        errors = [line for line in blocks[name].splitlines() if re.match(r"\w+Error: ", line)]
+        assert len(errors) == 1, (name, blocks[name])
+    assert "Traceback" not in p.stderr and "epoch 1/" not in p.stderr

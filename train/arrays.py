@@ -3,14 +3,20 @@
 Whatever gave the arrays (an .npz, a download), `check_arrays` turns them into uint8 NHWC images
 and int32 labels or raises a DataError that names the file, the array and what is wrong: a
 corrupt or truncated file, pixels that are not whole numbers 0..255, labels with gaps or out of
-range, train and test images of different shapes.
+range, train and test images of different shapes. Before anything is loaded, the size every
+array declares in its header is checked against the memory available (a small compressed file
+can declare gigabytes of zeros), and class names are checked before they become labels.txt.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
+import unicodedata
 import zipfile
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +24,7 @@ import numpy as np
 from .errors import DataError
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+_MEMBERS = (*NPZ_KEYS, "class_names")  # what read_npz loads of an .npz
 
 
 def sha256_file(path: Path) -> str:
@@ -29,24 +36,193 @@ def sha256_file(path: Path) -> str:
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of the file, read in full: numpy notices a bad CRC or a short file only on read."""
+    """The arrays a run uses (NPZ_KEYS, class_names), read in full: numpy notices a bad CRC or a short
+    file only on read. Other members are never decompressed."""
     _check_npz_magic(path)
     try:
+        check_npz_headers(path)
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in NPZ_KEYS if k not in z.files]
             if missing:
                 raise DataError(
                     f"{path}: missing array(s) {', '.join(missing)}; an .npz needs x_train, y_train, x_test, y_test (Keras layout)"
                 )
-            return {k: z[k] for k in z.files}
+            # Only the arrays a run uses: any other member (a note, a stray archive) is never decompressed.
+            return {k: z[k] for k in z.files if k in _MEMBERS}
     except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
         raise DataError(
             f"{path} is corrupt or truncated ({type(e).__name__}: {e}); replace it with a good copy"
         ) from None
 
 
+def check_npz_headers(path: Path, available: int | None = None) -> int:
+    """The bytes the arrays of the .npz declare (their .npy headers, read without loading any data).
+
+    An array of Python objects (stored as a pickle, which can run code when loaded) is refused with
+    its name, and so is a file whose arrays would take more than half the memory available (the
+    checks and the pipeline hold a second copy). zipfile errors propagate: the caller calls them
+    corrupt.
+    """
+    total, arrays = 0, []
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = info.filename[: -len(".npy")]
+            if not info.filename.endswith(".npy") or name not in _MEMBERS:
+                continue  # never read
+            with archive.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read_header = (
+                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read_header(fh)
+            if dtype.hasobject:
+                raise DataError(
+                    f"{path}: {name} is an array of Python objects (dtype {dtype}, stored as a pickle, which "
+                    "is never loaded: unpickling can run code); save plain arrays: uint8 images, integer "
+                    "labels, class_names as strings (numpy.array(names, dtype=str))"
+                )
+            size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            total += size
+            arrays.append((size, name, shape, dtype))
+    limit = (available_memory() if available is None else available) // 2
+    if total > limit:
+        size, name, shape, dtype = max(arrays)
+        raise DataError(
+            f"{path}: its arrays declare {_gb(total)} once uncompressed ({name}: {shape} {dtype}, {_gb(size)}), "
+            f"more than half the {_gb(2 * limit)} of memory available; use a smaller file or more memory "
+            "(a compressed file that declares more than it holds is a decompression bomb)"
+        )
+    return total
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> int:
+    """Bytes this process can still allocate: the smaller of the kernel's MemAvailable and the room
+    left under a cgroup memory limit (a container's --memory), which MemAvailable does not see.
+
+    Under a cgroup, what counts as used is its anonymous memory: the page cache it also charges
+    (every file read so far) is given back under pressure, so it does not make a file "too large".
+    """
+    candidates = []
+    kernel = _fields(meminfo)
+    if "MemAvailable:" in kernel:
+        candidates.append(kernel["MemAvailable:"] * 1024)
+    for folder, limit_name, anon_name in (
+        (cgroup, "memory.max", "anon"),  # cgroup v2
+        (f"{cgroup}/memory", "memory.limit_in_bytes", "total_rss"),  # cgroup v1
+    ):
+        try:
+            limit = int(Path(folder, limit_name).read_text())  # "max" (no limit) raises ValueError
+        except (OSError, ValueError):
+            continue
+        anon = _fields(f"{folder}/memory.stat").get(anon_name)
+        if anon is not None:
+            candidates.append(limit - anon)
+    if not candidates:
+        candidates.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return max(0, min(candidates))
+
+
+def _fields(path: str) -> dict[str, int]:
+    """'name value' lines of a /proc or cgroup file as {name: value}; {} when it cannot be read."""
+    out = {}
+    try:
+        with open(path) as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 2 and parts[1].isdigit():
+                    out[parts[0]] = int(parts[1])
+    except OSError:
+        pass
+    return out
+
+
+def describe_file_type(mode: int) -> str:
+    """'a directory', 'a FIFO (named pipe)', ... for an st_mode."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def check_class_names(where: str, names: Iterable[str], fix: str) -> tuple[str, ...]:
+    """The names as a tuple, or DataError naming the first that cannot be a class name.
+
+    Each becomes one line of labels.txt and a label in reports: it must be UTF-8 text, not empty,
+    without control characters or line breaks (a newline would add a line to labels.txt and shift
+    every class after it), without leading or trailing whitespace, and unique.
+    """
+    names = tuple(names)
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        problem = _name_problem(name)
+        if problem:
+            raise DataError(f"{where}: class {i} name {name!r} {problem}; {fix}")
+        key = unicodedata.normalize("NFC", name)
+        if key in seen:
+            raise DataError(
+                f"{where}: classes {seen[key]} and {i} are both named {name!r}; class names must be unique: {fix}"
+            )
+        seen[key] = i
+    return names
+
+
+def _name_problem(name: str) -> str:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8"
+    if not name.strip():
+        return "is empty" if not name else "is only whitespace"
+    # Cc: control characters (\n, \r, \t, \x1b...); Zl/Zp: the line and paragraph separators that
+    # str.splitlines also breaks on.
+    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+    if bad:
+        return f"holds the control character {bad[0]!r}"
+    if name != name.strip():
+        return "has leading or trailing whitespace"
+    return ""
+
+
+def npz_class_names(where: str, names: np.ndarray) -> tuple[str, ...]:
+    """The class_names array of an .npz: one dimension of strings (or integers), each a valid name."""
+    fix = (
+        "store class_names as a 1-d array of distinct, printable strings, one per class (numpy.array(names, dtype=str))"
+    )
+    if names.ndim != 1:
+        raise DataError(f"{where}: class_names has shape {names.shape}; {fix}")
+    if names.dtype.kind not in "USiu":
+        raise DataError(f"{where}: class_names has dtype {names.dtype}; {fix}")
+    if names.dtype.kind == "S":
+        try:
+            return check_class_names(where, (n.decode("utf-8") for n in names), fix)
+        except UnicodeDecodeError:
+            raise DataError(f"{where}: class_names holds bytes that are not UTF-8; {fix}") from None
+    return check_class_names(where, (str(n) for n in names), fix)
+
+
 def _check_npz_magic(path: Path) -> None:
     """An .npz is a zip archive: say what the file is instead of numpy's guess ("pickled data")."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG  # the open below says what is wrong
+    if stat.S_ISDIR(mode):
+        raise DataError(f"{path} is a directory, not a file; give the path of an .npz file (or use images:<dir>)")
+    if not stat.S_ISREG(mode):
+        raise DataError(
+            f"{path} is {describe_file_type(mode)}, not a regular file (it is never read: it could block "
+            "or never end); give the path of an .npz file"
+        )
     try:
         with open(path, "rb") as fh:
             head = fh.read(64)
@@ -97,6 +273,12 @@ def check_arrays(where: str, arrays: dict[str, np.ndarray], num_classes: int | N
             )
         if len(y) != len(x):
             raise DataError(f"{where}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
+        if y.dtype.kind == "u" and y.dtype.itemsize == 8 and len(y) and int(y.max()) > np.iinfo(np.int64).max:
+            # int64 would wrap these to negative numbers and the message would show labels that are not there.
+            raise DataError(
+                f"{where}: y_{split} has labels {int(y.min())}..{int(y.max())} (dtype uint64); labels must be "
+                "class ids 0..K-1: renumber them, or remove the stray labels"
+            )
         out += [x, y.astype(np.int64)]
     if out[0].shape[1:] != out[2].shape[1:]:
         raise DataError(f"{where}: x_train images are {out[0].shape[1:]} but x_test images are {out[2].shape[1:]}")

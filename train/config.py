@@ -50,6 +50,11 @@ class Settings:
     image_size: int = _f(64, "images:<dir> only: images are resized to IMAGE_SIZE x IMAGE_SIZE", min=8, max=4096)
     channels: int = _f(3, "images:<dir> only: 1 (grayscale) or 3 (RGB)", choices=(1, 3))
     val_split: float = _f(0.1, "images:<dir> only: fraction held out for validation (seeded split)", min=0.0, max=0.9)
+    max_image_pixels: int = _f(
+        50_000_000,
+        "images:<dir> only: refuse an image whose header declares more pixels (width x height) than this, before decoding it",
+        min=1,
+    )
     cache: str = _f(
         "memory", "memory | file (RUNS_DIR/.cache, shared by runs) | none: cache decoded examples", choices=CACHE_MODES
     )
@@ -141,6 +146,7 @@ class Settings:
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = {
     "runs_dir",
+    "max_image_pixels",
     "data_dir",
     "epochs",
     "max_minutes",

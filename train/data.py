@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import images
-from .arrays import NPZ_KEYS, check_arrays, read_npz, sha256_file
+from .arrays import NPZ_KEYS, check_arrays, check_class_names, npz_class_names, read_npz, sha256_file
 from .datasets import DATASETS
 from .errors import DataError
 from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
@@ -34,6 +34,7 @@ class _Split(NamedTuple):
     x: Any  # uint8 (N, H, W, C): np.ndarray, np.memmap (CACHE=file), or None (CACHE=none: decode per epoch)
     y: np.ndarray  # int32 (N,)
     files: tuple[str, ...] = ()  # image paths, in the same order as y
+    info: np.ndarray | None = None  # int32 (N, 2): each file's EXIF orientation and CMYK flag, for the decode
 
 
 @dataclass(frozen=True)
@@ -170,11 +171,12 @@ def _sliced_pipeline(
     y_t = tf.convert_to_tensor(split.y)
     if split.x is None:  # CACHE=none: decode this replica's files only
         paths = tf.constant(np.asarray(split.files, dtype=object).astype(str))
+        info = tf.constant(split.info)
 
         def gather(idx):
             return tf.map_fn(
-                lambda p: images.decode_tensor(tf.io.read_file(p), shape),
-                tf.gather(paths, idx),
+                lambda p_i: images.decode_tensor(tf.io.read_file(p_i[0]), shape, p_i[1]),
+                (tf.gather(paths, idx), tf.gather(info, idx)),
                 fn_output_signature=tf.TensorSpec(shape, tf.uint8),
             )
     elif isinstance(split.x, np.memmap):
@@ -205,7 +207,7 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
     split = {"train": spec._train, "val": spec._val}[which]
     shape = spec.input_shape
     if split.x is None:  # CACHE=none: decode again every epoch
-        images_ds = images.decode_dataset([split.files[i] for i in order], shape)
+        images_ds = images.decode_dataset([split.files[i] for i in order], shape, split.info[order])
         labels_ds = tf.data.Dataset.from_tensor_slices(split.y[order])
         ds = tf.data.Dataset.zip(images_ds, labels_ds).batch(batch_size)
         # The decode above is the parallel part; a cast per batch is cheap, and a sequential map
@@ -241,7 +243,7 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
 
 def _builtin(name: str, data_dir: Path) -> tuple[dict[str, np.ndarray], str, str]:
     path = data_dir / f"{name}.npz"
-    if path.is_file():
+    if path.exists() or path.is_symlink():  # read_npz names what is wrong with a FIFO or a broken link
         return read_npz(path), sha256_file(path), str(path)
     cache = data_dir / "keras"
     try:
@@ -270,10 +272,10 @@ def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:
 
 
 def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str | None) -> DataSpec:
-    names = tuple(str(c) for c in arrays["class_names"]) if "class_names" in arrays else None
+    names = npz_class_names(source, arrays["class_names"]) if "class_names" in arrays else None
     entry = DATASETS[builtin] if builtin else None
     if entry:
-        names = entry.classes
+        names = check_class_names(builtin, entry.classes, "fix the classes of its register(Dataset(...)) entry")
     x_tr, y_tr, x_va, y_va, classes = check_arrays(source, arrays, len(names) if names else None)
     if entry and x_tr.shape[1:] != entry.shape:
         raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {entry.shape}; is it the right file?")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import stat
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,12 +49,29 @@ def check_dataset(value: str) -> None:
     if kind not in ("npz", "images") or not path:
         raise ConfigError("DATASET", value, "one of " + ", ".join(DATASETS) + ", npz:<file>, images:<dir>")
     p = Path(path).expanduser()
-    if kind == "npz" and not p.is_file():
-        what = f"{p} is a directory, not a file" if p.is_dir() else f"file {p} does not exist"
+    try:
+        mode = p.stat().st_mode  # stat only: a FIFO or /dev/zero given as the data is never opened
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as e:
+        raise ConfigError(
+            "DATASET", value, f"{p} cannot be read ({e.strerror}); check the path and its permissions"
+        ) from None
+    if kind == "npz" and not (mode is not None and stat.S_ISREG(mode)):
+        if mode is None:
+            what = f"file {p} does not exist"
+        else:
+            what = f"{p} is {_file_type(mode)}, not a " + ("file" if stat.S_ISDIR(mode) else "regular file")
         raise ConfigError("DATASET", value, f"{what}; give the path of an .npz with x_train/y_train/x_test/y_test")
-    if kind == "images" and not p.is_dir():
-        what = f"{p} is a file, not a directory" if p.exists() else f"directory {p} does not exist"
+    if kind == "images" and not (mode is not None and stat.S_ISDIR(mode)):
+        what = f"directory {p} does not exist" if mode is None else f"{p} is {_file_type(mode)}, not a directory"
         raise ConfigError("DATASET", value, f"{what}; give a directory with one sub-directory per class")
+
+
+def _file_type(mode: int) -> str:
+    from .arrays import describe_file_type  # numpy: imported only when a path is wrong
+
+    return "a file" if stat.S_ISREG(mode) else describe_file_type(mode)
 
 
 def download(url: str, file_hash: str, cache_dir: Path, subdir: str = "datasets") -> Path:
