@@ -388,6 +388,65 @@ class _HealthyButRefusing:
         self.server.server_close()
 
 
+class Recording:
+    """An MLflow client that answers every call at once and records it: the order of what a run
+    sends, without a server (the real-server tests below check what a server makes of it)."""
+
+    def __init__(self, tracking_uri: str):
+        from types import SimpleNamespace as NS
+
+        self.uri, self.calls, self.NS = tracking_uri, [], NS
+
+    def __getattr__(self, name):
+        def call(*args, **kw):
+            self.calls.append((name, args, kw))
+            NS = self.NS
+            if name == "get_experiment_by_name":
+                return None
+            if name == "create_experiment":
+                return "7"
+            if name == "create_run":
+                return NS(info=NS(run_id="r1"))
+            if name == "get_run":
+                return NS(info=NS(experiment_id="7"), data=NS(params={}))
+            return None
+
+        return call
+
+
+@pytest.mark.slow
+def test_a_run_sends_its_start_each_epoch_its_files_and_its_status_in_that_order(tmp_path, monkeypatch):
+    import mlflow
+
+    from train.fit import train
+
+    clients = []
+    monkeypatch.setattr(
+        mlflow, "MlflowClient", lambda tracking_uri: clients.append(Recording(tracking_uri)) or clients[-1]
+    )
+    monkeypatch.setattr(tracking, "check_reachable", lambda uri: None)
+    s = tiny_settings(tmp_path, export=False, report="quick", mlflow_tracking_uri="http://127.0.0.1:9")
+    result = train(s)
+    assert result.status == "completed"
+    (client,) = clients
+    names = [name for name, _, _ in client.calls]
+    assert names[:5] == ["get_experiment_by_name", "create_experiment", "create_run", "log_batch", "get_run"]
+    epochs = [kw["metrics"] for name, _, kw in client.calls[5:] if name == "log_batch"]
+    assert [{m.key: m.step for m in ms}["val_accuracy"] for ms in epochs] == [12, 24]  # at the global step
+    uploads = [Path(args[1]).name for name, args, _ in client.calls if name == "log_artifact"]
+    assert uploads == ["manifest.json", "config.json", "report.html", "curves.png", "metrics.csv"]
+    assert client.calls[-1][:2] == ("set_terminated", ("r1", "FINISHED"))
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["mlflow"] == {
+        "run_id": "r1",
+        "experiment_id": "7",
+        "tracking_uri": "http://127.0.0.1:9",
+        "tracking": "on",
+    }
+    log = (result.run_dir / "train.log").read_text()
+    assert "MLflow: logging to run r1 in experiment 7 at http://127.0.0.1:9" in log and "WARNING" not in log
+
+
 class Silent:
     """A server on 127.0.0.1 that accepts every connection, reads the request and never answers (with
     `health`, it answers GET /health, as a server whose API hangs). `held` are the connections it
