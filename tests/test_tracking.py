@@ -124,6 +124,14 @@ def test_a_tracking_uri_with_an_at_sign_in_its_path_only_is_a_path():
     assert load_settings({"mlflow_tracking_uri": uri}, env_file=None, environ={}).mlflow_tracking_uri == uri
 
 
+def test_a_credential_uri_saved_by_an_older_version_never_makes_the_run_unreadable():
+    from train.config import Settings, settings_from_dict
+
+    saved = {**Settings().to_dict(), "mlflow_tracking_uri": f"http://host/?token={SECRET}"}
+    assert settings_from_dict(saved).mlflow_tracking_uri == ""  # resume uses the current MLFLOW_TRACKING_URI
+    assert settings_from_dict({**saved, "mlflow_tracking_uri": "http://h:5000"}).mlflow_tracking_uri == "http://h:5000"
+
+
 def _files_and_output_holding(root: Path, output: str, secrets: list[str]) -> list[str]:
     """Every file under `root` (and the console output) that holds one of `secrets`, as bytes."""
     found = [f"output: {s}" for s in secrets if s in output]

@@ -451,7 +451,12 @@ def _field(name: str) -> dataclasses.Field:
 def settings_from_dict(data: Mapping[str, Any]) -> Settings:
     """Rebuild settings saved in a run directory (unknown keys from newer versions are ignored)."""
     known = {f.name for f in fields(Settings)}
-    return validate(Settings(**{k: v for k, v in data.items() if k in known}))
+    values = {k: v for k, v in data.items() if k in known}
+    if _tracking_credential(str(values.get("mlflow_tracking_uri") or "")):
+        # A URI with a credential, saved by a version that accepted one. Where tracking goes is free
+        # on resume (the current MLFLOW_TRACKING_URI is used), so it must not make the run unreadable.
+        values["mlflow_tracking_uri"] = ""
+    return validate(Settings(**values))
 
 
 def diff_settings(old: Settings, new: Settings, ignore: set[str] = RESUME_FREE) -> list[str]:
