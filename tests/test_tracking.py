@@ -367,6 +367,15 @@ def test_any_start_failure_turns_tracking_off_and_never_stops_the_training(
     assert {k: recorded[k] for k in ("run_id", "experiment_id", "tracking_uri")} == manifest["mlflow"]
 
 
+def test_a_manifest_unreadable_at_the_start_turns_tracking_off_without_raising(tmp_path, caplog, train_log_propagates):
+    (tmp_path / "manifest.json").write_text('{"trunc')
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = tracking.start("http://127.0.0.1:9", "Default", tmp_path, {"epochs": 1})
+        tracker.finish("completed")
+    off = [r.getMessage() for r in caplog.records if "tracking off for this run" in r.getMessage()]
+    assert len(off) == 1 and "manifest.json" in off[0]
+
+
 class _HealthyButRefusing:
     """An HTTP server on 127.0.0.1 that answers /health and refuses every API call with 403."""
 

@@ -349,13 +349,18 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
     returns at once. A start that fails is one warning there, and the tracker then sends nothing."""
     for key, value in CLIENT_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    manifest = RunDir(run_dir).read_manifest()
+    try:
+        manifest: dict[str, Any] | Exception = RunDir(run_dir).read_manifest()
+    except Exception as exc:  # damaged meanwhile: the training reports that at its next write
+        manifest = exc
     try:  # here, not on the thread: importing is no call to the server, and holds the import lock
         import mlflow.entities  # noqa: F401
     except Exception:
         pass  # the thread meets the same error and turns tracking off, saying why
 
     def open_run() -> Opened:
+        if isinstance(manifest, Exception):
+            raise manifest
         check_reachable(uri)
         from mlflow import MlflowClient
         from mlflow.entities import Param, RunTag
