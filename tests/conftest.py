@@ -52,3 +52,28 @@ def make_npz(tmp_path):
 def make_image_dir(tmp_path):
     """make_image_dir(name="images", **kw) -> a generated class-per-sub-directory image folder."""
     return lambda name="images", **kw: write_image_dir(tmp_path / name, **kw)
+
+
+# The reason tests/test_tracking.py gives when it skips a test that needs a real MLflow server.
+MLFLOW_SERVER_SKIP = "no MLflow server installed"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A banner naming the real-server tracking tests that were skipped, why, and how to run them:
+    one `s` among hundreds of dots is easy to miss. (CI sets REQUIRE_MLFLOW_SERVER=1: they fail there.)"""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if MLFLOW_SERVER_SKIP in _skip_reason(r)]
+    if not skipped:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.write_sep("!", f"{len(skipped)} MLflow tracking test(s) SKIPPED: no MLflow server", yellow=True)
+    for report in skipped:
+        write(f"  skipped: {report.nodeid}")
+    write("why: they train against a real `mlflow server`, which is in neither requirements.lock nor the image")
+    write("run them: scripts/venv-mlflow-server.sh (installs it into .venv-mlflow-server), then scripts/test again")
+    write("          (or MLFLOW_SERVER=/path/to/mlflow scripts/test); REQUIRE_MLFLOW_SERVER=1 makes them fail instead")
+    terminalreporter.write_sep("!", yellow=True)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    return str(longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else longrepr)

@@ -14,14 +14,17 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import MLFLOW_SERVER_SKIP
 from helpers import PROJECT_ROOT, subprocess_env, tiny_settings
 
 from train import tracking
@@ -65,10 +68,92 @@ def test_a_tracking_uri_mlflow_cannot_use_is_a_config_error_naming_it(uri):
     assert info.value.name == "MLFLOW_TRACKING_URI" and "http://host:5000" in str(info.value)
 
 
-def test_a_password_in_the_tracking_uri_is_refused_and_never_repeated():
+SECRET = "Zq7SecretValue"
+_TOKEN, _LOGIN = "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+
+
+@pytest.mark.parametrize(
+    ("uri", "instead"),
+    [
+        (f"http://me:{SECRET}@host:5000", _LOGIN),
+        (f"http://{SECRET}@host:5000", _LOGIN),  # a user part alone: often a token
+        (f"https://{SECRET}:@host", _LOGIN),
+        (f"ftp://bob:{SECRET}@host", _LOGIN),  # also when the URI is wrong for other reasons
+        (f"http:bob:{SECRET}@host", _LOGIN),
+        (f"http://bob%3A{SECRET}%40host:5000", _LOGIN),  # percent-encoded : and @
+        (f"http://[::1:5000@{SECRET}@h", _LOGIN),  # does not even parse
+        (f"databricks://{SECRET}@profile", _LOGIN),
+        (f"http://host:5000/?token={SECRET}", _TOKEN),
+        (f"http://host:5000/?Access_Token={SECRET}", _TOKEN),
+        (f"http://host:5000/?%74oken={SECRET}", _TOKEN),  # percent-encoded name
+        (f"http://host:5000/mlflow?x=1&API%5FKEY={SECRET}", _TOKEN),
+        (f"https://host/?X-Amz-Signature={SECRET}&X-Amz-Credential={SECRET}", _TOKEN),
+        (f"http://host/?auth={SECRET}", _TOKEN),
+        (f"http://host/?client_secret={SECRET}", _TOKEN),
+        (f"http://host/?PassWord={SECRET}", _LOGIN),
+        (f"http://host/#access_token={SECRET}", _TOKEN),
+        (f"http://host/?{SECRET}", _TOKEN),  # a bare value: refused too (any query breaks the client)
+        (f"http://host:5000/?page={SECRET}", _TOKEN),
+        (f" http://me:{SECRET}@host ", _LOGIN),
+    ],
+)
+def test_a_credential_in_the_tracking_uri_is_refused_naming_the_variable_and_never_repeated(uri, instead):
     with pytest.raises(ConfigError) as info:
-        load_settings({"mlflow_tracking_uri": "http://me:s3cret@host:5000"}, env_file=None, environ={})
-    assert "s3cret" not in str(info.value) and "MLFLOW_TRACKING_PASSWORD" in str(info.value)
+        load_settings({}, env_file=None, environ={"MLFLOW_TRACKING_URI": uri})
+    message = str(info.value)
+    assert info.value.name == "MLFLOW_TRACKING_URI" and instead in message and "\n" not in message
+    assert SECRET.lower() not in message.lower() and SECRET not in repr(info.value.value)
+    assert "***" in message  # the URI is shown, with the hidden parts marked
+
+
+def test_the_error_says_which_part_of_the_uri_is_a_credential():
+    def problem(uri):
+        with pytest.raises(ConfigError) as info:
+            load_settings({"mlflow_tracking_uri": uri}, env_file=None, environ={})
+        return str(info.value)
+
+    assert "the part before the @ (a user name or a token)" in problem("http://tok@h:5000")
+    assert "the part before the @ (a user and password)" in problem("http://u:p@h:5000")
+    assert "query parameter named like 'token'" in problem("http://h/?my_TOKEN=1")
+    assert "named like 'signature'" in problem("http://h/?sig=1")
+    assert "query (?...) or fragment (#...)" in problem("http://h/?page=2")
+
+
+def test_a_tracking_uri_with_an_at_sign_in_its_path_only_is_a_path():
+    uri = "https://host/users/me@example.org/mlflow"
+    assert load_settings({"mlflow_tracking_uri": uri}, env_file=None, environ={}).mlflow_tracking_uri == uri
+
+
+def test_a_credential_uri_saved_by_an_older_version_never_makes_the_run_unreadable():
+    from train.config import Settings, settings_from_dict
+
+    saved = {**Settings().to_dict(), "mlflow_tracking_uri": f"http://host/?token={SECRET}"}
+    assert settings_from_dict(saved).mlflow_tracking_uri == ""  # resume uses the current MLFLOW_TRACKING_URI
+    assert settings_from_dict({**saved, "mlflow_tracking_uri": "http://h:5000"}).mlflow_tracking_uri == "http://h:5000"
+
+
+def _files_and_output_holding(root: Path, output: str, secrets: list[str]) -> list[str]:
+    """Every file under `root` (and the console output) that holds one of `secrets`, as bytes."""
+    found = [f"output: {s}" for s in secrets if s in output]
+    for path in (p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        found += [f"{path}: {s}" for s in secrets if s.encode() in data]
+    return found
+
+
+@pytest.mark.slow
+def test_a_credential_in_the_uri_is_refused_at_the_cli_and_lands_nowhere(tmp_path):
+    from faults import fit_flags, run_fit
+    from helpers import make_npz
+
+    uri = f"http://127.0.0.1:9/?token={SECRET}"
+    rc, out = run_fit(
+        fit_flags(tmp_path, make_npz(tmp_path), epochs=1), tmp_path, extra_env={"MLFLOW_TRACKING_URI": uri}
+    )
+    assert rc == 2, out[-3000:]
+    (line,) = [line for line in out.splitlines() if "MLFLOW_TRACKING_URI" in line]
+    assert line.startswith("ConfigError: MLFLOW_TRACKING_URI='http://127.0.0.1:9/?***'") and _TOKEN in line
+    assert _files_and_output_holding(tmp_path / "runs", out, [SECRET]) == []
 
 
 def test_an_empty_experiment_name_is_refused():
@@ -119,26 +204,116 @@ def train_log_propagates(monkeypatch):
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
 
 
-def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, caplog, train_log_propagates):
-    class Down:
-        def __getattr__(self, name):
-            def fail(*a, **k):
-                raise ConnectionError("connection refused\nmore detail")
+class Down:
+    """An MLflow client whose every call fails at once."""
 
-            return fail
+    def __getattr__(self, name):
+        def fail(*a, **k):
+            raise ConnectionError("connection refused\nmore detail")
 
+        return fail
+
+
+class Held:
+    """An MLflow client whose every call waits until `release` is set: a server that never answers."""
+
+    def __init__(self):
+        self.entered, self.release, self.calls = threading.Event(), threading.Event(), []
+
+    def __getattr__(self, name):
+        def wait(*a, **k):
+            self.calls.append(name)
+            self.entered.set()
+            self.release.wait(600)
+
+        return wait
+
+
+def _tracker(run_dir: Path, client, run_id: str = "run") -> tracking.Tracker:
+    return tracking.Tracker(run_dir, "http://127.0.0.1:9", lambda: tracking.Opened(client, run_id, "0"))
+
+
+def _run_files(run_dir: Path) -> None:
     for name in ("manifest.json", "config.json", "report.html"):
-        (tmp_path / name).write_text("{}")
-    tracker = tracking.Tracker(Down(), "run", tmp_path)
+        (run_dir / name).write_text("{}")
+
+
+def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, caplog, train_log_propagates):
+    _run_files(tmp_path)
+    tracker = _tracker(tmp_path, Down())
     with caplog.at_level(logging.WARNING, logger="train"):
-        tracker.log_epoch({"loss": 1.0}, 10)
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
         tracker.finish("completed")
     lines = [r.getMessage() for r in caplog.records]
     # After one failed upload the others are not tried: each would wait out its retries.
     assert lines == [
         f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
-        for what in ("epoch metrics", "manifest.json", "run status")
+        for what in ("epoch 1 metrics", "manifest.json", "run status")
     ]
+    assert json.loads((tmp_path / "manifest.json").read_text())["mlflow"] == {
+        "run_id": "run",
+        "experiment_id": "0",
+        "tracking_uri": "http://127.0.0.1:9",
+        "tracking": "on",
+    }
+
+
+def test_the_training_thread_never_waits_for_a_server_that_does_not_answer(
+    tmp_path, caplog, train_log_propagates, monkeypatch
+):
+    _run_files(tmp_path)
+    client = Held()
+    tracker = _tracker(tmp_path, client)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 12)
+        assert client.entered.wait(60)  # the tracking thread is inside the call, held by the server ...
+        for epoch in range(2, tracking.QUEUE_SIZE + 4):  # ... and the training goes on: every epoch returns
+            tracker.log_epoch({"epoch": epoch, "loss": 1.0}, 12 * epoch)
+        # The deadline only decides how long finish waits for a server that never answers.
+        monkeypatch.setattr(tracking, "STOP_FLUSH_SECONDS", 0.5)
+        tracker.finish("interrupted")
+    assert client.calls == ["log_batch"]  # the one call in progress; nothing else reached the client
+    lines = [r.getMessage() for r in caplog.records]
+    past_queue = range(tracking.QUEUE_SIZE + 2, tracking.QUEUE_SIZE + 4)  # the queue holds QUEUE_SIZE calls
+    assert lines == [
+        *(
+            f"WARNING: MLflow: epoch {e} metrics not sent: {tracking.QUEUE_SIZE} calls already wait for the server "
+            "at http://127.0.0.1:9; training goes on"
+            for e in past_queue
+        ),
+        f"WARNING: MLflow: not sent within 0 s (no answer from http://127.0.0.1:9): metrics of epochs "
+        f"1-{tracking.QUEUE_SIZE + 3}, manifest.json, config.json, report.html, run status; the run directory "
+        "has all of it",
+    ]
+    client.release.set()  # the server answers at last: the tracker, closed, says and sends nothing more
+    tracker._thread.join(60)
+    assert not tracker._thread.is_alive() and client.calls == ["log_batch"]
+    assert len(caplog.records) == len(lines)
+
+
+def test_a_stop_during_the_final_flush_cuts_its_wait_to_the_stop_deadline(tmp_path, monkeypatch):
+    from train.stopping import StopFlag
+
+    client, stop = Held(), StopFlag()
+    tracker = _tracker(tmp_path, client)
+    monkeypatch.setattr(tracking, "FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(tracking, "STOP_FLUSH_SECONDS", 0.5)
+    threading.Timer(0.2, stop.request, ("received SIGTERM",)).start()  # arrives while finish waits
+    tracker.finish("completed", stop)  # returns: without the stop it would wait an hour
+    client.release.set()
+
+
+def test_the_stop_deadline_fits_in_the_compose_grace_period():
+    grace = _compose_file()["services"]["train"]["stop_grace_period"]
+    seconds = int(grace[:-1]) * {"s": 1, "m": 60}[grace[-1]]
+    # The rest of the grace period is for the step in progress, the checkpoint and the report.
+    assert tracking.STOP_FLUSH_SECONDS <= seconds / 2 < tracking.FLUSH_SECONDS + seconds
+
+
+def test_what_was_not_sent_is_named_briefly():
+    names = ["the MLflow run's start", "epoch 1 metrics", "epoch 2 metrics", "epoch 5 metrics", "manifest.json"]
+    assert tracking._names(names) == "the MLflow run's start, metrics of epochs 1-2, 5, manifest.json"
+    assert tracking._names(["epoch 3 metrics", "run status"]) == "metrics of epoch 3, run status"
 
 
 def test_a_closed_port_is_unreachable_at_once():
@@ -148,14 +323,282 @@ def test_a_closed_port_is_unreachable_at_once():
     tracking.check_reachable("databricks")  # no /health there: checked by use
 
 
-def test_start_against_a_closed_port_is_one_warning_and_no_tracker(tmp_path, caplog, train_log_propagates):
+def test_start_against_a_closed_port_is_one_warning_and_the_manifest_says_why(tmp_path, caplog, train_log_propagates):
     (port,) = free_local_ports(1)
     (tmp_path / "manifest.json").write_text("{}")
     with caplog.at_level(logging.WARNING, logger="train"):
-        assert tracking.start(f"http://127.0.0.1:{port}", "Default", tmp_path, {"epochs": 1}) is None
+        tracker = tracking.start(f"http://127.0.0.1:{port}", "Default", tmp_path, {"epochs": 1})
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 1)
+        tracker.finish("completed")
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("WARNING: MLflow tracking off for this run:") and "training goes on" in line
-    assert json.loads((tmp_path / "manifest.json").read_text()) == {}  # nothing recorded
+    recorded = json.loads((tmp_path / "manifest.json").read_text())["mlflow"]
+    assert set(recorded) == {"tracking", "reason"} and recorded["tracking"] == "off"
+    assert recorded["reason"].startswith(f"http://127.0.0.1:{port}/health cannot be reached")
+
+
+@pytest.mark.parametrize("failure", ["refused", "bug"])
+def test_any_start_failure_turns_tracking_off_and_never_stops_the_training(
+    tmp_path, caplog, train_log_propagates, monkeypatch, failure
+):
+    """A server that answers /health but refuses the API (403), or an error of any other kind (a
+    bug here or in the client): one warning, nothing raised into the training, the reason recorded.
+    There is no setting that makes tracking required."""
+    from mlflow import MlflowClient
+
+    if failure == "bug":
+        monkeypatch.setattr(MlflowClient, "create_run", lambda *a, **k: 1 / 0)
+    manifest = {"mlflow": {"run_id": "earlier", "experiment_id": "3", "tracking_uri": "http://old:5000"}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with _HealthyButRefusing() as uri, caplog.at_level(logging.WARNING, logger="train"):
+        if failure == "bug":
+            monkeypatch.setattr(MlflowClient, "get_experiment_by_name", lambda *a, **k: None)
+            monkeypatch.setattr(MlflowClient, "create_experiment", lambda *a, **k: "1")
+        tracker = tracking.start(uri, "Default", tmp_path, {"epochs": 1})
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 1)  # never raises, whatever the start did
+        tracker.finish("completed")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    off = [w for w in warnings if w.startswith("WARNING: MLflow tracking off for this run: ")]
+    assert len(off) == 1 and off[0].endswith("training goes on"), warnings
+    recorded = json.loads((tmp_path / "manifest.json").read_text())["mlflow"]
+    assert recorded["tracking"] == "off"
+    assert ("ZeroDivisionError" if failure == "bug" else "PERMISSION_DENIED") in recorded["reason"]
+    # The run tracked by an earlier segment stays recorded: a later resume can continue it.
+    assert {k: recorded[k] for k in ("run_id", "experiment_id", "tracking_uri")} == manifest["mlflow"]
+
+
+def test_a_manifest_unreadable_at_the_start_turns_tracking_off_without_raising(tmp_path, caplog, train_log_propagates):
+    (tmp_path / "manifest.json").write_text('{"trunc')
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = tracking.start("http://127.0.0.1:9", "Default", tmp_path, {"epochs": 1})
+        tracker.finish("completed")
+    off = [r.getMessage() for r in caplog.records if "tracking off for this run" in r.getMessage()]
+    assert len(off) == 1 and "manifest.json" in off[0]
+
+
+class _HealthyButRefusing:
+    """An HTTP server on 127.0.0.1 that answers /health and refuses every API call with 403."""
+
+    def __enter__(self) -> str:
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self):
+                ok = self.path == "/health"
+                body = b"OK" if ok else b'{"error_code": "PERMISSION_DENIED", "message": "not allowed"}'
+                self.send_response(200 if ok else 403)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PATCH = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Recording:
+    """An MLflow client that answers every call at once and records it: the order of what a run
+    sends, without a server (the real-server tests below check what a server makes of it)."""
+
+    def __init__(self, tracking_uri: str):
+        from types import SimpleNamespace as NS
+
+        self.uri, self.calls, self.NS = tracking_uri, [], NS
+
+    def __getattr__(self, name):
+        def call(*args, **kw):
+            self.calls.append((name, args, kw))
+            NS = self.NS
+            if name == "get_experiment_by_name":
+                return None
+            if name == "create_experiment":
+                return "7"
+            if name == "create_run":
+                return NS(info=NS(run_id="r1"))
+            if name == "get_run":
+                return NS(info=NS(experiment_id="7"), data=NS(params={}))
+            return None
+
+        return call
+
+
+@pytest.mark.slow
+def test_a_run_sends_its_start_each_epoch_its_files_and_its_status_in_that_order(tmp_path, monkeypatch):
+    import mlflow
+
+    from train.fit import train
+
+    clients = []
+    monkeypatch.setattr(
+        mlflow, "MlflowClient", lambda tracking_uri: clients.append(Recording(tracking_uri)) or clients[-1]
+    )
+    monkeypatch.setattr(tracking, "check_reachable", lambda uri: None)
+    s = tiny_settings(tmp_path, export=False, report="quick", mlflow_tracking_uri="http://127.0.0.1:9")
+    result = train(s)
+    assert result.status == "completed"
+    (client,) = clients
+    names = [name for name, _, _ in client.calls]
+    assert names[:5] == ["get_experiment_by_name", "create_experiment", "create_run", "log_batch", "get_run"]
+    epochs = [kw["metrics"] for name, _, kw in client.calls[5:] if name == "log_batch"]
+    assert [{m.key: m.step for m in ms}["val_accuracy"] for ms in epochs] == [12, 24]  # at the global step
+    uploads = [Path(args[1]).name for name, args, _ in client.calls if name == "log_artifact"]
+    assert uploads == ["manifest.json", "config.json", "report.html", "curves.png", "metrics.csv"]
+    assert client.calls[-1][:2] == ("set_terminated", ("r1", "FINISHED"))
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["mlflow"] == {
+        "run_id": "r1",
+        "experiment_id": "7",
+        "tracking_uri": "http://127.0.0.1:9",
+        "tracking": "on",
+    }
+    log = (result.run_dir / "train.log").read_text()
+    assert "MLflow: logging to run r1 in experiment 7 at http://127.0.0.1:9" in log and "WARNING" not in log
+
+
+class Silent:
+    """A server on 127.0.0.1 that accepts every connection, reads the request and never answers (with
+    `health`, it answers GET /health, as a server whose API hangs). `held` are the connections it
+    holds unanswered; `requests` the first line of each request."""
+
+    def __init__(self, health: bool = False):
+        import socket
+
+        self.health, self.held, self.requests = health, [], []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.uri = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        first = data.split(b"\r\n", 1)[0].decode("latin-1")
+        self.requests.append(first)
+        if self.health and first.startswith("GET /health "):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nOK")
+            conn.close()
+            return
+        self.held.append(conn)
+
+    def __enter__(self) -> Silent:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def _fit_against(server: Silent, tmp_path: Path, epochs: int, **env: str):
+    from faults import fit_flags, start_fit
+    from helpers import make_npz
+
+    flags = fit_flags(tmp_path, make_npz(tmp_path), epochs=epochs, export=False, report="quick")
+    return start_fit(flags, tmp_path, extra_env={"MLFLOW_TRACKING_URI": server.uri, **env})
+
+
+def _ended(proc, timeout: float = 900) -> int:
+    """The exit code; the timeout is only a guard against a hang (then the process is killed)."""
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# The user's own MLFLOW_HTTP_REQUEST_TIMEOUT wins; an hour stands for a server that keeps a call
+# alive for ever (trickling bytes, which no client timeout catches): only the deadline ends the wait.
+FOREVER = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3600"}
+
+
+@pytest.mark.slow
+def test_a_server_that_never_answers_costs_the_training_nothing_and_no_credential_lands_anywhere(tmp_path):
+    """The credentials where they belong (MLflow's own variables) reach no file and no console."""
+    from faults import output
+
+    secrets = {"MLFLOW_TRACKING_TOKEN": "tok-" + SECRET, "MLFLOW_TRACKING_USERNAME": "usr-" + SECRET}
+    secrets["MLFLOW_TRACKING_PASSWORD"] = "pw-" + SECRET
+    with Silent() as server:
+        proc = _fit_against(server, tmp_path, epochs=2, **secrets)
+        rc = _ended(proc)
+        out = output(proc)
+        assert server.requests == ["GET /health HTTP/1.1"]  # held until the check gave up
+    assert rc == 0, out[-3000:]
+    from faults import manifest, only_run
+
+    run_dir = only_run(tmp_path / "runs")
+    recorded = manifest(run_dir)
+    assert recorded["status"] == "completed" and recorded["epochs_completed"] == 2
+    assert recorded["mlflow"]["tracking"] == "off" and "/health cannot be reached" in recorded["mlflow"]["reason"]
+    (line,) = [line for line in out.splitlines() if "MLflow" in line]
+    assert "WARNING: MLflow tracking off for this run: " in line
+    assert _files_and_output_holding(tmp_path, out, [SECRET]) == []
+
+
+@pytest.mark.slow
+def test_a_server_whose_api_never_answers_costs_the_training_nothing(tmp_path):
+    from faults import manifest, only_run, output
+
+    with Silent(health=True) as server:
+        proc = _fit_against(server, tmp_path, epochs=2, MLFLOW_TRACKING_TOKEN="tok-" + SECRET, **FOREVER)
+        rc = _ended(proc)  # a training blocked by the server would never end
+        out = output(proc)
+        assert server.held  # the process ended with the server still holding its call
+    assert rc == 0, out[-3000:]
+    recorded = manifest(only_run(tmp_path / "runs"))
+    assert recorded["status"] == "completed" and recorded["epochs_completed"] == 2
+    assert recorded["mlflow"] == {
+        "tracking": "off",
+        "reason": f"{server.uri} did not answer within {tracking.FLUSH_SECONDS:.0f} s",
+    }
+    (line,) = [line for line in out.splitlines() if "MLflow" in line]
+    assert f"WARNING: MLflow: not sent within {tracking.FLUSH_SECONDS:.0f} s (no answer from {server.uri}): " in line
+    assert "the MLflow run's start, metrics of epochs 1-2, manifest.json, config.json" in line and "run status" in line
+    assert _files_and_output_holding(tmp_path, out, [SECRET]) == []
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_run_whatever_the_tracking_server_does(tmp_path):
+    from faults import manifest, only_run, output, wait_until
+
+    with Silent(health=True) as server:
+        proc = _fit_against(server, tmp_path, epochs=100, **FOREVER)
+        try:  # an epoch trained (its metrics queued for a server that never answers), then the stop
+            assert wait_until(lambda: "epoch 1/100:" in output(proc), proc, timeout=900), output(proc)[-3000:]
+            proc.send_signal(signal.SIGTERM)
+        finally:
+            rc = _ended(proc)
+        out = output(proc)
+        assert server.held
+    assert rc == 75, out[-3000:]
+    recorded = manifest(only_run(tmp_path / "runs"))
+    assert recorded["status"] == "interrupted" and recorded["mlflow"]["tracking"] == "off"
+    (line,) = [line for line in out.splitlines() if "MLflow" in line]
+    assert (
+        f"not sent within {tracking.STOP_FLUSH_SECONDS:.0f} s (no answer from {server.uri}): the MLflow run's start"
+        in line
+    )
 
 
 # --- off means not imported --------------------------------------------------------------------
@@ -201,10 +644,41 @@ def _server_or_skip() -> str:
         if os.environ.get("REQUIRE_MLFLOW_SERVER") == "1":
             pytest.fail("REQUIRE_MLFLOW_SERVER=1 but no MLflow server: run scripts/venv-mlflow-server.sh")
         pytest.skip(
-            "no MLflow server installed (scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server; "
+            f"{MLFLOW_SERVER_SKIP} (scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server; "
             "the runtime image carries only the client)"
         )
     return exe
+
+
+def test_a_run_of_the_suite_names_the_real_server_tests_it_skipped_and_how_to_run_them(tmp_path, monkeypatch):
+    """The banner of tests/conftest.py, in a pytest run of its own: two tests skipped for the reason
+    _server_or_skip gives, one for another reason (not named), and the closing counts line still last."""
+    monkeypatch.setattr(sys.modules[__name__], "_server_executable", lambda: None)
+    monkeypatch.delenv("REQUIRE_MLFLOW_SERVER", raising=False)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        _server_or_skip()
+    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n"
+        f"def test_needs_a_server():\n    pytest.skip({skipped.value.msg!r})\n"
+        f"def test_needs_it_too():\n    pytest.skip({skipped.value.msg!r})\n"
+        "def test_other():\n    pytest.skip('no GPU')\n"
+        "def test_fine():\n    pass\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=subprocess_env(),
+    )
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    banner = next(i for i, line in enumerate(lines) if "2 MLflow tracking test(s) SKIPPED: no MLflow server" in line)
+    text = "\n".join(lines[banner:])
+    assert "skipped: test_x.py::test_needs_a_server" in text and "skipped: test_x.py::test_needs_it_too" in text
+    assert "test_other" not in text and "scripts/venv-mlflow-server.sh" in text and "REQUIRE_MLFLOW_SERVER=1" in text
+    assert re.fullmatch(r"1 passed, 3 skipped in .*", lines[-1])
 
 
 @contextlib.contextmanager
@@ -412,7 +886,7 @@ def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch)
 
         def log_then_lose_the_server(self, row, step):
             original(self, row, step)
-            if server.poll() is None:  # after epoch 1 is logged: the server goes away
+            if server.poll() is None:  # once epoch 1 is queued: the server goes away
                 os.killpg(server.pid, 9)
                 server.wait()
 
@@ -423,7 +897,8 @@ def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch)
     lines = (result.run_dir / "train.log").read_text().splitlines()
     warned = [line.split(" ", 2)[2] for line in lines if "WARNING: MLflow" in line]
     assert warned and all(w.startswith("WARNING: MLflow: ") and "training goes on" in w for w in warned)
-    assert any("epoch metrics not logged" in w for w in warned) and any("run status not logged" in w for w in warned)
+    assert any(re.search(r"epoch \d+ metrics not logged", w) for w in warned)
+    assert any("run status not logged" in w for w in warned)
     assert json.loads((result.run_dir / "manifest.json").read_text())["status"] == "completed"
 
 
@@ -466,7 +941,8 @@ def test_an_unreachable_server_is_one_warning_and_the_training_completes(tmp_pat
     assert len(warnings) == 1 and "tracking off for this run" in warnings[0] and f"127.0.0.1:{port}" in warnings[0]
     (run_dir,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "completed" and "mlflow" not in manifest
+    assert manifest["status"] == "completed" and manifest["mlflow"]["tracking"] == "off"
+    assert manifest["mlflow"]["reason"].startswith(f"http://127.0.0.1:{port}/health cannot be reached")
     assert re.search(r"ended: completed", (run_dir / "train.log").read_text())
 
 
@@ -519,6 +995,12 @@ def test_the_mlflow_profile_is_a_local_only_server_with_sqlite_and_artifacts_on_
     train = compose["services"]["train"]
     assert train["environment"]["MLFLOW_TRACKING_URI"] == "${MLFLOW_TRACKING_URI:-}"
     assert train["depends_on"]["mlflow"] == {"condition": "service_healthy", "required": False}
+
+
+def test_the_training_container_reaches_a_tracking_server_on_the_host_by_name():
+    """docs/tracking.md's recipe: MLFLOW_TRACKING_URI=http://host.docker.internal:5000, on Linux too."""
+    train = _compose_file()["services"]["train"]
+    assert "host.docker.internal:host-gateway" in train["extra_hosts"]
 
 
 def _compose_binary() -> list[str] | None:

@@ -240,15 +240,93 @@ def _check_runs_dir_path(runs_dir: str) -> None:
 # What the mlflow-skinny client in the lock can talk to. Its local stores need more: SQLite and the
 # other databases SQLAlchemy (the full `mlflow`), and the file store is refused by MLflow 3.
 _TRACKING_SCHEMES = ("http", "https", "databricks")
+# Query parameter names that carry a secret (searched in the percent-decoded name, case-insensitive),
+# each with the word an error shows: never the name itself, which may be the secret (`?S3cr3t`).
+_SECRET_NAMES = {
+    "token": "token",
+    "key": "key",
+    "secret": "secret",
+    "passw|pwd": "password",
+    "sig": "signature",
+    "auth": "auth",
+    "cred": "credential",
+    "session": "session",
+    "jwt": "jwt",
+    "bearer": "bearer",
+}
+_TOKEN_VARIABLE = "MLFLOW_TRACKING_TOKEN"
+_USER_VARIABLES = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` with every part that may hold a secret replaced by ***: what is before an @ (also
+    percent-encoded as %40), and the whole query and fragment. Plain string work, so a URI that
+    does not parse is redacted too."""
+    from urllib.parse import unquote
+
+    cut = min((i for i in (uri.find("?"), uri.find("#")) if i >= 0), default=len(uri))
+    rest, tail = uri[:cut], (uri[cut] + "***" if cut < len(uri) else "")
+    scheme, sep, after = rest.partition(":")
+    if not sep:
+        scheme, after = "", rest
+    slashes = "//" if after.startswith("//") else ""
+    authority, slash, path = after[len(slashes) :].partition("/")
+    decoded = unquote(authority)
+    if "@" in decoded:
+        authority = "***@" + decoded.rsplit("@", 1)[1]
+    elif "@" in path and not slashes:  # no // (http:bob:pw@host): the user part ends up in the path
+        path = "***@" + path.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{slashes}{authority}{slash}{path}{tail}"
+
+
+def _tracking_credential(uri: str) -> str | None:
+    """What in `uri` is (or may be) a credential, and where it goes instead; None when nothing is."""
+    from urllib.parse import parse_qsl, unquote
+
+    before_query = uri.split("#", 1)[0].split("?", 1)[0]
+    authority = before_query.partition("//")[2].partition("/")[0] if "//" in before_query else before_query
+    userinfo = unquote(authority).rpartition("@")[0]
+    if userinfo:
+        what = "a user and password" if ":" in userinfo else "a user name or a token"
+        return (
+            f"the part before the @ ({what}) is a credential: remove it and set {_USER_VARIABLES} "
+            f"(or {_TOKEN_VARIABLE}) in the environment instead, where the MLflow client reads them"
+        )
+    query = uri.split("#", 1)[0].partition("?")[2]
+    fragment = uri.partition("#")[2]
+    for text in (query, fragment):
+        for name, _value in parse_qsl(text, keep_blank_values=True):
+            word = next((w for p, w in _SECRET_NAMES.items() if re.search(p, unquote(name), re.IGNORECASE)), None)
+            if word:
+                variable = _USER_VARIABLES if word == "password" else _TOKEN_VARIABLE
+                return (
+                    f"a query parameter named like '{word}' is a credential: remove it and set {variable} "
+                    "in the environment instead, where the MLflow client reads it"
+                )
+    if "?" in uri or "#" in uri:
+        return (
+            "the MLflow client appends its API paths to the URI, so a query (?...) or fragment (#...) breaks "
+            f"every request: remove it (a credential goes in {_TOKEN_VARIABLE} or {_USER_VARIABLES})"
+        )
+    return None
 
 
 def _check_tracking(s: Settings) -> None:
-    """MLFLOW_TRACKING_URI: a tracking server the client can reach, without credentials in the URI."""
+    """MLFLOW_TRACKING_URI: a tracking server the client can reach, without credentials in the URI.
+
+    The URI is written to config.json, the manifest and the log, so a credential in it is refused
+    (never stripped: a run would then go on without the access the user meant to give it), and no
+    error repeats one: every message shows the URI through redact_uri.
+    """
     uri = s.mlflow_tracking_uri
     if not uri:
         return
     from urllib.parse import urlsplit
 
+    shown = redact_uri(uri)
+    problem = _tracking_credential(uri)
+    if problem:
+        raise ConfigError("MLFLOW_TRACKING_URI", shown, problem)
     try:
         parts = urlsplit(uri)
         host = parts.hostname
@@ -263,18 +341,10 @@ def _check_tracking(s: Settings) -> None:
     ):
         raise ConfigError(
             "MLFLOW_TRACKING_URI",
-            uri,
+            shown,
             "the URL of an MLflow tracking server (http://host:5000, https://...) or databricks; empty "
             "turns tracking off. For a local store (file:, sqlite:) run a server on it "
             "(`docker compose --profile mlflow`, or `mlflow server`) and give its URL",
-        )
-    if parts.password or parts.username and scheme != "databricks":
-        # config.json and the manifest record the URI: a password in it would be written to disk.
-        raise ConfigError(
-            "MLFLOW_TRACKING_URI",
-            uri.replace(parts.password or "", "***"),
-            "no user or password in the URI: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
-            "in the environment instead (the MLflow client reads them there)",
         )
     if not s.mlflow_experiment.strip():
         raise ConfigError("MLFLOW_EXPERIMENT", s.mlflow_experiment, "an experiment name, e.g. Default")
@@ -410,7 +480,12 @@ def _field(name: str) -> dataclasses.Field:
 def settings_from_dict(data: Mapping[str, Any]) -> Settings:
     """Rebuild settings saved in a run directory (unknown keys from newer versions are ignored)."""
     known = {f.name for f in fields(Settings)}
-    return validate(Settings(**{k: v for k, v in data.items() if k in known}))
+    values = {k: v for k, v in data.items() if k in known}
+    if _tracking_credential(str(values.get("mlflow_tracking_uri") or "")):
+        # A URI with a credential, saved by a version that accepted one. Where tracking goes is free
+        # on resume (the current MLFLOW_TRACKING_URI is used), so it must not make the run unreadable.
+        values["mlflow_tracking_uri"] = ""
+    return validate(Settings(**values))
 
 
 def diff_settings(old: Settings, new: Settings, ignore: set[str] = RESUME_FREE) -> list[str]:

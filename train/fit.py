@@ -97,7 +97,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
 
             write_final_report(run_dir, status, settings.report)
             if opened.get("tracker"):  # after the report: the manifest, report and export go up as artifacts
-                opened["tracker"].finish(status)
+                opened["tracker"].finish(status, stop)  # waits for the server, with a deadline
             log.info("run %s ended: %s", run_dir.name, status)
         elif plan.resumed:
             log.info(
