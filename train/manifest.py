@@ -62,6 +62,17 @@ def git_info(root: Path | None = None) -> dict[str, Any]:
     return {"commit": None, "dirty": None, "source": "no git repository and no BUILD_COMMIT file"}
 
 
+def dirty_warning(manifest: dict[str, Any]) -> str | None:
+    """One line when the run's code has uncommitted changes: no commit holds what it trains with."""
+    git = manifest.get("git") or {}
+    if not git.get("dirty"):
+        return None
+    return (
+        f"WARNING: the checkout has uncommitted changes on top of commit {str(git.get('commit'))[:12]}: this "
+        "run's code is in no commit (reproduce refuses it without --allow-dirty); commit, then train"
+    )
+
+
 def lock_hash(root: Path | None = None) -> dict[str, Any]:
     """The lock this environment was installed from: tensorflow-cpu means requirements.lock."""
     from importlib import metadata
