@@ -104,3 +104,48 @@ def test_the_checker_finds_a_missing_file_a_missing_anchor_and_ignores_code(tmp_
         "README.md:7: #development (no heading with that anchor in README.md)",
         "README.md:7: docs/a.md#container (no heading with that anchor in a.md)",
     ]
+
+
+def invoke_options(text: str) -> list[tuple[int, str, str]]:
+    """(line, task, --option) of every `invoke TASK ... --option` written in `text`, code blocks included.
+
+    A command ends at a backtick, a comment, `&&`, `|` or `;`; quoted arguments (`--args "--epochs 5"`)
+    are the task's value, not its options."""
+    import shlex
+
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for m in re.finditer(r"\binvoke ([a-z][a-z-]*)((?:[^`#&|;]|&(?!&))*)", line):
+            try:
+                words = shlex.split(m.group(2))
+            except ValueError:  # an unclosed quote: a line cut in the middle of a command
+                words = m.group(2).split()
+            # A word with a space in it was quoted: a value (`--args "--epochs 5"`), not an option.
+            found += [(number, m.group(1), w.split("=")[0]) for w in words if w.startswith("--") and " " not in w]
+    return found
+
+
+def test_every_invoke_option_in_the_docs_is_one_the_task_has():
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        import tasks
+    finally:
+        sys.path.remove(str(ROOT))
+    problems = []
+    for path in markdown_files():
+        for number, name, option in invoke_options(path.read_text(encoding="utf-8")):
+            if name not in tasks.ns.task_names:
+                problems.append(f"{path.relative_to(ROOT)}:{number}: invoke {name} (no such task)")
+                continue
+            names = {"--" + n for a in tasks.ns[name].get_arguments() for n in a.names}
+            names |= {"--no-" + n[2:] for n in names} | {"--help"}
+            if option not in names:
+                problems.append(f"{path.relative_to(ROOT)}:{number}: invoke {name} {option} (no such option)")
+    assert not problems, problems
+
+
+def test_the_invoke_checker_reads_commands_in_prose_and_code():
+    text = 'see `invoke lock --upgrade-package numpy` or\ninvoke train --args "--epochs 5" --cpu  # --not-this\n'
+    assert invoke_options(text) == [(1, "lock", "--upgrade-package"), (2, "train", "--args"), (2, "train", "--cpu")]
