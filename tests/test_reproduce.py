@@ -418,6 +418,12 @@ def _processes_in(folder: Path) -> list[int]:
     return found
 
 
+def _rerun_trains(copy: Path) -> bool:
+    """The rerun beside `copy` has saved its first state: it is training (its run.lock names its pid)."""
+    new = [p for p in _runs(copy.parent) if p != copy]
+    return bool(new and states(new[0]) and (new[0] / "run.lock").stat().st_size)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
 def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path):
@@ -435,12 +441,7 @@ def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp
             env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
         )
     try:
-
-        def rerun_trains() -> bool:
-            new = [p for p in _runs(copy.parent) if p != copy]
-            return bool(new and states(new[0]) and (new[0] / "run.lock").stat().st_size)
-
-        assert wait_until(rerun_trains, proc, timeout=600), (tmp_path / "reproduce.out").read_text()
+        assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()
         (new,) = [p for p in _runs(copy.parent) if p != copy]
         child = int((new / "run.lock").read_text().split()[1])  # "pid N on host H"
         assert child != proc.pid and _processes_in(tmp) == [child]
@@ -454,4 +455,34 @@ def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp
     assert text.strip().splitlines()[-1].startswith("Interrupted: reproduce stopped by SIGTERM: no verdict"), text
     assert _processes_in(tmp) == [] and not Path(f"/proc/{child}").exists()
     assert json.loads((new / "manifest.json").read_text())["status"] == "interrupted"  # it saved and stopped
+    assert _worktrees(repo) == [f"worktree {repo}"] and list(tmp.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
+def test_the_worktree_of_a_killed_reproduce_is_removed_by_the_next_one(original, tmp_path):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    _edit(copy / "config.json", epochs=500)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with open(tmp_path / "reproduce.out", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "train", "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent)],
+            cwd=repo,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
+        )
+    try:
+        assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()
+    finally:
+        proc.kill()  # SIGKILL: no clean-up is possible
+        proc.wait()
+        for pid in _processes_in(tmp):  # the rerun it started, in a session of its own
+            os.kill(pid, signal.SIGKILL)
+    assert len(_worktrees(repo)) == 2  # left behind
+    _edit(copy / "manifest.json", requirements_lock={"sha256": "0" * 64})  # the next one is refused, after cleaning
+    proc = _reproduce(repo, copy)
+    assert proc.returncode == 9 and "removed the worktree of an earlier reproduce that was killed" in proc.stdout
     assert _worktrees(repo) == [f"worktree {repo}"] and list(tmp.iterdir()) == []

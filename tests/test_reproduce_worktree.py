@@ -51,15 +51,18 @@ def test_worktrees_left_by_a_killed_reproduce_are_removed_and_live_ones_kept(tmp
     vanished = _add(repo, commit, tmp_path / "reproduce-vanished" / "src")
     shutil.rmtree(vanished.parent)  # the temporary folder was cleaned, the registration stayed
     older = _add(repo, commit, tmp_path / "reproduce-older" / "src")  # made before the lock file existed
+    adding = _add(repo, commit, tmp_path / "reproduce-adding" / "src")
+    _git(repo, "worktree", "lock", "--reason", "initializing", str(adding))  # killed during `git worktree add`
     live = _add(repo, commit, tmp_path / "reproduce-live" / "src")
     fd = os.open(live.parent / OWNER, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a reproduce still running holds it
     mine = _add(repo, commit, tmp_path / "mine")  # the user's own worktree
     try:
         removed = clean_stale_worktrees(repo)
-        assert sorted(removed) == sorted([killed, vanished, older])
+        assert sorted(removed) == sorted([killed, vanished, older, adding])
         assert sorted(_worktrees(repo)) == sorted([repo, live, mine])
-        assert not killed.parent.exists() and not older.parent.exists() and live.is_dir()
+        assert not killed.parent.exists() and not older.parent.exists() and not adding.parent.exists()
+        assert live.is_dir()
     finally:
         os.close(fd)
 

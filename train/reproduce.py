@@ -30,7 +30,7 @@ from typing import Any
 from .errors import ReproduceError
 from .logs import MEASURED_COLUMNS
 from .reproduce_record import check_comparable, check_record, read_metrics
-from .reproduce_worktree import Stop, run_child, stop_on_signals, worktree
+from .reproduce_worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, worktree
 from .rundir import RunDir, list_run_dirs, write_json
 
 # Without determinism a rerun differs in the last bits; these are the agreed bounds for "the same
@@ -376,6 +376,9 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
     check_comparable(run_dir, orig_m, orig_c, epochs, rows)
     verdict = Verdict(run_dir.name, None)
     commit = check_commit(root, orig_m, allow_dirty)
+    with stop.cleaning():
+        for path in clean_stale_worktrees(root):  # left by a reproduce killed outright
+            say(f"removed the worktree of an earlier reproduce that was killed: {path}")
     say(f"code: commit {commit[:12]} is in this clone")
     if (orig_m.get("git") or {}).get("dirty"):
         verdict.warnings.append(

@@ -119,7 +119,9 @@ def _unowned(lock: Path) -> bool:
 
 
 def _remove(root: Path, path: Path) -> None:
-    _git(root, "worktree", "remove", "--force", str(path))  # the folder and its registration in the clone
+    # The folder and its registration in the clone. Twice --force: a reproduce killed during
+    # `git worktree add` leaves the worktree locked ("initializing"), which one --force keeps.
+    _git(root, "worktree", "remove", "--force", "--force", str(path))
     shutil.rmtree(path.parent, ignore_errors=True)
 
 
