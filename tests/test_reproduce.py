@@ -426,7 +426,8 @@ def _rerun_trains(copy: Path) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
-def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path, sig):
     repo, _, run, _ = original
     copy = _copy(run, tmp_path)
     _edit(copy / "config.json", epochs=500)  # a rerun still training when the signal comes
@@ -445,14 +446,14 @@ def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp
         (new,) = [p for p in _runs(copy.parent) if p != copy]
         child = int((new / "run.lock").read_text().split()[1])  # "pid N on host H"
         assert child != proc.pid and _processes_in(tmp) == [child]
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         rc = proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
     text = (tmp_path / "reproduce.out").read_text()
     assert rc == 75, text[-3000:]
-    assert text.strip().splitlines()[-1].startswith("Interrupted: reproduce stopped by SIGTERM: no verdict"), text
+    assert text.strip().splitlines()[-1].startswith(f"Interrupted: reproduce stopped by {sig.name}: no verdict"), text
     assert _processes_in(tmp) == [] and not Path(f"/proc/{child}").exists()
     assert json.loads((new / "manifest.json").read_text())["status"] == "interrupted"  # it saved and stopped
     assert _worktrees(repo) == [f"worktree {repo}"] and list(tmp.iterdir()) == []
