@@ -53,6 +53,14 @@ def test_git_info_in_a_repository_reports_commit_and_dirty(tmp_path):
     assert git_info(tmp_path)["dirty"] is True
 
 
+def test_a_dirty_checkout_gets_one_warning_line_and_a_clean_one_none():
+    line = manifest.dirty_warning({"git": {"commit": "0123456789abcdef" * 2, "dirty": True, "source": "git"}})
+    assert line.startswith("WARNING: the checkout has uncommitted changes on top of commit 0123456789ab")
+    assert "\n" not in line and "--allow-dirty" in line
+    for git in ({"commit": "0123", "dirty": False}, {"commit": "0123", "dirty": None}, None):
+        assert manifest.dirty_warning({"git": git}) is None
+
+
 def test_git_info_outside_git_reads_build_commit(tmp_path, no_git):
     (tmp_path / "BUILD_COMMIT").write_text("abc123\n")
     assert git_info(tmp_path) == {"commit": "abc123", "dirty": None, "source": str(tmp_path / "BUILD_COMMIT")}

@@ -7,12 +7,15 @@ record's commit and dirty flag are under the test's control whatever state this 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from faults import states, wait_until
 from helpers import PROJECT_ROOT, make_npz, subprocess_env
 
 from train.errors import ReproduceError
@@ -64,6 +67,64 @@ def test_without_determinism_the_verdict_uses_the_tolerance(tmp_path):
         None,
     )
     assert not v.match and "tolerance" in v.method and "DETERMINISTIC=false" in v.method
+
+
+def test_the_cli_exits_10_when_the_verdict_is_different(tmp_path, monkeypatch, capsys):
+    from helpers import write_run_records
+
+    import train.reproduce
+    from train.cli import main
+
+    run = write_run_records(tmp_path / "runs" / "20240101-000000-000000-ab12")
+    verdict = Verdict(run.name, "rerun", method="final weights sha256", match=False, details={"rerun": "x"})
+    monkeypatch.setattr(train.reproduce, "reproduce", lambda *a, **kw: verdict)
+    assert main(["reproduce", str(run), "--local", "--runs-dir", str(run.parent)]) == 10
+    assert "result:     DIFFERENT by final weights sha256" in capsys.readouterr().out
+    verdict.match = True
+    assert main(["reproduce", str(run), "--local", "--runs-dir", str(run.parent)]) == 0
+
+
+def _sha_rows(precision_same: bool) -> list[dict]:
+    return [{"what": "device", "same": True}, {"what": "precision", "same": precision_same}]
+
+
+def test_another_precision_is_judged_by_the_metrics_not_the_weights(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.csv").write_text("epoch,val_accuracy,val_loss\n1,0.9,0.3\n")
+    orig_m, new_m = {"final_weights_sha256": "a" * 64}, {"final_weights_sha256": "b" * 64, "epochs_completed": 1}
+    config = {"deterministic": True, "epochs": 1}
+    other = judge(Verdict("a", "b", rows=_sha_rows(False)), tmp_path / "a", orig_m, config, tmp_path / "b", new_m, None)
+    assert other.match and "within tolerance (another device kind or precision)" in other.method
+    same = judge(Verdict("a", "b", rows=_sha_rows(True)), tmp_path / "a", orig_m, config, tmp_path / "b", new_m, None)
+    assert not same.match and same.method.startswith("final weights sha256")
+    assert same.details == {"original": "a" * 64, "rerun": "b" * 64}
+
+
+def test_an_exact_row_that_differs_names_the_metric(tmp_path):
+    for name, loss in (("a", "0.3"), ("b", "0.30001")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.csv").write_text(f"epoch,val_accuracy,val_loss\n1,0.9,{loss}\n2,0.9,0.2\n")
+    v = judge(
+        Verdict("a", "b", rows=_sha_rows(True)),
+        tmp_path / "a",
+        {},
+        {"deterministic": True, "epochs": 2},
+        tmp_path / "b",
+        {},
+        1,
+    )
+    assert not v.match and v.details == {"epoch": 1, "differ": {"val_loss": {"original": 0.3, "rerun": 0.30001}}}
+
+
+def test_a_dirty_original_is_marked_in_the_code_row(tmp_path):
+    from train.reproduce import side_by_side
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    orig = {"git": {"commit": commit, "dirty": True}}
+    rows = side_by_side(orig, {}, {"git": {"commit": commit, "dirty": False}}, {}, tmp_path)
+    code = rows[0]
+    assert code == {"what": "code", "original": f"{commit} + uncommitted changes", "rerun": commit, "same": False}
 
 
 def test_a_damaged_record_is_one_line(tmp_path):
@@ -183,13 +244,246 @@ def test_a_dirty_tree_run_is_refused_then_accepted_with_allow_dirty(original, tm
         f.write("# an uncommitted comment\n")
     try:
         runs = tmp_path / "runs"
-        _train(repo, "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), *TINY, "--epochs", "1")
+        fit = _train(repo, "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), *TINY, "--epochs", "1")
+        warned = [line for line in fit.stdout.splitlines() if "WARNING: the checkout has uncommitted changes" in line]
+        assert len(warned) == 1 and "--allow-dirty" in warned[0], fit.stdout
         (run,) = _runs(runs)
         assert json.loads((run / "manifest.json").read_text())["git"]["dirty"] is True
         refused = _train(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs), check=False)
         assert refused.returncode == 9 and "--allow-dirty" in refused.stderr, refused.stderr
         accepted = _train(repo, "reproduce", run.name, "--local", "--allow-dirty", "--runs-dir", str(runs))
         assert "MATCH" in accepted.stdout, accepted.stdout
+        (code,) = [line for line in accepted.stdout.splitlines() if line.startswith("code ")]
+        assert "+ uncommitted changes" in code and code.endswith("<- differs"), accepted.stdout
+        (new,) = [p for p in _runs(runs) if p != run]
+        warnings = json.loads((new / "reproduce.json").read_text())["warnings"]
+        assert any("made from uncommitted changes" in w for w in warnings), warnings
     finally:
         _git(repo, "checkout", "--", "train/__init__.py")
     assert not _git(repo, "status", "--porcelain", "--untracked-files=no").strip()  # the user's tree untouched
+
+
+# -- every "no" of the verdict, and every refusal, end to end --------------------------------------
+def _copy(run: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "runs" / run.name
+    shutil.copytree(run, copy)
+    return copy
+
+
+def _edit(path: Path, **changes) -> None:
+    record = json.loads(path.read_text())
+    record.update(changes)
+    path.write_text(json.dumps(record))
+
+
+def _edit_metrics(run: Path, epoch: int, column: str, value: str) -> None:
+    lines = (run / "metrics.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[epoch].split(",")
+    assert cells[0] == str(epoch)
+    cells[header.index(column)] = value
+    lines[epoch] = ",".join(cells)
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def _reproduce(repo: Path, copy: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _train(repo, "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent), *extra, check=False)
+
+
+def _refusal(proc: subprocess.CompletedProcess, copy: Path) -> str:
+    """The one line of a refusal (exit 9) given before anything was trained."""
+    assert proc.returncode == 9 and "Traceback" not in proc.stderr, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert _runs(copy.parent) == [copy]  # nothing was trained
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def _rerun_of(copy: Path) -> tuple[dict, dict]:
+    (new,) = [p for p in _runs(copy.parent) if p != copy]
+    return json.loads((new / "reproduce.json").read_text()), json.loads((new / "manifest.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["HEAD", "short", "branch"])
+def test_a_commit_that_is_not_a_full_hash_is_refused_before_any_training(original, tmp_path, kind):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    git = json.loads((copy / "manifest.json").read_text())["git"]
+    value = {"HEAD": "HEAD", "short": git["commit"][:12], "branch": _git(repo, "branch", "--show-current").strip()}[
+        kind
+    ]
+    _edit(copy / "manifest.json", git=dict(git, commit=value))
+    line = _refusal(_reproduce(repo, copy), copy)
+    assert line.startswith(f"ReproduceRecordError: {copy / 'manifest.json'}: git.commit={value!r} is not a full 40-hex")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["metrics abc", "integer commit", "git text", "config epochs text"])
+def test_a_damaged_record_is_refused_in_one_line_before_any_training(original, tmp_path, damage):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    if damage == "metrics abc":
+        _edit_metrics(copy, 1, "val_loss", "abc")
+        file, field, value = "metrics.csv", "line 2, column val_loss", "abc"
+    elif damage == "integer commit":
+        _edit(copy / "manifest.json", git=dict(manifest["git"], commit=12345))
+        file, field, value = "manifest.json", "git.commit", 12345
+    elif damage == "git text":
+        _edit(copy / "manifest.json", git="git")
+        file, field, value = "manifest.json", "git", "git"
+    else:
+        _edit(copy / "config.json", epochs="abc")
+        file, field, value = "config.json", "epochs", "abc"
+    line = _refusal(_reproduce(repo, copy, "--epochs", "1"), copy)
+    assert line.startswith(f"ReproduceRecordError: {copy / file}: {field}={value!r} "), line
+
+
+@pytest.mark.slow
+def test_a_lock_hash_that_differs_from_the_commits_lock_is_refused_naming_both(original, tmp_path):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    lock = json.loads((copy / "manifest.json").read_text())["requirements_lock"]
+    _edit(copy / "manifest.json", requirements_lock=dict(lock, sha256="0" * 64))
+    line = _refusal(_reproduce(repo, copy), copy)
+    assert "requirements.lock at commit" in line and lock["sha256"][:16] in line and "0" * 16 in line, line
+
+
+@pytest.mark.slow
+def test_weights_that_differ_are_different_with_exit_10(original, tmp_path):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    real = json.loads((copy / "manifest.json").read_text())["final_weights_sha256"]
+    _edit(copy / "manifest.json", final_weights_sha256="0" * 64)
+    proc = _reproduce(repo, copy)
+    assert proc.returncode == 10, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "result:     DIFFERENT by final weights sha256" in proc.stdout, proc.stdout
+    verdict, manifest = _rerun_of(copy)
+    assert not verdict["match"] and verdict["details"] == {"original": "0" * 64, "rerun": real}
+    assert manifest["reproduces"]["match"] is False
+
+
+@pytest.mark.slow
+def test_a_metrics_row_that_differs_is_different_with_exit_10_naming_the_metric(original, tmp_path):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    _edit_metrics(copy, 1, "val_loss", "9.5")
+    proc = _reproduce(repo, copy, "--epochs", "1")
+    assert proc.returncode == 10, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "result:     DIFFERENT by metrics.csv row of epoch 1, exactly" in proc.stdout, proc.stdout
+    verdict, _ = _rerun_of(copy)
+    assert (
+        list(verdict["details"]["differ"]) == ["val_loss"]
+        and verdict["details"]["differ"]["val_loss"]["original"] == 9.5
+    )
+
+
+@pytest.mark.slow
+def test_without_determinism_a_metric_beyond_the_tolerance_is_different_with_exit_10(original, tmp_path):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    _edit(copy / "config.json", deterministic=False)
+    _edit_metrics(copy, 1, "val_accuracy", "0.0")
+    proc = _reproduce(repo, copy, "--epochs", "1")
+    assert proc.returncode == 10, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "DIFFERENT by metrics of epoch 1 within tolerance (DETERMINISTIC=false)" in proc.stdout, proc.stdout
+    details = _rerun_of(copy)[0]["details"]["metrics"]["val_accuracy"]
+    assert details["original"] == 0.0 and details["difference"] > details["allowed"]
+
+
+@pytest.mark.slow
+def test_another_precision_is_judged_by_the_metrics_end_to_end(original, tmp_path):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    _edit(copy / "manifest.json", precision={"policy": "mixed_bfloat16"}, final_weights_sha256="0" * 64)
+    proc = _reproduce(repo, copy)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "MATCH by metrics of epoch 2 within tolerance (another device kind or precision)" in proc.stdout
+    (precision,) = [line for line in proc.stdout.splitlines() if line.startswith("precision ")]
+    assert "mixed_bfloat16" in precision and precision.endswith("<- differs")
+
+
+def _worktrees(repo: Path) -> list[str]:
+    return [line for line in _git(repo, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """Processes whose working directory is under `folder` (the rerun trains from a worktree there)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(entry / "cwd")).is_relative_to(folder):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _rerun_trains(copy: Path) -> bool:
+    """The rerun beside `copy` has saved its first state: it is training (its run.lock names its pid)."""
+    new = [p for p in _runs(copy.parent) if p != copy]
+    return bool(new and states(new[0]) and (new[0] / "run.lock").stat().st_size)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path, sig):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    _edit(copy / "config.json", epochs=500)  # a rerun still training when the signal comes
+    tmp = tmp_path / "tmp"  # where the worktree goes
+    tmp.mkdir()
+    with open(tmp_path / "reproduce.out", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "train", "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent)],
+            cwd=repo,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
+        )
+    try:
+        assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()
+        (new,) = [p for p in _runs(copy.parent) if p != copy]
+        child = int((new / "run.lock").read_text().split()[1])  # "pid N on host H"
+        assert child != proc.pid and _processes_in(tmp) == [child]
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = (tmp_path / "reproduce.out").read_text()
+    assert rc == 75, text[-3000:]
+    assert text.strip().splitlines()[-1].startswith(f"Interrupted: reproduce stopped by {sig.name}: no verdict"), text
+    assert _processes_in(tmp) == [] and not Path(f"/proc/{child}").exists()
+    assert json.loads((new / "manifest.json").read_text())["status"] == "interrupted"  # it saved and stopped
+    assert _worktrees(repo) == [f"worktree {repo}"] and list(tmp.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
+def test_the_worktree_of_a_killed_reproduce_is_removed_by_the_next_one(original, tmp_path):
+    repo, _, run, _ = original
+    copy = _copy(run, tmp_path)
+    _edit(copy / "config.json", epochs=500)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with open(tmp_path / "reproduce.out", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "train", "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent)],
+            cwd=repo,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
+        )
+    try:
+        assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()
+    finally:
+        proc.kill()  # SIGKILL: no clean-up is possible
+        proc.wait()
+        for pid in _processes_in(tmp):  # the rerun it started, in a session of its own
+            os.kill(pid, signal.SIGKILL)
+    assert len(_worktrees(repo)) == 2  # left behind
+    _edit(copy / "manifest.json", requirements_lock={"sha256": "0" * 64})  # the next one is refused, after cleaning
+    proc = _reproduce(repo, copy)
+    assert proc.returncode == 9 and "removed the worktree of an earlier reproduce that was killed" in proc.stdout
+    assert _worktrees(repo) == [f"worktree {repo}"] and list(tmp.iterdir()) == []

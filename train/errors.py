@@ -129,6 +129,17 @@ class ReproduceError(TemplateError):
     kind = "reproduce"
 
 
+class ReproduceRecordError(ReproduceError):
+    """A run's record (manifest.json, config.json, metrics.csv) holds a value reproduce cannot use.
+
+    Found before anything is rerun; names the file, the field, the value and the fix.
+    """
+
+    def __init__(self, path: object, field: str, value: object, problem: str, fix: str):
+        self.path, self.name, self.value, self.fix = str(path), field, value, fix
+        super().__init__(f"{path}: {field}={value!r} {problem}; {fix}")
+
+
 class ReproduceMismatch(TemplateError):
     """The rerun finished but its result differs from the original's (the verdict says how)."""
 

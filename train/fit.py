@@ -27,7 +27,15 @@ from .config import Settings, check_cluster
 from .errors import StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
 from .loop import EpochLoop, LoopState, Result, at_new_batch_size
-from .manifest import close_segment, new_segment, open_segment, record_data, start_manifest, update_manifest
+from .manifest import (
+    close_segment,
+    dirty_warning,
+    new_segment,
+    open_segment,
+    record_data,
+    start_manifest,
+    update_manifest,
+)
 from .resume import RunPlan, check_data, plan_run
 from .rundir import RunDir, clean_stale_temp
 from .stopping import StopFlag
@@ -79,8 +87,11 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
     opened = {"segment": False}
     try:
         if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
-            start_manifest(manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke))
+            started_manifest = start_manifest(
+                manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke)
+            )
             opened["segment"] = True
+            _warn_dirty(started_manifest)
         with _cluster_errors(setup):
             result = _run(plan, force, manifest_path, stop, opened, setup)
         status = result.status
@@ -106,6 +117,12 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
                 error or status,
             )
         close_logging()
+
+
+def _warn_dirty(manifest: dict) -> None:
+    line = dirty_warning(manifest)
+    if line:
+        log.warning(line)
 
 
 def _epochs(settings: Settings) -> int:
@@ -190,7 +207,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     if plan.resumed:
         plan.write_config()
         where = f"{loaded.path.name} (epoch {state.epoch}, step {state.step})" if loaded else None
-        open_segment(
+        resumed_manifest = open_segment(
             manifest_path,
             plan.manifest,
             settings,
@@ -198,6 +215,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
             last_write=_last_write(ckpt_dir),
         )
         opened["segment"] = True
+        _warn_dirty(resumed_manifest)
     record_data(
         manifest_path,
         precision={"policy": setup.precision, "reason": setup.precision_reason},

@@ -16,15 +16,12 @@ row for epoch N (the original's weights at that epoch are not kept once later st
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -32,6 +29,8 @@ from typing import Any
 
 from .errors import ReproduceError
 from .logs import MEASURED_COLUMNS
+from .reproduce_record import check_comparable, check_record, read_metrics
+from .reproduce_worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, worktree
 from .rundir import RunDir, list_run_dirs, write_json
 
 # Without determinism a rerun differs in the last bits; these are the agreed bounds for "the same
@@ -157,24 +156,6 @@ def version_warnings(manifest: dict[str, Any], installed: dict[str, str | None])
 
 
 # -- rerunning -----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def worktree(root: Path, commit: str) -> Iterator[Path]:
-    """A detached worktree of `commit` in a temporary folder, removed afterwards."""
-    parent = Path(tempfile.mkdtemp(prefix="reproduce-"))
-    path = parent / "src"
-    added = _git(root, "worktree", "add", "--detach", str(path), commit)
-    if added.returncode != 0:
-        shutil.rmtree(parent, ignore_errors=True)
-        raise ReproduceError(
-            f"could not check out commit {commit[:12]}: {added.stderr.decode(errors='replace').strip()}"
-        )
-    try:
-        yield path
-    finally:
-        _git(root, "worktree", "remove", "--force", str(path))
-        shutil.rmtree(parent, ignore_errors=True)
-
-
 def _absolute(value: str, base: Path) -> str:
     if value.startswith(("npz:", "images:")):
         kind, _, rest = value.partition(":")
@@ -220,25 +201,29 @@ def _clean_env(code: Path, config: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def rerun(code: Path, flags: list[str], config: dict[str, Any], runs_dir: Path) -> Path:
+def rerun(code: Path, flags: list[str], config: dict[str, Any], runs_dir: Path, stop: Stop) -> Path:
     empty_env = code.parent / "empty.env"
     empty_env.write_text("")
     return run_and_find(
         [sys.executable, "-m", "train", "fit", "--env-file", str(empty_env), *flags],
         runs_dir,
+        stop,
+        code=code,
         cwd=code,
         env=_clean_env(code, config),
     )
 
 
-def run_and_find(cmd: list[str], runs_dir: Path, **kw) -> Path:
-    """Run a training command; the run directory it created under `runs_dir`."""
+def run_and_find(cmd: list[str], runs_dir: Path, stop: Stop, code: Path | None = None, **kw) -> Path:
+    """Run a training command (signals forwarded to it); the run directory it created under `runs_dir`."""
     before = set(list_run_dirs(runs_dir))
-    proc = subprocess.run(cmd, **kw)
+    returncode = run_child(cmd, stop, code, **kw)
     new = [p for p in list_run_dirs(runs_dir) if p not in before]  # oldest first
-    if proc.returncode != 0:
+    if stop.signum is not None:
+        raise stop.interrupted(new[-1] if new else None)
+    if returncode != 0:
         where = f"; see {RunDir(new[-1]).log}" if new else ""
-        raise ReproduceError(f"the rerun failed with exit code {proc.returncode}{where}")
+        raise ReproduceError(f"the rerun failed with exit code {returncode}{where}")
     if not new:
         raise ReproduceError(f"the rerun finished but left no run directory under {runs_dir}")
     return new[-1]
@@ -253,6 +238,13 @@ def _device_kind(manifest: dict[str, Any]) -> str:
 def _cuda(manifest: dict[str, Any]) -> str | None:
     build = manifest.get("build_info") or {}
     return build.get("cuda_version") if isinstance(build, dict) else None
+
+
+def _code(manifest: dict[str, Any]) -> str | None:
+    """The commit, marked when the run's tree had uncommitted changes (its code is in no commit)."""
+    git = manifest.get("git") or {}
+    commit = git.get("commit")
+    return f"{commit} + uncommitted changes" if commit and git.get("dirty") else commit
 
 
 def _image(manifest: dict[str, Any]) -> str | None:
@@ -276,7 +268,7 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
     ):
         differ.remove("dataset")  # the same data under another path (host vs container): the fingerprint decides
     return [
-        row("code", (orig_m.get("git") or {}).get("commit"), (new_m.get("git") or {}).get("commit")),
+        row("code", _code(orig_m), _code(new_m)),
         row(
             "lock",
             (orig_m.get("requirements_lock") or {}).get("sha256"),
@@ -299,14 +291,8 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
 
 
 def _metrics_row(run_dir: Path, epoch: int) -> dict[str, float] | None:
-    path = RunDir(run_dir).metrics
-    if not path.is_file():
-        return None
-    with path.open(newline="") as f:
-        for r in csv.DictReader(f):
-            if r.get("epoch") and int(float(r["epoch"])) == epoch:
-                return {k: float(v) for k, v in r.items() if k not in TIMING_COLUMNS and v not in ("", None)}
-    return None
+    row = read_metrics(RunDir(run_dir).metrics).get(epoch)
+    return None if row is None else {k: v for k, v in row.items() if k not in TIMING_COLUMNS}
 
 
 def within_tolerance(a: dict[str, float], b: dict[str, float]) -> tuple[bool, dict[str, Any]]:
@@ -366,24 +352,41 @@ def reproduce(
 ) -> Verdict:
     """Check, rerun and judge (see the module docstring); `root` is the project's git checkout.
 
-    `image` (train.reproduce_image.ImageOptions): rerun in the run's image instead of this environment."""
+    `image` (train.reproduce_image.ImageOptions): rerun in the run's image instead of this environment.
+    SIGTERM/SIGINT end it with Interrupted, after the rerun has saved its state and the worktree is gone."""
+    with stop_on_signals() as stop:
+        return _reproduce(run_dir, root, allow_dirty, epochs, base, say, image, stop)
+
+
+def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image, stop: Stop) -> Verdict:
     from .config import settings_from_dict
 
     base = base or Path.cwd()
     run_dir = run_dir.resolve()  # the rerun starts in another folder: every path it gets is absolute
     orig_m, orig_c = read_record(run_dir)
+    rows = check_record(run_dir, orig_m, orig_c)  # every file of the record, before anything slow
     if epochs is not None and epochs < 1:
         raise ReproduceError(f"--epochs {epochs}: give a number of epochs of at least 1")
+    if epochs and epochs > int(orig_c.get("epochs") or 0):
+        raise ReproduceError(f"--epochs {epochs}: the run has EPOCHS={orig_c.get('epochs')}; give at most that many")
     if epochs and orig_c.get("lr_schedule") == "cosine" and epochs < int(orig_c.get("epochs") or 0):
         raise ReproduceError(
             "--epochs with LR_SCHEDULE=cosine: the schedule spans all EPOCHS, so a shorter rerun "
             "follows another learning rate; reproduce the whole run instead"
         )
+    check_comparable(run_dir, orig_m, orig_c, epochs, rows)
     verdict = Verdict(run_dir.name, None)
     commit = check_commit(root, orig_m, allow_dirty)
-    say(
-        f"code: commit {commit[:12]} is in this clone{' (the run had uncommitted changes: --allow-dirty)' if (orig_m.get('git') or {}).get('dirty') else ''}"
-    )
+    with stop.cleaning():
+        for path in clean_stale_worktrees(root):  # left by a reproduce killed outright
+            say(f"removed the worktree of an earlier reproduce that was killed: {path}")
+    say(f"code: commit {commit[:12]} is in this clone")
+    if (orig_m.get("git") or {}).get("dirty"):
+        verdict.warnings.append(
+            f"WARNING: the run was made from uncommitted changes on top of {commit[:12]} (--allow-dirty): "
+            "the rerun uses the committed code, so a difference may come from those changes"
+        )
+        say(verdict.warnings[-1])
     check_lock(root, commit, orig_m)
     say("lock: the commit's lock has the recorded sha256")
     if image is not None:
@@ -396,14 +399,17 @@ def reproduce(
     say(f"data: fingerprint {fingerprint} as recorded")
     name = ("repro-" + run_dir.name)[:64]
     if image is None:
-        verdict.warnings = version_warnings(orig_m, installed_versions())
-        for w in verdict.warnings:
+        versions = version_warnings(orig_m, installed_versions())
+        verdict.warnings += versions
+        for w in versions:
             say(w)
-        with worktree(root, commit) as code:
+        with worktree(root, commit, stop) as code:
             say(f"rerunning {run_dir.name} with commit {commit[:12]} ...")
-            new_dir = rerun(code, rerun_flags(orig_c, run_dir.parent, name, epochs, base), orig_c, run_dir.parent)
+            flags = rerun_flags(orig_c, run_dir.parent, name, epochs, base)
+            new_dir = rerun(code, flags, orig_c, run_dir.parent, stop)
     else:
-        new_dir = _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say)
+        new_dir = _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say, stop)
+    stop.check()  # a signal while the worktree was being removed: still no verdict
     new_m, new_c = read_record(new_dir)
     verdict.rerun = new_dir.name
     verdict.rows = side_by_side(orig_m, orig_c, new_m, new_c, base)
@@ -418,7 +424,7 @@ def reproduce(
     return verdict
 
 
-def _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say) -> Path:
+def _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say, stop: Stop) -> Path:
     from . import reproduce_image as ri
 
     tag, target = ri.image_tag(orig_m, image)
@@ -426,12 +432,12 @@ def _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, sa
         say(f"image: {tag} (reused)")
     else:
         say(f"image: building {tag} from commit {commit[:12]} ...")
-        with worktree(root, commit) as code:
-            ri.build(tag, target, commit, code, image)
+        with worktree(root, commit, stop) as code:
+            ri.build(tag, target, commit, code, image, stop)
     values, mounts = ri.container_values(host, run_dir.parent, image.data_dir.resolve())
     say(f"rerunning {run_dir.name} in {tag} ...")
     return run_and_find(
-        ri.run_command(tag, as_flags(values, name, epochs), mounts, run_dir.parent, image), run_dir.parent
+        ri.run_command(tag, as_flags(values, name, epochs), mounts, run_dir.parent, image), run_dir.parent, stop
     )
 
 

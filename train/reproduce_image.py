@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ReproduceError
+from .reproduce_worktree import Stop, run_child
 
 
 @dataclass
@@ -73,13 +74,23 @@ def build_command(tag: str, target: str, commit: str, context: Path, options: Im
     return [*cmd, "-t", tag, str(context)]
 
 
-def build(tag: str, target: str, commit: str, context: Path, options: ImageOptions) -> None:
-    proc = subprocess.run(
-        build_command(tag, target, commit, context, options), env={**os.environ, "DOCKER_BUILDKIT": "1"}
-    )
-    if proc.returncode != 0:
+def build(tag: str, target: str, commit: str, context: Path, options: ImageOptions, stop: Stop | None = None) -> None:
+    stop = stop or Stop()
+    try:
+        returncode = run_child(
+            build_command(tag, target, commit, context, options),
+            stop,
+            context,
+            env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        )
+    except FileNotFoundError:
         raise ReproduceError(
-            f"building {tag} from commit {commit[:12]} failed (exit {proc.returncode}); see the build output above"
+            f"{options.docker!r} is not installed: install Docker, or reproduce with --local"
+        ) from None
+    stop.check()  # stopped by a signal: Interrupted, not a failed build
+    if returncode != 0:
+        raise ReproduceError(
+            f"building {tag} from commit {commit[:12]} failed (exit {returncode}); see the build output above"
         )
 
 

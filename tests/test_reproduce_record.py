@@ -1,0 +1,152 @@
+"""reproduce_record: a record reproduce cannot use is refused before any rerun, in one line naming file, field, value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import write_run_records
+
+from train.errors import ReproduceError, ReproduceRecordError
+from train.reproduce import reproduce
+from train.reproduce_record import check_comparable, check_record
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+SHA = "ab" * 32
+
+
+def _run(tmp_path: Path, config: dict | None = None, manifest: dict | None = None, **kw) -> Path:
+    return write_run_records(
+        tmp_path / "runs" / "20240101-000000-000000-ab12",
+        config={"deterministic": True, "epochs": 5, **(config or {})},
+        manifest={
+            "git": {"commit": COMMIT, "dirty": False, "source": "git"},
+            "final_weights_sha256": SHA,
+            "epochs_completed": 5,
+            **(manifest or {}),
+        },
+        **kw,
+    )
+
+
+def _refused(run: Path, epochs: int | None = None) -> str:
+    """The one line reproduce gives for `run`, in a folder that is no git checkout (so nothing could rerun)."""
+    with pytest.raises(ReproduceRecordError) as info:
+        reproduce(run, run.parent, epochs=epochs, say=lambda _line: None)
+    line = str(info.value)
+    assert "\n" not in line
+    return line
+
+
+def _set(path: Path, **fields) -> None:
+    record = json.loads(path.read_text())
+    record.update(fields)
+    path.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(
+    "entry, value, field, bad",
+    [
+        ("git", "git", "git", "git"),
+        ("git", {"commit": 12345, "dirty": False}, "git.commit", 12345),
+        ("git", {"commit": "HEAD", "dirty": False}, "git.commit", "HEAD"),
+        ("git", {"commit": "main", "dirty": False}, "git.commit", "main"),
+        ("git", {"commit": COMMIT[:12], "dirty": False}, "git.commit", COMMIT[:12]),
+        ("git", {"commit": COMMIT, "dirty": "no"}, "git.dirty", "no"),
+        ("requirements_lock", {"file": "requirements.lock", "sha256": 7}, "requirements_lock.sha256", 7),
+        ("data", ["cd"], "data", ["cd"]),
+        ("precision", "float32", "precision", "float32"),
+        ("gpus", "none", "gpus", "none"),
+        ("tensorflow", 2.21, "tensorflow", 2.21),
+        ("final_weights_sha256", "abc", "final_weights_sha256", "abc"),
+        ("epochs_completed", "5", "epochs_completed", "5"),
+    ],
+)
+def test_a_manifest_field_of_the_wrong_kind_is_refused_naming_file_field_and_value(tmp_path, entry, value, field, bad):
+    run = _run(tmp_path)
+    _set(run / "manifest.json", **{entry: value})
+    assert _refused(run).startswith(f"{run / 'manifest.json'}: {field}={bad!r} is not ")
+
+
+def test_only_a_full_40_hex_commit_is_a_commit(tmp_path):
+    for commit in ("HEAD", "HEAD~1", "v1.0", COMMIT[:39], COMMIT + "0", "g" * 40):
+        run = _run(tmp_path / commit.replace("~", "_"), manifest={"git": {"commit": commit, "dirty": False}})
+        assert f"git.commit={commit!r} is not a full 40-hex commit hash" in _refused(run)
+
+
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("epochs", "abc", "is not a whole number"),
+        ("epochs", 2.5, "is not a whole number"),
+        ("deterministic", "false", "is not true or false"),
+        ("batch_size", True, "is not a whole number"),
+        ("learning_rate", "0.1", "is not a number"),
+        ("epochs", 0, "is not valid"),
+        ("model", "no_such_model", "is not valid"),
+    ],
+)
+def test_a_config_value_of_the_wrong_type_or_out_of_range_is_refused(tmp_path, field, value, says):
+    run = _run(tmp_path)
+    _set(run / "config.json", **{field: value})
+    line = _refused(run)
+    assert line.startswith(f"{run / 'config.json'}: {field}={value!r} {says}"), line
+
+
+def test_a_metrics_cell_that_is_not_a_number_is_refused_before_the_rerun(tmp_path):
+    run = _run(tmp_path)
+    text = (run / "metrics.csv").read_text().splitlines()
+    header = text[0].split(",")
+    cells = text[2].split(",")
+    cells[header.index("val_loss")] = "abc"
+    text[2] = ",".join(cells)
+    (run / "metrics.csv").write_text("\n".join(text) + "\n")
+    line = _refused(run)
+    assert line.startswith(f"{run / 'metrics.csv'}: line 3, column val_loss='abc' is not a number"), line
+
+
+@pytest.mark.parametrize(
+    "row, says",
+    [
+        ("x,0.5,0.5,0.5,0.5,0.001,128,10.0,6000.0", "column epoch='x' is not a number"),
+        ("1.5,0.5,0.5,0.5,0.5,0.001,128,10.0,6000.0", "column epoch='1.5' is not an epoch number"),
+        ("6,0.5,0.5", "line 7=3 cells where the header has 9"),
+        ("6,0.5,0.5,0.5,0.5,0.001,128,10.0,6000.0,9", "line 7=10 cells where the header has 9"),
+    ],
+)
+def test_a_damaged_metrics_row_is_refused(tmp_path, row, says):
+    run = _run(tmp_path)
+    with (run / "metrics.csv").open("a") as f:
+        f.write(row + "\n")
+    assert says in _refused(run)
+
+
+def test_the_verdict_needs_what_it_compares_with(tmp_path):
+    run = _run(tmp_path)
+    manifest, config = json.loads((run / "manifest.json").read_text()), json.loads((run / "config.json").read_text())
+    rows = check_record(run, manifest, config)
+    check_comparable(run, manifest, config, 3, rows)  # a row for epoch 3 is there
+    check_comparable(run, manifest, config, None, rows)  # the final weights' hash is there
+    with pytest.raises(ReproduceRecordError, match="metrics.csv: epoch=3 has no row"):
+        check_comparable(run, manifest, config, 3, {1: {}, 2: {}})
+    with pytest.raises(ReproduceRecordError, match="status='interrupted' is not 'completed'.*--epochs 2"):
+        check_comparable(run, dict(manifest, status="interrupted", epochs_completed=2), config, None, rows)
+    with pytest.raises(ReproduceRecordError, match="final_weights_sha256=None is missing"):
+        check_comparable(run, dict(manifest, final_weights_sha256=None), config, None, rows)
+    with pytest.raises(ReproduceRecordError, match="metrics.csv: epoch=5 has no row"):
+        check_comparable(run, manifest, dict(config, deterministic=False), None, {1: {}})
+
+
+def test_epochs_beyond_the_runs_own_are_refused(tmp_path):
+    with pytest.raises(ReproduceError, match="--epochs 6: the run has EPOCHS=5"):
+        reproduce(_run(tmp_path), tmp_path, epochs=6, say=lambda _line: None)
+
+
+def test_a_shorter_rerun_of_a_cosine_schedule_is_refused_before_the_commit_is_looked_for(tmp_path):
+    # tmp_path is no git checkout: without the refusal the next check would fail for that instead.
+    run = _run(tmp_path, config={"lr_schedule": "cosine"})
+    with pytest.raises(ReproduceError, match="--epochs with LR_SCHEDULE=cosine"):
+        reproduce(run, tmp_path, epochs=2, say=lambda _line: None)
+    with pytest.raises(ReproduceError, match="is not a git checkout"):
+        reproduce(run, tmp_path, epochs=5, say=lambda _line: None)  # the whole run: no refusal
