@@ -43,16 +43,23 @@ def test_parity_failure_raises_and_keeps_the_previous_export(run_dir, monkeypatc
     assert [p.name for p in (run_dir / "export").iterdir()] == ["labels.txt"]
     assert (run_dir / "export" / "labels.txt").read_text() == "old\n"
     assert "export" not in read_json(run_dir / "manifest.json")
-    (staging,) = [p for p in run_dir.iterdir() if TMP_MARK in p.name]  # kept for inspection, named in the message
-    assert str(staging) in str(info.value)
-    assert json.loads((staging / "parity.json").read_text())["max_abs_diff"] == 1e-3
+    assert not [p for p in run_dir.iterdir() if TMP_MARK in p.name]
+    rejected = run_dir / "export.rejected"  # kept for inspection (one only), named in the message
+    assert str(rejected) in str(info.value)
+    assert json.loads((rejected / "parity.json").read_text())["max_abs_diff"] == 1e-3
 
 
 def test_passing_parity_replaces_the_export_and_records_it(run_dir, monkeypatch):
     monkeypatch.setattr(export, "check_parity", lambda model, path, work: 0.0)
     report = export.export_model(_tiny_model(), run_dir, ["a", "b"])
     final = run_dir / "export"
-    assert sorted(p.name for p in final.iterdir()) == ["labels.txt", "model.keras", "parity.json", "savedmodel"]
+    assert sorted(p.name for p in final.iterdir()) == [
+        "labels.txt",
+        "model.keras",
+        "parity.json",
+        "savedmodel",
+        "source.json",
+    ]
     assert (final / "labels.txt").read_text() == "a\nb\n"
     assert read_json(run_dir / "manifest.json")["export"] == report
     assert not any(TMP_MARK in p.name for p in run_dir.iterdir())
@@ -235,7 +242,7 @@ def trained_run(tmp_path):
 def _exported(monkeypatch, run):
     seen = []
 
-    def export_model(model, run_dir, labels):
+    def export_model(model, run_dir, labels, source):
         assert run_dir == run
         seen.append((model, labels))
         return {}
@@ -252,7 +259,7 @@ def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run
         export.export_run(run, model=in_memory)
     ((model, labels),) = seen
     assert model is not in_memory and labels == ["a", "b"]
-    assert "export: from best.weights.h5" in caplog.messages
+    assert any(m.startswith("export: from best.weights.h5 (epoch None, sha256 ") for m in caplog.messages)
     for got, want, last in zip(model.get_weights(), best.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
         assert not np.array_equal(got, last) or got.ndim == 1  # biases start at zero in both
@@ -299,6 +306,7 @@ def test_export_model_serves_raw_images_and_records_what_it_wrote(
         "labels": str(final / "labels.txt"),
         "max_abs_diff": diff,
         "tolerance": export.TOLERANCE,
+        "source": {"file": None, "epoch": None, "sha256": None},
     }
     assert 0 <= diff <= export.TOLERANCE and read_json(run_dir / "manifest.json")["export"] == report
     assert read_json(final / "parity.json") == {"max_abs_diff": diff, "tolerance": export.TOLERANCE}
