@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from train import weights
-from train.errors import WeightsError
+from train.errors import StorageError, WeightsError
 from train.rundir import read_json
 
 
@@ -80,7 +80,7 @@ def test_a_kill_between_the_record_and_the_rename_leaves_the_older_file_which_st
         replace(src, dst)
 
     monkeypatch.setattr("train.rundir.os.replace", killed)
-    with pytest.raises(Exception):
+    with pytest.raises(StorageError):
         weights.save_weights(_model(1), best, epoch=2)
     monkeypatch.undo()
     assert read_json(run / "manifest.json")["weights"]["best.weights.h5"]["epoch"] == 2
