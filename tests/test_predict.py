@@ -250,3 +250,16 @@ def test_an_export_that_records_no_source_is_used_with_one_warning(run_dir, tmp_
         predict_files(run, [_png(tmp_path / "a.png", 0)])
     (line,) = caplog.messages
     assert line.startswith(f"WARNING: the export of run {run.name} does not record the weights it was made from")
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"weights\n", b"\x89HDF\r\n\x1a\n" + b"\0" * 40], ids=["empty", "text", "cut"]
+)
+def test_predict_without_an_export_and_damaged_best_weights_is_one_line_exit_4(run_dir, tmp_path, capsys, content):
+    from train import cli
+
+    run, _ = run_dir
+    (run / "best.weights.h5").write_bytes(content)
+    assert cli.main(["predict", run.name, _png(tmp_path / "a.png", 0), "--runs-dir", str(run.parent)]) == 4
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if not x.startswith("WARNING")]
+    assert line.startswith(f"WeightsError: run {run.name}: {run / 'best.weights.h5'} does not load: it is ")

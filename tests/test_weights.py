@@ -184,3 +184,32 @@ def test_the_weights_the_loop_writes_are_recorded(tmp_path):
     for name in ("best.weights.h5", "final.weights.h5"):
         assert recorded[name]["sha256"] == weights.sha256_of(run / name) and recorded[name]["epoch"] == 1
     assert np.isfinite(recorded["best.weights.h5"]["bytes"])
+
+
+@pytest.mark.slow
+def test_the_checkpoint_fallback_the_message_gives_works(tmp_path):
+    """Both weights files damaged: doing what the message says writes intact final weights again."""
+    import re
+    import shlex
+    import subprocess
+
+    from helpers import tiny_settings
+
+    from train.export import rebuild_model
+    from train.fit import train
+    from train.rundir import list_run_dirs
+
+    settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
+    train(settings)
+    (run,) = list_run_dirs(tmp_path / "runs")
+    (run / "best.weights.h5").write_text("overwritten\n")
+    (run / "final.weights.h5").write_bytes(b"")
+    with pytest.raises(WeightsError) as info:
+        rebuild_model(run)
+    msg = str(info.value)
+    for command in re.findall(r"`(mv [^`]+)`", msg):
+        subprocess.run(shlex.split(command), check=True)
+    assert f"--resume {run.name} --epochs 1" in msg
+    train(settings, resume=run.name)
+    model, _, source = rebuild_model(run)
+    assert source["file"] == "final.weights.h5" and source["epoch"] == 1
