@@ -583,8 +583,8 @@ def test_a_signal_during_the_export_removes_the_staging_folder(run_dir, monkeypa
     def terminated(model, path, work):
         # SIGTERM's default would kill the process at once, leaving the staging folder behind.
         assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL, "no handler during the export"
-        signal.raise_signal(signal.SIGTERM)
-        pytest.fail("SIGTERM did not stop the export")
+        signal.raise_signal(signal.SIGTERM)  # noted here, raised between the steps
+        return 0.0
 
     monkeypatch.setattr(export, "check_parity", terminated)
     with pytest.raises(Interrupted, match="export stopped by SIGTERM: the previous export is unchanged") as info:
@@ -668,3 +668,44 @@ def test_fit_removes_staging_folders_left_in_its_run(tmp_path):
     (stale / "savedmodel").mkdir(parents=True)
     train(settings, resume=run.name)
     assert not stale.exists()
+
+
+def test_ctrl_c_on_the_export_command_is_the_same_interruption(run_dir, monkeypatch):
+    import signal
+
+    def interrupted(model, path, work):
+        signal.raise_signal(signal.SIGINT)
+        return 0.0
+
+    monkeypatch.setattr(export, "check_parity", interrupted)
+    with pytest.raises(Interrupted, match="export stopped by SIGINT"):
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_inside_fit_signals_stay_with_the_stop_flag(run_dir, monkeypatch):
+    import signal
+
+    from train.stopping import StopFlag
+
+    seen = []
+    monkeypatch.setattr(export, "check_parity", lambda *a: seen.append(signal.getsignal(signal.SIGTERM)) or 0.0)
+    stop = StopFlag(0)
+    with stop.installed():
+        handler = signal.getsignal(signal.SIGTERM)
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert seen == [handler]
+
+
+def test_a_signal_while_waiting_for_the_parity_process_stops_at_once(run_dir, monkeypatch):
+    import signal
+
+    def waiting(cmd, **kw):  # subprocess.run kills its child when the wait is interrupted by an exception
+        signal.raise_signal(signal.SIGTERM)
+        pytest.fail("the wait for the parity process went on after SIGTERM")
+
+    monkeypatch.setattr(export.subprocess, "run", waiting)
+    with pytest.raises(Interrupted, match="export stopped by SIGTERM"):
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]

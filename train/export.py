@@ -77,13 +77,14 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
     x = _parity_batch(tuple(model.inputs[0].shape[1:]))
     expected = np.asarray(model(x.astype(np.float32), training=False), dtype=np.float32)
     np.save(workdir / "x.npy", x)
-    proc = subprocess.run(
-        [sys.executable, "-c", _RELOAD, str(savedmodel), str(workdir / "x.npy"), str(workdir / "y.npy")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_quiet_env(),
-    )
+    with _SignalStop.at_once():
+        proc = subprocess.run(
+            [sys.executable, "-c", _RELOAD, str(savedmodel), str(workdir / "x.npy"), str(workdir / "y.npy")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=_quiet_env(),
+        )
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
         raise ExportError(f"the SavedModel at {savedmodel} does not load in a fresh process: {tail[0]}")
@@ -136,7 +137,7 @@ def export_model(model, run_dir: Path, labels: list[str], source: dict[str, Any]
     """
     files = RunDir(run_dir)
     final = files.export.path
-    with _signals_end_the_export():
+    with _SignalStop() as stop:
         # A staging folder with the export's layout, swapped into place when complete.
         try:
             staging = ExportDir(make_temp_dir(run_dir, final.name))  # readable by others as the umask allows
@@ -144,11 +145,14 @@ def export_model(model, run_dir: Path, labels: list[str], source: dict[str, Any]
             raise storage_error(final, exc) from exc
         try:
             write_savedmodel(model, staging.savedmodel)
+            stop.check()
             model.save(staging.keras)
             staging.labels.write_text(labels_text(labels), encoding="utf-8")
             with tempfile.TemporaryDirectory() as work:
                 diff = _parity(model, staging, Path(work), files)
+            stop.check()
             write_source(staging, source)
+            stop.check()
             _swap_into_place(staging.path, final)
         except BaseException as exc:
             shutil.rmtree(staging.path, ignore_errors=True)
@@ -300,32 +304,67 @@ def clean_stale_exports(run_dir: Path) -> list[Path]:
     return removed
 
 
-@contextlib.contextmanager
-def _signals_end_the_export() -> Iterator[None]:
-    """SIGTERM and SIGHUP end an export like Ctrl-C does: by an exception, so its staging folder goes.
+class _SignalStop:
+    """SIGTERM, SIGHUP and SIGINT end the `export` command by an exception, so its staging folder goes.
 
-    Only where they would otherwise kill the process at once (the `export` command): inside `fit`
-    they set the stop flag, and the export, the last step of a run, finishes first.
+    The handler only notes the signal; `check()` between the steps of the export raises it. An
+    exception raised by a handler while TensorFlow's C++ code calls back into Python comes out as
+    a SystemError instead, so it is raised at once only inside `at_once()`: around the wait for
+    the parity process, which subprocess.run then kills.
+
+    Installed only where nobody else handles the signals (SIGTERM would kill the process at
+    once): inside `fit` they set the stop flag, and the export, the last step of a run, finishes.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
-    def stop(signum, _frame):
-        raise Interrupted(
-            f"export stopped by {signal.Signals(signum).name}: the previous export is unchanged; "
-            "run `python -m train export RUN` again"
-        )
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    active: _SignalStop | None = None  # the one installed, for at_once()
 
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) == signal.SIG_DFL:
-            previous[sig] = signal.signal(sig, stop)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.immediate = False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _SignalStop:
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+                    self.previous[sig] = signal.signal(sig, self._noted)
+            _SignalStop.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+        if _SignalStop.active is self:
+            _SignalStop.active = None
+
+    def _noted(self, signum, _frame) -> None:
+        self.signum = signum
+        if self.immediate:
+            self.check()
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise Interrupted(
+                f"export stopped by {signal.Signals(self.signum).name}: the previous export is unchanged; "
+                "run `python -m train export RUN` again"
+            )
+
+    @staticmethod
+    @contextlib.contextmanager
+    def at_once() -> Iterator[None]:
+        """Inside: a signal raises at once (only pure-Python waits belong here)."""
+        stop = _SignalStop.active
+        if stop is None:
+            yield
+            return
+        stop.check()
+        stop.immediate = True
+        try:
+            yield
+        finally:
+            stop.immediate = False
 
 
 def rebuild_model(run_dir: Path):
