@@ -532,8 +532,9 @@ def small_disk(tmp_path):
         subprocess.Popen(["umount", "-l", str(where)]).wait()
 
 
+@pytest.mark.parametrize("room", [0.25, 0.6, 0.8, 0.95])
 def test_a_real_full_disk_during_the_export_keeps_the_previous_export(
-    recorded_run, small_disk, reload_in_process, tmp_path
+    recorded_run, small_disk, reload_in_process, tmp_path, room
 ):
     import shutil
 
@@ -543,8 +544,9 @@ def test_a_real_full_disk_during_the_export_keeps_the_previous_export(
     export.export_run(probe)
     needed = sum(p.stat().st_size for p in (probe / "export").rglob("*") if p.is_file())
     run_bytes = sum(p.stat().st_size for p in recorded_run.rglob("*") if p.is_file())
-    # Room for the run and a previous export of the same size, and for a quarter of a new one.
-    disk = small_disk((run_bytes + needed + needed // 4) // 1024 + 64)
+    # Room for the run, a previous export of the same size, and a part of a new one: the writes
+    # fail at different points (SavedModel variables, its graph, model.keras, source.json).
+    disk = small_disk((run_bytes + needed + int(needed * room)) // 1024 + 64)
     run = disk / recorded_run.name
     shutil.copytree(recorded_run, run)
     shutil.copytree(probe / "export", run / "export")

@@ -101,6 +101,10 @@ def test_a_fifo_among_the_images_is_refused_without_blocking_and_the_others_are_
         "(JPEG, PNG, GIF (first frame) or BMP)"
     )
     assert str(rows[2]["error"]).startswith(f"{tmp_path} is a directory, not an image file")
+    odd = tmp_path / "two\nlines.png"
+    odd.write_text("no image")
+    (row,) = predict_files(run, [str(odd)])
+    assert "\n" not in str(row["error"]) and str(row["error"]).startswith(f"{tmp_path}/two\\nlines.png: not a")
 
 
 def test_an_unreadable_image_is_one_data_error_line(run_dir, tmp_path, monkeypatch):

@@ -167,31 +167,32 @@ def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
     """
     from .images import SUPPORTED, _first_line, decode_tensor
 
+    shown = _printable(str(path))  # the error stays one line whatever the name holds
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         broken = " (a broken link)" if Path(path).is_symlink() else ""
-        raise DataError(f"{path} does not exist{broken}; give existing image files ({SUPPORTED})") from None
+        raise DataError(f"{shown} does not exist{broken}; give existing image files ({SUPPORTED})") from None
     except PermissionError:
-        raise DataError(f"{path} cannot be read (permission denied): `chmod +r` it or run as its owner") from None
+        raise DataError(f"{shown} cannot be read (permission denied): `chmod +r` it or run as its owner") from None
     except OSError as exc:
-        raise DataError(f"{path} cannot be opened ({exc.strerror or exc}); give regular image files") from None
+        raise DataError(f"{shown} cannot be opened ({exc.strerror or exc}); give regular image files") from None
     try:
         kind = stat.S_IFMT(os.fstat(fd).st_mode)
         if kind != stat.S_IFREG:
             what = _KINDS.get(kind, "not a regular file")
-            raise DataError(f"{path} is {what}, not an image file; give regular image files ({SUPPORTED})")
+            raise DataError(f"{shown} is {what}, not an image file; give regular image files ({SUPPORTED})")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             contents = fh.read()
     except OSError as exc:
-        raise DataError(f"{path} cannot be read ({exc.strerror or exc}); give regular image files") from None
+        raise DataError(f"{shown} cannot be read ({exc.strerror or exc}); give regular image files") from None
     finally:
         os.close(fd)
     try:
         return decode_tensor(contents, tuple(shape)).numpy()
     except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
         raise DataError(
-            f"{path}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
+            f"{shown}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
         ) from None
 
 
