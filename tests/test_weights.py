@@ -213,3 +213,11 @@ def test_the_checkpoint_fallback_the_message_gives_works(tmp_path):
     train(settings, resume=run.name)
     model, _, source = rebuild_model(run)
     assert source["file"] == "final.weights.h5" and source["epoch"] == 1
+
+
+def test_a_run_without_records_gets_one_warning_for_all_its_weights(run, warnings):
+    _model(0).save_weights(run / "best.weights.h5")
+    _model(1).save_weights(run / "final.weights.h5")
+    assert [r["file"] for r in weights.verify_all(run)] == ["best.weights.h5", "final.weights.h5"]
+    (line,) = warnings.messages
+    assert "best.weights.h5 and final.weights.h5 have no recorded sha256" in line and "they are used" in line

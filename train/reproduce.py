@@ -371,10 +371,9 @@ def reproduce(
     base = base or Path.cwd()
     run_dir = run_dir.resolve()  # the rerun starts in another folder: every path it gets is absolute
     orig_m, orig_c = read_record(run_dir)
-    from .weights import verify
+    from .weights import verify_all
 
-    for weights_file in RunDir(run_dir).weights():  # the original's evidence must be what it wrote
-        verify(run_dir, weights_file)
+    verify_all(run_dir)  # the original's weights must be what it wrote
     if epochs is not None and epochs < 1:
         raise ReproduceError(f"--epochs {epochs}: give a number of epochs of at least 1")
     if epochs and orig_c.get("lr_schedule") == "cosine" and epochs < int(orig_c.get("epochs") or 0):

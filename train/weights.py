@@ -71,7 +71,21 @@ def _on_disk(path: Path, entry: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def verify(run_dir: Path, path: Path) -> dict[str, Any]:
+def verify_all(run_dir: Path) -> list[dict[str, Any]]:
+    """`verify` for every weights file of the run, with at most one warning line for a run without records."""
+    found = RunDir(run_dir).weights()
+    unrecorded = [p.name for p in found if p.name not in records(run_dir)]
+    if unrecorded:
+        log.warning(
+            "WARNING: run %s: %s no recorded sha256 (written before hashes were kept), so %s used unverified",
+            Path(run_dir).name,
+            " and ".join(unrecorded) + (" has" if len(unrecorded) == 1 else " have"),
+            "it is" if len(unrecorded) == 1 else "they are",
+        )
+    return [verify(run_dir, p, warn=False) for p in found]
+
+
+def verify(run_dir: Path, path: Path, warn: bool = True) -> dict[str, Any]:
     """The record of the weights file `path` after checking its bytes; WeightsError when they differ.
 
     Returns {"file", "sha256", "epoch"} (epoch None when nothing was recorded). A run written before
@@ -87,11 +101,12 @@ def verify(run_dir: Path, path: Path) -> dict[str, Any]:
             f"read access to it; {fallback(run_dir, path)}"
         ) from None
     if not entry:
-        log.warning(
-            "WARNING: run %s: %s has no recorded sha256 (written before hashes were kept), so it is used unverified",
-            run_dir.name,
-            path.name,
-        )
+        if warn:
+            log.warning(
+                "WARNING: run %s: %s has no recorded sha256 (written before hashes were kept), so it is used unverified",
+                run_dir.name,
+                path.name,
+            )
         return {"file": path.name, "sha256": actual, "epoch": None}
     for candidate in (entry, entry.get("previous") or {}):
         if candidate.get("sha256") == actual:
