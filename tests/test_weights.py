@@ -91,7 +91,7 @@ def test_a_run_written_before_hashes_were_kept_is_used_with_one_warning(run, war
     best = run / "best.weights.h5"
     _model().save_weights(best)
     assert weights.verify(run, best) == {"file": best.name, "sha256": weights.sha256_of(best), "epoch": None}
-    (line,) = warnings.messages
+    (line,) = {id(r): r.getMessage() for r in warnings.records}.values()
     assert line.startswith(f"WARNING: run {run.name}: best.weights.h5 has no recorded sha256")
 
 
@@ -219,5 +219,5 @@ def test_a_run_without_records_gets_one_warning_for_all_its_weights(run, warning
     _model(0).save_weights(run / "best.weights.h5")
     _model(1).save_weights(run / "final.weights.h5")
     assert [r["file"] for r in weights.verify_all(run)] == ["best.weights.h5", "final.weights.h5"]
-    (line,) = warnings.messages
+    (line,) = {id(r): r.getMessage() for r in warnings.records}.values()
     assert "best.weights.h5 and final.weights.h5 have no recorded sha256" in line and "they are used" in line
