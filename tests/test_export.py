@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from train import export
-from train.errors import ExportError, NoWeightsError, RunRecordError, StorageError
+from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
 from train.rundir import TMP_MARK, read_json
 
@@ -43,16 +43,23 @@ def test_parity_failure_raises_and_keeps_the_previous_export(run_dir, monkeypatc
     assert [p.name for p in (run_dir / "export").iterdir()] == ["labels.txt"]
     assert (run_dir / "export" / "labels.txt").read_text() == "old\n"
     assert "export" not in read_json(run_dir / "manifest.json")
-    (staging,) = [p for p in run_dir.iterdir() if TMP_MARK in p.name]  # kept for inspection, named in the message
-    assert str(staging) in str(info.value)
-    assert json.loads((staging / "parity.json").read_text())["max_abs_diff"] == 1e-3
+    assert not [p for p in run_dir.iterdir() if TMP_MARK in p.name]
+    rejected = run_dir / "export.rejected"  # kept for inspection (one only), named in the message
+    assert str(rejected) in str(info.value)
+    assert json.loads((rejected / "parity.json").read_text())["max_abs_diff"] == 1e-3
 
 
 def test_passing_parity_replaces_the_export_and_records_it(run_dir, monkeypatch):
     monkeypatch.setattr(export, "check_parity", lambda model, path, work: 0.0)
     report = export.export_model(_tiny_model(), run_dir, ["a", "b"])
     final = run_dir / "export"
-    assert sorted(p.name for p in final.iterdir()) == ["labels.txt", "model.keras", "parity.json", "savedmodel"]
+    assert sorted(p.name for p in final.iterdir()) == [
+        "labels.txt",
+        "model.keras",
+        "parity.json",
+        "savedmodel",
+        "source.json",
+    ]
     assert (final / "labels.txt").read_text() == "a\nb\n"
     assert read_json(run_dir / "manifest.json")["export"] == report
     assert not any(TMP_MARK in p.name for p in run_dir.iterdir())
@@ -235,7 +242,7 @@ def trained_run(tmp_path):
 def _exported(monkeypatch, run):
     seen = []
 
-    def export_model(model, run_dir, labels):
+    def export_model(model, run_dir, labels, source):
         assert run_dir == run
         seen.append((model, labels))
         return {}
@@ -252,7 +259,7 @@ def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run
         export.export_run(run, model=in_memory)
     ((model, labels),) = seen
     assert model is not in_memory and labels == ["a", "b"]
-    assert "export: from best.weights.h5" in caplog.messages
+    assert any(m.startswith("export: from best.weights.h5 (epoch None, sha256 ") for m in caplog.messages)
     for got, want, last in zip(model.get_weights(), best.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
         assert not np.array_equal(got, last) or got.ndim == 1  # biases start at zero in both
@@ -299,6 +306,7 @@ def test_export_model_serves_raw_images_and_records_what_it_wrote(
         "labels": str(final / "labels.txt"),
         "max_abs_diff": diff,
         "tolerance": export.TOLERANCE,
+        "source": {"file": None, "epoch": None, "sha256": None},
     }
     assert 0 <= diff <= export.TOLERANCE and read_json(run_dir / "manifest.json")["export"] == report
     assert read_json(final / "parity.json") == {"max_abs_diff": diff, "tolerance": export.TOLERANCE}
@@ -363,3 +371,343 @@ def test_export_takes_the_class_names_from_the_manifest_not_from_labels_txt(trai
     export.export_run(run, model=in_memory)
     ((_, labels),) = seen
     assert labels == ["a", "b"]
+
+
+# -- damaged weights, full disks, signals: a failed export never replaces the one in place --------
+@pytest.fixture
+def recorded_run(tmp_path):
+    """A finished run as `fit` now leaves it: best and final weights with their sha256 recorded."""
+    from train.config import Settings
+    from train.weights import save_weights
+
+    run = tmp_path / "runs" / "20260101-000000-000003"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(Settings(model="cnn").to_dict()))
+    (run / "manifest.json").write_text(json.dumps({"data": {"input_shape": [12, 12, 1], "class_names": ["a", "b"]}}))
+    keras.utils.set_random_seed(3)
+    model = build_model("cnn", (12, 12, 1), 2)
+    save_weights(model, run / "best.weights.h5", epoch=1)
+    save_weights(model, run / "final.weights.h5", epoch=2)
+    return run
+
+
+def _tree(path):
+    """Every file under `path` with its bytes: to show an export is exactly as it was."""
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _old_export(run):
+    old = run / "export"
+    (old / "savedmodel").mkdir(parents=True, exist_ok=True)
+    (old / "savedmodel" / "saved_model.pb").write_bytes(b"the previous export")
+    (old / "labels.txt").write_text("old\n")
+    return _tree(old)
+
+
+def _flip_kernel_bits(path):
+    """Bit rot inside a kernel of an HDF5 weights file: the file still loads, the values are NaN."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        kernels = []
+        f.visititems(lambda n, o: kernels.append(o) if isinstance(o, h5py.Dataset) and o.ndim >= 2 else None)
+        head = kernels[-1]  # the last layer's kernel: NaN there reaches every probability
+        offset, size = head.id.get_offset(), head.size
+    data = bytearray(path.read_bytes())
+    data[offset : offset + 4 * size] = np.full(size, np.nan, np.float32).tobytes()
+    path.write_bytes(bytes(data))
+
+
+def test_export_of_bit_rotted_best_weights_is_refused_naming_both_hashes(recorded_run, capsys):
+    from train import cli
+    from train.weights import records, sha256_of
+
+    before = _old_export(recorded_run)
+    best = recorded_run / "best.weights.h5"
+    _flip_kernel_bits(best)
+    assert cli.main(["export", recorded_run.name, "--runs-dir", str(recorded_run.parent)]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith("WeightsError: ") and err.count("\n") == 1
+    assert str(best) in err and sha256_of(best) in err and records(recorded_run)[best.name]["sha256"] in err
+    assert "final.weights.h5 (epoch 2), which is intact" in err
+    assert _tree(recorded_run / "export") == before
+
+
+def test_nan_outputs_fail_parity_and_the_previous_export_stays(recorded_run, reload_in_process):
+    """A run written before hashes were kept: bit rot is only seen as NaN, which must not pass."""
+    before = _old_export(recorded_run)
+    manifest = read_json(recorded_run / "manifest.json")
+    del manifest["weights"]
+    (recorded_run / "manifest.json").write_text(json.dumps(manifest))
+    _flip_kernel_bits(recorded_run / "best.weights.h5")
+    with pytest.raises(ExportError, match="gives NaN/inf probabilities on the parity batch") as info:
+        export.export_run(recorded_run)
+    assert info.value.exit_code == 8
+    assert _tree(recorded_run / "export") == before
+    assert (recorded_run / "export.rejected" / "savedmodel").is_dir()  # named in the message, for inspection
+    assert not [p for p in recorded_run.iterdir() if TMP_MARK in p.name]
+
+
+def test_an_export_records_the_weights_it_came_from_and_its_files(recorded_run, reload_in_process):
+    from train.weights import records, sha256_of
+
+    report = export.export_run(recorded_run)
+    recorded = records(recorded_run)["best.weights.h5"]
+    source = read_json(recorded_run / "export" / "source.json")
+    assert source["weights"] == {"file": "best.weights.h5", "epoch": 1, "sha256": recorded["sha256"]}
+    assert report["source"] == source["weights"] == read_json(recorded_run / "manifest.json")["export"]["source"]
+    files = source["files"]
+    assert "savedmodel/saved_model.pb" in files and "model.keras" in files and "source.json" not in files
+    assert all(sha256_of(recorded_run / "export" / rel) == digest for rel, digest in files.items())
+
+
+def _no_space(*_args, **_kw):
+    import tensorflow as tf
+
+    raise tf.errors.ResourceExhaustedError(
+        None, None, "/runs/x/export.tmp-1/savedmodel/variables/variables.index; No space left on device"
+    )
+
+
+def _quota(*_args, **_kw):
+    raise OSError(122, "Disk quota exceeded")
+
+
+def _hdf5_full(*_args, **_kw):
+    raise OSError("Can't write data (file write failed: errno = 28, error message = 'No space left on device')")
+
+
+@pytest.mark.parametrize(
+    "where, fail, says",
+    [
+        ("write_savedmodel", _no_space, "the disk is full"),
+        ("write_savedmodel", _quota, "the disk quota is exceeded"),
+        ("write_source", _hdf5_full, "the disk is full"),
+        ("check_parity", _no_space, "the disk is full"),
+    ],
+)
+def test_a_full_disk_during_the_export_is_one_storage_line_and_the_previous_export_stays(
+    run_dir, monkeypatch, where, fail, says
+):
+    before = _tree(run_dir / "export")
+    monkeypatch.setattr(export, where, fail)
+    with pytest.raises(StorageError, match=says) as info:
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert info.value.exit_code == 7 and "\n" not in str(info.value)
+    assert _tree(run_dir / "export") == before
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+
+
+def test_keras_save_on_a_full_disk_is_a_storage_error(run_dir, monkeypatch):
+    model = _tiny_model()
+    monkeypatch.setattr(export, "check_parity", lambda *a: 0.0)
+    monkeypatch.setattr(model, "save", _quota)
+    with pytest.raises(StorageError, match="disk quota"):
+        export.export_model(model, run_dir, ["a", "b"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real tmpfs of a given size (as root); skipped where mounting is not allowed."""
+    import subprocess
+
+    mounts = []
+
+    def mount(kib: int):
+        where = tmp_path / f"disk{len(mounts)}"
+        where.mkdir()
+        # Popen, not run: the reload_in_process fixture replaces subprocess.run.
+        proc = subprocess.Popen(
+            ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(where)], stderr=subprocess.PIPE
+        )
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {err.decode().strip()}")
+        mounts.append(where)
+        return where
+
+    yield mount
+    for where in mounts:
+        subprocess.Popen(["umount", "-l", str(where)]).wait()
+
+
+@pytest.mark.parametrize("room", [0.25, 0.6, 0.8, 0.95])
+def test_a_real_full_disk_during_the_export_keeps_the_previous_export(
+    recorded_run, small_disk, reload_in_process, tmp_path, room
+):
+    import shutil
+
+    # The export's own size, measured on a normal disk first.
+    probe = tmp_path / "probe" / recorded_run.name
+    shutil.copytree(recorded_run, probe)
+    export.export_run(probe)
+    needed = sum(p.stat().st_size for p in (probe / "export").rglob("*") if p.is_file())
+    run_bytes = sum(p.stat().st_size for p in recorded_run.rglob("*") if p.is_file())
+    # Room for the run, a previous export of the same size, and a part of a new one: the writes
+    # fail at different points (SavedModel variables, its graph, model.keras, source.json).
+    disk = small_disk((run_bytes + needed + int(needed * room)) // 1024 + 64)
+    run = disk / recorded_run.name
+    shutil.copytree(recorded_run, run)
+    shutil.copytree(probe / "export", run / "export")
+    before = _tree(run / "export")
+    with pytest.raises(StorageError, match="the disk is full") as info:
+        export.export_run(run)
+    assert str(run / "export") in str(info.value) and info.value.exit_code == 7
+    assert _tree(run / "export") == before
+    assert not [p for p in run.iterdir() if TMP_MARK in p.name]
+
+
+def test_the_export_is_swapped_in_without_exchange_too_and_a_half_swap_is_repaired(run_dir, monkeypatch):
+    monkeypatch.setattr(export, "check_parity", lambda *a: 0.0)
+    monkeypatch.setattr(export, "_exchange", lambda a, b: False)
+    export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert (run_dir / "export" / "labels.txt").read_text() == "a\nb\n"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+    # A kill between the two renames: export.previous is all there is; the next start puts it back.
+    (run_dir / "export").rename(run_dir / "export.previous")
+    assert export.clean_stale_exports(run_dir) == []
+    assert (run_dir / "export" / "labels.txt").read_text() == "a\nb\n"
+
+
+def test_stale_staging_folders_are_removed_at_the_next_export(recorded_run, reload_in_process):
+    stale = recorded_run / f"export{TMP_MARK}deadbeef"
+    (stale / "savedmodel").mkdir(parents=True)
+    export.export_run(recorded_run)
+    assert not stale.exists() and (recorded_run / "export" / "source.json").is_file()
+
+
+def test_a_signal_during_the_export_removes_the_staging_folder(run_dir, monkeypatch):
+    import signal
+
+    before = _tree(run_dir / "export")
+
+    def terminated(model, path, work):
+        # SIGTERM's default would kill the process at once, leaving the staging folder behind.
+        assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL, "no handler during the export"
+        signal.raise_signal(signal.SIGTERM)  # noted here, raised between the steps
+        return 0.0
+
+    monkeypatch.setattr(export, "check_parity", terminated)
+    with pytest.raises(Interrupted, match="export stopped by SIGTERM: the previous export is unchanged") as info:
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert info.value.exit_code == 75
+    assert _tree(run_dir / "export") == before
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def _start_export(run, tmp_path):
+    import subprocess
+    import sys
+
+    from faults import env
+
+    out = open(tmp_path / "export.out", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "train", "export", run.name, "--runs-dir", str(run.parent)],
+        cwd=tmp_path,
+        stdout=out,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    out.close()
+    return proc
+
+
+def _staging(run):
+    return [p for p in run.iterdir() if p.name.startswith(f"export{TMP_MARK}")]
+
+
+@pytest.mark.slow
+def test_sigterm_on_the_export_command_exits_75_and_leaves_no_staging_folder(recorded_run, tmp_path):
+    import signal
+
+    from faults import wait_until
+
+    before = _old_export(recorded_run)
+    proc = _start_export(recorded_run, tmp_path)
+    assert wait_until(lambda: bool(_staging(recorded_run)), proc), proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith("Interrupted: export stopped by SIGTERM: the previous export is unchanged")
+    assert not _staging(recorded_run) and _tree(recorded_run / "export") == before
+
+
+@pytest.mark.slow
+def test_a_staging_folder_left_by_sigkill_is_removed_by_the_next_export(recorded_run, tmp_path):
+    import signal
+
+    from faults import wait_until
+
+    _old_export(recorded_run)
+    proc = _start_export(recorded_run, tmp_path)
+    assert wait_until(lambda: bool(_staging(recorded_run)), proc), proc.communicate()
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=120)
+    (left,) = _staging(recorded_run)
+    again = _start_export(recorded_run, tmp_path)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert not left.exists() and not _staging(recorded_run)
+    assert read_json(recorded_run / "export" / "source.json")["weights"]["epoch"] == 1
+
+
+@pytest.mark.slow
+def test_fit_removes_staging_folders_left_in_its_run(tmp_path):
+    from helpers import tiny_settings
+
+    from train.fit import train
+    from train.rundir import list_run_dirs
+
+    settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
+    train(settings)
+    (run,) = list_run_dirs(tmp_path / "runs")
+    stale = run / f"export{TMP_MARK}0badf00d"
+    (stale / "savedmodel").mkdir(parents=True)
+    train(settings, resume=run.name)
+    assert not stale.exists()
+
+
+def test_ctrl_c_on_the_export_command_is_the_same_interruption(run_dir, monkeypatch):
+    import signal
+
+    def interrupted(model, path, work):
+        signal.raise_signal(signal.SIGINT)
+        return 0.0
+
+    monkeypatch.setattr(export, "check_parity", interrupted)
+    with pytest.raises(Interrupted, match="export stopped by SIGINT"):
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_inside_fit_signals_stay_with_the_stop_flag(run_dir, monkeypatch):
+    import signal
+
+    from train.stopping import StopFlag
+
+    seen = []
+    monkeypatch.setattr(export, "check_parity", lambda *a: seen.append(signal.getsignal(signal.SIGTERM)) or 0.0)
+    stop = StopFlag(0)
+    with stop.installed():
+        handler = signal.getsignal(signal.SIGTERM)
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert seen == [handler]
+
+
+def test_a_signal_while_waiting_for_the_parity_process_stops_at_once(run_dir, monkeypatch):
+    import signal
+
+    def waiting(cmd, **kw):  # subprocess.run kills its child when the wait is interrupted by an exception
+        signal.raise_signal(signal.SIGTERM)
+        pytest.fail("the wait for the parity process went on after SIGTERM")
+
+    monkeypatch.setattr(export.subprocess, "run", waiting)
+    with pytest.raises(Interrupted, match="export stopped by SIGTERM"):
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]

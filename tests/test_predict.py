@@ -69,3 +69,206 @@ def test_predict_with_the_export_names_classes_from_the_manifest(run_dir, tmp_pa
     (run / "manifest.json").write_text(json.dumps({"data": data}))
     with pytest.raises(ExportError, match="predicts 3 classes but the run has 2.*python -m train export"):
         predict_files(run, [_png(tmp_path / "a.png", 0)])
+
+
+# -- bad image files, a damaged or stale export ---------------------------------------------------
+@pytest.fixture
+def no_hang():
+    """A safety net: a read that blocks (a FIFO) fails the test instead of hanging the suite."""
+    import signal
+
+    def hung(*_):
+        raise TimeoutError("predict blocked")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_fifo_among_the_images_is_refused_without_blocking_and_the_others_are_predicted(run_dir, tmp_path, no_hang):
+    import os
+
+    run, _ = run_dir
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    files = [_png(tmp_path / "a.png", 0), str(fifo), str(tmp_path), _png(tmp_path / "b.png", 200)]
+    rows = predict_files(run, files)
+    assert [r["file"] for r in rows] == files
+    assert "class" in rows[0] and "class" in rows[3]
+    assert str(rows[1]["error"]) == f"{fifo} is a named pipe (FIFO), not an image file; give regular image files " + (
+        "(JPEG, PNG, GIF (first frame) or BMP)"
+    )
+    assert str(rows[2]["error"]).startswith(f"{tmp_path} is a directory, not an image file")
+    odd = tmp_path / "two\nlines.png"
+    odd.write_text("no image")
+    (row,) = predict_files(run, [str(odd)])
+    assert "\n" not in str(row["error"]) and str(row["error"]).startswith(f"{tmp_path}/two\\nlines.png: not a")
+
+
+def test_an_unreadable_image_is_one_data_error_line(run_dir, tmp_path, monkeypatch):
+    import os
+
+    from train import predict
+
+    run, _ = run_dir
+    locked = _png(tmp_path / "locked.png", 10)
+    real_open = os.open
+
+    def denied(path, *a, **k):  # chmod 000: what a user who is not root gets (root reads anything)
+        if str(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(predict.os, "open", denied)
+    (row,) = predict_files(run, [locked])
+    assert str(row["error"]) == f"{locked} cannot be read (permission denied): `chmod +r` it or run as its owner"
+
+
+@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root reads a mode-000 file")
+def test_a_mode_000_image_is_refused(run_dir, tmp_path):
+    run, _ = run_dir
+    locked = _png(tmp_path / "locked.png", 10)
+    (tmp_path / "locked.png").chmod(0)
+    (row,) = predict_files(run, [locked])
+    assert "cannot be read (permission denied)" in str(row["error"])
+
+
+def test_the_command_reports_each_bad_file_and_predicts_the_others_exit_3(run_dir, tmp_path, capsys):
+    from train import cli
+
+    run, _ = run_dir
+    (tmp_path / "text.png").write_text("not an image")
+    good = _png(tmp_path / "good.png", 100)
+    argv = ["predict", run.name, str(tmp_path / "missing.png"), good, str(tmp_path / "text.png")]
+    assert cli.main([*argv, "--runs-dir", str(run.parent)]) == 3
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0].startswith(good) and len(out.splitlines()) == 1
+    errors = [line for line in err.splitlines() if line.startswith("DataError: ")]
+    assert len(errors) == 2
+    assert errors[0].startswith(f"DataError: {tmp_path / 'missing.png'} does not exist")
+    assert errors[1].startswith(f"DataError: {tmp_path / 'text.png'}: not a readable image")
+
+
+def test_columns_line_up_whatever_the_names():
+    rows = [
+        {"file": "a.png", "class": "cat", "probability": 0.5},
+        {"file": "some/very/long/folder/name/b.png", "class": "hippopotamus", "probability": 0.98765},
+        {"file": "猫の写真.png", "class": "dog", "probability": 1.0},
+        {"file": "new\nline.png", "class": "eel", "probability": 0.25},
+        {"file": "bad.png", "error": ValueError("left out")},
+    ]
+    lines = format_predictions(rows).splitlines()
+    # The bad file is reported on stderr instead; a newline in a name is shown escaped; a wide
+    # (CJK) character takes two columns, as in a terminal.
+    assert lines == [
+        "a.png" + " " * 27 + "  cat           0.5000",
+        "some/very/long/folder/name/b.png  hippopotamus  0.9877",
+        "猫の写真.png" + " " * 20 + "  dog           1.0000",
+        "new\\nline.png" + " " * 19 + "  eel           0.2500",
+    ]
+
+
+def _lines(caplog):
+    """Each record once (a handler another test left on the logger would show it twice)."""
+    return list({id(r): r.getMessage() for r in caplog.records}.values())
+
+
+def _export(run, model, source=None):
+    from train.export import write_savedmodel, write_source
+    from train.rundir import ExportDir
+
+    exp = ExportDir(run / "export")
+    write_savedmodel(model, exp.savedmodel)
+    exp.labels.write_text("cat\ndog\neel\n")
+    write_source(exp, source)
+    return exp
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["with-source.json", "older-export"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda sm: (sm / "saved_model.pb").write_bytes((sm / "saved_model.pb").read_bytes()[:100]),
+        lambda sm: (sm / "variables" / "variables.index").unlink(),
+        lambda sm: (sm / "variables" / "variables.index").write_bytes(b"\0" * 10),
+        lambda sm: (sm / "saved_model.pb").unlink(),
+    ],
+    ids=["truncated-pb", "no-index", "garbage-index", "no-pb"],
+)
+def test_a_damaged_export_is_one_line_naming_it_and_the_fix(run_dir, tmp_path, capsys, recorded, damage):
+    from train import cli
+
+    run, model = run_dir
+    exp = _export(run, model)
+    if not recorded:
+        exp.source.unlink()
+    damage(exp.savedmodel)
+    argv = ["predict", run.name, _png(tmp_path / "a.png", 0), "--runs-dir", str(run.parent)]
+    assert cli.main(argv) == 8
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if not x.startswith("WARNING")]
+    assert line.startswith(f"ExportError: the export of run {run.name}")
+    assert line.endswith(f"export it again with `python -m train export {run.name}`")
+
+
+def test_a_bit_flip_in_the_exported_variables_is_caught_by_source_json(run_dir, tmp_path):
+    from train.errors import ExportError
+
+    run, model = run_dir
+    exp = _export(run, model)
+    data = exp.savedmodel / "variables" / "variables.data-00000-of-00001"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    data.write_bytes(bytes(raw))
+    with pytest.raises(ExportError, match=f"is damaged: {data} has sha256"):
+        predict_files(run, [_png(tmp_path / "a.png", 0)])
+
+
+def test_an_export_older_than_the_runs_best_weights_says_so_in_one_warning(run_dir, tmp_path, caplog, monkeypatch):
+    import logging
+
+    from train.weights import save_weights, verify
+
+    run, model = run_dir
+    save_weights(model, run / "best.weights.h5", epoch=1)
+    _export(run, model, verify(run, run / "best.weights.h5"))
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        predict_files(run, [_png(tmp_path / "a.png", 0)])
+        assert _lines(caplog) == []  # up to date: nothing to say
+        newer = build_model("cnn", (28, 28, 1), 3)
+        save_weights(newer, run / "best.weights.h5", epoch=3)  # a resume with EXPORT=false trained on
+        rows = predict_files(run, [_png(tmp_path / "a.png", 0)])
+    (line,) = _lines(caplog)
+    assert line == (
+        f"WARNING: the export of run {run.name} was made from best.weights.h5 of epoch 1, but the run's weights are "
+        f"now best.weights.h5 (epoch 3): these predictions come from the older weights; bring it up to date with "
+        f"`python -m train export {run.name}`"
+    )
+    assert "class" in rows[0]  # still answered, from the export
+
+
+def test_an_export_that_records_no_source_is_used_with_one_warning(run_dir, tmp_path, caplog, monkeypatch):
+    import logging
+
+    run, model = run_dir
+    _export(run, model).source.unlink()
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        predict_files(run, [_png(tmp_path / "a.png", 0)])
+    (line,) = _lines(caplog)
+    assert line.startswith(f"WARNING: the export of run {run.name} does not record the weights it was made from")
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"weights\n", b"\x89HDF\r\n\x1a\n" + b"\0" * 40], ids=["empty", "text", "cut"]
+)
+def test_predict_without_an_export_and_damaged_best_weights_is_one_line_exit_4(run_dir, tmp_path, capsys, content):
+    from train import cli
+
+    run, _ = run_dir
+    (run / "best.weights.h5").write_bytes(content)
+    assert cli.main(["predict", run.name, _png(tmp_path / "a.png", 0), "--runs-dir", str(run.parent)]) == 4
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if not x.startswith("WARNING")]
+    assert line.startswith(f"WeightsError: run {run.name}: {run / 'best.weights.h5'} does not load: it is ")

@@ -233,10 +233,16 @@ def run(argv: Sequence[str]) -> int:
             report = export_run(run_dir)
         print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
         return 0
+    from .errors import DataError
     from .predict import format_predictions, predict_files
 
-    print(format_predictions(predict_files(run_dir, args.images)))
-    return 0
+    rows = predict_files(run_dir, args.images)
+    if any("error" not in r for r in rows):
+        print(format_predictions(rows))
+    bad = [r["error"] for r in rows if "error" in r]
+    for exc in bad:  # each bad file is one line; the others are still predicted
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    return DataError.exit_code if bad else 0
 
 
 # Stopped early with a resumable state saved (signal or MAX_MINUTES): the documented "try again".

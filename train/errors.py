@@ -87,6 +87,13 @@ class NoWeightsError(CheckpointError):
     kind = "no-weights"
 
 
+class WeightsError(CheckpointError):
+    """A weights file (best/final.weights.h5) whose bytes differ from the sha256 recorded when it was
+    written, or that does not load (empty, truncated, text): never loaded, the fix names a fallback."""
+
+    kind = "weights"
+
+
 class DivergedError(TemplateError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 

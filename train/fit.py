@@ -77,7 +77,9 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
 
         with _cluster_errors(setup):
             sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
-    removed = clean_stale_temp(run_dir)
+    from .export import clean_stale_exports  # a staging folder left by a SIGKILL during the last export
+
+    removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
     log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", run_dir)
     for p in removed:
         log.info("removed a temp file left by an interrupted write: %s", p.name)

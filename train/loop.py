@@ -453,9 +453,9 @@ class EpochLoop:
         if _improved(value, self.state.best, self.mode):
             self.state.best = value
             if self.chief:
-                from .rundir import atomic_write
+                from .weights import save_weights
 
-                atomic_write(self.files.best_weights, self.model.save_weights, size_hint=_weights_bytes(self.model))
+                save_weights(self.model, self.files.best_weights, epoch + 1, size_hint=_weights_bytes(self.model))
         counted = self.state.to_dict()
         self.patience.update(counted, value)  # before the save: the count survives a stop
         self.state.patience_reference, self.state.patience_wait = (
@@ -504,9 +504,9 @@ class EpochLoop:
         log.debug("checkpoint %s (%s)", path.name, why)
 
     def _finish(self, result: Result) -> Result:
-        from .rundir import atomic_write
+        from .weights import save_weights
 
-        atomic_write(self.files.final_weights, self.model.save_weights, size_hint=_weights_bytes(self.model))
+        save_weights(self.model, self.files.final_weights, self.state.epoch, size_hint=_weights_bytes(self.model))
         update_manifest(
             self.files.manifest,
             final_weights_sha256=result.final_weights_sha256,

@@ -70,6 +70,8 @@ NO_BUILD_COMMIT = (
     "GIT_COMMIT was not set when this image was built: rebuild it with `invoke build` (or `invoke train`, "
     "which pass it), or `GIT_COMMIT=$(git rev-parse HEAD) docker compose build`"
 )
+
+
 def dirty_warning(manifest: dict[str, Any]) -> str | None:
     """One line when the run's code has uncommitted changes: no commit holds what it trains with."""
     git = manifest.get("git") or {}

@@ -365,6 +365,9 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
     run_dir = run_dir.resolve()  # the rerun starts in another folder: every path it gets is absolute
     orig_m, orig_c = read_record(run_dir)
     rows = check_record(run_dir, orig_m, orig_c)  # every file of the record, before anything slow
+    from .weights import verify_all
+
+    verify_all(run_dir)  # the original's weights must be what it wrote
     if epochs is not None and epochs < 1:
         raise ReproduceError(f"--epochs {epochs}: give a number of epochs of at least 1")
     if epochs and epochs > int(orig_c.get("epochs") or 0):

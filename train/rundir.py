@@ -49,6 +49,7 @@ class ExportDir:
     keras = property(lambda self: self.path / "model.keras")
     labels = property(lambda self: self.path / "labels.txt")  # a copy of the run's class names
     parity = property(lambda self: self.path / "parity.json")
+    source = property(lambda self: self.path / "source.json")  # the weights it came from, its files' sha256
 
 
 @dataclass(frozen=True)

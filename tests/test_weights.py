@@ -1,0 +1,223 @@
+"""Weights files: the sha256 recorded when written, checked before export, predict and reproduce."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import keras
+import numpy as np
+import pytest
+
+from train import weights
+from train.errors import StorageError, WeightsError
+from train.rundir import read_json
+
+
+def _model(seed: int = 0):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input(shape=(6, 6, 1), name="image")
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs))
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(x))
+
+
+@pytest.fixture
+def run(tmp_path):
+    run = tmp_path / "20260101-000000-000001"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    return run
+
+
+@pytest.fixture
+def warnings(monkeypatch, caplog):
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    caplog.set_level(logging.WARNING, logger="train")
+    return caplog
+
+
+def _flip_a_bit(path, at: int = -100):
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x04
+    path.write_bytes(bytes(data))
+
+
+def test_each_write_records_the_files_sha256_epoch_and_the_one_it_replaces(run):
+    best = run / "best.weights.h5"
+    first = weights.save_weights(_model(0), best, epoch=1)
+    second = weights.save_weights(_model(1), best, epoch=3)
+    recorded = read_json(run / "manifest.json")["weights"]["best.weights.h5"]
+    assert recorded == second and recorded["sha256"] == weights.sha256_of(best) and recorded["epoch"] == 3
+    assert recorded["bytes"] == best.stat().st_size
+    assert recorded["previous"] == {"sha256": first["sha256"], "bytes": first["bytes"], "epoch": 1}
+    assert read_json(run / "manifest.json")["status"] == "completed"  # the rest of the manifest is kept
+    assert weights.verify(run, best) == {"file": "best.weights.h5", "sha256": second["sha256"], "epoch": 3}
+
+
+def test_a_flipped_bit_is_refused_naming_the_file_and_both_hashes(run):
+    best = run / "best.weights.h5"
+    written = weights.save_weights(_model(), best, epoch=2)
+    _flip_a_bit(best)
+    with pytest.raises(WeightsError) as info:
+        weights.verify(run, best)
+    msg = str(info.value)
+    assert info.value.exit_code == 4 and "\n" not in msg
+    assert str(best) in msg and written["sha256"] in msg and weights.sha256_of(best) in msg
+    assert "epoch 2" in msg and "restore it from a backup" in msg
+
+
+def test_a_kill_between_the_record_and_the_rename_leaves_the_older_file_which_still_verifies(run, monkeypatch):
+    best = run / "best.weights.h5"
+    first = weights.save_weights(_model(0), best, epoch=1)
+
+    import os
+
+    replace = os.replace
+
+    def killed(src, dst):  # the record of the new file is written; its rename never happens
+        if str(dst).endswith(".weights.h5"):
+            raise OSError(5, "Input/output error")
+        replace(src, dst)
+
+    monkeypatch.setattr("train.rundir.os.replace", killed)
+    with pytest.raises(StorageError):
+        weights.save_weights(_model(1), best, epoch=2)
+    monkeypatch.undo()
+    assert read_json(run / "manifest.json")["weights"]["best.weights.h5"]["epoch"] == 2
+    assert weights.verify(run, best) == {"file": "best.weights.h5", "sha256": first["sha256"], "epoch": 1}
+
+
+def test_a_run_written_before_hashes_were_kept_is_used_with_one_warning(run, warnings):
+    best = run / "best.weights.h5"
+    _model().save_weights(best)
+    assert weights.verify(run, best) == {"file": best.name, "sha256": weights.sha256_of(best), "epoch": None}
+    (line,) = {id(r): r.getMessage() for r in warnings.records}.values()
+    assert line.startswith(f"WARNING: run {run.name}: best.weights.h5 has no recorded sha256")
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda p: p.write_bytes(b""), "it is empty (0 bytes)"),
+        (lambda p: p.write_text("not weights\n"), "it is text, not an HDF5 weights file"),
+        (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), "it is an HDF5 file that does not load"),
+        (lambda p: p.write_bytes(b"\x00\xff" * 64), "it is not an HDF5 weights file"),
+    ],
+    ids=["empty", "text", "truncated", "binary"],
+)
+def test_a_weights_file_that_does_not_load_is_one_line_naming_it_and_the_fallback(run, damage, says, warnings):
+    best, final = run / "best.weights.h5", run / "final.weights.h5"
+    weights.save_weights(_model(1), final, epoch=4)
+    _model(0).save_weights(best)  # written before hashes were kept: nothing to compare, so it is loaded
+    damage(best)
+    with pytest.raises(WeightsError) as info:
+        weights.load_weights(_model(2), run, best)
+    msg = str(info.value)
+    assert info.value.exit_code == 4 and "\n" not in msg and f"{best} does not load: {says}" in msg
+    assert f"`mv {best} {best}.damaged`" in msg and "to use final.weights.h5 (epoch 4), which is intact" in msg
+
+
+def test_with_a_record_a_damaged_file_is_refused_before_it_is_read(run, monkeypatch):
+    best = run / "best.weights.h5"
+    weights.save_weights(_model(), best, epoch=1)
+    best.write_bytes(b"")
+    model = _model()
+    monkeypatch.setattr(model, "load_weights", lambda p: pytest.fail("a damaged file must not be loaded"))
+    with pytest.raises(WeightsError, match="has sha256 e3b0c442"):
+        weights.load_weights(model, run, best)
+
+
+def test_without_an_intact_weights_file_the_latest_checkpoint_is_named(run):
+    from train import checkpoints
+
+    best = run / "best.weights.h5"
+    weights.save_weights(_model(), best, epoch=1)
+    _flip_a_bit(best)
+    model = _model()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.optimizer.build(model.trainable_variables)
+    (run / "checkpoints").mkdir()
+    checkpoints.save_state(run / "checkpoints", model, {"epoch": 1, "step": 0, "global_step": 7}, keep=2)
+    with pytest.raises(WeightsError) as info:
+        weights.verify(run, best)
+    assert "latest checkpoint ckpt-000000007.npz (epoch 1) still holds its weights" in str(info.value)
+    assert f"--resume {run.name} --epochs 1" in str(info.value)
+
+
+def test_an_unreadable_weights_file_is_a_weights_error(run, monkeypatch):
+    best = run / "best.weights.h5"
+    weights.save_weights(_model(), best, epoch=1)
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(weights, "sha256_of", denied)
+    with pytest.raises(WeightsError, match="cannot be read \\(Permission denied\\)"):
+        weights.verify(run, best)
+
+
+def test_reproduce_verifies_the_original_weights_first(tmp_path):
+    from helpers import write_run_records
+
+    from train.reproduce import reproduce
+
+    run = write_run_records(tmp_path / "runs" / "20260101-000000-000002")
+    final = run / "final.weights.h5"
+    weights.save_weights(_model(), final, epoch=5)
+    _flip_a_bit(final)
+    with pytest.raises(WeightsError, match="final.weights.h5 has sha256"):
+        reproduce(run, tmp_path, say=lambda line: None)
+
+
+def test_the_weights_the_loop_writes_are_recorded(tmp_path):
+    """best (each improvement) and final weights of a real 1-epoch run carry their recorded sha256."""
+    from train.fit import train
+    from train.rundir import list_run_dirs
+
+    pytest.importorskip("helpers")
+    from helpers import tiny_settings
+
+    settings = tiny_settings(tmp_path, epochs=1, export=False, model="cnn", report="off")
+    train(settings)
+    (run,) = list_run_dirs(tmp_path / "runs")
+    recorded = read_json(run / "manifest.json")["weights"]
+    for name in ("best.weights.h5", "final.weights.h5"):
+        assert recorded[name]["sha256"] == weights.sha256_of(run / name) and recorded[name]["epoch"] == 1
+    assert np.isfinite(recorded["best.weights.h5"]["bytes"])
+
+
+@pytest.mark.slow
+def test_the_checkpoint_fallback_the_message_gives_works(tmp_path):
+    """Both weights files damaged: doing what the message says writes intact final weights again."""
+    import re
+    import shlex
+    import subprocess
+
+    from helpers import tiny_settings
+
+    from train.export import rebuild_model
+    from train.fit import train
+    from train.rundir import list_run_dirs
+
+    settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
+    train(settings)
+    (run,) = list_run_dirs(tmp_path / "runs")
+    (run / "best.weights.h5").write_text("overwritten\n")
+    (run / "final.weights.h5").write_bytes(b"")
+    with pytest.raises(WeightsError) as info:
+        rebuild_model(run)
+    msg = str(info.value)
+    for command in re.findall(r"`(mv [^`]+)`", msg):
+        subprocess.run(shlex.split(command), check=True)
+    assert f"--resume {run.name} --epochs 1" in msg
+    train(settings, resume=run.name)
+    model, _, source = rebuild_model(run)
+    assert source["file"] == "final.weights.h5" and source["epoch"] == 1
+
+
+def test_a_run_without_records_gets_one_warning_for_all_its_weights(run, warnings):
+    _model(0).save_weights(run / "best.weights.h5")
+    _model(1).save_weights(run / "final.weights.h5")
+    assert [r["file"] for r in weights.verify_all(run)] == ["best.weights.h5", "final.weights.h5"]
+    (line,) = {id(r): r.getMessage() for r in warnings.records}.values()
+    assert "best.weights.h5 and final.weights.h5 have no recorded sha256" in line and "they are used" in line
