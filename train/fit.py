@@ -46,10 +46,15 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
         cluster = check_cluster(settings, os.environ)
         setup = None
         if cluster.multi:
-            from . import devices
+            from .join import wait_for_workers
 
             setup_logging(None, prefix=f"[worker {cluster.index}] ")
-            setup = devices.setup_devices(settings, cluster)  # joins the cluster: waits for every worker
+            log.warning(cluster.exposure_warning())
+            # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
+            wait_for_workers(cluster, settings.join_timeout, stop, cluster.source)
+            from . import devices
+
+            setup = devices.setup_devices(settings, cluster)  # TensorFlow's join: every worker is up by now
             _route_signals_again()
             if not cluster.is_chief:
                 with _cluster_errors(setup):
