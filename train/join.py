@@ -113,6 +113,7 @@ class _Listener:
                     conn.settimeout(LINE_SECONDS)
                     conn.sendall(_line(self.cluster))
                     got = _parse(_read_line(conn))
+                    conn.recv(1)  # the other end closes first: no TIME_WAIT left on this port for TensorFlow
                 except OSError:
                     continue
             # A worker of another cluster (another digest) is not one of ours: it refuses itself.
