@@ -137,7 +137,18 @@ def test_a_worker_started_with_another_cluster_is_refused():
 
 
 # -- through the command line ---------------------------------------------------------------------
-def _start(tmp_path: Path, **extra: str) -> tuple[subprocess.Popen, list[int]]:
+@pytest.fixture
+def started():
+    """Processes a test started: killed at the end if a failed test left them running."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _start(started, tmp_path: Path, **extra: str) -> tuple[subprocess.Popen, list[int]]:
     ports = free_local_ports(2)
     out = open(tmp_path / "out.txt", "w")
     proc = subprocess.Popen(
@@ -148,6 +159,7 @@ def _start(tmp_path: Path, **extra: str) -> tuple[subprocess.Popen, list[int]]:
         env=env(WORKERS=f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}", WORKER_INDEX="0", **extra),
     )
     out.close()
+    started.append(proc)
     return proc, ports
 
 
@@ -162,8 +174,8 @@ def _wait_for_line(proc, path: Path, words: str) -> str:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_while_the_other_worker_is_missing_exits_75(tmp_path, sig):
-    proc, ports = _start(tmp_path)
+def test_a_signal_while_the_other_worker_is_missing_exits_75(started, tmp_path, sig):
+    proc, ports = _start(started, tmp_path)
     text = _wait_for_line(proc, tmp_path / "out.txt", "waiting for")
     assert f"waiting for worker 1 (127.0.0.1:{ports[1]}) to start" in text, text
     assert "of every network interface" in text  # the exposure warning, once
@@ -176,8 +188,8 @@ def test_a_signal_while_the_other_worker_is_missing_exits_75(tmp_path, sig):
     assert not (tmp_path / "runs").exists()  # nothing was written
 
 
-def test_join_timeout_exits_11_naming_the_missing_worker(tmp_path):
-    proc, ports = _start(tmp_path, JOIN_TIMEOUT="0.5")
+def test_join_timeout_exits_11_naming_the_missing_worker(started, tmp_path):
+    proc, ports = _start(started, tmp_path, JOIN_TIMEOUT="0.5")
     assert proc.wait(timeout=HANG_GUARD) == WorkersMissingError.exit_code
     lines = (tmp_path / "out.txt").read_text().strip().splitlines()
     assert lines[-1].startswith(f"WorkersMissingError: worker 1 (127.0.0.1:{ports[1]}) did not start within")
