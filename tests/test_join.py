@@ -217,3 +217,36 @@ def test_a_port_in_use_exits_2_with_one_line_before_tensorflow(tmp_path):
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"PortInUseError: WORKERS: this worker's address 127.0.0.1:{ports[0]}: port {ports[0]}")
     assert "stop it, or give this worker a free port" in line
+
+
+TAKEN_AFTER_THE_JOIN = """
+import socket, sys
+from train.cluster import from_workers
+from train.errors import PortInUseError
+cluster = from_workers(sys.argv[1], 0)
+other = socket.socket()
+other.bind(("127.0.0.1", cluster.port))
+other.listen()
+from train import devices
+try:
+    devices._join_cluster(cluster)
+except PortInUseError as exc:
+    print(f"{type(exc).__name__}: {exc}")
+"""
+
+
+@pytest.mark.slow
+def test_a_port_taken_between_the_join_and_tensorflow_is_the_same_one_line(tmp_path):
+    ports = free_local_ports(2)
+    workers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
+    proc = subprocess.run(
+        [sys.executable, "-c", TAKEN_AFTER_THE_JOIN, workers],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=HANG_GUARD * 3,
+    )
+    assert f"PortInUseError: WORKERS: this worker's address 127.0.0.1:{ports[0]}: port {ports[0]} is in use" in (
+        proc.stdout
+    ), proc.stdout + proc.stderr[-3000:]
