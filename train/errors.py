@@ -184,4 +184,5 @@ EXIT_CODES = {
     10: "reproduce: the rerun does not match the original",
     11: "several workers: another worker died or stopped answering; restart all of them with RESUME=auto",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
+    130: "a second Ctrl-C: stopped at once, without the save; the last saved state is kept",
 }
