@@ -121,6 +121,30 @@ def test_another_program_on_a_workers_port_is_not_taken_for_the_worker(train_log
     assert f"another program answers at worker 1 (127.0.0.1:{ports[1]})" in train_log.text
 
 
+# The first bytes TensorFlow's gRPC server sends on a new connection (an HTTP/2 SETTINGS frame).
+GRPC_HELLO = bytes.fromhex(
+    "000018040000000000000400400000000500400000000600004000fe0300000001000004080000000000003f0001"
+)
+
+
+def test_a_worker_already_in_tensorflows_join_counts_as_started(train_log):
+    # It met this worker's earlier self, which was restarted since: joining it is how the pair recovers.
+    ports = free_local_ports(2)
+    with socket.socket() as tensorflow:
+        tensorflow.bind(("127.0.0.1", ports[0]))
+        tensorflow.listen()
+
+        def answer():
+            conn, _ = tensorflow.accept()
+            with conn:
+                conn.sendall(GRPC_HELLO)
+                conn.recv(1)
+
+        threading.Thread(target=answer, daemon=True).start()
+        join.wait_for_workers(_cluster(ports, 1), HANG_GUARD, StopFlag(), "WORKERS")
+    assert "joined: every worker of 2 has started" in train_log.text
+
+
 def test_a_worker_started_with_another_cluster_is_refused():
     p0, p1, p2 = free_local_ports(3)
     theirs = _cluster([p0, p2], 0)  # listens on p0, but its cluster is another list

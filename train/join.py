@@ -50,13 +50,20 @@ def _parse(raw: bytes) -> tuple[int, str, str] | None:
 
 
 def _read_line(conn: socket.socket) -> bytes:
-    data = b""
-    while not data.endswith(b"\n") and len(data) < 512:
+    """Our line, or the first bytes of whatever else answers."""
+    magic = MAGIC.encode()
+    data = conn.recv(512)
+    while data and data[: len(magic)] == magic[: len(data)] and not data.endswith(b"\n") and len(data) < 512:
         chunk = conn.recv(512)
         if not chunk:
             break
         data += chunk
     return data
+
+
+def _is_grpc(data: bytes) -> bool:
+    """An HTTP/2 SETTINGS frame on stream 0: what TensorFlow's gRPC server sends first on a connection."""
+    return len(data) >= 9 and data[3] == 0x04 and data[5:9] == b"\0\0\0\0"
 
 
 def _bind(port: int) -> socket.socket:
@@ -132,14 +139,17 @@ class _Listener:
 
 
 def _probe(cluster: Cluster, j: int, name: str) -> str:
-    """'met', 'absent' (nothing listens there yet) or 'foreign' (something else answers)."""
+    """'met' (ours, or TensorFlow's server), 'absent' (nothing listens there yet) or 'foreign'."""
     host, port = cluster.workers[j].rsplit(":", 1)
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS) as conn:
             conn.settimeout(LINE_SECONDS)
-            got = _parse(_read_line(conn))
+            first = _read_line(conn)
+            got = _parse(first)
             if got is None:
-                return "foreign"
+                # TensorFlow's server: that worker met everyone and is in TensorFlow's join, waiting
+                # for this one (it was restarted since, or met it a moment ago). Anything else is not ours.
+                return "met" if _is_grpc(first) else "foreign"
             conn.sendall(_line(cluster))
     except OSError:  # refused, unreachable, a name that does not resolve (yet), timed out
         return "absent"
