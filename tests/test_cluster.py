@@ -49,7 +49,7 @@ def test_tf_config_with_a_chief_job_puts_the_chief_first():
         ("a:1,b:2", 2, "WORKER_INDEX", "0..1"),  # out of range
         ("a:1,b", 0, "WORKERS", "not host:port"),  # missing port
         ("a:1,b:99999", 0, "WORKERS", "outside 1..65535"),
-        ("a:1,a:1", 0, "WORKERS", "twice"),
+        ("a:1,a:1", 0, "WORKERS", "entry 0 (a:1) and entry 1 (a:1) are the same address"),
         ("", 0, "WORKER_INDEX", "only together with WORKERS"),
     ],
 )
@@ -75,6 +75,59 @@ def test_bad_tf_config_names_it(raw, words):
     with pytest.raises(ConfigError) as info:
         from_tf_config(raw)
     assert info.value.name == "TF_CONFIG" and words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "workers, first, second",
+    [
+        ("LOCALHOST:2222,localhost:2222", "LOCALHOST:2222", "localhost:2222"),  # names ignore case
+        ("h:2222,h:02222", "h:2222", "h:02222"),  # ports are numbers
+        ("127.0.0.1:2222,localhost:2222", "127.0.0.1:2222", "localhost:2222"),  # one loopback
+        ("10.0.0.1:1,[::1]:7,127.0.0.2:7", "[::1]:7", "127.0.0.2:7"),
+        ("a:1,Host.Example.:5,host.example:5", "Host.Example.:5", "host.example:5"),  # a final dot
+        ("[::ffff:10.0.0.1]:3,[::FFFF:a00:1]:3", "[::ffff:10.0.0.1]:3", "[::FFFF:a00:1]:3"),  # one IPv6 address
+    ],
+)
+def test_one_address_written_two_ways_is_refused_naming_both_entries(workers, first, second):
+    with pytest.raises(ConfigError) as info:
+        from_workers(workers, 0)
+    i, j = workers.split(",").index(first), workers.split(",").index(second)
+    assert info.value.name == "WORKERS"
+    assert f"entry {i} ({first}) and entry {j} ({second}) are the same address" in str(info.value)
+
+
+def test_other_hosts_or_ports_are_not_duplicates():
+    assert from_workers("10.0.0.1:2222,10.0.0.2:2222,127.0.0.1:2223,hostA:2222", 0).size == 4
+
+
+def test_the_chief_listed_again_as_a_worker_in_tf_config_is_refused():
+    with pytest.raises(ConfigError) as info:
+        from_tf_config(_tf_config(["w0:1", "C:1"], 0, chief=["c:1"]))
+    assert info.value.name == "TF_CONFIG"
+    assert "cluster.chief[0] (c:1) and cluster.worker[1] (C:1) are the same address" in str(info.value)
+
+
+def test_a_duplicate_address_exits_2_in_one_line_naming_both_entries(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "train", "fit"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(WORKERS="localhost:2222,LOCALHOST:2222", WORKER_INDEX="1", PYTHONPATH=str(PROJECT_ROOT)),
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("ConfigError: WORKERS=") and "entry 0 (localhost:2222) and entry 1 (LOCALHOST:2222)" in line
+
+
+def test_the_exposure_warning_says_every_interface_for_loopback_and_network_clusters():
+    local = from_workers("127.0.0.1:5000,localhost:5001", 1)
+    remote = from_workers("10.0.0.1:2222,10.0.0.2:2222", 0)
+    assert local.on_loopback and not remote.on_loopback
+    assert "port 5001 of every network interface" in local.exposure_warning()
+    assert "loopback addresses, but" in local.exposure_warning()
+    assert "over the network" in remote.exposure_warning() and "port 2222" in remote.exposure_warning()
 
 
 def test_tf_config_and_workers_together_are_refused():

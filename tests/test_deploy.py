@@ -62,7 +62,7 @@ def test_compose_runs_two_workers_of_one_cluster_and_only_the_chief_mounts_runs(
 
 
 def test_tfjob_chief_alone_mounts_runs_and_every_pod_resumes_and_has_time_to_save():
-    job = yamlish.load((ROOT / "deploy" / "k8s" / "tfjob.yaml").read_text())
+    job, _policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "tfjob.yaml").read_text())
     assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "TFJob"
     specs = job["spec"]["tfReplicaSpecs"]
     assert set(specs) == {"Chief", "Worker"} and specs["Chief"]["replicas"] == 1
@@ -87,7 +87,7 @@ def test_tfjob_chief_alone_mounts_runs_and_every_pod_resumes_and_has_time_to_sav
 
 
 def test_indexed_job_builds_the_cluster_from_the_pod_index_behind_a_headless_service():
-    service, job = yamlish.load_all((ROOT / "deploy" / "k8s" / "indexed-job.yaml").read_text())
+    service, job, _policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "indexed-job.yaml").read_text())
     assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"] == {"job-name": job["metadata"]["name"]}
@@ -108,6 +108,50 @@ def test_indexed_job_builds_the_cluster_from_the_pod_index_behind_a_headless_ser
     assert env["RESUME"] == "auto" and env["RUNS_DIR"] == "/runs"
     assert {"/runs", "/data", "/dev/shm"} <= set(_mounts(c))
     assert service["spec"]["ports"][0]["port"] == 2222 == c["ports"][0]["containerPort"]
+
+
+# TensorFlow's training server listens on every interface, unauthenticated, whatever address the
+# cluster names: every launcher keeps the port unreachable from outside the training cluster.
+def test_compose_workers_publish_no_port_and_share_an_internal_network_only():
+    doc = yamlish.load((ROOT / "docker-compose.multiworker.yml").read_text())
+    assert doc["networks"] == {"default": {"internal": True}}
+    for name, svc in doc["services"].items():
+        assert "ports" not in svc and "expose" not in svc, name
+        assert "network_mode" not in svc and set(svc.get("networks", ["default"])) == {"default"}, name
+
+
+def _training_ports(pod_spec) -> set[int]:
+    return {p["containerPort"] for c in pod_spec["containers"] for p in c.get("ports", [])}
+
+
+def _only_from_themselves(policy, labels: dict, ports: set[int]) -> None:
+    spec = policy["spec"]
+    assert policy["kind"] == "NetworkPolicy" and policy["apiVersion"] == "networking.k8s.io/v1"
+    assert spec["podSelector"] == {"matchLabels": labels} and "Ingress" in spec["policyTypes"]
+    assert spec["ingress"], "an empty ingress list would let nothing in, not even the other workers"
+    for rule in spec["ingress"]:
+        assert rule["from"] == [{"podSelector": {"matchLabels": labels}}], rule  # no ipBlock, no namespace
+        assert {p["port"] for p in rule["ports"]} <= ports and all(p["protocol"] == "TCP" for p in rule["ports"])
+
+
+def test_tfjob_pods_accept_the_training_port_only_from_each_other():
+    job, policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "tfjob.yaml").read_text())
+    ports = set().union(*(_training_ports(s["template"]["spec"]) for s in job["spec"]["tfReplicaSpecs"].values()))
+    # The training operator labels every pod of the TFJob with its name.
+    _only_from_themselves(policy, {"training.kubeflow.org/job-name": job["metadata"]["name"]}, ports)
+
+
+def test_indexed_job_pods_accept_the_training_port_only_from_each_other():
+    service, job, policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "indexed-job.yaml").read_text())
+    labels = {"job-name": job["metadata"]["name"]}  # the Job controller's label, as the Service selects
+    assert service["spec"]["selector"] == labels
+    _only_from_themselves(policy, labels, _training_ports(job["spec"]["template"]["spec"]))
+
+
+def test_every_kubernetes_manifest_has_its_network_policy():
+    for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml")):
+        kinds = [d["kind"] for d in yamlish.load_all(path.read_text())]
+        assert "NetworkPolicy" in kinds, path.name
 
 
 def test_documented_exit_codes_match_the_package():

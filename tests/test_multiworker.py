@@ -17,7 +17,7 @@ from faults import env, fit_flags, manifest, only_run, wait_until
 from helpers import make_npz
 
 from train.cluster import free_local_ports
-from train.errors import WorkerLostError
+from train.errors import DataError, WorkerLostError
 
 pytestmark = pytest.mark.slow
 
@@ -32,17 +32,26 @@ def data(tmp_path_factory):
     return make_npz(tmp_path_factory.mktemp("data"))
 
 
-def start_workers(tmp_path: Path, data: Path, n: int = 2, extra: list[str] | None = None, **changes):
-    """n `python -m train fit` processes, one cluster; each in tmp_path/w<i> with its own RUNS_DIR."""
+def start_workers(
+    tmp_path: Path,
+    data: Path | list[Path],
+    n: int = 2,
+    extra: list[str] | None = None,
+    scripts: dict[int, str] | None = None,
+    **changes,
+):
+    """n `python -m train fit` processes, one cluster; each in tmp_path/w<i> with its own RUNS_DIR
+    (and its own data set when `data` is a list of them; worker i runs `python -c scripts[i] fit ...`)."""
     workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(n))
     procs = []
     for i in range(n):
         cwd = tmp_path / f"w{i}"
         cwd.mkdir(exist_ok=True)
         out = open(cwd / "out.txt", "a")
-        flags = fit_flags(cwd, data, **{**RUN, **changes})
+        flags = fit_flags(cwd, data[i] if isinstance(data, list) else data, **{**RUN, **changes})
+        start = ["-c", scripts[i]] if scripts and i in scripts else ["-m", "train"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "train", "fit", *flags, *(extra or [])],
+            [sys.executable, *start, "fit", *flags, *(extra or [])],
             cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -210,3 +219,36 @@ def test_sigkill_of_the_chief_ends_the_worker_with_one_line(data, tmp_path):
     procs[0].kill()
     assert procs[1].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[1])[-3000:]
     assert "WorkerLostError: worker 0 of 2" in text(procs[1]) and "Traceback" not in text(procs[1])
+
+
+def test_a_worker_with_other_data_than_the_chief_is_refused_on_every_worker(data, tmp_path):
+    other = make_npz(tmp_path, "other.npz", seed=1)  # same shape and classes, other examples
+    procs = start_workers(tmp_path, [data, other])
+    assert wait_all(procs) == [DataError.exit_code] * 2, [text(p)[-3000:] for p in procs]
+    chief, worker = text(procs[0]), text(procs[1])
+    assert "DataError: worker 1 reads other data than the chief" in worker
+    assert "DataError: worker 1 of 2 read(s) other data than the chief" in chief
+    assert "Traceback" not in chief + worker
+    run = only_run(tmp_path / "w0" / "runs")
+    assert manifest(run)["status"] == "failed" and not list(run.glob("checkpoints/ckpt-*"))
+
+
+LEAVES_AFTER_THE_STATE = """
+import os, sys
+from train import fit
+real = fit._receive_state
+def receive_and_leave(*args):
+    real(*args)
+    os._exit(0)  # gone before the model's variables are broadcast
+fit._receive_state = receive_and_leave
+from train.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_worker_lost_while_the_model_is_built_is_a_lost_worker_not_a_model_error(data, tmp_path):
+    procs = start_workers(tmp_path, data, scripts={1: LEAVES_AFTER_THE_STATE})
+    assert procs[0].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[0])[-3000:]
+    procs[1].wait(timeout=HANG_GUARD)
+    chief = text(procs[0])
+    assert "WorkerLostError: worker 1 of 2 " in chief and "ModelError" not in chief and "Traceback" not in chief

@@ -183,6 +183,55 @@ def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once
     assert _restored_step(out) == newest["global_step"]
 
 
+SLOW_STOP_SAVE = """
+import sys, time
+from train import loop
+real = loop.EpochLoop._save
+def slow_save(self, why):
+    if why.startswith("stop requested"):  # a save slower than the user's patience (a large model, a slow disk)
+        end = time.monotonic() + 600
+        while time.monotonic() < end:
+            time.sleep(0.05)
+    real(self, why)
+loop.EpochLoop._save = slow_save
+from train.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_with_exit_130_and_the_last_state_kept(tmp_path, data):
+    import subprocess
+    import sys
+
+    from faults import env
+
+    flags = fit_flags(tmp_path, data, **GUARANTEE)
+    with open(tmp_path / "out.txt", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SLOW_STOP_SAVE, "fit", *flags],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env(),
+        )
+    proc.out_path = tmp_path / "out.txt"
+    try:
+        assert wait_until(_has_state(tmp_path / "runs", min_step=4), proc), output(proc)[-3000:]
+        proc.send_signal(signal.SIGINT)
+        assert wait_until(lambda: "received SIGINT" in output(proc), proc), output(proc)[-3000:]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=180) == 130, output(proc)[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = output(proc)
+    assert text.strip().splitlines()[-1].startswith("Stopped at once (second Ctrl-C)"), text[-3000:]
+    assert "Traceback" not in text
+    run = only_run(tmp_path / "runs")
+    assert manifest(run)["status"] == "interrupted" and states(run)  # the states saved before are kept
+
+
 # -- 3. kill during a checkpoint write -------------------------------------------------------------
 DIE_IN_SAVE = """
 import os, sys, numpy as np

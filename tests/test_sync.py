@@ -123,3 +123,10 @@ def test_variables_keep_their_values_on_the_chief():
     v = tf.Variable(np.array([[1.0, -3.25]], np.float32))
     sync.variables_from_chief(ReplicasOfOneWorker([0]), [v])
     assert v.numpy().tolist() == [[1.0, -3.25]]
+
+
+def test_workers_with_names_every_worker_that_raises_the_flag():
+    # Each worker's replicas contribute at that worker's index; the sum names who raised it.
+    assert sync.workers_with(ReplicasOfOneWorker([0]), 2, 3, True) == [2]
+    assert sync.workers_with(ReplicasOfOneWorker([0, 1]), 1, 3, True) == [1]
+    assert sync.workers_with(ReplicasOfOneWorker([0, 1]), 0, 3, False) == []

@@ -12,6 +12,7 @@ the only process that writes the run directory.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import socket
@@ -51,6 +52,59 @@ class Cluster:
             return "cluster: one process"
         return f"cluster: worker {self.index} of {len(self.workers)} ({self.source}), chief {self.workers[0]}"
 
+    @property
+    def port(self) -> int:
+        """This worker's port: TensorFlow listens on it on every interface of the host."""
+        return int(self.workers[self.index].rsplit(":", 1)[1])
+
+    @property
+    def on_loopback(self) -> bool:
+        """Every worker on this host's loopback (127.0.0.1, localhost, ::1)."""
+        return all(_host_key(a.rsplit(":", 1)[0]) == _LOOPBACK for a in self.workers)
+
+    def exposure_warning(self) -> str:
+        """One line for the log: TensorFlow's training server cannot be bound to the address given."""
+        where = "WORKERS names loopback addresses, but" if self.on_loopback else "the workers talk over the network and"
+        return (
+            f"WARNING: {where} TensorFlow's training server (gRPC, no authentication) listens on port "
+            f"{self.port} of every network interface of this host: keep these ports reachable only by the other "
+            "workers (firewall, private network; docs/distributed.md#network)"
+        )
+
+
+_LOOPBACK = "<loopback>"
+
+
+def _host_key(host: str) -> str:
+    """A host as a duplicate check compares it: names ignore case and a final dot, IP addresses are
+    compared as addresses, and every name of this host's loopback is one host (TensorFlow binds the
+    port on every interface, so two workers on 127.0.0.1:P and localhost:P are one port)."""
+    host = host.strip("[]").rstrip(".").lower()
+    if host in ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"):
+        return _LOOPBACK
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    return _LOOPBACK if ip.is_loopback or ip.is_unspecified else ip.compressed
+
+
+def _check_unique(name: str, raw: str, addresses: list[str], labels: list[str]) -> None:
+    """Two entries for one host:port would make the join wait forever: refuse them up front."""
+    seen: dict[tuple[str, int], int] = {}
+    for i, address in enumerate(addresses):
+        host, port = address.rsplit(":", 1)
+        key = (_host_key(host), int(port))
+        if key in seen:
+            j = seen[key]
+            raise ConfigError(
+                name,
+                raw,
+                f"{labels[j]} ({addresses[j]}) and {labels[i]} ({address}) are the same address: "
+                "give each worker its own host:port",
+            )
+        seen[key] = i
+
 
 def _check_address(name: str, raw: str, address: object) -> str:
     if not isinstance(address, str) or not _ADDRESS.match(address.strip()):
@@ -68,8 +122,7 @@ def from_workers(workers: str, worker_index: int) -> Cluster:
             raise ConfigError("WORKER_INDEX", worker_index, "set only together with WORKERS=host:port,host:port,...")
         return Cluster()
     addresses = [_check_address("WORKERS", workers, a) for a in workers.split(",") if a.strip()]
-    if len(set(addresses)) != len(addresses):
-        raise ConfigError("WORKERS", workers, "an address appears twice; give each worker its own host:port")
+    _check_unique("WORKERS", workers, addresses, [f"entry {i}" for i in range(len(addresses))])
     if worker_index < 0:
         raise ConfigError(
             "WORKER_INDEX",
@@ -106,6 +159,8 @@ def from_tf_config(raw: str) -> Cluster:
     everyone = jobs["chief"] + jobs["worker"]
     if not everyone:
         raise ConfigError("TF_CONFIG", raw, "the cluster lists no worker")
+    labels = [f"cluster.{job}[{i}]" for job in JOBS for i in range(len(jobs[job]))]
+    _check_unique("TF_CONFIG", raw, everyone, labels)
     if (
         not isinstance(task, dict)
         or task.get("type") not in JOBS

@@ -135,6 +135,11 @@ class Settings:
         "", "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process"
     )
     worker_index: int = _f(-1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000)
+    join_timeout: float = _f(
+        900.0,
+        "several workers: seconds to wait for every worker to start before giving up with exit 11 (0: no limit)",
+        min=0.0,
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -163,6 +168,7 @@ RESUME_FREE = {
     "report",
     "workers",
     "worker_index",
+    "join_timeout",
     "mlflow_tracking_uri",
     "mlflow_experiment",
     "peak_flops",

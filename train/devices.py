@@ -144,7 +144,15 @@ def _join_cluster(cluster):
         heartbeat_timeout_in_ms=HEARTBEAT_SECONDS * 1000,
     )
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_SECONDS)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    except tf.errors.UnknownError as exc:
+        # train.join held the port a moment ago; another process took it since.
+        if "Could not start gRPC server" not in str(exc):
+            raise
+        from .errors import PortInUseError
+
+        raise PortInUseError(cluster.source, cluster.workers[cluster.index], cluster.port) from None
     log.info("%s: %d replica(s) in sync", cluster.describe(), strategy.num_replicas_in_sync)
     return strategy
 

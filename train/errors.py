@@ -33,6 +33,18 @@ class EnvFileError(ConfigError):
         TemplateError.__init__(self, f"{path}{f', line {line}' if line else ''}: {problem}")
 
 
+class PortInUseError(ConfigError):
+    """This worker's port (its entry in WORKERS / TF_CONFIG) is already bound by another process."""
+
+    def __init__(self, name: str, address: str, port: int):
+        self.name, self.value, self.port = name, address, port
+        self.allowed = (
+            f"port {port} is in use by another process on this host (another training, or a stale worker): stop it, "
+            f"or give this worker a free port in {name} on every worker"
+        )
+        TemplateError.__init__(self, f"{name}: this worker's address {address}: {self.allowed}")
+
+
 class ModelError(TemplateError):
     """The MODEL factory cannot build a model for the data: it fails to import, raises, has the wrong
     signature, returns something else, or the images are too small for it.
@@ -161,6 +173,10 @@ class WorkerLostError(TemplateError):
     kind = "cluster"
 
 
+class WorkersMissingError(WorkerLostError):
+    """Several workers: the others did not all start within JOIN_TIMEOUT."""
+
+
 class Interrupted(TemplateError):
     """SIGTERM/SIGINT or MAX_MINUTES: the run saved a resumable state and stopped early.
 
@@ -186,4 +202,5 @@ EXIT_CODES = {
     10: "reproduce: the rerun does not match the original",
     11: "several workers: another worker died or stopped answering; restart all of them with RESUME=auto",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
+    130: "a second Ctrl-C: stopped at once, without the save; the last saved state is kept",
 }

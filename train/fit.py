@@ -54,10 +54,15 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
         cluster = check_cluster(settings, os.environ)
         setup = None
         if cluster.multi:
-            from . import devices
+            from .join import wait_for_workers
 
             setup_logging(None, prefix=f"[worker {cluster.index}] ")
-            setup = devices.setup_devices(settings, cluster)  # joins the cluster: waits for every worker
+            log.warning(cluster.exposure_warning())
+            # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
+            wait_for_workers(cluster, settings.join_timeout, stop, cluster.source)
+            from . import devices
+
+            setup = devices.setup_devices(settings, cluster)  # TensorFlow's join: every worker is up by now
             _route_signals_again()
             if not cluster.is_chief:
                 with _cluster_errors(setup):
@@ -359,6 +364,14 @@ def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
     sync.numbers_from_chief(
         setup.strategy, [float(resumed), _fingerprint_number(spec), *(getattr(state, f) for f in _STATE_FIELDS)]
     )
+    other = sync.workers_with(setup.strategy, 0, setup.workers, False)  # the workers' answer to the fingerprint
+    if other:
+        from .errors import DataError
+
+        raise DataError(
+            f"worker {', '.join(map(str, other))} of {setup.workers} read(s) other data than the chief "
+            f"({spec.name}: fingerprint {spec.fingerprint[:12]} here); give every worker the same data set"
+        )
 
 
 def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
@@ -366,10 +379,19 @@ def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
     from .errors import DataError
 
     got = sync.numbers_from_chief(setup.strategy, [0.0] * (2 + len(_STATE_FIELDS)))
-    if int(got[1]) != _fingerprint_number(spec):
+    # Told to every worker, so the chief refuses the run too instead of waiting for this one.
+    other = sync.workers_with(
+        setup.strategy, setup.worker_index, setup.workers, int(got[1]) != _fingerprint_number(spec)
+    )
+    if setup.worker_index in other:
         raise DataError(
             f"worker {setup.worker_index} reads other data than the chief ({settings.dataset}: fingerprint "
             f"{spec.fingerprint[:12]} here, {int(got[1]):012x} on the chief); give every worker the same data set"
+        )
+    if other:
+        raise DataError(
+            f"worker {', '.join(map(str, other))} of {setup.workers} read(s) other data than the chief; "
+            "give every worker the same data set"
         )
     values = dict(zip(_STATE_FIELDS, got[2:]))
     state = LoopState(**{k: (v if k in _FLOAT_FIELDS else int(v)) for k, v in values.items()})

@@ -220,6 +220,8 @@ def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
     except Exception as exc:
         if type(exc).__name__ == "ResourceExhaustedError":
             raise  # out of memory: the loop's own message and exit code
+        if type(exc).__name__ in ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"):
+            raise  # another worker was lost while the variables were broadcast: WorkerLostError, not the model
         hint = ""
         if any(w in str(exc) for w in ("negative", "zero", "Pooling")):  # Keras' words for images too small
             hint = f"; if the images ({shape[0]}x{shape[1]}) are too small for the model, use larger ones"

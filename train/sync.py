@@ -57,3 +57,16 @@ def variables_from_chief(strategy, variables) -> None:
         dtype = np.dtype(getattr(v.dtype, "name", v.dtype))
         v.assign(flat[offset : offset + size].reshape(tuple(v.shape)).astype(dtype))
         offset += size
+
+
+def workers_with(strategy, index: int, workers: int, flag: bool) -> list[int]:
+    """The indices of the workers that pass flag=True; every worker calls it at the same point."""
+    local = np.zeros(workers, np.float64)
+    local[index] = float(flag)
+    local = tf.constant(local)
+
+    @tf.function
+    def gather():
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(local)), axis=None)
+
+    return [j for j, v in enumerate(gather().numpy()) if v > 0]

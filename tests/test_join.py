@@ -1,0 +1,276 @@
+"""join: every worker waits for the others in Python, before TensorFlow is imported.
+
+In-process (threads play the other workers) and `python -m train fit` subprocesses whose other
+worker never starts: both end before TensorFlow loads, so these are fast. Waits are for a line in
+the output; the timeouts only guard against a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from faults import env
+
+from train import join
+from train.cluster import free_local_ports, from_workers
+from train.errors import ConfigError, Interrupted, PortInUseError, WorkersMissingError
+from train.stopping import StopFlag
+
+HANG_GUARD = 120  # seconds: only reached when something hangs
+
+
+@pytest.fixture
+def train_log(caplog):
+    """The train logger's lines (it does not propagate once a run has set up its logging)."""
+    logger = logging.getLogger("train")
+    level = logger.level
+    logger.addHandler(caplog.handler)
+    logger.setLevel(logging.INFO)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+    logger.setLevel(level)
+
+
+def _cluster(ports, index):
+    return from_workers(",".join(f"127.0.0.1:{p}" for p in ports), index)
+
+
+def _in_thread(fn, *args):
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn(*args)
+        except BaseException as exc:  # handed to the test
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, box
+
+
+def test_three_workers_started_one_after_the_other_all_join():
+    ports = free_local_ports(3)
+    runs = []
+    for i in range(3):
+        runs.append(_in_thread(join.wait_for_workers, _cluster(ports, i), 0, StopFlag(), "WORKERS"))
+    for t, box in runs:
+        t.join(HANG_GUARD)
+        assert not t.is_alive() and "error" not in box, box
+    # Each port is free again for TensorFlow.
+    for p in ports:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::", p))
+
+
+def test_a_missing_worker_is_given_up_after_join_timeout_naming_it(train_log):
+    ports = free_local_ports(3)
+    with pytest.raises(WorkersMissingError) as info:
+        join.wait_for_workers(_cluster(ports, 0), 0.3, StopFlag(), "WORKERS")
+    message = str(info.value)
+    assert f"worker 1 (127.0.0.1:{ports[1]}), worker 2 (127.0.0.1:{ports[2]}) did not start" in message
+    assert "JOIN_TIMEOUT=0.3 s" in message and info.value.exit_code == 11
+    assert f"waiting for worker 1 (127.0.0.1:{ports[1]}), worker 2" in train_log.text
+
+
+def test_a_stop_request_ends_the_wait_with_interrupted_naming_who_is_missing():
+    ports = free_local_ports(2)
+    stop = StopFlag()
+    stop.request("received SIGTERM")
+    with pytest.raises(Interrupted) as info:
+        join.wait_for_workers(_cluster(ports, 1), 0, stop, "WORKERS")
+    assert info.value.exit_code == 75
+    assert f"received SIGTERM while waiting for worker 0 (127.0.0.1:{ports[0]})" in str(info.value)
+    assert "nothing was trained" in str(info.value)
+
+
+@pytest.mark.parametrize("where", ["127.0.0.1", "0.0.0.0"])
+def test_this_workers_port_in_use_is_one_error_naming_the_port(where):
+    ports = free_local_ports(2)
+    with socket.socket() as other:
+        other.bind((where, ports[1]))
+        other.listen()
+        with pytest.raises(PortInUseError) as info:
+            join.wait_for_workers(_cluster(ports, 1), 0, StopFlag(), "WORKERS")
+    assert info.value.exit_code == 2 and info.value.port == ports[1]
+    assert f"127.0.0.1:{ports[1]}: port {ports[1]} is in use by another process" in str(info.value)
+
+
+def test_another_program_on_a_workers_port_is_not_taken_for_the_worker(train_log):
+    ports = free_local_ports(2)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", ports[1]))
+        other.listen()
+
+        def answer():
+            conn, _ = other.accept()
+            with conn:
+                conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        with pytest.raises(WorkersMissingError):
+            join.wait_for_workers(_cluster(ports, 0), 0.3, StopFlag(), "WORKERS")
+    assert f"another program answers at worker 1 (127.0.0.1:{ports[1]})" in train_log.text
+
+
+# The first bytes TensorFlow's gRPC server sends on a new connection (an HTTP/2 SETTINGS frame).
+GRPC_HELLO = bytes.fromhex(
+    "000018040000000000000400400000000500400000000600004000fe0300000001000004080000000000003f0001"
+)
+
+
+def test_a_worker_already_in_tensorflows_join_counts_as_started(train_log):
+    # It met this worker's earlier self, which was restarted since: joining it is how the pair recovers.
+    ports = free_local_ports(2)
+    with socket.socket() as tensorflow:
+        tensorflow.bind(("127.0.0.1", ports[0]))
+        tensorflow.listen()
+
+        def answer():
+            conn, _ = tensorflow.accept()
+            with conn:
+                conn.sendall(GRPC_HELLO)
+                conn.recv(1)
+
+        threading.Thread(target=answer, daemon=True).start()
+        join.wait_for_workers(_cluster(ports, 1), HANG_GUARD, StopFlag(), "WORKERS")
+    assert "joined: every worker of 2 has started" in train_log.text
+
+
+def test_a_worker_started_with_another_cluster_is_refused():
+    p0, p1, p2 = free_local_ports(3)
+    theirs = _cluster([p0, p2], 0)  # listens on p0, but its cluster is another list
+    stop_theirs = StopFlag()
+    t, _ = _in_thread(join.wait_for_workers, theirs, 0, stop_theirs, "WORKERS")
+    try:
+        with pytest.raises(ConfigError) as info:
+            join.wait_for_workers(_cluster([p0, p1], 1), HANG_GUARD, StopFlag(), "WORKERS")
+    finally:
+        stop_theirs.request("test over")
+        t.join(HANG_GUARD)
+    assert info.value.name == "WORKERS" and info.value.value == f"127.0.0.1:{p0}"
+    assert f"started with another cluster (127.0.0.1:{p0} is its worker 0)" in str(info.value)
+
+
+# -- through the command line ---------------------------------------------------------------------
+@pytest.fixture
+def started():
+    """Processes a test started: killed at the end if a failed test left them running."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _start(started, tmp_path: Path, **extra: str) -> tuple[subprocess.Popen, list[int]]:
+    ports = free_local_ports(2)
+    out = open(tmp_path / "out.txt", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "train", "fit", "--runs-dir", str(tmp_path / "runs")],
+        cwd=tmp_path,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env(WORKERS=f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}", WORKER_INDEX="0", **extra),
+    )
+    out.close()
+    started.append(proc)
+    return proc, ports
+
+
+def _wait_for_line(proc, path: Path, words: str) -> str:
+    end = time.monotonic() + HANG_GUARD
+    while time.monotonic() < end:
+        text = path.read_text()
+        if words in text or proc.poll() is not None:
+            return text
+        time.sleep(0.05)
+    raise TimeoutError(path.read_text())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_other_worker_is_missing_exits_75(started, tmp_path, sig):
+    proc, ports = _start(started, tmp_path)
+    text = _wait_for_line(proc, tmp_path / "out.txt", "waiting for")
+    assert f"waiting for worker 1 (127.0.0.1:{ports[1]}) to start" in text, text
+    assert "of every network interface" in text  # the exposure warning, once
+    proc.send_signal(sig)
+    assert proc.wait(timeout=HANG_GUARD) == Interrupted.exit_code, (tmp_path / "out.txt").read_text()
+    text = (tmp_path / "out.txt").read_text()
+    name = signal.Signals(sig).name
+    assert f"Interrupted: received {name} while waiting for worker 1 (127.0.0.1:{ports[1]})" in text, text
+    assert "Traceback" not in text and text.count("of every network interface") == 1
+    assert not (tmp_path / "runs").exists()  # nothing was written
+
+
+def test_join_timeout_exits_11_naming_the_missing_worker(started, tmp_path):
+    proc, ports = _start(started, tmp_path, JOIN_TIMEOUT="0.5")
+    assert proc.wait(timeout=HANG_GUARD) == WorkersMissingError.exit_code
+    lines = (tmp_path / "out.txt").read_text().strip().splitlines()
+    assert lines[-1].startswith(f"WorkersMissingError: worker 1 (127.0.0.1:{ports[1]}) did not start within")
+    assert "JOIN_TIMEOUT=0.5 s" in lines[-1] and "Traceback" not in "\n".join(lines)
+
+
+def test_a_port_in_use_exits_2_with_one_line_before_tensorflow(tmp_path):
+    ports = free_local_ports(2)
+    code = (
+        "import sys; from train.cli import main; rc = main(['fit']); "
+        "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
+    )
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", ports[0]))
+        other.listen()
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env(WORKERS=f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}", WORKER_INDEX="0"),
+            timeout=HANG_GUARD,
+        )
+    assert proc.returncode == PortInUseError.exit_code, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"PortInUseError: WORKERS: this worker's address 127.0.0.1:{ports[0]}: port {ports[0]}")
+    assert "stop it, or give this worker a free port" in line
+
+
+TAKEN_AFTER_THE_JOIN = """
+import socket, sys
+from train.cluster import from_workers
+from train.errors import PortInUseError
+cluster = from_workers(sys.argv[1], 0)
+other = socket.socket()
+other.bind(("127.0.0.1", cluster.port))
+other.listen()
+from train import devices
+try:
+    devices._join_cluster(cluster)
+except PortInUseError as exc:
+    print(f"{type(exc).__name__}: {exc}")
+"""
+
+
+@pytest.mark.slow
+def test_a_port_taken_between_the_join_and_tensorflow_is_the_same_one_line(tmp_path):
+    ports = free_local_ports(2)
+    workers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
+    proc = subprocess.run(
+        [sys.executable, "-c", TAKEN_AFTER_THE_JOIN, workers],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=HANG_GUARD * 3,
+    )
+    assert f"PortInUseError: WORKERS: this worker's address 127.0.0.1:{ports[0]}: port {ports[0]} is in use" in (
+        proc.stdout
+    ), proc.stdout + proc.stderr[-3000:]
