@@ -500,6 +500,7 @@ def test_a_folder_without_config_json_is_no_run_for_any_command(runs_with_strays
     from train.config import load_settings
     from train.report import write_final_report
     from train.reproduce import run_and_find
+    from train.reproduce_worktree import Stop
     from train.resume import auto_resume
     from train.runs import list_runs
 
@@ -531,7 +532,7 @@ def test_a_folder_without_config_json_is_no_run_for_any_command(runs_with_strays
     made = root / "20260104-000000-000001"
     cmd = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(made)!r}, 'checkpoints').mkdir(parents=True)"]
     with pytest.raises(Exception, match="left no run directory"):
-        run_and_find(cmd, root)
+        run_and_find(cmd, root, Stop())
 
 
 def test_shared_writes_cleans_stale_temps_only_when_no_other_writer_is_inside(tmp_path):

@@ -161,7 +161,8 @@ def test_reproduce_verifies_the_original_weights_first(tmp_path):
 
     from train.reproduce import reproduce
 
-    run = write_run_records(tmp_path / "runs" / "20260101-000000-000002")
+    commit = {"commit": "0123456789abcdef" * 2 + "01234567", "dirty": False, "source": "git"}
+    run = write_run_records(tmp_path / "runs" / "20260101-000000-000002", manifest={"git": commit})
     final = run / "final.weights.h5"
     weights.save_weights(_model(), final, epoch=5)
     _flip_a_bit(final)

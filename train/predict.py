@@ -165,7 +165,10 @@ def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
     Opened without blocking and checked with fstat before any read, so a named pipe, a device or
     a directory given as an image is refused instead of read from (a FIFO would block forever).
     """
-    from .images import SUPPORTED, _first_line, decode_tensor
+    import tensorflow as tf
+
+    from .config import Settings
+    from .images import SUPPORTED, _first_line, decode_tensor, image_info
 
     shown = _printable(str(path))  # the error stays one line whatever the name holds
     try:
@@ -188,8 +191,10 @@ def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
         raise DataError(f"{shown} cannot be read ({exc.strerror or exc}); give regular image files") from None
     finally:
         os.close(fd)
+    # The header pass training runs: the size limit before decoding, then the EXIF orientation.
+    info = image_info(contents, shown, Settings.max_image_pixels)
     try:
-        return decode_tensor(contents, tuple(shape)).numpy()
+        return decode_tensor(tf.constant(contents), tuple(shape), tf.constant(info)).numpy()
     except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
         raise DataError(
             f"{shown}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
