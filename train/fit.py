@@ -189,7 +189,9 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     # Everything is checked: from here on the run's record changes.
     if plan.resumed:
         plan.write_config()
-        where = f"{loaded.path.name} (epoch {state.epoch}, step {state.step})" if loaded else None
+        from .manifest import resume_point
+
+        where = resume_point(loaded.path.name, state.epoch, state.step) if loaded else None
         open_segment(
             manifest_path,
             plan.manifest,
