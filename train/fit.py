@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from .config import Settings, check_cluster
-from .errors import StorageError, WorkerLostError
+from .errors import ModelInterrupted, StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
 from .loop import EpochLoop, LoopState, Result, at_new_batch_size
 from .manifest import close_segment, new_segment, open_segment, record_data, start_manifest, update_manifest
@@ -176,7 +176,12 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
         )
     state.workers = workers
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop, chief=True)
-    loop.build_model(models)
+    try:
+        loop.build_model(models)
+    except ModelInterrupted:
+        if several:
+            raise
+        return _stopped_before_training(run_dir, stop)  # a stop during the factory ends it at once
     scope = loop.strategy.scope()  # optimizer slots must be created where the model's variables live
     if loaded:
         with scope:
