@@ -77,6 +77,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
     started = stop.started
     status, error = "failed", None
     opened = {"segment": False}
+    identity = _identity(run_dir)
     try:
         if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
             start_manifest(manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke))
@@ -84,14 +85,23 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
         with _cluster_errors(setup):
             result = _run(plan, force, manifest_path, stop, opened, setup)
         status = result.status
+        if _identity(run_dir) != identity:
+            raise _gone(run_dir)
         return result
     except BaseException as exc:
+        if isinstance(exc, Exception) and _identity(run_dir) != identity:
+            # Whatever failed first (a write, a read), the cause is that the directory is gone.
+            gone = exc if getattr(exc, "run_dir_gone", False) else _gone(run_dir)
+            error, status = f"StorageError: {gone}", "failed"
+            raise gone from (None if gone is exc else exc)
         error = f"{type(exc).__name__}: {exc}"
         # A lost worker leaves the chief's last checkpoint: resumable, so RESUME=auto picks it up.
         status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError)) else "failed"
         raise
     finally:
-        if opened["segment"]:
+        if opened["segment"] and _identity(run_dir) != identity:
+            log.error("run %s ended: %s (its directory is gone, so nothing of it was recorded)", run_dir.name, status)
+        elif opened["segment"]:
             _close(run_dir, manifest_path, settings, status, error, time.monotonic() - started)
             from .report import write_final_report  # never raises: a report never changes the run's outcome
 
@@ -108,6 +118,25 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
         close_logging()
 
 
+def _gone(run_dir: Path) -> StorageError:
+    exc = StorageError(
+        f"cannot write {run_dir}: the run directory was removed (or replaced) while the run was going, so "
+        "nothing more of it can be saved and it cannot be resumed; start a new run, and keep RUNS_DIR out of "
+        "clean-up jobs while runs train"
+    )
+    exc.run_dir_gone = True
+    return exc
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which directory `path` is (device, inode): a folder made again at the same path is another one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _epochs(settings: Settings) -> int:
     return 1 if settings.smoke else settings.epochs
 
@@ -122,7 +151,11 @@ def _close(
         header = latest_header(RunDir(run_dir).checkpoints) or {}
         best = {"monitor": settings.monitor, "value": header.get("best")}
         close_segment(manifest_path, status, error, seconds, header.get("epoch"), best)
-    except (StorageError, ValueError) as exc:  # a full disk, or a manifest damaged meanwhile: keep the first error
+    except (
+        StorageError,
+        ValueError,
+        OSError,
+    ) as exc:  # a full disk, or a manifest damaged meanwhile: keep the first error
         log.error("could not update the manifest: %s", exc)
 
 
