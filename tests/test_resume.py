@@ -456,3 +456,14 @@ def test_auto_still_compares_the_resolved_settings(tmp_path):
     s = _settings(tmp_path)
     _fake_run(s, "20260102-000000-bbbb", "interrupted", seed=1)
     assert auto_resume(s) == ""
+
+
+def test_as_given_makes_a_resume_take_every_setting_from_the_invocation(tmp_path):
+    # What the chief of several workers does: the others train with their own invocation's settings.
+    from train.config import as_given
+
+    s = _settings(tmp_path, seed=1)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=5)
+    plan = plan_run(as_given(s), run.name)
+    plan.release()
+    assert plan.settings.epochs == 3 and plan.settings == as_given(s)

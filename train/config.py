@@ -145,6 +145,11 @@ def given(s: Settings) -> frozenset[str]:
     return frozenset(f.name for f in fields(s) if getattr(s, f.name) != f.default)
 
 
+def as_given(s: Settings) -> Settings:
+    """The same settings, every one counted as given (a resume then takes them all from `s`)."""
+    return _with_given(dataclasses.replace(s), [f.name for f in fields(s)])
+
+
 def _with_given(s: Settings, names) -> Settings:
     # Kept beside the fields, not as one: config.json, the flags and the tables list fields only.
     object.__setattr__(s, "_given", frozenset(names))

@@ -23,7 +23,7 @@ import signal
 import time
 from pathlib import Path
 
-from .config import Settings, check_cluster
+from .config import Settings, as_given, check_cluster
 from .errors import ModelInterrupted, StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
 from .loop import EpochLoop, LoopState, Result, at_new_batch_size
@@ -54,6 +54,9 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
             if not cluster.is_chief:
                 with _cluster_errors(setup):
                     return _worker(settings, setup, stop)
+            # Every worker trains with its own invocation's settings: on a resume the chief must not
+            # take a left-out one from the run's record, where the other workers cannot see it.
+            settings = as_given(settings)
         plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
         try:
             return _train(plan, force, stop, setup)
