@@ -154,11 +154,8 @@ def _close(
         header = latest_header(RunDir(run_dir).checkpoints) or {}
         best = {"monitor": settings.monitor, "value": header.get("best")}
         close_segment(manifest_path, status, error, seconds, header.get("epoch"), best)
-    except (
-        StorageError,
-        ValueError,
-        OSError,
-    ) as exc:  # a full disk, or a manifest damaged meanwhile: keep the first error
+    # A full disk, a manifest damaged or removed meanwhile: log it, and keep the first error.
+    except (StorageError, ValueError, OSError) as exc:
         log.error("could not update the manifest: %s", exc)
 
 
