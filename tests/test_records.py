@@ -235,7 +235,7 @@ def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
     from train.runs import list_runs
 
     npz = make_npz(tmp_path)
-    # What a user keeps in .env; the first run adds flags, as `scripts/train --epochs 3 ...` does.
+    # What a user keeps in .env; the first run adds flags, as `scripts/train --epochs 5 ...` does.
     (tmp_path / ".env").write_text(
         f"DATASET=npz:{npz}\nRUNS_DIR={tmp_path / 'runs'}\nDATA_DIR={tmp_path / 'data'}\nBATCH_SIZE=32\n"
         "CHECKPOINT_EVERY=4\nPRECISION=float32\nPROGRESS=line\nEXPORT=false\n"
@@ -244,7 +244,7 @@ def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
     def under_way():
         return any(step_of(s) >= 4 for r in (tmp_path / "runs").glob("*") for s in states(r))
 
-    first = start_fit(["--run-name", "stopme", "--epochs", "3", "--learning-rate", "0.002"], tmp_path)
+    first = start_fit(["--run-name", "stopme", "--epochs", "5", "--learning-rate", "0.002"], tmp_path)
     try:
         assert wait_until(under_way, first), output(first)[-3000:]
         first.send_signal(signal.SIGTERM)
@@ -259,9 +259,9 @@ def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
     assert rc == 0, out[-3000:]
     run = only_run(tmp_path / "runs")
     config = json.loads((run / "config.json").read_text())
-    assert (config["epochs"], config["run_name"], config["learning_rate"]) == (3, "stopme", 0.002)
+    assert (config["epochs"], config["run_name"], config["learning_rate"]) == (5, "stopme", 0.002)
     (row,) = list_runs(tmp_path / "runs")
-    assert (row["status"], row["epochs"], row["of"]) == ("completed", 3, 3)
+    assert (row["status"], row["epochs"], row["of"]) == ("completed", 5, 5)
     # The log and the manifest name the point resumed from in the same words.
     logged = re.search(r"resuming at (epoch \d+, step \d+)", out)
     assert logged, out[-3000:]
