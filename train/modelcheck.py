@@ -39,7 +39,8 @@ class _Exited(BaseException):
 def user_code(spec: str, what: str):
     """Run a user's module import or factory call (`what` names it in the messages)."""
     signalled: list[int] = []
-    restore = _route_signals(spec, signalled)
+    active = [True]
+    restore = _route_signals(spec, signalled, active)
     real_exit, pid, thread = os._exit, os.getpid(), threading.get_ident()
 
     def no_exit(status):
@@ -60,14 +61,17 @@ def user_code(spec: str, what: str):
             raise  # a real Ctrl-C (the second one): stop at once
         raise ModelError(spec, f"{what} raised KeyboardInterrupt without a Ctrl-C; {_RAISE}") from None
     finally:
-        os._exit = real_exit
-        restore()
+        try:
+            active[0] = False  # from here a signal only reaches the run's handler: nothing left to stop
+        finally:
+            os._exit = real_exit
+            restore()
 
 
 _RAISE = "a model factory returns a keras.Model, and reports a problem by raising an exception"
 
 
-def _route_signals(spec: str, signalled: list[int]):
+def _route_signals(spec: str, signalled: list[int], active: list[bool]):
     """SIGTERM/SIGINT: the run's own handler first (it records why the run stops), then stop the factory."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None  # handlers can only be set in the main thread
@@ -80,7 +84,8 @@ def _route_signals(spec: str, signalled: list[int]):
             before(signum, frame)  # may raise KeyboardInterrupt itself (a second Ctrl-C)
         elif before == signal.SIG_IGN:
             return
-        raise ModelInterrupted(spec, signal.Signals(signum).name)
+        if active[0]:
+            raise ModelInterrupted(spec, signal.Signals(signum).name)
 
     for sig in _SIGNALS:
         signal.signal(sig, handler)
