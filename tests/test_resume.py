@@ -467,3 +467,11 @@ def test_as_given_makes_a_resume_take_every_setting_from_the_invocation(tmp_path
     plan = plan_run(as_given(s), run.name)
     plan.release()
     assert plan.settings.epochs == 3 and plan.settings == as_given(s)
+
+
+def test_auto_continues_a_named_run_unless_another_name_is_given(tmp_path):
+    s = _settings(tmp_path)
+    named = _fake_run(s, "20260102-000000-bbbb-stopme", "interrupted", run_name="stopme")
+    assert auto_resume(s) == str(named)  # `docker compose up` again, without the --run-name of the first
+    assert auto_resume(_settings(tmp_path, run_name="stopme")) == str(named)
+    assert auto_resume(_settings(tmp_path, run_name="other")) == ""  # a new name asks for a new run

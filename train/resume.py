@@ -74,11 +74,13 @@ def auto_resume(settings: Settings) -> str:
         return ""
     if status == "running":
         RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
-    if diff_settings(saved, settings):
+    # RUN_NAME only labels the run: left out, it does not make a new run of the `up` after a stop.
+    differ = diff_settings(saved, settings, RESUME_FREE | ({"run_name"} - given(settings)))
+    if differ:
         log.info(
             "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
             newest.name,
-            "; ".join(diff_settings(saved, settings)),
+            "; ".join(differ),
         )
         return ""
     return str(newest.path)
