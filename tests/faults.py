@@ -216,3 +216,105 @@ def nan_after_10_steps(input_shape, num_classes):
     x = keras.layers.Flatten()(keras.layers.Rescaling(1.0 / 255)(inputs))
     x = PoisonAfter(name="poison")(keras.layers.Dense(16, activation="relu", name="hidden")(x))
     return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax", name="head")(x))
+
+
+# -- factories that break the model contract, for MODEL=faults:<name> -----------------------------
+def logits(input_shape, num_classes):
+    """Scores without a softmax: trained as if they were probabilities, it would learn nonsense."""
+    import keras
+
+    inputs = keras.Input(shape=input_shape, name="image")
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1.0 / 255)(inputs))
+    return keras.Model(inputs, keras.layers.Dense(num_classes, name="scores")(x))
+
+
+def two_outputs(input_shape, num_classes):
+    import keras
+
+    inputs = keras.Input(shape=input_shape, name="image")
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1.0 / 255)(inputs))
+    head = keras.layers.Dense(num_classes, activation="softmax", name="head")
+    return keras.Model(inputs, [head(x), keras.layers.Dense(num_classes, activation="softmax", name="aux")(x)])
+
+
+def subclassed(input_shape, num_classes):
+    """A subclassed model, never called: Keras knows neither its inputs nor its outputs."""
+    import keras
+
+    class Classifier(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.flat = keras.layers.Flatten()
+            self.head = keras.layers.Dense(num_classes, activation="softmax")
+
+        def call(self, x):
+            return self.head(self.flat(x / 255.0))
+
+    return Classifier()
+
+
+def sequential_without_input(input_shape, num_classes):
+    import keras
+
+    return keras.Sequential([keras.layers.Flatten(), keras.layers.Dense(num_classes, activation="softmax")])
+
+
+def exits_0(input_shape, num_classes):
+    os._exit(0)
+
+
+def sys_exit_3(input_shape, num_classes):
+    sys.exit(3)
+
+
+def sys_exit_7(input_shape, num_classes):
+    sys.exit(7)
+
+
+def ctrl_c(input_shape, num_classes):
+    raise KeyboardInterrupt
+
+
+def subclassed_built(input_shape, num_classes):
+    import numpy as np
+
+    model = subclassed(input_shape, num_classes)
+    model(np.zeros((1, *input_shape), "float32"))
+    return model
+
+
+def sequential_built(input_shape, num_classes):
+    model = sequential_without_input(input_shape, num_classes)
+    model.build((None, *input_shape))
+    return model
+
+
+def slow(input_shape, num_classes):
+    """A factory that takes an hour (a large download, say); it says when it has started."""
+    import time
+
+    Path("slow-factory.started").write_text(str(os.getpid()))  # in the run's working directory
+    time.sleep(3600)
+    return dense16(input_shape, num_classes)
+
+
+def image_grid_output(input_shape, num_classes):
+    """One value per class and pixel: the output of a segmentation model, not of a classifier."""
+    import keras
+
+    inputs = keras.Input(shape=input_shape, name="image")
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(inputs))
+
+
+def fixed_input_size(input_shape, num_classes):
+    """Built for 32x32 RGB images whatever the data."""
+    return dense16((32, 32, 3), num_classes)
+
+
+def sigmoid(input_shape, num_classes):
+    """Independent probabilities per class (multi-label), not one distribution over the classes."""
+    import keras
+
+    inputs = keras.Input(shape=input_shape, name="image")
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1.0 / 255)(inputs))
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="sigmoid")(x))

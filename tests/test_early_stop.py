@@ -37,6 +37,27 @@ def test_min_mode_and_a_zero_delta():
     assert run(p, [0.5, 0.5, 0.4, 0.41]) == [0, 1, 0, 1]
 
 
+def test_min_mode_counts_only_a_decrease_larger_than_min_delta():
+    # Binary fractions, so the boundary is exact: a decrease of 0.125 or of exactly 0.25 does not
+    # count, one of 0.375 does; a larger value never does.
+    p = Patience(3, 0.25, "min", "val_loss")
+    assert run(p, [1.0, 0.875, 0.75, 0.625, 0.5, 1.5]) == [0, 1, 2, 0, 1, 2]
+    state: dict = {}
+    for v in (1.0, 0.875, 0.75, 0.625, 0.5):
+        p.update(state, v)
+    assert state == {"patience_reference": 0.625, "patience_wait": 1}  # 0.5 is only 0.125 below 0.625
+
+
+def test_min_mode_stops_after_patience_epochs_of_improvements_smaller_than_min_delta():
+    p = Patience(2, 0.1, "min", "loss")
+    state: dict = {}
+    for v in (2.0, 1.95, 1.91):  # each step down is under MIN_DELTA=0.1
+        p.update(state, v)
+    assert p.exhausted(state) and state["patience_reference"] == 2.0
+    p.update(state, 1.5)  # 0.5 below the reference: an improvement, the count starts again
+    assert not p.exhausted(state) and state == {"patience_reference": 1.5, "patience_wait": 0}
+
+
 @pytest.mark.parametrize("patience, wait, stops", [(0, 99, False), (3, 2, False), (3, 3, True), (1, 1, True)])
 def test_exhausted_and_zero_is_off(patience, wait, stops):
     p = Patience(patience, 0.0, "max", "val_accuracy")

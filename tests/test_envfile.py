@@ -79,3 +79,68 @@ def test_other_tools_variables_match_docker_compose():
     assert used - settings <= OTHER_TOOLS, (
         f"compose reads {used - settings - OTHER_TOOLS} from .env: add to OTHER_TOOLS"
     )
+
+
+# -- files that are not a few lines of text --------------------------------------------------------
+def _fit_with_env_file(tmp_path, env_file: str):
+    """`fit --env-file X` in a subprocess (exit 2 comes before TensorFlow), its memory capped: a
+    file read whole that never ends must fail the test, not the machine."""
+    import resource
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "train", "fit", "--env-file", env_file, "--runs-dir", str(tmp_path / "runs")],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,  # a safety net only: the refusal takes well under a second
+        preexec_fn=cap,
+    )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "/dev/urandom", "socket"])
+def test_a_settings_file_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, kind):
+    import os
+    import socket
+
+    path = tmp_path / "settings.env"
+    if kind == "fifo":
+        os.mkfifo(path)  # nobody writes it: a read would block forever
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+    else:
+        path.symlink_to(kind)
+    proc = _fit_with_env_file(tmp_path, str(path))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    what = {"fifo": "a named pipe", "socket": "a socket"}.get(kind, "a character device")
+    assert proc.stderr == (
+        f"EnvFileError: {path}: is {what}, not a regular file (reading it could block or never end): make it "
+        "a file of NAME=value lines, or pass --env-file '' to read no settings file\n"
+    )
+
+
+def test_a_settings_file_larger_than_1_mib_is_refused(tmp_path):
+    path = tmp_path / "big.env"
+    path.write_text("# padding\n" * 110_000)  # 1.1 MB of comments: valid, but not a settings file
+    with pytest.raises(EnvFileError) as e:
+        read_env_file(path, NAMES)
+    assert str(e.value) == (
+        f"{path}: is larger than 1 MiB, too large for a settings file of NAME=value lines: is it the right file?"
+    )
+    path.write_text("SEED=1\n" + "# padding\n" * 100_000)  # just under: read
+    assert read_env_file(path, NAMES) == {"SEED": "1"}
+
+
+def test_an_empty_env_file_flag_reads_no_file(tmp_path):
+    from train.config import load_settings
+
+    (tmp_path / ".env").write_text("SEED=5\n")
+    assert load_settings(env_file="", environ={}).seed == 42

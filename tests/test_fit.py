@@ -230,3 +230,34 @@ def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finish
     assert fresh.run_dir != stopped.run_dir
     other = train(s.replace(learning_rate=0.01))  # settings differ from the newest run: a new run
     assert other.run_dir not in (stopped.run_dir, fresh.run_dir)
+
+
+@pytest.mark.parametrize("removed", ["run directory", "RUNS_DIR"])
+def test_a_run_whose_directory_is_removed_while_it_trains_stops_with_one_line_exit_7(tmp_path, removed):
+    import shutil
+
+    from faults import fit_flags, output, start_fit, states, step_of, wait_until
+    from helpers import make_npz
+
+    runs = tmp_path / "runs"
+    proc = start_fit(fit_flags(tmp_path, make_npz(tmp_path), epochs=50, export=False), tmp_path)
+    try:
+        # The event: training is under way (the state of global step 8 exists).
+        assert wait_until(lambda: any(step_of(s) >= 8 for r in runs.glob("2*") for s in states(r)), proc)
+        (run,) = runs.glob("2*")
+        victim = run if removed == "run directory" else runs
+        victim.rename(tmp_path / "trash")  # gone from its path at once, as `rm -rf` ends
+        shutil.rmtree(tmp_path / "trash", ignore_errors=True)
+        assert proc.wait(timeout=600) == 7, output(proc)[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = output(proc)
+    assert "Traceback" not in out
+    assert out.strip().splitlines()[-1] == (
+        f"StorageError: cannot write {run}: the run directory was removed (or replaced) while the run was going, so "
+        "nothing more of it can be saved and it cannot be resumed; start a new run, and keep RUNS_DIR out of "
+        "clean-up jobs while runs train"
+    )
+    assert not run.exists()  # nothing wrote a new, partial run folder in its place

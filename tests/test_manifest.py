@@ -191,3 +191,8 @@ def test_a_run_killed_before_its_manifest_gets_one_when_resumed(tmp_path, facts)
     run.mkdir()
     m = manifest.open_segment(run / "manifest.json", {}, object(), manifest.new_segment(2))
     assert m["run_id"] == run.name and len(m["segments"]) == 1 and m["status"] == "running"
+
+
+def test_resumed_from_numbers_epochs_as_the_log_does():
+    # state.epoch counts finished epochs; the log says "resuming at epoch <that + 1>, step <step>".
+    assert manifest.resume_point("ckpt-000000266.npz", 1, 266) == "ckpt-000000266.npz (epoch 2, step 266)"

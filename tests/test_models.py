@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import keras
 import numpy as np
 import pytest
@@ -30,6 +32,8 @@ def test_registered_models_build_with_float32_output_under_mixed_bfloat16(name, 
 
 
 USER_MODULE = '''
+import signal
+
 import keras
 
 
@@ -218,3 +222,106 @@ def test_the_exported_model_is_compiled_only_with_metrics_keras_knows():
     entry = ModelEntry(None, "", metrics={"accuracy": correct, "top2": correct, "mae": correct})
     assert entry.compiled_metrics() == ["accuracy", "mae"]  # "top2" would break evaluate() on the loaded model
     assert MODELS["cnn"].compiled_metrics() == ["accuracy"]
+
+
+# -- what a factory must return (tests/faults.py) -----------------------------------------------
+@pytest.mark.parametrize(
+    "factory, words",
+    [
+        ("logits", "the model's outputs are not probabilities (on a probe batch a row sums to"),
+        ("sigmoid", "the model's outputs are not probabilities"),
+        ("two_outputs", "the model has 1 input(s) and 2 output(s); the template trains one image input and one output"),
+        ("subclassed", "subclassed((28, 28, 1), 4) returned a Classifier whose inputs and outputs Keras does not know"),
+        ("sequential_without_input", "returned a Sequential whose inputs and outputs Keras does not know"),
+        ("subclassed_built", "returned a Classifier whose inputs and outputs Keras does not know"),
+        ("image_grid_output", "the model's output has shape (None, 28, 28, 4); the template needs (batch, 4)"),
+        ("fixed_input_size", "the model takes inputs of shape (32, 32, 3) but the images are (28, 28, 1)"),
+    ],
+)
+def test_a_model_the_template_cannot_train_is_a_one_line_model_error(factory, words):
+    with pytest.raises(ModelError) as info:
+        build_model(f"faults:{factory}", (28, 28, 1), 4)
+    assert info.value.exit_code == 2 and words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_messages_say_what_the_template_trains():
+    with pytest.raises(ModelError, match=r"keras\.Input\(shape=input_shape\)"):
+        build_model("faults:subclassed", (28, 28, 1), 4)
+    with pytest.raises(
+        ModelError,
+        match=r'end the model with a softmax, e\.g\. keras\.layers\.Dense\(num_classes, activation="softmax"',
+    ):
+        build_model("faults:logits", (28, 28, 1), 4)
+
+
+def test_a_sequential_built_on_the_images_and_inputs_of_any_size_are_accepted():
+    assert tuple(build_model("faults:sequential_built", (28, 28, 1), 4).outputs[0].shape) == (None, 4)
+    assert tuple(build_model("resnet_small", (40, 40, 3), 4).inputs[0].shape) == (None, 40, 40, 3)
+
+
+def test_a_model_with_its_own_loss_is_not_held_to_probabilities(monkeypatch):
+    from train import models
+
+    monkeypatch.setitem(models.MODELS, "scores", models.ModelEntry(get_factory("faults:logits"), "", loss=lambda r: r))
+    build_model("scores", (28, 28, 1), 4)  # a fork's regression or logits loss: its outputs are its own
+
+
+def test_a_factory_calling_sys_exit_is_a_model_error_naming_it():
+    for factory, code in (("sys_exit_3", 3), ("sys_exit_7", 7)):
+        with pytest.raises(ModelError) as info:
+            build_model(f"faults:{factory}", (28, 28, 1), 4)
+        assert f"{factory}((28, 28, 1), 4) called sys.exit({code})" in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def tiny_npz(tmp_path_factory):
+    from helpers import make_npz
+
+    return make_npz(tmp_path_factory.mktemp("data"), n_train=64, n_test=32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "factory, words",
+    [
+        ("exits_0", "exits_0((28, 28, 1), 4) called os._exit(0)"),
+        ("sys_exit_3", "sys_exit_3((28, 28, 1), 4) called sys.exit(3)"),
+        ("ctrl_c", "ctrl_c((28, 28, 1), 4) raised KeyboardInterrupt without a Ctrl-C"),
+        ("logits", "the model's outputs are not probabilities"),
+        ("two_outputs", "2 output(s)"),
+        ("subclassed", "inputs and outputs Keras does not know"),
+    ],
+)
+def test_a_factory_that_exits_or_returns_what_cannot_be_trained_is_exit_2_and_recorded(
+    tmp_path, tiny_npz, factory, words
+):
+    from faults import fit_flags, manifest, only_run, run_fit
+
+    rc, out = run_fit(fit_flags(tmp_path, tiny_npz, epochs=1, model=f"faults:{factory}"), tmp_path)
+    assert rc == 2, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"ModelError: MODEL=faults:{factory}: ") and words in last, out[-3000:]
+    assert "Traceback" not in out
+    record = manifest(only_run(tmp_path / "runs"))
+    assert record["status"] == "failed" and record["error"] == last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_a_slow_factory_runs_ends_at_once_with_75_and_nothing_trained(tmp_path, tiny_npz, sig):
+    from faults import fit_flags, manifest, only_run, output, start_fit, states, wait_until
+
+    proc = start_fit(fit_flags(tmp_path, tiny_npz, epochs=1, model="faults:slow"), tmp_path)
+    try:
+        # The event: the factory has started (it would then sleep for an hour).
+        assert wait_until(lambda: (tmp_path / "slow-factory.started").exists(), proc), output(proc)[-3000:]
+        proc.send_signal(sig)
+        assert proc.wait(timeout=600) == 75, output(proc)[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = output(proc)
+    assert "stopped before training started" in out and "Traceback" not in out
+    run = only_run(tmp_path / "runs")
+    assert manifest(run)["status"] == "interrupted" and states(run) == []

@@ -3,6 +3,7 @@ two processes on one run, and what `runs` shows. End to end on generated data (s
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
@@ -224,3 +225,44 @@ def test_a_manifest_damaged_during_the_run_does_not_hide_how_the_run_ended(tmp_p
     with caplog.at_level("ERROR", logger="train"):
         fit._close(run, run / "manifest.json", settings_for(tmp_path), "failed", "DataError: x", 1.0)
     assert "could not update the manifest" in caplog.text
+
+
+def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
+    import re
+
+    from faults import states, step_of
+
+    from train.runs import list_runs
+
+    npz = make_npz(tmp_path)
+    # What a user keeps in .env; the first run adds flags, as `scripts/train --epochs 5 ...` does.
+    (tmp_path / ".env").write_text(
+        f"DATASET=npz:{npz}\nRUNS_DIR={tmp_path / 'runs'}\nDATA_DIR={tmp_path / 'data'}\nBATCH_SIZE=32\n"
+        "CHECKPOINT_EVERY=4\nPRECISION=float32\nPROGRESS=line\nEXPORT=false\n"
+    )
+
+    def under_way():
+        return any(step_of(s) >= 4 for r in (tmp_path / "runs").glob("*") for s in states(r))
+
+    first = start_fit(["--run-name", "stopme", "--epochs", "5", "--learning-rate", "0.002"], tmp_path)
+    try:
+        assert wait_until(under_way, first), output(first)[-3000:]
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 75, output(first)[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    told = re.search(r"continue with (--resume \S+)", output(first))
+    assert told, output(first)[-3000:]
+    rc, out = run_fit(told.group(1).split(), tmp_path)  # exactly the command the stop printed
+    assert rc == 0, out[-3000:]
+    run = only_run(tmp_path / "runs")
+    config = json.loads((run / "config.json").read_text())
+    assert (config["epochs"], config["run_name"], config["learning_rate"]) == (5, "stopme", 0.002)
+    (row,) = list_runs(tmp_path / "runs")
+    assert (row["status"], row["epochs"], row["of"]) == ("completed", 5, 5)
+    # The log and the manifest name the point resumed from in the same words.
+    logged = re.search(r"resuming at (epoch \d+, step \d+)", out)
+    assert logged, out[-3000:]
+    assert manifest(run)["segments"][-1]["resumed_from"].endswith(f"({logged.group(1)})")

@@ -123,7 +123,7 @@ def test_write_config_leaves_an_unchanged_config_alone(tmp_path):
 
 
 def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path):
-    s = _settings(tmp_path)
+    s = _settings(tmp_path, seed=42)  # given: a setting left out would keep the run's value
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=64, seed=1)
     with pytest.raises(ResumeMismatchError) as info:
         prepare_run_dir(s, run.name, force=False)
@@ -276,7 +276,7 @@ def test_a_run_counts_as_trained_by_its_files_or_its_manifest(tmp_path, files, m
 
 
 def test_plan_run_refuses_differing_settings_by_default(tmp_path):
-    s = _settings(tmp_path)
+    s = _settings(tmp_path, seed=42)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted", seed=1)
     with pytest.raises(ResumeMismatchError):
         plan_run(s, run.name)
@@ -333,3 +333,145 @@ def test_auto_checks_the_lock_of_a_running_run_only(tmp_path):
     (run / "manifest.json").write_text(json.dumps({"status": "interrupted"}))
     with RunLock(run):
         assert auto_resume(s) == str(run)  # stopped cleanly: no lock to check (the plan takes it)
+
+
+# -- a resume takes only what this invocation gives ------------------------------------------------
+def test_a_resume_keeps_the_runs_epochs_unless_epochs_is_given(tmp_path):
+    s = _settings(tmp_path)  # EPOCHS not given: the default 3
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=5)
+    plan = plan_run(s, run.name)
+    plan.release()
+    assert plan.settings.epochs == 5
+    plan.write_config()
+    assert read_json(run / "config.json")["epochs"] == 5
+    plan = plan_run(_settings(tmp_path, epochs=3), run.name)  # given, even as the default's value
+    plan.release()
+    assert plan.settings.epochs == 3
+
+
+# A recorded value other than the default for every setting that may change on resume.
+RECORDED_FREE = {
+    "data_dir": "/recorded/data",
+    "epochs": 5,
+    "max_minutes": 30.0,
+    "progress": "bar",
+    "debug": True,
+    "export": False,
+    "keep_checkpoints": 7,
+    "checkpoint_every": 50,
+    "memory_growth": False,
+    "auto_batch": True,
+    "resume": "latest",
+    "patience": 4,
+    "min_delta": 0.01,
+    "report": "quick",
+    "mlflow_tracking_uri": "http://127.0.0.1:5999",
+    "mlflow_experiment": "recorded",
+}
+# RUNS_DIR is where the run is found; WORKERS/WORKER_INDEX say where this process trains.
+OF_THE_INVOCATION = {"runs_dir", "workers", "worker_index"}
+
+
+def test_every_free_setting_has_a_recorded_value_here():
+    from train.config import RESUME_FREE
+
+    assert set(RECORDED_FREE) == RESUME_FREE - OF_THE_INVOCATION
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED_FREE))
+def test_a_free_setting_left_out_keeps_the_runs_value_and_given_takes_the_new_one(tmp_path, name):
+    from train.config import Settings, _default_text, _field
+
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", **{name: RECORDED_FREE[name]})
+    left_out = {k: v for k, v in _given_values(s).items() if k != name}
+    plan = plan_run(load_settings(left_out, env_file=None, environ={}), run.name)
+    plan.release()
+    assert getattr(plan.settings, name) == RECORDED_FREE[name]
+    given = {**left_out, name: _default_text(_field(name))}  # given, as a flag, with the default's value
+    plan = plan_run(load_settings(given, env_file=None, environ={}), run.name)
+    plan.release()
+    assert getattr(plan.settings, name) == getattr(Settings(), name)
+
+
+def _given_values(s):
+    return {"dataset": s.dataset, "runs_dir": s.runs_dir, "data_dir": s.data_dir, "batch_size": s.batch_size}
+
+
+@pytest.mark.parametrize("where", ["environ", "env_file"])
+def test_a_free_setting_from_the_environment_or_env_file_counts_as_given(tmp_path, where):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=5, patience=2)
+    env_file = tmp_path / "my.env"
+    env_file.write_text("EPOCHS=8\nPATIENCE=0\n")
+    environ = {"EPOCHS": "8", "PATIENCE": "0"}
+    given = load_settings(
+        _given_values(s),
+        env_file=env_file if where == "env_file" else None,
+        environ=environ if where == "environ" else {},
+    )
+    plan = plan_run(given, run.name)
+    plan.release()
+    assert (plan.settings.epochs, plan.settings.patience) == (8, 0)
+
+
+def test_a_setting_left_out_keeps_the_runs_value_instead_of_being_refused(tmp_path):
+    # Started with --seed 1 --learning-rate 0.01; resumed with `--resume RUN` alone, as the stop message says.
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", seed=1, learning_rate=0.01)
+    plan = plan_run(s, run.name)
+    plan.release()
+    assert (plan.settings.seed, plan.settings.learning_rate) == (1, 0.01) and plan.forced == []
+
+
+def test_a_programmatic_replace_counts_as_given(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=5)
+    plan = plan_run(s.replace(epochs=3), run.name)
+    plan.release()
+    assert plan.settings.epochs == 3
+
+
+def test_run_name_never_blocks_a_resume_and_the_run_keeps_its_name(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb-stopme", "interrupted", run_name="stopme")
+    for invocation in (s, _settings(tmp_path, run_name="other")):
+        plan = plan_run(invocation, run.name)
+        plan.release()
+        assert plan.settings.run_name == "stopme" and plan.forced == []
+
+
+def test_workers_are_this_processs_and_a_moved_run_gets_its_new_runs_dir(tmp_path):
+    s = _settings(tmp_path)
+    old_home = str(tmp_path / "old-runs")
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", workers="h:1,h:2", worker_index=0, runs_dir=old_home)
+    plan = plan_run(load_settings({"dataset": "mnist", "batch_size": 32}, env_file=None, environ={}), str(run))
+    plan.release()
+    assert (plan.settings.workers, plan.settings.worker_index) == ("", -1)
+    assert plan.settings.runs_dir == str(run.parent)
+
+
+def test_auto_still_compares_the_resolved_settings(tmp_path):
+    # RESUME=auto asks "is this the same job?": a setting left out that differs means a new run.
+    s = _settings(tmp_path)
+    _fake_run(s, "20260102-000000-bbbb", "interrupted", seed=1)
+    assert auto_resume(s) == ""
+
+
+def test_as_given_makes_a_resume_take_every_setting_from_the_invocation(tmp_path):
+    # What the chief of several workers does: the others train with their own invocation's settings.
+    from train.config import as_given
+
+    s = _settings(tmp_path, seed=1)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=5)
+    plan = plan_run(as_given(s), run.name)
+    plan.release()
+    assert plan.settings.epochs == 3 and plan.settings == as_given(s)
+
+
+def test_auto_continues_a_named_run_unless_another_name_is_given(tmp_path):
+    s = _settings(tmp_path)
+    named = _fake_run(s, "20260102-000000-bbbb-stopme", "interrupted", run_name="stopme")
+    assert auto_resume(s) == str(named)  # `docker compose up` again, without the --run-name of the first
+    assert auto_resume(_settings(tmp_path, run_name="stopme")) == str(named)
+    assert auto_resume(_settings(tmp_path, run_name="other")) == ""  # a new name asks for a new run

@@ -145,7 +145,31 @@ class Settings:
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> Settings:
-        return validate(dataclasses.replace(self, **changes))
+        return _with_given(validate(dataclasses.replace(self, **changes)), given(self) | set(changes))
+
+
+def given(s: Settings) -> frozenset[str]:
+    """The settings the user gave (a flag, the environment or .env), by field name.
+
+    A resume takes only these from the invocation: a setting left out keeps the run's recorded
+    value instead of becoming its default. Settings built in code rather than by load_settings
+    count their values that differ from the defaults as given.
+    """
+    known = s.__dict__.get("_given")
+    if known is not None:
+        return known
+    return frozenset(f.name for f in fields(s) if getattr(s, f.name) != f.default)
+
+
+def as_given(s: Settings) -> Settings:
+    """The same settings, every one counted as given (a resume then takes them all from `s`)."""
+    return _with_given(dataclasses.replace(s), [f.name for f in fields(s)])
+
+
+def _with_given(s: Settings, names) -> Settings:
+    # Kept beside the fields, not as one: config.json, the flags and the tables list fields only.
+    object.__setattr__(s, "_given", frozenset(names))
+    return s
 
 
 # Settings that may differ on resume without changing the result of training.
@@ -440,7 +464,7 @@ def load_settings(
                 values[f.name] = _coerce(f, layer[f.name.upper()])
         if overrides and overrides.get(f.name) is not None:
             values[f.name] = _coerce(f, overrides[f.name])
-    settings = validate(Settings(**values))
+    settings = _with_given(validate(Settings(**values)), values)
     _check_runs_dir_path(settings.runs_dir)
     if check_model and settings.model not in models.MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import io
 import os
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -74,18 +75,43 @@ def read_env_file(
     return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 
 
+# A settings file is a few lines of NAME=value: a larger one is another file, named by mistake.
+MAX_BYTES = 1 << 20
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
 def _read_text(path: Path) -> str:
     try:
-        raw = path.read_bytes()
+        _check_kind(path, os.stat(path).st_mode)  # a socket cannot even be opened: say what it is
+    except OSError:
+        pass  # opening it says what is wrong
+    try:
+        # Non-blocking, and checked again on the open file: a named pipe would block the open and the read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except IsADirectoryError:
+        raise EnvFileError(path, None, _DIRECTORY) from None
+    except OSError as exc:
+        raise EnvFileError(path, None, f"cannot be read ({exc.strerror}); check its permissions") from None
+    try:
+        _check_kind(path, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+        raw = _read_at_most(fd, MAX_BYTES + 1)
+    except OSError as exc:
+        raise EnvFileError(path, None, f"cannot be read ({exc.strerror}); check its permissions") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_BYTES:
         raise EnvFileError(
             path,
             None,
-            "is a directory, not a file (docker creates one when it mounts a file "
-            "that does not exist): remove it, or create the file from .env.example",
-        ) from None
-    except OSError as exc:
-        raise EnvFileError(path, None, f"cannot be read ({exc.strerror}); check its permissions") from None
+            f"is larger than {MAX_BYTES >> 20} MiB, too large for a settings file of NAME=value lines: "
+            "is it the right file?",
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -93,6 +119,36 @@ def _read_text(path: Path) -> str:
         raise EnvFileError(
             path, line, f"byte 0x{raw[exc.start]:02x} is not UTF-8 text; save the file as UTF-8"
         ) from None
+
+
+def _check_kind(path: Path, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise EnvFileError(path, None, _DIRECTORY)
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+        raise EnvFileError(
+            path,
+            None,
+            f"is {kind}, not a regular file (reading it could block or never end): make it a file of "
+            "NAME=value lines, or pass --env-file '' to read no settings file",
+        )
+
+
+_DIRECTORY = (
+    "is a directory, not a file (docker creates one when it mounts a file "
+    "that does not exist): remove it, or create the file from .env.example"
+)
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 16, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _other_tool(key: str) -> bool:

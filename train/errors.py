@@ -187,6 +187,14 @@ class Interrupted(TemplateError):
     kind = "interrupted"
 
 
+class ModelInterrupted(Interrupted):
+    """SIGTERM/SIGINT while the MODEL factory ran: it is stopped at once, before anything was trained."""
+
+    def __init__(self, spec: str, signal_name: str):
+        self.name, self.value = "MODEL", spec
+        super().__init__(f"MODEL={spec}: stopped while the model was being built ({signal_name}); nothing was trained")
+
+
 EXIT_CODES = {
     0: "success",
     1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU",

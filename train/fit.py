@@ -23,8 +23,8 @@ import signal
 import time
 from pathlib import Path
 
-from .config import Settings, check_cluster
-from .errors import StorageError, WorkerLostError
+from .config import Settings, as_given, check_cluster
+from .errors import ModelInterrupted, StorageError, WorkerLostError
 from .logs import close_logging, setup_logging
 from .loop import EpochLoop, LoopState, Result, at_new_batch_size
 from .manifest import (
@@ -67,6 +67,9 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
             if not cluster.is_chief:
                 with _cluster_errors(setup):
                     return _worker(settings, setup, stop)
+            # Every worker trains with its own invocation's settings: on a resume the chief must not
+            # take a left-out one from the run's record, where the other workers cannot see it.
+            settings = as_given(settings)
         plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
         try:
             return _train(plan, force, stop, setup)
@@ -92,6 +95,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
     started = stop.started
     status, error = "failed", None
     opened = {"segment": False}
+    identity = _identity(run_dir)
     try:
         if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
             started_manifest = start_manifest(
@@ -102,14 +106,23 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
         with _cluster_errors(setup):
             result = _run(plan, force, manifest_path, stop, opened, setup)
         status = result.status
+        if _identity(run_dir) != identity:
+            raise _gone(run_dir)
         return result
     except BaseException as exc:
+        if isinstance(exc, Exception) and _identity(run_dir) != identity:
+            # Whatever failed first (a write, a read), the cause is that the directory is gone.
+            gone = exc if getattr(exc, "run_dir_gone", False) else _gone(run_dir)
+            error, status = f"StorageError: {gone}", "failed"
+            raise gone from (None if gone is exc else exc)
         error = f"{type(exc).__name__}: {exc}"
         # A lost worker leaves the chief's last checkpoint: resumable, so RESUME=auto picks it up.
         status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError)) else "failed"
         raise
     finally:
-        if opened["segment"]:
+        if opened["segment"] and _identity(run_dir) != identity:
+            log.error("run %s ended: %s (its directory is gone, so nothing of it was recorded)", run_dir.name, status)
+        elif opened["segment"]:
             _close(run_dir, manifest_path, settings, status, error, time.monotonic() - started)
             from .report import write_final_report  # never raises: a report never changes the run's outcome
 
@@ -132,6 +145,25 @@ def _warn_dirty(manifest: dict) -> None:
         log.warning(line)
 
 
+def _gone(run_dir: Path) -> StorageError:
+    exc = StorageError(
+        f"cannot write {run_dir}: the run directory was removed (or replaced) while the run was going, so "
+        "nothing more of it can be saved and it cannot be resumed; start a new run, and keep RUNS_DIR out of "
+        "clean-up jobs while runs train"
+    )
+    exc.run_dir_gone = True
+    return exc
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which directory `path` is (device, inode): a folder made again at the same path is another one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _epochs(settings: Settings) -> int:
     return 1 if settings.smoke else settings.epochs
 
@@ -146,7 +178,8 @@ def _close(
         header = latest_header(RunDir(run_dir).checkpoints) or {}
         best = {"monitor": settings.monitor, "value": header.get("best")}
         close_segment(manifest_path, status, error, seconds, header.get("epoch"), best)
-    except (StorageError, ValueError) as exc:  # a full disk, or a manifest damaged meanwhile: keep the first error
+    # A full disk, a manifest damaged or removed meanwhile: log it, and keep the first error.
+    except (StorageError, ValueError, OSError) as exc:
         log.error("could not update the manifest: %s", exc)
 
 
@@ -200,7 +233,12 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
         )
     state.workers = workers
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop, chief=True)
-    loop.build_model(models)
+    try:
+        loop.build_model(models)
+    except ModelInterrupted:
+        if several:
+            raise
+        return _stopped_before_training(run_dir, stop)  # a stop during the factory ends it at once
     scope = loop.strategy.scope()  # optimizer slots must be created where the model's variables live
     if loaded:
         with scope:
@@ -213,7 +251,9 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     # Everything is checked: from here on the run's record changes.
     if plan.resumed:
         plan.write_config()
-        where = f"{loaded.path.name} (epoch {state.epoch}, step {state.step})" if loaded else None
+        from .manifest import resume_point
+
+        where = resume_point(loaded.path.name, state.epoch, state.step) if loaded else None
         resumed_manifest = open_segment(
             manifest_path,
             plan.manifest,

@@ -162,6 +162,12 @@ def new_segment(
     }
 
 
+def resume_point(checkpoint: str, epochs_done: int, step: int) -> str:
+    """A segment's `resumed_from`, numbered as the log numbers epochs: `epoch 2, step 7` is step 7
+    of the second epoch (one epoch completed), the same words as `resuming at epoch 2, step 7`."""
+    return f"{checkpoint} (epoch {epochs_done + 1}, step {step})"
+
+
 def start_manifest(path: Path, settings, run_id: str, segment: dict[str, Any]) -> dict[str, Any]:
     """A new run's manifest, with its first segment open."""
     manifest = {

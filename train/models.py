@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ModelError, TemplateError
+from .modelcheck import check_model, user_code
 
 if TYPE_CHECKING:
     import keras
@@ -181,7 +182,10 @@ def get_factory(name: str) -> Factory:
         return MODELS[name].build
     module_name, _, func_name = name.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        with user_code(name, f"importing module {module_name}"):
+            module = importlib.import_module(module_name)
+    except TemplateError:
+        raise
     except Exception as exc:  # their module's own code runs here: anything it raises is theirs to fix
         raise ModelError(name, f"importing module {module_name} failed: {_first_line(exc)}") from exc
     factory = getattr(module, func_name, None)
@@ -214,7 +218,8 @@ def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
             f"{least} {name} needs: use larger images or MODEL=resnet_small",
         )
     try:
-        model = factory(shape, classes)
+        with user_code(name, call):
+            model = factory(shape, classes)
     except TemplateError:
         raise
     except Exception as exc:
@@ -228,9 +233,7 @@ def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
         raise ModelError(name, f"{call} raised {_first_line(exc)}{hint}") from exc
     if not isinstance(model, keras.Model):
         raise ModelError(name, f"{call} returned {type(model).__name__}, expected a keras.Model")
-    outputs = getattr(model, "outputs", None) or []  # a subclassed model has none until it is called
-    if outputs and outputs[0].shape[-1] != classes:
-        raise ModelError(name, f"the model outputs {outputs[0].shape[-1]} values but the data has {classes} classes")
+    check_model(name, call, model, shape, classes, probabilities=entry(name).loss is sparse_crossentropy)
     return model
 
 

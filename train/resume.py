@@ -1,9 +1,11 @@
 """Which run a `fit` writes to, and with which settings: a new run, or one being resumed.
 
 RESUME (or `--resume`) names a run by id or path, `latest`, or `auto` (the newest run if it did
-not finish and was started with the same settings). A resumed run keeps its own settings; only
-those that do not change the result (config.RESUME_FREE: EPOCHS, RUNS_DIR, ...) come from this
-invocation, unless `--force`.
+not finish and was started with the same settings). A resumed run keeps its own settings: a
+setting this invocation does not give (flag, environment or .env) keeps the run's value, never
+its default. Of those given, the ones that do not change the result (config.RESUME_FREE: EPOCHS,
+MAX_MINUTES, ...) are taken; any other that differs is refused, unless `--force`. RUN_NAME is
+part of the run's directory name and stays the run's own.
 
 Planning a resume writes nothing: the run is locked, its record read and every check that can be
 made before TensorFlow is done here; `fit` checks the data and the checkpoint, and only then
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import RESUME_FREE, Settings, diff_settings, settings_from_dict
+from .config import RESUME_FREE, Settings, diff_settings, given, settings_from_dict
 from .errors import CheckpointError, ConfigError, ResumeMismatchError
 from .rundir import (
     RunDir,
@@ -80,12 +82,15 @@ def auto_resume(settings: Settings) -> str:
         return ""
     if status == "running":
         RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
-    diffs = diff_settings(saved, settings) + _unknown(newest.read_config())
-    if diffs:
+    # RUN_NAME only labels the run: left out, it does not make a new run of the `up` after a stop.
+    differ = diff_settings(saved, settings, RESUME_FREE | ({"run_name"} - given(settings))) + _unknown(
+        newest.read_config()
+    )
+    if differ:
         log.info(
             "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
             newest.name,
-            "; ".join(diffs),
+            "; ".join(differ),
         )
         return ""
     return str(newest.path)
@@ -137,7 +142,8 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
     saved_config = files.read_config()
     saved = read_run_settings(run_dir, warn_unknown=False)
     manifest = files.read_manifest(missing_ok=True)
-    diffs = diff_settings(saved, settings) + _unknown(saved_config)
+    asked = _asked(run_dir, saved, settings)
+    diffs = diff_settings(saved, asked) + _unknown(saved_config)
     if diffs and not force:
         raise ResumeMismatchError(
             f"run {run_dir.name} was started with other settings ({'; '.join(diffs)}): "
@@ -156,11 +162,16 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
             f"resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new run "
             "without --resume"
         )
-    # Settings that do not change the result (EPOCHS, RUNS_DIR, ...) come from this invocation.
-    effective = settings if force else settings_from_dict({**saved.to_dict(), **_free(settings)})
+    free = [
+        f"{k.upper()}: {getattr(saved, k)!r} -> {getattr(asked, k)!r}"
+        for k in sorted(RESUME_FREE - {"runs_dir", "resume"})
+        if getattr(saved, k) != getattr(asked, k)
+    ]
+    if free:
+        log.info("run %s resumes with new values of: %s", run_dir.name, "; ".join(free))
     return RunPlan(
         run_dir,
-        effective,
+        asked,
         True,
         lock,
         restart=restart,
@@ -185,5 +196,30 @@ def check_data(plan: RunPlan, fingerprint: str, source: str, force: bool) -> Non
     plan.forced.append(change)
 
 
-def _free(settings: Settings) -> dict[str, Any]:
-    return {k: v for k, v in settings.to_dict().items() if k in RESUME_FREE}
+# Where this process trains, not what the run is: always this invocation's (the manifest's
+# `distribution` records how many workers trained each stretch).
+PER_PROCESS = {"workers", "worker_index"}
+
+
+def _asked(run_dir: Path, saved: Settings, settings: Settings) -> Settings:
+    """The run's recorded settings with the ones this invocation gave on top.
+
+    A setting left out keeps the run's value, so `--resume RUN` alone never changes a run (its
+    EPOCHS do not fall back to the default). RUN_NAME names the run's directory: a resumed run
+    keeps its own, whatever is given.
+    """
+    values = saved.to_dict()
+    values.update({k: v for k, v in settings.to_dict().items() if k in given(settings) | PER_PROCESS})
+    if settings.run_name != saved.run_name and "run_name" in given(settings):
+        log.info("RUN_NAME=%s not used: a resumed run keeps its own name (%r)", settings.run_name, saved.run_name)
+    values["run_name"] = saved.run_name
+    if "runs_dir" not in given(settings) and not _holds(values["runs_dir"], run_dir):
+        values["runs_dir"] = str(run_dir.parent)  # the run was moved: RUNS_DIR is where it is now
+    return settings_from_dict(values)
+
+
+def _holds(runs_dir: str, run_dir: Path) -> bool:
+    try:
+        return Path(runs_dir).expanduser().resolve() == run_dir.resolve().parent
+    except (OSError, RuntimeError):
+        return False
