@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from helpers import PROJECT_ROOT
@@ -123,7 +124,7 @@ def test_a_settings_file_that_is_not_a_regular_file_is_refused_without_reading_i
     what = {"fifo": "a named pipe", "socket": "a socket"}.get(kind, "a character device")
     assert proc.stderr == (
         f"EnvFileError: {path}: is {what}, not a regular file (reading it could block or never end): make it "
-        "a file of NAME=value lines, or pass --env-file '' to read no settings file\n"
+        "a file of NAME=value lines, or pass --env-file '' (or /dev/null) to read no settings file\n"
     )
 
 
@@ -144,3 +145,11 @@ def test_an_empty_env_file_flag_reads_no_file(tmp_path):
 
     (tmp_path / ".env").write_text("SEED=5\n")
     assert load_settings(env_file="", environ={}).seed == 42
+
+
+def test_dev_null_as_the_settings_file_reads_as_no_settings(tmp_path):
+    """`--env-file /dev/null` is the shell's way to say "no settings file": empty, not a refused device."""
+    assert read_env_file(Path("/dev/null"), NAMES) == {}
+    link = tmp_path / "none.env"
+    link.symlink_to("/dev/null")
+    assert read_env_file(link, NAMES) == {}

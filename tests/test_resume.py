@@ -367,6 +367,9 @@ RECORDED_FREE = {
     "report": "quick",
     "mlflow_tracking_uri": "http://127.0.0.1:5999",
     "mlflow_experiment": "recorded",
+    "max_image_pixels": 1000,
+    "join_timeout": 5.0,
+    "peak_flops": "1e12",
 }
 # RUNS_DIR is where the run is found; WORKERS/WORKER_INDEX say where this process trains.
 OF_THE_INVOCATION = {"runs_dir", "workers", "worker_index"}

@@ -86,6 +86,8 @@ _KINDS = (
 
 
 def _read_text(path: Path) -> str:
+    if _is_devnull(path):  # the usual way to say "no settings file": reads as empty, never blocks
+        return ""
     try:
         _check_kind(path, os.stat(path).st_mode)  # a socket cannot even be opened: say what it is
     except OSError:
@@ -121,6 +123,13 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+def _is_devnull(path: Path) -> bool:
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
+
+
 def _check_kind(path: Path, mode: int) -> None:
     if stat.S_ISDIR(mode):
         raise EnvFileError(path, None, _DIRECTORY)
@@ -130,7 +139,7 @@ def _check_kind(path: Path, mode: int) -> None:
             path,
             None,
             f"is {kind}, not a regular file (reading it could block or never end): make it a file of "
-            "NAME=value lines, or pass --env-file '' to read no settings file",
+            "NAME=value lines, or pass --env-file '' (or /dev/null) to read no settings file",
         )
 
 
