@@ -198,7 +198,7 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
 
 def free_ports(n: int) -> list[int]:
     """n TCP ports free on 127.0.0.1 right now (the workers bind them a moment later)."""
-    from train.cluster import free_local_ports
+    from train.setup.cluster import free_local_ports
 
     return free_local_ports(n)
 
@@ -381,7 +381,7 @@ def _mutmut(c: Context) -> str:
 
 @task(
     help={
-        "modules": "comma-separated modules of train/ to mutate now, e.g. rundir,checkpoints (default: all configured)",
+        "modules": "comma-separated modules of train/ to mutate now, e.g. run.rundir,run.checkpoints (default: all configured)",
         "workers": "parallel test processes (default 1: kind to a shared machine)",
         "results": "only list the surviving mutants of the last run (`mutmut show NAME` shows one)",
     }
@@ -391,9 +391,10 @@ def mutate(c, modules="", workers=1, results=False):
 
     The modules and tests are configured in [tool.mutmut] in pyproject.toml."""
     wanted = [m.strip() for m in modules.split(",") if m.strip()]
-    unknown = [m for m in wanted if not (ROOT / "train" / f"{m}.py").is_file()]
+    unknown = [m for m in wanted if not (ROOT / "train" / f"{m.replace('.', '/')}.py").is_file()]
     if unknown:
-        raise Exit(f"--modules {modules!r}: no train/{unknown[0]}.py; give module names such as rundir,checkpoints")
+        path = unknown[0].replace(".", "/")
+        raise Exit(f"--modules {modules!r}: no train/{path}.py; give module names such as run.rundir,run.checkpoints")
     mutmut = _mutmut(c)
     if results:
         c.run(f"{mutmut} results", echo=True, pty=True)

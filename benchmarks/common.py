@@ -122,18 +122,19 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def resolve_precision(requested: str = "auto") -> tuple[str, str]:
-    """(policy, reason) as `train.devices` resolves PRECISION on this machine, oneDNN variables included."""
-    from train.hardware import choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
+    """(policy, reason) as `train.setup.devices` resolves PRECISION on this machine, oneDNN variables included."""
+    from train.setup.hardware import choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
 
     return choose_precision(requested, gpu_capabilities(), cpu_flags(), onednn_enabled(), onednn_max_isa())
 
 
 def template_parts(s, policy: str | None = None):
-    """(spec, compiled model) built as `train.fit` builds them, under `policy` (default: what
+    """(spec, compiled model) built as `train.training.fit` builds them, under `policy` (default: what
     PRECISION resolves to on this machine). For side-by-side epochs without a run directory."""
     import keras
 
-    from train import data, models
+    from train import models
+    from train.inputs import pipeline as data
 
     policy = policy or resolve_precision(s.precision)[0]
     keras.mixed_precision.set_global_policy(policy)

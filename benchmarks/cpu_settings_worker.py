@@ -15,7 +15,7 @@ the JSON argument:
 - `precision`: PRECISION, when a comparison needs another than what `auto` picks;
 - `settings`: other template settings by name, e.g. {"jit_compile": true, "steps_per_execution": 8}.
 
-Everything else is `train.fit.train` with default settings, as a user runs it. The last line on
+Everything else is `train.training.fit.train` with default settings, as a user runs it. The last line on
 stdout is JSON: each epoch's samples/s, the final validation accuracy, the final weights' hash and
 what was actually applied.
 """
@@ -61,7 +61,7 @@ def run(spec: dict) -> dict:
     applied = _patch_pipelines(spec.get("prefetch"), spec.get("private_threadpool"), spec.get("max_intra_op"))
 
     from train.config import load_settings
-    from train.fit import train
+    from train.training.fit import train
 
     s = load_settings(
         {

@@ -13,7 +13,7 @@ def test_gpu_steps_per_second(benchmark, mnist, mnist_npz, quick, tmp_path):
     import tensorflow as tf
     from reference import Recipe
 
-    from train.data import train_dataset
+    from train.inputs.pipeline import train_dataset
 
     if not tf.config.list_physical_devices("GPU"):
         pytest.skip("no GPU visible to TensorFlow (CPU-only build or no device): GPU steps/s not measured")
@@ -53,8 +53,8 @@ def test_gpu_steps_per_second(benchmark, mnist, mnist_npz, quick, tmp_path):
 
 def _mfu(steps_per_second: dict, gpu: str | None) -> dict:
     """MFU beside each steps/s: the default CNN's FLOPs against the GPU's peak in the variant's precision."""
-    from train import flops
     from train.models import cnn
+    from train.training import flops
 
     count = flops.count_flops(cnn((28, 28, 1), 10))
     out = {}

@@ -43,7 +43,7 @@ def decode_image_dir_to_array(path, settings) -> np.ndarray:
     """All images under `path` as uint8 (N, S, S, C): the pipeline's cold decode, no cache."""
     import os
 
-    from train.images import decode_files, list_image_dir
+    from train.inputs.images import decode_files, list_image_dir
 
     _, rels, _ = list_image_dir(path)
     out = np.empty((len(rels), settings.image_size, settings.image_size, settings.channels), np.uint8)
@@ -52,7 +52,7 @@ def decode_image_dir_to_array(path, settings) -> np.ndarray:
 
 
 def test_image_pipeline_vs_pil(benchmark, quick, tmp_path):
-    from train import data
+    from train.inputs import pipeline as data
 
     per_class = 30 if quick else 300
     root = _image_dir(tmp_path / "images", 4, per_class)
@@ -95,7 +95,7 @@ def test_data_wait_share(benchmark, quick, tmp_path):
     """Training on an image directory: time blocked in next(iterator) vs time in the train step."""
     import keras
 
-    from train import data
+    from train.inputs import pipeline as data
 
     per_class = 30 if quick else 250
     root = _image_dir(tmp_path / "images", 4, per_class, seed=1)

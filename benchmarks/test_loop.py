@@ -1,4 +1,4 @@
-"""7. The training loop on one device: the project's compiled steps (train.steps) vs the `model.fit` they replace.
+"""7. The training loop on one device: the project's compiled steps (train.training.steps) vs the `model.fit` they replace.
 
 Same data pipeline order, model, initial weights, precision and STEPS_PER_EXECUTION; epochs
 interleaved in one process, the first (tracing) epoch of each left out. The loop under test is
@@ -17,7 +17,7 @@ GOAL = 1.0  # "must not cost speed": samples/s of the new loop / model.fit, with
 
 
 def _fit_epoch(model, spec, s, epoch: int) -> float:
-    from train.data import train_dataset
+    from train.inputs.pipeline import train_dataset
 
     ds = train_dataset(spec, s, epoch, s.batch_size)
     t0 = time.perf_counter()
@@ -28,7 +28,7 @@ def _fit_epoch(model, spec, s, epoch: int) -> float:
 def _steps_epoch(steps, spec, s, epoch: int) -> float:
     import tensorflow as tf
 
-    from train.data import replica_dataset, steps_per_epoch
+    from train.inputs.pipeline import replica_dataset, steps_per_epoch
 
     ds = steps.strategy.distribute_datasets_from_function(
         lambda ctx: replica_dataset(spec, s, "train", epoch, s.batch_size)
@@ -47,7 +47,7 @@ def _steps_epoch(steps, spec, s, epoch: int) -> float:
 def test_own_steps_vs_model_fit(benchmark, mnist_npz, quick, tmp_path, steps_per_execution):
     import keras
 
-    from train.steps import Steps
+    from train.training.steps import Steps
 
     s = common.settings(
         dataset=f"npz:{mnist_npz}",

@@ -12,7 +12,7 @@ import common
 
 
 def test_pipeline_samples_per_second(benchmark, mnist_npz, quick, tmp_path):
-    from train.data import load_data, train_dataset
+    from train.inputs.pipeline import load_data, train_dataset
 
     s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"))
     spec = load_data(s)

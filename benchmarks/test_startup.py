@@ -87,7 +87,7 @@ def test_check_on_cpu(benchmark, quick):
 
 def test_peak_probe_cost(benchmark, quick):
     """One MFU peak probe (the first run on a machine makes PROBE_ROUNDS), against `import tensorflow`."""
-    from train.flops import measure_peak_flops
+    from train.training.flops import measure_peak_flops
 
     probes, imports, peaks = [], [], []
 

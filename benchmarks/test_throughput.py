@@ -21,8 +21,8 @@ def _samples_per_second(history) -> float:
 
 
 def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
-    """Same data, same epochs: the classic Keras MNIST recipe, then `train.fit.train` with default settings."""
-    from train.fit import train
+    """Same data, same epochs: the classic Keras MNIST recipe, then `train.training.fit.train` with default settings."""
+    from train.training.fit import train
 
     arrays, what = mnist
     s = common.settings(
@@ -82,7 +82,7 @@ def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
 def test_auto_precision_vs_float32(benchmark, mnist, mnist_npz, quick, tmp_path, batch_size):
     """The template's pipeline and CNN under float32, mixed_bfloat16 and what PRECISION=auto picks,
     epochs interleaved in one process."""
-    from train.data import train_dataset
+    from train.inputs.pipeline import train_dataset
 
     s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), batch_size=batch_size)
     auto, reason = common.resolve_precision("auto")

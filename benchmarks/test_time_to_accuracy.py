@@ -19,7 +19,7 @@ class _Template:
     def __init__(self, s):
         import keras
 
-        from train.data import val_dataset
+        from train.inputs.pipeline import val_dataset
 
         keras.utils.set_random_seed(s.seed)
         self.s = s
@@ -28,7 +28,7 @@ class _Template:
         self.history: list[dict] = []
 
     def epoch(self) -> dict:
-        from train.data import train_dataset
+        from train.inputs.pipeline import train_dataset
 
         e = len(self.history)
         t0 = time.perf_counter()

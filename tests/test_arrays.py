@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import write_npz
 
-from train import data
-from train.arrays import read_npz
 from train.config import Settings, validate
 from train.errors import DataError
+from train.inputs import pipeline as data
+from train.inputs.arrays import read_npz
 
 
 def settings(**kw) -> Settings:
@@ -275,7 +275,7 @@ def test_an_npz_that_declares_more_than_the_memory_holds_is_refused_before_loadi
 
 
 def test_a_compressed_npz_larger_than_half_the_memory_available_is_refused(tmp_path, monkeypatch):
-    from train import arrays
+    from train.inputs import arrays
 
     big = tmp_path / "big.npz"
     labels = np.arange(2000, dtype=np.uint8) % 10
@@ -292,7 +292,7 @@ def test_a_compressed_npz_larger_than_half_the_memory_available_is_refused(tmp_p
 def test_available_memory_is_positive_and_at_most_the_machine_s():
     import os
 
-    from train.arrays import available_memory
+    from train.inputs.arrays import available_memory
 
     assert 0 < available_memory() <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
@@ -324,7 +324,7 @@ def test_a_fifo_in_data_dir_is_named_not_taken_for_a_missing_file(tmp_path, monk
 
 
 def test_under_a_container_memory_limit_only_anonymous_memory_counts_as_used(tmp_path):
-    from train.arrays import available_memory
+    from train.inputs.arrays import available_memory
 
     (tmp_path / "meminfo").write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
     cgroup = tmp_path / "cgroup"

@@ -1,4 +1,4 @@
-"""Unit-level checks of train.checkpoints: fallback from corrupt states, no silent fresh start, shape checks."""
+"""Unit-level checks of train.run.checkpoints: fallback from corrupt states, no silent fresh start, shape checks."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from train.checkpoints import LATEST, latest_header, list_states, load_latest, read_state, restore, save_state
 from train.errors import CheckpointError, DivergedError
-from train.rundir import atomic_write, clean_stale_temp
+from train.run.checkpoints import LATEST, latest_header, list_states, load_latest, read_state, restore, save_state
+from train.run.rundir import atomic_write, clean_stale_temp
 
 
 def _model(width=8, optimizer="adam"):
@@ -267,7 +267,7 @@ def test_the_saved_header_holds_the_state_and_every_variable(tmp_path):
 def test_weights_sha256_covers_each_variable_path_dtype_and_bytes():
     import hashlib
 
-    from train.checkpoints import weights_sha256
+    from train.run.checkpoints import weights_sha256
 
     model = _model()
     h = hashlib.sha256()

@@ -101,7 +101,7 @@ def test_fit_status_becomes_the_exit_code(monkeypatch, status, code):
         calls.append((settings.epochs, force))
         return types.SimpleNamespace(status=status)
 
-    monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=train))
+    monkeypatch.setitem(sys.modules, "train.training.fit", types.SimpleNamespace(train=train))
     assert cli.main(["--epochs", "5", "--force"]) == code
     assert calls == [(5, True)]
 
@@ -125,8 +125,8 @@ def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_
 ):
     import os
 
-    import train.export
-    import train.predict
+    import train.results.export
+    import train.results.predict
 
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "")  # so that monkeypatch restores the caller's value
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
@@ -135,12 +135,12 @@ def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_
     (run / "config.json").write_text("{}")
     seen = []  # TF_CPP_MIN_LOG_LEVEL when the command would import TensorFlow
     monkeypatch.setattr(
-        train.export,
+        train.results.export,
         "export_run",
         lambda r: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")) or {"savedmodel": "s", "max_abs_diff": 0.0},
     )
     monkeypatch.setattr(
-        train.predict,
+        train.results.predict,
         "predict_files",
         lambda r, f: (
             seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")) or [{"file": "a.png", "class": "0", "probability": 1.0}]
@@ -168,7 +168,9 @@ def test_a_prefix_of_a_flag_is_not_that_flag(capsys, argv, meant):
 
 
 def test_a_switch_given_both_ways_is_a_usage_error(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=lambda s, force: pytest.fail("ran")))
+    monkeypatch.setitem(
+        sys.modules, "train.training.fit", types.SimpleNamespace(train=lambda s, force: pytest.fail("ran"))
+    )
     for argv in (["--deterministic", "--no-deterministic"], ["--no-export", "--smoke", "--export"]):
         with pytest.raises(SystemExit) as info:
             cli.main(argv)
@@ -213,7 +215,7 @@ def test_a_model_error_is_one_line_and_exit_2(monkeypatch, capsys):
     def train(settings, force, **_):
         raise ModelError("my_models:make", "make((2, 2, 1), 3) raised ValueError: too small")
 
-    monkeypatch.setitem(sys.modules, "train.fit", types.SimpleNamespace(train=train))
+    monkeypatch.setitem(sys.modules, "train.training.fit", types.SimpleNamespace(train=train))
     assert cli.main(["fit"]) == 2
     assert (
         capsys.readouterr().err == "ModelError: MODEL=my_models:make: make((2, 2, 1), 3) raised ValueError: too small\n"

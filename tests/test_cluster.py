@@ -9,9 +9,9 @@ import sys
 import pytest
 from helpers import PROJECT_ROOT, subprocess_env
 
-from train.cluster import Cluster, from_tf_config, from_workers, read_cluster
 from train.config import load_settings
 from train.errors import ConfigError
+from train.setup.cluster import Cluster, from_tf_config, from_workers, read_cluster
 
 
 def _tf_config(workers, index, chief=None, kind="worker"):

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from helpers import write_run_records
 
-from train import cli, compare
-from train.history import load_records
+from train import cli
+from train.results import compare
+from train.results.run_records import load_records
 
 pytest.importorskip("matplotlib")
 
@@ -149,7 +150,7 @@ def test_an_unreadable_record_is_exit_4_and_writes_nothing(runs, tmp_path, capsy
 
 
 def test_the_overlay_marks_each_runs_best_at_its_training_time(runs):
-    from train import plots
+    from train.results import plots
 
     fig = plots.compare_figure([load_records(p) for p in sorted(runs.iterdir())])
     loss, accuracy, by_time = fig.axes

@@ -159,7 +159,7 @@ def test_debug_is_read_on_its_own_environment_first(tmp_path, environ, env_text,
 
 @pytest.mark.parametrize("model", [*models.MODELS, "my_module:make"])
 def test_monitor_choices_are_what_the_loop_logs(model):
-    from train.logs import metric_columns
+    from train.run.metrics_files import metric_columns
 
     # metrics.csv's columns are the epoch logs the loop writes; MONITOR must name one of them.
     metrics = tuple(models.entry(model).metrics)

@@ -1,4 +1,4 @@
-"""train.data on .npz and built-in data sets: verification up front, reproducible, resumable order."""
+"""train.inputs.pipeline on .npz and built-in data sets: verification up front, reproducible, resumable order."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from conftest import write_npz
 
-from train import data
-from train.cluster import free_local_ports
 from train.config import Settings, validate
 from train.errors import DataError
+from train.inputs import pipeline as data
+from train.setup.cluster import free_local_ports
 
 
 def settings(**kw) -> Settings:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yamlish
 
-from train.cluster import from_workers
 from train.errors import Interrupted
+from train.setup.cluster import from_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 if not (ROOT / "deploy").is_dir():

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from train import devices
 from train.config import Settings
+from train.setup import devices
 
 pytestmark = pytest.mark.skipif(
     bool(tf.config.list_physical_devices("GPU")), reason="CPU behaviour; GPUs change the choice"

@@ -19,7 +19,7 @@ sys.path.insert(0, "tests")
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from train import devices
+from train.setup import devices
 real = devices.setup_devices
 def two_replicas(settings):
     setup = real(settings)
@@ -28,7 +28,7 @@ def two_replicas(settings):
     return setup
 devices.setup_devices = two_replicas
 from helpers import tiny_settings
-from train.fit import train
+from train.training.fit import train
 s = tiny_settings(Path(tempfile.mkdtemp()), epochs=1, export=True)
 first = train(s)
 again = train(s.replace(epochs=2), resume=first.run_dir.name)

@@ -114,7 +114,7 @@ def test_dockerignore_keeps_secrets_and_artefacts_out(path):
         "requirements.lock",
         "requirements-gpu.lock",
         "requirements-test.lock",
-        "train/fit.py",
+        "train/training/fit.py",
         "train/gpucheck/stack.py",
         "tests/gpucheck/test_stack.py",
         "docs/gpu-check.md",

@@ -208,7 +208,7 @@ def test_the_invoke_checker_refuses_unknown_tasks_and_options_and_accepts_real_o
 
 
 def test_the_readmes_metrics_csv_columns_are_the_ones_written():
-    from train.logs import METRIC_COLUMNS
+    from train.run.metrics_files import METRIC_COLUMNS
 
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip().startswith("metrics.csv "))

@@ -9,8 +9,8 @@ import pytest
 from helpers import tiny_settings
 
 from train.config import load_settings
-from train.early_stop import Patience, record_ending
 from train.errors import ConfigError
+from train.training.early_stopping import Patience, record_ending
 
 
 def run(p: Patience, values) -> list[int]:
@@ -109,7 +109,7 @@ def test_bad_values_are_config_errors(name, value):
 def test_a_run_stops_early_says_why_and_exports_its_best_weights(tmp_path):
     import keras
 
-    from train.fit import train
+    from train.training.fit import train
 
     # MIN_DELTA=1: no accuracy can improve by more than 1, so after the first epoch none counts.
     result = train(tiny_settings(tmp_path, epochs=6, patience=2, min_delta=1.0))
@@ -130,7 +130,7 @@ def test_a_run_stops_early_says_why_and_exports_its_best_weights(tmp_path):
 
 @pytest.mark.slow
 def test_the_count_survives_a_resume(tmp_path):
-    from train.fit import train
+    from train.training.fit import train
 
     # Two epochs: the first sets the reference, the second counts 1 of PATIENCE=2; then more epochs.
     s = tiny_settings(tmp_path, epochs=2, patience=2, min_delta=1.0, export=False)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import PROJECT_ROOT
 
-from train.envfile import OTHER_TOOLS, read_env_file
 from train.errors import EnvFileError
+from train.setup.envfile import OTHER_TOOLS, read_env_file
 
 NAMES = {"EPOCHS", "BATCH_SIZE", "SEED", "RUN_NAME", "DEBUG"}
 

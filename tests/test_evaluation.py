@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from train.errors import NoWeightsError
-from train.evaluation import _predict, evaluate_best
+from train.results.evaluation import _predict, evaluate_best
 
 
 class FixedModel:

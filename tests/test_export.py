@@ -14,10 +14,10 @@ import keras
 import numpy as np
 import pytest
 
-from train import export
 from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
-from train.rundir import TMP_MARK, read_json
+from train.results import export
+from train.run.rundir import TMP_MARK, read_json
 
 
 def _tiny_model():
@@ -130,7 +130,7 @@ def test_export_and_predict_of_a_damaged_record_are_one_line_exit_4(tmp_path, ca
 
 def test_export_of_a_run_in_use_is_refused_naming_the_holder(tmp_path, capsys):
     from train import cli
-    from train.runlock import RunLock
+    from train.run.lock import RunLock
 
     run = _failed_run(tmp_path)
     with RunLock(run):
@@ -155,7 +155,7 @@ def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch, tmp_path)
     # A float32 model is copied too, without its optimizer: the run's learning-rate schedule is
     # this package's own class, and a model.keras holding it would not load anywhere else.
     from train.models import build_model
-    from train.schedules import CosineOverTraining
+    from train.training.schedules import CosineOverTraining
 
     model32 = build_model("cnn", (28, 28, 1), 3)
     model32.compile(
@@ -378,7 +378,7 @@ def test_export_takes_the_class_names_from_the_manifest_not_from_labels_txt(trai
 def recorded_run(tmp_path):
     """A finished run as `fit` now leaves it: best and final weights with their sha256 recorded."""
     from train.config import Settings
-    from train.weights import save_weights
+    from train.run.weights import save_weights
 
     run = tmp_path / "runs" / "20260101-000000-000003"
     run.mkdir(parents=True)
@@ -420,7 +420,7 @@ def _flip_kernel_bits(path):
 
 def test_export_of_bit_rotted_best_weights_is_refused_naming_both_hashes(recorded_run, capsys):
     from train import cli
-    from train.weights import records, sha256_of
+    from train.run.weights import records, sha256_of
 
     before = _old_export(recorded_run)
     best = recorded_run / "best.weights.h5"
@@ -449,7 +449,7 @@ def test_nan_outputs_fail_parity_and_the_previous_export_stays(recorded_run, rel
 
 
 def test_an_export_records_the_weights_it_came_from_and_its_files(recorded_run, reload_in_process):
-    from train.weights import records, sha256_of
+    from train.run.weights import records, sha256_of
 
     report = export.export_run(recorded_run)
     recorded = records(recorded_run)["best.weights.h5"]
@@ -660,8 +660,8 @@ def test_a_staging_folder_left_by_sigkill_is_removed_by_the_next_export(recorded
 def test_fit_removes_staging_folders_left_in_its_run(tmp_path):
     from helpers import tiny_settings
 
-    from train.fit import train
-    from train.rundir import list_run_dirs
+    from train.run.rundir import list_run_dirs
+    from train.training.fit import train
 
     settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
     train(settings)
@@ -689,7 +689,7 @@ def test_ctrl_c_on_the_export_command_is_the_same_interruption(run_dir, monkeypa
 def test_inside_fit_signals_stay_with_the_stop_flag(run_dir, monkeypatch):
     import signal
 
-    from train.stopping import StopFlag
+    from train.training.stop_flag import StopFlag
 
     seen = []
     monkeypatch.setattr(export, "check_parity", lambda *a: seen.append(signal.getsignal(signal.SIGTERM)) or 0.0)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    from train.fit import train
+    from train.training.fit import train
 
     tmp = tmp_path_factory.mktemp("fit")
     settings = tiny_settings(tmp)
@@ -83,7 +83,7 @@ def test_savedmodel_serves_raw_uint8_with_plain_tensorflow(finished):
 
 
 def test_resume_continues_epochs_and_optimizer_steps(tmp_path):
-    from train.fit import train
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1)
     first = train(s)
@@ -100,7 +100,7 @@ def test_resume_continues_epochs_and_optimizer_steps(tmp_path):
 
 def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
     from train.errors import ResumeMismatchError
-    from train.fit import train
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -113,7 +113,7 @@ def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
 
 def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
     """config.json, the manifest and metrics.csv all say the batch size the resumed epochs trained with."""
-    from train.fit import train
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -129,13 +129,13 @@ def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
 
 def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
     """In-process version of the guarantee: stop at a step boundary, resume, same final weights."""
-    from train import stopping
-    from train.fit import train
+    from train.training import stop_flag
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, deterministic=True, export=False, checkpoint_every=2)
     straight = train(s)
     calls = {"n": 0}
-    original = stopping.StopFlag.check
+    original = stop_flag.StopFlag.check
 
     def stop_at_step_7(self):
         calls["n"] += 1
@@ -143,10 +143,10 @@ def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
             self.request("test stop")
         return original(self)
 
-    monkeypatch.setattr(stopping.StopFlag, "check", stop_at_step_7)
+    monkeypatch.setattr(stop_flag.StopFlag, "check", stop_at_step_7)
     stopped = train(s)
     assert stopped.status == "interrupted"
-    monkeypatch.setattr(stopping.StopFlag, "check", original)
+    monkeypatch.setattr(stop_flag.StopFlag, "check", original)
     resumed = train(s, resume=stopped.run_dir.name)
     assert resumed.status == "completed"
     assert resumed.final_weights_sha256 == straight.final_weights_sha256
@@ -198,7 +198,7 @@ def test_export_and_predict_from_the_command_line(finished, tmp_path):
 def test_real_mnist_one_epoch_default_settings(tmp_path):
     """The default workload through the default path (PRECISION=auto, DATA_DIR holding mnist.npz)."""
     from train.config import load_settings
-    from train.fit import train
+    from train.training.fit import train
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
@@ -215,15 +215,15 @@ def test_real_mnist_one_epoch_default_settings(tmp_path):
 
 
 def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finished_one(tmp_path, monkeypatch):
-    from train import stopping
-    from train.fit import train
+    from train.training import stop_flag
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False, resume="auto")
-    original = stopping.StopFlag.check
-    monkeypatch.setattr(stopping.StopFlag, "check", lambda self: self.request("test stop") or original(self))
+    original = stop_flag.StopFlag.check
+    monkeypatch.setattr(stop_flag.StopFlag, "check", lambda self: self.request("test stop") or original(self))
     stopped = train(s)  # no runs yet: auto starts a new one, which stops at once
     assert stopped.status == "interrupted"
-    monkeypatch.setattr(stopping.StopFlag, "check", original)
+    monkeypatch.setattr(stop_flag.StopFlag, "check", original)
     resumed = train(s)
     assert resumed.run_dir == stopped.run_dir and resumed.status == "completed"
     fresh = train(s)

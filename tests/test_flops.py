@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from train import flops
-from train.flops import FlopCount, count_flops, mfu
+from train.training import flops
+from train.training.flops import FlopCount, count_flops, mfu
 
 
 def test_the_default_cnn_matches_the_hand_count():
@@ -76,7 +76,7 @@ def test_the_peak_probe_measures_a_matmul(monkeypatch):
 
 
 def test_the_datasheet_peak_is_used_on_known_gpus_and_the_measured_one_elsewhere():
-    from train.flops import choose_peak, compute_dtype, datasheet_peak
+    from train.training.flops import choose_peak, compute_dtype, datasheet_peak
 
     assert compute_dtype("mixed_bfloat16") == "bfloat16" and compute_dtype("mixed_float16") == "float16"
     assert compute_dtype("float32") == "float32"
@@ -92,7 +92,7 @@ def test_the_datasheet_peak_is_used_on_known_gpus_and_the_measured_one_elsewhere
 
 
 def test_the_measured_peak_is_multiplied_by_the_devices_in_sync():
-    from train.flops import choose_peak
+    from train.training.flops import choose_peak
 
     two = choose_peak(measured=70e9, datasheet=None, devices=2, where="CPU", dtype="float32")
     assert two.flops == pytest.approx(140e9) and two.measured_per_device == 70e9
@@ -224,7 +224,7 @@ def test_peak_flops_accepts_auto_measure_or_a_positive_number(value):
 def test_peak_flops_is_not_a_difference_for_reproduce(tmp_path):
     """It changes what the MFU divides by, never what training computes; runs recorded before the
     setting existed have no such key."""
-    from train.reproduce import side_by_side
+    from train.reproduce.rerun import side_by_side
 
     old = {"epochs": 1, "seed": 42}
     rows = side_by_side({}, old, {}, {**old, "peak_flops": "measure"}, tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from train.errors import ConfigError
-from train.hardware import (
+from train.setup.hardware import (
     check_precision_fits_isa,
     choose_precision,
     cpu_bf16,
@@ -157,7 +157,7 @@ def test_other_precisions_and_caps_pass_the_isa_check(policy, ccs, flags, isa):
 
 
 def test_cpu_model_is_the_model_name_line(tmp_path):
-    from train.hardware import cpu_model
+    from train.setup.hardware import cpu_model
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n")

@@ -6,7 +6,7 @@ import pytest
 from helpers import write_run_records
 
 from train.errors import RunRecordError
-from train.history import Resume, load_records
+from train.results.run_records import Resume, load_records
 
 RESUME_LOG = (
     "2026-11-30 10:00:00 run r1: /runs/r1",

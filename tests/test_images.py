@@ -1,4 +1,4 @@
-"""train.data / train.images on `images:<dir>`: decode up front, name bad files, seeded split, caches."""
+"""train.inputs.pipeline / train.inputs.images on `images:<dir>`: decode up front, name bad files, seeded split, caches."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from train import data, images
 from train.config import Settings, validate
 from train.errors import DataError, StorageError
-from train.rundir import TMP_MARK
+from train.inputs import images
+from train.inputs import pipeline as data
+from train.run.rundir import TMP_MARK
 
 
 def settings(root, tmp_path, **kw) -> Settings:
@@ -174,7 +175,7 @@ def test_file_cache_removes_a_temp_file_left_by_a_killed_writer(make_image_dir, 
 def test_file_cache_on_a_full_disk_is_a_storage_error_before_writing(make_image_dir, tmp_path, monkeypatch):
     import types
 
-    from train import rundir
+    from train.run import rundir
 
     root = make_image_dir()
     monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=1000))

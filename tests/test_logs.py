@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import logging
 
-from train.logs import METRIC_COLUMNS, MetricsFile, close_logging, read_back, setup_logging
-from train.rundir import TMP_MARK
+from train.run.metrics_files import METRIC_COLUMNS, MetricsFile, read_back
+from train.run.rundir import TMP_MARK
+from train.run.train_log import close_logging, setup_logging
 
 
 def _read(path):
@@ -37,7 +38,7 @@ def test_append_writes_every_column_and_empty_gpu_columns(tmp_path):
 
 
 def test_a_model_with_other_metrics_gets_their_columns(tmp_path):
-    from train.logs import metric_columns
+    from train.run.metrics_files import metric_columns
 
     m = MetricsFile(tmp_path / "metrics.csv", metric_columns(("mae", "rmse")))
     m.append({"epoch": 1, "loss": 0.5, "mae": 0.25, "val_rmse": 0.75, "accuracy": 1.0})
@@ -99,7 +100,7 @@ def test_hparams_summary_carries_the_settings_and_final_metrics(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    from train.logs import write_hparams
+    from train.run.metrics_files import write_hparams
 
     logdir = tmp_path / "20260101-000000-000001" / "tensorboard"
     write_hparams(

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from train.errors import DivergedError, OutOfMemoryError
-from train.loop import (
+from train.training.loop import (
     EpochLoop,
     LoopState,
     _improved,
@@ -63,7 +63,7 @@ def test_improved():
 
 
 def _loop(**settings):
-    from train.rundir import RunDir
+    from train.run.rundir import RunDir
 
     return types.SimpleNamespace(
         s=_settings(**settings),
@@ -119,7 +119,7 @@ def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, stat
 
 def test_each_process_reads_the_slices_of_its_own_replicas(monkeypatch):
     """Two processes with two replicas each: process 0 reads replicas 0-1 of every global batch, process 1 replicas 2-3."""
-    from train import data
+    from train.inputs import pipeline as data
 
     monkeypatch.setattr(data, "replica_dataset", lambda *args, **kw: (args, kw))
 
@@ -183,7 +183,7 @@ def test_a_forced_new_batch_size_is_trained_from_the_same_example(saved, new, ex
 )
 def test_auto_batch_halves_and_continues_at_the_same_example(monkeypatch, batch, header):
     """Saved at step 3 (3 batches in): half the batch continues at step 6, from the saved state."""
-    from train import checkpoints
+    from train.run import checkpoints
 
     saved = {"epoch": 1, "step": 3, "global_step": 13, "best": 0.5, "batch_halvings": 0, **header}
     restored = []
@@ -234,9 +234,10 @@ def real_loop(tmp_path):
 
     from helpers import tiny_settings
 
-    from train import checkpoints, data
-    from train.devices import DeviceSetup
-    from train.rundir import create_run_dir
+    from train.inputs import pipeline as data
+    from train.run import checkpoints
+    from train.run.rundir import create_run_dir
+    from train.setup.devices import DeviceSetup
 
     s0 = tiny_settings(tmp_path, batch_size=64, export=False)
     spec = data.load_data(s0)
@@ -284,7 +285,8 @@ def _stop_after_steps(loop, steps):
 
 
 def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monkeypatch, train_log):
-    from train import checkpoints, data
+    from train.inputs import pipeline as data
+    from train.run import checkpoints
 
     straight = real_loop().run()
     assert straight.status == "completed"
@@ -342,7 +344,7 @@ def test_a_spent_max_minutes_budget_stops_before_the_first_step_with_a_resumable
     """MAX_MINUTES counts from the run's start (`started`), not from the loop's."""
     import time
 
-    from train import checkpoints
+    from train.run import checkpoints
 
     loop = real_loop(epochs=1, max_minutes=1, started=time.monotonic() - 61)
     result = loop.run()
@@ -354,7 +356,7 @@ def test_a_spent_max_minutes_budget_stops_before_the_first_step_with_a_resumable
 
 def test_the_stop_flag_given_is_the_one_obeyed(real_loop):
     """train() routes signals to its own StopFlag and hands it to the loop: a stop asked of it stops the loop."""
-    from train.stopping import StopFlag
+    from train.training.stop_flag import StopFlag
 
     stop = StopFlag()
     stop.request("received SIGTERM")
@@ -412,7 +414,7 @@ def test_a_cosine_schedule_decays_to_zero_over_all_epochs(real_loop):
 
 
 def test_a_diverged_validation_loss_fails_the_run_and_keeps_the_last_good_state(real_loop):
-    from train import checkpoints
+    from train.run import checkpoints
 
     loop = real_loop(epochs=3)
     scores = iter([{"val_loss": 1.0, "val_accuracy": 0.5}, {"val_loss": math.nan, "val_accuracy": 0.5}])
@@ -430,8 +432,8 @@ def test_a_diverged_validation_loss_fails_the_run_and_keeps_the_last_good_state(
 def test_weights_are_written_only_with_room_for_them_and_a_mebibyte(real_loop, monkeypatch, nan_accuracy, fails):
     """Keras's HDF5 writer dies at exit on a full disk, so the room is checked first: the weights' bytes (the
     one-layer model: 3140 float32) and 1 MiB for HDF5's own records. One byte less is a full disk, naming the file."""
-    from train import rundir
     from train.errors import StorageError
+    from train.run import rundir
 
     need = 4 * 3140 + 2**20
     free = need - 1 if fails else need
@@ -452,7 +454,7 @@ def test_weights_are_written_only_with_room_for_them_and_a_mebibyte(real_loop, m
 
 
 def test_a_stopped_worker_says_the_chief_saved_the_state(real_loop, train_log):
-    from train.stopping import StopFlag
+    from train.training.stop_flag import StopFlag
 
     stop = StopFlag()
     stop.request("received SIGTERM")
@@ -534,7 +536,7 @@ def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
 def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(real_loop, train_log):
     """PATIENCE=2 on val_accuracy (larger is better): epochs 3 and 4 do not beat epoch 2, so epoch 5 never
     starts, nor after a resume."""
-    from train import checkpoints
+    from train.run import checkpoints
 
     loop = real_loop(epochs=6, patience=2)
     _fixed_validation(loop, [0.5, 0.7, 0.6, 0.65, 0.9, 0.9])
@@ -592,7 +594,7 @@ def _oom_at_call(loop, bad_call: int) -> dict:
     the newest checkpoint at that moment, and the model's weights and optimizer step at the next call."""
     import tensorflow as tf
 
-    from train import checkpoints
+    from train.run import checkpoints
 
     train, seen = loop.steps.train, {"calls": 0}
 
@@ -615,7 +617,7 @@ def test_auto_batch_continues_from_the_checkpoints_weights_with_half_the_batch(r
     state's weights and optimizer, in batches of 32 from its example (step 8 of 12), and says so."""
     import logging
 
-    from train import data
+    from train.inputs import pipeline as data
 
     loop = real_loop(epochs=1, auto_batch=True)
     seen = _oom_at_call(loop, 6)
@@ -669,7 +671,7 @@ def test_a_stop_records_the_training_time_of_the_unfinished_epoch_for_time_to_be
     part is in its manifest segment, and time to best adds it."""
     import json
 
-    from train.history import load_records
+    from train.results.run_records import load_records
 
     loop = real_loop()
     (loop.run_dir / "config.json").write_text(json.dumps(loop.s.to_dict()))  # as fit writes them
@@ -787,7 +789,7 @@ def test_every_epoch_records_achieved_flops_and_mfu_against_the_measured_peak(re
 def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monkeypatch, caplog):
     import logging
 
-    from train import flops
+    from train.training import flops
 
     def broken(*_a, **_k):
         raise RuntimeError("no device")
@@ -829,7 +831,7 @@ def test_the_peak_is_the_datasheets_on_a_known_gpu_else_the_probes(
     monkeypatch, train_log, tmp_path, precision, gpus, replicas, probe, peak, text
 ):
     """The MFU's denominator, and the log line naming the cost, the layers left out of it and the peak's source."""
-    from train import flops
+    from train.training import flops
 
     probes = []
     monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype, device: probes.append((dtype, device)) or 2e14)
@@ -867,7 +869,9 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     scalars, an MLflow row and a report refresh per epoch, and only KEEP_CHECKPOINTS states."""
     import json
 
-    from train import checkpoints, devices, export, report
+    from train.results import export, report
+    from train.run import checkpoints
+    from train.setup import devices
 
     exported, refreshed, tracked = [], [], []
     memory = iter([(100.0, 150.0), (110.0, 160.0), (120.0, 170.0)])
@@ -914,8 +918,8 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
 def test_epoch_time_speed_and_mfu_come_from_the_clock_around_training(real_loop, monkeypatch, train_log):
     """seconds = the time the epoch's training took (validation not included); samples/s = examples / seconds;
     model FLOP/s = samples/s x FLOPs per example (18816 here); MFU = that / the peak (set to 100 GFLOP/s)."""
-    from train import flops
-    from train import loop as loop_module
+    from train.training import flops
+    from train.training import loop as loop_module
 
     ticks = iter([100.0, 100.00384, 200.0, 200.00192])  # 384 examples in 3.84 ms, then in 1.92 ms
     monkeypatch.setattr(loop_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
@@ -973,7 +977,7 @@ def test_steps_per_execution_runs_that_many_steps_a_call_and_still_meets_every_c
 
 def test_a_stop_voted_by_another_worker_stops_this_one_after_the_same_step(real_loop, train_log):
     """The vote arrives with step 4, a CHECKPOINT_EVERY boundary: one save, the stop's, once the loop has left the epoch."""
-    from train import checkpoints
+    from train.run import checkpoints
 
     loop = real_loop(epochs=1)
     train, calls = loop.steps.train, {"n": 0}
@@ -998,7 +1002,7 @@ def test_a_stop_voted_by_another_worker_stops_this_one_after_the_same_step(real_
 @pytest.mark.parametrize("workers, waits", [(1, 0), (2, 1)])
 def test_with_several_workers_each_waits_for_the_chiefs_end(real_loop, monkeypatch, workers, waits):
     """No worker leaves while the chief still counts on it (its final weights and export); alone, nobody waits."""
-    from train import sync
+    from train.training import sync
 
     calls = []
     monkeypatch.setattr(sync, "from_chief", lambda strategy, values: calls.append((strategy, values)))
@@ -1010,7 +1014,7 @@ def test_with_several_workers_each_waits_for_the_chiefs_end(real_loop, monkeypat
 def test_with_several_workers_a_stop_travels_with_the_next_steps_vote(real_loop, train_log):
     """Asked after step 2: a lone process stops at once; one of several runs step 3 carrying its vote, so every
     worker stops after the same step."""
-    from train import checkpoints
+    from train.run import checkpoints
 
     loop = real_loop(epochs=1)
     loop.setup.workers = 2
@@ -1087,19 +1091,19 @@ def test_the_end_of_a_run_writes_its_hparams_session(real_loop, train_log):
 
 
 def test_hparams_that_cannot_be_written_only_warn(real_loop, monkeypatch, train_log):
-    from train import logs
+    from train.run import metrics_files
 
     def full(*_a):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(logs, "write_hparams", full)
+    monkeypatch.setattr(metrics_files, "write_hparams", full)
     result = real_loop(epochs=1).run()
     assert result.status == "completed"
     assert "WARNING: TensorBoard HParams not written: OSError: No space left on device" in _log_lines(train_log)
 
 
 def test_a_run_stopped_before_its_first_epoch_writes_hparams_without_metrics(real_loop, train_log):
-    from train.stopping import StopFlag
+    from train.training.stop_flag import StopFlag
 
     stop = StopFlag()
     stop.request("received SIGTERM")

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from train import manifest
-from train.manifest import file_sha256, git_info, lock_hash, update_manifest
-from train.rundir import read_json
+from train.run import manifest
+from train.run.manifest import file_sha256, git_info, lock_hash, update_manifest
+from train.run.rundir import read_json
 
 
 def _git(root, *args):
@@ -104,7 +104,7 @@ def test_update_manifest_merges_fields(tmp_path):
 
 def test_project_root_is_the_checkout():
     root = manifest.project_root()
-    assert (root / "train" / "manifest.py").is_file()
+    assert (root / "train" / "run" / "manifest.py").is_file()
 
 
 # -- segments: the history of a run, one entry per process that trained it -----------------------

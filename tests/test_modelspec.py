@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from train.errors import ConfigError
-from train.modelspec import check_model_spec
+from train.setup.modelspec import check_model_spec
 
 SOURCE = """
 import keras

@@ -16,8 +16,8 @@ import pytest
 from faults import env, fit_flags, manifest, only_run, wait_until
 from helpers import make_npz
 
-from train.cluster import free_local_ports
 from train.errors import DataError, WorkerLostError
+from train.setup.cluster import free_local_ports
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,7 @@ sys.path.insert(0, "tests")
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from train import devices
+from train.setup import devices
 real = devices.setup_devices
 def two_replicas(settings, cluster=None):
     setup = real(settings)
@@ -235,7 +235,7 @@ def test_a_worker_with_other_data_than_the_chief_is_refused_on_every_worker(data
 
 LEAVES_AFTER_THE_STATE = """
 import os, sys
-from train import fit
+from train.training import fit
 real = fit._receive_state
 def receive_and_leave(*args):
     real(*args)

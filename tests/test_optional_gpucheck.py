@@ -46,7 +46,9 @@ def _run(script: str, *args: str) -> dict:
 def test_the_package_imports_and_records_no_gpus_without_it():
     out = _run("""
 import argparse
-from train import devices, fit, loop, manifest
+from train.setup import devices
+from train.training import fit, loop
+from train.run import manifest
 code = cli.main(["settings", "--format", "table"])
 commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
 print(json.dumps({"code": code, "gpus": manifest.gpu_facts(), "memory": devices.gpu_memory(),
@@ -62,7 +64,7 @@ def test_training_never_reaches_into_the_gpu_check(tmp_path):
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from helpers import tiny_settings
-from train.fit import train
+from train.training.fit import train
 result = train(tiny_settings(Path(sys.argv[2])))
 rows = (result.run_dir / "metrics.csv").read_text().splitlines()
 print(json.dumps({"status": result.status, "rows": len(rows) - 1, "attempts": attempts}))
@@ -73,6 +75,8 @@ print(json.dumps({"status": result.status, "rows": len(rows) - 1, "attempts": at
     assert out["status"] == "completed" and out["rows"] == 2
     # The manifest may ask once per start (and records no GPUs); the epoch loop must never ask.
     from_loop = [
-        stack for stack in out["attempts"] if any(f.endswith(("loop.py", "logs.py", "devices.py")) for f in stack)
+        stack
+        for stack in out["attempts"]
+        if any(f.endswith(("loop.py", "metrics_files.py", "train_log.py", "devices.py")) for f in stack)
     ]
     assert from_loop == []

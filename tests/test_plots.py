@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from helpers import write_run_records
 
-from train import plots
-from train.history import load_records
+from train.results import plots
+from train.results.run_records import load_records
 
 pytest.importorskip("matplotlib")
 

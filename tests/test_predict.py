@@ -10,7 +10,7 @@ from PIL import Image
 
 from train.config import Settings
 from train.models import build_model
-from train.predict import format_predictions, predict_files
+from train.results.predict import format_predictions, predict_files
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_format_predictions_aligns_the_columns():
 def test_predict_with_the_export_names_classes_from_the_manifest(run_dir, tmp_path):
     """export/labels.txt is a copy for serving code; predict reads the manifest like every reader."""
     from train.errors import ExportError
-    from train.export import write_savedmodel
+    from train.results.export import write_savedmodel
 
     run, model = run_dir
     write_savedmodel(model, run / "export" / "savedmodel")
@@ -110,7 +110,7 @@ def test_a_fifo_among_the_images_is_refused_without_blocking_and_the_others_are_
 def test_an_unreadable_image_is_one_data_error_line(run_dir, tmp_path, monkeypatch):
     import os
 
-    from train import predict
+    from train.results import predict
 
     run, _ = run_dir
     locked = _png(tmp_path / "locked.png", 10)
@@ -176,8 +176,8 @@ def _lines(caplog):
 
 
 def _export(run, model, source=None):
-    from train.export import write_savedmodel, write_source
-    from train.rundir import ExportDir
+    from train.results.export import write_savedmodel, write_source
+    from train.run.rundir import ExportDir
 
     exp = ExportDir(run / "export")
     write_savedmodel(model, exp.savedmodel)
@@ -228,7 +228,7 @@ def test_a_bit_flip_in_the_exported_variables_is_caught_by_source_json(run_dir, 
 def test_an_export_older_than_the_runs_best_weights_says_so_in_one_warning(run_dir, tmp_path, caplog, monkeypatch):
     import logging
 
-    from train.weights import save_weights, verify
+    from train.run.weights import save_weights, verify
 
     run, model = run_dir
     save_weights(model, run / "best.weights.h5", epoch=1)

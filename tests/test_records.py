@@ -21,9 +21,9 @@ def _stop_at_check(monkeypatch, n):
     """Request a stop at the n-th stop check of the epoch loop (a step boundary; start-up's checks not counted)."""
     import sys
 
-    from train import stopping
+    from train.training import stop_flag
 
-    original, calls = stopping.StopFlag.check, {"n": 0}
+    original, calls = stop_flag.StopFlag.check, {"n": 0}
 
     def check(self):
         if sys._getframe(1).f_code.co_filename.endswith("fit.py"):
@@ -33,13 +33,13 @@ def _stop_at_check(monkeypatch, n):
             self.request("test stop")
         return original(self)
 
-    monkeypatch.setattr(stopping.StopFlag, "check", check)
-    return lambda: monkeypatch.setattr(stopping.StopFlag, "check", original)
+    monkeypatch.setattr(stop_flag.StopFlag, "check", check)
+    return lambda: monkeypatch.setattr(stop_flag.StopFlag, "check", original)
 
 
 def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_total_time(tmp_path, monkeypatch):
-    from train.fit import train
-    from train.runs import list_runs
+    from train.results.runs_table import list_runs
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1)
     first = train(s)
@@ -70,8 +70,8 @@ def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_t
 
 def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_were(tmp_path):
     from train.errors import CheckpointError
-    from train.export import rebuild_model
-    from train.fit import train
+    from train.results.export import rebuild_model
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -108,7 +108,7 @@ def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_exp
 
 def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp_path):
     from train.errors import ResumeMismatchError
-    from train.fit import train
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -129,8 +129,8 @@ def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp
 
 
 def test_a_smoke_run_records_the_one_epoch_it_trains(tmp_path):
-    from train.fit import train
-    from train.runs import format_runs, list_runs
+    from train.results.runs_table import format_runs, list_runs
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, smoke=True, epochs=5, export=False)
     result = train(s)
@@ -191,8 +191,8 @@ def test_a_damaged_record_stops_resume_and_auto_with_one_line(tmp_path, name):
 def test_a_resume_interrupted_during_start_up_leaves_the_record_as_it_was(tmp_path, monkeypatch):
     import os
 
-    from train import devices
-    from train.fit import train
+    from train.setup import devices
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -214,7 +214,7 @@ def test_a_manifest_damaged_during_the_run_does_not_hide_how_the_run_ended(tmp_p
 
     from helpers import tiny_settings as settings_for
 
-    from train import fit
+    from train.training import fit
 
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
 
@@ -232,7 +232,7 @@ def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
 
     from faults import states, step_of
 
-    from train.runs import list_runs
+    from train.results.runs_table import list_runs
 
     npz = make_npz(tmp_path)
     # What a user keeps in .env; the first run adds flags, as `scripts/train --epochs 5 ...` does.

@@ -120,7 +120,7 @@ def _log_has(runs_dir, text):
 
 def _has_state(runs_dir, min_step=0):
     def check():
-        from train.rundir import list_run_dirs
+        from train.run.rundir import list_run_dirs
 
         return any(step_of(s) >= min_step for r in list_run_dirs(runs_dir) for s in states(r))
 
@@ -128,7 +128,7 @@ def _has_state(runs_dir, min_step=0):
 
 
 def _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted):
-    from train.checkpoints import LATEST
+    from train.run.checkpoints import LATEST
 
     rc, out = run_fit(flags + ["--resume", run.name], tmp_path)
     assert rc == 0, out[-3000:]
@@ -161,7 +161,7 @@ def test_sigterm_at_any_moment_of_start_up_exits_75_with_the_manifest_finished(t
 
 
 def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once(tmp_path, data, uninterrupted):
-    from train.checkpoints import LATEST, read_state
+    from train.run.checkpoints import LATEST, read_state
 
     flags = fit_flags(tmp_path, data, **GUARANTEE)
     proc = start_fit(flags, tmp_path)
@@ -185,7 +185,7 @@ def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once
 
 SLOW_STOP_SAVE = """
 import sys, time
-from train import loop
+from train.training import loop
 real = loop.EpochLoop._save
 def slow_save(self, why):
     if why.startswith("stop requested"):  # a save slower than the user's patience (a large model, a slow disk)
@@ -257,8 +257,8 @@ def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_ar
 
     from faults import env
 
-    from train.checkpoints import LATEST, load_latest, read_state
     from train.errors import CheckpointError
+    from train.run.checkpoints import LATEST, load_latest, read_state
 
     flags = fit_flags(tmp_path, data, **GUARANTEE)
     runs, loadable, tried = tmp_path / "runs", 0, 0
@@ -367,7 +367,7 @@ def test_changed_settings_are_refused_listing_differences_unless_forced(small_co
 
 # -- 6. NaN loss ----------------------------------------------------------------------------------
 def test_nan_loss_exits_5_keeps_the_last_good_checkpoint_and_says_what_to_change(tmp_path, data):
-    from train.checkpoints import load_latest
+    from train.run.checkpoints import load_latest
 
     flags = fit_flags(tmp_path, data, epochs=1, model="faults:nan_after_10_steps", export=False)
     rc, out = run_fit(flags, tmp_path)
@@ -387,7 +387,7 @@ def _oom_after(monkeypatch, good_calls: int, times: int):
     """Make EpochLoop._fit raise ResourceExhaustedError on calls good_calls+1 .. good_calls+times."""
     import tensorflow as tf
 
-    from train import loop
+    from train.training import loop
 
     real, calls = loop.EpochLoop._fit, {"n": 0}
 
@@ -463,7 +463,7 @@ def small_disk(tmp_path):
 
 
 def test_disk_full_keeps_the_last_good_checkpoint_and_names_the_path(tmp_path, data, small_disk):
-    from train.checkpoints import load_latest
+    from train.run.checkpoints import load_latest
 
     # The CNN's states are ~2.7 MB each: two (the initial state and step 4) fit on a 7 MB disk,
     # the third does not.

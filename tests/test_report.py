@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from helpers import subprocess_env, tiny_settings, write_run_records
 
-from train import cli, report
-from train.evaluation import Evaluation
+from train import cli
+from train.results import report
+from train.results.evaluation import Evaluation
 
 pytest.importorskip("matplotlib")
 RESUMED = ("2026-11-30 10:05:03 resuming at epoch 3, step 0 (global step 94)",)
@@ -157,7 +158,7 @@ def test_report_command_quick_and_its_errors(tmp_path, capsys):
 def test_settings_and_a_bad_setting_never_import_matplotlib(tmp_path):
     code = (
         "import sys; from train.cli import main; a = main(['settings']); b = main(['--epochs', 'x']);"
-        "print(a, b, 'matplotlib' in sys.modules, 'train.report' in sys.modules)"
+        "print(a, b, 'matplotlib' in sys.modules, 'train.results.report' in sys.modules)"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=subprocess_env()
@@ -220,7 +221,7 @@ def near(img, colour: str, tol: int = 40):
 
 
 def test_chromium_renders_the_pictures_at_their_size(tmp_path):
-    from train import plots
+    from train.results import plots
 
     run = write_run_records(tmp_path / "r", log_lines=RESUMED)
     records = report.load_records(run)
@@ -238,7 +239,7 @@ def test_chromium_renders_the_pictures_at_their_size(tmp_path):
 
 def _evaluated(monkeypatch, ev=None):
     """evaluate_best answers with a made-up evaluation (no data, no TensorFlow); returns the calls."""
-    from train import evaluation
+    from train.results import evaluation
 
     calls = []
     monkeypatch.setattr(evaluation, "evaluate_best", lambda run_dir: calls.append(run_dir) or ev or fake_evaluation())
@@ -267,8 +268,8 @@ def test_a_quick_report_keeps_the_validation_part_of_the_full_one_while_the_best
     page = (run / "report.html").read_text()
     assert "most often taken for" not in page and len(pngs(page)) == 1
     assert written.missing == [f"validation: {report.ENDED_NOTE.format(run=run.name)}"]
-    from train import evaluation
     from train.errors import DataError
+    from train.results import evaluation
 
     def moved(run_dir):
         raise DataError("data/mnist.npz is missing")
@@ -324,7 +325,7 @@ def test_class_names_with_tex_make_a_whole_report(tmp_path, monkeypatch):
 def test_the_report_and_compare_show_the_best_epoch_not_the_last(tmp_path, monitor, mode, epoch, value, seconds):
     from helpers import peaked_metrics
 
-    from train import compare, plots
+    from train.results import compare, plots
 
     run = write_run_records(tmp_path / "r", {"monitor": monitor, "monitor_mode": mode}, metrics=peaked_metrics())
     report.write_report(run, full=False)
@@ -342,7 +343,7 @@ def test_the_report_and_compare_show_the_best_epoch_not_the_last(tmp_path, monit
 def test_time_to_best_in_the_report_and_compare_includes_the_stopped_segment(tmp_path):
     from helpers import peaked_metrics
 
-    from train import compare
+    from train.results import compare
 
     segments = [
         {
@@ -366,7 +367,7 @@ def test_time_to_best_in_the_report_and_compare_includes_the_stopped_segment(tmp
 
 @pytest.mark.slow
 def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tmp_path, monkeypatch, make_npz):
-    from train.fit import train
+    from train.training.fit import train
 
     calls, write = [], report.write_report
     monkeypatch.setattr(report, "write_report", lambda run_dir, full: calls.append(full) or write(run_dir, full))
@@ -385,8 +386,8 @@ def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tm
 
 @pytest.mark.slow
 def test_a_report_that_cannot_be_drawn_never_changes_the_run(tmp_path, monkeypatch):
-    from train import plots
-    from train.fit import train
+    from train.results import plots
+    from train.training.fit import train
 
     monkeypatch.setattr(plots, "curves_png", lambda records: 1 / 0)
     result = train(tiny_settings(tmp_path, epochs=1, export=False))
@@ -400,7 +401,7 @@ def test_a_report_that_cannot_be_drawn_never_changes_the_run(tmp_path, monkeypat
 def test_a_failed_run_gets_a_report_that_says_why(tmp_path, monkeypatch):
     from train import models
     from train.errors import DataError
-    from train.fit import train
+    from train.training.fit import train
 
     def broken(*args):
         raise DataError("broken <on purpose>")

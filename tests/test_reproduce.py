@@ -19,7 +19,7 @@ from faults import states, wait_until
 from helpers import PROJECT_ROOT, make_npz, subprocess_env
 
 from train.errors import ReproduceError
-from train.reproduce import Verdict, judge, version_warnings, within_tolerance
+from train.reproduce.rerun import Verdict, judge, version_warnings, within_tolerance
 
 TINY = [
     "--epochs",
@@ -72,12 +72,12 @@ def test_without_determinism_the_verdict_uses_the_tolerance(tmp_path):
 def test_the_cli_exits_10_when_the_verdict_is_different(tmp_path, monkeypatch, capsys):
     from helpers import write_run_records
 
-    import train.reproduce
+    import train.reproduce.rerun
     from train.cli import main
 
     run = write_run_records(tmp_path / "runs" / "20240101-000000-000000-ab12")
     verdict = Verdict(run.name, "rerun", method="final weights sha256", match=False, details={"rerun": "x"})
-    monkeypatch.setattr(train.reproduce, "reproduce", lambda *a, **kw: verdict)
+    monkeypatch.setattr(train.reproduce.rerun, "reproduce", lambda *a, **kw: verdict)
     assert main(["reproduce", str(run), "--local", "--runs-dir", str(run.parent)]) == 10
     assert "result:     DIFFERENT by final weights sha256" in capsys.readouterr().out
     verdict.match = True
@@ -118,7 +118,7 @@ def test_an_exact_row_that_differs_names_the_metric(tmp_path):
 
 
 def test_a_dirty_original_is_marked_in_the_code_row(tmp_path):
-    from train.reproduce import side_by_side
+    from train.reproduce.rerun import side_by_side
 
     commit = "0123456789abcdef0123456789abcdef01234567"
     orig = {"git": {"commit": commit, "dirty": True}}
@@ -128,7 +128,7 @@ def test_a_dirty_original_is_marked_in_the_code_row(tmp_path):
 
 
 def test_a_damaged_record_is_one_line(tmp_path):
-    from train.reproduce import read_record
+    from train.reproduce.rerun import read_record
 
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "manifest.json").write_text('{"status": "compl')
@@ -167,7 +167,7 @@ def _train(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
 
 
 def _runs(runs: Path) -> list[Path]:
-    from train.rundir import list_run_dirs
+    from train.run.rundir import list_run_dirs
 
     return list_run_dirs(runs)
 
@@ -215,7 +215,7 @@ def test_one_epoch_of_a_two_epoch_run_matches_its_metrics_row_and_an_older_tenso
 
 
 def _installed_tf() -> str:
-    from train.reproduce import installed_versions
+    from train.reproduce.rerun import installed_versions
 
     return installed_versions()["tensorflow"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from train.errors import ReproduceError
-from train.reproduce_image import ImageOptions, build_command, container_values, host_values, image_tag, run_command
+from train.reproduce.image import ImageOptions, build_command, container_values, host_values, image_tag, run_command
 
 MANIFEST = {
     "git": {"commit": "0123456789abcdef0123"},

@@ -9,8 +9,8 @@ import pytest
 from helpers import write_run_records
 
 from train.errors import ReproduceError, ReproduceRecordError
-from train.reproduce import reproduce
-from train.reproduce_record import check_comparable, check_record
+from train.reproduce.record import check_comparable, check_record
+from train.reproduce.rerun import reproduce
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SHA = "ab" * 32

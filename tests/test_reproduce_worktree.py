@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from train.errors import Interrupted
-from train.reproduce_worktree import OWNER, clean_stale_worktrees, run_child, stop_on_signals, worktree
+from train.reproduce.worktree import OWNER, clean_stale_worktrees, run_child, stop_on_signals, worktree
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

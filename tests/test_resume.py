@@ -12,9 +12,9 @@ import pytest
 
 from train.config import load_settings
 from train.errors import CheckpointError, ConfigError, ResumeMismatchError, RunBusyError, RunRecordError
-from train.resume import auto_resume, check_data, plan_run
-from train.rundir import RunNotFound, read_json
-from train.runlock import RunLock
+from train.run.lock import RunLock
+from train.run.resume import auto_resume, check_data, plan_run
+from train.run.rundir import RunNotFound, read_json
 
 
 def _settings(tmp_path, **changes):
@@ -268,7 +268,7 @@ def test_changed_data_is_refused_unless_forced_and_then_recorded(tmp_path):
     ],
 )
 def test_a_run_counts_as_trained_by_its_files_or_its_manifest(tmp_path, files, manifest, trained):
-    from train.resume import _trained
+    from train.run.resume import _trained
 
     for name in files:
         (tmp_path / name).write_bytes(b"x")

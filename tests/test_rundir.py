@@ -10,7 +10,7 @@ import types
 import pytest
 
 from train.errors import RunRecordError, StorageError
-from train.rundir import (
+from train.run.rundir import (
     TMP_MARK,
     RunNotFound,
     atomic_write,
@@ -75,7 +75,7 @@ def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
 
 
 def test_size_hint_equal_to_free_space_is_enough(tmp_path, monkeypatch):
-    from train import rundir
+    from train.run import rundir
 
     monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=1000))
     atomic_write(tmp_path / "w.bin", lambda p: p.write_bytes(b"x"), size_hint=1000)
@@ -84,7 +84,7 @@ def test_size_hint_equal_to_free_space_is_enough(tmp_path, monkeypatch):
 
 def test_without_a_size_hint_free_space_is_not_checked(tmp_path, monkeypatch):
     """Small files (config, pointer, manifest) are written even on a nearly full disk; ENOSPC still reports it."""
-    from train import rundir
+    from train.run import rundir
 
     monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: (_ for _ in ()).throw(AssertionError("asked")))
     write_text(tmp_path / "LATEST", "ckpt-000000004.npz\n")
@@ -139,7 +139,7 @@ def test_permission_denied_in_a_container_points_at_the_host_folder_and_host_ids
 
 
 def test_in_container_reads_the_engines_marker_files(tmp_path):
-    from train.rundir import in_container
+    from train.run.rundir import in_container
 
     assert not in_container(tmp_path)
     (tmp_path / ".dockerenv").touch()
@@ -166,7 +166,7 @@ def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
 def test_temp_dirs_respect_the_umask_and_carry_the_mark(tmp_path):
     import os
 
-    from train.rundir import make_temp_dir
+    from train.run.rundir import make_temp_dir
 
     old = os.umask(0o022)
     try:
@@ -312,7 +312,7 @@ def test_create_run_dir_without_a_name_is_a_bare_id(tmp_path):
 
 
 def test_create_run_dir_tries_a_hundred_ids_then_gives_up(tmp_path, monkeypatch):
-    from train import rundir
+    from train.run import rundir
 
     (tmp_path / "runs" / "taken").mkdir(parents=True)
     tried = []
@@ -324,7 +324,7 @@ def test_create_run_dir_tries_a_hundred_ids_then_gives_up(tmp_path, monkeypatch)
 
 
 def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
-    from train import rundir
+    from train.run import rundir
 
     monkeypatch.setattr(rundir, "new_run_id", lambda name="": "missing-parent/run")
     with pytest.raises(StorageError) as info:
@@ -339,7 +339,7 @@ def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):
 
 
 def test_in_container_also_knows_podman(tmp_path):
-    from train.rundir import in_container
+    from train.run.rundir import in_container
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ".containerenv").touch()
@@ -347,7 +347,7 @@ def test_in_container_also_knows_podman(tmp_path):
 
 
 def test_permission_denied_in_a_container_exactly(monkeypatch):
-    from train import rundir
+    from train.run import rundir
 
     monkeypatch.setattr(rundir, "in_container", lambda root=None: True)  # the default asks the machine
     assert str(storage_error("/runs", OSError(errno.EACCES, "raw"))) == (
@@ -358,8 +358,8 @@ def test_permission_denied_in_a_container_exactly(monkeypatch):
 
 
 def test_make_temp_dir_names_and_gives_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
-    from train import rundir
-    from train.rundir import make_temp_dir
+    from train.run import rundir
+    from train.run.rundir import make_temp_dir
 
     assert re.fullmatch(rf"export{re.escape(TMP_MARK)}[0-9a-f]{{8}}", make_temp_dir(tmp_path, "export").name)
     drawn = []
@@ -371,7 +371,7 @@ def test_make_temp_dir_names_and_gives_up_after_a_hundred_taken_names(tmp_path, 
 
 
 def test_temp_files_are_named_and_give_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
-    from train import rundir
+    from train.run import rundir
 
     seen = []
     atomic_write(tmp_path / "config.json", lambda p: (seen.append(p.name), p.write_text("{}")))
@@ -418,7 +418,7 @@ def test_read_record_messages_exactly(tmp_path):
 # -- RunDir: the layout, one source for the class names ------------------------------------------
 def test_run_dir_names_are_the_documented_layout(tmp_path):
     """The names are the contract with users, scripts and CI: spelled out here on purpose."""
-    from train.rundir import RunDir
+    from train.run.rundir import RunDir
 
     run = RunDir(str(tmp_path / "20260101-000000-000001"))
     names = {
@@ -453,7 +453,7 @@ def test_run_dir_names_are_the_documented_layout(tmp_path):
 def test_the_class_names_come_from_the_manifest_and_labels_txt_is_derived(tmp_path):
     import json
 
-    from train.rundir import RunDir
+    from train.run.rundir import RunDir
 
     run = RunDir(_run(tmp_path, "20260101-000000-000001"))
     run.manifest.write_text(json.dumps({"status": "running"}))
@@ -498,11 +498,11 @@ def runs_with_strays(tmp_path):
 def test_a_folder_without_config_json_is_no_run_for_any_command(runs_with_strays, capsys):
     from train import cli
     from train.config import load_settings
-    from train.report import write_final_report
-    from train.reproduce import run_and_find
-    from train.reproduce_worktree import Stop
-    from train.resume import auto_resume
-    from train.runs import list_runs
+    from train.reproduce.rerun import run_and_find
+    from train.reproduce.worktree import Stop
+    from train.results.report import write_final_report
+    from train.results.runs_table import list_runs
+    from train.run.resume import auto_resume
 
     root, real, strays = runs_with_strays
     assert list_run_dirs(root) == [real]
@@ -536,7 +536,7 @@ def test_a_folder_without_config_json_is_no_run_for_any_command(runs_with_strays
 
 
 def test_shared_writes_cleans_stale_temps_only_when_no_other_writer_is_inside(tmp_path):
-    from train.rundir import shared_writes
+    from train.run.rundir import shared_writes
 
     folder = tmp_path / ".cache" / "abc"
     stale = folder / f"x{TMP_MARK}dead.npy"
@@ -561,8 +561,8 @@ def test_a_folder_that_cannot_be_read_never_hides_the_stopped_run_from_resume_au
     locked.mkdir()
     locked.chmod(0)
     code = (
-        "from train.config import load_settings; from train.resume import auto_resume; "
-        "from train.rundir import resolve_run; from train.errors import RunRecordError\n"
+        "from train.config import load_settings; from train.run.resume import auto_resume; "
+        "from train.run.rundir import resolve_run; from train.errors import RunRecordError\n"
         f"print(auto_resume(load_settings({{'runs_dir': {str(root)!r}}}, env_file=None, environ={{}})))\n"
         f"print(resolve_run({str(root)!r}, 'latest'))\n"
         f"try: resolve_run({str(root)!r}, {locked.name!r})\n"
@@ -604,8 +604,8 @@ def test_a_config_key_this_version_does_not_know_is_named_a_warning_when_read_an
 
     from train.config import load_settings
     from train.errors import ResumeMismatchError
-    from train.resume import auto_resume, plan_run
-    from train.rundir import read_run_settings
+    from train.run.resume import auto_resume, plan_run
+    from train.run.rundir import read_run_settings
 
     root, real, _ = runs_with_strays
     config = json.loads((real / "config.json").read_text())

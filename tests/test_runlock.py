@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from train.errors import RunBusyError
-from train.runlock import RunLock
+from train.run.lock import RunLock
 
 
 def test_run_lock_refuses_a_second_holder_naming_pid_and_host(tmp_path):
@@ -32,7 +32,7 @@ def test_a_lock_held_by_another_process_blocks_until_that_process_dies(tmp_path)
         [
             sys.executable,
             "-c",
-            "import sys; from train.runlock import RunLock; RunLock(sys.argv[1]).acquire(); "
+            "import sys; from train.run.lock import RunLock; RunLock(sys.argv[1]).acquire(); "
             "print('locked', flush=True); sys.stdin.read()",
             str(tmp_path),
         ],

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from train.runs import format_runs, list_runs
+from train.results.runs_table import format_runs, list_runs
 
 
 def _run(root, name, config, manifest=None, metrics=None):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from train.schedules import CosineOverTraining
+from train.training.schedules import CosineOverTraining
 
 
 def _rate(schedule, iteration: int) -> float:

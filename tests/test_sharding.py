@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train import data
 from train.config import Settings, validate
+from train.inputs import pipeline as data
 
 
 def _settings(**kw) -> Settings:

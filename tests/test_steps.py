@@ -41,7 +41,7 @@ def test_evaluate_sums_loss_and_correct_over_every_example():
     import keras
     import tensorflow as tf
 
-    from train.steps import Steps, Totals
+    from train.training.steps import Steps, Totals
 
     model = _model()
     x, y = _data()
@@ -59,7 +59,7 @@ def test_one_call_runs_n_steps_and_matches_a_hand_written_step():
     import keras
     import tensorflow as tf
 
-    from train.steps import Steps
+    from train.training.steps import Steps
 
     x, y = _data()
     ours, ref = _model(), _model()
@@ -78,7 +78,7 @@ def test_one_call_runs_n_steps_and_matches_a_hand_written_step():
 def test_the_stop_vote_comes_back_with_the_sums():
     import tensorflow as tf
 
-    from train.steps import Steps
+    from train.training.steps import Steps
 
     x, y = _data()
     out = Steps(_model()).train(_iterator(x, y, 5), tf.constant(1), tf.constant(1.0)).numpy()
@@ -88,7 +88,7 @@ def test_the_stop_vote_comes_back_with_the_sums():
 def test_jit_compile_gives_the_same_step():
     import tensorflow as tf
 
-    from train.steps import Steps
+    from train.training.steps import Steps
 
     x, y = _data()
     plain, jit = _model(), _model()
@@ -102,7 +102,7 @@ def test_float16_scales_the_loss_through_the_loss_scale_optimizer(monkeypatch):
     import keras
     import tensorflow as tf
 
-    from train.steps import Steps
+    from train.training.steps import Steps
 
     model = _model("mixed_float16")
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -118,7 +118,7 @@ def test_float16_scales_the_loss_through_the_loss_scale_optimizer(monkeypatch):
 
 
 def test_totals_add_up_over_calls():
-    from train.steps import Totals
+    from train.training.steps import Totals
 
     totals = Totals()
     totals.add([2.0, 1.0, 4.0, 0.0])
@@ -143,7 +143,7 @@ def test_training_steps_use_batch_statistics_and_evaluation_the_moving_ones():
     import keras
     import tensorflow as tf
 
-    from train.steps import Steps, Totals
+    from train.training.steps import Steps, Totals
 
     x, y = _data()
     x = x * 3 + 5  # far from BatchNormalization's initial moving mean (0) and variance (1)
@@ -164,7 +164,7 @@ def test_training_steps_use_batch_statistics_and_evaluation_the_moving_ones():
 def test_jit_compile_asks_tensorflow_for_xla_and_only_then(monkeypatch):
     import tensorflow as tf
 
-    from train.steps import Steps
+    from train.training.steps import Steps
 
     real, asked = tf.function, []
 
@@ -184,7 +184,7 @@ def test_regularization_losses_are_added_to_the_loss():
     import keras
     import tensorflow as tf
 
-    from train.steps import Steps
+    from train.training.steps import Steps
 
     def regularized():
         keras.utils.set_random_seed(0)
@@ -216,7 +216,7 @@ def test_a_models_own_loss_and_metrics_drive_the_steps():
     import tensorflow as tf
 
     from train.models import ModelEntry
-    from train.steps import Steps, Totals
+    from train.training.steps import Steps, Totals
 
     def squared_error(reduction="sum_over_batch_size"):
         return keras.losses.MeanSquaredError(reduction=reduction)

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from train import stopping
-from train.stopping import StopFlag
+from train.training import stop_flag
+from train.training.stop_flag import StopFlag
 
 
 class FakeClock:
@@ -23,7 +23,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(stopping.time, "monotonic", fake)
+    monkeypatch.setattr(stop_flag.time, "monotonic", fake)
     return fake
 
 
@@ -116,7 +116,8 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
 
     from helpers import tiny_settings
 
-    from train import cli, devices
+    from train import cli
+    from train.setup import devices
 
     settings = tiny_settings(tmp_path)
 
@@ -138,7 +139,7 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
 def test_the_handler_is_installed_before_the_run_directory_is_made(tmp_path, monkeypatch):
     from helpers import tiny_settings
 
-    from train import fit
+    from train.training import fit
 
     seen = []
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from train import sync
+from train.training import sync
 
 
 class ReplicasOfOneWorker:

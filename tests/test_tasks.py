@@ -77,7 +77,7 @@ def test_build_tags_with_lock_hash_and_commit():
 def test_build_marks_a_dirty_tree_and_passes_base_ca_and_network(tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("pem")
-    c = ctx(**{"git status --porcelain --untracked-files=no": Result(" M train/fit.py\n")})
+    c = ctx(**{"git status --porcelain --untracked-files=no": Result(" M train/training/fit.py\n")})
     tasks.build(c, base_image="mirror/python:3.11", ca_bundle=str(ca), network="host", uid=2000)
     (cmd,) = echoed(c)
     assert "--target runtime --build-arg VARIANT=gpu --build-arg UID=2000" in cmd

@@ -27,10 +27,10 @@ import pytest
 from conftest import MLFLOW_SERVER_SKIP
 from helpers import PROJECT_ROOT, subprocess_env, tiny_settings
 
-from train import tracking
-from train.cluster import free_local_ports
 from train.config import load_settings
 from train.errors import ConfigError
+from train.setup.cluster import free_local_ports
+from train.tracking import mlflow_run as tracking
 
 # --- the setting -------------------------------------------------------------------------------
 
@@ -292,7 +292,7 @@ def test_the_training_thread_never_waits_for_a_server_that_does_not_answer(
 
 
 def test_a_stop_during_the_final_flush_cuts_its_wait_to_the_stop_deadline(tmp_path, monkeypatch):
-    from train.stopping import StopFlag
+    from train.training.stop_flag import StopFlag
 
     client, stop = Held(), StopFlag()
     tracker = _tracker(tmp_path, client)
@@ -435,7 +435,7 @@ class Recording:
 def test_a_run_sends_its_start_each_epoch_its_files_and_its_status_in_that_order(tmp_path, monkeypatch):
     import mlflow
 
-    from train.fit import train
+    from train.training.fit import train
 
     clients = []
     monkeypatch.setattr(
@@ -608,11 +608,11 @@ def test_sigterm_ends_the_run_whatever_the_tracking_server_does(tmp_path):
 def test_a_run_without_tracking_imports_nothing_of_mlflow(tmp_path):
     code = (
         "import sys, json; sys.path.insert(0, 'tests')\n"
-        "from helpers import tiny_settings\nfrom pathlib import Path\nfrom train.fit import train\n"
+        "from helpers import tiny_settings\nfrom pathlib import Path\nfrom train.training.fit import train\n"
         "r = train(tiny_settings(Path(sys.argv[1]), epochs=1, export=False, report='quick'))\n"
         "import importlib.util\n"
         "print(json.dumps({'status': r.status, 'installed': importlib.util.find_spec('mlflow') is not None,"
-        " 'imported': sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow' or m == 'train.tracking')}))\n"
+        " 'imported': sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow' or m == 'train.tracking.mlflow_run')}))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)],
@@ -758,7 +758,7 @@ def _artifacts(client, run_id, path=None) -> set[str]:
 
 @pytest.mark.slow
 def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server, tmp_path):
-    from train.fit import train
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, report="quick", mlflow_tracking_uri=mlflow_server, mlflow_experiment="template-tests")
     result = train(s)
@@ -803,11 +803,11 @@ def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server
 
 @pytest.mark.slow
 def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, monkeypatch):
-    from train import stopping
-    from train.fit import train
+    from train.training import stop_flag
+    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False, report="quick", mlflow_tracking_uri=mlflow_server)
-    original = stopping.StopFlag.check
+    original = stop_flag.StopFlag.check
     calls = {"n": 0}
 
     def stop_at_step_5(self):
@@ -816,14 +816,14 @@ def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, mo
             self.request("test stop")
         return original(self)
 
-    monkeypatch.setattr(stopping.StopFlag, "check", stop_at_step_5)
+    monkeypatch.setattr(stop_flag.StopFlag, "check", stop_at_step_5)
     stopped = train(s)
     assert stopped.status == "interrupted"
     run_id = json.loads((stopped.run_dir / "manifest.json").read_text())["mlflow"]["run_id"]
     client = _client(mlflow_server)
     assert client.get_run(run_id).info.status == "KILLED"
 
-    monkeypatch.setattr(stopping.StopFlag, "check", original)
+    monkeypatch.setattr(stop_flag.StopFlag, "check", original)
     resumed = train(s.replace(epochs=2), resume=stopped.run_dir.name)
     assert resumed.status == "completed"
     assert json.loads((stopped.run_dir / "manifest.json").read_text())["mlflow"]["run_id"] == run_id
@@ -875,7 +875,7 @@ def test_with_two_workers_only_the_chief_logs(mlflow_server, tmp_path):
 
 @pytest.mark.slow
 def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch):
-    from train.fit import train
+    from train.training.fit import train
 
     home = tmp_path / "server"
     home.mkdir()

@@ -9,9 +9,9 @@ import keras
 import numpy as np
 import pytest
 
-from train import weights
 from train.errors import StorageError, WeightsError
-from train.rundir import read_json
+from train.run import weights
+from train.run.rundir import read_json
 
 
 def _model(seed: int = 0):
@@ -79,7 +79,7 @@ def test_a_kill_between_the_record_and_the_rename_leaves_the_older_file_which_st
             raise OSError(5, "Input/output error")
         replace(src, dst)
 
-    monkeypatch.setattr("train.rundir.os.replace", killed)
+    monkeypatch.setattr("train.run.rundir.os.replace", killed)
     with pytest.raises(StorageError):
         weights.save_weights(_model(1), best, epoch=2)
     monkeypatch.undo()
@@ -128,7 +128,7 @@ def test_with_a_record_a_damaged_file_is_refused_before_it_is_read(run, monkeypa
 
 
 def test_without_an_intact_weights_file_the_latest_checkpoint_is_named(run):
-    from train import checkpoints
+    from train.run import checkpoints
 
     best = run / "best.weights.h5"
     weights.save_weights(_model(), best, epoch=1)
@@ -159,7 +159,7 @@ def test_an_unreadable_weights_file_is_a_weights_error(run, monkeypatch):
 def test_reproduce_verifies_the_original_weights_first(tmp_path):
     from helpers import write_run_records
 
-    from train.reproduce import reproduce
+    from train.reproduce.rerun import reproduce
 
     commit = {"commit": "0123456789abcdef" * 2 + "01234567", "dirty": False, "source": "git"}
     run = write_run_records(tmp_path / "runs" / "20260101-000000-000002", manifest={"git": commit})
@@ -172,8 +172,8 @@ def test_reproduce_verifies_the_original_weights_first(tmp_path):
 
 def test_the_weights_the_loop_writes_are_recorded(tmp_path):
     """best (each improvement) and final weights of a real 1-epoch run carry their recorded sha256."""
-    from train.fit import train
-    from train.rundir import list_run_dirs
+    from train.run.rundir import list_run_dirs
+    from train.training.fit import train
 
     pytest.importorskip("helpers")
     from helpers import tiny_settings
@@ -196,9 +196,9 @@ def test_the_checkpoint_fallback_the_message_gives_works(tmp_path):
 
     from helpers import tiny_settings
 
-    from train.export import rebuild_model
-    from train.fit import train
-    from train.rundir import list_run_dirs
+    from train.results.export import rebuild_model
+    from train.run.rundir import list_run_dirs
+    from train.training.fit import train
 
     settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
     train(settings)

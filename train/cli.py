@@ -158,7 +158,7 @@ def run(argv: Sequence[str]) -> int:
     if cmd == "fit":
         settings = _settings_for(args)
         _quiet_tensorflow()
-        from .fit import train  # TensorFlow is imported from here on
+        from .training.fit import train  # TensorFlow is imported from here on
 
         result = train(settings, force=args.force, restart=args.restart)
         return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
@@ -178,40 +178,40 @@ def run(argv: Sequence[str]) -> int:
     # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
     settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn, check_model=False)
     if cmd == "runs":
-        from .runs import format_runs, list_runs, runs_json
+        from .results.runs_table import format_runs, list_runs, runs_json
 
         rows = list_runs(settings.runs_dir)
         print(runs_json(rows) if args.json else format_runs(rows))
         return 0
     if cmd == "compare":
-        from .compare import compare_runs
+        from .results.compare import compare_runs
 
         print(compare_runs(settings.runs_dir, args.runs, args.out))
         return 0
-    from .rundir import resolve_run
+    from .run.rundir import resolve_run
 
     _quiet_tensorflow()  # export, predict and reproduce start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
     if cmd == "report":
-        from .report import write_report
+        from .results.report import write_report
 
         written = write_report(run_dir, full=not args.quick)
-        from .rundir import RunDir
+        from .run.rundir import RunDir
 
         print(f"wrote {written.path} and {RunDir(run_dir).curves}")
         for part in written.missing:
             print(f"  not included: {part}")
         return 0
     if cmd == "reproduce":
-        from .manifest import project_root
-        from .reproduce import format_verdict, reproduce
+        from .reproduce.rerun import format_verdict, reproduce
+        from .run.manifest import project_root
 
         image = None
         if args.container:
             import os
             from pathlib import Path
 
-            from .reproduce_image import ImageOptions
+            from .reproduce.image import ImageOptions
 
             image = ImageOptions(
                 Path(args.data_dir),
@@ -226,15 +226,15 @@ def run(argv: Sequence[str]) -> int:
         print(format_verdict(verdict))
         return 0 if verdict.match else ReproduceMismatch.exit_code
     if cmd == "export":
-        from .export import export_run
-        from .runlock import RunLock
+        from .results.export import export_run
+        from .run.lock import RunLock
 
         with RunLock(run_dir):  # never while a fit writes the same run
             report = export_run(run_dir)
         print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
         return 0
     from .errors import DataError
-    from .predict import format_predictions, predict_files
+    from .results.predict import format_predictions, predict_files
 
     rows = predict_files(run_dir, args.images)
     if any("error" not in r for r in rows):

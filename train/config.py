@@ -17,10 +17,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from . import datasets, models, rundir
-from .envfile import read_env_file
+from . import datasets, models
 from .errors import ConfigError, StorageError
-from .modelspec import check_model_spec
+from .run import rundir
+from .setup.envfile import read_env_file
+from .setup.modelspec import check_model_spec
 
 log = logging.getLogger("train")
 
@@ -475,7 +476,7 @@ def load_settings(
 
 def check_cluster(settings: Settings, environ: Mapping[str, str]):
     """The cluster (TF_CONFIG or WORKERS/WORKER_INDEX), checked before TensorFlow is imported."""
-    from .cluster import read_cluster
+    from .setup.cluster import read_cluster
 
     cluster = read_cluster(settings.workers, settings.worker_index, environ)
     if settings.batch_size % cluster.size:

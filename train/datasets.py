@@ -3,7 +3,7 @@
 An entry says what the data set is (name, image shape, class names) and how to get it: `load`
 downloads the source files with `download` (the public `keras.utils.get_file`, checked against
 the file's hash and cached under DATA_DIR) and returns the arrays in the Keras layout
-(x_train, y_train, x_test, y_test: uint8 images, integer labels). `train.data` checks every
+(x_train, y_train, x_test, y_test: uint8 images, integer labels). `train.inputs.pipeline` checks every
 array afterwards. To add a data set, add one `register(Dataset(...))` below (docs/extending.md).
 
 Nothing heavy is imported here at import time: the settings check reads the names before
@@ -69,7 +69,7 @@ def check_dataset(value: str) -> None:
 
 
 def _file_type(mode: int) -> str:
-    from .arrays import describe_file_type  # numpy: imported only when a path is wrong
+    from .inputs.arrays import describe_file_type  # numpy: imported only when a path is wrong
 
     return "a file" if stat.S_ISREG(mode) else describe_file_type(mode)
 
@@ -77,7 +77,7 @@ def _file_type(mode: int) -> str:
 def download(url: str, file_hash: str, cache_dir: Path, subdir: str = "datasets") -> Path:
     """The file at `url`, downloaded once into cache_dir/subdir and checked against `file_hash`
     (sha256, or md5 where that is all the publisher gives); a cached copy that does not match is
-    downloaded again. Network and hash failures raise (train.data turns them into a DataError)."""
+    downloaded again. Network and hash failures raise (train.inputs.pipeline turns them into a DataError)."""
     import keras
 
     cache_dir.mkdir(parents=True, exist_ok=True)  # get_file would use /tmp/.keras for a directory not there yet

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ModelError, TemplateError
-from .modelcheck import check_model, user_code
+from .setup.modelcheck import check_model, user_code
 
 if TYPE_CHECKING:
     import keras

@@ -16,15 +16,15 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from .. import hardware
 from ..errors import NoGPUError
+from ..setup import hardware
 from .diagnose import GPU_BLOCKING, Diagnosis, cuda_build, diagnose
 from .facts import Facts, collect
 from .tflog import classify_log
 
 
 def precisions(facts: Facts) -> dict[str, Any]:
-    """Which precisions make sense on the devices TensorFlow will use, and what `auto` picks (train.hardware)."""
+    """Which precisions make sense on the devices TensorFlow will use, and what `auto` picks (train.setup.hardware)."""
     ccs = [tuple(g["compute_capability"]) for g in facts.tf.gpus if g.get("compute_capability")]
     auto, reason = hardware.choose_precision(
         "auto", ccs, facts.cpu_bf16, hardware.onednn_enabled(), hardware.onednn_max_isa()

@@ -252,7 +252,7 @@ def _memory_growth(facts: Facts) -> Diagnosis | None:
         f"{mg.get('late_call') or 'set_memory_growth'} came too late: the GPU had already been initialised "
         f'("{mg["error"]}")',
         "call tf.config.experimental.set_memory_growth before anything touches the GPU (the first tensor, "
-        "model or tf.config.list_logical_devices()); here train.devices does it before building the model",
+        "model or tf.config.list_logical_devices()); here train.setup.devices does it before building the model",
     )
 
 

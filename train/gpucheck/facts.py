@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import hardware
+from ..setup import hardware
 from . import gpuinfo
 from .gpuinfo import GpuInfo
 
@@ -166,8 +166,8 @@ def collect_libraries(build: Mapping[str, Any], environ: Mapping[str, str]) -> l
 
 
 def _bench(device: str, n: int, reps: int) -> dict[str, Any]:
-    """The float32 matmul probe every run also makes for its MFU (train.flops), on one device."""
-    from ..flops import measure_peak_flops
+    """The float32 matmul probe every run also makes for its MFU (train.training.flops), on one device."""
+    from ..training.flops import measure_peak_flops
 
     try:
         flops = measure_peak_flops("float32", device, n, reps)
@@ -190,7 +190,7 @@ def probe_main(skip_matmul: bool) -> None:
     }
     gpus = tf.config.list_physical_devices("GPU")
     mg: dict[str, Any] = {"in_effect": None, "error": None, "late_call": None}
-    for g in gpus:  # before any op, as train.devices does
+    for g in gpus:  # before any op, as train.setup.devices does
         try:
             tf.config.experimental.set_memory_growth(g, True)
         except RuntimeError as exc:

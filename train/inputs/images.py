@@ -1,0 +1,491 @@
+"""`images:<dir>`: one sub-directory per class of image files, decoded once, up front.
+
+Listing, fingerprinting, the train/validation split, decoding and the decode cache live here;
+`train.inputs.pipeline` wraps the result in a DataSpec and builds the pipelines. Every file is decoded before
+training starts (a broken file stops the run with its name, not an hour in), and that same pass
+fills the cache: a uint8 array in memory, or a `.npy` memory-mapped from disk. Before that, the
+fingerprint pass reads each file's header (PIL, no pixels decoded): an image that declares more
+than MAX_IMAGE_PIXELS is refused before it can take gigabytes to decode. The decode applies the
+EXIF orientation, as a photo viewer shows the image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import stat
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import Settings
+from ..errors import DataError
+from ..run.rundir import CACHE_DIR, atomic_write, shared_writes
+from .arrays import check_class_names, describe_file_type, sha256_file
+
+log = logging.getLogger("train")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# GIF: the first frame. What a message says the supported formats are.
+SUPPORTED = "JPEG, PNG, GIF (first frame) or BMP"
+_DECODE_BATCH = 256
+# Decoded images kept for the life of the process, keyed by what they were decoded from: a second
+# load_data (or a rebuilt pipeline) never decodes again.
+_DECODED: dict[str, np.ndarray] = {}
+
+
+def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str], np.ndarray]:
+    """(class names, sorted relative paths, int32 labels); DataError when there is nothing to train on.
+
+    Links are followed (a class folder may be assembled from links to files or folders), but each
+    real file counts once and in one class only: a link back to a folder that contains it (a loop),
+    or one file reachable from two classes, is an error naming both paths. Names starting with "."
+    (.git, .ipynb_checkpoints, ...) are skipped.
+    """
+    root = Path(root)
+    try:
+        classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError as exc:
+        raise DataError(f"{root}: cannot read the folder ({exc.strerror}); fix its permissions") from None
+    check_class_names(str(root), classes, "class names are the sub-directory names: rename the folder")
+    if not classes:
+        raise DataError(
+            f"{root}: no class sub-directories; put the images in one sub-directory per class, e.g. {root}/cats/001.jpg"
+        )
+    rels: list[str] = []
+    labels: list[int] = []
+    owner: dict[tuple[int, int], tuple[str, str]] = {}  # real file -> (its path, its class)
+    for label, name in enumerate(classes):
+        found: list[str] = []
+        for path, key in sorted(_walk_class(root / name)):
+            if key in owner:
+                first, first_class = owner[key]
+                if first_class != name:
+                    raise DataError(
+                        f"{first} (class {first_class}) and {path} (class {name}) are the same file; an image "
+                        "belongs to one class only: remove one of them (or the link that leads to it)"
+                    )
+                continue  # the same file twice in one class (links): counted once
+            owner[key] = (path, name)
+            found.append(os.path.relpath(path, root))
+        if not found:
+            raise DataError(
+                f"{root / name}: class directory has no images ({SUPPORTED}); add some or remove the directory"
+            )
+        rels += found
+        labels += [label] * len(found)
+    if len(classes) < 2:
+        raise DataError(f"{root}: only one class sub-directory ({classes[0]}); a classifier needs at least two")
+    return tuple(classes), rels, np.asarray(labels, np.int32)
+
+
+def _walk_class(top: Path):
+    """(path, (device, inode)) of every image file under `top`, following links but never around a loop."""
+    chain = [os.path.realpath(top)]  # real paths of the folders from `top` down to the current one
+
+    def walk(directory: str):
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise DataError(f"{directory}: cannot read the folder ({exc.strerror}); fix its permissions") from None
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            if e.is_dir():
+                real = os.path.realpath(e.path)
+                inside = real.rstrip(os.sep) + os.sep
+                if any(c == real or c.startswith(inside) for c in chain):
+                    raise DataError(
+                        f"{e.path} links to {real}, a folder that contains it: the images would be "
+                        "read round a loop; remove the link"
+                    )
+                chain.append(real)
+                yield from walk(e.path)
+                chain.pop()
+            elif e.name.lower().endswith(IMAGE_EXTENSIONS):
+                try:
+                    st = e.stat()
+                except OSError as exc:
+                    why = f"a broken link ({os.readlink(e.path)!r} does not exist)" if e.is_symlink() else exc.strerror
+                    raise DataError(f"{e.path}: {why}; fix or remove it") from None
+                if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
+                    raise DataError(
+                        f"{e.path} is {describe_file_type(st.st_mode)}, not an image file; remove it from the folder"
+                    )
+                yield e.path, (st.st_dev, st.st_ino)
+
+    yield from walk(str(top))
+
+
+def fingerprint_files(root: str | os.PathLike, rels: Sequence[str]) -> str:
+    """sha256 over the sorted relative paths and each file's bytes (files hashed in parallel)."""
+    return scan_files(root, rels, None)[0]
+
+
+def scan_files(root: str | os.PathLike, rels: Sequence[str], max_pixels: int | None) -> tuple[str, np.ndarray]:
+    """(fingerprint, info): the one pass that reads every file, in parallel.
+
+    The fingerprint is sha256 over the sorted relative paths and each file's bytes; info holds the
+    (EXIF orientation, CMYK) of each file, from its header, for the decode. With `max_pixels`, an
+    image whose header declares more is refused here, before anything decodes it.
+    """
+    root = Path(root)
+
+    def read(chunk: Sequence[str]) -> list[tuple[bytes, tuple[int, int]]]:
+        out = []
+        for rel in chunk:
+            raw = read_image_bytes(root / rel)
+            out.append((hashlib.sha256(raw).digest(), image_info(raw, root / rel, max_pixels)))
+        return out
+
+    # Chunks of files per task: one task per small file costs more than hashing it.
+    chunks = [rels[i : i + 128] for i in range(0, len(rels), 128)]
+    outer = hashlib.sha256()
+    info = np.ones((len(rels), 2), np.int32)
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
+        for start, found in zip(range(0, len(rels), 128), pool.map(read, chunks)):
+            for i, (digest, file_info) in enumerate(found, start):
+                outer.update(rels[i].replace(os.sep, "/").encode() + b"\0" + digest)
+                info[i] = file_info
+    return outer.hexdigest(), info
+
+
+def read_image_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of an image file, or DataError naming it (no permission, a FIFO, gone)."""
+    try:
+        mode = os.stat(path).st_mode  # before opening: opening a FIFO blocks until someone writes to it
+        if stat.S_ISDIR(mode):
+            raise DataError(f"{path} is a directory, not an image file; give the image files ({SUPPORTED})")
+        if not stat.S_ISREG(mode):
+            raise DataError(
+                f"{path} is {describe_file_type(mode)}, not an image file; give the image files ({SUPPORTED})"
+            )
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise DataError(f"{path} does not exist" + (" (a broken link)" if Path(path).is_symlink() else "")) from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read it ({exc.strerror}); fix its permissions") from None
+
+
+_ORIENTATION = 0x0112  # the EXIF tag: how the camera was held, 1 (upright) .. 8
+
+
+def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None) -> tuple[int, int]:
+    """(EXIF orientation 1..8, 1 if CMYK else 0) of an encoded image, from its header only (PIL).
+
+    DataError when the header declares more than `max_pixels` (width x height, times the frames of a
+    GIF: TensorFlow decodes them all to keep the first). A file PIL cannot parse gets (1, 0) and is
+    left to the decoder, whose error names it.
+    """
+    from PIL import Image
+
+    # MAX_IMAGE_PIXELS (checked below, for every image) is the limit; PIL's own process-wide default
+    # would warn, or refuse with its own message, on other terms.
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            (width, height), frames = im.size, getattr(im, "n_frames", 1) if im.format == "GIF" else 1
+            if im.format == "PNG":  # PIL's getexif would decode a PNG whose eXIf chunk is not up front
+                exif = Image.Exif()
+                if im.info.get("exif"):
+                    exif.load(im.info["exif"])
+            else:
+                exif = im.getexif()
+            orientation, cmyk = int(exif.get(_ORIENTATION, 1)), int(im.mode == "CMYK")
+    except Exception:  # noqa: BLE001  (PIL raises many types for files it cannot parse)
+        return 1, 0
+    pixels = width * height * frames
+    if max_pixels is not None and pixels > max_pixels:
+        shown = f"{frames} frames of {width}x{height}" if frames > 1 else f"{width}x{height}"
+        raise DataError(
+            f"{path}: {shown} is {pixels / 1e6:,.0f} million pixels, more than MAX_IMAGE_PIXELS={max_pixels:,} "
+            f"(decoding it would take about {pixels * 3 / 1e9:.1f} GB); shrink the image (it is resized to "
+            "IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS"
+        )
+    return (orientation if 1 <= orientation <= 8 else 1), cmyk
+
+
+def files_info(paths: Sequence[str]) -> np.ndarray:
+    """(N, 2) int32 `image_info` of files (no size limit): for a decode not fed by `scan_files`."""
+    return np.asarray([image_info(read_image_bytes(p), p, None) for p in paths], np.int32).reshape(-1, 2)
+
+
+def _orient(image, orientation):
+    """Apply an EXIF orientation (1..8) as PIL's ImageOps.exif_transpose does."""
+    import tensorflow as tf
+
+    def transpose():
+        return tf.transpose(image, [1, 0, 2])
+
+    branches = [
+        lambda: image,  # 1: upright
+        lambda: tf.reverse(image, [1]),  # 2: mirrored
+        lambda: tf.reverse(image, [0, 1]),  # 3: upside down
+        lambda: tf.reverse(image, [0]),  # 4: mirrored upside down
+        transpose,  # 5
+        lambda: tf.image.rot90(image, 3),  # 6: held turned right; turned back clockwise
+        lambda: tf.reverse(transpose(), [0, 1]),  # 7
+        lambda: tf.image.rot90(image, 1),  # 8
+    ]
+    return tf.switch_case(orientation - 1, branches, default=branches[0])
+
+
+def decode_tensor(contents, input_shape: tuple[int, int, int], info):
+    """Encoded image bytes -> uint8 (H, W, C): the one decode/resize used by training and predict.
+
+    `info` is the file's (EXIF orientation, CMYK) from `image_info`, read in Python beforehand: a
+    Python call per image inside the pipeline would hold it to one core.
+    """
+    import tensorflow as tf
+
+    height, width, channels = input_shape
+    image = _decode(contents, channels, tf.cast(info, tf.int32))
+    # Shrinking: "area" averages every source pixel (no aliasing) at a third of the cost of
+    # bilinear with antialias=True; growing: bilinear.
+    shrink = tf.logical_and(tf.shape(image)[0] >= height, tf.shape(image)[1] >= width)
+    image = tf.cond(
+        shrink,
+        lambda: tf.image.resize(image, (height, width), method="area"),
+        lambda: tf.image.resize(image, (height, width), method="bilinear"),
+    )
+    image = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+    image.set_shape(input_shape)
+    return image
+
+
+def _decode(contents, channels: int, info):
+    """JPEG, PNG, GIF (first frame) or BMP bytes -> uint8 (H, W, channels), EXIF orientation applied."""
+    import tensorflow as tf
+
+    if channels != 1:
+        image = tf.io.decode_image(contents, channels=channels, expand_animations=False)
+        return _orient(image, info[0])
+    # TensorFlow's GIF and BMP decoders only give colour, and its JPEG decoder cannot turn CMYK into
+    # gray ("Invalid JPEG data"): decode those as RGB and convert, so a grayscale model takes them
+    # too. The other JPEGs and PNGs keep their own grayscale decode.
+    head = tf.strings.substr(contents, 0, 2)
+    colour_only = tf.logical_or(tf.logical_or(tf.equal(head, b"GI"), tf.equal(head, b"BM")), info[1] > 0)
+    image = tf.cond(
+        colour_only,
+        lambda: tf.image.rgb_to_grayscale(tf.io.decode_image(contents, channels=3, expand_animations=False)),
+        lambda: tf.io.decode_image(contents, channels=1, expand_animations=False),
+    )
+    return _orient(image, info[0])
+
+
+def load_image_file(
+    path: str | os.PathLike, input_shape: tuple[int, int, int], max_pixels: int | None = Settings.max_image_pixels
+) -> np.ndarray:
+    """One file as uint8 (H, W, C), decoded and resized exactly as the training pipeline does.
+
+    `max_pixels` (predict: the default MAX_IMAGE_PIXELS) refuses an oversized image before decoding.
+    """
+    import tensorflow as tf
+
+    raw = read_image_bytes(path)
+    info = image_info(raw, path, max_pixels)
+    try:
+        return decode_tensor(tf.constant(raw), tuple(input_shape), tf.constant(info)).numpy()
+    except (tf.errors.OpError, ValueError) as e:
+        raise DataError(
+            f"{path}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
+        ) from None
+
+
+def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int], info: np.ndarray | None = None):
+    """A tf.data pipeline of uint8 images for `paths`, decoded in parallel, in the order given.
+
+    `info`: the files' `image_info` rows (from `scan_files`); read from the files when not given.
+    """
+    import tensorflow as tf
+
+    info = files_info(paths) if info is None else info
+    ds = tf.data.Dataset.from_tensor_slices((np.asarray(paths, dtype=object).astype(str), np.asarray(info, np.int32)))
+    return ds.map(
+        lambda p, i: decode_tensor(tf.io.read_file(p), input_shape, i),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def decode_files(
+    paths: Sequence[str],
+    input_shape: tuple[int, int, int],
+    out: np.ndarray | None = None,
+    info: np.ndarray | None = None,
+) -> None:
+    """Decode every file (in parallel, with tf.data) into `out` (N, H, W, C) uint8, or only check them.
+
+    A file that is missing or not an image raises DataError naming it.
+    """
+    import tensorflow as tf
+
+    batches = decode_dataset(paths, input_shape, info).batch(_DECODE_BATCH).prefetch(2)
+    done = 0
+    try:
+        for batch in batches:
+            n = int(batch.shape[0])
+            if out is not None:
+                out[done : done + n] = batch.numpy()
+            done += n
+    except tf.errors.OpError as e:
+        # With deterministic=True the error surfaces at the batch holding the file: find it there.
+        for path in paths[done : done + _DECODE_BATCH]:
+            load_image_file(path, input_shape, max_pixels=None)
+        raise DataError(
+            f"decoding images {done}..{done + _DECODE_BATCH} of {len(paths)} failed ({_first_line(e)})"
+        ) from None
+
+
+def split_indices(labels: np.ndarray, val_split: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified, seeded train/validation split; both index lists sorted (the fixed cache order)."""
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for c in range(int(labels.max()) + 1):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        k = min(int(round(len(idx) * val_split)), len(idx) - 1)
+        val.append(idx[:k])
+        train.append(idx[k:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
+
+
+def _check_split(root: Path, class_names, labels: np.ndarray, val: np.ndarray, val_split: float) -> None:
+    """A class of one image cannot be both trained on and validated: refused. A class that VAL_SPLIT
+    leaves without a validation image (a few images each) trains, but its accuracy is never
+    measured: one warning naming them. No validation image at all: refused."""
+    counts = np.bincount(labels, minlength=len(class_names))
+    single = [class_names[c] for c in np.flatnonzero(counts == 1)]
+    if single:
+        raise DataError(
+            f"{root / single[0]}: class {single[0]!r} has a single image"
+            + (f" (and {len(single) - 1} more classes)" if len(single) > 1 else "")
+            + f"; with VAL_SPLIT={val_split} a class needs at least 2 (one to train on, one to validate): "
+            "add images, remove the folder, or set VAL_SPLIT=0"
+        )
+    if len(val) == 0:
+        raise DataError(
+            f"{root}: VAL_SPLIT={val_split} of {counts.min()} images in the smallest "
+            "class leaves no image for validation; raise VAL_SPLIT or add images"
+        )
+    unseen = [class_names[c] for c in np.flatnonzero(np.bincount(labels[val], minlength=len(class_names)) == 0)]
+    if unseen:
+        shown = ", ".join(repr(n) for n in unseen[:5]) + (", ..." if len(unseen) > 5 else "")
+        log.warning(
+            "WARNING: %s: VAL_SPLIT=%s leaves %d of %d classes without a validation image (%s): their accuracy "
+            "is never measured; raise VAL_SPLIT or add images",
+            root,
+            val_split,
+            len(unseen),
+            len(class_names),
+            shown,
+        )
+
+
+def read_image_dir(root: Path, settings, subset: Callable[[int, int], np.ndarray] | None = None):
+    """(class names, input shape, fingerprint, [(x, y, files, info) of train, of val]), every file decoded.
+
+    `subset(n, salt)` (salt 0: train, 1: val) picks the indices a smoke run keeps.
+    """
+    class_names, rels, labels = list_image_dir(root)
+    fingerprint, info = scan_files(root, rels, settings.max_image_pixels)
+    tr, va = split_indices(labels, settings.val_split, settings.seed)
+    if settings.val_split > 0:
+        _check_split(root, class_names, labels, va, settings.val_split)
+    if subset is not None:
+        tr, va = tr[subset(len(tr), 0)], va[subset(len(va), 1)]
+    shape = (settings.image_size, settings.image_size, settings.channels)
+    splits: list[tuple[Any, np.ndarray, tuple[str, ...], np.ndarray]] = []
+    for which, idx in (("train", tr), ("val", va)):
+        files = tuple(str(root / rels[i]) for i in idx)
+        key = hashlib.sha256(repr((fingerprint, which, shape, idx.tolist())).encode()).hexdigest()[:16]
+        splits.append(
+            (decode_cached(files, shape, key, settings, fingerprint, info[idx]), labels[idx], files, info[idx])
+        )
+    return class_names, shape, fingerprint, splits
+
+
+def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint: str, info: np.ndarray):
+    """Decode (and so verify) every file once, into the cache CACHE asks for."""
+    if settings.cache == "none":
+        decode_files(files, shape, info=info)
+        return None
+    if settings.cache == "memory":
+        if key not in _DECODED:
+            out = np.empty((len(files), *shape), np.uint8)
+            decode_files(files, shape, out, info)
+            _DECODED[key] = out
+        return _DECODED[key]
+    # file: same fingerprint, shape and split -> already decoded and verified by an earlier run
+    path = Path(settings.runs_dir) / CACHE_DIR / fingerprint[:16] / f"{key}.npy"
+    cached = _verified_cache(path, (len(files), *shape), fingerprint)
+    if cached is not None:
+        return cached
+
+    def write(tmp: Path) -> None:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(files), *shape))
+        decode_files(files, shape, out, info)
+        out.flush()
+        del out  # unmapped before atomic_write syncs and renames it
+
+    # Other runs sharing RUNS_DIR may fill the same cache folder at the same time.
+    with shared_writes(path.parent) as removed:
+        for p in removed:
+            log.info("removed a temp file left by an interrupted cache write: %s", p)
+        # size_hint: a full disk is refused up front; a memory-mapped write into it would die of SIGBUS.
+        atomic_write(path, write, size_hint=len(files) * int(np.prod(shape)) + (1 << 16))
+        # The record is written last: a cache without one (a kill in between) is rebuilt, never trusted.
+        record = json.dumps({"fingerprint": fingerprint, "sha256": sha256_file(path)}).encode()
+        atomic_write(_record(path), lambda tmp: tmp.write_bytes(record))
+    return np.load(path, mmap_mode="r")
+
+
+def _record(cache: Path) -> Path:
+    return cache.with_suffix(".json")
+
+
+def _verified_cache(path: Path, shape: tuple[int, ...], fingerprint: str):
+    """The cached array, memory-mapped, if its record says it was decoded from data with this
+    fingerprint and its bytes still hash to what was written; else None (with one warning when a
+    cache was there but fails the check: it is rebuilt, never trained on)."""
+    if not path.exists() and not _record(path).exists():
+        return None
+    try:
+        record = json.loads(_record(path).read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError) as exc:
+        problem = f"its record {_record(path).name} is missing or unreadable ({type(exc).__name__})"
+    else:
+        problem = ""
+        if record.get("fingerprint") != fingerprint:
+            problem = "it was decoded from other data (its record holds another data fingerprint)"
+        else:
+            try:
+                if sha256_file(path) != record.get("sha256"):
+                    problem = "its bytes changed since it was written"
+                else:
+                    cached = np.load(path, mmap_mode="r")
+                    if cached.shape == shape and cached.dtype == np.uint8:
+                        return cached
+                    problem = f"it holds {cached.dtype} {cached.shape}, not uint8 {shape}"
+            except (OSError, ValueError) as exc:
+                problem = f"it cannot be read ({type(exc).__name__}: {_first_line(exc)})"
+    log.warning("WARNING: decode cache %s does not match the data: %s; decoding the images again", path, problem)
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = getattr(e, "message", None) or str(e)
+    # TensorFlow wraps op errors as "{{function_node ...}} what went wrong [Op:DecodeImage] name: ".
+    text = re.sub(
+        r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", "", text.strip().splitlines()[0] if text.strip() else ""
+    )
+    return text[:200] or type(e).__name__

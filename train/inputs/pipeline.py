@@ -1,0 +1,321 @@
+"""Data: read and verify everything up front, then serve reproducible tf.data pipelines.
+
+`load_data(settings)` reads a built-in data set, an `.npz` or an image directory, checks every
+array / decodes every image (corruption stops the run here, with the file's name), and returns a
+`DataSpec`. The per-epoch order is a numpy permutation of indices, a pure function of
+(SEED, epoch, SHUFFLE_BUFFER): a resumed run rebuilds epoch e, drops `start_step` batches and sees
+exactly the batches an uninterrupted run saw, whatever TensorFlow's global seed is. The decoded
+uint8 examples stay in a fixed order (the cache) and each batch gathers its indices from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..datasets import DATASETS
+from ..errors import DataError
+from . import images
+from .arrays import NPZ_KEYS, check_arrays, check_class_names, npz_class_names, read_npz, sha256_file
+from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
+
+log = logging.getLogger("train")
+
+SMOKE_TRAIN, SMOKE_VAL = 512, 256
+
+
+class _Split(NamedTuple):
+    x: Any  # uint8 (N, H, W, C): np.ndarray, np.memmap (CACHE=file), or None (CACHE=none: decode per epoch)
+    y: np.ndarray  # int32 (N,)
+    files: tuple[str, ...] = ()  # image paths, in the same order as y
+    info: np.ndarray | None = None  # int32 (N, 2): each file's EXIF orientation and CMYK flag, for the decode
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What the model and the manifest need to know about the data, plus the data itself (private)."""
+
+    name: str
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    class_names: tuple[str, ...]
+    n_train: int
+    n_val: int
+    fingerprint: str  # sha256 of the source files' bytes (images: sorted relative paths + bytes)
+    source: str
+    _train: _Split = field(default=None, repr=False, compare=False)
+    _val: _Split = field(default=None, repr=False, compare=False)
+    _tensors: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+def load_data(settings) -> DataSpec:
+    """Read and verify the data set named by `settings.dataset`; DataError on any problem."""
+    kind, _, arg = settings.dataset.partition(":")
+    if kind == "images":
+        spec = _load_images(Path(arg).expanduser(), settings)
+    else:
+        if kind == "npz":
+            path, name = Path(arg).expanduser(), None
+            arrays, fingerprint, source = read_npz(path), sha256_file(path), str(path)
+        else:
+            name = settings.dataset
+            arrays, fingerprint, source = _builtin(name, Path(settings.data_dir).expanduser())
+        spec = _from_arrays(settings, arrays, fingerprint, source, name)
+    log.info(
+        "data: %s from %s: %d train / %d val, shape %s, %d classes, fingerprint %s",
+        spec.name,
+        spec.source,
+        spec.n_train,
+        spec.n_val,
+        spec.input_shape,
+        spec.num_classes,
+        spec.fingerprint[:16],
+    )
+    return spec
+
+
+def steps_per_epoch(spec: DataSpec, batch_size: int) -> int:
+    return math.ceil(spec.n_train / batch_size)
+
+
+def epoch_order(n: int, seed: int, epoch: int, buffer: int = 0) -> np.ndarray:
+    """The training order of epoch `epoch`: a permutation of range(n) from (seed, epoch) alone.
+
+    buffer=0 (or >= n) is a true shuffle; a smaller buffer mimics `tf.data.Dataset.shuffle(buffer)`
+    (draw at random from a window that slides over the fixed order).
+    """
+    rng = np.random.default_rng([seed, epoch])
+    if buffer <= 0 or buffer >= n:
+        return rng.permutation(n)
+    window, order, draws = list(range(buffer)), np.empty(n, np.int64), rng.random(n)
+    for t in range(n):
+        j = int(draws[t] * len(window))
+        order[t] = window[j]
+        if buffer + t < n:
+            window[j] = buffer + t
+        else:
+            window[j] = window[-1]
+            window.pop()
+    return order
+
+
+def train_dataset(spec: DataSpec, settings, epoch: int, batch_size: int, start_step: int = 0):
+    """Batches (float32 0..255 images, int32 labels) of epoch `epoch`, from batch `start_step` on."""
+    order = epoch_order(spec.n_train, settings.seed, epoch, settings.shuffle_buffer)
+    return _pipeline(spec, "train", order[start_step * batch_size :], batch_size)
+
+
+def val_dataset(spec: DataSpec, settings, batch_size: int):
+    """Validation batches in a fixed order, same element format as `train_dataset`."""
+    return _pipeline(spec, "val", np.arange(spec.n_val), batch_size)
+
+
+def replica_dataset(
+    spec: DataSpec,
+    settings,
+    which: str,
+    epoch: int,
+    batch_size: int,
+    start_step: int = 0,
+    replicas: int = 1,
+    first_replica: int = 0,
+    local_replicas: int = 1,
+):
+    """This process's share of the global batches, for `strategy.distribute_datasets_from_function`.
+
+    Elements are (images, labels, global_count), one per local replica per step, in replica order:
+    global batch k (the same batches as `train_dataset` / `val_dataset`, a pure function of
+    (SEED, epoch)) is cut into `replicas` contiguous slices (sizes differ by at most one, the last
+    batch may leave a replica an empty slice) and this process keeps slices first_replica ..
+    first_replica + local_replicas - 1. `global_count` is the size of the whole global batch, so a
+    replica's loss share is sum / global_count. Auto-sharding is off: the slicing is done here.
+    """
+    import tensorflow as tf
+
+    if which == "train":
+        order = epoch_order(spec.n_train, settings.seed, epoch, settings.shuffle_buffer)[start_step * batch_size :]
+    else:
+        order = np.arange(spec.n_val)
+    if replicas == 1:  # one replica: whole batches, the same pipeline as train_dataset
+        ds = _pipeline(spec, which, order, batch_size)
+        ds = ds.map(lambda x, y: (x, y, tf.shape(y)[0]))
+    else:
+        ds = _sliced_pipeline(spec, which, order, batch_size, replicas, first_replica, local_replicas)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)
+
+
+def _sliced_pipeline(
+    spec: DataSpec, which: str, order: np.ndarray, batch_size: int, replicas: int, first: int, local: int
+):
+    import tensorflow as tf
+
+    split = {"train": spec._train, "val": spec._val}[which]
+    shape = spec.input_shape
+
+    def my_slices(idx):
+        b = tf.shape(idx)[0]
+        sizes = b // replicas + tf.cast(tf.range(replicas) < b % replicas, tf.int32)
+        bounds = tf.concat([[0], tf.cumsum(sizes)], axis=0)
+        ids = tf.data.Dataset.range(first, first + local)
+        return ids.map(lambda r: (idx[bounds[r] : bounds[r + 1]], b))
+
+    index_ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).batch(batch_size).flat_map(my_slices)
+    y_t = tf.convert_to_tensor(split.y)
+    if split.x is None:  # CACHE=none: decode this replica's files only
+        paths = tf.constant(np.asarray(split.files, dtype=object).astype(str))
+        info = tf.constant(split.info)
+
+        def gather(idx):
+            return tf.map_fn(
+                lambda p_i: images.decode_tensor(tf.io.read_file(p_i[0]), shape, p_i[1]),
+                (tf.gather(paths, idx), tf.gather(info, idx)),
+                fn_output_signature=tf.TensorSpec(shape, tf.uint8),
+            )
+    elif isinstance(split.x, np.memmap):
+        x_mm = split.x
+
+        def gather(idx):
+            x = tf.numpy_function(lambda i: x_mm[np.asarray(i)], [idx], tf.uint8, stateful=False)
+            return tf.ensure_shape(x, (None, *shape))
+    else:
+        if which not in spec._tensors:
+            spec._tensors[which] = tf.convert_to_tensor(split.x)
+        x_t = spec._tensors[which]
+
+        def gather(idx):
+            return tf.gather(x_t, idx)
+
+    ds = index_ds.map(
+        lambda i, b: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i), b),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
+    import tensorflow as tf
+
+    split = {"train": spec._train, "val": spec._val}[which]
+    shape = spec.input_shape
+    if split.x is None:  # CACHE=none: decode again every epoch
+        images_ds = images.decode_dataset([split.files[i] for i in order], shape, split.info[order])
+        labels_ds = tf.data.Dataset.from_tensor_slices(split.y[order])
+        ds = tf.data.Dataset.zip(images_ds, labels_ds).batch(batch_size)
+        # The decode above is the parallel part; a cast per batch is cheap, and a sequential map
+        # keeps the batches in order by construction.
+        ds = ds.map(lambda x, y: (tf.cast(x, tf.float32), y))
+        return ds.prefetch(tf.data.AUTOTUNE)
+    if isinstance(split.x, np.memmap):  # CACHE=file: gather each batch from the memory-mapped .npy
+        x_mm = split.x
+
+        def gather(idx):
+            x = tf.numpy_function(lambda i: x_mm[np.asarray(i)], [idx], tf.uint8, stateful=False)
+            return tf.ensure_shape(x, (None, *shape))
+    else:  # in memory: one tensor per process, gathered batch by batch
+        if which not in spec._tensors:
+            spec._tensors[which] = tf.convert_to_tensor(split.x)
+        x_t = spec._tensors[which]
+
+        def gather(idx):
+            return tf.gather(x_t, idx)
+
+    y_t = tf.convert_to_tensor(split.y)
+    ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).batch(batch_size)
+    ds = ds.map(
+        lambda i: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# --- .npz and built-in data sets -----------------------------------------------------------------
+
+
+def _builtin(name: str, data_dir: Path) -> tuple[dict[str, np.ndarray], str, str]:
+    path = data_dir / f"{name}.npz"
+    if path.exists() or path.is_symlink():  # read_npz names what is wrong with a FIFO or a broken link
+        return read_npz(path), sha256_file(path), str(path)
+    cache = data_dir / "keras"
+    try:
+        arrays = DATASETS[name].load(cache)
+    # get_file raises a bare Exception for network failures, so nothing narrower catches them all.
+    except Exception as e:  # noqa: BLE001
+        raise DataError(
+            f"{path} not found and the download of {name} failed ({type(e).__name__}: {_first_line(e)}); "
+            f"put {name}.npz (Keras format: x_train, y_train, x_test, y_test) at {path}, or allow network access"
+        ) from None
+    h = hashlib.sha256()
+    for k in NPZ_KEYS:
+        h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
+    return arrays, h.hexdigest(), f"downloaded, cached in {cache}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else "no message"
+
+
+def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:
+    if n <= k:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, salt]).choice(n, k, replace=False))
+
+
+def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str | None) -> DataSpec:
+    names = npz_class_names(source, arrays["class_names"]) if "class_names" in arrays else None
+    entry = DATASETS[builtin] if builtin else None
+    if entry:
+        names = check_class_names(builtin, entry.classes, "fix the classes of its register(Dataset(...)) entry")
+    x_tr, y_tr, x_va, y_va, classes = check_arrays(source, arrays, len(names) if names else None)
+    if entry and x_tr.shape[1:] != entry.shape:
+        raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {entry.shape}; is it the right file?")
+    if settings.smoke:
+        tr, va = (
+            _smoke_subset(len(y_tr), SMOKE_TRAIN, settings.seed, 0),
+            _smoke_subset(len(y_va), SMOKE_VAL, settings.seed, 1),
+        )
+        x_tr, y_tr, x_va, y_va = x_tr[tr], y_tr[tr], x_va[va], y_va[va]
+    return DataSpec(
+        name=settings.dataset,
+        input_shape=tuple(int(d) for d in x_tr.shape[1:]),
+        num_classes=classes,
+        class_names=names or tuple(str(i) for i in range(classes)),
+        n_train=len(y_tr),
+        n_val=len(y_va),
+        fingerprint=fingerprint,
+        source=source,
+        _train=_Split(x_tr, y_tr),
+        _val=_Split(x_va, y_va),
+    )
+
+
+# --- images:<dir> --------------------------------------------------------------------------------
+
+
+def _load_images(root: Path, settings) -> DataSpec:
+    def smoke(n: int, salt: int) -> np.ndarray:
+        return _smoke_subset(n, (SMOKE_TRAIN, SMOKE_VAL)[salt], settings.seed, salt)
+
+    names, shape, fingerprint, (tr, va) = images.read_image_dir(root, settings, smoke if settings.smoke else None)
+    return DataSpec(
+        name=settings.dataset,
+        input_shape=shape,
+        num_classes=len(names),
+        class_names=names,
+        n_train=len(tr[1]),
+        n_val=len(va[1]),
+        fingerprint=fingerprint,
+        source=str(root),
+        _train=_Split(*tr),
+        _val=_Split(*va),
+    )

@@ -1,0 +1,178 @@
+"""The record `reproduce` reads (manifest.json, config.json, metrics.csv), checked in full before any rerun.
+
+A rerun takes minutes to hours: a value that cannot be used (a commit that is not a hash, a
+metric that is not a number, a field of the wrong type) must stop the command before it, in one
+line naming the file, the field and the value, never as a traceback once the rerun is done.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ReproduceRecordError
+from ..run.rundir import RunDir
+
+COMMIT = re.compile(r"[0-9a-fA-F]{40}")
+SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+RESTORE = "restore the file from a backup: a record its run did not write cannot be reproduced"
+UNTRACEABLE = "only a commit hash names the code a run was made with: restore the file from a backup, or rerun by hand"
+
+
+# (field, what it must be, check) for the manifest's fields that reproduce reads. Absent or null is
+# allowed for each (an older or unfinished run); the checks that need a value say so themselves.
+def _text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _object(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _hash(pattern: re.Pattern):
+    return lambda v: isinstance(v, str) and bool(pattern.fullmatch(v))
+
+
+_MANIFEST = [
+    ("git", "a JSON object", _object),
+    ("git.commit", "a full 40-hex commit hash (a branch, a tag or HEAD moves)", _hash(COMMIT)),
+    ("git.dirty", "true, false or null", lambda v: isinstance(v, bool)),
+    ("git.source", "text", _text),
+    ("requirements_lock", "a JSON object", _object),
+    ("requirements_lock.file", "text", _text),
+    ("requirements_lock.sha256", "a 64-hex sha256", _hash(SHA256)),
+    ("data", "a JSON object", _object),
+    ("data.fingerprint", "text", _text),
+    ("precision", "a JSON object", _object),
+    ("precision.policy", "text", _text),
+    ("gpus", "a JSON list", lambda v: isinstance(v, list)),
+    ("build_info", "a JSON object", _object),
+    ("tensorflow", "text", _text),
+    ("keras", "text", _text),
+    ("python", "text", _text),
+    ("status", "text", _text),
+    ("final_weights_sha256", "a 64-hex sha256", _hash(SHA256)),
+    ("epochs_completed", "a whole number >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+]
+
+
+def _lookup(record: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    value: Any = record
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def check_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    for name, what, ok in _MANIFEST:
+        present, value = _lookup(manifest, name)
+        if present and value is not None and not ok(value):
+            fix = UNTRACEABLE if name.startswith("git") else RESTORE
+            raise ReproduceRecordError(path, name, value, f"is not {what}", fix)
+
+
+_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}
+_WHAT = {"bool": "true or false", "int": "a whole number", "float": "a number", "str": "text"}
+
+
+def check_config(path: Path, config: dict[str, Any]) -> None:
+    """Each known setting has its type and passes the settings' own rules (unknown keys: a newer version)."""
+    from ..config import Settings, settings_from_dict
+
+    for f in fields(Settings):
+        if f.name not in config:
+            continue
+        value, kinds = config[f.name], _TYPES[f.type]
+        wrong_bool = isinstance(value, bool) and bool not in kinds
+        bad_float = isinstance(value, float) and not math.isfinite(value)
+        if not isinstance(value, kinds) or wrong_bool or bad_float:
+            raise ReproduceRecordError(path, f.name, value, f"is not {_WHAT[f.type]}", RESTORE)
+    try:
+        settings_from_dict(config)
+    except ConfigError as exc:
+        raise ReproduceRecordError(path, exc.name.lower(), exc.value, f"is not valid: {exc.allowed}", RESTORE) from None
+
+
+def read_metrics(path: Path) -> dict[int, dict[str, float]]:
+    """metrics.csv as {epoch: {column: value}} (empty cells left out); {} when there is none."""
+    if not path.is_file():
+        return {}
+    rows: dict[int, dict[str, float]] = {}
+    with path.open(newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            where = f"line {reader.line_num}"
+            if None in row or None in row.values():
+                cells = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or [])
+                raise ReproduceRecordError(
+                    path, where, cells, f"cells where the header has {len(reader.fieldnames or [])}", RESTORE
+                )
+            values = {}
+            for column, text in row.items():
+                if text.strip() == "":
+                    continue
+                try:
+                    values[column] = float(text)
+                except ValueError:
+                    raise ReproduceRecordError(
+                        path, f"{where}, column {column}", text, "is not a number", RESTORE
+                    ) from None
+            epoch = values.get("epoch")
+            if epoch is None or epoch != int(epoch) or epoch < 1:
+                raise ReproduceRecordError(
+                    path, f"{where}, column epoch", row.get("epoch"), "is not an epoch number (1, 2, ...)", RESTORE
+                )
+            rows[int(epoch)] = values
+    return rows
+
+
+def check_record(run_dir: Path, manifest: dict[str, Any], config: dict[str, Any]) -> dict[int, dict[str, float]]:
+    """Every file of the record, field by field; the metrics rows by epoch."""
+    run = RunDir(run_dir)
+    check_manifest(run.manifest, manifest)
+    check_config(run.config, config)
+    return read_metrics(run.metrics)
+
+
+def check_comparable(
+    run_dir: Path, manifest: dict[str, Any], config: dict[str, Any], epochs: int | None, rows: dict[int, dict]
+) -> None:
+    """What the verdict will compare the rerun with is in the record: the final weights' hash or a metrics row."""
+    run = RunDir(run_dir)
+    total = config.get("epochs") or 0
+    if epochs and epochs < total:
+        if epochs not in rows:
+            have = f"epochs {min(rows)}..{max(rows)}" if rows else "no rows"
+            raise ReproduceRecordError(
+                run.metrics,
+                "epoch",
+                epochs,
+                f"has no row ({have}): the rerun would have nothing to compare with",
+                "choose --epochs among the epochs recorded",
+            )
+        return
+    status, done = manifest.get("status"), manifest.get("epochs_completed")
+    if status != "completed":
+        fix = f"reproduce its first {done} epoch(s) with --epochs {done}" if done else "it never finished an epoch"
+        raise ReproduceRecordError(
+            run.manifest, "status", status, "is not 'completed': the run has no final result", fix
+        )
+    if config.get("deterministic") and not manifest.get("final_weights_sha256"):
+        raise ReproduceRecordError(
+            run.manifest, "final_weights_sha256", None, "is missing: a DETERMINISTIC run is judged by it", RESTORE
+        )
+    final = done or total
+    if not config.get("deterministic") and final not in rows:
+        raise ReproduceRecordError(
+            run.metrics,
+            "epoch",
+            final,
+            "has no row: the rerun's final metrics would have nothing to compare with",
+            RESTORE,
+        )

@@ -1,0 +1,177 @@
+"""`python -m train compare RUN RUN [RUN...]`: what differs between runs and what it did to them.
+
+The settings that differ, the final and best metrics side by side, the training time each run
+needed to reach its best, and (with `--out`) the curves overlaid in a PNG or an HTML page like the
+report. Everything comes from the run directories (train.records); nothing is imported from
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import ConfigError
+from .run_records import RunRecords
+
+# Settings that say how a run was driven, not what it learned: listing them is noise.
+NOT_COMPARED = {"resume", "progress", "debug"}
+OUT_SUFFIXES = (".png", ".html")
+METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")
+
+
+def check_out(out: str | None) -> Path | None:
+    """Validate --out before anything is read: a .png or .html in an existing directory."""
+    if out is None:
+        return None
+    path = Path(out)
+    if path.suffix.lower() not in OUT_SUFFIXES:
+        raise ConfigError("--out", out, "must end in .png (the curves) or .html (a page with the tables and curves)")
+    if not path.parent.resolve().is_dir():
+        raise ConfigError("--out", out, f"the directory {path.parent} does not exist; create it first")
+    if path.is_dir():
+        raise ConfigError("--out", out, "is a directory; name a file in it, e.g. compare.html")
+    _check_not_a_runs_own(path, out)
+    return path
+
+
+def _check_not_a_runs_own(path: Path, out: str) -> None:
+    """A run's files are its record: --out never overwrites one, nor takes a name the run writes.
+
+    Inside a run directory only a new file whose name is none of the run's own is written
+    (`compare.html` beside a run's report.html, not report.html itself); a link is followed."""
+    from ..run.rundir import RunDir, is_run_dir
+
+    target = path.resolve()
+    for parent in target.parents:
+        try:
+            if not is_run_dir(parent):
+                continue
+        except OSError:  # a folder this user cannot look into holds no run it could overwrite
+            continue
+        own = RunDir(parent)
+        top = target.relative_to(parent).parts[0]
+        if top in own.own_names():
+            problem = f"{top} is a name run {own.name} writes itself"
+        elif target.exists():
+            problem = f"{target} already exists inside run {own.name}"
+        else:
+            return
+        raise ConfigError("--out", out, f"{problem}; compare never overwrites a run's files: name a new file")
+
+
+def check_distinct(run_dirs: Sequence[Path], names: Sequence[str]) -> None:
+    seen: dict[Path, str] = {}
+    for path, name in zip(run_dirs, names):
+        key = path.resolve()
+        if key in seen:
+            raise ConfigError("RUN", name, f"names the same run as {seen[key]!r}; compare different runs")
+        seen[key] = name
+
+
+def differing_settings(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
+    keys = sorted(set().union(*(r.config for r in runs)) - NOT_COMPARED)
+    rows = []
+    for key in keys:
+        values = [_text(r.config.get(key, "-")) for r in runs]
+        if len(set(values)) > 1:
+            rows.append((key.upper(), values))
+    return rows
+
+
+def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
+    """Status, epochs, final metrics, best MONITOR and the training time to reach it."""
+    rows = [
+        ("status", [str(r.manifest.get("status", "unknown")) for r in runs]),
+        ("epochs", [f"{len(r.rows)}/{r.config.get('epochs', '?')}" for r in runs]),
+    ]
+    for key in METRICS:
+        rows.append((f"final {key}", [_num(r.rows[-1].get(key)) if r.rows else "-" for r in runs]))
+    bests = [r.best_row() for r in runs]
+    rows.append(("best", [f"{r.monitor}={b[r.monitor]:.4f}" if b else "-" for r, b in zip(runs, bests)]))
+    rows.append(("best at epoch", [f"{b['epoch']:.0f}" if b else "-" for b in bests]))
+    rows.append(("time to best", [_seconds(r.seconds_to(b["epoch"])) if b else "-" for r, b in zip(runs, bests)]))
+    rows.append(("training time", [_seconds(r.seconds_to(float("inf"))) for r in runs]))
+    rows.append(("resumed", [f"{len(r.resumes)}x" for r in runs]))
+    return rows
+
+
+def format_comparison(runs: Sequence[RunRecords]) -> str:
+    header = ["", *[r.name for r in runs]]
+    settings = differing_settings(runs)
+    blocks = [
+        _columns(
+            [
+                ["settings that differ", *header[1:]],
+                *([[k, *v] for k, v in settings] or [["(none)", *["" for _ in runs]]]),
+            ]
+        ),
+        _columns([["metrics", *header[1:]], *[[k, *v] for k, v in metric_rows(runs)]]),
+    ]
+    blocks.append("time to best: training seconds of every segment (validation excluded) until the best epoch ended")
+    return "\n\n".join(blocks)
+
+
+def write_output(runs: Sequence[RunRecords], out: Path) -> Path:
+    from ..run.rundir import atomic_write, write_text
+    from .plots import compare_png
+
+    png = compare_png(runs)
+    if out.suffix.lower() == ".png":
+        return atomic_write(out, lambda p: p.write_bytes(png))
+    return write_text(out, compare_html(runs, png))
+
+
+def compare_html(runs: Sequence[RunRecords], png: bytes) -> str:
+    from .report import CSS, _e, _img, _table
+
+    names = tuple(r.name for r in runs)
+    settings = differing_settings(runs)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>compare {len(runs)} runs</title><style>{CSS}</style></head><body>
+<h1>{len(runs)} runs compared</h1>
+<h2>Curves</h2>
+{_img(png, "loss and accuracy of each run by epoch; the monitored metric by training time")}
+<h2>Settings that differ</h2>
+{_table([(_e(k), *map(_e, v)) for k, v in settings], ("setting", *names)) if settings else '<p class="note">none</p>'}
+<h2>Metrics</h2>
+{_table([(_e(k), *map(_e, v)) for k, v in metric_rows(runs)], ("", *names))}
+<p class="note">time to best: training seconds of every segment (validation excluded) until the best epoch ended.</p>
+</body></html>
+"""
+
+
+def _columns(table: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
+
+
+def _text(value) -> str:
+    return str(value) if value != "" else "''"
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _seconds(s) -> str:
+    return "-" if s is None else (f"{s:.1f}s" if s < 120 else f"{s / 60:.1f}min")
+
+
+def compare_runs(runs_dir: str | Path, names: Sequence[str], out: str | None = None) -> str:
+    """The `compare` command: check the arguments, read the runs, return the text (and write --out)."""
+    from ..run.rundir import resolve_run
+    from .run_records import load_records
+
+    if len(names) < 2:
+        raise ConfigError(
+            "RUN", " ".join(names), "compare needs two or more runs: python -m train compare RUN RUN [RUN...]"
+        )
+    out_path = check_out(out)
+    dirs = [resolve_run(runs_dir, name) for name in names]
+    check_distinct(dirs, names)
+    runs = [load_records(d) for d in dirs]
+    text = format_comparison(runs)
+    if out_path is not None:
+        text += f"\n\nwrote {write_output(runs, out_path)}"
+    return text

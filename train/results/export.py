@@ -1,0 +1,425 @@
+"""Export: a SavedModel that takes raw uint8 images, a `.keras` file and labels, checked for parity.
+
+After writing, the SavedModel is loaded by plain TensorFlow in a fresh Python process (no import
+of this package) and its predictions on a fixed batch are compared with the in-memory model; the
+largest difference goes into the manifest and anything above 1e-5 (or any NaN/inf output) fails
+the export.
+
+The export is built in a staging folder (export.tmp-*) and swapped into place only once complete and
+checked, so a failure or a signal at any moment leaves the previous export as it was; staging folders
+left by a SIGKILL are removed by the next export or fit of the run (both hold the run's lock, so no
+live process is writing them). export/source.json says which weights file (name, epoch, sha256) the
+export was made from and holds the sha256 of every file of the export, for `predict` to check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ExportError, Interrupted, NoWeightsError
+from ..run.manifest import now_iso, update_manifest
+from ..run.rundir import TMP_MARK, ExportDir, RunDir, labels_text, make_temp_dir, read_run_settings, storage_error
+from ..run.weights import sha256_of
+
+log = logging.getLogger("train")
+TOLERANCE = 1e-5
+PARITY_BATCH = 32
+
+# Runs in a fresh interpreter: only TensorFlow and numpy, exactly what a serving user has.
+_RELOAD = """
+import sys, numpy as np, tensorflow as tf
+model = tf.saved_model.load(sys.argv[1])
+x = np.load(sys.argv[2])
+out = model.signatures["serving_default"](images=tf.constant(x))
+np.save(sys.argv[3], next(iter(out.values())).numpy())
+"""
+
+
+def _parity_batch(input_shape, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(PARITY_BATCH, *input_shape), dtype=np.uint8)
+
+
+def write_savedmodel(model, path: Path) -> None:
+    import keras
+    import tensorflow as tf
+
+    shape = [None, *model.inputs[0].shape[1:]]
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+
+    def serve(images):
+        # Preprocessing lives in the artefact: raw uint8 pixels in, float32 probabilities out.
+        return {"probabilities": tf.cast(model(tf.cast(images, tf.float32), training=False), tf.float32)}
+
+    archive.add_endpoint(
+        name="serving_default", fn=serve, input_signature=[tf.TensorSpec(shape, tf.uint8, name="images")]
+    )
+    archive.write_out(str(path), verbose=False)
+
+
+def check_parity(model, savedmodel: Path, workdir: Path) -> float:
+    x = _parity_batch(tuple(model.inputs[0].shape[1:]))
+    expected = np.asarray(model(x.astype(np.float32), training=False), dtype=np.float32)
+    np.save(workdir / "x.npy", x)
+    with _SignalStop.at_once():
+        proc = subprocess.run(
+            [sys.executable, "-c", _RELOAD, str(savedmodel), str(workdir / "x.npy"), str(workdir / "y.npy")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=_quiet_env(),
+        )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise ExportError(f"the SavedModel at {savedmodel} does not load in a fresh process: {tail[0]}")
+    got = np.load(workdir / "y.npy")
+    for name, out in (("the trained model", expected), ("the reloaded SavedModel", got)):
+        if not np.isfinite(out).all():
+            # NaN compares false with any tolerance: a model that answers NaN must never pass.
+            raise ExportError(
+                f"{name} gives NaN/inf probabilities on the parity batch ({int((~np.isfinite(out)).sum())} of "
+                f"{out.size} values): its weights are damaged or diverged; export a run whose weights are finite"
+            )
+    return float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
+
+
+def _quiet_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def float32_copy(model, model_name: str):
+    """The same network and weights under the float32 policy, uncompiled.
+
+    The export serves in float32 whatever the training precision: it runs on any CPU or GPU, and
+    its fresh-process parity can be held to 1e-5 (bfloat16 keeps ~3 significant digits, so a
+    mixed-precision graph and the eager model already differ by ~1e-3 after fusion). A copy also
+    in float32: model.keras then never carries the training optimizer, whose learning-rate
+    schedule (train.training.schedules) only this package could load.
+    """
+    import keras
+
+    from ..models import build_model
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        copy = build_model(model_name, tuple(model.inputs[0].shape[1:]), int(model.outputs[0].shape[-1]))
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def export_model(model, run_dir: Path, labels: list[str], source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write run_dir/export/{savedmodel/, model.keras, labels.txt, source.json} atomically and verify parity.
+
+    `labels` are the run's class names (RunDir.data_description); export/labels.txt is a copy of
+    them for serving code that has only the export folder. `source` ({"file", "sha256", "epoch"})
+    names the weights the model holds, recorded in export/source.json.
+    """
+    files = RunDir(run_dir)
+    final = files.export.path
+    with _SignalStop() as stop:
+        # A staging folder with the export's layout, swapped into place when complete.
+        try:
+            staging = ExportDir(make_temp_dir(run_dir, final.name))  # readable by others as the umask allows
+        except OSError as exc:
+            raise storage_error(final, exc) from exc
+        try:
+            write_savedmodel(model, staging.savedmodel)
+            stop.check()
+            model.save(staging.keras)
+            staging.labels.write_text(labels_text(labels), encoding="utf-8")
+            with tempfile.TemporaryDirectory() as work:
+                diff = _parity(model, staging, Path(work), files)
+            stop.check()
+            write_source(staging, source)
+            stop.check()
+            _swap_into_place(staging.path, final)
+        except BaseException as exc:
+            shutil.rmtree(staging.path, ignore_errors=True)
+            cause = storage_cause(exc)
+            if cause is not None:
+                raise storage_error(final, cause) from exc
+            raise
+    report = {
+        "savedmodel": str(files.export.savedmodel),
+        "keras": str(files.export.keras),
+        "labels": str(files.export.labels),
+        "max_abs_diff": diff,
+        "tolerance": TOLERANCE,
+        "source": _source_fields(source),
+    }
+    update_manifest(files.manifest, export=report)
+    log.info("export: %s (fresh-process parity: max |diff| %.2e)", final, diff)
+    return report
+
+
+def _parity(model, staging: ExportDir, work: Path, files: RunDir) -> float:
+    """The fresh-process difference; a failure keeps the staged files as export.rejected/ for inspection."""
+    try:
+        diff = check_parity(model, staging.savedmodel, work)
+    except ExportError as exc:
+        raise ExportError(f"{exc}; the files are left in {_reject(staging, files)} for inspection") from None
+    staging.parity.write_text(json.dumps({"max_abs_diff": diff, "tolerance": TOLERANCE}) + "\n")
+    if diff > TOLERANCE:
+        raise ExportError(
+            f"the exported SavedModel differs from the trained model by {diff:.3g} (> {TOLERANCE}); "
+            f"the files are left in {_reject(staging, files)} for inspection"
+        )
+    return diff
+
+
+def _reject(staging: ExportDir, files: RunDir) -> Path:
+    """Keep a rejected export as export.rejected/ (one only: the newest replaces an older one)."""
+    rejected = files.path / f"{files.export.path.name}.rejected"
+    shutil.rmtree(rejected, ignore_errors=True)
+    try:
+        staging.path.rename(rejected)
+    except OSError:
+        return staging.path  # removed on the way out; the message still says what failed
+    return rejected
+
+
+def _source_fields(source: dict[str, Any] | None) -> dict[str, Any]:
+    source = source or {}
+    return {"file": source.get("file"), "epoch": source.get("epoch"), "sha256": source.get("sha256")}
+
+
+def write_source(export: ExportDir, source: dict[str, Any] | None) -> None:
+    """source.json: the weights the export came from, and the sha256 of each of its own files."""
+    digests = {
+        p.relative_to(export.path).as_posix(): sha256_of(p)
+        for p in sorted(export.path.rglob("*"))
+        if p.is_file() and p != export.source
+    }
+    record = {"weights": _source_fields(source), "exported_at": now_iso(), "files": digests}
+    export.source.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# How TensorFlow and HDF5 report a write that the file system refused: text, not an errno.
+_STORAGE_TEXT = {
+    "No space left on device": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
+    "File too large": errno.EFBIG,
+    "Read-only file system": errno.EROFS,
+    "Permission denied": errno.EACCES,
+}
+
+
+def storage_cause(exc: BaseException) -> OSError | None:
+    """The OSError behind a failed write (an OSError itself, or TensorFlow's ResourceExhaustedError /
+    PermissionDeniedError naming the cause); None for anything that is not a storage problem."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc
+    if not (isinstance(exc, OSError) or type(exc).__module__.startswith("tensorflow")):
+        return None  # this package's own errors, and anything else, are not rewritten
+    text = str(exc)
+    for phrase, code in _STORAGE_TEXT.items():
+        if phrase in text:
+            return OSError(code, os.strerror(code))
+    if type(exc).__name__ == "ResourceExhaustedError":  # TensorFlow's name for ENOSPC when writing
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return exc if isinstance(exc, OSError) else None
+
+
+def _swap_into_place(staging: Path, final: Path) -> None:
+    """Put the staged export at `final` with no moment at which neither export is complete there.
+
+    Where the file system can, the two folders are exchanged in one step (renameat2 RENAME_EXCHANGE)
+    and the staging name then holds the old export, removed after. Elsewhere: the old export is
+    renamed to export.previous (which the next export restores if a kill came between the renames).
+    Signals wait until this is done.
+    """
+    blocked = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        if not final.exists():
+            staging.rename(final)
+        elif _exchange(staging, final):
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            previous = _previous(final)
+            shutil.rmtree(previous, ignore_errors=True)
+            final.rename(previous)
+            staging.rename(final)
+            shutil.rmtree(previous, ignore_errors=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def _previous(final: Path) -> Path:
+    return final.with_name(final.name + ".previous")
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where that is not available."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def clean_stale_exports(run_dir: Path) -> list[Path]:
+    """Remove staging folders left by a killed export; put back an export.previous left between two renames.
+
+    Call only while holding the run's lock: then no live process is writing any of them.
+    """
+    files = RunDir(run_dir)
+    final, previous = files.export.path, _previous(files.export.path)
+    removed = []
+    if previous.is_dir():
+        if final.exists():
+            shutil.rmtree(previous, ignore_errors=True)
+            removed.append(previous)
+        else:
+            previous.rename(final)
+    for p in files.path.glob(f"{final.name}{TMP_MARK}*"):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+class _SignalStop:
+    """SIGTERM, SIGHUP and SIGINT end the `export` command by an exception, so its staging folder goes.
+
+    The handler only notes the signal; `check()` between the steps of the export raises it. An
+    exception raised by a handler while TensorFlow's C++ code calls back into Python comes out as
+    a SystemError instead, so it is raised at once only inside `at_once()`: around the wait for
+    the parity process, which subprocess.run then kills.
+
+    Installed only where nobody else handles the signals (SIGTERM would kill the process at
+    once): inside `fit` they set the stop flag, and the export, the last step of a run, finishes.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    active: _SignalStop | None = None  # the one installed, for at_once()
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.immediate = False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _SignalStop:
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+                    self.previous[sig] = signal.signal(sig, self._noted)
+            _SignalStop.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        if _SignalStop.active is self:
+            _SignalStop.active = None
+
+    def _noted(self, signum, _frame) -> None:
+        self.signum = signum
+        if self.immediate:
+            self.check()
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise Interrupted(
+                f"export stopped by {signal.Signals(self.signum).name}: the previous export is unchanged; "
+                "run `python -m train export RUN` again"
+            )
+
+    @staticmethod
+    @contextlib.contextmanager
+    def at_once() -> Iterator[None]:
+        """Inside: a signal raises at once (only pure-Python waits belong here)."""
+        stop = _SignalStop.active
+        if stop is None:
+            yield
+            return
+        stop.check()
+        stop.immediate = True
+        try:
+            yield
+        finally:
+            stop.immediate = False
+
+
+def rebuild_model(run_dir: Path):
+    """The run's model with its best (else final) weights, verified against their recorded sha256.
+
+    Returns (model, class names, source): source is {"file", "sha256", "epoch"} of the weights loaded.
+    """
+    import keras
+
+    from ..models import build_model
+    from ..run.weights import load_weights
+
+    files = RunDir(run_dir)
+    settings = read_run_settings(run_dir)
+    manifest = files.read_manifest()
+    weights = files.weights()
+    if not weights:
+        ended = manifest.get("status") or "unknown"
+        error = f": {manifest['error']}" if manifest.get("error") else ""
+        raise NoWeightsError(
+            f"run {run_dir.name} has no weights (no {files.best_weights.name} or {files.final_weights.name}; "
+            f"it ended {ended}{error}) "
+            f"because no epoch finished: resume it with `python -m train --resume {run_dir.name}`, or train a new run"
+        )
+    class_names, input_shape = files.data_description()
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")  # see float32_copy: the export serves in float32
+    try:
+        model = build_model(settings.model, input_shape, len(class_names))
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    source = load_weights(model, run_dir, weights[0])
+    return model, class_names, source
+
+
+def export_run(run_dir: Path, model=None) -> dict[str, Any]:
+    """Export a run's best weights (else `model`'s current ones, else final.weights.h5) in float32.
+
+    The trained model passed in is never modified: the export is a float32 copy of it. Staging
+    folders left by a killed export are removed first (the caller holds the run's lock).
+    """
+    from ..run.weights import verify
+
+    run_dir = Path(run_dir)
+    files = RunDir(run_dir)
+    for p in clean_stale_exports(run_dir):
+        log.info("removed a staging folder left by an interrupted export: %s", p.name)
+    if model is None or files.best_weights.is_file():
+        export, labels, source = rebuild_model(run_dir)
+        described = f"{source['file']} (epoch {source['epoch']}, sha256 {source['sha256'][:12]})"
+    else:
+        settings = read_run_settings(run_dir)
+        export, described = float32_copy(model, settings.model), "the trained model"
+        labels = files.data_description()[0]
+        # At the end of fit the model in memory is what final.weights.h5 was just written from.
+        source = verify(run_dir, files.final_weights) if files.final_weights.is_file() else None
+    log.info("export: from %s", described)
+    return export_model(export, run_dir, labels, source)

@@ -1,0 +1,228 @@
+"""`python -m train predict <run> <images>`: class and probability for each image file.
+
+Uses the run's exported SavedModel (what a serving user gets) when it exists, else rebuilds the
+model from the run's best weights (verified against their recorded sha256); images go through the
+same decode/resize as training. A run without either says so (NoWeightsError, exit 4).
+
+The export is checked first against its source.json: a file whose sha256 differs, or a SavedModel
+that does not load, is an ExportError (exit 8) naming the fix, `export` again. An export made from
+other weights than the ones the run would export now (a resume with EXPORT=false after it) is used
+with one warning line saying so. Each image that is not a readable regular image file is one
+DataError line and is left out; the others are still predicted (the command then exits 3).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, ExportError
+from ..run.rundir import RunDir
+
+log = logging.getLogger("train")
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
+    """One row per file: {"file", "class", "index", "probability"}, or {"file", "error": DataError}."""
+    run_files = RunDir(run_dir)
+    if run_files.export.savedmodel.is_dir():
+        labels, shape, run = _from_export(run_files)
+    else:
+        from .export import rebuild_model
+
+        model, labels, _ = rebuild_model(run_dir)
+        shape = tuple(model.inputs[0].shape[1:])
+
+        def run(batch):
+            return np.asarray(model(batch.astype(np.float32), training=False))
+
+    rows: list[dict] = [{"file": str(f)} for f in files]  # in the order given, bad files in their place
+    good, images = [], []
+    for row, f in zip(rows, files):
+        try:
+            images.append(load_image(f, shape))
+            good.append(row)
+        except DataError as exc:
+            row["error"] = exc
+    probs = run(np.stack(images)) if images else []
+    for row, p in zip(good, probs):
+        k = int(np.argmax(p))
+        row.update({"class": labels[k] if k < len(labels) else str(k), "index": k, "probability": float(p[k])})
+    return rows
+
+
+def _from_export(run_files: RunDir):
+    import tensorflow as tf
+
+    export = run_files.export
+    again = f"export it again with `python -m train export {run_files.name}`"
+    check_export(run_files)
+    labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
+    try:
+        serve = tf.saved_model.load(str(export.savedmodel)).signatures["serving_default"]
+        shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
+        width = next(iter(serve.structured_outputs.values())).shape[-1]
+    except Exception as exc:  # a damaged SavedModel: OSError, IndexError, KeyError, DataLossError...
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ExportError(
+            f"the export of run {run_files.name} ({export.savedmodel}) does not load "
+            f"({type(exc).__name__}: {first}): {again}"
+        ) from None
+    if width != len(labels):
+        raise ExportError(
+            f"the export of run {run_files.name} predicts {width} classes but the run has "
+            f"{len(labels)} (it was exported before the run trained on other data): {again}"
+        )
+
+    def run(batch):
+        return next(iter(serve(images=tf.constant(batch)).values())).numpy()
+
+    return labels, shape, run
+
+
+def check_export(run_files: RunDir) -> None:
+    """Refuse an export whose files differ from its source.json; warn when it is not from the run's weights now."""
+    export = run_files.export
+    again = f"export it again with `python -m train export {run_files.name}`"
+    try:
+        record = json.loads(export.source.read_text(encoding="utf-8"))
+        recorded, source = dict(record["files"]), dict(record["weights"])
+    except FileNotFoundError:
+        log.warning(
+            "WARNING: the export of run %s does not record the weights it was made from (exported before that was "
+            "kept): it may be older than the run's best weights; %s to be sure",
+            run_files.name,
+            again,
+        )
+        return
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ExportError(
+            f"the export of run {run_files.name}: {export.source} is unreadable ({exc}): {again}"
+        ) from None
+    from ..run.weights import sha256_of
+
+    for rel, digest in recorded.items():
+        path = export.path / rel
+        try:
+            actual = sha256_of(path)
+        except OSError as exc:
+            raise ExportError(
+                f"the export of run {run_files.name} is damaged: {path} cannot be read ({exc.strerror or exc}): {again}"
+            ) from None
+        if actual != digest:
+            raise ExportError(
+                f"the export of run {run_files.name} is damaged: {path} has sha256 {actual}, not the {digest} "
+                f"written: {again}"
+            )
+    _warn_if_stale(run_files, source, again)
+
+
+def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:
+    from ..run.weights import records, sha256_of
+
+    current = run_files.weights()
+    if not current:
+        return
+    now = current[0]
+    entry = records(run_files.path).get(now.name) or {}
+    try:
+        sha, epoch = entry.get("sha256") or sha256_of(now), entry.get("epoch")
+    except OSError:
+        return  # unreadable weights: export and a fit say so; predict uses the export
+    if sha == source.get("sha256"):
+        return
+    made = f"{source.get('file') or 'the trained model'}" + (
+        f" of epoch {source['epoch']}" if source.get("epoch") else ""
+    )
+    holds = f" (epoch {epoch})" if epoch else ""
+    log.warning(
+        "WARNING: the export of run %s was made from %s, but the run's weights are now %s%s: these predictions "
+        "come from the older weights; %s",
+        run_files.name,
+        made,
+        now.name,
+        holds,
+        again.replace("export it again", "bring it up to date"),
+    )
+
+
+def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
+    """A regular, readable image file decoded as training does; DataError naming the file otherwise.
+
+    Opened without blocking and checked with fstat before any read, so a named pipe, a device or
+    a directory given as an image is refused instead of read from (a FIFO would block forever).
+    """
+    import tensorflow as tf
+
+    from ..config import Settings
+    from ..inputs.images import SUPPORTED, _first_line, decode_tensor, image_info
+
+    shown = _printable(str(path))  # the error stays one line whatever the name holds
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        broken = " (a broken link)" if Path(path).is_symlink() else ""
+        raise DataError(f"{shown} does not exist{broken}; give existing image files ({SUPPORTED})") from None
+    except PermissionError:
+        raise DataError(f"{shown} cannot be read (permission denied): `chmod +r` it or run as its owner") from None
+    except OSError as exc:
+        raise DataError(f"{shown} cannot be opened ({exc.strerror or exc}); give regular image files") from None
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat.S_IFREG:
+            what = _KINDS.get(kind, "not a regular file")
+            raise DataError(f"{shown} is {what}, not an image file; give regular image files ({SUPPORTED})")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            contents = fh.read()
+    except OSError as exc:
+        raise DataError(f"{shown} cannot be read ({exc.strerror or exc}); give regular image files") from None
+    finally:
+        os.close(fd)
+    # The header pass training runs: the size limit before decoding, then the EXIF orientation.
+    info = image_info(contents, shown, Settings.max_image_pixels)
+    try:
+        return decode_tensor(tf.constant(contents), tuple(shape), tf.constant(info)).numpy()
+    except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
+        raise DataError(
+            f"{shown}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
+        ) from None
+
+
+def format_predictions(rows: list[dict]) -> str:
+    """file, class and probability in aligned columns (by display width); bad files are left out."""
+    rows = [r for r in rows if "error" not in r]
+    if not rows:
+        return ""
+    names = [_printable(r["file"]) for r in rows]
+    classes = [_printable(str(r["class"])) for r in rows]
+    fw, cw = max(map(_width, names)), max(map(_width, classes))
+    return "\n".join(f"{_pad(n, fw)}  {_pad(c, cw)}  {r['probability']:.4f}" for n, c, r in zip(names, classes, rows))
+
+
+def _printable(text: str) -> str:
+    # A newline or tab in a file name would break the line or the columns: shown escaped instead.
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _width(text: str) -> int:
+    """Terminal columns: wide (CJK) characters take two, combining marks none."""
+    return sum(
+        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text
+    )
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _width(text))

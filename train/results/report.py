@@ -1,0 +1,334 @@
+"""report.html and curves.png in a run directory: the run at a glance, from the directory alone.
+
+One self-contained page (images inline as base64 PNG, no script, nothing fetched): the curves of
+every segment with each resume marked, the best weights on the validation set (confusion matrix,
+per-class accuracy, the most wrong images) and a summary of the manifest and the settings.
+
+Two depths: at each epoch end only the cheap part is drawn (curves and summary: under a second),
+so a running job can be watched from its volume; the validation part needs the data and
+a forward pass, so it is computed at the end of the run and by `python -m train report RUN`.
+Writing a report never changes a run's outcome: the hooks log a warning and carry on.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..run.rundir import RunDir, atomic_write, is_run_dir, write_text
+from .run_records import RunRecords, load_records
+
+log = logging.getLogger("train")
+CHEAP_NOTE = (
+    "not computed yet: it comes at the end of the run (REPORT=full), or now with `python -m train report {run}`"
+)
+ENDED_NOTE = "not computed: `python -m train report {run}` (without --quick) computes it from the best weights"
+# The validation part between these marks, with the best weights it evaluated (their size and
+# modification time): a quick report keeps it while those weights are the same.
+_SECTION = re.compile(r"<!-- validation of (\S+) -->\n(.*?)\n<!-- end of validation -->", re.S)
+
+
+@dataclass
+class Written:
+    path: Path
+    missing: list[str] = field(default_factory=list)  # parts left out, each with the reason
+
+
+def write_report(run_dir: Path | str, full: bool = True) -> Written:
+    """Write curves.png and report.html (atomically); RunRecordError if the records are unreadable."""
+    from . import plots
+
+    records = load_records(run_dir)
+    files = RunDir(records.run_dir)
+    curves = plots.curves_png(records)
+    atomic_write(files.curves, lambda p: p.write_bytes(curves))
+    missing: list[str] = []
+    weights = _weights_signature(files)
+    if full:
+        validation = _validation_section(records, missing)
+        if not missing:  # only an evaluation is worth keeping, never the reason there is none
+            validation = _mark(validation, weights)
+    else:
+        validation = _saved_section(files, weights)
+        if validation is None:
+            running = records.manifest.get("status") == "running"
+            note = (CHEAP_NOTE if running else ENDED_NOTE).format(run=records.name)
+            validation = _note(note)
+            missing.append("validation: " + note)
+    write_text(files.report, render(records, curves, validation))
+    return Written(files.report, missing)
+
+
+def _weights_signature(files: RunDir) -> str | None:
+    try:
+        st = files.best_weights.stat()
+    except OSError:
+        return None
+    return f"best.weights.h5@{st.st_size}-{st.st_mtime_ns}"
+
+
+def _mark(section: str, weights: str | None) -> str:
+    """The validation part, marked with the weights it evaluated (none: not to be kept)."""
+    if weights is None:
+        return section
+    return f"<!-- validation of {weights} -->\n{section}\n<!-- end of validation -->"
+
+
+def _saved_section(files: RunDir, weights: str | None) -> str | None:
+    """The validation part of the report already written, if it evaluated the current best weights.
+
+    A quick report (each epoch end, `report --quick`) on a run whose full report is written keeps
+    its confusion matrix and mistakes instead of dropping them; new best weights make it stale."""
+    if weights is None or not files.report.is_file():
+        return None
+    try:
+        found = _SECTION.search(files.report.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+    return found.group(0) if found and found.group(1) == weights else None
+
+
+def refresh_after_epoch(run_dir: Path | None, mode: str = "full") -> None:
+    """The epoch-end hook (REPORT=full or quick): curves and summary only; a failure is only a warning."""
+    _guarded(run_dir, full=False, mode=mode)
+
+
+def write_final_report(run_dir: Path | None, status: str, mode: str = "full") -> None:
+    """The end-of-run hook. After a signal only the quick part: the process has a grace period to exit in."""
+    _guarded(run_dir, full=mode == "full" and status != "interrupted", mode=mode)
+
+
+def _guarded(run_dir: Path | None, full: bool, mode: str) -> None:
+    try:
+        # None: a process that writes no run directory (a worker that is not the chief).
+        if mode != "off" and run_dir is not None and is_run_dir(run_dir):
+            write_report(run_dir, full=full)
+    except Exception as exc:  # noqa: BLE001  a report is never worth a run
+        log.warning("WARNING: report.html not updated: %s: %s", type(exc).__name__, exc)
+
+
+# --- the page ---------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
+h1{font-size:22px;margin:0 0 6px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.status{display:inline-block;padding:2px 10px;border-radius:10px;color:#fff;font-size:14px;vertical-align:middle}
+.completed{background:#2e7d32}.running{background:#1565c0}.interrupted,.budget{background:#ef6c00}.failed{background:#b00020}
+.unknown{background:#757575} .lead{font-size:15px;margin:6px 0} .error{background:#fdecea;border:1px solid #b00020;padding:8px 12px}
+.note{color:#555;font-style:italic} img{max-width:100%;height:auto;display:block;margin:8px 0}
+table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums} code{font-size:12px}
+"""
+
+
+def render(records: RunRecords, curves: bytes, validation: str) -> str:
+    m, c = records.manifest, records.config
+    status = str(m.get("status", "unknown"))
+    best = records.best_row()
+    lead = [
+        f"model <b>{_e(c.get('model'))}</b> on <b>{_e(c.get('dataset'))}</b>",
+        f"{len(records.rows)} of {_e(c.get('epochs'))} epochs",
+    ]
+    if best is not None:
+        lead.append(
+            f"best {_e(records.monitor)} <b>{best[records.monitor]:.4f}</b> at epoch {best['epoch']:.0f} "
+            f"after {_seconds(records.seconds_to(best['epoch']))} of training"
+        )
+    if records.resumes:
+        lead.append(f"resumed {len(records.resumes)}x")
+    error = f'<p class="error">{_e(m["error"])}</p>' if m.get("error") else ""
+    if ended_because(m) and not m.get("error"):
+        lead.append(f"ended: {_e(ended_because(m))}")
+    updated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{_e(records.name)}: {_e(status)}</title>
+<style>{CSS}</style></head><body>
+<h1>{_e(records.name)} <span class="status {_e(status)}">{_e(status)}</span></h1>
+<p class="lead">{" &middot; ".join(lead)}</p>{error}
+<p class="note">report written {updated} from the run directory; curves.png holds the same curves.</p>
+<h2>Curves</h2>
+{_img(curves, "loss, accuracy, learning rate and throughput per epoch")}
+<p class="note">{"dashed vertical line: the run was resumed there; " if records.resumes else ""}star: the best {_e(records.monitor)} (the weights in best.weights.h5).</p>
+<h2>Validation set, best weights</h2>
+{validation}
+<h2>Run</h2>
+{_table(summary_rows(records))}
+<h2>Settings</h2>
+<details><summary>config.json ({len(c)} settings)</summary>{_table([(k.upper(), _e(v)) for k, v in sorted(c.items())])}</details>
+<h2>Epochs</h2>
+<details open><summary>metrics.csv ({len(records.rows)} rows)</summary>{_metrics_table(records)}</details>
+</body></html>
+"""
+
+
+def _validation_section(records: RunRecords, missing: list[str]) -> str:
+    from .evaluation import evaluate_best
+
+    try:
+        ev = evaluate_best(records.run_dir)
+    except Exception as exc:  # noqa: BLE001  data moved, weights missing...: the rest of the page still helps
+        missing.append(f"validation: {type(exc).__name__}: {exc}")
+        return _note(f"not available: {type(exc).__name__}: {exc}")
+    return validation_html(ev, records)
+
+
+def measured_differently(ev, records: RunRecords | None) -> str | None:
+    """Why this accuracy is not the val_accuracy training logged for the same weights, when it is not.
+
+    Training measures under its precision policy (bfloat16 or float16 on an accelerator); the
+    report predicts again in float32, which gives the same on any device. Both are named, so the
+    page never shows two numbers for one thing without saying why."""
+    best = records.best_row() if records is not None else None
+    logged = best.get("val_accuracy") if best else None
+    if logged is None or abs(logged - ev.accuracy) < 5e-5:
+        return None
+    policy = (records.manifest.get("precision") or {}).get("policy") or "its precision policy"
+    return (
+        f"training logged val_accuracy {logged:.4f} for these weights (epoch {best['epoch']:.0f}, under {policy}); "
+        f"here the same {ev.n} examples are predicted again in float32, hence {ev.accuracy:.4f}"
+    )
+
+
+def validation_html(ev, records: RunRecords | None = None) -> str:
+    """Accuracy, the confusion matrix picture, the per-class table and the most-wrong grid."""
+    from . import plots
+
+    rows = [
+        (
+            _e(r["class"]),
+            f'<td class="num">{r["examples"]}',
+            f'<td class="num">{r["correct"]}',
+            f'<td class="num">{"-" if r["accuracy"] is None else format(r["accuracy"], ".2%")}',
+            _e(f"{r['confused_with'][0]} ({r['confused_with'][1]}x)") if r["confused_with"] else "-",
+        )
+        for r in ev.per_class()
+    ]
+    why = measured_differently(ev, records)
+    parts = [
+        f'<p class="lead">accuracy <b>{ev.accuracy:.2%}</b> on {ev.n} validation examples</p>',
+        *([_note(why)] if why else []),
+        _img(plots.confusion_png(ev.matrix, ev.class_names), "confusion matrix and per-class accuracy"),
+        _table(rows, ("class", "examples", "correct", "accuracy", "most often taken for")),
+    ]
+    if len(ev.wrong_images):
+        parts += [
+            f"<h3>The {len(ev.wrong_images)} most wrong (least probability on the true class)</h3>",
+            _img(
+                plots.grid_png(ev.wrong_images, ev.wrong_true, ev.wrong_pred, ev.wrong_prob, ev.class_names),
+                "validation images the model gets most wrong, with true and predicted class",
+            ),
+        ]
+    else:
+        parts.append(_note("no validation image is misclassified"))
+    return "\n".join(parts)
+
+
+def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
+    m = records.manifest
+    git, lock, data = m.get("git") or {}, m.get("requirements_lock") or {}, m.get("data") or {}
+    build, export, precision = m.get("build_info") or {}, m.get("export") or {}, m.get("precision") or {}
+    gpus = [g for g in m.get("gpus") or [] if g.get("name")]
+    cuda = ", ".join(
+        f"{k.replace('_version', '')} {v}" for k, v in build.items() if k in ("cuda_version", "cudnn_version")
+    )
+    code = f"{git.get('commit') or 'unknown'}{' (uncommitted changes)' if git.get('dirty') else ''}"
+    if git.get("source") and git.get("source") != "git":
+        code += f" from {git['source']}"
+    rows = [
+        ("status", f"{m.get('status', 'unknown')}" + (f": {m['error']}" if m.get("error") else "")),
+        ("ended because", m.get("error") or ended_because(m) or "-"),
+        ("started / ended", f"{m.get('started_at', '-')} / {m.get('ended_at') or '-'}"),
+        ("resumed", ", ".join(m.get("resumed_at") or []) or "never"),
+        ("duration", f"{_seconds(m.get('duration_seconds'))} over {len(m.get('segments') or []) or 1} segment(s)"),
+        ("training time (every segment, no validation)", _seconds(records.seconds_to(float("inf")))),
+        (
+            "versions",
+            f"Python {m.get('python', '?')}, TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}"
+            + (f"; built for {cuda}" if cuda else ""),
+        ),
+        (
+            "image",
+            str(m["image"])
+            if m.get("image")
+            else "the project's image (no .git inside; commit from BUILD_COMMIT)"
+            if "BUILD_COMMIT" in str(git.get("source"))
+            else "none: run from a checkout",
+        ),
+        ("commit", code),
+        ("lock", f"{Path(str(lock.get('file', '?'))).name} sha256 {lock.get('sha256') or 'unknown'}"),
+        (
+            "data",
+            f"{data.get('dataset', '?')} from {data.get('source', '?')}: {data.get('n_train', '?')} train / "
+            f"{data.get('n_val', '?')} val, {len(data.get('class_names') or [])} classes",
+        ),
+        ("data fingerprint", f"sha256 {data.get('fingerprint', 'unknown')}"),
+        ("precision", f"{precision.get('policy', '?')}: {precision.get('reason', '?')}"),
+        ("devices", "; ".join(f"{g['name']} ({g.get('memory_total_mb', '?')} MB)" for g in gpus) or "CPU only"),
+        ("cluster", _compact(m["cluster"]) if m.get("cluster") else "one process"),
+        ("host", f"{m.get('host', '?')} ({m.get('platform', '?')})"),
+        ("seed", f"{m.get('seed', '?')}, deterministic ops: {records.config.get('deterministic')}"),
+        (
+            "export parity",
+            f"max |diff| {export['max_abs_diff']:.2e} (tolerance {export.get('tolerance')})"
+            if "max_abs_diff" in export
+            else "not exported",
+        ),
+    ]
+    return [(k, _e(v)) for k, v in rows]
+
+
+def ended_because(manifest: dict) -> str | None:
+    """Why the latest segment ended (early stopping, all epochs, a stop); a resumed run's older reason is not it."""
+    segments = manifest.get("segments")
+    if isinstance(segments, list) and segments and isinstance(segments[-1], dict):
+        return segments[-1].get("ended_because")
+    return manifest.get("ended_because")
+
+
+def _metrics_table(records: RunRecords) -> str:
+    if not records.rows:
+        return _note("no epoch finished yet")
+    keys = [k for k in records.rows[0] if any(r.get(k) is not None for r in records.rows)]
+    body = [tuple(f'<td class="num">{_num(r.get(k))}' for k in keys) for r in records.rows]
+    return _table(body, tuple(keys))
+
+
+def _table(rows, header: tuple[str, ...] | None = None) -> str:
+    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>" if header else ""
+    cells = "".join(
+        "<tr>" + "".join(c + "</td>" if c.startswith("<td") else f"<td>{c}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table>{head}{cells}</table>"
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{_e(text)}</p>'
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _num(v) -> str:
+    return "" if v is None else (f"{v:.0f}" if float(v).is_integer() and abs(v) < 1e9 else f"{v:.4g}")
+
+
+def _seconds(s) -> str:
+    if not isinstance(s, (int, float)):
+        return "-"
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _compact(value) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)

@@ -1,0 +1,154 @@
+"""A run read back from its directory for the report and `compare`: settings, manifest, metrics, resumes.
+
+They work from the run directory alone (a run copied home from a cloud GPU has nothing else):
+config.json, manifest.json (its segments say where each resume began), metrics.csv, and for runs
+recorded before segments existed, the resume lines of train.log. Nothing of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import RunRecordError
+from ..run.rundir import RunDir
+
+# Written by fit when a run continues from a state ("resuming at epoch 4, step 12 (global step 84)").
+_RESUME_LINE = re.compile(r"^(\S+ \S+) resuming at epoch (\d+), step (\d+)")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """One continuation of the run: it re-entered `epoch` (1-based) at `step` within it."""
+
+    epoch: int
+    step: int
+    at: str  # the train.log timestamp
+
+
+@dataclass
+class RunRecords:
+    run_dir: Path
+    config: dict[str, Any]
+    manifest: dict[str, Any]
+    rows: list[dict[str, float | None]] = field(default_factory=list)  # metrics.csv, numbers or None
+    resumes: list[Resume] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def monitor(self) -> str:
+        return self.config.get("monitor", "val_accuracy")
+
+    @property
+    def mode(self) -> str:
+        mode = self.config.get("monitor_mode", "auto")
+        return mode if mode in ("min", "max") else ("min" if "loss" in self.monitor else "max")
+
+    def column(self, name: str) -> list[float | None]:
+        return [r.get(name) for r in self.rows]
+
+    def best_row(self) -> dict[str, float | None] | None:
+        """The epoch with the best MONITOR value (the first of equals: when the best weights were saved)."""
+        scored = [r for r in self.rows if r.get(self.monitor) is not None]
+        if not scored:
+            return None
+        sign = 1 if self.mode == "max" else -1
+        best = max(sign * r[self.monitor] for r in scored)
+        return next(r for r in scored if sign * r[self.monitor] == best)
+
+    def seconds_to(self, epoch: float | None) -> float | None:
+        """Training seconds up to and including `epoch`, over every segment: validation excluded.
+
+        The sum of epoch_seconds, plus what each stopped segment trained of the epoch it did not
+        finish (metrics.csv times only the part the resumed segment trained). A killed segment's
+        unfinished epoch is not known, and its steps since the last checkpoint are trained again."""
+        if epoch is None:
+            return None
+        secs = [r.get("epoch_seconds") or 0.0 for r in self.rows if r.get("epoch") is not None and r["epoch"] <= epoch]
+        if not secs:
+            return None
+        return sum(secs) + sum(s for e, s in self.unfinished_epochs() if e <= epoch)
+
+    def unfinished_epochs(self) -> list[tuple[int, float]]:
+        """(epoch, training seconds) of each segment's epoch left unfinished by a stop, from the manifest."""
+        out = []
+        for seg in self.manifest.get("segments") or []:
+            part = seg.get("unfinished_epoch") if isinstance(seg, dict) else None
+            if isinstance(part, dict) and isinstance(part.get("epoch"), int):
+                seconds = part.get("train_seconds")
+                if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
+                    out.append((part["epoch"], float(seconds)))
+        return out
+
+
+def load_records(run_dir: Path | str) -> RunRecords:
+    """Read a run directory; RunRecordError names the file that is missing or unreadable."""
+    files = RunDir(run_dir)
+    config, manifest = files.read_config(), files.read_manifest(missing_ok=True)
+    resumes = resumes_from_segments(manifest)
+    if resumes is None:
+        resumes = read_resumes(files.log)
+    return RunRecords(files.path, config, manifest, read_metrics(files.metrics), resumes)
+
+
+def resumes_from_segments(manifest: dict[str, Any]) -> list[Resume] | None:
+    """Each segment that continued from a state; None for a manifest without segments."""
+    segments = manifest.get("segments")
+    if not isinstance(segments, list):
+        return None
+    resumes = []
+    for seg in segments:
+        if isinstance(seg, dict) and seg.get("resumed_from") and isinstance(seg.get("epoch_from"), int):
+            step = re.search(r"step (\d+)", str(seg["resumed_from"]))
+            resumes.append(Resume(seg["epoch_from"] + 1, int(step.group(1)) if step else 0, str(seg.get("started_at"))))
+    return resumes
+
+
+def read_metrics(path: Path) -> list[dict[str, float | None]]:
+    """metrics.csv as numbers (an empty cell, e.g. GPU memory on a CPU, is None); none yet: []."""
+    if not path.is_file():
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            raw = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise RunRecordError(
+            f"{path} is unreadable ({type(exc).__name__}: {exc}); restore it from a copy of the run"
+        ) from None
+    rows = []
+    for line, r in enumerate(raw, start=2):
+        if "epoch" not in r or None in r:
+            raise RunRecordError(
+                f"{path}, line {line}: not the metrics.csv layout (an 'epoch' column, one value per column)"
+            )
+        row = {}
+        for key, value in r.items():
+            try:
+                row[key] = float(value) if value not in ("", None) else None
+            except ValueError:
+                raise RunRecordError(
+                    f"{path}, line {line}: {key}={value!r} is not a number; restore the file from a copy of the run"
+                ) from None
+        if row["epoch"] is None:
+            raise RunRecordError(f"{path}, line {line}: the epoch is empty; restore the file from a copy of the run")
+        rows.append(row)
+    return rows
+
+
+def read_resumes(path: Path) -> list[Resume]:
+    if not path.is_file():
+        return []
+    resumes = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            m = _RESUME_LINE.match(line)
+            if m:
+                resumes.append(Resume(int(m.group(2)), int(m.group(3)), m.group(1)))
+    return resumes

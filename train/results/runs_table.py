@@ -1,0 +1,164 @@
+"""`python -m train runs`: the runs under RUNS_DIR as a table (id, status, epochs, best, duration),
+or with `--json` as one JSON list for scripts.
+
+Oldest first, in the order the runs were created. The duration is the run's whole time over all its
+segments (a stopped and resumed run adds up every stretch). A run whose config.json or manifest.json cannot
+be read is one row marked `unreadable` (with the reason); it never takes the table down. A number
+that is not finite or not a number (a hand-edited or damaged manifest: NaN, Infinity, "3") is
+shown as `-` (null in JSON), and a run that failed has its error on a line under the table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..errors import RunRecordError
+from ..run.rundir import RunDir, list_run_dirs
+from .run_records import RunRecords, read_metrics
+
+
+def list_runs(runs_dir: str | Path) -> list[dict]:
+    rows = []
+    for path in list_run_dirs(runs_dir):
+        try:
+            rows.append(_row(path))
+        except (RunRecordError, AttributeError, TypeError, ValueError, OSError) as exc:
+            reason = str(exc) if isinstance(exc, RunRecordError) else f"{type(exc).__name__}: {exc}"
+            rows.append(
+                {
+                    "id": path.name,
+                    "status": "unreadable",
+                    "epochs": None,
+                    "of": None,
+                    "monitor": "",
+                    "best": None,
+                    "duration": None,
+                    "model": "",
+                    "dataset": "",
+                    "smoke": False,
+                    "reason": reason,
+                    "error": None,
+                    "copy_of": None,
+                }
+            )
+    return rows
+
+
+def _row(path: Path) -> dict:
+    files = RunDir(path)
+    cfg, m = files.read_config(), files.read_manifest(missing_ok=True)
+    best = _number((m.get("best") or {}).get("value"))
+    if best is None:
+        best = _best_in_metrics(files, cfg, m)
+    epochs = _count(m.get("epochs_completed"))
+    if epochs is None and files.metrics.is_file():
+        epochs = max(0, len(files.metrics.read_text().strip().splitlines()) - 1)
+    segments = [s for s in m.get("segments") or [] if isinstance(s, dict)]
+    last = segments[-1] if segments else {}
+    # What the run really does: a smoke run trains one epoch whatever EPOCHS says.
+    of = _count(last.get("epochs_planned")) or (1 if cfg.get("smoke") else _count(cfg.get("epochs")))
+    seconds = [_number(s.get("seconds")) for s in segments]
+    if any(x is not None for x in seconds):
+        duration = _number(sum(x for x in seconds if x is not None))
+    else:
+        duration = _number(m.get("duration_seconds"))
+    error = m.get("error")
+    recorded_id = m.get("run_id")
+    return {
+        "id": path.name,
+        "status": str(m.get("status") or "unknown"),
+        "epochs": epochs,
+        "of": of,
+        "monitor": str(cfg.get("monitor", "")),
+        "best": best,
+        "duration": duration,
+        "model": str(cfg.get("model", "")),
+        "dataset": str(cfg.get("dataset", "")),
+        "smoke": bool(cfg.get("smoke")),
+        "reason": None,
+        "error": _one_line(error) if error else None,
+        # A copy (`base copy.bak`) or a renamed run: listed like any run, and said to be one.
+        "copy_of": recorded_id if isinstance(recorded_id, str) and recorded_id != path.name else None,
+    }
+
+
+def _best_in_metrics(files: RunDir, cfg: dict, m: dict) -> float | None:
+    """The best MONITOR value in metrics.csv: a run killed before it closed its manifest recorded none.
+
+    The same rule as the report's (history.RunRecords.best_row): MONITOR_MODE, the first of equals."""
+    try:
+        row = RunRecords(files.path, cfg, m, read_metrics(files.metrics)).best_row()
+    except RunRecordError:  # a damaged metrics.csv: the manifest still says the rest
+        return None
+    return _number(row.get(str(cfg.get("monitor", "val_accuracy")))) if row else None
+
+
+def _number(v) -> float | None:
+    """A finite number, else None: NaN and Infinity are valid in Python's JSON but in no one else's."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _count(v) -> int | None:
+    v = _number(v)
+    return int(v) if v is not None and v >= 0 and float(v).is_integer() else None
+
+
+def _one_line(text, limit: int = 300) -> str:
+    """The error's first line, cut short: one row's note never fills the screen."""
+    first = str(text).strip().splitlines()[0] if str(text).strip() else str(text)
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def format_runs(rows: list[dict]) -> str:
+    if not rows:
+        return "no runs yet (train with `python -m train`)"
+    header = ("ID", "STATUS", "EPOCHS", "BEST", "DURATION", "MODEL", "DATASET")
+    table = [header]
+    notes = []
+    for r in rows:
+        best = f"{r['monitor']}={r['best']:.4f}" if isinstance(r["best"], (int, float)) else "-"
+        dur = f"{r['duration']:.0f}s" if isinstance(r["duration"], (int, float)) else "-"
+        epochs = f"{r['epochs'] if r['epochs'] is not None else '-'}/{r['of'] or '-'}"
+        dataset = f"{r['dataset']} (smoke)" if r.get("smoke") else r["dataset"]
+        table.append((r["id"], r["status"], epochs, best, dur, r["model"], dataset))
+        if r.get("reason"):
+            notes.append(f"{r['id']}: {r['reason']}")
+        elif r.get("error"):
+            notes.append(f"{r['id']}: {r['status']}: {r['error']}")
+        if r.get("copy_of"):
+            notes.append(
+                f"{r['id']}: its manifest.json says it is run {r['copy_of']}: a copy or a renamed folder; "
+                "keep backups outside RUNS_DIR (every command takes what is there for a run)"
+            )
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    return "\n".join(lines + notes)
+
+
+def runs_json(rows: list[dict]) -> str:
+    """The table's rows as one JSON list, with names a script can read without the table's header.
+
+    Never NaN or Infinity (not JSON): a non-finite number is null. `error` is how a failed run
+    failed (its manifest's error, first line)."""
+
+    out = [
+        {
+            "id": r["id"],
+            "status": r["status"],
+            "epochs_completed": r["epochs"],
+            "epochs_planned": r["of"],
+            "monitor": r["monitor"] or None,
+            "best": _number(r["best"]),
+            "duration_seconds": _number(r["duration"]),
+            "model": r["model"] or None,
+            "dataset": r["dataset"] or None,
+            "smoke": r["smoke"],
+            "unreadable_reason": r["reason"],
+            "error": r.get("error"),
+            "copy_of": r.get("copy_of"),
+        }
+        for r in rows
+    ]
+    return json.dumps(out, indent=2, allow_nan=False)

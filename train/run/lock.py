@@ -1,0 +1,76 @@
+"""One writer per run directory: `run.lock`, an exclusive flock held for the run's life.
+
+`fit` holds it from the moment it picks a run (new or resumed) until it ends, `export` while it
+exports: a second `fit` on a run in progress (a second `docker compose up`, a `--resume` of a
+running run, RESUME=auto picking it) is refused with RunBusyError naming the holder.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+from ..errors import RunBusyError
+from .rundir import RunDir, storage_error
+
+
+class RunLock:
+    """One writer per run directory: an exclusive flock on run.lock, held for the run's life.
+
+    The kernel drops the lock when its process ends, however it ends (SIGKILL, power cut of a
+    container), so a stale file never blocks. The holder's pid and host are written into the
+    file only for the message a second process prints. flock is local to one machine: on a
+    RUNS_DIR shared over NFS, two hosts are not kept apart.
+    """
+
+    def __init__(self, run_dir: Path | str):
+        self.run_dir = Path(run_dir)
+        self.path = RunDir(self.run_dir).lock
+        self.fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise storage_error(self.path, exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise storage_error(self.path, exc) from exc
+            raise RunBusyError(
+                f"run {self.run_dir.name} is in use by another process ({self.holder()}): two processes never "
+                "write one run; wait for it to end or stop it (Ctrl-C, `docker compose stop`), then resume"
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
+        except OSError as exc:  # a full disk: the lock is held, only the note for others is missing
+            os.close(fd)
+            raise storage_error(self.path, exc) from exc
+        self.fd = fd
+        return self
+
+    def holder(self) -> str:
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            text = ""
+        return text or "pid unknown: it is just starting"
+
+    def release(self) -> None:
+        # The file stays: unlinking it would let a third process lock a new file while a second
+        # one still waits on the old inode.
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

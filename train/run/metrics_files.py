@@ -1,0 +1,121 @@
+"""metrics.csv (one row per epoch) and TensorBoard scalars, hparams included."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from .rundir import write_text
+
+# Columns that measure the machine (time, speed, memory), not what the model computed: a rerun of
+# the same run differs in these whatever it reproduces.
+MEASURED_COLUMNS = (
+    "epoch_seconds",
+    "samples_per_second",
+    "model_flops_per_second",
+    "mfu",
+    "gpu_memory_used_mb",
+    "gpu_memory_peak_mb",
+)
+_AFTER = ["learning_rate", "batch_size", *MEASURED_COLUMNS]
+
+
+def metric_columns(metrics: tuple[str, ...] = ("accuracy",)) -> list[str]:
+    """metrics.csv's columns for a model trained with `metrics` (train.models)."""
+    return ["epoch", "loss", *metrics, "val_loss", *(f"val_{m}" for m in metrics), *_AFTER]
+
+
+METRIC_COLUMNS = metric_columns()  # those of the classifiers
+
+
+class MetricsFile:
+    """metrics.csv, rewritten atomically each epoch (it is small) so it is never half-written."""
+
+    def __init__(self, path: Path, columns: list[str] = METRIC_COLUMNS):
+        self.path, self.columns = path, columns
+        self.rows: list[dict[str, Any]] = []
+        if path.is_file():
+            with open(path, newline="", encoding="utf-8") as fh:
+                self.rows = list(csv.DictReader(fh))
+
+    def truncate_from(self, epoch: int) -> None:
+        """Drop rows of epochs that will be trained again after a resume (1-based epoch numbers)."""
+        self.rows = [r for r in self.rows if int(r["epoch"]) < epoch]
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.rows.append({k: _fmt(row.get(k)) for k in self.columns})
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=self.columns)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        write_text(self.path, buf.getvalue())
+
+
+def read_back(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of metrics.csv as numbers again, as the loop first had it: epoch and batch size whole,
+    the rest float, an empty cell None (a cell that is not a number stays as written)."""
+
+    def number(key: str, text: Any) -> Any:
+        if text in ("", None):
+            return None
+        try:
+            return int(text) if key in ("epoch", "batch_size") else float(text)
+        except (TypeError, ValueError):
+            return text
+
+    return {k: number(k, v) for k, v in row.items()}
+
+
+def _fmt(value: Any) -> Any:
+    if value is None:
+        return ""  # e.g. GPU memory on a CPU: recorded empty, never fatal
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+class TensorBoardWriter:
+    """Epoch scalars under tensorboard/train and tensorboard/validation, as Keras's callback lays them out."""
+
+    def __init__(self, logdir: Path):
+        import tensorflow as tf
+
+        self._tf = tf
+        self._train = tf.summary.create_file_writer(str(logdir / "train"))
+        self._val = tf.summary.create_file_writer(str(logdir / "validation"))
+
+    def write(self, epoch: int, logs: dict[str, Any]) -> None:
+        for key, value in logs.items():
+            if value is None or not isinstance(value, (int, float)):
+                continue
+            writer, name = (self._val, key[4:]) if key.startswith("val_") else (self._train, key)
+            with writer.as_default():
+                self._tf.summary.scalar("epoch_" + name, value, step=epoch)
+        self._train.flush()
+        self._val.flush()
+
+    def close(self) -> None:
+        self._train.close()
+        self._val.close()
+
+
+def write_hparams(logdir: Path, settings: dict[str, Any], metrics: dict[str, Any], step: int) -> None:
+    """The run's settings and final metrics for TensorBoard's HParams dashboard (one session per run).
+
+    `invoke tensorboard` (pointed at RUNS_DIR) then lists every run in its table and parallel-
+    coordinates views. The metrics go in as `hparams/<name>` scalars beside the session summary.
+    """
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import api as hp
+
+    values = {k: v for k, v in settings.items() if isinstance(v, (bool, int, float, str))}
+    writer = tf.summary.create_file_writer(str(logdir))
+    with writer.as_default():
+        hp.hparams(values, trial_id=logdir.parent.name)
+        for name, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                tf.summary.scalar(f"hparams/{name}", value, step=step)
+    writer.close()

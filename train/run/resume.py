@@ -1,0 +1,225 @@
+"""Which run a `fit` writes to, and with which settings: a new run, or one being resumed.
+
+RESUME (or `--resume`) names a run by id or path, `latest`, or `auto` (the newest run if it did
+not finish and was started with the same settings). A resumed run keeps its own settings: a
+setting this invocation does not give (flag, environment or .env) keeps the run's value, never
+its default. Of those given, the ones that do not change the result (config.RESUME_FREE: EPOCHS,
+MAX_MINUTES, ...) are taken; any other that differs is refused, unless `--force`. RUN_NAME is
+part of the run's directory name and stays the run's own.
+
+Planning a resume writes nothing: the run is locked, its record read and every check that can be
+made before TensorFlow is done here; `fit` checks the data and the checkpoint, and only then
+writes the run's config.json and opens a new segment in its manifest. A refused or failed resume
+leaves the record as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import RESUME_FREE, Settings, diff_settings, given, settings_from_dict
+from ..errors import CheckpointError, ConfigError, ResumeMismatchError
+from .lock import RunLock
+from .rundir import (
+    RunDir,
+    create_run_dir,
+    list_run_dirs,
+    read_run_settings,
+    resolve_run,
+    unknown_settings,
+    write_json,
+)
+
+log = logging.getLogger("train")
+
+
+@dataclass
+class RunPlan:
+    """Where a fit writes and with what; holds the run's lock until `release`."""
+
+    run_dir: Path
+    settings: Settings  # the effective settings of this segment
+    resumed: bool
+    lock: RunLock
+    restart: bool = False
+    saved_config: dict[str, Any] | None = None  # config.json as found (resume only)
+    manifest: dict[str, Any] = field(default_factory=dict)  # manifest.json as found (resume only)
+    forced: list[str] = field(default_factory=list)  # differences accepted with --force
+
+    def write_config(self) -> None:
+        """config.json changes only when a setting really changed (EPOCHS extended, --force)."""
+        if self.saved_config != self.settings.to_dict():
+            write_json(RunDir(self.run_dir).config, self.settings.to_dict())
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def has_checkpoints(run_dir: Path) -> bool:
+    from .checkpoints import list_states  # numpy only, no TensorFlow
+
+    return bool(list_states(RunDir(run_dir).checkpoints))
+
+
+def auto_resume(settings: Settings) -> str:
+    """RESUME=auto: the newest run, if it did not finish and was started with these settings."""
+    runs = list_run_dirs(settings.runs_dir)
+    if not runs:
+        return ""
+    newest = RunDir(runs[-1])
+    if not newest.manifest.is_file():
+        return ""  # killed before its manifest: nothing was trained
+    # An unreadable record is an error, not a reason to start over: auto cannot tell whether
+    # that run finished, and the user should know its record is damaged.
+    status = newest.read_manifest().get("status")
+    saved = read_run_settings(newest.path, warn_unknown=False)
+    # "running" is what a SIGKILLed or power-cut run leaves behind (or a run still going: the
+    # lock then refuses it).
+    if status not in ("interrupted", "budget", "running"):
+        return ""
+    if status == "running":
+        RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
+    # RUN_NAME only labels the run: left out, it does not make a new run of the `up` after a stop.
+    differ = diff_settings(saved, settings, RESUME_FREE | ({"run_name"} - given(settings))) + _unknown(
+        newest.read_config()
+    )
+    if differ:
+        log.info(
+            "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
+            newest.name,
+            "; ".join(differ),
+        )
+        return ""
+    return str(newest.path)
+
+
+def _unknown(config: dict[str, Any]) -> list[str]:
+    """config.json keys this version has no setting for, as differences: training on would drop them."""
+    return [
+        f"{key}: not a setting of this version (a newer version wrote the run?)" for key in unknown_settings(config)
+    ]
+
+
+def _trained(run_dir: Path, manifest: dict[str, Any]) -> bool:
+    """Whether the run ever got as far as a finished epoch (then it had checkpoints)."""
+    files = RunDir(run_dir)
+    return files.metrics.is_file() or bool(files.weights()) or bool(manifest.get("epochs_completed"))
+
+
+def plan_run(settings: Settings, resume: str | None, force: bool = False, restart: bool = False) -> RunPlan:
+    """Lock the run a fit will write and decide its settings; raise before writing anything."""
+    if resume == "auto":
+        resume = auto_resume(settings)
+    if not resume:
+        if restart:
+            raise ConfigError(
+                "--restart",
+                True,
+                "needs --resume RUN (it trains that run again from epoch 1 when its checkpoints are gone)",
+            )
+        run_dir = create_run_dir(settings.runs_dir, settings.run_name)
+        lock = RunLock(run_dir).acquire()
+        try:
+            write_json(RunDir(run_dir).config, settings.to_dict())
+        except BaseException:
+            lock.release()
+            raise
+        return RunPlan(run_dir, settings, False, lock)
+    run_dir = resolve_run(settings.runs_dir, resume)
+    lock = RunLock(run_dir).acquire()
+    try:
+        return _plan_resume(run_dir, lock, settings, force, restart)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, restart: bool) -> RunPlan:
+    files = RunDir(run_dir)
+    saved_config = files.read_config()
+    saved = read_run_settings(run_dir, warn_unknown=False)
+    manifest = files.read_manifest(missing_ok=True)
+    asked = _asked(run_dir, saved, settings)
+    diffs = diff_settings(saved, asked) + _unknown(saved_config)
+    if diffs and not force:
+        raise ResumeMismatchError(
+            f"run {run_dir.name} was started with other settings ({'; '.join(diffs)}): "
+            "resume with the same settings, or pass --force to continue with the new ones"
+        )
+    ckpt_dir = files.checkpoints
+    # A run stopped or killed before its first state never trained: it simply starts at epoch 1.
+    if restart and has_checkpoints(run_dir):
+        raise CheckpointError(
+            f"run {run_dir.name} has checkpoints in {ckpt_dir}: --restart is only for a run whose "
+            "checkpoints are gone; resume it without --restart"
+        )
+    if not restart and not has_checkpoints(run_dir) and _trained(run_dir, manifest):
+        raise CheckpointError(
+            f"run {run_dir.name} has no checkpoint in {ckpt_dir} (deleted or never written): there is nothing to "
+            f"resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new run "
+            "without --resume"
+        )
+    free = [
+        f"{k.upper()}: {getattr(saved, k)!r} -> {getattr(asked, k)!r}"
+        for k in sorted(RESUME_FREE - {"runs_dir", "resume"})
+        if getattr(saved, k) != getattr(asked, k)
+    ]
+    if free:
+        log.info("run %s resumes with new values of: %s", run_dir.name, "; ".join(free))
+    return RunPlan(
+        run_dir,
+        asked,
+        True,
+        lock,
+        restart=restart,
+        saved_config=saved_config,
+        manifest=manifest,
+        forced=diffs if force else [],
+    )
+
+
+def check_data(plan: RunPlan, fingerprint: str, source: str, force: bool) -> None:
+    """Refuse a resume on data whose bytes changed since the run last trained (unless --force)."""
+    before = (plan.manifest.get("data") or {}).get("fingerprint") if plan.resumed else None
+    if not before or before == fingerprint:
+        return
+    change = f"DATA: fingerprint {before[:12]}... -> {fingerprint[:12]}... ({source})"
+    if not force:
+        raise ResumeMismatchError(
+            f"run {plan.run_dir.name} was trained on other data ({change}): the same path holds new contents; "
+            "resume on the run's own data, start a new run, or pass --force to continue on the new data "
+            "(recorded in the manifest's segments)"
+        )
+    plan.forced.append(change)
+
+
+# Where this process trains, not what the run is: always this invocation's (the manifest's
+# `distribution` records how many workers trained each stretch).
+PER_PROCESS = {"workers", "worker_index"}
+
+
+def _asked(run_dir: Path, saved: Settings, settings: Settings) -> Settings:
+    """The run's recorded settings with the ones this invocation gave on top.
+
+    A setting left out keeps the run's value, so `--resume RUN` alone never changes a run (its
+    EPOCHS do not fall back to the default). RUN_NAME names the run's directory: a resumed run
+    keeps its own, whatever is given.
+    """
+    values = saved.to_dict()
+    values.update({k: v for k, v in settings.to_dict().items() if k in given(settings) | PER_PROCESS})
+    if settings.run_name != saved.run_name and "run_name" in given(settings):
+        log.info("RUN_NAME=%s not used: a resumed run keeps its own name (%r)", settings.run_name, saved.run_name)
+    values["run_name"] = saved.run_name
+    if "runs_dir" not in given(settings) and not _holds(values["runs_dir"], run_dir):
+        values["runs_dir"] = str(run_dir.parent)  # the run was moved: RUNS_DIR is where it is now
+    return settings_from_dict(values)
+
+
+def _holds(runs_dir: str, run_dir: Path) -> bool:
+    try:
+        return Path(runs_dir).expanduser().resolve() == run_dir.resolve().parent
+    except (OSError, RuntimeError):
+        return False

@@ -1,0 +1,206 @@
+"""Which processes train together: TF_CONFIG as TensorFlow defines it, or WORKERS + WORKER_INDEX.
+
+Plain Python (no TensorFlow import), so a malformed cluster is refused in milliseconds with exit 2.
+TF_CONFIG is what Kubeflow's TFJob, Vertex AI and most cluster recipes set:
+
+    {"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}
+
+(a "chief" job of one task may come first; it is then worker 0). For hand-made clusters
+WORKERS=host1:2222,host2:2222 and WORKER_INDEX=0 build the same thing. Worker 0 is the chief:
+the only process that writes the run directory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+JOBS = ("chief", "worker")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    workers: tuple[str, ...] = ()  # host:port of every process, chief first; empty: a single process
+    index: int = 0  # this process's place in `workers`
+    source: str = ""  # TF_CONFIG | WORKERS | "" (one process)
+
+    @property
+    def size(self) -> int:
+        return max(len(self.workers), 1)
+
+    @property
+    def multi(self) -> bool:
+        return len(self.workers) > 1
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+    def tf_config(self) -> str:
+        """TF_CONFIG for TensorFlow's cluster resolver (built from WORKERS / WORKER_INDEX)."""
+        return json.dumps({"cluster": {"worker": list(self.workers)}, "task": {"type": "worker", "index": self.index}})
+
+    def describe(self) -> str:
+        if not self.multi:
+            return "cluster: one process"
+        return f"cluster: worker {self.index} of {len(self.workers)} ({self.source}), chief {self.workers[0]}"
+
+    @property
+    def port(self) -> int:
+        """This worker's port: TensorFlow listens on it on every interface of the host."""
+        return int(self.workers[self.index].rsplit(":", 1)[1])
+
+    @property
+    def on_loopback(self) -> bool:
+        """Every worker on this host's loopback (127.0.0.1, localhost, ::1)."""
+        return all(_host_key(a.rsplit(":", 1)[0]) == _LOOPBACK for a in self.workers)
+
+    def exposure_warning(self) -> str:
+        """One line for the log: TensorFlow's training server cannot be bound to the address given."""
+        where = "WORKERS names loopback addresses, but" if self.on_loopback else "the workers talk over the network and"
+        return (
+            f"WARNING: {where} TensorFlow's training server (gRPC, no authentication) listens on port "
+            f"{self.port} of every network interface of this host: keep these ports reachable only by the other "
+            "workers (firewall, private network; docs/distributed.md#network)"
+        )
+
+
+_LOOPBACK = "<loopback>"
+
+
+def _host_key(host: str) -> str:
+    """A host as a duplicate check compares it: names ignore case and a final dot, IP addresses are
+    compared as addresses, and every name of this host's loopback is one host (TensorFlow binds the
+    port on every interface, so two workers on 127.0.0.1:P and localhost:P are one port)."""
+    host = host.strip("[]").rstrip(".").lower()
+    if host in ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"):
+        return _LOOPBACK
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    return _LOOPBACK if ip.is_loopback or ip.is_unspecified else ip.compressed
+
+
+def _check_unique(name: str, raw: str, addresses: list[str], labels: list[str]) -> None:
+    """Two entries for one host:port would make the join wait forever: refuse them up front."""
+    seen: dict[tuple[str, int], int] = {}
+    for i, address in enumerate(addresses):
+        host, port = address.rsplit(":", 1)
+        key = (_host_key(host), int(port))
+        if key in seen:
+            j = seen[key]
+            raise ConfigError(
+                name,
+                raw,
+                f"{labels[j]} ({addresses[j]}) and {labels[i]} ({address}) are the same address: "
+                "give each worker its own host:port",
+            )
+        seen[key] = i
+
+
+def _check_address(name: str, raw: str, address: object) -> str:
+    if not isinstance(address, str) or not _ADDRESS.match(address.strip()):
+        raise ConfigError(name, raw, f"{address!r} is not host:port (e.g. 10.0.0.2:2222)")
+    port = int(_ADDRESS.match(address.strip()).group(2))
+    if not 1 <= port <= 65535:
+        raise ConfigError(name, raw, f"port {port} in {address!r} is outside 1..65535")
+    return address.strip()
+
+
+def from_workers(workers: str, worker_index: int) -> Cluster:
+    """WORKERS=host:port,... and WORKER_INDEX=N (-1: not set)."""
+    if not workers.strip():
+        if worker_index >= 0:
+            raise ConfigError("WORKER_INDEX", worker_index, "set only together with WORKERS=host:port,host:port,...")
+        return Cluster()
+    addresses = [_check_address("WORKERS", workers, a) for a in workers.split(",") if a.strip()]
+    _check_unique("WORKERS", workers, addresses, [f"entry {i}" for i in range(len(addresses))])
+    if worker_index < 0:
+        raise ConfigError(
+            "WORKER_INDEX",
+            worker_index,
+            f"WORKERS lists {len(addresses)} workers: set WORKER_INDEX to this worker's place, 0..{len(addresses) - 1}",
+        )
+    if worker_index >= len(addresses):
+        raise ConfigError(
+            "WORKER_INDEX", worker_index, f"WORKERS lists {len(addresses)} workers: 0..{len(addresses) - 1}"
+        )
+    return Cluster(tuple(addresses), worker_index, "WORKERS")
+
+
+def from_tf_config(raw: str) -> Cluster:
+    """TF_CONFIG as TensorFlow defines it; only the chief and worker jobs are supported."""
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("TF_CONFIG", raw, f"not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict):
+        raise ConfigError("TF_CONFIG", raw, 'expected {"cluster": {"worker": ["host:port", ...]}, "task": {...}}')
+    cluster, task = config["cluster"], config.get("task")
+    other = sorted(set(cluster) - set(JOBS))
+    if other:
+        raise ConfigError("TF_CONFIG", raw, f"job(s) {', '.join(other)} are not supported: use chief and worker only")
+    jobs = {}
+    for job in JOBS:
+        addresses = cluster.get(job, [])
+        if not isinstance(addresses, list):
+            raise ConfigError("TF_CONFIG", raw, f'cluster.{job} must be a list of "host:port"')
+        jobs[job] = [_check_address("TF_CONFIG", raw, a) for a in addresses]
+    if len(jobs["chief"]) > 1:
+        raise ConfigError("TF_CONFIG", raw, "at most one chief")
+    everyone = jobs["chief"] + jobs["worker"]
+    if not everyone:
+        raise ConfigError("TF_CONFIG", raw, "the cluster lists no worker")
+    labels = [f"cluster.{job}[{i}]" for job in JOBS for i in range(len(jobs[job]))]
+    _check_unique("TF_CONFIG", raw, everyone, labels)
+    if (
+        not isinstance(task, dict)
+        or task.get("type") not in JOBS
+        or not isinstance(task.get("index"), int)
+        or isinstance(task.get("index"), bool)
+    ):
+        raise ConfigError("TF_CONFIG", raw, 'task must be {"type": "worker" or "chief", "index": N}')
+    kind, index = task["type"], task["index"]
+    if not 0 <= index < len(jobs[kind]):
+        raise ConfigError(
+            "TF_CONFIG", raw, f"task index {index} is out of range: cluster.{kind} has {len(jobs[kind])} entries"
+        )
+    return Cluster(tuple(everyone), index + (len(jobs["chief"]) if kind == "worker" else 0), "TF_CONFIG")
+
+
+def read_cluster(workers: str, worker_index: int, environ: Mapping[str, str]) -> Cluster:
+    """The cluster from the settings and the environment; ConfigError naming the setting."""
+    raw = environ.get("TF_CONFIG", "").strip()
+    if raw and workers.strip():
+        raise ConfigError(
+            "WORKERS",
+            workers,
+            "TF_CONFIG is set too: use one of them (TF_CONFIG wins in most launchers; unset WORKERS)",
+        )
+    if raw:
+        if worker_index >= 0:
+            raise ConfigError(
+                "WORKER_INDEX", worker_index, "TF_CONFIG names this worker's index already: unset WORKER_INDEX"
+            )
+        return from_tf_config(raw)
+    return from_workers(workers, worker_index)
+
+
+def free_local_ports(n: int) -> list[int]:
+    """n TCP ports free on 127.0.0.1 right now (the workers bind them a moment later)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()

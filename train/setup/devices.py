@@ -1,0 +1,178 @@
+"""Device set-up, the first TensorFlow import: memory growth, seeds, precision, distribution.
+
+`setup_devices` must run before anything touches a GPU and before a model is built: memory growth
+and the precision policy cannot be changed afterwards (TensorFlow refuses to change an initialised
+GPU, and layers built earlier keep the policy they were built with).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import keras
+import tensorflow as tf
+
+from ..errors import TemplateError
+from .hardware import check_precision_fits_isa, choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
+
+log = logging.getLogger("train")
+
+
+class DeviceSetupError(TemplateError):
+    """A device setting could not be applied (usually: set after the GPU was initialised)."""
+
+    exit_code = 1
+    kind = "devices"
+
+
+@dataclass
+class DeviceSetup:
+    precision: str
+    precision_reason: str
+    gpus: list[str] = field(default_factory=list)
+    compute_capabilities: list[tuple[int, int]] = field(default_factory=list)
+    memory_growth: bool = False
+    strategy: tf.distribute.Strategy | None = None
+    replicas: int = 1
+    workers: int = 1  # processes in the cluster (MultiWorkerMirroredStrategy when > 1)
+    worker_index: int = 0
+
+    def describe(self) -> str:
+        where = f"{len(self.gpus)} GPU(s): " + ", ".join(self.gpus) if self.gpus else "CPU"
+        return f"devices: {where}; precision {self.precision} ({self.precision_reason})"
+
+
+def _enable_memory_growth(gpus: list) -> None:
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError as exc:  # "Physical devices cannot be modified after being initialized"
+            raise DeviceSetupError(
+                f"tf.config.experimental.set_memory_growth({gpu.name}) came too late: the GPU was already "
+                f"initialised ({exc}); call train.setup.devices.setup_devices() before any TensorFlow op or model"
+            ) from None
+
+
+def _compute_capability(gpu) -> tuple[int, int] | None:
+    try:
+        cc = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+    except Exception:  # details are best-effort: an unknown device never blocks training
+        return None
+    return tuple(cc) if cc else None
+
+
+def setup_devices(settings, cluster=None) -> DeviceSetup:
+    """Apply memory growth, seeds, determinism and the precision policy; pick a strategy.
+
+    With a multi-worker `cluster` (train.setup.cluster.Cluster) this joins it: it returns once every
+    worker has started."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if settings.memory_growth:
+        _enable_memory_growth(gpus)
+    multi = None
+    if cluster is not None and cluster.multi:
+        multi = _join_cluster(cluster)  # before any other op: the runtime starts with the cluster in it
+    keras.utils.set_random_seed(settings.seed)
+    if settings.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    ccs = [cc for cc in (_compute_capability(g) for g in gpus) if cc]
+    flags, max_isa = cpu_flags(), onednn_max_isa()
+    policy, reason = choose_precision(settings.precision, ccs, flags, onednn_enabled(), max_isa)
+    check_precision_fits_isa(policy, ccs, flags, max_isa)
+    keras.mixed_precision.set_global_policy(policy)
+    strategy = multi or (tf.distribute.MirroredStrategy() if len(gpus) > 1 else None)
+    replicas = strategy.num_replicas_in_sync if strategy else 1
+    if settings.batch_size % replicas:
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            "BATCH_SIZE",
+            settings.batch_size,
+            f"the global batch is split across {replicas} replicas: use a multiple of {replicas}",
+        )
+    names = []
+    for g in gpus:
+        try:
+            names.append(tf.config.experimental.get_device_details(g).get("device_name", g.name))
+        except Exception:
+            names.append(g.name)
+    return DeviceSetup(
+        precision=policy,
+        precision_reason=reason,
+        gpus=names,
+        compute_capabilities=ccs,
+        memory_growth=bool(gpus) and settings.memory_growth,
+        strategy=strategy,
+        replicas=replicas,
+        workers=cluster.size if cluster is not None else 1,
+        worker_index=cluster.index if cluster is not None else 0,
+    )
+
+
+# A dead worker (SIGKILL, lost host) is noticed by the coordination service's heartbeat; a live one
+# that stops answering by the collective timeout. Both are errors on the survivors, never a hang.
+HEARTBEAT_SECONDS = 30
+COLLECTIVE_TIMEOUT_SECONDS = 600  # generous: a chief writing a large checkpoint keeps the others waiting
+
+
+def _join_cluster(cluster):
+    """MultiWorkerMirroredStrategy for `cluster`, with bounded failure detection."""
+    import os
+
+    from tensorflow.python.eager import context  # no public API sets the heartbeat timeout
+
+    # TensorFlow's cluster resolver reads TF_CONFIG; WORKERS/WORKER_INDEX are turned into one.
+    os.environ["TF_CONFIG"] = cluster.tf_config() if cluster.source == "WORKERS" else os.environ["TF_CONFIG"]
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+
+    jobs = [coordination_config_pb2.CoordinatedJob(name="worker", num_tasks=len(cluster.workers))]
+    if cluster.source == "TF_CONFIG":
+        import json
+
+        spec = json.loads(os.environ["TF_CONFIG"])["cluster"]
+        jobs = [
+            coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(spec[job]))
+            for job in ("chief", "worker")
+            if spec.get(job)
+        ]
+    leader = "/job:chief/replica:0/task:0" if jobs[0].name == "chief" else "/job:worker/replica:0/task:0"
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=leader,
+        coordinated_jobs=jobs,
+        heartbeat_timeout_in_ms=HEARTBEAT_SECONDS * 1000,
+    )
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_SECONDS)
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    except tf.errors.UnknownError as exc:
+        # train.setup.join held the port a moment ago; another process took it since.
+        if "Could not start gRPC server" not in str(exc):
+            raise
+        from ..errors import PortInUseError
+
+        raise PortInUseError(cluster.source, cluster.workers[cluster.index], cluster.port) from None
+    log.info("%s: %d replica(s) in sync", cluster.describe(), strategy.num_replicas_in_sync)
+    return strategy
+
+
+def gpu_memory() -> tuple[float | None, float | None]:
+    """(MB TensorFlow holds on its GPUs now, the most it held since the last call), summed over the
+    GPUs; (None, None) on a CPU. metrics.csv records it once per epoch.
+
+    TensorFlow's own allocator counts: no driver query (nvidia-smi would be a subprocess per epoch)
+    and nothing from the optional GPU check. A failure is an empty figure, never a failed epoch.
+    """
+    try:
+        count = len(tf.config.list_logical_devices("GPU"))
+        if not count:
+            return None, None
+        used = peak = 0.0
+        for i in range(count):
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+            used, peak = used + info["current"] / 2**20, peak + info["peak"] / 2**20
+            tf.config.experimental.reset_memory_stats(f"GPU:{i}")  # the next epoch's peak is its own
+        return used, peak
+    except Exception:  # a figure for the log: never fatal
+        return None, None

@@ -1,0 +1,173 @@
+"""Reading the settings file (`.env`): its values, and a line number for everything wrong in it.
+
+python-dotenv alone skips a line it cannot parse with a warning that names neither the file nor
+the key, reads nothing at all from a file that is not UTF-8 (a traceback), and cannot know which
+keys are settings. Here a line that is not `NAME=value` or bytes that are not UTF-8 are an
+EnvFileError naming the file and the line; a key that is not a setting, or a key given twice, is a
+warning (the file is shared with docker compose, whose own variables are known and left alone).
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import os
+import stat
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ..errors import EnvFileError
+
+# Read from .env by docker-compose.yml and tasks.py, not by `python -m train` (a test keeps this
+# list in step with docker-compose.yml), and prefixes of other tools' variables.
+OTHER_TOOLS = {
+    "HOST_UID",
+    "HOST_GID",
+    "IMAGE",
+    "CA_BUNDLE",
+    "BASE_IMAGE",
+    "GIT_COMMIT",
+    "RUNS_HOST_DIR",
+    "DATA_HOST_DIR",
+    "TRAIN_ARGS",
+    "TENSORBOARD_PORT",
+    "MLFLOW_IMAGE",
+    "MLFLOW_PORT",
+}
+OTHER_PREFIXES = ("COMPOSE_", "DOCKER_", "BUILDKIT_", "TF_", "CUDA_", "NVIDIA_", "XLA_", "NCCL_", "PYTHON")
+
+
+def read_env_file(
+    path: str | os.PathLike, settings: Iterable[str], warn: Callable[[str], None] | None = None
+) -> dict[str, str]:
+    """The file's NAME -> value (interpolated as python-dotenv does); EnvFileError on a bad line.
+
+    `settings`: the UPPER_CASE setting names, for the warnings about unknown keys (`warn(line)`).
+    """
+    from dotenv import dotenv_values
+    from dotenv.parser import parse_stream
+
+    path = Path(path)
+    text = _read_text(path)
+    names = set(settings)
+    seen: dict[str, int] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        raw = binding.original.string
+        original = raw.strip()
+        # python-dotenv counts from the blank lines before a statement; the statement is below them.
+        line = binding.original.line + raw[: len(raw) - len(raw.lstrip())].count("\n")
+        if binding.error:
+            raise EnvFileError(
+                path, line, f"cannot read {_short(original)}: write NAME=value, one per line, with any quotes closed"
+            )
+        key = binding.key
+        if key is None:  # a comment or an empty line
+            continue
+        if binding.value is None:
+            raise EnvFileError(path, line, f"{key!r} has no '=': write {key}=value")
+        if warn is not None:
+            if key in seen:
+                warn(f"WARNING: {path}, line {line}: {key} is set again (first on line {seen[key]}); line {line} wins")
+            elif key not in names and not _other_tool(key):
+                warn(f"WARNING: {path}, line {line}: {key} is not a setting and is ignored{_suggest(key, names)}")
+        seen.setdefault(key, line)
+    # The checks above leave only lines python-dotenv reads without a warning: it does the values.
+    return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
+
+
+# A settings file is a few lines of NAME=value: a larger one is another file, named by mistake.
+MAX_BYTES = 1 << 20
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_text(path: Path) -> str:
+    if _is_devnull(path):  # the usual way to say "no settings file": reads as empty, never blocks
+        return ""
+    try:
+        _check_kind(path, os.stat(path).st_mode)  # a socket cannot even be opened: say what it is
+    except OSError:
+        pass  # opening it says what is wrong
+    try:
+        # Non-blocking, and checked again on the open file: a named pipe would block the open and the read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except IsADirectoryError:
+        raise EnvFileError(path, None, _DIRECTORY) from None
+    except OSError as exc:
+        raise EnvFileError(path, None, f"cannot be read ({exc.strerror}); check its permissions") from None
+    try:
+        _check_kind(path, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+        raw = _read_at_most(fd, MAX_BYTES + 1)
+    except OSError as exc:
+        raise EnvFileError(path, None, f"cannot be read ({exc.strerror}); check its permissions") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_BYTES:
+        raise EnvFileError(
+            path,
+            None,
+            f"is larger than {MAX_BYTES >> 20} MiB, too large for a settings file of NAME=value lines: "
+            "is it the right file?",
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise EnvFileError(
+            path, line, f"byte 0x{raw[exc.start]:02x} is not UTF-8 text; save the file as UTF-8"
+        ) from None
+
+
+def _is_devnull(path: Path) -> bool:
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
+
+
+def _check_kind(path: Path, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise EnvFileError(path, None, _DIRECTORY)
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+        raise EnvFileError(
+            path,
+            None,
+            f"is {kind}, not a regular file (reading it could block or never end): make it a file of "
+            "NAME=value lines, or pass --env-file '' (or /dev/null) to read no settings file",
+        )
+
+
+_DIRECTORY = (
+    "is a directory, not a file (docker creates one when it mounts a file "
+    "that does not exist): remove it, or create the file from .env.example"
+)
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 16, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _other_tool(key: str) -> bool:
+    return key in OTHER_TOOLS or key.startswith(OTHER_PREFIXES)
+
+
+def _suggest(key: str, names: set[str]) -> str:
+    close = difflib.get_close_matches(key.upper(), sorted(names), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else " (the settings: python -m train settings)"
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")

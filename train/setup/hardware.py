@@ -1,0 +1,140 @@
+"""What the hardware can do, read without TensorFlow: CPU bf16 support and the precision `auto` picks.
+
+Pure functions over plain inputs (CPU flags, GPU compute capabilities), so the choice is tested on
+any machine with faked inputs; `devices` feeds them the real values.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+# CPU flags (as in /proc/cpuinfo) that give TensorFlow/oneDNN native bfloat16 matmuls and convolutions.
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# Capped at one of these oneDNN ISA names (ONEDNN_MAX_CPU_ISA) on a CPU with AVX-512, TensorFlow
+# still hands bfloat16 work to oneDNN (it decides from the CPU's avx512f flag:
+# IsBF16SupportedByOneDNNOnThisCPU in its mkl_graph_util.h), which has no kernel for it under the
+# cap: a bfloat16 matmul ends the process (SIGSEGV) and a convolution raises "could not create a
+# primitive descriptor" (TensorFlow 2.21, measured with ONEDNN_MAX_CPU_ISA=AVX2). Without avx512f,
+# TensorFlow keeps bfloat16 on its own kernels.
+ISAS_BF16_FAILS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI")
+# The caps that stop oneDNN below its bfloat16 kernels (AVX512_CORE_BF16 and up): there bfloat16 is
+# emulated, or crashes as above, even on a CPU that has it. Any other value (AVX512_CORE_BF16,
+# AVX512_CORE_AMX, ALL, ...) leaves the native kernels in reach.
+ISAS_WITHOUT_BF16 = (*ISAS_BF16_FAILS, "AVX512_CORE", "AVX512_CORE_VNNI")
+# NVIDIA: float16 tensor cores from compute capability 7.0 (Volta), bfloat16 from 8.0 (Ampere).
+FP16_MIN_CC = (7, 0)
+BF16_MIN_CC = (8, 0)
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The CPU feature flags; empty when they cannot be read (non-Linux): then auto stays float32."""
+    try:
+        text = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags") and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name ("AMD EPYC 9R14 ..."), else the processor platform reports; "" if neither."""
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor()
+
+
+def cpu_bf16(flags: Iterable[str]) -> list[str]:
+    """The bf16 features present, e.g. ['avx512_bf16']; empty means bfloat16 would be emulated (slow)."""
+    flags = set(flags)
+    return [f for f in CPU_BF16_FLAGS if f in flags]
+
+
+def onednn_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether TensorFlow's oneDNN CPU kernels are on: TF_ENABLE_ONEDNN_OPTS=0 or false (any case)
+    turns them off, as TensorFlow reads it; unset, they are on in the x86 builds on bf16 CPUs."""
+    value = (os.environ if environ is None else environ).get("TF_ENABLE_ONEDNN_OPTS", "")
+    return value.lower() not in ("0", "false")
+
+
+def onednn_max_isa(environ: Mapping[str, str] | None = None) -> str | None:
+    """The instruction set oneDNN is capped at, upper-cased: ONEDNN_MAX_CPU_ISA, or DNNL_MAX_CPU_ISA,
+    the older name oneDNN still reads; None when neither is set. ONEDNN_MAX_CPU_ISA=AVX2 makes a
+    newer CPU run oneDNN's AVX2 kernels, as a CPU without AVX-512 would."""
+    env = os.environ if environ is None else environ
+    value = (env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+    return value or None
+
+
+def check_precision_fits_isa(
+    policy: str, gpu_compute_capabilities: Sequence[tuple[int, int]], flags: Iterable[str], max_isa: str | None
+) -> None:
+    """Refuse bfloat16 on the CPU under an ONEDNN_MAX_CPU_ISA cap at which TensorFlow crashes, with
+    what to change, instead of a segmentation fault at the first step."""
+    on_onednn = bool({"avx512f", "avx_ne_convert"} & set(flags))
+    if policy == "mixed_bfloat16" and not gpu_compute_capabilities and on_onednn and max_isa in ISAS_BF16_FAILS:
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            "PRECISION",
+            policy,
+            f"TensorFlow's bfloat16 CPU kernels crash under ONEDNN_MAX_CPU_ISA={max_isa}: "
+            "use PRECISION=float32 (or auto), or unset ONEDNN_MAX_CPU_ISA",
+        )
+
+
+def choose_precision(
+    requested: str,
+    gpu_compute_capabilities: Sequence[tuple[int, int]],
+    flags: Iterable[str],
+    onednn: bool = True,
+    max_isa: str | None = None,
+) -> tuple[str, str]:
+    """Return (policy, reason). `requested` other than 'auto' is kept as it is.
+
+    GPUs: bfloat16 from 8.0 (same range as float32, so no loss scaling), float16 from 7.0,
+    float32 below (no tensor cores: mixed precision would only add casts). With several GPUs the
+    weakest decides. CPUs: bfloat16 only with native support (AMX or AVX512-BF16), where oneDNN
+    runs the classic Keras MNIST CNN faster than float32; emulated bf16 is slower, so float32 otherwise.
+    Measured on a 2-core AMD EPYC with AVX512-BF16 and no AMX (benchmarks/test_throughput.py,
+    interleaved in one process): bf16/float32 0.99x at batch 128 (equal within noise: the small
+    CNN is bound by memory traffic and per-step overhead there) and 1.48x at batch 512, so AVX512-BF16
+    alone is kept: never slower, faster as activations grow. Native bf16 is oneDNN's: with
+    TF_ENABLE_ONEDNN_OPTS=0 (`onednn=False`) the same CPU trained the default CNN in mixed_bfloat16
+    at a twentieth of its speed with oneDNN (benchmarks/test_cpu_settings.py), so float32 then, and
+    likewise when `max_isa` (ONEDNN_MAX_CPU_ISA) keeps oneDNN below its bfloat16 kernels.
+    """
+    if requested != "auto":
+        return requested, "set by PRECISION"
+    if gpu_compute_capabilities:
+        cc = min(gpu_compute_capabilities)
+        cc_text = f"{cc[0]}.{cc[1]}"
+        if cc >= BF16_MIN_CC:
+            return "mixed_bfloat16", f"GPU compute capability {cc_text} >= 8.0 has bfloat16 tensor cores"
+        if cc >= FP16_MIN_CC:
+            return "mixed_float16", f"GPU compute capability {cc_text} >= 7.0 has float16 tensor cores"
+        return "float32", f"GPU compute capability {cc_text} < 7.0 has no tensor cores"
+    native = cpu_bf16(flags)
+    if native and not onednn:
+        return "float32", (
+            "TF_ENABLE_ONEDNN_OPTS turns oneDNN off: without it bfloat16 is emulated even on this CPU ("
+            + ", ".join(native)
+            + ")"
+        )
+    if native and max_isa in ISAS_WITHOUT_BF16:
+        return "float32", (
+            f"ONEDNN_MAX_CPU_ISA={max_isa} keeps oneDNN below its bfloat16 kernels (AVX512_CORE_BF16): "
+            "bfloat16 would be emulated even on this CPU (" + ", ".join(native) + ")"
+        )
+    if native:
+        return "mixed_bfloat16", "CPU has native bfloat16 (" + ", ".join(native) + ")"
+    return "float32", "CPU has no native bfloat16 (no amx_bf16 / avx512_bf16): bf16 would be emulated"

@@ -1,0 +1,215 @@
+"""Joining a cluster: wait in Python until every other worker has started, then let TensorFlow join.
+
+TensorFlow's own join (building MultiWorkerMirroredStrategy) blocks in C++: a worker that never
+starts keeps it waiting without a word and deaf to SIGTERM/SIGINT. So each worker first holds its
+own port (the one TensorFlow binds a moment later, so a port in use is found here, in one line) and
+exchanges one line with every other worker: `tf-train-join <index> <cluster digest> <address>`. One
+exchange, in either direction, tells both ends that the other is up and has the same cluster. Only
+when every other worker has been met does the port go to TensorFlow, whose join is then short.
+
+While it waits, the worker logs who is missing every JOIN_REPORT_SECONDS, a stop (SIGTERM, Ctrl-C,
+MAX_MINUTES) ends it with `Interrupted` (nothing was trained, nothing is lost), and after
+JOIN_TIMEOUT seconds it gives up with `WorkersMissingError` naming the missing workers.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import socket
+import threading
+import time
+
+from ..errors import ConfigError, Interrupted, PortInUseError, WorkersMissingError
+from .cluster import Cluster
+
+log = logging.getLogger("train")
+
+MAGIC = "tf-train-join"
+JOIN_REPORT_SECONDS = 30  # how often the missing workers are logged (the first time at once)
+CONNECT_SECONDS = 1.0  # one connection attempt to another worker
+LINE_SECONDS = 3.0  # for the other end's line, once connected
+POLL_SECONDS = 0.5  # between rounds: a stop request is seen within this
+
+
+def digest(cluster: Cluster) -> str:
+    """The same on every worker of one cluster (the addresses, in order)."""
+    return hashlib.sha256("\n".join(cluster.workers).encode()).hexdigest()[:16]
+
+
+def _line(cluster: Cluster) -> bytes:
+    return f"{MAGIC} {cluster.index} {digest(cluster)} {cluster.workers[cluster.index]}\n".encode()
+
+
+def _parse(raw: bytes) -> tuple[int, str, str] | None:
+    parts = raw.decode("ascii", "replace").split()
+    if len(parts) != 4 or parts[0] != MAGIC or not parts[1].isdigit():
+        return None
+    return int(parts[1]), parts[2], parts[3]
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    """Our line, or the first bytes of whatever else answers."""
+    magic = MAGIC.encode()
+    data = conn.recv(512)
+    while data and data[: len(magic)] == magic[: len(data)] and not data.endswith(b"\n") and len(data) < 512:
+        chunk = conn.recv(512)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _is_grpc(data: bytes) -> bool:
+    """An HTTP/2 SETTINGS frame on stream 0: what TensorFlow's gRPC server sends first on a connection."""
+    return len(data) >= 9 and data[3] == 0x04 and data[5:9] == b"\0\0\0\0"
+
+
+def _bind(port: int) -> socket.socket:
+    """Listen on `port` the way TensorFlow's gRPC server will: every interface, IPv6 and IPv4."""
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:  # no IPv6 in this kernel or container
+            continue
+        try:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(16)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if family == socket.AF_INET6 and exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                continue  # IPv6 switched off: TensorFlow falls back to 0.0.0.0 too
+            raise
+    raise OSError(errno.EAFNOSUPPORT, "neither IPv6 nor IPv4 sockets are available")
+
+
+class _Listener:
+    """This worker's port until TensorFlow takes it: answers every other worker's line with its own."""
+
+    def __init__(self, cluster: Cluster, name: str):
+        self.cluster, self.met = cluster, set()
+        address = cluster.workers[cluster.index]
+        try:
+            self.sock = _bind(cluster.port)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUseError(name, address, cluster.port) from None
+            raise ConfigError(
+                name, address, f"this worker cannot listen on port {cluster.port} ({exc.strerror}): choose another"
+            ) from None
+        self.sock.settimeout(0.2)
+        self._lock, self._done = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="join-listener", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.settimeout(LINE_SECONDS)
+                    conn.sendall(_line(self.cluster))
+                    got = _parse(_read_line(conn))
+                    conn.recv(1)  # the other end closes first: no TIME_WAIT left on this port for TensorFlow
+                except OSError:
+                    continue
+            # A worker of another cluster (another digest) is not one of ours: it refuses itself.
+            if got and got[1] == digest(self.cluster) and 0 <= got[0] < len(self.cluster.workers):
+                with self._lock:
+                    self.met.add(got[0])
+
+    def seen(self) -> set[int]:
+        with self._lock:
+            return set(self.met)
+
+    def close(self) -> None:
+        self._done.set()
+        self.sock.close()
+        self._thread.join(timeout=5)
+
+
+def _probe(cluster: Cluster, j: int, name: str) -> str:
+    """'met' (ours, or TensorFlow's server), 'absent' (nothing listens there yet) or 'foreign'."""
+    host, port = cluster.workers[j].rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS) as conn:
+            conn.settimeout(LINE_SECONDS)
+            first = _read_line(conn)
+            got = _parse(first)
+            if got is None:
+                # TensorFlow's server: that worker met everyone and is in TensorFlow's join, waiting
+                # for this one (it was restarted since, or met it a moment ago). Anything else is not ours.
+                return "met" if _is_grpc(first) else "foreign"
+            conn.sendall(_line(cluster))
+    except OSError:  # refused, unreachable, a name that does not resolve (yet), timed out
+        return "absent"
+    if got[1] != digest(cluster):
+        raise ConfigError(
+            name,
+            cluster.workers[j],
+            f"the worker there was started with another cluster ({got[2]} is its worker {got[0]}): "
+            f"give every worker the same {name}",
+        )
+    return "met"
+
+
+def _who(cluster: Cluster, missing: list[int]) -> str:
+    return ", ".join(f"worker {j} ({cluster.workers[j]})" for j in missing)
+
+
+def wait_for_workers(cluster: Cluster, timeout: float, stop, name: str) -> None:
+    """Return once every other worker of `cluster` has started; see the module docstring.
+
+    `timeout` in seconds (0: no limit); `stop` a train.training.stop_flag.StopFlag; `name` the setting that
+    made the cluster (WORKERS or TF_CONFIG), for the messages."""
+    listener = _Listener(cluster, name)
+    try:
+        started, reported = time.monotonic(), None
+        met: set[int] = set()
+        while True:
+            met |= listener.seen()
+            status = {}
+            for j in range(len(cluster.workers)):
+                if j != cluster.index and j not in met:
+                    status[j] = _probe(cluster, j, name)
+                    if status[j] == "met":
+                        met.add(j)
+            missing = [j for j in range(len(cluster.workers)) if j != cluster.index and j not in met]
+            if not missing:
+                log.info("joined: every worker of %d has started", len(cluster.workers))
+                return
+            if stop.check():
+                raise Interrupted(
+                    f"{stop.reason} while waiting for {_who(cluster, missing)}: nothing was trained, so nothing "
+                    "is lost; start every worker again"
+                )
+            waited = time.monotonic() - started
+            if timeout and waited >= timeout:
+                raise WorkersMissingError(
+                    f"{_who(cluster, missing)} did not start within JOIN_TIMEOUT={timeout:g} s: start "
+                    f"{'it' if len(missing) == 1 else 'them'} with the same {name}, check the host:port and that "
+                    "it is reachable from here, or raise JOIN_TIMEOUT"
+                )
+            if reported is None or time.monotonic() - reported >= JOIN_REPORT_SECONDS:
+                foreign = [j for j in missing if status.get(j) == "foreign"]
+                log.info(
+                    "waiting for %s to start (%.0f s%s)%s",
+                    _who(cluster, missing),
+                    waited,
+                    f" of JOIN_TIMEOUT={timeout:g} s" if timeout else "",
+                    f"; another program answers at {_who(cluster, foreign)}" if foreign else "",
+                )
+                reported = time.monotonic()
+            time.sleep(POLL_SECONDS)
+    finally:
+        listener.close()

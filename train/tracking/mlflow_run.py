@@ -1,0 +1,420 @@
+"""MLflow tracking (optional): a run's settings, per-epoch metrics, tags and files in an MLflow run.
+
+On only when MLFLOW_TRACKING_URI is set; otherwise this module is never imported, and neither is
+`mlflow`. Only the chief writes (the caller, train.training.fit, starts it on the chief alone).
+
+Tracking never costs the training. Every call to the server runs on one background thread fed by a
+bounded queue: the training thread only queues, and never waits for the server. A start that fails,
+for whatever reason, is one warning line, the manifest records that tracking was off and why, and
+the run trains without it; a failed call later is a warning too, and the next epoch tries again. At
+the end the run's files and status get FLUSH_SECONDS to reach the server (STOP_FLUSH_SECONDS after
+a stop signal, well inside compose's stop_grace_period); whatever did not is named in one warning
+line, and the process ends anyway.
+
+A resumed run continues the same MLflow run: its id is kept in the manifest (`mlflow.run_id`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..run.manifest import update_manifest
+from ..run.rundir import RunDir
+
+log = logging.getLogger("train")
+
+# The client retries a failing request 7 times with exponential backoff and waits 120 s for each
+# answer: minutes per call when the server is gone. It reads these knobs only from the environment;
+# a user's own values win. With these, a server that accepts and never answers costs one call about
+# 2 x 10 s, on the tracking thread. Telemetry off: a training talks to the server it was given only.
+CLIENT_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
+HEALTH_TIMEOUT = 5.0  # seconds for the reachability check at start
+QUEUE_SIZE = 32  # epochs' metrics waiting for a slow server; an epoch past that is not sent (a warning)
+FLUSH_SECONDS = 60.0  # at the end: the longest wait for the files and the status to reach the server
+# After SIGTERM (docker stop) or MAX_MINUTES: docker-compose.yml gives 2 minutes before SIGKILL,
+# which must also cover the step in progress, the checkpoint and the report.
+STOP_FLUSH_SECONDS = 30.0
+# Settings that are not params: where tracking goes is not a property of the training.
+NOT_PARAMS = {"mlflow_tracking_uri", "mlflow_experiment"}
+# mlflow RunStatus names for how a segment ended (train.training.fit statuses)
+RUN_STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED", "budget": "KILLED"}
+STOPPED = ("interrupted", "budget")
+ARTIFACTS = ("manifest", "config", "report", "curves", "metrics")  # RunDir's files, uploaded at each end
+STARTING = "the MLflow run's start"
+
+
+class TrackingUnavailable(Exception):
+    """The tracking server cannot be used now (a warning, never a failed run)."""
+
+
+class Opened(NamedTuple):
+    """An MLflow run ready to log into."""
+
+    client: Any
+    run_id: str
+    experiment_id: str
+    resumed: bool = False
+
+
+def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT) -> None:
+    """An http(s) tracking server answers its /health endpoint (databricks is checked by use)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (the user's own server)
+            response.read(64)
+    except urllib.error.HTTPError as exc:
+        raise TrackingUnavailable(f"{url} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TrackingUnavailable(f"{url} cannot be reached ({reason})") from None
+
+
+def tags_from_manifest(manifest: dict[str, Any]) -> dict[str, str]:
+    """commit, lock hash, data fingerprint and image, as the manifest records them."""
+    git = manifest.get("git") or {}
+    lock = manifest.get("requirements_lock") or {}
+    commit = str(git.get("commit") or "unknown") + (" (uncommitted changes)" if git.get("dirty") else "")
+    return {
+        "commit": commit,
+        "mlflow.source.git.commit": str(git.get("commit") or ""),
+        "lock": Path(str(lock.get("file") or "unknown")).name,
+        "lock_sha256": str(lock.get("sha256") or "unknown"),
+        "data_fingerprint": str((manifest.get("data") or {}).get("fingerprint") or "unknown"),
+        "dataset": str((manifest.get("data") or {}).get("dataset") or "unknown"),
+        "image": image_of(manifest),
+        "run_dir": str(manifest.get("run_id") or ""),
+    }
+
+
+def image_of(manifest: dict[str, Any]) -> str:
+    """The image a run was made in, as `invoke build` tags it; 'none' for a run from a checkout."""
+    if manifest.get("image"):
+        return str(manifest["image"])
+    source = (manifest.get("git") or {}).get("source")
+    if source == "git" or source is None:
+        return "none (a git checkout)"
+    from ..reproduce.image import ImageOptions, image_tag
+
+    try:
+        return image_tag(manifest, ImageOptions(Path(".")))[0]
+    except Exception:  # no commit or lock recorded: say where the commit came from instead
+        return f"an image ({source})"
+
+
+def params_from_settings(settings: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in settings.items() if k not in NOT_PARAMS}
+
+
+def epoch_metrics(row: dict[str, Any]) -> dict[str, float]:
+    """The numbers of one metrics.csv row (empty and non-finite values left out)."""
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        out[key] = float(value)
+    return out
+
+
+class Tracker:
+    """One training segment's side of an MLflow run.
+
+    The training thread calls log_epoch and finish; one daemon thread opens the MLflow run
+    (`open_run`) and then makes every call to the server, in order. Nothing here raises into the
+    training, and only finish waits, with a deadline. The manifest is written by the training thread
+    alone (record), as the training writes it too.
+    """
+
+    def __init__(self, run_dir: Path, uri: str, open_run: Callable[[], Opened]):
+        self.files, self.uri = RunDir(run_dir), uri
+        self.client = self.run_id = self.experiment_id = None
+        self.off: str | None = None  # why tracking is off for this segment
+        self._started = threading.Event()  # open_run returned or failed
+        self._cond = threading.Condition()
+        self._jobs: deque[tuple[str, Callable[[], Any], bool]] = deque()
+        self._pending = [STARTING]  # names of what is queued or being sent
+        self._dropped: list[str] = []  # epochs' metrics not queued: the queue was full
+        self._ending = self._closed = self._upload_failed = False
+        self._recorded: tuple | None = None
+        self._thread = threading.Thread(target=self._work, args=(open_run,), name="mlflow-tracking", daemon=True)
+        self._thread.start()
+
+    def log_epoch(self, row: dict[str, Any], global_step: int) -> None:
+        """Queue one metrics.csv row at `global_step`; returns at once."""
+        self.record()
+        now, values = int(time.time() * 1000), epoch_metrics(row)
+        what = f"epoch {row['epoch']} metrics" if "epoch" in row else "epoch metrics"
+
+        def send():
+            from mlflow.entities import Metric
+
+            metrics = [Metric(k, v, now, global_step) for k, v in values.items()]
+            self.client.log_batch(self.run_id, metrics=metrics, synchronous=True)
+
+        if not self._put(what, send, bounded=True):
+            self._say(
+                logging.WARNING,
+                "WARNING: MLflow: %s not sent: %d calls already wait for the server at %s; training goes on",
+                what,
+                QUEUE_SIZE,
+                self.uri,
+            )
+
+    def finish(self, status: str, stop=None) -> None:
+        """The run's files as artifacts, then the MLflow run's status (KILLED for a resumable stop).
+
+        Waits for them at most FLUSH_SECONDS, or STOP_FLUSH_SECONDS when the run stopped or a stop
+        (the StopFlag `stop`) is asked for meanwhile; past that, one warning names what was not sent.
+        """
+        deadline = _Deadline(status in STOPPED, stop)
+        deadline.wait(self._started.is_set)  # first: the manifest uploaded names the MLflow run
+        self.record()
+        for path in (getattr(self.files, name) for name in ARTIFACTS):
+            if path.is_file():
+                self._put(path.name, lambda p=path: self.client.log_artifact(self.run_id, str(p)), upload=True)
+        export = self.files.export.path
+        if export.is_dir():
+            self._put(
+                export.name + "/", lambda: self.client.log_artifacts(self.run_id, str(export), export.name), upload=True
+            )
+        self._put("run status", lambda: self.client.set_terminated(self.run_id, RUN_STATUS.get(status, "FAILED")))
+        with self._cond:
+            self._ending = True
+            self._cond.notify()
+        deadline.wait(lambda: not self._thread.is_alive())
+        with self._cond:
+            self._closed = True  # the thread, still waiting for the server, says nothing more
+            left = self._dropped + self._pending
+        if not self._started.is_set():
+            self.off = f"{self.uri} did not answer within {deadline.seconds:.0f} s"
+        self.record()
+        if left:
+            log.warning(
+                "WARNING: MLflow: not sent within %.0f s (no answer from %s): %s; the run directory has all of it",
+                deadline.seconds,
+                self.uri,
+                _names(left),
+            )
+
+    def record(self) -> None:
+        """The manifest's `mlflow`: the MLflow run logged into, or that tracking is off and why (an
+        earlier segment's run stays recorded, so a later resume can continue it)."""
+        if not self._started.is_set() and self.off is None:
+            return
+        state = ("off", self.off) if self.off is not None else ("on", self.run_id)
+        if state == self._recorded:
+            return
+        path = self.files.manifest
+        try:
+            if self.off is None:
+                value = {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri}
+                value["tracking"] = "on"
+            else:
+                previous = self.files.read_manifest().get("mlflow") or {}
+                value = {k: previous[k] for k in ("run_id", "experiment_id", "tracking_uri") if k in previous}
+                value.update(tracking="off", reason=self.off)
+            update_manifest(path, mlflow=value)
+            self._recorded = state
+        except Exception as exc:  # a full disk is the training's to report, at its next write
+            log.error("could not record MLflow tracking in %s: %s", path, _first_line(exc))
+
+    # --- the tracking thread --------------------------------------------------------------------
+
+    def _work(self, open_run: Callable[[], Opened]) -> None:
+        try:
+            opened = open_run()
+            self.client, self.run_id, self.experiment_id = opened.client, opened.run_id, opened.experiment_id
+            how = "continuing" if opened.resumed else "logging to"
+            self._say(
+                logging.INFO, "MLflow: %s run %s in experiment %s at %s", how, self.run_id, self.experiment_id, self.uri
+            )
+        except Exception as exc:  # whatever it is (a server error, a refused login, a bug): tracking is off
+            self.off = (
+                _first_line(exc)
+                if isinstance(exc, TrackingUnavailable)
+                else f"{type(exc).__name__}: {_first_line(exc)}"
+            )
+            self._say(
+                logging.WARNING,
+                "WARNING: MLflow tracking off for this run: %s (MLFLOW_TRACKING_URI=%s); training goes on",
+                self.off,
+                self.uri,
+            )
+        finally:
+            self._started.set()
+            self._done(STARTING)
+        while True:
+            with self._cond:
+                while not self._jobs and not self._ending and not self._closed:
+                    self._cond.wait()
+                if self._closed or not self._jobs:
+                    return
+                what, call, upload = self._jobs.popleft()
+            # After one failed upload the others are not tried: each would wait out its retries.
+            if self.off is None and not (upload and self._upload_failed):
+                if not self._try(what, call) and upload:
+                    self._upload_failed = True
+            self._done(what)
+
+    def _put(self, what: str, call: Callable[[], Any], bounded: bool = False, upload: bool = False) -> bool:
+        with self._cond:
+            if self._closed:
+                return True
+            if bounded and len(self._jobs) >= QUEUE_SIZE:
+                self._dropped.append(what)
+                return False
+            self._jobs.append((what, call, upload))
+            self._pending.append(what)
+            self._cond.notify()
+            return True
+
+    def _done(self, what: str) -> None:
+        with self._cond:
+            self._pending.remove(what)
+
+    def _try(self, what: str, call) -> bool:
+        try:
+            call()
+            return True
+        except Exception as exc:  # tracking must never cost the run
+            self._say(
+                logging.WARNING,
+                "WARNING: MLflow: %s not logged (%s: %s); training goes on",
+                what,
+                type(exc).__name__,
+                _first_line(exc),
+            )
+            return False
+
+    def _say(self, level: int, *args) -> None:
+        if not self._closed:
+            log.log(level, *args)
+
+
+class _Deadline:
+    """How long finish waits: FLUSH_SECONDS, cut to STOP_FLUSH_SECONDS from the moment a stop is asked for."""
+
+    def __init__(self, stopped: bool, stop=None):
+        self.stop, self.stopped = stop, stopped or bool(stop is not None and stop.reason)
+        self.seconds = STOP_FLUSH_SECONDS if self.stopped else FLUSH_SECONDS
+        self.started = time.monotonic()
+        self.end = self.started + self.seconds
+
+    def wait(self, done: Callable[[], bool]) -> bool:
+        while not done():
+            now = time.monotonic()
+            if not self.stopped and self.stop is not None and self.stop.reason:
+                self.stopped = True
+                self.end = min(self.end, now + STOP_FLUSH_SECONDS)
+                self.seconds = self.end - self.started
+            if now >= self.end:
+                return False
+            time.sleep(min(0.05, self.end - now))
+        return True
+
+
+def _names(whats: list[str]) -> str:
+    """'the MLflow run's start, metrics of epochs 1-3, 5, manifest.json, run status'."""
+    epochs = sorted({int(w.split()[1]) for w in whats if w.startswith("epoch ") and w.split()[1].isdigit()})
+    others = [w for w in whats if not (w.startswith("epoch ") and w.split()[1].isdigit())]
+    if not epochs:
+        return ", ".join(others)
+    spans, first = [], epochs[0]
+    for a, b in zip(epochs, epochs[1:] + [None]):
+        if b != a + 1:
+            spans.append(str(first) if first == a else f"{first}-{a}")
+            first = b
+    text = f"metrics of epoch{'s' if len(epochs) > 1 else ''} {', '.join(spans)}"
+    return ", ".join([*(o for o in others if o == STARTING), text, *(o for o in others if o != STARTING)])
+
+
+def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) -> Tracker:
+    """Create (or, on resume, continue) the MLflow run of `run_dir` on the tracker's own thread;
+    returns at once. A start that fails is one warning there, and the tracker then sends nothing."""
+    for key, value in CLIENT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    try:
+        manifest: dict[str, Any] | Exception = RunDir(run_dir).read_manifest()
+    except Exception as exc:  # damaged meanwhile: the training reports that at its next write
+        manifest = exc
+    try:  # here, not on the thread: importing is no call to the server, and holds the import lock
+        import mlflow.entities  # noqa: F401
+    except Exception:
+        pass  # the thread meets the same error and turns tracking off, saying why
+
+    def open_run() -> Opened:
+        if isinstance(manifest, Exception):
+            raise manifest
+        check_reachable(uri)
+        from mlflow import MlflowClient
+        from mlflow.entities import Param, RunTag
+
+        client = MlflowClient(tracking_uri=uri)
+        previous = manifest.get("mlflow") or {}
+        run_id = _continue(client, previous, uri) if previous.get("run_id") else None
+        resumed = run_id is not None
+        if run_id is None:
+            experiment_id = _experiment_id(client, experiment)
+            run_id = client.create_run(experiment_id, run_name=run_dir.name).info.run_id
+        params = params_from_settings(settings)
+        if resumed:  # params cannot change once logged; a resume may change EPOCHS and the like
+            logged = client.get_run(run_id).data.params
+            params = {k: v for k, v in params.items() if k not in logged}
+        client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags_from_manifest(manifest).items()],
+            synchronous=True,
+        )
+        return Opened(client, run_id, client.get_run(run_id).info.experiment_id, resumed)
+
+    return Tracker(run_dir, uri, open_run)
+
+
+def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
+    """The recorded MLflow run, marked running again; None when this server does not know it."""
+    if previous.get("tracking_uri") not in (None, uri):
+        log.warning(
+            "WARNING: MLflow: the run was tracked at %s, now MLFLOW_TRACKING_URI=%s: a new MLflow run is started there",
+            previous["tracking_uri"],
+            uri,
+        )
+        return None
+    try:
+        client.get_run(previous["run_id"])
+    except Exception as exc:
+        log.warning(
+            "WARNING: MLflow: run %s not found at %s (%s): a new MLflow run is started",
+            previous["run_id"],
+            uri,
+            _first_line(exc),
+        )
+        return None
+    client.update_run(previous["run_id"], status="RUNNING")
+    return previous["run_id"]
+
+
+def _experiment_id(client, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    return found.experiment_id if found is not None else client.create_experiment(name)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

@@ -1,0 +1,11 @@
+"""One run's training: `fit.train(settings)` and the epoch loop it drives.
+
+fit.py             train(settings) -> Result: the parts in a fixed order, the manifest's ending
+loop.py            the epoch loop: state, compiled steps, metrics, best weights, stop, NaN, OOM
+steps.py           the compiled train and validation steps, through a tf.distribute strategy
+schedules.py       LR_SCHEDULE=cosine over the share of training done
+stop_flag.py       SIGTERM/SIGINT and MAX_MINUTES -> stop at a step boundary
+early_stopping.py  PATIENCE / MIN_DELTA, counted in the run's own state
+sync.py            what the chief knows, sent to every worker through the strategy
+flops.py           a step's arithmetic and the device's peak: MFU
+"""

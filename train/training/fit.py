@@ -1,0 +1,480 @@
+"""`train(settings) -> Result`: one reproducible run, from validated settings to an exported model.
+
+The parts are built in a fixed order with one log line each (run dir, devices, data, model,
+state); `loop.EpochLoop` then runs the epochs and the export.
+
+A resume is checked in full before the run's record changes: settings and checkpoints
+(resume.plan_run), then the data and the restored state. Only then are config.json and a new
+segment of manifest.json written, so a refused or failed resume leaves the record as it was.
+
+With several workers (TF_CONFIG or WORKERS) every worker first joins the cluster; the chief
+(worker 0) alone plans, locks and writes the run directory and reads its checkpoint, and sends the
+run id, the loop state and the restored variables to the others through the strategy (train.training.sync).
+The other workers write nothing under RUNS_DIR and log to stdout, prefixed with their index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+from ..config import Settings, as_given, check_cluster
+from ..errors import ModelInterrupted, StorageError, WorkerLostError
+from ..run.manifest import (
+    close_segment,
+    dirty_warning,
+    new_segment,
+    open_segment,
+    record_data,
+    start_manifest,
+    update_manifest,
+)
+from ..run.resume import RunPlan, check_data, plan_run
+from ..run.rundir import RunDir, clean_stale_temp
+from ..run.train_log import close_logging, setup_logging
+from .loop import EpochLoop, LoopState, Result, at_new_batch_size
+from .stop_flag import StopFlag
+
+log = logging.getLogger("train")
+__all__ = ["Result", "train"]
+
+
+def train(settings: Settings, resume: str | None = None, force: bool = False, restart: bool = False) -> Result:
+    """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring."""
+    # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
+    # during start-up (TensorFlow import, data loading, model build) must still end with a finished
+    # manifest and exit 75, never with the default action's silent death.
+    stop = StopFlag(settings.max_minutes)
+    with stop.installed():
+        cluster = check_cluster(settings, os.environ)
+        setup = None
+        if cluster.multi:
+            from ..setup.join import wait_for_workers
+
+            setup_logging(None, prefix=f"[worker {cluster.index}] ")
+            log.warning(cluster.exposure_warning())
+            # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
+            wait_for_workers(cluster, settings.join_timeout, stop, cluster.source)
+            from ..setup import devices
+
+            setup = devices.setup_devices(settings, cluster)  # TensorFlow's join: every worker is up by now
+            _route_signals_again()
+            if not cluster.is_chief:
+                with _cluster_errors(setup):
+                    return _worker(settings, setup, stop)
+            # Every worker trains with its own invocation's settings: on a resume the chief must not
+            # take a left-out one from the run's record, where the other workers cannot see it.
+            settings = as_given(settings)
+        plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
+        try:
+            return _train(plan, force, stop, setup)
+        finally:
+            plan.release()
+
+
+def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
+    run_dir, settings = plan.run_dir, plan.settings
+    setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
+    if setup is not None:
+        from . import sync
+
+        with _cluster_errors(setup):
+            sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
+    from ..results.export import clean_stale_exports  # a staging folder left by a SIGKILL during the last export
+
+    removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
+    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", run_dir)
+    for p in removed:
+        log.info("removed a temp file left by an interrupted write: %s", p.name)
+    manifest_path = RunDir(run_dir).manifest
+    started = stop.started
+    status, error = "failed", None
+    opened = {"segment": False}
+    identity = _identity(run_dir)
+    try:
+        if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
+            started_manifest = start_manifest(
+                manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke)
+            )
+            opened["segment"] = True
+            _warn_dirty(started_manifest)
+        with _cluster_errors(setup):
+            result = _run(plan, force, manifest_path, stop, opened, setup)
+        status = result.status
+        if _identity(run_dir) != identity:
+            raise _gone(run_dir)
+        return result
+    except BaseException as exc:
+        if isinstance(exc, Exception) and _identity(run_dir) != identity:
+            # Whatever failed first (a write, a read), the cause is that the directory is gone.
+            gone = exc if getattr(exc, "run_dir_gone", False) else _gone(run_dir)
+            error, status = f"StorageError: {gone}", "failed"
+            raise gone from (None if gone is exc else exc)
+        error = f"{type(exc).__name__}: {exc}"
+        # A lost worker leaves the chief's last checkpoint: resumable, so RESUME=auto picks it up.
+        status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError)) else "failed"
+        raise
+    finally:
+        if opened["segment"] and _identity(run_dir) != identity:
+            log.error("run %s ended: %s (its directory is gone, so nothing of it was recorded)", run_dir.name, status)
+        elif opened["segment"]:
+            _close(run_dir, manifest_path, settings, status, error, time.monotonic() - started)
+            from ..results.report import write_final_report  # never raises: a report never changes the run's outcome
+
+            write_final_report(run_dir, status, settings.report)
+            if opened.get("tracker"):  # after the report: the manifest, report and export go up as artifacts
+                opened["tracker"].finish(status, stop)  # waits for the server, with a deadline
+            log.info("run %s ended: %s", run_dir.name, status)
+        elif plan.resumed:
+            log.info(
+                "run %s: resume not started (%s); its config.json and manifest.json are unchanged",
+                run_dir.name,
+                error or status,
+            )
+        close_logging()
+
+
+def _warn_dirty(manifest: dict) -> None:
+    line = dirty_warning(manifest)
+    if line:
+        log.warning(line)
+
+
+def _gone(run_dir: Path) -> StorageError:
+    exc = StorageError(
+        f"cannot write {run_dir}: the run directory was removed (or replaced) while the run was going, so "
+        "nothing more of it can be saved and it cannot be resumed; start a new run, and keep RUNS_DIR out of "
+        "clean-up jobs while runs train"
+    )
+    exc.run_dir_gone = True
+    return exc
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which directory `path` is (device, inode): a folder made again at the same path is another one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _epochs(settings: Settings) -> int:
+    return 1 if settings.smoke else settings.epochs
+
+
+def _close(
+    run_dir: Path, manifest_path: Path, settings: Settings, status: str, error: str | None, seconds: float
+) -> None:
+    from ..run.checkpoints import latest_header
+
+    try:
+        # Where the run stands is what its newest state says, however this segment ended.
+        header = latest_header(RunDir(run_dir).checkpoints) or {}
+        best = {"monitor": settings.monitor, "value": header.get("best")}
+        close_segment(manifest_path, status, error, seconds, header.get("epoch"), best)
+    # A full disk, a manifest damaged or removed meanwhile: log it, and keep the first error.
+    except (StorageError, ValueError, OSError) as exc:
+        log.error("could not update the manifest: %s", exc)
+
+
+def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened: dict, setup=None) -> Result:
+    settings, run_dir = plan.settings, plan.run_dir
+    several = setup is not None  # joined a cluster: its workers stop together, in the loop
+    if stop.check() and not several:
+        return _stopped_before_training(run_dir, stop)
+    from .. import models
+    from ..inputs import pipeline as data
+    from ..run import checkpoints
+    from ..setup import devices
+
+    setup = setup or devices.setup_devices(settings)
+    log.info(setup.describe())
+    if stop.check() and not several:
+        return _stopped_before_training(run_dir, stop)
+    spec = data.load_data(settings)
+    if stop.check() and not several:
+        return _stopped_before_training(run_dir, stop)
+    check_data(plan, spec.fingerprint, spec.source, force)
+    epochs = _epochs(settings)
+    ckpt_dir = RunDir(run_dir).checkpoints
+    loaded = None if plan.restart else checkpoints.load_latest(ckpt_dir)
+    recorded_batch = (plan.saved_config or {}).get("batch_size", settings.batch_size)  # BATCH_SIZE before this resume
+    # A header without batch_size (older versions) was trained with the recorded BATCH_SIZE.
+    state = LoopState.from_meta(loaded.meta, recorded_batch) if loaded else LoopState(batch_size=settings.batch_size)
+    if loaded and recorded_batch != settings.batch_size:
+        # BATCH_SIZE changed with --force: train with the new value, as config.json records it.
+        # (An unchanged BATCH_SIZE keeps the checkpoint's, which AUTO_BATCH may have halved.)
+        saved_step, saved_batch = state.step, state.batch_size
+        state = at_new_batch_size(state, settings.batch_size)
+        log.info(
+            "BATCH_SIZE %d -> %d (--force): step %d of epoch %d in batches of %d is step %d in batches of %d",
+            recorded_batch,
+            settings.batch_size,
+            saved_step,
+            state.epoch + 1,
+            saved_batch,
+            state.step,
+            state.batch_size,
+        )
+    workers = setup.workers if several else 1
+    if several:
+        _send_state(setup, spec, state, loaded is not None)
+    if loaded and state.workers != workers:
+        # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
+        # `distribution` list records the change); only the summation order across replicas differs.
+        log.info(
+            "resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
+            workers,
+            state.workers,
+            state.batch_size,
+        )
+    state.workers = workers
+    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop, chief=True)
+    try:
+        loop.build_model(models)
+    except ModelInterrupted:
+        if several:
+            raise
+        return _stopped_before_training(run_dir, stop)  # a stop during the factory ends it at once
+    scope = loop.strategy.scope()  # optimizer slots must be created where the model's variables live
+    if loaded:
+        with scope:
+            checkpoints.restore(loop.model, loaded)
+            if several:
+                from . import sync
+
+                sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+        log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+    # Everything is checked: from here on the run's record changes.
+    if plan.resumed:
+        plan.write_config()
+        from ..run.manifest import resume_point
+
+        where = resume_point(loaded.path.name, state.epoch, state.step) if loaded else None
+        resumed_manifest = open_segment(
+            manifest_path,
+            plan.manifest,
+            settings,
+            new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
+            last_write=_last_write(ckpt_dir),
+        )
+        opened["segment"] = True
+        _warn_dirty(resumed_manifest)
+    record_data(
+        manifest_path,
+        precision={"policy": setup.precision, "reason": setup.precision_reason},
+        data={
+            "dataset": spec.name,
+            "fingerprint": spec.fingerprint,
+            "source": spec.source,
+            "n_train": spec.n_train,
+            "n_val": spec.n_val,
+            "input_shape": list(spec.input_shape),
+            "class_names": list(spec.class_names),
+        },
+    )
+    RunDir(run_dir).write_labels()  # a copy of the class names record_data just wrote
+    _record_distribution(manifest_path, setup, state)
+    if not loaded:
+        with scope:
+            # The initial weights as a state: a run killed before its first interval resumes from
+            # exactly these, and AUTO_BATCH always has a state to go back to.
+            loop.model.optimizer.build(loop.model.trainable_variables)
+            loop._save("initial state")
+    if settings.mlflow_tracking_uri:  # only the chief gets here; `import mlflow` only now, when asked for
+        from ..tracking.mlflow_run import start
+
+        loop.tracker = opened["tracker"] = start(
+            settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir, settings.to_dict()
+        )
+    # A stop requested from here on is seen by the loop before its first step: it saves a state.
+    return loop.run()
+
+
+def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
+    """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
+    log.info(
+        "stopped before training started (%s): nothing new to save; continue with --resume %s",
+        stop.reason,
+        run_dir.name,
+    )
+    return Result(run_dir, stop.status, 0)
+
+
+def _last_write(ckpt_dir: Path) -> float | None:
+    from ..run.checkpoints import list_states
+
+    states = list_states(ckpt_dir)
+    return states[0].stat().st_mtime if states else None
+
+
+def _route_signals_again() -> None:
+    """Starting MultiWorkerMirroredStrategy replaces the process's SIGTERM handler below Python
+    (TensorFlow's own termination watcher), after which Python's handler never runs and SIGTERM is
+    swallowed. Registering the same handlers again puts the stop flag back in charge."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _cluster_errors(setup):
+    """A collective that fails because another worker is gone becomes one WorkerLostError line."""
+    if setup is None or setup.workers < 2:
+        yield
+        return
+    import tensorflow as tf
+
+    lost = (
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.AbortedError,
+        tf.errors.CancelledError,
+    )
+    try:
+        yield
+    except lost as exc:
+        raise WorkerLostError(describe_lost(str(exc), setup.workers)) from None
+
+
+def describe_lost(message: str, workers: int) -> str:
+    """One line from TensorFlow's collective / coordination error text."""
+    at = max(message.find("unhealthy"), message.find("remote target"))
+    tasks = sorted({int(t) for t in re.findall(r"task:(\d+)", message[at : at + 200])}) if at >= 0 else []
+    if "stopped sending heartbeats" in message or "heartbeat" in message.lower():
+        why = "stopped sending heartbeats (killed, host lost or network down)"
+    elif "deadline" in message.lower() or "timed out" in message.lower():
+        why = "did not answer within the collective timeout"
+    else:
+        why = "is unreachable"
+    who = ("worker " + ", ".join(map(str, tasks))) if tasks else "a worker"
+    return (
+        f"{who} of {workers} {why}; training stopped. The chief's last checkpoint is kept: restart every "
+        "worker with RESUME=auto to continue from it"
+    )
+
+
+def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
+    """A worker other than the chief: the same steps, with the chief's run id, state and weights."""
+    from .. import models
+    from ..inputs import pipeline as data
+    from . import sync
+
+    run_id = sync.text_from_chief(setup.strategy, "")
+    log.info("run %s: worker %d of %d; the chief writes the run directory", run_id, setup.worker_index, setup.workers)
+    log.info(setup.describe())
+    spec = data.load_data(settings)
+    state, resumed = _receive_state(setup, spec, settings)
+    _log_distribution(setup, state)
+    loop = EpochLoop(settings, None, spec, setup, state, _epochs(settings), stop.started, stop, chief=False)
+    loop.build_model(models)
+    with loop.strategy.scope():
+        loop.model.optimizer.build(loop.model.trainable_variables)
+        if resumed:
+            sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+            log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+    result = loop.run()
+    log.info("run %s ended: %s", run_id, result.status)
+    return result
+
+
+_STATE_FIELDS = (
+    "epoch",
+    "step",
+    "global_step",
+    "best",
+    "batch_size",
+    "batch_halvings",
+    "workers",
+    "patience_reference",
+    "patience_wait",
+)
+_FLOAT_FIELDS = ("best", "patience_reference")
+
+
+def _fingerprint_number(spec) -> int:
+    return int(spec.fingerprint[:12], 16)  # 48 bits: exact as float64
+
+
+def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
+    from . import sync
+
+    sync.numbers_from_chief(
+        setup.strategy, [float(resumed), _fingerprint_number(spec), *(getattr(state, f) for f in _STATE_FIELDS)]
+    )
+    other = sync.workers_with(setup.strategy, 0, setup.workers, False)  # the workers' answer to the fingerprint
+    if other:
+        from ..errors import DataError
+
+        raise DataError(
+            f"worker {', '.join(map(str, other))} of {setup.workers} read(s) other data than the chief "
+            f"({spec.name}: fingerprint {spec.fingerprint[:12]} here); give every worker the same data set"
+        )
+
+
+def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
+    from ..errors import DataError
+    from . import sync
+
+    got = sync.numbers_from_chief(setup.strategy, [0.0] * (2 + len(_STATE_FIELDS)))
+    # Told to every worker, so the chief refuses the run too instead of waiting for this one.
+    other = sync.workers_with(
+        setup.strategy, setup.worker_index, setup.workers, int(got[1]) != _fingerprint_number(spec)
+    )
+    if setup.worker_index in other:
+        raise DataError(
+            f"worker {setup.worker_index} reads other data than the chief ({settings.dataset}: fingerprint "
+            f"{spec.fingerprint[:12]} here, {int(got[1]):012x} on the chief); give every worker the same data set"
+        )
+    if other:
+        raise DataError(
+            f"worker {', '.join(map(str, other))} of {setup.workers} read(s) other data than the chief; "
+            "give every worker the same data set"
+        )
+    values = dict(zip(_STATE_FIELDS, got[2:]))
+    state = LoopState(**{k: (v if k in _FLOAT_FIELDS else int(v)) for k, v in values.items()})
+    state.workers = setup.workers
+    return state, bool(got[0])
+
+
+def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
+    """The manifest says how the run was split; a resume on another worker count is appended."""
+    from ..run.rundir import read_json
+
+    replicas, workers, index = _split(setup)
+    now = {
+        "workers": workers,
+        "worker_index": index,
+        "replicas": replicas,
+        "global_batch": state.batch_size,
+        "per_replica_batch": state.batch_size // replicas,
+        "from_global_step": state.global_step,
+    }
+    history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []
+    history = history if isinstance(history, list) else []
+    update_manifest(manifest_path, distribution=[*history, now])
+    _log_distribution(setup, state)
+
+
+def _log_distribution(setup, state: LoopState) -> None:
+    replicas, workers, index = _split(setup)
+    log.info(
+        "distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
+        workers,
+        index,
+        replicas,
+        state.batch_size,
+        state.batch_size // replicas,
+    )
+
+
+def _split(setup) -> tuple[int, int, int]:
+    """(replicas, workers, this worker's index) of a device set-up."""
+    return getattr(setup, "replicas", 1), getattr(setup, "workers", 1), getattr(setup, "worker_index", 0)

@@ -1,0 +1,285 @@
+"""How much arithmetic a training step costs, and how close a run gets to the device's limit.
+
+Model-FLOP utilisation (MFU) = achieved model FLOP/s / the device's peak FLOP/s. The count follows
+the usual MFU convention: only the matrix multiplications of dense and convolution layers, 2 FLOPs
+per multiply-add, and a training example costs 3x its forward pass (the backward pass computes the
+gradients with respect to both the activations and the weights, each as large as the forward).
+Element-wise layers (activations, pooling, normalisation) are a few percent of a CNN's work and are
+left out, as in every published MFU figure; the layers that are not counted are listed, so a fork
+with exotic layers knows the count is a lower bound.
+
+The peak is a short matmul in the training precision on the training device, the measurement
+`python -m train check` makes. One probe moves by 2x with the load of a shared machine, so the peak
+is the best of PROBE_ROUNDS probes, measured once per machine, precision and TensorFlow version and
+cached under RUNS_DIR/.cache/peak-flops/: every later run on that machine divides by the same
+number, so their MFUs compare. PEAK_FLOPS=measure measures it again (and replaces the cached one);
+a number sets it. On a GPU whose datasheet peak is known (DATASHEET), that peak is used instead, as
+published MFU figures do, and the measured one is recorded beside it; the manifest says which one
+the MFU divides by and where the measured one came from (`origin`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+log = logging.getLogger("train")
+
+TRAIN_MULTIPLIER = 3  # forward + backward (activations) + backward (weights)
+PROBE_N, PROBE_REPS = 1024, 3
+PROBE_ROUNDS = 5  # probes of PROBE_REPS matmuls each; the best is the machine's, the rest its load
+PEAK_CACHE = "peak-flops"  # under RUNS_DIR/.cache
+
+
+# Dense tensor-core peaks in TFLOP/s from NVIDIA's datasheets (SXM parts where there are two; no
+# sparsity). Keyed by a substring of the name NVML/TensorFlow reports; checked in order.
+DATASHEET: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200", {"float32": 67.0, "bfloat16": 989.0, "float16": 989.0}),
+    ("H100", {"float32": 67.0, "bfloat16": 989.0, "float16": 989.0}),
+    ("A100", {"float32": 19.5, "bfloat16": 312.0, "float16": 312.0}),
+    ("L4", {"float32": 30.3, "bfloat16": 121.0, "float16": 121.0}),
+    ("A10G", {"float32": 31.2, "bfloat16": 70.0, "float16": 70.0}),
+    ("V100", {"float32": 15.7, "float16": 125.0}),
+    ("T4", {"float32": 8.1, "float16": 65.0}),
+)
+
+
+def compute_dtype(policy: str) -> str:
+    """The dtype the matmuls run in under a Keras precision policy."""
+    return {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(policy, "float32")
+
+
+def datasheet_peak(device_name: str | None, dtype: str) -> float | None:
+    """The published dense peak in FLOP/s for a GPU name and dtype, or None when not in DATASHEET."""
+    for key, peaks in DATASHEET:
+        if device_name and key in device_name and dtype in peaks:
+            return peaks[dtype] * 1e12
+    return None
+
+
+@dataclass(frozen=True)
+class Peak:
+    flops: float | None  # FLOP/s of the whole set of replicas: what the MFU divides by
+    source: str  # e.g. "measured: 1024x1024 float32 matmul on CPU, x1"
+    measured_per_device: float | None = None
+    datasheet_per_device: float | None = None
+    origin: str = ""  # where measured_per_device comes from: "measured now ...", "cached from FILE (DATE)", ...
+
+    def to_dict(self) -> dict:
+        return {
+            "flops": self.flops,
+            "source": self.source,
+            "measured_per_device": self.measured_per_device,
+            "datasheet_per_device": self.datasheet_per_device,
+            "origin": self.origin,
+        }
+
+
+def choose_peak(
+    measured: float | None, datasheet: float | None, devices: int, where: str, dtype: str, origin: str = ""
+) -> Peak:
+    """The datasheet peak when there is one (GPUs), else the measured one; times the devices in sync."""
+    if datasheet:
+        return Peak(
+            datasheet * devices,
+            f"datasheet: {datasheet / 1e12:g} TFLOP/s {dtype} per {where}, x{devices}",
+            measured,
+            datasheet,
+            origin,
+        )
+    if measured:
+        return Peak(
+            measured * devices,
+            f"measured: {PROBE_N}x{PROBE_N} {dtype} matmul on {where}, x{devices}",
+            measured,
+            None,
+            origin,
+        )
+    return Peak(None, "unknown: the probe failed", None, None, origin)
+
+
+def machine_key(where: str, dtype: str, environ: Mapping[str, str] | None = None) -> dict:
+    """What the measured peak depends on: the device, the CPU, the dtype, TensorFlow and oneDNN."""
+    import tensorflow as tf
+
+    from ..setup.hardware import cpu_model, onednn_enabled, onednn_max_isa
+
+    return {
+        "device": where,
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "dtype": dtype,
+        "tensorflow": tf.__version__,
+        "onednn": onednn_enabled(environ),
+        "onednn_max_isa": onednn_max_isa(environ),
+    }
+
+
+def peak_cache_file(cache_dir: Path, key: Mapping) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(cache_dir) / PEAK_CACHE / f"{digest}.json"
+
+
+def _read_cached(path: Path, key: Mapping) -> tuple[float, str]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    flops = data["flops_per_device"]
+    if data.get("key") != dict(key):
+        raise ValueError("it was measured for another machine, precision or TensorFlow version")
+    if not isinstance(flops, (int, float)) or isinstance(flops, bool) or not (0 < flops < math.inf):
+        raise ValueError(f"flops_per_device is {flops!r}, not a positive number")
+    return float(flops), str(data["measured_at"])
+
+
+def cached_peak(
+    cache_dir: Path, key: Mapping, probe: Callable[[], float], remeasure: bool = False, rounds: int = PROBE_ROUNDS
+) -> tuple[float, str]:
+    """(FLOP/s per device, where it came from): the cached measurement for `key`, else the best of
+    `rounds` probes, then cached for the next run. A cache that cannot be read is measured again,
+    with a warning; one that cannot be written leaves this run's measurement in use."""
+    from ..run.rundir import shared_writes, write_json
+
+    path = peak_cache_file(cache_dir, key)
+    if not remeasure and (path.exists() or path.is_symlink()):
+        try:
+            flops, when = _read_cached(path, key)
+            return flops, f"cached from {path} (measured {when})"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("WARNING: the cached peak %s cannot be used (%s): measuring it again", path, exc)
+    probes = [probe() for _ in range(rounds)]
+    best = max(probes)
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record = {"key": dict(key), "flops_per_device": best, "probes": probes, "measured_at": when}
+    try:
+        with shared_writes(path.parent):  # other runs sharing RUNS_DIR may measure at the same time
+            write_json(path, record)
+    except Exception as exc:  # an unwritable cache costs the next run a measurement, nothing more
+        log.warning("WARNING: the measured peak cannot be cached in %s (%s): the next run measures again", path, exc)
+        return best, f"measured now (best of {rounds} probes; not cached)"
+    return best, f"measured now (best of {rounds} probes), cached in {path}"
+
+
+def peak_for(setting: str, cache_dir: Path, where: str, dtype: str, devices: int) -> Peak:
+    """The MFU's denominator under PEAK_FLOPS (auto, measure or FLOP/s per device; see the module's
+    docstring) for `devices` replicas of `where` ("CPU" or the first GPU's name). Never raises: a
+    probe that cannot run gives an unknown peak, and the run goes on without MFU."""
+    if setting not in ("auto", "measure"):
+        given = float(setting)
+        return Peak(
+            given * devices, f"PEAK_FLOPS: {given / 1e9:g} GFLOP/s per {where}, x{devices}", origin="PEAK_FLOPS"
+        )
+    device = "/CPU:0" if where == "CPU" else "/GPU:0"
+    try:
+        measured, origin = cached_peak(
+            cache_dir, machine_key(where, dtype), lambda: measure_peak_flops(dtype, device), setting == "measure"
+        )
+    except Exception as exc:  # a probe that cannot run leaves MFU empty, the run goes on
+        log.warning("WARNING: the peak FLOP/s probe failed (%s: %s): no MFU for this run", type(exc).__name__, exc)
+        measured, origin = None, "the probe failed"
+    return choose_peak(measured, datasheet_peak(where, dtype), devices, where, dtype, origin)
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    forward_per_example: int
+    counted_layers: tuple[str, ...] = ()
+    uncounted_layers: tuple[str, ...] = field(default=())  # layers with weights the count does not cover
+
+    @property
+    def train_per_example(self) -> int:
+        return TRAIN_MULTIPLIER * self.forward_per_example
+
+    def to_dict(self) -> dict:
+        return {
+            "train_per_example": self.train_per_example,
+            "forward_per_example": self.forward_per_example,
+            "convention": "matmul and convolution multiply-adds x2, training = 3x forward",
+            "counted_layers": list(self.counted_layers),
+            "uncounted_layers": list(self.uncounted_layers),
+        }
+
+
+def _shape(tensor) -> tuple:
+    return tuple(int(d) if d is not None else 1 for d in tensor.shape)
+
+
+def _layer_flops(layer) -> int | None:
+    """Forward FLOPs per example of one layer, or None when this module does not know the layer."""
+    kind = type(layer).__name__
+    if kind == "Dense":
+        out = _shape(layer.output)[1:]
+        return 2 * math.prod(out) * int(layer.kernel.shape[0])
+    if kind in ("Conv1D", "Conv2D", "Conv3D"):
+        # kernel: (*spatial, in_channels / groups, filters): each output value is one dot product
+        # over the kernel's spatial extent and its input channels.
+        out = _shape(layer.output)[1:]
+        return 2 * math.prod(out) * math.prod(int(d) for d in layer.kernel.shape[:-1])
+    if kind in ("DepthwiseConv1D", "DepthwiseConv2D"):
+        out = _shape(layer.output)[1:]
+        return 2 * math.prod(out) * math.prod(int(d) for d in layer.kernel.shape[:-2])
+    if kind in ("SeparableConv1D", "SeparableConv2D"):
+        out = _shape(layer.output)[1:]
+        spatial = math.prod(int(d) for d in layer.depthwise_kernel.shape[:-2])
+        inner = int(layer.depthwise_kernel.shape[-2]) * int(layer.depthwise_kernel.shape[-1])
+        positions = math.prod(out[:-1])
+        return 2 * positions * inner * spatial + 2 * math.prod(out) * inner
+    if not layer.weights or kind in ("BatchNormalization", "LayerNormalization", "Normalization", "Embedding"):
+        return 0  # no matmul (or a lookup / element-wise op)
+    return None
+
+
+def _leaf_layers(model):
+    for layer in model.layers:
+        if hasattr(layer, "layers") and layer.layers:  # a nested model or Sequential
+            yield from _leaf_layers(layer)
+        else:
+            yield layer
+
+
+def count_flops(model) -> FlopCount:
+    """The model's forward FLOPs per example, from its layers (a built functional or Sequential model)."""
+    total, counted, uncounted = 0, [], []
+    for layer in _leaf_layers(model):
+        flops = _layer_flops(layer)
+        if flops is None:
+            uncounted.append(layer.name)
+        elif flops:
+            total += flops
+            counted.append(layer.name)
+    return FlopCount(total, tuple(counted), tuple(uncounted))
+
+
+def measure_peak_flops(
+    dtype: str = "float32", device: str | None = None, n: int = PROBE_N, reps: int = PROBE_REPS
+) -> float:
+    """FLOP/s of an n x n matmul in `dtype` on `device` (the default device when None): the best of `reps`."""
+    import tensorflow as tf
+
+    with tf.device(device) if device else contextlib.nullcontext():
+        a = tf.random.stateless_uniform((n, n), seed=(1, 2), dtype=tf.float32)
+        a = tf.cast(a, dtype)
+        float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # warm-up: kernels, thread pools
+        best = math.inf
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # the read forces completion
+            best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def mfu(
+    samples_per_second: float | None, count: FlopCount, peak_flops: float | None
+) -> tuple[float | None, float | None]:
+    """(achieved model FLOP/s, MFU in 0..1) for a measured training throughput; None where unknown."""
+    if not samples_per_second or not peak_flops:
+        return None, None
+    achieved = samples_per_second * count.train_per_example
+    return achieved, achieved / peak_flops

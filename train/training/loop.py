@@ -1,0 +1,545 @@
+"""The epoch loop: the project's own compiled steps (train.training.steps), resumable at any saved step.
+
+It owns the model, the datasets, metrics.csv, TensorBoard, the best weights, the resumable states
+and the stop flag. Each epoch's data order is a pure function of (SEED, epoch), so re-entering an
+epoch at a saved step sees exactly the batches an uninterrupted run would. The same code runs with
+no strategy, MirroredStrategy and MultiWorkerMirroredStrategy; with several processes only the
+chief (`chief=True`) writes anything, and a stop asked of any process stops all of them at the
+same step (the stop vote travels with each step's all-reduce).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+from ..errors import DivergedError, OutOfMemoryError
+from ..run.manifest import record_unfinished_epoch, update_manifest
+from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, read_back
+from ..run.rundir import CACHE_DIR, RunDir
+from .early_stopping import Patience, record_ending
+from .stop_flag import StopFlag
+
+log = logging.getLogger("train")
+MAX_BATCH_HALVINGS = 3
+
+
+@dataclass
+class LoopState:
+    """Where training stands; saved in every checkpoint's header. `batch_size` is the one source
+    of the global batch size in use (AUTO_BATCH may have halved BATCH_SIZE)."""
+
+    epoch: int = 0  # epochs completed
+    step: int = 0  # steps done in the current epoch, in batches of `batch_size`
+    global_step: int = 0
+    best: float | None = None
+    batch_size: int = 0
+    batch_halvings: int = 0
+    workers: int = 1  # processes that trained the latest steps (a resume may use another count)
+    patience_reference: float | None = None  # early stopping: the last value that counted as an improvement
+    patience_wait: int = 0  # early stopping: epochs since
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], default_batch: int) -> LoopState:
+        """From a checkpoint header (which also lists variables): known keys only."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in meta.items() if k in known}
+        values.setdefault("batch_size", default_batch)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Result:
+    run_dir: Path | None
+    status: str  # completed | interrupted | budget
+    epochs_completed: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: float | None = None
+    final_weights_sha256: str | None = None
+    export: dict[str, Any] | None = None
+    model: Any = field(default=None, repr=False)
+
+
+def _monitor_mode(settings: Settings) -> str:
+    if settings.monitor_mode != "auto":
+        return settings.monitor_mode
+    return "min" if "loss" in settings.monitor else "max"
+
+
+def _improved(value: float | None, best: float | None, mode: str) -> bool:
+    if value is None or not math.isfinite(value):
+        return False
+    return best is None or (value > best if mode == "max" else value < best)
+
+
+def step_at_batch_size(step: int, saved_batch: int, new_batch: int) -> int:
+    """Where a state saved at `step` (batches of `saved_batch`) stands in batches of `new_batch`.
+
+    The example order does not depend on the batch size, so the position carries over in examples.
+    """
+    return step * saved_batch // new_batch
+
+
+def at_new_batch_size(saved: LoopState, new_batch: int) -> LoopState:
+    """A resume with another BATCH_SIZE (--force): the state continued in batches of `new_batch`.
+
+    The new value is what config.json says and what trains; the position carries over in examples
+    (rounded down to a whole batch: at most new_batch - 1 examples of that epoch are seen twice).
+    AUTO_BATCH counts its halvings from the new value again.
+    """
+    if saved.batch_size == new_batch:
+        return saved
+    step = step_at_batch_size(saved.step, saved.batch_size, new_batch)
+    return dataclasses.replace(saved, batch_size=new_batch, step=step, batch_halvings=0)
+
+
+def position_after_halving(saved: LoopState, old_batch: int, halvings: int) -> LoopState:
+    """AUTO_BATCH: the state to continue from with half the batch, from the last saved state
+    (whose step counts batches of its own batch size)."""
+    new_batch = old_batch // 2
+    step = step_at_batch_size(saved.step, saved.batch_size, new_batch)
+    return dataclasses.replace(saved, batch_size=new_batch, step=step, batch_halvings=halvings)
+
+
+def steps_until(n_left: int, per_execution: int, global_step: int, every: int) -> int:
+    """Steps for the next compiled call: at most STEPS_PER_EXECUTION, never past the epoch's end,
+    and ending on a CHECKPOINT_EVERY boundary so a checkpoint falls where it is due."""
+    n = min(per_execution, n_left)
+    if every:
+        n = min(n, every - global_step % every)
+    return max(n, 1)
+
+
+def batch_text(batch: int, replicas: int) -> str:
+    """The global batch as the log gives it, with each replica's share when there are several."""
+    return f"{batch} ({batch // replicas} per replica x {replicas})" if replicas > 1 else str(batch)
+
+
+def progress_verbose(progress: str, isatty: bool) -> int:
+    """1: the Keras progress bar; 0: one line per epoch."""
+    return {"bar": 1, "line": 0}.get(progress, 1 if isatty else 0)
+
+
+class EpochLoop:
+    """The epoch loop and what it owns: model, datasets, metrics, checkpoints, stop flag."""
+
+    def __init__(
+        self,
+        settings,
+        run_dir,
+        spec,
+        setup,
+        state: LoopState,
+        epochs,
+        started,
+        stop: StopFlag | None = None,
+        *,
+        chief: bool,  # said by every caller: a worker that takes itself for the chief writes over the run
+    ):
+        self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
+        self.epochs, self.started, self.chief = epochs, started, chief
+        self.files = RunDir(run_dir) if run_dir is not None else None  # None: a worker that writes nothing
+        self.mode = _monitor_mode(settings)
+        from ..models import entry
+
+        self.task = entry(settings.model)  # the model's loss and metrics
+        self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
+        names = tuple(self.task.metrics)
+        self.metrics = MetricsFile(self.files.metrics, metric_columns(names)) if chief else None
+        self.history: list[dict[str, Any]] = []
+        if self.metrics:
+            self.metrics.truncate_from(state.epoch + 1)
+            self.history = [read_back(r) for r in self.metrics.rows]  # numbers, as this run's own rows
+        self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
+        self.tracker = None  # train.tracking.mlflow_run.Tracker, set on the chief when MLFLOW_TRACKING_URI is set
+        self.schedule = None  # train.training.schedules.CosineOverTraining under LR_SCHEDULE=cosine, set by build_model
+        from .flops import FlopCount, Peak
+
+        self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
+
+    @property
+    def strategy(self):
+        import tensorflow as tf
+
+        return self.setup.strategy or tf.distribute.get_strategy()
+
+    # -- construction -------------------------------------------------------------------------
+    def build_model(self, models) -> None:
+        import keras
+
+        from .steps import Steps
+
+        lr: Any = self.s.learning_rate
+        if self.s.lr_schedule == "cosine":  # outside the strategy's scope: see train.training.schedules
+            from ..inputs.pipeline import steps_per_epoch
+            from .schedules import CosineOverTraining
+
+            per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
+            lr = self.schedule = CosineOverTraining(self.s.learning_rate, self.epochs, per_epoch)
+        with self.strategy.scope():
+            model = models.build_model(self.s.model, self.spec.input_shape, self.spec.num_classes)
+            # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
+            # mixed_float16), the loss and the metrics for export; training runs train.training.steps.
+            optimizer = keras.optimizers.Adam(lr)
+            model.compile(optimizer=optimizer, loss=self.task.loss(), metrics=self.task.compiled_metrics())
+        self.model = model
+        self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile, task=self.task)
+        replicas = self.strategy.num_replicas_in_sync
+        log.info(
+            "model: %s, %d parameters, global batch %s",
+            self.s.model,
+            model.count_params(),
+            batch_text(self.state.batch_size, replicas),
+        )
+        self._measure_limits(replicas)
+
+    def _measure_limits(self, replicas: int) -> None:
+        """The model's FLOPs per example and the devices' peak, for the MFU of every epoch (never fatal)."""
+        from . import flops
+
+        self.flop_count = flops.count_flops(self.model)
+        if not self.chief:
+            return  # only the chief records MFU: the probe would hold the other workers up for nothing
+        dtype = flops.compute_dtype(self.setup.precision)
+        where = self.setup.gpus[0] if self.setup.gpus else "CPU"
+        cache = Path(self.s.runs_dir) / CACHE_DIR  # one measurement per machine, shared by the runs
+        self.peak = flops.peak_for(self.s.peak_flops, cache, where, dtype, replicas)
+        uncounted = ", ".join(self.flop_count.uncounted_layers) or "none"
+        log.info(
+            "cost: %.1f MFLOP per training example (layers not counted: %s); peak %.1f GFLOP/s (%s)",
+            self.flop_count.train_per_example / 1e6,
+            uncounted,
+            (self.peak.flops or 0) / 1e9,
+            "; ".join(filter(None, (self.peak.source, self.peak.origin))),
+        )
+
+    # -- data ---------------------------------------------------------------------------------
+    def _distributed(self, which: str, epoch: int, batch: int, start: int = 0):
+        from ..inputs.pipeline import replica_dataset
+
+        strategy, replicas = self.strategy, self.strategy.num_replicas_in_sync
+
+        def per_process(ctx):
+            local = replicas // ctx.num_input_pipelines
+            return replica_dataset(
+                self.spec,
+                self.s,
+                which,
+                epoch,
+                batch,
+                start,
+                replicas=replicas,
+                first_replica=ctx.input_pipeline_id * local,
+                local_replicas=local,
+            )
+
+        return strategy.distribute_datasets_from_function(per_process)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> Result:
+        from ..run import checkpoints
+
+        if self.chief:  # here, not at build time: a resume that fails its checks must not touch the record
+            update_manifest(self.files.manifest, flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
+        tb = TensorBoardWriter(self.files.tensorboard) if self.chief else None
+        status, ended = "completed", f"all {self.epochs} epochs trained"
+        self._align_schedule()  # the optimizer's step is the restored one by now
+        try:
+            with self.stop.installed():
+                while self.state.epoch < self.epochs:
+                    epoch = self.state.epoch
+                    # Also right after a resume: the count was saved. Every worker sees the same
+                    # (all-reduced) metrics, so all of them stop at the same epoch.
+                    if self.patience.exhausted(self.state.to_dict()):
+                        ended = self.patience.reason(self.state.to_dict())
+                        log.info("%s", ended)
+                        break
+                    logs, seconds, steps_run = self._train_epoch(epoch)
+                    if self.stop.reason:
+                        status, ended = self.stop.status, f"stopped ({self.stop.reason}): resumable"
+                        self._save("stop requested: " + self.stop.reason)
+                        if self.chief:
+                            record_unfinished_epoch(self.files.manifest, epoch + 1, seconds)
+                        where = f"continue with --resume {self.run_dir.name}" if self.chief else "the chief saved it"
+                        log.info("saved a resumable state at epoch %d step %d; %s", epoch + 1, self.state.step, where)
+                        break
+                    logs.update(self._validate())
+                    self._check_finite(logs, epoch)
+                    self._end_epoch(epoch, logs, seconds, steps_run, tb)
+        finally:
+            if tb:
+                tb.close()
+        if self.chief:
+            record_ending(self.files.manifest, ended)
+            self._write_hparams()
+        final_sha = checkpoints.weights_sha256(self.model)
+        result = Result(
+            self.run_dir, status, self.state.epoch, self.history, self.state.best, final_sha, None, self.model
+        )
+        if status == "completed" and self.chief:
+            result = self._finish(result)
+        if self.setup.workers > 1:
+            from . import sync
+
+            # The others wait here for the chief's final weights and export, so no worker leaves
+            # while the chief still counts on it (the coordination service would report it lost).
+            sync.from_chief(self.strategy, [0.0])
+        return result
+
+    def _train_epoch(self, epoch: int) -> tuple[dict[str, float], float, int]:
+        """Train the rest of one epoch from the saved step; returns (train logs, seconds, steps run)."""
+        from ..inputs.pipeline import steps_per_epoch
+
+        batch = self.state.batch_size
+        total = steps_per_epoch(self.spec, batch)
+        start = self.state.step
+        if start >= total:  # saved at the very last step: only validation is left
+            return {}, 0.0, 0
+        ds = self._distributed("train", epoch, batch, start)
+        saver = StepSaver(self, total)
+        log.info("epoch %d/%d%s", epoch + 1, self.epochs, f" (from step {start}/{total})" if start else "")
+        t0 = time.perf_counter()
+        try:
+            logs = self._fit(ds, saver)
+        except Exception as exc:
+            if type(exc).__name__ == "ResourceExhaustedError":
+                return self._out_of_memory()
+            raise
+        return logs, time.perf_counter() - t0, saver.steps_run
+
+    def _fit(self, ds, saver: StepSaver) -> dict[str, float]:
+        """Run the compiled train step over `ds` until the epoch ends or a stop is agreed."""
+        import keras
+        import tensorflow as tf
+
+        from .steps import Totals
+
+        verbose = progress_verbose(self.s.progress, sys.stdout.isatty()) if self.chief else 0
+        # The values passed are running means already: stateful, so the bar shows them as they are.
+        names = tuple(self.task.metrics)
+        bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", *names]) if verbose else None
+        totals, iterator = Totals(names), iter(ds)
+        while self.state.step < saver.total:
+            n = steps_until(
+                saver.total - self.state.step,
+                self.s.steps_per_execution,
+                self.state.global_step,
+                self.s.checkpoint_every,
+            )
+            asked = self.stop.check()
+            if asked and self.setup.workers == 1:
+                break  # no other worker to tell: stop before another step runs
+            out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
+            totals.add(out)
+            stopping = out[-1] > 0  # the stop votes
+            if stopping and self.stop.reason is None:
+                self.stop.request("another worker was asked to stop")
+            saver.after(n, stopping)
+            if bar:
+                bar.update(self.state.step, list(totals.logs().items()))
+            if stopping:
+                break
+        return totals.logs()
+
+    def _validate(self) -> dict[str, float]:
+        import tensorflow as tf
+
+        from .steps import Totals
+
+        batch = self.state.batch_size
+        totals = Totals(tuple(self.task.metrics))
+        totals.add(
+            self.steps.evaluate(
+                iter(self._distributed("val", 0, batch)), tf.constant(math.ceil(self.spec.n_val / batch))
+            ).numpy()
+        )
+        return totals.logs("val_")
+
+    def _out_of_memory(self):
+        """ResourceExhaustedError in a step: halve the batch from the last checkpoint (AUTO_BATCH), or fail."""
+        remedies = (
+            "lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
+            "or stop other processes on the GPU (python -m train check lists them)"
+        )
+        state = self.state
+        # With several workers a halving on one would split the group: the error stops it instead.
+        if (
+            not self.s.auto_batch
+            or state.batch_halvings >= MAX_BATCH_HALVINGS
+            or state.batch_size < 2
+            or self.setup.workers > 1
+        ):
+            raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
+        from ..run import checkpoints
+
+        old = state.batch_size
+        loaded = checkpoints.load_latest(self.files.checkpoints)  # at least the initial state
+        checkpoints.restore(self.model, loaded)
+        saved = LoopState.from_meta(loaded.meta, old)  # a header without batch_size (older versions): the batch in use
+        self.state = position_after_halving(saved, old, state.batch_halvings + 1)
+        self._align_schedule()
+        log.warning(
+            "WARNING: out of GPU memory at batch size %d; AUTO_BATCH: continuing from the last checkpoint "
+            "with batch size %d (%d/%d)",
+            old,
+            self.state.batch_size,
+            self.state.batch_halvings,
+            MAX_BATCH_HALVINGS,
+        )
+        return self._train_epoch(self.state.epoch)
+
+    def _align_schedule(self) -> None:
+        """Tell a decaying learning rate where training stands, in epochs of the batch size now in
+        use: at every start (a resume may bring another BATCH_SIZE) and after AUTO_BATCH halves it."""
+        if self.schedule is None:
+            return
+        from ..inputs.pipeline import steps_per_epoch
+
+        iteration = int(self.model.optimizer.iterations.numpy())
+        per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
+        self.schedule.begin(self.state.epoch, self.state.step, per_epoch, iteration)
+
+    def _check_finite(self, logs: dict[str, float], epoch: int) -> None:
+        bad = [k for k in ("loss", "val_loss") if k in logs and not math.isfinite(logs[k])]
+        if bad:
+            raise DivergedError(
+                f"{bad[0]} is {logs[bad[0]]} in epoch {epoch + 1}: training diverged; the last good checkpoint "
+                f"is kept in {self.files.checkpoints if self.files else 'the chief run directory'}. "
+                f"Lower LEARNING_RATE (now {self.s.learning_rate}), check the data for NaN values, or try PRECISION=float32"
+            )
+
+    def _end_epoch(self, epoch, logs, seconds, steps_run, tb) -> None:
+        import keras
+
+        from ..setup.devices import gpu_memory
+
+        used, peak = gpu_memory()
+        batch = self.state.batch_size
+        lr = self.model.optimizer.learning_rate
+        from .flops import mfu
+
+        speed = (steps_run * batch / seconds) if seconds else None
+        achieved, fraction = mfu(speed, self.flop_count, self.peak.flops)
+        row = dict(
+            logs,
+            epoch=epoch + 1,
+            learning_rate=float(keras.ops.convert_to_numpy(lr)),
+            batch_size=batch,
+            epoch_seconds=round(seconds, 3),
+            samples_per_second=speed,
+            model_flops_per_second=achieved,
+            mfu=fraction,
+            gpu_memory_used_mb=used,
+            gpu_memory_peak_mb=peak,
+        )
+        if self.metrics:
+            self.metrics.append(row)
+        self.history.append(row)
+        if tb:
+            tb.write(epoch, {k: v for k, v in row.items() if k != "epoch"})
+        if self.tracker:
+            self.tracker.log_epoch(row, self.state.global_step)  # never raises
+        value = logs.get(self.s.monitor)
+        if _improved(value, self.state.best, self.mode):
+            self.state.best = value
+            if self.chief:
+                from ..run.weights import save_weights
+
+                save_weights(self.model, self.files.best_weights, epoch + 1, size_hint=_weights_bytes(self.model))
+        counted = self.state.to_dict()
+        self.patience.update(counted, value)  # before the save: the count survives a stop
+        self.state.patience_reference, self.state.patience_wait = (
+            counted["patience_reference"],
+            counted["patience_wait"],
+        )
+        self.state.epoch, self.state.step = epoch + 1, 0
+        self._save("epoch end")
+        log.info(
+            "epoch %d/%d: %s  %.1fs  %.0f samples/s%s%s",
+            epoch + 1,
+            self.epochs,
+            "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)),
+            seconds,
+            row["samples_per_second"] or 0.0,
+            f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
+            "  (best)" if self.state.best == value else "",
+        )
+        if self.chief:
+            from ..results.report import refresh_after_epoch  # curves for whoever watches the volume; never raises
+
+            refresh_after_epoch(self.run_dir, self.s.report)
+
+    def _write_hparams(self) -> None:
+        """Settings and final metrics for TensorBoard's HParams view; a failure only warns."""
+        from ..models import monitors
+        from ..run.metrics_files import write_hparams
+
+        final = {k: v for k, v in (self.history[-1] if self.history else {}).items() if k in monitors(self.s.model)}
+        try:
+            write_hparams(
+                self.files.tensorboard,
+                self.s.to_dict(),
+                {**final, f"best_{self.s.monitor}": self.state.best},
+                self.state.epoch,
+            )
+        except Exception as exc:  # a dashboard must never cost a run
+            log.warning("WARNING: TensorBoard HParams not written: %s: %s", type(exc).__name__, exc)
+
+    def _save(self, why: str) -> None:
+        if not self.chief:
+            return
+        from ..run import checkpoints
+
+        path = checkpoints.save_state(self.files.checkpoints, self.model, self.state.to_dict(), self.s.keep_checkpoints)
+        log.debug("checkpoint %s (%s)", path.name, why)
+
+    def _finish(self, result: Result) -> Result:
+        from ..run.weights import save_weights
+
+        save_weights(self.model, self.files.final_weights, self.state.epoch, size_hint=_weights_bytes(self.model))
+        update_manifest(
+            self.files.manifest,
+            final_weights_sha256=result.final_weights_sha256,
+            best={"monitor": self.s.monitor, "value": self.state.best},
+            final_metrics=self.history[-1] if self.history else None,
+            epochs_completed=self.state.epoch,
+        )
+        if self.s.export:
+            from ..results.export import export_run
+
+            result.export = export_run(self.run_dir, model=self.model)
+        return result
+
+
+def _weights_bytes(model) -> int:
+    """What a .weights.h5 of the model needs on disk, with room for HDF5's own metadata."""
+    return sum(int(v.numpy().nbytes) for v in model.variables) + (1 << 20)
+
+
+class StepSaver:
+    """After each compiled call: advance the state, and save a resumable state every CHECKPOINT_EVERY steps."""
+
+    def __init__(self, loop: EpochLoop, total: int):
+        self.loop, self.total = loop, total
+        self.steps_run = 0
+
+    def after(self, n: int, stopping: bool) -> None:
+        state = self.loop.state
+        self.steps_run += n
+        state.step += n
+        state.global_step += n
+        if stopping:  # the loop saves once it has left the epoch
+            return
+        every = self.loop.s.checkpoint_every
+        if every and state.global_step % every == 0 and state.step < self.total:
+            self.loop._save(f"every {every} steps")
