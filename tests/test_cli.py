@@ -167,6 +167,23 @@ def test_a_prefix_of_a_flag_is_not_that_flag(capsys, argv, meant):
     assert f"unrecognized arguments: {argv[-2]}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, prefix",
+    [
+        (["report", "latest", "--qu"], "--qu"),
+        (["report", "latest", "--runs", "x"], "--runs"),
+        (["compare", "a", "b", "--ou", "x.png"], "--ou"),
+        (["compare", "a", "b", "--runs", "x"], "--runs"),
+    ],
+)
+def test_report_and_compare_take_no_prefix_of_a_flag(tmp_path, monkeypatch, capsys, argv, prefix):
+    monkeypatch.chdir(tmp_path)  # had a prefix been taken, the command would read tmp_path/runs, not the checkout's
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert f"unrecognized arguments: {prefix}" in capsys.readouterr().err
+
+
 def test_a_switch_given_both_ways_is_a_usage_error(capsys, monkeypatch):
     monkeypatch.setitem(
         sys.modules, "train.training.fit", types.SimpleNamespace(train=lambda s, force: pytest.fail("ran"))

@@ -84,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--env-file", default=".env")
     runs.add_argument("--runs-dir", default=None)
 
-    rep = sub.add_parser("report", help="write a run's report.html and curves.png again (with the validation part)")
+    rep = sub.add_parser(
+        "report", allow_abbrev=False, help="write a run's report.html and curves.png again (with the validation part)"
+    )
     rep.add_argument("run", help="run id, run directory or 'latest'")
     rep.add_argument(
         "--quick",
@@ -95,7 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--env-file", default=".env")
     rep.add_argument("--runs-dir", default=None)
 
-    cmp_ = sub.add_parser("compare", help="settings that differ, final and best metrics, time to best, overlaid curves")
+    cmp_ = sub.add_parser(
+        "compare",
+        allow_abbrev=False,
+        help="settings that differ, final and best metrics, time to best, overlaid curves",
+    )
     cmp_.add_argument("runs", nargs="+", metavar="RUN", help="two or more run ids, run directories or 'latest'")
     cmp_.add_argument(
         "--out", default=None, help="also write the overlaid curves: a .png, or an .html page with the tables"
