@@ -16,6 +16,7 @@ The other workers write nothing under RUNS_DIR and log to stdout, prefixed with 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -23,20 +24,28 @@ import signal
 import time
 from pathlib import Path
 
+from .. import models
 from ..config import Settings, as_given, check_cluster
-from ..errors import ModelInterrupted, StorageError, WorkerLostError
+from ..errors import DataError, ModelInterrupted, StorageError, WorkerLostError
+from ..inputs import pipeline as data
+from ..results.export import clean_stale_exports
+from ..results.report import write_final_report
+from ..run import checkpoints
+from ..run.checkpoints import latest_header, list_states
 from ..run.manifest import (
     close_segment,
     dirty_warning,
     new_segment,
     open_segment,
     record_data,
+    resume_point,
     start_manifest,
     update_manifest,
 )
 from ..run.resume import RunPlan, check_data, plan_run
-from ..run.rundir import RunDir, clean_stale_temp
+from ..run.rundir import RunDir, clean_stale_temp, read_json
 from ..run.train_log import close_logging, setup_logging
+from ..setup.join import wait_for_workers
 from .loop import EpochLoop, LoopState, Result, at_new_batch_size
 from .stop_flag import StopFlag
 
@@ -54,8 +63,6 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
         cluster = check_cluster(settings, os.environ)
         setup = None
         if cluster.multi:
-            from ..setup.join import wait_for_workers
-
             setup_logging(None, prefix=f"[worker {cluster.index}] ")
             log.warning(cluster.exposure_warning())
             # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
@@ -85,8 +92,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
 
         with _cluster_errors(setup):
             sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
-    from ..results.export import clean_stale_exports  # a staging folder left by a SIGKILL during the last export
-
+    # Temporary files and a staging folder left by a SIGKILL during the last export.
     removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
     log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", run_dir)
     for p in removed:
@@ -124,8 +130,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
             log.error("run %s ended: %s (its directory is gone, so nothing of it was recorded)", run_dir.name, status)
         elif opened["segment"]:
             _close(run_dir, manifest_path, settings, status, error, time.monotonic() - started)
-            from ..results.report import write_final_report  # never raises: a report never changes the run's outcome
-
+            # Never raises: a report never changes the run's outcome.
             write_final_report(run_dir, status, settings.report)
             if opened.get("tracker"):  # after the report: the manifest, report and export go up as artifacts
                 opened["tracker"].finish(status, stop)  # waits for the server, with a deadline
@@ -171,8 +176,6 @@ def _epochs(settings: Settings) -> int:
 def _close(
     run_dir: Path, manifest_path: Path, settings: Settings, status: str, error: str | None, seconds: float
 ) -> None:
-    from ..run.checkpoints import latest_header
-
     try:
         # Where the run stands is what its newest state says, however this segment ended.
         header = latest_header(RunDir(run_dir).checkpoints) or {}
@@ -188,9 +191,6 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     several = setup is not None  # joined a cluster: its workers stop together, in the loop
     if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)
-    from .. import models
-    from ..inputs import pipeline as data
-    from ..run import checkpoints
     from ..setup import devices
 
     setup = setup or devices.setup_devices(settings)
@@ -254,8 +254,6 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     # Everything is checked: from here on the run's record changes.
     if plan.resumed:
         plan.write_config()
-        from ..run.manifest import resume_point
-
         where = resume_point(loaded.path.name, state.epoch, state.step) if loaded else None
         resumed_manifest = open_segment(
             manifest_path,
@@ -308,8 +306,6 @@ def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
 
 
 def _last_write(ckpt_dir: Path) -> float | None:
-    from ..run.checkpoints import list_states
-
     states = list_states(ckpt_dir)
     return states[0].stat().st_mtime if states else None
 
@@ -363,8 +359,6 @@ def describe_lost(message: str, workers: int) -> str:
 
 def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
     """A worker other than the chief: the same steps, with the chief's run id, state and weights."""
-    from .. import models
-    from ..inputs import pipeline as data
     from . import sync
 
     run_id = sync.text_from_chief(setup.strategy, "")
@@ -385,18 +379,10 @@ def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
     return result
 
 
-_STATE_FIELDS = (
-    "epoch",
-    "step",
-    "global_step",
-    "best",
-    "batch_size",
-    "batch_halvings",
-    "workers",
-    "patience_reference",
-    "patience_wait",
-)
-_FLOAT_FIELDS = ("best", "patience_reference")
+# What a worker receives of the chief's LoopState: every field, in order (a new field travels too);
+# the float ones (a metric value or None) stay floats, the others are counts.
+_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(LoopState))
+_FLOAT_FIELDS = tuple(f.name for f in dataclasses.fields(LoopState) if "float" in str(f.type))
 
 
 def _fingerprint_number(spec) -> int:
@@ -411,8 +397,6 @@ def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
     )
     other = sync.workers_with(setup.strategy, 0, setup.workers, False)  # the workers' answer to the fingerprint
     if other:
-        from ..errors import DataError
-
         raise DataError(
             f"worker {', '.join(map(str, other))} of {setup.workers} read(s) other data than the chief "
             f"({spec.name}: fingerprint {spec.fingerprint[:12]} here); give every worker the same data set"
@@ -420,7 +404,6 @@ def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
 
 
 def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
-    from ..errors import DataError
     from . import sync
 
     got = sync.numbers_from_chief(setup.strategy, [0.0] * (2 + len(_STATE_FIELDS)))
@@ -446,8 +429,6 @@ def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
 
 def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
     """The manifest says how the run was split; a resume on another worker count is appended."""
-    from ..run.rundir import read_json
-
     replicas, workers, index = _split(setup)
     now = {
         "workers": workers,

@@ -21,10 +21,16 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import DivergedError, OutOfMemoryError
+from ..inputs.pipeline import steps_per_epoch
+from ..models import entry, monitors
+from ..run import checkpoints
 from ..run.manifest import record_unfinished_epoch, update_manifest
 from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, read_back
 from ..run.rundir import CACHE_DIR, RunDir
+from ..run.weights import save_weights
+from . import flops
 from .early_stopping import Patience, record_ending
+from .flops import FlopCount, Peak, mfu
 from .stop_flag import StopFlag
 
 log = logging.getLogger("train")
@@ -150,8 +156,6 @@ class EpochLoop:
         self.epochs, self.started, self.chief = epochs, started, chief
         self.files = RunDir(run_dir) if run_dir is not None else None  # None: a worker that writes nothing
         self.mode = _monitor_mode(settings)
-        from ..models import entry
-
         self.task = entry(settings.model)  # the model's loss and metrics
         self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
         names = tuple(self.task.metrics)
@@ -163,8 +167,6 @@ class EpochLoop:
         self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
         self.tracker = None  # train.tracking.mlflow_run.Tracker, set on the chief when MLFLOW_TRACKING_URI is set
         self.schedule = None  # train.training.schedules.CosineOverTraining under LR_SCHEDULE=cosine, set by build_model
-        from .flops import FlopCount, Peak
-
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
 
     @property
@@ -181,7 +183,6 @@ class EpochLoop:
 
         lr: Any = self.s.learning_rate
         if self.s.lr_schedule == "cosine":  # outside the strategy's scope: see train.training.schedules
-            from ..inputs.pipeline import steps_per_epoch
             from .schedules import CosineOverTraining
 
             per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
@@ -205,8 +206,6 @@ class EpochLoop:
 
     def _measure_limits(self, replicas: int) -> None:
         """The model's FLOPs per example and the devices' peak, for the MFU of every epoch (never fatal)."""
-        from . import flops
-
         self.flop_count = flops.count_flops(self.model)
         if not self.chief:
             return  # only the chief records MFU: the probe would hold the other workers up for nothing
@@ -247,8 +246,6 @@ class EpochLoop:
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> Result:
-        from ..run import checkpoints
-
         if self.chief:  # here, not at build time: a resume that fails its checks must not touch the record
             update_manifest(self.files.manifest, flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
         tb = TensorBoardWriter(self.files.tensorboard) if self.chief else None
@@ -298,8 +295,6 @@ class EpochLoop:
 
     def _train_epoch(self, epoch: int) -> tuple[dict[str, float], float, int]:
         """Train the rest of one epoch from the saved step; returns (train logs, seconds, steps run)."""
-        from ..inputs.pipeline import steps_per_epoch
-
         batch = self.state.batch_size
         total = steps_per_epoch(self.spec, batch)
         start = self.state.step
@@ -380,8 +375,6 @@ class EpochLoop:
             or self.setup.workers > 1
         ):
             raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
-        from ..run import checkpoints
-
         old = state.batch_size
         loaded = checkpoints.load_latest(self.files.checkpoints)  # at least the initial state
         checkpoints.restore(self.model, loaded)
@@ -403,8 +396,6 @@ class EpochLoop:
         use: at every start (a resume may bring another BATCH_SIZE) and after AUTO_BATCH halves it."""
         if self.schedule is None:
             return
-        from ..inputs.pipeline import steps_per_epoch
-
         iteration = int(self.model.optimizer.iterations.numpy())
         per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
         self.schedule.begin(self.state.epoch, self.state.step, per_epoch, iteration)
@@ -426,8 +417,6 @@ class EpochLoop:
         used, peak = gpu_memory()
         batch = self.state.batch_size
         lr = self.model.optimizer.learning_rate
-        from .flops import mfu
-
         speed = (steps_run * batch / seconds) if seconds else None
         achieved, fraction = mfu(speed, self.flop_count, self.peak.flops)
         row = dict(
@@ -453,8 +442,6 @@ class EpochLoop:
         if _improved(value, self.state.best, self.mode):
             self.state.best = value
             if self.chief:
-                from ..run.weights import save_weights
-
                 save_weights(self.model, self.files.best_weights, epoch + 1, size_hint=_weights_bytes(self.model))
         counted = self.state.to_dict()
         self.patience.update(counted, value)  # before the save: the count survives a stop
@@ -481,7 +468,6 @@ class EpochLoop:
 
     def _write_hparams(self) -> None:
         """Settings and final metrics for TensorBoard's HParams view; a failure only warns."""
-        from ..models import monitors
         from ..run.metrics_files import write_hparams
 
         final = {k: v for k, v in (self.history[-1] if self.history else {}).items() if k in monitors(self.s.model)}
@@ -498,14 +484,10 @@ class EpochLoop:
     def _save(self, why: str) -> None:
         if not self.chief:
             return
-        from ..run import checkpoints
-
         path = checkpoints.save_state(self.files.checkpoints, self.model, self.state.to_dict(), self.s.keep_checkpoints)
         log.debug("checkpoint %s (%s)", path.name, why)
 
     def _finish(self, result: Result) -> Result:
-        from ..run.weights import save_weights
-
         save_weights(self.model, self.files.final_weights, self.state.epoch, size_hint=_weights_bytes(self.model))
         update_manifest(
             self.files.manifest,
