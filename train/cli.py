@@ -56,6 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command")
 
+    _add_fit(sub)
+    _add_export(sub)
+    _add_predict(sub)
+    _add_runs(sub)
+    _add_report(sub)
+    _add_compare(sub)
+    _add_reproduce(sub)
+    _add_settings(sub)
+    for module in OPTIONAL_COMMANDS.values():
+        importlib.import_module(module).add_command(sub)
+    return parser
+
+
+def _add_fit(sub) -> None:
     fit = sub.add_parser("fit", allow_abbrev=False, help="train a model (the default command)")
     fit.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
     fit.add_argument("--force", action="store_true", help="resume even if settings or data differ from the run's own")
@@ -66,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(fit)
 
+
+def _add_export(sub) -> None:
     exp = sub.add_parser(
         "export", allow_abbrev=False, help="export a run's best weights as SavedModel + .keras + labels"
     )
@@ -73,17 +89,23 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--env-file", default=".env")
     exp.add_argument("--runs-dir", default=None)
 
+
+def _add_predict(sub) -> None:
     pred = sub.add_parser("predict", allow_abbrev=False, help="print class and probability for image files")
     pred.add_argument("run", help="run id, run directory or 'latest'")
     pred.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF or BMP)")
     pred.add_argument("--env-file", default=".env")
     pred.add_argument("--runs-dir", default=None)
 
+
+def _add_runs(sub) -> None:
     runs = sub.add_parser("runs", allow_abbrev=False, help="list runs as a table")
     runs.add_argument("--json", action="store_true", help="print one JSON list of the runs instead (for scripts)")
     runs.add_argument("--env-file", default=".env")
     runs.add_argument("--runs-dir", default=None)
 
+
+def _add_report(sub) -> None:
     rep = sub.add_parser(
         "report", allow_abbrev=False, help="write a run's report.html and curves.png again (with the validation part)"
     )
@@ -97,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--env-file", default=".env")
     rep.add_argument("--runs-dir", default=None)
 
+
+def _add_compare(sub) -> None:
     cmp_ = sub.add_parser(
         "compare",
         allow_abbrev=False,
@@ -109,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--env-file", default=".env")
     cmp_.add_argument("--runs-dir", default=None)
 
+
+def _add_reproduce(sub) -> None:
     rep = sub.add_parser(
         "reproduce", allow_abbrev=False, help="rerun a run from its own record and say whether it matches"
     )
@@ -136,14 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--env-file", default=".env")
     rep.add_argument("--runs-dir", default=None)
 
+
+def _add_settings(sub) -> None:
     st = sub.add_parser(
         "settings", allow_abbrev=False, help="print every setting: resolved values, .env.example or the README table"
     )
     st.add_argument("--env-file", default=".env")
     st.add_argument("--format", choices=("resolved", "env-example", "table"), default="resolved")
-    for module in OPTIONAL_COMMANDS.values():
-        importlib.import_module(module).add_command(sub)
-    return parser
 
 
 def _settings_for(args: argparse.Namespace) -> Settings:
@@ -162,23 +187,9 @@ def run(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     cmd = args.command
     if cmd == "fit":
-        settings = _settings_for(args)
-        _quiet_tensorflow()
-        from .training.fit import train  # TensorFlow is imported from here on
-
-        result = train(settings, force=args.force, restart=args.restart)
-        return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
+        return _fit(args)
     if cmd == "settings":
-        from . import config
-
-        if args.format == "env-example":
-            print(config.env_example())
-        elif args.format == "table":
-            print(config.settings_table())
-        else:
-            for k, v in _settings_for(args).to_dict().items():
-                print(f"{k.upper()}={v}")
-        return 0
+        return _settings(args)
     if cmd in OPTIONAL_COMMANDS:
         return importlib.import_module(OPTIONAL_COMMANDS[cmd]).run(args)
     # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
@@ -199,46 +210,84 @@ def run(argv: Sequence[str]) -> int:
     _quiet_tensorflow()  # export, predict and reproduce start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
     if cmd == "report":
-        from .results.report import write_report
-
-        written = write_report(run_dir, full=not args.quick)
-        from .run.rundir import RunDir
-
-        print(f"wrote {written.path} and {RunDir(run_dir).curves}")
-        for part in written.missing:
-            print(f"  not included: {part}")
-        return 0
+        return _report(args, run_dir)
     if cmd == "reproduce":
-        from .reproduce.rerun import format_verdict, reproduce
-        from .run.manifest import project_root
-
-        image = None
-        if args.container:
-            import os
-            from pathlib import Path
-
-            from .reproduce.image import ImageOptions
-
-            image = ImageOptions(
-                Path(args.data_dir),
-                args.target or "",
-                os.environ.get("IMAGE", "tf-train-template"),
-                args.base_image,
-                args.ca_bundle,
-                args.network,
-                os.environ.get("DOCKER", "docker"),
-            )
-        verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image)
-        print(format_verdict(verdict))
-        return 0 if verdict.match else ReproduceMismatch.exit_code
+        return _reproduce(args, run_dir)
     if cmd == "export":
-        from .results.export import export_run
-        from .run.lock import RunLock
+        return _export(run_dir)
+    return _predict(args, run_dir)
 
-        with RunLock(run_dir):  # never while a fit writes the same run
-            report = export_run(run_dir)
-        print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
-        return 0
+
+def _fit(args: argparse.Namespace) -> int:
+    settings = _settings_for(args)
+    _quiet_tensorflow()
+    from .training.fit import train  # TensorFlow is imported from here on
+
+    result = train(settings, force=args.force, restart=args.restart)
+    return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
+
+
+def _settings(args: argparse.Namespace) -> int:
+    from . import config
+
+    if args.format == "env-example":
+        print(config.env_example())
+    elif args.format == "table":
+        print(config.settings_table())
+    else:
+        for k, v in _settings_for(args).to_dict().items():
+            print(f"{k.upper()}={v}")
+    return 0
+
+
+def _report(args: argparse.Namespace, run_dir) -> int:
+    from .results.report import write_report
+
+    written = write_report(run_dir, full=not args.quick)
+    from .run.rundir import RunDir
+
+    print(f"wrote {written.path} and {RunDir(run_dir).curves}")
+    for part in written.missing:
+        print(f"  not included: {part}")
+    return 0
+
+
+def _reproduce(args: argparse.Namespace, run_dir) -> int:
+    from .reproduce.rerun import format_verdict, reproduce
+    from .run.manifest import project_root
+
+    image = None
+    if args.container:
+        import os
+        from pathlib import Path
+
+        from .reproduce.image import ImageOptions
+
+        image = ImageOptions(
+            Path(args.data_dir),
+            args.target or "",
+            os.environ.get("IMAGE", "tf-train-template"),
+            args.base_image,
+            args.ca_bundle,
+            args.network,
+            os.environ.get("DOCKER", "docker"),
+        )
+    verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image)
+    print(format_verdict(verdict))
+    return 0 if verdict.match else ReproduceMismatch.exit_code
+
+
+def _export(run_dir) -> int:
+    from .results.export import export_run
+    from .run.lock import RunLock
+
+    with RunLock(run_dir):  # never while a fit writes the same run
+        report = export_run(run_dir)
+    print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
+    return 0
+
+
+def _predict(args: argparse.Namespace, run_dir) -> int:
     from .errors import DataError
     from .results.predict import format_predictions, predict_files
 

@@ -204,24 +204,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
     epochs = _epochs(settings)
     ckpt_dir = RunDir(run_dir).checkpoints
     loaded = None if plan.restart else checkpoints.load_latest(ckpt_dir)
-    recorded_batch = (plan.saved_config or {}).get("batch_size", settings.batch_size)  # BATCH_SIZE before this resume
-    # A header without batch_size (older versions) was trained with the recorded BATCH_SIZE.
-    state = LoopState.from_meta(loaded.meta, recorded_batch) if loaded else LoopState(batch_size=settings.batch_size)
-    if loaded and recorded_batch != settings.batch_size:
-        # BATCH_SIZE changed with --force: train with the new value, as config.json records it.
-        # (An unchanged BATCH_SIZE keeps the checkpoint's, which AUTO_BATCH may have halved.)
-        saved_step, saved_batch = state.step, state.batch_size
-        state = at_new_batch_size(state, settings.batch_size)
-        log.info(
-            "BATCH_SIZE %d -> %d (--force): step %d of epoch %d in batches of %d is step %d in batches of %d",
-            recorded_batch,
-            settings.batch_size,
-            saved_step,
-            state.epoch + 1,
-            saved_batch,
-            state.step,
-            state.batch_size,
-        )
+    state = _starting_state(plan, loaded)
     workers = setup.workers if several else 1
     if several:
         _send_state(setup, spec, state, loaded is not None)
@@ -252,6 +235,52 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
                 sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
         log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
     # Everything is checked: from here on the run's record changes.
+    _record_start(plan, manifest_path, opened, setup, spec, state, loaded, epochs)
+    if not loaded:
+        with scope:
+            # The initial weights as a state: a run killed before its first interval resumes from
+            # exactly these, and AUTO_BATCH always has a state to go back to.
+            loop.model.optimizer.build(loop.model.trainable_variables)
+            loop._save("initial state")
+    if settings.mlflow_tracking_uri:  # only the chief gets here; `import mlflow` only now, when asked for
+        from ..tracking.mlflow_run import start
+
+        loop.tracker = opened["tracker"] = start(
+            settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir, settings.to_dict()
+        )
+    # A stop requested from here on is seen by the loop before its first step: it saves a state.
+    return loop.run()
+
+
+def _starting_state(plan: RunPlan, loaded) -> LoopState:
+    """Where training starts: the newest state (a resume) or epoch 0, in the BATCH_SIZE of this run."""
+    settings = plan.settings
+    recorded_batch = (plan.saved_config or {}).get("batch_size", settings.batch_size)  # BATCH_SIZE before this resume
+    # A header without batch_size (older versions) was trained with the recorded BATCH_SIZE.
+    state = LoopState.from_meta(loaded.meta, recorded_batch) if loaded else LoopState(batch_size=settings.batch_size)
+    if loaded and recorded_batch != settings.batch_size:
+        # BATCH_SIZE changed with --force: train with the new value, as config.json records it.
+        # (An unchanged BATCH_SIZE keeps the checkpoint's, which AUTO_BATCH may have halved.)
+        saved_step, saved_batch = state.step, state.batch_size
+        state = at_new_batch_size(state, settings.batch_size)
+        log.info(
+            "BATCH_SIZE %d -> %d (--force): step %d of epoch %d in batches of %d is step %d in batches of %d",
+            recorded_batch,
+            settings.batch_size,
+            saved_step,
+            state.epoch + 1,
+            saved_batch,
+            state.step,
+            state.batch_size,
+        )
+    return state
+
+
+def _record_start(
+    plan: RunPlan, manifest_path: Path, opened: dict, setup, spec, state: LoopState, loaded, epochs: int
+) -> None:
+    """The record of a start: config.json and a new manifest segment on a resume, the data, the labels, the split."""
+    settings = plan.settings
     if plan.resumed:
         plan.write_config()
         where = resume_point(loaded.path.name, state.epoch, state.step) if loaded else None
@@ -260,7 +289,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
             plan.manifest,
             settings,
             new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
-            last_write=_last_write(ckpt_dir),
+            last_write=_last_write(RunDir(plan.run_dir).checkpoints),
         )
         opened["segment"] = True
         _warn_dirty(resumed_manifest)
@@ -277,22 +306,8 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
             "class_names": list(spec.class_names),
         },
     )
-    RunDir(run_dir).write_labels()  # a copy of the class names record_data just wrote
+    RunDir(plan.run_dir).write_labels()  # a copy of the class names record_data just wrote
     _record_distribution(manifest_path, setup, state)
-    if not loaded:
-        with scope:
-            # The initial weights as a state: a run killed before its first interval resumes from
-            # exactly these, and AUTO_BATCH always has a state to go back to.
-            loop.model.optimizer.build(loop.model.trainable_variables)
-            loop._save("initial state")
-    if settings.mlflow_tracking_uri:  # only the chief gets here; `import mlflow` only now, when asked for
-        from ..tracking.mlflow_run import start
-
-        loop.tracker = opened["tracker"] = start(
-            settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir, settings.to_dict()
-        )
-    # A stop requested from here on is seen by the loop before its first step: it saves a state.
-    return loop.run()
 
 
 def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
