@@ -887,6 +887,8 @@ def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch)
         def log_then_lose_the_server(self, row, step):
             original(self, row, step)
             if server.poll() is None:  # once epoch 1 is queued: the server goes away
+                # The run is made on the tracking thread: lose the server after it exists, not before.
+                assert self._started.wait(300)
                 os.killpg(server.pid, 9)
                 server.wait()
 
