@@ -240,8 +240,8 @@ def _run_files(run_dir: Path) -> None:
 
 def test_errors_while_logging_are_one_warning_each_and_never_raise(tmp_path, caplog, train_log_propagates):
     _run_files(tmp_path)
-    tracker = _tracker(tmp_path, Down())
-    with caplog.at_level(logging.WARNING, logger="train"):
+    with caplog.at_level(logging.WARNING, logger="train"):  # before the tracker's thread says where it logs
+        tracker = _tracker(tmp_path, Down())
         tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
         tracker.finish("completed")
     lines = [r.getMessage() for r in caplog.records]
@@ -263,8 +263,8 @@ def test_the_training_thread_never_waits_for_a_server_that_does_not_answer(
 ):
     _run_files(tmp_path)
     client = Held()
-    tracker = _tracker(tmp_path, client)
-    with caplog.at_level(logging.WARNING, logger="train"):
+    with caplog.at_level(logging.WARNING, logger="train"):  # before the tracker's thread says where it logs
+        tracker = _tracker(tmp_path, client)
         tracker.log_epoch({"epoch": 1, "loss": 1.0}, 12)
         assert client.entered.wait(60)  # the tracking thread is inside the call, held by the server ...
         for epoch in range(2, tracking.QUEUE_SIZE + 4):  # ... and the training goes on: every epoch returns
