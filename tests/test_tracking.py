@@ -1064,3 +1064,40 @@ def test_the_profiles_server_command_runs_and_answers_the_training_containers_ho
         assert status(f"localhost:{port}") == 200  # a browser on this machine
         assert status("attacker.example:5000") == 403  # anything else: refused (DNS rebinding)
     assert (tmp_path / "mlflow.db").is_file()
+
+
+def test_the_health_check_asks_once_with_its_timeout_and_names_what_failed(monkeypatch):
+    import urllib.error
+    import urllib.request
+
+    calls, answer = [], {}
+
+    class Response:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self, n):
+            calls.append(("read", n))
+            return b"OK"
+
+    def urlopen(url, timeout):
+        calls.append((url, timeout))
+        if "error" in answer:
+            raise answer["error"]
+        return Response()
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    tracking.check_reachable("https://mlflow.example/", timeout=2.5)  # a trailing / is not doubled
+    assert calls == [("https://mlflow.example/health", 2.5), ("read", 64)]  # a long body is not read whole
+    for error, says in (
+        (urllib.error.HTTPError("u", 503, "unavailable", {}, None), "https://HOST-X/health answered HTTP 503"),
+        (urllib.error.URLError("refused"), "https://HOST-X/health cannot be reached (refused)"),
+        (OSError("network is down"), "https://HOST-X/health cannot be reached (network is down)"),
+    ):
+        answer["error"] = error
+        with pytest.raises(tracking.TrackingUnavailable) as exc:
+            tracking.check_reachable("https://HOST-X")  # only slashes are stripped
+        assert str(exc.value) == says
