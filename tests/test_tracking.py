@@ -1101,3 +1101,42 @@ def test_the_health_check_asks_once_with_its_timeout_and_names_what_failed(monke
         with pytest.raises(tracking.TrackingUnavailable) as exc:
             tracking.check_reachable("https://HOST-X")  # only slashes are stripped
         assert str(exc.value) == says
+
+
+def test_what_each_call_sends_to_the_server(tmp_path):
+    _run_files(tmp_path)
+    (tmp_path / "export").mkdir()
+    client = Recording("http://127.0.0.1:9")
+    before = int(time.time() * 1000)
+    tracker = _tracker(tmp_path, client, run_id="r9")
+    assert tracker._thread.daemon and tracker._thread.name == "mlflow-tracking"  # a hung server never holds the exit
+    row = {"epoch": 2, "loss": 0.5, "accuracy": 0.75}
+    tracker.log_epoch(row, 40)
+    after = int(time.time() * 1000)
+    tracker.finish("no such status")
+    (batch,) = [c for c in client.calls if c[0] == "log_batch"]
+    assert batch[1] == ("r9",) and batch[2]["synchronous"] is True
+    sent = [(m.key, m.value, m.step) for m in batch[2]["metrics"]]
+    assert sent == [(k, v, 40) for k, v in tracking.epoch_metrics(row).items()] and sent
+    assert all(before <= m.timestamp <= after for m in batch[2]["metrics"])  # milliseconds since the epoch
+    uploads = [(name, args) for name, args, _ in client.calls if name.startswith(("log_artifact", "set_terminated"))]
+    assert uploads == [
+        *(("log_artifact", ("r9", str(tmp_path / n))) for n in ("manifest.json", "config.json", "report.html")),
+        ("log_artifacts", ("r9", str(tmp_path / "export"), "export")),
+        ("set_terminated", ("r9", "FAILED")),  # a status it does not know: FAILED
+    ]
+
+
+def test_a_failed_export_upload_is_named_and_an_epoch_without_a_number_too(tmp_path, caplog, train_log_propagates):
+    (tmp_path / "export").mkdir()
+    (tmp_path / "manifest.json").write_text("{}")
+    tracker = _tracker(tmp_path, Down())
+    assert tracker._started.wait(60)  # log_epoch records the MLflow run in the manifest now, not again later
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker.log_epoch({"loss": 1.0}, 10)
+        (tmp_path / "manifest.json").unlink()  # the export is the first upload, then nothing else is uploaded
+        tracker.finish("completed")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
+        for what in ("epoch metrics", "export/", "run status")
+    ]
