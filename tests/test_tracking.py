@@ -1125,18 +1125,3 @@ def test_what_each_call_sends_to_the_server(tmp_path):
         ("log_artifacts", ("r9", str(tmp_path / "export"), "export")),
         ("set_terminated", ("r9", "FAILED")),  # a status it does not know: FAILED
     ]
-
-
-def test_a_failed_export_upload_is_named_and_an_epoch_without_a_number_too(tmp_path, caplog, train_log_propagates):
-    (tmp_path / "export").mkdir()
-    (tmp_path / "manifest.json").write_text("{}")
-    tracker = _tracker(tmp_path, Down())
-    assert tracker._started.wait(60)  # log_epoch records the MLflow run in the manifest now, not again later
-    with caplog.at_level(logging.WARNING, logger="train"):
-        tracker.log_epoch({"loss": 1.0}, 10)
-        (tmp_path / "manifest.json").unlink()  # the export is the first upload, then nothing else is uploaded
-        tracker.finish("completed")
-    assert [r.getMessage() for r in caplog.records] == [
-        f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
-        for what in ("epoch metrics", "export/", "run status")
-    ]
