@@ -420,7 +420,7 @@ def _flip_kernel_bits(path):
 
 def test_export_of_bit_rotted_best_weights_is_refused_naming_both_hashes(recorded_run, capsys):
     from train import cli
-    from train.weights import records, sha256_of
+    from train.weights import records, sha256_file
 
     before = _old_export(recorded_run)
     best = recorded_run / "best.weights.h5"
@@ -428,7 +428,7 @@ def test_export_of_bit_rotted_best_weights_is_refused_naming_both_hashes(recorde
     assert cli.main(["export", recorded_run.name, "--runs-dir", str(recorded_run.parent)]) == 4
     err = capsys.readouterr().err
     assert err.startswith("WeightsError: ") and err.count("\n") == 1
-    assert str(best) in err and sha256_of(best) in err and records(recorded_run)[best.name]["sha256"] in err
+    assert str(best) in err and sha256_file(best) in err and records(recorded_run)[best.name]["sha256"] in err
     assert "final.weights.h5 (epoch 2), which is intact" in err
     assert _tree(recorded_run / "export") == before
 
@@ -449,7 +449,7 @@ def test_nan_outputs_fail_parity_and_the_previous_export_stays(recorded_run, rel
 
 
 def test_an_export_records_the_weights_it_came_from_and_its_files(recorded_run, reload_in_process):
-    from train.weights import records, sha256_of
+    from train.weights import records, sha256_file
 
     report = export.export_run(recorded_run)
     recorded = records(recorded_run)["best.weights.h5"]
@@ -458,7 +458,7 @@ def test_an_export_records_the_weights_it_came_from_and_its_files(recorded_run, 
     assert report["source"] == source["weights"] == read_json(recorded_run / "manifest.json")["export"]["source"]
     files = source["files"]
     assert "savedmodel/saved_model.pb" in files and "model.keras" in files and "source.json" not in files
-    assert all(sha256_of(recorded_run / "export" / rel) == digest for rel, digest in files.items())
+    assert all(sha256_file(recorded_run / "export" / rel) == digest for rel, digest in files.items())
 
 
 def _no_space(*_args, **_kw):
