@@ -424,13 +424,12 @@ def _rerun_trains(copy: Path) -> bool:
     return bool(new and states(new[0]) and (new[0] / "run.lock").stat().st_size)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path, sig):
+def _start_long_reproduce(original, tmp_path):
+    """`reproduce --local` of a copy of the run set to 500 epochs (still training when a signal comes),
+    its worktree under tmp_path/tmp: (repo, copy, tmp, process)."""
     repo, _, run, _ = original
     copy = _copy(run, tmp_path)
-    _edit(copy / "config.json", epochs=500)  # a rerun still training when the signal comes
+    _edit(copy / "config.json", epochs=500)
     tmp = tmp_path / "tmp"  # where the worktree goes
     tmp.mkdir()
     with open(tmp_path / "reproduce.out", "w") as out:
@@ -441,6 +440,14 @@ def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp
             stderr=subprocess.STDOUT,
             env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
         )
+    return repo, copy, tmp, proc
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path, sig):
+    repo, copy, tmp, proc = _start_long_reproduce(original, tmp_path)
     try:
         assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()
         (new,) = [p for p in _runs(copy.parent) if p != copy]
@@ -462,19 +469,7 @@ def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
 def test_the_worktree_of_a_killed_reproduce_is_removed_by_the_next_one(original, tmp_path):
-    repo, _, run, _ = original
-    copy = _copy(run, tmp_path)
-    _edit(copy / "config.json", epochs=500)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    with open(tmp_path / "reproduce.out", "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "train", "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent)],
-            cwd=repo,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
-        )
+    repo, copy, tmp, proc = _start_long_reproduce(original, tmp_path)
     try:
         assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()
     finally:
