@@ -13,6 +13,7 @@ import os
 import keras
 import numpy as np
 import pytest
+from helpers import tiny_image_model
 
 from train import export
 from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
@@ -21,9 +22,7 @@ from train.rundir import TMP_MARK, read_json
 
 
 def _tiny_model():
-    inputs = keras.Input(shape=(6, 6, 1), name="image")
-    x = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs))
-    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(x))
+    return tiny_image_model()
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import logging
 
-import keras
 import numpy as np
 import pytest
+from helpers import tiny_image_model
 
 from train import weights
 from train.errors import StorageError, WeightsError
@@ -15,10 +15,7 @@ from train.rundir import read_json
 
 
 def _model(seed: int = 0):
-    keras.utils.set_random_seed(seed)
-    inputs = keras.Input(shape=(6, 6, 1), name="image")
-    x = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs))
-    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(x))
+    return tiny_image_model(seed)
 
 
 @pytest.fixture
