@@ -57,7 +57,7 @@ def _flags(npz, runs) -> list[str]:
 
 
 def _ms_per_step(runs, n_train: int) -> float:
-    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    (run,) = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]  # .cache holds the measured peak
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     steps = -(-n_train // GLOBAL_BATCH)
     return float(rows[-1]["epoch_seconds"]) / steps * 1000

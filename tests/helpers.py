@@ -55,6 +55,17 @@ def make_npz(directory: Path, name: str = "tiny.npz", **kw) -> Path:
     return path
 
 
+def tiny_image_model(seed: int | None = None):
+    """A 6x6x1 -> 2-class softmax Keras model, small enough to save, export and hash in a moment."""
+    import keras
+
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    inputs = keras.Input(shape=(6, 6, 1), name="image")
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs))
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(x))
+
+
 def tiny_settings(tmp_path: Path, **changes):
     """A CPU-sized run on generated data, every output under tmp_path."""
     from train.config import load_settings

@@ -212,3 +212,118 @@ def test_the_html_page_escapes_what_the_runs_hold(tmp_path):
     assert "<td>status</td><td>completed</td><td>&lt;s&gt;x&lt;/s&gt;&amp;</td>" in page
     for raw in ("x<1>", "<b>bold", "<i>", "<s>", "&y", "a&b"):
         assert raw not in page, raw
+
+
+@pytest.fixture
+def edge_runs(tmp_path):
+    """Run a: no metrics, no status, no EPOCHS, an empty DATASET; run b: minutes, a missing metric."""
+    import json
+
+    a = write_run_records(tmp_path / "a", {"dataset": ""}, metrics=[])
+    config = json.loads((a / "config.json").read_text())
+    del config["epochs"]
+    (a / "config.json").write_text(json.dumps(config))
+    manifest = json.loads((a / "manifest.json").read_text())
+    del manifest["status"]
+    (a / "manifest.json").write_text(json.dumps(manifest))
+    epoch = {"loss": 0.5, "accuracy": 0.75, "val_loss": 0.25, "val_accuracy": 0.875}
+    b = write_run_records(
+        tmp_path / "b",
+        {"epochs": 2},
+        # 120 s to the best epoch (the edge of seconds and minutes), 600 s in all; no val_loss at the end.
+        metrics=[
+            {"epoch": 1, **epoch, "epoch_seconds": 120.0},
+            {"epoch": 2, **epoch, "val_loss": "", "epoch_seconds": 480.0},
+        ],
+    )
+    return [load_records(a), load_records(b)]
+
+
+def test_the_text_of_runs_with_missing_and_empty_values(edge_runs):
+    assert compare.format_comparison(edge_runs) == "\n".join(
+        [
+            "settings that differ  a   b",
+            "DATASET               ''  mnist",
+            "EPOCHS                -   2",
+            "",
+            "metrics             a        b",
+            "status              unknown  completed",
+            "epochs              0/?      2/2",
+            "final loss          -        0.5000",
+            "final accuracy      -        0.7500",
+            "final val_loss      -        -",
+            "final val_accuracy  -        0.8750",
+            "best                -        val_accuracy=0.8750",
+            "best at epoch       -        1",
+            "time to best        -        2.0min",
+            "training time       -        10.0min",
+            "resumed             0x       0x",
+            "",
+            "time to best: training seconds of every segment (validation excluded) until the best epoch ended",
+        ]
+    )
+
+
+def test_identical_settings_are_one_row_without_cells(tmp_path):
+    a = load_records(write_run_records(tmp_path / "a"))
+    b = load_records(write_run_records(tmp_path / "b"))
+    assert compare.format_comparison([a, b]).startswith("settings that differ  a  b\n(none)\n\nmetrics ")
+    page = compare.compare_html([a, b], b"")
+    assert '<h2>Settings that differ</h2>\n<p class="note">none</p>\n' in page
+
+
+def test_the_html_tables_have_their_headers_and_the_picture_its_text(edge_runs):
+    page = compare.compare_html(edge_runs, b"")
+    assert '<img alt="loss and accuracy of each run by epoch; the monitored metric by training time" ' in page
+    assert "<table><tr><th>setting</th><th>a</th><th>b</th></tr><tr><td>DATASET</td><td>&#x27;&#x27;</td>" in page
+    assert "<table><tr><th></th><th>a</th><th>b</th></tr><tr><td>status</td><td>unknown</td>" in page
+
+
+def test_out_that_is_a_directory_is_refused(runs, tmp_path):
+    (tmp_path / "cmp.html").mkdir()
+    with pytest.raises(compare.ConfigError) as exc:
+        compare.check_out(str(tmp_path / "cmp.html"))
+    assert str(exc.value) == (
+        f"--out={str(tmp_path / 'cmp.html')!r} is not valid: is a directory; name a file in it, e.g. compare.html"
+    )
+
+
+def test_out_in_a_folder_inside_a_run_never_overwrites_a_file_there(runs):
+    sub = runs / "20261130-100000-aaaa" / "mine"
+    sub.mkdir()
+    (sub / "notes.html").write_text("mine")
+    with pytest.raises(compare.ConfigError, match="already exists inside run 20261130-100000-aaaa"):
+        compare.check_out(str(sub / "notes.html"))
+
+
+def test_one_run_is_refused_with_the_command_to_use(runs):
+    with pytest.raises(compare.ConfigError) as exc:
+        compare.compare_runs(runs, ["20261130-100000-aaaa"])
+    assert str(exc.value) == (
+        "RUN='20261130-100000-aaaa' is not valid: compare needs two or more runs: "
+        "python -m train compare RUN RUN [RUN...]"
+    )
+
+
+def test_with_out_the_text_is_the_comparison_then_what_was_written(runs, tmp_path):
+    out = tmp_path / "cmp.png"
+    text = compare.compare_runs(runs, ["20261130-100000-aaaa", "20261130-110000-bbbb"], str(out))
+    assert text.startswith("settings that differ ") and text.endswith(f"ended\n\nwrote {out}")
+
+
+def test_a_folder_that_cannot_be_looked_into_does_not_hide_the_run_around_it(runs, monkeypatch):
+    from train.run import rundir
+
+    sub = runs / "20261130-100000-aaaa" / "mine"
+    sub.mkdir()
+    real = rundir.is_run_dir
+
+    def is_run_dir(path):
+        if path == sub:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    (sub / "notes.html").write_text("mine")
+    monkeypatch.setattr(rundir, "is_run_dir", is_run_dir)
+    with pytest.raises(compare.ConfigError, match="notes.html already exists inside run 20261130-100000-aaaa"):
+        compare.check_out(str(sub / "notes.html"))

@@ -181,6 +181,8 @@ def invoke_errors(path: Path, root: Path = ROOT) -> list[str]:
 
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda p: p.name)
 def test_every_invoke_command_in_the_docs_names_a_real_task_and_real_options(path):
+    if not (ROOT / "tasks.py").is_file():
+        pytest.skip("tasks.py is a host-side file (not in the image)")
     assert invoke_errors(path) == []
 
 

@@ -58,6 +58,17 @@ def test_min_mode_stops_after_patience_epochs_of_improvements_smaller_than_min_d
     assert not p.exhausted(state) and state == {"patience_reference": 1.5, "patience_wait": 0}
 
 
+def test_an_improvement_of_exactly_min_delta_does_not_count_in_either_mode():
+    # Binary fractions: reference + MIN_DELTA is exact, so "more than" is tested at its edge.
+    assert run(Patience(2, 0.25, "max", "val_accuracy"), [0.5, 0.75, 0.875]) == [0, 1, 0]
+    assert run(Patience(2, 0.25, "min", "val_loss"), [1.0, 0.875, 0.75, 0.5]) == [0, 1, 2, 0]
+
+
+def test_a_first_epoch_without_a_value_starts_the_count_at_one():
+    p = Patience(2, 0.0, "max", "val_accuracy")
+    assert run(p, [None]) == [1] and run(p, [float("nan"), 0.5]) == [1, 0]
+
+
 @pytest.mark.parametrize("patience, wait, stops", [(0, 99, False), (3, 2, False), (3, 3, True), (1, 1, True)])
 def test_exhausted_and_zero_is_off(patience, wait, stops):
     p = Patience(patience, 0.0, "max", "val_accuracy")
@@ -73,6 +84,14 @@ def test_the_reason_names_monitor_delta_patience_and_best():
     )
 
 
+def test_the_reason_of_a_state_without_a_count_or_a_best():
+    # A state saved before its first counted epoch: no wait yet, no best value.
+    assert Patience(2, 0.0, "max", "val_accuracy").reason({}) == (
+        "early stopping: val_accuracy has not improved by more than MIN_DELTA=0 for 0 epochs (PATIENCE=2); "
+        "best val_accuracy -, its weights are in best.weights.h5"
+    )
+
+
 def test_the_ending_goes_to_the_run_and_its_latest_segment(tmp_path):
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps({"status": "running", "segments": [{"ended_because": "old"}, {"status": "running"}]}))
@@ -80,6 +99,41 @@ def test_the_ending_goes_to_the_run_and_its_latest_segment(tmp_path):
     m = json.loads(path.read_text())
     assert m["ended_because"] == "all 3 epochs trained"
     assert [s.get("ended_because") for s in m["segments"]] == ["old", "all 3 epochs trained"]
+
+
+def test_only_the_last_of_several_segments_gets_the_ending(tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"segments": [{}, {}, {}]}))
+    record_ending(path, "stopped")
+    assert [s.get("ended_because") for s in json.loads(path.read_text())["segments"]] == [None, None, "stopped"]
+
+
+@pytest.mark.parametrize("segments", [None, [], ["not a segment"], "abc"])
+def test_a_manifest_without_usable_segments_still_gets_the_ending(tmp_path, segments):
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"status": "running"} if segments is None else {"segments": segments}))
+    record_ending(path, "stopped")
+    m = json.loads(path.read_text())
+    assert m["ended_because"] == "stopped" and m.get("segments") == segments
+
+
+def test_a_missing_manifest_is_written_with_the_ending(tmp_path):
+    path = tmp_path / "manifest.json"
+    record_ending(path, "stopped")
+    assert json.loads(path.read_text()) == {"ended_because": "stopped"}
+
+
+def test_the_logged_error_names_the_manifest_and_the_error(tmp_path, caplog, monkeypatch):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    monkeypatch.setattr(logging.getLogger("train"), "handlers", [])
+    path = tmp_path / "manifest.json"
+    path.write_text("[1, 2]")
+    with caplog.at_level("ERROR", logger="train"):
+        record_ending(path, "stopped")
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"could not record why the run ended in {path}: ") and "None" not in message
 
 
 @pytest.mark.parametrize("content", ['{"status": "runn', "[1, 2]"])

@@ -13,6 +13,7 @@ import os
 import keras
 import numpy as np
 import pytest
+from helpers import tiny_image_model
 
 from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
@@ -21,9 +22,7 @@ from train.run.rundir import TMP_MARK, read_json
 
 
 def _tiny_model():
-    inputs = keras.Input(shape=(6, 6, 1), name="image")
-    x = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs))
-    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(x))
+    return tiny_image_model()
 
 
 @pytest.fixture
@@ -420,7 +419,7 @@ def _flip_kernel_bits(path):
 
 def test_export_of_bit_rotted_best_weights_is_refused_naming_both_hashes(recorded_run, capsys):
     from train import cli
-    from train.run.weights import records, sha256_of
+    from train.run.weights import records, sha256_file
 
     before = _old_export(recorded_run)
     best = recorded_run / "best.weights.h5"
@@ -428,7 +427,7 @@ def test_export_of_bit_rotted_best_weights_is_refused_naming_both_hashes(recorde
     assert cli.main(["export", recorded_run.name, "--runs-dir", str(recorded_run.parent)]) == 4
     err = capsys.readouterr().err
     assert err.startswith("WeightsError: ") and err.count("\n") == 1
-    assert str(best) in err and sha256_of(best) in err and records(recorded_run)[best.name]["sha256"] in err
+    assert str(best) in err and sha256_file(best) in err and records(recorded_run)[best.name]["sha256"] in err
     assert "final.weights.h5 (epoch 2), which is intact" in err
     assert _tree(recorded_run / "export") == before
 
@@ -449,7 +448,7 @@ def test_nan_outputs_fail_parity_and_the_previous_export_stays(recorded_run, rel
 
 
 def test_an_export_records_the_weights_it_came_from_and_its_files(recorded_run, reload_in_process):
-    from train.run.weights import records, sha256_of
+    from train.run.weights import records, sha256_file
 
     report = export.export_run(recorded_run)
     recorded = records(recorded_run)["best.weights.h5"]
@@ -458,7 +457,7 @@ def test_an_export_records_the_weights_it_came_from_and_its_files(recorded_run, 
     assert report["source"] == source["weights"] == read_json(recorded_run / "manifest.json")["export"]["source"]
     files = source["files"]
     assert "savedmodel/saved_model.pb" in files and "model.keras" in files and "source.json" not in files
-    assert all(sha256_of(recorded_run / "export" / rel) == digest for rel, digest in files.items())
+    assert all(sha256_file(recorded_run / "export" / rel) == digest for rel, digest in files.items())
 
 
 def _no_space(*_args, **_kw):

@@ -409,7 +409,7 @@ def test_a_failed_run_gets_a_report_that_says_why(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "build_model", broken)
     with pytest.raises(DataError, match="broken <on purpose>"):
         train(tiny_settings(tmp_path))
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]  # .cache holds the measured peak
     page = (run / "report.html").read_text()
     assert '<span class="status failed">failed</span>' in page and "DataError: broken &lt;on purpose&gt;" in page
     assert "not available: NoWeightsError:" in page and "best.weights.h5 is missing" in page

@@ -424,13 +424,12 @@ def _rerun_trains(copy: Path) -> bool:
     return bool(new and states(new[0]) and (new[0] / "run.lock").stat().st_size)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path, sig):
+def _start_long_reproduce(original, tmp_path):
+    """`reproduce --local` of a copy of the run set to 500 epochs (still training when a signal comes),
+    its worktree under tmp_path/tmp: (repo, copy, tmp, process)."""
     repo, _, run, _ = original
     copy = _copy(run, tmp_path)
-    _edit(copy / "config.json", epochs=500)  # a rerun still training when the signal comes
+    _edit(copy / "config.json", epochs=500)
     tmp = tmp_path / "tmp"  # where the worktree goes
     tmp.mkdir()
     with open(tmp_path / "reproduce.out", "w") as out:
@@ -441,6 +440,14 @@ def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp
             stderr=subprocess.STDOUT,
             env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
         )
+    return repo, copy, tmp, proc
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path, sig):
+    repo, copy, tmp, proc = _start_long_reproduce(original, tmp_path)
     try:
         assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()
         (new,) = [p for p in _runs(copy.parent) if p != copy]
@@ -462,19 +469,7 @@ def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
 def test_the_worktree_of_a_killed_reproduce_is_removed_by_the_next_one(original, tmp_path):
-    repo, _, run, _ = original
-    copy = _copy(run, tmp_path)
-    _edit(copy / "config.json", epochs=500)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    with open(tmp_path / "reproduce.out", "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "train", "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent)],
-            cwd=repo,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
-        )
+    repo, copy, tmp, proc = _start_long_reproduce(original, tmp_path)
     try:
         assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()
     finally:
@@ -487,3 +482,113 @@ def test_the_worktree_of_a_killed_reproduce_is_removed_by_the_next_one(original,
     proc = _reproduce(repo, copy)
     assert proc.returncode == 9 and "removed the worktree of an earlier reproduce that was killed" in proc.stdout
     assert _worktrees(repo) == [f"worktree {repo}"] and list(tmp.iterdir()) == []
+
+
+# -- the verdict, exactly ------------------------------------------------------------------------
+def _two_runs(tmp_path, a: str, b: str) -> tuple[Path, Path]:
+    for name, csv in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.csv").write_text(csv)
+    return tmp_path / "a", tmp_path / "b"
+
+
+def test_within_tolerance_skips_other_columns_and_needs_every_metric_within(tmp_path):
+    # batch_size sorts before the metrics and is no metric: skipped, never compared, never the end;
+    # test_accuracy, in one run only, is not compared.
+    a = {"batch_size": 32.0, "learning_rate": 0.1, "val_accuracy": 0.9, "val_loss": 10.0, "test_accuracy": 1.0}
+    ok, details = within_tolerance(
+        a, {"batch_size": 64.0, "learning_rate": 0.5, "val_accuracy": 0.9095, "val_loss": 11.0}
+    )
+    # 0.0095 is within the absolute 0.01 (not 1 % of 0.9); 1.0 is exactly 10 % of a loss of 10.
+    assert ok and details == {
+        "val_accuracy": {"original": 0.9, "rerun": 0.9095, "difference": pytest.approx(0.0095), "allowed": 0.01},
+        "val_loss": {"original": 10.0, "rerun": 11.0, "difference": 1.0, "allowed": 1.0},
+    }
+    ok, _ = within_tolerance({"val_accuracy": 0.9, "val_loss": 1.0}, {"val_accuracy": 0.8, "val_loss": 1.0})
+    assert not ok  # the accuracy is out, the loss after it in: out
+
+
+def test_the_tolerance_verdict_names_its_epoch_and_metrics(tmp_path):
+    a, b = _two_runs(tmp_path, "epoch,val_accuracy\n1,0.5\n2,0.9\n", "epoch,val_accuracy\n1,0.5\n2,0.905\n")
+    v = judge(Verdict("a", "b", rows=_sha_rows(True)), a, {}, {"deterministic": False, "epochs": 2}, b, {}, None)
+    assert v.match is True
+    assert v.method == "metrics of epoch 2 within tolerance (DETERMINISTIC=false): accuracies ±0.01, losses ±10%"
+    assert v.details == {
+        "epoch": 2,
+        "metrics": {
+            "val_accuracy": {"original": 0.9, "rerun": 0.905, "difference": pytest.approx(0.005), "allowed": 0.01}
+        },
+    }
+    # A rerun stopped early (its epochs_completed) is compared at its last epoch.
+    v = judge(Verdict("a", "b", rows=_sha_rows(True)), a, {}, {"epochs": 2}, b, {"epochs_completed": 1}, None)
+    assert v.details["epoch"] == 1
+
+
+def test_the_same_weights_match_when_the_rerun_has_every_epoch(tmp_path):
+    sha = {"final_weights_sha256": "a" * 64}
+    a, b = _two_runs(tmp_path, "epoch,val_accuracy\n1,0.5\n", "epoch,val_accuracy\n1,0.6\n")
+    v = judge(Verdict("a", "b", rows=_sha_rows(True)), a, sha, {"deterministic": True, "epochs": 2}, b, sha, 2)
+    assert v.match is True
+    assert v.method == "final weights sha256 (DETERMINISTIC=true, same device kind and precision)"
+
+
+def test_another_device_kind_is_judged_by_the_metrics(tmp_path):
+    sha = {"final_weights_sha256": "a" * 64, "epochs_completed": 1}
+    a, b = _two_runs(tmp_path, "epoch,val_accuracy\n1,0.5\n", "epoch,val_accuracy\n1,0.6\n")
+    rows = [{"what": "device", "same": False}, {"what": "precision", "same": True}]
+    v = judge(Verdict("a", "b", rows=rows), a, sha, {"deterministic": True, "epochs": 1}, b, sha, None)
+    assert v.match is False and "(another device kind or precision)" in v.method
+
+
+def test_an_exact_row_that_is_the_same_matches(tmp_path):
+    a, b = _two_runs(
+        tmp_path, "epoch,val_accuracy,epoch_seconds\n1,0.5,3\n", "epoch,val_accuracy,epoch_seconds\n1,0.5,4\n"
+    )
+    v = judge(Verdict("a", "b", rows=_sha_rows(True)), a, {}, {"deterministic": True, "epochs": 2}, b, {}, 1)
+    assert v.match is True and v.details == {"epoch": 1, "differ": {}}
+    assert v.method == "metrics.csv row of epoch 1, exactly (the original's weights at that epoch are not kept)"
+
+
+@pytest.mark.parametrize("missing", ["a", "b"])
+def test_a_missing_metrics_row_names_the_file_it_is_missing_from(tmp_path, missing):
+    rows = {k: "epoch,val_accuracy\n1,0.5\n" + ("" if k == missing else "2,0.6\n") for k in ("a", "b")}
+    a, b = _two_runs(tmp_path, rows["a"], rows["b"])
+    with pytest.raises(ReproduceError) as exc:
+        judge(Verdict("a", "b", rows=_sha_rows(True)), a, {}, {"deterministic": False, "epochs": 3}, b, {}, 2)
+    assert str(exc.value) == (
+        f"no metrics row for epoch 2 in {tmp_path / missing / 'metrics.csv'}: nothing to compare the rerun with"
+    )
+
+
+def test_a_record_without_epochs_looks_for_epoch_0(tmp_path):
+    a, b = _two_runs(tmp_path, "epoch,val_accuracy\n1,0.5\n", "epoch,val_accuracy\n1,0.5\n")
+    with pytest.raises(ReproduceError, match="no metrics row for epoch 0 in "):
+        judge(Verdict("a", "b", rows=_sha_rows(True)), a, {}, {}, b, {}, None)
+
+
+def test_the_printed_verdict(tmp_path):
+    from train.reproduce.rerun import format_verdict
+
+    rows = [
+        {"what": "code", "original": "abc", "rerun": "abc", "same": True},
+        {"what": "precision", "original": "float32", "rerun": "mixed_bfloat16", "same": False},
+    ]
+    v = Verdict("orig", "new", rows=rows, method="m", match=False, details={"epoch": 1})
+    assert format_verdict(v).split("\n") == [
+        "            original (orig)  rerun (new)",
+        "code        abc           abc",
+        "precision   float32       mixed_bfloat16   <- differs",
+        "result:     DIFFERENT by m",
+        '            {"epoch": 1}',
+    ]
+    short = [{"what": "code", "original": "abc", "rerun": "abc", "same": True}]
+    assert format_verdict(Verdict("o", "n", rows=short, method="m", match=True)).split("\n")[:2] == [
+        "            original (o)  rerun (n)",
+        "code        abc           abc",
+    ]
+    long = [{"what": "code", "original": "a" * 20, "rerun": "b", "same": True}]
+    assert format_verdict(Verdict("o", "n", rows=long, method="m", match=True)).split("\n") == [
+        f"            {'original (o)':<20}  rerun (n)",
+        f"code        {'a' * 20}  b",
+        "result:     MATCH by m",
+    ]

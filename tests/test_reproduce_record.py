@@ -150,3 +150,44 @@ def test_a_shorter_rerun_of_a_cosine_schedule_is_refused_before_the_commit_is_lo
         reproduce(run, tmp_path, epochs=2, say=lambda _line: None)
     with pytest.raises(ReproduceError, match="is not a git checkout"):
         reproduce(run, tmp_path, epochs=5, say=lambda _line: None)  # the whole run: no refusal
+
+
+def _why(run, manifest, config, epochs, rows) -> str:
+    with pytest.raises(ReproduceRecordError) as exc:
+        check_comparable(run, manifest, config, epochs, rows)
+    return str(exc.value)
+
+
+def test_each_refusal_of_check_comparable_in_full(tmp_path):
+    from train.reproduce.record import RESTORE
+
+    run = _run(tmp_path)
+    manifest, config = json.loads((run / "manifest.json").read_text()), json.loads((run / "config.json").read_text())
+    m, j = run / "metrics.csv", run / "manifest.json"
+    assert _why(run, manifest, config, 3, {1: {}, 2: {}}) == (
+        f"{m}: epoch=3 has no row (epochs 1..2): the rerun would have nothing to compare with; "
+        "choose --epochs among the epochs recorded"
+    )
+    assert _why(run, manifest, config, 3, {}).startswith(f"{m}: epoch=3 has no row (no rows): ")
+    stopped = dict(manifest, status="interrupted", epochs_completed=None)
+    assert _why(run, stopped, config, None, {}) == (
+        f"{j}: status='interrupted' is not 'completed': the run has no final result; it never finished an epoch"
+    )
+    # --epochs equal to the run's own is the whole run: its status still counts.
+    assert _why(run, dict(stopped, epochs_completed=2), config, 5, {5: {}}).startswith(f"{j}: status='interrupted'")
+    assert _why(run, dict(manifest, final_weights_sha256=None), config, None, {}) == (
+        f"{j}: final_weights_sha256=None is missing: a DETERMINISTIC run is judged by it; {RESTORE}"
+    )
+    assert _why(run, dict(manifest, epochs_completed=None), dict(config, deterministic=False), None, {}) == (
+        f"{m}: epoch=5 has no row: the rerun's final metrics would have nothing to compare with; {RESTORE}"
+    )
+
+
+def test_what_each_run_is_judged_by_is_enough(tmp_path):
+    run = _run(tmp_path)
+    manifest, config = json.loads((run / "manifest.json").read_text()), json.loads((run / "config.json").read_text())
+    assert config["deterministic"] and config["epochs"] == 5
+    check_comparable(run, manifest, config, None, {})  # judged by the final weights' hash: no row needed
+    # Stopped early after 3 of 5 epochs: its last row is epoch 3.
+    early = dict(manifest, epochs_completed=3)
+    check_comparable(run, early, dict(config, deterministic=False), None, {1: {}, 2: {}, 3: {}})

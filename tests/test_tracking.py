@@ -887,6 +887,8 @@ def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch)
         def log_then_lose_the_server(self, row, step):
             original(self, row, step)
             if server.poll() is None:  # once epoch 1 is queued: the server goes away
+                # The run is made on the tracking thread: lose the server after it exists, not before.
+                assert self._started.wait(300)
                 os.killpg(server.pid, 9)
                 server.wait()
 
@@ -939,7 +941,9 @@ def test_an_unreachable_server_is_one_warning_and_the_training_completes(tmp_pat
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     warnings = [line for line in proc.stdout.splitlines() if "MLflow" in line]
     assert len(warnings) == 1 and "tracking off for this run" in warnings[0] and f"127.0.0.1:{port}" in warnings[0]
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = [
+        p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")
+    ]  # .cache holds the measured peak
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["mlflow"]["tracking"] == "off"
     assert manifest["mlflow"]["reason"].startswith(f"http://127.0.0.1:{port}/health cannot be reached")
@@ -1064,3 +1068,64 @@ def test_the_profiles_server_command_runs_and_answers_the_training_containers_ho
         assert status(f"localhost:{port}") == 200  # a browser on this machine
         assert status("attacker.example:5000") == 403  # anything else: refused (DNS rebinding)
     assert (tmp_path / "mlflow.db").is_file()
+
+
+def test_the_health_check_asks_once_with_its_timeout_and_names_what_failed(monkeypatch):
+    import urllib.error
+    import urllib.request
+
+    calls, answer = [], {}
+
+    class Response:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self, n):
+            calls.append(("read", n))
+            return b"OK"
+
+    def urlopen(url, timeout):
+        calls.append((url, timeout))
+        if "error" in answer:
+            raise answer["error"]
+        return Response()
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    tracking.check_reachable("https://mlflow.example/", timeout=2.5)  # a trailing / is not doubled
+    assert calls == [("https://mlflow.example/health", 2.5), ("read", 64)]  # a long body is not read whole
+    for error, says in (
+        (urllib.error.HTTPError("u", 503, "unavailable", {}, None), "https://HOST-X/health answered HTTP 503"),
+        (urllib.error.URLError("refused"), "https://HOST-X/health cannot be reached (refused)"),
+        (OSError("network is down"), "https://HOST-X/health cannot be reached (network is down)"),
+    ):
+        answer["error"] = error
+        with pytest.raises(tracking.TrackingUnavailable) as exc:
+            tracking.check_reachable("https://HOST-X")  # only slashes are stripped
+        assert str(exc.value) == says
+
+
+def test_what_each_call_sends_to_the_server(tmp_path):
+    _run_files(tmp_path)
+    (tmp_path / "export").mkdir()
+    client = Recording("http://127.0.0.1:9")
+    before = int(time.time() * 1000)
+    tracker = _tracker(tmp_path, client, run_id="r9")
+    assert tracker._thread.daemon and tracker._thread.name == "mlflow-tracking"  # a hung server never holds the exit
+    row = {"epoch": 2, "loss": 0.5, "accuracy": 0.75}
+    tracker.log_epoch(row, 40)
+    after = int(time.time() * 1000)
+    tracker.finish("no such status")
+    (batch,) = [c for c in client.calls if c[0] == "log_batch"]
+    assert batch[1] == ("r9",) and batch[2]["synchronous"] is True
+    sent = [(m.key, m.value, m.step) for m in batch[2]["metrics"]]
+    assert sent == [(k, v, 40) for k, v in tracking.epoch_metrics(row).items()] and sent
+    assert all(before <= m.timestamp <= after for m in batch[2]["metrics"])  # milliseconds since the epoch
+    uploads = [(name, args) for name, args, _ in client.calls if name.startswith(("log_artifact", "set_terminated"))]
+    assert uploads == [
+        *(("log_artifact", ("r9", str(tmp_path / n))) for n in ("manifest.json", "config.json", "report.html")),
+        ("log_artifacts", ("r9", str(tmp_path / "export"), "export")),
+        ("set_terminated", ("r9", "FAILED")),  # a status it does not know: FAILED
+    ]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import logging
 
-import keras
 import numpy as np
 import pytest
+from helpers import tiny_image_model
 
 from train.errors import StorageError, WeightsError
 from train.run import weights
@@ -15,10 +15,7 @@ from train.run.rundir import read_json
 
 
 def _model(seed: int = 0):
-    keras.utils.set_random_seed(seed)
-    inputs = keras.Input(shape=(6, 6, 1), name="image")
-    x = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs))
-    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(x))
+    return tiny_image_model(seed)
 
 
 @pytest.fixture
@@ -47,7 +44,7 @@ def test_each_write_records_the_files_sha256_epoch_and_the_one_it_replaces(run):
     first = weights.save_weights(_model(0), best, epoch=1)
     second = weights.save_weights(_model(1), best, epoch=3)
     recorded = read_json(run / "manifest.json")["weights"]["best.weights.h5"]
-    assert recorded == second and recorded["sha256"] == weights.sha256_of(best) and recorded["epoch"] == 3
+    assert recorded == second and recorded["sha256"] == weights.sha256_file(best) and recorded["epoch"] == 3
     assert recorded["bytes"] == best.stat().st_size
     assert recorded["previous"] == {"sha256": first["sha256"], "bytes": first["bytes"], "epoch": 1}
     assert read_json(run / "manifest.json")["status"] == "completed"  # the rest of the manifest is kept
@@ -62,7 +59,7 @@ def test_a_flipped_bit_is_refused_naming_the_file_and_both_hashes(run):
         weights.verify(run, best)
     msg = str(info.value)
     assert info.value.exit_code == 4 and "\n" not in msg
-    assert str(best) in msg and written["sha256"] in msg and weights.sha256_of(best) in msg
+    assert str(best) in msg and written["sha256"] in msg and weights.sha256_file(best) in msg
     assert "epoch 2" in msg and "restore it from a backup" in msg
 
 
@@ -90,7 +87,7 @@ def test_a_kill_between_the_record_and_the_rename_leaves_the_older_file_which_st
 def test_a_run_written_before_hashes_were_kept_is_used_with_one_warning(run, warnings):
     best = run / "best.weights.h5"
     _model().save_weights(best)
-    assert weights.verify(run, best) == {"file": best.name, "sha256": weights.sha256_of(best), "epoch": None}
+    assert weights.verify(run, best) == {"file": best.name, "sha256": weights.sha256_file(best), "epoch": None}
     (line,) = {id(r): r.getMessage() for r in warnings.records}.values()
     assert line.startswith(f"WARNING: run {run.name}: best.weights.h5 has no recorded sha256")
 
@@ -151,7 +148,7 @@ def test_an_unreadable_weights_file_is_a_weights_error(run, monkeypatch):
     def denied(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(weights, "sha256_of", denied)
+    monkeypatch.setattr(weights, "sha256_file", denied)
     with pytest.raises(WeightsError, match="cannot be read \\(Permission denied\\)"):
         weights.verify(run, best)
 
@@ -183,7 +180,7 @@ def test_the_weights_the_loop_writes_are_recorded(tmp_path):
     (run,) = list_run_dirs(tmp_path / "runs")
     recorded = read_json(run / "manifest.json")["weights"]
     for name in ("best.weights.h5", "final.weights.h5"):
-        assert recorded[name]["sha256"] == weights.sha256_of(run / name) and recorded[name]["epoch"] == 1
+        assert recorded[name]["sha256"] == weights.sha256_file(run / name) and recorded[name]["epoch"] == 1
     assert np.isfinite(recorded["best.weights.h5"]["bytes"])
 
 

@@ -199,16 +199,16 @@ EXIT_CODES = {
     0: "success",
     1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU",
     2: "invalid setting or command line (found before TensorFlow is imported), or a MODEL that cannot be built for the data (found after)",
-    3: "data set missing, empty, corrupt or of the wrong shape",
-    4: "checkpoint or run problem (no valid checkpoint or weights, model, settings or data differ, "
+    3: "data set missing, empty, unreadable, corrupt, too large or of the wrong shape",
+    4: "checkpoint or run problem (no valid checkpoint or weights, weights whose sha256 differs from the record, model, settings or data differ, "
     "unreadable config.json/manifest.json, run in use by another process)",
     5: "training diverged (NaN/inf loss); the last good checkpoint is kept",
     6: "accelerator out of memory",
-    7: "runs directory not writable or disk full",
+    7: "runs directory not writable, disk full, or the run directory removed while training",
     8: "export failed or the exported model disagrees with the trained one",
     9: "reproduce: the run cannot be reproduced (commit, dirty tree, lock, data or its rerun failed)",
     10: "reproduce: the rerun does not match the original",
-    11: "several workers: another worker died or stopped answering; restart all of them with RESUME=auto",
+    11: "several workers: another worker died, stopped answering or never started (JOIN_TIMEOUT); restart all of them with RESUME=auto",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
     130: "a second Ctrl-C: stopped at once, without the save; the last saved state is kept",
 }

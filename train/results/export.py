@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import ExportError, Interrupted, NoWeightsError
 from ..run.manifest import now_iso, update_manifest
 from ..run.rundir import TMP_MARK, ExportDir, RunDir, labels_text, make_temp_dir, read_run_settings, storage_error
-from ..run.weights import sha256_of
+from ..inputs.arrays import sha256_file
 
 log = logging.getLogger("train")
 TOLERANCE = 1e-5
@@ -207,7 +207,7 @@ def _source_fields(source: dict[str, Any] | None) -> dict[str, Any]:
 def write_source(export: ExportDir, source: dict[str, Any] | None) -> None:
     """source.json: the weights the export came from, and the sha256 of each of its own files."""
     digests = {
-        p.relative_to(export.path).as_posix(): sha256_of(p)
+        p.relative_to(export.path).as_posix(): sha256_file(p)
         for p in sorted(export.path.rglob("*"))
         if p.is_file() and p != export.source
     }

@@ -112,12 +112,12 @@ def check_export(run_files: RunDir) -> None:
         raise ExportError(
             f"the export of run {run_files.name}: {export.source} is unreadable ({exc}): {again}"
         ) from None
-    from ..run.weights import sha256_of
+    from ..run.weights import sha256_file
 
     for rel, digest in recorded.items():
         path = export.path / rel
         try:
-            actual = sha256_of(path)
+            actual = sha256_file(path)
         except OSError as exc:
             raise ExportError(
                 f"the export of run {run_files.name} is damaged: {path} cannot be read ({exc.strerror or exc}): {again}"
@@ -131,7 +131,7 @@ def check_export(run_files: RunDir) -> None:
 
 
 def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:
-    from ..run.weights import records, sha256_of
+    from ..run.weights import records, sha256_file
 
     current = run_files.weights()
     if not current:
@@ -139,7 +139,7 @@ def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:
     now = current[0]
     entry = records(run_files.path).get(now.name) or {}
     try:
-        sha, epoch = entry.get("sha256") or sha256_of(now), entry.get("epoch")
+        sha, epoch = entry.get("sha256") or sha256_file(now), entry.get("epoch")
     except OSError:
         return  # unreadable weights: export and a fit say so; predict uses the export
     if sha == source.get("sha256"):

@@ -11,25 +11,17 @@ warning line.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any
 
 from ..errors import WeightsError
+from ..inputs.arrays import sha256_file
 from .manifest import now_iso
 from .rundir import RunDir, atomic_write, read_json, write_json
 
 log = logging.getLogger("train")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def records(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -46,7 +38,7 @@ def save_weights(model, path: Path, epoch: int, size_hint: int = 0) -> dict[str,
 
     def write(tmp: Path) -> None:
         model.save_weights(tmp)
-        entry.update(sha256=sha256_of(tmp), bytes=tmp.stat().st_size, epoch=int(epoch), written_at=now_iso())
+        entry.update(sha256=sha256_file(tmp), bytes=tmp.stat().st_size, epoch=int(epoch), written_at=now_iso())
         manifest = read_json(files.manifest) if files.manifest.is_file() else {}
         table = dict(manifest.get("weights") or {})
         before = _on_disk(path, table.get(path.name))
@@ -64,7 +56,7 @@ def _on_disk(path: Path, entry: dict[str, Any] | None) -> dict[str, Any] | None:
     """Which of `entry` and its `previous` the file now at `path` is (None: neither, or no file)."""
     if not entry or not path.is_file():
         return None
-    actual = sha256_of(path)
+    actual = sha256_file(path)
     for candidate in (entry, entry.get("previous") or {}):
         if candidate.get("sha256") == actual:
             return candidate
@@ -94,7 +86,7 @@ def verify(run_dir: Path, path: Path, warn: bool = True) -> dict[str, Any]:
     run_dir, path = Path(run_dir), Path(path)
     entry = records(run_dir).get(path.name)
     try:
-        actual = sha256_of(path)
+        actual = sha256_file(path)
     except OSError as exc:
         raise WeightsError(
             f"run {run_dir.name}: {path} cannot be read ({exc.strerror or exc}): give the user running this "
