@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ExportError, Interrupted, NoWeightsError
+from ..inputs.arrays import sha256_file
 from ..run.manifest import now_iso, update_manifest
 from ..run.rundir import TMP_MARK, ExportDir, RunDir, labels_text, make_temp_dir, read_run_settings, storage_error
-from ..inputs.arrays import sha256_file
 
 log = logging.getLogger("train")
 TOLERANCE = 1e-5
