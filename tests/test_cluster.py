@@ -11,7 +11,7 @@ from helpers import PROJECT_ROOT, subprocess_env
 
 from train.config import load_settings
 from train.errors import ConfigError
-from train.setup.cluster import Cluster, from_tf_config, from_workers, read_cluster
+from train.setup.cluster import SKYPILOT_PORT, Cluster, from_tf_config, from_workers, read_cluster
 
 
 def _tf_config(workers, index, chief=None, kind="worker"):
@@ -172,3 +172,77 @@ def test_each_bad_cluster_setting_exits_2_with_one_line_before_tensorflow(tmp_pa
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"ConfigError: {name}="), lines
+
+
+# --- SkyPilot: SKYPILOT_NODE_IPS / SKYPILOT_NODE_RANK when neither TF_CONFIG nor WORKERS is set ---
+
+
+def test_skypilots_node_ips_and_rank_build_the_cluster_head_node_first():
+    env = {"SKYPILOT_NODE_IPS": "10.0.0.5\n10.0.0.7\n", "SKYPILOT_NODE_RANK": "1"}
+    c = read_cluster("", -1, env)
+    assert c == Cluster(("10.0.0.5:2222", "10.0.0.7:2222"), 1, "SKYPILOT_NODE_IPS")
+    assert c.port == SKYPILOT_PORT == 2222 and not c.is_chief
+    assert json.loads(c.tf_config_for(env))["cluster"]["worker"] == ["10.0.0.5:2222", "10.0.0.7:2222"]
+    assert "worker 1 of 2 (SKYPILOT_NODE_IPS)" in c.describe()
+    assert read_cluster("", -1, {"SKYPILOT_NODE_IPS": "fe80::1\n10.0.0.7", "SKYPILOT_NODE_RANK": "0"}).workers[0] == (
+        "[fe80::1]:2222"
+    )
+
+
+def test_one_skypilot_node_is_one_process():
+    assert read_cluster("", -1, {"SKYPILOT_NODE_IPS": "10.0.0.5", "SKYPILOT_NODE_RANK": "0"}) == Cluster()
+
+
+def test_tf_config_or_workers_win_over_skypilots_variables():
+    sky = {"SKYPILOT_NODE_IPS": "10.0.0.5\n10.0.0.7", "SKYPILOT_NODE_RANK": "1"}
+    assert read_cluster("a:1,b:1", 0, sky) == Cluster(("a:1", "b:1"), 0, "WORKERS")
+    raw = _tf_config(["c:1", "d:1"], 1)
+    assert read_cluster("", -1, {**sky, "TF_CONFIG": raw}) == Cluster(("c:1", "d:1"), 1, "TF_CONFIG")
+    assert Cluster(("c:1", "d:1"), 1, "TF_CONFIG").tf_config_for({"TF_CONFIG": raw}) == raw
+    with pytest.raises(ConfigError) as info:  # WORKER_INDEX alone is still refused, SkyPilot or not
+        read_cluster("", 1, sky)
+    assert info.value.name == "WORKER_INDEX"
+
+
+@pytest.mark.parametrize(
+    "ips, rank, name, words",
+    [
+        ("10.0.0.5\n10.0.0.7", None, "SKYPILOT_NODE_RANK", "lists 2 nodes: expected 0..1"),
+        ("10.0.0.5\n10.0.0.7", " ", "SKYPILOT_NODE_RANK", "SkyPilot sets it on each node"),
+        ("10.0.0.5\n10.0.0.7", "one", "SKYPILOT_NODE_RANK", "not a whole number; SKYPILOT_NODE_IPS lists 2 nodes"),
+        ("10.0.0.5\n10.0.0.7", "2", "SKYPILOT_NODE_RANK", "expected 0..1"),
+        ("10.0.0.5\n10.0.0.7", "-1", "SKYPILOT_NODE_RANK", "expected 0..1"),
+        ("10.0.0.5", "1", "SKYPILOT_NODE_RANK", "lists 1 node: expected 0..0"),
+        ("10.0.0.5 10.0.0.7", "0", "SKYPILOT_NODE_IPS", "line 1 ('10.0.0.5 10.0.0.7') is not an IP address"),
+        ("10.0.0.5,10.0.0.7", "0", "SKYPILOT_NODE_IPS", "one node a line"),
+        ("10.0.0.5\n10.0.0.7:2222", "0", "SKYPILOT_NODE_IPS", "line 2 ('10.0.0.7:2222')"),
+        ("10.0.0.5\n\n10.0.0.5", "0", "SKYPILOT_NODE_IPS", "line 1 (10.0.0.5:2222) and line 2 (10.0.0.5:2222)"),
+        ("127.0.0.1\nlocalhost", "0", "SKYPILOT_NODE_IPS", "are the same address"),
+    ],
+)
+def test_bad_skypilot_variables_name_the_variable(ips, rank, name, words):
+    env = {"SKYPILOT_NODE_IPS": ips} if rank is None else {"SKYPILOT_NODE_IPS": ips, "SKYPILOT_NODE_RANK": rank}
+    with pytest.raises(ConfigError) as info:
+        read_cluster("", -1, env)
+    assert info.value.name == name and words in str(info.value)
+    assert "\n" not in str(info.value)  # the IPs' newlines are shown escaped: one line
+
+
+def test_a_bad_skypilot_rank_exits_2_in_one_line_before_tensorflow(tmp_path):
+    code = (
+        "import sys; from train.cli import main; rc = main(['fit']); "
+        "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(
+            SKYPILOT_NODE_IPS="10.0.0.5\n10.0.0.7", SKYPILOT_NODE_RANK="7", PYTHONPATH=str(PROJECT_ROOT)
+        ),
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ConfigError: SKYPILOT_NODE_RANK='7'"), lines

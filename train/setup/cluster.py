@@ -6,8 +6,10 @@ TF_CONFIG is what Kubeflow's TFJob, Vertex AI and most cluster recipes set:
     {"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}
 
 (a "chief" job of one task may come first; it is then worker 0). For hand-made clusters
-WORKERS=host1:2222,host2:2222 and WORKER_INDEX=0 build the same thing. Worker 0 is the chief:
-the only process that writes the run directory.
+WORKERS=host1:2222,host2:2222 and WORKER_INDEX=0 build the same thing. When none of those is set,
+a SkyPilot job's own SKYPILOT_NODE_IPS (one IP a line, head node first) and SKYPILOT_NODE_RANK
+build it too, every node's worker on SKYPILOT_PORT. Worker 0 is the chief: the only process that
+writes the run directory.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+_HOST = re.compile(r"^[A-Za-z0-9_.-]+$")
 JOBS = ("chief", "worker")
+# SkyPilot names the nodes, not a port: every node's worker listens on this one (the port the
+# Kubernetes manifests use). Another port: set WORKERS yourself, it wins over SkyPilot's variables.
+SKYPILOT_PORT = 2222
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,10 @@ class Cluster:
     def tf_config(self) -> str:
         """TF_CONFIG for TensorFlow's cluster resolver (built from WORKERS / WORKER_INDEX)."""
         return json.dumps({"cluster": {"worker": list(self.workers)}, "task": {"type": "worker", "index": self.index}})
+
+    def tf_config_for(self, environ: Mapping[str, str]) -> str:
+        """The TF_CONFIG TensorFlow is given: the launcher's own as it came, else one built from the cluster."""
+        return environ["TF_CONFIG"] if self.source == "TF_CONFIG" else self.tf_config()
 
     def describe(self) -> str:
         if not self.multi:
@@ -176,8 +186,50 @@ def from_tf_config(raw: str) -> Cluster:
     return Cluster(tuple(everyone), index + (len(jobs["chief"]) if kind == "worker" else 0), "TF_CONFIG")
 
 
+def from_skypilot(node_ips: str, node_rank: str | None) -> Cluster:
+    """SKYPILOT_NODE_IPS (one IP a line, head node first) and SKYPILOT_NODE_RANK, as SkyPilot sets
+    them on every node of a job; the head node (rank 0) is the chief. One node: one process."""
+    lines = [line.strip() for line in node_ips.splitlines() if line.strip()]
+    for number, host in enumerate(lines, start=1):
+        if not _HOST.match(host) and not _is_ip(host):
+            raise ConfigError(
+                "SKYPILOT_NODE_IPS",
+                node_ips,
+                f"line {number} ({host!r}) is not an IP address or host name: one node a line, as SkyPilot sets it",
+            )
+    addresses = [f"[{h}]:{SKYPILOT_PORT}" if ":" in h else f"{h}:{SKYPILOT_PORT}" for h in lines]
+    _check_unique("SKYPILOT_NODE_IPS", node_ips, addresses, [f"line {i + 1}" for i in range(len(lines))])
+    span = f"SKYPILOT_NODE_IPS lists {len(lines)} node{'s' if len(lines) > 1 else ''}: expected 0..{len(lines) - 1}"
+    if node_rank is None or not node_rank.strip():
+        raise ConfigError(
+            "SKYPILOT_NODE_RANK",
+            node_rank or "",
+            f"{span} (SkyPilot sets it on each node; by hand, set WORKERS and WORKER_INDEX instead)",
+        )
+    try:
+        rank = int(node_rank.strip())
+    except ValueError:
+        raise ConfigError("SKYPILOT_NODE_RANK", node_rank, f"not a whole number; {span}") from None
+    if not 0 <= rank < len(lines):
+        raise ConfigError("SKYPILOT_NODE_RANK", node_rank, span)
+    if len(lines) == 1:
+        return Cluster()
+    return Cluster(tuple(addresses), rank, "SKYPILOT_NODE_IPS")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def read_cluster(workers: str, worker_index: int, environ: Mapping[str, str]) -> Cluster:
-    """The cluster from the settings and the environment; ConfigError naming the setting."""
+    """The cluster from the settings and the environment; ConfigError naming the setting.
+
+    TF_CONFIG, else WORKERS / WORKER_INDEX, else SkyPilot's SKYPILOT_NODE_IPS / SKYPILOT_NODE_RANK
+    (set in every SkyPilot job, so either of the others, when given, wins over them)."""
     raw = environ.get("TF_CONFIG", "").strip()
     if raw and workers.strip():
         raise ConfigError(
@@ -191,7 +243,9 @@ def read_cluster(workers: str, worker_index: int, environ: Mapping[str, str]) ->
                 "WORKER_INDEX", worker_index, "TF_CONFIG names this worker's index already: unset WORKER_INDEX"
             )
         return from_tf_config(raw)
-    return from_workers(workers, worker_index)
+    if workers.strip() or worker_index >= 0 or not environ.get("SKYPILOT_NODE_IPS", "").strip():
+        return from_workers(workers, worker_index)
+    return from_skypilot(environ["SKYPILOT_NODE_IPS"], environ.get("SKYPILOT_NODE_RANK"))
 
 
 def free_local_ports(n: int) -> list[int]:

@@ -122,8 +122,8 @@ def _join_cluster(cluster):
 
     from tensorflow.python.eager import context  # no public API sets the heartbeat timeout
 
-    # TensorFlow's cluster resolver reads TF_CONFIG; WORKERS/WORKER_INDEX are turned into one.
-    os.environ["TF_CONFIG"] = cluster.tf_config() if cluster.source == "WORKERS" else os.environ["TF_CONFIG"]
+    # TensorFlow's cluster resolver reads TF_CONFIG; WORKERS or SkyPilot's variables are turned into one.
+    os.environ["TF_CONFIG"] = cluster.tf_config_for(os.environ)
     from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 
     jobs = [coordination_config_pb2.CoordinatedJob(name="worker", num_tasks=len(cluster.workers))]
