@@ -110,6 +110,56 @@ def test_indexed_job_builds_the_cluster_from_the_pod_index_behind_a_headless_ser
     assert service["spec"]["ports"][0]["port"] == 2222 == c["ports"][0]["containerPort"]
 
 
+def _trainjob():
+    runtime, trainjob, policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "trainjob.yaml").read_text())
+    return runtime, trainjob, policy
+
+
+def test_trainjob_uses_its_own_plain_runtime_not_a_framework_one():
+    runtime, trainjob, _policy = _trainjob()
+    assert runtime["apiVersion"] == trainjob["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    assert runtime["kind"] == "TrainingRuntime" and trainjob["kind"] == "TrainJob"
+    ref = trainjob["spec"]["runtimeRef"]
+    assert ref == {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": runtime["metadata"]["name"]}
+    # No torch/mpi/jax/... source: the plain policy, which sets no cluster variables of its own.
+    assert set(runtime["spec"]["mlPolicy"]) == {"numNodes"}
+    (job,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    assert job["name"] == "node" and job["replicas"] == 1
+    assert job["template"]["metadata"]["labels"] == {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+    assert job["template"]["spec"]["completionMode"] == "Indexed"
+    pod = job["template"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["name"] == "node" and c["image"] == IMAGE  # the container the trainer fills in
+    assert pod["restartPolicy"] == "OnFailure" and pod["terminationGracePeriodSeconds"] >= 60
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["fsGroup"] == 1000
+    assert {"/runs", "/data", "/dev/shm"} <= set(_mounts(c))
+
+
+def test_trainjob_builds_the_cluster_from_the_jobset_pod_names_and_the_completion_index():
+    _runtime, trainjob, _policy = _trainjob()
+    trainer, name = trainjob["spec"]["trainer"], trainjob["metadata"]["name"]
+    assert trainer["image"] == IMAGE and trainer["args"] == ["fit"]
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] >= 1
+    env = _env(trainer)
+    assert "TF_CONFIG" not in env and env["RESUME"] == "auto" and env["RUNS_DIR"] == "/runs"
+    cluster = from_workers(env["WORKERS"], 0)
+    # JobSet's pod hostname <jobset>-<replicated job>-<job index>-<pod index>, under the headless
+    # Service named after the JobSet, which is the TrainJob's name.
+    assert cluster.workers == tuple(f"{name}-node-0-{i}.{name}:2222" for i in range(trainer["numNodes"]))
+    index = env["WORKER_INDEX"]["fieldRef"]["fieldPath"]
+    assert index == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert int(env["BATCH_SIZE"]) % trainer["numNodes"] == 0
+
+
+def test_trainjob_pods_accept_the_training_port_only_from_each_other():
+    runtime, trainjob, policy = _trainjob()
+    (job,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    # JobSet labels every pod with the JobSet's name, which is the TrainJob's.
+    labels = {"jobset.sigs.k8s.io/jobset-name": trainjob["metadata"]["name"]}
+    _only_from_themselves(policy, labels, _training_ports(job["template"]["spec"]["template"]["spec"]))
+    assert _training_ports(job["template"]["spec"]["template"]["spec"]) == {2222}
+
+
 # TensorFlow's training server listens on every interface, unauthenticated, whatever address the
 # cluster names: every launcher keeps the port unreachable from outside the training cluster.
 def test_compose_workers_publish_no_port_and_share_an_internal_network_only():
@@ -157,5 +207,6 @@ def test_every_kubernetes_manifest_has_its_network_policy():
 def test_documented_exit_codes_match_the_package():
     from train.errors import WorkerLostError
 
-    text = (ROOT / "deploy" / "k8s" / "tfjob.yaml").read_text()
-    assert f"exit {WorkerLostError.exit_code}" in text and f"exits {Interrupted.exit_code}" in text
+    for name in ("tfjob.yaml", "indexed-job.yaml", "trainjob.yaml"):
+        text = (ROOT / "deploy" / "k8s" / name).read_text()
+        assert f"exit {WorkerLostError.exit_code}" in text and f"exits {Interrupted.exit_code}" in text, name
