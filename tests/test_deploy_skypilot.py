@@ -116,7 +116,9 @@ def _run_script(task: dict, tmp_path: Path, **env: str) -> subprocess.CompletedP
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "python").unlink(missing_ok=True)
     (bin_dir / "python").symlink_to(sys.executable)
-    base = subprocess_env(PYTHONPATH=str(PROJECT_ROOT), **{**task["envs"], **env})
+    # Whatever reads the bucket's URL must never leave this host: a closed local port, no instance metadata.
+    offline = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_EC2_METADATA_DISABLED": "true"}
+    base = subprocess_env(PYTHONPATH=str(PROJECT_ROOT), **offline, **{**task["envs"], **env})
     base["PATH"] = f"{bin_dir}{os.pathsep}{base['PATH']}"
     return subprocess.run(
         ["bash", "-c", task["run"]], cwd=tmp_path, capture_output=True, text=True, env=base, timeout=300
