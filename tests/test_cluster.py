@@ -213,10 +213,10 @@ def test_tf_config_or_workers_win_over_skypilots_variables():
         ("10.0.0.5\n10.0.0.7", "2", "SKYPILOT_NODE_RANK", "expected 0..1"),
         ("10.0.0.5\n10.0.0.7", "-1", "SKYPILOT_NODE_RANK", "expected 0..1"),
         ("10.0.0.5", "1", "SKYPILOT_NODE_RANK", "lists 1 node: expected 0..0"),
-        ("10.0.0.5 10.0.0.7", "0", "SKYPILOT_NODE_IPS", "line 1 ('10.0.0.5 10.0.0.7') is not an IP address"),
+        ("10.0.0.5 10.0.0.7", "0", "SKYPILOT_NODE_IPS", "node 0 ('10.0.0.5 10.0.0.7') is not an IP address"),
         ("10.0.0.5,10.0.0.7", "0", "SKYPILOT_NODE_IPS", "one node a line"),
-        ("10.0.0.5\n10.0.0.7:2222", "0", "SKYPILOT_NODE_IPS", "line 2 ('10.0.0.7:2222')"),
-        ("10.0.0.5\n\n10.0.0.5", "0", "SKYPILOT_NODE_IPS", "line 1 (10.0.0.5:2222) and line 2 (10.0.0.5:2222)"),
+        ("10.0.0.5\n10.0.0.7:2222", "0", "SKYPILOT_NODE_IPS", "node 1 ('10.0.0.7:2222')"),
+        ("10.0.0.5\n\n10.0.0.5", "0", "SKYPILOT_NODE_IPS", "node 0 (10.0.0.5:2222) and node 1 (10.0.0.5:2222)"),
         ("127.0.0.1\nlocalhost", "0", "SKYPILOT_NODE_IPS", "are the same address"),
     ],
 )

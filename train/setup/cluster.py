@@ -190,15 +190,15 @@ def from_skypilot(node_ips: str, node_rank: str | None) -> Cluster:
     """SKYPILOT_NODE_IPS (one IP a line, head node first) and SKYPILOT_NODE_RANK, as SkyPilot sets
     them on every node of a job; the head node (rank 0) is the chief. One node: one process."""
     lines = [line.strip() for line in node_ips.splitlines() if line.strip()]
-    for number, host in enumerate(lines, start=1):
+    for i, host in enumerate(lines):  # blank lines are not nodes: ranks count the others
         if not _HOST.match(host) and not _is_ip(host):
             raise ConfigError(
                 "SKYPILOT_NODE_IPS",
                 node_ips,
-                f"line {number} ({host!r}) is not an IP address or host name: one node a line, as SkyPilot sets it",
+                f"node {i} ({host!r}) is not an IP address or host name: one node a line, as SkyPilot sets it",
             )
     addresses = [f"[{h}]:{SKYPILOT_PORT}" if ":" in h else f"{h}:{SKYPILOT_PORT}" for h in lines]
-    _check_unique("SKYPILOT_NODE_IPS", node_ips, addresses, [f"line {i + 1}" for i in range(len(lines))])
+    _check_unique("SKYPILOT_NODE_IPS", node_ips, addresses, [f"node {i}" for i in range(len(lines))])
     span = f"SKYPILOT_NODE_IPS lists {len(lines)} node{'s' if len(lines) > 1 else ''}: expected 0..{len(lines) - 1}"
     if node_rank is None or not node_rank.strip():
         raise ConfigError(
