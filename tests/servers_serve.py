@@ -139,3 +139,44 @@ def start_server(served_run):
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait()
+
+
+def make_gated_run(root: Path, gate: Path) -> Path:
+    """A run whose export holds its call on files in `gate`, so a test can catch it mid-call.
+
+    All-zero images (the server's warm-up) wait for gate/warm; an all-255 image writes gate/started,
+    then waits for gate/release. Other images pass straight through. No source.json: served with
+    the warning for an export that records no weights.
+    """
+    import tensorflow as tf
+
+    def wait_for(path: Path):
+        def missing(i):
+            # The pattern depends on the loop counter (an empty suffix), so the loop optimiser cannot
+            # hoist the file check out of the loop and spin on its first answer.
+            pattern = tf.strings.join([str(path), tf.strings.substr(tf.strings.as_string(i), 0, 0)])
+            return tf.equal(tf.size(tf.io.matching_files(pattern)), 0)
+
+        return tf.while_loop(missing, lambda i: i + 1, [tf.constant(0)])[0]
+
+    class Gated(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, *SHAPE], tf.uint8, name="images")])
+        def serve(self, images):
+            warm = tf.cond(tf.reduce_all(tf.equal(images, 0)), lambda: wait_for(gate / "warm"), lambda: 0)
+
+            def held():
+                with tf.control_dependencies([tf.io.write_file(str(gate / "started"), "")]):
+                    return wait_for(gate / "release")
+
+            hold = tf.cond(tf.reduce_all(tf.equal(images, 255)), held, lambda: 0)
+            with tf.control_dependencies([warm, hold]):
+                mean = tf.reduce_mean(tf.cast(images, tf.float32), axis=[1, 2, 3]) / 255.0
+                return {"probabilities": tf.nn.softmax(tf.stack([mean, -mean], axis=1))}
+
+    run = root / "20260101-000000-000000-gated"
+    (run / "export").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({}))
+    (run / "manifest.json").write_text(json.dumps({"data": {"input_shape": list(SHAPE), "class_names": LABELS}}))
+    module = Gated()
+    tf.saved_model.save(module, str(run / "export" / "savedmodel"), signatures={"serving_default": module.serve})
+    return run

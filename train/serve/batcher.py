@@ -33,7 +33,7 @@ class Batcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)  # a call still running cannot be stopped anyway
 
     async def predict(self, images: np.ndarray) -> np.ndarray:
         """The model's output for `images` (N, H, W, C) uint8, computed in a batch with others."""

@@ -50,6 +50,7 @@ def bind(host: str, port: int) -> socket.socket:
         raise ConfigError(
             "--host", host, f"cannot listen there ({exc.strerror}): give an address of this host"
         ) from None
+    sock.listen(2048)  # connections wait in the backlog from now on, never refused while uvicorn starts
     return sock
 
 
@@ -63,6 +64,7 @@ def serve(model: ServedModel, host: str, port: int, settings) -> int:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         loading = asyncio.get_running_loop().create_task(_load(state, server, failed))
+        log.info("serving on http://%s:%d (model %s; ready once loaded)", host, sock.getsockname()[1], model.name)
         yield
         loading.cancel()
         if state.batcher is not None:
@@ -74,7 +76,6 @@ def serve(model: ServedModel, host: str, port: int, settings) -> int:
         app, log_level="info", timeout_graceful_shutdown=GRACE, access_log=False, lifespan="on", server_header=False
     )
     server = _Server(config)
-    log.info("serving on http://%s:%d (model %s; ready once loaded)", host, sock.getsockname()[1], model.name)
     server.run(sockets=[sock])
     if failed:
         raise failed[0]
