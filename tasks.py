@@ -412,8 +412,9 @@ def mutate(c, modules="", workers=1, results=False):
 def lock(c, upgrade=False, package=""):
     """Regenerate every lock file from its .in file.
 
-    requirements-gpu.lock first, then requirements.lock (CPU) and requirements-test.lock with the same
-    shared versions, and the MLflow test server's requirements-mlflow-server.lock."""
+    requirements-gpu.lock first, then requirements.lock (CPU), requirements-test.lock and
+    requirements-serve.lock with the same shared versions, and the MLflow test server's
+    requirements-mlflow-server.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -426,6 +427,8 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
     # The test tools, installed on top of either runtime lock (the image's `test` target, .venv).
     c.run(f"uv pip compile requirements-test.in -c requirements-gpu.lock {flags} -o requirements-test.lock", echo=True)
+    # The server of `python -m train serve`, on top of either runtime lock (the image's `serve` target).
+    c.run(f"uv pip compile requirements-serve.in -c requirements-gpu.lock {flags} -o requirements-serve.lock", echo=True)
     # The MLflow server for the tracking tests: its own environment (scripts/venv-mlflow-server.sh), never the image's.
     c.run(f"uv pip compile requirements-mlflow-server.in {flags} -o requirements-mlflow-server.lock", echo=True)
     if importlib.util.find_spec("train.gpucheck") is not None:  # the optional GPU check holds TF's tested stack
