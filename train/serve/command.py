@@ -11,6 +11,7 @@ import argparse
 import re
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SETTINGS = ("serve_max_batch", "serve_max_wait_ms", "serve_max_body_mb")
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +26,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     srv.add_argument("--model-name", default="model", help="the name in the URLs, /v1/models/NAME (default model)")
     srv.add_argument("--env-file", default=".env")
     srv.add_argument("--runs-dir", default=None)
+    for name in SETTINGS:  # also SERVE_... in .env or the environment; parsed and checked by train.config
+        srv.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=name.upper())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ConfigError("--port", args.port, "a port number 0..65535 (0: any free port)")
     settings = load_settings(
-        {"runs_dir": args.runs_dir},
+        {"runs_dir": args.runs_dir, **{name: getattr(args, name) for name in SETTINGS}},
         env_file=args.env_file,
         warn=lambda line: print(line, file=sys.stderr),
         check_model=False,
