@@ -120,6 +120,7 @@ def test_dockerignore_keeps_secrets_and_artefacts_out(path):
         "requirements.lock",
         "requirements-gpu.lock",
         "requirements-test.lock",
+        "requirements-serve.lock",
         "train/training/fit.py",
         "train/gpucheck/stack.py",
         "tests/gpucheck/test_stack.py",
