@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -141,3 +142,12 @@ def test_serving_settings_out_of_range_are_refused_by_name(name):
 
     with pytest.raises(ConfigError, match=name):
         load_settings(env_file=None, environ={name: "-1"})
+
+
+def test_serve_without_the_server_packages_says_how_to_install_them(served_run, monkeypatch, capsys):
+    from train.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as in the training image
+    assert main(["serve", str(served_run), "--env-file", ""]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigError" in err and "requirements-serve.lock" in err and "serve` target" in err
