@@ -48,6 +48,11 @@ def build_app(state: State) -> Starlette:
                 return await fn(state, request)
             except RequestError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            except Exception as exc:  # noqa: BLE001  (a failed model call: this request fails, the server lives on)
+                log.exception("%s %s failed", request.method, request.url.path)
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                error = f"the server failed on this request ({type(exc).__name__}: {first}); its log has the traceback"
+                return JSONResponse({"error": error}, status_code=500)
 
         return Route(path, endpoint, methods=list(methods))
 
