@@ -69,3 +69,33 @@ def test_a_failing_model_call_is_a_json_500_and_the_server_goes_on():
     assert status == 500 and list(doc) == ["error"] and "RuntimeError: out of memory" in doc["error"]
     assert "\n" not in doc["error"]
     assert again == 200 and answer == {"predictions": [[0.25, 0.75]]}
+
+
+def test_accepted_connections_send_small_writes_at_once():
+    """TCP_NODELAY on every accepted connection: a response's header and body writes are not held
+    back for the client's delayed ACK."""
+    import socket
+
+    from train.serve.server import bind
+
+    sock = bind("127.0.0.1", 0)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        accepted = loop.create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport):
+                accepted.set_result(
+                    transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                )
+
+        server = await loop.create_server(Probe, sock=sock)
+        _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+        try:
+            return await accepted
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(scenario()) != 0
