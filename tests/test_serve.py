@@ -174,6 +174,32 @@ BAD = [
         400,
         "not an image",
     ),
+    (
+        _V2,
+        {
+            "inputs": [{"name": "images", "datatype": "UINT8", "shape": [1, 6, 6, 1], "data": [0] * 36}],
+            "outputs": ["x"],
+        },
+        400,
+        "outputs",
+    ),
+    (
+        _V2,
+        {
+            "inputs": [
+                {"name": "images", "datatype": "UINT8", "shape": [1, 6, 6, 1], "data": [0] * 36, "parameters": []}
+            ]
+        },
+        400,
+        "parameters",
+    ),
+    (
+        _V2,
+        {"inputs": [{"name": "images", "datatype": "UINT8", "shape": [1, 6, 6, 1], "data": [0] * 36}], "parameters": 7},
+        400,
+        "parameters",
+    ),
+    (_TF, b"[" * 100000 + b"]" * 100000, 400, "nested too deeply"),
     ("/v2/models/other/infer", {"inputs": []}, 404, "other"),
     ("/predict", b"plain text", 400, "not an image"),
     ("/nowhere", b"", 404, "/nowhere"),

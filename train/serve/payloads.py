@@ -30,6 +30,10 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError("body", None, f"not JSON ({exc}); send a JSON object") from None
+    except RecursionError:
+        raise RequestError(
+            "body", None, "JSON nested too deeply; an image is nested only as deep as its shape"
+        ) from None
 
 
 def check_batch(images: np.ndarray, max_batch: int) -> np.ndarray:
@@ -159,18 +163,28 @@ def v2_request(body: bytes, header_length: str | None, shape: tuple[int, ...], o
     if tensor.get("name") != INPUT:
         raise RequestError("inputs[0].name", tensor.get("name"), f'the model\'s input is "{INPUT}"')
     images = _v2_tensor(tensor, raw, shape)
-    params = doc.get("parameters") if isinstance(doc.get("parameters"), dict) else {}
-    binary = bool(params.get("binary_data_output", False))
-    for out in doc.get("outputs") or []:
-        name = out.get("name") if isinstance(out, dict) else out
-        if name != output:
-            raise RequestError("outputs", name, f'the model\'s output is "{output}"')
-        binary = bool((out.get("parameters") or {}).get("binary_data", binary))
+    binary = bool(_params(doc, "parameters").get("binary_data_output", False))
+    outputs = doc.get("outputs") or []
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+        raise RequestError("outputs", None, f'a list of objects such as {{"name": "{output}"}}')
+    for out in outputs:
+        if out.get("name") != output:
+            raise RequestError("outputs", out.get("name"), f'the model\'s output is "{output}"')
+        binary = bool(_params(out, "outputs").get("binary_data", binary))
     return images, {"id": doc.get("id"), "binary": binary}
 
 
+def _params(doc: dict, what: str) -> dict:
+    params = doc.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise RequestError(f"{what} parameters", type(params).__name__, "an object of name: value")
+    return params
+
+
 def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
-    dims, dtype, params = tensor.get("shape"), tensor.get("datatype"), tensor.get("parameters") or {}
+    dims, dtype, params = tensor.get("shape"), tensor.get("datatype"), _params(tensor, "inputs[0]")
     if not isinstance(dims, list) or not all(isinstance(d, int) and d >= 0 for d in dims):
         raise RequestError("inputs[0].shape", dims, "a list of non-negative integers")
     size = params.get("binary_data_size")
