@@ -79,6 +79,9 @@ def test_tf_serving_predict_rows_and_columns_answer_as_predict(serve_server, ima
     status, doc = post_json(url.replace("model:", "model/versions/1:"), {"inputs": [_b64(f) for f in images[3:]]})
     assert status == 200
     _same_as_predict(doc["outputs"], expected[3:])
+    status, doc = post_json(url, {"inputs": {"images": _b64(images[4])}})
+    assert status == 200
+    _same_as_predict(doc["outputs"], expected[4:])
 
 
 def test_v2_health_metadata_and_json_infer(serve_server, images, expected):

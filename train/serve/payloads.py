@@ -105,6 +105,8 @@ def tf_serving_images(doc: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, boo
         if set(column) != {INPUT}:
             raise RequestError("inputs", ", ".join(map(str, column)), f'the model has one input, "{INPUT}"')
         column = column[INPUT]
+    if isinstance(column, dict):  # one {"b64": ...}: a batch of one image
+        return _stack([_one(column, "inputs", shape)], shape), True
     if isinstance(column, list) and column and all(isinstance(c, dict) for c in column):
         return _stack([_one(c, f"inputs[{i}]", shape) for i, c in enumerate(column)], shape), True
     return pixels(column, shape, "inputs"), True
