@@ -1,4 +1,4 @@
-"""10. Serving: requests/s and latency of `python -m train serve` with dynamic batching against without.
+"""11. Serving: requests/s and latency of `python -m train serve` with dynamic batching against without.
 
 Two servers on 127.0.0.1 hold the same export of the default CNN (28x28x1, 10 classes): one batches
 (SERVE_MAX_BATCH=32, SERVE_MAX_WAIT_MS=5), one answers each request alone (SERVE_MAX_BATCH=1). For 1, 8 and
@@ -131,7 +131,7 @@ def test_serving_throughput_with_and_without_batching(benchmark, quick, tmp_path
     value = common.ratio(figures["batched_32"]["rps"], one_by_one)
     common.record(
         benchmark,
-        "10. serving requests/s: batched at 32 clients / one by one (1 client, no batching)",
+        "11. serving requests/s: batched at 32 clients / one by one (1 client, no batching)",
         f">= {GOAL}x",
         value,
         value is not None and value >= GOAL,
