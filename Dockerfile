@@ -1,6 +1,7 @@
 # Training image. Two build choices:
 #   --build-arg VARIANT=gpu (default) or cpu: which lock is installed (cpu: tensorflow-cpu, no CUDA wheels);
-#   --target runtime (what trains; the default) or test (runtime + the test tools and tests/, for CI).
+#   --target runtime (what trains; the default) or test (runtime + the test tools and tests/, for CI)
+#   or serve (runtime + the HTTP server of `python -m train serve`).
 # Both variants share every layer but the one that installs the lock file.
 #
 # No "# syntax=" line on purpose: the engine's built-in BuildKit frontend supports RUN --mount, so
@@ -129,6 +130,26 @@ COPY tests ./tests
 COPY docs ./docs
 # hadolint ignore=DL3066
 USER ${APP_UID}:${APP_GID}
+
+# The runtime image plus the server of `python -m train serve` (requirements-serve.lock: Starlette,
+# uvicorn), no test tools: `docker run -p 127.0.0.1:8501:8501 -v "$PWD/runs:/runs:ro" IMAGE:serve`
+# serves the latest run's export. Inside the container it listens on every interface (0.0.0.0),
+# else the published port would reach nothing; who may connect is decided where the port is
+# published (compose: 127.0.0.1 only). Readiness: /v2/health/ready, 200 once the model is warmed up.
+FROM runtime AS serve
+USER 0
+COPY requirements-serve.lock ./
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca_bundle,required=false \
+    if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements-serve.lock
+# hadolint ignore=DL3066
+USER ${APP_UID}:${APP_GID}
+EXPOSE 8501
+# The image has Python but no curl.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/v2/health/ready', timeout=4)"]
+CMD ["serve", "latest", "--host", "0.0.0.0", "--port", "8501"]
 
 # The last stage is what a build without --target gives: the runtime image, not the test one.
 FROM runtime AS default

@@ -317,6 +317,30 @@ def tensorboard(c, local=False, port=6006, cpu=False, stop=False):
     print(f"TensorBoard: http://127.0.0.1:{int(port)}  (stop it with: invoke tensorboard --stop)")
 
 
+@task(
+    help={
+        "run": "run id, run directory, export folder or 'latest' (default)",
+        "local": "serve on this host instead of in the container",
+        "port": "port on 127.0.0.1 (default 8501)",
+        "model_name": "the name in the URLs, /v1/models/NAME (default model)",
+        "cpu": "use the CPU image",
+    }
+)
+def serve(c, run="latest", local=False, port=8501, model_name="model", cpu=False):
+    """Serve a run's export over HTTP on 127.0.0.1:PORT.
+
+    Runs `python -m train serve RUN`; in the container, the compose profile `serve` (docs/serving.md)."""
+    args = f"{shlex.quote(run)} --model-name {shlex.quote(model_name)}"
+    if local:
+        c.run(f"{PY} -m train serve {args} --port {int(port)}", echo=True, pty=True)
+        return
+    _volumes()
+    compose = _compose(c, cpu, gpu_needed=False)
+    c.run(
+        f"SERVE_PORT={int(port)} SERVE_ARGS={shlex.quote(args)} {compose} --profile serve up serve", echo=True, pty=True
+    )
+
+
 # --- development ---------------------------------------------------------------------------------
 
 
@@ -412,9 +436,9 @@ def mutate(c, modules="", workers=1, results=False):
 def lock(c, upgrade=False, package=""):
     """Regenerate every lock file from its .in file.
 
-    requirements-gpu.lock first, then requirements.lock (CPU) and requirements-test.lock with the same
-    shared versions, the MLflow test server's requirements-mlflow-server.lock and SkyPilot's
-    requirements-skypilot.lock."""
+    requirements-gpu.lock first, then requirements.lock (CPU), requirements-test.lock and
+    requirements-serve.lock with the same shared versions, the MLflow test server's
+    requirements-mlflow-server.lock and SkyPilot's requirements-skypilot.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -427,6 +451,10 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
     # The test tools, installed on top of either runtime lock (the image's `test` target, .venv).
     c.run(f"uv pip compile requirements-test.in -c requirements-gpu.lock {flags} -o requirements-test.lock", echo=True)
+    # The server of `python -m train serve`, on top of either runtime lock (the image's `serve` target).
+    c.run(
+        f"uv pip compile requirements-serve.in -c requirements-gpu.lock {flags} -o requirements-serve.lock", echo=True
+    )
     # The MLflow server for the tracking tests: its own environment (scripts/venv-mlflow-server.sh), never the image's.
     c.run(f"uv pip compile requirements-mlflow-server.in {flags} -o requirements-mlflow-server.lock", echo=True)
     # SkyPilot, for the test that reads deploy/skypilot/train.yaml: its own environment (scripts/venv-skypilot.sh).
@@ -481,5 +509,19 @@ def reproduce(c, run, local=False, allow_dirty=False, epochs=0, data_dir="data",
 
 
 ns = Collection(
-    build, gpu_check, train, export, report, compare, logs, tensorboard, test, bench, mutate, lock, clean, reproduce
+    build,
+    gpu_check,
+    train,
+    export,
+    report,
+    compare,
+    logs,
+    tensorboard,
+    test,
+    bench,
+    mutate,
+    lock,
+    clean,
+    reproduce,
+    serve,
 )

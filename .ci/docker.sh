@@ -18,6 +18,8 @@
 #              and `run --rm`
 #   stop       `docker stop` of a training container: SIGTERM, checkpoint saved, exit code 75
 #   resume     the next `docker compose up` continues that run (RESUME=auto) and completes it
+#   serve      the `serve` target (runtime + server) serves the smoke run's export, answers one
+#              request on 127.0.0.1 and exits 0 on `docker stop`
 # Workplace facts live here and only here: no registry (base image from debootstrap), TLS
 # intercepted (CA bundle in $PIP_CERT, passed as the BuildKit secret), engine without a bridge.
 # Env: MNIST_NPZ (optional, real MNIST for the tests and the smoke run); TESTS_MARK (pytest -m for
@@ -48,6 +50,7 @@ cleanup() {
     (cd "$WORK/project" && docker compose -f docker-compose.yml -f docker-compose.cpu.yml -f compose.ci.yml \
       down --remove-orphans >/dev/null 2>&1) || true
   fi
+  docker rm -f tpl-ci-serve >/dev/null 2>&1 || true  # the serve check's container, if it failed midway
   [ -n "$DOCKERD_PID" ] && kill "$DOCKERD_PID" 2>/dev/null && wait "$DOCKERD_PID" 2>/dev/null
   rm -rf "$WORK"
   exit "$rc"
@@ -231,6 +234,47 @@ assert m["status"] == "completed", m["status"]
 assert m["git"]["commit"] == (sys.argv[2] or None), ("BUILD_COMMIT not recorded", m["git"])
 EOF
 
+# --- serve: the image's `serve` target answers a request ---------------------------------------
+# The runtime plus the server (no test tools), serving the smoke run's export folder mounted
+# read-only; ready by its v2 health endpoint, one v2 inference, then `docker stop` must exit 0.
+say "serve: build the serve target, serve the smoke run's export, answer one request, stop with exit 0"
+t=$SECONDS
+build --target serve -t "$IMAGE:cpu-serve" . >"$WORK/build-serve.log" 2>&1 || { tail -30 "$WORK/build-serve.log"; fail "build --target serve"; }
+SERVE_BUILD_S=$((SECONDS - t))
+$DOCKER run --rm --network none --entrypoint sh "$IMAGE:cpu-serve" -c \
+  'test ! -e /app/tests && ! python -c "import pytest" 2>/dev/null && python -c "import starlette, uvicorn"' \
+  || fail "the serve image lacks the server or holds the test tools"
+SERVE_CI_PORT=18501
+$DOCKER run -d --name tpl-ci-serve --network host -v "${run}export:/model:ro" "$IMAGE:cpu-serve" \
+  serve /model --host 127.0.0.1 --port "$SERVE_CI_PORT" >/dev/null
+python3 - "$SERVE_CI_PORT" <<'EOF' || { $DOCKER logs tpl-ci-serve 2>&1 | tail -20; fail "the serve image did not answer"; }
+import json, sys, time, urllib.error, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+deadline = time.time() + 300
+while True:
+    try:
+        urllib.request.urlopen(base + "/v2/health/ready", timeout=5)
+        break
+    except (urllib.error.URLError, OSError):
+        if time.time() > deadline:
+            raise SystemExit("not ready within 300 s")
+        time.sleep(1)
+meta = json.load(urllib.request.urlopen(base + "/v2/models/model", timeout=30))
+shape = [1, *meta["inputs"][0]["shape"][1:]]
+size = 1
+for d in shape:
+    size *= d
+body = json.dumps({"inputs": [{"name": "images", "datatype": "UINT8", "shape": shape, "data": [0] * size}]}).encode()
+request = urllib.request.Request(base + "/v2/models/model/infer", body, {"Content-Type": "application/json"})
+out = json.load(urllib.request.urlopen(request, timeout=60))["outputs"][0]
+print("serve: answered shape", out["shape"], "probabilities summing to", round(sum(out["data"]), 4))
+assert out["shape"][0] == 1 and abs(sum(out["data"]) - 1) < 1e-4, out
+EOF
+$DOCKER stop -t 40 tpl-ci-serve >/dev/null
+code=$($DOCKER inspect -f '{{.State.ExitCode}}' tpl-ci-serve)
+$DOCKER rm tpl-ci-serve >/dev/null
+[ "$code" = 0 ] || fail "serve exited $code after docker stop, not 0"
+
 say "failing: a training that fails returns its exit code through compose (up --exit-code-from, run --rm)"
 runuser -u "$CI_USER" -- sh -c "printf 'not an npz file' > '$P/runs/corrupt.npz'"
 set +e
@@ -327,6 +371,7 @@ echo "test target build:             ${TEST_BUILD_S}s (on top of the CPU image)"
 echo "full CPU build:                ${BUILD_S}s (pip download cache may be warm)"
 echo "code-only rebuild:             ${REBUILD_S}s"
 echo "compose smoke training:        ${SMOKE_S}s"
+echo "serve target build:            ${SERVE_BUILD_S}s (on top of the CPU image)"
 echo "2-worker compose smoke run:    ${MW_S}s"
 echo "reproduce --container:         ${REPRO_S}s (image build from the commit included)"
 echo "docker.sh total:               $((SECONDS - T0))s"

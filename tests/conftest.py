@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest_plugins = ["servers_serve"]  # real `serve` processes for tests/test_serve*.py
+
 
 def write_npz(
     path: Path, n_train: int = 600, n_test: int = 300, shape=(28, 28), classes: int = 10, seed: int = 0, **extra

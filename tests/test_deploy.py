@@ -210,3 +210,42 @@ def test_documented_exit_codes_match_the_package():
     for name in ("tfjob.yaml", "indexed-job.yaml", "trainjob.yaml"):
         text = (ROOT / "deploy" / "k8s" / name).read_text()
         assert f"exit {WorkerLostError.exit_code}" in text and f"exits {Interrupted.exit_code}" in text, name
+
+
+def test_serve_deployment_probes_the_v2_health_endpoints_the_server_has():
+    from dataclasses import fields
+
+    from train.cli import build_parser
+    from train.config import Settings
+    from train.serve import server
+    from train.serve.app import State, build_app
+
+    deployment, service, policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "serve.yaml").read_text())
+    assert [d["kind"] for d in (deployment, service, policy)] == ["Deployment", "Service", "NetworkPolicy"]
+    pod = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"] == service["spec"]["selector"]
+    assert pod["spec"]["terminationGracePeriodSeconds"] > server.GRACE  # the drain fits before SIGKILL
+    (c,) = pod["spec"]["containers"]
+    assert c["image"].endswith(":serve")
+    args = build_parser().parse_args(c["args"])
+    assert args.command == "serve" and args.host == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["http"] == args.port and service["spec"]["ports"][0]["targetPort"] == "http"
+    paths = {r.path for r in build_app(State(None, 1, 0, 1)).routes}
+    for probe, path in (("readinessProbe", "/v2/health/ready"), ("livenessProbe", "/v2/health/live")):
+        assert c[probe]["httpGet"] == {"path": path, "port": "http"} and path in paths
+    assert set(_env(c)) <= {f.name.upper() for f in fields(Settings)}
+    assert all(m["readOnly"] for m in c["volumeMounts"] if m["mountPath"] == "/runs")
+    assert policy["spec"]["podSelector"]["matchLabels"] == pod["metadata"]["labels"]
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": args.port}]
+
+
+def test_compose_serve_profile_publishes_on_loopback_only_and_reads_runs_read_only():
+    svc = yamlish.load((ROOT / "docker-compose.yml").read_text())["services"]["serve"]
+    assert svc["profiles"] == ["serve"] and svc["build"]["target"] == "serve"
+    assert svc["ports"] and all(p.startswith("127.0.0.1:") for p in svc["ports"])
+    assert svc["init"] is True and "--host 0.0.0.0" in svc["command"]
+    (runs,) = svc["volumes"]
+    assert runs["target"] == "/runs" and runs["read_only"] is True
+    # (the CPU file uses compose's `!reset`, which yamlish does not read)
+    assert "  serve:\n    build:\n      args:\n        VARIANT: cpu" in (ROOT / "docker-compose.cpu.yml").read_text()

@@ -32,10 +32,16 @@ def test_base_image_is_pinned_by_tag_and_digest_and_overridable():
 
 def test_runtime_and_test_stages_end_as_a_numeric_non_root_user_with_an_init_entrypoint():
     froms = [i for i in INSTRUCTIONS if i.startswith("FROM ")]
-    assert froms[-3:] == ["FROM deps-${VARIANT} AS runtime", "FROM runtime AS test", "FROM runtime AS default"]
+    assert froms[-4:] == [
+        "FROM deps-${VARIANT} AS runtime",
+        "FROM runtime AS test",
+        "FROM runtime AS serve",
+        "FROM runtime AS default",
+    ]
     assert "ARG VARIANT=gpu" in INSTRUCTIONS[: INSTRUCTIONS.index(froms[0])]  # global: usable in FROM
     users = [i for i in INSTRUCTIONS if i.startswith("USER ")]
-    assert users == ["USER ${APP_UID}:${APP_GID}", "USER 0", "USER ${APP_UID}:${APP_GID}"]
+    # runtime; then test and serve, each root only to install
+    assert users == ["USER ${APP_UID}:${APP_GID}"] + ["USER 0", "USER ${APP_UID}:${APP_GID}"] * 2
     assert 'ENTRYPOINT ["tini", "--", "python", "-m", "train"]' in INSTRUCTIONS
     assert 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]' in INSTRUCTIONS
 
@@ -58,7 +64,7 @@ def test_the_runtime_image_holds_no_tests_and_no_test_tools():
 def test_dependencies_come_from_the_lock_with_hashes_before_the_source():
     deps = DOCKERFILE.index("--require-hashes")
     assert DOCKERFILE.index("COPY train") > deps and "--mount=type=cache" in DOCKERFILE
-    assert DOCKERFILE.count("pip install --require-hashes --no-deps -r requirements") == 3  # cpu, gpu, test
+    assert DOCKERFILE.count("pip install --require-hashes --no-deps -r requirements") == 4  # cpu, gpu, test, serve
     assert DOCKERFILE.count("pip install --no-deps --no-build-isolation") == 1
 
 
@@ -66,7 +72,7 @@ def test_pip_uses_the_build_cache_mount():
     # HOME is the run-time user's, so without PIP_CACHE_DIR pip ignores the mount (and disables its cache).
     mounts = re.findall(r"--mount=type=cache,target=(\S+?),", DOCKERFILE)
     installs = re.findall(r"PIP_CACHE_DIR=(\S+) pip install --require-hashes", DOCKERFILE)
-    assert len(mounts) == 3 and installs == mounts
+    assert len(mounts) == 4 and installs == mounts
 
 
 def test_gpu_target_exposes_the_driver_capabilities_it_needs():
@@ -114,6 +120,7 @@ def test_dockerignore_keeps_secrets_and_artefacts_out(path):
         "requirements.lock",
         "requirements-gpu.lock",
         "requirements-test.lock",
+        "requirements-serve.lock",
         "train/training/fit.py",
         "train/gpucheck/stack.py",
         "tests/gpucheck/test_stack.py",
@@ -203,7 +210,7 @@ def test_every_documented_compose_up_that_trains_returns_the_training_exit_code(
     lines = _compose_up_lines((ROOT / name).read_text(), markdown=name.endswith(".md"))
     assert lines or name != "README.md"
     for line in lines:
-        if "tensorboard" in line or "--detach" in line:
+        if "tensorboard" in line or "--detach" in line or "up serve" in line:  # serve: no training to wait for
             continue
         # the multi-worker file trains in worker0 (the chief), every other file in `train`
         service = "worker0" if "docker-compose.multiworker.yml" in line else "train"
@@ -221,9 +228,11 @@ def test_workflow_builds_both_variants_with_a_layer_cache_and_linters_in_a_venv(
 
 def test_every_training_service_trains_on_the_volumes_whatever_env_says():
     """`environment:` wins over `env_file:` in compose: each service that runs `fit` pins the volumes."""
-    for name, services in (("docker-compose.yml", 1), ("docker-compose.multiworker.yml", 2)):
+    # readers: services that only read the runs volume (serve), pinned to it as well
+    for name, services, readers in (("docker-compose.yml", 1, 1), ("docker-compose.multiworker.yml", 2, 0)):
         text = (ROOT / name).read_text()
-        assert text.count("RUNS_DIR: /runs") == services and text.count("DATA_DIR: /data") == services, name
+        assert text.count("RUNS_DIR: /runs") == services + readers, name
+        assert text.count("DATA_DIR: /data") == services, name
 
 
 # --- the container quick start, as the README and docs/container.md show it --------------------------

@@ -298,13 +298,15 @@ def test_bench_shows_the_ratios_of_a_failed_run_but_not_an_old_report_and_keeps_
 def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(monkeypatch):
     c = ctx()
     tasks.lock(c, package="numpy")
-    gpu, cpu, test, server, sky, *check = echoed(c)
+    gpu, cpu, test, serving, server, sky, *check = echoed(c)
     assert gpu.startswith("uv pip compile requirements-gpu.in --universal --python-version 3.10 --generate-hashes")
     assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
     assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
     assert cpu.endswith("-o requirements.lock")
     assert test.startswith("uv pip compile requirements-test.in -c requirements-gpu.lock --universal")
     assert test.endswith("-o requirements-test.lock")
+    assert serving.startswith("uv pip compile requirements-serve.in -c requirements-gpu.lock --universal")
+    assert serving.endswith("-o requirements-serve.lock")
     assert server.startswith("uv pip compile requirements-mlflow-server.in --universal")
     assert server.endswith("-o requirements-mlflow-server.lock")
     assert sky.startswith("uv pip compile requirements-skypilot.in --universal")
@@ -313,7 +315,7 @@ def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(m
     assert check == ([f"{tasks.PY} -m train.gpucheck.stack"] if (ROOT / "train" / "gpucheck").is_dir() else [])
     monkeypatch.setitem(sys.modules, "train.gpucheck", None)  # as if train/gpucheck/ were deleted
     tasks.lock(c, package="numpy")
-    assert echoed(c)[5 + len(check) :] == [gpu, cpu, test, server, sky]  # no stack check without the package
+    assert echoed(c)[6 + len(check) :] == [gpu, cpu, test, serving, server, sky]  # no stack check without the package
 
 
 def test_lock_without_uv_says_how_to_get_it(monkeypatch):
@@ -527,3 +529,14 @@ def test_venv_sh_refuses_an_unknown_argument(clone):
     done = subprocess.run(["bash", "scripts/venv.sh", "--tests"], cwd=clone, capture_output=True, text=True)
     assert done.returncode == 2 and "unknown argument '--tests'" in done.stderr and "--test" in done.stderr
     assert not (clone / ".venv").exists()
+
+
+def test_serve_runs_the_command_locally_or_the_compose_profile():
+    c = ctx()
+    tasks.serve(c, run="20240101-000000 x", local=True, port=9000)
+    tasks.serve(c, cpu=True, model_name="mnist")
+    compose = "HOST_UID=1234 HOST_GID=567 docker compose -f docker-compose.yml -f docker-compose.cpu.yml"
+    assert echoed(c) == [
+        f"{tasks.PY} -m train serve '20240101-000000 x' --model-name model --port 9000",
+        f"SERVE_PORT=8501 SERVE_ARGS='latest --model-name mnist' {compose} --profile serve up serve",
+    ]

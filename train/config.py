@@ -141,6 +141,25 @@ class Settings:
         "several workers: seconds to wait for every worker to start before giving up with exit 11 (0: no limit)",
         min=0.0,
     )
+    # --- serving the export (`python -m train serve`) ---
+    serve_max_batch: int = _f(
+        32,
+        "serve: the most images gathered into one model call (1: no batching); a larger request is refused",
+        min=1,
+        max=4096,
+    )
+    serve_max_wait_ms: float = _f(
+        5.0,
+        "serve: how long the first request of a batch waits for others to join it, in milliseconds",
+        min=0.0,
+        max=10000.0,
+    )
+    serve_max_body_mb: float = _f(
+        16.0,
+        "serve: the largest request body accepted, in MB; a larger one is refused with 413 before it is read",
+        min=0.001,
+        max=4096.0,
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -197,6 +216,10 @@ RESUME_FREE = {
     "mlflow_tracking_uri",
     "mlflow_experiment",
     "peak_flops",
+    # serving settings never reach training
+    "serve_max_batch",
+    "serve_max_wait_ms",
+    "serve_max_body_mb",
 }
 
 

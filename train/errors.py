@@ -195,6 +195,22 @@ class ModelInterrupted(Interrupted):
         super().__init__(f"MODEL={spec}: stopped while the model was being built ({signal_name}); nothing was trained")
 
 
+class RequestError(TemplateError):
+    """`serve`: a request the server refuses, answered with its HTTP status and {"error": message}.
+
+    Never an exit code: the server answers it and lives on. `name` is what in the request is wrong
+    (a field, a header, a tensor), `value` what it held, `fix` what to send instead.
+    """
+
+    exit_code = 2
+    kind = "request"
+
+    def __init__(self, name: str, value: object, fix: str, status: int = 400):
+        self.name, self.value, self.fix, self.status = name, value, fix, status
+        shown = "" if value is None else f" ({str(value)[:80]})"
+        super().__init__(f"{name}{shown}: {fix}")
+
+
 EXIT_CODES = {
     0: "success",
     1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU",

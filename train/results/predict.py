@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, ExportError
-from ..run.rundir import RunDir
+from ..run.rundir import ExportDir, RunDir
 
 log = logging.getLogger("train")
 _KINDS = {
@@ -65,12 +65,21 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
 
 
 def _from_export(run_files: RunDir):
-    import tensorflow as tf
-
     export = run_files.export
-    again = f"export it again with `python -m train export {run_files.name}`"
     check_export(run_files)
     labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
+    shape, run = open_savedmodel(export, run_files.name, labels)
+    return labels, shape, run
+
+
+def open_savedmodel(export: ExportDir, name: str, labels: list[str]):
+    """(input shape, run(uint8 batch) -> float32 probabilities) of an export's serving signature.
+
+    ExportError when it does not load or predicts another number of classes than `labels` holds.
+    """
+    import tensorflow as tf
+
+    again = f"export it again with `python -m train export {name}`"
     try:
         serve = tf.saved_model.load(str(export.savedmodel)).signatures["serving_default"]
         shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
@@ -78,25 +87,31 @@ def _from_export(run_files: RunDir):
     except Exception as exc:  # a damaged SavedModel: OSError, IndexError, KeyError, DataLossError...
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ExportError(
-            f"the export of run {run_files.name} ({export.savedmodel}) does not load "
-            f"({type(exc).__name__}: {first}): {again}"
+            f"the export of run {name} ({export.savedmodel}) does not load ({type(exc).__name__}: {first}): {again}"
         ) from None
     if width != len(labels):
         raise ExportError(
-            f"the export of run {run_files.name} predicts {width} classes but the run has "
+            f"the export of run {name} predicts {width} classes but the run has "
             f"{len(labels)} (it was exported before the run trained on other data): {again}"
         )
 
     def run(batch):
         return next(iter(serve(images=tf.constant(batch)).values())).numpy()
 
-    return labels, shape, run
+    return shape, run
 
 
 def check_export(run_files: RunDir) -> None:
     """Refuse an export whose files differ from its source.json; warn when it is not from the run's weights now."""
-    export = run_files.export
-    again = f"export it again with `python -m train export {run_files.name}`"
+    source = verify_export_files(run_files.export, run_files.name)
+    if source is not None:
+        _warn_if_stale(run_files, source, f"export it again with `python -m train export {run_files.name}`")
+
+
+def verify_export_files(export: ExportDir, name: str) -> dict | None:
+    """ExportError unless every file source.json records has its sha256; the weights it names, or None
+    (with a warning) for an export made before source.json was written. `name`: the run's, for messages."""
+    again = f"export it again with `python -m train export {name}`"
     try:
         record = json.loads(export.source.read_text(encoding="utf-8"))
         recorded, source = dict(record["files"]), dict(record["weights"])
@@ -104,14 +119,12 @@ def check_export(run_files: RunDir) -> None:
         log.warning(
             "WARNING: the export of run %s does not record the weights it was made from (exported before that was "
             "kept): it may be older than the run's best weights; %s to be sure",
-            run_files.name,
+            name,
             again,
         )
-        return
+        return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ExportError(
-            f"the export of run {run_files.name}: {export.source} is unreadable ({exc}): {again}"
-        ) from None
+        raise ExportError(f"the export of run {name}: {export.source} is unreadable ({exc}): {again}") from None
     from ..run.weights import sha256_file
 
     for rel, digest in recorded.items():
@@ -120,14 +133,13 @@ def check_export(run_files: RunDir) -> None:
             actual = sha256_file(path)
         except OSError as exc:
             raise ExportError(
-                f"the export of run {run_files.name} is damaged: {path} cannot be read ({exc.strerror or exc}): {again}"
+                f"the export of run {name} is damaged: {path} cannot be read ({exc.strerror or exc}): {again}"
             ) from None
         if actual != digest:
             raise ExportError(
-                f"the export of run {run_files.name} is damaged: {path} has sha256 {actual}, not the {digest} "
-                f"written: {again}"
+                f"the export of run {name} is damaged: {path} has sha256 {actual}, not the {digest} written: {again}"
             )
-    _warn_if_stale(run_files, source, again)
+    return source
 
 
 def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:
@@ -165,10 +177,7 @@ def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
     Opened without blocking and checked with fstat before any read, so a named pipe, a device or
     a directory given as an image is refused instead of read from (a FIFO would block forever).
     """
-    import tensorflow as tf
-
-    from ..config import Settings
-    from ..inputs.images import SUPPORTED, _first_line, decode_tensor, image_info
+    from ..inputs.images import SUPPORTED
 
     shown = _printable(str(path))  # the error stays one line whatever the name holds
     try:
@@ -191,6 +200,16 @@ def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
         raise DataError(f"{shown} cannot be read ({exc.strerror or exc}); give regular image files") from None
     finally:
         os.close(fd)
+    return decode_image_bytes(contents, shown, shape)
+
+
+def decode_image_bytes(contents: bytes, shown: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Encoded image bytes as training decodes them (uint8, `shape`); DataError naming `shown` otherwise."""
+    import tensorflow as tf
+
+    from ..config import Settings
+    from ..inputs.images import SUPPORTED, _first_line, decode_tensor, image_info
+
     # The header pass training runs: the size limit before decoding, then the EXIF orientation.
     info = image_info(contents, shown, Settings.max_image_pixels)
     try:

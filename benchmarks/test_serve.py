@@ -1,0 +1,141 @@
+"""11. Serving: requests/s and latency of `python -m train serve` with dynamic batching against without.
+
+Two servers on 127.0.0.1 hold the same export of the default CNN (28x28x1, 10 classes): one batches
+(SERVE_MAX_BATCH=32, SERVE_MAX_WAIT_MS=5), one answers each request alone (SERVE_MAX_BATCH=1). For 1, 8 and
+32 concurrent clients each sends one image per request (Open Inference Protocol, JSON) on a kept-alive
+connection; the load is bounded by a fixed number of requests and a time limit per level. Beside
+them, `predict`'s cost per image (predict_files on one file: what a one-file-at-a-time user pays,
+the export loaded every time). The ratio is batched throughput at 32 clients over the unbatched one
+at 1 client (one by one). Clients and servers share this machine's cores: the figures say so.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import common
+import numpy as np
+
+GOAL = 3.0
+CLIENTS = (1, 8, 32)
+
+
+class Server:
+    def __init__(self, run, env: dict[str, str]):
+        full_env = {**os.environ, "PYTHONPATH": str(common.ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", **env}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "train", "serve", str(run), "--port", "0"],
+            cwd=run.parent,
+            env=full_env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        self.port = None
+        for line in self.proc.stderr:  # the port, then readiness: events, not sleeps
+            if m := re.search(r"serving on http://127\.0\.0\.1:(\d+)", line):
+                self.port = int(m.group(1))
+            if line.startswith("ready: "):
+                break
+        assert self.port and self.proc.poll() is None, "serve did not start"
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(120)
+
+
+def _load(port: int, clients: int, total: int, limit: float, body: bytes) -> dict:
+    """Up to `total` requests from `clients` threads, stopped at `limit` seconds; rps and latencies."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    left = [total]
+    stop_at = time.perf_counter() + limit
+
+    def client():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        while time.perf_counter() < stop_at:
+            with lock:
+                if left[0] == 0:
+                    break
+                left[0] -= 1
+            t0 = time.perf_counter()
+            conn.request("POST", "/v2/models/model/infer", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200
+            with lock:
+                latencies.append(time.perf_counter() - t0)
+        conn.close()
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ms = np.asarray(latencies) * 1000
+    return {
+        "requests": len(latencies),
+        "rps": len(latencies) / wall,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+    }
+
+
+def test_serving_throughput_with_and_without_batching(benchmark, quick, tmp_path):
+    from PIL import Image
+
+    from train.config import Settings
+    from train.models import build_model
+    from train.results.export import export_model
+    from train.results.predict import predict_files
+
+    run = tmp_path / "20260101-000000-000000-bench"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(Settings().to_dict()))
+    labels = [str(i) for i in range(10)]
+    (run / "manifest.json").write_text(json.dumps({"data": {"input_shape": [28, 28, 1], "class_names": labels}}))
+    export_model(build_model("cnn", (28, 28, 1), 10), run, labels)
+    pixels = np.random.default_rng(0).integers(0, 256, (1, 28, 28, 1), dtype=np.uint8)
+    tensor = {"name": "images", "datatype": "UINT8", "shape": [1, 28, 28, 1], "data": pixels.reshape(-1).tolist()}
+    body = json.dumps({"inputs": [tensor]}).encode()
+    image = tmp_path / "one.png"
+    Image.fromarray(pixels[0, :, :, 0]).save(image)
+    total, limit = (96, 20.0) if quick else (1000, 60.0)
+
+    def measure():
+        figures = {}
+        predict_s = [common.timed(lambda: predict_files(run, [str(image)]))[0] for _ in range(1 if quick else 3)]
+        figures["predict_seconds_per_image"] = common.median(predict_s)
+        for mode, env in (("unbatched", {"SERVE_MAX_BATCH": "1"}), ("batched", {"SERVE_MAX_BATCH": "32"})):
+            server = Server(run, {**env, "SERVE_MAX_WAIT_MS": "5"})
+            try:
+                _load(server.port, 4, 16, limit, body)  # warm the connections and the model's batch sizes
+                for clients in CLIENTS:
+                    figures[f"{mode}_{clients}"] = _load(server.port, clients, total, limit, body)
+            finally:
+                server.stop()
+        return figures
+
+    figures = common.once(benchmark, measure)
+    one_by_one = figures["unbatched_1"]["rps"]
+    value = common.ratio(figures["batched_32"]["rps"], one_by_one)
+    common.record(
+        benchmark,
+        "11. serving requests/s: batched at 32 clients / one by one (1 client, no batching)",
+        f">= {GOAL}x",
+        value,
+        value is not None and value >= GOAL,
+        cpus=os.cpu_count(),
+        note="clients and servers on the same (shared) machine",
+        **figures,
+    )

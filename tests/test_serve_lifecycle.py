@@ -1,0 +1,153 @@
+"""`serve` as a process: verified export, readiness only once warmed up, SIGTERM drains and exits 0,
+the body limit, nothing written, start-up errors with their exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from helpers import PYTHON, subprocess_env
+from PIL import Image
+from servers_serve import SHAPE, get, make_gated_run, post_json, request
+
+_DEADLINE = 300
+
+
+def _until(check, what: str):
+    """Poll `check` (an event we cause, e.g. a file appears) with a generous safety deadline."""
+    deadline = time.monotonic() + _DEADLINE
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {_DEADLINE}s"
+        time.sleep(0.05)
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_not_ready_until_warmed_up_then_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path, start_server):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    server = start_server(make_gated_run(tmp_path, gate))
+    # The warm-up is held: live, but not ready, and requests are told so.
+    assert get(server.url + "/v2/health/live")[0] == 200
+    assert get(server.url + "/v2/health/ready")[0] == 503
+    assert get(server.url + "/v2/models/model/ready")[0] == 503
+    assert get(server.url + "/v1/models/model")[1]["model_version_status"][0]["state"] == "LOADING"
+    status, doc = post_json(server.url + "/v1/models/model:predict", {"instances": [np.ones(SHAPE, int).tolist()]})
+    assert status == 503 and "/v2/health/ready" in doc["error"]
+    (gate / "warm").touch()
+    server.wait_ready()
+
+    answers = []
+    held = {"instances": [np.full(SHAPE, 255).tolist()]}
+    client = threading.Thread(target=lambda: answers.append(post_json(server.url + "/v1/models/model:predict", held)))
+    client.start()
+    _until((gate / "started").exists, "the held request reaching the model")
+    server.proc.send_signal(signal.SIGTERM)
+    _until(lambda: _refused(server.port), "the server to stop accepting connections")
+    assert server.proc.poll() is None  # still finishing the request in flight
+    (gate / "release").touch()
+    client.join(_DEADLINE)
+    assert server.proc.wait(_DEADLINE) == 0, server.output
+    ((status, doc),) = answers
+    assert status == 200 and len(doc["predictions"]) == 1
+
+
+def test_an_export_copied_away_is_served_with_its_labels_nothing_is_written_and_big_bodies_stop(
+    served_run, tmp_path, start_server
+):
+    export = tmp_path / "model-copy"
+    shutil.copytree(served_run / "export", export)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    server = start_server(export, {"TMPDIR": str(tmp), "SERVE_MAX_BODY_MB": "2"}).wait_ready()
+    # An upload over 1 MB: what multipart parsers commonly spool to a temporary file.
+    noise = np.random.default_rng(0).integers(0, 256, (700, 700, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(noise).save(buf, format="PNG")
+    assert 1e6 < len(buf.getvalue()) < 2e6
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="../../escape.png"\r\n\r\n'
+        + buf.getvalue()
+        + b"\r\n--b--\r\n"
+    )
+    status, _, raw = request(server.url + "/predict", body, {"Content-Type": "multipart/form-data; boundary=b"})
+    assert status == 200, raw
+    assert json.loads(raw)["predictions"][0]["class"] in ("cat", "dog")
+    # A chunked body has no Content-Length: it is counted as it comes and refused past the limit.
+    chunks = (b"x" * 65536 for _ in range(64))
+    status, _, raw = request(server.url + "/predict", chunks, {"Content-Type": "image/png"}, "POST")
+    assert status == 413 and "SERVE_MAX_BODY_MB" in json.loads(raw)["error"]
+    assert server.stop() == 0
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert not list(tmp.iterdir())
+
+
+def _serve(args: list[str], cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, "-m", "train", "serve", *args],
+        cwd=cwd,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=_DEADLINE,
+    )
+
+
+def test_a_damaged_export_is_refused_before_serving(served_run, tmp_path):
+    run = tmp_path / served_run.name
+    shutil.copytree(served_run, run)
+    (run / "export" / "labels.txt").write_text("cat\nfox\n")
+    done = _serve([str(run), "--port", "0"], tmp_path)
+    assert done.returncode == 8 and "ExportError" in done.stderr and "labels.txt" in done.stderr
+    assert "serving on" not in done.stderr
+
+
+def test_a_run_without_an_export_says_how_to_make_one(served_run, tmp_path):
+    run = tmp_path / served_run.name
+    shutil.copytree(served_run, run, ignore=shutil.ignore_patterns("export"))
+    done = _serve([str(run), "--port", "0"], tmp_path)
+    assert done.returncode == 8 and "python -m train export" in done.stderr
+
+
+def test_a_port_in_use_and_a_bad_model_name_are_usage_errors(served_run, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = _serve([str(served_run), "--port", str(taken.getsockname()[1])], tmp_path)
+    assert done.returncode == 2 and "--port" in done.stderr and "in use" in done.stderr
+    done = _serve([str(served_run), "--model-name", "a/b"], tmp_path)
+    assert done.returncode == 2 and "--model-name" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["SERVE_MAX_BATCH", "SERVE_MAX_WAIT_MS", "SERVE_MAX_BODY_MB"])
+def test_serving_settings_out_of_range_are_refused_by_name(name):
+    from train.config import load_settings
+    from train.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=name):
+        load_settings(env_file=None, environ={name: "-1"})
+
+
+def test_serve_without_the_server_packages_says_how_to_install_them(served_run, monkeypatch, capsys):
+    from train.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as in the training image
+    assert main(["serve", str(served_run), "--env-file", ""]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigError" in err and "requirements-serve.lock" in err and "serve` target" in err

@@ -1,0 +1,240 @@
+"""The HTTP endpoints: TensorFlow Serving's REST API, the Open Inference Protocol and /predict.
+
+One Starlette app around one ServedModel and its Batcher. Every refused request is a RequestError
+answered as {"error": "..."} with its status (400, 404 for an unknown model or version, 413 for a
+body over SERVE_MAX_BODY_MB, 503 before the model is ready); the body is read in chunks and
+refused as soon as it passes the limit, never read whole first. Parsing and image decoding run in
+worker threads, the model in the Batcher's: the event loop only moves bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .. import __version__
+from ..errors import RequestError
+from . import payloads
+from .batcher import Batcher
+from .model import ServedModel
+
+log = logging.getLogger("train")
+VERSION = "1"  # an export is one model version; TF Serving numbers a single version 1 as well
+
+
+class State:
+    """What the endpoints share: the model, its batcher once ready, the limits."""
+
+    def __init__(self, model: ServedModel, max_batch: int, max_wait_ms: float, max_body: int):
+        self.model, self.max_batch, self.max_wait_ms, self.max_body = model, max_batch, max_wait_ms, max_body
+        self.batcher: Batcher | None = None  # set once the model is loaded and warmed up: ready from then on
+
+    @property
+    def ready(self) -> bool:
+        return self.batcher is not None
+
+
+def build_app(state: State) -> Starlette:
+    def route(path, fn, methods=("GET",)):
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await fn(state, request)
+            except RequestError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            except Exception as exc:  # noqa: BLE001  (a failed model call: this request fails, the server lives on)
+                log.exception("%s %s failed", request.method, request.url.path)
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                error = f"the server failed on this request ({type(exc).__name__}: {first}); its log has the traceback"
+                return JSONResponse({"error": error}, status_code=500)
+
+        return Route(path, endpoint, methods=list(methods))
+
+    routes = [
+        route("/v1/models/{name}", tf_status),
+        route("/v1/models/{name}/versions/{version}", tf_status),
+        route("/v1/models/{name}/metadata", tf_metadata),
+        route("/v1/models/{name}/versions/{version}/metadata", tf_metadata),
+        route("/v1/models/{name}:predict", tf_predict, ("POST",)),
+        route("/v1/models/{name}/versions/{version}:predict", tf_predict, ("POST",)),
+        route("/v2", v2_server),
+        route("/v2/health/live", v2_live),
+        route("/v2/health/ready", v2_ready),
+        route("/v2/models/{name}", v2_metadata),
+        route("/v2/models/{name}/versions/{version}", v2_metadata),
+        route("/v2/models/{name}/ready", v2_model_ready),
+        route("/v2/models/{name}/versions/{version}/ready", v2_model_ready),
+        route("/v2/models/{name}/infer", v2_infer, ("POST",)),
+        route("/v2/models/{name}/versions/{version}/infer", v2_infer, ("POST",)),
+        route("/predict", plain_predict, ("POST",)),
+    ]
+    app = Starlette(routes=routes)
+
+    async def not_found(request, exc):
+        # Starlette's own 404/405 answer as every other refusal: one JSON error.
+        status = getattr(exc, "status_code", 404)
+        what = "method" if status == 405 else "path"
+        value = request.method if status == 405 else request.url.path
+        return JSONResponse({"error": f"{what} ({value}): not served here; see docs/serving.md"}, status_code=status)
+
+    app.add_exception_handler(404, not_found)
+    app.add_exception_handler(405, not_found)
+    return app
+
+
+def _check_model(state: State, request: Request) -> ServedModel:
+    name, version = request.path_params["name"], request.path_params.get("version", VERSION)
+    if name != state.model.name:
+        raise RequestError("model", name, f'not served here; the model is "{state.model.name}"', status=404)
+    if version != VERSION:
+        raise RequestError("version", version, f"not served here; the one version is {VERSION}", status=404)
+    return state.model
+
+
+def _require_ready(state: State) -> Batcher:
+    if state.batcher is None:
+        raise RequestError("model", state.model.name, "still loading; retry when /v2/health/ready answers 200", 503)
+    return state.batcher
+
+
+async def read_body(state: State, request: Request) -> bytes:
+    """The body, refused with 413 once it passes the limit: by its Content-Length before reading, else while read."""
+    limit = state.max_body
+    fix = f"the limit is SERVE_MAX_BODY_MB ({limit / 1e6:g} MB); send fewer or smaller images"
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError("body", f"{int(declared)} bytes", fix, status=413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError("body", f"over {limit} bytes", fix, status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _predict(state: State, images: np.ndarray) -> np.ndarray:
+    payloads.check_batch(images, state.max_batch)
+    return await _require_ready(state).predict(images)
+
+
+# --- TensorFlow Serving REST API ---
+
+
+async def tf_status(state: State, request: Request) -> Response:
+    _check_model(state, request)
+    status = "AVAILABLE" if state.ready else "LOADING"
+    return JSONResponse(
+        {
+            "model_version_status": [
+                {"version": VERSION, "state": status, "status": {"error_code": "OK", "error_message": ""}}
+            ]
+        }
+    )
+
+
+async def tf_metadata(state: State, request: Request) -> Response:
+    model = _check_model(state, request)
+    _require_ready(state)
+
+    def tensor(name, dtype, dims):
+        shape = {"dim": [{"size": str(d), "name": ""} for d in dims], "unknown_rank": False}
+        return {"dtype": dtype, "tensor_shape": shape, "name": name}
+
+    signature = {
+        "inputs": {payloads.INPUT: tensor(f"serving_default_{payloads.INPUT}:0", "DT_UINT8", [-1, *model.shape])},
+        "outputs": {model.output_name: tensor("StatefulPartitionedCall:0", "DT_FLOAT", [-1, len(model.labels)])},
+        "method_name": "tensorflow/serving/predict",
+    }
+    return JSONResponse(
+        {
+            "model_spec": {"name": model.name, "signature_name": "", "version": VERSION},
+            "metadata": {"signature_def": {"signature_def": {"serving_default": signature}}},
+        }
+    )
+
+
+async def tf_predict(state: State, request: Request) -> Response:
+    model = _check_model(state, request)
+    _require_ready(state)
+    body = await read_body(state, request)
+    images, columnar = await asyncio.to_thread(
+        lambda: payloads.tf_serving_images(payloads.parse_json(body), model.shape)
+    )
+    probs = (await _predict(state, images)).tolist()
+    return JSONResponse({"outputs": probs} if columnar else {"predictions": probs})
+
+
+# --- Open Inference Protocol (KServe v2) ---
+
+
+async def v2_server(state: State, request: Request) -> Response:
+    return JSONResponse({"name": "train-serve", "version": __version__, "extensions": ["binary_tensor_data"]})
+
+
+async def v2_live(state: State, request: Request) -> Response:
+    return JSONResponse({"live": True})
+
+
+async def v2_ready(state: State, request: Request) -> Response:
+    return JSONResponse({"ready": state.ready}, status_code=200 if state.ready else 503)
+
+
+async def v2_model_ready(state: State, request: Request) -> Response:
+    model = _check_model(state, request)
+    return JSONResponse({"name": model.name, "ready": state.ready}, status_code=200 if state.ready else 503)
+
+
+async def v2_metadata(state: State, request: Request) -> Response:
+    model = _check_model(state, request)
+    _require_ready(state)
+    return JSONResponse(
+        {
+            "name": model.name,
+            "versions": [VERSION],
+            "platform": "tensorflow_savedmodel",
+            "inputs": [{"name": payloads.INPUT, "datatype": "UINT8", "shape": [-1, *model.shape]}],
+            "outputs": [{"name": model.output_name, "datatype": "FP32", "shape": [-1, len(model.labels)]}],
+        }
+    )
+
+
+async def v2_infer(state: State, request: Request) -> Response:
+    model = _check_model(state, request)
+    _require_ready(state)
+    body = await read_body(state, request)
+    header = request.headers.get("inference-header-content-length")
+    images, meta = await asyncio.to_thread(payloads.v2_request, body, header, model.shape, model.output_name)
+    content, headers = payloads.v2_response(model, await _predict(state, images), meta)
+    return Response(content, headers=headers)
+
+
+# --- plain upload ---
+
+
+async def plain_predict(state: State, request: Request) -> Response:
+    model = state.model
+    _require_ready(state)
+    body = await read_body(state, request)
+    ctype = request.headers.get("content-type", "")
+    names, images = await asyncio.to_thread(payloads.uploads, body, ctype, model.shape)
+    probs = await _predict(state, images)
+    rows = []
+    for name, p in zip(names, probs):
+        k = int(np.argmax(p))
+        rows.append(
+            {
+                "file": name,
+                "class": model.labels[k],
+                "index": k,
+                "probability": float(p[k]),
+                "probabilities": {label: float(v) for label, v in zip(model.labels, p)},
+            }
+        )
+    return Response(json.dumps({"predictions": rows}), media_type="application/json")

@@ -1,0 +1,74 @@
+"""The `serve` sub-command of `python -m train`: its flags here, the server in server.py.
+
+train.cli adds it through `OPTIONAL_COMMANDS`, so that dropping serving is deleting this folder and
+that one entry. Importing this module is cheap: Starlette, uvicorn and TensorFlow load only when
+the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SETTINGS = ("serve_max_batch", "serve_max_wait_ms", "serve_max_body_mb")
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    srv = sub.add_parser(
+        "serve",
+        allow_abbrev=False,
+        help="serve a run's export over HTTP: TensorFlow Serving REST, Open Inference Protocol v2 and /predict",
+    )
+    srv.add_argument("run", metavar="RUN|EXPORT_DIR", help="run id, run directory, 'latest' or an export folder")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this host only)")
+    srv.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501, TF Serving's REST port)")
+    srv.add_argument("--model-name", default="model", help="the name in the URLs, /v1/models/NAME (default model)")
+    srv.add_argument("--env-file", default=".env")
+    srv.add_argument("--runs-dir", default=None)
+    for name in SETTINGS:  # also SERVE_... in .env or the environment; parsed and checked by train.config
+        srv.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=name.upper())
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import os
+    import sys
+    from pathlib import Path
+
+    from ..config import load_settings
+    from ..errors import ConfigError
+
+    if not NAME.fullmatch(args.model_name):
+        raise ConfigError("--model-name", args.model_name, "letters, digits, '.', '-' and '_', at most 64 characters")
+    if not 0 <= args.port <= 65535:
+        raise ConfigError("--port", args.port, "a port number 0..65535 (0: any free port)")
+    try:  # the training image and a training-only install have no server: say how to get one
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            "serve",
+            exc.name,
+            "Starlette and uvicorn are not installed here: `pip install --require-hashes --no-deps -r "
+            "requirements-serve.lock`, or use the image's `serve` target",
+        ) from None
+    settings = load_settings(
+        {"runs_dir": args.runs_dir, **{name: getattr(args, name) for name in SETTINGS}},
+        env_file=args.env_file,
+        warn=lambda line: print(line, file=sys.stderr),
+        check_model=False,
+    )
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from .model import find_export
+    from .server import serve
+
+    target = Path(args.run)
+    if (target / "savedmodel").is_dir():
+        model = find_export(target, None, args.model_name)
+    else:
+        from ..run.rundir import resolve_run
+
+        model = find_export(None, resolve_run(settings.runs_dir, args.run), args.model_name)
+    return serve(model, args.host, args.port, settings)
