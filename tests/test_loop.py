@@ -30,6 +30,7 @@ from train.training.loop import (
     batch_text,
     position_after_halving,
     progress_verbose,
+    start_loop,
     step_at_batch_size,
     steps_until,
 )
@@ -247,7 +248,7 @@ def real_loop(tmp_path):
         run_dir = (resume_from or create_run_dir(s0.runs_dir)) if chief else None
         loaded = checkpoints.load_latest(run_dir / "checkpoints") if resume_from else None
         state = LoopState.from_meta(loaded.meta, s.batch_size) if loaded else LoopState(batch_size=s.batch_size)
-        loop = EpochLoop(
+        return start_loop(
             s,
             run_dir,
             spec,
@@ -257,15 +258,9 @@ def real_loop(tmp_path):
             time.monotonic() if started is None else started,
             stop,
             chief=chief,
+            models=_tiny_models(make.asked),
+            loaded=loaded,
         )
-        loop.build_model(_tiny_models(make.asked))
-        with loop.strategy.scope():  # as train() does: restore a state, or save the initial one
-            if loaded:
-                checkpoints.restore(loop.model, loaded)
-            else:
-                loop.model.optimizer.build(loop.model.trainable_variables)
-                loop._save("initial state")
-        return loop
 
     make.asked = []
     return make

@@ -368,30 +368,10 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
     from ..run.weights import verify_all
 
     verify_all(run_dir)  # the original's weights must be what it wrote
-    if epochs is not None and epochs < 1:
-        raise ReproduceError(f"--epochs {epochs}: give a number of epochs of at least 1")
-    if epochs and epochs > int(orig_c.get("epochs") or 0):
-        raise ReproduceError(f"--epochs {epochs}: the run has EPOCHS={orig_c.get('epochs')}; give at most that many")
-    if epochs and orig_c.get("lr_schedule") == "cosine" and epochs < int(orig_c.get("epochs") or 0):
-        raise ReproduceError(
-            "--epochs with LR_SCHEDULE=cosine: the schedule spans all EPOCHS, so a shorter rerun "
-            "follows another learning rate; reproduce the whole run instead"
-        )
+    _check_epochs(epochs, orig_c)
     check_comparable(run_dir, orig_m, orig_c, epochs, rows)
     verdict = Verdict(run_dir.name, None)
-    commit = check_commit(root, orig_m, allow_dirty)
-    with stop.cleaning():
-        for path in clean_stale_worktrees(root):  # left by a reproduce killed outright
-            say(f"removed the worktree of an earlier reproduce that was killed: {path}")
-    say(f"code: commit {commit[:12]} is in this clone")
-    if (orig_m.get("git") or {}).get("dirty"):
-        verdict.warnings.append(
-            f"WARNING: the run was made from uncommitted changes on top of {commit[:12]} (--allow-dirty): "
-            "the rerun uses the committed code, so a difference may come from those changes"
-        )
-        say(verdict.warnings[-1])
-    check_lock(root, commit, orig_m)
-    say("lock: the commit's lock has the recorded sha256")
+    commit = _check_code(root, orig_m, allow_dirty, verdict, say, stop)
     if image is not None:
         from . import image as ri
 
@@ -425,6 +405,36 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
         reproduces={"run_id": run_dir.name, "path": str(run_dir), "match": verdict.match, "method": verdict.method},
     )
     return verdict
+
+
+def _check_epochs(epochs: int | None, config: dict[str, Any]) -> None:
+    if epochs is not None and epochs < 1:
+        raise ReproduceError(f"--epochs {epochs}: give a number of epochs of at least 1")
+    if epochs and epochs > int(config.get("epochs") or 0):
+        raise ReproduceError(f"--epochs {epochs}: the run has EPOCHS={config.get('epochs')}; give at most that many")
+    if epochs and config.get("lr_schedule") == "cosine" and epochs < int(config.get("epochs") or 0):
+        raise ReproduceError(
+            "--epochs with LR_SCHEDULE=cosine: the schedule spans all EPOCHS, so a shorter rerun "
+            "follows another learning rate; reproduce the whole run instead"
+        )
+
+
+def _check_code(root: Path, orig_m: dict, allow_dirty: bool, verdict: Verdict, say, stop: Stop) -> str:
+    """The run's commit is here and its lock has the recorded hash; the commit."""
+    commit = check_commit(root, orig_m, allow_dirty)
+    with stop.cleaning():
+        for path in clean_stale_worktrees(root):  # left by a reproduce killed outright
+            say(f"removed the worktree of an earlier reproduce that was killed: {path}")
+    say(f"code: commit {commit[:12]} is in this clone")
+    if (orig_m.get("git") or {}).get("dirty"):
+        verdict.warnings.append(
+            f"WARNING: the run was made from uncommitted changes on top of {commit[:12]} (--allow-dirty): "
+            "the rerun uses the committed code, so a difference may come from those changes"
+        )
+        say(verdict.warnings[-1])
+    check_lock(root, commit, orig_m)
+    say("lock: the commit's lock has the recorded sha256")
+    return commit
 
 
 def _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say, stop: Stop) -> Path:

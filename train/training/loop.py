@@ -15,6 +15,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -481,6 +482,13 @@ class EpochLoop:
         except Exception as exc:  # a dashboard must never cost a run
             log.warning("WARNING: TensorBoard HParams not written: %s: %s", type(exc).__name__, exc)
 
+    def save_initial_state(self) -> None:
+        """The initial weights as a state: a run killed before its first interval resumes from
+        exactly these, and AUTO_BATCH always has a state to go back to (a worker only builds)."""
+        with self.strategy.scope():
+            self.model.optimizer.build(self.model.trainable_variables)
+            self._save("initial state")
+
     def _save(self, why: str) -> None:
         if not self.chief:
             return
@@ -501,6 +509,50 @@ class EpochLoop:
 
             result.export = export_run(self.run_dir, model=self.model)
         return result
+
+
+def start_loop(
+    settings: Settings,
+    run_dir: Path | None,
+    spec,
+    setup,
+    state: LoopState,
+    epochs: int,
+    started: float,
+    stop: StopFlag | None = None,
+    *,
+    chief: bool,
+    models,
+    loaded=None,
+    resumed: bool | None = None,
+    record: Callable[[], None] | None = None,
+) -> EpochLoop:
+    """The loop with its model built and its starting weights in place, as a run trains it.
+
+    A resume restores `loaded`, the chief's newest state; with several workers the chief's
+    variables then reach every worker (a worker has no `loaded` and says `resumed=True`).
+    Otherwise the initial weights are saved as the first state. `record()` runs in between: every check has passed and
+    nothing of the run is written yet, so a failed restore leaves the run's record as it was.
+    """
+    resumed = loaded is not None if resumed is None else resumed
+    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started, stop, chief=chief)
+    loop.build_model(models)
+    if resumed:
+        with loop.strategy.scope():  # optimizer slots must be created where the model's variables live
+            if loaded is not None:
+                checkpoints.restore(loop.model, loaded)
+            else:
+                loop.model.optimizer.build(loop.model.trainable_variables)
+            if setup.workers > 1:
+                from . import sync
+
+                sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+        log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+    if record is not None:
+        record()
+    if not resumed:
+        loop.save_initial_state()
+    return loop
 
 
 def _weights_bytes(model) -> int:
