@@ -392,3 +392,13 @@ def test_monitor_follows_the_metrics_of_a_registered_model(monkeypatch):
     with pytest.raises(ConfigError, match=r"MONITOR='val_accuracy' is not valid: one of val_mae, val_loss, mae, loss"):
         load(env={"MODEL": "regressor"})
     assert load(env={"MODEL": "regressor", "MONITOR": "val_mae"}).monitor == "val_mae"
+
+
+def test_a_settings_kind_is_one_of_the_declared_kinds():
+    from train.config import _f, of_kind
+
+    with pytest.raises(ValueError, match="kind='fre'"):
+        _f(1, "a typo in the kind", kind="fre")
+    with pytest.raises(ValueError, match="unknown kind"):
+        of_kind("fre")
+    assert of_kind("label") == {"run_name"}

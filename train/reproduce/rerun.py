@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..config import of_kind
 from ..errors import ReproduceError
 from ..run.metrics_files import MEASURED_COLUMNS
 from ..run.rundir import RunDir, list_run_dirs, write_json
@@ -37,8 +38,7 @@ from .worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, w
 # result": accuracies within one percentage point, losses within 10 % of the original.
 TOLERANCE = {"accuracy": ("absolute", 0.01), "loss": ("relative", 0.10)}
 # Settings whose value is where the run lives or how it was started, not what it computes.
-NOT_COMPARED = {"runs_dir", "data_dir", "resume", "run_name", "progress", "debug", "max_minutes", "export"}
-NOT_COMPARED |= {"peak_flops"}  # what the MFU divides by, not what training computes
+NOT_COMPARED = of_kind("surroundings", "label", "invocation")
 TIMING_COLUMNS = {"epoch", *MEASURED_COLUMNS}
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..config import of_kind
 from ..errors import ConfigError
 from .run_records import RunRecords
 
 # Settings that say how a run was driven, not what it learned: listing them is noise.
-NOT_COMPARED = {"resume", "progress", "debug"}
+NOT_COMPARED = of_kind("invocation")
 OUT_SUFFIXES = (".png", ".html")
 METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
