@@ -168,7 +168,7 @@ def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
     import tensorflow as tf
 
     from ..config import Settings
-    from ..inputs.images import SUPPORTED, _first_line, decode_tensor, image_info
+    from ..inputs.images import SUPPORTED, decode_tensor, image_info, tf_message
 
     shown = _printable(str(path))  # the error stays one line whatever the name holds
     try:
@@ -197,7 +197,7 @@ def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
         return decode_tensor(tf.constant(contents), tuple(shape), tf.constant(info)).numpy()
     except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
         raise DataError(
-            f"{shown}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
+            f"{shown}: not a readable image ({tf_message(e)}); the formats read are {SUPPORTED}: convert or remove it"
         ) from None
 
 
