@@ -580,6 +580,18 @@ def env_example() -> str:
     return "\n".join(lines)
 
 
+def as_flags(values: Mapping[str, Any]) -> list[str]:
+    """Settings by field name as the `fit` flags that give them (a None value: left out)."""
+    flags: list[str] = []
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        elif value is not None:
+            flags += [flag, str(value)]
+    return flags
+
+
 def settings_table() -> str:
     """The README's configuration table (markdown)."""
     rows = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]

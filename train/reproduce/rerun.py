@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..config import as_flags as settings_flags
 from ..config import of_kind
 from ..errors import ReproduceError
 from ..run.metrics_files import MEASURED_COLUMNS
@@ -183,14 +184,7 @@ def as_flags(values: dict[str, Any], run_name: str, epochs: int | None) -> list[
     values = dict(values, run_name=run_name, resume="")
     if epochs:
         values["epochs"] = epochs
-    flags: list[str] = []
-    for name, value in values.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(flag if value else "--no-" + flag[2:])
-        elif value is not None:
-            flags += [flag, str(value)]
-    return flags
+    return settings_flags(values)
 
 
 def _clean_env(code: Path, config: dict[str, Any]) -> dict[str, str]:
