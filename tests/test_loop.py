@@ -28,6 +28,8 @@ from train.training.loop import (
     _monitor_mode,
     at_new_batch_size,
     batch_text,
+    check_finite,
+    check_room_to_halve,
     position_after_halving,
     progress_verbose,
     start_loop,
@@ -84,11 +86,9 @@ def _loop(**settings):
     ],
 )
 def test_non_finite_loss_is_diverged_naming_what_to_change(key, value, chief, where):
-    loop = _loop()
-    if not chief:
-        loop.files = None
+    checkpoints_dir = Path("/runs/r1/checkpoints") if chief else None
     with pytest.raises(DivergedError) as info:
-        EpochLoop._check_finite(loop, {"loss": 0.1, "val_loss": 0.2, key: value}, epoch=1)
+        check_finite({"loss": 0.1, "val_loss": 0.2, key: value}, 1, checkpoints_dir, learning_rate=1e-3)
     assert str(info.value) == (
         f"{key} is {value} in epoch 2: training diverged; the last good checkpoint is kept in {where}. "
         "Lower LEARNING_RATE (now 0.001), check the data for NaN values, or try PRECISION=float32"
@@ -97,22 +97,21 @@ def test_non_finite_loss_is_diverged_naming_what_to_change(key, value, chief, wh
 
 def test_a_missing_loss_is_no_divergence():
     """An epoch with only validation left has no training loss; a worker may lack neither."""
-    EpochLoop._check_finite(_loop(), {"val_loss": 0.2}, epoch=0)
-    EpochLoop._check_finite(_loop(), {"loss": 0.2}, epoch=0)
+    check_finite({"val_loss": 0.2}, 0, Path("/runs/r1/checkpoints"), 1e-3)
+    check_finite({"loss": 0.2}, 0, Path("/runs/r1/checkpoints"), 1e-3)
 
 
 def test_finite_losses_pass():
-    EpochLoop._check_finite(_loop(), {"loss": 0.1, "val_loss": 0.2, "accuracy": math.nan}, epoch=0)
+    check_finite({"loss": 0.1, "val_loss": 0.2, "accuracy": math.nan}, 0, Path("/runs/r1/checkpoints"), 1e-3)
 
 
 @pytest.mark.parametrize("auto_batch, state", [(False, {}), (True, {"batch_halvings": 3}), (True, {"batch_size": 1})])
 def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, state):
-    loop = _loop(auto_batch=auto_batch)
-    loop.state = dataclasses.replace(loop.state, **state)
+    state = dataclasses.replace(LoopState(batch_size=64, epoch=1, step=3), **state)
     with pytest.raises(OutOfMemoryError) as info:
-        EpochLoop._out_of_memory(loop)
+        check_room_to_halve(auto_batch, state, workers=1)
     assert str(info.value) == (
-        f"the GPU ran out of memory at batch size {loop.state.batch_size}: lower BATCH_SIZE, use "
+        f"the GPU ran out of memory at batch size {state.batch_size}: lower BATCH_SIZE, use "
         "PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, or stop other processes on the GPU "
         "(python -m train check lists them)"
     )
@@ -710,10 +709,8 @@ def test_a_resume_with_another_batch_size_keeps_the_cosine_where_training_stands
 
 
 def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
-    loop = _loop(auto_batch=True)
-    loop.setup.workers = 2
     with pytest.raises(OutOfMemoryError):
-        EpochLoop._out_of_memory(loop)
+        check_room_to_halve(True, LoopState(batch_size=64, epoch=1, step=3), workers=2)
 
 
 @pytest.mark.parametrize(

@@ -137,6 +137,29 @@ def progress_verbose(progress: str, isatty: bool) -> int:
     return {"bar": 1, "line": 0}.get(progress, 1 if isatty else 0)
 
 
+def check_finite(logs: dict[str, float], epoch: int, checkpoints_dir: Path | None, learning_rate: float) -> None:
+    """DivergedError when an epoch's training or validation loss is NaN or infinite (`epoch` from 0;
+    `checkpoints_dir` None: a worker, whose chief keeps the checkpoints)."""
+    bad = [k for k in ("loss", "val_loss") if k in logs and not math.isfinite(logs[k])]
+    if bad:
+        raise DivergedError(
+            f"{bad[0]} is {logs[bad[0]]} in epoch {epoch + 1}: training diverged; the last good checkpoint "
+            f"is kept in {checkpoints_dir or 'the chief run directory'}. "
+            f"Lower LEARNING_RATE (now {learning_rate}), check the data for NaN values, or try PRECISION=float32"
+        )
+
+
+def check_room_to_halve(auto_batch: bool, state: LoopState, workers: int) -> None:
+    """OutOfMemoryError naming the remedies, unless AUTO_BATCH may halve the batch once more."""
+    remedies = (
+        "lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
+        "or stop other processes on the GPU (python -m train check lists them)"
+    )
+    # With several workers a halving on one would split the group: the error stops it instead.
+    if not auto_batch or state.batch_halvings >= MAX_BATCH_HALVINGS or state.batch_size < 2 or workers > 1:
+        raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
+
+
 class EpochLoop:
     """The epoch loop and what it owns: model, datasets, metrics, checkpoints, stop flag."""
 
@@ -363,19 +386,8 @@ class EpochLoop:
 
     def _out_of_memory(self):
         """ResourceExhaustedError in a step: halve the batch from the last checkpoint (AUTO_BATCH), or fail."""
-        remedies = (
-            "lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
-            "or stop other processes on the GPU (python -m train check lists them)"
-        )
         state = self.state
-        # With several workers a halving on one would split the group: the error stops it instead.
-        if (
-            not self.s.auto_batch
-            or state.batch_halvings >= MAX_BATCH_HALVINGS
-            or state.batch_size < 2
-            or self.setup.workers > 1
-        ):
-            raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
+        check_room_to_halve(self.s.auto_batch, state, self.setup.workers)
         old = state.batch_size
         loaded = checkpoints.load_latest(self.files.checkpoints)  # at least the initial state
         checkpoints.restore(self.model, loaded)
@@ -402,13 +414,7 @@ class EpochLoop:
         self.schedule.begin(self.state.epoch, self.state.step, per_epoch, iteration)
 
     def _check_finite(self, logs: dict[str, float], epoch: int) -> None:
-        bad = [k for k in ("loss", "val_loss") if k in logs and not math.isfinite(logs[k])]
-        if bad:
-            raise DivergedError(
-                f"{bad[0]} is {logs[bad[0]]} in epoch {epoch + 1}: training diverged; the last good checkpoint "
-                f"is kept in {self.files.checkpoints if self.files else 'the chief run directory'}. "
-                f"Lower LEARNING_RATE (now {self.s.learning_rate}), check the data for NaN values, or try PRECISION=float32"
-            )
+        check_finite(logs, epoch, self.files.checkpoints if self.files else None, self.s.learning_rate)
 
     def _end_epoch(self, epoch, logs, seconds, steps_run, tb) -> None:
         import keras
