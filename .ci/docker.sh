@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
 # Everything CI does with Docker (called by .ci/run after the host test suite, from the repo root,
-# as root, on a fresh Debian bookworm machine). Installs and starts what it needs, then:
-#   lint       hadolint (Dockerfile), actionlint (.github/workflows), compose config (GPU + CPU),
-#              the compose tests of tests/test_docker.py (marked `docker`) on the host
-#   newcomer   .env made as the README says (cp .env.example .env, HOST_UID/HOST_GID), plus the
-#              host paths a newcomer may uncomment and this machine's build inputs
-#   build      `docker compose build` of the CPU variant, as a newcomer would (base image and CA
-#              bundle from .env, GIT_COMMIT from the environment)
-#   secrets    the .env (with a canary secret) must not be in any layer of the image
-#   runtime    the runtime image holds no tests/, pytest or invoke
-#   tests      the test suite inside the image's `test` target, as its non-root user, with no network
-#   rebuild    a code-only change rebuilds without reinstalling dependencies (timed)
-#   smoke      `docker compose up --exit-code-from train` of the CPU variant, one smoke epoch, as an
-#              unprivileged host user; the run directory must appear on the host volume, owned by
-#              that user and readable by others (umask 022), with the commit in its manifest
-#   failing    a training that fails (corrupt data, exit 3) returns 3 through `up --exit-code-from`
-#              and `run --rm`
-#   stop       `docker stop` of a training container: SIGTERM, checkpoint saved, exit code 75
-#   resume     the next `docker compose up` continues that run (RESUME=auto) and completes it
-#   serve      the `serve` target (runtime + server) serves the smoke run's export, answers one
-#              request on 127.0.0.1 and exits 0 on `docker stop`
+# as root, on a fresh Debian bookworm machine). The phases, in order (each starts with a `say` line):
+#   install      docker.io, debootstrap and the linters; engine: dockerd started; base image built
+#   lint         hadolint, actionlint, compose config (GPU + CPU), the `docker` tests of test_docker.py
+#   newcomer     .env as the README makes it, plus host paths and this machine's build inputs
+#   build        `docker compose build` of the CPU variant, as a newcomer would
+#   secrets      the .env (with a canary secret) is in no layer of the image
+#   runtime      the runtime image holds no tests/, pytest or invoke
+#   tests        the suite inside the `test` target, as its non-root user, with no network
+#   check        `train check` reports the CPU fallback (exit 0); --require-gpu exits 1
+#   rebuild      a code-only change reuses the dependency layer (timed)
+#   smoke        `docker compose up` of one smoke epoch as an unprivileged host user: the run
+#                directory on the host volume, owned by that user, the commit in its manifest
+#   failing      a failing training (exit 3) returns 3 through `up --exit-code-from` and `run --rm`
+#   stop         `docker stop`: SIGTERM, checkpoint saved, exit code 75
+#   resume       the next `docker compose up` continues that run (RESUME=auto) and completes it
+#   serve        the `serve` target serves the smoke run's export, answers one request, exits 0 on stop
+#   multi-worker two workers of the image train one run; only the chief writes it
+#   reproduce    a deterministic run rerun from its record in its image, built from the commit
+#   figures      sizes and times of the above
 # Workplace facts live here and only here: no registry (base image from debootstrap), TLS
 # intercepted (CA bundle in $PIP_CERT, passed as the BuildKit secret), engine without a bridge.
 # Env: MNIST_NPZ (optional, real MNIST for the tests and the smoke run); TESTS_MARK (pytest -m for

@@ -23,16 +23,9 @@ def fit_flags(tmp_path: Path, npz: Path, **changes) -> list[str]:
     """Command-line flags for a CPU-sized run (like helpers.tiny_settings), `changes` by field name."""
     from helpers import tiny_values
 
-    values = tiny_values(tmp_path, npz)
-    values.update(changes)
-    flags = []
-    for name, value in values.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(flag if value else "--no-" + flag[2:])
-        else:
-            flags += [flag, str(value)]
-    return flags
+    from train.config import as_flags
+
+    return as_flags({**tiny_values(tmp_path, npz), **changes})
 
 
 def env(**extra: str) -> dict[str, str]:

@@ -89,6 +89,41 @@ def tiny_values(tmp_path: Path, npz: Path) -> dict:
     }
 
 
+def write_run(
+    run_dir: Path,
+    config: dict | str | None = None,
+    manifest: dict | str | None = None,
+    metrics: list[dict] | str | None = None,
+    checkpoints: list[str] | None = None,
+) -> Path:
+    """A run directory holding exactly the files given, for tests of what reads runs back.
+
+    A dict is written as JSON, a str as it is (a damaged file), None writes no file; `metrics` rows
+    become metrics.csv (an empty list: none); `checkpoints` names state files under checkpoints/
+    ([]: the folder only)."""
+    import csv
+    import json
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name, value in (("config.json", config), ("manifest.json", manifest)):
+        if value is not None:
+            (run_dir / name).write_text(value if isinstance(value, str) else json.dumps(value))
+    if isinstance(metrics, str):
+        (run_dir / "metrics.csv").write_text(metrics)
+    elif metrics:
+        columns = list(dict.fromkeys(k for row in metrics for k in row))
+        with open(run_dir / "metrics.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(metrics)
+    if checkpoints is not None:
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        for name in checkpoints:
+            (run_dir / "checkpoints" / name).write_bytes(b"a state")
+    return run_dir
+
+
 def write_run_records(
     run_dir: Path,
     config: dict | None = None,
@@ -97,16 +132,10 @@ def write_run_records(
     log_lines: tuple[str, ...] = (),
 ) -> Path:
     """A run directory as a finished run leaves its records (no weights): for the report and compare."""
-    import csv
-    import json
-
     from train.config import Settings
 
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     settings = Settings().to_dict()
     settings.update(config or {})
-    (run_dir / "config.json").write_text(json.dumps(settings))
     base = {
         "status": "completed",
         "python": "3.11.7",
@@ -128,7 +157,6 @@ def write_run_records(
         "duration_seconds": 12.5,
     }
     base.update(manifest or {})
-    (run_dir / "manifest.json").write_text(json.dumps(base))
     if metrics is None:
         metrics = [
             {
@@ -144,12 +172,7 @@ def write_run_records(
             }
             for e in range(1, 6)
         ]
-    if metrics:
-        columns = list(dict.fromkeys(k for row in metrics for k in row))
-        with open(run_dir / "metrics.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(metrics)
+    run_dir = write_run(run_dir, settings, base, metrics)
     (run_dir / "train.log").write_text("".join(line + "\n" for line in log_lines))
     return run_dir
 

@@ -392,3 +392,24 @@ def test_monitor_follows_the_metrics_of_a_registered_model(monkeypatch):
     with pytest.raises(ConfigError, match=r"MONITOR='val_accuracy' is not valid: one of val_mae, val_loss, mae, loss"):
         load(env={"MODEL": "regressor"})
     assert load(env={"MODEL": "regressor", "MONITOR": "val_mae"}).monitor == "val_mae"
+
+
+def test_a_settings_kind_is_one_of_the_declared_kinds():
+    from train.config import _f, of_kind
+
+    with pytest.raises(ValueError, match="kind='fre'"):
+        _f(1, "a typo in the kind", kind="fre")
+    with pytest.raises(ValueError, match="unknown kind"):
+        of_kind("fre")
+    assert of_kind("label") == {"run_name"}
+
+
+def test_settings_become_the_fit_flags_that_give_them_back():
+    from train.config import as_flags
+
+    flags = as_flags({"batch_size": 32, "export": False, "deterministic": True, "run_name": None, "model": "mlp"})
+    assert flags == ["--batch-size", "32", "--no-export", "--deterministic", "--model", "mlp"]
+    from train import cli
+
+    args = cli.build_parser().parse_args(["fit", *flags])
+    assert (args.batch_size, args.export, args.deterministic, args.model) == ("32", False, True, "mlp")

@@ -13,7 +13,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from helpers import tiny_image_model
+from helpers import tiny_image_model, write_run
 
 from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
@@ -84,11 +84,8 @@ def test_parity_batch_is_fixed_uint8():
 def _failed_run(tmp_path):
     from train.config import Settings
 
-    run = tmp_path / "runs" / "20260101-000000-000001"
-    run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps(Settings().to_dict()))
-    (run / "manifest.json").write_text(json.dumps({"status": "failed", "error": "DataError: x_train is empty"}))
-    return run
+    manifest = {"status": "failed", "error": "DataError: x_train is empty"}
+    return write_run(tmp_path / "runs" / "20260101-000000-000001", Settings().to_dict(), manifest)
 
 
 def test_rebuild_needs_weights_then_data(tmp_path):

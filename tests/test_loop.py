@@ -28,8 +28,11 @@ from train.training.loop import (
     _monitor_mode,
     at_new_batch_size,
     batch_text,
+    check_finite,
+    check_room_to_halve,
     position_after_halving,
     progress_verbose,
+    start_loop,
     step_at_batch_size,
     steps_until,
 )
@@ -83,11 +86,9 @@ def _loop(**settings):
     ],
 )
 def test_non_finite_loss_is_diverged_naming_what_to_change(key, value, chief, where):
-    loop = _loop()
-    if not chief:
-        loop.files = None
+    checkpoints_dir = Path("/runs/r1/checkpoints") if chief else None
     with pytest.raises(DivergedError) as info:
-        EpochLoop._check_finite(loop, {"loss": 0.1, "val_loss": 0.2, key: value}, epoch=1)
+        check_finite({"loss": 0.1, "val_loss": 0.2, key: value}, 1, checkpoints_dir, learning_rate=1e-3)
     assert str(info.value) == (
         f"{key} is {value} in epoch 2: training diverged; the last good checkpoint is kept in {where}. "
         "Lower LEARNING_RATE (now 0.001), check the data for NaN values, or try PRECISION=float32"
@@ -96,22 +97,21 @@ def test_non_finite_loss_is_diverged_naming_what_to_change(key, value, chief, wh
 
 def test_a_missing_loss_is_no_divergence():
     """An epoch with only validation left has no training loss; a worker may lack neither."""
-    EpochLoop._check_finite(_loop(), {"val_loss": 0.2}, epoch=0)
-    EpochLoop._check_finite(_loop(), {"loss": 0.2}, epoch=0)
+    check_finite({"val_loss": 0.2}, 0, Path("/runs/r1/checkpoints"), 1e-3)
+    check_finite({"loss": 0.2}, 0, Path("/runs/r1/checkpoints"), 1e-3)
 
 
 def test_finite_losses_pass():
-    EpochLoop._check_finite(_loop(), {"loss": 0.1, "val_loss": 0.2, "accuracy": math.nan}, epoch=0)
+    check_finite({"loss": 0.1, "val_loss": 0.2, "accuracy": math.nan}, 0, Path("/runs/r1/checkpoints"), 1e-3)
 
 
 @pytest.mark.parametrize("auto_batch, state", [(False, {}), (True, {"batch_halvings": 3}), (True, {"batch_size": 1})])
 def test_out_of_memory_without_room_to_halve_names_the_remedies(auto_batch, state):
-    loop = _loop(auto_batch=auto_batch)
-    loop.state = dataclasses.replace(loop.state, **state)
+    state = dataclasses.replace(LoopState(batch_size=64, epoch=1, step=3), **state)
     with pytest.raises(OutOfMemoryError) as info:
-        EpochLoop._out_of_memory(loop)
+        check_room_to_halve(auto_batch, state, workers=1)
     assert str(info.value) == (
-        f"the GPU ran out of memory at batch size {loop.state.batch_size}: lower BATCH_SIZE, use "
+        f"the GPU ran out of memory at batch size {state.batch_size}: lower BATCH_SIZE, use "
         "PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, or stop other processes on the GPU "
         "(python -m train check lists them)"
     )
@@ -247,7 +247,7 @@ def real_loop(tmp_path):
         run_dir = (resume_from or create_run_dir(s0.runs_dir)) if chief else None
         loaded = checkpoints.load_latest(run_dir / "checkpoints") if resume_from else None
         state = LoopState.from_meta(loaded.meta, s.batch_size) if loaded else LoopState(batch_size=s.batch_size)
-        loop = EpochLoop(
+        return start_loop(
             s,
             run_dir,
             spec,
@@ -257,15 +257,9 @@ def real_loop(tmp_path):
             time.monotonic() if started is None else started,
             stop,
             chief=chief,
+            models=_tiny_models(make.asked),
+            loaded=loaded,
         )
-        loop.build_model(_tiny_models(make.asked))
-        with loop.strategy.scope():  # as train() does: restore a state, or save the initial one
-            if loaded:
-                checkpoints.restore(loop.model, loaded)
-            else:
-                loop.model.optimizer.build(loop.model.trainable_variables)
-                loop._save("initial state")
-        return loop
 
     make.asked = []
     return make
@@ -715,10 +709,8 @@ def test_a_resume_with_another_batch_size_keeps_the_cosine_where_training_stands
 
 
 def test_oom_with_several_workers_is_an_error_even_with_auto_batch():
-    loop = _loop(auto_batch=True)
-    loop.setup.workers = 2
     with pytest.raises(OutOfMemoryError):
-        EpochLoop._out_of_memory(loop)
+        check_room_to_halve(True, LoopState(batch_size=64, epoch=1, step=3), workers=2)
 
 
 @pytest.mark.parametrize(

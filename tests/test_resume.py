@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import write_run
 
 from train.config import load_settings
 from train.errors import CheckpointError, ConfigError, ResumeMismatchError, RunBusyError, RunRecordError
@@ -29,14 +30,12 @@ def _settings(tmp_path, **changes):
 
 
 def _fake_run(settings, run_id, status, checkpoint=True, **config_changes):
-    d = Path(settings.runs_dir) / run_id
-    (d / "checkpoints").mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({**settings.to_dict(), **config_changes}))
-    if status is not None:
-        (d / "manifest.json").write_text(json.dumps({"status": status, "data": {"fingerprint": "a" * 64}}))
-    if checkpoint:
-        (d / "checkpoints" / "ckpt-000000004.npz").write_bytes(b"a state")
-    return d
+    return write_run(
+        Path(settings.runs_dir) / run_id,
+        {**settings.to_dict(), **config_changes},
+        None if status is None else {"status": status, "data": {"fingerprint": "a" * 64}},
+        checkpoints=["ckpt-000000004.npz"] if checkpoint else [],
+    )
 
 
 def prepare_run_dir(settings, resume, force, restart=False):

@@ -5,19 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import write_run
 
 from train.results.runs_table import format_runs, list_runs
 
 
 def _run(root, name, config, manifest=None, metrics=None):
-    d = root / name
-    d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps(config) if isinstance(config, dict) else config)
-    if manifest is not None:
-        (d / "manifest.json").write_text(json.dumps(manifest) if isinstance(manifest, dict) else manifest)
-    if metrics is not None:
-        (d / "metrics.csv").write_text(metrics)
-    return d
+    return write_run(root / name, config, manifest, metrics)
 
 
 CFG = {"epochs": 3, "monitor": "val_accuracy", "model": "cnn", "dataset": "mnist"}

@@ -117,6 +117,7 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
     from helpers import tiny_settings
 
     from train import cli
+    from train.commands import fit as fit_command
     from train.setup import devices
 
     settings = tiny_settings(tmp_path)
@@ -126,7 +127,7 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
         return _NoDevices()
 
     monkeypatch.setattr(devices, "setup_devices", signalled_setup)
-    monkeypatch.setattr(cli, "_settings_for", lambda _args: settings)
+    monkeypatch.setattr(fit_command, "settings_for", lambda _args: settings)
     assert cli.main(["fit"]) == 75
     (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]  # .cache holds the measured peak
     manifest = json.loads((run / "manifest.json").read_text())

@@ -35,8 +35,21 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def _f(default: Any, doc: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"doc": doc, **kw})
+# What a setting is to a resume and to a comparison of runs: said once, on its declaration (`kind=`).
+KINDS = {
+    "result": "changes what is trained: a resume must be given the run's value, reproduce and compare list it",
+    "free": "does not change the result (EPOCHS, PATIENCE, ...): a resume may change it; still listed when compared",
+    "surroundings": "where the run lives and what is around training (RUNS_DIR, the budget, the export): "
+    "free on resume, and a rerun by reproduce does not compare it",
+    "label": "the run's own name: reproduce does not compare it (the rerun has its own)",
+    "invocation": "how this start was asked for (RESUME, PROGRESS, DEBUG): free on resume, compared nowhere",
+}
+
+
+def _f(default: Any, doc: str, kind: str = "result", **kw: Any) -> Any:
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}: one of {', '.join(KINDS)}")
+    return field(default=default, metadata={"doc": doc, "kind": kind, **kw})
 
 
 @dataclass(frozen=True)
@@ -47,7 +60,9 @@ class Settings:
     dataset: str = _f(
         "mnist", " | ".join(datasets.DATASETS) + " | npz:<file> | images:<dir> (one sub-directory per class)"
     )
-    data_dir: str = _f("./data", "where built-in data sets are read from (<name>.npz) and downloads are cached")
+    data_dir: str = _f(
+        "./data", "where built-in data sets are read from (<name>.npz) and downloads are cached", kind="surroundings"
+    )
     image_size: int = _f(64, "images:<dir> only: images are resized to IMAGE_SIZE x IMAGE_SIZE", min=8, max=4096)
     channels: int = _f(3, "images:<dir> only: 1 (grayscale) or 3 (RGB)", choices=(1, 3))
     val_split: float = _f(0.1, "images:<dir> only: fraction held out for validation (seeded split)", min=0.0, max=0.9)
@@ -55,6 +70,7 @@ class Settings:
         50_000_000,
         "images:<dir> only: refuse an image whose header declares more pixels (width x height) than this, before decoding it",
         min=1,
+        kind="free",
     )
     cache: str = _f(
         "memory", "memory | file (RUNS_DIR/.cache, shared by runs) | none: cache decoded examples", choices=CACHE_MODES
@@ -65,7 +81,7 @@ class Settings:
     )
     # --- model and optimisation ---
     model: str = _f("cnn", models.describe())
-    epochs: int = _f(3, "number of epochs", min=1, max=100000)
+    epochs: int = _f(3, "number of epochs", min=1, max=100000, kind="free")
     batch_size: int = _f(128, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
     learning_rate: float = _f(1e-3, "Adam learning rate", min=1e-8, max=10.0)
     lr_schedule: str = _f("constant", "constant | cosine (decays to 0 over all EPOCHS)", choices=LR_SCHEDULES)
@@ -77,25 +93,33 @@ class Settings:
     precision: str = _f(
         "auto", "auto | float32 | mixed_float16 | mixed_bfloat16 (auto picks from the hardware)", choices=PRECISIONS
     )
-    memory_growth: bool = _f(True, "let GPU memory grow as needed instead of taking it all at start")
+    memory_growth: bool = _f(True, "let GPU memory grow as needed instead of taking it all at start", kind="free")
     jit_compile: bool = _f(False, "compile the train step with XLA")
     peak_flops: str = _f(
         "auto",
         "the MFU's peak FLOP/s per device: auto (a known GPU's datasheet, else measured once per machine, precision "
         "and TensorFlow version, cached in RUNS_DIR/.cache) | measure (again now, and cache it) | a number, e.g. 2.5e11",
+        kind="surroundings",
     )
     steps_per_execution: int = _f(
         1, "train steps run per call into TensorFlow (fewer Python round trips)", min=1, max=10000
     )
     # --- run directory, checkpoints, stopping ---
-    runs_dir: str = _f("./runs", "where run directories are created (the mounted volume in the container)")
-    run_name: str = _f("", "optional label appended to the run id (letters, digits, - and _)")
+    runs_dir: str = _f(
+        "./runs", "where run directories are created (the mounted volume in the container)", kind="surroundings"
+    )
+    run_name: str = _f("", "optional label appended to the run id (letters, digits, - and _)", kind="label")
     resume: str = _f(
         "",
         "continue a run: its id or path, latest, or auto (the newest run if it did not finish and its settings match, else a new run); empty: a new run",
+        kind="invocation",
     )
-    checkpoint_every: int = _f(200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0)
-    keep_checkpoints: int = _f(3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000)
+    checkpoint_every: int = _f(
+        200, "also save a resumable checkpoint every N steps (0: epoch ends only)", min=0, kind="free"
+    )
+    keep_checkpoints: int = _f(
+        3, "how many resumable checkpoints to keep (older ones are deleted)", min=1, max=1000, kind="free"
+    )
     monitor: str = _f(
         "val_accuracy",
         "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss "
@@ -107,39 +131,56 @@ class Settings:
         "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)",
         min=0,
         max=100000,
+        kind="free",
     )
-    min_delta: float = _f(0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0)
-    max_minutes: float = _f(0.0, "time budget: save and stop cleanly after this many minutes (0: no limit)", min=0.0)
+    min_delta: float = _f(
+        0.0, "early stopping: the smallest change of MONITOR that counts as an improvement", min=0.0, kind="free"
+    )
+    max_minutes: float = _f(
+        0.0, "time budget: save and stop cleanly after this many minutes (0: no limit)", min=0.0, kind="surroundings"
+    )
     auto_batch: bool = _f(
-        False, "on GPU out-of-memory, halve BATCH_SIZE and continue from the last checkpoint (at most 3 times)"
+        False,
+        "on GPU out-of-memory, halve BATCH_SIZE and continue from the last checkpoint (at most 3 times)",
+        kind="free",
     )
-    export: bool = _f(True, "export SavedModel + .keras + labels at the end of training")
+    export: bool = _f(True, "export SavedModel + .keras + labels at the end of training", kind="surroundings")
     report: str = _f(
         "full",
         "report.html: full (at the end also the validation set: confusion matrix, most wrong images) | quick (curves and summary only) | off",
         choices=REPORT_MODES,
+        kind="free",
     )
     progress: str = _f(
         "auto",
         "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise",
         choices=PROGRESS_MODES,
+        kind="invocation",
     )
-    debug: bool = _f(False, "show Python tracebacks for expected errors")
+    debug: bool = _f(False, "show Python tracebacks for expected errors", kind="invocation")
     # --- experiment tracking (optional) ---
     mlflow_tracking_uri: str = _f(
         "",
         "MLflow tracking server, e.g. http://127.0.0.1:5000: log settings, metrics, tags and files there (empty: off)",
+        kind="free",
     )
-    mlflow_experiment: str = _f("Default", "MLflow experiment the runs are logged in (created when missing)")
+    mlflow_experiment: str = _f(
+        "Default", "MLflow experiment the runs are logged in (created when missing)", kind="free"
+    )
     # --- several machines (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it) ---
     workers: str = _f(
-        "", "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process"
+        "",
+        "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process",
+        kind="free",
     )
-    worker_index: int = _f(-1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000)
+    worker_index: int = _f(
+        -1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000, kind="free"
+    )
     join_timeout: float = _f(
         900.0,
         "several workers: seconds to wait for every worker to start before giving up with exit 11 (0: no limit)",
         min=0.0,
+        kind="free",
     )
     # --- serving the export (`python -m train serve`) ---
     serve_max_batch: int = _f(
@@ -147,18 +188,21 @@ class Settings:
         "serve: the most images gathered into one model call (1: no batching); a larger request is refused",
         min=1,
         max=4096,
+        kind="invocation",
     )
     serve_max_wait_ms: float = _f(
         5.0,
         "serve: how long the first request of a batch waits for others to join it, in milliseconds",
         min=0.0,
         max=10000.0,
+        kind="invocation",
     )
     serve_max_body_mb: float = _f(
         16.0,
         "serve: the largest request body accepted, in MB; a larger one is refused with 413 before it is read",
         min=0.001,
         max=4096.0,
+        kind="invocation",
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -166,6 +210,14 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return _with_given(validate(dataclasses.replace(self, **changes)), given(self) | set(changes))
+
+
+def of_kind(*kinds: str) -> frozenset[str]:
+    """The settings declared with one of `kinds` (see KINDS), by field name."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown kind(s) {sorted(unknown)}: one of {', '.join(KINDS)}")
+    return frozenset(f.name for f in fields(Settings) if f.metadata["kind"] in kinds)
 
 
 def given(s: Settings) -> frozenset[str]:
@@ -193,34 +245,7 @@ def _with_given(s: Settings, names) -> Settings:
 
 
 # Settings that may differ on resume without changing the result of training.
-RESUME_FREE = {
-    "runs_dir",
-    "max_image_pixels",
-    "data_dir",
-    "epochs",
-    "max_minutes",
-    "progress",
-    "debug",
-    "export",
-    "keep_checkpoints",
-    "checkpoint_every",
-    "memory_growth",
-    "auto_batch",
-    "resume",
-    "patience",
-    "min_delta",
-    "report",
-    "workers",
-    "worker_index",
-    "join_timeout",
-    "mlflow_tracking_uri",
-    "mlflow_experiment",
-    "peak_flops",
-    # serving settings never reach training
-    "serve_max_batch",
-    "serve_max_wait_ms",
-    "serve_max_body_mb",
-}
+RESUME_FREE = of_kind("free", "surroundings", "invocation")
 
 
 def _coerce(f: dataclasses.Field, raw: Any) -> Any:
@@ -542,7 +567,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> Settings:
     return validate(Settings(**values))
 
 
-def diff_settings(old: Settings, new: Settings, ignore: set[str] = RESUME_FREE) -> list[str]:
+def diff_settings(old: Settings, new: Settings, ignore: frozenset[str] = RESUME_FREE) -> list[str]:
     """Human-readable differences, e.g. ['BATCH_SIZE: 128 -> 64'], skipping `ignore`."""
     out = []
     for f in fields(Settings):
@@ -575,6 +600,18 @@ def env_example() -> str:
     for f in fields(Settings):
         lines += [f"# {f.metadata['doc']}", f"# {f.name.upper()}={_default_text(f)}", ""]
     return "\n".join(lines)
+
+
+def as_flags(values: Mapping[str, Any]) -> list[str]:
+    """Settings by field name as the `fit` flags that give them (a None value: left out)."""
+    flags: list[str] = []
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        elif value is not None:
+            flags += [flag, str(value)]
+    return flags
 
 
 def settings_table() -> str:

@@ -168,20 +168,20 @@ def _cifar10(cache_dir: Path) -> Arrays:
     return read_cifar(path, "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "labels")
 
 
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
 register(Dataset("mnist", (28, 28, 1), tuple(str(i) for i in range(10)), _mnist))
-register(
-    Dataset(
-        "fashion_mnist",
-        (28, 28, 1),
-        ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
-        _fashion_mnist,
-    )
-)
-register(
-    Dataset(
-        "cifar10",
-        (32, 32, 3),
-        ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
-        _cifar10,
-    )
-)
+register(Dataset("fashion_mnist", (28, 28, 1), FASHION_MNIST_CLASSES, _fashion_mnist))
+register(Dataset("cifar10", (32, 32, 3), CIFAR10_CLASSES, _cifar10))

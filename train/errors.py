@@ -8,17 +8,25 @@ from __future__ import annotations
 
 
 class TemplateError(Exception):
-    """Base class: an expected failure with a one-line message and a documented exit code."""
+    """Base class: an expected failure with a one-line message and a documented exit code.
+
+    A subclass declares its exit code and kind on its class line,
+    `class DataError(TemplateError, exit_code=3, kind="data")`; left out, they are the parent's.
+    """
 
     exit_code = 1
     kind = "error"
 
+    def __init_subclass__(cls, exit_code: int | None = None, kind: str | None = None, **kw):
+        super().__init_subclass__(**kw)
+        if exit_code is not None:
+            cls.exit_code = exit_code
+        if kind is not None:
+            cls.kind = kind
 
-class ConfigError(TemplateError, ValueError):
+
+class ConfigError(TemplateError, ValueError, exit_code=2, kind="config"):
     """A setting has a value that is not allowed. Raised before TensorFlow is imported."""
-
-    exit_code = 2
-    kind = "config"
 
     def __init__(self, name: str, value: object, allowed: str):
         self.name, self.value, self.allowed = name, value, allowed
@@ -45,7 +53,7 @@ class PortInUseError(ConfigError):
         TemplateError.__init__(self, f"{name}: this worker's address {address}: {self.allowed}")
 
 
-class ModelError(TemplateError):
+class ModelError(TemplateError, exit_code=2, kind="model"):
     """The MODEL factory cannot build a model for the data: it fails to import, raises, has the wrong
     signature, returns something else, or the images are too small for it.
 
@@ -53,99 +61,62 @@ class ModelError(TemplateError):
     module exists, parses and defines the function) is a ConfigError before TensorFlow.
     """
 
-    exit_code = 2
-    kind = "model"
-
     def __init__(self, spec: str, problem: str):
         self.name, self.value, self.problem = "MODEL", spec, problem
         super().__init__(f"MODEL={spec}: {problem}")
 
 
-class DataError(TemplateError):
+class DataError(TemplateError, exit_code=3, kind="data"):
     """The data set is missing, empty, corrupt or of the wrong shape."""
 
-    exit_code = 3
-    kind = "data"
 
-
-class CheckpointError(TemplateError):
+class CheckpointError(TemplateError, exit_code=4, kind="checkpoint"):
     """No valid checkpoint to resume from, or a checkpoint that does not fit the model."""
 
-    exit_code = 4
-    kind = "checkpoint"
 
-
-class ResumeMismatchError(CheckpointError):
+class ResumeMismatchError(CheckpointError, kind="resume"):
     """Resuming with settings that differ from the run's own."""
 
-    kind = "resume"
 
-
-class RunRecordError(CheckpointError):
+class RunRecordError(CheckpointError, kind="record"):
     """A run's config.json or manifest.json is missing, truncated or not what it should be."""
 
-    kind = "record"
 
-
-class RunBusyError(CheckpointError):
+class RunBusyError(CheckpointError, kind="busy"):
     """Another live process holds the run's lock: two processes never write one run directory."""
 
-    kind = "busy"
 
-
-class NoWeightsError(CheckpointError):
+class NoWeightsError(CheckpointError, kind="no-weights"):
     """export / predict on a run that never saved weights (it failed or stopped before an epoch ended)."""
 
-    kind = "no-weights"
 
-
-class WeightsError(CheckpointError):
+class WeightsError(CheckpointError, kind="weights"):
     """A weights file (best/final.weights.h5) whose bytes differ from the sha256 recorded when it was
     written, or that does not load (empty, truncated, text): never loaded, the fix names a fallback."""
 
-    kind = "weights"
 
-
-class DivergedError(TemplateError):
+class DivergedError(TemplateError, exit_code=5, kind="diverged"):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
-    exit_code = 5
-    kind = "diverged"
 
-
-class OutOfMemoryError(TemplateError):
+class OutOfMemoryError(TemplateError, exit_code=6, kind="oom"):
     """The accelerator ran out of memory (TensorFlow's ResourceExhaustedError)."""
 
-    exit_code = 6
-    kind = "oom"
 
-
-class StorageError(TemplateError):
+class StorageError(TemplateError, exit_code=7, kind="storage"):
     """The runs directory cannot be written: read-only, missing permissions or disk full."""
 
-    exit_code = 7
-    kind = "storage"
 
-
-class ExportError(TemplateError):
+class ExportError(TemplateError, exit_code=8, kind="export"):
     """The exported model could not be written, or its predictions differ from the model's."""
 
-    exit_code = 8
-    kind = "export"
 
-
-class NoGPUError(TemplateError):
+class NoGPUError(TemplateError, exit_code=1, kind="gpu"):
     """`check --require-gpu` found no usable GPU."""
 
-    exit_code = 1
-    kind = "gpu"
 
-
-class ReproduceError(TemplateError):
+class ReproduceError(TemplateError, exit_code=9, kind="reproduce"):
     """A run cannot be reproduced from its record: missing commit, dirty tree, other lock or data."""
-
-    exit_code = 9
-    kind = "reproduce"
 
 
 class ReproduceRecordError(ReproduceError):
@@ -159,32 +130,23 @@ class ReproduceRecordError(ReproduceError):
         super().__init__(f"{path}: {field}={value!r} {problem}; {fix}")
 
 
-class ReproduceMismatch(TemplateError):
+class ReproduceMismatch(TemplateError, exit_code=10, kind="reproduce"):
     """The rerun finished but its result differs from the original's (the verdict says how)."""
 
-    exit_code = 10
-    kind = "reproduce"
 
-
-class WorkerLostError(TemplateError):
+class WorkerLostError(TemplateError, exit_code=11, kind="cluster"):
     """Training with several workers: another worker died, its host was lost or it stopped answering."""
-
-    exit_code = 11
-    kind = "cluster"
 
 
 class WorkersMissingError(WorkerLostError):
     """Several workers: the others did not all start within JOIN_TIMEOUT."""
 
 
-class Interrupted(TemplateError):
+class Interrupted(TemplateError, exit_code=75, kind="interrupted"):
     """SIGTERM/SIGINT or MAX_MINUTES: the run saved a resumable state and stopped early.
 
     Exit code 75 (EX_TEMPFAIL, "try again later"): `--resume` continues it.
     """
-
-    exit_code = 75
-    kind = "interrupted"
 
 
 class ModelInterrupted(Interrupted):
@@ -209,6 +171,15 @@ class RequestError(TemplateError):
         self.name, self.value, self.fix, self.status = name, value, fix, status
         shown = "" if value is None else f" ({str(value)[:80]})"
         super().__init__(f"{name}{shown}: {fix}")
+
+
+def first_line(exc: BaseException | str, limit: int | None = 200) -> str:
+    """The first line of an exception's message (or of a text), at most `limit` characters; "" if none.
+
+    Messages of other libraries run to pages (tracebacks of a server, TensorFlow's op context);
+    one of our one-line errors quotes only their first line."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:limit] if lines else ""
 
 
 EXIT_CODES = {

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ModelError, TemplateError
+from .errors import ModelError, TemplateError, first_line
 from .setup.modelcheck import check_model, user_code
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def get_factory(name: str) -> Factory:
     except TemplateError:
         raise
     except Exception as exc:  # their module's own code runs here: anything it raises is theirs to fix
-        raise ModelError(name, f"importing module {module_name} failed: {_first_line(exc)}") from exc
+        raise ModelError(name, f"importing module {module_name} failed: {_error_text(exc)}") from exc
     factory = getattr(module, func_name, None)
     if not callable(factory):
         raise ModelError(name, f"module {module_name} has no function {func_name!r}")
@@ -230,13 +230,13 @@ def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
         hint = ""
         if any(w in str(exc) for w in ("negative", "zero", "Pooling")):  # Keras' words for images too small
             hint = f"; if the images ({shape[0]}x{shape[1]}) are too small for the model, use larger ones"
-        raise ModelError(name, f"{call} raised {_first_line(exc)}{hint}") from exc
+        raise ModelError(name, f"{call} raised {_error_text(exc)}{hint}") from exc
     if not isinstance(model, keras.Model):
         raise ModelError(name, f"{call} returned {type(model).__name__}, expected a keras.Model")
     check_model(name, call, model, shape, classes, probabilities=entry(name).loss is sparse_crossentropy)
     return model
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:200].rstrip('.')}" if lines else type(exc).__name__
+def _error_text(exc: BaseException) -> str:
+    line = first_line(exc)
+    return f"{type(exc).__name__}: {line.rstrip('.')}" if line else type(exc).__name__

@@ -147,70 +147,8 @@ def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | N
 
 
 def format_report(r: dict[str, Any]) -> str:
-    tf, build = r["tensorflow"], r["tensorflow"]["build"]
-    lines = ["TensorFlow GPU check"]
-
-    def row(label: str, text: str) -> None:
-        lines.append(f"  {label:<14} {text}")
-
-    if build.get("is_cuda_build"):
-        ccs = build.get("cuda_compute_capabilities") or []
-        row(
-            "TensorFlow",
-            f"{tf['version']}, built for CUDA {build.get('cuda_version')}, cuDNN "
-            f"{build.get('cudnn_version')}, compute capabilities {', '.join(map(str, ccs)) or '?'}",
-        )
-        for lib in r["libraries"]:
-            found = f"{lib['path']} ({lib['version'] or 'version unknown'})" if lib["path"] else "NOT FOUND"
-            row(
-                "  " + lib["library"],
-                f"{lib['expected']}: {found}" + (f"; also {', '.join(lib['others'])}" if lib["others"] else ""),
-            )
-    else:
-        row("TensorFlow", f"{tf['version'] or 'not available'}, CPU-only build (no CUDA libraries needed)")
-    d = r["driver"]
-    row(
-        "Driver",
-        f"{d['version']}, CUDA up to {d['cuda_version'] or '?'}"
-        if d["present"] and d["version"]
-        else f"none ({d['reason']})",
-    )
-    for g in r["gpus"]:
-        cc = ".".join(map(str, g["compute_capability"])) if g["compute_capability"] else "?"
-        row(
-            f"GPU {g['index']}",
-            f"{g['name']}, {g['memory_used_mb']:.0f} of {g['memory_total_mb']:.0f} MiB used, compute capability {cc}",
-        )
-        for p in g["processes"]:
-            used = f"{p['used_memory_mb']:.0f} MiB" if p["used_memory_mb"] is not None else "? MiB"
-            row("", f"process {p['pid']} {p['name']}: {used}")
-    row("TF sees", ", ".join(g["name"] for g in tf["gpus"]) or "no GPU (runs on the CPU)")
-    mg = r["memory_growth"]
-    if tf["gpus"] or mg.get("error"):
-        row("Memory growth", "on for every GPU" if mg.get("in_effect") else f"NOT in effect {mg.get('error') or ''}")
-    for m in r["matmul"]:
-        row(
-            "Matmul",
-            f"{m['device']}: "
-            + (
-                f"{m['n']}x{m['n']} float32 in {m['seconds'] * 1e3:.1f} ms, {m['gflops']:.0f} GFLOP/s"
-                if "error" not in m
-                else f"failed: {m['error']}"
-            ),
-        )
-    if r["gpu_speedup"]:
-        row("", f"GPU / CPU throughput: {r['gpu_speedup']}x")
-    p = r["precision"]
-    row(
-        "Precision",
-        "; ".join(f"{k} {'yes' if v['sensible'] else 'no'}" for k, v in p["options"].items())
-        + f"; auto -> {p['auto']} ({p['auto_reason']})",
-    )
-    noise = r["tf_log"]["noise"]
-    if noise:
-        row("TF log", f"{sum(noise.values())} start-up line(s) captured, not errors: " + "; ".join(noise))
-    for line in r["tf_log"]["shown"]:
-        row("TF log !", line)
+    rows = [*_build_rows(r), *_device_rows(r), *_runtime_rows(r)]
+    lines = ["TensorFlow GPU check", *(f"  {label:<14} {text}" for label, text in rows)]
     if r["diagnoses"]:
         lines.append("Diagnoses")
     for dg in r["diagnoses"]:
@@ -219,6 +157,76 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(f"      fix: {dg['fix']}")
     lines.append(f"VERDICT: {r['verdict']['line']}")
     return "\n".join(lines)
+
+
+Rows = list[tuple[str, str]]
+
+
+def _build_rows(r: dict[str, Any]) -> Rows:
+    """What TensorFlow was built for, and the CUDA libraries it needs."""
+    tf, build = r["tensorflow"], r["tensorflow"]["build"]
+    if not build.get("is_cuda_build"):
+        return [("TensorFlow", f"{tf['version'] or 'not available'}, CPU-only build (no CUDA libraries needed)")]
+    ccs = build.get("cuda_compute_capabilities") or []
+    rows = [
+        (
+            "TensorFlow",
+            f"{tf['version']}, built for CUDA {build.get('cuda_version')}, cuDNN "
+            f"{build.get('cudnn_version')}, compute capabilities {', '.join(map(str, ccs)) or '?'}",
+        )
+    ]
+    for lib in r["libraries"]:
+        found = f"{lib['path']} ({lib['version'] or 'version unknown'})" if lib["path"] else "NOT FOUND"
+        also = f"; also {', '.join(lib['others'])}" if lib["others"] else ""
+        rows.append(("  " + lib["library"], f"{lib['expected']}: {found}{also}"))
+    return rows
+
+
+def _device_rows(r: dict[str, Any]) -> Rows:
+    """The driver, the GPUs and who uses them, what TensorFlow sees."""
+    d, tf = r["driver"], r["tensorflow"]
+    driver = f"{d['version']}, CUDA up to {d['cuda_version'] or '?'}" if d["present"] and d["version"] else None
+    rows = [("Driver", driver or f"none ({d['reason']})")]
+    for g in r["gpus"]:
+        cc = ".".join(map(str, g["compute_capability"])) if g["compute_capability"] else "?"
+        rows.append(
+            (
+                f"GPU {g['index']}",
+                f"{g['name']}, {g['memory_used_mb']:.0f} of {g['memory_total_mb']:.0f} MiB used, "
+                f"compute capability {cc}",
+            )
+        )
+        for p in g["processes"]:
+            used = f"{p['used_memory_mb']:.0f} MiB" if p["used_memory_mb"] is not None else "? MiB"
+            rows.append(("", f"process {p['pid']} {p['name']}: {used}"))
+    rows.append(("TF sees", ", ".join(g["name"] for g in tf["gpus"]) or "no GPU (runs on the CPU)"))
+    mg = r["memory_growth"]
+    if tf["gpus"] or mg.get("error"):
+        growth = "on for every GPU" if mg.get("in_effect") else f"NOT in effect {mg.get('error') or ''}"
+        rows.append(("Memory growth", growth))
+    return rows
+
+
+def _runtime_rows(r: dict[str, Any]) -> Rows:
+    """The matmul timings, the precision options and TensorFlow's start-up log."""
+    rows = []
+    for m in r["matmul"]:
+        timed = (
+            f"{m['n']}x{m['n']} float32 in {m['seconds'] * 1e3:.1f} ms, {m['gflops']:.0f} GFLOP/s"
+            if "error" not in m
+            else f"failed: {m['error']}"
+        )
+        rows.append(("Matmul", f"{m['device']}: {timed}"))
+    if r["gpu_speedup"]:
+        rows.append(("", f"GPU / CPU throughput: {r['gpu_speedup']}x"))
+    p = r["precision"]
+    options = "; ".join(f"{k} {'yes' if v['sensible'] else 'no'}" for k, v in p["options"].items())
+    rows.append(("Precision", f"{options}; auto -> {p['auto']} ({p['auto_reason']})"))
+    noise = r["tf_log"]["noise"]
+    if noise:
+        rows.append(("TF log", f"{sum(noise.values())} start-up line(s) captured, not errors: " + "; ".join(noise)))
+    rows += [("TF log !", line) for line in r["tf_log"]["shown"]]
+    return rows
 
 
 def main(json_output: bool = False, require_gpu: bool = False, skip_matmul: bool = False) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings
-from ..errors import DataError
+from ..errors import DataError, first_line
 from ..run.rundir import CACHE_DIR, atomic_write, shared_writes
 from .arrays import check_class_names, describe_file_type, sha256_file
 
@@ -296,7 +296,7 @@ def load_image_file(
         return decode_tensor(tf.constant(raw), tuple(input_shape), tf.constant(info)).numpy()
     except (tf.errors.OpError, ValueError) as e:
         raise DataError(
-            f"{path}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
+            f"{path}: not a readable image ({tf_message(e)}); the formats read are {SUPPORTED}: convert or remove it"
         ) from None
 
 
@@ -341,7 +341,7 @@ def decode_files(
         for path in paths[done : done + _DECODE_BATCH]:
             load_image_file(path, input_shape, max_pixels=None)
         raise DataError(
-            f"decoding images {done}..{done + _DECODE_BATCH} of {len(paths)} failed ({_first_line(e)})"
+            f"decoding images {done}..{done + _DECODE_BATCH} of {len(paths)} failed ({tf_message(e)})"
         ) from None
 
 
@@ -477,15 +477,14 @@ def _verified_cache(path: Path, shape: tuple[int, ...], fingerprint: str):
                         return cached
                     problem = f"it holds {cached.dtype} {cached.shape}, not uint8 {shape}"
             except (OSError, ValueError) as exc:
-                problem = f"it cannot be read ({type(exc).__name__}: {_first_line(exc)})"
+                problem = f"it cannot be read ({type(exc).__name__}: {tf_message(exc)})"
     log.warning("WARNING: decode cache %s does not match the data: %s; decoding the images again", path, problem)
     return None
 
 
-def _first_line(e: BaseException) -> str:
+def tf_message(e: BaseException) -> str:
+    """What went wrong in a TensorFlow op, without the function and op names it is wrapped in."""
     text = getattr(e, "message", None) or str(e)
     # TensorFlow wraps op errors as "{{function_node ...}} what went wrong [Op:DecodeImage] name: ".
-    text = re.sub(
-        r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", "", text.strip().splitlines()[0] if text.strip() else ""
-    )
+    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", "", first_line(text, None))
     return text[:200] or type(e).__name__

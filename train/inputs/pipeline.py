@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..datasets import DATASETS
-from ..errors import DataError
+from ..errors import DataError, first_line
 from . import images
 from .arrays import NPZ_KEYS, check_arrays, check_class_names, npz_class_names, read_npz, sha256_file
 from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
@@ -251,18 +251,13 @@ def _builtin(name: str, data_dir: Path) -> tuple[dict[str, np.ndarray], str, str
     # get_file raises a bare Exception for network failures, so nothing narrower catches them all.
     except Exception as e:  # noqa: BLE001
         raise DataError(
-            f"{path} not found and the download of {name} failed ({type(e).__name__}: {_first_line(e)}); "
+            f"{path} not found and the download of {name} failed ({type(e).__name__}: {first_line(e) or 'no message'}); "
             f"put {name}.npz (Keras format: x_train, y_train, x_test, y_test) at {path}, or allow network access"
         ) from None
     h = hashlib.sha256()
     for k in NPZ_KEYS:
         h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
     return arrays, h.hexdigest(), f"downloaded, cached in {cache}"
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:200] if lines else "no message"
 
 
 def _smoke_subset(n: int, k: int, seed: int, salt: int) -> np.ndarray:

@@ -27,6 +27,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..config import as_flags as settings_flags
+from ..config import of_kind
 from ..errors import ReproduceError
 from ..run.metrics_files import MEASURED_COLUMNS
 from ..run.rundir import RunDir, list_run_dirs, write_json
@@ -37,8 +39,7 @@ from .worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, w
 # result": accuracies within one percentage point, losses within 10 % of the original.
 TOLERANCE = {"accuracy": ("absolute", 0.01), "loss": ("relative", 0.10)}
 # Settings whose value is where the run lives or how it was started, not what it computes.
-NOT_COMPARED = {"runs_dir", "data_dir", "resume", "run_name", "progress", "debug", "max_minutes", "export"}
-NOT_COMPARED |= {"peak_flops"}  # what the MFU divides by, not what training computes
+NOT_COMPARED = of_kind("surroundings", "label", "invocation")
 TIMING_COLUMNS = {"epoch", *MEASURED_COLUMNS}
 
 
@@ -183,14 +184,7 @@ def as_flags(values: dict[str, Any], run_name: str, epochs: int | None) -> list[
     values = dict(values, run_name=run_name, resume="")
     if epochs:
         values["epochs"] = epochs
-    flags: list[str] = []
-    for name, value in values.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(flag if value else "--no-" + flag[2:])
-        elif value is not None:
-            flags += [flag, str(value)]
-    return flags
+    return settings_flags(values)
 
 
 def _clean_env(code: Path, config: dict[str, Any]) -> dict[str, str]:
@@ -368,30 +362,10 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
     from ..run.weights import verify_all
 
     verify_all(run_dir)  # the original's weights must be what it wrote
-    if epochs is not None and epochs < 1:
-        raise ReproduceError(f"--epochs {epochs}: give a number of epochs of at least 1")
-    if epochs and epochs > int(orig_c.get("epochs") or 0):
-        raise ReproduceError(f"--epochs {epochs}: the run has EPOCHS={orig_c.get('epochs')}; give at most that many")
-    if epochs and orig_c.get("lr_schedule") == "cosine" and epochs < int(orig_c.get("epochs") or 0):
-        raise ReproduceError(
-            "--epochs with LR_SCHEDULE=cosine: the schedule spans all EPOCHS, so a shorter rerun "
-            "follows another learning rate; reproduce the whole run instead"
-        )
+    _check_epochs(epochs, orig_c)
     check_comparable(run_dir, orig_m, orig_c, epochs, rows)
     verdict = Verdict(run_dir.name, None)
-    commit = check_commit(root, orig_m, allow_dirty)
-    with stop.cleaning():
-        for path in clean_stale_worktrees(root):  # left by a reproduce killed outright
-            say(f"removed the worktree of an earlier reproduce that was killed: {path}")
-    say(f"code: commit {commit[:12]} is in this clone")
-    if (orig_m.get("git") or {}).get("dirty"):
-        verdict.warnings.append(
-            f"WARNING: the run was made from uncommitted changes on top of {commit[:12]} (--allow-dirty): "
-            "the rerun uses the committed code, so a difference may come from those changes"
-        )
-        say(verdict.warnings[-1])
-    check_lock(root, commit, orig_m)
-    say("lock: the commit's lock has the recorded sha256")
+    commit = _check_code(root, orig_m, allow_dirty, verdict, say, stop)
     if image is not None:
         from . import image as ri
 
@@ -425,6 +399,36 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
         reproduces={"run_id": run_dir.name, "path": str(run_dir), "match": verdict.match, "method": verdict.method},
     )
     return verdict
+
+
+def _check_epochs(epochs: int | None, config: dict[str, Any]) -> None:
+    if epochs is not None and epochs < 1:
+        raise ReproduceError(f"--epochs {epochs}: give a number of epochs of at least 1")
+    if epochs and epochs > int(config.get("epochs") or 0):
+        raise ReproduceError(f"--epochs {epochs}: the run has EPOCHS={config.get('epochs')}; give at most that many")
+    if epochs and config.get("lr_schedule") == "cosine" and epochs < int(config.get("epochs") or 0):
+        raise ReproduceError(
+            "--epochs with LR_SCHEDULE=cosine: the schedule spans all EPOCHS, so a shorter rerun "
+            "follows another learning rate; reproduce the whole run instead"
+        )
+
+
+def _check_code(root: Path, orig_m: dict, allow_dirty: bool, verdict: Verdict, say, stop: Stop) -> str:
+    """The run's commit is here and its lock has the recorded hash; the commit."""
+    commit = check_commit(root, orig_m, allow_dirty)
+    with stop.cleaning():
+        for path in clean_stale_worktrees(root):  # left by a reproduce killed outright
+            say(f"removed the worktree of an earlier reproduce that was killed: {path}")
+    say(f"code: commit {commit[:12]} is in this clone")
+    if (orig_m.get("git") or {}).get("dirty"):
+        verdict.warnings.append(
+            f"WARNING: the run was made from uncommitted changes on top of {commit[:12]} (--allow-dirty): "
+            "the rerun uses the committed code, so a difference may come from those changes"
+        )
+        say(verdict.warnings[-1])
+    check_lock(root, commit, orig_m)
+    say("lock: the commit's lock has the recorded sha256")
+    return commit
 
 
 def _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say, stop: Stop) -> Path:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..config import of_kind
 from ..errors import ConfigError
-from .run_records import RunRecords
+from .run_records import RunRecords, duration_text
 
 # Settings that say how a run was driven, not what it learned: listing them is noise.
-NOT_COMPARED = {"resume", "progress", "debug"}
+NOT_COMPARED = of_kind("invocation")
 OUT_SUFFIXES = (".png", ".html")
 METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
@@ -90,8 +91,13 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     bests = [r.best_row() for r in runs]
     rows.append(("best", [f"{r.monitor}={b[r.monitor]:.4f}" if b else "-" for r, b in zip(runs, bests)]))
     rows.append(("best at epoch", [f"{b['epoch']:.0f}" if b else "-" for b in bests]))
-    rows.append(("time to best", [_seconds(r.seconds_to(b["epoch"])) if b else "-" for r, b in zip(runs, bests)]))
-    rows.append(("training time", [_seconds(r.seconds_to(float("inf"))) for r in runs]))
+    rows.append(
+        (
+            "time to best",
+            [duration_text(r.seconds_to(b["epoch"]), compact=True) if b else "-" for r, b in zip(runs, bests)],
+        )
+    )
+    rows.append(("training time", [duration_text(r.seconds_to(float("inf")), compact=True) for r in runs]))
     rows.append(("resumed", [f"{len(r.resumes)}x" for r in runs]))
     return rows
 
@@ -152,10 +158,6 @@ def _text(value) -> str:
 
 def _num(value) -> str:
     return "-" if value is None else f"{value:.4f}"
-
-
-def _seconds(s) -> str:
-    return "-" if s is None else (f"{s:.1f}s" if s < 120 else f"{s / 60:.1f}min")
 
 
 def compare_runs(runs_dir: str | Path, names: Sequence[str], out: str | None = None) -> str:

@@ -79,29 +79,8 @@ def curves_figure(records: RunRecords):
         fontsize=13,
     )
     best = records.best_row()
-    for slot, metric, title in ((grid[0, :3], "loss", "loss"), (grid[0, 3:], "accuracy", "accuracy")):
-        ax = fig.add_subplot(slot)
-        ax.set_title(title)
-        for key, colour, label in ((metric, TRAIN, "train"), ("val_" + metric, VAL, "validation")):
-            x, y = _xy(records, key)
-            if x:
-                ax.plot(x, y, color=colour, marker="o" if len(x) <= 40 else None, markersize=4, label=label)
-        if best is not None and records.monitor in (metric, "val_" + metric):
-            ax.plot(
-                [best["epoch"]],
-                [best[records.monitor]],
-                marker="*",
-                markersize=16,
-                color="#ffbf00",
-                markeredgecolor="black",
-                linestyle="none",
-                label=f"best {records.monitor}",
-            )
-        _epoch_axis(ax, records)
-        if not done:
-            ax.text(0.5, 0.5, "no epoch finished yet", ha="center", va="center", transform=ax.transAxes)
-        elif ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="best", fontsize=9)
+    for slot, metric in ((grid[0, :3], "loss"), (grid[0, 3:], "accuracy")):
+        _metric_panel(fig.add_subplot(slot), records, metric, best)
     bottom = [
         ("learning_rate", "learning rate", None),
         ("samples_per_second", "training samples/s", None),
@@ -111,28 +90,55 @@ def curves_figure(records: RunRecords):
         bottom.append(("gpu_memory_used_mb", "GPU memory (MB)", "gpu_memory_peak_mb"))
     width = 6 // len(bottom)
     for i, (key, title, second) in enumerate(bottom):
-        ax = fig.add_subplot(grid[1, i * width : (i + 1) * width])
-        ax.set_title(title)
+        _measure_panel(fig.add_subplot(grid[1, i * width : (i + 1) * width]), records, key, title, second)
+    return fig
+
+
+def _metric_panel(ax, records: RunRecords, metric: str, best: dict | None) -> None:
+    """`metric` for training and validation, the best epoch starred when MONITOR is one of them."""
+    ax.set_title(metric)
+    for key, colour, label in ((metric, TRAIN, "train"), ("val_" + metric, VAL, "validation")):
         x, y = _xy(records, key)
         if x:
-            ax.plot(
-                x,
-                y,
-                color=TRAIN,
-                marker="o" if len(x) <= 40 else None,
-                markersize=3,
-                label="used (driver)" if second else None,
-            )
-        if second:
-            x2, y2 = _xy(records, second)
-            if x2:
-                ax.plot(
-                    x2, y2, color=VAL, marker="o" if len(x2) <= 40 else None, markersize=3, label="peak (TensorFlow)"
-                )
-            ax.legend(loc="best", fontsize=8)
-        _plain_numbers(ax, y)
-        _epoch_axis(ax, records)
-    return fig
+            ax.plot(x, y, color=colour, marker="o" if len(x) <= 40 else None, markersize=4, label=label)
+    if best is not None and records.monitor in (metric, "val_" + metric):
+        ax.plot(
+            [best["epoch"]],
+            [best[records.monitor]],
+            marker="*",
+            markersize=16,
+            color="#ffbf00",
+            markeredgecolor="black",
+            linestyle="none",
+            label=f"best {records.monitor}",
+        )
+    _epoch_axis(ax, records)
+    if not records.rows:
+        ax.text(0.5, 0.5, "no epoch finished yet", ha="center", va="center", transform=ax.transAxes)
+    elif ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize=9)
+
+
+def _measure_panel(ax, records: RunRecords, key: str, title: str, second: str | None) -> None:
+    """One measured column per epoch (a second one beside it: GPU memory used and peak)."""
+    ax.set_title(title)
+    x, y = _xy(records, key)
+    if x:
+        ax.plot(
+            x,
+            y,
+            color=TRAIN,
+            marker="o" if len(x) <= 40 else None,
+            markersize=3,
+            label="used (driver)" if second else None,
+        )
+    if second:
+        x2, y2 = _xy(records, second)
+        if x2:
+            ax.plot(x2, y2, color=VAL, marker="o" if len(x2) <= 40 else None, markersize=3, label="peak (TensorFlow)")
+        ax.legend(loc="best", fontsize=8)
+    _plain_numbers(ax, y)
+    _epoch_axis(ax, records)
 
 
 def _plain_numbers(ax, y: list[float]) -> None:
@@ -161,12 +167,18 @@ def confusion_figure(matrix: np.ndarray, class_names: Sequence[str]):
     side = min(max(4.5, 0.45 * n + 2), 14)
     fig = Figure(figsize=(side + 4.5, side), dpi=90)
     grid = fig.add_gridspec(1, 2, width_ratios=[side, 4], left=0.1, right=0.97, top=0.9, bottom=0.14, wspace=0.35)
-    ax = fig.add_subplot(grid[0])
+    labels = [str(c)[:14] for c in class_names]
+    _matrix_panel(fig, fig.add_subplot(grid[0]), matrix, share, labels)
+    _accuracy_bars(fig.add_subplot(grid[1]), matrix, share, labels)
+    return fig
+
+
+def _matrix_panel(fig, ax, matrix: np.ndarray, share: np.ndarray, labels: list[str]) -> None:
+    n = len(labels)
     im = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
     ax.set_title("confusion matrix (share of each true class)")
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
-    labels = [str(c)[:14] for c in class_names]
     ax.set_xticks(range(n), labels, rotation=90 if n > 10 or max(map(len, labels)) > 3 else 0, fontsize=8)
     ax.set_yticks(range(n), labels, fontsize=8)
     if n <= 15:
@@ -183,11 +195,16 @@ def confusion_figure(matrix: np.ndarray, class_names: Sequence[str]):
                         color="white" if share[i, j] > 0.5 else "black",
                     )
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+
+
+def _accuracy_bars(bars, matrix: np.ndarray, share: np.ndarray, labels: list[str]) -> None:
+    from matplotlib.patches import Patch
+
+    n = len(labels)
     acc = np.diag(share)
     # From a round tenth below the worst class: differences of a few points stay visible at 95%+.
     low = max(0.0, math.floor((float(acc.min()) - 0.02) * 10) / 10) if n else 0.0
     overall = float(np.trace(matrix) / max(matrix.sum(), 1))
-    bars = fig.add_subplot(grid[1])
     bars.barh(range(n), acc, color=[VAL if a < overall else TRAIN for a in acc])
     bars.set_yticks(range(n), labels, fontsize=8)
     bars.invert_yaxis()
@@ -205,15 +222,12 @@ def confusion_figure(matrix: np.ndarray, class_names: Sequence[str]):
             fontsize=7,
             color="white" if inside else "black",
         )
-    from matplotlib.patches import Patch
-
     line = bars.axvline(overall, color="black", linestyle="--", linewidth=1, label="overall accuracy")
     below, above = Patch(color=VAL, label="below it"), Patch(color=TRAIN, label="at or above")
     bars.legend(
         handles=[line, below, above], loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=3, fontsize=7, frameon=False
     )
     bars.grid(True, axis="x", alpha=0.3)
-    return fig
 
 
 @plain_text

@@ -208,7 +208,7 @@ def decode_image_bytes(contents: bytes, shown: str, shape: tuple[int, ...]) -> n
     import tensorflow as tf
 
     from ..config import Settings
-    from ..inputs.images import SUPPORTED, _first_line, decode_tensor, image_info
+    from ..inputs.images import SUPPORTED, decode_tensor, image_info, tf_message
 
     # The header pass training runs: the size limit before decoding, then the EXIF orientation.
     info = image_info(contents, shown, Settings.max_image_pixels)
@@ -216,7 +216,7 @@ def decode_image_bytes(contents: bytes, shown: str, shape: tuple[int, ...]) -> n
         return decode_tensor(tf.constant(contents), tuple(shape), tf.constant(info)).numpy()
     except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
         raise DataError(
-            f"{shown}: not a readable image ({_first_line(e)}); the formats read are {SUPPORTED}: convert or remove it"
+            f"{shown}: not a readable image ({tf_message(e)}); the formats read are {SUPPORTED}: convert or remove it"
         ) from None
 
 

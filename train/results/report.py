@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..run.rundir import RunDir, atomic_write, is_run_dir, write_text
-from .run_records import RunRecords, load_records
+from .run_records import RunRecords, duration_text, load_records
 
 log = logging.getLogger("train")
 CHEAP_NOTE = (
@@ -137,7 +137,7 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
     if best is not None:
         lead.append(
             f"best {_e(records.monitor)} <b>{best[records.monitor]:.4f}</b> at epoch {best['epoch']:.0f} "
-            f"after {_seconds(records.seconds_to(best['epoch']))} of training"
+            f"after {duration_text(records.seconds_to(best['epoch']))} of training"
         )
     if records.resumes:
         lead.append(f"resumed {len(records.resumes)}x")
@@ -244,8 +244,8 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         ("ended because", m.get("error") or ended_because(m) or "-"),
         ("started / ended", f"{m.get('started_at', '-')} / {m.get('ended_at') or '-'}"),
         ("resumed", ", ".join(m.get("resumed_at") or []) or "never"),
-        ("duration", f"{_seconds(m.get('duration_seconds'))} over {len(m.get('segments') or []) or 1} segment(s)"),
-        ("training time (every segment, no validation)", _seconds(records.seconds_to(float("inf")))),
+        ("duration", f"{duration_text(m.get('duration_seconds'))} over {len(m.get('segments') or []) or 1} segment(s)"),
+        ("training time (every segment, no validation)", duration_text(records.seconds_to(float("inf")))),
         (
             "versions",
             f"Python {m.get('python', '?')}, TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}"
@@ -320,12 +320,6 @@ def _e(value) -> str:
 
 def _num(v) -> str:
     return "" if v is None else (f"{v:.0f}" if float(v).is_integer() and abs(v) < 1e9 else f"{v:.4g}")
-
-
-def _seconds(s) -> str:
-    if not isinstance(s, (int, float)):
-        return "-"
-    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
 def _compact(value) -> str:

@@ -152,3 +152,13 @@ def read_resumes(path: Path) -> list[Resume]:
             if m:
                 resumes.append(Resume(int(m.group(2)), int(m.group(3)), m.group(1)))
     return resumes
+
+
+def duration_text(seconds: Any, compact: bool = False) -> str:
+    """Seconds as `12.3 s` up to two minutes, `2.0 min` from there; `-` for no number.
+
+    `compact` (`12.3s`, `2.0min`): for the columns of a table of runs side by side."""
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    space = "" if compact else " "
+    return f"{seconds:.1f}{space}s" if seconds < 120 else f"{seconds / 60:.1f}{space}min"

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..errors import first_line
 from ..run.manifest import update_manifest
 from ..run.rundir import RunDir
 
@@ -232,7 +233,7 @@ class Tracker:
             update_manifest(path, mlflow=value)
             self._recorded = state
         except Exception as exc:  # a full disk is the training's to report, at its next write
-            log.error("could not record MLflow tracking in %s: %s", path, _first_line(exc))
+            log.error("could not record MLflow tracking in %s: %s", path, _why(exc))
 
     # --- the tracking thread --------------------------------------------------------------------
 
@@ -245,11 +246,7 @@ class Tracker:
                 logging.INFO, "MLflow: %s run %s in experiment %s at %s", how, self.run_id, self.experiment_id, self.uri
             )
         except Exception as exc:  # whatever it is (a server error, a refused login, a bug): tracking is off
-            self.off = (
-                _first_line(exc)
-                if isinstance(exc, TrackingUnavailable)
-                else f"{type(exc).__name__}: {_first_line(exc)}"
-            )
+            self.off = _why(exc) if isinstance(exc, TrackingUnavailable) else f"{type(exc).__name__}: {_why(exc)}"
             self._say(
                 logging.WARNING,
                 "WARNING: MLflow tracking off for this run: %s (MLFLOW_TRACKING_URI=%s); training goes on",
@@ -298,7 +295,7 @@ class Tracker:
                 "WARNING: MLflow: %s not logged (%s: %s); training goes on",
                 what,
                 type(exc).__name__,
-                _first_line(exc),
+                _why(exc),
             )
             return False
 
@@ -403,7 +400,7 @@ def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
             "WARNING: MLflow: run %s not found at %s (%s): a new MLflow run is started",
             previous["run_id"],
             uri,
-            _first_line(exc),
+            _why(exc),
         )
         return None
     client.update_run(previous["run_id"], status="RUNNING")
@@ -415,6 +412,6 @@ def _experiment_id(client, name: str) -> str:
     return found.experiment_id if found is not None else client.create_experiment(name)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+def _why(exc: BaseException) -> str:
+    """A server's error page or a client's traceback, as one line of our log."""
+    return first_line(exc, 300) or type(exc).__name__

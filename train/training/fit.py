@@ -46,7 +46,7 @@ from ..run.resume import RunPlan, check_data, plan_run
 from ..run.rundir import RunDir, clean_stale_temp, read_json
 from ..run.train_log import close_logging, setup_logging
 from ..setup.join import wait_for_workers
-from .loop import EpochLoop, LoopState, Result, at_new_batch_size
+from .loop import LoopState, Result, at_new_batch_size, start_loop
 from .stop_flag import StopFlag
 
 log = logging.getLogger("train")
@@ -202,13 +202,46 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
         return _stopped_before_training(run_dir, stop)
     check_data(plan, spec.fingerprint, spec.source, force)
     epochs = _epochs(settings)
-    ckpt_dir = RunDir(run_dir).checkpoints
-    loaded = None if plan.restart else checkpoints.load_latest(ckpt_dir)
+    loaded = None if plan.restart else checkpoints.load_latest(RunDir(run_dir).checkpoints)
     state = _starting_state(plan, loaded)
-    workers = setup.workers if several else 1
     if several:
         _send_state(setup, spec, state, loaded is not None)
-    if loaded and state.workers != workers:
+    _adopt_worker_count(state, loaded is not None, setup.workers if several else 1)
+
+    def record() -> None:  # everything is checked: from here on the run's record changes
+        _record_start(plan, manifest_path, opened, setup, spec, state, loaded, epochs)
+
+    try:
+        loop = start_loop(
+            settings,
+            run_dir,
+            spec,
+            setup,
+            state,
+            epochs,
+            stop.started,
+            stop,
+            chief=True,
+            models=models,
+            loaded=loaded,
+            record=record,
+        )
+    except ModelInterrupted:
+        if several:
+            raise
+        return _stopped_before_training(run_dir, stop)  # a stop during the factory ends it at once
+    if settings.mlflow_tracking_uri:  # only the chief gets here; `import mlflow` only now, when asked for
+        from ..tracking.mlflow_run import start
+
+        loop.tracker = opened["tracker"] = start(
+            settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir, settings.to_dict()
+        )
+    # A stop requested from here on is seen by the loop before its first step: it saves a state.
+    return loop.run()
+
+
+def _adopt_worker_count(state: LoopState, resumed: bool, workers: int) -> None:
+    if resumed and state.workers != workers:
         # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
         # `distribution` list records the change); only the summation order across replicas differs.
         log.info(
@@ -218,38 +251,6 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
             state.batch_size,
         )
     state.workers = workers
-    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop.started, stop, chief=True)
-    try:
-        loop.build_model(models)
-    except ModelInterrupted:
-        if several:
-            raise
-        return _stopped_before_training(run_dir, stop)  # a stop during the factory ends it at once
-    scope = loop.strategy.scope()  # optimizer slots must be created where the model's variables live
-    if loaded:
-        with scope:
-            checkpoints.restore(loop.model, loaded)
-            if several:
-                from . import sync
-
-                sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
-        log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
-    # Everything is checked: from here on the run's record changes.
-    _record_start(plan, manifest_path, opened, setup, spec, state, loaded, epochs)
-    if not loaded:
-        with scope:
-            # The initial weights as a state: a run killed before its first interval resumes from
-            # exactly these, and AUTO_BATCH always has a state to go back to.
-            loop.model.optimizer.build(loop.model.trainable_variables)
-            loop._save("initial state")
-    if settings.mlflow_tracking_uri:  # only the chief gets here; `import mlflow` only now, when asked for
-        from ..tracking.mlflow_run import start
-
-        loop.tracker = opened["tracker"] = start(
-            settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir, settings.to_dict()
-        )
-    # A stop requested from here on is seen by the loop before its first step: it saves a state.
-    return loop.run()
 
 
 def _starting_state(plan: RunPlan, loaded) -> LoopState:
@@ -382,13 +383,19 @@ def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
     spec = data.load_data(settings)
     state, resumed = _receive_state(setup, spec, settings)
     _log_distribution(setup, state)
-    loop = EpochLoop(settings, None, spec, setup, state, _epochs(settings), stop.started, stop, chief=False)
-    loop.build_model(models)
-    with loop.strategy.scope():
-        loop.model.optimizer.build(loop.model.trainable_variables)
-        if resumed:
-            sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
-            log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+    loop = start_loop(
+        settings,
+        None,
+        spec,
+        setup,
+        state,
+        _epochs(settings),
+        stop.started,
+        stop,
+        chief=False,
+        models=models,
+        resumed=resumed,
+    )
     result = loop.run()
     log.info("run %s ended: %s", run_id, result.status)
     return result

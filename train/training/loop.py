@@ -15,6 +15,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,29 @@ def batch_text(batch: int, replicas: int) -> str:
 def progress_verbose(progress: str, isatty: bool) -> int:
     """1: the Keras progress bar; 0: one line per epoch."""
     return {"bar": 1, "line": 0}.get(progress, 1 if isatty else 0)
+
+
+def check_finite(logs: dict[str, float], epoch: int, checkpoints_dir: Path | None, learning_rate: float) -> None:
+    """DivergedError when an epoch's training or validation loss is NaN or infinite (`epoch` from 0;
+    `checkpoints_dir` None: a worker, whose chief keeps the checkpoints)."""
+    bad = [k for k in ("loss", "val_loss") if k in logs and not math.isfinite(logs[k])]
+    if bad:
+        raise DivergedError(
+            f"{bad[0]} is {logs[bad[0]]} in epoch {epoch + 1}: training diverged; the last good checkpoint "
+            f"is kept in {checkpoints_dir or 'the chief run directory'}. "
+            f"Lower LEARNING_RATE (now {learning_rate}), check the data for NaN values, or try PRECISION=float32"
+        )
+
+
+def check_room_to_halve(auto_batch: bool, state: LoopState, workers: int) -> None:
+    """OutOfMemoryError naming the remedies, unless AUTO_BATCH may halve the batch once more."""
+    remedies = (
+        "lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
+        "or stop other processes on the GPU (python -m train check lists them)"
+    )
+    # With several workers a halving on one would split the group: the error stops it instead.
+    if not auto_batch or state.batch_halvings >= MAX_BATCH_HALVINGS or state.batch_size < 2 or workers > 1:
+        raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
 
 
 class EpochLoop:
@@ -362,19 +386,8 @@ class EpochLoop:
 
     def _out_of_memory(self):
         """ResourceExhaustedError in a step: halve the batch from the last checkpoint (AUTO_BATCH), or fail."""
-        remedies = (
-            "lower BATCH_SIZE, use PRECISION=mixed_float16 or mixed_bfloat16, use a smaller IMAGE_SIZE, "
-            "or stop other processes on the GPU (python -m train check lists them)"
-        )
         state = self.state
-        # With several workers a halving on one would split the group: the error stops it instead.
-        if (
-            not self.s.auto_batch
-            or state.batch_halvings >= MAX_BATCH_HALVINGS
-            or state.batch_size < 2
-            or self.setup.workers > 1
-        ):
-            raise OutOfMemoryError(f"the GPU ran out of memory at batch size {state.batch_size}: {remedies}") from None
+        check_room_to_halve(self.s.auto_batch, state, self.setup.workers)
         old = state.batch_size
         loaded = checkpoints.load_latest(self.files.checkpoints)  # at least the initial state
         checkpoints.restore(self.model, loaded)
@@ -401,13 +414,7 @@ class EpochLoop:
         self.schedule.begin(self.state.epoch, self.state.step, per_epoch, iteration)
 
     def _check_finite(self, logs: dict[str, float], epoch: int) -> None:
-        bad = [k for k in ("loss", "val_loss") if k in logs and not math.isfinite(logs[k])]
-        if bad:
-            raise DivergedError(
-                f"{bad[0]} is {logs[bad[0]]} in epoch {epoch + 1}: training diverged; the last good checkpoint "
-                f"is kept in {self.files.checkpoints if self.files else 'the chief run directory'}. "
-                f"Lower LEARNING_RATE (now {self.s.learning_rate}), check the data for NaN values, or try PRECISION=float32"
-            )
+        check_finite(logs, epoch, self.files.checkpoints if self.files else None, self.s.learning_rate)
 
     def _end_epoch(self, epoch, logs, seconds, steps_run, tb) -> None:
         import keras
@@ -481,6 +488,13 @@ class EpochLoop:
         except Exception as exc:  # a dashboard must never cost a run
             log.warning("WARNING: TensorBoard HParams not written: %s: %s", type(exc).__name__, exc)
 
+    def save_initial_state(self) -> None:
+        """The initial weights as a state: a run killed before its first interval resumes from
+        exactly these, and AUTO_BATCH always has a state to go back to (a worker only builds)."""
+        with self.strategy.scope():
+            self.model.optimizer.build(self.model.trainable_variables)
+            self._save("initial state")
+
     def _save(self, why: str) -> None:
         if not self.chief:
             return
@@ -501,6 +515,50 @@ class EpochLoop:
 
             result.export = export_run(self.run_dir, model=self.model)
         return result
+
+
+def start_loop(
+    settings: Settings,
+    run_dir: Path | None,
+    spec,
+    setup,
+    state: LoopState,
+    epochs: int,
+    started: float,
+    stop: StopFlag | None = None,
+    *,
+    chief: bool,
+    models,
+    loaded=None,
+    resumed: bool | None = None,
+    record: Callable[[], None] | None = None,
+) -> EpochLoop:
+    """The loop with its model built and its starting weights in place, as a run trains it.
+
+    A resume restores `loaded`, the chief's newest state; with several workers the chief's
+    variables then reach every worker (a worker has no `loaded` and says `resumed=True`).
+    Otherwise the initial weights are saved as the first state. `record()` runs in between: every check has passed and
+    nothing of the run is written yet, so a failed restore leaves the run's record as it was.
+    """
+    resumed = loaded is not None if resumed is None else resumed
+    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started, stop, chief=chief)
+    loop.build_model(models)
+    if resumed:
+        with loop.strategy.scope():  # optimizer slots must be created where the model's variables live
+            if loaded is not None:
+                checkpoints.restore(loop.model, loaded)
+            else:
+                loop.model.optimizer.build(loop.model.trainable_variables)
+            if setup.workers > 1:
+                from . import sync
+
+                sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+        log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+    if record is not None:
+        record()
+    if not resumed:
+        loop.save_initial_state()
+    return loop
 
 
 def _weights_bytes(model) -> int:

@@ -1,0 +1,63 @@
+"""One module per built-in command of `python -m train`, each with `add_command(sub)` and `run(args)`.
+
+The same shape as the optional commands (train.cli.OPTIONAL_COMMANDS). Importing a command module is
+cheap: the work it calls, and TensorFlow with it, loads only when the command runs. The helpers here
+are the flags and steps several commands share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from ..config import Settings, load_settings
+
+
+def add_env_file(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
+
+
+def add_runs_dir(p: argparse.ArgumentParser) -> None:
+    """--env-file and --runs-dir: where a command that reads runs finds them."""
+    add_env_file(p)
+    p.add_argument("--runs-dir", default=None)
+
+
+def add_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id, run directory or 'latest'")
+
+
+def settings_for(args: argparse.Namespace) -> Settings:
+    """The full settings: --env-file, the environment, and every setting flag the command has."""
+    overrides = {f.name: getattr(args, f.name, None) for f in fields(Settings)}
+    return load_settings(overrides, env_file=args.env_file, warn=warn)
+
+
+def runs_settings(args: argparse.Namespace) -> Settings:
+    """Settings for a command that reads runs; the model of a run comes from its own config.json, not from MODEL."""
+    return load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=warn, check_model=False)
+
+
+def resolve(args: argparse.Namespace) -> Path:
+    """The run directory args.run names, for a command that starts TensorFlow on it."""
+    settings = runs_settings(args)
+    from ..run.rundir import resolve_run
+
+    quiet_tensorflow()
+    return resolve_run(settings.runs_dir, args.run)
+
+
+def warn(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def quiet_tensorflow() -> None:
+    """Keep TensorFlow's C++ start-up chatter (CPU instruction hints, cuInit on CPU hosts) off the console.
+
+    A default only: a user who sets TF_CPP_MIN_LOG_LEVEL keeps theirs; `check` shows the messages
+    that matter and explains them.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

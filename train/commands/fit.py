@@ -1,0 +1,55 @@
+"""`python -m train fit` (the default command): train a model, or resume or restart a run."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from ..config import Settings
+from ..errors import Interrupted
+from . import add_env_file, quiet_tensorflow, settings_for
+
+# Stopped early with a resumable state saved (signal or MAX_MINUTES): the documented "try again".
+EXIT_CODES_BY_STATUS = {"interrupted": Interrupted.exit_code, "budget": Interrupted.exit_code}
+
+
+class _OnOff(argparse.BooleanOptionalAction):
+    """--x / --no-x, where giving both is a usage error instead of the last one silently winning."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        super().__call__(parser, namespace, values, option_string)
+        if before is not None and before != getattr(namespace, self.dest):
+            raise argparse.ArgumentError(self, "given both ways: keep one")
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    fit = sub.add_parser("fit", allow_abbrev=False, help="train a model (the default command)")
+    add_env_file(fit)
+    fit.add_argument("--force", action="store_true", help="resume even if settings or data differ from the run's own")
+    fit.add_argument(
+        "--restart",
+        action="store_true",
+        help="with --resume RUN: train RUN again from epoch 1 in its own directory when its checkpoints are gone",
+    )
+    _add_setting_flags(fit)
+
+
+def _add_setting_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("settings (each also readable from .env or the environment as UPPER_CASE)")
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            group.add_argument(flag, dest=f.name, default=None, action=_OnOff, help=f.metadata["doc"])
+        else:
+            # Parsed as text and coerced by config, so a bad flag gets the same message as a bad .env line.
+            group.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=f.metadata["doc"])
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
+    quiet_tensorflow()
+    from ..training.fit import train  # TensorFlow is imported from here on
+
+    result = train(settings, force=args.force, restart=args.restart)
+    return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)

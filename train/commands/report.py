@@ -1,0 +1,33 @@
+"""`python -m train report`: write a run's report.html and curves.png again."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import add_run, add_runs_dir, resolve
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    rep = sub.add_parser(
+        "report", allow_abbrev=False, help="write a run's report.html and curves.png again (with the validation part)"
+    )
+    add_run(rep)
+    rep.add_argument(
+        "--quick",
+        action="store_true",
+        help="curves and summary only: no data loading, no predictions (a validation part already computed "
+        "for the same best weights is kept)",
+    )
+    add_runs_dir(rep)
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = resolve(args)
+    from ..results.report import write_report
+    from ..run.rundir import RunDir
+
+    written = write_report(run_dir, full=not args.quick)
+    print(f"wrote {written.path} and {RunDir(run_dir).curves}")
+    for part in written.missing:
+        print(f"  not included: {part}")
+    return 0

@@ -1,0 +1,22 @@
+"""`python -m train runs`: the runs as a table, or as one JSON list for scripts."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import add_runs_dir, runs_settings
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    runs = sub.add_parser("runs", allow_abbrev=False, help="list runs as a table")
+    runs.add_argument("--json", action="store_true", help="print one JSON list of the runs instead (for scripts)")
+    add_runs_dir(runs)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = runs_settings(args)
+    from ..results.runs_table import format_runs, list_runs, runs_json
+
+    rows = list_runs(settings.runs_dir)
+    print(runs_json(rows) if args.json else format_runs(rows))
+    return 0
