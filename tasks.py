@@ -413,7 +413,8 @@ def lock(c, upgrade=False, package=""):
     """Regenerate every lock file from its .in file.
 
     requirements-gpu.lock first, then requirements.lock (CPU) and requirements-test.lock with the same
-    shared versions, and the MLflow test server's requirements-mlflow-server.lock."""
+    shared versions, the MLflow test server's requirements-mlflow-server.lock and the export's
+    requirements-runtime-check.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -428,6 +429,9 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-test.in -c requirements-gpu.lock {flags} -o requirements-test.lock", echo=True)
     # The MLflow server for the tracking tests: its own environment (scripts/venv-mlflow-server.sh), never the image's.
     c.run(f"uv pip compile requirements-mlflow-server.in {flags} -o requirements-mlflow-server.lock", echo=True)
+    # LiteRT's and ONNX Runtime's check of the exported files: its own environment, without TensorFlow
+    # (scripts/venv-runtime-check.sh).
+    c.run(f"uv pip compile requirements-runtime-check.in {flags} -o requirements-runtime-check.lock", echo=True)
     if importlib.util.find_spec("train.gpucheck") is not None:  # the optional GPU check holds TF's tested stack
         c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it
 

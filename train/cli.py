@@ -88,6 +88,8 @@ def _add_export(sub) -> None:
     exp.add_argument("run", help="run id, run directory or 'latest'")
     exp.add_argument("--env-file", default=".env")
     exp.add_argument("--runs-dir", default=None)
+    exp.add_argument("--format", default=None, help="savedmodel,litert,onnx (default: EXPORT_FORMATS)")
+    exp.add_argument("--quantize", default=None, help="none | dynamic | int8: also a quantised LiteRT file")
 
 
 def _add_predict(sub) -> None:
@@ -193,7 +195,10 @@ def run(argv: Sequence[str]) -> int:
     if cmd in OPTIONAL_COMMANDS:
         return importlib.import_module(OPTIONAL_COMMANDS[cmd]).run(args)
     # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
-    settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn, check_model=False)
+    overrides = {"runs_dir": args.runs_dir}
+    if cmd == "export":  # the export's own flags go through the settings' validation
+        overrides |= {"export_formats": args.format, "export_quantize": args.quantize}
+    settings = load_settings(overrides, env_file=args.env_file, warn=_warn, check_model=False)
     if cmd == "runs":
         from .results.runs_table import format_runs, list_runs, runs_json
 
@@ -214,7 +219,7 @@ def run(argv: Sequence[str]) -> int:
     if cmd == "reproduce":
         return _reproduce(args, run_dir)
     if cmd == "export":
-        return _export(run_dir)
+        return _export(run_dir, settings)
     return _predict(args, run_dir)
 
 
@@ -277,13 +282,22 @@ def _reproduce(args: argparse.Namespace, run_dir) -> int:
     return 0 if verdict.match else ReproduceMismatch.exit_code
 
 
-def _export(run_dir) -> int:
+def _export(run_dir, settings) -> int:
     from .results.export import export_run
     from .run.lock import RunLock
 
     with RunLock(run_dir):  # never while a fit writes the same run
-        report = export_run(run_dir)
+        report = export_run(
+            run_dir,
+            formats=settings.export_formats,
+            quantize=settings.export_quantize,
+            check_python=settings.export_check_python,
+        )
     print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
+    for fmt, record in report.get("formats", {}).items():
+        print(
+            f"exported {fmt}: {record['file']} ({record['bytes'] / 1e6:.2f} MB, max |diff| {record['max_abs_diff']:.2e})"
+        )
     return 0
 
 

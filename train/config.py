@@ -31,6 +31,8 @@ PROGRESS_MODES = ("auto", "bar", "line")
 MONITOR_MODES = ("auto", "max", "min")
 REPORT_MODES = ("full", "quick", "off")
 LR_SCHEDULES = ("constant", "cosine")
+EXPORT_FORMATS = ("savedmodel", "litert", "onnx")
+QUANTIZE_MODES = ("none", "dynamic", "int8")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -141,6 +143,23 @@ class Settings:
         "several workers: seconds to wait for every worker to start before giving up with exit 11 (0: no limit)",
         min=0.0,
     )
+    # --- export formats beyond the SavedModel (train.results.formats) ---
+    export_formats: str = _f(
+        "savedmodel",
+        "formats to export, comma-separated: savedmodel (always written: the others are made from it and "
+        "checked against it) | litert (export/model.tflite) | onnx (export/model.onnx)",
+    )
+    export_quantize: str = _f(
+        "none",
+        "also write a post-training quantised LiteRT file: dynamic (int8 weights) | int8 (weights and "
+        "activations, calibrated on training images) | none",
+        choices=QUANTIZE_MODES,
+    )
+    export_check_python: str = _f(
+        "",
+        "Python that runs the LiteRT/ONNX parity check (scripts/venv-runtime-check.sh makes "
+        ".venv-runtime-check/bin/python, without TensorFlow); empty: this Python",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -197,6 +216,9 @@ RESUME_FREE = {
     "mlflow_tracking_uri",
     "mlflow_experiment",
     "peak_flops",
+    "export_formats",
+    "export_quantize",
+    "export_check_python",
 }
 
 
@@ -426,6 +448,13 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
     if s.run_name and s.runs_dir and (problem := rundir.run_name_problem(s.run_name, s.runs_dir)):
         raise ConfigError("RUN_NAME", s.run_name, problem)
+    export_formats(s.export_formats)
+    if s.export_quantize != "none" and "litert" not in export_formats(s.export_formats):
+        raise ConfigError(
+            "EXPORT_QUANTIZE",
+            s.export_quantize,
+            "quantises the LiteRT file only: add litert to EXPORT_FORMATS or set none",
+        )
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
             "CHECKPOINT_EVERY",
@@ -433,6 +462,17 @@ def validate(s: Settings) -> Settings:
             f"must be a multiple of STEPS_PER_EXECUTION ({s.steps_per_execution}) so a checkpoint falls on a step boundary",
         )
     return s
+
+
+def export_formats(value: str) -> tuple[str, ...]:
+    """EXPORT_FORMATS as a tuple, savedmodel first (the reference the others are checked against)."""
+    names = [n.strip().lower() for n in value.split(",") if n.strip()]
+    for name in names:
+        if name not in EXPORT_FORMATS:
+            raise ConfigError(
+                "EXPORT_FORMATS", value, f"{name!r} is not a format: a comma list of " + ", ".join(EXPORT_FORMATS)
+            )
+    return ("savedmodel", *(f for f in EXPORT_FORMATS[1:] if f in names))
 
 
 def load_settings(

@@ -39,6 +39,8 @@ TOLERANCE = {"accuracy": ("absolute", 0.01), "loss": ("relative", 0.10)}
 # Settings whose value is where the run lives or how it was started, not what it computes.
 NOT_COMPARED = {"runs_dir", "data_dir", "resume", "run_name", "progress", "debug", "max_minutes", "export"}
 NOT_COMPARED |= {"peak_flops"}  # what the MFU divides by, not what training computes
+# What is exported at the end, not what training computes.
+NOT_COMPARED |= {"export_formats", "export_quantize", "export_check_python"}
 TIMING_COLUMNS = {"epoch", *MEASURED_COLUMNS}
 
 

@@ -1,0 +1,200 @@
+"""LiteRT and ONNX exports: converted, run in a fresh process without TensorFlow, refused when they differ.
+
+The SavedModel's own fresh-process reload runs in this process (as in test_export.py); the LiteRT
+and ONNX files are run for real in .venv-runtime-check. The default models in each format, through
+a real training run, are the slow tests at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from helpers import PROJECT_ROOT, runtime_check_python, subprocess_env, tiny_image_model
+
+from train.config import export_formats, load_settings
+from train.errors import ConfigError, ExportError
+from train.results import export, formats
+from train.run.rundir import read_json
+
+BOTH = ("savedmodel", "litert", "onnx")
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    run = tmp_path / "20260101-000000-aaaa"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    return run
+
+
+@pytest.fixture(autouse=True)
+def savedmodel_in_process(monkeypatch):
+    """The SavedModel's reload script in this process; every other command (the runtime check) for real."""
+    real = subprocess.run
+
+    def run(cmd, **kw):
+        if cmd[:2] != [sys.executable, "-c"] or "tensorflow" not in cmd[2] or "keras" in cmd[2]:
+            return real(cmd, **kw)
+        monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
+        exec(cmd[2], {"__name__": "__main__"})
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", run)
+
+
+def _model_with(fn, seed=0):
+    """The tiny image model with a layer that computes `fn` (times 0, so the answers stay the same)."""
+    keras.utils.set_random_seed(seed)
+
+    class Odd(keras.layers.Layer):
+        def call(self, x):
+            return x + 0.0 * fn(x)
+
+    inputs = keras.Input(shape=(6, 6, 1), name="image")
+    x = keras.layers.Flatten()(Odd(name="odd")(keras.layers.Rescaling(1 / 255)(inputs)))
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(x))
+
+
+def _export(run_dir, model=None, fmts=BOTH, **kw):
+    model = model or tiny_image_model(seed=0)
+    return export.export_model(model, run_dir, ["a", "b"], formats=fmts, check_python=runtime_check_python(), **kw)
+
+
+def test_litert_and_onnx_run_without_tensorflow_and_are_recorded_and_hashed(run_dir):
+    model = tiny_image_model(seed=0)
+    report = _export(run_dir, model)
+    final = run_dir / "export"
+    parity = read_json(final / "parity.json")
+    for fmt, name in (("litert", "model.tflite"), ("onnx", "model.onnx")):
+        record = parity["formats"][fmt]
+        assert record["file"] == name and record["bytes"] == (final / name).stat().st_size
+        assert 0 <= record["max_abs_diff"] <= formats.TOLERANCE[fmt] == record["tolerance"]
+        assert name in read_json(final / "source.json")["files"]  # predict's integrity check covers it
+    assert report["formats"] == parity["formats"] and report["failed"] == []
+    assert read_json(run_dir / "manifest.json")["export"] == report
+    # The same raw uint8 input and probabilities output as the SavedModel, in the runtime environment.
+    x = export._parity_batch((6, 6, 1))
+    np.save(run_dir / "x.npy", x)
+    for fmt, name in (("litert", "model.tflite"), ("onnx", "model.onnx")):
+        cmd = [runtime_check_python(), "-m", "train.results.runtime_check", fmt, str(final / name)]
+        subprocess.run([*cmd, str(run_dir / "x.npy"), str(run_dir / f"{fmt}.npy")], check=True, env=subprocess_env())
+        np.testing.assert_allclose(np.load(run_dir / f"{fmt}.npy"), model(x.astype(np.float32)), atol=1e-4)
+
+
+def test_the_runtime_environment_has_no_tensorflow():
+    proc = subprocess.run([runtime_check_python(), "-c", "import tensorflow"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "No module named 'tensorflow'" in proc.stderr
+
+
+def test_the_runtime_check_refuses_tensorflow_even_where_it_is_installed():
+    code = "import sys; from train.results import runtime_check as r; sys.meta_path.insert(0, r._NoTensorFlow()); import keras"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env())
+    assert proc.returncode == 1 and "keras imported by the runtime check" in proc.stderr
+
+
+def test_a_missing_runtime_names_the_environment_to_make(run_dir, monkeypatch):
+    def no_runtime(cmd):
+        return subprocess.CompletedProcess(
+            cmd, 3, "", "the onnx runtime is not installed here (No module named 'onnxruntime')"
+        )
+
+    monkeypatch.setattr(formats, "_run", no_runtime)
+    with pytest.raises(ExportError) as info:
+        _export(run_dir, fmts=("savedmodel", "onnx"))
+    assert "scripts/venv-runtime-check.sh" in str(info.value) and "EXPORT_CHECK_PYTHON" in str(info.value)
+    assert not (run_dir / "export" / "model.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda y: y + 1e-3, "differs from the SavedModel by 0.001"),
+        (lambda y: y * np.nan, "gives NaN/inf probabilities"),
+    ],
+)
+def test_a_file_that_disagrees_is_removed_and_the_export_fails_with_exit_8(run_dir, monkeypatch, change, problem):
+    real = formats._run
+
+    def off(cmd):
+        proc = real(cmd)
+        if cmd[3] == "onnx":
+            np.save(cmd[-1], change(np.load(cmd[-1])))
+        return proc
+
+    monkeypatch.setattr(formats, "_run", off)
+    with pytest.raises(ExportError) as info:
+        _export(run_dir)
+    message = str(info.value)
+    assert info.value.exit_code == 8 and "\n" not in message
+    assert message.startswith(f"onnx: model.onnx {problem}") and "so it was removed" in message
+    final = run_dir / "export"
+    assert not (final / "model.onnx").exists() and (final / "model.tflite").is_file()
+    assert "model.onnx" not in read_json(final / "source.json")["files"]
+    assert read_json(run_dir / "manifest.json")["export"]["failed"] == [message.split(" (written and checked")[0]]
+    assert "written and checked: savedmodel, litert in" in message
+
+
+@pytest.mark.parametrize(
+    "fn, refused, written, op",
+    [(keras.ops.sinh, "litert", "onnx", "tf.Sinh"), (lambda x: keras.ops.log(x + 1.0) * x, None, None, None)],
+)
+def test_an_op_a_converter_lacks_fails_that_format_only_in_one_line(run_dir, fn, refused, written, op):
+    import tensorflow as tf
+
+    if refused is None:  # ONNX lacks TensorFlow's Xlogy, LiteRT has it
+        fn, refused, written, op = (lambda x: tf.math.xlogy(x, x + 1.0)), "onnx", "litert", "Xlogy"
+    with pytest.raises(ExportError) as info:
+        _export(run_dir, _model_with(fn))
+    message = str(info.value)
+    assert message.startswith(f"{refused}: ") and op in message and "odd" in message and "\n" not in message
+    assert f"leave {refused} out of EXPORT_FORMATS" in message and info.value.exit_code == 8
+    final = run_dir / "export"
+    assert not (final / formats.FILES[refused]).exists()
+    assert (final / formats.FILES[written]).is_file() and (final / "savedmodel").is_dir()
+    assert written in read_json(final / "parity.json")["formats"]
+
+
+def test_a_failed_format_never_takes_away_the_good_file_of_the_previous_export(run_dir):
+    _export(run_dir, fmts=("savedmodel", "litert"))
+    before = (run_dir / "export" / "model.tflite").read_bytes()
+    with pytest.raises(ExportError) as info:
+        _export(run_dir, _model_with(keras.ops.sinh), fmts=("savedmodel", "litert"))
+    assert "the previous export, which has model.tflite, is unchanged" in str(info.value)
+    assert (run_dir / "export" / "model.tflite").read_bytes() == before
+    assert (run_dir / "export.rejected" / "savedmodel").is_dir()
+    assert not (run_dir / "export.rejected" / "model.tflite").exists()
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "int8"])
+def test_quantised_litert_records_its_file_size_and_accuracy_change(run_dir, mode):
+    rng = np.random.default_rng(0)
+    calibration = rng.integers(0, 256, (64, 6, 6, 1), dtype=np.uint8)
+    x_val = rng.integers(0, 256, (50, 6, 6, 1), dtype=np.uint8)
+    y_val = rng.integers(0, 2, 50)
+    report = _export(run_dir, fmts=("savedmodel", "litert"), quantize=mode, data=lambda: (calibration, x_val, y_val))
+    record = report["formats"][f"litert-{mode}"]
+    path = run_dir / "export" / f"model.{mode}.tflite"
+    assert record["file"] == path.name and record["bytes"] == path.stat().st_size
+    assert record["validation_images"] == 50 and record["tolerance"] is None
+    assert record["accuracy_change"] == pytest.approx(record["accuracy_quantized"] - record["accuracy"])
+    assert path.name in read_json(run_dir / "export" / "source.json")["files"]
+
+
+def test_export_formats_setting():
+    assert export_formats("onnx") == ("savedmodel", "onnx")
+    assert export_formats(" LiteRT , savedmodel,onnx") == BOTH
+    with pytest.raises(ConfigError, match=r"EXPORT_FORMATS='savedmodel,tflite' is not valid: 'tflite' is not a format"):
+        load_settings({"export_formats": "savedmodel,tflite"}, env_file=None, environ={})
+    with pytest.raises(ConfigError, match="EXPORT_QUANTIZE='int8' is not valid: quantises the LiteRT file only"):
+        load_settings({"export_quantize": "int8"}, env_file=None, environ={})
+
+
+def test_export_command_rejects_an_unknown_format_in_one_line(tmp_path):
+    cmd = [sys.executable, "-m", "train", "export", "latest", "--runs-dir", str(tmp_path), "--format", "tflite"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), cwd=PROJECT_ROOT, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.startswith("ConfigError: EXPORT_FORMATS='tflite' is not valid")
