@@ -198,3 +198,90 @@ def test_export_command_rejects_an_unknown_format_in_one_line(tmp_path):
     cmd = [sys.executable, "-m", "train", "export", "latest", "--runs-dir", str(tmp_path), "--format", "tflite"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), cwd=PROJECT_ROOT, timeout=300)
     assert proc.returncode == 2 and proc.stderr.startswith("ConfigError: EXPORT_FORMATS='tflite' is not valid")
+
+
+def test_the_report_shows_each_file_its_size_and_the_quantised_accuracy_change():
+    from train.results.report import format_rows
+
+    export_record = {
+        "formats": {
+            "litert": {"file": "model.tflite", "bytes": 901352, "max_abs_diff": 5.5e-7, "tolerance": 1e-4},
+            "litert-int8": {
+                "file": "model.int8.tflite",
+                "bytes": 235544,
+                "max_abs_diff": 0.079,
+                "tolerance": None,
+                "validation_images": 128,
+                "accuracy": 0.98,
+                "accuracy_quantized": 0.97,
+                "accuracy_change": -0.01,
+            },
+        },
+        "failed": ["onnx: ONNX has no op for TensorFlow's Xlogy (in m/odd): ..."],
+    }
+    assert format_rows(export_record) == [
+        ("export litert", "model.tflite, 0.90 MB, max |diff| 5.50e-07 (tolerance 0.0001)"),
+        (
+            "export litert-int8",
+            "model.int8.tflite, 0.24 MB, max |diff| 7.90e-02 (quantised: no tolerance); "
+            "validation accuracy 0.9800 -> 0.9700 (-0.0100, 128 images)",
+        ),
+        ("export failed", "onnx: ONNX has no op for TensorFlow's Xlogy (in m/odd): ..."),
+    ]
+    assert format_rows({"max_abs_diff": 0.0}) == []  # a SavedModel-only export adds no rows
+
+
+# --- the models of the registry, trained for real (tiny data, one epoch) --------------------------
+
+
+def _trained(tmp_path, **changes):
+    from helpers import tiny_settings
+
+    from train.training.fit import train
+
+    settings = tiny_settings(
+        tmp_path,
+        epochs=1,
+        report="off",
+        export_formats="savedmodel,litert,onnx",
+        export_check_python=runtime_check_python(),
+        **changes,
+    )
+    return train(settings)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["cnn", "cnn_bn", "resnet_small"])
+def test_each_model_exports_to_every_format_at_the_end_of_training(tmp_path, model):
+    result = _trained(tmp_path, model=model)
+    final = result.run_dir / "export"
+    parity = read_json(final / "parity.json")
+    assert sorted(parity["formats"]) == ["litert", "onnx"]
+    for fmt, record in parity["formats"].items():
+        assert (final / record["file"]).is_file() and record["max_abs_diff"] <= formats.TOLERANCE[fmt]
+    assert result.export["failed"] == []
+
+
+@pytest.mark.slow
+def test_a_mixed_precision_run_exports_its_float32_copy_to_every_format(tmp_path):
+    result = _trained(tmp_path, model="cnn", precision="mixed_bfloat16")
+    assert read_json(result.run_dir / "manifest.json")["precision"]["policy"] == "mixed_bfloat16"
+    parity = read_json(result.run_dir / "export" / "parity.json")
+    for fmt in ("litert", "onnx"):
+        assert parity["formats"][fmt]["max_abs_diff"] <= formats.TOLERANCE[fmt]
+
+
+@pytest.mark.slow
+def test_export_command_quantises_litert_int8_on_training_images(tmp_path):
+    result = _trained(tmp_path, model="cnn", export=False)
+    run = result.run_dir
+    cmd = [sys.executable, "-m", "train", "export", run.name, "--runs-dir", str(run.parent)]
+    cmd += ["--format", "litert", "--quantize", "int8"]
+    env = subprocess_env(EXPORT_CHECK_PYTHON=runtime_check_python())
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "exported litert: model.tflite" in proc.stdout and "exported litert-int8: model.int8.tflite" in proc.stdout
+    record = read_json(run / "export" / "parity.json")["formats"]["litert-int8"]
+    assert record["validation_images"] == 128 and -1 <= record["accuracy_change"] <= 1
+    assert record["bytes"] < read_json(run / "export" / "parity.json")["formats"]["litert"]["bytes"] / 2
+    assert not (run / "export" / "model.onnx").exists()
