@@ -91,10 +91,16 @@ def test_the_runtime_environment_has_no_tensorflow():
     assert proc.returncode != 0 and "No module named 'tensorflow'" in proc.stderr
 
 
-def test_the_runtime_check_refuses_tensorflow_even_where_it_is_installed():
-    code = "import sys; from train.results import runtime_check as r; sys.meta_path.insert(0, r._NoTensorFlow()); import keras"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env())
-    assert proc.returncode == 1 and "keras imported by the runtime check" in proc.stderr
+def test_the_runtime_check_refuses_tensorflow_even_where_it_is_installed(tmp_path):
+    # A "runtime" that needs TensorFlow, run by this environment's Python, which has TensorFlow.
+    (tmp_path / "onnxruntime").mkdir()
+    (tmp_path / "onnxruntime" / "__init__.py").write_text("import tensorflow\n")
+    np.save(tmp_path / "x.npy", np.zeros((1, 6, 6, 1), np.uint8))
+    cmd = [sys.executable, "-m", "train.results.runtime_check", "onnx", "m.onnx", "x.npy", "out.npy"]
+    env = subprocess_env(PYTHONPATH=f"{PROJECT_ROOT}:{tmp_path}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 3 and "tensorflow imported by the runtime check" in proc.stderr
+    assert not (tmp_path / "out.npy").exists()
 
 
 def test_a_missing_runtime_names_the_environment_to_make(run_dir, monkeypatch):
