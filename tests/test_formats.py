@@ -291,3 +291,17 @@ def test_export_command_quantises_litert_int8_on_training_images(tmp_path):
     assert record["validation_images"] == 128 and -1 <= record["accuracy_change"] <= 1
     assert record["bytes"] < read_json(run / "export" / "parity.json")["formats"]["litert"]["bytes"] / 2
     assert not (run / "export" / "model.onnx").exists()
+
+
+def test_quantising_without_the_runs_data_fails_that_file_only(run_dir):
+    from train.errors import DataError
+
+    def gone():
+        raise DataError("npz:/data/tiny.npz does not exist: restore it or set DATASET")
+
+    with pytest.raises(ExportError) as info:
+        _export(run_dir, fmts=("savedmodel", "litert"), quantize="dynamic", data=gone)
+    assert str(info.value).startswith("litert-dynamic: npz:/data/tiny.npz does not exist")
+    assert (run_dir / "export" / "model.tflite").is_file() and not (
+        run_dir / "export" / "model.dynamic.tflite"
+    ).exists()

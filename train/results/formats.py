@@ -26,7 +26,7 @@ import numpy as np
 
 import train
 
-from ..errors import ExportError
+from ..errors import DataError, ExportError
 from ..run.rundir import ExportDir
 from . import litert, onnx_export
 
@@ -146,7 +146,10 @@ def _finite(fmt: str, path: Path, out: np.ndarray) -> None:
 def _quantized(run, python, model, staging: ExportDir, mode: str, x, reference, work: Path, data) -> dict[str, Any]:
     """model.<mode>.tflite, its size, its difference on the parity batch and its accuracy change."""
     path = staging.path / quantized_file(mode)
-    calibration, x_val, y_val = data() if data is not None else (np.zeros((0,), np.uint8),) * 3
+    try:
+        calibration, x_val, y_val = data() if data is not None else (np.zeros((0,), np.uint8),) * 3
+    except DataError as exc:  # calibration and accuracy need the run's data; the float files do not
+        raise ExportError(f"litert-{mode}: {exc} (its data calibrates and measures the quantised file)") from None
     litert.convert(staging.savedmodel, path, mode, [calibration[i : i + 32] for i in range(0, len(calibration), 32)])
     fmt = f"litert-{mode}"
     out = _answers(run, python, "litert", path, x, work)
