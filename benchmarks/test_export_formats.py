@@ -1,4 +1,4 @@
-"""9. Export formats on the CPU: file size, load time and images/s of LiteRT and ONNX against the
+"""11. Export formats on the CPU: file size, load time and images/s of LiteRT and ONNX against the
 SavedModel in TensorFlow, and the accuracy change of the quantised LiteRT files.
 
 One CNN is trained (quick mode: 2,048 images, one epoch), exported to every format with
@@ -86,7 +86,7 @@ def test_export_formats_size_load_and_speed(benchmark, quick, mnist_npz, tmp_pat
         f["batch64_vs_savedmodel"] = common.ratio(f["batch64_ips"], sm["batch64_ips"])
     common.record(
         benchmark,
-        "9. export formats: LiteRT images/s at batch 1 / SavedModel in TensorFlow",
+        "11. export formats: LiteRT images/s at batch 1 / SavedModel in TensorFlow",
         "reported, not a goal",
         figures["litert"]["batch1_vs_savedmodel"],
         None,
