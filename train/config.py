@@ -152,7 +152,7 @@ class Settings:
     export_quantize: str = _f(
         "none",
         "also write a post-training quantised LiteRT file: dynamic (int8 weights) | int8 (weights and "
-        "activations, calibrated on training images) | none",
+        "activations, calibrated on training images) | none; implies litert in EXPORT_FORMATS",
         choices=QUANTIZE_MODES,
     )
     export_check_python: str = _f(
@@ -449,12 +449,6 @@ def validate(s: Settings) -> Settings:
     if s.run_name and s.runs_dir and (problem := rundir.run_name_problem(s.run_name, s.runs_dir)):
         raise ConfigError("RUN_NAME", s.run_name, problem)
     export_formats(s.export_formats)
-    if s.export_quantize != "none" and "litert" not in export_formats(s.export_formats):
-        raise ConfigError(
-            "EXPORT_QUANTIZE",
-            s.export_quantize,
-            "quantises the LiteRT file only: add litert to EXPORT_FORMATS or set none",
-        )
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
             "CHECKPOINT_EVERY",

@@ -494,4 +494,5 @@ def export_run(
         from .formats import quantize_data
 
         data = lambda: quantize_data(run_dir)  # noqa: E731  (read only once the float files passed)
-    return export_model(export, run_dir, labels, source, export_formats(formats), quantize, check_python, data)
+    wanted = export_formats(formats + (",litert" if quantize != "none" else ""))  # the float file is the reference
+    return export_model(export, run_dir, labels, source, wanted, quantize, check_python, data)
