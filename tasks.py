@@ -438,7 +438,8 @@ def lock(c, upgrade=False, package=""):
 
     requirements-gpu.lock first, then requirements.lock (CPU), requirements-test.lock and
     requirements-serve.lock with the same shared versions, the MLflow test server's
-    requirements-mlflow-server.lock and SkyPilot's requirements-skypilot.lock."""
+    requirements-mlflow-server.lock, SkyPilot's requirements-skypilot.lock and the export's
+    requirements-runtime-check.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -459,6 +460,9 @@ def lock(c, upgrade=False, package=""):
     c.run(f"uv pip compile requirements-mlflow-server.in {flags} -o requirements-mlflow-server.lock", echo=True)
     # SkyPilot, for the test that reads deploy/skypilot/train.yaml: its own environment (scripts/venv-skypilot.sh).
     c.run(f"uv pip compile requirements-skypilot.in {flags} -o requirements-skypilot.lock", echo=True)
+    # LiteRT's and ONNX Runtime's check of the exported files: its own environment, without TensorFlow
+    # (scripts/venv-runtime-check.sh).
+    c.run(f"uv pip compile requirements-runtime-check.in {flags} -o requirements-runtime-check.lock", echo=True)
     if importlib.util.find_spec("train.gpucheck") is not None:  # the optional GPU check holds TF's tested stack
         c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it
 

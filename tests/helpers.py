@@ -231,3 +231,16 @@ class LocalFiles:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def runtime_check_python() -> str:
+    """.venv-runtime-check's Python (LiteRT, ONNX Runtime, numpy; no TensorFlow), made by
+    scripts/venv-runtime-check.sh: skipped where it was not made, a failure in CI (.ci/run makes it)."""
+    import pytest
+
+    python = PROJECT_ROOT / ".venv-runtime-check" / "bin" / "python"
+    if not python.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{python} is missing: .ci/run makes it with scripts/venv-runtime-check.sh")
+        pytest.skip("no .venv-runtime-check: run scripts/venv-runtime-check.sh")
+    return str(python)

@@ -137,7 +137,7 @@ def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_
     monkeypatch.setattr(
         train.results.export,
         "export_run",
-        lambda r: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")) or {"savedmodel": "s", "max_abs_diff": 0.0},
+        lambda r, **kw: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")) or {"savedmodel": "s", "max_abs_diff": 0.0},
     )
     monkeypatch.setattr(
         train.results.predict,

@@ -238,7 +238,7 @@ def trained_run(tmp_path):
 def _exported(monkeypatch, run):
     seen = []
 
-    def export_model(model, run_dir, labels, source):
+    def export_model(model, run_dir, labels, source, *formats):
         assert run_dir == run
         seen.append((model, labels))
         return {}

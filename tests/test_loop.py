@@ -869,7 +869,7 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     memory = iter([(100.0, 150.0), (110.0, 160.0), (120.0, 170.0)])
     monkeypatch.setattr(devices, "gpu_memory", lambda: next(memory))  # (MB in use, peak MB) at each epoch's end
     monkeypatch.setattr(
-        export, "export_run", lambda run_dir, model: exported.append((run_dir, model)) or {"format": "x"}
+        export, "export_run", lambda run_dir, model, **formats: exported.append((run_dir, model)) or {"format": "x"}
     )
     monkeypatch.setattr(report, "refresh_after_epoch", lambda run_dir, mode: refreshed.append((run_dir, mode)))
     loop = real_loop(epochs=3, export=True, report="quick", keep_checkpoints=2)

@@ -369,6 +369,9 @@ RECORDED_FREE = {
     "max_image_pixels": 1000,
     "join_timeout": 5.0,
     "peak_flops": "1e12",
+    "export_formats": "savedmodel,onnx",
+    "export_quantize": "dynamic",
+    "export_check_python": "/recorded/python",
 }
 # RUNS_DIR is where the run is found; WORKERS/WORKER_INDEX say where this process trains.
 OF_THE_INVOCATION = {"runs_dir", "workers", "worker_index"}

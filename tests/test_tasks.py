@@ -298,7 +298,7 @@ def test_bench_shows_the_ratios_of_a_failed_run_but_not_an_old_report_and_keeps_
 def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(monkeypatch):
     c = ctx()
     tasks.lock(c, package="numpy")
-    gpu, cpu, test, serving, server, sky, *check = echoed(c)
+    gpu, cpu, test, serving, server, sky, runtime, *check = echoed(c)
     assert gpu.startswith("uv pip compile requirements-gpu.in --universal --python-version 3.10 --generate-hashes")
     assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
     assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
@@ -311,11 +311,21 @@ def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(m
     assert server.endswith("-o requirements-mlflow-server.lock")
     assert sky.startswith("uv pip compile requirements-skypilot.in --universal")
     assert sky.endswith("-o requirements-skypilot.lock")
+    assert runtime.startswith("uv pip compile requirements-runtime-check.in --universal")
+    assert runtime.endswith("-o requirements-runtime-check.lock")
     # The stack table belongs to the optional GPU check: a fork without train/gpucheck/ skips this step.
     assert check == ([f"{tasks.PY} -m train.gpucheck.stack"] if (ROOT / "train" / "gpucheck").is_dir() else [])
     monkeypatch.setitem(sys.modules, "train.gpucheck", None)  # as if train/gpucheck/ were deleted
     tasks.lock(c, package="numpy")
-    assert echoed(c)[6 + len(check) :] == [gpu, cpu, test, serving, server, sky]  # no stack check without the package
+    assert echoed(c)[7 + len(check) :] == [
+        gpu,
+        cpu,
+        test,
+        serving,
+        server,
+        sky,
+        runtime,
+    ]  # no stack check without the package
 
 
 def test_lock_without_uv_says_how_to_get_it(monkeypatch):

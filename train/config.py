@@ -31,6 +31,8 @@ PROGRESS_MODES = ("auto", "bar", "line")
 MONITOR_MODES = ("auto", "max", "min")
 REPORT_MODES = ("full", "quick", "off")
 LR_SCHEDULES = ("constant", "cosine")
+EXPORT_FORMATS = ("savedmodel", "litert", "onnx")
+QUANTIZE_MODES = ("none", "dynamic", "int8")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -203,6 +205,26 @@ class Settings:
         min=0.001,
         max=4096.0,
         kind="invocation",
+    )
+    # --- export formats beyond the SavedModel (train.results.formats) ---
+    export_formats: str = _f(
+        "savedmodel",
+        "formats to export, comma-separated: savedmodel (always written: the others are made from it and "
+        "checked against it) | litert (export/model.tflite) | onnx (export/model.onnx)",
+        kind="surroundings",
+    )
+    export_quantize: str = _f(
+        "none",
+        "also write a post-training quantised LiteRT file: dynamic (int8 weights) | int8 (weights and "
+        "activations, calibrated on training images) | none; implies litert in EXPORT_FORMATS",
+        choices=QUANTIZE_MODES,
+        kind="surroundings",
+    )
+    export_check_python: str = _f(
+        "",
+        "Python that runs the LiteRT/ONNX parity check (scripts/venv-runtime-check.sh makes "
+        ".venv-runtime-check/bin/python, without TensorFlow); empty: this Python",
+        kind="surroundings",
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -474,6 +496,7 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
     if s.run_name and s.runs_dir and (problem := rundir.run_name_problem(s.run_name, s.runs_dir)):
         raise ConfigError("RUN_NAME", s.run_name, problem)
+    export_formats(s.export_formats)
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
             "CHECKPOINT_EVERY",
@@ -481,6 +504,17 @@ def validate(s: Settings) -> Settings:
             f"must be a multiple of STEPS_PER_EXECUTION ({s.steps_per_execution}) so a checkpoint falls on a step boundary",
         )
     return s
+
+
+def export_formats(value: str) -> tuple[str, ...]:
+    """EXPORT_FORMATS as a tuple, savedmodel first (the reference the others are checked against)."""
+    names = [n.strip().lower() for n in value.split(",") if n.strip()]
+    for name in names:
+        if name not in EXPORT_FORMATS:
+            raise ConfigError(
+                "EXPORT_FORMATS", value, f"{name!r} is not a format: a comma list of " + ", ".join(EXPORT_FORMATS)
+            )
+    return ("savedmodel", *(f for f in EXPORT_FORMATS[1:] if f in names))
 
 
 def load_settings(

@@ -41,9 +41,9 @@ def runs_settings(args: argparse.Namespace) -> Settings:
     return load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=warn, check_model=False)
 
 
-def resolve(args: argparse.Namespace) -> Path:
+def resolve(args: argparse.Namespace, settings: Settings | None = None) -> Path:
     """The run directory args.run names, for a command that starts TensorFlow on it."""
-    settings = runs_settings(args)
+    settings = settings or runs_settings(args)
     from ..run.rundir import resolve_run
 
     quiet_tensorflow()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_run, add_runs_dir, resolve
+from ..config import load_settings
+from . import add_run, add_runs_dir, resolve, warn
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -13,14 +14,32 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     add_run(exp)
     add_runs_dir(exp)
+    exp.add_argument("--format", default=None, help="savedmodel,litert,onnx (default: EXPORT_FORMATS)")
+    exp.add_argument("--quantize", default=None, help="none | dynamic | int8: also a quantised LiteRT file")
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = resolve(args)
+    # The export's own flags go through the settings' validation, like the same settings in .env.
+    settings = load_settings(
+        {"runs_dir": args.runs_dir, "export_formats": args.format, "export_quantize": args.quantize},
+        env_file=args.env_file,
+        warn=warn,
+        check_model=False,
+    )
+    run_dir = resolve(args, settings)
     from ..results.export import export_run
     from ..run.lock import RunLock
 
     with RunLock(run_dir):  # never while a fit writes the same run
-        report = export_run(run_dir)
+        report = export_run(
+            run_dir,
+            formats=settings.export_formats,
+            quantize=settings.export_quantize,
+            check_python=settings.export_check_python,
+        )
     print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
+    for fmt, record in report.get("formats", {}).items():
+        print(
+            f"exported {fmt}: {record['file']} ({record['bytes'] / 1e6:.2f} MB, max |diff| {record['max_abs_diff']:.2e})"
+        )
     return 0

@@ -55,21 +55,26 @@ def _parity_batch(input_shape, seed: int = 0) -> np.ndarray:
     return rng.integers(0, 256, size=(PARITY_BATCH, *input_shape), dtype=np.uint8)
 
 
-def write_savedmodel(model, path: Path) -> None:
-    import keras
+def serving_function(model):
+    """(serve, input_signature): what every exported format computes, and its one input."""
     import tensorflow as tf
 
     shape = [None, *model.inputs[0].shape[1:]]
-    archive = keras.export.ExportArchive()
-    archive.track(model)
 
     def serve(images):
         # Preprocessing lives in the artefact: raw uint8 pixels in, float32 probabilities out.
         return {"probabilities": tf.cast(model(tf.cast(images, tf.float32), training=False), tf.float32)}
 
-    archive.add_endpoint(
-        name="serving_default", fn=serve, input_signature=[tf.TensorSpec(shape, tf.uint8, name="images")]
-    )
+    return serve, [tf.TensorSpec(shape, tf.uint8, name="images")]
+
+
+def write_savedmodel(model, path: Path) -> None:
+    import keras
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    serve, signature = serving_function(model)
+    archive.add_endpoint(name="serving_default", fn=serve, input_signature=signature)
     archive.write_out(str(path), verbose=False)
 
 
@@ -128,15 +133,27 @@ def float32_copy(model, model_name: str):
     return copy
 
 
-def export_model(model, run_dir: Path, labels: list[str], source: dict[str, Any] | None = None) -> dict[str, Any]:
+def export_model(
+    model,
+    run_dir: Path,
+    labels: list[str],
+    source: dict[str, Any] | None = None,
+    formats: tuple[str, ...] = ("savedmodel",),
+    quantize: str = "none",
+    check_python: str = "",
+    data=None,
+) -> dict[str, Any]:
     """Write run_dir/export/{savedmodel/, model.keras, labels.txt, source.json} atomically and verify parity.
 
     `labels` are the run's class names (RunDir.data_description); export/labels.txt is a copy of
     them for serving code that has only the export folder. `source` ({"file", "sha256", "epoch"})
-    names the weights the model holds, recorded in export/source.json.
+    names the weights the model holds, recorded in export/source.json. `formats` beyond savedmodel
+    (litert, onnx), `quantize`, `check_python` and `data`: see train.results.formats.
     """
     files = RunDir(run_dir)
     final = files.export.path
+    records: dict[str, Any] = {}
+    failures: list[ExportError] = []
     with _SignalStop() as stop:
         # A staging folder with the export's layout, swapped into place when complete.
         try:
@@ -150,9 +167,14 @@ def export_model(model, run_dir: Path, labels: list[str], source: dict[str, Any]
             staging.labels.write_text(labels_text(labels), encoding="utf-8")
             with tempfile.TemporaryDirectory() as work:
                 diff = _parity(model, staging, Path(work), files)
+                if len(formats) > 1:
+                    records, failures = _other_formats(
+                        model, staging, Path(work), formats, quantize, check_python, data
+                    )
             stop.check()
             write_source(staging, source)
             stop.check()
+            _keep_good_files(failures, staging, files)
             _swap_into_place(staging.path, final)
         except BaseException as exc:
             shutil.rmtree(staging.path, ignore_errors=True)
@@ -168,9 +190,49 @@ def export_model(model, run_dir: Path, labels: list[str], source: dict[str, Any]
         "tolerance": TOLERANCE,
         "source": _source_fields(source),
     }
+    if len(formats) > 1:
+        report["formats"] = records
+        report["failed"] = [str(e) for e in failures]
     update_manifest(files.manifest, export=report)
     log.info("export: %s (fresh-process parity: max |diff| %.2e)", final, diff)
+    if failures:
+        written = ", ".join(["savedmodel", *sorted(records)])
+        raise ExportError(f"{'; '.join(map(str, failures))} (written and checked: {written} in {final})")
     return report
+
+
+def _other_formats(model, staging: ExportDir, work: Path, formats, quantize, check_python, data):
+    from .formats import write_formats
+
+    def run(cmd):
+        with _SignalStop.at_once():
+            from .formats import _run
+
+            return _run(cmd)
+
+    records, failures = write_formats(model, staging, work, formats, quantize, check_python, data, run)
+    parity = json.loads(staging.parity.read_text())
+    staging.parity.write_text(json.dumps({**parity, "formats": records}, indent=2, sort_keys=True) + "\n")
+    return records, failures
+
+
+def _keep_good_files(failures: list[ExportError], staging: ExportDir, files: RunDir) -> None:
+    """A format that failed now never takes away a good file of that format the current export has.
+
+    The new export holds the other formats and lacks the failed one's file, so swapping it in would
+    remove the old file: then the previous export stays whole and the new one goes to export.rejected/.
+    """
+    if not failures:
+        return
+    from .formats import FILES, quantized_file
+
+    names = {*FILES.values(), *(quantized_file(m) for m in ("dynamic", "int8"))}
+    lost = sorted(n for n in names if (files.export.path / n).is_file() and not (staging.path / n).is_file())
+    if lost:
+        raise ExportError(
+            f"{'; '.join(map(str, failures))}; the previous export, which has {', '.join(lost)}, is unchanged "
+            f"and the new files are left in {_reject(staging, files)}"
+        )
 
 
 def _parity(model, staging: ExportDir, work: Path, files: RunDir) -> float:
@@ -400,12 +462,17 @@ def rebuild_model(run_dir: Path):
     return model, class_names, source
 
 
-def export_run(run_dir: Path, model=None) -> dict[str, Any]:
+def export_run(
+    run_dir: Path, model=None, formats: str = "savedmodel", quantize: str = "none", check_python: str = ""
+) -> dict[str, Any]:
     """Export a run's best weights (else `model`'s current ones, else final.weights.h5) in float32.
 
     The trained model passed in is never modified: the export is a float32 copy of it. Staging
     folders left by a killed export are removed first (the caller holds the run's lock).
+    `formats` is EXPORT_FORMATS (a comma list), `quantize` EXPORT_QUANTIZE, `check_python`
+    EXPORT_CHECK_PYTHON.
     """
+    from ..config import export_formats
     from ..run.weights import verify
 
     run_dir = Path(run_dir)
@@ -422,4 +489,10 @@ def export_run(run_dir: Path, model=None) -> dict[str, Any]:
         # At the end of fit the model in memory is what final.weights.h5 was just written from.
         source = verify(run_dir, files.final_weights) if files.final_weights.is_file() else None
     log.info("export: from %s", described)
-    return export_model(export, run_dir, labels, source)
+    data = None
+    if quantize != "none":
+        from .formats import quantize_data
+
+        data = lambda: quantize_data(run_dir)  # noqa: E731  (read only once the float files passed)
+    wanted = export_formats(formats + (",litert" if quantize != "none" else ""))  # the float file is the reference
+    return export_model(export, run_dir, labels, source, wanted, quantize, check_python, data)

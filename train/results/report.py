@@ -278,8 +278,25 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
             if "max_abs_diff" in export
             else "not exported",
         ),
+        *format_rows(export),
     ]
     return [(k, _e(v)) for k, v in rows]
+
+
+def format_rows(export: dict) -> list[tuple[str, str]]:
+    """One row per LiteRT/ONNX file of the export (size, parity, quantised accuracy change), one per failure."""
+    rows = []
+    for fmt, r in sorted((export.get("formats") or {}).items()):
+        text = f"{r['file']}, {r['bytes'] / 1e6:.2f} MB, max |diff| {r['max_abs_diff']:.2e}"
+        text += f" (tolerance {r['tolerance']})" if r.get("tolerance") is not None else " (quantised: no tolerance)"
+        if "accuracy_change" in r:
+            text += (
+                f"; validation accuracy {r['accuracy']:.4f} -> {r['accuracy_quantized']:.4f} "
+                f"({r['accuracy_change']:+.4f}, {r['validation_images']} images)"
+            )
+        rows.append((f"export {fmt}", text))
+    rows += [("export failed", message) for message in export.get("failed") or []]
+    return rows
 
 
 def ended_because(manifest: dict) -> str | None:

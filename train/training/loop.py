@@ -513,7 +513,13 @@ class EpochLoop:
         if self.s.export:
             from ..results.export import export_run
 
-            result.export = export_run(self.run_dir, model=self.model)
+            result.export = export_run(
+                self.run_dir,
+                model=self.model,
+                formats=self.s.export_formats,
+                quantize=self.s.export_quantize,
+                check_python=self.s.export_check_python,
+            )
         return result
 
 

@@ -1,0 +1,307 @@
+"""LiteRT and ONNX exports: converted, run in a fresh process without TensorFlow, refused when they differ.
+
+The SavedModel's own fresh-process reload runs in this process (as in test_export.py); the LiteRT
+and ONNX files are run for real in .venv-runtime-check. The default models in each format, through
+a real training run, are the slow tests at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from helpers import PROJECT_ROOT, runtime_check_python, subprocess_env, tiny_image_model
+
+from train.config import export_formats, load_settings
+from train.errors import ConfigError, ExportError
+from train.results import export, formats
+from train.run.rundir import read_json
+
+BOTH = ("savedmodel", "litert", "onnx")
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    run = tmp_path / "20260101-000000-aaaa"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    return run
+
+
+@pytest.fixture(autouse=True)
+def savedmodel_in_process(monkeypatch):
+    """The SavedModel's reload script in this process; every other command (the runtime check) for real."""
+    real = subprocess.run
+
+    def run(cmd, **kw):
+        if cmd[:2] != [sys.executable, "-c"] or "tensorflow" not in cmd[2] or "keras" in cmd[2]:
+            return real(cmd, **kw)
+        monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
+        exec(cmd[2], {"__name__": "__main__"})
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", run)
+
+
+def _model_with(fn, seed=0):
+    """The tiny image model with a layer that computes `fn` (times 0, so the answers stay the same)."""
+    keras.utils.set_random_seed(seed)
+
+    class Odd(keras.layers.Layer):
+        def call(self, x):
+            return x + 0.0 * fn(x)
+
+    inputs = keras.Input(shape=(6, 6, 1), name="image")
+    x = keras.layers.Flatten()(Odd(name="odd")(keras.layers.Rescaling(1 / 255)(inputs)))
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(x))
+
+
+def _export(run_dir, model=None, fmts=BOTH, **kw):
+    model = model or tiny_image_model(seed=0)
+    return export.export_model(model, run_dir, ["a", "b"], formats=fmts, check_python=runtime_check_python(), **kw)
+
+
+def test_litert_and_onnx_run_without_tensorflow_and_are_recorded_and_hashed(run_dir):
+    model = tiny_image_model(seed=0)
+    report = _export(run_dir, model)
+    final = run_dir / "export"
+    parity = read_json(final / "parity.json")
+    for fmt, name in (("litert", "model.tflite"), ("onnx", "model.onnx")):
+        record = parity["formats"][fmt]
+        assert record["file"] == name and record["bytes"] == (final / name).stat().st_size
+        assert 0 <= record["max_abs_diff"] <= formats.TOLERANCE[fmt] == record["tolerance"]
+        assert name in read_json(final / "source.json")["files"]  # predict's integrity check covers it
+    assert report["formats"] == parity["formats"] and report["failed"] == []
+    assert read_json(run_dir / "manifest.json")["export"] == report
+    # The same raw uint8 input and probabilities output as the SavedModel, in the runtime environment.
+    x = export._parity_batch((6, 6, 1))
+    np.save(run_dir / "x.npy", x)
+    for fmt, name in (("litert", "model.tflite"), ("onnx", "model.onnx")):
+        cmd = [runtime_check_python(), "-m", "train.results.runtime_check", fmt, str(final / name)]
+        subprocess.run([*cmd, str(run_dir / "x.npy"), str(run_dir / f"{fmt}.npy")], check=True, env=subprocess_env())
+        np.testing.assert_allclose(np.load(run_dir / f"{fmt}.npy"), model(x.astype(np.float32)), atol=1e-4)
+
+
+def test_the_runtime_environment_has_no_tensorflow():
+    proc = subprocess.run([runtime_check_python(), "-c", "import tensorflow"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "No module named 'tensorflow'" in proc.stderr
+
+
+def test_the_runtime_check_refuses_tensorflow_even_where_it_is_installed(tmp_path):
+    # A "runtime" that needs TensorFlow, run by this environment's Python, which has TensorFlow.
+    (tmp_path / "onnxruntime").mkdir()
+    (tmp_path / "onnxruntime" / "__init__.py").write_text("import tensorflow\n")
+    np.save(tmp_path / "x.npy", np.zeros((1, 6, 6, 1), np.uint8))
+    cmd = [sys.executable, "-m", "train.results.runtime_check", "onnx", "m.onnx", "x.npy", "out.npy"]
+    env = subprocess_env(PYTHONPATH=f"{PROJECT_ROOT}:{tmp_path}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 3 and "tensorflow imported by the runtime check" in proc.stderr
+    assert not (tmp_path / "out.npy").exists()
+
+
+def test_a_missing_runtime_names_the_environment_to_make(run_dir, monkeypatch):
+    def no_runtime(cmd):
+        return subprocess.CompletedProcess(
+            cmd, 3, "", "the onnx runtime is not installed here (No module named 'onnxruntime')"
+        )
+
+    monkeypatch.setattr(formats, "_run", no_runtime)
+    with pytest.raises(ExportError) as info:
+        _export(run_dir, fmts=("savedmodel", "onnx"))
+    assert "scripts/venv-runtime-check.sh" in str(info.value) and "EXPORT_CHECK_PYTHON" in str(info.value)
+    assert not (run_dir / "export" / "model.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda y: y + 1e-3, "differs from the SavedModel by 0.001"),
+        (lambda y: y * np.nan, "gives NaN/inf probabilities"),
+    ],
+)
+def test_a_file_that_disagrees_is_removed_and_the_export_fails_with_exit_8(run_dir, monkeypatch, change, problem):
+    real = formats._run
+
+    def off(cmd):
+        proc = real(cmd)
+        if cmd[3] == "onnx":
+            np.save(cmd[-1], change(np.load(cmd[-1])))
+        return proc
+
+    monkeypatch.setattr(formats, "_run", off)
+    with pytest.raises(ExportError) as info:
+        _export(run_dir)
+    message = str(info.value)
+    assert info.value.exit_code == 8 and "\n" not in message
+    assert message.startswith(f"onnx: model.onnx {problem}") and "so it was removed" in message
+    final = run_dir / "export"
+    assert not (final / "model.onnx").exists() and (final / "model.tflite").is_file()
+    assert "model.onnx" not in read_json(final / "source.json")["files"]
+    assert read_json(run_dir / "manifest.json")["export"]["failed"] == [message.split(" (written and checked")[0]]
+    assert "written and checked: savedmodel, litert in" in message
+
+
+@pytest.mark.parametrize(
+    "fn, refused, written, op",
+    [(keras.ops.sinh, "litert", "onnx", "tf.Sinh"), (lambda x: keras.ops.log(x + 1.0) * x, None, None, None)],
+)
+def test_an_op_a_converter_lacks_fails_that_format_only_in_one_line(run_dir, fn, refused, written, op):
+    import tensorflow as tf
+
+    if refused is None:  # ONNX lacks TensorFlow's Xlogy, LiteRT has it
+        fn, refused, written, op = (lambda x: tf.math.xlogy(x, x + 1.0)), "onnx", "litert", "Xlogy"
+    with pytest.raises(ExportError) as info:
+        _export(run_dir, _model_with(fn))
+    message = str(info.value)
+    assert message.startswith(f"{refused}: ") and op in message and "odd" in message and "\n" not in message
+    assert f"leave {refused} out of EXPORT_FORMATS" in message and info.value.exit_code == 8
+    final = run_dir / "export"
+    assert not (final / formats.FILES[refused]).exists()
+    assert (final / formats.FILES[written]).is_file() and (final / "savedmodel").is_dir()
+    assert written in read_json(final / "parity.json")["formats"]
+
+
+def test_a_failed_format_never_takes_away_the_good_file_of_the_previous_export(run_dir):
+    _export(run_dir, fmts=("savedmodel", "litert"))
+    before = (run_dir / "export" / "model.tflite").read_bytes()
+    with pytest.raises(ExportError) as info:
+        _export(run_dir, _model_with(keras.ops.sinh), fmts=("savedmodel", "litert"))
+    assert "the previous export, which has model.tflite, is unchanged" in str(info.value)
+    assert (run_dir / "export" / "model.tflite").read_bytes() == before
+    assert (run_dir / "export.rejected" / "savedmodel").is_dir()
+    assert not (run_dir / "export.rejected" / "model.tflite").exists()
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "int8"])
+def test_quantised_litert_records_its_file_size_and_accuracy_change(run_dir, mode):
+    rng = np.random.default_rng(0)
+    calibration = rng.integers(0, 256, (64, 6, 6, 1), dtype=np.uint8)
+    x_val = rng.integers(0, 256, (50, 6, 6, 1), dtype=np.uint8)
+    y_val = rng.integers(0, 2, 50)
+    report = _export(run_dir, fmts=("savedmodel", "litert"), quantize=mode, data=lambda: (calibration, x_val, y_val))
+    record = report["formats"][f"litert-{mode}"]
+    path = run_dir / "export" / f"model.{mode}.tflite"
+    assert record["file"] == path.name and record["bytes"] == path.stat().st_size
+    assert record["validation_images"] == 50 and record["tolerance"] is None
+    assert record["accuracy_change"] == pytest.approx(record["accuracy_quantized"] - record["accuracy"])
+    assert path.name in read_json(run_dir / "export" / "source.json")["files"]
+
+
+def test_export_formats_setting():
+    assert export_formats("onnx") == ("savedmodel", "onnx")
+    assert export_formats(" LiteRT , savedmodel,onnx") == BOTH
+    with pytest.raises(ConfigError, match=r"EXPORT_FORMATS='savedmodel,tflite' is not valid: 'tflite' is not a format"):
+        load_settings({"export_formats": "savedmodel,tflite"}, env_file=None, environ={})
+    with pytest.raises(ConfigError, match="EXPORT_QUANTIZE='int16' is not valid: one of none, dynamic, int8"):
+        load_settings({"export_quantize": "int16"}, env_file=None, environ={})
+
+
+def test_export_command_rejects_an_unknown_format_in_one_line(tmp_path):
+    cmd = [sys.executable, "-m", "train", "export", "latest", "--runs-dir", str(tmp_path), "--format", "tflite"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), cwd=PROJECT_ROOT, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.startswith("ConfigError: EXPORT_FORMATS='tflite' is not valid")
+
+
+def test_the_report_shows_each_file_its_size_and_the_quantised_accuracy_change():
+    from train.results.report import format_rows
+
+    export_record = {
+        "formats": {
+            "litert": {"file": "model.tflite", "bytes": 901352, "max_abs_diff": 5.5e-7, "tolerance": 1e-4},
+            "litert-int8": {
+                "file": "model.int8.tflite",
+                "bytes": 235544,
+                "max_abs_diff": 0.079,
+                "tolerance": None,
+                "validation_images": 128,
+                "accuracy": 0.98,
+                "accuracy_quantized": 0.97,
+                "accuracy_change": -0.01,
+            },
+        },
+        "failed": ["onnx: ONNX has no op for TensorFlow's Xlogy (in m/odd): ..."],
+    }
+    assert format_rows(export_record) == [
+        ("export litert", "model.tflite, 0.90 MB, max |diff| 5.50e-07 (tolerance 0.0001)"),
+        (
+            "export litert-int8",
+            "model.int8.tflite, 0.24 MB, max |diff| 7.90e-02 (quantised: no tolerance); "
+            "validation accuracy 0.9800 -> 0.9700 (-0.0100, 128 images)",
+        ),
+        ("export failed", "onnx: ONNX has no op for TensorFlow's Xlogy (in m/odd): ..."),
+    ]
+    assert format_rows({"max_abs_diff": 0.0}) == []  # a SavedModel-only export adds no rows
+
+
+# --- the models of the registry, trained for real (tiny data, one epoch) --------------------------
+
+
+def _trained(tmp_path, **changes):
+    from helpers import tiny_settings
+
+    from train.training.fit import train
+
+    settings = tiny_settings(
+        tmp_path,
+        epochs=1,
+        report="off",
+        export_formats="savedmodel,litert,onnx",
+        export_check_python=runtime_check_python(),
+        **changes,
+    )
+    return train(settings)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["cnn", "cnn_bn", "resnet_small"])
+def test_each_model_exports_to_every_format_at_the_end_of_training(tmp_path, model):
+    result = _trained(tmp_path, model=model)
+    final = result.run_dir / "export"
+    parity = read_json(final / "parity.json")
+    assert sorted(parity["formats"]) == ["litert", "onnx"]
+    for fmt, record in parity["formats"].items():
+        assert (final / record["file"]).is_file() and record["max_abs_diff"] <= formats.TOLERANCE[fmt]
+    assert result.export["failed"] == []
+
+
+@pytest.mark.slow
+def test_a_mixed_precision_run_exports_its_float32_copy_to_every_format(tmp_path):
+    result = _trained(tmp_path, model="cnn", precision="mixed_bfloat16")
+    assert read_json(result.run_dir / "manifest.json")["precision"]["policy"] == "mixed_bfloat16"
+    parity = read_json(result.run_dir / "export" / "parity.json")
+    for fmt in ("litert", "onnx"):
+        assert parity["formats"][fmt]["max_abs_diff"] <= formats.TOLERANCE[fmt]
+
+
+@pytest.mark.slow
+def test_export_command_quantises_litert_int8_on_training_images(tmp_path):
+    result = _trained(tmp_path, model="cnn", export=False)
+    run = result.run_dir
+    cmd = [sys.executable, "-m", "train", "export", run.name, "--runs-dir", str(run.parent)]
+    cmd += ["--format", "savedmodel", "--quantize", "int8"]  # the float LiteRT file comes with it
+    env = subprocess_env(EXPORT_CHECK_PYTHON=runtime_check_python())
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "exported litert: model.tflite" in proc.stdout and "exported litert-int8: model.int8.tflite" in proc.stdout
+    record = read_json(run / "export" / "parity.json")["formats"]["litert-int8"]
+    assert record["validation_images"] == 128 and -1 <= record["accuracy_change"] <= 1
+    assert record["bytes"] < read_json(run / "export" / "parity.json")["formats"]["litert"]["bytes"] / 2
+    assert not (run / "export" / "model.onnx").exists()
+
+
+def test_quantising_without_the_runs_data_fails_that_file_only(run_dir):
+    from train.errors import DataError
+
+    def gone():
+        raise DataError("npz:/data/tiny.npz does not exist: restore it or set DATASET")
+
+    with pytest.raises(ExportError) as info:
+        _export(run_dir, fmts=("savedmodel", "litert"), quantize="dynamic", data=gone)
+    assert str(info.value).startswith("litert-dynamic: npz:/data/tiny.npz does not exist")
+    assert (run_dir / "export" / "model.tflite").is_file() and not (
+        run_dir / "export" / "model.dynamic.tflite"
+    ).exists()

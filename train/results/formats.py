@@ -1,0 +1,208 @@
+"""LiteRT and ONNX beside the SavedModel, each checked in a fresh process without TensorFlow.
+
+Each format is converted into the staging folder of the export, then run by
+train.results.runtime_check in a fresh process of EXPORT_CHECK_PYTHON (numpy and the format's own
+runtime only) on the parity batch. Its largest difference from the reloaded SavedModel's answers
+goes into parity.json; above the format's tolerance, or with any output not finite, the file is
+removed and the format is reported as failed. A converter that cannot express the model
+(ConversionError) fails only its own format: the others are still written and checked.
+
+The quantised LiteRT file (export/model.<mode>.tflite) is not held to a tolerance against the
+float model (quantisation changes the answers by design); it is refused only when an output is
+not finite, and its accuracy change on the validation set is recorded instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import train
+
+from ..errors import DataError, ExportError
+from ..run.rundir import ExportDir
+from . import litert, onnx_export
+
+log = logging.getLogger("train")
+
+# Largest |difference| in a probability against the reloaded SavedModel on the parity batch. Both
+# runtimes reorder float32 sums (XNNPACK, MLAS) against TensorFlow's oneDNN kernels, so the
+# SavedModel's own 1e-5 would fail at random on a deeper network; 1e-4 is still far below any
+# change of a predicted class the user could notice.
+TOLERANCE = {"litert": 1e-4, "onnx": 1e-4}
+FILES = {"litert": "model.tflite", "onnx": "model.onnx"}
+CALIBRATION_IMAGES = 300
+
+
+def quantized_file(mode: str) -> str:
+    return f"model.{mode}.tflite"
+
+
+def write_formats(
+    model,
+    staging: ExportDir,
+    work: Path,
+    formats: tuple[str, ...],
+    quantize: str = "none",
+    check_python: str = "",
+    data: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    run: Callable[[list[str]], subprocess.CompletedProcess] | None = None,
+) -> tuple[dict[str, Any], list[ExportError]]:
+    """Convert and check each of `formats` (not savedmodel) into `staging`; returns (records, failures).
+
+    `work` holds x.npy and y.npy: the parity batch and the SavedModel's answers to it. `data` gives
+    (calibration images, validation images, validation labels), uint8, for EXPORT_QUANTIZE. `run`
+    runs a command line (the export passes one that a signal interrupts).
+    """
+    run = run or _run
+    x, reference = np.load(work / "x.npy"), np.load(work / "y.npy")
+    records: dict[str, Any] = {}
+    failures: list[ExportError] = []
+    python = check_python or sys.executable
+    for fmt in formats:
+        if fmt == "savedmodel":
+            continue
+        path = staging.path / FILES[fmt]
+        try:
+            _convert(fmt, model, staging, path)
+            out = _answers(run, python, fmt, path, x, work)
+            records[fmt] = _compare(fmt, path, out, reference)
+        except ExportError as exc:
+            path.unlink(missing_ok=True)  # a refused or half-written file never stays in the export
+            failures.append(exc)
+            log.warning("export: %s", exc)
+            continue
+        log.info("export: %s (%s, max |diff| %.2e)", path.name, _mb(path), records[fmt]["max_abs_diff"])
+        if fmt == "litert" and quantize != "none":
+            try:
+                records[f"litert-{quantize}"] = _quantized(
+                    run, python, model, staging, quantize, x, reference, work, data
+                )
+            except ExportError as exc:
+                (staging.path / quantized_file(quantize)).unlink(missing_ok=True)
+                failures.append(exc)
+                log.warning("export: %s", exc)
+    return records, failures
+
+
+def _convert(fmt: str, model, staging: ExportDir, path: Path) -> None:
+    if fmt == "litert":
+        litert.convert(staging.savedmodel, path)
+    else:
+        from .export import serving_function
+
+        serve, signature = serving_function(model)
+        onnx_export.convert(serve, signature, path)
+
+
+def _answers(run, python: str, fmt: str, path: Path, x: np.ndarray, work: Path) -> np.ndarray:
+    """The file's probabilities for `x`, computed in a fresh process of `python` without TensorFlow."""
+    x_path, out_path = work / f"{fmt}-x.npy", work / f"{fmt}-out.npy"
+    np.save(x_path, x)
+    out_path.unlink(missing_ok=True)
+    cmd = [python, "-m", "train.results.runtime_check", fmt, str(path), str(x_path), str(out_path)]
+    proc = run(cmd)
+    if proc.returncode != 0 or not out_path.is_file():
+        tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        fix = (
+            "run scripts/venv-runtime-check.sh and set EXPORT_CHECK_PYTHON=.venv-runtime-check/bin/python"
+            if proc.returncode == 3
+            else f"leave {fmt} out of EXPORT_FORMATS / --format, or report the converter bug"
+        )
+        raise ExportError(f"{fmt}: {path.name} does not run in {python} without TensorFlow ({tail[0]}): {fix}")
+    return np.load(out_path)
+
+
+def _compare(fmt: str, path: Path, out: np.ndarray, reference: np.ndarray) -> dict[str, Any]:
+    _finite(fmt, path, out)
+    if out.shape != reference.shape:
+        raise ExportError(
+            f"{fmt}: {path.name} answers shape {out.shape}, the SavedModel {reference.shape}: report the converter bug"
+        )
+    diff = float(np.max(np.abs(out.astype(np.float64) - reference.astype(np.float64))))
+    if diff > TOLERANCE[fmt]:
+        raise ExportError(
+            f"{fmt}: {path.name} differs from the SavedModel by {diff:.3g} (> {TOLERANCE[fmt]}) on the parity batch, "
+            f"so it was removed: leave {fmt} out of EXPORT_FORMATS / --format, or report the converter bug"
+        )
+    return {"file": path.name, "bytes": path.stat().st_size, "max_abs_diff": diff, "tolerance": TOLERANCE[fmt]}
+
+
+def _finite(fmt: str, path: Path, out: np.ndarray) -> None:
+    if not np.isfinite(out).all():
+        raise ExportError(
+            f"{fmt}: {path.name} gives NaN/inf probabilities on the parity batch ({int((~np.isfinite(out)).sum())} "
+            f"of {out.size} values), so it was removed: leave {fmt} out of EXPORT_FORMATS / --format"
+        )
+
+
+def _quantized(run, python, model, staging: ExportDir, mode: str, x, reference, work: Path, data) -> dict[str, Any]:
+    """model.<mode>.tflite, its size, its difference on the parity batch and its accuracy change."""
+    path = staging.path / quantized_file(mode)
+    try:
+        calibration, x_val, y_val = data() if data is not None else (np.zeros((0,), np.uint8),) * 3
+    except DataError as exc:  # calibration and accuracy need the run's data; the float files do not
+        raise ExportError(f"litert-{mode}: {exc} (its data calibrates and measures the quantised file)") from None
+    litert.convert(staging.savedmodel, path, mode, [calibration[i : i + 32] for i in range(0, len(calibration), 32)])
+    fmt = f"litert-{mode}"
+    out = _answers(run, python, "litert", path, x, work)
+    _finite(fmt, path, out)
+    record: dict[str, Any] = {
+        "file": path.name,
+        "bytes": path.stat().st_size,
+        "max_abs_diff": float(np.max(np.abs(out.astype(np.float64) - reference.astype(np.float64)))),
+        "tolerance": None,
+    }
+    if len(y_val):
+        quantized = _answers(run, python, "litert", path, x_val, work)
+        _finite(fmt, path, quantized)
+        expected = np.asarray(model.predict(x_val.astype(np.float32), batch_size=256, verbose=0))
+        before, after = _accuracy(expected, y_val), _accuracy(quantized, y_val)
+        record.update(validation_images=int(len(y_val)), accuracy=before, accuracy_quantized=after)
+        record["accuracy_change"] = after - before
+        log.info("export: %s (%s, validation accuracy %.4f -> %.4f)", path.name, _mb(path), before, after)
+    return record
+
+
+def _accuracy(probabilities: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(probabilities, axis=1) == labels))
+
+
+def _mb(path: Path) -> str:
+    return f"{path.stat().st_size / 1e6:.2f} MB"
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    # Only the package root on the path: the check must not see this process's site-packages.
+    root = str(Path(train.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def quantize_data(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CALIBRATION_IMAGES training images and the whole validation set, uint8, read as the run read them."""
+    from ..inputs import pipeline as data
+    from ..run.rundir import read_run_settings
+
+    settings = read_run_settings(run_dir)
+    spec = data.load_data(settings)
+    calibration = []
+    for images, _ in data.train_dataset(spec, settings, epoch=0, batch_size=100):
+        calibration.append(np.asarray(images).round().clip(0, 255).astype(np.uint8))
+        if sum(len(c) for c in calibration) >= CALIBRATION_IMAGES:
+            break
+    xs, ys = [], []
+    for images, labels in data.val_dataset(spec, settings, batch_size=256):
+        xs.append(np.asarray(images).round().clip(0, 255).astype(np.uint8))
+        ys.append(np.asarray(labels))
+    shape = (0, *spec.input_shape)
+    x_val = np.concatenate(xs) if xs else np.zeros(shape, np.uint8)
+    y_val = np.concatenate(ys) if ys else np.zeros((0,), np.int64)
+    return np.concatenate(calibration)[:CALIBRATION_IMAGES], x_val, y_val
