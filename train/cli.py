@@ -19,7 +19,7 @@ from .errors import EXIT_CODES, Interrupted, ReproduceMismatch, TemplateError
 
 # Commands that live in a subpackage of their own, by name: module with add_command(sub) and run(args).
 # Drop one from a fork by deleting its folder and its entry here.
-OPTIONAL_COMMANDS = {"check": "train.gpucheck.command"}
+OPTIONAL_COMMANDS = {"check": "train.gpucheck.command", "sweep": "train.sweep.command"}
 COMMANDS = ("fit", "export", "predict", "runs", "report", "compare", "settings", "reproduce", *OPTIONAL_COMMANDS)
 
 
