@@ -124,7 +124,12 @@ def test_a_bad_file_is_refused_before_optuna_and_tensorflow_load(tmp_path):
         "print(rc, 'tensorflow' in sys.modules, 'optuna' in sys.modules)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(bad)], cwd=tmp_path, capture_output=True, text=True, env=subprocess_env(), timeout=120
+        [sys.executable, "-c", code, str(bad)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
     )
     assert out.stdout.split() == ["2", "False", "False"], out.stderr
     assert "empty range" in out.stderr and len(out.stderr.strip().splitlines()) == 1
@@ -132,6 +137,8 @@ def test_a_bad_file_is_refused_before_optuna_and_tensorflow_load(tmp_path):
 
 
 def test_study_flag_with_a_path_separator_is_refused(tmp_path, capsys):
-    rc = main(["sweep", str(_write(tmp_path, GOOD)), "--study", "a/b", "--runs-dir", str(tmp_path), "--env-file", "/dev/null"])
+    rc = main(
+        ["sweep", str(_write(tmp_path, GOOD)), "--study", "a/b", "--runs-dir", str(tmp_path), "--env-file", "/dev/null"]
+    )
     assert rc == 2 and "path separator" in capsys.readouterr().err
     assert PROJECT_ROOT.is_dir()

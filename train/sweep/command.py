@@ -21,8 +21,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         help="search hyperparameters with Optuna: every trial an ordinary run (docs/sweeps.md)",
     )
     sw.add_argument("space", metavar="SPACE.toml", help="the study and the settings to search ([study], [space])")
-    sw.add_argument("--trials", type=_positive, default=None, help="the study's total number of trials (default: the file's)")
-    sw.add_argument("--storage", default=None, help="database URL of the study (default SWEEP_STORAGE, else SQLite in RUNS_DIR/sweeps)")
+    sw.add_argument(
+        "--trials", type=_positive, default=None, help="the study's total number of trials (default: the file's)"
+    )
+    sw.add_argument(
+        "--storage",
+        default=None,
+        help="database URL of the study (default SWEEP_STORAGE, else SQLite in RUNS_DIR/sweeps)",
+    )
     sw.add_argument("--study", default=None, help="the study's name (default: the file's [study] name, else its stem)")
     sw.add_argument("--report-only", action="store_true", help="write the study's report.html again and run no trial")
     sw.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")

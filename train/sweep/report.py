@@ -86,7 +86,9 @@ def render(spec: SweepSpec, trials, best, importances, shown: str, here: Path, r
         "<h2>Each parameter against the metric</h2>",
         *(_img(param_png(spec, trials, p.name), f"{p.name} against {spec.metric}") for p in spec.params),
         "<h2>Parameter importances</h2>",
-        _note(importances) if isinstance(importances, str) else _img(importance_png(importances), "parameter importances"),
+        _note(importances)
+        if isinstance(importances, str)
+        else _img(importance_png(importances), "parameter importances"),
         "<h2>Trials</h2>",
         _trials_table(spec, trials, best, here, runs_dir),
         "</body></html>",
@@ -101,12 +103,20 @@ def _trials_table(spec: SweepSpec, trials, best, here: Path, runs_dir) -> str:
         run = t.user_attrs.get("run")
         report = RunDir(Path(runs_dir) / run).report if run else None
         link = (
-            f"<a href='{e(os.path.relpath(report, here))}'>{e(run)}</a>" if report and report.is_file() else e(str(run or "-"))
+            f"<a href='{e(os.path.relpath(report, here))}'>{e(run)}</a>"
+            if report and report.is_file()
+            else e(str(run or "-"))
         )
         mark = " (best)" if best and best["trial"] == t.number else ""
         value = "" if t.value is None else _num(t.value)
         rows.append(
-            (str(t.number) + mark, t.state.name.lower(), value, e(", ".join(f"{k}={v}" for k, v in t.params.items())), link)
+            (
+                str(t.number) + mark,
+                t.state.name.lower(),
+                value,
+                e(", ".join(f"{k}={v}" for k, v in t.params.items())),
+                link,
+            )
         )
     return _table(rows, ("trial", "state", spec.metric, "parameters", "run"))
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from ..config import Settings, _coerce
 from ..errors import ConfigError
@@ -115,7 +116,9 @@ def read_space(path: str | Path, settings: Settings) -> SweepSpec:
     pruner = _choice(study, "pruner", "median", PRUNERS, where)
     sampler = _choice(study, "sampler", "tpe", SAMPLERS, where)
     if not space:
-        raise ConfigError(f"{where} [space]", "{}", "list at least one setting to search, e.g. learning_rate = [1e-3, 1e-2]")
+        raise ConfigError(
+            f"{where} [space]", "{}", "list at least one setting to search, e.g. learning_rate = [1e-3, 1e-2]"
+        )
     params = tuple(_param(key, value, metric_settings, where) for key, value in space.items())
     if sampler == "grid":
         ranged = next((p for p in params if p.choices is None), None)
@@ -185,7 +188,9 @@ def _range(f: dataclasses.Field, spec: dict, settings: Settings, label: str) -> 
         raise ConfigError(label, spec, f"{f.name.upper()} is not a number: list its values instead")
     low, high = (_value(f, spec[k], settings, label) for k in ("low", "high"))
     if not low < high:
-        raise ConfigError(label, spec, f"an empty range (low {low} must be below high {high}); for one value use a list")
+        raise ConfigError(
+            label, spec, f"an empty range (low {low} must be below high {high}); for one value use a list"
+        )
     log = spec.get("log", False)
     if not isinstance(log, bool):
         raise ConfigError(label, spec, "log is true or false")
@@ -193,7 +198,12 @@ def _range(f: dataclasses.Field, spec: dict, settings: Settings, label: str) -> 
         raise ConfigError(label, spec, "a log range needs low > 0")
     step = spec.get("step")
     if step is not None:
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0 or (integer and not isinstance(step, int)):
+        if (
+            isinstance(step, bool)
+            or not isinstance(step, (int, float))
+            or step <= 0
+            or (integer and not isinstance(step, int))
+        ):
             raise ConfigError(label, spec, "step must be a positive number (a whole number for whole-number settings)")
         if log:
             raise ConfigError(label, spec, "a range has either log = true or a step, not both")
@@ -203,9 +213,13 @@ def _range(f: dataclasses.Field, spec: dict, settings: Settings, label: str) -> 
 def _value(f: dataclasses.Field, raw: Any, settings: Settings, label: str) -> Any:
     """One value, coerced and checked as the setting would be (with the other settings fixed)."""
     value = _coerce(f, raw)
-    want = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
+    want = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(
+        f.type if isinstance(f.type, str) else f.type.__name__
+    )
     if want is not None and (not isinstance(value, want) or (want is not bool and isinstance(value, bool))):
-        raise ConfigError(label, raw, f"{f.name.upper()} takes a {f.type if isinstance(f.type, str) else f.type.__name__}")
+        raise ConfigError(
+            label, raw, f"{f.name.upper()} takes a {f.type if isinstance(f.type, str) else f.type.__name__}"
+        )
     if f.type in ("float", float):
         value = float(value)
     try:
@@ -220,6 +234,8 @@ def with_name(spec: SweepSpec, name: str) -> SweepSpec:
     if not _NAME.fullmatch(name):
         why = "no path separators: " if "/" in name or "\\" in name else ""
         raise ConfigError(
-            "--study", name, f"{why}letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)"
+            "--study",
+            name,
+            f"{why}letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)",
         )
     return dataclasses.replace(spec, name=name)

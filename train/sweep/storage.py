@@ -62,7 +62,9 @@ def open_storage(url: str, heartbeat: int):
             )
     except ImportError as exc:
         raise ConfigError(
-            "SWEEP_STORAGE", redact_uri(url), f"no database driver for it ({exc.name or exc}): use postgresql:// (psycopg2 is in the lock)"
+            "SWEEP_STORAGE",
+            redact_uri(url),
+            f"no database driver for it ({exc.name or exc}): use postgresql:// (psycopg2 is in the lock)",
         ) from None
     except Exception as exc:  # sqlalchemy's OperationalError, ArgumentError, ...: no class of ours to catch
         raise StorageError(
@@ -93,7 +95,11 @@ def open_study(storage, spec: SweepSpec, url: str, sampler):
             return study
         try:
             study = optuna.create_study(
-                study_name=spec.name, storage=storage, sampler=sampler, pruner=make_pruner(spec), direction=spec.direction
+                study_name=spec.name,
+                storage=storage,
+                sampler=sampler,
+                pruner=make_pruner(spec),
+                direction=spec.direction,
             )
         except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
             return open_study(storage, spec, url, sampler)

@@ -102,7 +102,9 @@ class TrialObserver:
         self.run_dir = run_dir
         self.trial.set_user_attr(RUN_ATTR, run_dir.name)
         update_manifest(RunDir(run_dir).manifest, sweep=self.info)
-        log.info("trial %d of study %s: run %s, %s", self.trial.number, self.spec.name, run_dir.name, self.info["params"])
+        log.info(
+            "trial %d of study %s: run %s, %s", self.trial.number, self.spec.name, run_dir.name, self.info["params"]
+        )
 
     def epoch_end(self, epoch: int, row: dict[str, Any]):
         value = row.get(self.spec.metric)
@@ -129,7 +131,9 @@ def run_sweep(spec: SweepSpec, settings: Settings, url: str, trials: int | None 
     # Its own stream per process: workers started together must not propose the same parameters.
     study.sampler = make_sampler(spec, zlib.crc32(f"{settings.seed}/{len(study.trials)}/{os.getpid()}".encode()))
     shown = redact_uri(url)
-    log.info("study %s in %s: %d trial(s) in total, %d counted so far", spec.name, shown, total, len(counted(study.trials)))
+    log.info(
+        "study %s in %s: %d trial(s) in total, %d counted so far", spec.name, shown, total, len(counted(study.trials))
+    )
     stop = StopFlag()
     ran: list[int] = []
     with stop.installed():
@@ -171,7 +175,6 @@ def _wait(stop: StopFlag, seconds: float) -> None:
 
 def _one_trial(study, spec: SweepSpec, settings: Settings, shown: str, total: int, stop: StopFlag) -> int | None:
     """Start (or resume) one trial through Optuna's own loop, which sends its heartbeats."""
-    import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
 
     numbers: list[int] = []
@@ -196,7 +199,12 @@ def _one_trial(study, spec: SweepSpec, settings: Settings, shown: str, total: in
         ) from None
     if numbers:
         t = _frozen(study, numbers[-1])
-        log.info("trial %d: %s%s", t.number, t.state.name.lower(), f" {spec.metric}={t.value:.4f}" if t.value is not None else "")
+        log.info(
+            "trial %d: %s%s",
+            t.number,
+            t.state.name.lower(),
+            f" {spec.metric}={t.value:.4f}" if t.value is not None else "",
+        )
     return numbers[-1] if numbers else None
 
 
@@ -222,11 +230,16 @@ def _objective(trial, study, spec: SweepSpec, settings: Settings, shown: str, to
             return ended
         if RunDir(run_dir).manifest.is_file():
             update_manifest(RunDir(run_dir).manifest, sweep=info)  # a resume's new segment keeps it
-        log.info("trial %d: resuming run %s (trial %s before)", trial.number, run_dir.name, retry_of[-1] if retry_of else "-")
+        log.info(
+            "trial %d: resuming run %s (trial %s before)", trial.number, run_dir.name, retry_of[-1] if retry_of else "-"
+        )
     if stop.check():
         raise _Stopped(None, stop.reason)
     trial_settings = settings.replace(
-        **params, monitor=spec.metric, run_name=f"{spec.name}-t{trial.number}" if run_dir is None else "", sweep_storage=""
+        **params,
+        monitor=spec.metric,
+        run_name=f"{spec.name}-t{trial.number}" if run_dir is None else "",
+        sweep_storage="",
     )
     from ..training.fit import train
 
