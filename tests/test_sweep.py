@@ -47,6 +47,7 @@ def _manifests(runs: Path) -> list[dict]:
     return [json.loads((r / "manifest.json").read_text()) for r in list_run_dirs(runs)]
 
 
+@pytest.mark.slow
 def test_three_trials_are_three_runs_a_rerun_continues_and_more_trials_add_one(tmp_path, capsys):
     space = tmp_path / "space.toml"
     space.write_text(
@@ -85,6 +86,7 @@ def test_three_trials_are_three_runs_a_rerun_continues_and_more_trials_add_one(t
     assert f"best: trial {best['sweep']['trial']}" in report and f"../../{run_id}/report.html" in report
 
 
+@pytest.mark.slow
 def test_a_trial_behind_the_others_is_pruned_and_the_sweep_exits_0(tmp_path, capsys):
     from train.sweep.space import read_space
     from train.sweep.storage import default_url, open_storage, open_study
@@ -111,6 +113,7 @@ def test_a_trial_behind_the_others_is_pruned_and_the_sweep_exits_0(tmp_path, cap
     assert states == {0: "COMPLETE", 1: "PRUNED"}
 
 
+@pytest.mark.slow
 def test_with_pruner_none_no_trial_is_pruned(tmp_path):
     space = tmp_path / "space.toml"
     space.write_text(

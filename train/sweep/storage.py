@@ -38,6 +38,13 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
+def with_driver(url: str) -> str:
+    """postgresql:// (and postgres://) through psycopg 3, the driver in the lock: SQLAlchemy's default
+    for the bare scheme differs between its versions (psycopg2 before 2.1)."""
+    scheme, sep, rest = url.partition("://")
+    return f"postgresql+psycopg://{rest}" if sep and scheme in ("postgresql", "postgres") else url
+
+
 def open_storage(url: str, heartbeat: int):
     """Optuna's RDB storage with heartbeats: a trial whose process stops sending them (SIGKILL, a lost
     machine) is failed after twice `heartbeat` seconds and queued again with its parameters and run."""
@@ -54,7 +61,7 @@ def open_storage(url: str, heartbeat: int):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return RDBStorage(
-                url,
+                with_driver(url),
                 engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
                 heartbeat_interval=heartbeat,
                 grace_period=2 * heartbeat,
@@ -64,11 +71,11 @@ def open_storage(url: str, heartbeat: int):
         raise ConfigError(
             "SWEEP_STORAGE",
             redact_uri(url),
-            f"no database driver for it ({exc.name or exc}): use postgresql:// (psycopg2 is in the lock)",
+            f"no database driver for it ({exc.name or exc}): use postgresql:// (psycopg is in the lock)",
         ) from None
     except Exception as exc:  # sqlalchemy's OperationalError, ArgumentError, ...: no class of ours to catch
         raise StorageError(
-            f"cannot open the study storage {redact_uri(url)}: {_first_line(scrub(str(exc), url))}; "
+            f"cannot open the study storage {redact_uri(url)}: {_first_line(scrub(str(exc), with_driver(url)))}; "
             "check that the database is running and reachable, and the URL's user, password and database name"
         ) from None
 
