@@ -7,6 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Real servers, each in its own module, started once per session when a test asks for one.
+pytest_plugins = ["servers_pg"]
+
 
 def write_npz(
     path: Path, n_train: int = 600, n_test: int = 300, shape=(28, 28), classes: int = 10, seed: int = 0, **extra

@@ -138,3 +138,54 @@ def test_pruners_are_optunas(tmp_path):
     ):
         spec = read_space(_space(tmp_path, "batch_size = [8]\n", f"pruner = '{name}'"), settings)
         assert isinstance(make_pruner(spec), cls)
+
+
+def _study_with(tmp_path, states):
+    import optuna
+
+    from train.sweep.space import read_space
+    from train.sweep.storage import default_url, open_storage, open_study
+
+    settings = load_settings({"runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+    spec = read_space(_space(tmp_path, "batch_size = [8, 16]\n"), settings)
+    url = default_url(tmp_path / "runs", spec.name)
+    study = open_study(open_storage(url, 60), spec, url, None)
+    dist = {"batch_size": optuna.distributions.CategoricalDistribution([8, 16])}
+    for state in states:
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                params={"batch_size": 8},
+                distributions=dist,
+                value=0.5 if state.name == "COMPLETE" else None,
+            )
+        )
+    return study, spec, settings
+
+
+def test_a_trial_asked_beyond_the_total_is_surplus_and_never_trains(tmp_path):
+    import optuna
+
+    from train.sweep import study as sweep
+    from train.training.stop_flag import StopFlag
+
+    COMPLETE = optuna.trial.TrialState.COMPLETE
+    study, spec, settings = _study_with(tmp_path, [COMPLETE, COMPLETE])
+    trial = study.ask()  # another process got the last place a moment before
+    with pytest.raises(sweep._Surplus):
+        sweep._objective(trial, study, spec, settings, "sqlite:///x", 2, StopFlag())
+    assert study.trials[2].user_attrs[sweep.SURPLUS_ATTR] is True
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert [t.number for t in sweep.counted(study.get_trials())] == [0, 1]
+    assert not list((tmp_path / "runs").glob("2*"))  # no run directory was made
+
+
+def test_a_retry_replaces_the_trial_it_retries_in_the_count(tmp_path):
+    import optuna
+
+    from train.sweep import study as sweep
+
+    study, _spec, _settings = _study_with(tmp_path, [optuna.trial.TrialState.FAIL])
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[0])
+    every = study.get_trials()
+    assert [t.number for t in sweep.counted(every)] == [1] and every[1].state.name == "WAITING"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -54,10 +55,10 @@ def open_storage(url: str, heartbeat: int):
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep logs each trial in its own words
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # Optuna marks the heartbeat and its retry callback experimental; they are what is asked for here.
-        import warnings
+    import warnings
 
+    def storage():
+        # Optuna marks the heartbeat and its retry callback experimental; they are what is asked for here.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return RDBStorage(
@@ -67,6 +68,17 @@ def open_storage(url: str, heartbeat: int):
                 grace_period=2 * heartbeat,
                 heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
             )
+
+    try:
+        for attempt in range(4):
+            try:
+                return storage()
+            except Exception as exc:
+                # Workers started together on an empty database all create Optuna's tables; the losers
+                # of that race get a unique violation, and find the tables made when they try again.
+                if type(exc).__name__ != "IntegrityError" or attempt == 3:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
     except ImportError as exc:
         raise ConfigError(
             "SWEEP_STORAGE",
