@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from faults import env
