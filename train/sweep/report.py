@@ -152,6 +152,9 @@ def history_png(spec: SweepSpec, trials) -> bytes:
         ax.legend(loc="best")
     else:
         ax.text(0.5, 0.5, "no completed trial yet", ha="center", va="center", transform=ax.transAxes)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trial")
     ax.set_ylabel(spec.metric)
     ax.grid(True, alpha=0.3)
@@ -172,7 +175,12 @@ def param_png(spec: SweepSpec, trials, name: str) -> bytes:
         else:
             ax.scatter([x for x, _ in points], [v for _, v in points], color="#1f77b4")
             if param.log:
+                from matplotlib.ticker import FuncFormatter, NullFormatter
+
                 ax.set_xscale("log")
+                # Plain numbers: the default 10^x labels are mathtext, shown raw with math parsing off.
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+                ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(name)
     ax.set_ylabel(spec.metric)
     ax.grid(True, alpha=0.3)
