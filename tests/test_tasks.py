@@ -525,3 +525,19 @@ def test_venv_sh_refuses_an_unknown_argument(clone):
     done = subprocess.run(["bash", "scripts/venv.sh", "--tests"], cwd=clone, capture_output=True, text=True)
     assert done.returncode == 2 and "unknown argument '--tests'" in done.stderr and "--test" in done.stderr
     assert not (clone / ".venv").exists()
+
+
+def test_sweep_runs_the_package_command_here_or_n_workers_of_the_compose_profile(tmp_path):
+    c = ctx()
+    tasks.sweep(c, space="space.toml", local=True, trials=4, storage="postgresql://db/x", args="--epochs 2")
+    assert echoed(c) == [f"{tasks.PY} -m train sweep space.toml --trials 4 --epochs 2 --storage postgresql://db/x"]
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "lr.toml").write_text("")
+    c = ctx()
+    tasks.sweep(c, space=str(tmp_path / "sweeps" / "lr.toml"), workers=3, cpu=True)
+    assert echoed(c)[-1] == (
+        f"SWEEP_SPACE=lr.toml HOST_UID=1234 HOST_GID=567 docker compose {tasks.CPU_COMPOSE} "
+        "--profile sweep up --detach --scale sweep=3 sweep"
+    )
+    with pytest.raises(Exit, match="must be in ./sweeps"):
+        tasks.sweep(ctx(), space="elsewhere.toml")
