@@ -189,3 +189,28 @@ def test_a_retry_replaces_the_trial_it_retries_in_the_count(tmp_path):
     optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[0])
     every = study.get_trials()
     assert [t.number for t in sweep.counted(every)] == [1] and every[1].state.name == "WAITING"
+
+
+def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_again(tmp_path, monkeypatch):
+    import optuna
+    from helpers import write_run_records
+
+    from train.sweep import study as sweep
+    from train.training import fit
+
+    FAIL = optuna.trial.TrialState.FAIL
+    study, spec, settings = _study_with(tmp_path, [FAIL])  # trial 0: its process died after the run ended
+    run = write_run_records(
+        tmp_path / "runs" / "20261201-000000-000000-s-t0",
+        manifest={"status": "completed", "best": {"monitor": "val_accuracy", "value": 0.75}},
+    )
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[0])
+    frozen = study.trials[1]
+    study._storage.set_trial_user_attr(frozen._trial_id, sweep.RUN_ATTR, run.name)
+    monkeypatch.setattr(fit, "train", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    result = sweep.run_sweep(spec, settings, url, trials=1)
+    (kept,) = sweep.counted(study.get_trials())
+    assert (kept.number, kept.state.name, kept.value) == (1, "COMPLETE", 0.75)
+    assert result.best["run"] == run.name
+    assert json.loads((run / "manifest.json").read_text())["sweep"]["retry_of"] == [0]
