@@ -236,3 +236,22 @@ def test_a_trial_reproduces_bit_identical_from_its_own_record(tmp_path):
     (run,) = list_run_dirs(runs)
     proc = _train(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs))
     assert "MATCH by final weights sha256" in proc.stdout, proc.stdout
+
+
+def test_a_trial_stopped_by_the_sweeps_own_error_is_queued_again_not_counted(tmp_path, monkeypatch):
+    from train.errors import DataError
+    from train.sweep import study as sweep
+    from train.training import fit
+
+    study, spec, settings = _study_with(tmp_path, [])
+
+    def missing_data(*_a, **_k):
+        raise DataError("the data set is gone")
+
+    monkeypatch.setattr(fit, "train", missing_data)
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    with pytest.raises(DataError):
+        sweep.run_sweep(spec, settings, url, trials=1)
+    every = study.get_trials()
+    assert [(t.number, t.state.name) for t in every] == [(0, "FAIL"), (1, "WAITING")]
+    assert [t.number for t in sweep.counted(every)] == [1] and every[1].params == every[0].params

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings, redact_uri
-from ..errors import ConfigError, DivergedError, Interrupted, ModelError, OutOfMemoryError
+from ..errors import ConfigError, DivergedError, Interrupted, ModelError, OutOfMemoryError, TemplateError
 from ..run.manifest import update_manifest
 from ..run.rundir import RunDir, is_run_dir, read_json
 from ..training.stop_flag import StopFlag
@@ -197,6 +197,12 @@ def _one_trial(study, spec: SweepSpec, settings: Settings, shown: str, total: in
             f"study {spec.name}: trial {frozen.number} stopped ({stopped.reason}); {where}the same sweep command "
             "continues it"
         ) from None
+    except (TemplateError, KeyboardInterrupt):
+        # Not the trial's result (data missing, storage full, a second Ctrl-C): it is queued again, so
+        # fixing the cause and rerunning the sweep runs it instead of counting it as failed.
+        if numbers:
+            RetryHeartbeatStaleTrialCallback()(study, _frozen(study, numbers[-1]))
+        raise
     if numbers:
         t = _frozen(study, numbers[-1])
         log.info(
