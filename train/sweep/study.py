@@ -245,6 +245,9 @@ def _objective(trial, study, spec: SweepSpec, settings: Settings, shown: str, to
         **params,
         monitor=spec.metric,
         run_name=f"{spec.name}-t{trial.number}" if run_dir is None else "",
+        # Which run a trial trains is the study's to say (RESUME=auto of the compose file must not
+        # pick another trial's run), and the study's URL is no setting of the run.
+        resume="",
         sweep_storage="",
     )
     from ..training.fit import train
