@@ -8,6 +8,7 @@ tests/servers_pg.py and its line in tests/conftest.py) and its entry in
   command.py   the `sweep` sub-command: its flags, the call into study.py, the closing lines
   space.py     SPACE.toml -> a checked SweepSpec (no Optuna, no TensorFlow)
   storage.py   SQLite in RUNS_DIR/sweeps or a database URL; opening and checking a study
-  study.py     the trials: ask, run (or resume) one run each, prune, retry, tell
+  study.py     the study's loop: ask, run (or resume) one run each, retry, tell
+  trials.py    a trial's parameters, sampler and epoch observer (pruning); which trials count
   report.py    RUNS_DIR/sweeps/<study>/report.html
 """

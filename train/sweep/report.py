@@ -38,7 +38,7 @@ def report_only(spec: SweepSpec, runs_dir: str, url: str) -> Path:
 
 
 def write_sweep_report(study, spec: SweepSpec, runs_dir: str | Path, shown: str) -> Path:
-    from .study import best_trial, counted
+    from .trials import best_trial, counted
 
     trials = sorted(counted(study.get_trials(deepcopy=False)), key=lambda t: t.number)
     path = report_path(runs_dir, spec.name)
