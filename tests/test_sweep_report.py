@@ -75,3 +75,16 @@ def test_chromium_draws_the_history_the_params_and_the_importances(tmp_path):
     assert near(img, "#d62728").sum() > 50  # the best-so-far line
     assert near(img, "#1f77b4").sum() > 200  # the trials' points
     assert near(img, "#2ca02c").sum() > 500  # the importance bars
+
+
+def test_report_only_writes_the_page_again_and_runs_no_trial(tmp_path, capsys):
+    from train.cli import main
+
+    study, _spec, runs = _study(tmp_path)
+    before = len(study.get_trials())
+    rc = main(
+        ["sweep", str(tmp_path / "space.toml"), "--report-only", "--runs-dir", str(runs), "--env-file", "/dev/null"]
+    )
+    assert rc == 0 and f"wrote {report_path(runs, 'rep')}" in capsys.readouterr().out
+    assert "best: trial 1" in report_path(runs, "rep").read_text()
+    assert len(study.get_trials()) == before
