@@ -44,8 +44,8 @@ def make_sampler(spec: SweepSpec, seed: int):
 class TrialObserver:
     """Tells the study where the trial's run is and each epoch's metric; ends the run when pruned."""
 
-    def __init__(self, trial, spec: SweepSpec, info: dict[str, Any]):
-        self.trial, self.spec, self.info = trial, spec, info
+    def __init__(self, trial, spec: SweepSpec, info: dict[str, Any], epochs: int):
+        self.trial, self.spec, self.info, self.epochs = trial, spec, info, epochs
         self.run_dir: Path | None = None
 
     def started(self, run_dir: Path) -> None:
@@ -61,7 +61,8 @@ class TrialObserver:
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             return None
         self.trial.report(float(value), epoch)
-        if self.spec.pruner != "none" and self.trial.should_prune():
+        # After the last epoch there is nothing left to save by stopping: the trial is complete.
+        if self.spec.pruner != "none" and epoch < self.epochs and self.trial.should_prune():
             return "pruned", (
                 f"pruned by the {self.spec.pruner} pruner after epoch {epoch}: {self.spec.metric}={value:.4f} "
                 "is behind the study's other trials at this epoch"
