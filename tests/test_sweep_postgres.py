@@ -58,3 +58,23 @@ def test_two_sweeps_on_one_postgres_study_run_exactly_its_trials_each_once(tmp_p
     for text in [*outputs, *(json.dumps(m) for m in manifests), *((r / "config.json").read_text() for r in runs)]:
         assert PASSWORD not in text
     assert manifests[0]["sweep"]["storage"].startswith("postgresql://***@127.0.0.1:")
+
+
+@pytest.mark.parametrize("change", ["password", "database"])
+def test_a_wrong_password_or_database_is_one_storage_error_exit_7_without_the_password(
+    tmp_path, capsys, postgres_url, change
+):
+    from train.cli import main
+
+    space = tmp_path / "space.toml"
+    space.write_text("[study]\nname = 'w'\ntrials = 1\n[space]\nbatch_size = [8, 16]\n")
+    wrong = "wr0ng-pw"
+    url = (
+        postgres_url.replace(PASSWORD, wrong) if change == "password" else postgres_url.rsplit("/", 1)[0] + "/nosuchdb"
+    )
+    rc = main(["sweep", str(space), "--storage", url, "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert rc == 7 and err.startswith("StorageError: cannot open the study storage postgresql://***@127.0.0.1:"), err
+    assert len(err.splitlines()) == 1
+    assert wrong not in captured.out + captured.err and PASSWORD not in captured.out + captured.err
