@@ -88,3 +88,14 @@ def test_report_only_writes_the_page_again_and_runs_no_trial(tmp_path, capsys):
     assert rc == 0 and f"wrote {report_path(runs, 'rep')}" in capsys.readouterr().out
     assert "best: trial 1" in report_path(runs, "rep").read_text()
     assert len(study.get_trials()) == before
+
+
+def test_every_status_a_run_ends_with_has_a_visible_badge_in_its_report():
+    from train.results.report import CSS
+
+    coloured = set()
+    for selectors, body in re.findall(r"([^{}]+)\{([^}]*)\}", CSS):
+        if "background:" in body:
+            coloured |= {s.strip().lstrip(".") for s in selectors.split(",")}
+    # The badge's text is white: a status without a background would be invisible (a pruned trial's run).
+    assert {"completed", "running", "interrupted", "budget", "failed", "pruned"} <= coloured
