@@ -255,3 +255,25 @@ def test_a_trial_stopped_by_the_sweeps_own_error_is_queued_again_not_counted(tmp
     every = study.get_trials()
     assert [(t.number, t.state.name) for t in every] == [(0, "FAIL"), (1, "WAITING")]
     assert [t.number for t in sweep.counted(every)] == [1] and every[1].params == every[0].params
+
+
+def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from train.sweep import study as sweep
+    from train.training import fit
+    from train.training.loop import Result
+
+    study, spec, settings = _study_with(tmp_path, [])
+
+    def trains_then_is_stopped(s, **_kw):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives once the trial's run has ended: the sweep's own handler
+        return Result(None, "completed", 1, best=0.5)
+
+    monkeypatch.setattr(fit, "train", trains_then_is_stopped)
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    with pytest.raises(sweep.SweepInterrupted, match="between trials") as err:
+        sweep.run_sweep(spec, settings, url, trials=3)
+    assert err.value.exit_code == 75
+    assert [(t.number, t.state.name) for t in study.get_trials()] == [(0, "COMPLETE")]
