@@ -512,6 +512,38 @@ def reproduce(c, run, local=False, allow_dirty=False, epochs=0, data_dir="data",
     c.run(f"{PY} -m train reproduce {shlex.quote(run)} --container{flags}", echo=True, pty=True)
 
 
+@task(
+    help={
+        "space": "the space file (in the container: a file in ./sweeps, mounted as /sweeps)",
+        "trials": "the study's total number of trials (0: the file's)",
+        "storage": "--local: the study's database URL (default SWEEP_STORAGE, else SQLite in runs/sweeps)",
+        "local": "run the sweep in this environment instead of the compose `sweep` profile",
+        "workers": "in the container: this many sweep workers on the profile's PostgreSQL study",
+        "cpu": "in the container: the CPU variant (no GPU needed)",
+        "args": 'fixed settings for every trial, e.g. "--epochs 5"',
+    }
+)
+def sweep(c, space, trials=0, storage="", local=False, workers=1, cpu=False, args=""):
+    """Search hyperparameters: every trial an ordinary run.
+
+    --local runs `python -m train sweep` here; otherwise N workers of the compose `sweep` profile
+    share one study in its PostgreSQL service (docs/sweeps.md)."""
+    flags = (f" --trials {int(trials)}" if trials else "") + (f" {args}" if args else "")
+    if local:
+        flags += f" --storage {shlex.quote(storage)}" if storage else ""
+        c.run(f"{PY} -m train sweep {shlex.quote(space)}{flags}", echo=True, pty=True)
+        return
+    path = Path(space)
+    if path.parent.resolve() != (ROOT / "sweeps").resolve() or not (ROOT / "sweeps" / path.name).is_file():
+        raise Exit(f"{space}: in the container a space file must be in ./sweeps (mounted as /sweeps): copy it there")
+    if storage:
+        raise Exit("--storage is for --local: the compose profile keeps the study in its PostgreSQL service")
+    _volumes()
+    extra = f"SWEEP_SPACE={shlex.quote(path.name)} " + (f"TRAIN_ARGS={shlex.quote(flags.strip())} " if flags else "")
+    c.run(f"{extra}{_compose(c, cpu)} --profile sweep up --detach --scale sweep={int(workers)} sweep", echo=True)
+    print("sweep workers in the background; follow them with: docker compose logs -f sweep")
+
+
 ns = Collection(
     build,
     gpu_check,
@@ -528,4 +560,5 @@ ns = Collection(
     clean,
     reproduce,
     serve,
+    sweep,
 )

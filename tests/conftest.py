@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest_plugins = ["servers_serve"]  # real `serve` processes for tests/test_serve*.py
+# Real servers, each in its own module, started once per session when a test asks for one.
+pytest_plugins = ["servers_serve", "servers_pg"]
 
 
 def write_npz(

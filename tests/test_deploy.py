@@ -249,3 +249,50 @@ def test_compose_serve_profile_publishes_on_loopback_only_and_reads_runs_read_on
     assert runs["target"] == "/runs" and runs["read_only"] is True
     # (the CPU file uses compose's `!reset`, which yamlish does not read)
     assert "  serve:\n    build:\n      args:\n        VARIANT: cpu" in (ROOT / "docker-compose.cpu.yml").read_text()
+
+
+def test_sweep_job_runs_indexed_sweep_workers_on_one_study_with_the_url_from_a_secret():
+    job, policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "sweep-job.yaml").read_text())
+    spec = job["spec"]
+    assert (
+        job["kind"] == "Job" and spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] > 1
+    )
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure" and pod["terminationGracePeriodSeconds"] >= 60  # 75 restarts in place
+    (c,) = pod["containers"]
+    assert c["image"] == IMAGE and c["args"][0] == "sweep"
+    space = Path(c["args"][1])
+    mounts = _mounts(c)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts[str(space.parent)]]["configMap"]["name"] == "tf-sweep-space"
+    env = _env(c)
+    assert env["SWEEP_STORAGE"] == {"secretKeyRef": {"name": "tf-sweep-db", "key": "url"}}  # no password in the file
+    assert env["RUNS_DIR"] == "/runs" and "/runs" in mounts and "/data" in mounts
+    assert "WORKERS" not in env and "ports" not in c  # independent processes sharing a study, not one cluster
+    assert policy["kind"] == "NetworkPolicy" and policy["spec"]["podSelector"] == {
+        "matchLabels": {"job-name": "tf-sweep"}
+    }
+    assert policy["spec"]["ingress"] == []  # the workers serve nothing
+
+
+def test_compose_sweep_profile_scales_workers_on_one_postgres_study():
+    doc = yamlish.load((ROOT / "docker-compose.yml").read_text())
+    sweep, db = doc["services"]["sweep"], doc["services"]["postgres"]
+    assert sweep["profiles"] == ["sweep"] == db["profiles"]
+    assert (
+        sweep["command"].startswith("sweep /sweeps/") and "container_name" not in sweep
+    )  # --scale needs no fixed name
+    assert (
+        sweep["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+        and "pg_isready" in db["healthcheck"]["test"]
+    )
+    env = sweep["environment"]
+    assert (
+        env["RUNS_DIR"] == "/runs"
+        and env["SWEEP_STORAGE"].startswith("postgresql://sweep:")
+        and "@postgres:5432/" in env["SWEEP_STORAGE"]
+    )
+    assert "ports" not in db  # the database is reachable from the sweep workers only
+    assert sweep["init"] is True and sweep["stop_grace_period"] == "2m"
+    cpu = (ROOT / "docker-compose.cpu.yml").read_text()  # `!reset` is beyond yamlish: the lines themselves
+    assert "  sweep:\n    image: ${IMAGE:-tf-train-template}:cpu\n    deploy: !reset {}\n" in cpu

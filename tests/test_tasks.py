@@ -550,3 +550,19 @@ def test_serve_runs_the_command_locally_or_the_compose_profile():
         f"{tasks.PY} -m train serve '20240101-000000 x' --model-name model --port 9000",
         f"SERVE_PORT=8501 SERVE_ARGS='latest --model-name mnist' {compose} --profile serve up serve",
     ]
+
+
+def test_sweep_runs_the_package_command_here_or_n_workers_of_the_compose_profile(tmp_path):
+    c = ctx()
+    tasks.sweep(c, space="space.toml", local=True, trials=4, storage="postgresql://db/x", args="--epochs 2")
+    assert echoed(c) == [f"{tasks.PY} -m train sweep space.toml --trials 4 --epochs 2 --storage postgresql://db/x"]
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "lr.toml").write_text("")
+    c = ctx()
+    tasks.sweep(c, space=str(tmp_path / "sweeps" / "lr.toml"), workers=3, cpu=True)
+    assert echoed(c)[-1] == (
+        f"SWEEP_SPACE=lr.toml HOST_UID=1234 HOST_GID=567 docker compose {tasks.CPU_COMPOSE} "
+        "--profile sweep up --detach --scale sweep=3 sweep"
+    )
+    with pytest.raises(Exit, match="must be in ./sweeps"):
+        tasks.sweep(ctx(), space="elsewhere.toml")

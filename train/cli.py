@@ -17,7 +17,7 @@ from .errors import EXIT_CODES, TemplateError
 
 # Commands that live in a subpackage of their own, by name: module with add_command(sub) and run(args).
 # Drop one from a fork by deleting its folder and its entry here.
-OPTIONAL_COMMANDS = {"check": "train.gpucheck.command", "serve": "train.serve.command"}
+OPTIONAL_COMMANDS = {"check": "train.gpucheck.command", "serve": "train.serve.command", "sweep": "train.sweep.command"}
 # The built-in ones, in the order `--help` lists them; each is train/commands/<name>.py of the same shape.
 BUILTIN_COMMANDS = {
     name: f"train.commands.{name}"

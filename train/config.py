@@ -226,9 +226,22 @@ class Settings:
         ".venv-runtime-check/bin/python, without TensorFlow); empty: this Python",
         kind="surroundings",
     )
+    # --- hyperparameter sweeps (python -m train sweep; optional) ---
+    sweep_storage: str = _f(
+        "",
+        "where a sweep keeps its study: a database URL (postgresql://user:password@host/db, mysql://...) shared by "
+        "several sweep processes; empty: SQLite at RUNS_DIR/sweeps/<study>.db. The password is masked wherever it is shown",
+        secret=True,
+        kind="invocation",
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # A secret (a database password) never reaches config.json, the manifest, a tracker or the console.
+        values = dataclasses.asdict(self)
+        for f in fields(self):
+            if f.metadata.get("secret") and values[f.name]:
+                values[f.name] = redact_uri(values[f.name])
+        return values
 
     def replace(self, **changes: Any) -> Settings:
         return _with_given(validate(dataclasses.replace(self, **changes)), given(self) | set(changes))
@@ -467,6 +480,23 @@ def _check_peak_flops(value: str) -> None:
         )
 
 
+# The databases Optuna's RDB storage can hold a study in (SQLAlchemy URLs, optionally +driver).
+SWEEP_SCHEMES = ("sqlite", "postgresql", "mysql")
+
+
+def _check_sweep_storage(url: str) -> None:
+    if not url:
+        return
+    scheme = url.partition(":")[0].partition("+")[0].lower()
+    if scheme not in SWEEP_SCHEMES or "://" not in url or any(c.isspace() for c in url):
+        raise ConfigError(
+            "SWEEP_STORAGE",
+            redact_uri(url),
+            "a database URL: postgresql://user:password@host:5432/db (or mysql://..., sqlite:///path.db); "
+            "empty keeps the study in RUNS_DIR/sweeps/<study>.db",
+        )
+
+
 def validate(s: Settings) -> Settings:
     """Check every rule that does not need TensorFlow; return the settings unchanged or raise."""
     _check_ranges(s)
@@ -497,6 +527,7 @@ def validate(s: Settings) -> Settings:
     if s.run_name and s.runs_dir and (problem := rundir.run_name_problem(s.run_name, s.runs_dir)):
         raise ConfigError("RUN_NAME", s.run_name, problem)
     export_formats(s.export_formats)
+    _check_sweep_storage(s.sweep_storage)
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
             "CHECKPOINT_EVERY",

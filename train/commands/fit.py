@@ -32,10 +32,10 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --resume RUN: train RUN again from epoch 1 in its own directory when its checkpoints are gone",
     )
-    _add_setting_flags(fit)
+    add_setting_flags(fit)
 
 
-def _add_setting_flags(p: argparse.ArgumentParser) -> None:
+def add_setting_flags(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("settings (each also readable from .env or the environment as UPPER_CASE)")
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")

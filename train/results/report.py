@@ -119,7 +119,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px 
 h1{font-size:22px;margin:0 0 6px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
 .status{display:inline-block;padding:2px 10px;border-radius:10px;color:#fff;font-size:14px;vertical-align:middle}
 .completed{background:#2e7d32}.running{background:#1565c0}.interrupted,.budget{background:#ef6c00}.failed{background:#b00020}
-.unknown{background:#757575} .lead{font-size:15px;margin:6px 0} .error{background:#fdecea;border:1px solid #b00020;padding:8px 12px}
+.unknown{background:#757575} .pruned{background:#6d4c41} .lead{font-size:15px;margin:6px 0} .error{background:#fdecea;border:1px solid #b00020;padding:8px 12px}
 .note{color:#555;font-style:italic} img{max-width:100%;height:auto;display:block;margin:8px 0}
 table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums} code{font-size:12px}

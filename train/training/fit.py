@@ -53,8 +53,14 @@ log = logging.getLogger("train")
 __all__ = ["Result", "train"]
 
 
-def train(settings: Settings, resume: str | None = None, force: bool = False, restart: bool = False) -> Result:
-    """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring."""
+def train(
+    settings: Settings, resume: str | None = None, force: bool = False, restart: bool = False, observer=None
+) -> Result:
+    """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring.
+
+    `observer` (optional): `started(run_dir)` once the run's manifest exists, and `epoch_end(epoch, row)`
+    after each epoch, which may end the run (see EpochLoop.observer).
+    """
     # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
     # during start-up (TensorFlow import, data loading, model build) must still end with a finished
     # manifest and exit 75, never with the default action's silent death.
@@ -79,12 +85,12 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
             settings = as_given(settings)
         plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
         try:
-            return _train(plan, force, stop, setup)
+            return _train(plan, force, stop, setup, observer)
         finally:
             plan.release()
 
 
-def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
+def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None, observer=None) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
     setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
     if setup is not None:
@@ -109,8 +115,10 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None) -> Result:
             )
             opened["segment"] = True
             _warn_dirty(started_manifest)
+        if observer is not None:
+            observer.started(run_dir)
         with _cluster_errors(setup):
-            result = _run(plan, force, manifest_path, stop, opened, setup)
+            result = _run(plan, force, manifest_path, stop, opened, setup, observer)
         status = result.status
         if _identity(run_dir) != identity:
             raise _gone(run_dir)
@@ -186,7 +194,9 @@ def _close(
         log.error("could not update the manifest: %s", exc)
 
 
-def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened: dict, setup=None) -> Result:
+def _run(
+    plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened: dict, setup=None, observer=None
+) -> Result:
     settings, run_dir = plan.settings, plan.run_dir
     several = setup is not None  # joined a cluster: its workers stop together, in the loop
     if stop.check() and not several:
@@ -236,6 +246,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened
         loop.tracker = opened["tracker"] = start(
             settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir, settings.to_dict()
         )
+    loop.observer = observer
     # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
 

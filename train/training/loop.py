@@ -190,6 +190,9 @@ class EpochLoop:
             self.history = [read_back(r) for r in self.metrics.rows]  # numbers, as this run's own rows
         self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
         self.tracker = None  # train.tracking.mlflow_run.Tracker, set on the chief when MLFLOW_TRACKING_URI is set
+        # Told each finished epoch's row, after its state is saved: epoch_end(epoch, row) returns None to go
+        # on, or (status, reason) to end the run there (a sweep's pruner). Set by train(observer=...).
+        self.observer = None
         self.schedule = None  # train.training.schedules.CosineOverTraining under LR_SCHEDULE=cosine, set by build_model
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
 
@@ -297,6 +300,11 @@ class EpochLoop:
                     logs.update(self._validate())
                     self._check_finite(logs, epoch)
                     self._end_epoch(epoch, logs, seconds, steps_run, tb)
+                    ending = self.observer.epoch_end(epoch + 1, self.history[-1]) if self.observer else None
+                    if ending:
+                        status, ended = ending
+                        log.info("%s", ended)
+                        break
         finally:
             if tb:
                 tb.close()

@@ -1,0 +1,279 @@
+"""Sweeps: every trial an ordinary run, the study's total kept across reruns, pruning through the epoch loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import make_npz
+
+from train.cli import main
+from train.config import load_settings
+from train.run.rundir import list_run_dirs
+
+
+def _space(tmp_path: Path, body: str, study: str = "") -> Path:
+    path = tmp_path / "space.toml"
+    path.write_text(f"[study]\nname = 's'\ntrials = 3\n{study}\n[space]\n{body}")
+    return path
+
+
+def _flags(tmp_path: Path, **changes) -> list[str]:
+    npz = make_npz(tmp_path, n_train=48, n_test=16, size=8)
+    values = {
+        "dataset": f"npz:{npz}",
+        "runs_dir": str(tmp_path / "runs"),
+        "data_dir": str(tmp_path / "data"),
+        "model": "faults:dense16",
+        "epochs": 1,
+        "batch_size": 16,
+        "checkpoint_every": 0,
+        "precision": "float32",
+        "progress": "line",
+        "report": "quick",
+        "export": False,
+        "peak_flops": "1e11",
+        **changes,
+    }
+    flags = ["--env-file", "/dev/null"]
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        flags += [flag if value else "--no-" + flag[2:]] if isinstance(value, bool) else [flag, str(value)]
+    return flags
+
+
+def _manifests(runs: Path) -> list[dict]:
+    return [json.loads((r / "manifest.json").read_text()) for r in list_run_dirs(runs)]
+
+
+@pytest.mark.slow
+def test_three_trials_are_three_runs_a_rerun_continues_and_more_trials_add_one(tmp_path, capsys):
+    space = tmp_path / "space.toml"
+    space.write_text(
+        "[study]\nname = 'lr'\ntrials = 3\npruner = 'none'\n[space]\n"
+        "learning_rate = { low = 1e-4, high = 1e-2, log = true }\nbatch_size = [8, 16]\n"
+    )
+    flags = _flags(tmp_path)
+    assert main(["sweep", str(space), *flags]) == 0
+    out = capsys.readouterr().out
+    runs = tmp_path / "runs"
+    sweeps = sorted((m["sweep"]["trial"], m["status"], m["sweep"]["study"]) for m in _manifests(runs))
+    assert sweeps == [(0, "completed", "lr"), (1, "completed", "lr"), (2, "completed", "lr")]
+    for m in _manifests(runs):
+        config = json.loads((runs / m["run_id"] / "config.json").read_text())
+        assert config["learning_rate"] == m["sweep"]["params"]["learning_rate"]
+        assert config["batch_size"] == m["sweep"]["params"]["batch_size"]
+    best_line = next(line for line in out.splitlines() if line.startswith("best: trial "))
+    best = min(_manifests(runs), key=lambda m: -m["best"]["value"])
+    assert best["best"]["value"] == pytest.approx(float(best_line.split("val_accuracy=")[1].split()[0]), abs=1e-4)
+    assert f"python -m train export {best_line.split('(run ')[1].rstrip(')')}" in out
+
+    assert main(["sweep", str(space), *flags]) == 0  # the same total: nothing more to run
+    assert len(list_run_dirs(runs)) == 3
+    assert main(["sweep", str(space), "--trials", "4", *flags]) == 0
+    assert sorted(m["sweep"]["trial"] for m in _manifests(runs)) == [0, 1, 2, 3]
+
+    # A trial's run is a run like any other: listed, reported and exported by the usual commands.
+    run_id = best_line.split("(run ")[1].rstrip(")")
+    capsys.readouterr()
+    assert main(["runs", "--runs-dir", str(runs), "--env-file", "/dev/null"]) == 0
+    assert run_id in capsys.readouterr().out
+    assert main(["report", run_id, "--quick", "--runs-dir", str(runs), "--env-file", "/dev/null"]) == 0
+    assert main(["export", run_id, "--runs-dir", str(runs), "--env-file", "/dev/null"]) == 0
+    assert (runs / run_id / "export" / "model.keras").is_file()
+    report = (runs / "sweeps" / "lr" / "report.html").read_text()
+    assert f"best: trial {best['sweep']['trial']}" in report and f"../../{run_id}/report.html" in report
+
+
+@pytest.mark.slow
+def test_a_trial_behind_the_others_is_pruned_and_the_sweep_exits_0(tmp_path, capsys):
+    from train.sweep.space import read_space
+    from train.sweep.storage import default_url, open_storage, open_study
+
+    space = tmp_path / "space.toml"
+    space.write_text(
+        "[study]\nname = 'p'\ntrials = 2\npruner = 'median'\nstartup_trials = 1\nmetric = 'val_loss'\n"
+        "[space]\nlearning_rate = [0.05, 1e-8]\n"
+    )
+    flags = _flags(tmp_path, epochs=3)
+    settings = load_settings({"runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+    spec = read_space(space, settings)
+    url = default_url(tmp_path / "runs", "p")
+    study = open_study(open_storage(url, 60), spec, url, None)
+    study.enqueue_trial({"learning_rate": 0.05})  # the good one first: the pruner then has something to compare
+    study.enqueue_trial({"learning_rate": 1e-8})
+    assert main(["sweep", str(space), *flags]) == 0
+    by_lr = {m["sweep"]["params"]["learning_rate"]: m for m in _manifests(tmp_path / "runs")}
+    assert by_lr[0.05]["status"] == "completed" and by_lr[0.05]["epochs_completed"] == 3
+    pruned = by_lr[1e-8]
+    assert pruned["status"] == "pruned" and pruned["epochs_completed"] == 1
+    assert "pruned by the median pruner after epoch 1" in pruned["ended_because"]
+    states = {t.number: t.state.name for t in study.get_trials()}
+    assert states == {0: "COMPLETE", 1: "PRUNED"}
+
+
+@pytest.mark.slow
+def test_with_pruner_none_no_trial_is_pruned(tmp_path):
+    space = tmp_path / "space.toml"
+    space.write_text(
+        "[study]\nname = 'n'\ntrials = 2\npruner = 'none'\nstartup_trials = 0\nsampler = 'grid'\nmetric = 'val_loss'\n"
+        "[space]\nlearning_rate = [0.05, 1e-8]\n"
+    )
+    assert main(["sweep", str(space), *_flags(tmp_path, epochs=2)]) == 0
+    assert sorted(m["status"] for m in _manifests(tmp_path / "runs")) == ["completed", "completed"]
+
+
+def test_pruners_are_optunas(tmp_path):
+    import optuna
+
+    from train.sweep.space import read_space
+    from train.sweep.storage import make_pruner
+
+    settings = load_settings({"runs_dir": str(tmp_path)}, env_file=None, environ={})
+    for name, cls in (
+        ("median", optuna.pruners.MedianPruner),
+        ("hyperband", optuna.pruners.HyperbandPruner),
+        ("none", optuna.pruners.NopPruner),
+    ):
+        spec = read_space(_space(tmp_path, "batch_size = [8]\n", f"pruner = '{name}'"), settings)
+        assert isinstance(make_pruner(spec), cls)
+
+
+def _study_with(tmp_path, states):
+    import optuna
+
+    from train.sweep.space import read_space
+    from train.sweep.storage import default_url, open_storage, open_study
+
+    settings = load_settings({"runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+    spec = read_space(_space(tmp_path, "batch_size = [8, 16]\n"), settings)
+    url = default_url(tmp_path / "runs", spec.name)
+    study = open_study(open_storage(url, 60), spec, url, None)
+    dist = {"batch_size": optuna.distributions.CategoricalDistribution([8, 16])}
+    for state in states:
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                params={"batch_size": 8},
+                distributions=dist,
+                value=0.5 if state.name == "COMPLETE" else None,
+            )
+        )
+    return study, spec, settings
+
+
+def test_a_trial_asked_beyond_the_total_is_surplus_and_never_trains(tmp_path):
+    import optuna
+
+    from train.sweep import study as sweep
+    from train.training.stop_flag import StopFlag
+
+    COMPLETE = optuna.trial.TrialState.COMPLETE
+    study, spec, settings = _study_with(tmp_path, [COMPLETE, COMPLETE])
+    trial = study.ask()  # another process got the last place a moment before
+    with pytest.raises(sweep._Surplus):
+        sweep._objective(trial, study, spec, settings, "sqlite:///x", 2, StopFlag())
+    assert study.trials[2].user_attrs[sweep.SURPLUS_ATTR] is True
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert [t.number for t in sweep.counted(study.get_trials())] == [0, 1]
+    assert not list((tmp_path / "runs").glob("2*"))  # no run directory was made
+
+
+def test_a_retry_replaces_the_trial_it_retries_in_the_count(tmp_path):
+    import optuna
+
+    from train.sweep import study as sweep
+
+    study, _spec, _settings = _study_with(tmp_path, [optuna.trial.TrialState.FAIL])
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[0])
+    every = study.get_trials()
+    assert [t.number for t in sweep.counted(every)] == [1] and every[1].state.name == "WAITING"
+
+
+def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_again(tmp_path, monkeypatch):
+    import optuna
+    from helpers import write_run_records
+
+    from train.sweep import study as sweep
+    from train.training import fit
+
+    FAIL = optuna.trial.TrialState.FAIL
+    study, spec, settings = _study_with(tmp_path, [FAIL])  # trial 0: its process died after the run ended
+    run = write_run_records(
+        tmp_path / "runs" / "20261201-000000-000000-s-t0",
+        manifest={"status": "completed", "best": {"monitor": "val_accuracy", "value": 0.75}},
+    )
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[0])
+    frozen = study.trials[1]
+    study._storage.set_trial_user_attr(frozen._trial_id, sweep.RUN_ATTR, run.name)
+    monkeypatch.setattr(fit, "train", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    result = sweep.run_sweep(spec, settings, url, trials=1)
+    (kept,) = sweep.counted(study.get_trials())
+    assert (kept.number, kept.state.name, kept.value) == (1, "COMPLETE", 0.75)
+    assert result.best["run"] == run.name
+    assert json.loads((run / "manifest.json").read_text())["sweep"]["retry_of"] == [0]
+
+
+@pytest.mark.slow
+def test_a_trial_reproduces_bit_identical_from_its_own_record(tmp_path):
+    import shutil
+
+    from test_reproduce import _clone_of_the_package, _train
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = _clone_of_the_package(tmp_path / "repo")  # a committed copy: the record's commit is clean
+    npz = make_npz(tmp_path, n_train=64, n_test=16)
+    space = tmp_path / "space.toml"
+    space.write_text("[study]\nname = 'r'\ntrials = 1\npruner = 'none'\n[space]\nlearning_rate = [0.002]\n")
+    runs = tmp_path / "runs"
+    flags = ["--dataset", f"npz:{npz}", "--runs-dir", str(runs), "--epochs", "1", "--batch-size", "16"]
+    _train(
+        repo, "sweep", str(space), *flags, "--precision", "float32", "--deterministic", "--no-export", "--report", "off"
+    )
+    (run,) = list_run_dirs(runs)
+    proc = _train(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs))
+    assert "MATCH by final weights sha256" in proc.stdout, proc.stdout
+
+
+def test_a_trial_stopped_by_the_sweeps_own_error_is_queued_again_not_counted(tmp_path, monkeypatch):
+    from train.errors import DataError
+    from train.sweep import study as sweep
+    from train.training import fit
+
+    study, spec, settings = _study_with(tmp_path, [])
+
+    def missing_data(*_a, **_k):
+        raise DataError("the data set is gone")
+
+    monkeypatch.setattr(fit, "train", missing_data)
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    with pytest.raises(DataError):
+        sweep.run_sweep(spec, settings, url, trials=1)
+    every = study.get_trials()
+    assert [(t.number, t.state.name) for t in every] == [(0, "FAIL"), (1, "WAITING")]
+    assert [t.number for t in sweep.counted(every)] == [1] and every[1].params == every[0].params
+
+
+def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from train.sweep import study as sweep
+    from train.training import fit
+    from train.training.loop import Result
+
+    study, spec, settings = _study_with(tmp_path, [])
+
+    def trains_then_is_stopped(s, **_kw):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives once the trial's run has ended: the sweep's own handler
+        return Result(None, "completed", 1, best=0.5)
+
+    monkeypatch.setattr(fit, "train", trains_then_is_stopped)
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    with pytest.raises(sweep.SweepInterrupted, match="between trials") as err:
+        sweep.run_sweep(spec, settings, url, trials=3)
+    assert err.value.exit_code == 75
+    assert [(t.number, t.state.name) for t in study.get_trials()] == [(0, "COMPLETE")]

@@ -1,0 +1,101 @@
+"""RUNS_DIR/sweeps/<study>/report.html: self-contained, every part there, and drawn as such in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+
+import optuna
+from test_report import near, screenshot
+
+from train.config import load_settings
+from train.sweep.report import report_path, write_sweep_report
+from train.sweep.space import read_space
+from train.sweep.storage import default_url, open_storage, open_study
+
+SPACE = (
+    "[study]\nname = 'rep'\ntrials = 6\n[space]\n"
+    "learning_rate = { low = 1e-4, high = 1e-2, log = true }\nmodel = ['cnn', 'cnn_bn']\n"
+)
+
+
+def _study(tmp_path):
+    runs = tmp_path / "runs"
+    (tmp_path / "space.toml").write_text(SPACE)
+    spec = read_space(tmp_path / "space.toml", load_settings({"runs_dir": str(runs)}, env_file=None, environ={}))
+    url = default_url(runs, "rep")
+    study = open_study(open_storage(url, 60), spec, url, None)
+    dists = {
+        "learning_rate": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+        "model": optuna.distributions.CategoricalDistribution(["cnn", "cnn_bn"]),
+    }
+    for i, (lr, model, value) in enumerate(
+        [(1e-4, "cnn", 0.6), (1e-3, "cnn_bn", 0.9), (5e-3, "cnn", 0.8), (2e-4, "cnn_bn", 0.7)]
+    ):
+        run = runs / f"20261201-00000{i}-000000-rep-t{i}"
+        run.mkdir(parents=True)
+        (run / "report.html").write_text("<html>run</html>")
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"learning_rate": lr, "model": model},
+                distributions=dists,
+                value=value,
+                user_attrs={"run": run.name},
+            )
+        )
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.PRUNED, params={"learning_rate": 1e-4, "model": "cnn"}, distributions=dists
+        )
+    )
+    return study, spec, runs
+
+
+def test_the_report_names_the_best_trial_links_every_run_and_fetches_nothing(tmp_path):
+    study, spec, runs = _study(tmp_path)
+    path = write_sweep_report(study, spec, runs, "sqlite:///x.db")
+    assert path == report_path(runs, "rep") == runs / "sweeps" / "rep" / "report.html"
+    page = path.read_text()
+    assert "best: trial 1, val_accuracy = 0.9, run 20261201-000001-000000-rep-t1" in page
+    for heading in ("Optimisation history", "Each parameter against the metric", "Parameter importances", "Trials"):
+        assert f"<h2>{heading}</h2>" in page
+    links = re.findall(r"<a href='([^']+)'>", page)
+    assert len(links) == 4 and all((path.parent / link).resolve().is_file() for link in links)
+    assert "pruned" in page
+    sources = re.findall(r"src=\"([^\"]+)\"", page)
+    assert len(sources) == 4 and all(
+        s.startswith("data:image/png;base64,") for s in sources
+    )  # history, 2 params, importances
+    assert "<script" not in page and "http" not in page.replace("http-equiv", "")
+
+
+def test_chromium_draws_the_history_the_params_and_the_importances(tmp_path):
+    study, spec, runs = _study(tmp_path)
+    path = write_sweep_report(study, spec, runs, "sqlite:///x.db")
+    img = screenshot(path, tmp_path / "shot.png", size=(1280, 2400))
+    assert near(img, "#d62728").sum() > 50  # the best-so-far line
+    assert near(img, "#1f77b4").sum() > 200  # the trials' points
+    assert near(img, "#2ca02c").sum() > 500  # the importance bars
+
+
+def test_report_only_writes_the_page_again_and_runs_no_trial(tmp_path, capsys):
+    from train.cli import main
+
+    study, _spec, runs = _study(tmp_path)
+    before = len(study.get_trials())
+    rc = main(
+        ["sweep", str(tmp_path / "space.toml"), "--report-only", "--runs-dir", str(runs), "--env-file", "/dev/null"]
+    )
+    assert rc == 0 and f"wrote {report_path(runs, 'rep')}" in capsys.readouterr().out
+    assert "best: trial 1" in report_path(runs, "rep").read_text()
+    assert len(study.get_trials()) == before
+
+
+def test_every_status_a_run_ends_with_has_a_visible_badge_in_its_report():
+    from train.results.report import CSS
+
+    coloured = set()
+    for selectors, body in re.findall(r"([^{}]+)\{([^}]*)\}", CSS):
+        if "background:" in body:
+            coloured |= {s.strip().lstrip(".") for s in selectors.split(",")}
+    # The badge's text is white: a status without a background would be invisible (a pruned trial's run).
+    assert {"completed", "running", "interrupted", "budget", "failed", "pruned"} <= coloured

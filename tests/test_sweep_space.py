@@ -1,0 +1,149 @@
+"""SPACE.toml: every bad file is one line and exit 2, before Optuna or TensorFlow, and an existing study stays as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import PROJECT_ROOT, subprocess_env
+
+from train.cli import main
+from train.config import load_settings
+from train.errors import ConfigError
+from train.sweep.space import read_space
+
+GOOD = """
+[study]
+name = "s"
+trials = 3
+[space]
+learning_rate = { low = 1e-4, high = 1e-2, log = true }
+batch_size = [16, 32]
+"""
+
+
+def _settings(tmp_path, **kw):
+    return load_settings({"runs_dir": str(tmp_path / "runs"), **kw}, env_file=None, environ={})
+
+
+def _write(tmp_path, text, name="space.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_good_file_gives_the_study_and_its_params(tmp_path):
+    spec = read_space(_write(tmp_path, GOOD), _settings(tmp_path))
+    assert (spec.name, spec.trials, spec.metric, spec.direction) == ("s", 3, "val_accuracy", "maximize")
+    lr, batch = spec.params
+    assert (lr.low, lr.high, lr.log, lr.integer) == (1e-4, 1e-2, True, False)
+    assert batch.choices == (16, 32)
+
+
+def test_the_name_defaults_to_the_stem_and_the_direction_follows_the_metric(tmp_path):
+    text = '[study]\nmetric = "val_loss"\n[space]\nepochs = { low = 1, high = 3 }\n'
+    spec = read_space(_write(tmp_path, text, "lr-search.toml"), _settings(tmp_path))
+    assert (spec.name, spec.direction, spec.params[0].integer) == ("lr-search", "minimize", True)
+
+
+BAD = {
+    "unknown setting": ("[space]\nlerning_rate = [0.1]\n", "not a setting"),
+    "value out of the setting's range": ("[space]\nlearning_rate = { low = 1e-4, high = 20.0 }\n", "LEARNING_RATE"),
+    "bad choice": ('[space]\nmodel = ["cnn", "nope"]\n', "MODEL"),
+    "empty range": ("[space]\nlearning_rate = { low = 1e-2, high = 1e-3 }\n", "empty range"),
+    "equal bounds": ("[space]\nlearning_rate = { low = 1e-2, high = 1e-2 }\n", "empty range"),
+    "empty list": ("[space]\nbatch_size = []\n", "empty list"),
+    "float for a whole number": ("[space]\nbatch_size = { low = 8.5, high = 64 }\n", "takes a int"),
+    "log range from 0": ("[space]\nlearning_rate = { low = 0.0, high = 1e-2, log = true }\n", "must be between"),
+    "grid with a continuous range": (
+        '[study]\nsampler = "grid"\n[space]\nlearning_rate = { low = 1e-4, high = 1e-2 }\n',
+        "grid",
+    ),
+    "name with a slash": ('[study]\nname = "../x"\n[space]\nbatch_size = [16]\n', "path separator"),
+    "name with a backslash": ('[study]\nname = "a\\\\b"\n[space]\nbatch_size = [16]\n', "path separator"),
+    "unknown study key": ("[study]\ntrails = 3\n[space]\nbatch_size = [16]\n", "keys:"),
+    "unknown pruner": ('[study]\npruner = "sometimes"\n[space]\nbatch_size = [16]\n', "median"),
+    "no space": ("[study]\ntrials = 3\n", "at least one setting"),
+    "a where-setting searched": ('[space]\nruns_dir = ["a", "b"]\n', "cannot be searched"),
+    "not toml": ("[space\n", "not valid TOML"),
+    "a scalar": ("[space]\nbatch_size = 16\n", "a list of values"),
+    "zero trials": ("[study]\ntrials = 0\n[space]\nbatch_size = [16]\n", ">= 1"),
+    "bad metric": ('[study]\nmetric = "val_f1"\n[space]\nbatch_size = [16]\n', "metric"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_file_is_one_config_error(tmp_path, case):
+    text, words = BAD[case]
+    with pytest.raises(ConfigError) as err:
+        read_space(_write(tmp_path, text), _settings(tmp_path))
+    assert words in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def _db_digest(runs: Path) -> str:
+    return hashlib.sha256((runs / "sweeps" / "s.db").read_bytes()).hexdigest()
+
+
+def _existing_study(tmp_path) -> Path:
+    from train.sweep.storage import default_url, open_storage, open_study
+
+    spec = read_space(_write(tmp_path, GOOD), _settings(tmp_path))
+    url = default_url(tmp_path / "runs", "s")
+    study = open_study(open_storage(url, 60), spec, url, None)
+    study.enqueue_trial({"learning_rate": 1e-3, "batch_size": 16})
+    return tmp_path / "runs"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        GOOD.replace("high = 1e-2", "high = 1e-5"),  # empty range
+        GOOD.replace("batch_size", "batch_sise"),  # unknown setting
+        GOOD.replace("[16, 32]", "[16, 64]"),  # another search under the same name
+        GOOD.replace('name = "s"', 'name = "s"\nsampler = "random"'),
+    ],
+)
+def test_a_bad_sweep_exits_2_with_one_line_and_leaves_the_study_as_it_was(tmp_path, capsys, text):
+    runs = _existing_study(tmp_path)
+    before = _db_digest(runs)
+    rc = main(["sweep", str(_write(tmp_path, text, "bad.toml")), "--runs-dir", str(runs), "--env-file", "/dev/null"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("ConfigError: "), err
+    assert _db_digest(runs) == before
+    assert not any(p.name != "sweeps" for p in runs.iterdir())  # no run was started
+
+
+def test_a_bad_file_is_refused_before_optuna_and_tensorflow_load(tmp_path):
+    bad = _write(tmp_path, "[space]\nlearning_rate = { low = 1e-2, high = 1e-3 }\n")
+    code = (
+        "import sys; from train.cli import main; rc = main(['sweep', sys.argv[1], '--env-file', '/dev/null']);"
+        "print(rc, 'tensorflow' in sys.modules, 'optuna' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(bad)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert out.stdout.split() == ["2", "False", "False"], out.stderr
+    assert "empty range" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_study_flag_with_a_path_separator_is_refused(tmp_path, capsys):
+    rc = main(
+        ["sweep", str(_write(tmp_path, GOOD)), "--study", "a/b", "--runs-dir", str(tmp_path), "--env-file", "/dev/null"]
+    )
+    assert rc == 2 and "path separator" in capsys.readouterr().err
+    assert PROJECT_ROOT.is_dir()
+
+
+def test_the_example_space_file_is_valid(tmp_path):
+    spec = read_space(PROJECT_ROOT / "sweeps" / "example.toml", _settings(tmp_path))
+    assert spec.name == "example" and {p.name for p in spec.params} == {"learning_rate", "batch_size", "model"}

@@ -1,0 +1,85 @@
+"""Where a study lives: the default SQLite file, a database URL, and its password never shown."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from train.cli import main
+from train.config import load_settings
+from train.errors import ConfigError
+from train.sweep.storage import default_url, scrub
+
+SECRET = "s3cr%40t-pw"  # percent-encoded: the decoded form must not show either
+URL = f"postgresql://optuna:{SECRET}@127.0.0.1:{{port}}/optuna"
+SPACE = "[study]\nname = 's'\ntrials = 1\n[space]\nbatch_size = [8, 16]\n"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the socket is: nothing listens there
+
+
+def _shows_no_secret(text: str) -> None:
+    assert SECRET not in text and "s3cr@t-pw" not in text and "://optuna:" not in text, text
+
+
+def test_sweep_storage_is_masked_in_every_settings_dump(tmp_path, capsys):
+    url = URL.format(port=5432)
+    settings = load_settings({"sweep_storage": url, "runs_dir": str(tmp_path)}, env_file=None, environ={})
+    assert settings.sweep_storage == url  # the sweep itself connects with it
+    _shows_no_secret(str(settings.to_dict()))
+    assert settings.to_dict()["sweep_storage"] == "postgresql://***@127.0.0.1:5432/optuna"
+    env = tmp_path / ".env"
+    env.write_text(f"SWEEP_STORAGE={url}\n")
+    assert main(["settings", "--env-file", str(env)]) == 0
+    out = capsys.readouterr().out
+    assert "SWEEP_STORAGE=postgresql://***@127.0.0.1:5432/optuna" in out
+    _shows_no_secret(out)
+
+
+def test_an_unreachable_database_is_one_storage_error_exit_7_without_the_password(tmp_path, capsys):
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    url = URL.format(port=_closed_port())
+    rc = main(["sweep", str(space), "--storage", url, "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert rc == 7 and err.startswith("StorageError: cannot open the study storage postgresql://***@127.0.0.1:"), err
+    assert len(err.splitlines()) == 1
+    _shows_no_secret(captured.out + captured.err)
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        (f"redis://u:{SECRET}@127.0.0.1/0", "a database URL"),
+        (f"postgresql:/u:{SECRET}@host/db", "a database URL"),
+        (f"mysql://u:{SECRET}@127.0.0.1:1/db", "no database driver"),
+    ],
+)
+def test_a_wrong_storage_url_is_one_config_error_exit_2_without_the_password(tmp_path, capsys, url, words):
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    rc = main(["sweep", str(space), "--storage", url, "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    captured = capsys.readouterr()
+    assert rc == 2 and words in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+    _shows_no_secret(captured.out + captured.err)
+
+
+def test_the_default_study_is_sqlite_in_the_runs_directory(tmp_path):
+    assert default_url(tmp_path, "lr") == f"sqlite:///{tmp_path.resolve()}/sweeps/lr.db"
+
+
+def test_scrub_cuts_the_password_out_of_a_driver_message():
+    url = URL.format(port=1)
+    text = f'connection to {url} failed: password "{SECRET}" / "s3cr@t-pw" rejected'
+    _shows_no_secret(scrub(text, url))
+
+
+def test_the_storage_url_is_checked_with_the_settings(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_settings({"sweep_storage": f"ftp://u:{SECRET}@h/x"}, env_file=None, environ={})
+    _shows_no_secret(str(err.value))

@@ -1,0 +1,14 @@
+"""Hyperparameter sweeps on Optuna, `python -m train sweep SPACE.toml`: every trial an ordinary run.
+
+An optional part. Training knows nothing of it beyond the generic epoch observer of
+train.training.loop. To drop it from a fork, delete this folder, its tests (tests/test_sweep*.py,
+tests/servers_pg.py and its line in tests/conftest.py) and its entry in
+`train.cli.OPTIONAL_COMMANDS`.
+
+  command.py   the `sweep` sub-command: its flags, the call into study.py, the closing lines
+  space.py     SPACE.toml -> a checked SweepSpec (no Optuna, no TensorFlow)
+  storage.py   SQLite in RUNS_DIR/sweeps or a database URL; opening and checking a study
+  study.py     the study's loop: ask, run (or resume) one run each, retry, tell
+  trials.py    a trial's parameters, sampler and epoch observer (pruning); which trials count
+  report.py    RUNS_DIR/sweeps/<study>/report.html
+"""

@@ -1,0 +1,93 @@
+"""The `sweep` sub-command of `python -m train`: its flags here, its work in study.py.
+
+train.cli adds it through `OPTIONAL_COMMANDS`, so that dropping sweeps is deleting this folder and
+that one entry. Importing this module is cheap: Optuna and TensorFlow load only when a sweep runs,
+after the space file and every setting have been checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    from ..commands.fit import add_setting_flags
+
+    sw = sub.add_parser(
+        "sweep",
+        allow_abbrev=False,
+        help="search hyperparameters with Optuna: every trial an ordinary run (docs/sweeps.md)",
+    )
+    sw.add_argument("space", metavar="SPACE.toml", help="the study and the settings to search ([study], [space])")
+    sw.add_argument(
+        "--trials", type=_positive, default=None, help="the study's total number of trials (default: the file's)"
+    )
+    sw.add_argument(
+        "--storage",
+        default=None,
+        help="database URL of the study (default SWEEP_STORAGE, else SQLite in RUNS_DIR/sweeps)",
+    )
+    sw.add_argument("--study", default=None, help="the study's name (default: the file's [study] name, else its stem)")
+    sw.add_argument("--report-only", action="store_true", help="write the study's report.html again and run no trial")
+    sw.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
+    add_setting_flags(sw)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--trials {text!r}: a whole number >= 1")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..commands import settings_for
+
+    settings = settings_for(args)
+    if args.storage is not None:
+        settings = settings.replace(sweep_storage=args.storage)
+    from .space import read_space, with_name
+
+    spec = read_space(args.space, settings)
+    if args.study is not None:
+        spec = with_name(spec, args.study)
+    from .storage import default_url
+
+    url = settings.sweep_storage or default_url(settings.runs_dir, spec.name)
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from ..run.train_log import setup_logging
+
+    setup_logging(None)
+    if args.report_only:
+        from .report import report_only
+
+        print(f"wrote {report_only(spec, settings.runs_dir, url)}")
+        return 0
+    from .study import run_sweep
+
+    result = run_sweep(spec, settings, url, args.trials)
+    print(f"study {result.study}: {result.finished} of {result.total} trial(s) finished; report {result.report}")
+    if result.best:
+        best = result.best
+        print(f"best: trial {best['trial']} {spec.metric}={best['value']:.4f} {best['params']} (run {best['run']})")
+        from ..run.rundir import RunDir
+
+        export = RunDir(Path(settings.runs_dir) / str(best["run"])).export.path
+        if export.is_dir():
+            print(f"  its export: {export}")
+        else:
+            print(f"  export it: python -m train export {best['run']}" + _runs_dir_flag(settings.runs_dir))
+    else:
+        print("best: none yet (no trial completed)", file=sys.stderr)
+    return 0
+
+
+def _runs_dir_flag(runs_dir: str) -> str:
+    return "" if runs_dir == "./runs" else f" --runs-dir {runs_dir}"

@@ -1,0 +1,157 @@
+"""Where a study lives: SQLite in RUNS_DIR/sweeps/<study>.db, or SWEEP_STORAGE / --storage (a database).
+
+Every message shows the URL through `redact_uri`, and a driver's error text has the password cut
+out too, so neither the console nor a log ever holds it. A study is opened only after its space
+file has been checked, and an existing study is compared with the file before anything is
+written to it (a changed space, metric or sampler is refused: it would mix two searches).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from ..config import redact_uri
+from ..errors import ConfigError, StorageError
+from .space import SweepSpec
+
+log = logging.getLogger("train")
+SWEEPS_DIR = "sweeps"  # under RUNS_DIR: <study>.db and <study>/report.html
+_SPACE_ATTR = "template:space"
+
+
+def default_url(runs_dir: str | Path, study: str) -> str:
+    return f"sqlite:///{(Path(runs_dir) / SWEEPS_DIR / f'{study}.db').resolve()}"
+
+
+def scrub(text: str, url: str) -> str:
+    """`text` with the URL and its password replaced by their masked forms."""
+    text = text.replace(url, redact_uri(url))
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    for secret in filter(None, {password, password and unquote(password)}):
+        text = text.replace(secret, "***")
+    return text
+
+
+def with_driver(url: str) -> str:
+    """postgresql:// (and postgres://) through psycopg 3, the driver in the lock: SQLAlchemy's default
+    for the bare scheme differs between its versions (psycopg2 before 2.1)."""
+    scheme, sep, rest = url.partition("://")
+    return f"postgresql+psycopg://{rest}" if sep and scheme in ("postgresql", "postgres") else url
+
+
+def open_storage(url: str, heartbeat: int):
+    """Optuna's RDB storage with heartbeats: a trial whose process stops sending them (SIGKILL, a lost
+    machine) is failed after twice `heartbeat` seconds and queued again with its parameters and run."""
+    import optuna
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep logs each trial in its own words
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    import warnings
+
+    def storage():
+        # Optuna marks the heartbeat and its retry callback experimental; they are what is asked for here.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(
+                with_driver(url),
+                engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
+                heartbeat_interval=heartbeat,
+                grace_period=2 * heartbeat,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
+            )
+
+    try:
+        for attempt in range(4):
+            try:
+                return storage()
+            except Exception as exc:
+                # Workers started together on an empty database all create Optuna's tables; the losers
+                # of that race get a unique violation, and find the tables made when they try again.
+                if type(exc).__name__ != "IntegrityError" or attempt == 3:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+    except ImportError as exc:
+        raise ConfigError(
+            "SWEEP_STORAGE",
+            redact_uri(url),
+            f"no database driver for it ({exc.name or exc}): use postgresql:// (psycopg is in the lock)",
+        ) from None
+    except Exception as exc:  # sqlalchemy's OperationalError, ArgumentError, ...: no class of ours to catch
+        raise StorageError(
+            f"cannot open the study storage {redact_uri(url)}: {_first_line(scrub(str(exc), with_driver(url)))}; "
+            "check that the database is running and reachable, and the URL's user, password and database name"
+        ) from None
+
+
+def open_study(storage, spec: SweepSpec, url: str, sampler):
+    """Create the study, or load it and check it is the same search; never changes one that differs."""
+    import optuna
+
+    record = spec.space_record()
+    try:
+        try:
+            study = optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler, pruner=make_pruner(spec))
+        except KeyError:
+            study = None
+        if study is not None:
+            saved = study.user_attrs.get(_SPACE_ATTR)
+            if saved is not None and saved != record:
+                raise ConfigError(
+                    f"{spec.source} [study] name",
+                    spec.name,
+                    f"study {spec.name} in {redact_uri(url)} was made with another search ({_difference(saved, record)}); "
+                    "give this one another name, or restore the file it was made with",
+                )
+            return study
+        try:
+            study = optuna.create_study(
+                study_name=spec.name,
+                storage=storage,
+                sampler=sampler,
+                pruner=make_pruner(spec),
+                direction=spec.direction,
+            )
+        except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
+            return open_study(storage, spec, url, sampler)
+        study.set_user_attr(_SPACE_ATTR, record)
+        return study
+    except ConfigError:
+        raise
+    except Exception as exc:
+        if type(exc).__module__.startswith(("sqlalchemy", "psycopg", "optuna.exceptions")):
+            raise StorageError(
+                f"the study storage {redact_uri(url)} failed: {_first_line(scrub(str(exc), url))}; check the database"
+            ) from None
+        raise
+
+
+def make_pruner(spec: SweepSpec):
+    import optuna
+
+    if spec.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=0)
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1)
+    return optuna.pruners.NopPruner()
+
+
+def _difference(saved: str, now: str) -> str:
+    try:
+        a, b = json.loads(saved), json.loads(now)
+    except ValueError:
+        return "an unreadable record"
+    keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return ", ".join(f"{k}: {json.dumps(a.get(k))} then, {json.dumps(b.get(k))} now" for k in keys[:1]) or "?"
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or ["(no message)"])[0][:300]

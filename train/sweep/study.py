@@ -1,0 +1,232 @@
+"""`run_sweep(spec, settings, url) -> SweepResult`: the trials of one study, each an ordinary run.
+
+A trial is `train.training.fit.train` in this process with the trial's parameters on top of the
+fixed settings; its run directory, manifest (`"sweep": {study, trial, params}`), report and export
+are those of any run. Which trials still have to run is read from the study each time, so a rerun
+continues it and any number of processes can share it:
+
+- the study's total counts every trial except two kinds: one that was queued again (its retry
+  counts instead) and one a process created beyond the total while another did the same (it is
+  failed at once, marked `surplus`, and never trains). Trial numbers are unique and ordered, so of
+  two processes racing for the last place the lower number wins;
+- a trial stopped by SIGTERM saves its run's state, is failed and queued again with the same
+  parameters and run (the next sweep resumes that run); a trial whose process died without a word
+  stops sending heartbeats and is queued again the same way by whichever process notices first;
+- a sweep ends when every counted trial has finished: a process with nothing left to start waits
+  for the trials others are running (and retries them if they go silent).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings, redact_uri
+from ..errors import ConfigError, DivergedError, Interrupted, ModelError, OutOfMemoryError, TemplateError
+from ..run.manifest import update_manifest
+from ..run.rundir import RunDir, is_run_dir, read_json
+from ..training.stop_flag import StopFlag
+from .space import SweepSpec
+from .storage import open_storage, open_study
+from .trials import RUN_ATTR, SURPLUS_ATTR, TrialObserver, best_trial, counted, make_sampler, suggest
+
+log = logging.getLogger("train")
+# A trial's own bad luck, not the sweep's: it fails, the search goes on.
+TRIAL_FAILURES = (DivergedError, OutOfMemoryError, ModelError, ConfigError)
+
+
+class SweepInterrupted(Interrupted):
+    """SIGTERM/SIGINT during a sweep: the running trial's run saved its state and is queued again."""
+
+
+@dataclass
+class SweepResult:
+    study: str
+    storage: str  # masked
+    total: int
+    finished: int
+    best: dict[str, Any] | None
+    report: Path | None = None
+    ran: list[int] = field(default_factory=list)  # trial numbers this process ran
+
+
+class _Surplus(Exception):
+    pass
+
+
+class _Stopped(Exception):
+    def __init__(self, run_dir: Path | None, reason: str):
+        self.run_dir, self.reason = run_dir, reason
+
+
+def run_sweep(spec: SweepSpec, settings: Settings, url: str, trials: int | None = None) -> SweepResult:
+    """Run the study's remaining trials (see the module docstring); SweepInterrupted on a signal."""
+    import optuna
+
+    total = trials or spec.trials
+    if spec.sampler == "grid":
+        total = min(total, math.prod(len(p.choices) for p in spec.params))
+    storage = open_storage(url, spec.heartbeat)
+    study = open_study(storage, spec, url, None)
+    # Its own stream per process: workers started together must not propose the same parameters.
+    study.sampler = make_sampler(spec, zlib.crc32(f"{settings.seed}/{len(study.trials)}/{os.getpid()}".encode()))
+    shown = redact_uri(url)
+    log.info(
+        "study %s in %s: %d trial(s) in total, %d counted so far", spec.name, shown, total, len(counted(study.trials))
+    )
+    stop = StopFlag()
+    ran: list[int] = []
+    with stop.installed():
+        while not stop.check():
+            with warnings.catch_warnings():  # experimental in Optuna, and what finds a dead process's trial
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+            every = study.get_trials(deepcopy=False)
+            count = counted(every)
+            waiting = any(t.state == optuna.trial.TrialState.WAITING for t in count)
+            if len(count) < total or waiting:
+                number = _one_trial(study, spec, settings, shown, total, stop)
+                if number is None:
+                    continue
+                ran.append(number)
+                continue
+            running = [t.number for t in count if t.state == optuna.trial.TrialState.RUNNING]
+            if not running:
+                break
+            log.info("waiting for trial(s) %s, run by other processes", ", ".join(map(str, running)))
+            _wait(stop, spec.heartbeat)
+    if stop.reason:
+        raise SweepInterrupted(
+            f"study {spec.name}: stopped ({stop.reason}) between trials; run the same sweep again to continue it"
+        )
+    finished = [t for t in counted(study.get_trials(deepcopy=False)) if t.state.is_finished()]
+    result = SweepResult(spec.name, shown, total, len(finished), best_trial(study), ran=ran)
+    from .report import write_sweep_report
+
+    result.report = write_sweep_report(study, spec, settings.runs_dir, shown)
+    return result
+
+
+def _wait(stop: StopFlag, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not stop.check():
+        time.sleep(0.2)
+
+
+def _one_trial(study, spec: SweepSpec, settings: Settings, shown: str, total: int, stop: StopFlag) -> int | None:
+    """Start (or resume) one trial through Optuna's own loop, which sends its heartbeats."""
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    numbers: list[int] = []
+
+    def objective(trial):
+        numbers.append(trial.number)
+        return _objective(trial, study, spec, settings, shown, total, stop)
+
+    try:
+        study.optimize(objective, n_trials=1, catch=TRIAL_FAILURES)
+    except _Surplus:
+        return None
+    except _Stopped as stopped:
+        frozen = _frozen(study, numbers[-1])
+        # Failed (by optimize) first, then queued again: a kill between the two loses nothing but
+        # the retry, which the next sweep cannot tell from a finished trial, never a trial run twice.
+        RetryHeartbeatStaleTrialCallback()(study, frozen)
+        where = f"its run {stopped.run_dir.name} saved a resumable state and " if stopped.run_dir else ""
+        raise SweepInterrupted(
+            f"study {spec.name}: trial {frozen.number} stopped ({stopped.reason}); {where}the same sweep command "
+            "continues it"
+        ) from None
+    except (TemplateError, KeyboardInterrupt):
+        # Not the trial's result (data missing, storage full, a second Ctrl-C): it is queued again, so
+        # fixing the cause and rerunning the sweep runs it instead of counting it as failed.
+        if numbers:
+            RetryHeartbeatStaleTrialCallback()(study, _frozen(study, numbers[-1]))
+        raise
+    if numbers:
+        t = _frozen(study, numbers[-1])
+        log.info(
+            "trial %d: %s%s",
+            t.number,
+            t.state.name.lower(),
+            f" {spec.metric}={t.value:.4f}" if t.value is not None else "",
+        )
+    return numbers[-1] if numbers else None
+
+
+def _objective(trial, study, spec: SweepSpec, settings: Settings, shown: str, total: int, stop: StopFlag) -> float:
+    import optuna
+
+    retry_of = _frozen(study, trial.number).system_attrs.get("retry_history") or []
+    if not retry_of:
+        before = [t for t in counted(study.get_trials(deepcopy=False)) if t.number < trial.number]
+        if len(before) >= total:
+            trial.set_user_attr(SURPLUS_ATTR, True)
+            raise _Surplus()
+    params = {p.name: suggest(trial, p) for p in spec.params}
+    info = {"study": spec.name, "trial": trial.number, "params": params, "storage": shown}
+    if retry_of:
+        info["retry_of"] = list(retry_of)
+    run_dir = _own_run(settings, trial.user_attrs.get(RUN_ATTR))
+    if run_dir is not None:
+        manifest = read_json(RunDir(run_dir).manifest) if RunDir(run_dir).manifest.is_file() else {}
+        ended = _ended(manifest, spec)
+        if ended is not None:  # finished before its process could tell the study: counted once, not run again
+            update_manifest(RunDir(run_dir).manifest, sweep=info)
+            return ended
+        if RunDir(run_dir).manifest.is_file():
+            update_manifest(RunDir(run_dir).manifest, sweep=info)  # a resume's new segment keeps it
+        log.info(
+            "trial %d: resuming run %s (trial %s before)", trial.number, run_dir.name, retry_of[-1] if retry_of else "-"
+        )
+    if stop.check():
+        raise _Stopped(None, stop.reason)
+    trial_settings = settings.replace(
+        **params,
+        monitor=spec.metric,
+        run_name=f"{spec.name}-t{trial.number}" if run_dir is None else "",
+        # Which run a trial trains is the study's to say (RESUME=auto of the compose file must not
+        # pick another trial's run), and the study's URL is no setting of the run.
+        resume="",
+        sweep_storage="",
+    )
+    from ..training.fit import train
+
+    observer = TrialObserver(trial, spec, info, 1 if trial_settings.smoke else trial_settings.epochs)
+    result = train(trial_settings, resume=str(run_dir) if run_dir else "", observer=observer)
+    if result.status == "pruned":
+        raise optuna.TrialPruned(f"run {result.run_dir.name}")
+    if result.status != "completed":
+        raise _Stopped(result.run_dir, result.status)
+    if result.best is None or not math.isfinite(result.best):
+        raise DivergedError(f"trial {trial.number}: {spec.metric} was never measured as a finite number")
+    return float(result.best)
+
+
+def _frozen(study, number: int):
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
+def _own_run(settings: Settings, name: str | None) -> Path | None:
+    if not name:
+        return None
+    path = Path(settings.runs_dir) / name
+    return path if is_run_dir(path) else None
+
+
+def _ended(manifest: dict, spec: SweepSpec):
+    import optuna
+
+    if manifest.get("status") == "pruned":
+        raise optuna.TrialPruned("its run had been pruned already")
+    best = (manifest.get("best") or {}).get("value")
+    if manifest.get("status") == "completed" and isinstance(best, (int, float)):
+        return float(best)
+    return None
