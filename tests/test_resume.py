@@ -12,9 +12,10 @@ import pytest
 
 from train.config import load_settings
 from train.errors import CheckpointError, ConfigError, ResumeMismatchError, RunBusyError, RunRecordError
+from train.run.files import read_json
+from train.run.find import RunNotFound
 from train.run.lock import RunLock
 from train.run.resume import auto_resume, check_data, plan_run
-from train.run.rundir import RunNotFound, read_json
 
 
 def _settings(tmp_path, **changes):

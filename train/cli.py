@@ -205,7 +205,7 @@ def run(argv: Sequence[str]) -> int:
 
         print(compare_runs(settings.runs_dir, args.runs, args.out))
         return 0
-    from .run.rundir import resolve_run
+    from .run.find import resolve_run
 
     _quiet_tensorflow()  # export, predict and reproduce start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import datasets, models
 from .errors import ConfigError, StorageError
-from .run import rundir
+from .run import find
 from .setup.envfile import read_env_file
 from .setup.modelspec import check_model_spec
 
@@ -424,7 +424,7 @@ def validate(s: Settings) -> Settings:
         )
     if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
-    if s.run_name and s.runs_dir and (problem := rundir.run_name_problem(s.run_name, s.runs_dir)):
+    if s.run_name and s.runs_dir and (problem := find.run_name_problem(s.run_name, s.runs_dir)):
         raise ConfigError("RUN_NAME", s.run_name, problem)
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(

@@ -27,7 +27,8 @@ import numpy as np
 
 from ..config import Settings
 from ..errors import DataError
-from ..run.rundir import CACHE_DIR, atomic_write, shared_writes
+from ..run.files import atomic_write, shared_writes
+from ..run.rundir import CACHE_DIR
 from .arrays import check_class_names, describe_file_type, sha256_file
 
 log = logging.getLogger("train")

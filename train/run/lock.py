@@ -14,7 +14,8 @@ import socket
 from pathlib import Path
 
 from ..errors import RunBusyError
-from .rundir import RunDir, storage_error
+from .files import storage_error
+from .rundir import RunDir
 
 
 class RunLock:

@@ -22,16 +22,10 @@ from typing import Any
 
 from ..config import RESUME_FREE, Settings, diff_settings, given, settings_from_dict
 from ..errors import CheckpointError, ConfigError, ResumeMismatchError
+from .files import write_json
+from .find import create_run_dir, list_run_dirs, resolve_run
 from .lock import RunLock
-from .rundir import (
-    RunDir,
-    create_run_dir,
-    list_run_dirs,
-    read_run_settings,
-    resolve_run,
-    unknown_settings,
-    write_json,
-)
+from .rundir import RunDir, read_run_settings, unknown_settings
 
 log = logging.getLogger("train")
 

@@ -32,6 +32,7 @@ from ..results.export import clean_stale_exports
 from ..results.report import write_final_report
 from ..run import checkpoints
 from ..run.checkpoints import latest_header, list_states
+from ..run.files import clean_stale_temp, read_json
 from ..run.manifest import (
     close_segment,
     dirty_warning,
@@ -43,7 +44,7 @@ from ..run.manifest import (
     update_manifest,
 )
 from ..run.resume import RunPlan, check_data, plan_run
-from ..run.rundir import RunDir, clean_stale_temp, read_json
+from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
 from ..setup.join import wait_for_workers
 from .loop import EpochLoop, LoopState, Result, at_new_batch_size
