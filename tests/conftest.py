@@ -7,6 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# A real S3-compatible server (SeaweedFS) for the tests of a RUNS_DIR in object storage.
+pytest_plugins = ["servers_s3"]
+
 
 def write_npz(
     path: Path, n_train: int = 600, n_test: int = 300, shape=(28, 28), classes: int = 10, seed: int = 0, **extra

@@ -194,6 +194,16 @@ def run(argv: Sequence[str]) -> int:
         return importlib.import_module(OPTIONAL_COMMANDS[cmd]).run(args)
     # These commands read runs; the model of a run comes from its own config.json, not from MODEL.
     settings = load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=_warn, check_model=False)
+    from .run.remote import open_runs_dir
+
+    remote = open_runs_dir(settings)  # a store: the runs a command reads come into its staging copy first
+    if remote is not None and cmd in ("runs", "compare"):
+        remote.bring_all_records()
+    if remote is not None and cmd in ("compare",):
+        for name in args.runs:
+            remote.bring(name, checkpoints=False)
+    if remote is not None and cmd not in ("runs", "compare"):
+        remote.bring(args.run, checkpoints=cmd == "reproduce")
     if cmd == "runs":
         from .results.runs_table import format_runs, list_runs, runs_json
 
@@ -209,17 +219,24 @@ def run(argv: Sequence[str]) -> int:
 
     _quiet_tensorflow()  # export, predict and reproduce start TensorFlow too
     run_dir = resolve_run(settings.runs_dir, args.run)
-    if cmd == "report":
-        return _report(args, run_dir)
-    if cmd == "reproduce":
-        return _reproduce(args, run_dir)
-    if cmd == "export":
+    if cmd == "predict":
+        return _predict(args, run_dir)
+    try:
+        if cmd == "report":
+            return _report(args, run_dir)
+        if cmd == "reproduce":
+            return _reproduce(args, run_dir)
         return _export(run_dir)
-    return _predict(args, run_dir)
+    finally:
+        if remote is not None:  # what the command wrote into the run (report.html, export/, reproduce.json)
+            remote.push(run_dir)
 
 
 def _fit(args: argparse.Namespace) -> int:
     settings = _settings_for(args)
+    from .run.remote import open_runs_dir
+
+    open_runs_dir(settings)  # RUNS_DIR in a store: it must answer before TensorFlow loads (StorageError, exit 7)
     _quiet_tensorflow()
     from .training.fit import train  # TensorFlow is imported from here on
 

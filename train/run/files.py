@@ -19,6 +19,14 @@ from ..errors import StorageError
 
 TMP_MARK = ".tmp-"
 WRITERS_LOCK = ".writers.lock"  # see shared_writes
+# Called with the path of each finished atomic write: a run store's uploads wake on them (train.run.mirror).
+_WATCHERS: list[Callable[[Path], None]] = []
+
+
+def watch_writes(callback: Callable[[Path], None]) -> Callable[[], None]:
+    """Call `callback(path)` after every atomic write from now on; returns the function that stops it."""
+    _WATCHERS.append(callback)
+    return lambda: _WATCHERS.remove(callback) if callback in _WATCHERS else None
 
 
 def in_container(root: Path = Path("/")) -> bool:
@@ -79,6 +87,8 @@ def atomic_write(path: Path | str, write: Callable[[Path], None], size_hint: int
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+    for callback in list(_WATCHERS):
+        callback(path)
     return path
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import RunRecordError, StorageError, TemplateError
 from .files import ensure_writable, storage_error
+from .remote import local_dir
 from .rundir import RunDir
 
 log = logging.getLogger("train")
@@ -89,7 +90,7 @@ def list_run_dirs(runs_dir: str | Path, warn: Callable[[str], None] | None = Non
 
 def scan_run_dirs(runs_dir: str | Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     """(the run directories oldest first, [(entry, reason)] for the entries that cannot be read)."""
-    root = Path(runs_dir)
+    root = local_dir(runs_dir)
     try:
         entries = list(root.iterdir()) if root.is_dir() else []
     except OSError as exc:
@@ -108,7 +109,7 @@ def scan_run_dirs(runs_dir: str | Path) -> tuple[list[Path], list[tuple[Path, st
 
 
 def create_run_dir(runs_dir: str | Path, run_name: str = "") -> Path:
-    root = ensure_writable(runs_dir)
+    root = ensure_writable(local_dir(runs_dir))
     for _ in range(100):  # a collision means the same microsecond: the next try is later
         path = root / new_run_id(run_name)
         try:
@@ -130,7 +131,7 @@ def is_run_dir(path: Path | str) -> bool:
 
 def resolve_run(runs_dir: str | Path, run: str) -> Path:
     """A run id under RUNS_DIR, a path to a run directory, or 'latest' (the last one created)."""
-    root = Path(runs_dir)
+    root = local_dir(runs_dir)
     if run == "latest":
         runs = list_run_dirs(root)
         if not runs:
