@@ -128,6 +128,11 @@ class S3Server:
                     raise
                 time.sleep(0.2)
 
+    def names(self, bucket: str, prefix: str = "") -> list[str]:
+        """The object names under `prefix` (one listing: cheap enough to poll for an event)."""
+        page = self.client().list_objects_v2(Bucket=bucket, Prefix=prefix)
+        return [obj["Key"] for obj in page.get("Contents", [])]
+
     def keys(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
         """Every object under `prefix`, read with the stock client: {key: contents}."""
         client = self.client()
@@ -136,10 +141,19 @@ class S3Server:
             kw = {"Bucket": bucket, "Prefix": prefix, **({"ContinuationToken": token} if token else {})}
             page = client.list_objects_v2(**kw)
             for obj in page.get("Contents", []):
-                out[obj["Key"]] = client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                try:
+                    out[obj["Key"]] = client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                except client.exceptions.NoSuchKey:
+                    pass  # deleted between the listing and the read (an old checkpoint of a run going on)
             if not page.get("IsTruncated"):
                 return out
             token = page["NextContinuationToken"]
+
+    def kill(self) -> None:
+        """The store vanishes at once (SIGKILL): connections are refused from now on; `start` brings it back."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL: weed takes its time to exit on SIGTERM."""
