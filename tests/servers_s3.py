@@ -2,7 +2,7 @@
 
 Started on 127.0.0.1 on free ports with a temp folder, waited for by asking it (never a sleep),
 with one identity (access key and secret) so that wrong credentials are refused as on a real
-store, and the bucket made by a stock client (boto3). `s3_server` is one server for the session;
+store, and the buckets made and read by a stock client (the MinIO SDK). `s3_server` is one server for the session;
 `s3_server_factory` starts servers of a test's own, which it may stop and start again (a store
 lost mid-run and back). Skipped when `weed` is not installed, unless REQUIRE_S3_SERVER=1.
 """
@@ -73,16 +73,18 @@ class S3Server:
         return env
 
     def client(self):
-        import boto3
-        from botocore.config import Config
+        """A stock S3 client of its own (the MinIO SDK), independent of the template's library."""
+        import urllib3
+        from minio import Minio
 
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=REGION,
-            config=Config(retries={"max_attempts": 1}, connect_timeout=5, read_timeout=30),
+        http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=5, read=30), retries=False)
+        return Minio(
+            f"127.0.0.1:{self.ports['s3']}",
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            secure=False,
+            region=REGION,
+            http_client=http,
         )
 
     def start(self) -> S3Server:
@@ -115,39 +117,46 @@ class S3Server:
                 time.sleep(0.2)  # polling an answer, not waiting for a time
 
     def make_bucket(self, name: str) -> str:
+        from minio.error import S3Error
+
         client = self.client()
         deadline = time.monotonic() + START_SECONDS
         while True:  # the first bucket can need the volume server to register with the master
             try:
-                client.create_bucket(Bucket=name)
+                client.make_bucket(name)
                 return name
-            except client.exceptions.BucketAlreadyOwnedByYou:
-                return name
+            except S3Error as exc:
+                if exc.code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    return name
+                if time.monotonic() > deadline:
+                    raise
             except Exception:
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)
+            time.sleep(0.2)
 
     def names(self, bucket: str, prefix: str = "") -> list[str]:
         """The object names under `prefix` (one listing: cheap enough to poll for an event)."""
-        page = self.client().list_objects_v2(Bucket=bucket, Prefix=prefix)
-        return [obj["Key"] for obj in page.get("Contents", [])]
+        return [obj.object_name for obj in self.client().list_objects(bucket, prefix=prefix, recursive=True)]
 
     def keys(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
         """Every object under `prefix`, read with the stock client: {key: contents}."""
-        client = self.client()
-        out, token = {}, None
-        while True:
-            kw = {"Bucket": bucket, "Prefix": prefix, **({"ContinuationToken": token} if token else {})}
-            page = client.list_objects_v2(**kw)
-            for obj in page.get("Contents", []):
-                try:
-                    out[obj["Key"]] = client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-                except client.exceptions.NoSuchKey:
-                    pass  # deleted between the listing and the read (an old checkpoint of a run going on)
-            if not page.get("IsTruncated"):
-                return out
-            token = page["NextContinuationToken"]
+        from minio.error import S3Error
+
+        client, out = self.client(), {}
+        for name in self.names(bucket, prefix):
+            try:
+                response = client.get_object(bucket, name)
+            except S3Error as exc:
+                if exc.code == "NoSuchKey":
+                    continue  # deleted between the listing and the read (an old checkpoint of a run going on)
+                raise
+            try:
+                out[name] = response.read()
+            finally:
+                response.close()
+                response.release_conn()
+        return out
 
     def kill(self) -> None:
         """The store vanishes at once (SIGKILL): connections are refused from now on; `start` brings it back."""

@@ -1,7 +1,7 @@
 """Runs with RUNS_DIR=s3://...: every command, the faults of the store, and the loss of the whole machine.
 
 Each `python -m train` runs in a subprocess with its own HOME (so its own STORE_CACHE) and working
-directory, as on another machine; the bucket is read with a stock client (boto3). The server is
+directory, as on another machine; the bucket is read with a stock client (the MinIO SDK). The server is
 a real SeaweedFS on 127.0.0.1 (tests/servers_s3.py). Every wait is for an event: an object in the
 bucket, a line of output, the process's end."""
 
@@ -138,7 +138,7 @@ def test_fit_to_a_bucket_then_runs_report_export_predict_and_resume_from_fresh_m
     listed = Machine(tmp_path / "lister", s3_server).command("runs", "--runs-dir", f"s3://{s3_bucket}/runs")
     assert listed.returncode == 0 and name in listed.stdout, listed.stderr
 
-    s3_server.client().delete_object(Bucket=s3_bucket, Key=f"runs/{name}/report.html")
+    s3_server.client().remove_object(s3_bucket, f"runs/{name}/report.html")
     reported = Machine(tmp_path / "reporter", s3_server).command(
         "report", name, "--quick", "--runs-dir", f"s3://{s3_bucket}/runs"
     )
