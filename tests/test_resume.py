@@ -371,6 +371,9 @@ RECORDED_FREE = {
     "max_image_pixels": 1000,
     "join_timeout": 5.0,
     "peak_flops": "1e12",
+    "store_cache": "/recorded/cache",
+    "store_lease_seconds": 30.0,
+    "store_flush_seconds": 10.0,
 }
 # RUNS_DIR is where the run is found; WORKERS/WORKER_INDEX say where this process trains.
 OF_THE_INVOCATION = {"runs_dir", "workers", "worker_index"}
