@@ -270,3 +270,11 @@ def wait_for(predicate, timeout: float = 120) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_store_whose_client_cannot_be_set_up_is_one_storage_error(monkeypatch):
+    for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_CONNECTION_STRING"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(StorageError, match=r"RUNS_DIR az://container/runs: the store's client cannot be set up") as err:
+        Store(parse_url("az://container/runs"))
+    assert "\n" not in str(err.value)

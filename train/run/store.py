@@ -118,13 +118,19 @@ class Store:
 
         self.url = url
         kwargs = {"client_options": _client_options(), "retry_config": _RETRY}
-        if url.scheme == "s3":
-            # "etag": the store's native If-None-Match / If-Match on PUT, which the lease needs.
-            self._store = stores.S3Store(url.bucket, config={"conditional_put": "etag"}, **kwargs)
-        elif url.scheme == "gs":
-            self._store = stores.GCSStore(url.bucket, **kwargs)
-        else:
-            self._store = stores.AzureStore(url.bucket, **kwargs)
+        try:
+            if url.scheme == "s3":
+                # "etag": the store's native If-None-Match / If-Match on PUT, which the lease needs.
+                self._store = stores.S3Store(url.bucket, config={"conditional_put": "etag"}, **kwargs)
+            elif url.scheme == "gs":
+                self._store = stores.GCSStore(url.bucket, **kwargs)
+            else:
+                self._store = stores.AzureStore(url.bucket, **kwargs)
+        except Exception as exc:  # a variable missing or malformed (no Azure account, a bad region)
+            raise StorageError(
+                f"RUNS_DIR {url}: the store's client cannot be set up ({str(exc).splitlines()[0][:200]}): "
+                f"set the {url.scheme}:// variables in the environment (docs/storage.md)"
+            ) from None
 
     def _call(self, what: str, fn, *args, **kwargs):
         try:
@@ -191,7 +197,8 @@ class Store:
         """Prove now, before any training, that the store answers, the credentials work and the bucket exists."""
         import obstore as obs
 
-        self._call("the run list", lambda s: obs.list(s, (self.url.prefix + "/") or None, chunk_size=1).collect())
+        prefix = self.url.prefix + "/" if self.url.prefix else None
+        self._call("the run list", lambda s: obs.list(s, prefix, chunk_size=1).collect())
 
 
 class Conflict(Exception):
