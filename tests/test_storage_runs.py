@@ -270,3 +270,23 @@ def test_machine_lost_mid_epoch_a_fresh_machine_continues_from_the_bucket_bit_id
     assert manifest["status"] == "completed" and len(manifest["resumed_at"]) == 1
     assert manifest["final_weights_sha256"] == reference
     print(f"\nFIGURES machine loss: SIGKILL once step 8 was in the bucket, fresh machine, sha identical: {True}")
+
+
+def test_runs_and_compare_read_runs_a_stock_client_put_in_the_bucket(tmp_path, s3_server, s3_bucket):
+    """Runs uploaded by hand (the layout is all there is to it), listed and compared from a fresh machine."""
+    from helpers import write_run_records
+
+    names = ["20261201-100000-000001-base", "20261201-110000-000002-wide"]
+    client = s3_server.client()
+    for i, name in enumerate(names):
+        run = write_run_records(tmp_path / "made" / name, config={"learning_rate": 0.001 * (i + 1)})
+        for path in run.rglob("*"):
+            if path.is_file():
+                client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(run).as_posix()}", str(path))
+    machine = Machine(tmp_path / "reader", s3_server)
+    listed = machine.command("runs", "--runs-dir", f"s3://{s3_bucket}/runs")
+    assert listed.returncode == 0, listed.stderr
+    assert all(name in listed.stdout for name in names)
+    compared = machine.command("compare", *names, "--runs-dir", f"s3://{s3_bucket}/runs")
+    assert compared.returncode == 0, compared.stderr
+    assert "LEARNING_RATE" in compared.stdout.upper() and "0.002" in compared.stdout
