@@ -278,3 +278,25 @@ def test_a_store_whose_client_cannot_be_set_up_is_one_storage_error(monkeypatch)
     with pytest.raises(StorageError, match=r"RUNS_DIR az://container/runs: the store's client cannot be set up") as err:
         Store(parse_url("az://container/runs"))
     assert "\n" not in str(err.value)
+
+
+def test_a_holder_whose_lease_was_taken_over_uploads_nothing_more(s3_server, s3_bucket, monkeypatch, tmp_path):
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    run = tmp_path / "20261201-000000-000003"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    holder = Lease(store, f"{run.name}/run.lock", run.name, seconds=2).acquire()
+    holder._stop.set()  # cut off from the store: no renewal for longer than the lease
+    holder._thread.join()
+    newcomer = Lease(store, f"{run.name}/run.lock", run.name, seconds=2).acquire()
+    try:
+        assert holder.renew_once() is False and "taken over" in holder.lost
+        mirror = Mirror(store, tmp_path, run, holder)
+        try:
+            assert mirror.sync_once() is False
+        finally:
+            mirror.stop_watching()
+        assert f"runs/{run.name}/config.json" not in s3_server.names(s3_bucket)
+        assert mirror.close(seconds=30) != []  # the run's end says so: exit 7
+    finally:
+        newcomer.release()

@@ -84,22 +84,24 @@ class Lease:
                 )
 
     def _renew(self) -> None:
-        warned = False
-        while not self._stop.wait(self.seconds / 3):
-            try:
-                self.etag = self.store.replace(self.rel, self._body(), self.etag or "")
-                warned = False
-            except Conflict:
-                self.lost = (
-                    f"the lease {self.store.url.key(self.rel)} was taken over by another process while this one "
-                    f"could not renew it for {self.seconds:.0f} s (STORE_LEASE_SECONDS)"
-                )
-                log.warning("WARNING: run %s: %s; nothing more is uploaded from here", self.run_name, self.lost)
-                return
-            except (StorageError, FileNotFoundError) as exc:
-                if not warned:  # the uploads report the store being down; this is only the lease
-                    log.debug("lease renewal failed: %s", exc)
-                    warned = True
+        while not self._stop.wait(self.seconds / 3) and self.renew_once():
+            pass
+
+    def renew_once(self) -> bool:
+        """One renewal; False once the lease is lost (another process took it over meanwhile)."""
+        try:
+            self.etag = self.store.replace(self.rel, self._body(), self.etag or "")
+        except Conflict:
+            self.lost = (
+                f"the lease {self.store.url.key(self.rel)} was taken over by another process while this one "
+                f"could not renew it for {self.seconds:.0f} s (STORE_LEASE_SECONDS)"
+            )
+            log.warning("WARNING: run %s: %s; nothing more is uploaded from here", self.run_name, self.lost)
+            return False
+        except (StorageError, FileNotFoundError) as exc:
+            # The store is down (the uploads say so, once) or the object is gone: try again next time.
+            log.debug("lease renewal failed: %s", exc)
+        return True
 
     def release(self) -> None:
         self._stop.set()
