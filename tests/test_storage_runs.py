@@ -264,6 +264,7 @@ def test_machine_lost_mid_epoch_a_fresh_machine_continues_from_the_bucket_bit_id
     assert proc.wait(timeout=600) == 0, output(proc)[-3000:]
     out = output(proc)
     assert re.search(r"resuming at epoch 1, step (8|12|16|20) ", out), out[-3000:]  # mid-epoch, from the bucket
+    assert re.search(r"files downloaded from s3://", out), out[-3000:]
     runs = _runs_in(s3_server, s3_bucket)
     assert len(runs) == 1, "the fresh machine continued the run, it did not start another"
     manifest = json.loads(next(iter(runs.values()))["manifest.json"])

@@ -82,6 +82,8 @@ def train(settings: Settings, resume: str | None = None, force: bool = False, re
         resume = settings.resume if resume is None else resume
         remote = open_runs_dir(settings)  # a store must answer now, before any training (StorageError)
         if remote is not None and resume:
+            if not cluster.multi:
+                setup_logging(None)  # the console, before the run's train.log exists: what came from the store
             remote.bring(resume)  # the run to resume, from the store into the staging copy
         plan = plan_run(settings, resume, force, restart)
         try:
