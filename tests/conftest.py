@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 # Real servers, each in its own module, started once per session when a test asks for one.
-pytest_plugins = ["servers_serve", "servers_pg"]
+pytest_plugins = ["servers_serve", "servers_pg", "servers_s3"]
 
 
 def write_npz(

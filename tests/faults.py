@@ -104,7 +104,7 @@ def file_modes_apply():
 
 # -- watching a run ------------------------------------------------------------------------------
 def only_run(runs_dir: Path) -> Path:
-    from train.run.rundir import list_run_dirs
+    from train.run.find import list_run_dirs
 
     runs = list_run_dirs(runs_dir)
     assert len(runs) == 1, runs
@@ -140,7 +140,7 @@ def kill_after_new_checkpoint(proc, runs_dir: Path, delay: float, sig=signal.SIG
     """
 
     def newest():
-        from train.run.rundir import list_run_dirs
+        from train.run.find import list_run_dirs
 
         return max((s for r in list_run_dirs(runs_dir) for s in states(r)), default=None)
 

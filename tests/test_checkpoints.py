@@ -10,7 +10,7 @@ import pytest
 
 from train.errors import CheckpointError, DivergedError
 from train.run.checkpoints import LATEST, latest_header, list_states, load_latest, read_state, restore, save_state
-from train.run.rundir import atomic_write, clean_stale_temp
+from train.run.files import atomic_write, clean_stale_temp
 
 
 def _model(width=8, optimizer="adam"):

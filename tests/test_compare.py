@@ -312,7 +312,7 @@ def test_with_out_the_text_is_the_comparison_then_what_was_written(runs, tmp_pat
 
 
 def test_a_folder_that_cannot_be_looked_into_does_not_hide_the_run_around_it(runs, monkeypatch):
-    from train.run import rundir
+    from train.run import find as rundir
 
     sub = runs / "20261130-100000-aaaa" / "mine"
     sub.mkdir()

@@ -9,7 +9,7 @@ from train.errors import EXIT_CODES, ConfigError, TemplateError
 
 
 def _error_classes():
-    import train.run.rundir  # noqa: F401  (defines RunNotFound)
+    import train.run.find  # noqa: F401  (defines RunNotFound)
 
     seen, todo = set(), [TemplateError]
     while todo:

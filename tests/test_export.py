@@ -18,7 +18,7 @@ from helpers import tiny_image_model, write_run
 from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
 from train.results import export
-from train.run.rundir import TMP_MARK, read_json
+from train.run.files import TMP_MARK, read_json
 
 
 def _tiny_model():
@@ -656,7 +656,7 @@ def test_a_staging_folder_left_by_sigkill_is_removed_by_the_next_export(recorded
 def test_fit_removes_staging_folders_left_in_its_run(tmp_path):
     from helpers import tiny_settings
 
-    from train.run.rundir import list_run_dirs
+    from train.run.find import list_run_dirs
     from train.training.fit import train
 
     settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")

@@ -13,7 +13,7 @@ from train.config import Settings, validate
 from train.errors import DataError, StorageError
 from train.inputs import images
 from train.inputs import pipeline as data
-from train.run.rundir import TMP_MARK
+from train.run.files import TMP_MARK
 
 
 def settings(root, tmp_path, **kw) -> Settings:
@@ -175,7 +175,7 @@ def test_file_cache_removes_a_temp_file_left_by_a_killed_writer(make_image_dir, 
 def test_file_cache_on_a_full_disk_is_a_storage_error_before_writing(make_image_dir, tmp_path, monkeypatch):
     import types
 
-    from train.run import rundir
+    from train.run import files as rundir
 
     root = make_image_dir()
     monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=1000))

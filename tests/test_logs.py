@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import logging
 
+from train.run.files import TMP_MARK
 from train.run.metrics_files import METRIC_COLUMNS, MetricsFile, read_back
-from train.run.rundir import TMP_MARK
 from train.run.train_log import close_logging, setup_logging
 
 

@@ -236,7 +236,7 @@ def real_loop(tmp_path):
 
     from train.inputs import pipeline as data
     from train.run import checkpoints
-    from train.run.rundir import create_run_dir
+    from train.run.find import create_run_dir
     from train.setup.devices import DeviceSetup
 
     s0 = tiny_settings(tmp_path, batch_size=64, export=False)
@@ -427,7 +427,7 @@ def test_weights_are_written_only_with_room_for_them_and_a_mebibyte(real_loop, m
     """Keras's HDF5 writer dies at exit on a full disk, so the room is checked first: the weights' bytes (the
     one-layer model: 3140 float32) and 1 MiB for HDF5's own records. One byte less is a full disk, naming the file."""
     from train.errors import StorageError
-    from train.run import rundir
+    from train.run import files as rundir
 
     need = 4 * 3140 + 2**20
     free = need - 1 if fails else need

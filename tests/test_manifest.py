@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from train.run import manifest
+from train.run.files import read_json
 from train.run.manifest import file_sha256, git_info, lock_hash, update_manifest
-from train.run.rundir import read_json
 
 
 def _git(root, *args):

@@ -120,7 +120,7 @@ def _log_has(runs_dir, text):
 
 def _has_state(runs_dir, min_step=0):
     def check():
-        from train.run.rundir import list_run_dirs
+        from train.run.find import list_run_dirs
 
         return any(step_of(s) >= min_step for r in list_run_dirs(runs_dir) for s in states(r))
 

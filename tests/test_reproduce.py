@@ -167,7 +167,7 @@ def _train(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
 
 
 def _runs(runs: Path) -> list[Path]:
-    from train.run.rundir import list_run_dirs
+    from train.run.find import list_run_dirs
 
     return list_run_dirs(runs)
 

@@ -13,9 +13,10 @@ from helpers import write_run
 
 from train.config import load_settings
 from train.errors import CheckpointError, ConfigError, ResumeMismatchError, RunBusyError, RunRecordError
+from train.run.files import read_json
+from train.run.find import RunNotFound
 from train.run.lock import RunLock
 from train.run.resume import auto_resume, check_data, plan_run
-from train.run.rundir import RunNotFound, read_json
 
 
 def _settings(tmp_path, **changes):
@@ -372,6 +373,9 @@ RECORDED_FREE = {
     "export_formats": "savedmodel,onnx",
     "export_quantize": "dynamic",
     "export_check_python": "/recorded/python",
+    "store_cache": "/recorded/cache",
+    "store_lease_seconds": 30.0,
+    "store_flush_seconds": 10.0,
 }
 # RUNS_DIR is where the run is found; WORKERS/WORKER_INDEX say where this process trains.
 OF_THE_INVOCATION = {"runs_dir", "workers", "worker_index"}

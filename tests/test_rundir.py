@@ -10,22 +10,18 @@ import types
 import pytest
 
 from train.errors import RunRecordError, StorageError
-from train.run.rundir import (
+from train.run.files import (
     TMP_MARK,
-    RunNotFound,
     atomic_write,
     clean_stale_temp,
-    create_run_dir,
     ensure_writable,
-    list_run_dirs,
-    new_run_id,
     read_json,
-    read_record,
-    resolve_run,
     storage_error,
     write_json,
     write_text,
 )
+from train.run.find import RunNotFound, create_run_dir, list_run_dirs, new_run_id, resolve_run
+from train.run.rundir import read_record
 
 
 def test_atomic_write_replaces_the_file(tmp_path):
@@ -75,7 +71,7 @@ def test_size_hint_larger_than_free_space_is_refused_before_writing(tmp_path):
 
 
 def test_size_hint_equal_to_free_space_is_enough(tmp_path, monkeypatch):
-    from train.run import rundir
+    from train.run import files as rundir
 
     monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=1000))
     atomic_write(tmp_path / "w.bin", lambda p: p.write_bytes(b"x"), size_hint=1000)
@@ -84,7 +80,7 @@ def test_size_hint_equal_to_free_space_is_enough(tmp_path, monkeypatch):
 
 def test_without_a_size_hint_free_space_is_not_checked(tmp_path, monkeypatch):
     """Small files (config, pointer, manifest) are written even on a nearly full disk; ENOSPC still reports it."""
-    from train.run import rundir
+    from train.run import files as rundir
 
     monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: (_ for _ in ()).throw(AssertionError("asked")))
     write_text(tmp_path / "LATEST", "ckpt-000000004.npz\n")
@@ -139,7 +135,7 @@ def test_permission_denied_in_a_container_points_at_the_host_folder_and_host_ids
 
 
 def test_in_container_reads_the_engines_marker_files(tmp_path):
-    from train.run.rundir import in_container
+    from train.run.files import in_container
 
     assert not in_container(tmp_path)
     (tmp_path / ".dockerenv").touch()
@@ -166,7 +162,7 @@ def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
 def test_temp_dirs_respect_the_umask_and_carry_the_mark(tmp_path):
     import os
 
-    from train.run.rundir import make_temp_dir
+    from train.run.files import make_temp_dir
 
     old = os.umask(0o022)
     try:
@@ -312,7 +308,7 @@ def test_create_run_dir_without_a_name_is_a_bare_id(tmp_path):
 
 
 def test_create_run_dir_tries_a_hundred_ids_then_gives_up(tmp_path, monkeypatch):
-    from train.run import rundir
+    from train.run import find as rundir
 
     (tmp_path / "runs" / "taken").mkdir(parents=True)
     tried = []
@@ -324,7 +320,7 @@ def test_create_run_dir_tries_a_hundred_ids_then_gives_up(tmp_path, monkeypatch)
 
 
 def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
-    from train.run import rundir
+    from train.run import find as rundir
 
     monkeypatch.setattr(rundir, "new_run_id", lambda name="": "missing-parent/run")
     with pytest.raises(StorageError) as info:
@@ -339,7 +335,7 @@ def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):
 
 
 def test_in_container_also_knows_podman(tmp_path):
-    from train.run.rundir import in_container
+    from train.run.files import in_container
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ".containerenv").touch()
@@ -347,7 +343,7 @@ def test_in_container_also_knows_podman(tmp_path):
 
 
 def test_permission_denied_in_a_container_exactly(monkeypatch):
-    from train.run import rundir
+    from train.run import files as rundir
 
     monkeypatch.setattr(rundir, "in_container", lambda root=None: True)  # the default asks the machine
     assert str(storage_error("/runs", OSError(errno.EACCES, "raw"))) == (
@@ -358,8 +354,8 @@ def test_permission_denied_in_a_container_exactly(monkeypatch):
 
 
 def test_make_temp_dir_names_and_gives_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
-    from train.run import rundir
-    from train.run.rundir import make_temp_dir
+    from train.run import files as rundir
+    from train.run.files import make_temp_dir
 
     assert re.fullmatch(rf"export{re.escape(TMP_MARK)}[0-9a-f]{{8}}", make_temp_dir(tmp_path, "export").name)
     drawn = []
@@ -371,7 +367,7 @@ def test_make_temp_dir_names_and_gives_up_after_a_hundred_taken_names(tmp_path, 
 
 
 def test_temp_files_are_named_and_give_up_after_a_hundred_taken_names(tmp_path, monkeypatch):
-    from train.run import rundir
+    from train.run import files as rundir
 
     seen = []
     atomic_write(tmp_path / "config.json", lambda p: (seen.append(p.name), p.write_text("{}")))
@@ -536,7 +532,7 @@ def test_a_folder_without_config_json_is_no_run_for_any_command(runs_with_strays
 
 
 def test_shared_writes_cleans_stale_temps_only_when_no_other_writer_is_inside(tmp_path):
-    from train.run.rundir import shared_writes
+    from train.run.files import shared_writes
 
     folder = tmp_path / ".cache" / "abc"
     stale = folder / f"x{TMP_MARK}dead.npy"
@@ -562,7 +558,7 @@ def test_a_folder_that_cannot_be_read_never_hides_the_stopped_run_from_resume_au
     locked.chmod(0)
     code = (
         "from train.config import load_settings; from train.run.resume import auto_resume; "
-        "from train.run.rundir import resolve_run; from train.errors import RunRecordError\n"
+        "from train.run.find import resolve_run; from train.errors import RunRecordError\n"
         f"print(auto_resume(load_settings({{'runs_dir': {str(root)!r}}}, env_file=None, environ={{}})))\n"
         f"print(resolve_run({str(root)!r}, 'latest'))\n"
         f"try: resolve_run({str(root)!r}, {locked.name!r})\n"

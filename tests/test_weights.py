@@ -11,7 +11,7 @@ from helpers import tiny_image_model
 
 from train.errors import StorageError, WeightsError
 from train.run import weights
-from train.run.rundir import read_json
+from train.run.files import read_json
 
 
 def _model(seed: int = 0):
@@ -76,7 +76,7 @@ def test_a_kill_between_the_record_and_the_rename_leaves_the_older_file_which_st
             raise OSError(5, "Input/output error")
         replace(src, dst)
 
-    monkeypatch.setattr("train.run.rundir.os.replace", killed)
+    monkeypatch.setattr("train.run.files.os.replace", killed)
     with pytest.raises(StorageError):
         weights.save_weights(_model(1), best, epoch=2)
     monkeypatch.undo()
@@ -169,7 +169,7 @@ def test_reproduce_verifies_the_original_weights_first(tmp_path):
 
 def test_the_weights_the_loop_writes_are_recorded(tmp_path):
     """best (each improvement) and final weights of a real 1-epoch run carry their recorded sha256."""
-    from train.run.rundir import list_run_dirs
+    from train.run.find import list_run_dirs
     from train.training.fit import train
 
     pytest.importorskip("helpers")
@@ -194,7 +194,7 @@ def test_the_checkpoint_fallback_the_message_gives_works(tmp_path):
     from helpers import tiny_settings
 
     from train.results.export import rebuild_model
-    from train.run.rundir import list_run_dirs
+    from train.run.find import list_run_dirs
     from train.training.fit import train
 
     settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")

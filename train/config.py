@@ -19,7 +19,7 @@ from typing import Any
 
 from . import datasets, models
 from .errors import ConfigError, StorageError
-from .run import rundir
+from .run import find, store
 from .setup.envfile import read_env_file
 from .setup.modelspec import check_model_spec
 
@@ -108,7 +108,9 @@ class Settings:
     )
     # --- run directory, checkpoints, stopping ---
     runs_dir: str = _f(
-        "./runs", "where run directories are created (the mounted volume in the container)", kind="surroundings"
+        "./runs",
+        "where run directories are created (the mounted volume in the container), or s3://BUCKET/PREFIX (docs/storage.md)",
+        kind="surroundings",
     )
     run_name: str = _f("", "optional label appended to the run id (letters, digits, - and _)", kind="label")
     resume: str = _f(
@@ -234,6 +236,27 @@ class Settings:
         secret=True,
         kind="invocation",
     )
+    # --- RUNS_DIR in object storage (s3://BUCKET/PREFIX, gs://, az://; see docs/storage.md) ---
+    store_cache: str = _f(
+        "~/.cache/tf-train-template/runs",
+        "RUNS_DIR in object storage: the local staging copy runs are written to and uploaded from, beside "
+        "training; losing it loses nothing that reached the store",
+        kind="surroundings",
+    )
+    store_lease_seconds: float = _f(
+        60.0,
+        "RUNS_DIR in object storage: a run's lease (its lock, renewed every third of this) expires this long "
+        "after its holder stopped renewing it; a run whose machine is lost can be resumed elsewhere after that",
+        min=1.0,
+        kind="surroundings",
+    )
+    store_flush_seconds: float = _f(
+        120.0,
+        "RUNS_DIR in object storage: the longest wait at the end of a run for its last files to reach the store "
+        "(30 s at most after a stop signal); what has not by then makes the exit code 7",
+        min=0.0,
+        kind="surroundings",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         # A secret (a database password) never reaches config.json, the manifest, a tracker or the console.
@@ -339,6 +362,8 @@ def _check_dirs(s: Settings) -> None:
 def _check_runs_dir_path(runs_dir: str) -> None:
     """The nearest part of RUNS_DIR that exists must be a directory (checked for what the user gives,
     not for a run's saved settings, whose RUNS_DIR may be somewhere else by now)."""
+    if store.looks_like_url(runs_dir):
+        return  # a store: train.run.remote checks it answers, before any training
     p = Path(runs_dir).expanduser()
     for part in (p, *p.parents):
         if part.is_dir():
@@ -502,6 +527,8 @@ def validate(s: Settings) -> Settings:
     _check_ranges(s)
     _check_peak_flops(s.peak_flops)
     _check_dirs(s)
+    if store.looks_like_url(s.runs_dir) and (problem := store.url_problem(s.runs_dir)):
+        raise ConfigError("RUNS_DIR", s.runs_dir, problem)
     datasets.check_dataset(s.dataset)
     _check_tracking(s)
     if s.model not in models.MODELS and not _MODULE_FN.match(s.model):
@@ -524,7 +551,12 @@ def validate(s: Settings) -> Settings:
         )
     if s.run_name and not re.fullmatch(r"[\w-]{1,64}", s.run_name):
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
-    if s.run_name and s.runs_dir and (problem := rundir.run_name_problem(s.run_name, s.runs_dir)):
+    if (
+        s.run_name
+        and s.runs_dir
+        and not store.looks_like_url(s.runs_dir)
+        and (problem := find.run_name_problem(s.run_name, s.runs_dir))
+    ):
         raise ConfigError("RUN_NAME", s.run_name, problem)
     export_formats(s.export_formats)
     _check_sweep_storage(s.sweep_storage)

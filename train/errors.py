@@ -199,7 +199,8 @@ EXIT_CODES = {
     "unreadable config.json/manifest.json, run in use by another process)",
     5: "training diverged (NaN/inf loss); the last good checkpoint is kept",
     6: "accelerator out of memory",
-    7: "runs directory not writable, disk full, or the run directory removed while training",
+    7: "runs directory not writable, disk full, or the run directory removed while training; RUNS_DIR in object storage "
+    "not answering, refusing the credentials, without its bucket, or the newest state not uploaded at the end",
     8: "export failed or the exported model disagrees with the trained one",
     9: "reproduce: the run cannot be reproduced (commit, dirty tree, lock, data or its rerun failed)",
     10: "reproduce: the rerun does not match the original",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -41,13 +43,37 @@ def runs_settings(args: argparse.Namespace) -> Settings:
     return load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=warn, check_model=False)
 
 
-def resolve(args: argparse.Namespace, settings: Settings | None = None) -> Path:
-    """The run directory args.run names, for a command that starts TensorFlow on it."""
+def resolve(args: argparse.Namespace, settings: Settings | None = None, checkpoints: bool = False) -> Path:
+    """The run directory args.run names, for a command that starts TensorFlow on it.
+
+    With RUNS_DIR in a store the run is first brought into the local staging copy (its checkpoints
+    only when asked for: reproduce needs them, a report does not)."""
     settings = settings or runs_settings(args)
-    from ..run.rundir import resolve_run
+    remote = open_store(settings)
+    if remote is not None:
+        remote.bring(args.run, checkpoints=checkpoints)
+    from ..run.find import resolve_run
 
     quiet_tensorflow()
     return resolve_run(settings.runs_dir, args.run)
+
+
+def open_store(settings: Settings):
+    """RUNS_DIR's store (train.run.remote.RemoteRuns), opened and answering, or None for a local RUNS_DIR."""
+    from ..run.remote import open_runs_dir
+
+    return open_runs_dir(settings)
+
+
+@contextmanager
+def uploaded(settings: Settings, run_dir: Path) -> Iterator[None]:
+    """What the command writes into the run (report.html, export/, reproduce.json) reaches the store after it."""
+    try:
+        yield
+    finally:
+        remote = open_store(settings)
+        if remote is not None:
+            remote.push(run_dir)
 
 
 def warn(line: str) -> None:

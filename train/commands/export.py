@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import load_settings
-from . import add_run, add_runs_dir, resolve, warn
+from . import add_run, add_runs_dir, resolve, uploaded, warn
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from ..results.export import export_run
     from ..run.lock import RunLock
 
-    with RunLock(run_dir):  # never while a fit writes the same run
+    with uploaded(settings, run_dir), RunLock(run_dir):  # never while a fit writes the same run
         report = export_run(
             run_dir,
             formats=settings.export_formats,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_run, add_runs_dir, resolve
+from . import add_run, add_runs_dir, resolve, runs_settings, uploaded
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -22,11 +22,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = resolve(args)
+    settings = runs_settings(args)
+    run_dir = resolve(args, settings)
     from ..results.report import write_report
     from ..run.rundir import RunDir
 
-    written = write_report(run_dir, full=not args.quick)
+    with uploaded(settings, run_dir):
+        written = write_report(run_dir, full=not args.quick)
     print(f"wrote {written.path} and {RunDir(run_dir).curves}")
     for part in written.missing:
         print(f"  not included: {part}")

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..errors import ReproduceMismatch
-from . import add_run, add_runs_dir, resolve
+from . import add_run, add_runs_dir, resolve, runs_settings, uploaded
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -39,12 +39,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = resolve(args)
+    settings = runs_settings(args)
+    run_dir = resolve(args, settings, checkpoints=True)
     from ..reproduce.rerun import format_verdict, reproduce
     from ..run.manifest import project_root
 
     image = _image_options(args) if args.container else None
-    verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image)
+    with uploaded(settings, run_dir):
+        verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image)
     print(format_verdict(verdict))
     return 0 if verdict.match else ReproduceMismatch.exit_code
 

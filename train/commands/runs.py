@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_runs_dir, runs_settings
+from . import add_runs_dir, open_store, runs_settings
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -15,6 +15,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = runs_settings(args)
+    remote = open_store(settings)
+    if remote is not None:  # the runs' records (no checkpoints) into the staging copy
+        remote.bring_all_records()
     from ..results.runs_table import format_runs, list_runs, runs_json
 
     rows = list_runs(settings.runs_dir)

@@ -27,7 +27,9 @@ import numpy as np
 
 from ..config import Settings
 from ..errors import DataError, first_line
-from ..run.rundir import CACHE_DIR, atomic_write, shared_writes
+from ..run.files import atomic_write, shared_writes
+from ..run.remote import local_dir
+from ..run.rundir import CACHE_DIR
 from .arrays import check_class_names, describe_file_type, sha256_file
 
 log = logging.getLogger("train")
@@ -424,7 +426,7 @@ def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint
             _DECODED[key] = out
         return _DECODED[key]
     # file: same fingerprint, shape and split -> already decoded and verified by an earlier run
-    path = Path(settings.runs_dir) / CACHE_DIR / fingerprint[:16] / f"{key}.npy"
+    path = local_dir(settings.runs_dir) / CACHE_DIR / fingerprint[:16] / f"{key}.npy"
     cached = _verified_cache(path, (len(files), *shape), fingerprint)
     if cached is not None:
         return cached

@@ -30,8 +30,10 @@ from typing import Any
 from ..config import as_flags as settings_flags
 from ..config import of_kind
 from ..errors import ReproduceError
+from ..run.files import write_json
+from ..run.find import list_run_dirs
 from ..run.metrics_files import MEASURED_COLUMNS
-from ..run.rundir import RunDir, list_run_dirs, write_json
+from ..run.rundir import RunDir
 from .record import check_comparable, check_record, read_metrics
 from .worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, worktree
 

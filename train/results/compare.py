@@ -41,7 +41,8 @@ def _check_not_a_runs_own(path: Path, out: str) -> None:
 
     Inside a run directory only a new file whose name is none of the run's own is written
     (`compare.html` beside a run's report.html, not report.html itself); a link is followed."""
-    from ..run.rundir import RunDir, is_run_dir
+    from ..run.find import is_run_dir
+    from ..run.rundir import RunDir
 
     target = path.resolve()
     for parent in target.parents:
@@ -119,7 +120,7 @@ def format_comparison(runs: Sequence[RunRecords]) -> str:
 
 
 def write_output(runs: Sequence[RunRecords], out: Path) -> Path:
-    from ..run.rundir import atomic_write, write_text
+    from ..run.files import atomic_write, write_text
     from .plots import compare_png
 
     png = compare_png(runs)
@@ -162,7 +163,7 @@ def _num(value) -> str:
 
 def compare_runs(runs_dir: str | Path, names: Sequence[str], out: str | None = None) -> str:
     """The `compare` command: check the arguments, read the runs, return the text (and write --out)."""
-    from ..run.rundir import resolve_run
+    from ..run.find import resolve_run
     from .run_records import load_records
 
     if len(names) < 2:

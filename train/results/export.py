@@ -33,8 +33,9 @@ import numpy as np
 
 from ..errors import ExportError, Interrupted, NoWeightsError
 from ..inputs.arrays import sha256_file
+from ..run.files import TMP_MARK, make_temp_dir, storage_error
 from ..run.manifest import now_iso, update_manifest
-from ..run.rundir import TMP_MARK, ExportDir, RunDir, labels_text, make_temp_dir, read_run_settings, storage_error
+from ..run.rundir import ExportDir, RunDir, labels_text, read_run_settings
 
 log = logging.getLogger("train")
 TOLERANCE = 1e-5

@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..run.rundir import RunDir, atomic_write, is_run_dir, write_text
+from ..run.files import atomic_write, write_text
+from ..run.find import is_run_dir
+from ..run.rundir import RunDir
 from .run_records import RunRecords, duration_text, load_records
 
 log = logging.getLogger("train")

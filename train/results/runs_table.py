@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 
 from ..errors import RunRecordError
-from ..run.rundir import RunDir, list_run_dirs
+from ..run.find import list_run_dirs
+from ..run.rundir import RunDir
 from .run_records import RunRecords, read_metrics
 
 

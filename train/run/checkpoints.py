@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, DivergedError
-from .rundir import atomic_write, write_text
+from .files import atomic_write, write_text
 
 log = logging.getLogger("train")
 LATEST = "LATEST"

@@ -2,7 +2,9 @@
 
 `fit` holds it from the moment it picks a run (new or resumed) until it ends, `export` while it
 exports: a second `fit` on a run in progress (a second `docker compose up`, a `--resume` of a
-running run, RESUME=auto picking it) is refused with RunBusyError naming the holder.
+running run, RESUME=auto picking it) is refused with RunBusyError naming the holder. For a run
+of a RUNS_DIR in object storage the lock is also the run's lease object there (train.run.lease),
+which keeps out a process on another machine.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import socket
 from pathlib import Path
 
 from ..errors import RunBusyError
-from .rundir import RunDir, storage_error
+from .files import storage_error
+from .rundir import RunDir
 
 
 class RunLock:
@@ -30,6 +33,7 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.path = RunDir(self.run_dir).lock
         self.fd: int | None = None
+        self.lease = None  # the lease in the store, for a run of a RUNS_DIR in object storage
 
     def acquire(self) -> RunLock:
         try:
@@ -53,6 +57,15 @@ class RunLock:
             os.close(fd)
             raise storage_error(self.path, exc) from exc
         self.fd = fd
+        from .remote import for_run
+
+        remote = for_run(self.run_dir)
+        if remote is not None:
+            try:
+                self.lease = remote.lease(self.run_dir).acquire()
+            except BaseException:
+                self.release()
+                raise
         return self
 
     def holder(self) -> str:
@@ -65,6 +78,9 @@ class RunLock:
     def release(self) -> None:
         # The file stays: unlinking it would let a third process lock a new file while a second
         # one still waits on the old inode.
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

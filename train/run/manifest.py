@@ -18,7 +18,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from .rundir import read_json, write_json
+from .files import read_json, write_json
 
 
 def project_root() -> Path:

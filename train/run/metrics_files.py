@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .rundir import write_text
+from .files import write_text
 
 # Columns that measure the machine (time, speed, memory), not what the model computed: a rerun of
 # the same run differs in these whatever it reproduces.

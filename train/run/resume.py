@@ -21,17 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RESUME_FREE, Settings, diff_settings, given, settings_from_dict
-from ..errors import CheckpointError, ConfigError, ResumeMismatchError
+from ..errors import CheckpointError, ConfigError, ResumeMismatchError, StorageError
+from .files import write_json
+from .find import create_run_dir, list_run_dirs, resolve_run
 from .lock import RunLock
-from .rundir import (
-    RunDir,
-    create_run_dir,
-    list_run_dirs,
-    read_run_settings,
-    resolve_run,
-    unknown_settings,
-    write_json,
-)
+from .remote import local_dir
+from .rundir import RunDir, read_run_settings, unknown_settings
 
 log = logging.getLogger("train")
 
@@ -220,6 +215,8 @@ def _asked(run_dir: Path, saved: Settings, settings: Settings) -> Settings:
 
 def _holds(runs_dir: str, run_dir: Path) -> bool:
     try:
-        return Path(runs_dir).expanduser().resolve() == run_dir.resolve().parent
+        return local_dir(runs_dir).expanduser().resolve() == run_dir.resolve().parent
+    except StorageError:
+        return False  # a store this process did not open
     except (OSError, RuntimeError):
         return False

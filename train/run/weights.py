@@ -17,8 +17,9 @@ from typing import Any
 
 from ..errors import WeightsError
 from ..inputs.arrays import sha256_file
+from .files import atomic_write, read_json, write_json
 from .manifest import now_iso
-from .rundir import RunDir, atomic_write, read_json, write_json
+from .rundir import RunDir
 
 log = logging.getLogger("train")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"

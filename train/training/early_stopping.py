@@ -62,7 +62,7 @@ def record_ending(manifest_path: Path, reason: str) -> None:
     it would have (its state is already saved).
     """
     from ..errors import StorageError
-    from ..run.rundir import read_json, write_json
+    from ..run.files import read_json, write_json
 
     try:
         manifest = read_json(manifest_path) if manifest_path.is_file() else {}

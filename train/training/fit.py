@@ -32,6 +32,7 @@ from ..results.export import clean_stale_exports
 from ..results.report import write_final_report
 from ..run import checkpoints
 from ..run.checkpoints import latest_header, list_states
+from ..run.files import clean_stale_temp, read_json
 from ..run.manifest import (
     close_segment,
     dirty_warning,
@@ -42,8 +43,9 @@ from ..run.manifest import (
     start_manifest,
     update_manifest,
 )
+from ..run.remote import open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
-from ..run.rundir import RunDir, clean_stale_temp, read_json
+from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
 from ..setup.join import wait_for_workers
 from .loop import LoopState, Result, at_new_batch_size, start_loop
@@ -83,11 +85,56 @@ def train(
             # Every worker trains with its own invocation's settings: on a resume the chief must not
             # take a left-out one from the run's record, where the other workers cannot see it.
             settings = as_given(settings)
-        plan = plan_run(settings, settings.resume if resume is None else resume, force, restart)
+        resume = settings.resume if resume is None else resume
+        remote = open_runs_dir(settings)  # a store must answer now, before any training (StorageError)
+        if remote is not None and resume:
+            if not cluster.multi:
+                setup_logging(None)  # the console, before the run's train.log exists: what came from the store
+            remote.bring(resume)  # the run to resume, from the store into the staging copy
+        plan = plan_run(settings, resume, force, restart)
         try:
+            if remote is not None:
+                return _train_uploading(remote, plan, force, stop, setup, observer)
             return _train(plan, force, stop, setup, observer)
         finally:
             plan.release()
+
+
+STOP_FLUSH_SECONDS = 30.0  # after SIGTERM or MAX_MINUTES: inside compose's 2-minute stop_grace_period
+
+
+def _train_uploading(remote, plan: RunPlan, force: bool, stop: StopFlag, setup=None, observer=None) -> Result:
+    """`_train` with the run's uploads to the store beside it; the last ones flushed at the end.
+
+    The exit code says whether the newest state reached the store: a run whose last files did not
+    within STORE_FLUSH_SECONDS (30 s at most after a stop) ends with StorageError, exit 7."""
+    mirror = remote.mirror(plan.run_dir, plan.lock.lease).start()
+    try:
+        result = _train(plan, force, stop, setup, observer)
+    except BaseException:
+        left = mirror.close(_flush_seconds(remote, stop))
+        if left:
+            log.error("%s", _not_uploaded(remote, plan.run_dir, left, mirror))
+        raise
+    left = mirror.close(_flush_seconds(remote, stop))
+    if left:
+        raise StorageError(_not_uploaded(remote, plan.run_dir, left, mirror))
+    log.info("run %s: everything is in %s/%s", plan.run_dir.name, remote.url, plan.run_dir.name)
+    return result
+
+
+def _flush_seconds(remote, stop: StopFlag) -> float:
+    return min(remote.flush_seconds, STOP_FLUSH_SECONDS) if stop.reason else remote.flush_seconds
+
+
+def _not_uploaded(remote, run_dir: Path, left: list[str], mirror) -> str:
+    why = mirror.lease.lost if mirror.lease is not None and mirror.lease.lost else mirror.last_error
+    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    return (
+        f"run {run_dir.name}: the newest state did not reach {remote.url} ({why}): {shown} only in the staging "
+        f"copy {run_dir}; once the store answers, `--resume {run_dir.name}` on this machine (same STORE_CACHE) "
+        "uploads them"
+    )
 
 
 def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None, observer=None) -> Result:

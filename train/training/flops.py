@@ -145,7 +145,7 @@ def cached_peak(
     """(FLOP/s per device, where it came from): the cached measurement for `key`, else the best of
     `rounds` probes, then cached for the next run. A cache that cannot be read is measured again,
     with a warning; one that cannot be written leaves this run's measurement in use."""
-    from ..run.rundir import shared_writes, write_json
+    from ..run.files import shared_writes, write_json
 
     path = peak_cache_file(cache_dir, key)
     if not remeasure and (path.exists() or path.is_symlink()):

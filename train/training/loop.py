@@ -27,6 +27,7 @@ from ..models import entry, monitors
 from ..run import checkpoints
 from ..run.manifest import record_unfinished_epoch, update_manifest
 from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, read_back
+from ..run.remote import local_dir
 from ..run.rundir import CACHE_DIR, RunDir
 from ..run.weights import save_weights
 from . import flops
@@ -238,7 +239,7 @@ class EpochLoop:
             return  # only the chief records MFU: the probe would hold the other workers up for nothing
         dtype = flops.compute_dtype(self.setup.precision)
         where = self.setup.gpus[0] if self.setup.gpus else "CPU"
-        cache = Path(self.s.runs_dir) / CACHE_DIR  # one measurement per machine, shared by the runs
+        cache = local_dir(self.s.runs_dir) / CACHE_DIR  # one measurement per machine, shared by the runs
         self.peak = flops.peak_for(self.s.peak_flops, cache, where, dtype, replicas)
         uncounted = ", ".join(self.flop_count.uncounted_layers) or "none"
         log.info(

@@ -1,0 +1,293 @@
+"""Runs with RUNS_DIR=s3://...: every command, the faults of the store, and the loss of the whole machine.
+
+Each `python -m train` runs in a subprocess with its own HOME (so its own STORE_CACHE) and working
+directory, as on another machine; the bucket is read with a stock client (the MinIO SDK). The server is
+a real SeaweedFS on 127.0.0.1 (tests/servers_s3.py). Every wait is for an event: an object in the
+bucket, a line of output, the process's end."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from faults import env, fit_flags, output, start_fit, wait_until
+from helpers import make_npz
+from servers_s3 import dead_endpoint
+
+# 3 epochs x 24 steps, a state every 4 steps: a few seconds of training, many checkpoints.
+RUN = dict(epochs=3, batch_size=16, checkpoint_every=4, deterministic=True, precision="float32", export=False)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_npz(tmp_path_factory.mktemp("data"))
+
+
+class Machine:
+    """A HOME, a temp folder and a working directory of their own: what a lost machine takes with it."""
+
+    def __init__(self, root: Path, server, **env_changes: str):
+        self.root = root
+        self.home, self.cwd, self.tmp = root / "home", root / "work", root / "tmp"
+        for d in (self.home, self.cwd, self.tmp):
+            d.mkdir(parents=True, exist_ok=True)
+        self.env = {**(server.env() if server else {}), "HOME": str(self.home), "TMPDIR": str(self.tmp), **env_changes}
+
+    def fit(self, flags: list[str]) -> subprocess.Popen:
+        return start_fit(flags, self.cwd, extra_env=self.env)
+
+    def command(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "train", *args],
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            env=env(**self.env),
+            timeout=timeout,
+        )
+
+    def lose(self) -> None:
+        """The machine is gone: its home (and the cache in it), temp files and working directory."""
+        shutil.rmtree(self.root)
+
+
+def _flags(tmp_path: Path, npz: Path, bucket: str, **changes) -> list[str]:
+    return fit_flags(tmp_path, npz, runs_dir=f"s3://{bucket}/runs", **{**RUN, **changes})
+
+
+def _runs_in(server, bucket) -> dict[str, dict[str, bytes]]:
+    """{run name: {path inside the run: contents}} as the bucket holds them."""
+    runs: dict[str, dict[str, bytes]] = {}
+    for key, body in server.keys(bucket, "runs/").items():
+        name, rel = key[len("runs/") :].split("/", 1)
+        runs.setdefault(name, {})[rel] = body
+    return runs
+
+
+def _in_bucket(server, bucket, pattern: str):
+    """A predicate: an object whose name inside its run matches `pattern` (a glob) is in the bucket."""
+    import fnmatch
+
+    return lambda: any(fnmatch.fnmatch(key.split("/", 2)[-1], pattern) for key in server.names(bucket, "runs/"))
+
+
+def _checkpoint_in_bucket(server, bucket):
+    return _in_bucket(server, bucket, "checkpoints/ckpt-*.npz")
+
+
+def _staging(machine: Machine, bucket: str) -> Path:
+    return machine.home / ".cache/tf-train-template/runs/s3" / bucket / "runs"
+
+
+# -- faults at start: one line, exit 7, before any training ---------------------------------------
+def test_a_store_that_does_not_answer_stops_fit_before_training(tmp_path, data, s3_server):
+    machine = Machine(tmp_path / "m", s3_server, AWS_ENDPOINT_URL=dead_endpoint())
+    proc = machine.fit(_flags(tmp_path, data, "some-bucket"))
+    assert proc.wait(timeout=300) == 7
+    out = output(proc)
+    assert "StorageError: RUNS_DIR s3://some-bucket/runs: the store at http://127.0.0.1:" in out
+    assert "does not answer" in out and "epoch" not in out and "devices:" not in out
+    assert not any(_staging(machine, "some-bucket").glob("2*")), "no run directory was created"
+
+
+def test_wrong_credentials_are_one_line_and_exit_7(tmp_path, data, s3_server, s3_bucket):
+    machine = Machine(tmp_path / "m", s3_server, AWS_SECRET_ACCESS_KEY="not-the-secret-123")
+    proc = machine.fit(_flags(tmp_path, data, s3_bucket))
+    assert proc.wait(timeout=300) == 7
+    out = output(proc)
+    errors = [line for line in out.splitlines() if line.startswith("StorageError")]
+    assert len(errors) == 1 and "refused the credentials" in errors[0] and "AWS_SECRET_ACCESS_KEY" in errors[0]
+    assert "not-the-secret-123" not in out and "epoch" not in out
+
+
+def test_a_missing_bucket_is_one_line_naming_it(tmp_path, data, s3_server):
+    machine = Machine(tmp_path / "m", s3_server)
+    proc = machine.fit(_flags(tmp_path, data, "no-such-bucket"))
+    assert proc.wait(timeout=300) == 7
+    assert "StorageError: RUNS_DIR s3://no-such-bucket/runs: bucket 'no-such-bucket' does not exist" in output(proc)
+
+
+# -- every command, each from a machine that has never seen the run -------------------------------
+@pytest.mark.slow
+def test_fit_to_a_bucket_then_runs_report_export_predict_and_resume_from_fresh_machines(
+    tmp_path, data, s3_server, s3_bucket
+):
+    trainer = Machine(tmp_path / "trainer", s3_server)
+    proc = trainer.fit(_flags(tmp_path, data, s3_bucket, epochs=2, report="quick"))
+    assert proc.wait(timeout=600) == 0, output(proc)[-3000:]
+    runs = _runs_in(s3_server, s3_bucket)
+    assert len(runs) == 1
+    name, files = next(iter(runs.items()))
+    # The layout in the bucket is the local run directory's, file for file (the lease is gone).
+    local = trainer.cwd.parent / "home/.cache/tf-train-template/runs/s3" / s3_bucket / "runs" / name
+    here = {p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()} - {"run.lock"}
+    assert set(files) == here
+    for rel in ("config.json", "manifest.json", "metrics.csv", "train.log", "best.weights.h5", "final.weights.h5"):
+        assert rel in files, rel
+    latest = files["checkpoints/LATEST"].decode().strip()
+    assert f"checkpoints/{latest}" in files
+    assert json.loads(files["manifest.json"])["status"] == "completed"
+    assert json.loads(files["config.json"])["runs_dir"] == f"s3://{s3_bucket}/runs"
+
+    listed = Machine(tmp_path / "lister", s3_server).command("runs", "--runs-dir", f"s3://{s3_bucket}/runs")
+    assert listed.returncode == 0 and name in listed.stdout, listed.stderr
+
+    s3_server.client().remove_object(s3_bucket, f"runs/{name}/report.html")
+    reported = Machine(tmp_path / "reporter", s3_server).command(
+        "report", name, "--quick", "--runs-dir", f"s3://{s3_bucket}/runs"
+    )
+    assert reported.returncode == 0, reported.stderr
+    assert "report.html" in _runs_in(s3_server, s3_bucket)[name]
+
+    exported = Machine(tmp_path / "exporter", s3_server).command(
+        "export", "latest", "--runs-dir", f"s3://{s3_bucket}/runs"
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    files = _runs_in(s3_server, s3_bucket)[name]
+    assert "export/model.keras" in files and any(rel.startswith("export/savedmodel/") for rel in files)
+
+    from PIL import Image
+
+    predictor = Machine(tmp_path / "predictor", s3_server)
+    Image.new("L", (28, 28), 200).save(predictor.cwd / "digit.png")
+    predicted = predictor.command("predict", name, "digit.png", "--runs-dir", f"s3://{s3_bucket}/runs")
+    assert predicted.returncode == 0 and "digit.png" in predicted.stdout, predicted.stderr[-3000:]
+
+    resumer = Machine(tmp_path / "resumer", s3_server)
+    proc = resumer.fit(_flags(tmp_path, data, s3_bucket, epochs=3, report="quick") + ["--resume", "latest"])
+    assert proc.wait(timeout=600) == 0, output(proc)[-3000:]
+    assert "resuming at epoch 3" in output(proc)
+    manifest = json.loads(_runs_in(s3_server, s3_bucket)[name]["manifest.json"])
+    assert manifest["status"] == "completed" and len(manifest["resumed_at"]) == 1
+
+
+# -- the lease between machines, and a stop that saves ---------------------------------------------
+@pytest.mark.slow
+def test_a_second_machine_is_refused_while_the_first_trains_and_sigterm_saves_to_the_store(
+    tmp_path, data, s3_server, s3_bucket
+):
+    first = Machine(tmp_path / "first", s3_server)
+    flags = _flags(tmp_path, data, s3_bucket, epochs=200, store_lease_seconds=6)
+    proc = first.fit(flags)
+    lease, state = _in_bucket(s3_server, s3_bucket, "run.lock"), _checkpoint_in_bucket(s3_server, s3_bucket)
+    assert wait_until(lambda: lease() and state(), proc, timeout=600)
+    name = next(iter(_runs_in(s3_server, s3_bucket)))
+    second = Machine(tmp_path / "second", s3_server)
+    refused = second.fit(flags + ["--resume", name])
+    assert refused.wait(timeout=600) == 4
+    busy = [line for line in output(refused).splitlines() if line.startswith("RunBusyError")]
+    assert len(busy) == 1 and f"run {name} is in use by another process (pid {proc.pid} on host" in busy[0]
+    assert proc.poll() is None, "the first run trains on"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=600) == 75, output(proc)[-3000:]
+    files = _runs_in(s3_server, s3_bucket)[name]
+    assert json.loads(files["manifest.json"])["status"] == "interrupted"
+    assert "run.lock" not in files
+    local = _staging(first, s3_bucket) / name / "checkpoints"
+    assert files["checkpoints/LATEST"] == (local / "LATEST").read_bytes()  # the newest state reached the store
+    assert f"checkpoints/{files['checkpoints/LATEST'].decode().strip()}" in files
+
+
+# -- the store lost mid-run ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_store_lost_mid_run_training_goes_on_one_warning_and_everything_arrives_when_back(
+    tmp_path, data, s3_server_factory
+):
+    server = s3_server_factory()
+    bucket = server.make_bucket("lost-mid-run")
+    machine = Machine(tmp_path / "m", server)
+    proc = machine.fit(_flags(tmp_path, data, bucket, epochs=4))
+    assert wait_until(_checkpoint_in_bucket(server, bucket), proc, timeout=600)
+    server.kill()  # the store vanishes mid-epoch
+    assert wait_until(lambda: "waiting up to" in output(proc), proc, timeout=600), output(proc)[-3000:]
+    out = output(proc)
+    assert "epoch 4/4:" in out, "training went on without the store"
+    server.start()
+    assert proc.wait(timeout=600) == 0, output(proc)[-3000:]
+    out = output(proc)
+    assert len([line for line in out.splitlines() if "WARNING: RUNS_DIR" in line]) == 1, out
+    name, files = next(iter(_runs_in(server, bucket).items()))
+    local = _staging(machine, bucket) / name
+    assert json.loads(files["manifest.json"])["status"] == "completed"
+    assert files["final.weights.h5"] == (local / "final.weights.h5").read_bytes()
+    assert files["checkpoints/LATEST"] == (local / "checkpoints/LATEST").read_bytes()
+
+
+@pytest.mark.slow
+def test_a_store_that_stays_down_makes_the_exit_code_7_naming_what_is_only_local(tmp_path, data, s3_server_factory):
+    server = s3_server_factory()
+    bucket = server.make_bucket("down-for-good")
+    machine = Machine(tmp_path / "m", server)
+    proc = machine.fit(_flags(tmp_path, data, bucket, epochs=2, store_flush_seconds=3))
+    assert wait_until(_checkpoint_in_bucket(server, bucket), proc, timeout=600)
+    server.kill()
+    assert proc.wait(timeout=600) == 7
+    out = output(proc)
+    errors = [line for line in out.splitlines() if line.startswith("StorageError")]
+    assert len(errors) == 1 and "the newest state did not reach" in errors[0] and "--resume" in errors[0], out
+    assert "ended: completed" in out  # the training itself finished; only the upload did not
+
+
+# -- the promise: lose the whole machine ------------------------------------------------------------
+@pytest.mark.slow
+def test_machine_lost_mid_epoch_a_fresh_machine_continues_from_the_bucket_bit_identical(
+    tmp_path_factory, data, s3_server, s3_bucket
+):
+    # The reference: the same settings, uninterrupted, on a local disk.
+    straight_dir = tmp_path_factory.mktemp("straight")
+    straight = Machine(straight_dir / "m", None)
+    proc = straight.fit(fit_flags(straight_dir, data, **RUN))
+    assert proc.wait(timeout=600) == 0, output(proc)[-3000:]
+    from faults import only_run
+
+    reference = json.loads((only_run(straight_dir / "runs") / "manifest.json").read_text())["final_weights_sha256"]
+
+    tmp = tmp_path_factory.mktemp("lost")
+    flags = _flags(tmp, data, s3_bucket, store_lease_seconds=3)
+    lost = Machine(tmp / "lost", s3_server)
+    proc = lost.fit(flags)
+    # Mid-epoch: once a state taken inside the first epoch (step 8 of 24) is in the bucket.
+    assert wait_until(_in_bucket(s3_server, s3_bucket, "checkpoints/ckpt-000000008.npz"), proc, timeout=600)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    lost.lose()
+    assert not (tmp / "lost").exists()
+
+    fresh = Machine(tmp / "fresh", s3_server, RESUME="auto")  # the same settings, elsewhere
+    proc = fresh.fit(flags)
+    assert proc.wait(timeout=600) == 0, output(proc)[-3000:]
+    out = output(proc)
+    assert re.search(r"resuming at epoch 1, step (8|12|16|20) ", out), out[-3000:]  # mid-epoch, from the bucket
+    assert re.search(r"files downloaded from s3://", out), out[-3000:]
+    runs = _runs_in(s3_server, s3_bucket)
+    assert len(runs) == 1, "the fresh machine continued the run, it did not start another"
+    manifest = json.loads(next(iter(runs.values()))["manifest.json"])
+    assert manifest["status"] == "completed" and len(manifest["resumed_at"]) == 1
+    assert manifest["final_weights_sha256"] == reference
+    print(f"\nFIGURES machine loss: SIGKILL once step 8 was in the bucket, fresh machine, sha identical: {True}")
+
+
+def test_runs_and_compare_read_runs_a_stock_client_put_in_the_bucket(tmp_path, s3_server, s3_bucket):
+    """Runs uploaded by hand (the layout is all there is to it), listed and compared from a fresh machine."""
+    from helpers import write_run_records
+
+    names = ["20261201-100000-000001-base", "20261201-110000-000002-wide"]
+    client = s3_server.client()
+    for i, name in enumerate(names):
+        run = write_run_records(tmp_path / "made" / name, config={"learning_rate": 0.001 * (i + 1)})
+        for path in run.rglob("*"):
+            if path.is_file():
+                client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(run).as_posix()}", str(path))
+    machine = Machine(tmp_path / "reader", s3_server)
+    listed = machine.command("runs", "--runs-dir", f"s3://{s3_bucket}/runs")
+    assert listed.returncode == 0, listed.stderr
+    assert all(name in listed.stdout for name in names)
+    compared = machine.command("compare", *names, "--runs-dir", f"s3://{s3_bucket}/runs")
+    assert compared.returncode == 0, compared.stderr
+    assert "LEARNING_RATE" in compared.stdout.upper() and "0.002" in compared.stdout

@@ -1,0 +1,302 @@
+"""RUNS_DIR in object storage, without training: the URL, the store's errors, the lease, the uploads.
+
+Against a real S3-compatible server on 127.0.0.1 (tests/servers_s3.py), never a mock."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from servers_s3 import dead_endpoint
+
+from train.config import load_settings
+from train.errors import ConfigError, RunBusyError, StorageError
+from train.run import remote
+from train.run.lease import Lease
+from train.run.mirror import Mirror
+from train.run.store import Conflict, Store, parse_url
+
+
+@pytest.fixture(autouse=True)
+def _forget_opened_stores():
+    yield
+    remote.close_all()
+
+
+def _settings(tmp_path, **values):
+    values.setdefault("store_cache", str(tmp_path / "cache"))
+    return load_settings(values, env_file=None, environ={})
+
+
+def _store(server, bucket, monkeypatch, prefix="runs", **env) -> Store:
+    for name, value in server.env(**env).items():
+        monkeypatch.setenv(name, value)
+    return Store(parse_url(f"s3://{bucket}/{prefix}"))
+
+
+# -- the URL -------------------------------------------------------------------------------------
+def test_an_s3_url_is_a_store_not_a_local_folder(tmp_path):
+    s = _settings(tmp_path, runs_dir="s3://my-bucket/team/runs")
+    assert s.runs_dir == "s3://my-bucket/team/runs"
+    assert str(parse_url(s.runs_dir)) == "s3://my-bucket/team/runs"
+    assert parse_url("s3://my-bucket/").prefix == ""
+    assert not (tmp_path / "s3:").exists()
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("s3:my-bucket/runs", "two slashes"),
+        ("s3:/my-bucket/runs", "two slashes"),
+        ("ftp://host/runs", "no object store"),
+        ("s3://", "no bucket"),
+        ("s3://My_Bucket/runs", "not valid"),
+        ("gs:bucket", "two slashes"),
+    ],
+)
+def test_a_runs_dir_url_that_cannot_work_is_refused_with_the_fix(tmp_path, value, says):
+    with pytest.raises(ConfigError, match="RUNS_DIR") as err:
+        _settings(tmp_path, runs_dir=value)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "s3://AKIAEXAMPLE:hunter2secret@my-bucket/runs",
+        "s3://token-hunter2secret@my-bucket/runs",
+        "s3://my-bucket/runs?secret_access_key=hunter2secret",
+        "s3://my-bucket/runs#hunter2secret",
+    ],
+)
+def test_a_credential_in_the_runs_dir_url_is_refused(tmp_path, value):
+    with pytest.raises(ConfigError) as err:
+        _settings(tmp_path, runs_dir=value)
+    text = str(err.value)
+    assert "credential" in text and "AWS_ACCESS_KEY_ID" in text
+
+
+def test_a_local_folder_with_a_colon_is_still_a_folder(tmp_path):
+    s = _settings(tmp_path, runs_dir=str(tmp_path / "runs:old"))
+    assert s.runs_dir.endswith("runs:old")
+
+
+# -- the server does what the lease relies on ------------------------------------------------------
+def test_the_server_honours_conditional_writes_with_a_stock_client(s3_server, s3_bucket):
+    from minio.error import S3Error
+
+    client = s3_server.client()
+
+    def put(body: bytes, **headers: str):
+        # The SDK signs the request; its put_object would turn these headers into user metadata.
+        return client._execute("PUT", s3_bucket, "probe", body=body, headers=headers)
+
+    first = put(b"1", **{"If-None-Match": "*"}).headers["ETag"]
+    with pytest.raises(S3Error, match="PreconditionFailed"):
+        put(b"2", **{"If-None-Match": "*"})
+    with pytest.raises(S3Error, match="PreconditionFailed"):
+        put(b"3", **{"If-Match": '"0000"'})
+    put(b"4", **{"If-Match": first})
+    assert s3_server.keys(s3_bucket)["probe"] == b"4"
+
+
+# -- one line for each way the store can fail at start ---------------------------------------------
+def test_wrong_credentials_are_one_line_naming_the_variables_never_the_secret(s3_server, s3_bucket, monkeypatch):
+    store = _store(s3_server, s3_bucket, monkeypatch, AWS_SECRET_ACCESS_KEY="wrong-secret-value")
+    with pytest.raises(StorageError) as err:
+        store.check()
+    text = str(err.value)
+    assert "refused the credentials" in text and "AWS_SECRET_ACCESS_KEY" in text and "\n" not in text
+    assert "wrong-secret-value" not in text
+
+
+def test_a_missing_bucket_is_one_line_naming_it(s3_server, monkeypatch):
+    store = _store(s3_server, "no-such-bucket-here", monkeypatch)
+    with pytest.raises(StorageError, match="bucket 'no-such-bucket-here' does not exist") as err:
+        store.check()
+    assert "\n" not in str(err.value)
+
+
+def test_a_store_that_does_not_answer_is_one_line(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", dead_endpoint())
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with pytest.raises(StorageError, match="does not answer") as err:
+        Store(parse_url("s3://some-bucket/runs")).check()
+    assert "\n" not in str(err.value)
+
+
+# -- the lease -----------------------------------------------------------------------------------
+def test_a_second_writer_is_refused_with_one_line_naming_the_holder(s3_server, s3_bucket, monkeypatch):
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    holder = Lease(store, "run-a/run.lock", "run-a", seconds=15).acquire()
+    try:
+        other = Lease(store, "run-a/run.lock", "run-a", seconds=15)
+        other.holder_text = "pid 2 on host elsewhere"
+        with pytest.raises(RunBusyError) as err:
+            other.acquire()  # refused at the holder's next renewal, a third of 15 s later
+        assert holder.holder_text in str(err.value) and "\n" not in str(err.value)
+    finally:
+        holder.release()
+    assert "runs/run-a/run.lock" not in s3_server.keys(s3_bucket)  # released: the object is gone
+
+
+def test_a_dead_holders_lease_expires_and_is_taken_over(s3_server, s3_bucket, monkeypatch, caplog):
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    dead = Lease(store, "run-b/run.lock", "run-b", seconds=2).acquire()
+    dead._stop.set()  # the holder dies: nothing renews its lease any more, nothing deletes it
+    dead._thread.join()
+    newcomer = Lease(store, "run-b/run.lock", "run-b", seconds=2)
+    with caplog.at_level(logging.INFO, logger="train"):
+        newcomer.acquire()  # waits at most the lease's 2 s
+    try:
+        assert "took over the lease" in caplog.text
+        assert b"pid" in s3_server.keys(s3_bucket)["runs/run-b/run.lock"]
+        # The dead holder, were it to wake up, can no longer renew: its ETag is not the object's.
+        with pytest.raises(Conflict):
+            store.replace("run-b/run.lock", b"x", dead.etag)
+    finally:
+        newcomer.release()
+
+
+def test_two_newcomers_racing_for_a_free_run_get_one_lease(s3_server, s3_bucket, monkeypatch):
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    results, barrier = [], threading.Barrier(2)
+
+    def take(n):
+        lease = Lease(store, "run-c/run.lock", "run-c", seconds=15)
+        lease.holder_text = f"contender {n}"
+        barrier.wait()
+        try:
+            results.append(lease.acquire())
+        except RunBusyError as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=take, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    won = [r for r in results if isinstance(r, Lease)]
+    assert len(won) == 1 and len(results) == 2, results
+    won[0].release()
+
+
+# -- the uploads ---------------------------------------------------------------------------------
+class Recording(Store):
+    """The real store, also noting the order of its writes."""
+
+    def __init__(self, url):
+        super().__init__(url)
+        self.order: list[str] = []
+
+    def put(self, rel, data):
+        etag = super().put(rel, data)
+        self.order.append(rel)
+        return etag
+
+
+def test_pointers_reach_the_store_only_after_what_they_point_to(s3_server, s3_bucket, monkeypatch, tmp_path):
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    store = Recording(parse_url(f"s3://{s3_bucket}/runs"))
+    run = tmp_path / "20261201-000000-000001"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "metrics.csv").write_text("epoch\n1\n")
+    (run / "checkpoints" / "ckpt-000000004.npz").write_bytes(b"state 4")
+    (run / "checkpoints" / "LATEST").write_text("ckpt-000000004.npz\n")
+    (run / "manifest.json").write_text('{"status": "running"}')
+    mirror = Mirror(store, tmp_path, run)
+    try:
+        assert mirror.sync_once()
+        names = [rel.split("/", 1)[1] for rel in store.order]
+        assert names[0] == "config.json"
+        assert names.index("checkpoints/LATEST") > names.index("checkpoints/ckpt-000000004.npz")
+        assert names[-2:] == ["checkpoints/LATEST", "manifest.json"] or names[-1] == "manifest.json"
+        # The next state, the old one removed: the new object first, the pointer, then the deletion.
+        (run / "checkpoints" / "ckpt-000000008.npz").write_bytes(b"state 8")
+        (run / "checkpoints" / "LATEST").write_text("ckpt-000000008.npz\n")
+        (run / "checkpoints" / "ckpt-000000004.npz").unlink()
+        store.order.clear()
+        assert mirror.sync_once()
+        assert [rel.split("/", 1)[1] for rel in store.order] == ["checkpoints/ckpt-000000008.npz", "checkpoints/LATEST"]
+        keys = s3_server.keys(s3_bucket, "runs/")
+        assert f"runs/{run.name}/checkpoints/ckpt-000000004.npz" not in keys
+        assert keys[f"runs/{run.name}/checkpoints/LATEST"] == b"ckpt-000000008.npz\n"
+        # Unchanged files are not sent again.
+        store.order.clear()
+        assert mirror.sync_once() and store.order == []
+    finally:
+        mirror.stop_watching()
+
+
+def test_a_store_lost_and_back_one_warning_then_everything_arrives(s3_server_factory, monkeypatch, tmp_path, caplog):
+    from train.run.files import write_text
+
+    server = s3_server_factory()
+    bucket = server.make_bucket("lost-and-back")
+    store = _store(server, bucket, monkeypatch)
+    run = tmp_path / "20261201-000000-000002"
+    run.mkdir()
+    write_text(run / "config.json", "{}")
+    mirror = Mirror(store, tmp_path, run).start()
+    with caplog.at_level(logging.INFO, logger="train"):
+        assert mirror.wait_for_pass(timeout=120)
+        assert f"runs/{run.name}/config.json" in server.keys(bucket)
+        server.stop()
+        for i in range(5):  # the run writes on; every write wakes the uploads
+            write_text(run / f"file-{i}.txt", str(i))
+        assert wait_for(lambda: mirror.down_since is not None)
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "train"]
+        server.start()
+        left = mirror.close(seconds=300)
+    assert left == []
+    assert len(warnings) == 1 and "training goes on" in warnings[0].getMessage()
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING and r.name == "train"]) == 1
+    assert "answers again" in caplog.text
+    keys = server.keys(bucket)
+    assert all(f"runs/{run.name}/file-{i}.txt" in keys for i in range(5))
+
+
+def wait_for(predicate, timeout: float = 120) -> bool:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_store_whose_client_cannot_be_set_up_is_one_storage_error(monkeypatch):
+    for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_CONNECTION_STRING"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(StorageError, match=r"RUNS_DIR az://container/runs: the store's client cannot be set up") as err:
+        Store(parse_url("az://container/runs"))
+    assert "\n" not in str(err.value)
+
+
+def test_a_holder_whose_lease_was_taken_over_uploads_nothing_more(s3_server, s3_bucket, monkeypatch, tmp_path):
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    run = tmp_path / "20261201-000000-000003"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    holder = Lease(store, f"{run.name}/run.lock", run.name, seconds=2).acquire()
+    holder._stop.set()  # cut off from the store: no renewal for longer than the lease
+    holder._thread.join()
+    newcomer = Lease(store, f"{run.name}/run.lock", run.name, seconds=2).acquire()
+    try:
+        assert holder.renew_once() is False and "taken over" in holder.lost
+        mirror = Mirror(store, tmp_path, run, holder)
+        try:
+            assert mirror.sync_once() is False
+        finally:
+            mirror.stop_watching()
+        assert f"runs/{run.name}/config.json" not in s3_server.names(s3_bucket)
+        assert mirror.close(seconds=30) != []  # the run's end says so: exit 7
+    finally:
+        newcomer.release()

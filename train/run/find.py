@@ -1,0 +1,178 @@
+"""Finding runs: new run ids, creating a run directory, listing RUNS_DIR, resolving `latest` or an id."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import RunRecordError, StorageError, TemplateError
+from .files import ensure_writable, storage_error
+from .remote import local_dir
+from .rundir import RunDir
+
+log = logging.getLogger("train")
+# 20261130-061959-483920[-name]: date, time, microseconds. Ids made before the microseconds
+# (20261130-061959-a1b2) carry 4 random hex digits instead.
+_ID = re.compile(r"^(\d{8}-\d{6})-([0-9a-f]{4}|\d{6})(?:-|$)")
+
+
+ID_LENGTH = len("20261130-061959-483920-")  # what new_run_id puts before RUN_NAME
+
+
+def name_max(directory: Path | str) -> int:
+    """The longest file name, in bytes, the file system of `directory` (or of its nearest existing
+    parent: RUNS_DIR may not exist yet) allows; 255 where it does not say."""
+    path = Path(directory).absolute()
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            try:
+                return os.pathconf(candidate, "PC_NAME_MAX")
+            except (OSError, ValueError):
+                break
+    return 255
+
+
+def run_name_problem(run_name: str, runs_dir: Path | str) -> str | None:
+    """Why a run directory named after `run_name` cannot be created in `runs_dir`, or None.
+
+    The limit is on bytes, not characters: a letter outside ASCII takes 2 to 4 bytes in UTF-8, so
+    64 characters may already be too long ("File name too long" at mkdir, after the start-up)."""
+    size, limit = len(run_name.encode("utf-8", "surrogatepass")), name_max(runs_dir) - ID_LENGTH
+    if size <= limit:
+        return None
+    return (
+        f"{size} bytes in UTF-8, more than the {limit} a run directory's name leaves for it (the file system "
+        f"of {runs_dir} allows {limit + ID_LENGTH} bytes a name, the run id takes {ID_LENGTH}): shorten it "
+        "(each letter outside ASCII takes 2 to 4 bytes)"
+    )
+
+
+def new_run_id(run_name: str = "", now: _dt.datetime | None = None) -> str:
+    """Readable, and ordered by creation down to the microsecond: 20261130-061959-483920[-name].
+
+    Two runs started within one second get different ids in the order they were created (a
+    random suffix would order them by chance); two in the same microsecond collide on mkdir and
+    the later one takes the next id (create_run_dir).
+    """
+    now = now or _dt.datetime.now()
+    rid = now.strftime("%Y%m%d-%H%M%S-%f")
+    return f"{rid}-{run_name}" if run_name else rid
+
+
+def creation_key(path: Path) -> tuple:
+    """Sort key: creation order from the id (old 4-hex ids: by second, then name); other names first."""
+    m = _ID.match(path.name)
+    if not m:
+        return ("", -1, path.name)
+    micro = int(m.group(2)) if len(m.group(2)) == 6 else -1
+    return (m.group(1), micro, path.name)
+
+
+def list_run_dirs(runs_dir: str | Path, warn: Callable[[str], None] | None = None) -> list[Path]:
+    """The run directories under RUNS_DIR, oldest first (by creation, not by name).
+
+    An entry that cannot be looked into (mode 000, another user's folder, `lost+found` on a
+    mounted volume) is one warning line and is left out; it never hides the runs beside it.
+    RUNS_DIR itself unreadable is a StorageError: "no runs" would be a guess.
+    """
+    runs, unreadable = scan_run_dirs(runs_dir)
+    for path, reason in unreadable:
+        (warn or log.warning)(
+            f"WARNING: {path} in RUNS_DIR cannot be read ({reason}): left out; make it readable "
+            "(chmod, or chown to this user) or move it out of RUNS_DIR"
+        )
+    return runs
+
+
+def scan_run_dirs(runs_dir: str | Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(the run directories oldest first, [(entry, reason)] for the entries that cannot be read)."""
+    root = local_dir(runs_dir)
+    try:
+        entries = list(root.iterdir()) if root.is_dir() else []
+    except OSError as exc:
+        raise StorageError(
+            f"cannot list RUNS_DIR {root}: {exc.strerror or exc}; make it readable by this user "
+            "(chmod u+rx) or point RUNS_DIR at another folder"
+        ) from None
+    found, unreadable = [], []
+    for p in entries:
+        try:
+            if is_run_dir(p):
+                found.append(p)
+        except OSError as exc:
+            unreadable.append((p, exc.strerror or type(exc).__name__))
+    return sorted(found, key=creation_key), unreadable
+
+
+def create_run_dir(runs_dir: str | Path, run_name: str = "") -> Path:
+    root = ensure_writable(local_dir(runs_dir))
+    for _ in range(100):  # a collision means the same microsecond: the next try is later
+        path = root / new_run_id(run_name)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise storage_error(path, exc) from exc
+        run = RunDir(path)
+        for sub in (run.checkpoints, run.tensorboard):
+            sub.mkdir()
+        return path
+    raise StorageError(f"could not create a unique run directory under {root}")
+
+
+def is_run_dir(path: Path | str) -> bool:
+    return RunDir(path).is_run()
+
+
+def resolve_run(runs_dir: str | Path, run: str) -> Path:
+    """A run id under RUNS_DIR, a path to a run directory, or 'latest' (the last one created)."""
+    root = local_dir(runs_dir)
+    if run == "latest":
+        runs = list_run_dirs(root)
+        if not runs:
+            raise RunNotFound(f"--resume/RUN 'latest': no runs in {root}; train first or set RUNS_DIR")
+        return runs[-1]
+    for candidate in (root / run, Path(run)):
+        try:
+            if is_run_dir(candidate):
+                return candidate
+        except OSError as exc:  # a folder this user may not look into (mode 000, another owner)
+            raise RunRecordError(
+                f"run {run!r}: {candidate} cannot be read ({exc.strerror or exc}); make it readable "
+                "(chmod, or chown to this user) or run as its owner"
+            ) from None
+    raise RunNotFound(
+        f"run {run!r} not found in {root} (no {RunDir(run).config.name}){_did_you_mean(root, run)}; "
+        "`python -m train runs` lists the runs"
+    )
+
+
+def _did_you_mean(root: Path, run: str) -> str:
+    """A run whose name starts with `run` (a name with a space, unquoted, arrives cut at the space:
+    `report base copy.bak`), else the closest name."""
+    import difflib
+
+    try:
+        names = [p.name for p in scan_run_dirs(root)[0]]
+    except StorageError:
+        return ""
+    longer = [n for n in names if n.startswith(run) and n != run]
+    if longer:
+        spaced = " ".join(repr(n) for n in longer[:3] if " " in n[len(run) :][:1])
+        if spaced:
+            return f"; did you mean {spaced}? (quote a name that has a space)"
+        return "; did you mean " + ", ".join(repr(n) for n in longer[:3]) + "?"
+    close = difflib.get_close_matches(run, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class RunNotFound(TemplateError):
+    """The run named on the command line does not exist (a usage error: exit 2)."""
+
+    exit_code = 2
+    kind = "config"

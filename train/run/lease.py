@@ -1,0 +1,126 @@
+"""The run lock on object storage: a lease object, run.lock, taken with a conditional write.
+
+A store has no flock, and a process on another machine cannot be asked whether it lives. So the
+writer of a run creates `<run>/run.lock` with If-None-Match: * (one of two racing processes wins),
+and renews it every third of STORE_LEASE_SECONDS with If-Match on its own ETag. Another process
+finding the lease watches it: a renewal means the holder lives (refused, one line naming it); no
+renewal for STORE_LEASE_SECONDS (by the holder's clock or by its own) means the holder is gone, and
+it takes the lease over with If-Match on the ETag it saw, so two newcomers never both win.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+
+from ..errors import RunBusyError, StorageError
+from .store import Conflict, Store
+
+log = logging.getLogger("train")
+POLL_SECONDS = 0.5  # how often a newcomer looks at a held lease
+
+
+class Lease:
+    def __init__(self, store: Store, rel: str, run_name: str, seconds: float):
+        self.store, self.rel, self.run_name, self.seconds = store, rel, run_name, float(seconds)
+        self.etag: str | None = None
+        self.lost: str | None = None  # why the lease is no longer ours (another process took it over)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.holder_text = f"pid {os.getpid()} on host {socket.gethostname()}"
+
+    def _body(self) -> bytes:
+        return json.dumps({"holder": self.holder_text, "renewed": time.time(), "seconds": self.seconds}).encode()
+
+    def acquire(self) -> Lease:
+        while True:
+            try:
+                self.etag = self.store.create(self.rel, self._body())
+                break
+            except Conflict:
+                pass
+            if self._wait_out_holder():
+                break
+        self._thread = threading.Thread(target=self._renew, name="lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _wait_out_holder(self) -> bool:
+        """Watch a lease held by another process: True once taken over, RunBusyError if it is renewed."""
+        try:
+            body, etag = self.store.get(self.rel)
+        except FileNotFoundError:
+            return False  # released meanwhile: create it again
+        first_seen = time.monotonic()
+        info = _parse(body)
+        while True:
+            expired_by_holder = time.time() > info.get("renewed", 0) + info.get("seconds", self.seconds)
+            if expired_by_holder or time.monotonic() - first_seen > info.get("seconds", self.seconds):
+                try:
+                    self.etag = self.store.replace(self.rel, self._body(), etag)
+                except Conflict:
+                    return False  # renewed, released or taken by another newcomer: look again
+                log.info(
+                    "run %s: took over the lease of %s (not renewed for %.0f s: that process is gone)",
+                    self.run_name,
+                    info.get("holder", "an unknown process"),
+                    time.time() - info.get("renewed", 0),
+                )
+                return True
+            time.sleep(POLL_SECONDS)
+            try:
+                _body, now_etag = self.store.get(self.rel)
+            except FileNotFoundError:
+                return False
+            if now_etag != etag:
+                raise RunBusyError(
+                    f"run {self.run_name} is in use by another process ({_parse(_body).get('holder', 'unknown')}, "
+                    f"its lease {self.store.url.key(self.rel)} is being renewed): two processes never write one run; "
+                    "wait for it to end or stop it, then resume"
+                )
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.seconds / 3) and self.renew_once():
+            pass
+
+    def renew_once(self) -> bool:
+        """One renewal; False once the lease is lost (another process took it over meanwhile)."""
+        try:
+            self.etag = self.store.replace(self.rel, self._body(), self.etag or "")
+        except Conflict:
+            self.lost = (
+                f"the lease {self.store.url.key(self.rel)} was taken over by another process while this one "
+                f"could not renew it for {self.seconds:.0f} s (STORE_LEASE_SECONDS)"
+            )
+            log.warning("WARNING: run %s: %s; nothing more is uploaded from here", self.run_name, self.lost)
+            return False
+        except (StorageError, FileNotFoundError) as exc:
+            # The store is down (the uploads say so, once) or the object is gone: try again next time.
+            log.debug("lease renewal failed: %s", exc)
+        return True
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.seconds)
+            self._thread = None
+        if self.etag and not self.lost:
+            try:
+                _body, etag = self.store.get(self.rel)
+                if etag == self.etag:
+                    self.store.delete(self.rel)
+            except (StorageError, FileNotFoundError):
+                pass  # unreachable store: the lease simply expires
+        self.etag = None
+
+
+def _parse(body: bytes) -> dict:
+    try:
+        info = json.loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return info if isinstance(info, dict) else {}

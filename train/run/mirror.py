@@ -1,0 +1,264 @@
+"""A run directory kept in two places: the local staging copy where the run writes, and the store.
+
+Uploads run in a thread beside training (`Mirror`), woken by every finished atomic write and every
+few seconds. One pass uploads what changed, in an order that keeps the store's copy usable after
+an interruption at any moment:
+
+1. the pointers (checkpoints/LATEST, manifest.json) are read first, as they are now;
+2. every other changed file is uploaded, each as one whole object (a reader sees the old one or the
+   new one, never half), config.json first: it is what makes a folder a run;
+3. only then the pointers as read in 1: what they point to is already in the store;
+4. objects of files the run deleted (old checkpoints) go last.
+
+A failed pass is retried with backoff; the first failure is one warning line, the return of the
+store one info line. `close` flushes what is pending before a deadline and says what is not.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from ..errors import StorageError
+from .files import TMP_MARK, atomic_write, read_json, watch_writes, write_json
+from .rundir import RunDir
+from .store import Store, local_md5
+
+log = logging.getLogger("train")
+POINTERS = ("checkpoints/LATEST", "manifest.json")
+FIRST = ("config.json",)
+SKIP = {"run.lock"}  # the local flock file; in the store, run.lock is the lease (train.run.lease)
+PERIOD_SECONDS = 5.0  # a pass at least this often: train.log and TensorBoard's files are appended, not replaced
+BACKOFF_SECONDS = (1, 2, 4, 8, 15, 30)  # waits between failed passes while training goes on
+FLUSH_RETRY_SECONDS = 0.5  # while flushing at the end, try again this often
+
+
+class SyncState:
+    """What the store holds of one run, as this machine last saw it: {path: [etag, size, mtime_ns]}.
+
+    Kept beside the run directory in the cache (never in it, never uploaded), so that a later pull
+    can tell a file changed here (upload it) from one changed in the store (download it)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.files: dict[str, list] = read_json(path)
+        except (OSError, ValueError):
+            self.files = {}
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(self.path, self.files)
+
+    def unchanged_here(self, rel: str, local: Path) -> bool:
+        entry = self.files.get(rel)
+        if entry is None:
+            return False
+        try:
+            st = local.stat()
+        except OSError:
+            return False
+        return [st.st_size, st.st_mtime_ns] == entry[1:]
+
+    def record(self, rel: str, etag: str, local: Path) -> None:
+        st = local.stat()
+        self.files[rel] = [etag, st.st_size, st.st_mtime_ns]
+
+
+def state_path(root: Path, run_name: str) -> Path:
+    return root / ".store-state" / f"{run_name}.json"
+
+
+def pull(store: Store, root: Path, run_name: str, want=lambda rel: True) -> int:
+    """Bring the store's copy of one run into the local staging copy; the number of files downloaded.
+
+    A file is downloaded when it is missing here or when the store's object changed since this
+    machine last synced it; a file changed here and not yet uploaded (the store was down) is kept."""
+    local_run = root / run_name
+    state = SyncState(state_path(root, run_name))
+    remote = store.list(run_name)
+    got = 0
+    for rel_full, (_size, etag) in sorted(remote.items()):
+        rel = rel_full[len(run_name) + 1 :]
+        if rel in SKIP or not want(rel):
+            continue
+        local = local_run / rel
+        known = state.files.get(rel)
+        if local.is_file():
+            if known and known[0] == etag:
+                continue  # the store has not changed: what is here is as new or newer
+            if local_md5(local) == etag:
+                state.record(rel, etag, local)
+                continue
+        data, etag = store.get(rel_full)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(local, lambda p, d=data: p.write_bytes(d))
+        state.record(rel, etag, local)
+        got += 1
+    for sub in (RunDir(local_run).checkpoints, RunDir(local_run).tensorboard):
+        sub.mkdir(parents=True, exist_ok=True)
+    state.save()
+    return got
+
+
+class Mirror:
+    """Uploads one run directory to the store from a thread, until `close`."""
+
+    def __init__(self, store: Store, root: Path, run_dir: Path, lease=None):
+        self.store, self.run_dir, self.lease = store, Path(run_dir), lease
+        self.name = self.run_dir.name
+        self.state = SyncState(state_path(root, self.name))
+        self.pending: list[str] = []  # what the last pass could not upload
+        self.down_since: float | None = None
+        self.last_error: StorageError | None = None
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._idle = threading.Condition()
+        self._passes = 0  # passes completed in full
+        self._thread = threading.Thread(target=self._loop, name="store-uploads", daemon=True)
+        self._unwatch = watch_writes(self._on_write)
+
+    def stop_watching(self) -> None:
+        self._unwatch()
+
+    def start(self) -> Mirror:
+        self._thread.start()
+        return self
+
+    def _on_write(self, path: Path) -> None:
+        if self.run_dir in path.parents:
+            self._wake.set()
+
+    def _loop(self) -> None:
+        failures = 0
+        while True:
+            closing = self._closing.is_set()  # set before this pass began: the pass sees every last file
+            self._wake.clear()
+            ok = self.sync_once()
+            with self._idle:
+                self._passes += ok
+                self._idle.notify_all()
+            if closing and (ok or (self.lease is not None and self.lease.lost)):
+                return
+            if self._closing.is_set():
+                time.sleep(0 if ok else FLUSH_RETRY_SECONDS)
+            elif ok:
+                failures = 0
+                self._wake.wait(PERIOD_SECONDS)
+            else:  # the store is down: keep to the backoff, however often the run writes meanwhile
+                self._closing.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)])
+                failures += 1
+
+    def sync_once(self) -> bool:
+        """One pass (module doc); False when something could not be uploaded."""
+        if self.lease is not None and self.lease.lost:
+            self.pending = ["everything since the lease was lost"]
+            return False
+        try:
+            self._pass()
+        except StorageError as exc:
+            self.last_error = exc
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+                log.warning(
+                    "WARNING: %s; training goes on, the run's files stay in %s and are uploaded when the store "
+                    "answers again (retried with backoff)",
+                    exc,
+                    self.run_dir,
+                )
+            return False
+        except FileNotFoundError:
+            return False  # a file replaced or removed during the pass: the next pass sees the new one
+        if self.down_since is not None:
+            log.info("store %s answers again: the run's pending files are uploaded", self.store.url)
+            self.down_since = None
+        return True
+
+    def _pass(self) -> None:
+        pointers = {}
+        for rel in POINTERS:  # read before anything else (module doc, step 1)
+            try:
+                pointers[rel] = (self.run_dir / rel).read_bytes()
+            except FileNotFoundError:
+                pass
+        files = sorted(
+            (rel for rel in _walk(self.run_dir) if rel not in POINTERS and rel not in SKIP),
+            key=lambda rel: (rel not in FIRST, rel),
+        )
+        todo = [rel for rel in files if not self.state.unchanged_here(rel, self.run_dir / rel)]
+        pointer_todo = [rel for rel in pointers if not self._same_pointer(rel, pointers[rel])]
+        self.pending = todo + pointer_todo
+        for rel in todo:
+            self._upload(rel)
+        for rel in pointer_todo:
+            etag = self.store.put(f"{self.name}/{rel}", pointers[rel])
+            self.state.files[rel] = [etag, len(pointers[rel]), _digest(pointers[rel])]
+            self.pending.remove(rel)
+        gone = [rel for rel in self.state.files if rel not in pointers and not (self.run_dir / rel).is_file()]
+        for rel in gone:
+            self.store.delete(f"{self.name}/{rel}")
+            del self.state.files[rel]
+        if todo or pointer_todo or gone:
+            self.state.save()
+
+    def _upload(self, rel: str) -> None:
+        local = self.run_dir / rel
+        before = local.stat()
+        data = local.read_bytes()
+        etag = self.store.put(f"{self.name}/{rel}", data)
+        self.state.files[rel] = [etag, before.st_size, before.st_mtime_ns]
+        self.pending.remove(rel)
+
+    def _same_pointer(self, rel: str, data: bytes) -> bool:
+        entry = self.state.files.get(rel)
+        if entry is None:
+            return False
+        # Pointers are compared by content: they are small, and their mtime says nothing here.
+        return entry[1:] == [len(data), _digest(data)] or local_md5_bytes(data) == entry[0]
+
+    def wait_for_pass(self, timeout: float) -> bool:
+        """Wait until a full pass that started after this call has completed (tests, benchmarks)."""
+        with self._idle:
+            target = self._passes + 2  # the pass under way may have read the files before the call
+            self._wake.set()
+            return self._idle.wait_for(lambda: self._passes >= target, timeout)
+
+    def close(self, seconds: float) -> list[str]:
+        """Upload what is pending within `seconds`; what did not reach the store ([] when all did)."""
+        self._unwatch()
+        self._closing.set()
+        self._wake.set()
+        if not self._thread.is_alive():  # never started (a failure before training)
+            self._thread = threading.Thread(target=self._loop, name="store-uploads", daemon=True)
+            self._thread.start()
+        if self.down_since is not None:
+            log.info("waiting up to %.0f s for the store %s to take the run's last files", seconds, self.store.url)
+        self._thread.join(seconds)
+        if self._thread.is_alive():
+            return list(self.pending) or ["the files of the pass under way"]
+        return [] if self.lease is None or not self.lease.lost else list(self.pending)
+
+
+def local_md5_bytes(data: bytes) -> str:
+    import hashlib
+
+    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+
+
+def _digest(data: bytes) -> int:
+    import zlib
+
+    return zlib.crc32(data)
+
+
+def _walk(run_dir: Path) -> list[str]:
+    """Every file of the run directory as a path inside it, temp files of writes in progress left out."""
+    out = []
+    for p in run_dir.rglob("*"):
+        rel = p.relative_to(run_dir).as_posix()
+        if TMP_MARK in rel or not p.is_file():
+            continue
+        out.append(rel)
+    return out
