@@ -10,7 +10,7 @@ from helpers import make_npz
 
 from train.cli import main
 from train.config import load_settings
-from train.run.rundir import list_run_dirs
+from train.run.find import list_run_dirs
 
 
 def _space(tmp_path: Path, body: str, study: str = "") -> Path:

@@ -12,7 +12,7 @@ from faults import env
 from servers_pg import PASSWORD
 from test_sweep_signals import _flags
 
-from train.run.rundir import list_run_dirs
+from train.run.find import list_run_dirs
 
 pytestmark = pytest.mark.slow
 

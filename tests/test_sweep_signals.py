@@ -17,7 +17,7 @@ import pytest
 from faults import env, wait_until
 from helpers import make_npz
 
-from train.run.rundir import list_run_dirs
+from train.run.find import list_run_dirs
 
 pytestmark = pytest.mark.slow
 

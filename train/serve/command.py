@@ -68,7 +68,11 @@ def run(args: argparse.Namespace) -> int:
     if (target / "savedmodel").is_dir():
         model = find_export(target, None, args.model_name)
     else:
-        from ..run.rundir import resolve_run
+        from ..run.find import resolve_run
+        from ..run.remote import open_runs_dir
 
+        remote = open_runs_dir(settings)  # RUNS_DIR in a store: the run's export into the staging copy first
+        if remote is not None:
+            remote.bring(args.run, checkpoints=False)
         model = find_export(None, resolve_run(settings.runs_dir, args.run), args.model_name)
     return serve(model, args.host, args.port, settings)

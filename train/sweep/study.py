@@ -30,8 +30,9 @@ from typing import Any
 
 from ..config import Settings, redact_uri
 from ..errors import ConfigError, DivergedError, Interrupted, ModelError, OutOfMemoryError, TemplateError
+from ..run.find import is_run_dir
 from ..run.manifest import update_manifest
-from ..run.rundir import RunDir, is_run_dir, read_json
+from ..run.rundir import RunDir, read_json
 from ..training.stop_flag import StopFlag
 from .space import SweepSpec
 from .storage import open_storage, open_study
