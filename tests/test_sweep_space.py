@@ -147,3 +147,13 @@ def test_study_flag_with_a_path_separator_is_refused(tmp_path, capsys):
 def test_the_example_space_file_is_valid(tmp_path):
     spec = read_space(PROJECT_ROOT / "sweeps" / "example.toml", _settings(tmp_path))
     assert spec.name == "example" and {p.name for p in spec.params} == {"learning_rate", "batch_size", "model"}
+
+
+def test_a_sweep_on_runs_dir_in_object_storage_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a URL taken as a local path would make a folder `s3:`
+    space = tmp_path / "s.toml"
+    space.write_text("[study]\ntrials = 1\n[space]\nlearning_rate = { low = 1e-4, high = 1e-2, log = true }\n")
+    rc = main(["sweep", str(space), "--env-file", "/dev/null", "--runs-dir", "s3://bucket/runs"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "RUNS_DIR='s3://bucket/runs'" in err[0] and "local folder" in err[0]
+    assert not (tmp_path / "s3:").exists()

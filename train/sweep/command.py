@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..errors import ConfigError
+
 
 def add_command(sub: argparse._SubParsersAction) -> None:
     from ..commands.fit import add_setting_flags
@@ -51,6 +53,16 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_for(args)
     if args.storage is not None:
         settings = settings.replace(sweep_storage=args.storage)
+    from ..run.store import looks_like_url
+
+    if looks_like_url(settings.runs_dir):
+        # The study's report and its SQLite file are written under RUNS_DIR as local paths.
+        raise ConfigError(
+            "RUNS_DIR",
+            settings.runs_dir,
+            "a sweep keeps its trials' runs and its report in a local RUNS_DIR (a bucket is not supported "
+            "for sweeps yet): give a local folder, e.g. --runs-dir ./runs",
+        )
     from .space import read_space, with_name
 
     spec = read_space(args.space, settings)
