@@ -33,6 +33,11 @@ OTHER_TOOLS = {
     "TENSORBOARD_PORT",
     "MLFLOW_IMAGE",
     "MLFLOW_PORT",
+    "SERVE_PORT",  # compose's `serve` profile: the published port and the command's arguments
+    "SERVE_ARGS",
+    "SWEEP_SPACE",  # compose's `sweep` profile: the space file, the study database's password and image
+    "SWEEP_DB_PASSWORD",
+    "POSTGRES_IMAGE",
 }
 OTHER_PREFIXES = ("COMPOSE_", "DOCKER_", "BUILDKIT_", "TF_", "CUDA_", "NVIDIA_", "XLA_", "NCCL_", "PYTHON")
 
