@@ -671,3 +671,9 @@ def test_the_full_report_evaluates_this_run_and_says_why_when_it_cannot(tmp_path
     assert (
         '<p class="note">not available: DataError: data/mnist.npz is missing</p>' in (run / "report.html").read_text()
     )
+
+
+def test_a_report_is_full_unless_asked_otherwise(tmp_path, monkeypatch):
+    run = write_run_records(tmp_path / "r")
+    calls = _evaluated(monkeypatch)
+    assert report.write_report(run).missing == [] and calls == [run]
