@@ -677,3 +677,14 @@ def test_a_report_is_full_unless_asked_otherwise(tmp_path, monkeypatch):
     run = write_run_records(tmp_path / "r")
     calls = _evaluated(monkeypatch)
     assert report.write_report(run).missing == [] and calls == [run]
+
+
+def test_the_epochs_part_of_a_run_with_no_epoch_yet_says_so():
+    from pathlib import Path
+
+    from train.results.run_records import RunRecords
+
+    lines = _page_lines(report.render(RunRecords(Path("r"), {}, {}), b"", ""))
+    assert lines[-2] == (
+        '<details open><summary>metrics.csv (0 rows)</summary><p class="note">no epoch finished yet</p></details>'
+    )
