@@ -858,3 +858,69 @@ def test_a_whole_record_is_read_as_manifest_and_config(tmp_path):
     (tmp_path / "config.json").write_text('{"epochs": 2}')
     (tmp_path / "manifest.json").write_text('{"status": "completed"}')
     assert read_record(tmp_path) == ({"status": "completed"}, {"epochs": 2})
+
+
+def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writes_its_verdict(tmp_path, monkeypatch):
+    """The whole command with the training child replaced: what it says, which code and flags the
+    rerun gets, and the verdict it writes into the rerun and its manifest."""
+    import hashlib
+
+    from helpers import make_npz, tiny_values, write_run_records
+
+    from train.inputs.pipeline import load_data
+    from train.reproduce import rerun
+    from train.run.rundir import RunDir
+
+    repo, commit = _repo_with_a_lock(tmp_path)
+    lock_sha = hashlib.sha256(b"numpy==2.0\n").hexdigest()
+    npz = make_npz(tmp_path)
+    config = dict(tiny_values(tmp_path, npz), deterministic=True, epochs=1)
+    from train.config import settings_from_dict
+
+    fingerprint = load_data(settings_from_dict(config)).fingerprint
+    manifest = {
+        "git": {"commit": commit, "dirty": True, "source": "git"},
+        "requirements_lock": {"file": "/app/requirements.lock", "sha256": lock_sha},
+        "data": {"fingerprint": fingerprint},
+        "final_weights_sha256": "ab" * 32,
+        "epochs_completed": 1,
+        "tensorflow": "0.1",
+    }
+    metrics = [{"epoch": 1, "val_accuracy": 0.5, "loss": 1.0}]
+    run = write_run_records(tmp_path / "runs" / ("x" * 70), config, manifest, metrics)
+    seen = {}
+
+    def fake_rerun(code, flags, config_, runs_dir, stop):
+        seen.update(code=code, head=_git(code, "rev-parse", "HEAD").strip(), flags=flags, runs_dir=runs_dir)
+        new = write_run_records(runs_dir / "rerun", config_, dict(manifest, git={"commit": commit}), metrics)
+        return new
+
+    monkeypatch.setattr(rerun, "rerun", fake_rerun)
+    said = []
+    verdict = rerun.reproduce(run, repo, allow_dirty=True, say=said.append)
+    short = commit[:12]
+    assert said == [
+        f"code: commit {short} is in this clone",
+        f"WARNING: the run was made from uncommitted changes on top of {short} (--allow-dirty): the rerun uses "
+        "the committed code, so a difference may come from those changes",
+        "lock: the commit's lock has the recorded sha256",
+        f"data: fingerprint {fingerprint} as recorded",
+        f"WARNING: tensorflow {rerun.installed_versions()['tensorflow']} is installed, the run used 0.1: "
+        "the rerun may differ",
+        f"rerunning {run.name} with commit {short} ...",
+    ]
+    assert seen["head"] == commit and not seen["code"].exists()  # the worktree is gone afterwards
+    flags = seen["flags"]
+    assert seen["runs_dir"] == run.parent and flags[flags.index("--runs-dir") + 1] == str(run.parent)
+    assert flags[flags.index("--run-name") + 1] == ("repro-" + run.name)[:64] and "--epochs" in flags
+    assert verdict.original == run.name and verdict.rerun == "rerun" and verdict.match is True
+    assert verdict.warnings == said[1:2] + said[4:5]
+    assert [r["what"] for r in verdict.rows][:2] == ["code", "lock"] and verdict.rows[0]["same"] is False
+    new = RunDir(run.parent / "rerun")
+    assert json.loads(new.reproduce.read_text()) == verdict.to_dict()
+    assert new.read_manifest()["reproduces"] == {
+        "run_id": run.name,
+        "path": str(run),
+        "match": True,
+        "method": verdict.method,
+    }
