@@ -874,30 +874,33 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
     repo, commit = _repo_with_a_lock(tmp_path)
     lock_sha = hashlib.sha256(b"numpy==2.0\n").hexdigest()
     npz = make_npz(tmp_path)
-    config = dict(tiny_values(tmp_path, npz), deterministic=True, epochs=1)
+    config = dict(tiny_values(tmp_path, npz), deterministic=True, epochs=2)
     from train.config import settings_from_dict
 
     fingerprint = load_data(settings_from_dict(config)).fingerprint
+    config["dataset"] = f"npz:{npz.name}"  # relative: to where the original started (`base`)
     manifest = {
         "git": {"commit": commit, "dirty": True, "source": "git"},
         "requirements_lock": {"file": "/app/requirements.lock", "sha256": lock_sha},
         "data": {"fingerprint": fingerprint},
         "final_weights_sha256": "ab" * 32,
-        "epochs_completed": 1,
+        "epochs_completed": 2,
         "tensorflow": "0.1",
     }
-    metrics = [{"epoch": 1, "val_accuracy": 0.5, "loss": 1.0}]
+    metrics = [{"epoch": 1, "val_accuracy": 0.5, "loss": 1.0}, {"epoch": 2, "val_accuracy": 0.6, "loss": 0.9}]
     run = write_run_records(tmp_path / "runs" / ("x" * 70), config, manifest, metrics)
     seen = {}
 
     def fake_rerun(code, flags, config_, runs_dir, stop):
         seen.update(code=code, head=_git(code, "rev-parse", "HEAD").strip(), flags=flags, runs_dir=runs_dir)
-        new = write_run_records(runs_dir / "rerun", config_, dict(manifest, git={"commit": commit}), metrics)
-        return new
+        seen.update(config=config_, stop=stop)
+        recorded = dict(config_, dataset=f"npz:{npz}", epochs=1)  # a rerun records absolute paths
+        return write_run_records(runs_dir / "rerun", recorded, dict(manifest, git={"commit": commit}), metrics[:1])
 
     monkeypatch.setattr(rerun, "rerun", fake_rerun)
     said = []
-    verdict = rerun.reproduce(run, repo, allow_dirty=True, say=said.append)
+    monkeypatch.chdir(tmp_path)  # where the original started: its record is checked from there too
+    verdict = rerun.reproduce(run, repo, allow_dirty=True, epochs=1, base=tmp_path, say=said.append)
     short = commit[:12]
     assert said == [
         f"code: commit {short} is in this clone",
@@ -912,8 +915,13 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
     assert seen["head"] == commit and not seen["code"].exists()  # the worktree is gone afterwards
     flags = seen["flags"]
     assert seen["runs_dir"] == run.parent and flags[flags.index("--runs-dir") + 1] == str(run.parent)
-    assert flags[flags.index("--run-name") + 1] == ("repro-" + run.name)[:64] and "--epochs" in flags
+    assert flags[flags.index("--run-name") + 1] == ("repro-" + run.name)[:64]
+    assert flags[flags.index("--epochs") + 1] == "1" and flags[flags.index("--dataset") + 1] == f"npz:{npz}"
+    assert seen["config"] == RunDir(run).read_config() and isinstance(seen["stop"], rerun.Stop)
     assert verdict.original == run.name and verdict.rerun == "rerun" and verdict.match is True
+    assert verdict.method.startswith("metrics.csv row of epoch 1, exactly")
+    (settings,) = [r for r in verdict.rows if r["what"] == "settings"]
+    assert settings["same"] is True  # the relative dataset of the original is the rerun's absolute one
     assert verdict.warnings == said[1:2] + said[4:5]
     assert [r["what"] for r in verdict.rows][:2] == ["code", "lock"] and verdict.rows[0]["same"] is False
     new = RunDir(run.parent / "rerun")
