@@ -932,3 +932,56 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
         "match": True,
         "method": verdict.method,
     }
+
+
+def test_the_rerun_is_a_fit_of_the_worktree_s_code_with_an_empty_env_file_and_a_clean_environment(
+    tmp_path, monkeypatch
+):
+    from train.reproduce import rerun
+
+    code = tmp_path / "wt" / "src"
+    code.mkdir(parents=True)
+    monkeypatch.setenv("EPOCHS", "99")
+    calls = []
+    monkeypatch.setattr(
+        rerun, "run_and_find", lambda cmd, runs_dir, stop, **kw: calls.append((cmd, runs_dir, stop, kw)) or "new"
+    )
+    stop = rerun.Stop()
+    assert rerun.rerun(code, ["--epochs", "1"], {"epochs": 2}, tmp_path / "runs", stop) == "new"
+    ((cmd, runs_dir, stop_, kw),) = calls
+    empty = tmp_path / "wt" / "empty.env"
+    assert cmd == [sys.executable, "-m", "train", "fit", "--env-file", str(empty), "--epochs", "1"]
+    assert empty.read_text() == "" and runs_dir == tmp_path / "runs" and stop_ is stop
+    assert (
+        kw["code"] == code and kw["cwd"] == code and "EPOCHS" not in kw["env"] and kw["env"]["PYTHONPATH"] == str(code)
+    )
+
+
+def _run_dir_maker(runs: Path, exit_code: int, make: bool = True) -> list[str]:
+    """A child that makes a run directory under `runs` (as `fit` does) and exits with `exit_code`."""
+    run = runs / "20260101-000000-000001-ab12"
+    body = f"p = pathlib.Path({str(run)!r}); p.mkdir(parents=True); (p / 'config.json').write_text('{{}}'); "
+    return [sys.executable, "-c", f"import pathlib, sys; {body if make else ''}sys.exit({exit_code})"]
+
+
+def test_the_run_a_training_child_made_is_found_and_a_failure_names_its_log(tmp_path):
+    from train.reproduce.rerun import Stop, run_and_find
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "20250101-000000-000000-0000").mkdir()  # an older run is never taken for the new one
+    (runs / "20250101-000000-000000-0000" / "config.json").write_text("{}")
+    assert run_and_find(_run_dir_maker(runs, 0), runs, Stop()) == runs / "20260101-000000-000001-ab12"
+    with pytest.raises(ReproduceError) as exc:
+        run_and_find(_run_dir_maker(tmp_path / "other", 3), runs, Stop())
+    assert str(exc.value) == "the rerun failed with exit code 3"
+    with pytest.raises(ReproduceError) as exc:
+        run_and_find(_run_dir_maker(tmp_path / "other", 0, make=False), runs, Stop())
+    assert str(exc.value) == f"the rerun finished but left no run directory under {runs}"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with pytest.raises(ReproduceError) as exc:
+        run_and_find(_run_dir_maker(fresh, 4), fresh, Stop())
+    assert str(exc.value) == (
+        f"the rerun failed with exit code 4; see {fresh / '20260101-000000-000001-ab12' / 'train.log'}"
+    )
