@@ -688,3 +688,16 @@ def test_the_epochs_part_of_a_run_with_no_epoch_yet_says_so():
     assert lines[-2] == (
         '<details open><summary>metrics.csv (0 rows)</summary><p class="note">no epoch finished yet</p></details>'
     )
+
+
+def test_an_empty_cell_stays_empty_and_a_whole_number_is_written_whole():
+    from pathlib import Path
+
+    from train.results.run_records import RunRecords
+
+    rows = [{"epoch": 1.0, "samples_per_second": 12345.0}, {"epoch": 2.0, "samples_per_second": None}]
+    lines = _page_lines(report.render(RunRecords(Path("r"), {}, {}, rows), b"", ""))
+    assert lines[-2].endswith(
+        '<tr><td class="num">1</td><td class="num">12345</td></tr>'
+        '<tr><td class="num">2</td><td class="num"></td></tr></table></details>'
+    )
