@@ -899,8 +899,8 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
 
     monkeypatch.setattr(rerun, "rerun", fake_rerun)
     said = []
-    monkeypatch.chdir(tmp_path)  # where the original started: its record is checked from there too
-    verdict = rerun.reproduce(run, repo, allow_dirty=True, epochs=1, base=tmp_path, say=said.append)
+    monkeypatch.chdir(tmp_path)  # where the original started: the base of its relative paths, as for the CLI
+    verdict = rerun.reproduce(run, repo, allow_dirty=True, epochs=1, say=said.append)
     short = commit[:12]
     assert said == [
         f"code: commit {short} is in this clone",
