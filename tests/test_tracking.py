@@ -1215,3 +1215,38 @@ def test_what_was_not_sent_without_epochs_or_with_two_and_a_message_s_first_line
     assert tracking._first_line(ValueError("")) == "ValueError"  # no message: its type
     assert tracking._first_line(ValueError("  first\nsecond")) == "first"
     assert tracking._first_line(ValueError("x" * 400)) == "x" * 300
+
+
+class _ExportFails(Recording):
+    """A client whose folder upload (export/) fails; every other call is answered."""
+
+    def __getattr__(self, name):
+        if name == "log_artifacts":
+
+            def fail(*args, **kw):
+                raise ConnectionError("export refused")
+
+            return fail
+        return super().__getattr__(name)
+
+
+def test_a_failed_export_upload_is_named_export(tmp_path, caplog, train_log_propagates):
+    (tmp_path / "export").mkdir()
+    with caplog.at_level(logging.WARNING, logger="train"):
+        _tracker(tmp_path, _ExportFails("http://127.0.0.1:9")).finish("completed")
+    assert [r.getMessage() for r in caplog.records] == [
+        "WARNING: MLflow: export/ not logged (ConnectionError: export refused); training goes on"
+    ]
+
+
+def test_a_start_that_never_answers_is_recorded_as_tracking_off_and_why(tmp_path, monkeypatch):
+    (tmp_path / "manifest.json").write_text("{}")
+    release = threading.Event()
+    monkeypatch.setattr(tracking, "STOP_FLUSH_SECONDS", 0.2)
+    tracker = tracking.Tracker(tmp_path, "http://127.0.0.1:9", lambda: release.wait(600) and 1 / 0)
+    tracker.finish("interrupted")
+    release.set()
+    assert json.loads((tmp_path / "manifest.json").read_text())["mlflow"] == {
+        "tracking": "off",
+        "reason": "http://127.0.0.1:9 did not answer within 0 s",
+    }
