@@ -886,6 +886,7 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
         "final_weights_sha256": "ab" * 32,
         "epochs_completed": 2,
         "tensorflow": "0.1",
+        "status": "interrupted",  # stopped after its last epoch: --epochs 1 can still be compared
     }
     metrics = [{"epoch": 1, "val_accuracy": 0.5, "loss": 1.0}, {"epoch": 2, "val_accuracy": 0.6, "loss": 0.9}]
     run = write_run_records(tmp_path / "runs" / ("x" * 70), config, manifest, metrics)
