@@ -206,3 +206,11 @@ def test_the_epochs_refusals_are_whole_lines_and_no_epochs_is_the_whole_run(tmp_
     )
     with pytest.raises(ReproduceError, match="is not a git checkout"):  # past every --epochs check
         reproduce(run, tmp_path, epochs=None, say=lambda _line: None)
+
+
+def test_a_run_from_a_dirty_tree_is_refused_unless_allowed(tmp_path):
+    run = _run(tmp_path, manifest={"git": {"commit": COMMIT, "dirty": True, "source": "git"}})
+    with pytest.raises(ReproduceError, match="^the run was made from a tree with uncommitted changes on top of "):
+        reproduce(run, tmp_path, say=lambda _line: None)
+    with pytest.raises(ReproduceError, match="is not a git checkout"):  # allowed: on to the next check
+        reproduce(run, tmp_path, allow_dirty=True, say=lambda _line: None)
