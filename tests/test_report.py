@@ -414,3 +414,290 @@ def test_a_failed_run_gets_a_report_that_says_why(tmp_path, monkeypatch):
     assert '<span class="status failed">failed</span>' in page and "DataError: broken &lt;on purpose&gt;" in page
     assert "not available: NoWeightsError:" in page and "best.weights.h5 is missing" in page
     assert len(pngs(page)) == 1  # the curves (empty: no epoch finished)
+
+
+# --- each row and part, exactly ----------------------------------------------------------------------
+
+
+def test_the_run_table_of_a_manifest_that_records_nothing_says_so_in_every_row():
+    from pathlib import Path
+
+    from train.results.run_records import RunRecords
+
+    assert report.summary_rows(RunRecords(Path("r"), {}, {})) == [
+        ("status", "unknown"),
+        ("ended because", "-"),
+        ("started / ended", "- / -"),
+        ("resumed", "never"),
+        ("duration", "- over 1 segment(s)"),
+        ("training time (every segment, no validation)", "-"),
+        ("versions", "Python ?, TensorFlow ?, Keras ?"),
+        ("image", "none: run from a checkout"),
+        ("commit", "unknown"),
+        ("lock", "? sha256 unknown"),
+        ("data", "? from ?: ? train / ? val, 0 classes"),
+        ("data fingerprint", "sha256 unknown"),
+        ("precision", "?: ?"),
+        ("devices", "CPU only"),
+        ("cluster", "one process"),
+        ("host", "? (?)"),
+        ("seed", "?, deterministic ops: None"),
+        ("export parity", "not exported"),
+    ]
+
+
+def test_the_run_table_of_a_full_manifest_shows_each_record_escaped():
+    from pathlib import Path
+
+    from train.results.run_records import RunRecords
+
+    manifest = {
+        "status": "failed",
+        "error": "DataError: <x>",
+        "ended_because": "early stopping",  # the error is why it ended
+        "started_at": "2026-01-01T00:00:00",
+        "ended_at": "2026-01-01T01:00:00",
+        "resumed_at": ["a", "b"],
+        "duration_seconds": 120,
+        "segments": [{}, {}],
+        "python": "3.11",
+        "tensorflow": "2.21",
+        "keras": "3.15",
+        "build_info": {"cuda_version": "12.5", "cudnn_version": "9", "cpu_compiler": "clang"},
+        "image": "img:tag",
+        "git": {"commit": "abc", "dirty": True, "source": "/app/BUILD_COMMIT"},
+        "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff"},
+        "data": {
+            "dataset": "mnist",
+            "source": "d.npz",
+            "n_train": 6,
+            "n_val": 2,
+            "fingerprint": "ee",
+            "class_names": ["a", "b"],
+        },
+        "precision": {"policy": "float32", "reason": "no"},
+        "gpus": [{"name": "T4", "memory_total_mb": 15000}, {"name": None}, {"name": "A100"}],
+        "cluster": {"worker": ["h:1"], "chief": ["c:2"]},
+        "host": "h",
+        "platform": "linux",
+        "seed": 7,
+        "export": {"max_abs_diff": 1.5e-7, "tolerance": 1e-5},
+    }
+    records = RunRecords(Path("r"), {"deterministic": True}, manifest, [{"epoch": 1.0, "epoch_seconds": 300.0}])
+    assert report.summary_rows(records) == [
+        ("status", "failed: DataError: &lt;x&gt;"),
+        ("ended because", "DataError: &lt;x&gt;"),
+        ("started / ended", "2026-01-01T00:00:00 / 2026-01-01T01:00:00"),
+        ("resumed", "a, b"),
+        ("duration", "2.0 min over 2 segment(s)"),
+        ("training time (every segment, no validation)", "5.0 min"),
+        ("versions", "Python 3.11, TensorFlow 2.21, Keras 3.15; built for cuda 12.5, cudnn 9"),
+        ("image", "img:tag"),
+        ("commit", "abc (uncommitted changes) from /app/BUILD_COMMIT"),
+        ("lock", "requirements.lock sha256 ff"),
+        ("data", "mnist from d.npz: 6 train / 2 val, 2 classes"),
+        ("data fingerprint", "sha256 ee"),
+        ("precision", "float32: no"),
+        ("devices", "T4 (15000 MB); A100 (? MB)"),
+        ("cluster", "{&quot;chief&quot;: [&quot;c:2&quot;], &quot;worker&quot;: [&quot;h:1&quot;]}"),
+        ("host", "h (linux)"),
+        ("seed", "7, deterministic ops: True"),
+        ("export parity", "max |diff| 1.50e-07 (tolerance 1e-05)"),
+    ]
+    # Without an error: why the latest segment ended; an image built from a commit file; a git checkout.
+    manifest.update(
+        error=None, segments=[{"ended_because": "old"}, {"ended_because": "all epochs"}], image=None, gpus=None
+    )
+    manifest["git"] = {"commit": None, "source": "/app/BUILD_COMMIT"}
+    rows = dict(report.summary_rows(records))
+    assert rows["status"] == "failed" and rows["ended because"] == "all epochs" and rows["devices"] == "CPU only"
+    assert rows["image"] == "the project&#x27;s image (no .git inside; commit from BUILD_COMMIT)"
+    assert rows["commit"] == "unknown from /app/BUILD_COMMIT"
+    manifest["git"] = {"commit": "abc", "dirty": False, "source": "git"}
+    assert dict(report.summary_rows(records))["commit"] == "abc"
+
+
+def _page_lines(page: str) -> list[str]:
+    """The page's lines without its style sheet, the time it was written as a placeholder."""
+    head, _, rest = page.partition("<style>")
+    rest = rest.partition("</style>")[2]
+    stamp = r"report written \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 from"
+    return re.sub(stamp, "report written WHEN from", head + "<style></style>" + rest).splitlines()
+
+
+def test_the_page_holds_each_part_of_the_records_in_its_place():
+    from pathlib import Path
+
+    from train.results.run_records import RunRecords
+
+    rows = [{"epoch": 1.0, "val_accuracy": 0.8, "epoch_seconds": 10.0, "loss": None}]
+    rows.append({"epoch": 2.0, "val_accuracy": 0.9, "epoch_seconds": 10.0, "loss": None})
+    config = {"model": "cnn", "dataset": "mnist", "epochs": 3, "zeta": "<v>"}
+    records = RunRecords(Path("r<1>"), config, {"ended_because": "early stopping"}, rows)
+    lines = _page_lines(report.render(records, b"png", "<p>VAL</p>"))
+    run_table = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in report.summary_rows(records))
+    assert lines == [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>r&lt;1&gt;: unknown</title>',
+        "<style></style></head><body>",
+        '<h1>r&lt;1&gt; <span class="status unknown">unknown</span></h1>',
+        '<p class="lead">model <b>cnn</b> on <b>mnist</b> &middot; 2 of 3 epochs &middot; best val_accuracy '
+        "<b>0.9000</b> at epoch 2 after 20.0 s of training &middot; ended: early stopping</p>",
+        '<p class="note">report written WHEN from the run directory; curves.png holds the same curves.</p>',
+        "<h2>Curves</h2>",
+        '<img alt="loss, accuracy, learning rate and throughput per epoch" src="data:image/png;base64,cG5n">',
+        '<p class="note">star: the best val_accuracy (the weights in best.weights.h5).</p>',
+        "<h2>Validation set, best weights</h2>",
+        "<p>VAL</p>",
+        "<h2>Run</h2>",
+        f"<table>{run_table}</table>",
+        "<h2>Settings</h2>",
+        "<details><summary>config.json (4 settings)</summary><table><tr><td>DATASET</td><td>mnist</td></tr>"
+        "<tr><td>EPOCHS</td><td>3</td></tr><tr><td>MODEL</td><td>cnn</td></tr><tr><td>ZETA</td><td>&lt;v&gt;</td></tr>"
+        "</table></details>",
+        "<h2>Epochs</h2>",
+        "<details open><summary>metrics.csv (2 rows)</summary><table><tr><th>epoch</th><th>val_accuracy</th>"
+        '<th>epoch_seconds</th></tr><tr><td class="num">1</td><td class="num">0.8</td><td class="num">10</td></tr>'
+        '<tr><td class="num">2</td><td class="num">0.9</td><td class="num">10</td></tr></table></details>',
+        "</body></html>",
+    ]
+
+
+def test_the_page_of_a_failed_resumed_run_leads_with_its_error_not_why_its_segment_ended():
+    from pathlib import Path
+
+    from train.results.run_records import Resume, RunRecords
+
+    manifest = {"status": "failed", "error": "E: <x>", "ended_because": "early stopping"}
+    records = RunRecords(Path("r"), {"epochs": 2}, manifest, [{"epoch": 1.0, "loss": 1e9}], [Resume(2, 5, "t")])
+    lines = _page_lines(report.render(records, b"", ""))
+    assert lines[3:5] == [
+        '<h1>r <span class="status failed">failed</span></h1>',
+        '<p class="lead">model <b>None</b> on <b>None</b> &middot; 1 of 2 epochs &middot; resumed 1x</p>'
+        '<p class="error">E: &lt;x&gt;</p>',
+    ]
+    assert lines[8] == (
+        '<p class="note">dashed vertical line: the run was resumed there; star: the best val_accuracy '
+        "(the weights in best.weights.h5).</p>"
+    )
+    assert lines[-2] == (
+        "<details open><summary>metrics.csv (1 rows)</summary><table><tr><th>epoch</th><th>loss</th></tr>"
+        '<tr><td class="num">1</td><td class="num">1e+09</td></tr></table></details>'
+    )
+    manifest.update(error=None, ended_because=None)  # neither: the lead says nothing of an end
+    assert _page_lines(report.render(records, b"", ""))[4] == (
+        '<p class="lead">model <b>None</b> on <b>None</b> &middot; 1 of 2 epochs &middot; resumed 1x</p>'
+    )
+
+
+def test_the_validation_part_shows_each_class_and_the_pictures_of_this_evaluation():
+    from train.results import plots
+
+    ev = Evaluation(
+        ["a", "b<", "c"],
+        np.array([[3, 2, 0], [0, 2, 0], [0, 0, 0]]),  # c: no example
+        np.stack([np.zeros((4, 4, 1), np.uint8), np.full((4, 4, 1), 200, np.uint8)]),
+        np.array([0, 0]),
+        np.array([1, 2]),
+        np.array([0.8, 0.6]),
+    )
+    part = report.validation_html(ev)
+    table = (
+        "<table><tr><th>class</th><th>examples</th><th>correct</th><th>accuracy</th><th>most often taken for</th></tr>"
+        '<tr><td>a</td><td class="num">5</td><td class="num">3</td><td class="num">60.00%</td><td>b&lt; (2x)</td></tr>'
+        '<tr><td>b&lt;</td><td class="num">2</td><td class="num">2</td><td class="num">100.00%</td><td>-</td></tr>'
+        '<tr><td>c</td><td class="num">0</td><td class="num">0</td><td class="num">-</td><td>-</td></tr></table>'
+    )
+    assert re.sub(r'base64,[^"]+"', 'base64,PNG"', part).splitlines() == [
+        '<p class="lead">accuracy <b>71.43%</b> on 7 validation examples</p>',
+        '<img alt="confusion matrix and per-class accuracy" src="data:image/png;base64,PNG">',
+        table,
+        "<h3>The 2 most wrong (least probability on the true class)</h3>",
+        '<img alt="validation images the model gets most wrong, with true and predicted class" '
+        'src="data:image/png;base64,PNG">',
+    ]
+    grid = plots.grid_png(ev.wrong_images, ev.wrong_true, ev.wrong_pred, ev.wrong_prob, ev.class_names)
+    assert pngs(part) == [plots.confusion_png(ev.matrix, ev.class_names), grid]
+    right = Evaluation(["a"], np.array([[2]]), np.zeros((0, 4, 4, 1), np.uint8), *[np.array([])] * 3)
+    assert report.validation_html(right).splitlines()[3:] == [
+        '<p class="note">no validation image is misclassified</p>'
+    ]
+
+
+def test_the_accuracy_differs_from_the_logged_one_from_a_difference_of_5e_5(tmp_path):
+    none_right = Evaluation(
+        ["a", "b"], np.array([[0, 1], [0, 0]]), np.zeros((0, 4, 4, 1), np.uint8), *[np.array([])] * 3
+    )
+    rows = [{"epoch": 1, "val_accuracy": 5e-5}]
+    records = report.load_records(write_run_records(tmp_path / "r", manifest={"precision": None}, metrics=rows))
+    assert report.measured_differently(none_right, records) == (
+        "training logged val_accuracy 0.0001 for these weights (epoch 1, under its precision policy); "
+        "here the same 1 examples are predicted again in float32, hence 0.0000"
+    )
+    assert report.measured_differently(none_right, None) is None  # `report` of a run without records
+
+
+def test_why_a_run_ended_is_its_latest_segment_s_reason_or_else_the_manifest_s():
+    segments = [{"ended_because": "a stop"}, {"ended_because": "a stop again"}, {"ended_because": "all epochs"}]
+    assert report.ended_because({"segments": segments, "ended_because": "old"}) == "all epochs"
+    for segments in (None, [], ["not a segment"]):
+        assert report.ended_because({"segments": segments, "ended_because": "early stopping"}) == "early stopping"
+
+
+def test_the_warning_for_a_report_not_written_is_one_line_naming_the_error(tmp_path, train_log):
+    run = write_run_records(tmp_path / "r")
+    (run / "metrics.csv").write_text("epoch,loss\n1,abc\n")
+    report.refresh_after_epoch(run)
+    (line,) = [r.getMessage() for r in train_log.records]
+    assert line.startswith("WARNING: report.html not updated: RunRecordError: ") and "\n" not in line
+
+
+def test_the_full_report_evaluates_this_run_and_says_why_when_it_cannot(tmp_path, monkeypatch):
+    from train.errors import DataError
+    from train.results import evaluation
+
+    run = write_run_records(tmp_path / "r")
+    calls = _evaluated(monkeypatch)  # an accuracy other than the 0.9300 training logged
+    report.write_report(run, full=True)
+    assert (
+        calls == [run] and "training logged val_accuracy 0.9300 for these weights" in (run / "report.html").read_text()
+    )
+
+    def moved(run_dir):
+        raise DataError("data/mnist.npz is missing")
+
+    monkeypatch.setattr(evaluation, "evaluate_best", moved)
+    report.write_report(run, full=True)
+    assert (
+        '<p class="note">not available: DataError: data/mnist.npz is missing</p>' in (run / "report.html").read_text()
+    )
+
+
+def test_a_report_is_full_unless_asked_otherwise(tmp_path, monkeypatch):
+    run = write_run_records(tmp_path / "r")
+    calls = _evaluated(monkeypatch)
+    assert report.write_report(run).missing == [] and calls == [run]
+
+
+def test_the_epochs_part_of_a_run_with_no_epoch_yet_says_so():
+    from pathlib import Path
+
+    from train.results.run_records import RunRecords
+
+    lines = _page_lines(report.render(RunRecords(Path("r"), {}, {}), b"", ""))
+    assert lines[-2] == (
+        '<details open><summary>metrics.csv (0 rows)</summary><p class="note">no epoch finished yet</p></details>'
+    )
+
+
+def test_an_empty_cell_stays_empty_and_a_whole_number_is_written_whole():
+    from pathlib import Path
+
+    from train.results.run_records import RunRecords
+
+    rows = [{"epoch": 1.0, "samples_per_second": 12345.0}, {"epoch": 2.0, "samples_per_second": None}]
+    lines = _page_lines(report.render(RunRecords(Path("r"), {}, {}, rows), b"", ""))
+    assert lines[-2].endswith(
+        '<tr><td class="num">1</td><td class="num">12345</td></tr>'
+        '<tr><td class="num">2</td><td class="num"></td></tr></table></details>'
+    )

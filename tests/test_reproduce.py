@@ -592,3 +592,397 @@ def test_the_printed_verdict(tmp_path):
         f"code        {'a' * 20}  b",
         "result:     MATCH by m",
     ]
+
+
+# -- each row of the comparison, and the plain helpers, exactly --------------------------------------
+def test_each_row_of_the_side_by_side_compares_its_own_record(tmp_path):
+    from train.reproduce.rerun import side_by_side
+
+    orig_m = {
+        "git": {"commit": "c1", "dirty": False, "source": "git"},
+        "requirements_lock": {"sha256": "L1"},
+        "data": {"fingerprint": "F"},
+        "tensorflow": "2.20",
+        "keras": "3.1",
+        "build_info": {"cuda_version": "12"},
+        "gpus": [{"name": "T4"}, {"name": "A100"}, {"name": "T4"}, {"name": None}, "not a device"],
+        "precision": {"policy": "float32"},
+    }
+    new_m = {
+        "git": {"commit": "c1", "source": "/app/BUILD_COMMIT"},
+        "requirements_lock": {"sha256": "L2"},
+        "data": {"fingerprint": "F"},
+        "tensorflow": "2.21",
+        "keras": "3.1",
+        "build_info": "not a dict",
+        "gpus": [],
+        "precision": {"policy": "mixed_bfloat16"},
+    }
+    # Where the run lives, how it was started and EPOCHS are not compared; a relative dataset path is
+    # relative to where the original started (`base`).
+    orig_c = {"dataset": "npz:data/a.npz", "data_dir": "data", "epochs": 2, "runs_dir": "r", "seed": 1, "lr": 0.1}
+    orig_c.update(peak_flops=5, resume="auto")
+    new_c = {"dataset": f"npz:{tmp_path}/data/a.npz", "data_dir": "/x", "epochs": 1, "runs_dir": "s", "seed": 2}
+    new_c.update(batch=3, peak_flops=6)
+
+    def row(what, a, b):
+        return {"what": what, "original": a, "rerun": b, "same": a == b}
+
+    assert side_by_side(orig_m, orig_c, new_m, new_c, tmp_path) == [
+        row("code", "c1", "c1"),
+        row("lock", "L1", "L2"),
+        row("image", "none (a git checkout)", "an image (/app/BUILD_COMMIT)"),
+        row("data", "F", "F"),
+        {"what": "settings", "original": "recorded", "rerun": "differ: batch, lr, seed", "same": False},
+        row("tensorflow", "2.20", "2.21"),
+        row("keras", "3.1", "3.1"),
+        row("cuda", "12", None),
+        row("device", "GPU: A100, T4", "CPU"),
+        row("precision", "float32", "mixed_bfloat16"),
+    ]
+    cuda = {"build_info": {"cuda_version": "12.5"}}
+    assert side_by_side({}, {}, cuda, {}, tmp_path)[7] == row("cuda", None, "12.5")
+    assert side_by_side({}, {}, {}, {}, tmp_path) == [
+        *(row(what, None, None) for what in ("code", "lock", "image", "data")),
+        {"what": "settings", "original": "recorded", "rerun": "same", "same": True},
+        *(row(what, None, None) for what in ("tensorflow", "keras", "cuda")),
+        row("device", "CPU", "CPU"),
+        row("precision", None, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "orig_fingerprint, new_dataset, differs",
+    [
+        ("F", "npz:/container/a.npz", False),  # the same data under another path: the fingerprint decides
+        ("G", "npz:/container/a.npz", True),  # other data
+        ("F", "images:/container/a", True),  # another kind of dataset
+    ],
+)
+def test_a_dataset_path_that_differs_is_the_same_setting_only_for_the_same_fingerprint(
+    tmp_path, orig_fingerprint, new_dataset, differs
+):
+    from train.reproduce.rerun import side_by_side
+
+    orig = ({"data": {"fingerprint": orig_fingerprint}}, {"dataset": "npz:/host/a.npz"})
+    rows = side_by_side(*orig, {"data": {"fingerprint": "F"}}, {"dataset": new_dataset}, tmp_path)
+    (settings,) = [r for r in rows if r["what"] == "settings"]
+    assert settings["rerun"] == ("differ: dataset" if differs else "same") and settings["same"] is not differs
+
+
+def test_the_recorded_settings_become_the_flags_of_a_fresh_fit(tmp_path):
+    from train.reproduce.rerun import as_flags, rerun_flags
+
+    values = {"epochs": 3, "deterministic": True, "export": False, "lr_schedule": None, "batch_size": 32}
+    assert as_flags(values, "repro-x", None) == [
+        *("--epochs", "3", "--deterministic", "--no-export", "--batch-size", "32"),
+        *("--run-name", "repro-x", "--resume", ""),
+    ]
+    assert as_flags({"epochs": 3}, "n", 1)[:2] == ["--epochs", "1"]
+    config = {"dataset": "npz:data/a.npz", "data_dir": "data", "runs_dir": "/old", "model": "cnn"}
+    assert rerun_flags(config, tmp_path / "runs", "n", 2, tmp_path) == [
+        *("--dataset", f"npz:{tmp_path}/data/a.npz", "--data-dir", f"{tmp_path}/data"),
+        *("--runs-dir", str(tmp_path / "runs"), "--model", "cnn", "--run-name", "n", "--resume", ""),
+        *("--epochs", "2"),
+    ]
+    absolute = {"dataset": "images:/abs/dir", "data_dir": "/abs/data"}
+    assert rerun_flags(absolute, tmp_path, "n", None, tmp_path)[:4] == [
+        *("--dataset", "images:/abs/dir", "--data-dir", "/abs/data"),
+    ]
+    # A colon in the path is part of the path; an absolute path stays as it was recorded.
+    odd = {"dataset": "npz:data/a:b.npz", "data_dir": "/abs/x/../data"}
+    assert rerun_flags(odd, tmp_path, "n", None, tmp_path)[:4] == [
+        *("--dataset", f"npz:{tmp_path}/data/a:b.npz", "--data-dir", "/abs/x/../data"),
+    ]
+    builtin = {"dataset": "mnist", "data_dir": ""}  # a built-in name and no data folder stay as they are
+    assert rerun_flags(builtin, tmp_path, "n", None, tmp_path)[:4] == ["--dataset", "mnist", "--data-dir", ""]
+
+
+def test_the_rerun_environment_holds_no_setting_from_this_shell(tmp_path, monkeypatch):
+    from train.reproduce.rerun import _clean_env
+
+    monkeypatch.setenv("EPOCHS", "99")
+    monkeypatch.setenv("batch_size", "7")
+    monkeypatch.setenv("KEEP_ME", "1")
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    env = _clean_env(tmp_path, {"epochs": 3, "batch_size": 32})
+    assert "EPOCHS" not in env and "batch_size" not in env and env["KEEP_ME"] == "1"
+    assert env["PYTHONPATH"] == str(tmp_path) and env["TF_CPP_MIN_LOG_LEVEL"] == "2"
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # the user's own choice stays
+    assert _clean_env(tmp_path, {})["TF_CPP_MIN_LOG_LEVEL"] == "0"
+
+
+def test_the_installed_versions_are_this_environment_s(monkeypatch):
+    from importlib import metadata
+
+    from train.reproduce import rerun
+
+    assert rerun.installed_versions() == {
+        "tensorflow": metadata.version("tensorflow") if _has("tensorflow") else metadata.version("tensorflow-cpu"),
+        "keras": metadata.version("keras"),
+        "python": sys.version.split()[0],
+    }
+    known = {"tensorflow": "2.1", "tensorflow-cpu": "2.0-cpu", "keras": "3.0"}
+
+    def version(name):
+        if name not in known:
+            raise metadata.PackageNotFoundError(name)
+        return known[name]
+
+    monkeypatch.setattr(rerun.metadata, "version", version)
+    python = sys.version.split()[0]
+    assert rerun.installed_versions() == {"tensorflow": "2.1", "keras": "3.0", "python": python}
+    del known["tensorflow"]
+    assert rerun.installed_versions()["tensorflow"] == "2.0-cpu"  # the CPU-only package counts too
+    known.clear()
+    assert rerun.installed_versions() == {"tensorflow": None, "keras": None, "python": sys.version.split()[0]}
+
+
+def _has(package: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.version(package)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def test_the_verdict_file_holds_every_field():
+    v = Verdict("o", "n", rows=[{"what": "code"}], warnings=["w"], method="m", match=True, details={"epoch": 1})
+    assert v.to_dict() == {
+        "original": "o",
+        "rerun": "n",
+        "match": True,
+        "method": "m",
+        "details": {"epoch": 1},
+        "rows": [{"what": "code"}],
+        "warnings": ["w"],
+    }
+    assert list(v.to_dict()) == ["original", "rerun", "match", "method", "details", "rows", "warnings"]
+
+
+def _repo_with_a_lock(tmp_path: Path) -> tuple[Path, str]:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "requirements.lock").write_text("numpy==2.0\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "lock")
+    return repo, _git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_the_commit_is_checked_before_anything_else_in_one_line_each(tmp_path):
+    from train.reproduce.rerun import check_commit
+
+    repo, commit = _repo_with_a_lock(tmp_path)
+    assert check_commit(repo, {"git": {"commit": commit, "dirty": False}}, allow_dirty=False) == commit
+    assert check_commit(repo, {"git": {"commit": commit, "dirty": True}}, allow_dirty=True) == commit
+
+    def refusal(manifest, root=repo, allow_dirty=False):
+        with pytest.raises(ReproduceError) as exc:
+            check_commit(root, manifest, allow_dirty)
+        return str(exc.value)
+
+    assert refusal({"git": {"source": "/app/BUILD_COMMIT"}}) == (
+        "the run records no commit (git source: '/app/BUILD_COMMIT'): it was made outside a git checkout or "
+        "from an image built without GIT_COMMIT; rerun it by hand"
+    )
+    assert refusal({}).startswith("the run records no commit (git source: None)")
+    assert refusal({"git": {"commit": commit, "dirty": True}}) == (
+        f"the run was made from a tree with uncommitted changes on top of {commit[:12]}: its code is not in any "
+        "commit; pass --allow-dirty to rerun with the committed code anyway"
+    )
+    (tmp_path / "plain").mkdir()
+    assert refusal({"git": {"commit": commit}}, root=tmp_path / "plain") == (
+        f"{tmp_path / 'plain'} is not a git checkout: run reproduce from a clone of the project that contains "
+        f"commit {commit[:12]}"
+    )
+    other = "f" * 40
+    assert refusal({"git": {"commit": other}}) == (
+        f"commit {other[:12]} is not in this clone ({repo}): `git fetch` the branch it is on, then run reproduce again"
+    )
+
+
+def test_the_lock_at_the_commit_must_have_the_recorded_hash(tmp_path):
+    import hashlib
+
+    from train.reproduce.rerun import check_lock
+
+    repo, commit = _repo_with_a_lock(tmp_path)
+    sha = hashlib.sha256(b"numpy==2.0\n").hexdigest()
+    check_lock(repo, commit, {"requirements_lock": {"file": "/app/requirements.lock", "sha256": sha}})
+    check_lock(repo, commit, {})  # no hash recorded: the default lock only has to exist
+    with pytest.raises(ReproduceError) as exc:
+        check_lock(repo, commit, {"requirements_lock": {"file": "/app/requirements.lock", "sha256": "0" * 64}})
+    assert str(exc.value) == (
+        f"requirements.lock at commit {commit[:12]} has sha256 {sha[:16]}..., the run recorded {'0' * 16}...: "
+        "the run was not installed from that commit's lock"
+    )
+    with pytest.raises(ReproduceError) as exc:
+        check_lock(repo, commit, {"requirements_lock": {"file": "requirements-gpu.lock", "sha256": sha}})
+    assert str(exc.value) == f"commit {commit[:12]} has no requirements-gpu.lock: its environment cannot be rebuilt"
+
+
+def test_the_data_must_have_the_recorded_fingerprint(tmp_path):
+    from helpers import tiny_settings
+
+    from train.inputs.pipeline import load_data
+    from train.reproduce.rerun import check_data
+
+    settings = tiny_settings(tmp_path)
+    fingerprint = load_data(settings).fingerprint
+    assert check_data(settings, {"data": {"fingerprint": fingerprint}}) == fingerprint
+    assert check_data(settings, {}) == fingerprint  # nothing recorded: nothing to compare
+    with pytest.raises(ReproduceError) as exc:
+        check_data(settings, {"data": {"fingerprint": "0" * 64}})
+    assert str(exc.value) == (
+        f"the data differs from the run's: {load_data(settings).source} has fingerprint {fingerprint}, the run "
+        f"recorded {'0' * 64}; restore that data (or point DATA_DIR/DATASET to it)"
+    )
+
+
+def test_each_version_that_differs_is_a_warning_and_an_unknown_one_is_none():
+    recorded = {"tensorflow": "2.21.0", "keras": "3.14.0", "python": "3.10.1"}
+    installed = {"tensorflow": "2.21.0", "keras": "3.15.0", "python": "3.11.7"}
+    assert version_warnings(recorded, installed) == [
+        "WARNING: keras 3.15.0 is installed, the run used 3.14.0: the rerun may differ",
+        "WARNING: python 3.11.7 is installed, the run used 3.10.1: the rerun may differ",
+    ]
+    assert version_warnings({"keras": None, "python": "3.10.1"}, {"keras": "3.15.0", "python": None}) == []
+
+
+def test_a_whole_record_is_read_as_manifest_and_config(tmp_path):
+    from train.reproduce.rerun import read_record
+
+    (tmp_path / "config.json").write_text('{"epochs": 2}')
+    (tmp_path / "manifest.json").write_text('{"status": "completed"}')
+    assert read_record(tmp_path) == ({"status": "completed"}, {"epochs": 2})
+
+
+def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writes_its_verdict(tmp_path, monkeypatch):
+    """The whole command with the training child replaced: what it says, which code and flags the
+    rerun gets, and the verdict it writes into the rerun and its manifest."""
+    import hashlib
+
+    from helpers import make_npz, tiny_values, write_run_records
+
+    from train.inputs.pipeline import load_data
+    from train.reproduce import rerun
+    from train.run.rundir import RunDir
+
+    repo, commit = _repo_with_a_lock(tmp_path)
+    lock_sha = hashlib.sha256(b"numpy==2.0\n").hexdigest()
+    npz = make_npz(tmp_path)
+    config = dict(tiny_values(tmp_path, npz), deterministic=True, epochs=2)
+    from train.config import settings_from_dict
+
+    fingerprint = load_data(settings_from_dict(config)).fingerprint
+    config["dataset"] = f"npz:{npz.name}"  # relative: to where the original started (`base`)
+    manifest = {
+        "git": {"commit": commit, "dirty": True, "source": "git"},
+        "requirements_lock": {"file": "/app/requirements.lock", "sha256": lock_sha},
+        "data": {"fingerprint": fingerprint},
+        "final_weights_sha256": "ab" * 32,
+        "epochs_completed": 2,
+        "tensorflow": "0.1",
+        "status": "interrupted",  # stopped after its last epoch: --epochs 1 can still be compared
+    }
+    metrics = [{"epoch": 1, "val_accuracy": 0.5, "loss": 1.0}, {"epoch": 2, "val_accuracy": 0.6, "loss": 0.9}]
+    run = write_run_records(tmp_path / "runs" / ("x" * 70), config, manifest, metrics)
+    seen = {}
+
+    def fake_rerun(code, flags, config_, runs_dir, stop):
+        seen.update(code=code, head=_git(code, "rev-parse", "HEAD").strip(), flags=flags, runs_dir=runs_dir)
+        seen.update(config=config_, stop=stop)
+        recorded = dict(config_, dataset=f"npz:{npz}", epochs=1)  # a rerun records absolute paths
+        return write_run_records(runs_dir / "rerun", recorded, dict(manifest, git={"commit": commit}), metrics[:1])
+
+    monkeypatch.setattr(rerun, "rerun", fake_rerun)
+    said = []
+    monkeypatch.chdir(tmp_path)  # where the original started: the base of its relative paths, as for the CLI
+    verdict = rerun.reproduce(run, repo, allow_dirty=True, epochs=1, say=said.append)
+    short = commit[:12]
+    assert said == [
+        f"code: commit {short} is in this clone",
+        f"WARNING: the run was made from uncommitted changes on top of {short} (--allow-dirty): the rerun uses "
+        "the committed code, so a difference may come from those changes",
+        "lock: the commit's lock has the recorded sha256",
+        f"data: fingerprint {fingerprint} as recorded",
+        f"WARNING: tensorflow {rerun.installed_versions()['tensorflow']} is installed, the run used 0.1: "
+        "the rerun may differ",
+        f"rerunning {run.name} with commit {short} ...",
+    ]
+    assert seen["head"] == commit and not seen["code"].exists()  # the worktree is gone afterwards
+    flags = seen["flags"]
+    assert seen["runs_dir"] == run.parent and flags[flags.index("--runs-dir") + 1] == str(run.parent)
+    assert flags[flags.index("--run-name") + 1] == ("repro-" + run.name)[:64]
+    assert flags[flags.index("--epochs") + 1] == "1" and flags[flags.index("--dataset") + 1] == f"npz:{npz}"
+    assert seen["config"] == RunDir(run).read_config() and isinstance(seen["stop"], rerun.Stop)
+    assert verdict.original == run.name and verdict.rerun == "rerun" and verdict.match is True
+    assert verdict.method.startswith("metrics.csv row of epoch 1, exactly")
+    (settings,) = [r for r in verdict.rows if r["what"] == "settings"]
+    assert settings["same"] is True  # the relative dataset of the original is the rerun's absolute one
+    assert verdict.warnings == said[1:2] + said[4:5]
+    assert [r["what"] for r in verdict.rows][:2] == ["code", "lock"] and verdict.rows[0]["same"] is False
+    new = RunDir(run.parent / "rerun")
+    assert json.loads(new.reproduce.read_text()) == verdict.to_dict()
+    assert new.read_manifest()["reproduces"] == {
+        "run_id": run.name,
+        "path": str(run),
+        "match": True,
+        "method": verdict.method,
+    }
+
+
+def test_the_rerun_is_a_fit_of_the_worktree_s_code_with_an_empty_env_file_and_a_clean_environment(
+    tmp_path, monkeypatch
+):
+    from train.reproduce import rerun
+
+    code = tmp_path / "wt" / "src"
+    code.mkdir(parents=True)
+    monkeypatch.setenv("EPOCHS", "99")
+    calls = []
+    monkeypatch.setattr(
+        rerun, "run_and_find", lambda cmd, runs_dir, stop, **kw: calls.append((cmd, runs_dir, stop, kw)) or "new"
+    )
+    stop = rerun.Stop()
+    assert rerun.rerun(code, ["--epochs", "1"], {"epochs": 2}, tmp_path / "runs", stop) == "new"
+    ((cmd, runs_dir, stop_, kw),) = calls
+    empty = tmp_path / "wt" / "empty.env"
+    assert cmd == [sys.executable, "-m", "train", "fit", "--env-file", str(empty), "--epochs", "1"]
+    assert empty.read_text() == "" and runs_dir == tmp_path / "runs" and stop_ is stop
+    assert (
+        kw["code"] == code and kw["cwd"] == code and "EPOCHS" not in kw["env"] and kw["env"]["PYTHONPATH"] == str(code)
+    )
+
+
+def _run_dir_maker(runs: Path, exit_code: int, make: bool = True) -> list[str]:
+    """A child that makes a run directory under `runs` (as `fit` does) and exits with `exit_code`."""
+    run = runs / "20260101-000000-000001-ab12"
+    body = f"p = pathlib.Path({str(run)!r}); p.mkdir(parents=True); (p / 'config.json').write_text('{{}}'); "
+    return [sys.executable, "-c", f"import pathlib, sys; {body if make else ''}sys.exit({exit_code})"]
+
+
+def test_the_run_a_training_child_made_is_found_and_a_failure_names_its_log(tmp_path):
+    from train.reproduce.rerun import Stop, run_and_find
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "20250101-000000-000000-0000").mkdir()  # an older run is never taken for the new one
+    (runs / "20250101-000000-000000-0000" / "config.json").write_text("{}")
+    assert run_and_find(_run_dir_maker(runs, 0), runs, Stop()) == runs / "20260101-000000-000001-ab12"
+    with pytest.raises(ReproduceError) as exc:
+        run_and_find(_run_dir_maker(tmp_path / "other", 3), runs, Stop())
+    assert str(exc.value) == "the rerun failed with exit code 3"
+    with pytest.raises(ReproduceError) as exc:
+        run_and_find(_run_dir_maker(tmp_path / "other", 0, make=False), runs, Stop())
+    assert str(exc.value) == f"the rerun finished but left no run directory under {runs}"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with pytest.raises(ReproduceError) as exc:
+        run_and_find(_run_dir_maker(fresh, 4), fresh, Stop())
+    assert str(exc.value) == (
+        f"the rerun failed with exit code 4; see {fresh / '20260101-000000-000001-ab12' / 'train.log'}"
+    )

@@ -191,3 +191,26 @@ def test_what_each_run_is_judged_by_is_enough(tmp_path):
     # Stopped early after 3 of 5 epochs: its last row is epoch 3.
     early = dict(manifest, epochs_completed=3)
     check_comparable(run, early, dict(config, deterministic=False), None, {1: {}, 2: {}, 3: {}})
+
+
+def test_the_epochs_refusals_are_whole_lines_and_no_epochs_is_the_whole_run(tmp_path):
+    run = _run(tmp_path, config={"lr_schedule": "cosine"})
+    with pytest.raises(ReproduceError) as exc:
+        reproduce(run, tmp_path, epochs=0, say=lambda _line: None)
+    assert str(exc.value) == "--epochs 0: give a number of epochs of at least 1"
+    with pytest.raises(ReproduceError) as exc:
+        reproduce(run, tmp_path, epochs=2, say=lambda _line: None)
+    assert str(exc.value) == (
+        "--epochs with LR_SCHEDULE=cosine: the schedule spans all EPOCHS, so a shorter rerun follows another "
+        "learning rate; reproduce the whole run instead"
+    )
+    with pytest.raises(ReproduceError, match="is not a git checkout"):  # past every --epochs check
+        reproduce(run, tmp_path, epochs=None, say=lambda _line: None)
+
+
+def test_a_run_from_a_dirty_tree_is_refused_unless_allowed(tmp_path):
+    run = _run(tmp_path, manifest={"git": {"commit": COMMIT, "dirty": True, "source": "git"}})
+    with pytest.raises(ReproduceError, match="^the run was made from a tree with uncommitted changes on top of "):
+        reproduce(run, tmp_path, say=lambda _line: None)
+    with pytest.raises(ReproduceError, match="is not a git checkout"):  # allowed: on to the next check
+        reproduce(run, tmp_path, allow_dirty=True, say=lambda _line: None)

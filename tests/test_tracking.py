@@ -1129,3 +1129,124 @@ def test_what_each_call_sends_to_the_server(tmp_path):
         ("log_artifacts", ("r9", str(tmp_path / "export"), "export")),
         ("set_terminated", ("r9", "FAILED")),  # a status it does not know: FAILED
     ]
+
+
+@pytest.mark.parametrize(
+    "status, mlflow_status",
+    [("completed", "FINISHED"), ("failed", "FAILED"), ("interrupted", "KILLED"), ("budget", "KILLED")],
+)
+def test_the_mlflow_run_ends_with_the_status_of_how_the_segment_ended(tmp_path, status, mlflow_status):
+    client = Recording("http://127.0.0.1:9")
+    _tracker(tmp_path, client, run_id="r9").finish(status)
+    assert [args for name, args, _ in client.calls if name == "set_terminated"] == [("r9", mlflow_status)]
+
+
+class _UploadsFail(Recording):
+    """A client whose file uploads fail; every other call is answered."""
+
+    def __getattr__(self, name):
+        if name == "log_artifact":
+
+            def fail(*args, **kw):
+                self.calls.append((name, args, kw))
+                raise ConnectionError("upload refused")
+
+            return fail
+        return super().__getattr__(name)
+
+
+def test_after_a_failed_upload_the_export_is_not_tried_but_the_status_is_sent(tmp_path, caplog, train_log_propagates):
+    _run_files(tmp_path)
+    (tmp_path / "export").mkdir()
+    client = _UploadsFail("http://127.0.0.1:9")
+    with caplog.at_level(logging.WARNING, logger="train"):
+        _tracker(tmp_path, client, run_id="r9").finish("completed")
+    assert [(name, args) for name, args, _ in client.calls] == [
+        ("log_artifact", ("r9", str(tmp_path / "manifest.json"))),  # fails: no other upload waits out its retries
+        ("set_terminated", ("r9", "FINISHED")),
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
+        "WARNING: MLflow: manifest.json not logged (ConnectionError: upload refused); training goes on"
+    ]
+
+
+def test_every_tag_from_a_whole_manifest_and_from_an_empty_one():
+    manifest = {
+        "run_id": "r1",
+        "image": "registry/train:1",
+        "git": {"commit": "abc123", "dirty": False, "source": "git"},
+        "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff"},
+        "data": {"fingerprint": "cd", "dataset": "mnist"},
+    }
+    assert tracking.tags_from_manifest(manifest) == {
+        "commit": "abc123",
+        "mlflow.source.git.commit": "abc123",
+        "lock": "requirements.lock",
+        "lock_sha256": "ff",
+        "data_fingerprint": "cd",
+        "dataset": "mnist",
+        "image": "registry/train:1",
+        "run_dir": "r1",
+    }
+    assert tracking.tags_from_manifest({}) == {
+        "commit": "unknown",
+        "mlflow.source.git.commit": "",
+        "lock": "unknown",
+        "lock_sha256": "unknown",
+        "data_fingerprint": "unknown",
+        "dataset": "unknown",
+        "image": "none (a git checkout)",
+        "run_dir": "",
+    }
+    # Made in an image that recorded no commit: no tag can be named, so where the commit came from.
+    assert tracking.image_of({"git": {"source": "/app/BUILD_COMMIT"}}) == "an image (/app/BUILD_COMMIT)"
+
+
+def test_a_value_left_out_of_the_epoch_metrics_leaves_the_next_ones_in():
+    assert tracking.epoch_metrics({"mfu": None, "loss": 0.5, "val_loss": float("inf"), "epoch": 1}) == {
+        "loss": 0.5,
+        "epoch": 1.0,
+    }
+
+
+def test_what_was_not_sent_without_epochs_or_with_two_and_a_message_s_first_line():
+    assert tracking._names(["manifest.json", "run status"]) == "manifest.json, run status"
+    assert tracking._names(["epoch 1 metrics", "epoch 2 metrics"]) == "metrics of epochs 1-2"
+    assert tracking._first_line(ValueError("")) == "ValueError"  # no message: its type
+    assert tracking._first_line(ValueError("  first\nsecond")) == "first"
+    assert tracking._first_line(ValueError("x" * 400)) == "x" * 300
+
+
+class _ExportFails(Recording):
+    """A client whose folder upload (export/) fails; every other call is answered."""
+
+    def __getattr__(self, name):
+        if name == "log_artifacts":
+
+            def fail(*args, **kw):
+                raise ConnectionError("export refused")
+
+            return fail
+        return super().__getattr__(name)
+
+
+def test_a_failed_export_upload_is_named_export(tmp_path, caplog, train_log_propagates):
+    (tmp_path / "export").mkdir()
+    with caplog.at_level(logging.WARNING, logger="train"):
+        _tracker(tmp_path, _ExportFails("http://127.0.0.1:9")).finish("completed")
+    assert [r.getMessage() for r in caplog.records] == [
+        "WARNING: MLflow: export/ not logged (ConnectionError: export refused); training goes on"
+    ]
+
+
+def test_a_start_that_never_answers_is_recorded_as_tracking_off_and_why(tmp_path, monkeypatch):
+    (tmp_path / "manifest.json").write_text("{}")
+    release = threading.Event()
+    monkeypatch.setattr(tracking, "STOP_FLUSH_SECONDS", 0.2)
+    tracker = tracking.Tracker(tmp_path, "http://127.0.0.1:9", lambda: release.wait(600) and 1 / 0)
+    tracker.finish("interrupted")
+    release.set()
+    assert json.loads((tmp_path / "manifest.json").read_text())["mlflow"] == {
+        "tracking": "off",
+        "reason": "http://127.0.0.1:9 did not answer within 0 s",
+    }
