@@ -376,6 +376,10 @@ RECORDED_FREE = {
     "store_cache": "/recorded/cache",
     "store_lease_seconds": 30.0,
     "store_flush_seconds": 10.0,
+    "serve_max_batch": 8,
+    "serve_max_wait_ms": 1.0,
+    "serve_max_body_mb": 2.0,
+    "sweep_storage": "sqlite:////recorded/study.db",
 }
 # RUNS_DIR is where the run is found; WORKERS/WORKER_INDEX say where this process trains.
 OF_THE_INVOCATION = {"runs_dir", "workers", "worker_index"}
