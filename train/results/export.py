@@ -183,6 +183,12 @@ def export_model(
             if cause is not None:
                 raise storage_error(final, cause) from exc
             raise
+    return _record_export(files, diff, source, formats, records, failures)
+
+
+def _record_export(files: RunDir, diff: float, source, formats, records: dict, failures: list) -> dict[str, Any]:
+    """The export in the manifest; ExportError naming a format that failed (the others are in place)."""
+    final = files.export.path
     report = {
         "savedmodel": str(files.export.savedmodel),
         "keras": str(files.export.keras),

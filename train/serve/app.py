@@ -56,22 +56,24 @@ def build_app(state: State) -> Starlette:
 
         return Route(path, endpoint, methods=list(methods))
 
+    def both(path: str, suffix: str, endpoint, methods=("GET",)) -> list[Route]:
+        # Each model route also answers under /versions/{version} (the one version there is).
+        return [
+            route(path + suffix, endpoint, methods),
+            route(path + "/versions/{version}" + suffix, endpoint, methods),
+        ]
+
+    v1, v2 = "/v1/models/{name}", "/v2/models/{name}"
     routes = [
-        route("/v1/models/{name}", tf_status),
-        route("/v1/models/{name}/versions/{version}", tf_status),
-        route("/v1/models/{name}/metadata", tf_metadata),
-        route("/v1/models/{name}/versions/{version}/metadata", tf_metadata),
-        route("/v1/models/{name}:predict", tf_predict, ("POST",)),
-        route("/v1/models/{name}/versions/{version}:predict", tf_predict, ("POST",)),
+        *both(v1, "", tf_status),
+        *both(v1, "/metadata", tf_metadata),
+        *both(v1, ":predict", tf_predict, ("POST",)),
         route("/v2", v2_server),
         route("/v2/health/live", v2_live),
         route("/v2/health/ready", v2_ready),
-        route("/v2/models/{name}", v2_metadata),
-        route("/v2/models/{name}/versions/{version}", v2_metadata),
-        route("/v2/models/{name}/ready", v2_model_ready),
-        route("/v2/models/{name}/versions/{version}/ready", v2_model_ready),
-        route("/v2/models/{name}/infer", v2_infer, ("POST",)),
-        route("/v2/models/{name}/versions/{version}/infer", v2_infer, ("POST",)),
+        *both(v2, "", v2_metadata),
+        *both(v2, "/ready", v2_model_ready),
+        *both(v2, "/infer", v2_infer, ("POST",)),
         route("/predict", plain_predict, ("POST",)),
     ]
     app = Starlette(routes=routes)

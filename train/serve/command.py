@@ -15,6 +15,8 @@ SETTINGS = ("serve_max_batch", "serve_max_wait_ms", "serve_max_body_mb")
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
+    from ..commands import add_runs_dir
+
     srv = sub.add_parser(
         "serve",
         allow_abbrev=False,
@@ -24,8 +26,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this host only)")
     srv.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501, TF Serving's REST port)")
     srv.add_argument("--model-name", default="model", help="the name in the URLs, /v1/models/NAME (default model)")
-    srv.add_argument("--env-file", default=".env")
-    srv.add_argument("--runs-dir", default=None)
+    add_runs_dir(srv)
     for name in SETTINGS:  # also SERVE_... in .env or the environment; parsed and checked by train.config
         srv.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=name.upper())
 

@@ -15,6 +15,7 @@ from ..errors import ConfigError
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
+    from ..commands import add_env_file
     from ..commands.fit import add_setting_flags
 
     sw = sub.add_parser(
@@ -33,7 +34,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     sw.add_argument("--study", default=None, help="the study's name (default: the file's [study] name, else its stem)")
     sw.add_argument("--report-only", action="store_true", help="write the study's report.html again and run no trial")
-    sw.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
+    add_env_file(sw)
     add_setting_flags(sw)
 
 
