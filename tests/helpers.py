@@ -50,7 +50,8 @@ def synthetic_arrays(n_train: int = 384, n_test: int = 128, size: int = 28, clas
     return {"x_train": xtr, "y_train": ytr, "x_test": xte, "y_test": yte}
 
 
-def make_npz(directory: Path, name: str = "tiny.npz", **kw) -> Path:
+def write_tiny_npz(directory: Path, name: str = "tiny.npz", **kw) -> Path:
+    """directory/name holding synthetic_arrays(**kw): a tiny learnable set (the `make_npz` fixture is the 10-class one)."""
     import numpy as np
 
     path = Path(directory) / name
@@ -73,7 +74,7 @@ def tiny_settings(tmp_path: Path, **changes):
     """A CPU-sized run on generated data, every output under tmp_path."""
     from train.config import load_settings
 
-    values = tiny_values(tmp_path, make_npz(tmp_path))
+    values = tiny_values(tmp_path, write_tiny_npz(tmp_path))
     values.update(changes)
     return load_settings(values, env_file=None, environ={})
 

@@ -63,13 +63,13 @@ def test_a_run_without_best_weights_says_so(tmp_path):
 def test_the_class_names_are_the_runs_and_data_with_other_classes_is_refused(tmp_path):
     import json
 
-    from helpers import make_npz
+    from helpers import write_tiny_npz
 
     from train.config import Settings
     from train.errors import DataError
     from train.models import build_model
 
-    npz = make_npz(tmp_path, classes=3)  # names 0, 1, 2
+    npz = write_tiny_npz(tmp_path, classes=3)  # names 0, 1, 2
     run = tmp_path / "20260101-000000-000001"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(Settings(dataset=f"npz:{npz}", model="cnn", batch_size=64).to_dict()))

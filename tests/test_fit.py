@@ -237,10 +237,10 @@ def test_a_run_whose_directory_is_removed_while_it_trains_stops_with_one_line_ex
     import shutil
 
     from faults import fit_flags, output, start_fit, states, step_of, wait_until
-    from helpers import make_npz
+    from helpers import write_tiny_npz
 
     runs = tmp_path / "runs"
-    proc = start_fit(fit_flags(tmp_path, make_npz(tmp_path), epochs=50, export=False), tmp_path)
+    proc = start_fit(fit_flags(tmp_path, write_tiny_npz(tmp_path), epochs=50, export=False), tmp_path)
     try:
         # The event: training is under way (the state of global step 8 exists).
         assert wait_until(lambda: any(step_of(s) >= 8 for r in runs.glob("2*") for s in states(r)), proc)

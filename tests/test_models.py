@@ -275,9 +275,9 @@ def test_a_factory_calling_sys_exit_is_a_model_error_naming_it():
 
 @pytest.fixture(scope="module")
 def tiny_npz(tmp_path_factory):
-    from helpers import make_npz
+    from helpers import write_tiny_npz
 
-    return make_npz(tmp_path_factory.mktemp("data"), n_train=64, n_test=32)
+    return write_tiny_npz(tmp_path_factory.mktemp("data"), n_train=64, n_test=32)
 
 
 @pytest.mark.slow

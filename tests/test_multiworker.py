@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from faults import env, fit_flags, manifest, only_run, wait_until
-from helpers import make_npz
+from helpers import write_tiny_npz
 
 from train.errors import DataError, WorkerLostError
 from train.setup.cluster import free_local_ports
@@ -29,7 +29,7 @@ RUN = dict(epochs=4, batch_size=32, checkpoint_every=4, deterministic=True, prec
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return make_npz(tmp_path_factory.mktemp("data"))
+    return write_tiny_npz(tmp_path_factory.mktemp("data"))
 
 
 def start_workers(
@@ -222,7 +222,7 @@ def test_sigkill_of_the_chief_ends_the_worker_with_one_line(data, tmp_path):
 
 
 def test_a_worker_with_other_data_than_the_chief_is_refused_on_every_worker(data, tmp_path):
-    other = make_npz(tmp_path, "other.npz", seed=1)  # same shape and classes, other examples
+    other = write_tiny_npz(tmp_path, "other.npz", seed=1)  # same shape and classes, other examples
     procs = start_workers(tmp_path, [data, other])
     assert wait_all(procs) == [DataError.exit_code] * 2, [text(p)[-3000:] for p in procs]
     chief, worker = text(procs[0]), text(procs[1])

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 from faults import fit_flags, kill_after_new_checkpoint, manifest, only_run, output, run_fit, start_fit, wait_until
-from helpers import make_npz, tiny_settings
+from helpers import tiny_settings, write_tiny_npz
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_exp
     from train import cli
 
     monkeypatch.chdir(tmp_path)
-    npz = make_npz(tmp_path)
+    npz = write_tiny_npz(tmp_path)
     flags = fit_flags(tmp_path, npz, epochs=1, export=False)
     assert cli.main(flags) == 0
     run = only_run(tmp_path / "runs")
@@ -113,7 +113,7 @@ def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
     old = manifest(run)["data"]["fingerprint"]
-    make_npz(tmp_path, seed=1)  # same path, new contents
+    write_tiny_npz(tmp_path, seed=1)  # same path, new contents
     before = _bytes(run, "config.json", "manifest.json")
     with pytest.raises(ResumeMismatchError) as info:
         train(s.replace(epochs=2), resume=run.name)
@@ -141,7 +141,7 @@ def test_a_smoke_run_records_the_one_epoch_it_trains(tmp_path):
 
 
 def test_a_second_fit_on_a_run_in_progress_is_refused_and_a_dead_holder_does_not_block(tmp_path):
-    npz = make_npz(tmp_path)
+    npz = write_tiny_npz(tmp_path)
     gate = tmp_path / "go"
     flags = fit_flags(tmp_path, npz, epochs=50, export=False, model="gate:dense16")
     first = start_fit(flags, tmp_path, extra_env={"GATE_FILE": str(gate)})
@@ -174,7 +174,7 @@ def test_a_second_fit_on_a_run_in_progress_is_refused_and_a_dead_holder_does_not
 
 @pytest.mark.parametrize("name", ["config.json", "manifest.json"])
 def test_a_damaged_record_stops_resume_and_auto_with_one_line(tmp_path, name):
-    npz = make_npz(tmp_path)
+    npz = write_tiny_npz(tmp_path)
     flags = fit_flags(tmp_path, npz, epochs=1, export=False)
     rc, out = run_fit(flags, tmp_path)
     assert rc == 0, out[-3000:]
@@ -234,7 +234,7 @@ def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
 
     from train.results.runs_table import list_runs
 
-    npz = make_npz(tmp_path)
+    npz = write_tiny_npz(tmp_path)
     # What a user keeps in .env; the first run adds flags, as `scripts/train --epochs 5 ...` does.
     (tmp_path / ".env").write_text(
         f"DATASET=npz:{npz}\nRUNS_DIR={tmp_path / 'runs'}\nDATA_DIR={tmp_path / 'data'}\nBATCH_SIZE=32\n"

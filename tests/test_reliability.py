@@ -27,7 +27,7 @@ from faults import (
     step_of,
     wait_until,
 )
-from helpers import make_npz
+from helpers import write_tiny_npz
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ STEPS_PER_EPOCH = 384 // 16
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return make_npz(tmp_path_factory.mktemp("data"))
+    return write_tiny_npz(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from faults import states, wait_until
-from helpers import PROJECT_ROOT, make_npz, subprocess_env
+from helpers import PROJECT_ROOT, subprocess_env, write_tiny_npz
 
 from train.errors import ReproduceError
 from train.reproduce.rerun import Verdict, judge, version_warnings, within_tolerance
@@ -178,7 +178,7 @@ def original(tmp_path_factory):
         pytest.skip("git is not installed")
     tmp = tmp_path_factory.mktemp("repro")
     repo = _clone_of_the_package(tmp / "repo")
-    npz = make_npz(tmp)
+    npz = write_tiny_npz(tmp)
     runs = tmp / "runs"
     _train(repo, "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), *TINY)
     (run,) = _runs(runs)
@@ -225,7 +225,7 @@ def test_changed_data_is_refused_with_both_fingerprints_before_any_training(orig
     repo, runs, run, npz = original
     copy = tmp_path / "runs" / run.name
     shutil.copytree(run, copy)
-    other = make_npz(tmp_path, name="other.npz", seed=7)
+    other = write_tiny_npz(tmp_path, name="other.npz", seed=7)
     config = json.loads((copy / "config.json").read_text())
     config["dataset"] = f"npz:{other}"
     (copy / "config.json").write_text(json.dumps(config))
@@ -865,7 +865,7 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
     rerun gets, and the verdict it writes into the rerun and its manifest."""
     import hashlib
 
-    from helpers import make_npz, tiny_values, write_run_records
+    from helpers import tiny_values, write_run_records, write_tiny_npz
 
     from train.inputs.pipeline import load_data
     from train.reproduce import rerun
@@ -873,7 +873,7 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
 
     repo, commit = _repo_with_a_lock(tmp_path)
     lock_sha = hashlib.sha256(b"numpy==2.0\n").hexdigest()
-    npz = make_npz(tmp_path)
+    npz = write_tiny_npz(tmp_path)
     config = dict(tiny_values(tmp_path, npz), deterministic=True, epochs=2)
     from train.config import settings_from_dict
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from faults import env, fit_flags, output, start_fit, wait_until
-from helpers import make_npz
+from helpers import write_tiny_npz
 from servers_s3 import dead_endpoint
 
 # 3 epochs x 24 steps, a state every 4 steps: a few seconds of training, many checkpoints.
@@ -26,7 +26,7 @@ RUN = dict(epochs=3, batch_size=16, checkpoint_every=4, deterministic=True, prec
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return make_npz(tmp_path_factory.mktemp("data"))
+    return write_tiny_npz(tmp_path_factory.mktemp("data"))
 
 
 class Machine:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import make_npz
+from helpers import write_tiny_npz
 
 from train.cli import main
 from train.config import load_settings
@@ -20,7 +20,7 @@ def _space(tmp_path: Path, body: str, study: str = "") -> Path:
 
 
 def _flags(tmp_path: Path, **changes) -> list[str]:
-    npz = make_npz(tmp_path, n_train=48, n_test=16, size=8)
+    npz = write_tiny_npz(tmp_path, n_train=48, n_test=16, size=8)
     values = {
         "dataset": f"npz:{npz}",
         "runs_dir": str(tmp_path / "runs"),
@@ -225,7 +225,7 @@ def test_a_trial_reproduces_bit_identical_from_its_own_record(tmp_path):
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     repo = _clone_of_the_package(tmp_path / "repo")  # a committed copy: the record's commit is clean
-    npz = make_npz(tmp_path, n_train=64, n_test=16)
+    npz = write_tiny_npz(tmp_path, n_train=64, n_test=16)
     space = tmp_path / "space.toml"
     space.write_text("[study]\nname = 'r'\ntrials = 1\npruner = 'none'\n[space]\nlearning_rate = [0.002]\n")
     runs = tmp_path / "runs"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from faults import env, wait_until
-from helpers import make_npz
+from helpers import write_tiny_npz
 
 from train.run.find import list_run_dirs
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 def _flags(tmp_path: Path, epochs: int) -> list[str]:
     npz = tmp_path / "tiny.npz"
     if not npz.exists():
-        make_npz(tmp_path, n_train=48, n_test=16, size=8)
+        write_tiny_npz(tmp_path, n_train=48, n_test=16, size=8)
     values = {
         "dataset": f"npz:{npz}",
         "runs_dir": str(tmp_path / "runs"),

@@ -144,11 +144,11 @@ def _files_and_output_holding(root: Path, output: str, secrets: list[str]) -> li
 @pytest.mark.slow
 def test_a_credential_in_the_uri_is_refused_at_the_cli_and_lands_nowhere(tmp_path):
     from faults import fit_flags, run_fit
-    from helpers import make_npz
+    from helpers import write_tiny_npz
 
     uri = f"http://127.0.0.1:9/?token={SECRET}"
     rc, out = run_fit(
-        fit_flags(tmp_path, make_npz(tmp_path), epochs=1), tmp_path, extra_env={"MLFLOW_TRACKING_URI": uri}
+        fit_flags(tmp_path, write_tiny_npz(tmp_path), epochs=1), tmp_path, extra_env={"MLFLOW_TRACKING_URI": uri}
     )
     assert rc == 2, out[-3000:]
     (line,) = [line for line in out.splitlines() if "MLFLOW_TRACKING_URI" in line]
@@ -511,9 +511,9 @@ class Silent:
 
 def _fit_against(server: Silent, tmp_path: Path, epochs: int, **env: str):
     from faults import fit_flags, start_fit
-    from helpers import make_npz
+    from helpers import write_tiny_npz
 
-    flags = fit_flags(tmp_path, make_npz(tmp_path), epochs=epochs, export=False, report="quick")
+    flags = fit_flags(tmp_path, write_tiny_npz(tmp_path), epochs=epochs, export=False, report="quick")
     return start_fit(flags, tmp_path, extra_env={"MLFLOW_TRACKING_URI": server.uri, **env})
 
 
@@ -844,9 +844,9 @@ def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, mo
 @pytest.mark.slow
 def test_with_two_workers_only_the_chief_logs(mlflow_server, tmp_path):
     from faults import env, fit_flags, only_run
-    from helpers import make_npz
+    from helpers import write_tiny_npz
 
-    npz = make_npz(tmp_path)
+    npz = write_tiny_npz(tmp_path)
     workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(2))
     procs = []
     for i in range(2):
@@ -908,10 +908,10 @@ def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch)
 
 @pytest.mark.slow
 def test_an_unreachable_server_is_one_warning_and_the_training_completes(tmp_path):
-    from helpers import make_npz
+    from helpers import write_tiny_npz
 
     (port,) = free_local_ports(1)  # nothing listens there
-    npz = make_npz(tmp_path)
+    npz = write_tiny_npz(tmp_path)
     env = subprocess_env(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
     proc = subprocess.run(
         [
@@ -1215,9 +1215,9 @@ def test_a_value_left_out_of_the_epoch_metrics_leaves_the_next_ones_in():
 def test_what_was_not_sent_without_epochs_or_with_two_and_a_message_s_first_line():
     assert tracking._names(["manifest.json", "run status"]) == "manifest.json, run status"
     assert tracking._names(["epoch 1 metrics", "epoch 2 metrics"]) == "metrics of epochs 1-2"
-    assert tracking._first_line(ValueError("")) == "ValueError"  # no message: its type
-    assert tracking._first_line(ValueError("  first\nsecond")) == "first"
-    assert tracking._first_line(ValueError("x" * 400)) == "x" * 300
+    assert tracking._why(ValueError("")) == "ValueError"  # no message: its type
+    assert tracking._why(ValueError("  first\nsecond")) == "first"
+    assert tracking._why(ValueError("x" * 400)) == "x" * 300
 
 
 class _ExportFails(Recording):
