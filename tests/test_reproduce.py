@@ -772,6 +772,7 @@ def _repo_with_a_lock(tmp_path: Path) -> tuple[Path, str]:
     return repo, _git(repo, "rev-parse", "HEAD").strip()
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
 def test_the_commit_is_checked_before_anything_else_in_one_line_each(tmp_path):
     from train.reproduce.rerun import check_commit
 
@@ -804,6 +805,7 @@ def test_the_commit_is_checked_before_anything_else_in_one_line_each(tmp_path):
     )
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
 def test_the_lock_at_the_commit_must_have_the_recorded_hash(tmp_path):
     import hashlib
 
@@ -860,6 +862,7 @@ def test_a_whole_record_is_read_as_manifest_and_config(tmp_path):
     assert read_record(tmp_path) == ({"status": "completed"}, {"epochs": 2})
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
 def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writes_its_verdict(tmp_path, monkeypatch):
     """The whole command with the training child replaced: what it says, which code and flags the
     rerun gets, and the verdict it writes into the rerun and its manifest."""

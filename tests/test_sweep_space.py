@@ -144,6 +144,9 @@ def test_study_flag_with_a_path_separator_is_refused(tmp_path, capsys):
     assert PROJECT_ROOT.is_dir()
 
 
+@pytest.mark.skipif(
+    not (PROJECT_ROOT / "sweeps").is_dir(), reason="the example space files are host-side (not in the image)"
+)
 def test_the_example_space_file_is_valid(tmp_path):
     spec = read_space(PROJECT_ROOT / "sweeps" / "example.toml", _settings(tmp_path))
     assert spec.name == "example" and {p.name for p in spec.params} == {"learning_rate", "batch_size", "model"}
