@@ -140,10 +140,12 @@ def template_parts(s, policy: str | None = None):
     keras.mixed_precision.set_global_policy(policy)
     spec = data.load_data(s)
     model = models.build_model(s.model, spec.input_shape, spec.num_classes)
+    from train.training.schedules import OverTraining, needs_schedule
+
     lr: Any = s.learning_rate
-    if s.lr_schedule == "cosine":
-        total = s.epochs * data.steps_per_epoch(spec, s.batch_size)
-        lr = keras.optimizers.schedules.CosineDecay(s.learning_rate, decay_steps=max(total, 1))
+    if needs_schedule(s.lr_schedule, s.lr_warmup_epochs):
+        per_epoch = data.steps_per_epoch(spec, s.batch_size)
+        lr = OverTraining(s.learning_rate, s.epochs, per_epoch, s.lr_schedule, s.lr_warmup_epochs)
     model.compile(
         optimizer=keras.optimizers.Adam(lr),
         loss="sparse_categorical_crossentropy",

@@ -1,7 +1,17 @@
-"""2. Time to 99.0% MNIST test accuracy: template default vs the reference recipe (real MNIST only)."""
+"""2. Time to 99.0% MNIST test accuracy: template default vs the reference recipe (real MNIST only).
+
+Each side's time is its epoch times summed until the first epoch at or above 99.0% (evaluation
+left out on both sides), at most BUDGET_EPOCHS epochs. The recipe's constant learning rate does
+not depend on how many epochs it is given. The template's default schedule does (a cosine over
+EPOCHS), so it is measured as a user would use it: a run with the default EPOCHS, and if that does
+not get there, a new run with one epoch more, and so on; the figure is the first run that gets
+there, and the tries before it are listed. The previous default (batch 128, constant rate) runs
+beside them for comparison. Every side is seeded, so a rerun on one machine trains the same.
+"""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import common
@@ -9,12 +19,14 @@ import pytest
 from reference import Recipe
 
 TARGET = 0.990
-GOAL = 0.5
-BUDGET_EPOCHS = 10  # the classic recipe trains 10 epochs
+GOAL = 0.25
+BUDGET_EPOCHS = 12  # the recipe gets there around its 6th to 10th epoch
+SEED = 42
 
 
 class _Template:
-    """The template's model, precision and pipeline, an epoch at a time (loop overhead: benchmark 3)."""
+    """The template's model, precision, schedule and pipeline, an epoch at a time (the loop's own
+    overhead is benchmark 3)."""
 
     def __init__(self, s):
         import keras
@@ -39,8 +51,15 @@ class _Template:
         return self.history[-1]
 
 
-def _time_to(history, target: float) -> tuple[float | None, int | None]:
-    """Training seconds (evaluation excluded on both sides) until the first epoch at >= target."""
+def _seeded_recipe(arrays):
+    import keras
+
+    keras.utils.set_random_seed(SEED)
+    return Recipe(arrays)
+
+
+def time_to(history, target: float) -> tuple[float | None, int | None]:
+    """Training seconds until the first epoch at >= target, and that epoch; (None, None) if none."""
     total = 0.0
     for row in history:
         total += row["epoch_seconds"]
@@ -49,35 +68,69 @@ def _time_to(history, target: float) -> tuple[float | None, int | None]:
     return None, None
 
 
+def epochs_until(make, budget: int, target: float):
+    """One trainer from `make()`, an epoch per step of the iteration, until target or budget."""
+    trainer = make()
+    for _ in range(budget):
+        yield trainer, trainer.epoch()
+        if trainer.history[-1]["val_accuracy"] >= target:
+            return
+
+
+def longer_runs_until(make_for, first: int, budget: int, target: float):
+    """Runs of `first`, `first` + 1, ... epochs (each a fresh trainer from `make_for(epochs)`),
+    until one gets to target within its epochs or the budget of epochs is reached."""
+    for epochs in range(first, budget + 1):
+        trainer = None
+        for trainer, _ in epochs_until(lambda e=epochs: make_for(e), epochs, target):
+            yield trainer, None
+        if trainer is not None and time_to(trainer.history, target)[0] is not None:
+            return
+
+
+def round_robin(contenders: dict) -> dict[str, list]:
+    """Step every contender's iteration in turn (so a load on the machine hits each alike);
+    each contender's trainers, in order."""
+    seen: dict[str, list] = {name: [] for name in contenders}
+    active = dict(contenders)
+    for name in itertools.cycle(list(contenders)):
+        if not active:
+            break
+        if name not in active:
+            continue
+        step = next(active[name], None)
+        if step is None:
+            del active[name]
+        elif not seen[name] or seen[name][-1] is not step[0]:
+            seen[name].append(step[0])
+    return seen
+
+
 def test_time_to_99(benchmark, mnist, mnist_npz, quick, tmp_path):
     arrays, what = mnist
     if common.mnist_path() is None and not quick:
         pytest.skip(
             "needs real MNIST: set MNIST_NPZ to a Keras-format mnist.npz (generated data says nothing about 99%)"
         )
-    budget = 1 if quick else BUDGET_EPOCHS
-    base = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"))
-    contenders = {"reference": lambda: Recipe(arrays), "template": lambda: _Template(base.replace(epochs=budget))}
-    # Candidate defaults, measured beside the current ones (a cosine schedule decays over EPOCHS).
-    candidates = {
-        "template cnn_bn+cosine, 3 epochs": base.replace(model="cnn_bn", lr_schedule="cosine", epochs=3),
-        "template cnn+cosine, 4 epochs": base.replace(lr_schedule="cosine", epochs=4),
+    budget = 2 if quick else BUDGET_EPOCHS
+    base = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), seed=SEED)
+    first = 1 if quick else base.epochs
+    previous = base.replace(batch_size=128, learning_rate=1e-3, lr_schedule="constant", lr_warmup_epochs=0.0)
+    contenders = {
+        "reference": epochs_until(lambda: _seeded_recipe(arrays), budget, TARGET),
+        "template": longer_runs_until(
+            lambda e: _Template(base.replace(epochs=e)),
+            first,
+            budget if not quick else first,
+            TARGET,
+        ),
+        "previous default (batch 128, constant 0.001)": epochs_until(
+            lambda: _Template(previous.replace(epochs=budget)), budget, TARGET
+        ),
     }
-    for name, s in candidates.items():
-        contenders[name] = lambda s=s: _Template(s.replace(epochs=1) if quick else s)
-    runners = {name: make() for name, make in contenders.items()}
-    limits = {name: (budget if name in ("reference", "template") else r.s.epochs) for name, r in runners.items()}
-
-    def race():  # epoch by epoch, round robin, each until it reaches the target or its budget
-        active = list(runners)
-        while active:
-            for name in list(active):
-                row = runners[name].epoch()
-                if row["val_accuracy"] >= TARGET or len(runners[name].history) >= limits[name]:
-                    active.remove(name)
-
-    common.once(benchmark, race)
-    reached = {name: _time_to(r.history, TARGET) for name, r in runners.items()}
+    seen = common.once(benchmark, lambda: round_robin(contenders))
+    final = {name: trainers[-1] for name, trainers in seen.items()}
+    reached = {name: time_to(t.history, TARGET) for name, t in final.items()}
     ref_s, tpl_s = reached["reference"][0], reached["template"][0]
     value = common.ratio(tpl_s, ref_s) if ref_s and tpl_s else None
     others = {
@@ -92,9 +145,14 @@ def test_time_to_99(benchmark, mnist, mnist_npz, quick, tmp_path):
         value is not None and value <= GOAL,
         data=what,
         budget_epochs=budget,
+        template_settings=f"BATCH_SIZE={base.batch_size} LEARNING_RATE={base.learning_rate} "
+        f"LR_SCHEDULE={base.lr_schedule} LR_WARMUP_EPOCHS={base.lr_warmup_epochs}, EPOCHS from {first} up",
+        template_epochs_tried=[t.s.epochs for t in seen["template"]],
         reached=others,
         histories={
-            n: [(r_["epoch"], round(r_["epoch_seconds"], 2), round(r_["val_accuracy"], 4)) for r_ in r.history]
-            for n, r in runners.items()
+            name: [
+                [(r["epoch"], round(r["epoch_seconds"], 2), round(r["val_accuracy"], 4)) for r in t.history] for t in ts
+            ]
+            for name, ts in seen.items()
         },
     )

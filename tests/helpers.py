@@ -87,6 +87,11 @@ def tiny_values(tmp_path: Path, npz: Path) -> dict:
         "data_dir": str(tmp_path / "data"),
         "epochs": 2,
         "batch_size": 32,
+        # The learning rate of the tests that are not about it: constant, so a step's effect does
+        # not depend on how many steps the run has.
+        "learning_rate": 1e-3,
+        "lr_schedule": "constant",
+        "lr_warmup_epochs": 0.0,
         "checkpoint_every": 4,
         "precision": "float32",
         "progress": "line",

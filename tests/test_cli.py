@@ -39,7 +39,7 @@ def test_settings_resolved_uses_env_file_and_environment(tmp_path, capsys, monke
 def test_a_bad_setting_value_is_one_line_and_exit_2(capsys):
     assert cli.main(["--batch-size", "abc"]) == 2  # `fit` is the default command
     err = capsys.readouterr().err
-    assert err == "ConfigError: BATCH_SIZE='abc' is not valid: expected a whole number, e.g. 128\n"
+    assert err == "ConfigError: BATCH_SIZE='abc' is not valid: expected a whole number, e.g. 512\n"
 
 
 def test_an_unknown_flag_is_a_usage_error(capsys):
@@ -72,7 +72,7 @@ def test_debug_adds_the_traceback_and_keeps_the_exit_code(monkeypatch, tmp_path,
     assert cli.main(["fit", "--debug", "--batch-size", "abc"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):")
-    assert err.endswith("ConfigError: BATCH_SIZE='abc' is not valid: expected a whole number, e.g. 128\n")
+    assert err.endswith("ConfigError: BATCH_SIZE='abc' is not valid: expected a whole number, e.g. 512\n")
     monkeypatch.setenv("DEBUG", "1")
     assert cli.main(["export", "nope", "--runs-dir", str(tmp_path)]) == 2
     assert "Traceback" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Settings: precedence, coercion and every validation rule, all without TensorFlow."""
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -8,7 +9,15 @@ import pytest
 from helpers import PROJECT_ROOT
 
 from train import models
-from train.config import Settings, debug_requested, diff_settings, env_example, load_settings, settings_table
+from train.config import (
+    Settings,
+    debug_requested,
+    diff_settings,
+    env_example,
+    load_settings,
+    settings_from_dict,
+    settings_table,
+)
 from train.errors import ConfigError, StorageError
 
 
@@ -18,7 +27,7 @@ def load(overrides=None, env=None, env_file=None):
 
 def test_defaults_are_the_classic_mnist_recipe():
     s = load()
-    assert (s.dataset, s.model, s.batch_size, s.learning_rate) == ("mnist", "cnn", 128, 1e-3)
+    assert (s.dataset, s.model, s.batch_size, s.learning_rate) == ("mnist", "cnn", 512, 5e-3)
 
 
 def test_precedence_defaults_dotenv_environment_flags(tmp_path):
@@ -82,9 +91,9 @@ def test_bool_spellings():
 
 
 def test_diff_ignores_settings_that_do_not_change_results():
-    a = Settings()
+    a = Settings(lr_schedule="constant")
     b = a.replace(epochs=9, runs_dir="/elsewhere", learning_rate=0.01, batch_size=64)
-    assert diff_settings(a, b) == ["BATCH_SIZE: 128 -> 64", "LEARNING_RATE: 0.001 -> 0.01"]
+    assert diff_settings(a, b) == ["BATCH_SIZE: 512 -> 64", "LEARNING_RATE: 0.005 -> 0.01"]
 
 
 def test_env_example_and_table_cover_every_setting():
@@ -130,9 +139,9 @@ def test_readme_configuration_table_is_current():
 
 
 def test_epochs_may_change_on_resume_unless_a_schedule_spans_them():
-    constant = Settings()
+    constant = Settings(lr_schedule="constant")
     assert diff_settings(constant, constant.replace(epochs=10)) == []
-    cosine = Settings(lr_schedule="cosine")
+    cosine = Settings()  # the default
     assert diff_settings(cosine, cosine.replace(epochs=10)) == ["EPOCHS: 3 -> 10 (LR_SCHEDULE=cosine spans all epochs)"]
 
 
@@ -284,7 +293,7 @@ ONE_OF_DATASETS = "one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir
     [
         ("DETERMINISTIC", "maybe", "expected true/false (1/0, yes/no, on/off)"),
         ("EPOCHS", "abc", "expected a whole number, e.g. 3"),
-        ("LEARNING_RATE", "fast", "expected a number, e.g. 0.001"),
+        ("LEARNING_RATE", "fast", "expected a number, e.g. 0.005"),
         ("LEARNING_RATE", "inf", "expected a finite number"),
         ("LEARNING_RATE", "-inf", "expected a finite number"),
         ("LEARNING_RATE", "nan", "expected a finite number"),
@@ -413,3 +422,22 @@ def test_settings_become_the_fit_flags_that_give_them_back():
 
     args = cli.build_parser().parse_args(["fit", *flags])
     assert (args.batch_size, args.export, args.deterministic, args.model) == ("32", False, True, "mlp")
+
+
+def test_a_warm_up_must_end_before_the_training_does():
+    with pytest.raises(ConfigError) as e:
+        load_settings({"epochs": 2, "lr_warmup_epochs": 2}, env_file=None, environ={})
+    assert str(e.value) == (
+        "LR_WARMUP_EPOCHS=2 is not valid: the warm-up must end before the training does (EPOCHS=2): give less than 2"
+    )
+    assert load_settings({"epochs": 2, "lr_warmup_epochs": 1.5}, env_file=None, environ={}).lr_warmup_epochs == 1.5
+
+
+def test_a_run_saved_before_a_setting_existed_gets_the_value_that_version_used():
+    """A config.json without LR_WARMUP_EPOCHS trained without a warm-up: resumed or reproduced, it
+    must not take today's default of one."""
+    saved = dataclasses.asdict(Settings())
+    del saved["lr_warmup_epochs"]
+    assert Settings().lr_warmup_epochs > 0
+    assert settings_from_dict(saved).lr_warmup_epochs == 0.0
+    assert settings_from_dict({**saved, "lr_warmup_epochs": 0.7}).lr_warmup_epochs == 0.7

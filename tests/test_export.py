@@ -151,12 +151,10 @@ def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch, tmp_path)
     # A float32 model is copied too, without its optimizer: the run's learning-rate schedule is
     # this package's own class, and a model.keras holding it would not load anywhere else.
     from train.models import build_model
-    from train.training.schedules import CosineOverTraining
+    from train.training.schedules import OverTraining
 
     model32 = build_model("cnn", (28, 28, 1), 3)
-    model32.compile(
-        optimizer=keras.optimizers.Adam(CosineOverTraining(1e-3, 2, 5)), loss="sparse_categorical_crossentropy"
-    )
+    model32.compile(optimizer=keras.optimizers.Adam(OverTraining(1e-3, 2, 5)), loss="sparse_categorical_crossentropy")
     copy32 = export.float32_copy(model32, "cnn")
     assert copy32 is not model32 and getattr(copy32, "optimizer", None) is None
     for a, b in zip(model32.get_weights(), copy32.get_weights()):

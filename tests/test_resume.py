@@ -25,6 +25,8 @@ def _settings(tmp_path, **changes):
         "runs_dir": str(tmp_path / "runs"),
         "data_dir": str(tmp_path / "data"),
         "batch_size": 32,
+        # Constant: EPOCHS is free on resume only where no schedule spans the epochs.
+        "lr_schedule": "constant",
         **changes,
     }
     return load_settings(values, env_file=None, environ={})

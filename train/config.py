@@ -84,9 +84,16 @@ class Settings:
     # --- model and optimisation ---
     model: str = _f("cnn", models.describe())
     epochs: int = _f(3, "number of epochs", min=1, max=100000, kind="free")
-    batch_size: int = _f(128, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
-    learning_rate: float = _f(1e-3, "Adam learning rate", min=1e-8, max=10.0)
-    lr_schedule: str = _f("constant", "constant | cosine (decays to 0 over all EPOCHS)", choices=LR_SCHEDULES)
+    batch_size: int = _f(512, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
+    learning_rate: float = _f(5e-3, "Adam learning rate (the peak, under a schedule)", min=1e-8, max=10.0)
+    lr_schedule: str = _f("cosine", "constant | cosine (decays to 0 over all EPOCHS)", choices=LR_SCHEDULES)
+    lr_warmup_epochs: float = _f(
+        0.3,
+        "epochs over which the learning rate rises linearly from a tenth of LEARNING_RATE to it; 0 = none",
+        min=0.0,
+        max=100000.0,
+        recorded_before=0.0,
+    )
     seed: int = _f(42, "seed for weights, data split and shuffle order", min=0, max=2**31 - 1)
     deterministic: bool = _f(
         False, "enable TensorFlow op determinism: bit-identical results on one machine, a little slower"
@@ -558,6 +565,12 @@ def validate(s: Settings) -> Settings:
         and (problem := find.run_name_problem(s.run_name, s.runs_dir))
     ):
         raise ConfigError("RUN_NAME", s.run_name, problem)
+    if s.lr_warmup_epochs >= s.epochs:
+        raise ConfigError(
+            "LR_WARMUP_EPOCHS",
+            s.lr_warmup_epochs,
+            f"the warm-up must end before the training does (EPOCHS={s.epochs}): give less than {s.epochs}",
+        )
     export_formats(s.export_formats)
     _check_sweep_storage(s.sweep_storage)
     if s.checkpoint_every % s.steps_per_execution:
@@ -657,6 +670,11 @@ def settings_from_dict(data: Mapping[str, Any]) -> Settings:
     """Rebuild settings saved in a run directory (unknown keys from newer versions are ignored)."""
     known = {f.name for f in fields(Settings)}
     values = {k: v for k, v in data.items() if k in known}
+    for f in fields(Settings):
+        # A setting added after the run was saved: the value that gives what that version did, not
+        # today's default, so a resume or reproduce trains as the run did.
+        if f.name not in values and "recorded_before" in f.metadata:
+            values[f.name] = f.metadata["recorded_before"]
     if _tracking_credential(str(values.get("mlflow_tracking_uri") or "")):
         # A URI with a credential, saved by a version that accepted one. Where tracking goes is free
         # on resume (the current MLFLOW_TRACKING_URI is used), so it must not make the run unreadable.

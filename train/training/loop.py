@@ -194,7 +194,7 @@ class EpochLoop:
         # Told each finished epoch's row, after its state is saved: epoch_end(epoch, row) returns None to go
         # on, or (status, reason) to end the run there (a sweep's pruner). Set by train(observer=...).
         self.observer = None
-        self.schedule = None  # train.training.schedules.CosineOverTraining under LR_SCHEDULE=cosine, set by build_model
+        self.schedule = None  # a schedules.OverTraining when the rate moves (cosine, warm-up), set by build_model
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
 
     @property
@@ -207,14 +207,15 @@ class EpochLoop:
     def build_model(self, models) -> None:
         import keras
 
+        from .schedules import OverTraining, needs_schedule
         from .steps import Steps
 
         lr: Any = self.s.learning_rate
-        if self.s.lr_schedule == "cosine":  # outside the strategy's scope: see train.training.schedules
-            from .schedules import CosineOverTraining
-
+        if needs_schedule(self.s.lr_schedule, self.s.lr_warmup_epochs):  # outside the strategy's scope: see schedules
             per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
-            lr = self.schedule = CosineOverTraining(self.s.learning_rate, self.epochs, per_epoch)
+            lr = self.schedule = OverTraining(
+                self.s.learning_rate, self.epochs, per_epoch, self.s.lr_schedule, self.s.lr_warmup_epochs
+            )
         with self.strategy.scope():
             model = models.build_model(self.s.model, self.spec.input_shape, self.spec.num_classes)
             # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
