@@ -23,7 +23,7 @@ def test_records_are_numbers_with_empty_cells_as_none(tmp_path):
         {"epoch": 1.0, "loss": 0.5, "val_accuracy": 0.9, "epoch_seconds": 2.0, "gpu_memory_used_mb": None}
     ]
     assert rec.resumes == [Resume(epoch=3, step=12, at="2026-11-30 10:05:03")]
-    assert rec.config["batch_size"] == 128 and rec.manifest["status"] == "completed" and rec.name == "r1"
+    assert rec.config["batch_size"] == 512 and rec.manifest["status"] == "completed" and rec.name == "r1"
 
 
 @pytest.mark.parametrize(
