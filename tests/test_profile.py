@@ -98,3 +98,24 @@ def test_a_profiler_that_cannot_start_is_a_warning_and_training_goes_on(real_loo
         "WARNING: PROFILE=steps: the profiler did not start (AlreadyExistsError: Another profiler is running.)"
         in _log_lines(train_log)
     )
+
+
+def test_the_step_summary_reads_the_kinds_of_work_from_a_written_profile(real_loop):
+    """benchmarks/profile_ops.py, the table of docs/performance.md, on the profile of the one-layer model."""
+    import importlib.util
+
+    from helpers import PROJECT_ROOT
+
+    where = PROJECT_ROOT / "benchmarks" / "profile_ops.py"
+    spec = importlib.util.spec_from_file_location("profile_ops", where)
+    profile_ops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile_ops)
+    loop = real_loop(epochs=1, profile="steps", profile_steps="2:5")
+    loop.run()
+    summary = profile_ops.summarise(profile_ops.newest_profile(loop.run_dir / "tensorboard"))
+    assert (summary["calls"], summary["steps"], summary["threads"] >= 1) == (3, 3, True)
+    kinds = summary["kinds"]
+    for kind in ("dense layers (matmul), forward + backward", "optimizer (Adam update, float32)", profile_ops.EXECUTOR):
+        median, fastest = kinds[kind]
+        assert 0 < fastest <= median
+    assert "| kind of work | share of the work | ms a step (median) | fastest step |" in profile_ops.tables(summary)
