@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import re
 from pathlib import Path
 
 # (kind, test on "name:OpType"), first match wins: the order puts the specific before the general.
 KINDS = (
-    ("optimizer (Adam update, float32)", lambda n, t: "/adam/" in n.lower() or t.startswith("ResourceApply")),
+    # Keras names the optimizer's scope adam, adam_1, ... (one more for each optimizer the process made).
+    ("optimizer (Adam update, float32)", lambda n, t: re.search(r"/adam(_\d+)?/", n) or t.startswith("ResourceApply")),
     ("conv backward: weight gradients", lambda n, t: "Conv2DBackpropFilter" in t),
     ("conv backward: input gradients", lambda n, t: "Conv2DBackpropInput" in t),
     ("conv forward (bias + ReLU fused)", lambda n, t: "Conv2D" in t),
