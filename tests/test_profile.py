@@ -50,7 +50,7 @@ def test_profile_steps_writes_a_profile_of_the_range_into_the_tensorboard_folder
     assert len(found) == 1 and found[0].stat().st_size > 0
     said = [line for line in _log_lines(train_log) if line.startswith("profile of steps")]
     assert said == [
-        f"profile of steps 2-4 written to {found[0].parent} (open it: tensorboard --logdir "
+        f"profile of steps 2-3 written to {found[0].parent} (open it: tensorboard --logdir "
         f"{loop.run_dir / 'tensorboard'}, Profile tab)"
     ]
 
@@ -132,4 +132,22 @@ def test_with_two_workers_only_the_chief_writes_a_profile(tmp_path):
     run = only_run(tmp_path / "w0" / "runs")
     assert len(_profiles(run)) == 1
     assert list((tmp_path / "w1").rglob("*.xplane.pb")) == []
-    assert "profile of steps 2-4 written to" in text(procs[0]) and "profile of" not in text(procs[1])
+    assert "profile of steps 2-3 written to" in text(procs[0]) and "profile of" not in text(procs[1])
+
+
+def test_the_trace_covers_the_whole_compiled_calls_that_hold_the_range(monkeypatch, tmp_path):
+    """Under STEPS_PER_EXECUTION=4, PROFILE_STEPS=10:15 traces the calls of steps 8-11, 12-15."""
+    import tensorflow as tf
+
+    from train.training.profiling import StepProfiler
+
+    calls = []
+    monkeypatch.setattr(tf.profiler.experimental, "start", lambda logdir, options=None: calls.append(("start", done())))
+    monkeypatch.setattr(tf.profiler.experimental, "stop", lambda: calls.append(("stop", done())))
+    profiler = StepProfiler(tmp_path, 10, 15)
+    done = lambda: profiler.done  # noqa: E731
+    for _ in range(6):  # 24 steps in calls of 4
+        profiler.before(4)
+        profiler.after(4)
+    profiler.close()
+    assert calls == [("start", 8), ("stop", 16)]

@@ -71,7 +71,7 @@ class StepProfiler:
         log.info(
             "profile of steps %d-%d written to %s (open it: tensorboard --logdir %s, Profile tab)",
             self.first,
-            self.done,
+            self.done - 1,
             self.written,
             self.logdir,
         )
