@@ -6,8 +6,8 @@ runs (a resume counts from its own first step, which traces again). The trace st
 compiled call that holds step START and stops after the one that reaches STOP, so with
 STEPS_PER_EXECUTION > 1 it covers whole calls. tf.profiler writes
 `<logdir>/plugins/profile/<timestamp>/<host>.xplane.pb`; with the run's tensorboard/ folder as
-logdir, `tensorboard --logdir RUN/tensorboard` (with tensorboard-plugin-profile) or `xprof
-RUN/tensorboard` opens it. Only the chief profiles: the other workers write nothing, as everywhere.
+logdir, `tensorboard --logdir RUN/tensorboard` (with tensorboard-plugin-profile) or `xprof server
+--logdir RUN/tensorboard` opens it, and benchmarks/profile_ops.py reads it as a table. Only the chief profiles: the other workers write nothing, as everywhere.
 
 A profile must never cost a run: a profiler that cannot start or stop (another one is already
 running in the process, the disk is full) is a warning, and training goes on.
