@@ -28,12 +28,28 @@ def _detail(info: dict) -> str:
         if isinstance(info.get(k), dict)
     ]
     parts = [f"{k}={_fmt(info[k])}" for k in keep]
+    if isinstance(info.get("gpu_rows"), dict):
+        parts.append("model FLOP/s and MFU: " + gpu_rows(info["gpu_rows"]))
     for k in nested:
         inner = ", ".join(
             f"{n}: {_fmt(v if not isinstance(v, dict) else v.get('seconds'))}" for n, v in info[k].items()
         )
         parts.append(f"{k}: {inner}")
     return "; ".join(parts)
+
+
+def gpu_rows(rows: dict) -> str:
+    """The GPU benchmark's rows (train.training.flops.throughput_row) as one line each."""
+
+    def mfu(row: dict) -> str:
+        if row.get("mfu") is None:
+            return "MFU n/a (no peak)"
+        return f"MFU {row['mfu']:.1%} of {row['peak_flops'] / 1e12:.3g} TFLOP/s {row['dtype']} ({row['peak_source']})"
+
+    return ", ".join(
+        f"{name}: {_fmt(row['steps_per_second'])} steps/s = {_fmt(row['model_flops_per_second'] / 1e9)} GFLOP/s, {mfu(row)}"
+        for name, row in rows.items()
+    )
 
 
 def table(report: dict) -> str:

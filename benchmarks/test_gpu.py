@@ -47,19 +47,25 @@ def test_gpu_steps_per_second(benchmark, mnist, mnist_npz, quick, tmp_path):
         gpu=gpu,
         steps_per_second=sps,
         ratios={k: common.ratio(v, sps["reference"]) for k, v in sps.items()},
-        mfu=_mfu(sps, gpu),
+        gpu_rows=_rows(sps, gpu, {name: s.precision for name, s in variants.items()}),
     )
 
 
-def _mfu(steps_per_second: dict, gpu: str | None) -> dict:
-    """MFU beside each steps/s: the default CNN's FLOPs against the GPU's peak in the variant's precision."""
+def _rows(steps_per_second: dict, gpu: str | None, precisions: dict) -> dict:
+    """Model FLOP/s and MFU beside each steps/s: the default CNN's FLOPs per step against the GPU's
+    datasheet peak in the precision the variant trains in (measured when the GPU is not listed)."""
+    from common import resolve_precision
+
     from train.models import cnn
     from train.training import flops
 
     count = flops.count_flops(cnn((28, 28, 1), 10))
     out = {}
     for name, sps in steps_per_second.items():
-        dtype = "float32" if name in ("reference", "template float32") else "float16"  # auto on a GPU: mixed_float16
-        peak = flops.datasheet_peak(gpu, dtype) or flops.measure_peak_flops(dtype, "/GPU:0")
-        out[name] = round(flops.mfu(sps * 128, count, peak)[1], 4)
+        # The recipe is float32; PRECISION=auto on a GPU: bfloat16 from compute capability 8.0, float16 from 7.0.
+        policy = resolve_precision(precisions[name])[0] if name in precisions else "float32"
+        dtype = flops.compute_dtype(policy)
+        measured = None if flops.datasheet_peak(gpu, dtype) else flops.measure_peak_flops(dtype, "/GPU:0")
+        # steps/s here are samples/s / 128 (see above), so x128 gives back the samples/s measured.
+        out[name] = flops.throughput_row(sps, 128, count, gpu, dtype, measured)
     return out

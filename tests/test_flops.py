@@ -229,3 +229,77 @@ def test_peak_flops_is_not_a_difference_for_reproduce(tmp_path):
     old = {"epochs": 1, "seed": 42}
     rows = side_by_side({}, old, {}, {**old, "peak_flops": "measure"}, tmp_path)
     assert next(r for r in rows if r["what"] == "settings")["same"] is True
+
+
+def test_a_gpu_benchmark_row_carries_model_flops_and_mfu_against_the_datasheet_peak():
+    from train.models import cnn
+    from train.training.flops import throughput_row
+
+    count = count_flops(cnn((28, 28, 1), 10))  # 15,786,240 FLOPs per training example
+    row = throughput_row(1_000.0, 128, count, "NVIDIA A100-SXM4-40GB", "bfloat16", measured_peak=1e12)
+    assert row["model_flops_per_second"] == pytest.approx(1_000 * 128 * 15_786_240)  # 2.02 TFLOP/s
+    assert (row["peak_flops"], row["peak_source"]) == (312e12, "datasheet")  # the measured one is not used
+    assert row["mfu"] == pytest.approx(1_000 * 128 * 15_786_240 / 312e12)  # 0.65%
+    assert row["dtype"] == "bfloat16" and row["steps_per_second"] == 1_000.0
+    # A T4 has no bfloat16 tensor cores (no datasheet figure): the measured peak; an unknown GPU without one: no MFU.
+    t4 = throughput_row(500.0, 128, count, "Tesla T4", "bfloat16", measured_peak=20e12)
+    assert (t4["peak_source"], t4["mfu"]) == ("measured", pytest.approx(500 * 128 * 15_786_240 / 20e12))
+    assert throughput_row(500.0, 128, count, "Tesla T4", "float16")["mfu"] == pytest.approx(
+        500 * 128 * 15_786_240 / 65e12
+    )
+    unknown = throughput_row(500.0, 128, count, "Some GPU", "float16")
+    assert (unknown["peak_flops"], unknown["peak_source"], unknown["mfu"]) == (None, None, None)
+    assert unknown["model_flops_per_second"] == pytest.approx(500 * 128 * 15_786_240)
+
+
+def test_the_benchmark_summary_prints_model_flops_and_mfu_beside_each_steps_per_second():
+    import importlib.util
+
+    from helpers import PROJECT_ROOT
+
+    spec = importlib.util.spec_from_file_location("summarise", PROJECT_ROOT / "benchmarks" / "summarise.py")
+    summarise = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summarise)
+    count = FlopCount(forward_per_example=5_000_000)  # 15 MFLOP per training example
+    rows = {
+        "template default": flops.throughput_row(2_000.0, 128, count, "NVIDIA H100 80GB HBM3", "bfloat16"),
+        "reference": flops.throughput_row(1_000.0, 128, count, "Some GPU", "float32"),
+    }
+    info = {"comparison": "6. GPU", "goal": ">= 1.0x", "ratio": 2.0, "passed": True, "gpu_rows": rows}
+    assert summarise._detail(info) == (
+        "model FLOP/s and MFU: template default: 2,000 steps/s = 3,840 GFLOP/s, MFU 0.4% of 989 TFLOP/s "
+        "bfloat16 (datasheet), reference: 1,000 steps/s = 1,920 GFLOP/s, MFU n/a (no peak)"
+    )
+
+
+def _si(x: float) -> str:
+    """3 significant figures with k / M."""
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g}"
+
+
+def test_the_gpu_ceilings_in_the_docs_follow_from_the_datasheet_and_the_flop_count():
+    """docs/performance.md's T4/A100/H100 table: 100% MFU at batch 128, each GPU in the precision
+    PRECISION=auto picks there (float16 on a T4, bfloat16 from compute capability 8.0)."""
+    from helpers import PROJECT_ROOT
+
+    from train.models import cnn, resnet_small
+
+    gpus = (("Tesla T4", "float16"), ("NVIDIA A100-SXM4-80GB", "bfloat16"), ("NVIDIA H100 80GB HBM3", "bfloat16"))
+    header = "| model | FLOP/example | T4 (65 TFLOP/s fp16) | A100 (312 bf16) | H100 SXM (989 bf16) |"
+    rows = [header, "|---|---|---|---|---|"]
+    for label, model in (
+        ("`cnn`, 28x28x1", cnn((28, 28, 1), 10)),
+        ("`resnet_small`, 32x32x3", resnet_small((32, 32, 3), 10)),
+    ):
+        per_example = count_flops(model).train_per_example
+        cells = []
+        for name, dtype in gpus:
+            samples = flops.datasheet_peak(name, dtype) / per_example
+            cells.append(f"{_si(samples)} samples/s, {_si(samples / 128)} steps/s")
+        rows.append(f"| {label} | {_si(per_example)} | " + " | ".join(cells) + " |")
+    expected = "\n".join(rows)
+    docs = (PROJECT_ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert expected in docs, "docs/performance.md's GPU ceilings, as they follow now:\n" + expected

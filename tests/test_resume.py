@@ -382,6 +382,8 @@ RECORDED_FREE = {
     "serve_max_wait_ms": 1.0,
     "serve_max_body_mb": 2.0,
     "sweep_storage": "sqlite:////recorded/study.db",
+    "profile": "steps",
+    "profile_steps": "3:7",
 }
 # RUNS_DIR is where the run is found; WORKERS/WORKER_INDEX say where this process trains.
 OF_THE_INVOCATION = {"runs_dir", "workers", "worker_index"}

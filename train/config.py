@@ -33,6 +33,7 @@ REPORT_MODES = ("full", "quick", "off")
 LR_SCHEDULES = ("constant", "cosine")
 EXPORT_FORMATS = ("savedmodel", "litert", "onnx")
 QUANTIZE_MODES = ("none", "dynamic", "int8")
+PROFILE_MODES = ("off", "steps")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -263,6 +264,20 @@ class Settings:
         "(30 s at most after a stop signal); what has not by then makes the exit code 7",
         min=0.0,
         kind="surroundings",
+    )
+    # --- profiling (train.training.profiling; docs/performance.md) ---
+    profile: str = _f(
+        "off",
+        "off | steps: write a TensorFlow profile of the training steps PROFILE_STEPS into RUN/tensorboard "
+        "(TensorBoard's Profile tab; only the chief profiles); it does not change what is trained",
+        choices=PROFILE_MODES,
+        kind="invocation",
+    )
+    profile_steps: str = _f(
+        "10:15",
+        "PROFILE=steps: START:STOP, the steps profiled, counted from this process's first step (0); the first "
+        "ones trace and compile the step, so START is past them",
+        kind="invocation",
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -579,7 +594,25 @@ def validate(s: Settings) -> Settings:
             s.checkpoint_every,
             f"must be a multiple of STEPS_PER_EXECUTION ({s.steps_per_execution}) so a checkpoint falls on a step boundary",
         )
+    profile_steps(s.profile_steps)
     return s
+
+
+def profile_steps(value: str) -> tuple[int, int]:
+    """PROFILE_STEPS as (start, stop): the steps start, ..., stop - 1 of this process."""
+    parts = value.split(":")
+    try:
+        start, stop = (int(p.strip()) for p in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        start = stop = None
+    if start is None or stop is None or not 0 <= start < stop:
+        raise ConfigError(
+            "PROFILE_STEPS",
+            value,
+            "START:STOP, two whole numbers with 0 <= START < STOP, e.g. 10:15 (steps 10 to 14; "
+            "the first steps trace and compile, so START is best 10 or more)",
+        )
+    return start, stop
 
 
 def export_formats(value: str) -> tuple[str, ...]:

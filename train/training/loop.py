@@ -30,7 +30,7 @@ from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, 
 from ..run.remote import local_dir
 from ..run.rundir import CACHE_DIR, RunDir
 from ..run.weights import save_weights
-from . import flops
+from . import flops, profiling
 from .early_stopping import Patience, record_ending
 from .flops import FlopCount, Peak, mfu
 from .stop_flag import StopFlag
@@ -196,6 +196,7 @@ class EpochLoop:
         self.observer = None
         self.schedule = None  # a schedules.OverTraining when the rate moves (cosine, warm-up), set by build_model
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
+        self.profiler = profiling.for_run(settings, self.files.tensorboard if chief else None)
 
     @property
     def strategy(self):
@@ -308,8 +309,10 @@ class EpochLoop:
                         log.info("%s", ended)
                         break
         finally:
+            self.profiler.close()  # a run that ends inside the range keeps the steps traced so far
             if tb:
                 tb.close()
+        self.profiler.report_missing()
         if self.chief:
             record_ending(self.files.manifest, ended)
             self._write_hparams()
@@ -368,7 +371,9 @@ class EpochLoop:
             asked = self.stop.check()
             if asked and self.setup.workers == 1:
                 break  # no other worker to tell: stop before another step runs
+            self.profiler.before(n)
             out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
+            self.profiler.after(n)
             totals.add(out)
             stopping = out[-1] > 0  # the stop votes
             if stopping and self.stop.reason is None:
