@@ -27,7 +27,7 @@ def load(overrides=None, env=None, env_file=None):
 
 def test_defaults_are_the_classic_mnist_recipe():
     s = load()
-    assert (s.dataset, s.model, s.batch_size, s.learning_rate) == ("mnist", "cnn", 512, 5e-3)
+    assert (s.dataset, s.model, s.batch_size, s.learning_rate) == ("mnist", "cnn", 512, 7e-3)
 
 
 def test_precedence_defaults_dotenv_environment_flags(tmp_path):
@@ -93,7 +93,7 @@ def test_bool_spellings():
 def test_diff_ignores_settings_that_do_not_change_results():
     a = Settings(lr_schedule="constant")
     b = a.replace(epochs=9, runs_dir="/elsewhere", learning_rate=0.01, batch_size=64)
-    assert diff_settings(a, b) == ["BATCH_SIZE: 512 -> 64", "LEARNING_RATE: 0.005 -> 0.01"]
+    assert diff_settings(a, b) == ["BATCH_SIZE: 512 -> 64", "LEARNING_RATE: 0.007 -> 0.01"]
 
 
 def test_env_example_and_table_cover_every_setting():
@@ -293,7 +293,7 @@ ONE_OF_DATASETS = "one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir
     [
         ("DETERMINISTIC", "maybe", "expected true/false (1/0, yes/no, on/off)"),
         ("EPOCHS", "abc", "expected a whole number, e.g. 3"),
-        ("LEARNING_RATE", "fast", "expected a number, e.g. 0.005"),
+        ("LEARNING_RATE", "fast", "expected a number, e.g. 0.007"),
         ("LEARNING_RATE", "inf", "expected a finite number"),
         ("LEARNING_RATE", "-inf", "expected a finite number"),
         ("LEARNING_RATE", "nan", "expected a finite number"),

@@ -86,7 +86,7 @@ class Settings:
     model: str = _f("cnn", models.describe())
     epochs: int = _f(3, "number of epochs", min=1, max=100000, kind="free")
     batch_size: int = _f(512, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
-    learning_rate: float = _f(5e-3, "Adam learning rate (the peak, under a schedule)", min=1e-8, max=10.0)
+    learning_rate: float = _f(7e-3, "Adam learning rate (the peak, under a schedule)", min=1e-8, max=10.0)
     lr_schedule: str = _f("cosine", "constant | cosine (decays to 0 over all EPOCHS)", choices=LR_SCHEDULES)
     lr_warmup_epochs: float = _f(
         0.3,
