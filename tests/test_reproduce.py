@@ -30,6 +30,9 @@ TINY = [
     "4",
     "--precision",
     "float32",
+    # A constant rate: only then does a rerun of fewer epochs (--epochs 1) follow the same rates.
+    "--lr-schedule",
+    "constant",
     "--deterministic",
     "--progress",
     "line",

@@ -28,6 +28,9 @@ def _flags(tmp_path: Path, **changes) -> list[str]:
         "model": "faults:dense16",
         "epochs": 1,
         "batch_size": 16,
+        # A constant rate: the pruner compares each trial's epochs as the learning rate gives them.
+        "lr_schedule": "constant",
+        "lr_warmup_epochs": 0,
         "checkpoint_every": 0,
         "precision": "float32",
         "progress": "line",
