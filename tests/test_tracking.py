@@ -1253,3 +1253,14 @@ def test_a_start_that_never_answers_is_recorded_as_tracking_off_and_why(tmp_path
         "tracking": "off",
         "reason": "http://127.0.0.1:9 did not answer within 0 s",
     }
+
+
+def test_a_row_without_an_epoch_is_queued_and_named_epoch_metrics(tmp_path, caplog, train_log_propagates):
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = _tracker(tmp_path, Down())
+        tracker.log_epoch({"loss": 1.0}, 10)  # never raises into the training, whatever the row holds
+        tracker.finish("completed")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
+        for what in ("epoch metrics", "manifest.json", "run status")
+    ]
