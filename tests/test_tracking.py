@@ -1341,6 +1341,7 @@ def test_start_makes_a_new_run_in_the_experiment_with_the_params_and_tags(tmp_pa
         tracker, client = answering(tmp_path, experiments={"exp": "3"})
         tracker.finish("completed")
     assert client.tracking_uri == URI and tracker.off is None
+    assert client.calls[-1] == ("set_terminated", "new-run", "FINISHED")  # the tracker logs through that client
     tags = tracking.tags_from_manifest({"run_id": tmp_path.name, "git": {"commit": "c0ffee", "source": "git"}})
     assert client.calls[:4] == [
         ("get_experiment_by_name", "exp"),
