@@ -387,6 +387,34 @@ MUTMUT = "mutmut==3.8.1"
 MUTATE_VENV = ".venv-mutmut"
 
 
+def _module_or_package(name: str) -> bool:
+    path = ROOT / "train" / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or path.is_dir()
+
+
+def _mutated_paths() -> list[str] | None:
+    """only_mutate of [tool.mutmut] in pyproject.toml (None without one, or on Python 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        return None
+    pyproject = ROOT / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    return tomllib.loads(pyproject.read_text()).get("tool", {}).get("mutmut", {}).get("only_mutate")
+
+
+def _dotted(path: str) -> str:
+    """train/run/rundir.py -> run.rundir"""
+    return path.removeprefix("train/").removesuffix(".py").replace("/", ".")
+
+
+def _covers(name: str, path: str) -> bool:
+    """The module `name` is `path`, or the package `name` holds it."""
+    dotted = _dotted(path)
+    return dotted == name or dotted.startswith(name + ".")
+
+
 def _mutmut(c: Context) -> str:
     """mutmut in its own venv (.venv-mutmut/), created on first use. It sees this environment's
     packages through a .pth file: TensorFlow is not installed twice, and the locks stay as they are."""
@@ -405,7 +433,7 @@ def _mutmut(c: Context) -> str:
 
 @task(
     help={
-        "modules": "comma-separated modules of train/ to mutate now, e.g. run.rundir,run.checkpoints (default: all configured)",
+        "modules": "comma-separated modules or packages of train/ to mutate now, e.g. run.rundir,reproduce (default: all configured)",
         "workers": "parallel test processes (default 1: kind to a shared machine)",
         "results": "only list the surviving mutants of the last run (`mutmut show NAME` shows one)",
     }
@@ -415,10 +443,23 @@ def mutate(c, modules="", workers=1, results=False):
 
     The modules and tests are configured in [tool.mutmut] in pyproject.toml."""
     wanted = [m.strip() for m in modules.split(",") if m.strip()]
-    unknown = [m for m in wanted if not (ROOT / "train" / f"{m.replace('.', '/')}.py").is_file()]
+    unknown = [m for m in wanted if not _module_or_package(m)]
     if unknown:
         path = unknown[0].replace(".", "/")
-        raise Exit(f"--modules {modules!r}: no train/{path}.py; give module names such as run.rundir,run.checkpoints")
+        raise Exit(
+            f"--modules {modules!r}: no train/{path}.py or train/{path}/; give module or package names "
+            "such as run.rundir,run.checkpoints or reproduce"
+        )
+    configured = _mutated_paths()
+    if configured is not None:
+        # mutmut stops with a bare AssertionError when a name matches none of its mutants.
+        left_out = [m for m in wanted if not any(_covers(m, path) for path in configured)]
+        if left_out:
+            raise Exit(
+                f"--modules {modules!r}: train/{left_out[0].replace('.', '/')} is not mutated; add it to "
+                "only_mutate in [tool.mutmut] of pyproject.toml, or give one of: "
+                + ",".join(_dotted(path) for path in configured)
+            )
     mutmut = _mutmut(c)
     if results:
         c.run(f"{mutmut} results", echo=True, pty=True)

@@ -992,3 +992,31 @@ def test_the_run_a_training_child_made_is_found_and_a_failure_names_its_log(tmp_
     assert str(exc.value) == (
         f"the rerun failed with exit code 4; see {fresh / '20260101-000000-000001-ab12' / 'train.log'}"
     )
+
+
+def test_a_stopped_rerun_names_the_newest_run_it_left_and_the_child_gets_the_code_and_arguments(tmp_path, monkeypatch):
+    from helpers import write_run_records
+
+    from train.errors import Interrupted
+    from train.reproduce import rerun
+    from train.reproduce.worktree import Stop
+
+    runs, stop, got = tmp_path / "runs", Stop(), []
+    write_run_records(runs / "20240101-000000-000000-aaaa")  # there before: never the rerun's
+
+    def child(cmd, stop_, code, **kw):
+        got.append((cmd, stop_, code, kw))
+        for name in ("20240102-000000-000000-bbbb", "20240103-000000-000000-cccc", "20240104-000000-000000-dddd"):
+            write_run_records(runs / name)
+        stop_.signum = signal.SIGTERM  # forwarded to the child, which saved its state and stopped
+        return 75
+
+    monkeypatch.setattr(rerun, "run_child", child)
+    with pytest.raises(Interrupted) as info:
+        rerun.run_and_find(["train"], runs, stop, tmp_path / "src", cwd=str(tmp_path), env={"A": "1"})
+    assert got == [(["train"], stop, tmp_path / "src", {"cwd": str(tmp_path), "env": {"A": "1"}})]
+    assert "the unfinished rerun 20240104-000000-000000-dddd keeps its saved state" in str(info.value)
+    monkeypatch.setattr(rerun, "run_child", lambda cmd, stop_, code, **kw: 75)  # stopped before it made a run
+    with pytest.raises(Interrupted) as info:
+        rerun.run_and_find(["train"], runs, stop)
+    assert str(info.value).endswith("the original run is untouched; run reproduce again")

@@ -214,3 +214,96 @@ def test_a_run_from_a_dirty_tree_is_refused_unless_allowed(tmp_path):
         reproduce(run, tmp_path, say=lambda _line: None)
     with pytest.raises(ReproduceError, match="is not a git checkout"):  # allowed: on to the next check
         reproduce(run, tmp_path, allow_dirty=True, say=lambda _line: None)
+
+
+def _refusal(run: Path, manifest: dict | None = None, config: dict | None = None) -> str:
+    """check_record's one line for the run's own record with `manifest` and `config` merged in."""
+    saved_manifest = json.loads((run / "manifest.json").read_text())
+    saved_config = json.loads((run / "config.json").read_text())
+    with pytest.raises(ReproduceRecordError) as info:
+        check_record(run, {**saved_manifest, **(manifest or {})}, {**saved_config, **(config or {})})
+    return str(info.value)
+
+
+def test_each_refusal_of_a_record_field_in_full_with_its_fix(tmp_path):
+    from train.reproduce.record import RESTORE, UNTRACEABLE
+
+    run = _run(tmp_path)
+    j, c = run / "manifest.json", run / "config.json"
+    # The code a run was made with is named by git's fields alone: only those cannot be restored by a rerun.
+    assert _refusal(run, {"git": {"commit": "HEAD"}}) == (
+        f"{j}: git.commit='HEAD' is not a full 40-hex commit hash (a branch, a tag or HEAD moves); {UNTRACEABLE}"
+    )
+    assert _refusal(run, {"git": "abc"}) == f"{j}: git='abc' is not a JSON object; {UNTRACEABLE}"
+    assert _refusal(run, {"gpus": "none"}) == f"{j}: gpus='none' is not a JSON list; {RESTORE}"
+    assert _refusal(run, config={"epochs": "abc"}) == f"{c}: epochs='abc' is not a whole number; {RESTORE}"
+    assert _refusal(run, config={"epochs": 0}).startswith(f"{c}: epochs=0 is not valid: ")
+    assert _refusal(run, config={"epochs": 0}).endswith(f"; {RESTORE}")
+
+
+def test_a_manifest_field_under_something_that_is_no_object_is_absent(tmp_path):
+    run = _run(tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    config = json.loads((run / "config.json").read_text())
+    check_record(run, dict(manifest, requirements_lock=None, data=None), config)  # an older or unfinished run
+    assert _refusal(run, {"data": ["cd"]}).startswith(f"{run / 'manifest.json'}: data=['cd'] is not a JSON object")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_setting_that_is_not_a_finite_number_is_refused_as_not_a_number(tmp_path, value):
+    from train.reproduce.record import RESTORE
+
+    run = _run(tmp_path)
+    assert _refusal(run, config={"learning_rate": value}) == (
+        f"{run / 'config.json'}: learning_rate={value!r} is not a number; {RESTORE}"
+    )
+
+
+def test_a_setting_missing_from_config_json_leaves_the_others_checked(tmp_path):
+    from dataclasses import fields
+
+    from train.config import Settings
+
+    run = _run(tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    del config[fields(Settings)[0].name]  # an older version's config.json: a setting it did not have
+    with pytest.raises(ReproduceRecordError) as info:
+        check_record(run, json.loads((run / "manifest.json").read_text()), dict(config, epochs="abc"))
+    assert str(info.value).startswith(f"{run / 'config.json'}: epochs='abc' is not a whole number; ")
+
+
+def _metrics(run: Path, *rows: str) -> Path:
+    path = run / "metrics.csv"
+    header = path.read_text().splitlines()[0]
+    path.write_bytes(("\n".join([header, *rows]) + "\n").encode("utf-8", "surrogateescape"))
+    return path
+
+
+def test_each_refusal_of_a_metrics_row_in_full_with_its_fix(tmp_path):
+    from train.reproduce.record import RESTORE
+
+    run = _run(tmp_path)
+    m = _metrics(run, "1,0.5,0.5")
+    assert _refusal(run) == f"{m}: line 2=3 cells where the header has 9; {RESTORE}"
+    _metrics(run, "1,0.5,0.5,0.5,0.5,0.001,abc,10.0,6000.0")
+    assert _refusal(run) == f"{m}: line 2, column batch_size='abc' is not a number; {RESTORE}"
+    _metrics(run, "0,0.5,0.5,0.5,0.5,0.001,128,10.0,6000.0")
+    assert _refusal(run) == f"{m}: line 2, column epoch='0' is not an epoch number (1, 2, ...); {RESTORE}"
+
+
+def test_bytes_that_are_not_utf8_in_metrics_csv_are_a_cell_that_is_not_a_number(tmp_path):
+    run = _run(tmp_path)
+    m = _metrics(run, "1,0.5,\udcff,0.5,0.5,0.001,128,10.0,6000.0")
+    assert _refusal(run).startswith(f"{m}: line 2, column accuracy='\ufffd' is not a number; ")
+
+
+def test_an_empty_metrics_cell_is_left_out_and_the_cells_after_it_are_read(tmp_path):
+    from train.reproduce.record import read_metrics
+
+    run = _run(tmp_path)
+    m = _metrics(run, "1,0.5,,0.25,0.75,0.001,128,10.0,6000.0", "2,0.4,0.8,,,0.001,128,,")
+    assert read_metrics(m) == {
+        1: {"epoch": 1.0, "loss": 0.5, "val_loss": 0.25, "val_accuracy": 0.75, "learning_rate": 0.001}
+        | {"batch_size": 128.0, "epoch_seconds": 10.0, "samples_per_second": 6000.0},
+        2: {"epoch": 2.0, "loss": 0.4, "accuracy": 0.8, "learning_rate": 0.001, "batch_size": 128.0},
+    }

@@ -117,3 +117,127 @@ def test_sigterm_is_forwarded_to_the_child_which_is_waited_for(tmp_path):
         code = run_child([sys.executable, "-c", CHILD, str(ready)], stop)
     sender.join()
     assert code == 75 and stop.signum == signal.SIGTERM and stop.child is None
+
+
+def test_only_the_src_folder_of_a_reproduce_folder_is_taken_for_a_stale_worktree(tmp_path):
+    repo, commit = _repo(tmp_path)
+    named_src = _add(repo, commit, tmp_path / "project" / "src")  # the user's own: no lock file beside it
+    other = _add(repo, commit, tmp_path / "reproduce-mine" / "code")
+    assert clean_stale_worktrees(repo) == []
+    assert sorted(_worktrees(repo)) == sorted([repo, named_src, other])
+
+
+def test_only_the_worktree_lines_of_the_listing_name_worktrees_and_undecodable_bytes_are_kept(tmp_path, monkeypatch):
+    from train.reproduce import worktree as wt
+
+    stale, named_in_a_reason = tmp_path / "reproduce-a" / "src", tmp_path / "reproduce-b" / "src"
+    listing = (
+        f"worktree {tmp_path / 'clone'}\nHEAD {'0' * 40}\nbranch refs/heads/main\n\n".encode()
+        + f"worktree {tmp_path}/caf\xe9/src\ndetached\n\n".encode("latin-1")  # a path that is not UTF-8
+        + f"worktree {stale}\ndetached\nlocked xx{named_in_a_reason}\n".encode()  # a reason is free text
+    )
+    monkeypatch.setattr(wt, "_git", lambda root, *args: subprocess.CompletedProcess(args, 0, listing, b""))
+    removed = []
+    monkeypatch.setattr(wt, "_remove", lambda root, path: removed.append(path))
+    assert clean_stale_worktrees(tmp_path) == [stale] and removed == [stale]
+
+
+def test_a_lock_that_cannot_be_opened_counts_as_held(tmp_path):
+    from train.reproduce.worktree import _unowned
+
+    (tmp_path / OWNER).mkdir()  # an OSError other than a missing file: keep the worktree
+    assert _unowned(tmp_path / OWNER) is False and _unowned(tmp_path / "missing") is True
+
+
+def test_the_stop_message_names_the_signal_and_an_unfinished_rerun(tmp_path):
+    from train.reproduce.worktree import Stop
+
+    stop = Stop()
+    untouched = "reproduce stopped by SIGTERM: no verdict; the original run is untouched"
+    assert str(stop.interrupted()) == f"{untouched}; run reproduce again"
+    assert str(stop.interrupted(tmp_path / "20240101-000000-rerun")) == (
+        f"{untouched}; the unfinished rerun 20240101-000000-rerun keeps its saved state (delete it, or --resume it); "
+        "run reproduce again"
+    )
+
+
+def test_a_second_signal_without_a_child_or_one_while_cleaning_up_does_not_raise():
+    from train.reproduce.worktree import Stop
+
+    stop = Stop()
+    with pytest.raises(Interrupted, match="by SIGTERM"):
+        stop.handle(signal.SIGTERM, None)
+    stop.handle(signal.SIGINT, None)  # the first one's Interrupted is on its way: its clean-up goes on
+    assert stop.signum == signal.SIGTERM
+    stop = Stop()
+    with stop.cleaning():
+        stop.handle(signal.SIGINT, None)
+    with pytest.raises(Interrupted, match="by SIGINT"):
+        stop.check()
+
+
+def test_the_child_runs_in_a_session_of_its_own_with_the_given_arguments():
+    from train.reproduce.worktree import Stop
+
+    code = "import os, sys; sys.exit(int(os.environ['EXIT']) if os.getsid(0) == os.getpid() else 3)"
+    assert run_child([sys.executable, "-c", code], Stop(), env={"EXIT": "7"}) == 7
+
+
+def test_only_the_child_that_runs_a_worktrees_code_holds_its_lock(tmp_path, monkeypatch):
+    from train.reproduce import worktree as wt
+
+    fd = os.open(tmp_path / OWNER, os.O_RDWR | os.O_CREAT)
+    monkeypatch.setitem(wt._HELD, tmp_path / "src", fd)
+    check = [sys.executable, "-c", "import os, sys; os.fstat(int(sys.argv[1]))", str(fd)]
+    try:
+        assert run_child(check, wt.Stop(), code=tmp_path / "src") == 0
+        assert run_child(check, wt.Stop()) != 0
+    finally:
+        os.close(fd)
+
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def test_a_signal_that_arrives_while_the_child_starts_is_passed_on(monkeypatch):
+    from types import SimpleNamespace
+
+    from train.reproduce import worktree as wt
+
+    stop = wt.Stop()
+
+    def starting(*args, **kw):
+        proc = subprocess.Popen(*args, **kw)
+        stop.handle(signal.SIGTERM, None)  # deferred: stop.child is not set yet
+        return proc
+
+    monkeypatch.setattr(wt, "subprocess", SimpleNamespace(Popen=starting))
+    assert run_child(SLEEPER, stop) == -signal.SIGTERM
+
+
+def test_a_child_is_never_left_behind_when_waiting_for_it_fails(monkeypatch):
+    from types import SimpleNamespace
+
+    from train.reproduce import worktree as wt
+
+    class WaitFails(subprocess.Popen):
+        failed = False
+
+        def wait(self, timeout=None):
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("waiting failed")
+            return super().wait(timeout)
+
+    made = []
+    monkeypatch.setattr(
+        wt, "subprocess", SimpleNamespace(Popen=lambda *a, **kw: made.append(WaitFails(*a, **kw)) or made[-1])
+    )
+    try:
+        with pytest.raises(RuntimeError, match="waiting failed"):
+            run_child(SLEEPER, wt.Stop())
+        assert made[0].poll() == -signal.SIGKILL
+    finally:
+        if made and made[0].poll() is None:
+            made[0].kill()
+            made[0].wait()

@@ -7,6 +7,7 @@ and is not copied into the image, so inside the image these tests skip.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -389,8 +390,41 @@ def test_mutate_refuses_an_unknown_module_before_installing_anything(tmp_path):
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "rundir.py").write_text("")
     c = ctx()
-    with pytest.raises(Exit, match=r"--modules 'rundir,nope': no train/nope.py; give module names"):
+    with pytest.raises(Exit, match=r"--modules 'rundir,nope': no train/nope.py or train/nope/; give module or"):
         tasks.mutate(c, modules="rundir,nope")
+    assert commands(c) == [] and not (tmp_path / ".venv-mutmut").exists()
+
+
+def _project_layout(tmp_path: Path) -> None:
+    """The configured modules of [tool.mutmut] as empty files, plus one module it leaves out."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for path in tasks._mutated_paths() + ["train/run/lock.py"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="reads pyproject.toml with tomllib (Python 3.11+)")
+def test_mutate_takes_the_modules_and_packages_of_each_checked_area(tmp_path):
+    _project_layout(tmp_path)
+    c = ctx()
+    tasks.mutate(c, modules="reproduce,tracking.mlflow_run,training.early_stopping,results.compare,results.report")
+    names = "'train.reproduce.*' 'train.tracking.mlflow_run.*' 'train.training.early_stopping.*'"
+    assert echoed(c)[-1].endswith(
+        f"mutmut run --max-children 1 {names} 'train.results.compare.*' 'train.results.report.*'"
+    )
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="reads pyproject.toml with tomllib (Python 3.11+)")
+@pytest.mark.parametrize("name", ["run.lock", "track"])
+def test_mutate_refuses_a_module_mutmut_is_not_configured_for_naming_the_configured_ones(tmp_path, name):
+    _project_layout(tmp_path)
+    (tmp_path / "train" / "track.py").write_text("")
+    c = ctx()
+    with pytest.raises(Exit) as info:
+        tasks.mutate(c, modules=f"run.rundir,{name}")
+    message = str(info.value)
+    assert f"train/{name.replace('.', '/')} is not mutated; add it to only_mutate in [tool.mutmut]" in message
+    assert "run.rundir,run.checkpoints," in message and "\n" not in message
     assert commands(c) == [] and not (tmp_path / ".venv-mutmut").exists()
 
 

@@ -1253,3 +1253,216 @@ def test_a_start_that_never_answers_is_recorded_as_tracking_off_and_why(tmp_path
         "tracking": "off",
         "reason": "http://127.0.0.1:9 did not answer within 0 s",
     }
+
+
+def test_a_row_without_an_epoch_is_queued_and_named_epoch_metrics(tmp_path, caplog, train_log_propagates):
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = _tracker(tmp_path, Down())
+        tracker.log_epoch({"loss": 1.0}, 10)  # never raises into the training, whatever the row holds
+        tracker.finish("completed")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"WARNING: MLflow: {what} not logged (ConnectionError: connection refused); training goes on"
+        for what in ("epoch metrics", "manifest.json", "run status")
+    ]
+
+
+# --- start() against a client that answers in this process -------------------------------------
+
+
+class _Client:
+    """The MlflowClient calls start() makes, answered from `runs` ({run_id: (experiment_id, params)})."""
+
+    made: list[_Client] = []
+
+    def __init__(self, tracking_uri: str, runs: dict | None = None, experiments: dict | None = None):
+        self.tracking_uri, self.calls = tracking_uri, []
+        self.runs, self.experiments = runs or {}, experiments or {}
+        _Client.made.append(self)
+
+    def get_experiment_by_name(self, name):
+        self.calls.append(("get_experiment_by_name", name))
+        found = self.experiments.get(name)
+        return None if found is None else type("E", (), {"experiment_id": found})()
+
+    def create_experiment(self, name):
+        self.calls.append(("create_experiment", name))
+        return "new-exp"
+
+    def create_run(self, experiment_id, run_name):
+        self.calls.append(("create_run", experiment_id, run_name))
+        self.runs["new-run"] = (experiment_id, {})
+        return type("R", (), {"info": type("I", (), {"run_id": "new-run"})()})()
+
+    def get_run(self, run_id):
+        self.calls.append(("get_run", run_id))
+        if run_id not in self.runs:
+            raise RuntimeError(f"RESOURCE_DOES_NOT_EXIST: Run '{run_id}' not found\nthe server's trace")
+        experiment_id, params = self.runs[run_id]
+        info, data = type("I", (), {"experiment_id": experiment_id})(), type("D", (), {"params": params})()
+        return type("R", (), {"info": info, "data": data})()
+
+    def update_run(self, run_id, status):
+        self.calls.append(("update_run", run_id, status))
+
+    def log_batch(self, run_id, params=(), tags=(), metrics=(), synchronous=False):
+        sent = {"params": {p.key: p.value for p in params}, "tags": {t.key: t.value for t in tags}}
+        self.calls.append(("log_batch", run_id, sent, synchronous))
+
+    def set_terminated(self, run_id, status):
+        self.calls.append(("set_terminated", run_id, status))
+
+
+URI = "http://127.0.0.1:9"
+
+
+@pytest.fixture
+def answering(monkeypatch):
+    """start() with _Client for MlflowClient and a reachable server; returns a function that makes the
+    client's answers and starts: (tracker, client)."""
+    import mlflow
+
+    monkeypatch.setattr(tracking, "check_reachable", lambda uri: None)
+    _Client.made = []
+
+    def run(run_dir: Path, previous: dict | None = None, uri: str = URI, **answers):
+        monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: _Client(tracking_uri, **answers))
+        manifest = {"run_id": run_dir.name, "git": {"commit": "c0ffee", "source": "git"}}
+        (run_dir / "manifest.json").write_text(json.dumps({**manifest, **({"mlflow": previous} if previous else {})}))
+        tracker = tracking.start(uri, "exp", run_dir, {"epochs": 5, "seed": 1, "mlflow_tracking_uri": uri})
+        assert tracker._started.wait(60)
+        (client,) = _Client.made
+        return tracker, client
+
+    return run
+
+
+def test_start_makes_a_new_run_in_the_experiment_with_the_params_and_tags(tmp_path, answering, caplog):
+    with caplog.at_level(logging.INFO, logger="train"):
+        tracker, client = answering(tmp_path, experiments={"exp": "3"})
+        tracker.finish("completed")
+    assert client.tracking_uri == URI and tracker.off is None
+    assert client.calls[-1] == ("set_terminated", "new-run", "FINISHED")  # the tracker logs through that client
+    tags = tracking.tags_from_manifest({"run_id": tmp_path.name, "git": {"commit": "c0ffee", "source": "git"}})
+    assert client.calls[:4] == [
+        ("get_experiment_by_name", "exp"),
+        ("create_run", "3", tmp_path.name),
+        ("log_batch", "new-run", {"params": {"epochs": "5", "seed": "1"}, "tags": tags}, True),
+        ("get_run", "new-run"),
+    ]
+    assert f"MLflow: logging to run new-run in experiment 3 at {URI}" in [r.getMessage() for r in caplog.records]
+    recorded = json.loads((tmp_path / "manifest.json").read_text())["mlflow"]
+    assert recorded == {"run_id": "new-run", "experiment_id": "3", "tracking_uri": URI, "tracking": "on"}
+
+
+def test_start_makes_the_experiment_when_the_server_has_none_of_that_name(tmp_path, answering):
+    tracker, client = answering(tmp_path)
+    assert client.calls[:3] == [
+        ("get_experiment_by_name", "exp"),
+        ("create_experiment", "exp"),
+        ("create_run", "new-exp", tmp_path.name),
+    ]
+    assert (tracker.run_id, tracker.experiment_id) == ("new-run", "new-exp")
+
+
+def test_a_resume_continues_the_recorded_run_and_logs_only_the_params_it_lacks(tmp_path, answering, caplog):
+    previous = {"run_id": "old", "experiment_id": "3", "tracking_uri": URI}
+    with caplog.at_level(logging.INFO, logger="train"):
+        tracker, client = answering(tmp_path, previous, runs={"old": ("3", {"epochs": "3"})})
+    assert client.calls[:5] == [
+        ("get_run", "old"),
+        ("update_run", "old", "RUNNING"),
+        ("get_run", "old"),
+        ("log_batch", "old", {"params": {"seed": "1"}, "tags": client.calls[3][2]["tags"]}, True),
+        ("get_run", "old"),
+    ]
+    assert (tracker.run_id, tracker.experiment_id) == ("old", "3")
+    assert f"MLflow: continuing run old in experiment 3 at {URI}" in [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize(
+    "previous, says",
+    [
+        (
+            {"run_id": "old", "tracking_uri": "http://elsewhere:5000"},
+            f"WARNING: MLflow: the run was tracked at http://elsewhere:5000, now MLFLOW_TRACKING_URI={URI}: "
+            "a new MLflow run is started there",
+        ),
+        (
+            {"run_id": "gone", "tracking_uri": URI},
+            f"WARNING: MLflow: run gone not found at {URI} (RESOURCE_DOES_NOT_EXIST: Run 'gone' not found): "
+            "a new MLflow run is started",
+        ),
+    ],
+)
+def test_a_resume_the_server_cannot_continue_starts_a_new_run_in_one_warning(
+    tmp_path, answering, caplog, train_log_propagates, previous, says
+):
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker, client = answering(tmp_path, previous, experiments={"exp": "3"}, runs={"old": ("3", {})})
+    assert [r.getMessage() for r in caplog.records] == [says]
+    assert tracker.run_id == "new-run" and ("create_run", "3", tmp_path.name) in client.calls
+    assert not any(call[0] == "update_run" for call in client.calls)
+
+
+def test_start_sets_the_clients_defaults_and_leaves_the_users_own(tmp_path, answering, monkeypatch):
+    for key in tracking.CLIENT_DEFAULTS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3600")
+    answering(tmp_path, experiments={"exp": "3"})
+    assert {k: os.environ[k] for k in tracking.CLIENT_DEFAULTS} == {
+        **tracking.CLIENT_DEFAULTS,
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": "3600",
+    }
+
+
+def test_a_failed_start_is_one_warning_naming_the_error_and_the_uri(tmp_path, caplog, train_log_propagates):
+    def refused():
+        raise PermissionError("403 Forbidden\nthe page")
+
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = tracking.Tracker(tmp_path, URI, refused)
+        assert tracker._started.wait(60)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"WARNING: MLflow tracking off for this run: PermissionError: 403 Forbidden (MLFLOW_TRACKING_URI={URI}); "
+        "training goes on"
+    ]
+
+
+def test_the_manifest_is_written_once_per_tracking_state(tmp_path, monkeypatch):
+    writes, real = [], tracking.update_manifest
+    monkeypatch.setattr(tracking, "update_manifest", lambda path, **kw: writes.append(kw) or real(path, **kw))
+    (tmp_path / "manifest.json").write_text("{}")
+    tracker = _tracker(tmp_path, Recording(URI))
+    assert tracker._started.wait(60)
+    for epoch in (1, 2, 3):
+        tracker.log_epoch({"epoch": epoch, "loss": 1.0}, epoch)
+    tracker.finish("completed")
+    assert writes == [{"mlflow": {"run_id": "run", "experiment_id": "0", "tracking_uri": URI, "tracking": "on"}}]
+
+
+def test_a_manifest_that_cannot_be_written_is_one_error_line_and_never_raises(
+    tmp_path, monkeypatch, caplog, train_log_propagates
+):
+    def full(path, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tracking, "update_manifest", full)
+    with caplog.at_level(logging.ERROR, logger="train"):
+        tracker = _tracker(tmp_path, Recording(URI))
+        assert tracker._started.wait(60)
+        tracker.record()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"could not record MLflow tracking in {tmp_path / 'manifest.json'}: [Errno 28] No space left on device"
+    ]
+
+
+def test_without_a_stop_finish_waits_the_whole_flush_deadline(tmp_path, monkeypatch, caplog, train_log_propagates):
+    monkeypatch.setattr(tracking, "FLUSH_SECONDS", 2.0)
+    monkeypatch.setattr(tracking, "STOP_FLUSH_SECONDS", 0.2)
+    client = Held()
+    with caplog.at_level(logging.WARNING, logger="train"):
+        _tracker(tmp_path, client).finish("completed")  # the status call never answers
+    client.release.set()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"WARNING: MLflow: not sent within 2 s (no answer from {URI}): manifest.json, run status; the run directory has all of it"
+    ]

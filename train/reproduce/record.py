@@ -33,18 +33,19 @@ def _object(v: Any) -> bool:
     return isinstance(v, dict)
 
 
-def _hash(pattern: re.Pattern):
-    return lambda v: isinstance(v, str) and bool(pattern.fullmatch(v))
+# Called at each check, not once while _MANIFEST is built: mutation testing reaches it only so.
+def _matches(pattern: re.Pattern, v: Any) -> bool:
+    return isinstance(v, str) and bool(pattern.fullmatch(v))
 
 
 _MANIFEST = [
     ("git", "a JSON object", _object),
-    ("git.commit", "a full 40-hex commit hash (a branch, a tag or HEAD moves)", _hash(COMMIT)),
+    ("git.commit", "a full 40-hex commit hash (a branch, a tag or HEAD moves)", lambda v: _matches(COMMIT, v)),
     ("git.dirty", "true, false or null", lambda v: isinstance(v, bool)),
     ("git.source", "text", _text),
     ("requirements_lock", "a JSON object", _object),
     ("requirements_lock.file", "text", _text),
-    ("requirements_lock.sha256", "a 64-hex sha256", _hash(SHA256)),
+    ("requirements_lock.sha256", "a 64-hex sha256", lambda v: _matches(SHA256, v)),
     ("data", "a JSON object", _object),
     ("data.fingerprint", "text", _text),
     ("precision", "a JSON object", _object),
@@ -55,24 +56,25 @@ _MANIFEST = [
     ("keras", "text", _text),
     ("python", "text", _text),
     ("status", "text", _text),
-    ("final_weights_sha256", "a 64-hex sha256", _hash(SHA256)),
+    ("final_weights_sha256", "a 64-hex sha256", lambda v: _matches(SHA256, v)),
     ("epochs_completed", "a whole number >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
 ]
 
 
-def _lookup(record: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+def _lookup(record: dict[str, Any], dotted: str) -> Any:
+    """The value at `dotted`; None when it is absent or sits under something that is no object."""
     value: Any = record
     for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return False, None
-        value = value[part]
-    return True, value
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
 
 
 def check_manifest(path: Path, manifest: dict[str, Any]) -> None:
     for name, what, ok in _MANIFEST:
-        present, value = _lookup(manifest, name)
-        if present and value is not None and not ok(value):
+        value = _lookup(manifest, name)
+        if value is not None and not ok(value):
             fix = UNTRACEABLE if name.startswith("git") else RESTORE
             raise ReproduceRecordError(path, name, value, f"is not {what}", fix)
 
