@@ -1466,3 +1466,55 @@ def test_without_a_stop_finish_waits_the_whole_flush_deadline(tmp_path, monkeypa
     assert [r.getMessage() for r in caplog.records] == [
         f"WARNING: MLflow: not sent within 2 s (no answer from {URI}): manifest.json, run status; the run directory has all of it"
     ]
+
+
+def _server_answers_once_finish_waits(monkeypatch, client: Held, tracker: tracking.Tracker, stop=None) -> None:
+    """The held `client` is released from the final flush's wait, never before it: after finish queued
+    everything (and, with `stop`, after a stop asked for during that wait was noticed)."""
+    from types import SimpleNamespace
+
+    real = time.sleep
+
+    def sleep(seconds):
+        if tracker._ending and stop is not None and not stop.reason:
+            stop.request("received SIGTERM")  # the next pass of the wait notices it
+        elif tracker._ending:
+            client.release.set()
+        real(min(seconds, 0.01))
+
+    monkeypatch.setattr(tracking, "time", SimpleNamespace(time=time.time, monotonic=time.monotonic, sleep=sleep))
+
+
+def test_finish_queues_its_files_and_status_even_behind_a_full_queue_of_epochs(
+    tmp_path, monkeypatch, caplog, train_log_propagates
+):
+    monkeypatch.setattr(tracking, "FLUSH_SECONDS", 600.0)  # a safety net: the server answers during the flush
+    _run_files(tmp_path)
+    client = Held()
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = _tracker(tmp_path, client)
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 1)
+        assert client.entered.wait(60)  # the thread is held by epoch 1's call ...
+        for epoch in range(2, tracking.QUEUE_SIZE + 2):  # ... while the queue fills up to QUEUE_SIZE
+            tracker.log_epoch({"epoch": epoch, "loss": 1.0}, epoch)
+        _server_answers_once_finish_waits(monkeypatch, client, tracker)
+        tracker.finish("completed")
+    assert client.calls == ["log_batch"] * (tracking.QUEUE_SIZE + 1) + ["log_artifact"] * 3 + ["set_terminated"]
+    assert caplog.records == []
+
+
+def test_a_stop_during_the_final_flush_still_gives_the_server_the_stop_deadline(
+    tmp_path, monkeypatch, caplog, train_log_propagates
+):
+    from train.training.stop_flag import StopFlag
+
+    monkeypatch.setattr(tracking, "FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(tracking, "STOP_FLUSH_SECONDS", 600.0)  # a safety net: the server answers at once
+    client, stop = Held(), StopFlag()
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = _tracker(tmp_path, client)
+        assert tracker._started.wait(60)
+        _server_answers_once_finish_waits(monkeypatch, client, tracker, stop)
+        tracker.finish("completed", stop)
+    assert stop.reason and client.calls == ["log_artifact", "set_terminated"]  # the manifest record() wrote
+    assert caplog.records == []  # sent after the stop, within STOP_FLUSH_SECONDS of it: nothing is named
