@@ -941,6 +941,56 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
     }
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
+def test_a_whole_deterministic_rerun_reads_relative_paths_from_base_and_compares_the_final_weights(
+    tmp_path, monkeypatch
+):
+    """`base`, not the working directory, is where the original's relative DATA_DIR is read from; a
+    whole rerun of a DETERMINISTIC=true run is judged by both manifests' final weights."""
+    import hashlib
+
+    from helpers import tiny_values, write_run_records, write_tiny_npz
+
+    from train.config import settings_from_dict
+    from train.inputs.pipeline import load_data
+    from train.reproduce import rerun
+
+    repo, commit = _repo_with_a_lock(tmp_path)
+    npz = write_tiny_npz(tmp_path)
+    config = dict(tiny_values(tmp_path, npz), deterministic=True, epochs=2)
+    fingerprint = load_data(settings_from_dict(config)).fingerprint
+    config["data_dir"] = "data"  # relative to tmp_path, where the original started
+    manifest = {
+        "git": {"commit": commit, "source": "git"},
+        "requirements_lock": {"file": "/app/requirements.lock", "sha256": hashlib.sha256(b"numpy==2.0\n").hexdigest()},
+        "data": {"fingerprint": fingerprint},
+        "final_weights_sha256": "ab" * 32,
+        "epochs_completed": 2,
+        "status": "completed",
+    }
+    metrics = [{"epoch": 1, "val_accuracy": 0.5, "loss": 1.0}, {"epoch": 2, "val_accuracy": 0.6, "loss": 0.9}]
+    run = write_run_records(tmp_path / "runs" / "original", config, manifest, metrics)
+
+    seen = {}
+
+    def fake_rerun(code, flags, config_, runs_dir, stop):
+        seen["data_dir"] = flags[flags.index("--data-dir") + 1]
+        recorded = dict(config_, data_dir=seen["data_dir"])  # a rerun records absolute paths
+        new = dict(manifest, final_weights_sha256="cd" * 32)
+        return write_run_records(runs_dir / "rerun", recorded, new, metrics)
+
+    monkeypatch.setattr(rerun, "rerun", fake_rerun)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    verdict = rerun.reproduce(run, repo, base=tmp_path, say=lambda line: None)
+    assert verdict.method == "final weights sha256 (DETERMINISTIC=true, same device kind and precision)"
+    assert verdict.match is False and verdict.details == {"original": "ab" * 32, "rerun": "cd" * 32}
+    assert seen["data_dir"] == str(tmp_path / "data")
+    (settings,) = [r for r in verdict.rows if r["what"] == "settings"]
+    assert settings["same"] is True  # the original's relative DATA_DIR, read from `base`, is the rerun's
+
+
 def test_the_rerun_is_a_fit_of_the_worktree_s_code_with_an_empty_env_file_and_a_clean_environment(
     tmp_path, monkeypatch
 ):
