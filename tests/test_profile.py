@@ -107,6 +107,8 @@ def test_the_step_summary_reads_the_kinds_of_work_from_a_written_profile(real_lo
     from helpers import PROJECT_ROOT
 
     where = PROJECT_ROOT / "benchmarks" / "profile_ops.py"
+    if not where.is_file():
+        pytest.skip("benchmarks/ is a host-side folder (not in the image)")
     spec = importlib.util.spec_from_file_location("profile_ops", where)
     profile_ops = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(profile_ops)
