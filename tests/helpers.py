@@ -7,6 +7,23 @@ import sys
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def benchmark_script(name: str):
+    """benchmarks/NAME.py loaded as a module; the test skips where benchmarks/ is absent (the image)."""
+    import importlib.util
+
+    import pytest
+
+    where = PROJECT_ROOT / "benchmarks" / f"{name}.py"
+    if not where.is_file():
+        pytest.skip("benchmarks/ is a host-side folder (not in the image)")
+    spec = importlib.util.spec_from_file_location(name, where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 PYTHON = sys.executable
 
 

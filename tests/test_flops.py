@@ -253,16 +253,9 @@ def test_a_gpu_benchmark_row_carries_model_flops_and_mfu_against_the_datasheet_p
 
 
 def test_the_benchmark_summary_prints_model_flops_and_mfu_beside_each_steps_per_second():
-    import importlib.util
+    from helpers import benchmark_script
 
-    from helpers import PROJECT_ROOT
-
-    where = PROJECT_ROOT / "benchmarks" / "summarise.py"
-    if not where.is_file():
-        pytest.skip("benchmarks/ is a host-side folder (not in the image)")
-    spec = importlib.util.spec_from_file_location("summarise", where)
-    summarise = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summarise)
+    summarise = benchmark_script("summarise")
     count = FlopCount(forward_per_example=5_000_000)  # 15 MFLOP per training example
     rows = {
         "template default": flops.throughput_row(2_000.0, 128, count, "NVIDIA H100 80GB HBM3", "bfloat16"),

@@ -102,16 +102,9 @@ def test_a_profiler_that_cannot_start_is_a_warning_and_training_goes_on(real_loo
 
 def test_the_step_summary_reads_the_kinds_of_work_from_a_written_profile(real_loop):
     """benchmarks/profile_ops.py, the table of docs/performance.md, on the profile of the one-layer model."""
-    import importlib.util
+    from helpers import benchmark_script
 
-    from helpers import PROJECT_ROOT
-
-    where = PROJECT_ROOT / "benchmarks" / "profile_ops.py"
-    if not where.is_file():
-        pytest.skip("benchmarks/ is a host-side folder (not in the image)")
-    spec = importlib.util.spec_from_file_location("profile_ops", where)
-    profile_ops = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile_ops)
+    profile_ops = benchmark_script("profile_ops")
     loop = real_loop(epochs=1, profile="steps", profile_steps="2:5")
     loop.run()
     summary = profile_ops.summarise(profile_ops.newest_profile(loop.run_dir / "tensorboard"))
