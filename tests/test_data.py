@@ -242,3 +242,20 @@ def test_a_registered_data_set_whose_class_names_cannot_be_labels_is_refused(tmp
     monkeypatch.setitem(datasets.DATASETS, "tiny", entry)
     with pytest.raises(DataError, match=r"^tiny: classes 8 and 9 are both named '8'; class names must be unique: fix"):
         data.load_data(settings(dataset="tiny", data_dir=str(tmp_path / "data")))
+
+
+def _autotune_thread(ds) -> bool:
+    return ds.options().autotune.enabled is not False
+
+
+def test_no_pipeline_the_loop_iterates_starts_tf_datas_autotuning_thread(make_npz):
+    # Dropping an iterator waits for that thread's next wake-up: seconds at every epoch's end.
+    s = settings(dataset=f"npz:{make_npz()}")
+    spec = data.load_data(s)
+    pipelines = {
+        "train": data.train_dataset(spec, s, epoch=0, batch_size=64),
+        "val": data.val_dataset(spec, s, 64),
+        "one replica": data.replica_dataset(spec, s, "train", epoch=0, batch_size=64),
+        "two replicas": data.replica_dataset(spec, s, "val", epoch=0, batch_size=64, replicas=2, local_replicas=2),
+    }
+    assert {name: _autotune_thread(ds) for name, ds in pipelines.items()} == dict.fromkeys(pipelines, False)

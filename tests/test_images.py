@@ -630,3 +630,20 @@ def test_each_bad_input_is_one_line_and_its_exit_code_at_the_command_line(tmp_pa
         errors = [line for line in blocks[name].splitlines() if re.match(r"\w+Error: ", line)]
         assert len(errors) == 1, (name, blocks[name])
     assert "Traceback" not in p.stderr and "epoch 1/" not in p.stderr
+
+
+@pytest.mark.parametrize("cache", ["memory", "file", "none"])
+def test_no_image_pipeline_starts_tf_datas_autotuning_thread(make_image_dir, tmp_path, monkeypatch, cache):
+    # Dropping an iterator waits for that thread's next wake-up (docs/performance.md).
+    released = []
+    real = images.released_at_once
+    monkeypatch.setattr(images, "released_at_once", lambda ds: released.append(ds) or real(ds))
+    s = settings(make_image_dir(), tmp_path, cache=cache)
+    spec = data.load_data(s)
+    assert len(released) == 2  # the decode passes that check (and cache) train and val
+    for ds in (
+        data.train_dataset(spec, s, epoch=0, batch_size=16),
+        data.val_dataset(spec, s, 16),
+        data.replica_dataset(spec, s, "train", epoch=0, batch_size=16, replicas=2, local_replicas=2),
+    ):
+        assert ds.options().autotune.enabled is False

@@ -198,7 +198,7 @@ def _sliced_pipeline(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return images.released_at_once(ds.prefetch(tf.data.AUTOTUNE))
 
 
 def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
@@ -213,7 +213,7 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
         # The decode above is the parallel part; a cast per batch is cheap, and a sequential map
         # keeps the batches in order by construction.
         ds = ds.map(lambda x, y: (tf.cast(x, tf.float32), y))
-        return ds.prefetch(tf.data.AUTOTUNE)
+        return images.released_at_once(ds.prefetch(tf.data.AUTOTUNE))
     if isinstance(split.x, np.memmap):  # CACHE=file: gather each batch from the memory-mapped .npy
         x_mm = split.x
 
@@ -235,7 +235,7 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return images.released_at_once(ds.prefetch(tf.data.AUTOTUNE))
 
 
 # --- .npz and built-in data sets -----------------------------------------------------------------
