@@ -60,6 +60,7 @@ def test_gpu_steps_per_second(benchmark, mnist, mnist_npz, quick, tmp_path):
 def _rows(steps_per_second: dict, batches: dict, gpu: str | None, precisions: dict) -> dict:
     """Model FLOP/s and MFU beside each steps/s: the default CNN's FLOPs per step against the GPU's
     datasheet peak in the precision the variant trains in (measured when the GPU is not listed)."""
+    import tensorflow as tf
     from common import resolve_precision
 
     from train.models import cnn
@@ -70,7 +71,7 @@ def _rows(steps_per_second: dict, batches: dict, gpu: str | None, precisions: di
     for name, sps in steps_per_second.items():
         # The recipe is float32; PRECISION=auto on a GPU: bfloat16 from compute capability 8.0, float16 from 7.0.
         policy = resolve_precision(precisions[name])[0] if name in precisions else "float32"
-        dtype = flops.compute_dtype(policy)
+        dtype = flops.compute_dtype(policy, tf.config.experimental.tensor_float_32_execution_enabled())
         measured = None if flops.datasheet_peak(gpu, dtype) else flops.measure_peak_flops(dtype, "/GPU:0")
         out[name] = flops.throughput_row(sps, batches[name], count, gpu, dtype, measured)
     return out

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from train.config import Settings
 from train.training import flops
 from train.training.flops import FlopCount, count_flops, mfu
 
@@ -89,6 +90,22 @@ def test_the_datasheet_peak_is_used_on_known_gpus_and_the_measured_one_elsewhere
     cpu = choose_peak(measured=70e9, datasheet=None, devices=1, where="CPU", dtype="float32")
     assert cpu.flops == 70e9 and cpu.source == "measured: 1024x1024 float32 matmul on CPU, x1"
     assert choose_peak(None, None, 1, "CPU", "float32").flops is None
+
+
+def test_float32_on_a_gpu_with_tf32_divides_by_the_tensor_core_peak_where_there_is_one():
+    from train.training.flops import compute_dtype, datasheet_peak
+
+    assert compute_dtype("float32", tf32=True) == "tfloat32" and compute_dtype("float32") == "float32"
+    assert compute_dtype("mixed_bfloat16", tf32=True) == "bfloat16"  # TF32 only changes float32
+    assert datasheet_peak("NVIDIA A100-SXM4-80GB", "tfloat32") == pytest.approx(156e12)
+    assert datasheet_peak("NVIDIA H100 80GB HBM3", "tfloat32") == pytest.approx(494.5e12)
+    assert datasheet_peak("NVIDIA A100-SXM4-80GB", "float32") == pytest.approx(19.5e12)  # TF32 turned off
+    assert datasheet_peak("Tesla T4", "tfloat32") == pytest.approx(8.1e12)  # no TF32 tensor cores: plain float32
+    assert datasheet_peak("Tesla T4", "bfloat16") is None and datasheet_peak("Some GPU", "tfloat32") is None
+
+
+def test_the_tf32_probe_runs_a_float32_matmul():
+    assert flops.measure_peak_flops("tfloat32", n=64, reps=1) > 0
 
 
 def test_the_measured_peak_is_multiplied_by_the_devices_in_sync():
@@ -277,7 +294,7 @@ def _si(x: float) -> str:
 
 
 def test_the_gpu_ceilings_in_the_docs_follow_from_the_datasheet_and_the_flop_count():
-    """docs/performance.md's T4/A100/H100 table: 100% MFU at batch 128, each GPU in the precision
+    """docs/performance.md's T4/A100/H100 table: 100% MFU at the default batch size, each GPU in the precision
     PRECISION=auto picks there (float16 on a T4, bfloat16 from compute capability 8.0)."""
     from helpers import PROJECT_ROOT
 
@@ -294,7 +311,7 @@ def test_the_gpu_ceilings_in_the_docs_follow_from_the_datasheet_and_the_flop_cou
         cells = []
         for name, dtype in gpus:
             samples = flops.datasheet_peak(name, dtype) / per_example
-            cells.append(f"{_si(samples)} samples/s, {_si(samples / 128)} steps/s")
+            cells.append(f"{_si(samples)} samples/s, {_si(samples / Settings().batch_size)} steps/s")
         rows.append(f"| {label} | {_si(per_example)} | " + " | ".join(cells) + " |")
     expected = "\n".join(rows)
     docs = (PROJECT_ROOT / "docs" / "performance.md").read_text(encoding="utf-8")

@@ -809,6 +809,22 @@ def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monke
             (624e12, "datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2", 2e14, 312e12),
             "peak 624000.0 GFLOP/s (datasheet: 312 TFLOP/s bfloat16 per NVIDIA A100-SXM4-80GB, x2)",
         ),
+        (  # float32 on an A100 runs on its TF32 tensor cores (TensorFlow's default): that peak, not plain float32's
+            "float32",
+            ["NVIDIA A100-SXM4-80GB"],
+            1,
+            ("tfloat32", "/GPU:0"),
+            (156e12, "datasheet: 156 TFLOP/s tfloat32 per NVIDIA A100-SXM4-80GB, x1", 2e14, 156e12),
+            "peak 156000.0 GFLOP/s (datasheet: 156 TFLOP/s tfloat32 per NVIDIA A100-SXM4-80GB, x1)",
+        ),
+        (  # a CPU has no TF32: float32 stays float32 whatever TensorFlow's TF32 switch says
+            "float32",
+            [],
+            1,
+            ("float32", "/CPU:0"),
+            (2e14, "measured: 1024x1024 float32 matmul on CPU, x1", 2e14, None),
+            "peak 200000.0 GFLOP/s (measured: 1024x1024 float32 matmul on CPU, x1)",
+        ),
         (  # no GPU: the probe, in the training precision, on the CPU
             "mixed_bfloat16",
             [],

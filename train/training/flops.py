@@ -41,28 +41,36 @@ PEAK_CACHE = "peak-flops"  # under RUNS_DIR/.cache
 
 
 # Dense tensor-core peaks in TFLOP/s from NVIDIA's datasheets (SXM parts where there are two; no
-# sparsity). Keyed by a substring of the name NVML/TensorFlow reports; checked in order.
+# sparsity). Keyed by a substring of the name NVML/TensorFlow reports; checked in order. "tfloat32"
+# is float32 as TensorFlow runs it on these GPUs by default (TF32 tensor cores, compute capability
+# 8.0 and later; half the bfloat16 rate on every one of them, A10G's derived so); "float32" is the
+# peak without tensor cores, for GPUs before them or with TF32 turned off.
 DATASHEET: tuple[tuple[str, dict[str, float]], ...] = (
-    ("H200", {"float32": 67.0, "bfloat16": 989.0, "float16": 989.0}),
-    ("H100", {"float32": 67.0, "bfloat16": 989.0, "float16": 989.0}),
-    ("A100", {"float32": 19.5, "bfloat16": 312.0, "float16": 312.0}),
-    ("L4", {"float32": 30.3, "bfloat16": 121.0, "float16": 121.0}),
-    ("A10G", {"float32": 31.2, "bfloat16": 70.0, "float16": 70.0}),
+    ("H200", {"float32": 67.0, "tfloat32": 494.5, "bfloat16": 989.0, "float16": 989.0}),
+    ("H100", {"float32": 67.0, "tfloat32": 494.5, "bfloat16": 989.0, "float16": 989.0}),
+    ("A100", {"float32": 19.5, "tfloat32": 156.0, "bfloat16": 312.0, "float16": 312.0}),
+    ("L4", {"float32": 30.3, "tfloat32": 60.0, "bfloat16": 121.0, "float16": 121.0}),
+    ("A10G", {"float32": 31.2, "tfloat32": 35.0, "bfloat16": 70.0, "float16": 70.0}),
     ("V100", {"float32": 15.7, "float16": 125.0}),
     ("T4", {"float32": 8.1, "float16": 65.0}),
 )
 
 
-def compute_dtype(policy: str) -> str:
-    """The dtype the matmuls run in under a Keras precision policy."""
-    return {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(policy, "float32")
+def compute_dtype(policy: str, tf32: bool = False) -> str:
+    """The dtype the matmuls run in under a Keras precision policy; `tf32`: on a GPU with TensorFlow's
+    TF32 execution on (its default), float32 is "tfloat32", which DATASHEET maps to the tensor-core
+    peak where the GPU has one and to the float32 one elsewhere."""
+    dtype = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(policy, "float32")
+    return "tfloat32" if dtype == "float32" and tf32 else dtype
 
 
 def datasheet_peak(device_name: str | None, dtype: str) -> float | None:
     """The published dense peak in FLOP/s for a GPU name and dtype, or None when not in DATASHEET."""
     for key, peaks in DATASHEET:
-        if device_name and key in device_name and dtype in peaks:
-            return peaks[dtype] * 1e12
+        if device_name and key in device_name:
+            if dtype == "tfloat32" and dtype not in peaks:
+                dtype = "float32"  # no TF32 tensor cores: TensorFlow runs plain float32 there
+            return peaks[dtype] * 1e12 if dtype in peaks else None
     return None
 
 
@@ -265,7 +273,7 @@ def measure_peak_flops(
 
     with tf.device(device) if device else contextlib.nullcontext():
         a = tf.random.stateless_uniform((n, n), seed=(1, 2), dtype=tf.float32)
-        a = tf.cast(a, dtype)
+        a = tf.cast(a, "float32" if dtype == "tfloat32" else dtype)  # TF32 is how float32 runs, not a type
         float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # warm-up: kernels, thread pools
         best = math.inf
         for _ in range(reps):

@@ -239,7 +239,10 @@ class EpochLoop:
         self.flop_count = flops.count_flops(self.model)
         if not self.chief:
             return  # only the chief records MFU: the probe would hold the other workers up for nothing
-        dtype = flops.compute_dtype(self.setup.precision)
+        import tensorflow as tf
+
+        tf32 = bool(self.setup.gpus) and tf.config.experimental.tensor_float_32_execution_enabled()
+        dtype = flops.compute_dtype(self.setup.precision, tf32)
         where = self.setup.gpus[0] if self.setup.gpus else "CPU"
         cache = local_dir(self.s.runs_dir) / CACHE_DIR  # one measurement per machine, shared by the runs
         self.peak = flops.peak_for(self.s.peak_flops, cache, where, dtype, replicas)
