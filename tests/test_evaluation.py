@@ -86,3 +86,27 @@ def test_the_class_names_are_the_runs_and_data_with_other_classes_is_refused(tmp
                 r"trained on \(0, 1, 2, 3\): evaluate it on the data",
             ):
                 evaluate_best(run)
+
+
+def test_best_weights_that_are_not_the_ones_training_recorded_are_not_evaluated(tmp_path):
+    import json
+
+    from helpers import write_tiny_npz
+
+    from train.config import Settings
+    from train.errors import WeightsError
+    from train.models import build_model
+    from train.run.weights import save_weights
+
+    npz = write_tiny_npz(tmp_path, classes=3)
+    run = tmp_path / "20260101-000000-000001"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(Settings(dataset=f"npz:{npz}", model="cnn", batch_size=64).to_dict()))
+    (run / "manifest.json").write_text(
+        json.dumps({"data": {"class_names": ["0", "1", "2"], "input_shape": [28, 28, 1]}})
+    )
+    save_weights(build_model("cnn", (28, 28, 1), 3), run / "best.weights.h5", epoch=1)  # recorded in the manifest
+    assert evaluate_best(run).n > 0
+    build_model("cnn", (28, 28, 1), 3).save_weights(run / "best.weights.h5")  # other weights, a valid file
+    with pytest.raises(WeightsError, match=f"run {run.name}: .*best.weights.h5"):
+        evaluate_best(run)

@@ -59,7 +59,8 @@ class Evaluation:
 
 
 def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
-    """Predict the validation set with best.weights.h5; NoWeightsError / DataError say what is missing."""
+    """Predict the validation set with best.weights.h5; NoWeightsError / DataError say what is missing,
+    WeightsError that the file is not the one training wrote (its recorded sha256)."""
     from ..run.rundir import RunDir
 
     weights = RunDir(run_dir).best_weights
@@ -71,6 +72,7 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
     from ..errors import DataError
     from ..inputs import pipeline as data
     from ..run.rundir import read_run_settings
+    from ..run.weights import load_weights
 
     settings = read_run_settings(run_dir)
     class_names = RunDir(run_dir).data_description()[0]  # the run's classes, as every reader takes them
@@ -87,7 +89,7 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
         model = models.build_model(settings.model, spec.input_shape, spec.num_classes)
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    model.load_weights(weights)
+    load_weights(model, run_dir, weights)  # the recorded sha256 first: a replaced file is never evaluated
     return _predict(model, data.val_dataset(spec, settings, settings.batch_size), class_names, k)
 
 
