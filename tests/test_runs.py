@@ -321,3 +321,47 @@ def test_a_copy_of_a_run_in_runs_dir_is_named_as_one(tmp_path, capsys):
     assert err.count("\n") == 1
     assert cli.main(["report", "20260101-000000-00001", "--runs-dir", str(root)]) == 2
     assert f"did you mean {original.name!r}?;" in capsys.readouterr().err
+
+
+def test_a_running_run_whose_process_is_gone_is_listed_as_killed_with_how_to_continue(tmp_path, capsys):
+    import os
+    import socket
+
+    from train import cli
+    from train.run.lock import RunLock
+
+    root = tmp_path / "runs"
+    ids = [f"20260101-000000-00000{i}" for i in range(1, 5)]
+    for i in ids:
+        _run(root, i, CFG, {"status": "running", "epochs_completed": 1})
+    held = RunLock(root / ids[0]).acquire()  # a run still training (this process holds its lock)
+    RunLock(root / ids[1]).acquire().release()  # its process ended without closing the manifest
+    (root / ids[2] / "run.lock").write_text("pid 4242 on host another-machine\n")  # NFS: cannot tell from here
+    # ids[3] has no lock file at all (written before runs held locks): cannot tell either
+    try:
+        assert [r["status"] for r in list_runs(root)] == ["running", "killed", "running", "running"]
+        assert cli.main(["runs", "--runs-dir", str(root)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[2].split()[:2] == [ids[1], "killed"]
+        assert lines[5:] == [
+            f"{ids[1]}: killed: its process ended without closing the run (SIGKILL, out of memory, the machine "
+            f"went down); `python -m train fit --resume {ids[1]}` continues it"
+        ]
+        assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
+        assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["running", "killed", "running", "running"]
+        assert (root / ids[1] / "run.lock").read_text() == f"pid {os.getpid()} on host {socket.gethostname()}\n"
+    finally:
+        held.release()
+
+
+def test_a_run_of_a_runs_dir_in_object_storage_is_never_called_killed_from_its_staging_copy(tmp_path, monkeypatch):
+    # Its lease may be held by another machine: the local lock says nothing about that process.
+    from train.run import remote
+    from train.run.lock import RunLock
+
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-000001", CFG, {"status": "running", "epochs_completed": 1})
+    RunLock(root / "20260101-000000-000001").acquire().release()
+    assert [r["status"] for r in list_runs(root)] == ["killed"]
+    monkeypatch.setattr(remote, "for_run", lambda run_dir: object())
+    assert [r["status"] for r in list_runs(root)] == ["running"]

@@ -16,8 +16,12 @@ from pathlib import Path
 
 from ..errors import RunRecordError
 from ..run.find import list_run_dirs
+from ..run.lock import RunLock
 from ..run.rundir import RunDir
 from .run_records import RunRecords, read_metrics
+
+# A manifest still "running" whose lock no process holds (RunLock.abandoned).
+KILLED = "killed"
 
 
 def list_runs(runs_dir: str | Path) -> list[dict]:
@@ -67,9 +71,12 @@ def _row(path: Path) -> dict:
         duration = _number(m.get("duration_seconds"))
     error = m.get("error")
     recorded_id = m.get("run_id")
+    status = str(m.get("status") or "unknown")
+    if status == "running" and RunLock(path).abandoned():
+        status = KILLED
     return {
         "id": path.name,
-        "status": str(m.get("status") or "unknown"),
+        "status": status,
         "epochs": epochs,
         "of": of,
         "monitor": str(cfg.get("monitor", "")),
@@ -128,6 +135,11 @@ def format_runs(rows: list[dict]) -> str:
             notes.append(f"{r['id']}: {r['reason']}")
         elif r.get("error"):
             notes.append(f"{r['id']}: {r['status']}: {r['error']}")
+        if r["status"] == KILLED:
+            notes.append(
+                f"{r['id']}: killed: its process ended without closing the run (SIGKILL, out of memory, the "
+                f"machine went down); `python -m train fit --resume {r['id']}` continues it"
+            )
         if r.get("copy_of"):
             notes.append(
                 f"{r['id']}: its manifest.json says it is run {r['copy_of']}: a copy or a renamed folder; "

@@ -68,6 +68,31 @@ class RunLock:
                 raise
         return self
 
+    def abandoned(self) -> bool:
+        """True when the run's lock file exists but no process on this machine holds it: its
+        manifest's "running" is then what a SIGKILL or a power cut left. False when it is held, or
+        when this machine cannot tell (no lock file; the holder on another host, per the file; a
+        run of a RUNS_DIR in object storage, whose holder may be another machine's lease). The
+        probe takes a shared lock for an instant and never writes the file."""
+        from .remote import for_run
+
+        if for_run(self.run_dir) is not None:
+            return False
+        text = self.holder()
+        if not text.startswith("pid ") or not text.endswith(f" on host {socket.gethostname()}"):
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held (or a file system without locks: cannot tell)
+        finally:
+            os.close(fd)  # closing drops the shared lock at once
+        return True
+
     def holder(self) -> str:
         try:
             text = self.path.read_text(encoding="utf-8", errors="replace").strip()
