@@ -184,6 +184,12 @@ def test_a_prefix_of_a_flag_is_not_that_flag(capsys, argv, meant):
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("word", "meant"), [("rnus", "runs"), ("exprot", "export"), ("setings", "settings")])
+def test_a_misspelt_command_is_named_as_the_command_meant(capsys, word, meant):
+    assert cli.main([word]) == 2  # taken as an argument of the default command, fit
+    assert f"unrecognized arguments: {word} (did you mean the command {meant}?)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv, prefix",
     [

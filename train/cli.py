@@ -77,6 +77,9 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[s
     # A prefix is what abbreviations would have taken (allow_abbrev is off); else a near spelling.
     meant = sorted((f for f in flags if first and f.startswith(first)), key=len)
     meant = meant or (difflib.get_close_matches(first, flags, n=1, cutoff=0.75) if first else [])
+    if not meant and unknown[0] == unknown[-1] and not unknown[0].startswith("-"):
+        # `python -m train rnus`: a word that is no command became an argument of the default `fit`.
+        meant = [f"the command {c}" for c in difflib.get_close_matches(unknown[0], COMMANDS, n=1, cutoff=0.6)]
     return UsageError(sub.prog, problem + (f" (did you mean {' or '.join(meant[:3])}?)" if meant else ""))
 
 
