@@ -43,10 +43,27 @@ def test_a_bad_setting_value_is_one_line_and_exit_2(capsys):
 
 
 def test_an_unknown_flag_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as info:
-        cli.main(["fit", "--no-such-flag"])
-    assert info.value.code == 2
-    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    assert cli.main(["fit", "--no-such-flag"]) == 2
+    assert capsys.readouterr().err == (
+        "UsageError: python -m train fit: unrecognized arguments: --no-such-flag; "
+        "`python -m train fit --help` lists what it takes\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, command",
+    [
+        (["predict", "latest"], "predict"),  # a missing argument
+        (["settings", "--format", "xml"], "settings"),  # a refused choice
+        (["--epochs"], "fit"),  # a flag without its value
+        (["runs", "extra"], "runs"),  # an argument the command does not take
+    ],
+)
+def test_every_mistake_on_the_command_line_is_one_line_naming_the_command(capsys, argv, command):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"UsageError: python -m train {command}: ") and err.count("\n") == 1, err
+    assert f"`python -m train {command} --help`" in err
 
 
 @pytest.mark.parametrize("command", ["export", "predict"])
@@ -161,10 +178,16 @@ def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_
     ],
 )
 def test_a_prefix_of_a_flag_is_not_that_flag(capsys, argv, meant):
-    with pytest.raises(SystemExit) as info:
-        cli.main(argv)
-    assert info.value.code == 2
-    assert f"unrecognized arguments: {argv[-2]}" in capsys.readouterr().err
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {argv[-2]} {argv[-1]} (did you mean {meant}" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("word", "meant"), [("rnus", "runs"), ("exprot", "export"), ("setings", "settings")])
+def test_a_misspelt_command_is_named_as_the_command_meant(capsys, word, meant):
+    assert cli.main([word]) == 2  # taken as an argument of the default command, fit
+    assert f"unrecognized arguments: {word} (did you mean the command {meant}?)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -178,9 +201,7 @@ def test_a_prefix_of_a_flag_is_not_that_flag(capsys, argv, meant):
 )
 def test_report_and_compare_take_no_prefix_of_a_flag(tmp_path, monkeypatch, capsys, argv, prefix):
     monkeypatch.chdir(tmp_path)  # had a prefix been taken, the command would read tmp_path/runs, not the checkout's
-    with pytest.raises(SystemExit) as info:
-        cli.main(argv)
-    assert info.value.code == 2
+    assert cli.main(argv) == 2
     assert f"unrecognized arguments: {prefix}" in capsys.readouterr().err
 
 
@@ -189,9 +210,7 @@ def test_a_switch_given_both_ways_is_a_usage_error(capsys, monkeypatch):
         sys.modules, "train.training.fit", types.SimpleNamespace(train=lambda s, force: pytest.fail("ran"))
     )
     for argv in (["--deterministic", "--no-deterministic"], ["--no-export", "--smoke", "--export"]):
-        with pytest.raises(SystemExit) as info:
-            cli.main(argv)
-        assert info.value.code == 2
+        assert cli.main(argv) == 2
         assert "given both ways" in capsys.readouterr().err
     assert cli.build_parser().parse_args(["fit", "--deterministic", "--deterministic"]).deterministic is True
 

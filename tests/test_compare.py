@@ -327,3 +327,24 @@ def test_a_folder_that_cannot_be_looked_into_does_not_hide_the_run_around_it(run
     monkeypatch.setattr(rundir, "is_run_dir", is_run_dir)
     with pytest.raises(compare.ConfigError, match="notes.html already exists inside run 20261130-100000-aaaa"):
         compare.check_out(str(sub / "notes.html"))
+
+
+@pytest.mark.parametrize(
+    ("config", "segments", "planned"),
+    [
+        ({"epochs": 3, "smoke": True}, None, "1"),  # a smoke run trains one epoch whatever EPOCHS says
+        ({"epochs": 3}, [{"epochs_planned": 3}, {"epochs_planned": 5}], "5"),  # resumed with more epochs
+        ({"epochs": 3}, [{"epochs_planned": "x"}], "3"),  # an unusable segment falls back to EPOCHS
+    ],
+)
+def test_the_epochs_planned_are_what_the_run_set_out_to_train_in_compare_report_and_curves(
+    tmp_path, config, segments, planned
+):
+    from train.results import plots, report
+
+    manifest = {"segments": segments} if segments else None
+    records = load_records(write_run_records(tmp_path / "r", config, manifest=manifest, metrics=rows(0.001, [0.8])))
+    other = load_records(write_run_records(tmp_path / "o", {"epochs": 1}, metrics=rows(0.001, [0.9])))
+    assert dict(compare.metric_rows([records, other]))["epochs"] == [f"1/{planned}", "1/1"]
+    assert f"1 of {planned} epochs" in report.render(records, b"", "")
+    assert plots.curves_figure(records).get_suptitle().endswith(f"1 of {planned} epochs")

@@ -1,6 +1,7 @@
 """The README and docs/: every relative link and #anchor points at a file and a heading that exist,
-every `invoke` command shown is one invoke's own parser accepts for tasks.py, and the README's
-metrics.csv columns are the ones the training writes.
+every `invoke` command shown is one invoke's own parser accepts for tasks.py, the README names
+every invoke task and every `python -m train` command, and the README's metrics.csv columns are the
+ones the training writes.
 
 Fast and offline: links to other sites are not followed. Anchors follow GitHub's rule for heading
 ids (lowercase; punctuation other than '-' and '_' dropped; each space becomes '-'; a repeated
@@ -221,3 +222,20 @@ def test_the_readmes_metrics_csv_columns_are_the_ones_written():
         entry.append(line)
     listed = " ".join(entry).split(":", 1)[1].split("(")[0]
     assert [c.strip() for c in listed.split(",")] == METRIC_COLUMNS
+
+
+def test_the_readme_names_every_invoke_task_and_every_command():
+    """A stranger learns the tasks and commands from the README: none may be missing from it."""
+    from train.cli import COMMANDS
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = re.findall(r"^\| `python -m train (?:\[(\w+)\]|(\w+))", readme, flags=re.M)
+    assert sorted({a or b for a, b in table}) == sorted(COMMANDS)
+    if not (ROOT / "tasks.py").is_file():
+        pytest.skip("tasks.py is a host-side file (not in the image)")
+    from invoke import Collection
+    from invoke.loader import FilesystemLoader
+
+    module, _ = FilesystemLoader(start=str(ROOT)).load("tasks")
+    listed = re.search(r"`invoke --list` shows the container tasks \(([^)]*)\)", readme).group(1)
+    assert sorted(t.strip() for t in listed.split(",")) == sorted(Collection.from_module(module).task_names)

@@ -84,7 +84,12 @@ def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_wer
     assert not any("batch_normalization" in v.path for v in model.variables)
 
 
-def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_explicit(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("deleted", ["the files", "the folders"])
+def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_explicit(
+    tmp_path, monkeypatch, capsys, deleted
+):
+    import shutil
+
     from train import cli
 
     monkeypatch.chdir(tmp_path)
@@ -92,8 +97,12 @@ def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_exp
     flags = fit_flags(tmp_path, npz, epochs=1, export=False)
     assert cli.main(flags) == 0
     run = only_run(tmp_path / "runs")
-    for p in (run / "checkpoints").iterdir():
-        p.unlink()
+    if deleted == "the files":
+        for p in (run / "checkpoints").iterdir():
+            p.unlink()
+    else:  # `rm -r checkpoints tensorboard`: the restart writes them again
+        shutil.rmtree(run / "checkpoints")
+        shutil.rmtree(run / "tensorboard")
     before = _bytes(run, "config.json", "manifest.json")
     capsys.readouterr()
     assert cli.main(flags + ["--resume", run.name, "--epochs", "2"]) == 4
@@ -104,6 +113,7 @@ def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_exp
     m = manifest(run)
     assert [(g["status"], g["restart"]) for g in m["segments"]] == [("completed", False), ("completed", True)]
     assert m["epochs_completed"] == 1
+    assert (run / "checkpoints" / "LATEST").is_file() and any((run / "tensorboard").iterdir())
 
 
 def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp_path):

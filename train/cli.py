@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from .errors import EXIT_CODES, TemplateError
+from .errors import EXIT_CODES, TemplateError, UsageError
 
 # Commands that live in a subpackage of their own, by name: module with add_command(sub) and run(args).
 # Drop one from a fork by deleting its folder and its entry here.
@@ -26,10 +26,19 @@ BUILTIN_COMMANDS = {
 COMMANDS = (*BUILTIN_COMMANDS, *OPTIONAL_COMMANDS)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one UsageError line (exit 2 at the edge), not a usage block and an exit.
+
+    Every command's parser is one too: add_subparsers makes them of the parser's own class."""
+
+    def error(self, message: str):
+        raise UsageError(self.prog, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     epilog = "exit codes:\n" + "\n".join(f"  {k:>3}  {v}" for k, v in EXIT_CODES.items())
     # allow_abbrev=False everywhere: a prefix (`--epoch`, `--lr`) must not quietly become another flag.
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m train",
         description="Reproducible TensorFlow training runs.",
         epilog=epilog,
@@ -50,8 +59,28 @@ def run(argv: Sequence[str]) -> int:
     argv = list(argv)
     if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["fit", *argv]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise _unrecognized(parser, args.command, unknown)
     return importlib.import_module(_commands()[args.command]).run(args)
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> UsageError:
+    """Name the command the arguments were given to, and the flag a misspelt one probably meant."""
+    import difflib
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    flags = [f for f in sub._option_string_actions if f.startswith("--")]
+    problem = f"unrecognized arguments: {' '.join(unknown)}"
+    first = next((u.split("=", 1)[0] for u in unknown if u.startswith("--")), None)
+    # A prefix is what abbreviations would have taken (allow_abbrev is off); else a near spelling.
+    meant = sorted((f for f in flags if first and f.startswith(first)), key=len)
+    meant = meant or (difflib.get_close_matches(first, flags, n=1, cutoff=0.75) if first else [])
+    if not meant and unknown[0] == unknown[-1] and not unknown[0].startswith("-"):
+        # `python -m train rnus`: a word that is no command became an argument of the default `fit`.
+        meant = [f"the command {c}" for c in difflib.get_close_matches(unknown[0], COMMANDS, n=1, cutoff=0.6)]
+    return UsageError(sub.prog, problem + (f" (did you mean {' or '.join(meant[:3])}?)" if meant else ""))
 
 
 def _debug_setting(argv: Sequence[str]) -> bool:

@@ -53,6 +53,14 @@ class PortInUseError(ConfigError):
         TemplateError.__init__(self, f"{name}: this worker's address {address}: {self.allowed}")
 
 
+class UsageError(TemplateError, exit_code=2, kind="usage"):
+    """The command line itself is wrong: an unknown or misspelt flag, a missing argument, a refused choice."""
+
+    def __init__(self, command: str, problem: str):
+        self.name, self.value = command, problem
+        super().__init__(f"{command}: {problem}; `{command} --help` lists what it takes")
+
+
 class ModelError(TemplateError, exit_code=2, kind="model"):
     """The MODEL factory cannot build a model for the data: it fails to import, raises, has the wrong
     signature, returns something else, or the images are too small for it.

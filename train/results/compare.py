@@ -85,7 +85,7 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     """Status, epochs, final metrics, best MONITOR and the training time to reach it."""
     rows = [
         ("status", [str(r.manifest.get("status", "unknown")) for r in runs]),
-        ("epochs", [f"{len(r.rows)}/{r.config.get('epochs', '?')}" for r in runs]),
+        ("epochs", [f"{len(r.rows)}/{r.planned_epochs or '?'}" for r in runs]),
     ]
     for key in METRICS:
         rows.append((f"final {key}", [_num(r.rows[-1].get(key)) if r.rows else "-" for r in runs]))

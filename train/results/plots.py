@@ -75,7 +75,7 @@ def curves_figure(records: RunRecords):
     done = len(records.rows)
     fig.suptitle(
         f"{records.name}: {records.manifest.get('status', 'unknown')}, "
-        f"{done} of {records.config.get('epochs', '?')} epochs",
+        f"{done} of {records.planned_epochs or '?'} epochs",
         fontsize=13,
     )
     best = records.best_row()

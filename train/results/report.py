@@ -134,7 +134,7 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
     best = records.best_row()
     lead = [
         f"model <b>{_e(c.get('model'))}</b> on <b>{_e(c.get('dataset'))}</b>",
-        f"{len(records.rows)} of {_e(c.get('epochs'))} epochs",
+        f"{len(records.rows)} of {_e(records.planned_epochs or '?')} epochs",
     ]
     if best is not None:
         lead.append(

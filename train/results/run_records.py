@@ -51,6 +51,21 @@ class RunRecords:
         mode = self.config.get("monitor_mode", "auto")
         return mode if mode in ("min", "max") else ("min" if "loss" in self.monitor else "max")
 
+    @property
+    def planned_epochs(self) -> int | None:
+        """The epochs the run set out to train: what its last segment planned, else what the settings say.
+
+        A smoke run trains one epoch whatever EPOCHS says, and a resume may have extended EPOCHS,
+        so `config["epochs"]` alone would call a finished smoke run "1 of 3"."""
+        segments = [s for s in self.manifest.get("segments") or [] if isinstance(s, dict)]
+        planned = segments[-1].get("epochs_planned") if segments else None
+        if _whole(planned):
+            return planned
+        if self.config.get("smoke") is True:
+            return 1
+        epochs = self.config.get("epochs")
+        return epochs if _whole(epochs) else None
+
     def column(self, name: str) -> list[float | None]:
         return [r.get(name) for r in self.rows]
 
@@ -86,6 +101,10 @@ class RunRecords:
                 if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
                     out.append((part["epoch"], float(seconds)))
         return out
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def load_records(run_dir: Path | str) -> RunRecords:

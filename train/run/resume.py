@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import RESUME_FREE, Settings, diff_settings, given, settings_from_dict
 from ..errors import CheckpointError, ConfigError, ResumeMismatchError, StorageError
-from .files import write_json
+from .files import storage_error, write_json
 from .find import create_run_dir, list_run_dirs, resolve_run
 from .lock import RunLock
 from .remote import local_dir
@@ -164,6 +164,12 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
     ]
     if free:
         log.info("run %s resumes with new values of: %s", run_dir.name, "; ".join(free))
+    # Checkpoints "gone" may be the folder itself (`rm -r checkpoints`): the run writes into it again.
+    for sub in (files.checkpoints, files.tensorboard):
+        try:
+            sub.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise storage_error(sub, exc) from exc
     return RunPlan(
         run_dir,
         asked,
