@@ -344,12 +344,22 @@ def serve(c, run="latest", local=False, port=8501, model_name="model", cpu=False
 # --- development ---------------------------------------------------------------------------------
 
 
-@task(help={"args": 'extra pytest arguments, e.g. "-m \'not slow\'" or "tests/test_config.py"'})
-def test(c, args=""):
-    """Run the test suite in this Python environment.
+# The fast tier, as scripts/test runs it by default; --all adds the slow, gpu, docker and bench tests.
+FAST_TIER = "not slow and not gpu and not docker and not bench"
 
-    Runs `python -m pytest -q`."""
-    c.run(f"{PY} -m pytest -q {args}".rstrip(), echo=True, pty=True)
+
+@task(
+    help={
+        "args": 'extra pytest arguments, after the task\'s own, e.g. "tests/test_config.py" or "-n 0"',
+        "all": "every test (CI's run), not only the fast tier",
+    }
+)
+def test(c, args="", all=False):
+    """Run the tests in this Python environment, one worker per core, as scripts/test does.
+
+    Runs `python -m pytest -q -n auto -m "<fast tier>"`, or without the -m with --all."""
+    tier = "" if all else f" -m {shlex.quote(FAST_TIER)}"
+    c.run(f"{PY} -m pytest -q -n auto{tier} {args}".rstrip(), echo=True, pty=True)
 
 
 @task(

@@ -34,12 +34,28 @@ def env(**extra: str) -> dict[str, str]:
     return subprocess_env(PYTHONPATH=f"{ROOT}{os.pathsep}{TESTS}", **extra)
 
 
-def start_fit(args: list[str], cwd: Path, extra_env: dict | None = None, preexec_fn=None) -> subprocess.Popen:
-    """`python -m train fit ARGS` in the background; stdout+stderr go to cwd/fit-<n>.out."""
+# `python -m train` with module constants changed first: {"train.tracking.mlflow_run.FLUSH_SECONDS": 8.0}
+# lets a test see a deadline end without waiting out the product's minute.
+_WITH_CONSTANTS = """
+import importlib, runpy, sys
+for name, value in {constants!r}.items():
+    module, attr = name.rsplit(".", 1)
+    setattr(importlib.import_module(module), attr, value)
+sys.argv = ["train", *sys.argv[1:]]
+runpy.run_module("train", run_name="__main__")
+"""
+
+
+def start_fit(
+    args: list[str], cwd: Path, extra_env: dict | None = None, preexec_fn=None, constants: dict | None = None
+) -> subprocess.Popen:
+    """`python -m train fit ARGS` in the background; stdout+stderr go to cwd/fit-<n>.out. `constants`
+    (dotted name -> value) are set in the child before the command runs."""
     n = len(list(cwd.glob("fit-*.out")))
     out = open(cwd / f"fit-{n}.out", "w")
+    start = ["-c", _WITH_CONSTANTS.format(constants=constants)] if constants else ["-m", "train"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "train", "fit", *args],
+        [sys.executable, *start, "fit", *args],
         cwd=cwd,
         stdout=out,
         stderr=subprocess.STDOUT,

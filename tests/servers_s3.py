@@ -4,7 +4,7 @@ Started on 127.0.0.1 on free ports with a temp folder, waited for by asking it (
 with one identity (access key and secret) so that wrong credentials are refused as on a real
 store, and the buckets made and read by a stock client (the MinIO SDK). `s3_server` is one server for the session;
 `s3_server_factory` starts servers of a test's own, which it may stop and start again (a store
-lost mid-run and back). Skipped when `weed` is not installed, unless REQUIRE_S3_SERVER=1.
+lost mid-run and back). Skipped when `weed` is not installed (a failure under REQUIRE_ALL=1).
 """
 
 from __future__ import annotations
@@ -165,12 +165,13 @@ class S3Server:
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL: weed takes its time to exit on SIGTERM."""
+        """SIGTERM, then SIGKILL after 3 s: weed often lingers on SIGTERM (seen: the whole 15 s it was
+        given), and what it has stored is on disk by then (a write is answered once it is)."""
         if self.proc is None or self.proc.poll() is not None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=15)
+            self.proc.wait(timeout=3)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
@@ -178,8 +179,6 @@ class S3Server:
 
 def _require() -> None:
     if weed_binary() is None:
-        if os.environ.get("REQUIRE_S3_SERVER") == "1":
-            pytest.fail(f"{S3_SERVER_SKIP}, and REQUIRE_S3_SERVER=1")
         pytest.skip(S3_SERVER_SKIP)
 
 

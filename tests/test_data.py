@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import write_npz
+from helpers import NO_REAL_MNIST, REAL_MNIST
 
 from train.config import Settings, validate
 from train.errors import DataError
@@ -167,11 +166,9 @@ def test_a_failed_download_shows_the_first_line_of_its_error_cut_at_200_characte
     assert shown in str(e.value) and "second line" not in str(e.value)
 
 
-@pytest.mark.skipif(
-    not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to test real MNIST"
-)
+@pytest.mark.skipif(REAL_MNIST is None, reason=NO_REAL_MNIST)
 def test_real_mnist(tmp_path):
-    src = Path(os.environ["MNIST_NPZ"])
+    src = REAL_MNIST
     (tmp_path / "mnist.npz").symlink_to(src.resolve())
     s = settings(dataset="mnist", data_dir=str(tmp_path))
     spec = data.load_data(s)

@@ -2,13 +2,12 @@
 
 import csv
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from helpers import PROJECT_ROOT, subprocess_env, tiny_settings
+from helpers import NO_REAL_MNIST, PROJECT_ROOT, REAL_MNIST, subprocess_env, tiny_settings
 
 pytestmark = pytest.mark.slow
 
@@ -192,9 +191,7 @@ def test_export_and_predict_from_the_command_line(finished, tmp_path):
     assert runs.returncode == 0 and result.run_dir.name in runs.stdout and "completed" in runs.stdout
 
 
-@pytest.mark.skipif(
-    not os.environ.get("MNIST_NPZ"), reason="set MNIST_NPZ to a Keras-format mnist.npz to train on real MNIST"
-)
+@pytest.mark.skipif(REAL_MNIST is None, reason=NO_REAL_MNIST)
 def test_real_mnist_one_epoch_default_settings(tmp_path):
     """The default workload through the default path (PRECISION=auto, DATA_DIR holding mnist.npz)."""
     from train.config import load_settings
@@ -202,7 +199,7 @@ def test_real_mnist_one_epoch_default_settings(tmp_path):
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    (data_dir / "mnist.npz").symlink_to(os.environ["MNIST_NPZ"])
+    (data_dir / "mnist.npz").symlink_to(REAL_MNIST.resolve())
     s = load_settings(
         {"epochs": 1, "runs_dir": str(tmp_path / "runs"), "data_dir": str(data_dir), "export": False},
         env_file=None,

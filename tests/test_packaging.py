@@ -7,9 +7,11 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 from helpers import PROJECT_ROOT
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_every_module_of_train_and_no_tests(tmp_path):
     # Built from a copy: setuptools reuses a build/ folder it finds, which would hide a missing package.
     src = tmp_path / "src"

@@ -235,12 +235,12 @@ def test_report_and_compare():
 def test_test_and_bench_use_the_current_interpreter(tmp_path):
     c = ctx()
     tasks.test(c)
-    tasks.test(c, args="-m 'not slow'")
+    tasks.test(c, args="tests/test_config.py", all=True)
     out = tmp_path / "b" / "r.json"
     tasks.bench(c, json=str(out))
     assert echoed(c) == [
-        f"{tasks.PY} -m pytest -q",
-        f"{tasks.PY} -m pytest -q -m 'not slow'",
+        f"{tasks.PY} -m pytest -q -n auto -m 'not slow and not gpu and not docker and not bench'",
+        f"{tasks.PY} -m pytest -q -n auto tests/test_config.py",
         f"{tasks.PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {out}",
     ]
     assert out.parent.is_dir()
@@ -542,6 +542,10 @@ def test_scripts_train_installs_only_the_runtime_lock_and_says_so_first(clone):
 def test_scripts_train_asks_for_the_runtime_only_and_scripts_test_for_the_test_tools():
     assert "\nscripts/venv.sh\n" in (ROOT / "scripts" / "train").read_text()
     assert "\nscripts/venv.sh --test\n" in (ROOT / "scripts" / "test").read_text()
+
+
+def test_scripts_test_and_invoke_test_run_the_same_fast_tier():
+    assert f'tier=(-m "{tasks.FAST_TIER}")' in (ROOT / "scripts" / "test").read_text()
 
 
 def test_a_venv_made_for_training_gets_the_test_tools_when_scripts_test_uses_it(clone):
