@@ -64,6 +64,21 @@ def make_image_dir(tmp_path):
     return lambda name="images", **kw: write_image_dir(tmp_path / name, **kw)
 
 
+# Tests that share an expensive fixture (a trained run, a served model, a server) run on one
+# pytest-xdist worker (scripts/test passes --dist loadgroup), which then makes it once, not once per
+# worker. The names of those fixtures, module- or session-scoped, wherever they are defined:
+SHARED_FIXTURES = (
+    "pair", "uninterrupted", "small_run", "original", "finished", "mlflow_server", "served_run", "task", "project",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        shared = sorted(set(SHARED_FIXTURES).intersection(getattr(item, "fixturenames", ())))
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+
+
 # The reason tests/test_tracking.py gives when it skips a test that needs a real MLflow server.
 MLFLOW_SERVER_SKIP = "no MLflow server installed"
 

@@ -29,6 +29,9 @@ def data(tmp_path_factory):
     return write_tiny_npz(tmp_path_factory.mktemp("data"))
 
 
+QUICK_RETRIES = {"train.run.mirror.BACKOFF_SECONDS": (0.2, 0.5, 1.0)}
+
+
 class Machine:
     """A HOME, a temp folder and a working directory of their own: what a lost machine takes with it."""
 
@@ -39,8 +42,8 @@ class Machine:
             d.mkdir(parents=True, exist_ok=True)
         self.env = {**(server.env() if server else {}), "HOME": str(self.home), "TMPDIR": str(self.tmp), **env_changes}
 
-    def fit(self, flags: list[str]) -> subprocess.Popen:
-        return start_fit(flags, self.cwd, extra_env=self.env)
+    def fit(self, flags: list[str], constants: dict | None = None) -> subprocess.Popen:
+        return start_fit(flags, self.cwd, extra_env=self.env, constants=constants)
 
     def command(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -202,7 +205,9 @@ def test_a_store_lost_mid_run_training_goes_on_one_warning_and_everything_arrive
     server = s3_server_factory()
     bucket = server.make_bucket("lost-mid-run")
     machine = Machine(tmp_path / "m", server)
-    proc = machine.fit(_flags(tmp_path, data, bucket, epochs=4))
+    # Retries a second apart at most, not the product's 30 s: the test waits for the store's return,
+    # not for the next retry.
+    proc = machine.fit(_flags(tmp_path, data, bucket, epochs=4), constants=QUICK_RETRIES)
     assert wait_until(_checkpoint_in_bucket(server, bucket), proc, timeout=600)
     server.kill()  # the store vanishes mid-epoch
     assert wait_until(lambda: "waiting up to" in output(proc), proc, timeout=600), output(proc)[-3000:]

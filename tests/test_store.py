@@ -12,6 +12,7 @@ from servers_s3 import dead_endpoint
 
 from train.config import load_settings
 from train.errors import ConfigError, RunBusyError, StorageError
+from train.run import mirror as mirror_module
 from train.run import remote
 from train.run.lease import Lease
 from train.run.mirror import Mirror
@@ -233,8 +234,8 @@ def test_pointers_reach_the_store_only_after_what_they_point_to(s3_server, s3_bu
         mirror.stop_watching()
 
 
-@pytest.mark.slow
 def test_a_store_lost_and_back_one_warning_then_everything_arrives(s3_server_factory, monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(mirror_module, "BACKOFF_SECONDS", (0.2, 0.5, 1.0))  # the store's return, not a 30 s retry
     from train.run.files import write_text
 
     server = s3_server_factory()
