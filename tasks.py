@@ -357,9 +357,9 @@ FAST_TIER = "not slow and not gpu and not docker and not bench"
 def test(c, args="", all=False):
     """Run the fast tests, one worker per core (--all: all).
 
-    Runs `python -m pytest -q -n auto --dist loadgroup -m "<fast tier>"`, or without the -m with --all."""
+    Runs `python -m pytest -q -n auto -m "<fast tier>"`, or without the -m with --all."""
     tier = "" if all else f" -m {shlex.quote(FAST_TIER)}"
-    c.run(f"{PY} -m pytest -q -n auto --dist loadgroup{tier} {args}".rstrip(), echo=True, pty=True)
+    c.run(f"{PY} -m pytest -q -n auto{tier} {args}".rstrip(), echo=True, pty=True)
 
 
 @task(

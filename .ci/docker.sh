@@ -175,7 +175,7 @@ uid=$($DOCKER run --rm --network none --entrypoint id "$IMAGE:cpu" -u)
 mnist=()
 [ -n "${MNIST_NPZ:-}" ] && [ -f "$MNIST_NPZ" ] && mnist=(-v "$MNIST_NPZ:/mnist/mnist.npz:ro" -e MNIST_NPZ=/mnist/mnist.npz)
 $DOCKER run --rm --network none "${mnist[@]}" --entrypoint python "$IMAGE:cpu-test" \
-  -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -m "not slow and not gpu and not docker and not bench" \
+  -m pytest -q -p no:cacheprovider -n auto -m "not slow and not gpu and not docker and not bench" \
   $TESTS_IN_IMAGE
 
 say "check: the GPU check inside the image reports the CPU fallback calmly (exit 0), and --require-gpu exits 1"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,19 +66,26 @@ def make_image_dir(tmp_path):
     return lambda name="images", **kw: write_image_dir(tmp_path / name, **kw)
 
 
-# Tests that share an expensive fixture (a trained run, a served model, a server) run on one
-# pytest-xdist worker (scripts/test passes --dist loadgroup), which then makes it once, not once per
-# worker. The names of those fixtures, module- or session-scoped, wherever they are defined:
-SHARED_FIXTURES = (
-    "pair", "uninterrupted", "small_run", "original", "finished", "mlflow_server", "served_run", "task", "project",
-)  # fmt: skip
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        shared = sorted(set(SHARED_FIXTURES).intersection(getattr(item, "fixturenames", ())))
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
+@pytest.fixture(autouse=True)
+def _process_state_as_a_fresh_process_has_it():
+    """After each test, what a run trained in-process leaves behind for the next test of this worker,
+    as a fresh process has it:
+    - the `train` logger: a run leaves its console handler and `propagate` off, and pytest then
+      attaches its capture handlers to that logger too, so that a later test turning `propagate`
+      back on saw each of its lines twice;
+    - Keras's global dtype policy: a run in mixed precision sets it, and a model a later test builds
+      would be in bfloat16 (LiteRT then refuses its ops)."""
+    yield
+    keras = sys.modules.get("keras")
+    if keras is not None:
+        keras.mixed_precision.set_global_policy("float32")
+    log = logging.getLogger("train")
+    for handler in list(log.handlers):
+        if not type(handler).__module__.startswith("_pytest"):
+            log.removeHandler(handler)
+            handler.close()
+    log.propagate = True
+    log.setLevel(logging.NOTSET)
 
 
 # The reason tests/test_tracking.py gives when it skips a test that needs a real MLflow server.
@@ -84,9 +93,10 @@ MLFLOW_SERVER_SKIP = "no MLflow server installed"
 
 # REQUIRE_ALL=1 (.ci/run sets it): a skip is a failure, so that the suite cannot pass by skipping
 # for a tool or server CI forgot to install. These reasons are the exceptions: what cannot apply on
-# a CPU host running as root, host-side files that the image leaves out on purpose, and inputs a
-# skip reason calls optional (the real MNIST).
-SKIPS_ALLOWED_UNDER_REQUIRE_ALL = ("GPU", "root reads", "not in the image", "(optional:")
+# a CPU host running as root (a GPU, CUDA in a CPU-only TensorFlow, a file root cannot be kept
+# from reading), host-side files that the image leaves out on purpose, and inputs a skip reason
+# calls optional (the real MNIST).
+SKIPS_ALLOWED_UNDER_REQUIRE_ALL = ("GPU", "CUDA", "root reads", "not in the image", "(optional:")
 
 
 @pytest.hookimpl(hookwrapper=True)

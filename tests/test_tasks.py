@@ -239,8 +239,8 @@ def test_test_and_bench_use_the_current_interpreter(tmp_path):
     out = tmp_path / "b" / "r.json"
     tasks.bench(c, json=str(out))
     assert echoed(c) == [
-        f"{tasks.PY} -m pytest -q -n auto --dist loadgroup -m 'not slow and not gpu and not docker and not bench'",
-        f"{tasks.PY} -m pytest -q -n auto --dist loadgroup tests/test_config.py",
+        f"{tasks.PY} -m pytest -q -n auto -m 'not slow and not gpu and not docker and not bench'",
+        f"{tasks.PY} -m pytest -q -n auto tests/test_config.py",
         f"{tasks.PY} -m pytest benchmarks/ --benchmark-enable --benchmark-json {out}",
     ]
     assert out.parent.is_dir()
