@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything CI does with Docker (called by .ci/run after the host test suite, from the repo root,
+# Everything CI does with Docker (called by .ci/run beside the host test suite, from the repo root,
 # as root, on a fresh Debian bookworm machine). The phases, in order (each starts with a `say` line):
 #   install      docker.io, debootstrap and the linters; engine: dockerd started; base image built
 #   lint         hadolint, actionlint, compose config (GPU + CPU), the `docker` tests of test_docker.py
@@ -103,7 +103,8 @@ docker compose -f docker-compose.yml -f docker-compose.cpu.yml config -q
 docker compose -f docker-compose.yml -f docker-compose.cpu.yml config | grep -q 'driver: nvidia' \
   && fail "the CPU variant still reserves a GPU"
 if [ -x .venv/bin/python ]; then  # made by scripts/test in .ci/run; the compose binary exists only now
-  .venv/bin/python -m pytest -q -p no:cacheprovider -m docker tests/test_docker.py tests/test_tracking.py
+  # A basetemp of its own: .ci/run runs the host suite at the same time.
+  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp "$WORK/pytest" -m docker tests/test_docker.py tests/test_tracking.py
 fi
 
 # --- base image --------------------------------------------------------------------------------

@@ -234,6 +234,7 @@ def test_pointers_reach_the_store_only_after_what_they_point_to(s3_server, s3_bu
         mirror.stop_watching()
 
 
+@pytest.mark.slow
 def test_a_store_lost_and_back_one_warning_then_everything_arrives(s3_server_factory, monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(mirror_module, "BACKOFF_SECONDS", (0.2, 0.5, 1.0))  # the store's return, not a 30 s retry
     from train.run.files import write_text
