@@ -7,6 +7,10 @@
 # needs bash, python3 3.10-3.13 with venv, and useradd.
 ARG BASE_IMAGE=python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
 ARG VARIANT=gpu
+# The extras the image carries on top of the core, each from requirements/<name>.lock: what a run in
+# the cloud asks for (RUNS_DIR in a bucket, MLflow, sweeps, ONNX). --build-arg EXTRAS="" builds the
+# core alone; the `serve` target adds serve.
+ARG EXTRAS="mlflow sweep store onnx"
 
 FROM ${BASE_IMAGE} AS base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -48,8 +52,8 @@ ENV APP_UID=${UID} \
 RUN python3 -m venv "${VIRTUAL_ENV}" \
     && install -d -o app -g app /runs /data
 WORKDIR /app
-# Both locks: the manifest records the installed one's hash; the GPU check reads both.
-COPY requirements.lock requirements-gpu.lock ./
+# Every lock: the manifest records the installed runtime lock's hash; the GPU check reads them.
+COPY requirements/*.lock ./requirements/
 # Exec form: tini is PID 1 and python gets the signals. `docker run IMAGE <command>` runs any command.
 ENTRYPOINT ["tini", "--", "python", "-m", "train"]
 CMD ["fit"]
@@ -59,16 +63,20 @@ CMD ["fit"]
 # optional secret for a TLS-intercepting proxy, never in a layer. PIP_CACHE_DIR: with HOME=/home/app
 # pip (as root) would find its cache not owned by root and disable it.
 FROM base AS deps-cpu
+ARG EXTRAS
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements.lock
+    && for extra in ${EXTRAS}; do echo "-r $extra.lock"; done > requirements/extras.txt \
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements/cpu.lock -r requirements/extras.txt
 
 FROM base AS deps-gpu
+ARG EXTRAS
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements-gpu.lock
+    && for extra in ${EXTRAS}; do echo "-r $extra.lock"; done > requirements/extras.txt \
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements/gpu.lock -r requirements/extras.txt
 # For the NVIDIA container toolkit: every GPU, CUDA and nvidia-smi/NVML. `--gpus` and compose's GPU
 # reservation set NVIDIA_VISIBLE_DEVICES again after this; pick GPUs as docs/container.md says.
 ENV NVIDIA_VISIBLE_DEVICES=all \
@@ -93,29 +101,28 @@ USER ${APP_UID}:${APP_GID}
 # reaches the runtime image. Root only to install.
 FROM runtime AS test
 USER 0
-COPY requirements-test.lock ./
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements-test.lock
-COPY requirements*.in .env.exampl[e] ./
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements/test.lock
+COPY requirements/*.in ./requirements/
+COPY .env.exampl[e] ./
 COPY tests ./tests
 COPY docs ./docs
 # hadolint ignore=DL3066
 USER ${APP_UID}:${APP_GID}
 
-# The runtime image plus the server of `python -m train serve` (requirements-serve.lock: Starlette,
+# The runtime image plus the server of `python -m train serve` (requirements/serve.lock: Starlette,
 # uvicorn), no test tools: `docker run -p 127.0.0.1:8501:8501 -v "$PWD/runs:/runs:ro" IMAGE:serve`
 # serves the latest run's export. Inside the container it listens on every interface (0.0.0.0),
 # else the published port would reach nothing; who may connect is decided where the port is
 # published (compose: 127.0.0.1 only). Readiness: /v2/health/ready, 200 once the model is warmed up.
 FROM runtime AS serve
 USER 0
-COPY requirements-serve.lock ./
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements-serve.lock
+    && PIP_CACHE_DIR=/root/.cache/pip pip install --require-hashes --no-deps -r requirements/serve.lock
 # hadolint ignore=DL3066
 USER ${APP_UID}:${APP_GID}
 EXPOSE 8501

@@ -23,7 +23,10 @@ from invoke import Collection, Context, Exit, task
 
 ROOT = Path(__file__).resolve().parent
 IMAGE = os.environ.get("IMAGE", "tf-train-template")
-LOCKS = {"cpu": "requirements.lock", "gpu": "requirements-gpu.lock"}
+REQ = "requirements"  # every .in file and its lock
+LOCKS = {"cpu": f"{REQ}/cpu.lock", "gpu": f"{REQ}/gpu.lock"}
+# The optional parts with packages of their own: requirements/<name>.in, its lock, pip install -e .[name].
+EXTRAS = ("serve", "mlflow", "sweep", "store", "onnx")
 CPU_COMPOSE = "-f docker-compose.yml -f docker-compose.cpu.yml"
 MULTIWORKER_COMPOSE = "-f docker-compose.multiworker.yml"
 MULTIWORKER_SERVICES = 2  # worker0 and worker1 in docker-compose.multiworker.yml
@@ -59,7 +62,7 @@ def _require_gpu(c: Context) -> None:
         try:  # the driver the locked CUDA needs, from the optional GPU check's table
             from train.gpucheck.stack import GPU_LOCK, locked_versions, stack_for
         except ModuleNotFoundError:
-            need = "that supports the CUDA of requirements-gpu.lock"
+            need = "that supports the CUDA of requirements/gpu.lock"
         else:
             stack = stack_for(locked_versions(GPU_LOCK)["tensorflow"])
             need = f">= {stack.min_driver} (>= {stack.ptx_driver} for H100, H200 and newer GPUs)"
@@ -487,10 +490,9 @@ def mutate(c, modules="", workers=1, results=False):
 def lock(c, upgrade=False, package=""):
     """Regenerate every lock file from its .in file.
 
-    requirements-gpu.lock first, then requirements.lock (CPU), requirements-test.lock and
-    requirements-serve.lock with the same shared versions, the MLflow test server's
-    requirements-mlflow-server.lock, SkyPilot's requirements-skypilot.lock and the export's
-    requirements-runtime-check.lock."""
+    all.lock first (GPU TensorFlow, the core and every extra resolved together), then the locks held
+    to it: gpu.lock and cpu.lock (the core), test.lock and each extra's; then the tools that live in
+    environments of their own: mlflow-server.lock, skypilot.lock and runtime-check.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -498,22 +500,15 @@ def lock(c, upgrade=False, package=""):
         flags += " --upgrade"
     if package:
         flags += f" --upgrade-package {shlex.quote(package)}"
-    c.run(f"uv pip compile requirements-gpu.in {flags} -o requirements-gpu.lock", echo=True)
-    # The GPU lock constrains the CPU one: every package both install gets the same version.
-    c.run(f"uv pip compile requirements-cpu.in -c requirements-gpu.lock {flags} -o requirements.lock", echo=True)
-    # The test tools, installed on top of either runtime lock (the image's `test` target, .venv).
-    c.run(f"uv pip compile requirements-test.in -c requirements-gpu.lock {flags} -o requirements-test.lock", echo=True)
-    # The server of `python -m train serve`, on top of either runtime lock (the image's `serve` target).
-    c.run(
-        f"uv pip compile requirements-serve.in -c requirements-gpu.lock {flags} -o requirements-serve.lock", echo=True
-    )
-    # The MLflow server for the tracking tests: its own environment (scripts/venv-mlflow-server.sh), never the image's.
-    c.run(f"uv pip compile requirements-mlflow-server.in {flags} -o requirements-mlflow-server.lock", echo=True)
-    # SkyPilot, for the test that reads deploy/skypilot/train.yaml: its own environment (scripts/venv-skypilot.sh).
-    c.run(f"uv pip compile requirements-skypilot.in {flags} -o requirements-skypilot.lock", echo=True)
-    # LiteRT's and ONNX Runtime's check of the exported files: its own environment, without TensorFlow
-    # (scripts/venv-runtime-check.sh).
-    c.run(f"uv pip compile requirements-runtime-check.in {flags} -o requirements-runtime-check.lock", echo=True)
+    c.run(f"uv pip compile {REQ}/all.in {flags} -o {REQ}/all.lock", echo=True)
+    # Held to all.lock: any of these installed together (the core's and an extra's) agree on every version.
+    for name in ("gpu", "cpu", "test", *EXTRAS):
+        c.run(f"uv pip compile {REQ}/{name}.in -c {REQ}/all.lock {flags} -o {REQ}/{name}.lock", echo=True)
+    # Tools in their own environments, never beside TensorFlow: the MLflow server of the tracking tests
+    # (scripts/venv-mlflow-server.sh), SkyPilot's parser (scripts/venv-skypilot.sh), and LiteRT's and ONNX
+    # Runtime's check of the exported files, without TensorFlow (scripts/venv-runtime-check.sh).
+    for name in ("mlflow-server", "skypilot", "runtime-check"):
+        c.run(f"uv pip compile {REQ}/{name}.in {flags} -o {REQ}/{name}.lock", echo=True)
     if importlib.util.find_spec("train.gpucheck") is not None:  # the optional GPU check holds TF's tested stack
         c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it
 

@@ -1,27 +1,48 @@
 #!/usr/bin/env bash
-# Create or refresh .venv from requirements.lock (CPU TensorFlow, hashes required) and install this
-# package into it without re-resolving: what training needs. With --test, also requirements-test.lock
-# (pytest, invoke, ...). Each lock installed leaves a stamp named by its hash, so an unchanged lock is
-# not installed again, and a .venv made by scripts/train gets the test tools the first time
-# scripts/test (--test) uses it. Set PYTHON to choose the interpreter (TensorFlow 2.21 supports
-# Python 3.10-3.13), LOCK for requirements-gpu.lock.
+# Create or refresh .venv from requirements/cpu.lock (CPU TensorFlow and the core, hashes required)
+# and install this package into it without re-resolving: what training needs. Options, any order:
+#   --extra NAME  also an extra's packages, requirements/NAME.lock (serve, mlflow, sweep, store,
+#                 onnx); repeat it, or give all
+#   --test        also the test tools (requirements/test.lock) and every extra: the whole suite runs
+# Each lock installed leaves a stamp named by its hash, so an unchanged lock is not installed again,
+# and a .venv made by scripts/train gets the rest the first time it is asked for. Set PYTHON to
+# choose the interpreter (TensorFlow 2.21 supports Python 3.10-3.13), LOCK for requirements/gpu.lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-LOCK=${LOCK:-requirements.lock}
-TEST_LOCK=requirements-test.lock
-case "${1:-}" in
-    "") test_tools=false ;;
-    --test) test_tools=true ;;
-    *)
-        echo "scripts/venv.sh: unknown argument '$1': give none (training's packages) or --test (and the test tools)" >&2
-        exit 2
-        ;;
-esac
+LOCK=${LOCK:-requirements/cpu.lock}
+# The extras: the files requirements/all.in brings in, but for the GPU runtime.
+all_extras() { sed -n 's/^-r \(.*\)\.in$/\1/p' requirements/all.in | grep -vx gpu; }
+usage="give none (training's packages), --extra NAME (one of: $(all_extras | tr '\n' ' ')or all) or --test"
+extras=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --test)
+            extras+=(test)
+            while read -r name; do extras+=("$name"); done < <(all_extras)
+            ;;
+        --extra)
+            [ $# -ge 2 ] || { echo "scripts/venv.sh: --extra needs a name: $usage" >&2; exit 2; }
+            if [ "$2" = all ]; then
+                while read -r name; do extras+=("$name"); done < <(all_extras)
+            elif all_extras | grep -qx -- "$2"; then
+                extras+=("$2")
+            else
+                echo "scripts/venv.sh: '$2' is not an extra: $usage" >&2
+                exit 2
+            fi
+            shift
+            ;;
+        *)
+            echo "scripts/venv.sh: unknown argument '$1': $usage" >&2
+            exit 2
+            ;;
+    esac
+    shift
+done
 hash16() { cat "$@" | sha256sum | cut -c1-16; }
 count() { grep -c '^[A-Za-z0-9].*==' "$1" || true; }
 runtime_stamp=.venv/.lock-runtime-$(hash16 "$LOCK")
-test_stamp=.venv/.lock-test-$(hash16 "$LOCK" "$TEST_LOCK")  # the runtime lock's pins constrain the test lock's
 pip=(.venv/bin/python -m pip install --disable-pip-version-check --require-hashes)
 
 if [ ! -x .venv/bin/python ]; then
@@ -33,12 +54,16 @@ if [ ! -f "$runtime_stamp" ]; then
         "(TensorFlow alone is hundreds of MB: a few minutes the first time, then only when the lock changes)" >&2
     "${pip[@]}" -r "$LOCK"
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
-    rm -f .venv/.lock-*  # every older stamp, the test tools' too: they were installed against the old pins
+    rm -f .venv/.lock-*  # every older stamp, the extras' too: they were installed against the old pins
     touch "$runtime_stamp"
 fi
-if $test_tools && [ ! -f "$test_stamp" ]; then
-    echo "scripts/venv.sh: installing the test tools, the $(count "$TEST_LOCK") pinned packages of $TEST_LOCK, into .venv" >&2
-    "${pip[@]}" -r "$TEST_LOCK"
-    rm -f .venv/.lock-test-*
-    touch "$test_stamp"
-fi
+for name in $(printf '%s\n' "${extras[@]+"${extras[@]}"}" | sort -u); do
+    extra_lock=requirements/$name.lock
+    stamp=.venv/.lock-$name-$(hash16 "$LOCK" "$extra_lock")  # the runtime lock's pins hold the extra's
+    if [ ! -f "$stamp" ]; then
+        echo "scripts/venv.sh: installing the $(count "$extra_lock") pinned packages of $extra_lock into .venv" >&2
+        "${pip[@]}" -r "$extra_lock"
+        rm -f .venv/.lock-"$name"-*
+        touch "$stamp"
+    fi
+done

@@ -120,7 +120,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_sep("!", f"{len(skipped)} MLflow tracking test(s) SKIPPED: no MLflow server", yellow=True)
     for report in skipped:
         write(f"  skipped: {report.nodeid}")
-    write("why: they train against a real `mlflow server`, which is in neither requirements.lock nor the image")
+    write("why: they train against a real `mlflow server`, which is in neither requirements/cpu.lock nor the image")
     write("run them: scripts/venv-mlflow-server.sh (installs it into .venv-mlflow-server), then scripts/test again")
     write("          (or MLFLOW_SERVER=/path/to/mlflow scripts/test); REQUIRE_ALL=1 makes them fail instead")
     terminalreporter.write_sep("!", yellow=True)

@@ -183,7 +183,7 @@ def write_run_records(
         "tensorflow": "2.21.0",
         "keras": "3.15.1",
         "git": {"commit": "0123456789abcdef", "dirty": False, "source": "git"},
-        "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ab" * 32},
+        "requirements_lock": {"file": "/app/requirements/cpu.lock", "sha256": "ab" * 32},
         "data": {
             "dataset": "mnist",
             "source": "data/mnist.npz",

@@ -1,6 +1,6 @@
 """deploy/skypilot/train.yaml, as SkyPilot itself reads it (offline), and its `run:` script, as bash runs it.
 
-SkyPilot lives in its own environment (scripts/venv-skypilot.sh installs requirements-skypilot.lock
+SkyPilot lives in its own environment (scripts/venv-skypilot.sh installs requirements/skypilot.lock
 into .venv-skypilot; SKYPILOT_PYTHON may name another interpreter). Without it these tests skip;
 REQUIRE_ALL=1 (as .ci/run sets) turns the skip into a failure.
 """

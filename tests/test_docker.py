@@ -57,8 +57,8 @@ def _stage(name: str) -> str:
 def test_the_runtime_image_holds_no_tests_and_no_test_tools():
     runtime = _stage("runtime")
     assert "COPY train ./train" in runtime and "tests" not in runtime and "requirements-test" not in runtime
-    assert "COPY tests ./tests" in _stage("test") and "-r requirements-test.lock" in _stage("test")
-    assert not re.search(r"^(pytest|invoke)\b", (ROOT / "requirements.in").read_text(), re.M)
+    assert "COPY tests ./tests" in _stage("test") and "-r requirements/test.lock" in _stage("test")
+    assert not re.search(r"^(pytest|invoke)\b", (ROOT / "requirements/core.in").read_text(), re.M)
 
 
 def test_dependencies_come_from_the_lock_with_hashes_before_the_source():
@@ -117,10 +117,10 @@ def test_dockerignore_keeps_secrets_and_artefacts_out(path):
     "path",
     [
         "pyproject.toml",
-        "requirements.lock",
-        "requirements-gpu.lock",
-        "requirements-test.lock",
-        "requirements-serve.lock",
+        "requirements/cpu.lock",
+        "requirements/gpu.lock",
+        "requirements/test.lock",
+        "requirements/serve.lock",
         "train/training/fit.py",
         "train/gpucheck/stack.py",
         "tests/gpucheck/test_stack.py",

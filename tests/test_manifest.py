@@ -84,9 +84,10 @@ def test_lock_hash_names_the_installed_lock(tmp_path):
 
     try:
         metadata.version("tensorflow-cpu")
-        name = "requirements.lock"
+        name = "requirements/cpu.lock"
     except metadata.PackageNotFoundError:
-        name = "requirements-gpu.lock"
+        name = "requirements/gpu.lock"
+    (tmp_path / "requirements").mkdir()
     (tmp_path / name).write_text("tensorflow==x\n")
     got = lock_hash(tmp_path)
     assert got == {"file": str(tmp_path / name), "sha256": hashlib.sha256(b"tensorflow==x\n").hexdigest()}

@@ -466,7 +466,7 @@ def test_the_run_table_of_a_full_manifest_shows_each_record_escaped():
         "build_info": {"cuda_version": "12.5", "cudnn_version": "9", "cpu_compiler": "clang"},
         "image": "img:tag",
         "git": {"commit": "abc", "dirty": True, "source": "/app/BUILD_COMMIT"},
-        "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff"},
+        "requirements_lock": {"file": "/app/requirements/cpu.lock", "sha256": "ff"},
         "data": {
             "dataset": "mnist",
             "source": "d.npz",
@@ -494,7 +494,7 @@ def test_the_run_table_of_a_full_manifest_shows_each_record_escaped():
         ("versions", "Python 3.11, TensorFlow 2.21, Keras 3.15; built for cuda 12.5, cudnn 9"),
         ("image", "img:tag"),
         ("commit", "abc (uncommitted changes) from /app/BUILD_COMMIT"),
-        ("lock", "requirements.lock sha256 ff"),
+        ("lock", "requirements/cpu.lock sha256 ff"),
         ("data", "mnist from d.npz: 6 train / 2 val, 2 classes"),
         ("data fingerprint", "sha256 ee"),
         ("precision", "float32: no"),

@@ -145,9 +145,9 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _clone_of_the_package(dest: Path) -> Path:
-    dest.mkdir()
+    (dest / "requirements").mkdir(parents=True)
     shutil.copytree(PROJECT_ROOT / "train", dest / "train", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("requirements.lock", "requirements-gpu.lock", "pyproject.toml"):
+    for name in ("requirements/cpu.lock", "requirements/gpu.lock", "pyproject.toml"):
         shutil.copy(PROJECT_ROOT / name, dest / name)
     _git(dest, "init", "-q")
     _git(dest, "add", "-A")
@@ -348,7 +348,7 @@ def test_a_lock_hash_that_differs_from_the_commits_lock_is_refused_naming_both(o
     lock = json.loads((copy / "manifest.json").read_text())["requirements_lock"]
     _edit(copy / "manifest.json", requirements_lock=dict(lock, sha256="0" * 64))
     line = _refusal(_reproduce(repo, copy), copy)
-    assert "requirements.lock at commit" in line and lock["sha256"][:16] in line and "0" * 16 in line, line
+    assert "requirements/cpu.lock at commit" in line and lock["sha256"][:16] in line and "0" * 16 in line, line
 
 
 @pytest.mark.slow
@@ -767,8 +767,9 @@ def test_the_verdict_file_holds_every_field():
 
 def _repo_with_a_lock(tmp_path: Path) -> tuple[Path, str]:
     repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "requirements.lock").write_text("numpy==2.0\n")
+    (repo / "requirements").mkdir(parents=True)
+    (repo / "requirements/cpu.lock").write_text("numpy==2.0\n")
+    (repo / "requirements.lock").write_text("numpy==1.0\n")  # where runs recorded before requirements/ had it
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "lock")
@@ -816,17 +817,19 @@ def test_the_lock_at_the_commit_must_have_the_recorded_hash(tmp_path):
 
     repo, commit = _repo_with_a_lock(tmp_path)
     sha = hashlib.sha256(b"numpy==2.0\n").hexdigest()
-    check_lock(repo, commit, {"requirements_lock": {"file": "/app/requirements.lock", "sha256": sha}})
+    check_lock(repo, commit, {"requirements_lock": {"file": "/app/requirements/cpu.lock", "sha256": sha}})
     check_lock(repo, commit, {})  # no hash recorded: the default lock only has to exist
+    old = hashlib.sha256(b"numpy==1.0\n").hexdigest()  # a run recorded when the lock was at the root
+    check_lock(repo, commit, {"requirements_lock": {"file": "/app/requirements.lock", "sha256": old}})
     with pytest.raises(ReproduceError) as exc:
-        check_lock(repo, commit, {"requirements_lock": {"file": "/app/requirements.lock", "sha256": "0" * 64}})
+        check_lock(repo, commit, {"requirements_lock": {"file": "/app/requirements/cpu.lock", "sha256": "0" * 64}})
     assert str(exc.value) == (
-        f"requirements.lock at commit {commit[:12]} has sha256 {sha[:16]}..., the run recorded {'0' * 16}...: "
+        f"requirements/cpu.lock at commit {commit[:12]} has sha256 {sha[:16]}..., the run recorded {'0' * 16}...: "
         "the run was not installed from that commit's lock"
     )
     with pytest.raises(ReproduceError) as exc:
-        check_lock(repo, commit, {"requirements_lock": {"file": "requirements-gpu.lock", "sha256": sha}})
-    assert str(exc.value) == f"commit {commit[:12]} has no requirements-gpu.lock: its environment cannot be rebuilt"
+        check_lock(repo, commit, {"requirements_lock": {"file": "requirements/gpu.lock", "sha256": sha}})
+    assert str(exc.value) == f"commit {commit[:12]} has no requirements/gpu.lock: its environment cannot be rebuilt"
 
 
 def test_the_data_must_have_the_recorded_fingerprint(tmp_path):
@@ -887,7 +890,7 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
     config["dataset"] = f"npz:{npz.name}"  # relative: to where the original started (`base`)
     manifest = {
         "git": {"commit": commit, "dirty": True, "source": "git"},
-        "requirements_lock": {"file": "/app/requirements.lock", "sha256": lock_sha},
+        "requirements_lock": {"file": "/app/requirements/cpu.lock", "sha256": lock_sha},
         "data": {"fingerprint": fingerprint},
         "final_weights_sha256": "ab" * 32,
         "epochs_completed": 2,
@@ -962,7 +965,10 @@ def test_a_whole_deterministic_rerun_reads_relative_paths_from_base_and_compares
     config["data_dir"] = "data"  # relative to tmp_path, where the original started
     manifest = {
         "git": {"commit": commit, "source": "git"},
-        "requirements_lock": {"file": "/app/requirements.lock", "sha256": hashlib.sha256(b"numpy==2.0\n").hexdigest()},
+        "requirements_lock": {
+            "file": "/app/requirements/cpu.lock",
+            "sha256": hashlib.sha256(b"numpy==2.0\n").hexdigest(),
+        },
         "data": {"fingerprint": fingerprint},
         "final_weights_sha256": "ab" * 32,
         "epochs_completed": 2,

@@ -17,7 +17,7 @@ MANIFEST = {
 
 def test_the_tag_is_the_one_invoke_build_gives_and_the_target_follows_the_lock():
     assert image_tag(MANIFEST, ImageOptions(Path("d"))) == ("tf-train-template:cpu-feedbeeffeed-01234567", "cpu")
-    gpu = dict(MANIFEST, requirements_lock={"file": "requirements-gpu.lock", "sha256": "ab" * 32})
+    gpu = dict(MANIFEST, requirements_lock={"file": "requirements/gpu.lock", "sha256": "ab" * 32})
     assert image_tag(gpu, ImageOptions(Path("d"), image="me/train")) == ("me/train:gpu-abababababab-01234567", "gpu")
     with pytest.raises(ReproduceError, match="no commit or no lock hash"):
         image_tag({"git": {"commit": None}}, ImageOptions(Path("d")))

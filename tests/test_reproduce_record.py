@@ -54,7 +54,7 @@ def _set(path: Path, **fields) -> None:
         ("git", {"commit": "main", "dirty": False}, "git.commit", "main"),
         ("git", {"commit": COMMIT[:12], "dirty": False}, "git.commit", COMMIT[:12]),
         ("git", {"commit": COMMIT, "dirty": "no"}, "git.dirty", "no"),
-        ("requirements_lock", {"file": "requirements.lock", "sha256": 7}, "requirements_lock.sha256", 7),
+        ("requirements_lock", {"file": "requirements/cpu.lock", "sha256": 7}, "requirements_lock.sha256", 7),
         ("data", ["cd"], "data", ["cd"]),
         ("precision", "float32", "precision", "float32"),
         ("gpus", "none", "gpus", "none"),

@@ -160,4 +160,4 @@ def test_serve_without_the_server_packages_says_how_to_install_them(served_run, 
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # as in the training image
     assert main(["serve", str(served_run), "--env-file", ""]) == 2
     err = capsys.readouterr().err
-    assert "ConfigError" in err and "requirements-serve.lock" in err and "serve` target" in err
+    assert "ConfigError" in err and "requirements/serve.lock" in err and "serve` target" in err

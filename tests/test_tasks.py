@@ -55,6 +55,7 @@ def host(monkeypatch, tmp_path):
     monkeypatch.setattr(tasks.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(tasks, "ROOT", tmp_path)
     for lock in tasks.LOCKS.values():
+        (tmp_path / lock).parent.mkdir(exist_ok=True)
         (tmp_path / lock).write_text(f"# {lock}\n")
     monkeypatch.setattr(tasks.os, "getuid", lambda: 1234)
     monkeypatch.setattr(tasks.os, "getgid", lambda: 567)
@@ -66,7 +67,7 @@ def test_build_tags_with_lock_hash_and_commit():
     (cmd,) = echoed(c)
     import hashlib
 
-    lock_hash = hashlib.sha256(b"# requirements.lock\n").hexdigest()[:12]
+    lock_hash = hashlib.sha256(b"# requirements/cpu.lock\n").hexdigest()[:12]
     assert cmd.startswith(
         "DOCKER_BUILDKIT=1 docker build --target runtime --build-arg VARIANT=cpu --build-arg UID=1000 "
         "--build-arg GID=1000 "
@@ -178,7 +179,7 @@ def test_no_gpu_without_the_gpu_check_still_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "train.gpucheck.stack", None)  # as if train/gpucheck/ were deleted
     c = ctx(**{"nvidia-smi -L": Result("No devices found.\n", exited=6)})
     with pytest.raises(
-        Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements-gpu\.lock; or add --cpu"
+        Exit, match=r"install the NVIDIA driver that supports the CUDA of requirements/gpu\.lock; or add --cpu"
     ):
         tasks.gpu_check(c)
 
@@ -296,37 +297,33 @@ def test_bench_shows_the_ratios_of_a_failed_run_but_not_an_old_report_and_keeps_
     assert failed.value.code == 2 and echoed(old) == [echoed(c)[0]]
 
 
-def test_lock_compiles_gpu_then_cpu_and_test_constrained_then_checks_the_stack(monkeypatch):
+def test_lock_compiles_everything_together_then_each_lock_held_to_it_then_checks_the_stack(monkeypatch):
     c = ctx()
     tasks.lock(c, package="numpy")
-    gpu, cpu, test, serving, server, sky, runtime, *check = echoed(c)
-    assert gpu.startswith("uv pip compile requirements-gpu.in --universal --python-version 3.10 --generate-hashes")
-    assert gpu.endswith("--upgrade-package numpy -o requirements-gpu.lock")
-    assert cpu.startswith("uv pip compile requirements-cpu.in -c requirements-gpu.lock --universal")
-    assert cpu.endswith("-o requirements.lock")
-    assert test.startswith("uv pip compile requirements-test.in -c requirements-gpu.lock --universal")
-    assert test.endswith("-o requirements-test.lock")
-    assert serving.startswith("uv pip compile requirements-serve.in -c requirements-gpu.lock --universal")
-    assert serving.endswith("-o requirements-serve.lock")
-    assert server.startswith("uv pip compile requirements-mlflow-server.in --universal")
-    assert server.endswith("-o requirements-mlflow-server.lock")
-    assert sky.startswith("uv pip compile requirements-skypilot.in --universal")
-    assert sky.endswith("-o requirements-skypilot.lock")
-    assert runtime.startswith("uv pip compile requirements-runtime-check.in --universal")
-    assert runtime.endswith("-o requirements-runtime-check.lock")
+    every, gpu, cpu, test, *rest = echoed(c)
+    extras, (server, sky, runtime, *check) = rest[: len(tasks.EXTRAS)], rest[len(tasks.EXTRAS) :]
+    assert every.startswith("uv pip compile requirements/all.in --universal --python-version 3.10 --generate-hashes")
+    assert every.endswith("--upgrade-package numpy -o requirements/all.lock")
+    for cmd, name in zip([gpu, cpu, test, *extras], ["gpu", "cpu", "test", *tasks.EXTRAS]):
+        assert cmd.startswith(f"uv pip compile requirements/{name}.in -c requirements/all.lock --universal")
+        assert cmd.endswith(f"--upgrade-package numpy -o requirements/{name}.lock")
+    # Every extra the locks know is one that all.in brings in and pyproject.toml names.
+    every_in = (ROOT / "requirements" / "all.in").read_text()
+    groups = (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]\n")[1].split("\n\n")[0]
+    assert sorted(tasks.EXTRAS) == sorted(re.findall(r"^([a-z]+) = \[", groups, re.M))
+    assert all(f"-r {name}.in" in every_in for name in tasks.EXTRAS)
+    assert server.startswith("uv pip compile requirements/mlflow-server.in --universal")
+    assert server.endswith("-o requirements/mlflow-server.lock")
+    assert sky.startswith("uv pip compile requirements/skypilot.in --universal")
+    assert sky.endswith("-o requirements/skypilot.lock")
+    assert runtime.startswith("uv pip compile requirements/runtime-check.in --universal")
+    assert runtime.endswith("-o requirements/runtime-check.lock")
     # The stack table belongs to the optional GPU check: a fork without train/gpucheck/ skips this step.
     assert check == ([f"{tasks.PY} -m train.gpucheck.stack"] if (ROOT / "train" / "gpucheck").is_dir() else [])
     monkeypatch.setitem(sys.modules, "train.gpucheck", None)  # as if train/gpucheck/ were deleted
     tasks.lock(c, package="numpy")
-    assert echoed(c)[7 + len(check) :] == [
-        gpu,
-        cpu,
-        test,
-        serving,
-        server,
-        sky,
-        runtime,
-    ]  # no stack check without the package
+    again = [every, gpu, cpu, test, *extras, server, sky, runtime]
+    assert echoed(c)[-len(again) :] == again and len(echoed(c)) == 2 * len(again) + len(check)
 
 
 def test_lock_without_uv_says_how_to_get_it(monkeypatch):
@@ -500,8 +497,11 @@ def clone(tmp_path):
 
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "venv.sh", tmp_path / "scripts" / "venv.sh")
-    (tmp_path / "requirements.lock").write_text("numpy==2.0 \\\n    --hash=sha256:aa\ntensorflow-cpu==2.21\n")
-    (tmp_path / "requirements-test.lock").write_text("pytest==9.0\n")
+    (tmp_path / "requirements").mkdir(exist_ok=True)  # the autouse fixture made it for the locks
+    (tmp_path / "requirements/cpu.lock").write_text("numpy==2.0 \\\n    --hash=sha256:aa\ntensorflow-cpu==2.21\n")
+    (tmp_path / "requirements/test.lock").write_text("pytest==9.0\n")
+    (tmp_path / "requirements/all.in").write_text("-r gpu.in\n-r store.in\n")  # one extra: store
+    (tmp_path / "requirements/store.lock").write_text("obstore==0.12\n")
     log = tmp_path / "pip.log"
     recorder = f'#!/bin/sh\necho "$*" >> {log}\n'
     fake = tmp_path / "fakepython"
@@ -533,8 +533,8 @@ def venv_sh(clone: Path, *args: str) -> tuple[list[str], str]:
 
 def test_scripts_train_installs_only_the_runtime_lock_and_says_so_first(clone):
     pip, said = venv_sh(clone)
-    assert pip == ["--require-hashes -r requirements.lock", "--no-deps -e ."]
-    assert said.startswith("scripts/venv.sh: installing the 2 pinned packages of requirements.lock into .venv")
+    assert pip == ["--require-hashes -r requirements/cpu.lock", "--no-deps -e ."]
+    assert said.startswith("scripts/venv.sh: installing the 2 pinned packages of requirements/cpu.lock into .venv")
     assert "a few minutes" in said
     assert venv_sh(clone) == ([], "")  # stamped: nothing to do
 
@@ -548,26 +548,43 @@ def test_scripts_test_and_invoke_test_run_the_same_fast_tier():
     assert f'tier=(-m "{tasks.FAST_TIER}")' in (ROOT / "scripts" / "test").read_text()
 
 
-def test_a_venv_made_for_training_gets_the_test_tools_when_scripts_test_uses_it(clone):
+def test_a_venv_made_for_training_gets_the_test_tools_and_every_extra_when_scripts_test_uses_it(clone):
     venv_sh(clone)
     pip, said = venv_sh(clone, "--test")
-    assert pip == ["--require-hashes -r requirements-test.lock"]
-    assert "the test tools, the 1 pinned packages of requirements-test.lock" in said
+    assert pip == ["--require-hashes -r requirements/store.lock", "--require-hashes -r requirements/test.lock"]
+    assert "installing the 1 pinned packages of requirements/test.lock" in said
     assert venv_sh(clone, "--test") == ([], "") and venv_sh(clone) == ([], "")
+
+
+def test_an_extra_is_installed_on_top_of_the_core_once_and_an_unknown_one_is_refused_naming_them(clone):
+    import subprocess
+
+    assert venv_sh(clone, "--extra", "store")[0] == [
+        "--require-hashes -r requirements/cpu.lock",
+        "--no-deps -e .",
+        "--require-hashes -r requirements/store.lock",
+    ]
+    assert venv_sh(clone, "--extra", "all") == ([], "")
+    done = subprocess.run(["bash", "scripts/venv.sh", "--extra", "sotre"], cwd=clone, capture_output=True, text=True)
+    assert done.returncode == 2 and "'sotre' is not an extra" in done.stderr and "one of: store or all" in done.stderr
 
 
 def test_a_changed_runtime_lock_installs_it_again_and_the_test_tools_with_it(clone):
     assert venv_sh(clone, "--test")[0] == [
-        "--require-hashes -r requirements.lock",
+        "--require-hashes -r requirements/cpu.lock",
         "--no-deps -e .",
-        "--require-hashes -r requirements-test.lock",
+        "--require-hashes -r requirements/store.lock",
+        "--require-hashes -r requirements/test.lock",
     ]
-    with (clone / "requirements.lock").open("a") as lock:
+    with (clone / "requirements/cpu.lock").open("a") as lock:
         lock.write("keras==3.12\n")
-    assert venv_sh(clone)[0] == ["--require-hashes -r requirements.lock", "--no-deps -e ."]
-    assert venv_sh(clone, "--test")[0] == ["--require-hashes -r requirements-test.lock"]
-    (clone / "requirements-test.lock").write_text("pytest==9.1\n")
-    assert venv_sh(clone, "--test")[0] == ["--require-hashes -r requirements-test.lock"]
+    assert venv_sh(clone)[0] == ["--require-hashes -r requirements/cpu.lock", "--no-deps -e ."]
+    assert venv_sh(clone, "--test")[0] == [
+        "--require-hashes -r requirements/store.lock",
+        "--require-hashes -r requirements/test.lock",
+    ]
+    (clone / "requirements/test.lock").write_text("pytest==9.1\n")
+    assert venv_sh(clone, "--test")[0] == ["--require-hashes -r requirements/test.lock"]
     assert venv_sh(clone) == ([], "")
 
 

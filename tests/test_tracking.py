@@ -1,6 +1,6 @@
 """MLflow tracking: the setting, what is logged, and runs against a real `mlflow server` on 127.0.0.1.
 
-The server tests need the full `mlflow` package, which never enters requirements.lock nor the image:
+The server tests need the full `mlflow` package, which never enters requirements/cpu.lock nor the image:
 scripts/venv-mlflow-server.sh installs it into .venv-mlflow-server (.ci/run does, and sets
 REQUIRE_ALL=1 so that there they fail instead of skipping). MLFLOW_SERVER may name
 another `mlflow` executable.
@@ -174,12 +174,12 @@ def test_tags_name_commit_lock_data_and_image():
     manifest = {
         "run_id": "r1",
         "git": {"commit": "abc123", "dirty": True, "source": "git"},
-        "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff" * 32},
+        "requirements_lock": {"file": "/app/requirements/cpu.lock", "sha256": "ff" * 32},
         "data": {"fingerprint": "cd" * 32, "dataset": "mnist"},
     }
     tags = tracking.tags_from_manifest(manifest)
     assert tags["commit"] == "abc123 (uncommitted changes)" and tags["mlflow.source.git.commit"] == "abc123"
-    assert tags["lock_sha256"] == "ff" * 32 and tags["lock"] == "requirements.lock"
+    assert tags["lock_sha256"] == "ff" * 32 and tags["lock"] == "requirements/cpu.lock"
     assert tags["data_fingerprint"] == "cd" * 32 and tags["image"] == "none (a git checkout)"
     in_image = {**manifest, "git": {"commit": "0123456789abcdef", "source": "/app/BUILD_COMMIT"}}
     assert tracking.tags_from_manifest(in_image)["image"] == "tf-train-template:cpu-ffffffffffff-01234567"
@@ -968,17 +968,22 @@ def _pinned(lock: str, name: str) -> str:
     return found[0]
 
 
-def test_the_test_server_is_the_clients_version_and_the_server_stays_out_of_the_runtime_locks():
-    if not (PROJECT_ROOT / "requirements-mlflow-server.lock").is_file():
+def test_the_test_server_is_the_clients_version_and_neither_is_in_the_cores_locks():
+    if not (PROJECT_ROOT / "requirements/mlflow-server.lock").is_file():
         pytest.skip("the test server's lock is host-side (not in the image)")
-    client = _pinned("requirements.lock", "mlflow-skinny")
-    assert _pinned("requirements-gpu.lock", "mlflow-skinny") == client
-    assert _pinned("requirements-mlflow-server.lock", "mlflow") == client
-    assert f"mlflow=={client}" in (PROJECT_ROOT / "requirements-mlflow-server.in").read_text()
-    # (SQLAlchemy and Alembic are in the runtime locks for another reason: Optuna's study storage.)
-    for lock in ("requirements.lock", "requirements-gpu.lock"):
+    client = _pinned("requirements/mlflow.lock", "mlflow-skinny")  # the mlflow extra's client
+    assert _pinned("requirements/all.lock", "mlflow-skinny") == client
+    assert _pinned("requirements/mlflow-server.lock", "mlflow") == client
+    assert f"mlflow=={client}" in (PROJECT_ROOT / "requirements/mlflow-server.in").read_text()
+    for lock in ("requirements/cpu.lock", "requirements/gpu.lock", "requirements/mlflow.lock"):
         text = (PROJECT_ROOT / lock).read_text()
-        for server_only in ("mlflow", "flask", "gunicorn", "pandas"):
+        for server_only in (
+            "mlflow",
+            "flask",
+            "gunicorn",
+            "pandas",
+            *(("mlflow-skinny",) if "mlflow." not in lock else ()),
+        ):
             assert not re.search(rf"^{server_only}==", text, re.MULTILINE), (lock, server_only)
 
 
@@ -998,7 +1003,7 @@ def test_the_mlflow_profile_is_a_local_only_server_with_sqlite_and_artifacts_on_
     compose = _compose_file()
     server = compose["services"]["mlflow"]
     assert server["profiles"] == ["mlflow"]
-    client = _pinned("requirements.lock", "mlflow-skinny")
+    client = _pinned("requirements/mlflow.lock", "mlflow-skinny")
     assert server["image"] == "${MLFLOW_IMAGE:-ghcr.io/mlflow/mlflow:v" + client + "}"  # the client's version
     assert server["ports"] == ["127.0.0.1:${MLFLOW_PORT:-5000}:5000"]  # loopback only: no authentication
     assert server["volumes"] == ["mlflow:/mlflow"] and "mlflow" in compose["volumes"]
@@ -1185,13 +1190,13 @@ def test_every_tag_from_a_whole_manifest_and_from_an_empty_one():
         "run_id": "r1",
         "image": "registry/train:1",
         "git": {"commit": "abc123", "dirty": False, "source": "git"},
-        "requirements_lock": {"file": "/app/requirements.lock", "sha256": "ff"},
+        "requirements_lock": {"file": "/app/requirements/cpu.lock", "sha256": "ff"},
         "data": {"fingerprint": "cd", "dataset": "mnist"},
     }
     assert tracking.tags_from_manifest(manifest) == {
         "commit": "abc123",
         "mlflow.source.git.commit": "abc123",
-        "lock": "requirements.lock",
+        "lock": "requirements/cpu.lock",
         "lock_sha256": "ff",
         "data_fingerprint": "cd",
         "dataset": "mnist",

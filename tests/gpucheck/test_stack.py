@@ -49,8 +49,8 @@ def test_pyproject_python_range_matches_the_table():
 
 
 def test_the_lock_inputs_pin_the_same_tensorflow():
-    cpu = re.search(r"^tensorflow-cpu==(\S+)", (ROOT / "requirements-cpu.in").read_text(), re.M)
-    gpu = re.search(r"^tensorflow\[and-cuda\]==(\S+)", (ROOT / "requirements-gpu.in").read_text(), re.M)
+    cpu = re.search(r"^tensorflow-cpu==(\S+)", (ROOT / "requirements/cpu.in").read_text(), re.M)
+    gpu = re.search(r"^tensorflow\[and-cuda\]==(\S+)", (ROOT / "requirements/gpu.in").read_text(), re.M)
     assert cpu and gpu and cpu.group(1) == gpu.group(1) == stack.locked_versions(stack.GPU_LOCK)["tensorflow"]
 
 
@@ -111,7 +111,7 @@ def test_a_lock_line_is_read_as_pip_reads_it(tmp_path):
     lock = tmp_path / "x.lock"
     lock.write_text(
         "-c other.lock\nTensorFlow[and-cuda]==2.21.0 ; python_version >= '3.10' and sys_platform == 'linux' \\\n"
-        "    --hash=sha256:" + "0" * 64 + "\n    # via -r requirements.in\nzope.interface==7.2 \\\n"
+        "    --hash=sha256:" + "0" * 64 + "\n    # via -r requirements/core.in\nzope.interface==7.2 \\\n"
     )
     pins = stack.read_lock(lock)
     assert [(p.name, p.version) for p in pins] == [("tensorflow", "2.21.0"), ("zope-interface", "7.2")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import load_settings
+from ..extras import require
 from . import add_run, add_runs_dir, resolve, uploaded, warn
 
 
@@ -26,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
         warn=warn,
         check_model=False,
     )
+    if "onnx" in settings.export_formats.lower():
+        require("onnx", "EXPORT_FORMATS", settings.export_formats)
     run_dir = resolve(args, settings)
     from ..results.export import export_run
     from ..run.lock import RunLock

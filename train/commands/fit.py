@@ -7,6 +7,7 @@ from dataclasses import fields
 
 from ..config import Settings
 from ..errors import Interrupted
+from ..extras import require_for_training
 from . import add_env_file, open_store, quiet_tensorflow, settings_for
 
 # Stopped early with a resumable state saved (signal or MAX_MINUTES): the documented "try again".
@@ -48,6 +49,7 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_for(args)
+    require_for_training(settings)  # an extra the settings ask for is installed
     open_store(settings)  # RUNS_DIR in a store: it must answer before TensorFlow loads (StorageError, exit 7)
     quiet_tensorflow()
     from ..training.fit import train  # TensorFlow is imported from here on

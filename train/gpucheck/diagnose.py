@@ -295,7 +295,7 @@ def diagnose(facts: Facts, own_pids: set[int] | None = None) -> list[Diagnosis]:
                 "tensorflow_unavailable",
                 "error",
                 f"TensorFlow could not be started: {tf.error}",
-                "install the locked requirements (`pip install -r requirements.lock`) and rerun",
+                "install the locked requirements (`pip install -r requirements/cpu.lock`) and rerun",
                 classify_log(tf.log, facts.driver_present)[0] or tf.log[-5:],
             )
         ]

@@ -2,7 +2,7 @@
 
 TensorFlow publishes the Python / CUDA / cuDNN combination each release was built and tested with
 (https://www.tensorflow.org/install/source#gpu). `tensorflow[and-cuda]` only declares ranges for the
-nvidia-* wheels, so requirements-gpu.lock is what pins CUDA. `check_locks()` compares the locks with
+nvidia-* wheels, so requirements/gpu.lock is what pins CUDA. `check_locks()` compares the locks with
 TESTED, so an upgrade that breaks the match fails in CI (tests/gpucheck/test_stack.py) and in
 `invoke lock`, not on a user's GPU. Plain Python, no TensorFlow import: `python -m train.gpucheck.stack`
 prints the stack.
@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# packaging parses the lock's lines exactly as pip does (requirements.in says why it is a dependency).
+# packaging parses the lock's lines exactly as pip does (requirements/core.in says why it is a dependency).
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -23,9 +23,9 @@ from packaging.utils import canonicalize_name
 from ..errors import TemplateError
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU_LOCK = ROOT / "requirements.lock"
-GPU_LOCK = ROOT / "requirements-gpu.lock"
-TEST_LOCK = ROOT / "requirements-test.lock"  # installed on top of either: must agree with both
+CPU_LOCK = ROOT / "requirements/cpu.lock"
+GPU_LOCK = ROOT / "requirements/gpu.lock"
+TEST_LOCK = ROOT / "requirements/test.lock"  # installed on top of either: must agree with both
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReproduceError
+from ..run.manifest import CPU_LOCKS, lock_in_checkout
 from .worktree import Stop, run_child
 
 
 @dataclass
 class ImageOptions:
     data_dir: Path  # the host folder holding the data (the /data volume of a container-made run)
-    target: str = ""  # cpu | gpu; empty: from the run's lock (requirements.lock is the CPU lock)
+    target: str = ""  # cpu | gpu; empty: from the run's lock (the CPU lock or the GPU one)
     image: str = "tf-train-template"
     base_image: str = ""
     ca_bundle: str = ""
@@ -33,7 +34,8 @@ class ImageOptions:
 
 def image_tag(manifest: dict[str, Any], options: ImageOptions) -> tuple[str, str]:
     lock = manifest.get("requirements_lock") or {}
-    target = options.target or ("cpu" if Path(lock.get("file") or "").name == "requirements.lock" else "gpu")
+    cpu = lock_in_checkout(lock.get("file") or "") in CPU_LOCKS
+    target = options.target or ("cpu" if cpu else "gpu")
     commit = (manifest.get("git") or {}).get("commit") or ""
     sha = lock.get("sha256") or ""
     if not commit or not sha:

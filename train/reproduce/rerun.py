@@ -32,6 +32,7 @@ from ..config import of_kind
 from ..errors import ReproduceError
 from ..run.files import write_json
 from ..run.find import list_run_dirs
+from ..run.manifest import lock_in_checkout
 from ..run.metrics_files import MEASURED_COLUMNS
 from ..run.rundir import RunDir
 from .record import check_comparable, check_record, read_metrics
@@ -110,7 +111,7 @@ def check_commit(root: Path, manifest: dict[str, Any], allow_dirty: bool) -> str
 
 def check_lock(root: Path, commit: str, manifest: dict[str, Any]) -> None:
     lock = manifest.get("requirements_lock") or {}
-    recorded, name = lock.get("sha256"), Path(lock.get("file") or "requirements.lock").name
+    recorded, name = lock.get("sha256"), lock_in_checkout(lock.get("file") or "")
     shown = _git(root, "show", f"{commit}:{name}")
     if shown.returncode != 0:
         raise ReproduceError(f"commit {commit[:12]} has no {name}: its environment cannot be rebuilt")

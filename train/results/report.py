@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
+from ..run.manifest import lock_in_checkout
 from ..run.rundir import RunDir
 from .run_records import RunRecords, duration_text, load_records
 
@@ -262,7 +263,10 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
             else "none: run from a checkout",
         ),
         ("commit", code),
-        ("lock", f"{Path(str(lock.get('file', '?'))).name} sha256 {lock.get('sha256') or 'unknown'}"),
+        (
+            "lock",
+            f"{lock_in_checkout(lock['file']) if lock.get('file') else '?'} sha256 {lock.get('sha256') or 'unknown'}",
+        ),
         (
             "data",
             f"{data.get('dataset', '?')} from {data.get('source', '?')}: {data.get('n_train', '?')} train / "

@@ -24,7 +24,7 @@ from .files import read_json, write_json
 def project_root() -> Path:
     """The checkout (editable install) or the image's working directory (package in site-packages)."""
     for candidate in (Path(__file__).resolve().parents[2], Path.cwd()):
-        if (candidate / "requirements.lock").is_file() or (candidate / ".git").exists():
+        if (candidate / "requirements/cpu.lock").is_file() or (candidate / ".git").exists():
             return candidate
     return Path.cwd()
 
@@ -83,15 +83,26 @@ def dirty_warning(manifest: dict[str, Any]) -> str | None:
     )
 
 
+# The CPU lock where each layout of the checkout keeps it: today's, and the root of runs recorded
+# before the locks moved into requirements/.
+CPU_LOCKS = ("requirements/cpu.lock", "requirements.lock")
+
+
+def lock_in_checkout(recorded: str) -> str:
+    """Where a run's recorded lock file (an absolute path on the machine that trained) is in a checkout."""
+    path = Path(recorded or CPU_LOCKS[0])
+    return f"requirements/{path.name}" if path.parent.name == "requirements" else path.name
+
+
 def lock_hash(root: Path | None = None) -> dict[str, Any]:
-    """The lock this environment was installed from: tensorflow-cpu means requirements.lock."""
+    """The lock this environment was installed from: tensorflow-cpu means requirements/cpu.lock."""
     from importlib import metadata
 
     try:
         metadata.version("tensorflow-cpu")
-        name = "requirements.lock"
+        name = "requirements/cpu.lock"
     except metadata.PackageNotFoundError:
-        name = "requirements-gpu.lock"
+        name = "requirements/gpu.lock"
     lock = (root or project_root()) / name
     return {"file": str(lock), "sha256": file_sha256(lock)}
 

@@ -114,6 +114,9 @@ class Store:
     """The objects of one RUNS_DIR URL: read, write, conditional create and replace, list, delete."""
 
     def __init__(self, url: StoreURL):
+        from ..extras import require
+
+        require("store", "RUNS_DIR", str(url))
         import obstore.store as stores
 
         self.url = url

@@ -2,5 +2,5 @@
 Inference Protocol (KServe v2) and a plain file-upload /predict, with dynamic batching.
 
 Optional and deletable: remove this folder and its entry in train.cli.OPTIONAL_COMMANDS. Its
-packages (Starlette, uvicorn) come from requirements-serve.lock, installed only by the `serve` image.
+packages (Starlette, uvicorn) come from requirements/serve.lock, installed only by the `serve` image.
 """

@@ -39,21 +39,13 @@ def run(args: argparse.Namespace) -> int:
 
     from ..config import load_settings
     from ..errors import ConfigError
+    from ..extras import require
 
     if not NAME.fullmatch(args.model_name):
         raise ConfigError("--model-name", args.model_name, "letters, digits, '.', '-' and '_', at most 64 characters")
     if not 0 <= args.port <= 65535:
         raise ConfigError("--port", args.port, "a port number 0..65535 (0: any free port)")
-    try:  # the training image and a training-only install have no server: say how to get one
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(
-            "serve",
-            exc.name,
-            "Starlette and uvicorn are not installed here: `pip install --require-hashes --no-deps -r "
-            "requirements-serve.lock`, or use the image's `serve` target",
-        ) from None
+    require("serve", "serve", args.run)  # the training image and install have no server: say how to get one
     settings = load_settings(
         {"runs_dir": args.runs_dir, **{name: getattr(args, name) for name in SETTINGS}},
         env_file=args.env_file,

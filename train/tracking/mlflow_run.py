@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import first_line
-from ..run.manifest import update_manifest
+from ..run.manifest import lock_in_checkout, update_manifest
 from ..run.rundir import RunDir
 
 log = logging.getLogger("train")
@@ -95,7 +95,7 @@ def tags_from_manifest(manifest: dict[str, Any]) -> dict[str, str]:
     return {
         "commit": commit,
         "mlflow.source.git.commit": str(git.get("commit") or ""),
-        "lock": Path(str(lock.get("file") or "unknown")).name,
+        "lock": lock_in_checkout(lock["file"]) if lock.get("file") else "unknown",
         "lock_sha256": str(lock.get("sha256") or "unknown"),
         "data_fingerprint": str((manifest.get("data") or {}).get("fingerprint") or "unknown"),
         "dataset": str((manifest.get("data") or {}).get("dataset") or "unknown"),
