@@ -31,9 +31,10 @@ def s3(tmp_path_factory):
 
 
 def test_object_storage_against_local_disk(benchmark, s3, mnist, quick, tmp_path, monkeypatch):
+    from train.locations import parse_url
     from train.run import remote
     from train.run.files import atomic_write
-    from train.run.store import Store, parse_url
+    from train.run.store import Store
     from train.training.fit import train
 
     for name, value in s3.env().items():

@@ -163,3 +163,12 @@ def test_cpu_model_is_the_model_name_line(tmp_path):
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n")
     assert cpu_model(info) == "AMD EPYC 9R14 96-Core Processor"
     assert isinstance(cpu_model(tmp_path / "missing"), str)  # platform's answer, maybe ""
+
+
+def test_the_peak_probe_measures_a_matmul(monkeypatch):
+    from train.setup import hardware
+
+    ticks = iter([0.0, 0.5, 1.0, 1.25, 2.0, 3.0])  # three timed repetitions: 0.5 s, 0.25 s, 1.0 s
+    monkeypatch.setattr(hardware.time, "perf_counter", lambda: next(ticks))
+    peak = hardware.measure_peak_flops(n=64, reps=3)
+    assert peak == pytest.approx(2 * 64**3 / 0.25)  # the best repetition

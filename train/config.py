@@ -17,9 +17,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from . import datasets, models
+from . import datasets, locations, models
 from .errors import ConfigError, StorageError
-from .run import find, store
 from .setup.envfile import read_env_file
 from .setup.modelspec import check_model_spec
 
@@ -384,7 +383,7 @@ def _check_dirs(s: Settings) -> None:
 def _check_runs_dir_path(runs_dir: str) -> None:
     """The nearest part of RUNS_DIR that exists must be a directory (checked for what the user gives,
     not for a run's saved settings, whose RUNS_DIR may be somewhere else by now)."""
-    if store.looks_like_url(runs_dir):
+    if locations.looks_like_url(runs_dir):
         return  # a store: train.run.remote checks it answers, before any training
     p = Path(runs_dir).expanduser()
     for part in (p, *p.parents):
@@ -549,7 +548,7 @@ def validate(s: Settings) -> Settings:
     _check_ranges(s)
     _check_peak_flops(s.peak_flops)
     _check_dirs(s)
-    if store.looks_like_url(s.runs_dir) and (problem := store.url_problem(s.runs_dir)):
+    if locations.looks_like_url(s.runs_dir) and (problem := locations.url_problem(s.runs_dir)):
         raise ConfigError("RUNS_DIR", s.runs_dir, problem)
     datasets.check_dataset(s.dataset)
     _check_tracking(s)
@@ -576,8 +575,8 @@ def validate(s: Settings) -> Settings:
     if (
         s.run_name
         and s.runs_dir
-        and not store.looks_like_url(s.runs_dir)
-        and (problem := find.run_name_problem(s.run_name, s.runs_dir))
+        and not locations.looks_like_url(s.runs_dir)
+        and (problem := locations.run_name_problem(s.run_name, s.runs_dir))
     ):
         raise ConfigError("RUN_NAME", s.run_name, problem)
     if s.lr_warmup_epochs >= s.epochs:

@@ -69,9 +69,21 @@ def check_dataset(value: str) -> None:
 
 
 def _file_type(mode: int) -> str:
-    from .inputs.arrays import describe_file_type  # numpy: imported only when a path is wrong
-
     return "a file" if stat.S_ISREG(mode) else describe_file_type(mode)
+
+
+def describe_file_type(mode: int) -> str:
+    """'a directory', 'a FIFO (named pipe)', ... for an st_mode."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
 def download(url: str, file_hash: str, cache_dir: Path, subdir: str = "datasets") -> Path:

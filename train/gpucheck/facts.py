@@ -167,7 +167,7 @@ def collect_libraries(build: Mapping[str, Any], environ: Mapping[str, str]) -> l
 
 def _bench(device: str, n: int, reps: int) -> dict[str, Any]:
     """The float32 matmul probe every run also makes for its MFU (train.training.flops), on one device."""
-    from ..training.flops import measure_peak_flops
+    from ..setup.hardware import measure_peak_flops
 
     try:
         flops = measure_peak_flops("float32", device, n, reps)

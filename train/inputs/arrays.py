@@ -10,7 +10,6 @@ can declare gigabytes of zeros), and class names are checked before they become 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import unicodedata
@@ -21,18 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..datasets import describe_file_type
 from ..errors import DataError
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 _MEMBERS = (*NPZ_KEYS, "class_names")  # what read_npz loads of an .npz
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -138,20 +130,6 @@ def _fields(path: str) -> dict[str, int]:
     except OSError:
         pass
     return out
-
-
-def describe_file_type(mode: int) -> str:
-    """'a directory', 'a FIFO (named pipe)', ... for an st_mode."""
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
 def check_class_names(where: str, names: Iterable[str], fix: str) -> tuple[str, ...]:

@@ -26,11 +26,13 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings
+from ..datasets import describe_file_type
+from ..digest import sha256_file
 from ..errors import DataError, first_line
 from ..run.files import atomic_write, shared_writes
 from ..run.remote import local_dir
 from ..run.rundir import CACHE_DIR
-from .arrays import check_class_names, describe_file_type, sha256_file
+from .arrays import check_class_names
 
 log = logging.getLogger("train")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")

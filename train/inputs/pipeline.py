@@ -20,9 +20,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..datasets import DATASETS
+from ..digest import sha256_file
 from ..errors import DataError, first_line
 from . import images
-from .arrays import NPZ_KEYS, check_arrays, check_class_names, npz_class_names, read_npz, sha256_file
+from .arrays import NPZ_KEYS, check_arrays, check_class_names, npz_class_names, read_npz
 from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
 
 log = logging.getLogger("train")

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from ..digest import sha256_file
 from ..errors import ExportError, Interrupted, NoWeightsError
-from ..inputs.arrays import sha256_file
 from ..run.files import TMP_MARK, make_temp_dir, storage_error
 from ..run.manifest import now_iso, update_manifest
 from ..run.rundir import ExportDir, RunDir, labels_text, read_run_settings
@@ -217,7 +217,9 @@ def _other_formats(model, staging: ExportDir, work: Path, formats, quantize, che
 
             return _run(cmd)
 
-    records, failures = write_formats(model, staging, work, formats, quantize, check_python, data, run)
+    records, failures = write_formats(
+        model, staging, work, formats, quantize, check_python, data, run, serving=serving_function
+    )
     parity = json.loads(staging.parity.read_text())
     staging.parity.write_text(json.dumps({**parity, "formats": records}, indent=2, sort_keys=True) + "\n")
     return records, failures

@@ -54,12 +54,15 @@ def write_formats(
     check_python: str = "",
     data: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
     run: Callable[[list[str]], subprocess.CompletedProcess] | None = None,
+    *,
+    serving: Callable[[Any], tuple[Callable, list]],
 ) -> tuple[dict[str, Any], list[ExportError]]:
     """Convert and check each of `formats` (not savedmodel) into `staging`; returns (records, failures).
 
     `work` holds x.npy and y.npy: the parity batch and the SavedModel's answers to it. `data` gives
     (calibration images, validation images, validation labels), uint8, for EXPORT_QUANTIZE. `run`
-    runs a command line (the export passes one that a signal interrupts).
+    runs a command line (the export passes one that a signal interrupts). `serving(model)` gives the
+    function every format computes and its input signature (the export's, so that all formats agree).
     """
     run = run or _run
     x, reference = np.load(work / "x.npy"), np.load(work / "y.npy")
@@ -71,7 +74,7 @@ def write_formats(
             continue
         path = staging.path / FILES[fmt]
         try:
-            _convert(fmt, model, staging, path)
+            _convert(fmt, model, staging, path, serving)
             out = _answers(run, python, fmt, path, x, work)
             records[fmt] = _compare(fmt, path, out, reference)
         except ExportError as exc:
@@ -92,13 +95,11 @@ def write_formats(
     return records, failures
 
 
-def _convert(fmt: str, model, staging: ExportDir, path: Path) -> None:
+def _convert(fmt: str, model, staging: ExportDir, path: Path, serving) -> None:
     if fmt == "litert":
         litert.convert(staging.savedmodel, path)
     else:
-        from .export import serving_function
-
-        serve, signature = serving_function(model)
+        serve, signature = serving(model)
         onnx_export.convert(serve, signature, path)
 
 

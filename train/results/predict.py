@@ -125,7 +125,7 @@ def verify_export_files(export: ExportDir, name: str) -> dict | None:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ExportError(f"the export of run {name}: {export.source} is unreadable ({exc}): {again}") from None
-    from ..run.weights import sha256_file
+    from ..digest import sha256_file
 
     for rel, digest in recorded.items():
         path = export.path / rel
@@ -143,7 +143,8 @@ def verify_export_files(export: ExportDir, name: str) -> dict | None:
 
 
 def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:
-    from ..run.weights import records, sha256_file
+    from ..digest import sha256_file
+    from ..run.weights import records
 
     current = run_files.weights()
     if not current:

@@ -2,74 +2,17 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
-import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import RunRecordError, StorageError, TemplateError
+from ..locations import creation_key, new_run_id
 from .files import ensure_writable, storage_error
 from .remote import local_dir
 from .rundir import RunDir
 
 log = logging.getLogger("train")
-# 20261130-061959-483920[-name]: date, time, microseconds. Ids made before the microseconds
-# (20261130-061959-a1b2) carry 4 random hex digits instead.
-_ID = re.compile(r"^(\d{8}-\d{6})-([0-9a-f]{4}|\d{6})(?:-|$)")
-
-
-ID_LENGTH = len("20261130-061959-483920-")  # what new_run_id puts before RUN_NAME
-
-
-def name_max(directory: Path | str) -> int:
-    """The longest file name, in bytes, the file system of `directory` (or of its nearest existing
-    parent: RUNS_DIR may not exist yet) allows; 255 where it does not say."""
-    path = Path(directory).absolute()
-    for candidate in (path, *path.parents):
-        if candidate.is_dir():
-            try:
-                return os.pathconf(candidate, "PC_NAME_MAX")
-            except (OSError, ValueError):
-                break
-    return 255
-
-
-def run_name_problem(run_name: str, runs_dir: Path | str) -> str | None:
-    """Why a run directory named after `run_name` cannot be created in `runs_dir`, or None.
-
-    The limit is on bytes, not characters: a letter outside ASCII takes 2 to 4 bytes in UTF-8, so
-    64 characters may already be too long ("File name too long" at mkdir, after the start-up)."""
-    size, limit = len(run_name.encode("utf-8", "surrogatepass")), name_max(runs_dir) - ID_LENGTH
-    if size <= limit:
-        return None
-    return (
-        f"{size} bytes in UTF-8, more than the {limit} a run directory's name leaves for it (the file system "
-        f"of {runs_dir} allows {limit + ID_LENGTH} bytes a name, the run id takes {ID_LENGTH}): shorten it "
-        "(each letter outside ASCII takes 2 to 4 bytes)"
-    )
-
-
-def new_run_id(run_name: str = "", now: _dt.datetime | None = None) -> str:
-    """Readable, and ordered by creation down to the microsecond: 20261130-061959-483920[-name].
-
-    Two runs started within one second get different ids in the order they were created (a
-    random suffix would order them by chance); two in the same microsecond collide on mkdir and
-    the later one takes the next id (create_run_dir).
-    """
-    now = now or _dt.datetime.now()
-    rid = now.strftime("%Y%m%d-%H%M%S-%f")
-    return f"{rid}-{run_name}" if run_name else rid
-
-
-def creation_key(path: Path) -> tuple:
-    """Sort key: creation order from the id (old 4-hex ids: by second, then name); other names first."""
-    m = _ID.match(path.name)
-    if not m:
-        return ("", -1, path.name)
-    micro = int(m.group(2)) if len(m.group(2)) == 6 else -1
-    return (m.group(1), micro, path.name)
 
 
 def list_run_dirs(runs_dir: str | Path, warn: Callable[[str], None] | None = None) -> list[Path]:

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import StorageError
+from ..locations import StoreURL, creation_key, looks_like_url, parse_url
 from .files import storage_error
 from .lease import Lease
 from .mirror import Mirror, pull
-from .store import Store, StoreURL, looks_like_url, parse_url
+from .store import Store
 
 log = logging.getLogger("train")
 _OPEN: dict[str, RemoteRuns] = {}  # RUNS_DIR as given -> its opened store, for this process
@@ -33,7 +34,6 @@ class RemoteRuns:
 
     def run_names(self) -> list[str]:
         """The runs in the store (folders with a config.json), oldest first."""
-        from .find import creation_key
 
         names = {
             rel.split("/", 1)[0] for rel in self.store.list() if rel.count("/") == 1 and rel.endswith("/config.json")

@@ -15,77 +15,15 @@ import datetime as _dt
 import hashlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import StorageError
+from ..locations import StoreURL
 
-SCHEMES = ("s3", "gs", "az")
-# What a value of RUNS_DIR looks like when it means a store: a scheme and "//", or a scheme and
-# ":" alone (`s3:bucket/runs`, `s3:/bucket`), which would otherwise become a local folder "s3:".
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?(.*)$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # Short network waits: the uploads retry on their own schedule (train.run.mirror), and a start-up
 # check must say "the store does not answer" in seconds, not minutes.
 CONNECT_SECONDS = 5
 REQUEST_SECONDS = 60
-
-
-def looks_like_url(text: str) -> bool:
-    """Whether RUNS_DIR names a store, or tries to: `scheme://...`, or `s3:`/`gs:`/`az:` without the slashes."""
-    m = _URL.match(str(text))
-    return bool(m) and (bool(m.group(2)) or m.group(1).lower() in SCHEMES)
-
-
-@dataclass(frozen=True)
-class StoreURL:
-    scheme: str
-    bucket: str
-    prefix: str  # no leading or trailing slash; "" for the bucket's top
-
-    def __str__(self) -> str:
-        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
-
-    def key(self, rel: str) -> str:
-        """The object name of `rel` (a path inside RUNS_DIR)."""
-        return f"{self.prefix}/{rel}" if self.prefix else rel
-
-
-def url_problem(text: str) -> str | None:
-    """Why `text` is no usable store URL for RUNS_DIR (and how to write it), or None."""
-    m = _URL.match(text)
-    if not m:
-        return "not a URL"
-    scheme, slashes, rest = m.group(1).lower(), m.group(2), m.group(3)
-    if scheme not in SCHEMES:
-        return f"{scheme}:// is no object store this template knows: use s3://, gs:// or az://BUCKET/PREFIX, or a local folder"
-    if not slashes:
-        return (
-            f"write it {scheme}://BUCKET/PREFIX (two slashes): as it is, it would be a local folder named '{scheme}:'"
-        )
-    authority = rest.split("/", 1)[0]
-    if "@" in authority or "?" in rest or "#" in rest:
-        variables = {
-            "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
-            "gs": "GOOGLE_APPLICATION_CREDENTIALS",
-            "az": "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY",
-        }[scheme]
-        return (
-            "a user, key or query in the URL would be a credential in the run's config.json and logs: remove it "
-            f"and set {variables} in the environment instead, where the store's client reads them"
-        )
-    if not authority:
-        return f"no bucket: write {scheme}://BUCKET/PREFIX"
-    if scheme in ("s3", "gs") and not _BUCKET.match(authority):
-        return f"bucket name {authority!r} is not valid: 3 to 63 lower-case letters, digits, '.' or '-'"
-    return None
-
-
-def parse_url(text: str) -> StoreURL:
-    m = _URL.match(text)
-    assert m and not url_problem(text), text  # config validated it
-    bucket, _, prefix = m.group(3).partition("/")
-    return StoreURL(m.group(1).lower(), bucket, "/".join(p for p in prefix.split("/") if p))
 
 
 def _client_options() -> dict:

@@ -15,8 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..digest import sha256_file
 from ..errors import WeightsError
-from ..inputs.arrays import sha256_file
 from .files import atomic_write, read_json, write_json
 from .manifest import now_iso
 from .rundir import RunDir

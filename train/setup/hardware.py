@@ -1,4 +1,5 @@
-"""What the hardware can do, read without TensorFlow: CPU bf16 support and the precision `auto` picks.
+"""What the hardware can do: CPU bf16 support and the precision `auto` picks, read without TensorFlow,
+and the matmul probe of a device's peak FLOP/s (the one function here that starts TensorFlow).
 
 Pure functions over plain inputs (CPU flags, GPU compute capabilities), so the choice is tested on
 any machine with faked inputs; `devices` feeds them the real values.
@@ -6,7 +7,10 @@ any machine with faked inputs; `devices` feeds them the real values.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -138,3 +142,25 @@ def choose_precision(
     if native:
         return "mixed_bfloat16", "CPU has native bfloat16 (" + ", ".join(native) + ")"
     return "float32", "CPU has no native bfloat16 (no amx_bf16 / avx512_bf16): bf16 would be emulated"
+
+
+# The probe: an n x n matmul, the best of `reps` (the MFU's peak and the GPU check's figure).
+PROBE_N, PROBE_REPS = 1024, 3
+
+
+def measure_peak_flops(
+    dtype: str = "float32", device: str | None = None, n: int = PROBE_N, reps: int = PROBE_REPS
+) -> float:
+    """FLOP/s of an n x n matmul in `dtype` on `device` (the default device when None): the best of `reps`."""
+    import tensorflow as tf
+
+    with tf.device(device) if device else contextlib.nullcontext():
+        a = tf.random.stateless_uniform((n, n), seed=(1, 2), dtype=tf.float32)
+        a = tf.cast(a, "float32" if dtype == "tfloat32" else dtype)  # TF32 is how float32 runs, not a type
+        float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # warm-up: kernels, thread pools
+        best = math.inf
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # the read forces completion
+            best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best

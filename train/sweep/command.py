@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_for(args)
     if args.storage is not None:
         settings = settings.replace(sweep_storage=args.storage)
-    from ..run.store import looks_like_url
+    from ..locations import looks_like_url
 
     if looks_like_url(settings.runs_dir):
         # The study's report and its SQLite file are written under RUNS_DIR as local paths.

@@ -20,22 +20,21 @@ the MFU divides by and where the measured one came from (`origin`).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..setup.hardware import PROBE_N, measure_peak_flops
+
 log = logging.getLogger("train")
 
 TRAIN_MULTIPLIER = 3  # forward + backward (activations) + backward (weights)
-PROBE_N, PROBE_REPS = 1024, 3
 PROBE_ROUNDS = 5  # probes of PROBE_REPS matmuls each; the best is the machine's, the rest its load
 PEAK_CACHE = "peak-flops"  # under RUNS_DIR/.cache
 
@@ -263,24 +262,6 @@ def count_flops(model) -> FlopCount:
             total += flops
             counted.append(layer.name)
     return FlopCount(total, tuple(counted), tuple(uncounted))
-
-
-def measure_peak_flops(
-    dtype: str = "float32", device: str | None = None, n: int = PROBE_N, reps: int = PROBE_REPS
-) -> float:
-    """FLOP/s of an n x n matmul in `dtype` on `device` (the default device when None): the best of `reps`."""
-    import tensorflow as tf
-
-    with tf.device(device) if device else contextlib.nullcontext():
-        a = tf.random.stateless_uniform((n, n), seed=(1, 2), dtype=tf.float32)
-        a = tf.cast(a, "float32" if dtype == "tfloat32" else dtype)  # TF32 is how float32 runs, not a type
-        float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # warm-up: kernels, thread pools
-        best = math.inf
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # the read forces completion
-            best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
 
 
 def mfu(

@@ -1,0 +1,64 @@
+"""The package's shape, as pyproject.toml's [tool.importlinter] contracts declare it, checked by the
+stock `lint-imports`: on the code as it is, and on copies that break each contract."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+pytestmark = pytest.mark.skipif(
+    not LINT_IMPORTS.is_file() or not (PROJECT_ROOT / "pyproject.toml").is_file(),
+    reason="no lint-imports beside this Python (requirements/test.lock installs it), or no pyproject.toml",
+)
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=root,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},  # the copy's train/, not the installed one
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_every_contract_is_kept():
+    done = lint_imports(PROJECT_ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 3 kept, 0 broken." in done.stdout
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    shutil.copytree(PROJECT_ROOT / "train", tmp_path / "train", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PROJECT_ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def _add_import(copy: Path, module: str, line: str) -> None:
+    path = copy / "train" / module
+    path.write_text(path.read_text() + f"\n\ndef _added():\n    {line}\n")  # inside a function: still an import
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "broken"),
+    [
+        ("config.py", "from .sweep import space", "the core imports no extra"),
+        ("run/rundir.py", "from ..serve import model", "the core imports no extra"),
+        ("locations.py", "from .config import Settings", "each layer imports only the layers below it"),
+        ("run/files.py", "from ..training import loop", "each layer imports only the layers below it"),
+        ("run/store.py", "from .lease import Lease", "no import cycles, in any folder"),
+    ],
+)
+def test_a_copy_that_breaks_a_contract_is_refused_naming_it(copy, module, line, broken):
+    _add_import(copy, module, line)
+    done = lint_imports(copy)
+    assert done.returncode == 1 and f"{broken} BROKEN" in done.stdout, done.stdout

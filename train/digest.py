@@ -1,0 +1,15 @@
+"""The sha256 of a file, read in 4 MB chunks: the one fingerprint of data files, weights, locks and
+exports (a module of its own, below every other, because each of those layers needs it)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+
+def sha256_file(path: Path | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,132 @@
+"""Where runs live, as a setting names them: the syntax of a RUNS_DIR that is a store URL, and the
+run ids and names a run directory is called by. Plain Python, below the settings: train.config
+checks RUNS_DIR and RUN_NAME with it, and train.run builds on it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMES = ("s3", "gs", "az")
+# What a value of RUNS_DIR looks like when it means a store: a scheme and "//", or a scheme and
+# ":" alone (`s3:bucket/runs`, `s3:/bucket`), which would otherwise become a local folder "s3:".
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?(.*)$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def looks_like_url(text: str) -> bool:
+    """Whether RUNS_DIR names a store, or tries to: `scheme://...`, or `s3:`/`gs:`/`az:` without the slashes."""
+    m = _URL.match(str(text))
+    return bool(m) and (bool(m.group(2)) or m.group(1).lower() in SCHEMES)
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    scheme: str
+    bucket: str
+    prefix: str  # no leading or trailing slash; "" for the bucket's top
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def key(self, rel: str) -> str:
+        """The object name of `rel` (a path inside RUNS_DIR)."""
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+
+def url_problem(text: str) -> str | None:
+    """Why `text` is no usable store URL for RUNS_DIR (and how to write it), or None."""
+    m = _URL.match(text)
+    if not m:
+        return "not a URL"
+    scheme, slashes, rest = m.group(1).lower(), m.group(2), m.group(3)
+    if scheme not in SCHEMES:
+        return f"{scheme}:// is no object store this template knows: use s3://, gs:// or az://BUCKET/PREFIX, or a local folder"
+    if not slashes:
+        return (
+            f"write it {scheme}://BUCKET/PREFIX (two slashes): as it is, it would be a local folder named '{scheme}:'"
+        )
+    authority = rest.split("/", 1)[0]
+    if "@" in authority or "?" in rest or "#" in rest:
+        variables = {
+            "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            "gs": "GOOGLE_APPLICATION_CREDENTIALS",
+            "az": "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY",
+        }[scheme]
+        return (
+            "a user, key or query in the URL would be a credential in the run's config.json and logs: remove it "
+            f"and set {variables} in the environment instead, where the store's client reads them"
+        )
+    if not authority:
+        return f"no bucket: write {scheme}://BUCKET/PREFIX"
+    if scheme in ("s3", "gs") and not _BUCKET.match(authority):
+        return f"bucket name {authority!r} is not valid: 3 to 63 lower-case letters, digits, '.' or '-'"
+    return None
+
+
+def parse_url(text: str) -> StoreURL:
+    m = _URL.match(text)
+    assert m and not url_problem(text), text  # config validated it
+    bucket, _, prefix = m.group(3).partition("/")
+    return StoreURL(m.group(1).lower(), bucket, "/".join(p for p in prefix.split("/") if p))
+
+
+# 20261130-061959-483920[-name]: date, time, microseconds. Ids made before the microseconds
+# (20261130-061959-a1b2) carry 4 random hex digits instead.
+_ID = re.compile(r"^(\d{8}-\d{6})-([0-9a-f]{4}|\d{6})(?:-|$)")
+
+
+ID_LENGTH = len("20261130-061959-483920-")  # what new_run_id puts before RUN_NAME
+
+
+def name_max(directory: Path | str) -> int:
+    """The longest file name, in bytes, the file system of `directory` (or of its nearest existing
+    parent: RUNS_DIR may not exist yet) allows; 255 where it does not say."""
+    path = Path(directory).absolute()
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            try:
+                return os.pathconf(candidate, "PC_NAME_MAX")
+            except (OSError, ValueError):
+                break
+    return 255
+
+
+def run_name_problem(run_name: str, runs_dir: Path | str) -> str | None:
+    """Why a run directory named after `run_name` cannot be created in `runs_dir`, or None.
+
+    The limit is on bytes, not characters: a letter outside ASCII takes 2 to 4 bytes in UTF-8, so
+    64 characters may already be too long ("File name too long" at mkdir, after the start-up)."""
+    size, limit = len(run_name.encode("utf-8", "surrogatepass")), name_max(runs_dir) - ID_LENGTH
+    if size <= limit:
+        return None
+    return (
+        f"{size} bytes in UTF-8, more than the {limit} a run directory's name leaves for it (the file system "
+        f"of {runs_dir} allows {limit + ID_LENGTH} bytes a name, the run id takes {ID_LENGTH}): shorten it "
+        "(each letter outside ASCII takes 2 to 4 bytes)"
+    )
+
+
+def new_run_id(run_name: str = "", now: _dt.datetime | None = None) -> str:
+    """Readable, and ordered by creation down to the microsecond: 20261130-061959-483920[-name].
+
+    Two runs started within one second get different ids in the order they were created (a
+    random suffix would order them by chance); two in the same microsecond collide on mkdir and
+    the later one takes the next id (create_run_dir).
+    """
+    now = now or _dt.datetime.now()
+    rid = now.strftime("%Y%m%d-%H%M%S-%f")
+    return f"{rid}-{run_name}" if run_name else rid
+
+
+def creation_key(path: Path) -> tuple:
+    """Sort key: creation order from the id (old 4-hex ids: by second, then name); other names first."""
+    m = _ID.match(path.name)
+    if not m:
+        return ("", -1, path.name)
+    micro = int(m.group(2)) if len(m.group(2)) == 6 else -1
+    return (m.group(1), micro, path.name)
