@@ -35,9 +35,9 @@ CI_USER=tplci
 CI_UID=4242
 # Measured on 2 AVX2 cores: the whole fast tier in the image took 219 s (-n 2) and proved nothing
 # the host suite and the steps below do not, but for these (non-root writes, the image's packages).
-TESTS_IN_IMAGE=${TESTS_IN_IMAGE-tests/test_config.py tests/test_envfile.py tests/test_rundir.py tests/test_checkpoints.py
-  tests/test_resume.py tests/test_data.py tests/test_datasets.py tests/test_export.py tests/test_predict.py
-  tests/test_weights.py tests/test_cli.py tests/test_devices.py tests/test_serve_lifecycle.py tests/gpucheck}
+TESTS_IN_IMAGE=${TESTS_IN_IMAGE-tests/test_config.py tests/setup/test_envfile.py tests/run/test_rundir.py tests/run/test_checkpoints.py
+  tests/run/test_resume.py tests/inputs/test_pipeline.py tests/test_datasets.py tests/results/test_export.py tests/results/test_predict.py
+  tests/run/test_weights.py tests/test_cli.py tests/setup/test_devices.py tests/serve/test_serve_lifecycle.py tests/gpucheck}
 WORK=$(mktemp -d /tmp/tpl-docker-ci.XXXXXX)
 chmod 755 "$WORK"
 T0=$SECONDS
@@ -104,7 +104,7 @@ docker compose -f docker-compose.yml -f docker-compose.cpu.yml config | grep -q 
   && fail "the CPU variant still reserves a GPU"
 if [ -x .venv/bin/python ]; then  # made by scripts/test in .ci/run; the compose binary exists only now
   # A basetemp of its own: .ci/run runs the host suite at the same time.
-  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp "$WORK/pytest" -m docker tests/test_docker.py tests/test_tracking.py
+  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp "$WORK/pytest" -m docker tests/test_docker.py tests/tracking/test_mlflow_run.py
 fi
 
 # --- base image --------------------------------------------------------------------------------

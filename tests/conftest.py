@@ -88,7 +88,7 @@ def _process_state_as_a_fresh_process_has_it():
     log.setLevel(logging.NOTSET)
 
 
-# The reason tests/test_tracking.py gives when it skips a test that needs a real MLflow server.
+# The reason tests/tracking/test_mlflow_run.py gives when it skips a test that needs a real MLflow server.
 MLFLOW_SERVER_SKIP = "no MLflow server installed"
 
 # REQUIRE_ALL=1 (.ci/run sets it): a skip is a failure, so that the suite cannot pass by skipping

@@ -1,6 +1,6 @@
 """LiteRT and ONNX exports: converted, run in a fresh process without TensorFlow, refused when they differ.
 
-The SavedModel's own fresh-process reload runs in this process (as in test_export.py); the LiteRT
+The SavedModel's own fresh-process reload runs in this process (as in results/test_export.py); the LiteRT
 and ONNX files are run for real in .venv-runtime-check. The default models in each format, through
 a real training run, are the slow tests at the end.
 """

@@ -665,7 +665,7 @@ def test_a_run_of_the_suite_names_the_real_server_tests_it_skipped_and_how_to_ru
     with pytest.raises(pytest.skip.Exception) as skipped:
         _server_or_skip()
     # The banner lives in conftest.py; its real-server plugins (modules beside it) are not needed here.
-    conftest = Path(__file__).with_name("conftest.py").read_text()
+    conftest = (Path(__file__).resolve().parents[1] / "conftest.py").read_text()
     (tmp_path / "conftest.py").write_text(re.sub(r"(?m)^pytest_plugins = .*$", "", conftest))
     (tmp_path / "test_x.py").write_text(
         "import pytest\n"

@@ -1,6 +1,6 @@
 """export: a failed parity check raises ExportError and leaves the previous export/ untouched.
 
-The real fresh-process parity check (a second TensorFlow start) is covered end to end in test_fit.py;
+The real fresh-process parity check (a second TensorFlow start) is covered end to end in training/test_fit.py;
 here it is faked so the file stays fast.
 """
 

@@ -7,7 +7,7 @@ run leaves behind (metrics.csv, TensorBoard, HParams, the manifest, final weight
 worker that is not the chief does (the same steps, nothing written). Faults are injected in-process
 (a step that raises ResourceExhaustedError, a stop vote, a full disk, a fixed clock).
 
-Training itself is covered end to end by test_fit.py and test_reliability.py.
+Training itself is covered end to end by training/test_fit.py and test_reliability.py.
 """
 
 from __future__ import annotations
