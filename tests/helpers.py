@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -283,3 +288,71 @@ def runtime_check_python() -> str:
     if not python.is_file():
         pytest.skip("no .venv-runtime-check: run scripts/venv-runtime-check.sh")
     return str(python)
+
+
+# -- a throw-away git repository holding the package (reproduce, sweeps) -------------------------
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def clone_of_the_package(dest: Path) -> Path:
+    (dest / "requirements").mkdir(parents=True)
+    shutil.copytree(PROJECT_ROOT / "train", dest / "train", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("requirements/cpu.lock", "requirements/gpu.lock", "pyproject.toml"):
+        shutil.copy(PROJECT_ROOT / name, dest / name)
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "snapshot")
+    return dest
+
+
+def train_in(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "train", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(PYTHONPATH=str(repo)),
+        timeout=600,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
+# -- report pictures, rendered by a real browser ---------------------------------------------------
+def screenshot(page, out, size=(1280, 2600)):
+    from PIL import Image
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium); CI installs it")
+    profile = out.parent / "chromium-profile"
+    profile.mkdir()
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            f"--screenshot={out}",
+            f"--window-size={size[0]},{size[1]}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.is_file(), proc.stderr[-3000:]
+    return np.asarray(Image.open(out).convert("RGB")).astype(int)
+
+
+def near(img, colour: str, tol: int = 40):
+    rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
+    return np.abs(img - rgb).sum(axis=2) < tol

@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
 from train import cli, config
 from train.config import Settings
 from train.errors import EXIT_CODES, ModelError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -263,3 +266,22 @@ def test_commands_that_build_no_model_do_not_look_for_the_model_module(tmp_path,
     assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert cli.main(["settings"]) == 2
     assert "cannot find module 'not_here_xyz'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["table", "env-example"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, fmt):
+    """`python -m train settings | head -1`: no traceback, the status of a tool that SIGPIPE ended."""
+    import os
+    import signal
+    import subprocess
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "train", "settings", "--format", fmt, "--env-file", ""],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+    )
+    child.stdout.close()  # gone before the child writes its first line (it starts Python first)
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 128 + signal.SIGPIPE and err == ""

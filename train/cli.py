@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -100,7 +102,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
-        return run(argv)
+        code = run(argv)
+        sys.stdout.flush()  # a reader that went away shows here, not in Python's own flush at exit
+        return code
+    except BrokenPipeError:
+        # `python -m train settings | head -1`: the reader has what it wanted. Stop quietly with
+        # the status of a tool that SIGPIPE ended, as Unix tools do; stdout points at nothing
+        # first, or Python would report the closed pipe again when it flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except TemplateError as exc:
         if debug or getattr(exc, "show_traceback", False) or _debug_setting(argv):
             # DEBUG adds the traceback; the exit code stays the documented one.

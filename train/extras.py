@@ -8,6 +8,7 @@ the command that adds it, before TensorFlow is imported and before anything is t
 
 from __future__ import annotations
 
+import importlib
 from importlib.util import find_spec
 
 from .errors import ConfigError
@@ -20,6 +21,23 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "store": ("obstore",),
     "onnx": ("tf2onnx", "onnx"),
 }
+
+
+# extra: (the setting that turns it on, "module:class" of its loop callback, made with the settings).
+# Named, not imported: the core never imports an extra, and a fork that deletes one deletes its line.
+CALLBACKS: dict[str, tuple[str, str]] = {
+    "mlflow": ("mlflow_tracking_uri", "train.tracking.mlflow_run:MlflowCallback"),
+}
+
+
+def callbacks(settings) -> list:
+    """The loop callbacks of the extras these settings turn on (train.training.callbacks)."""
+    found = []
+    for setting, target in CALLBACKS.values():
+        if getattr(settings, setting, None):
+            module, _, name = target.partition(":")
+            found.append(getattr(importlib.import_module(module), name)(settings))
+    return found
 
 
 def missing(extra: str) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from faults import states, wait_until
-from helpers import PROJECT_ROOT, subprocess_env, write_tiny_npz
+from helpers import clone_of_the_package, git, subprocess_env, train_in, write_tiny_npz
 
 from train.errors import ReproduceError
 from train.reproduce.rerun import Verdict, judge, version_warnings, within_tolerance
@@ -140,35 +140,6 @@ def test_a_damaged_record_is_one_line(tmp_path):
 
 
 # -- end to end, in a throw-away repository --------------------------------------------------------
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-def _clone_of_the_package(dest: Path) -> Path:
-    (dest / "requirements").mkdir(parents=True)
-    shutil.copytree(PROJECT_ROOT / "train", dest / "train", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("requirements/cpu.lock", "requirements/gpu.lock", "pyproject.toml"):
-        shutil.copy(PROJECT_ROOT / name, dest / name)
-    _git(dest, "init", "-q")
-    _git(dest, "add", "-A")
-    _git(dest, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "snapshot")
-    return dest
-
-
-def _train(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "train", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=subprocess_env(PYTHONPATH=str(repo)),
-        timeout=600,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return proc
-
-
 def _runs(runs: Path) -> list[Path]:
     from train.run.find import list_run_dirs
 
@@ -180,10 +151,10 @@ def original(tmp_path_factory):
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     tmp = tmp_path_factory.mktemp("repro")
-    repo = _clone_of_the_package(tmp / "repo")
+    repo = clone_of_the_package(tmp / "repo")
     npz = write_tiny_npz(tmp)
     runs = tmp / "runs"
-    _train(repo, "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), *TINY)
+    train_in(repo, "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), *TINY)
     (run,) = _runs(runs)
     return repo, runs, run, npz
 
@@ -191,7 +162,7 @@ def original(tmp_path_factory):
 @pytest.mark.slow
 def test_a_deterministic_run_reproduces_bit_identical(original):
     repo, runs, run, _ = original
-    proc = _train(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs))
+    proc = train_in(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs))
     assert "MATCH by final weights sha256" in proc.stdout, proc.stdout
     new = [p for p in _runs(runs) if p.name.endswith("repro-" + run.name)]
     assert len(new) == 1
@@ -211,7 +182,7 @@ def test_one_epoch_of_a_two_epoch_run_matches_its_metrics_row_and_an_older_tenso
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["tensorflow"] = "2.19.0"
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    proc = _train(repo, "reproduce", str(copy), "--local", "--epochs", "1", "--runs-dir", str(copy.parent))
+    proc = train_in(repo, "reproduce", str(copy), "--local", "--epochs", "1", "--runs-dir", str(copy.parent))
     assert f"WARNING: tensorflow {_installed_tf()} is installed, the run used 2.19.0" in proc.stdout, proc.stdout
     assert "MATCH by metrics.csv row of epoch 1" in proc.stdout, proc.stdout
     assert "tensorflow" in proc.stdout and "<- differs" in proc.stdout
@@ -232,7 +203,7 @@ def test_changed_data_is_refused_with_both_fingerprints_before_any_training(orig
     config = json.loads((copy / "config.json").read_text())
     config["dataset"] = f"npz:{other}"
     (copy / "config.json").write_text(json.dumps(config))
-    proc = _train(repo, "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent), check=False)
+    proc = train_in(repo, "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent), check=False)
     recorded = json.loads((copy / "manifest.json").read_text())["data"]["fingerprint"]
     assert proc.returncode == 9, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
@@ -247,14 +218,14 @@ def test_a_dirty_tree_run_is_refused_then_accepted_with_allow_dirty(original, tm
         f.write("# an uncommitted comment\n")
     try:
         runs = tmp_path / "runs"
-        fit = _train(repo, "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), *TINY, "--epochs", "1")
+        fit = train_in(repo, "fit", "--dataset", f"npz:{npz}", "--runs-dir", str(runs), *TINY, "--epochs", "1")
         warned = [line for line in fit.stdout.splitlines() if "WARNING: the checkout has uncommitted changes" in line]
         assert len(warned) == 1 and "--allow-dirty" in warned[0], fit.stdout
         (run,) = _runs(runs)
         assert json.loads((run / "manifest.json").read_text())["git"]["dirty"] is True
-        refused = _train(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs), check=False)
+        refused = train_in(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs), check=False)
         assert refused.returncode == 9 and "--allow-dirty" in refused.stderr, refused.stderr
-        accepted = _train(repo, "reproduce", run.name, "--local", "--allow-dirty", "--runs-dir", str(runs))
+        accepted = train_in(repo, "reproduce", run.name, "--local", "--allow-dirty", "--runs-dir", str(runs))
         assert "MATCH" in accepted.stdout, accepted.stdout
         (code,) = [line for line in accepted.stdout.splitlines() if line.startswith("code ")]
         assert "+ uncommitted changes" in code and code.endswith("<- differs"), accepted.stdout
@@ -262,8 +233,8 @@ def test_a_dirty_tree_run_is_refused_then_accepted_with_allow_dirty(original, tm
         warnings = json.loads((new / "reproduce.json").read_text())["warnings"]
         assert any("made from uncommitted changes" in w for w in warnings), warnings
     finally:
-        _git(repo, "checkout", "--", "train/__init__.py")
-    assert not _git(repo, "status", "--porcelain", "--untracked-files=no").strip()  # the user's tree untouched
+        git(repo, "checkout", "--", "train/__init__.py")
+    assert not git(repo, "status", "--porcelain", "--untracked-files=no").strip()  # the user's tree untouched
 
 
 # -- every "no" of the verdict, and every refusal, end to end --------------------------------------
@@ -290,7 +261,7 @@ def _edit_metrics(run: Path, epoch: int, column: str, value: str) -> None:
 
 
 def _reproduce(repo: Path, copy: Path, *extra: str) -> subprocess.CompletedProcess:
-    return _train(repo, "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent), *extra, check=False)
+    return train_in(repo, "reproduce", str(copy), "--local", "--runs-dir", str(copy.parent), *extra, check=False)
 
 
 def _refusal(proc: subprocess.CompletedProcess, copy: Path) -> str:
@@ -311,9 +282,7 @@ def test_a_commit_that_is_not_a_full_hash_is_refused_before_any_training(origina
     repo, _, run, _ = original
     copy = _copy(run, tmp_path)
     git = json.loads((copy / "manifest.json").read_text())["git"]
-    value = {"HEAD": "HEAD", "short": git["commit"][:12], "branch": _git(repo, "branch", "--show-current").strip()}[
-        kind
-    ]
+    value = {"HEAD": "HEAD", "short": git["commit"][:12], "branch": git(repo, "branch", "--show-current").strip()}[kind]
     _edit(copy / "manifest.json", git=dict(git, commit=value))
     line = _refusal(_reproduce(repo, copy), copy)
     assert line.startswith(f"ReproduceRecordError: {copy / 'manifest.json'}: git.commit={value!r} is not a full 40-hex")
@@ -406,7 +375,7 @@ def test_another_precision_is_judged_by_the_metrics_end_to_end(original, tmp_pat
 
 
 def _worktrees(repo: Path) -> list[str]:
-    return [line for line in _git(repo, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
+    return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
 
 
 def _processes_in(folder: Path) -> list[int]:
@@ -770,10 +739,10 @@ def _repo_with_a_lock(tmp_path: Path) -> tuple[Path, str]:
     (repo / "requirements").mkdir(parents=True)
     (repo / "requirements/cpu.lock").write_text("numpy==2.0\n")
     (repo / "requirements.lock").write_text("numpy==1.0\n")  # where runs recorded before requirements/ had it
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "lock")
-    return repo, _git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "lock")
+    return repo, git(repo, "rev-parse", "HEAD").strip()
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
@@ -902,7 +871,7 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
     seen = {}
 
     def fake_rerun(code, flags, config_, runs_dir, stop):
-        seen.update(code=code, head=_git(code, "rev-parse", "HEAD").strip(), flags=flags, runs_dir=runs_dir)
+        seen.update(code=code, head=git(code, "rev-parse", "HEAD").strip(), flags=flags, runs_dir=runs_dir)
         seen.update(config=config_, stop=stop)
         recorded = dict(config_, dataset=f"npz:{npz}", epochs=1)  # a rerun records absolute paths
         return write_run_records(runs_dir / "rerun", recorded, dict(manifest, git={"commit": commit}), metrics[:1])

@@ -6,13 +6,12 @@ import base64
 import json
 import logging
 import re
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from helpers import subprocess_env, tiny_settings, write_run_records
+from helpers import near, screenshot, subprocess_env, tiny_settings, write_run_records
 
 from train import cli
 from train.results import report
@@ -181,43 +180,6 @@ def fake_evaluation(classes: int = 10) -> Evaluation:
         (np.arange(12) + 1) % classes,
         np.full(12, 0.9),
     )
-
-
-def screenshot(page, out, size=(1280, 2600)):
-    from PIL import Image
-
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium); CI installs it")
-    profile = out.parent / "chromium-profile"
-    profile.mkdir()
-    proc = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            f"--screenshot={out}",
-            f"--window-size={size[0]},{size[1]}",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.is_file(), proc.stderr[-3000:]
-    return np.asarray(Image.open(out).convert("RGB")).astype(int)
-
-
-def near(img, colour: str, tol: int = 40):
-    rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
-    return np.abs(img - rgb).sum(axis=2) < tol
 
 
 def test_chromium_renders_the_pictures_at_their_size(tmp_path):

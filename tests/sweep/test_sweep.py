@@ -228,21 +228,21 @@ def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_ag
 def test_a_trial_reproduces_bit_identical_from_its_own_record(tmp_path):
     import shutil
 
-    from test_reproduce import _clone_of_the_package, _train
+    from helpers import clone_of_the_package, train_in
 
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    repo = _clone_of_the_package(tmp_path / "repo")  # a committed copy: the record's commit is clean
+    repo = clone_of_the_package(tmp_path / "repo")  # a committed copy: the record's commit is clean
     npz = write_tiny_npz(tmp_path, n_train=64, n_test=16)
     space = tmp_path / "space.toml"
     space.write_text("[study]\nname = 'r'\ntrials = 1\npruner = 'none'\n[space]\nlearning_rate = [0.002]\n")
     runs = tmp_path / "runs"
     flags = ["--dataset", f"npz:{npz}", "--runs-dir", str(runs), "--epochs", "1", "--batch-size", "16"]
-    _train(
+    train_in(
         repo, "sweep", str(space), *flags, "--precision", "float32", "--deterministic", "--no-export", "--report", "off"
     )
     (run,) = list_run_dirs(runs)
-    proc = _train(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs))
+    proc = train_in(repo, "reproduce", run.name, "--local", "--runs-dir", str(runs))
     assert "MATCH by final weights sha256" in proc.stdout, proc.stdout
 
 

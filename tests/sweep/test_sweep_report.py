@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import optuna
-from test_report import near, screenshot
+from helpers import near, screenshot
 
 from train.config import load_settings
 from train.sweep.report import report_path, write_sweep_report

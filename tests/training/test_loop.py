@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from train.errors import DivergedError, OutOfMemoryError
+from train.training.callbacks import Callbacks
 from train.training.loop import (
     EpochLoop,
     LoopState,
@@ -889,7 +890,12 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     )
     monkeypatch.setattr(report, "refresh_after_epoch", lambda run_dir, mode: refreshed.append((run_dir, mode)))
     loop = real_loop(epochs=3, export=True, report="quick", keep_checkpoints=2)
-    loop.tracker = types.SimpleNamespace(log_epoch=lambda row, step: tracked.append((dict(row), step)))
+    refresh = report.ReportCallback("quick")
+    refresh.on_start(loop.run_dir)
+    tracker = types.SimpleNamespace(
+        on_epoch_end=lambda epoch, row, state: tracked.append((dict(row), state.global_step))
+    )
+    loop.callbacks = Callbacks([refresh, tracker])
     result = loop.run()
 
     assert result.status == "completed" and result.export == {"format": "x"}

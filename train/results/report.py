@@ -106,6 +106,23 @@ def write_final_report(run_dir: Path | None, status: str, mode: str = "full") ->
     _guarded(run_dir, full=mode == "full" and status != "interrupted", mode=mode)
 
 
+class ReportCallback:
+    """report.html and curves.png kept current during a run (train.training.callbacks): the quick part
+    after each epoch, for whoever watches the volume, and the whole report at the end (REPORT)."""
+
+    def __init__(self, mode: str = "full"):
+        self.mode, self.run_dir = mode, None
+
+    def on_start(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def on_epoch_end(self, epoch: int, row: dict, state) -> None:
+        refresh_after_epoch(self.run_dir, self.mode)
+
+    def on_end(self, status: str, stop) -> None:
+        write_final_report(self.run_dir, status, self.mode)
+
+
 def _guarded(run_dir: Path | None, full: bool, mode: str) -> None:
     try:
         # None: a process that writes no run directory (a worker that is not the chief).

@@ -43,6 +43,7 @@ class RunPlan:
     saved_config: dict[str, Any] | None = None  # config.json as found (resume only)
     manifest: dict[str, Any] = field(default_factory=dict)  # manifest.json as found (resume only)
     forced: list[str] = field(default_factory=list)  # differences accepted with --force
+    recorded: bool = False  # this start has changed the run's record (a new run, or a resume's new segment)
 
     def write_config(self) -> None:
         """config.json changes only when a setting really changed (EPOCHS extended, --force)."""

@@ -1,7 +1,7 @@
 """Hyperparameter sweeps on Optuna, `python -m train sweep SPACE.toml`: every trial an ordinary run.
 
-An optional part. Training knows nothing of it beyond the generic epoch observer of
-train.training.loop. To drop it from a fork, delete this folder, its tests (tests/sweep/,
+An optional part. Training knows nothing of it: a trial's run gets the study's
+loop callback (train.training.callbacks). To drop it from a fork, delete this folder, its tests (tests/sweep/,
 tests/servers_pg.py and its line in tests/conftest.py) and its entry in
 `train.cli.OPTIONAL_COMMANDS`.
 

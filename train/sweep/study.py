@@ -201,7 +201,7 @@ def _objective(trial, study, spec: SweepSpec, settings: Settings, shown: str, to
     from ..training.fit import train
 
     observer = TrialObserver(trial, spec, info, 1 if trial_settings.smoke else trial_settings.epochs)
-    result = train(trial_settings, resume=str(run_dir) if run_dir else "", observer=observer)
+    result = train(trial_settings, resume=str(run_dir) if run_dir else "", callbacks=[observer])
     if result.status == "pruned":
         raise optuna.TrialPruned(f"run {result.run_dir.name}")
     if result.status != "completed":

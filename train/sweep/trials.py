@@ -48,7 +48,7 @@ class TrialObserver:
         self.trial, self.spec, self.info, self.epochs = trial, spec, info, epochs
         self.run_dir: Path | None = None
 
-    def started(self, run_dir: Path) -> None:
+    def on_start(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.trial.set_user_attr(RUN_ATTR, run_dir.name)
         update_manifest(RunDir(run_dir).manifest, sweep=self.info)
@@ -56,7 +56,7 @@ class TrialObserver:
             "trial %d of study %s: run %s, %s", self.trial.number, self.spec.name, run_dir.name, self.info["params"]
         )
 
-    def epoch_end(self, epoch: int, row: dict[str, Any]):
+    def on_epoch_end(self, epoch: int, row: dict[str, Any], state):
         value = row.get(self.spec.metric)
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             return None

@@ -341,6 +341,26 @@ def _names(whats: list[str]) -> str:
     return ", ".join([*(o for o in others if o == STARTING), text, *(o for o in others if o != STARTING)])
 
 
+class MlflowCallback:
+    """The run in MLflow (train.training.callbacks): started once the run's record is written, each
+    epoch's row at the loop's global step, and the run's files and status at the end."""
+
+    def __init__(self, settings):
+        self.settings, self.tracker = settings, None
+
+    def on_train_begin(self, run_dir: Path) -> None:
+        s = self.settings
+        self.tracker = start(s.mlflow_tracking_uri, s.mlflow_experiment, run_dir, s.to_dict())
+
+    def on_epoch_end(self, epoch: int, row: dict[str, Any], state) -> None:
+        if self.tracker:
+            self.tracker.log_epoch(row, state.global_step)  # never raises
+
+    def on_end(self, status: str, stop) -> None:
+        if self.tracker:  # waits for the server, with a deadline; never raises
+            self.tracker.finish(status, stop)
+
+
 def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) -> Tracker:
     """Create (or, on resume, continue) the MLflow run of `run_dir` on the tracker's own thread;
     returns at once. A start that fails is one warning there, and the tracker then sends nothing."""

@@ -22,14 +22,16 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from .. import models
+from .. import extras, models
 from ..config import Settings, as_given, check_cluster
 from ..errors import DataError, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..results.export import clean_stale_exports
-from ..results.report import write_final_report
+from ..results.report import ReportCallback
 from ..run import checkpoints
 from ..run.checkpoints import latest_header, list_states
 from ..run.files import clean_stale_temp, read_json
@@ -48,6 +50,7 @@ from ..run.resume import RunPlan, check_data, plan_run
 from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
 from ..setup.join import wait_for_workers
+from .callbacks import Callbacks
 from .loop import LoopState, Result, at_new_batch_size, start_loop
 from .stop_flag import StopFlag
 
@@ -56,12 +59,16 @@ __all__ = ["Result", "train"]
 
 
 def train(
-    settings: Settings, resume: str | None = None, force: bool = False, restart: bool = False, observer=None
+    settings: Settings,
+    resume: str | None = None,
+    force: bool = False,
+    restart: bool = False,
+    callbacks: Iterable[Any] = (),
 ) -> Result:
     """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring.
 
-    `observer` (optional): `started(run_dir)` once the run's manifest exists, and `epoch_end(epoch, row)`
-    after each epoch, which may end the run (see EpochLoop.observer).
+    `callbacks` (train.training.callbacks) are told the run's moments after the template's own: the
+    report, then each extra the settings turn on (train.extras.callbacks), e.g. MLflow.
     """
     # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
     # during start-up (TensorFlow import, data loading, model build) must still end with a finished
@@ -93,9 +100,10 @@ def train(
             remote.bring(resume)  # the run to resume, from the store into the staging copy
         plan = plan_run(settings, resume, force, restart)
         try:
+            calls = Callbacks([ReportCallback(plan.settings.report), *extras.callbacks(plan.settings), *callbacks])
             if remote is not None:
-                return _train_uploading(remote, plan, force, stop, setup, observer)
-            return _train(plan, force, stop, setup, observer)
+                return _train_uploading(remote, plan, force, stop, setup, calls)
+            return _train(plan, force, stop, setup, calls)
         finally:
             plan.release()
 
@@ -103,14 +111,14 @@ def train(
 STOP_FLUSH_SECONDS = 30.0  # after SIGTERM or MAX_MINUTES: inside compose's 2-minute stop_grace_period
 
 
-def _train_uploading(remote, plan: RunPlan, force: bool, stop: StopFlag, setup=None, observer=None) -> Result:
+def _train_uploading(remote, plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) -> Result:
     """`_train` with the run's uploads to the store beside it; the last ones flushed at the end.
 
     The exit code says whether the newest state reached the store: a run whose last files did not
     within STORE_FLUSH_SECONDS (30 s at most after a stop) ends with StorageError, exit 7."""
     mirror = remote.mirror(plan.run_dir, plan.lock.lease).start()
     try:
-        result = _train(plan, force, stop, setup, observer)
+        result = _train(plan, force, stop, setup, calls)
     except BaseException:
         left = mirror.close(_flush_seconds(remote, stop))
         if left:
@@ -137,7 +145,7 @@ def _not_uploaded(remote, run_dir: Path, left: list[str], mirror) -> str:
     )
 
 
-def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None, observer=None) -> Result:
+def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
     setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
     if setup is not None:
@@ -153,19 +161,17 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None, observer=None
     manifest_path = RunDir(run_dir).manifest
     started = stop.started
     status, error = "failed", None
-    opened = {"segment": False}
     identity = _identity(run_dir)
     try:
         if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
             started_manifest = start_manifest(
                 manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke)
             )
-            opened["segment"] = True
+            plan.recorded = True
             _warn_dirty(started_manifest)
-        if observer is not None:
-            observer.started(run_dir)
+        calls.start(run_dir)
         with _cluster_errors(setup):
-            result = _run(plan, force, manifest_path, stop, opened, setup, observer)
+            result = _run(plan, force, manifest_path, stop, setup, calls)
         status = result.status
         if _identity(run_dir) != identity:
             raise _gone(run_dir)
@@ -181,14 +187,13 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup=None, observer=None
         status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError)) else "failed"
         raise
     finally:
-        if opened["segment"] and _identity(run_dir) != identity:
+        if plan.recorded and _identity(run_dir) != identity:
             log.error("run %s ended: %s (its directory is gone, so nothing of it was recorded)", run_dir.name, status)
-        elif opened["segment"]:
+        elif plan.recorded:
             _close(run_dir, manifest_path, settings, status, error, time.monotonic() - started)
-            # Never raises: a report never changes the run's outcome.
-            write_final_report(run_dir, status, settings.report)
-            if opened.get("tracker"):  # after the report: the manifest, report and export go up as artifacts
-                opened["tracker"].finish(status, stop)  # waits for the server, with a deadline
+            # The report first, then the extras (MLflow uploads the manifest, report and export as
+            # artifacts, waiting for its server with a deadline); none of them raises.
+            calls.end(status, stop)
             log.info("run %s ended: %s", run_dir.name, status)
         elif plan.resumed:
             log.info(
@@ -241,9 +246,7 @@ def _close(
         log.error("could not update the manifest: %s", exc)
 
 
-def _run(
-    plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, opened: dict, setup=None, observer=None
-) -> Result:
+def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup, calls: Callbacks) -> Result:
     settings, run_dir = plan.settings, plan.run_dir
     several = setup is not None  # joined a cluster: its workers stop together, in the loop
     if stop.check() and not several:
@@ -266,7 +269,7 @@ def _run(
     _adopt_worker_count(state, loaded is not None, setup.workers if several else 1)
 
     def record() -> None:  # everything is checked: from here on the run's record changes
-        _record_start(plan, manifest_path, opened, setup, spec, state, loaded, epochs)
+        _record_start(plan, manifest_path, setup, spec, state, loaded, epochs)
 
     try:
         loop = start_loop(
@@ -287,13 +290,8 @@ def _run(
         if several:
             raise
         return _stopped_before_training(run_dir, stop)  # a stop during the factory ends it at once
-    if settings.mlflow_tracking_uri:  # only the chief gets here; `import mlflow` only now, when asked for
-        from ..tracking.mlflow_run import start
-
-        loop.tracker = opened["tracker"] = start(
-            settings.mlflow_tracking_uri, settings.mlflow_experiment, run_dir, settings.to_dict()
-        )
-    loop.observer = observer
+    calls.train_begin(run_dir)  # only the chief gets here: the record is written
+    loop.callbacks = calls
     # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
 
@@ -335,9 +333,7 @@ def _starting_state(plan: RunPlan, loaded) -> LoopState:
     return state
 
 
-def _record_start(
-    plan: RunPlan, manifest_path: Path, opened: dict, setup, spec, state: LoopState, loaded, epochs: int
-) -> None:
+def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopState, loaded, epochs: int) -> None:
     """The record of a start: config.json and a new manifest segment on a resume, the data, the labels, the split."""
     settings = plan.settings
     if plan.resumed:
@@ -350,7 +346,7 @@ def _record_start(
             new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
             last_write=_last_write(RunDir(plan.run_dir).checkpoints),
         )
-        opened["segment"] = True
+        plan.recorded = True
         _warn_dirty(resumed_manifest)
     record_data(
         manifest_path,

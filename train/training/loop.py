@@ -31,6 +31,7 @@ from ..run.remote import local_dir
 from ..run.rundir import CACHE_DIR, RunDir
 from ..run.weights import save_weights
 from . import flops, profiling
+from .callbacks import Callbacks
 from .early_stopping import Patience, record_ending
 from .flops import FlopCount, Peak, mfu
 from .stop_flag import StopFlag
@@ -190,10 +191,7 @@ class EpochLoop:
             self.metrics.truncate_from(state.epoch + 1)
             self.history = [read_back(r) for r in self.metrics.rows]  # numbers, as this run's own rows
         self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
-        self.tracker = None  # train.tracking.mlflow_run.Tracker, set on the chief when MLFLOW_TRACKING_URI is set
-        # Told each finished epoch's row, after its state is saved: epoch_end(epoch, row) returns None to go
-        # on, or (status, reason) to end the run there (a sweep's pruner). Set by train(observer=...).
-        self.observer = None
+        self.callbacks = Callbacks()  # told each finished epoch (train.training.callbacks); the chief's, set by train
         self.schedule = None  # a schedules.OverTraining when the rate moves (cosine, warm-up), set by build_model
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
         self.profiler = profiling.for_run(settings, self.files.tensorboard if chief else None)
@@ -306,7 +304,7 @@ class EpochLoop:
                     logs.update(self._validate())
                     self._check_finite(logs, epoch)
                     self._end_epoch(epoch, logs, seconds, steps_run, tb)
-                    ending = self.observer.epoch_end(epoch + 1, self.history[-1]) if self.observer else None
+                    ending = self.callbacks.epoch_end(epoch + 1, self.history[-1], self.state)
                     if ending:
                         status, ended = ending
                         log.info("%s", ended)
@@ -461,8 +459,6 @@ class EpochLoop:
         self.history.append(row)
         if tb:
             tb.write(epoch, {k: v for k, v in row.items() if k != "epoch"})
-        if self.tracker:
-            self.tracker.log_epoch(row, self.state.global_step)  # never raises
         value = logs.get(self.s.monitor)
         if _improved(value, self.state.best, self.mode):
             self.state.best = value
@@ -486,10 +482,6 @@ class EpochLoop:
             f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
             "  (best)" if self.state.best == value else "",
         )
-        if self.chief:
-            from ..results.report import refresh_after_epoch  # curves for whoever watches the volume; never raises
-
-            refresh_after_epoch(self.run_dir, self.s.report)
 
     def _write_hparams(self) -> None:
         """Settings and final metrics for TensorBoard's HParams view; a failure only warns."""
