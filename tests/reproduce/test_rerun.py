@@ -281,9 +281,11 @@ def _rerun_of(copy: Path) -> tuple[dict, dict]:
 def test_a_commit_that_is_not_a_full_hash_is_refused_before_any_training(original, tmp_path, kind):
     repo, _, run, _ = original
     copy = _copy(run, tmp_path)
-    git = json.loads((copy / "manifest.json").read_text())["git"]
-    value = {"HEAD": "HEAD", "short": git["commit"][:12], "branch": git(repo, "branch", "--show-current").strip()}[kind]
-    _edit(copy / "manifest.json", git=dict(git, commit=value))
+    recorded = json.loads((copy / "manifest.json").read_text())["git"]
+    value = {"HEAD": "HEAD", "short": recorded["commit"][:12], "branch": git(repo, "branch", "--show-current").strip()}[
+        kind
+    ]
+    _edit(copy / "manifest.json", git=dict(recorded, commit=value))
     line = _refusal(_reproduce(repo, copy), copy)
     assert line.startswith(f"ReproduceRecordError: {copy / 'manifest.json'}: git.commit={value!r} is not a full 40-hex")
 
