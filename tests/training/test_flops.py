@@ -309,3 +309,30 @@ def test_the_gpu_ceilings_in_the_docs_follow_from_the_datasheet_and_the_flop_cou
     expected = "\n".join(rows)
     docs = (PROJECT_ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     assert expected in docs, "docs/performance.md's GPU ceilings, as they follow now:\n" + expected
+
+
+def test_a_run_that_beats_a_measured_peak_replaces_it_so_mfu_never_passes_one(tmp_path, monkeypatch):
+    """A probe taken while the machine was busy must not stay the reference: the run's rate (a floor of
+    the true peak) or new probes, whichever is larger, replace it in the run and in the cache."""
+    key = flops.machine_key("CPU", "float32")
+    flops.cached_peak(tmp_path, key, lambda: 10e9, rounds=1)  # the busy first measurement
+    peak = flops.peak_for("auto", tmp_path, "CPU", "float32", devices=2)
+    assert peak.flops == 20e9 and mfu(10.0, FlopCount(1_000_000_000), peak.flops)[1] == 1.5  # 30 GFLOP/s
+    assert flops.beaten_peak(peak, 15e9, 2, tmp_path, "CPU", "float32") is None  # not beaten: kept
+
+    monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype, device: 12e9)  # still busy now
+    raised = flops.beaten_peak(peak, 30e9, 2, tmp_path, "CPU", "float32")
+    assert raised.flops == 30e9 and raised.measured_per_device == 15e9 and "raised at" in raised.origin
+    assert mfu(10.0, FlopCount(1_000_000_000), raised.flops)[1] == 1.0
+    assert flops.cached_peak(tmp_path, key, lambda: pytest.fail("the raised peak was not cached"))[0] == 15e9
+
+    monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype, device: 40e9)  # quiet again: the probe wins
+    assert flops.beaten_peak(raised, 32e9, 2, tmp_path, "CPU", "float32").measured_per_device == 40e9
+    assert flops.beaten_peak(raised, 32e9, 2, tmp_path, "CPU", "float32", probe=False).measured_per_device == 16e9
+
+
+def test_a_datasheet_or_given_peak_is_never_raised(tmp_path):
+    given = flops.peak_for("2.5e11", tmp_path, "CPU", "float32", devices=1)
+    sheet = flops.choose_peak(1e12, 312e12, 1, "NVIDIA A100-SXM4-80GB", "bfloat16")
+    assert flops.beaten_peak(given, 3e11, 1, tmp_path, "CPU", "float32") is None
+    assert flops.beaten_peak(sheet, 400e12, 1, tmp_path, "A100", "bfloat16") is None

@@ -1125,3 +1125,25 @@ def test_a_run_stopped_before_its_first_epoch_writes_hparams_without_metrics(rea
     loop.run()
     assert not [line for line in _log_lines(train_log) if "HParams" in line]
     assert _scalars(loop.run_dir / "tensorboard", "hparams/") == {}
+
+
+def test_an_epoch_faster_than_a_peak_measured_under_load_raises_the_peak_and_says_so_once(
+    real_loop, monkeypatch, train_log
+):
+    """MFU is a fraction of the peak: it never passes 1. Here the machine looked 1,000x slower than it
+    is when the peak was measured (a busy probe), so the first epoch beats it."""
+    import json
+
+    from train.training import flops
+
+    monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype, device: 1e6)  # 1 MFLOP/s: absurdly busy
+    loop = real_loop(epochs=2, peak_flops="auto")
+    assert loop.peak.flops == 1e6
+    result = loop.run()
+
+    assert [r["mfu"] for r in result.history][0] == pytest.approx(1.0)
+    assert all(r["mfu"] <= 1.0 + 1e-12 for r in result.history)
+    raised = [line for line in _log_lines(train_log) if "more than the peak it was divided by" in line]
+    assert len(raised) == 1 and "measured while the machine was busy" in raised[0]
+    peak = json.loads((loop.run_dir / "manifest.json").read_text())["peak"]
+    assert peak["origin"].startswith("raised at") and peak["flops"] >= result.history[0]["model_flops_per_second"]

@@ -174,6 +174,43 @@ def cached_peak(
     return best, f"measured now (best of {rounds} probes), cached in {path}"
 
 
+def beaten_peak(
+    peak: Peak, achieved: float, devices: int, cache_dir: Path, where: str, dtype: str, probe: bool = True
+) -> Peak | None:
+    """The peak to divide by once a run's model FLOP/s (`achieved`, all devices) passed a measured one.
+
+    A fraction of a peak cannot pass 1: a peak that a run beats was measured while the machine was
+    busy. It is measured again now and replaced, in the cache too, by the larger of the new probes and
+    the run's own rate per device (a floor of the true peak); `probe=False` takes the run's rate alone
+    (a run that beats the peak it raised itself). None when the peak is not a measurement
+    (a datasheet's or PEAK_FLOPS's: beating those means a wrong FLOP count or setting, not a busy probe)
+    or when nothing was beaten."""
+    if not peak.flops or achieved <= peak.flops or peak.measured_per_device is None:
+        return None
+    if peak.datasheet_per_device or peak.origin == "PEAK_FLOPS":
+        return None
+    from ..run.files import shared_writes, write_json
+
+    device = "/CPU:0" if where == "CPU" else "/GPU:0"
+    try:
+        probes = [measure_peak_flops(dtype, device) for _ in range(PROBE_ROUNDS if probe else 0)]
+    except Exception:  # the run's own rate is still a floor of the peak
+        probes = []
+    best = max([achieved / devices, *probes])
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    key = machine_key(where, dtype)
+    path = peak_cache_file(cache_dir, key)
+    record = {"key": key, "flops_per_device": best, "probes": probes, "measured_at": when, "beaten_by_a_run": True}
+    origin = f"raised at {when}: a run reached {achieved / devices / 1e9:.1f} GFLOP/s per device"
+    try:
+        with shared_writes(path.parent):
+            write_json(path, record)
+        origin += f", cached in {path}"
+    except Exception as exc:  # an unwritable cache: this run still divides by the new figure
+        log.warning("WARNING: the raised peak cannot be cached in %s (%s)", path, exc)
+    return Peak(best * devices, peak.source, best, None, origin)
+
+
 def peak_for(setting: str, cache_dir: Path, where: str, dtype: str, devices: int) -> Peak:
     """The MFU's denominator under PEAK_FLOPS (auto, measure or FLOP/s per device; see the module's
     docstring) for `devices` replicas of `where` ("CPU" or the first GPU's name). Never raises: a
