@@ -8,7 +8,6 @@ recorded as null with the reason.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import logging
 import platform
 import socket
@@ -18,6 +17,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from ..digest import sha256_file
 from .files import read_json, write_json
 
 
@@ -35,7 +35,7 @@ def now_iso() -> str:
 
 def file_sha256(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 

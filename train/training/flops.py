@@ -152,8 +152,6 @@ def cached_peak(
     """(FLOP/s per device, where it came from): the cached measurement for `key`, else the best of
     `rounds` probes, then cached for the next run. A cache that cannot be read is measured again,
     with a warning; one that cannot be written leaves this run's measurement in use."""
-    from ..run.files import shared_writes, write_json
-
     path = peak_cache_file(cache_dir, key)
     if not remeasure and (path.exists() or path.is_symlink()):
         try:
@@ -165,13 +163,22 @@ def cached_peak(
     best = max(probes)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     record = {"key": dict(key), "flops_per_device": best, "probes": probes, "measured_at": when}
+    if not _write_cache(path, record, "measured", "the next run measures again"):
+        return best, f"measured now (best of {rounds} probes; not cached)"
+    return best, f"measured now (best of {rounds} probes), cached in {path}"
+
+
+def _write_cache(path: Path, record: dict, what: str, otherwise: str) -> bool:
+    """Write a peak to the cache; an unwritable cache is one warning (saying `otherwise`), never an error."""
+    from ..run.files import shared_writes, write_json
+
     try:
         with shared_writes(path.parent):  # other runs sharing RUNS_DIR may measure at the same time
             write_json(path, record)
-    except Exception as exc:  # an unwritable cache costs the next run a measurement, nothing more
-        log.warning("WARNING: the measured peak cannot be cached in %s (%s): the next run measures again", path, exc)
-        return best, f"measured now (best of {rounds} probes; not cached)"
-    return best, f"measured now (best of {rounds} probes), cached in {path}"
+    except Exception as exc:
+        log.warning("WARNING: the %s peak cannot be cached in %s (%s): %s", what, path, exc, otherwise)
+        return False
+    return True
 
 
 def beaten_peak(
@@ -187,10 +194,8 @@ def beaten_peak(
     or when nothing was beaten."""
     if not peak.flops or achieved <= peak.flops or peak.measured_per_device is None:
         return None
-    if peak.datasheet_per_device or peak.origin == "PEAK_FLOPS":
+    if peak.datasheet_per_device:
         return None
-    from ..run.files import shared_writes, write_json
-
     device = "/CPU:0" if where == "CPU" else "/GPU:0"
     try:
         probes = [measure_peak_flops(dtype, device) for _ in range(PROBE_ROUNDS if probe else 0)]
@@ -202,12 +207,8 @@ def beaten_peak(
     path = peak_cache_file(cache_dir, key)
     record = {"key": key, "flops_per_device": best, "probes": probes, "measured_at": when, "beaten_by_a_run": True}
     origin = f"raised at {when}: a run reached {achieved / devices / 1e9:.1f} GFLOP/s per device"
-    try:
-        with shared_writes(path.parent):
-            write_json(path, record)
+    if _write_cache(path, record, "raised", "this run still divides by the new figure"):
         origin += f", cached in {path}"
-    except Exception as exc:  # an unwritable cache: this run still divides by the new figure
-        log.warning("WARNING: the raised peak cannot be cached in %s (%s)", path, exc)
     return Peak(best * devices, peak.source, best, None, origin)
 
 

@@ -504,8 +504,7 @@ class EpochLoop:
                 raised.flops / 1e9,
             )
         self.peak, self._peak_raised = raised, True
-        if self.chief:
-            update_manifest(self.files.manifest, peak=self.peak.to_dict())
+        update_manifest(self.files.manifest, peak=self.peak.to_dict())  # only the chief measures a peak
         return raised
 
     def _write_hparams(self) -> None:
