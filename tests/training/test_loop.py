@@ -490,7 +490,7 @@ def train_log(monkeypatch, caplog):
 def test_the_log_names_the_model_its_cost_each_epoch_and_each_checkpoint(real_loop, train_log):
     import re
 
-    loop = real_loop(epochs=2)
+    loop = real_loop(epochs=2, peak_flops="auto")  # the log line of a measured peak
     _fixed_validation(loop, [0.5, 0.4])
     loop.run()
     epoch_end = (
@@ -765,7 +765,7 @@ def test_state_from_a_checkpoint_header_keeps_known_keys_only():
 def test_every_epoch_records_achieved_flops_and_mfu_against_the_measured_peak(real_loop):
     import json
 
-    loop = real_loop(epochs=1)
+    loop = real_loop(epochs=1, peak_flops="auto")
     # 28x28 inputs, one Dense(784 -> 4): 2 * 784 * 4 FLOPs forward, three times that to train.
     assert loop.flop_count.train_per_example == 3 * 2 * 784 * 4
     assert loop.peak.flops and loop.peak.source.startswith("measured: 1024x1024 float32 matmul on CPU")
@@ -790,7 +790,7 @@ def test_a_failed_peak_probe_leaves_mfu_empty_and_the_run_going(real_loop, monke
     monkeypatch.setattr(flops, "measure_peak_flops", broken)
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
     with caplog.at_level(logging.WARNING, logger="train"):
-        loop = real_loop(epochs=1)
+        loop = real_loop(epochs=1, peak_flops="auto")
     assert loop.peak.flops is None and loop.peak.source == "unknown: the probe failed"
     assert [r.getMessage() for r in caplog.records if "probe failed" in r.getMessage()] == [
         "WARNING: the peak FLOP/s probe failed (RuntimeError: no device): no MFU for this run"
