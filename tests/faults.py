@@ -36,14 +36,23 @@ def env(**extra: str) -> dict[str, str]:
 
 # `python -m train` with module constants changed first: {"train.tracking.mlflow_run.FLUSH_SECONDS": 8.0}
 # lets a test see a deadline end without waiting out the product's minute.
-_WITH_CONSTANTS = """
-import importlib, runpy, sys
+_SET_CONSTANTS = """
+import importlib
 for name, value in {constants!r}.items():
     module, attr = name.rsplit(".", 1)
     setattr(importlib.import_module(module), attr, value)
+"""
+_RUN_TRAIN = """
+import runpy, sys
 sys.argv = ["train", *sys.argv[1:]]
 runpy.run_module("train", run_name="__main__")
 """
+
+
+def with_constants(constants: dict, script: str | None = None) -> str:
+    """A `python -c` program: set `constants` (dotted name -> value), then run `script` (default:
+    `python -m train` with the program's arguments)."""
+    return _SET_CONSTANTS.format(constants=constants) + (script if script is not None else _RUN_TRAIN)
 
 
 def start_fit(
@@ -53,7 +62,7 @@ def start_fit(
     (dotted name -> value) are set in the child before the command runs."""
     n = len(list(cwd.glob("fit-*.out")))
     out = open(cwd / f"fit-{n}.out", "w")
-    start = ["-c", _WITH_CONSTANTS.format(constants=constants)] if constants else ["-m", "train"]
+    start = ["-c", with_constants(constants)] if constants else ["-m", "train"]
     proc = subprocess.Popen(
         [sys.executable, *start, "fit", *args],
         cwd=cwd,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faults import env, fit_flags, manifest, only_run, wait_until
+from faults import env, fit_flags, manifest, only_run, wait_until, with_constants
 from helpers import write_tiny_npz
 
 from train.errors import DataError, WorkerLostError
@@ -38,10 +38,12 @@ def start_workers(
     n: int = 2,
     extra: list[str] | None = None,
     scripts: dict[int, str] | None = None,
+    constants: dict | None = None,
     **changes,
 ):
     """n `python -m train fit` processes, one cluster; each in tmp_path/w<i> with its own RUNS_DIR
-    (and its own data set when `data` is a list of them; worker i runs `python -c scripts[i] fit ...`)."""
+    (and its own data set when `data` is a list of them; worker i runs `python -c scripts[i] fit ...`;
+    `constants`, dotted name -> value, are set in every worker first)."""
     workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(n))
     procs = []
     for i in range(n):
@@ -50,6 +52,8 @@ def start_workers(
         out = open(cwd / "out.txt", "a")
         flags = fit_flags(cwd, data[i] if isinstance(data, list) else data, **{**RUN, **changes})
         start = ["-c", scripts[i]] if scripts and i in scripts else ["-m", "train"]
+        if constants:
+            start = ["-c", with_constants(constants, scripts[i] if scripts and i in scripts else None)]
         proc = subprocess.Popen(
             [sys.executable, *start, "fit", *flags, *(extra or [])],
             cwd=cwd,
@@ -195,8 +199,13 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_the_resumed_pair_
     assert m["final_weights_sha256"] == reference
 
 
+# The coordination service notices a dead worker when its heartbeats stop: 10 s instead of the
+# product's 30 in the tests that wait for that (the wait is for the event, never a sleep).
+QUICK_HEARTBEAT = {"train.setup.devices.HEARTBEAT_SECONDS": 10}
+
+
 def test_sigkill_of_a_worker_ends_the_other_with_one_line_and_the_restart_resumes(data, tmp_path):
-    procs = start_workers(tmp_path, data)
+    procs = start_workers(tmp_path, data, constants=QUICK_HEARTBEAT)
     _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
     procs[1].kill()
     # Bounded by the coordination service's heartbeat timeout (devices.HEARTBEAT_SECONDS); the
@@ -214,7 +223,7 @@ def test_sigkill_of_a_worker_ends_the_other_with_one_line_and_the_restart_resume
 
 
 def test_sigkill_of_the_chief_ends_the_worker_with_one_line(data, tmp_path):
-    procs = start_workers(tmp_path, data)
+    procs = start_workers(tmp_path, data, constants=QUICK_HEARTBEAT)
     _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
     procs[0].kill()
     assert procs[1].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[1])[-3000:]
@@ -247,7 +256,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_a_worker_lost_while_the_model_is_built_is_a_lost_worker_not_a_model_error(data, tmp_path):
-    procs = start_workers(tmp_path, data, scripts={1: LEAVES_AFTER_THE_STATE})
+    procs = start_workers(tmp_path, data, scripts={1: LEAVES_AFTER_THE_STATE}, constants=QUICK_HEARTBEAT)
     assert procs[0].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[0])[-3000:]
     procs[1].wait(timeout=HANG_GUARD)
     chief = text(procs[0])
