@@ -199,6 +199,36 @@ def test_a_retry_replaces_the_trial_it_retries_in_the_count(tmp_path):
     assert [t.number for t in sweep.counted(every)] == [1] and every[1].state.name == "WAITING"
 
 
+def test_a_sweep_waiting_for_another_process_looks_again_within_seconds_not_a_heartbeat(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import optuna
+
+    from train.sweep import study as sweep
+    from train.training import fit
+
+    COMPLETE = optuna.trial.TrialState.COMPLETE
+    study, spec, settings = _study_with(tmp_path, [COMPLETE, COMPLETE])
+    other = study.ask()  # the third and last trial, running in another process
+    waits = []
+
+    def wait(stop, seconds):
+        waits.append(seconds)
+        if len(waits) == 3:  # the other process finishes while this one waits
+            study.tell(other, 0.5)
+
+    monkeypatch.setattr(sweep, "_wait", wait)
+    monkeypatch.setattr(fit, "train", lambda *a, **k: pytest.fail("nothing is left to train here"))
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    with caplog.at_level(logging.INFO, logger="train"):
+        result = sweep.run_sweep(spec, settings, url, trials=3)
+    assert spec.heartbeat == 60 and waits == [sweep.POLL_SECONDS] * 3 and sweep.POLL_SECONDS <= 5
+    said = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert said == ["waiting for trial(s) 2, run by other processes"]  # once, not at every look
+    assert result.finished == 3
+
+
 def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_again(tmp_path, monkeypatch):
     import optuna
     from helpers import write_run_records

@@ -84,6 +84,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, url: str, trials: int | None 
     )
     stop = StopFlag()
     ran: list[int] = []
+    waited_for: list[int] = []
     with stop.installed():
         while not stop.check():
             with warnings.catch_warnings():  # experimental in Optuna, and what finds a dead process's trial
@@ -101,8 +102,12 @@ def run_sweep(spec: SweepSpec, settings: Settings, url: str, trials: int | None 
             running = [t.number for t in count if t.state == optuna.trial.TrialState.RUNNING]
             if not running:
                 break
-            log.info("waiting for trial(s) %s, run by other processes", ", ".join(map(str, running)))
-            _wait(stop, spec.heartbeat)
+            if running != waited_for:
+                log.info("waiting for trial(s) %s, run by other processes", ", ".join(map(str, running)))
+                waited_for = running
+            # Look again soon: a trial that ends is seen within seconds, not a whole heartbeat later
+            # (a dead process's trial still takes the heartbeat's grace to be found stale).
+            _wait(stop, min(spec.heartbeat, POLL_SECONDS))
     if stop.reason:
         raise SweepInterrupted(
             f"study {spec.name}: stopped ({stop.reason}) between trials; run the same sweep again to continue it"
@@ -113,6 +118,9 @@ def run_sweep(spec: SweepSpec, settings: Settings, url: str, trials: int | None 
 
     result.report = write_sweep_report(study, spec, settings.runs_dir, shown)
     return result
+
+
+POLL_SECONDS = 2.0  # how often a sweep with nothing left to start looks at other processes' trials
 
 
 def _wait(stop: StopFlag, seconds: float) -> None:
