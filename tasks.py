@@ -151,9 +151,10 @@ def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", netw
     }
 )
 def gpu_check(c, local=False, cpu=False):
-    """Diagnose the GPU set-up inside the image, or --local.
+    """Diagnose the GPU set-up; exits 1 on a host without a GPU.
 
-    Runs `python -m train check --require-gpu`."""
+    Runs `python -m train check --require-gpu` in the image, or on this host with --local; --cpu checks
+    the CPU image and requires no GPU."""
     if local:
         c.run(f"{PY} -m train check --require-gpu", echo=True, pty=True)
         return

@@ -135,6 +135,9 @@ def tiny_values(tmp_path: Path, npz: Path) -> dict:
         # A given peak: with "auto" every run in a fresh RUNS_DIR measures the machine's peak first
         # (20 large matmuls, over a second on one slow core), which only the peak's own tests need.
         "peak_flops": "1e12",
+        # No report.html: drawing it (curves each epoch, at the end a pass over the validation set and
+        # its pictures) is as long as the tiny training itself; the tests of reports ask for one.
+        "report": "off",
     }
 
 

@@ -55,7 +55,8 @@ def test_require_gpu_on_cpu_exits_1_through_the_cli(monkeypatch, capsys):
     assert check.build_report(Facts(tf=cpu_tf()), require_gpu=True)["exit_code"] == 1
     assert cli.main(["check", "--require-gpu", "--skip-matmul"]) == 1
     out, err = capsys.readouterr()
-    assert "VERDICT: running on CPU" in out and err.startswith("NoGPUError: --require-gpu: no usable GPU")
+    assert "VERDICT: NO GPU, and --require-gpu asks for one: this check fails (exit 1)" in out
+    assert "nothing is wrong" not in out and err.startswith("NoGPUError: --require-gpu: no usable GPU")
     assert cli.main(["check", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"]["status"] == "cpu"
 

@@ -308,7 +308,7 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
     resumed = real_loop(resume_from=loop.run_dir)
     result = resumed.run()
     assert result.status == "completed" and starts == [2] and "epoch 1/1 (from step 2/6)" in _log_lines(train_log)
-    assert _ended_because(loop.run_dir) == "all 1 epochs trained"
+    assert _ended_because(loop.run_dir) == "all 1 epoch trained"
     assert (resumed.state.epoch, resumed.state.step, resumed.state.global_step) == (1, 0, 6)
     assert int(resumed.model.optimizer.iterations.numpy()) == 6
     # Compared with a tolerance (no op determinism in this process; bit identity is test_fit's job):

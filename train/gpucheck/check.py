@@ -110,6 +110,12 @@ def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | N
     gpu = [m["gflops"] for m in facts.tf.matmul if "GPU" in m["device"] and m.get("gflops")]
     speedup = max(gpu) / cpu[0] if cpu and gpu else None
     v = verdict(facts, diags, speedup, prec["auto"])
+    if require_gpu and v["status"] == "cpu":
+        # "nothing is wrong" and an exit of 1 would contradict each other: this check asked for a GPU.
+        v["line"] = (
+            "NO GPU, and --require-gpu asks for one: this check fails (exit 1). Nothing else is wrong: "
+            f"without --require-gpu, training runs on this CPU with precision auto -> {prec['auto']}"
+        )
     shown, noise = classify_log(facts.tf.log, facts.driver_present)
     exit_code = 1 if v["status"] == "no_tensorflow" or (require_gpu and not v["usable_gpus"]) else 0
     g0 = facts.gpus[0] if facts.gpus else None

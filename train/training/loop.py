@@ -282,7 +282,7 @@ class EpochLoop:
         if self.chief:  # here, not at build time: a resume that fails its checks must not touch the record
             update_manifest(self.files.manifest, flops=self.flop_count.to_dict(), peak=self.peak.to_dict())
         tb = TensorBoardWriter(self.files.tensorboard) if self.chief else None
-        status, ended = "completed", f"all {self.epochs} epochs trained"
+        status, ended = "completed", f"all {self.epochs} epoch{'s' if self.epochs != 1 else ''} trained"
         self._align_schedule()  # the optimizer's step is the restored one by now
         try:
             with self.stop.installed():
