@@ -334,7 +334,9 @@ def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tm
     calls, write = [], report.write_report
     monkeypatch.setattr(report, "write_report", lambda run_dir, full: calls.append(full) or write(run_dir, full))
     # Ten overlapping classes: two epochs leave mistakes for the most-wrong grid.
-    settings = tiny_settings(tmp_path, dataset=f"npz:{make_npz(n_train=600, n_test=200)}", export=False)
+    settings = tiny_settings(
+        tmp_path, dataset=f"npz:{make_npz(n_train=600, n_test=200)}", export=False, report="full"
+    )
     result = train(settings)
     assert result.status == "completed" and calls == [False, False, True]
     page = (result.run_dir / "report.html").read_text()
@@ -352,7 +354,7 @@ def test_a_report_that_cannot_be_drawn_never_changes_the_run(tmp_path, monkeypat
     from train.training.fit import train
 
     monkeypatch.setattr(plots, "curves_png", lambda records: 1 / 0)
-    result = train(tiny_settings(tmp_path, epochs=1, export=False))
+    result = train(tiny_settings(tmp_path, epochs=1, export=False, report="full"))
     assert result.status == "completed" and not (result.run_dir / "report.html").exists()
     log = (result.run_dir / "train.log").read_text()
     assert log.count("WARNING: report.html not updated: ZeroDivisionError") == 2  # the epoch end and the end
@@ -370,7 +372,7 @@ def test_a_failed_run_gets_a_report_that_says_why(tmp_path, monkeypatch):
 
     monkeypatch.setattr(models, "build_model", broken)
     with pytest.raises(DataError, match="broken <on purpose>"):
-        train(tiny_settings(tmp_path))
+        train(tiny_settings(tmp_path, report="full"))
     (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]  # .cache holds the measured peak
     page = (run / "report.html").read_text()
     assert '<span class="status failed">failed</span>' in page and "DataError: broken &lt;on purpose&gt;" in page
