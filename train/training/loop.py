@@ -544,6 +544,7 @@ class EpochLoop:
             final_metrics=self.history[-1] if self.history else None,
             epochs_completed=self.state.epoch,
         )
+        self._evaluate_test()
         if self.s.export:
             from ..results.export import export_run
 
@@ -555,6 +556,18 @@ class EpochLoop:
                 check_python=self.s.export_check_python,
             )
         return result
+
+
+    def _evaluate_test(self) -> None:
+        """The test split, once, through the best and the final weights: the chief alone, with a
+        plain float32 copy of the model (no collective: the other workers wait for the chief as it is)."""
+        from ..results.evaluation import evaluate_test, final_test_line
+
+        test = evaluate_test(self.run_dir, self.s, self.spec)
+        if test is None:
+            return
+        log.info("%s", final_test_line(test))
+        update_manifest(self.files.manifest, test=test)
 
 
 def start_loop(
