@@ -81,17 +81,18 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
             f"{spec.source} now holds other classes ({_few(spec.class_names)}) than run "
             f"{Path(run_dir).name} trained on ({_few(class_names)}): evaluate it on the data it trained on"
         )
-    model = float32_model(settings, spec)
+    from .. import models
+
+    model = float32_model(models, settings, spec)
     load_weights(model, run_dir, weights)  # the recorded sha256 first: a replaced file is never evaluated
     return _predict(model, data.val_dataset(spec, settings, settings.batch_size), class_names, k)
 
 
-def float32_model(settings, spec):
-    """The run's network, built outside any distribution strategy, in float32: a copy that predicts
-    the same on any device and that one process can run alone (no collective waits for the others)."""
+def float32_model(models, settings, spec):
+    """The run's network from `models` (the registry, or what the loop was given), built outside any
+    distribution strategy, in float32: a copy that predicts the same on any device and that one
+    process can run alone (no collective waits for the other workers)."""
     import keras
-
-    from .. import models
 
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")
@@ -101,7 +102,7 @@ def float32_model(settings, spec):
         keras.mixed_precision.set_global_policy(previous)
 
 
-def evaluate_test(run_dir: Path, settings, spec) -> dict | None:
+def evaluate_test(run_dir: Path, settings, spec, models) -> dict | None:
     """The test split through the best and the final weights, one pass each; None when the data set
     has no test split apart from validation (an image folder, or VAL_FROM=test).
 
@@ -116,7 +117,7 @@ def evaluate_test(run_dir: Path, settings, spec) -> dict | None:
     from ..run.weights import load_weights, records
 
     files, task = RunDir(run_dir), entry(settings.model)
-    model = float32_model(settings, spec)
+    model = float32_model(models, settings, spec)
     out: dict = {"examples": spec.n_test, "split": "test", "weights": {}}
     for which, path in (("best", files.best_weights), ("final", files.final_weights)):
         if not path.is_file():

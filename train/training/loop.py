@@ -210,6 +210,7 @@ class EpochLoop:
         from .schedules import OverTraining, needs_schedule
         from .steps import Steps
 
+        self._models = models  # the test split is evaluated with a plain copy built from the same factory
         lr: Any = self.s.learning_rate
         if needs_schedule(self.s.lr_schedule, self.s.lr_warmup_epochs):  # outside the strategy's scope: see schedules
             per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
@@ -563,7 +564,7 @@ class EpochLoop:
         plain float32 copy of the model (no collective: the other workers wait for the chief as it is)."""
         from ..results.evaluation import evaluate_test, final_test_line
 
-        test = evaluate_test(self.run_dir, self.s, self.spec)
+        test = evaluate_test(self.run_dir, self.s, self.spec, self._models)
         if test is None:
             return
         log.info("%s", final_test_line(test))
