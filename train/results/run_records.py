@@ -181,3 +181,23 @@ def duration_text(seconds: Any, compact: bool = False) -> str:
         return "-"
     space = "" if compact else " "
     return f"{seconds:.1f}{space}s" if seconds < 120 else f"{seconds / 60:.1f}{space}min"
+
+
+def on_test(manifest: dict[str, Any], which: str = "best") -> dict[str, Any] | None:
+    """The test split's numbers for one weights file ("best" or "final") from the manifest's `test`
+    section; None for a run without one (not finished, no test split, or recorded before it)."""
+    test = manifest.get("test") if isinstance(manifest, dict) else None
+    weights = test.get("weights") if isinstance(test, dict) else None
+    got = weights.get(which) if isinstance(weights, dict) else None
+    return got if isinstance(got, dict) else None
+
+
+def on_test_text(numbers: dict[str, Any] | None) -> str | None:
+    """One test number of `on_test`'s as a table shows it, e.g. `accuracy=0.9912` (the loss when
+    there is no accuracy); None when there is none."""
+    got = numbers or {}
+    name = "accuracy" if "accuracy" in got else "loss"
+    value = got.get(name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return f"{name}={value:.4f}"
