@@ -142,15 +142,9 @@ def mean_metrics(model, dataset, task) -> dict[str, float]:
 
 def final_test_line(test: dict) -> str:
     """The log's one line: the best weights' numbers first (what the run delivers), then the final ones."""
-    parts = []
-    for which in ("best", "final"):
-        got = dict((test.get("weights") or {}).get(which) or {})
-        if not got:
-            continue
-        epoch = got.pop("epoch", None)
-        numbers = " ".join(f"{k}={v:.4f}" for k, v in sorted(got.items(), key=lambda kv: kv[0] == "loss"))
-        parts.append(f"{numbers} ({which} weights, epoch {epoch})")
-    return f"test ({test.get('examples')} examples): " + "; ".join(parts)
+    from .run_records import on_test_summary
+
+    return f"test ({test.get('examples')} examples): {on_test_summary({'test': test}) or 'no weights to test'}"
 
 
 def _few(names, shown: int = 5) -> str:
