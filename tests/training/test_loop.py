@@ -234,15 +234,14 @@ def real_loop(tmp_path):
     examples. make.asked: the MODEL names built."""
     import time
 
-    from helpers import tiny_settings, write_tiny_npz
+    from helpers import tiny_settings
 
     from train.inputs import pipeline as data
     from train.run import checkpoints
     from train.run.find import create_run_dir
     from train.setup.devices import DeviceSetup
 
-    npz = write_tiny_npz(tmp_path, "loop.npz", n_train=426)  # VAL_SPLIT=0.1 per class leaves 384 to train on
-    s0 = tiny_settings(tmp_path, batch_size=64, export=False, dataset=f"npz:{npz}")
+    s0 = tiny_settings(tmp_path, batch_size=64, export=False)
     spec = data.load_data(s0)
 
     def make(epochs=1, resume_from=None, chief=True, started=None, stop=None, strategy=None, **changes):
