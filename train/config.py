@@ -93,7 +93,8 @@ class Settings:
     )
     shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
     smoke: bool = _f(
-        False, "smoke test: 512 training / 256 validation examples, 1 epoch, to check the whole path in seconds"
+        False,
+        "smoke test: 512 training / 256 validation (/ 256 test) examples, 1 epoch, to check the whole path in seconds",
     )
     # --- model and optimisation ---
     model: str = _f("cnn", models.describe())
