@@ -506,7 +506,9 @@ def test_a_run_recorded_before_validation_was_split_off_resumes_validating_on_th
     npz = write_tiny_npz(tmp_path)
     s = _settings(tmp_path, dataset=f"npz:{npz}")
     old = {k: v for k, v in s.to_dict().items() if k != "val_from"}
-    run = write_run(Path(s.runs_dir) / "20250101-000000-aaaa", old, {"status": "interrupted"}, checkpoints=["ckpt-000000004.npz"])
+    run = write_run(
+        Path(s.runs_dir) / "20250101-000000-aaaa", old, {"status": "interrupted"}, checkpoints=["ckpt-000000004.npz"]
+    )
     plan = plan_run(s, run.name)
     plan.release()
     assert plan.settings.val_from == "test"

@@ -926,7 +926,8 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     assert (test["split"], test["examples"], test["weights"]["best"]["epoch"]) == ("test", 128, best_epoch)
     probs = result.model.predict(loop.spec._test.x.astype("float32"), verbose=0)
     final = test["weights"]["final"]
-    assert final["epoch"] == 3 and final["accuracy"] == pytest.approx(float((probs.argmax(1) == loop.spec._test.y).mean()))
+    right = float((probs.argmax(1) == loop.spec._test.y).mean())
+    assert final["epoch"] == 3 and final["accuracy"] == pytest.approx(right)
     assert final["loss"] == pytest.approx(float(-np.log(probs[np.arange(128), loop.spec._test.y]).mean()), rel=1e-4)
     assert sorted(p.name for p in checkpoints.list_states(loop.run_dir / "checkpoints")) == [
         "ckpt-000000016.npz",

@@ -124,7 +124,8 @@ def evaluate_test(run_dir: Path, settings, spec, models) -> dict | None:
             continue  # no epoch improved MONITOR (a NaN from the start): no best weights to test
         load_weights(model, run_dir, path)
         epoch = (records(run_dir).get(path.name) or {}).get("epoch")
-        out["weights"][which] = {"epoch": epoch, **mean_metrics(model, data.final_test_dataset(spec, settings.batch_size), task)}
+        numbers = mean_metrics(model, data.final_test_dataset(spec, settings.batch_size), task)
+        out["weights"][which] = {"epoch": epoch, **numbers}
     return out
 
 

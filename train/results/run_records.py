@@ -222,8 +222,12 @@ def on_test_summary(manifest: dict[str, Any]) -> str | None:
 
 def data_text(data: dict[str, Any]) -> str:
     """The manifest's data as the report shows it: where validation came from, when it says so."""
-    text = f"{data.get('dataset', '?')} from {data.get('source', '?')}: {data.get('n_train', '?')} train / {data.get('n_val', '?')} val"
-    where = {"train": " (from the training split)", "test": " (the test split)", "images": ""}.get(data.get("val_from"), "")
+    text = (
+        f"{data.get('dataset', '?')} from {data.get('source', '?')}: "
+        f"{data.get('n_train', '?')} train / {data.get('n_val', '?')} val"
+    )
+    sources = {"train": " (from the training split)", "test": " (the test split)", "images": ""}
+    where = sources.get(data.get("val_from"), "")
     test = f" / {data['n_test']} test" if data.get("n_test") else ""
     return f"{text}{where}{test}, {len(data.get('class_names') or [])} classes"
 
