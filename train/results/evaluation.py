@@ -138,6 +138,8 @@ def mean_metrics(model, dataset, task) -> dict[str, float]:
         for name, fn in task.metrics.items():
             sums[name] += float(np.sum(np.asarray(fn(y, probs), np.float64)))
         count += int(np.shape(y)[0])
+    if not count:
+        return {}  # nothing to average: no numbers rather than a division by zero
     return {"loss": loss / count, **{name: s / count for name, s in sums.items()}}
 
 
