@@ -155,6 +155,17 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _validation_examples(y_train) -> int:
+    """How many examples a run's validation holds: VAL_SPLIT of each class of the training split
+    (a count that does not depend on the seed, only on the class sizes)."""
+    import numpy as np
+
+    from train.config import Settings
+    from train.inputs.images import split_indices
+
+    return len(split_indices(np.asarray(y_train, np.int32), Settings().val_split, 0)[1])
+
+
 def summarise(runs: dict[str, list[dict]], table: dict[str, dict], n_val: int) -> dict[str, dict]:
     """Per setting: median ratio to the default (same round), median samples/s, results unchanged?"""
     base = runs["default"]
@@ -222,7 +233,7 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
         "y_test": arrays["y_test"],
     }
     npz = common.write_npz(subset, tmp_path / "data" / "train.npz")
-    n_val = len(subset["y_test"])
+    n_val = _validation_examples(subset["y_train"])
     runs: dict[str, list[dict]] = {n: [] for n in table}
     loads = [load_average()]
 

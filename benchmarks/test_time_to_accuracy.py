@@ -7,6 +7,11 @@ EPOCHS), so it is measured as a user would use it: a run with the default EPOCHS
 not get there, a new run with one epoch more, and so on; the figure is the first run that gets
 there, and the tries before it are listed. The previous default (batch 128, constant rate) runs
 beside them for comparison. Every side is seeded, so a rerun on one machine trains the same.
+
+"Test accuracy" is the MNIST test split on every side. The template trains as a user's run does
+(VAL_SPLIT of the training images held out for validation, so on 54,000 of the 60,000) and, for
+this measurement only, evaluates the test split at each epoch end; a run of its own evaluates the
+test split once, at the end. (The history's key stays `val_accuracy`: the recipe's name for it.)
 """
 
 from __future__ import annotations
@@ -31,12 +36,13 @@ class _Template:
     def __init__(self, s):
         import keras
 
-        from train.inputs.pipeline import val_dataset
+        from train.inputs.pipeline import final_test_dataset
 
         keras.utils.set_random_seed(s.seed)
         self.s = s
         self.spec, self.model = common.template_parts(s)
-        self.val = val_dataset(self.spec, s, s.batch_size)
+        # The test split, as the recipe measures: never the validation data the template's runs choose by.
+        self.val = final_test_dataset(self.spec, s.batch_size)
         self.history: list[dict] = []
 
     def epoch(self) -> dict:

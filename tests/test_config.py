@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import PROJECT_ROOT
+from helpers import PROJECT_ROOT, write_tiny_npz
 
 from train import models
 from train.config import (
@@ -271,6 +271,26 @@ def test_no_validation_images_with_a_validation_monitor(tmp_path):
     ):
         load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0"})
     assert load(env={"DATASET": f"images:{tmp_path}", "VAL_SPLIT": "0", "MONITOR": "loss"}).val_split == 0
+
+
+@pytest.mark.parametrize("kind", ["mnist", "npz"])
+def test_no_validation_data_with_a_validation_monitor_on_any_data_set(kind, tmp_path):
+    dataset = f"npz:{write_tiny_npz(tmp_path)}" if kind == "npz" else kind
+    with pytest.raises(
+        ConfigError, match=r"VAL_SPLIT=0.0 is not valid: 0 leaves no validation images, so MONITOR=val_loss"
+    ):
+        load(env={"DATASET": dataset, "VAL_SPLIT": "0", "MONITOR": "val_loss"})
+    assert load(env={"DATASET": dataset, "VAL_SPLIT": "0", "MONITOR": "accuracy"}).val_split == 0
+    # A run recorded before validation was split off validated on the test split: VAL_SPLIT never applied to it.
+    assert load(env={"DATASET": dataset, "VAL_SPLIT": "0", "VAL_FROM": "test"}).monitor == "val_accuracy"
+
+
+def test_a_run_recorded_before_validation_was_split_off_keeps_validating_on_the_test_split():
+    saved = Settings().to_dict()
+    del saved["val_from"]
+    assert Settings().val_from == "train"
+    assert settings_from_dict(saved).val_from == "test"
+    assert settings_from_dict({**saved, "val_from": "train"}).val_from == "train"
 
 
 def test_debug_defaults_to_this_directorys_env_and_the_process_environment(tmp_path, monkeypatch):

@@ -57,7 +57,8 @@ def test_a_registered_data_set_is_valid_for_the_settings_and_loads_through_a_dow
         monkeypatch.setitem(datasets.DATASETS, "tiny", Dataset("tiny", (12, 12, 1), ("a", "b", "c", "d"), load))
         s = validate(Settings(dataset="tiny", data_dir=str(tmp_path / "data"), runs_dir=str(tmp_path / "runs")))
         spec = data.load_data(s)
-    assert (spec.input_shape, spec.class_names, spec.n_train, spec.n_val) == ((12, 12, 1), ("a", "b", "c", "d"), 64, 32)
+    got = (spec.input_shape, spec.class_names, spec.n_train + spec.n_val, spec.n_test)
+    assert got == ((12, 12, 1), ("a", "b", "c", "d"), 64, 32)  # validation is a share of the 64 training examples
     assert spec.source == f"downloaded, cached in {tmp_path / 'data' / 'keras'}"
     assert (tmp_path / "data" / "keras" / "datasets" / "tiny-v1.npz").is_file()
 
@@ -173,7 +174,8 @@ def test_a_download_that_fails_its_hash_is_a_data_error_then_fetched_again(tmp_p
         ):
             data.load_data(settings)
         (site / "good.npz").replace(site / "mnist.npz")  # the site is fixed: the bad copy is not kept
-        assert data.load_data(settings).n_train == 40
+        spec = data.load_data(settings)
+        assert spec.n_train + spec.n_val == 40
 
 
 def test_the_package_uses_no_private_keras_module_and_no_test_double():

@@ -143,6 +143,9 @@ def test_two_workers_finish_and_only_the_chief_writes(pair):
     assert f"run {run.name}: worker 1 of 2" in worker and "[worker 1]" in worker
     assert "2 worker(s), this is worker 1, 2 replica(s) in sync, global batch 32, 16 per replica" in worker
     assert "Traceback" not in worker + text(procs[0])
+    # The test split: evaluated by the chief alone (a plain copy of the model, no collective), once per weights file
+    assert set(m["test"]["weights"]) == {"best", "final"} and m["test"]["examples"] == 128
+    assert "test (128 examples): accuracy=" in text(procs[0]) and "test (" not in worker
 
 
 def test_two_workers_match_one_process_with_two_replicas(pair, data, tmp_path):

@@ -33,6 +33,7 @@ LR_SCHEDULES = ("constant", "cosine")
 EXPORT_FORMATS = ("savedmodel", "litert", "onnx")
 QUANTIZE_MODES = ("none", "dynamic", "int8")
 PROFILE_MODES = ("off", "steps")
+VAL_SOURCES = ("train", "test")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -67,7 +68,20 @@ class Settings:
     )
     image_size: int = _f(64, "images:<dir> only: images are resized to IMAGE_SIZE x IMAGE_SIZE", min=8, max=4096)
     channels: int = _f(3, "images:<dir> only: 1 (grayscale) or 3 (RGB)", choices=(1, 3))
-    val_split: float = _f(0.1, "images:<dir> only: fraction held out for validation (seeded split)", min=0.0, max=0.9)
+    val_split: float = _f(
+        0.1,
+        "fraction of the training data held out for validation (seeded, per class; 0.1 keeps 90% to train on and "
+        "validates on as many examples as a typical test split, e.g. 6,000 of MNIST's 60,000); 0 = no validation",
+        min=0.0,
+        max=0.9,
+    )
+    val_from: str = _f(
+        "train",
+        "train: validation is VAL_SPLIT of the training data, and a data set's test split is evaluated once, at "
+        "the end | test: validation is the test split (how runs recorded before the split trained; kept to resume them)",
+        choices=VAL_SOURCES,
+        recorded_before="test",
+    )
     max_image_pixels: int = _f(
         50_000_000,
         "images:<dir> only: refuse an image whose header declares more pixels (width x height) than this, before decoding it",
@@ -79,7 +93,8 @@ class Settings:
     )
     shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
     smoke: bool = _f(
-        False, "smoke test: 512 training / 256 validation examples, 1 epoch, to check the whole path in seconds"
+        False,
+        "smoke test: 512 training / 256 validation (/ 256 test) examples, 1 epoch, to check the whole path in seconds",
     )
     # --- model and optimisation ---
     model: str = _f("cnn", models.describe())
@@ -563,7 +578,7 @@ def validate(s: Settings) -> Settings:
             s.image_size,
             f"MODEL={s.model} needs images of at least {least}x{least}: raise IMAGE_SIZE or use MODEL=resnet_small",
         )
-    if s.dataset.startswith("images:") and s.val_split == 0 and s.monitor.startswith("val_"):
+    if s.val_split == 0 and s.monitor.startswith("val_") and (s.dataset.startswith("images:") or s.val_from == "train"):
         raise ConfigError(
             "VAL_SPLIT",
             s.val_split,

@@ -286,7 +286,8 @@ def test_a_compressed_npz_larger_than_half_the_memory_available_is_refused(tmp_p
     with pytest.raises(DataError, match=r"declare 20\.\d MB once uncompressed \(x_train: \(2000, 100, 100\) uint8"):
         data.load_data(settings(dataset=f"npz:{big}"))
     monkeypatch.setattr(arrays, "available_memory", lambda: 100_000_000)
-    assert data.load_data(settings(dataset=f"npz:{big}")).n_train == 2000
+    spec = data.load_data(settings(dataset=f"npz:{big}"))
+    assert spec.n_train + spec.n_val == 2000  # validation is a share of the training split
 
 
 def test_available_memory_is_positive_and_at_most_the_machine_s():
@@ -307,7 +308,8 @@ def test_members_of_an_npz_that_a_run_does_not_use_are_never_decompressed(tmp_pa
     at = raw.rindex(b"notes.txt") - 46 + 16  # the central directory's CRC of notes.txt
     raw[at : at + 4] = b"\xde\xad\xbe\xef"  # read, it would fail ("Bad CRC-32")
     path.write_bytes(bytes(raw))
-    assert data.load_data(settings(dataset=f"npz:{path}")).n_train == 200
+    spec = data.load_data(settings(dataset=f"npz:{path}"))
+    assert spec.n_train + spec.n_val == 200  # validation is a share of the training split
 
 
 def test_a_fifo_in_data_dir_is_named_not_taken_for_a_missing_file(tmp_path, monkeypatch):

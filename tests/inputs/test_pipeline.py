@@ -12,6 +12,7 @@ from helpers import NO_REAL_MNIST, REAL_MNIST
 from train.config import Settings, validate
 from train.errors import DataError
 from train.inputs import pipeline as data
+from train.inputs.images import split_indices
 from train.setup.cluster import free_local_ports
 
 
@@ -29,21 +30,54 @@ def test_npz_round_trip(make_npz):
     path = make_npz()
     s = settings(dataset=f"npz:{path}", batch_size=64)
     spec = data.load_data(s)
-    assert (spec.input_shape, spec.num_classes, spec.n_train, spec.n_val) == ((28, 28, 1), 10, 600, 300)
+    # VAL_SPLIT=0.1 of each class of the 600 training examples validates; the test split stays apart
+    shape = (spec.input_shape, spec.num_classes, spec.n_train, spec.n_val, spec.n_test, spec.val_from)
+    assert shape == ((28, 28, 1), 10, 539, 61, 300, "train")
     assert spec.class_names == tuple(str(i) for i in range(10))
     assert spec.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
     assert "_Split" not in repr(spec) and "array" not in repr(spec)
     with np.load(path) as z:
-        x_test, y_test = z["x_test"], z["y_test"]
+        x_train, y_train, x_test, y_test = z["x_train"], z["y_train"], z["x_test"], z["y_test"]
     ds = data.val_dataset(spec, s, 64)
     first_x, first_y = next(iter(ds))
     assert first_x.dtype.name == "float32" and first_y.dtype.name == "int32"
-    assert first_x.shape == (64, 28, 28, 1)
+    assert first_x.shape == (61, 28, 28, 1)
+    _, val = split_indices(y_train.astype(np.int32), 0.1, s.seed)
     x, y = batches(ds)
+    np.testing.assert_array_equal(x[..., 0], x_train[val].astype(np.float32))
+    np.testing.assert_array_equal(y, y_train[val])
+    x, y = batches(data.final_test_dataset(spec, 64))
     np.testing.assert_array_equal(x[..., 0], x_test.astype(np.float32))
     np.testing.assert_array_equal(y, y_test)
     train_x, _ = batches(data.train_dataset(spec, s, epoch=0, batch_size=64))
-    assert len(train_x) == 600 and data.steps_per_epoch(spec, 64) == 10  # last batch partial: 600 = 9*64 + 24
+    assert len(train_x) == 539 and data.steps_per_epoch(spec, 64) == 9  # last batch partial: 539 = 8*64 + 27
+
+
+def test_validation_is_a_stratified_seeded_share_of_the_training_split_never_a_test_example(make_npz):
+    s = settings(dataset=f"npz:{make_npz()}", val_split=0.2, seed=7)
+    spec = data.load_data(s)
+    with np.load(s.dataset[4:]) as z:
+        per_class = np.bincount(z["y_train"], minlength=10)
+    assert np.bincount(spec._val.y, minlength=10).tolist() == [round(n * 0.2) for n in per_class]  # per class
+    assert (spec.n_train + spec.n_val, spec.n_test) == (600, 300)
+    train_rows = {r.tobytes() for r in spec._train.x}
+    val_rows = {r.tobytes() for r in spec._val.x}
+    test_rows = {r.tobytes() for r in spec._test.x}
+    assert not (train_rows & val_rows) and not (val_rows & test_rows)
+    np.testing.assert_array_equal(spec._val.y, data.load_data(s)._val.y)  # the same split every time
+    assert not np.array_equal(spec._val.x, data.load_data(settings(dataset=s.dataset, val_split=0.2, seed=8))._val.x)
+
+
+def test_val_split_0_trains_on_every_training_example_and_keeps_the_test_split(make_npz):
+    spec = data.load_data(settings(dataset=f"npz:{make_npz()}", val_split=0.0, monitor="accuracy"))
+    assert (spec.n_train, spec.n_val, spec.n_test) == (600, 0, 300)
+
+
+def test_a_val_split_too_small_for_any_class_is_refused(tmp_path):
+    y = np.arange(30, dtype=np.uint8) % 10  # 3 per class: round(0.1 * 3) = 0
+    path = write_npz(tmp_path / "few.npz", n_train=30, n_test=10, y_train=y)
+    with pytest.raises(DataError, match=r"VAL_SPLIT=0.1 of 3 examples in the largest class leaves no example"):
+        data.load_data(settings(dataset=f"npz:{path}"))
 
 
 def test_an_npz_path_with_a_colon_loads_and_the_data_line_says_what_was_loaded(tmp_path, caplog):
@@ -53,7 +87,7 @@ def test_an_npz_path_with_a_colon_loads_and_the_data_line_says_what_was_loaded(t
     assert spec.source == str(path)
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("data: "))
     assert line == (
-        f"data: npz:{path} from {path}: 600 train / 300 val, shape (28, 28, 1), 10 classes, "
+        f"data: npz:{path} from {path}: 539 train / 61 val (from train) / 300 test, shape (28, 28, 1), 10 classes, "
         f"fingerprint {spec.fingerprint[:16]}"
     )
 
@@ -64,7 +98,8 @@ def test_builtin_from_data_dir_cifar_labels_flattened(tmp_path):
     spec = data.load_data(settings(dataset="cifar10", data_dir=str(tmp_path)))
     assert spec.input_shape == (32, 32, 3) and spec.class_names[0] == "airplane"
     assert spec.source == str(tmp_path / "cifar10.npz")
-    np.testing.assert_array_equal(spec._train.y, y[:, 0])
+    train, _ = split_indices(y[:, 0].astype(np.int32), 0.1, 42)
+    np.testing.assert_array_equal(spec._train.y, y[train, 0])
 
 
 def test_builtin_with_wrong_shape_is_refused(tmp_path):
@@ -119,10 +154,10 @@ def test_epoch_order_is_a_permutation(buffer):
 
 
 def test_smoke_sizes(make_npz):
-    path = make_npz(n_train=1000, n_test=400)
+    path = make_npz(n_train=3000, n_test=400)  # VAL_SPLIT=0.1: 300 to validate, the smoke run keeps 256 of them
     s = settings(dataset=f"npz:{path}", smoke=True)
     spec = data.load_data(s)
-    assert (spec.n_train, spec.n_val) == (512, 256)
+    assert (spec.n_train, spec.n_val, spec.n_test) == (512, 256, 256)
     np.testing.assert_array_equal(spec._train.y, data.load_data(s)._train.y)  # the same subset every time
     # 512 different examples, none drawn twice (the generated images are all distinct)
     assert len(np.unique(spec._train.x.reshape(512, -1), axis=0)) == 512
@@ -172,8 +207,15 @@ def test_real_mnist(tmp_path):
     (tmp_path / "mnist.npz").symlink_to(src.resolve())
     s = settings(dataset="mnist", data_dir=str(tmp_path))
     spec = data.load_data(s)
-    assert (spec.input_shape, spec.n_train, spec.n_val, spec.num_classes) == ((28, 28, 1), 60000, 10000, 10)
-    assert spec._train.y[:5].tolist() == [5, 0, 4, 1, 9]
+    # VAL_SPLIT=0.1 of each digit's training images: 6,000 to validate, the 10,000 test images apart
+    assert (spec.input_shape, spec.n_train, spec.n_val, spec.n_test, spec.num_classes) == (
+        (28, 28, 1),
+        54000,
+        6000,
+        10000,
+        10,
+    )
+    assert spec._test.y[:5].tolist() == [7, 2, 1, 0, 4]
     assert spec.fingerprint == hashlib.sha256(src.read_bytes()).hexdigest()
     x, y = next(iter(data.train_dataset(spec, s, epoch=0, batch_size=128)))
     assert x.shape == (128, 28, 28, 1) and float(x.numpy().max()) == 255.0

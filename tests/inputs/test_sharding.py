@@ -57,7 +57,8 @@ def _reassemble(spec, s, epoch, batch, replicas, per_worker, start=0, which="tra
 
 @pytest.mark.parametrize("replicas, per_worker", [(1, 1), (2, 1), (2, 2), (4, 2), (3, 1)])
 def test_slices_of_every_worker_make_the_global_batches(make_npz, replicas, per_worker):
-    s = _settings(dataset=f"npz:{make_npz(n_train=100, n_test=30)}", seed=5)
+    # VAL_SPLIT=0: all 100 training examples train, the batch sizes below are exact
+    s = _settings(dataset=f"npz:{make_npz(n_train=100, n_test=30)}", seed=5, val_split=0.0, monitor="accuracy")
     spec = data.load_data(s)
     want = _global_batches(spec, s, epoch=2, batch=12)  # 8 full batches and one of 4: uneven slices
     got = _reassemble(spec, s, epoch=2, batch=12, replicas=replicas, per_worker=per_worker)
@@ -79,7 +80,7 @@ def test_from_a_start_step_and_for_validation(make_npz):
 
 
 def test_a_last_batch_smaller_than_the_replicas_leaves_empty_slices(make_npz):
-    s = _settings(dataset=f"npz:{make_npz(n_train=13, n_test=4, classes=2)}", seed=1)
+    s = _settings(dataset=f"npz:{make_npz(n_train=13, n_test=4, classes=2)}", seed=1, val_split=0.0, monitor="accuracy")
     spec = data.load_data(s)
     elements = _elements(data.replica_dataset(spec, s, "train", 0, 12, replicas=4, first_replica=3, local_replicas=1))
     assert [len(y) for _, y, _ in elements] == [3, 0]  # 12 = 3+3+3+3, then 1 = 1+0+0+0

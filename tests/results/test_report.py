@@ -343,8 +343,9 @@ def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tm
     pictures = pngs(page)
     assert len(pictures) == 3 and pictures[0] == (result.run_dir / "curves.png").read_bytes()
     wrong = len(re.findall(r"<h3>The (\d+) most wrong", page))
-    assert wrong == 1 and "on 200 validation examples" in page and "most often taken for" in page
-    accuracy = float(re.search(r"accuracy <b>([\d.]+)%</b> on 200", page).group(1)) / 100
+    n_val = json.loads((result.run_dir / "manifest.json").read_text())["data"]["n_val"]  # VAL_SPLIT of the 600
+    assert wrong == 1 and f"on {n_val} validation examples" in page and "most often taken for" in page
+    accuracy = float(re.search(rf"accuracy <b>([\d.]+)%</b> on {n_val}", page).group(1)) / 100
     assert accuracy == pytest.approx(max(r["val_accuracy"] for r in result.history), abs=1e-4)
 
 
@@ -400,6 +401,7 @@ def test_the_run_table_of_a_manifest_that_records_nothing_says_so_in_every_row()
         ("commit", "unknown"),
         ("lock", "? sha256 unknown"),
         ("data", "? from ?: ? train / ? val, 0 classes"),
+        ("test split (evaluated once, at the end)", "-"),
         ("data fingerprint", "sha256 unknown"),
         ("precision", "?: ?"),
         ("devices", "CPU only"),
@@ -436,6 +438,8 @@ def test_the_run_table_of_a_full_manifest_shows_each_record_escaped():
             "source": "d.npz",
             "n_train": 6,
             "n_val": 2,
+            "n_test": 3,
+            "val_from": "train",
             "fingerprint": "ee",
             "class_names": ["a", "b"],
         },
@@ -446,6 +450,13 @@ def test_the_run_table_of_a_full_manifest_shows_each_record_escaped():
         "platform": "linux",
         "seed": 7,
         "export": {"max_abs_diff": 1.5e-7, "tolerance": 1e-5},
+        "test": {
+            "examples": 3,
+            "weights": {
+                "best": {"epoch": 1, "loss": 0.25, "accuracy": 2 / 3},
+                "final": {"epoch": 2, "loss": 0.5, "accuracy": 1 / 3},
+            },
+        },
     }
     records = RunRecords(Path("r"), {"deterministic": True}, manifest, [{"epoch": 1.0, "epoch_seconds": 300.0}])
     assert report.summary_rows(records) == [
@@ -459,7 +470,11 @@ def test_the_run_table_of_a_full_manifest_shows_each_record_escaped():
         ("image", "img:tag"),
         ("commit", "abc (uncommitted changes) from /app/BUILD_COMMIT"),
         ("lock", "requirements/cpu.lock sha256 ff"),
-        ("data", "mnist from d.npz: 6 train / 2 val, 2 classes"),
+        ("data", "mnist from d.npz: 6 train / 2 val (from the training split) / 3 test, 2 classes"),
+        (
+            "test split (evaluated once, at the end)",
+            "accuracy=0.6667 loss=0.2500 (best weights, epoch 1); accuracy=0.3333 loss=0.5000 (final weights, epoch 2)",
+        ),
         ("data fingerprint", "sha256 ee"),
         ("precision", "float32: no"),
         ("devices", "T4 (15000 MB); A100 (? MB)"),

@@ -14,6 +14,7 @@ def _run(root, name, config, manifest=None, metrics=None):
     return write_run(root / name, config, manifest, metrics)
 
 
+TESTED = {"epoch": 2, "loss": 0.061, "accuracy": 0.98125}
 CFG = {"epochs": 3, "monitor": "val_accuracy", "model": "cnn", "dataset": "mnist"}
 
 
@@ -23,7 +24,13 @@ def test_list_and_format_runs(tmp_path):
         root,
         "20260101-000000-aaaa",
         CFG,
-        {"status": "completed", "epochs_completed": 3, "best": {"value": 0.98765}, "duration_seconds": 61.4},
+        {
+            "status": "completed",
+            "epochs_completed": 3,
+            "best": {"value": 0.98765},
+            "duration_seconds": 61.4,
+            "test": {"weights": {"best": TESTED, "final": {"epoch": 3, "loss": 0.05, "accuracy": 0.97}}},
+        },
     )
     _run(root, "20260102-000000-bbbb", CFG, "{not json", metrics="epoch,loss\n1,0.5\n2,0.4\n")
     _run(root, "20260103-000000-cccc", "{broken")  # config unreadable too
@@ -39,6 +46,7 @@ def test_list_and_format_runs(tmp_path):
         "of": 3,
         "monitor": "val_accuracy",
         "best": 0.98765,
+        "test": TESTED,
         "duration": 61.4,
         "model": "cnn",
         "dataset": "mnist",
@@ -52,18 +60,19 @@ def test_list_and_format_runs(tmp_path):
     assert (rows[2]["status"], rows[2]["epochs"], rows[2]["of"]) == ("unreadable", None, None)
 
     lines = format_runs(rows).splitlines()
-    assert lines[0].split() == ["ID", "STATUS", "EPOCHS", "BEST", "DURATION", "MODEL", "DATASET"]
+    assert lines[0].split() == ["ID", "STATUS", "EPOCHS", "BEST", "TEST", "DURATION", "MODEL", "DATASET"]
     assert lines[1].split() == [
         "20260101-000000-aaaa",
         "completed",
         "3/3",
         "val_accuracy=0.9877",
+        "accuracy=0.9812",  # the best weights on the test split, apart from the validation value that chose them
         "61s",
         "cnn",
         "mnist",
     ]
-    assert lines[2].split() == ["20260102-000000-bbbb", "unreadable", "-/-", "-", "-"]
-    assert lines[3].split() == ["20260103-000000-cccc", "unreadable", "-/-", "-", "-"]
+    assert lines[2].split() == ["20260102-000000-bbbb", "unreadable", "-/-", "-", "-", "-"]
+    assert lines[3].split() == ["20260103-000000-cccc", "unreadable", "-/-", "-", "-", "-"]
     assert lines[4].startswith("20260102-000000-bbbb: run 20260102-000000-bbbb:") and "backup" in lines[4]
     col = lines[0].index("STATUS")
     assert lines[1][col:].startswith("completed") and lines[2][col:].startswith("unreadable")  # aligned columns
@@ -96,7 +105,7 @@ def test_a_smoke_run_shows_the_one_epoch_it_trains(tmp_path):
     _run(root, "20260101-000000-000002", {**CFG, "smoke": True}, {"status": "completed", "epochs_completed": 1})
     rows = list_runs(root)
     assert [(r["epochs"], r["of"]) for r in rows] == [(1, 1), (1, 1)]
-    assert format_runs(rows).splitlines()[1].split()[2:] == ["1/1", "-", "3s", "cnn", "mnist", "(smoke)"]
+    assert format_runs(rows).splitlines()[1].split()[2:] == ["1/1", "-", "-", "3s", "cnn", "mnist", "(smoke)"]
 
 
 def test_duration_is_the_training_time_of_every_segment(tmp_path):
@@ -118,7 +127,7 @@ def test_duration_is_the_training_time_of_every_segment(tmp_path):
     )
     (row,) = list_runs(root)
     assert row["duration"] == 149.0 and row["of"] == 4
-    assert format_runs([row]).splitlines()[1].split()[4] == "149s"
+    assert format_runs([row]).splitlines()[1].split()[5] == "149s"
 
 
 def test_no_runs(tmp_path):
@@ -151,6 +160,7 @@ def test_runs_json_is_one_document_with_the_tables_fields(tmp_path, capsys):
             "status": "completed",
             "epochs_completed": 4,
             "best": {"value": 0.75},
+            "test": {"examples": 10000, "weights": {"best": TESTED}},
             "segments": [
                 {"seconds": 94.0, "status": "interrupted"},
                 {"seconds": 55.5, "status": "completed", "epochs_planned": 4},
@@ -170,6 +180,7 @@ def test_runs_json_is_one_document_with_the_tables_fields(tmp_path, capsys):
         "epochs_planned": 4,
         "monitor": "val_accuracy",
         "best": 0.75,
+        "test": TESTED,
         "duration_seconds": 149.5,
         "model": "cnn",
         "dataset": "mnist",

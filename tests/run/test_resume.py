@@ -492,3 +492,34 @@ def test_auto_continues_a_named_run_unless_another_name_is_given(tmp_path):
     assert auto_resume(s) == str(named)  # `docker compose up` again, without the --run-name of the first
     assert auto_resume(_settings(tmp_path, run_name="stopme")) == str(named)
     assert auto_resume(_settings(tmp_path, run_name="other")) == ""  # a new name asks for a new run
+
+
+def test_a_run_recorded_before_validation_was_split_off_resumes_validating_on_the_test_split(tmp_path):
+    """Its config.json has no VAL_FROM: it trained on all of x_train and validated on x_test, so its
+    metrics, best weights and early stopping meant that; a resume (and reproduce, which reads the same
+    record) keeps doing so, and still writes VAL_FROM=test when the config is written again."""
+    import numpy as np
+    from helpers import write_tiny_npz
+
+    from train.inputs import pipeline as data
+
+    npz = write_tiny_npz(tmp_path)
+    s = _settings(tmp_path, dataset=f"npz:{npz}")
+    old = {k: v for k, v in s.to_dict().items() if k != "val_from"}
+    run = write_run(
+        Path(s.runs_dir) / "20250101-000000-aaaa", old, {"status": "interrupted"}, checkpoints=["ckpt-000000004.npz"]
+    )
+    plan = plan_run(s, run.name)
+    plan.release()
+    assert plan.settings.val_from == "test"
+    spec = data.load_data(plan.settings)
+    with np.load(npz) as z:
+        assert (spec.n_train, spec.n_val, spec.n_test) == (len(z["y_train"]), len(z["y_test"]), 0)
+        np.testing.assert_array_equal(spec._train.x[..., 0], z["x_train"])
+        np.testing.assert_array_equal(spec._val.x[..., 0], z["x_test"])
+    plan.write_config()
+    assert read_json(run / "config.json")["val_from"] == "test"
+    # A new run with the same settings validates on a share of the training data instead.
+    fresh = plan_run(s, None)
+    fresh.release()
+    assert fresh.settings.val_from == "train"

@@ -71,6 +71,10 @@ def test_three_trials_are_three_runs_a_rerun_continues_and_more_trials_add_one(t
     best = min(_manifests(runs), key=lambda m: -m["best"]["value"])
     assert best["best"]["value"] == pytest.approx(float(best_line.split("val_accuracy=")[1].split()[0]), abs=1e-4)
     assert f"python -m train export {best_line.split('(run ')[1].rstrip(')')}" in out
+    # Chosen on validation; its test result is shown beside it, from its own manifest.
+    chosen = json.loads((runs / best_line.split("(run ")[1].rstrip(")") / "manifest.json").read_text())
+    tested = chosen["test"]["weights"]["best"]["accuracy"]
+    assert f"  test: accuracy={tested:.4f} (its best weights, the test split evaluated once; " in out
 
     assert main(["sweep", str(space), *flags]) == 0  # the same total: nothing more to run
     assert len(list_run_dirs(runs)) == 3

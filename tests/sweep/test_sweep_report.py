@@ -68,6 +68,24 @@ def test_the_report_names_the_best_trial_links_every_run_and_fetches_nothing(tmp
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
 
 
+def test_the_best_trial_is_chosen_on_validation_and_its_test_result_is_shown_beside_it(tmp_path):
+    import json
+
+    study, spec, runs = _study(tmp_path)
+    best, other = runs / "20261201-000001-000000-rep-t1", runs / "20261201-000002-000000-rep-t2"
+    tested = {"examples": 10000, "weights": {"best": {"epoch": 3, "loss": 0.3, "accuracy": 0.8812}}}
+    (best / "manifest.json").write_text(json.dumps({"status": "completed", "test": tested}))
+    # A trial with a better test result is not the best: the study never sees the test split.
+    better = {"examples": 10000, "weights": {"best": {"epoch": 3, "loss": 0.2, "accuracy": 0.95}}}
+    (other / "manifest.json").write_text(json.dumps({"status": "completed", "test": better}))
+    page = write_sweep_report(study, spec, runs, "sqlite:///x.db").read_text()
+    assert (
+        "best: trial 1, val_accuracy = 0.9, run 20261201-000001-000000-rep-t1; test accuracy=0.8812 "
+        "(its best weights; the study never sees it)"
+    ) in page
+    assert "accuracy=0.9500" not in page
+
+
 def test_chromium_draws_the_history_the_params_and_the_importances(tmp_path):
     study, spec, runs = _study(tmp_path)
     path = write_sweep_report(study, spec, runs, "sqlite:///x.db")

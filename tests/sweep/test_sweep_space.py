@@ -68,6 +68,8 @@ BAD = {
     "unknown pruner": ('[study]\npruner = "sometimes"\n[space]\nbatch_size = [16]\n', "median"),
     "no space": ("[study]\ntrials = 3\n", "at least one setting"),
     "a where-setting searched": ('[space]\nruns_dir = ["a", "b"]\n', "cannot be searched"),
+    "the validation share searched": ("[space]\nval_split = [0.1, 0.2]\n", "cannot be searched"),
+    "validating on the test split searched": ('[space]\nval_from = ["train", "test"]\n', "cannot be searched"),
     "not toml": ("[space\n", "not valid TOML"),
     "a scalar": ("[space]\nbatch_size = 16\n", "a list of values"),
     "zero trials": ("[study]\ntrials = 0\n[space]\nbatch_size = [16]\n", ">= 1"),

@@ -230,7 +230,8 @@ def _tiny_models(asked=None):
 def real_loop(tmp_path):
     """make(epochs=1, resume_from=None, chief=True, started=now, stop=None, strategy=None, **settings) -> an EpochLoop as
     train() builds it, in a new run directory or resuming `resume_from` (chief=False: a worker, no run
-    directory): 384 generated examples, 6 steps of 64 per epoch. make.asked: the MODEL names built."""
+    directory): 384 generated training examples (42 more validate), 6 steps of 64 per epoch; 128 test
+    examples. make.asked: the MODEL names built."""
     import time
 
     from helpers import tiny_settings
@@ -511,6 +512,8 @@ def test_the_log_names_the_model_its_cost_each_epoch_and_each_checkpoint(real_lo
         r"checkpoint ckpt-000000008\.npz \(every 4 steps\)",
         r"checkpoint ckpt-000000012\.npz \(epoch end\)",
         epoch_end.format(2, r"0\.4000", ""),
+        r"test \(128 examples\): accuracy=\d\.\d{4} loss=\d\.\d{4} \(best weights, epoch 1\); "
+        r"accuracy=\d\.\d{4} loss=\d\.\d{4} \(final weights, epoch 2\)",
     ]
     lines = _log_lines(train_log)
     assert len(lines) == len(expected) and all(re.fullmatch(e, line) for e, line in zip(expected, lines)), lines
@@ -544,9 +547,9 @@ def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(r
         "early stopping: val_accuracy has not improved by more than MIN_DELTA=0 for 2 epochs (PATIENCE=2); "
         "best val_accuracy 0.7000, its weights are in best.weights.h5"
     )
-    assert _ended_because(loop.run_dir) == reason and _log_lines(train_log)[-1] == reason
+    assert _ended_because(loop.run_dir) == reason and _log_lines(train_log)[-2] == reason  # then the test split's line
     resumed = real_loop(epochs=6, resume_from=loop.run_dir, patience=2)
-    assert resumed.run().epochs_completed == 4 and _log_lines(train_log)[-1] == reason
+    assert resumed.run().epochs_completed == 4 and _log_lines(train_log)[-2] == reason
 
 
 def test_a_worker_trains_without_writing_anything(real_loop, tmp_path, capsys):
@@ -917,6 +920,15 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     assert result.final_weights_sha256 == checkpoints.weights_sha256(result.model) == manifest["final_weights_sha256"]
     assert manifest["best"] == {"monitor": "val_accuracy", "value": result.best} and manifest["epochs_completed"] == 3
     assert manifest["final_metrics"] == json.loads(json.dumps(result.history[-1]))
+    # The test split, once, through each weights file: the final weights' numbers are the trained model's own
+    test = manifest["test"]
+    best_epoch = 1 + [r["val_accuracy"] for r in result.history].index(result.best)
+    assert (test["split"], test["examples"], test["weights"]["best"]["epoch"]) == ("test", 128, best_epoch)
+    probs = result.model.predict(loop.spec._test.x.astype("float32"), verbose=0)
+    final = test["weights"]["final"]
+    right = float((probs.argmax(1) == loop.spec._test.y).mean())
+    assert final["epoch"] == 3 and final["accuracy"] == pytest.approx(right)
+    assert final["loss"] == pytest.approx(float(-np.log(probs[np.arange(128), loop.spec._test.y]).mean()), rel=1e-4)
     assert sorted(p.name for p in checkpoints.list_states(loop.run_dir / "checkpoints")) == [
         "ckpt-000000016.npz",
         "ckpt-000000018.npz",
@@ -959,7 +971,7 @@ def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
     row = loop.run().history[0]
     assert "loss" not in row and "val_loss" in row and row["samples_per_second"] is None
     assert not any(line.startswith("epoch 1/1 (") or line == "epoch 1/1" for line in _log_lines(train_log))
-    assert _log_lines(train_log)[-1].endswith("  0.0s  0 samples/s  (best)")  # nothing trained: no speed, no MFU
+    assert _log_lines(train_log)[-2].endswith("  0.0s  0 samples/s  (best)")  # nothing trained: no speed, no MFU
     assert (loop.state.epoch, loop.state.step, loop.state.global_step) == (1, 0, 6)
 
 

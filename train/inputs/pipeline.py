@@ -50,8 +50,13 @@ class DataSpec:
     n_val: int
     fingerprint: str  # sha256 of the source files' bytes (images: sorted relative paths + bytes)
     source: str
+    # Where validation comes from: "train" (VAL_SPLIT of the training data), "test" (the test split,
+    # runs recorded before validation was split off: VAL_FROM=test) or "images" (the image folder).
+    val_from: str = "train"
+    n_test: int = 0  # the held-out test split, evaluated once at the end (0: none, or it is the validation)
     _train: _Split = field(default=None, repr=False, compare=False)
     _val: _Split = field(default=None, repr=False, compare=False)
+    _test: _Split | None = field(default=None, repr=False, compare=False)
     _tensors: dict = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -69,16 +74,22 @@ def load_data(settings) -> DataSpec:
             arrays, fingerprint, source = _builtin(name, Path(settings.data_dir).expanduser())
         spec = _from_arrays(settings, arrays, fingerprint, source, name)
     log.info(
-        "data: %s from %s: %d train / %d val, shape %s, %d classes, fingerprint %s",
+        "data: %s from %s: %s, shape %s, %d classes, fingerprint %s",
         spec.name,
         spec.source,
-        spec.n_train,
-        spec.n_val,
+        split_text(spec),
         spec.input_shape,
         spec.num_classes,
         spec.fingerprint[:16],
     )
     return spec
+
+
+def split_text(spec: DataSpec) -> str:
+    """The split as the log gives it: where validation comes from is part of what the numbers mean."""
+    where = {"train": "from train", "test": "= the test split", "images": "from the folder"}[spec.val_from]
+    test = f" / {spec.n_test} test" if spec.n_test else ""
+    return f"{spec.n_train} train / {spec.n_val} val ({where}){test}"
 
 
 def steps_per_epoch(spec: DataSpec, batch_size: int) -> int:
@@ -115,6 +126,13 @@ def train_dataset(spec: DataSpec, settings, epoch: int, batch_size: int, start_s
 def val_dataset(spec: DataSpec, settings, batch_size: int):
     """Validation batches in a fixed order, same element format as `train_dataset`."""
     return _pipeline(spec, "val", np.arange(spec.n_val), batch_size)
+
+
+def final_test_dataset(spec: DataSpec, batch_size: int):
+    """The test split's batches in a fixed order (DataError when the data set has none apart from validation)."""
+    if spec._test is None:
+        raise DataError(f"{spec.name} has no test split apart from its validation data")
+    return _pipeline(spec, "test", np.arange(spec.n_test), batch_size)
 
 
 def replica_dataset(
@@ -158,7 +176,7 @@ def _sliced_pipeline(
 ):
     import tensorflow as tf
 
-    split = {"train": spec._train, "val": spec._val}[which]
+    split = {"train": spec._train, "val": spec._val, "test": spec._test}[which]
     shape = spec.input_shape
 
     def my_slices(idx):
@@ -205,7 +223,7 @@ def _sliced_pipeline(
 def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
     import tensorflow as tf
 
-    split = {"train": spec._train, "val": spec._val}[which]
+    split = {"train": spec._train, "val": spec._val, "test": spec._test}[which]
     shape = spec.input_shape
     if split.x is None:  # CACHE=none: decode again every epoch
         images_ds = images.decode_dataset([split.files[i] for i in order], shape, split.info[order])
@@ -272,27 +290,43 @@ def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str |
     entry = DATASETS[builtin] if builtin else None
     if entry:
         names = check_class_names(builtin, entry.classes, "fix the classes of its register(Dataset(...)) entry")
-    x_tr, y_tr, x_va, y_va, classes = check_arrays(source, arrays, len(names) if names else None)
+    x_tr, y_tr, x_te, y_te, classes = check_arrays(source, arrays, len(names) if names else None)
     if entry and x_tr.shape[1:] != entry.shape:
         raise DataError(f"{source}: images are {x_tr.shape[1:]} but {builtin} has {entry.shape}; is it the right file?")
+    if settings.val_from == "test":  # a run recorded before validation was split off: it validated on the test split
+        train, val, test = _Split(x_tr, y_tr), _Split(x_te, y_te), None
+    else:
+        tr, va = images.split_indices(y_tr, settings.val_split, settings.seed)
+        if settings.val_split > 0 and len(va) == 0:
+            raise DataError(
+                f"{source}: VAL_SPLIT={settings.val_split} of {np.bincount(y_tr).max()} examples in the largest "
+                "class leaves no example for validation; raise VAL_SPLIT or add examples"
+            )
+        train, val, test = _Split(x_tr[tr], y_tr[tr]), _Split(x_tr[va], y_tr[va]), _Split(x_te, y_te)
     if settings.smoke:
-        tr, va = (
-            _smoke_subset(len(y_tr), SMOKE_TRAIN, settings.seed, 0),
-            _smoke_subset(len(y_va), SMOKE_VAL, settings.seed, 1),
-        )
-        x_tr, y_tr, x_va, y_va = x_tr[tr], y_tr[tr], x_va[va], y_va[va]
+        train, val = _subset(train, SMOKE_TRAIN, settings.seed, 0), _subset(val, SMOKE_VAL, settings.seed, 1)
+        test = _subset(test, SMOKE_VAL, settings.seed, 2) if test is not None else None
     return DataSpec(
         name=settings.dataset,
         input_shape=tuple(int(d) for d in x_tr.shape[1:]),
         num_classes=classes,
         class_names=names or tuple(str(i) for i in range(classes)),
-        n_train=len(y_tr),
-        n_val=len(y_va),
+        n_train=len(train.y),
+        n_val=len(val.y),
         fingerprint=fingerprint,
         source=source,
-        _train=_Split(x_tr, y_tr),
-        _val=_Split(x_va, y_va),
+        val_from=settings.val_from,
+        n_test=len(test.y) if test is not None else 0,
+        _train=train,
+        _val=val,
+        _test=test,
     )
+
+
+def _subset(split: _Split, k: int, seed: int, salt: int) -> _Split:
+    """A smoke run's share of an array split (salt 0: train, 1: validation, 2: test)."""
+    keep = _smoke_subset(len(split.y), k, seed, salt)
+    return _Split(split.x[keep], split.y[keep])
 
 
 # --- images:<dir> --------------------------------------------------------------------------------
@@ -312,6 +346,7 @@ def _load_images(root: Path, settings) -> DataSpec:
         n_val=len(va[1]),
         fingerprint=fingerprint,
         source=str(root),
+        val_from="images",
         _train=_Split(*tr),
         _val=_Split(*va),
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..config import of_kind
 from ..errors import ConfigError
-from .run_records import RunRecords, duration_text
+from .run_records import RunRecords, duration_text, on_test, on_test_text
 
 # Settings that say how a run was driven, not what it learned: listing them is noise.
 NOT_COMPARED = of_kind("invocation")
@@ -92,6 +92,9 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     bests = [r.best_row() for r in runs]
     rows.append(("best", [f"{r.monitor}={b[r.monitor]:.4f}" if b else "-" for r, b in zip(runs, bests)]))
     rows.append(("best at epoch", [f"{b['epoch']:.0f}" if b else "-" for b in bests]))
+    # The test split, evaluated once at the end of each run: apart from the validation value that chose the weights.
+    for which in ("best", "final"):
+        rows.append((f"test, {which} weights", [on_test_text(on_test(r.manifest, which)) or "-" for r in runs]))
     rows.append(
         (
             "time to best",

@@ -24,7 +24,7 @@ from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
 from ..run.manifest import lock_in_checkout
 from ..run.rundir import RunDir
-from .run_records import RunRecords, duration_text, load_records
+from .run_records import RunRecords, data_text, duration_text, load_records, on_test, on_test_summary, on_test_text
 
 log = logging.getLogger("train")
 CHEAP_NOTE = (
@@ -159,6 +159,9 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
             f"best {_e(records.monitor)} <b>{best[records.monitor]:.4f}</b> at epoch {best['epoch']:.0f} "
             f"after {duration_text(records.seconds_to(best['epoch']))} of training"
         )
+    tested = on_test_text(on_test(m))
+    if tested:  # chosen by nothing: the number to quote for the model, apart from the validation one above
+        lead.append(f"test {_e(tested)} (best weights, test split evaluated once)")
     if records.resumes:
         lead.append(f"resumed {len(records.resumes)}x")
     error = f'<p class="error">{_e(m["error"])}</p>' if m.get("error") else ""
@@ -284,11 +287,8 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
             "lock",
             f"{lock_in_checkout(lock['file']) if lock.get('file') else '?'} sha256 {lock.get('sha256') or 'unknown'}",
         ),
-        (
-            "data",
-            f"{data.get('dataset', '?')} from {data.get('source', '?')}: {data.get('n_train', '?')} train / "
-            f"{data.get('n_val', '?')} val, {len(data.get('class_names') or [])} classes",
-        ),
+        ("data", data_text(data)),
+        ("test split (evaluated once, at the end)", on_test_summary(m) or "-"),
         ("data fingerprint", f"sha256 {data.get('fingerprint', 'unknown')}"),
         ("precision", f"{precision.get('policy', '?')}: {precision.get('reason', '?')}"),
         ("devices", "; ".join(f"{g['name']} ({g.get('memory_total_mb', '?')} MB)" for g in gpus) or "CPU only"),

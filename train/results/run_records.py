@@ -181,3 +181,56 @@ def duration_text(seconds: Any, compact: bool = False) -> str:
         return "-"
     space = "" if compact else " "
     return f"{seconds:.1f}{space}s" if seconds < 120 else f"{seconds / 60:.1f}{space}min"
+
+
+def on_test(manifest: dict[str, Any], which: str = "best") -> dict[str, Any] | None:
+    """The test split's numbers for one weights file ("best" or "final") from the manifest's `test`
+    section; None for a run without one (not finished, no test split, or recorded before it)."""
+    test = manifest.get("test") if isinstance(manifest, dict) else None
+    weights = test.get("weights") if isinstance(test, dict) else None
+    got = weights.get(which) if isinstance(weights, dict) else None
+    return got if isinstance(got, dict) else None
+
+
+def on_test_text(numbers: dict[str, Any] | None) -> str | None:
+    """One test number of `on_test`'s as a table shows it, e.g. `accuracy=0.9912` (the loss when
+    there is no accuracy); None when there is none."""
+    got = numbers or {}
+    name = "accuracy" if "accuracy" in got else "loss"
+    value = got.get(name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return f"{name}={value:.4f}"
+
+
+def on_test_summary(manifest: dict[str, Any]) -> str | None:
+    """Both weights files on the test split in one line, e.g. `accuracy=0.9912 loss=0.0310 (best
+    weights, epoch 7); accuracy=0.9905 loss=0.0335 (final weights, epoch 10)`; None without a test."""
+    parts = []
+    for which in ("best", "final"):
+        got = dict(on_test(manifest, which) or {})
+        if not got:
+            continue
+        epoch = got.pop("epoch", None)
+        # The metrics first, the loss last: accuracy is the number a reader looks for.
+        numbers = " ".join(
+            f"{k}={v:.4f}" for k, v in sorted(got.items(), key=lambda kv: kv[0] == "loss") if _finite(v)
+        )
+        parts.append(f"{numbers} ({which} weights, epoch {epoch if epoch is not None else '?'})")
+    return "; ".join(parts) or None
+
+
+def data_text(data: dict[str, Any]) -> str:
+    """The manifest's data as the report shows it: where validation came from, when it says so."""
+    text = (
+        f"{data.get('dataset', '?')} from {data.get('source', '?')}: "
+        f"{data.get('n_train', '?')} train / {data.get('n_val', '?')} val"
+    )
+    sources = {"train": " (from the training split)", "test": " (the test split)", "images": ""}
+    where = sources.get(data.get("val_from"), "")
+    test = f" / {data['n_test']} test" if data.get("n_test") else ""
+    return f"{text}{where}{test}, {len(data.get('class_names') or [])} classes"
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

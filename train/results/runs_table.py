@@ -1,4 +1,4 @@
-"""`python -m train runs`: the runs under RUNS_DIR as a table (id, status, epochs, best, duration),
+"""`python -m train runs`: the runs under RUNS_DIR as a table (id, status, epochs, best, test, duration),
 or with `--json` as one JSON list for scripts.
 
 Oldest first, in the order the runs were created. The duration is the run's whole time over all its
@@ -18,7 +18,7 @@ from ..errors import RunRecordError
 from ..run.find import list_run_dirs
 from ..run.lock import RunLock
 from ..run.rundir import RunDir
-from .run_records import RunRecords, read_metrics
+from .run_records import RunRecords, on_test, on_test_text, read_metrics
 
 # A manifest still "running" whose lock no process holds (RunLock.abandoned).
 KILLED = "killed"
@@ -39,6 +39,7 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
                     "of": None,
                     "monitor": "",
                     "best": None,
+                    "test": None,
                     "duration": None,
                     "model": "",
                     "dataset": "",
@@ -81,6 +82,8 @@ def _row(path: Path) -> dict:
         "of": of,
         "monitor": str(cfg.get("monitor", "")),
         "best": best,
+        # The best weights on the test split, evaluated once at the end: never what chose them.
+        "test": on_test(m),
         "duration": duration,
         "model": str(cfg.get("model", "")),
         "dataset": str(cfg.get("dataset", "")),
@@ -122,7 +125,7 @@ def _one_line(text, limit: int = 300) -> str:
 def format_runs(rows: list[dict]) -> str:
     if not rows:
         return "no runs yet (train with `python -m train`)"
-    header = ("ID", "STATUS", "EPOCHS", "BEST", "DURATION", "MODEL", "DATASET")
+    header = ("ID", "STATUS", "EPOCHS", "BEST", "TEST", "DURATION", "MODEL", "DATASET")
     table = [header]
     notes = []
     for r in rows:
@@ -130,7 +133,7 @@ def format_runs(rows: list[dict]) -> str:
         dur = f"{r['duration']:.0f}s" if isinstance(r["duration"], (int, float)) else "-"
         epochs = f"{r['epochs'] if r['epochs'] is not None else '-'}/{r['of'] or '-'}"
         dataset = f"{r['dataset']} (smoke)" if r.get("smoke") else r["dataset"]
-        table.append((r["id"], r["status"], epochs, best, dur, r["model"], dataset))
+        table.append((r["id"], r["status"], epochs, best, on_test_text(r.get("test")) or "-", dur, r["model"], dataset))
         if r.get("reason"):
             notes.append(f"{r['id']}: {r['reason']}")
         elif r.get("error"):
@@ -164,6 +167,7 @@ def runs_json(rows: list[dict]) -> str:
             "epochs_planned": r["of"],
             "monitor": r["monitor"] or None,
             "best": _number(r["best"]),
+            "test": r.get("test"),  # the best weights on the test split: {"epoch", "loss", "accuracy", ...}
             "duration_seconds": _number(r["duration"]),
             "model": r["model"] or None,
             "dataset": r["dataset"] or None,

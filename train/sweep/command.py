@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"wrote {report_only(spec, settings.runs_dir, url)}")
         return 0
+    from .report import best_trial_test
     from .study import run_sweep
 
     result = run_sweep(spec, settings, url, args.trials)
@@ -94,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
     if result.best:
         best = result.best
         print(f"best: trial {best['trial']} {spec.metric}={best['value']:.4f} {best['params']} (run {best['run']})")
+        tested = best_trial_test(settings.runs_dir, str(best["run"])) if best.get("run") else None
+        if tested:  # chosen on validation; the test split says how it does on data nothing was chosen by
+            print(f"  test: {tested} (its best weights, the test split evaluated once; not what the study optimised)")
         from ..run.rundir import RunDir
 
         export = RunDir(Path(settings.runs_dir) / str(best["run"])).export.path

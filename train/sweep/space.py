@@ -24,7 +24,20 @@ PRUNERS = ("median", "hyperband", "none")
 SAMPLERS = ("tpe", "random", "grid")
 STUDY_KEYS = ("name", "trials", "metric", "pruner", "sampler", "startup_trials", "heartbeat")
 # Where a trial lives or what the study decides itself: never a searched parameter.
-NOT_SEARCHED = {"runs_dir", "resume", "run_name", "sweep_storage", "workers", "worker_index", "monitor", "monitor_mode"}
+# VAL_SPLIT and VAL_FROM say which examples validate: trials compared on other examples (or on the test
+# split) would be chosen on different data, so they are fixed for the whole study.
+NOT_SEARCHED = {
+    "runs_dir",
+    "resume",
+    "run_name",
+    "sweep_storage",
+    "workers",
+    "worker_index",
+    "monitor",
+    "monitor_mode",
+    "val_split",
+    "val_from",
+}
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
 
 

@@ -357,6 +357,11 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
             "source": spec.source,
             "n_train": spec.n_train,
             "n_val": spec.n_val,
+            "n_test": spec.n_test,
+            # What "val" means in metrics.csv: VAL_SPLIT of the training data ("train"), the test
+            # split (runs recorded before validation was split off), or the image folder ("images").
+            "val_from": spec.val_from,
+            "val_split": settings.val_split if spec.val_from != "test" else None,
             "input_shape": list(spec.input_shape),
             "class_names": list(spec.class_names),
         },

@@ -210,6 +210,7 @@ class EpochLoop:
         from .schedules import OverTraining, needs_schedule
         from .steps import Steps
 
+        self._models = models  # the test split is evaluated with a plain copy built from the same factory
         lr: Any = self.s.learning_rate
         if needs_schedule(self.s.lr_schedule, self.s.lr_warmup_epochs):  # outside the strategy's scope: see schedules
             per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
@@ -544,6 +545,7 @@ class EpochLoop:
             final_metrics=self.history[-1] if self.history else None,
             epochs_completed=self.state.epoch,
         )
+        self._evaluate_test()
         if self.s.export:
             from ..results.export import export_run
 
@@ -555,6 +557,18 @@ class EpochLoop:
                 check_python=self.s.export_check_python,
             )
         return result
+
+
+    def _evaluate_test(self) -> None:
+        """The test split, once, through the best and the final weights: the chief alone, with a
+        plain float32 copy of the model (no collective: the other workers wait for the chief as it is)."""
+        from ..results.evaluation import evaluate_test, final_test_line
+
+        test = evaluate_test(self.run_dir, self.s, self.spec, self._models)
+        if test is None:
+            return
+        log.info("%s", final_test_line(test))
+        update_manifest(self.files.manifest, test=test)
 
 
 def start_loop(
