@@ -83,3 +83,11 @@ def test_the_storage_url_is_checked_with_the_settings(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_settings({"sweep_storage": f"ftp://u:{SECRET}@h/x"}, env_file=None, environ={})
     _shows_no_secret(str(err.value))
+
+
+@pytest.mark.parametrize("password", ["pa/ss-w0rd", "pa?ss-w0rd", "pa#ss-w0rd"])
+def test_a_password_holding_a_url_delimiter_is_cut_out_of_a_driver_message(password):
+    url = f"postgresql://optuna:{password}@127.0.0.1:5432/optuna"
+    text = scrub(f"connection to {url} failed: password {password} rejected", url)
+    assert "pa" not in text.replace("password", "") and "ss-w0rd" not in text, text
+    assert "postgresql://***@127.0.0.1:5432/optuna" in text

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from ..errors import StorageError
-from ..locations import StoreURL
+from ..locations import StoreURL, redact_uri
 
 # Short network waits: the uploads retry on their own schedule (train.run.mirror), and a start-up
 # check must say "the store does not answer" in seconds, not minutes.
@@ -170,7 +170,7 @@ def _reason(text: str) -> str:
 def store_error(url: StoreURL, what: str, exc: Exception) -> StorageError:
     """One line for a failed call: what the store said (its error code, never the request's headers)."""
     reason = _reason(str(exc))
-    where = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or "the default endpoint"
+    where = redact_uri(os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or "the default endpoint")
     if url.scheme != "s3":
         where = f"the {url.scheme}:// service"
     if reason in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden", "ExpiredToken"):
