@@ -64,6 +64,8 @@ def test_missing_named_env_file_is_an_error(tmp_path):
         ("RUNS_DIR", "", "must not be empty (the default is ./runs)"),
         ("RUNS_DIR", "  ", "must not be empty"),
         ("DATA_DIR", "", "must not be empty (the default is ./data)"),
+        ("STORE_CACHE", "", "must not be empty (the default is ~/.cache/tf-train-template/runs)"),
+        ("STORE_CACHE", " ", "must not be empty"),
         ("CACHE", "disk", "memory, file, none"),
         ("MEMORY_GROWTH", "maybe", "true/false"),
         ("VAL_SPLIT", "0.95", "between"),

@@ -250,7 +250,7 @@ class Settings:
     store_cache: str = _f(
         "~/.cache/tf-train-template/runs",
         "RUNS_DIR in object storage: the local staging copy runs are written to and uploaded from, beside "
-        "training; losing it loses nothing that reached the store",
+        "training; losing it loses nothing that reached the store. Not empty (that would stage in the working directory)",
         kind="surroundings",
     )
     store_lease_seconds: float = _f(
@@ -393,8 +393,11 @@ def _check_ranges(s: Settings) -> None:
 
 
 def _check_dirs(s: Settings) -> None:
-    """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory."""
-    for name in ("runs_dir", "data_dir"):
+    """RUNS_DIR, DATA_DIR and STORE_CACHE must not be empty: that would be the working directory.
+
+    Refused rather than read as unset: a blank line (STORE_CACHE=) may as well mean "here" as "the
+    default", and a setting that names a folder is never guessed."""
+    for name in ("runs_dir", "data_dir", "store_cache"):
         value = getattr(s, name)
         if not value.strip():
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
