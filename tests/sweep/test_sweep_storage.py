@@ -91,3 +91,15 @@ def test_a_password_holding_a_url_delimiter_is_cut_out_of_a_driver_message(passw
     text = scrub(f"connection to {url} failed: password {password} rejected", url)
     assert "pa" not in text.replace("password", "") and "ss-w0rd" not in text, text
     assert "postgresql://***@127.0.0.1:5432/optuna" in text
+
+
+def test_a_study_folder_that_cannot_be_made_is_one_storage_error_exit_7(tmp_path, capsys):
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "sweeps").write_text("a file where the sweeps folder goes")
+    rc = main(["sweep", str(space), "--runs-dir", str(runs), "--env-file", "/dev/null"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 7 and err.startswith(f"StorageError: cannot write {runs / 'sweeps'}"), err
+    assert len(err.splitlines()) == 1

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 from ..config import redact_uri
 from ..errors import ConfigError, StorageError
 from ..locations import userinfo
+from ..run.files import ensure_writable
 from .space import SweepSpec
 
 log = logging.getLogger("train")
@@ -55,7 +56,8 @@ def open_storage(url: str, heartbeat: int):
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep logs each trial in its own words
     if url.startswith("sqlite:///"):
-        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        # A folder that cannot be made or written is the StorageError `fit` gives, not SQLite's traceback.
+        ensure_writable(Path(url[len("sqlite:///") :]).parent)
     import warnings
 
     def storage():
