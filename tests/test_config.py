@@ -507,3 +507,10 @@ def test_redact_uri_masks_up_to_the_last_at_and_the_query(uri, masked):
     from train.locations import redact_uri
 
     assert redact_uri(uri) == masked
+
+
+def test_a_settings_difference_shows_a_url_masked():
+    a = load({"sweep_storage": f"postgresql://u:{_PW[:4]}/{_PW[4:]}@h/db"})
+    b = load({"sweep_storage": "postgresql://u:other@h/db"})
+    (line,) = diff_settings(a, b, ignore=frozenset())
+    assert line == "SWEEP_STORAGE: 'postgresql://***@h/db' -> 'postgresql://***@h/db'"

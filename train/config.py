@@ -744,6 +744,8 @@ def diff_settings(old: Settings, new: Settings, ignore: frozenset[str] = RESUME_
     for f in fields(Settings):
         a, b = getattr(old, f.name), getattr(new, f.name)
         if f.name not in ignore and a != b:
+            if f.name in URL_SETTINGS:
+                a, b = redact_uri(a), redact_uri(b)
             out.append(f"{f.name.upper()}: {a!r} -> {b!r}")
     if old.lr_schedule != "constant" and old.epochs != new.epochs and "epochs" in ignore:
         # A decaying schedule spans all EPOCHS: changing it changes every later learning rate.
