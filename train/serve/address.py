@@ -33,7 +33,8 @@ def listen_address(host: str) -> str:
         address = ipaddress.ip_address(text)
     except ValueError:
         address = None
-    if address is not None and not address.is_unspecified:
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:0.0.0.0 is 0.0.0.0 to a dual-stack socket
+    if address is not None and not address.is_unspecified and not (mapped and mapped.is_unspecified):
         return text
     if address is None and _HOSTNAME.fullmatch(text) and not _numeric_shorthand(text):
         return text
@@ -54,3 +55,16 @@ def _numeric_shorthand(text: str) -> bool:
 def url_host(host: str) -> str:
     """`host` as a URL writes it: an IPv6 address in brackets."""
     return f"[{host}]" if ":" in host else host
+
+
+def bound_everywhere(host: str, bound: str) -> bool:
+    """Whether a socket asked for `host` was bound to every interface though --host did not say so
+    in full (a name whose address is 0.0.0.0, say)."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(bound.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return host not in EVERY_INTERFACE and (address.is_unspecified or bool(mapped and mapped.is_unspecified))

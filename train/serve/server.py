@@ -21,7 +21,7 @@ import uvicorn
 from ..errors import ConfigError, TemplateError
 from .app import State, build_app
 from .batcher import Batcher
-from .address import listen_address, url_host
+from .address import bound_everywhere, listen_address, url_host
 from .model import ServedModel
 
 log = logging.getLogger("train")
@@ -54,6 +54,11 @@ def bind(host: str, port: int) -> socket.socket:
         raise ConfigError(
             "--host", host, f"cannot listen there ({exc.strerror}): give an address of this host"
         ) from None
+    if bound_everywhere(host, sock.getsockname()[0]):
+        sock.close()
+        raise ConfigError(
+            "--host", host, "its address is every interface (0.0.0.0 or ::): give 0.0.0.0 or :: itself if that is meant"
+        )
     sock.listen(2048)  # connections wait in the backlog from now on, never refused while uvicorn starts
     return sock
 
