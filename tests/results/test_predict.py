@@ -307,6 +307,8 @@ def _write_files(exp, files):
         ("fifo", "a named pipe (FIFO), not a file export writes"),
         ("savedmodel", "a directory, not a file export writes"),
         ("", "not a file inside the export folder"),
+        ("nul\0byte", "not a file inside the export folder"),
+        ("loop", "not a file inside the export folder"),
     ],
 )
 def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry, says, no_hang):
@@ -318,6 +320,7 @@ def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry,
     exp, files = _hand_export(tmp_path)
     (exp.path / "out").symlink_to("/etc/hostname")
     (exp.path / "zero").symlink_to("/dev/zero")
+    (exp.path / "loop").symlink_to(exp.path / "loop")
     os.mkfifo(exp.path / "fifo")
     _write_files(exp, {**files, entry: "0" * 64})
     with pytest.raises(ExportError) as err:

@@ -158,13 +158,17 @@ def _recorded_file_sha256(export: ExportDir, rel: object, damaged: str, again: s
     from ..digest import sha256_fd
 
     root = export.path.resolve()
-    pure = Path(rel) if isinstance(rel, str) else None
-    path = (root / pure).resolve() if pure is not None and rel and not pure.is_absolute() else None
+    try:
+        pure = Path(rel) if isinstance(rel, str) and rel and "\0" not in rel else None
+        path = (root / pure).resolve() if pure is not None and not pure.is_absolute() else None
+    except (OSError, RuntimeError):  # a link loop
+        path = None
     if path is None or not path.is_relative_to(root) or path == root:
-        shown = _printable(repr(rel))
+        shown = _printable(repr(rel))[:200]
         raise ExportError(f"{damaged}: {export.source} lists {shown}, not a file inside the export folder: {again}")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        # Resolved already: O_NOFOLLOW refuses a link put in its place since.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         raise ExportError(f"{damaged}: {export.path / rel} cannot be read ({exc.strerror or exc}): {again}") from None
     try:
