@@ -157,13 +157,8 @@ def _recorded_file_sha256(export: ExportDir, rel: object, damaged: str, again: s
     before a byte of it is read."""
     from ..digest import sha256_fd
 
-    root = export.path.resolve()
-    try:
-        pure = Path(rel) if isinstance(rel, str) and rel and "\0" not in rel else None
-        path = (root / pure).resolve() if pure is not None and not pure.is_absolute() else None
-    except (OSError, RuntimeError):  # a link loop
-        path = None
-    if path is None or not path.is_relative_to(root) or path == root:
+    path = _inside(export.path.resolve(), rel)
+    if path is None:
         shown = _printable(repr(rel))[:200]
         raise ExportError(f"{damaged}: {export.source} lists {shown}, not a file inside the export folder: {again}")
     try:
@@ -181,6 +176,17 @@ def _recorded_file_sha256(export: ExportDir, rel: object, damaged: str, again: s
         raise ExportError(f"{damaged}: {export.path / rel} cannot be read ({exc.strerror or exc}): {again}") from None
     finally:
         os.close(fd)
+
+
+def _inside(root: Path, rel: object) -> Path | None:
+    """The real path (links resolved) of the relative path `rel` when it is below `root`, else None."""
+    if not isinstance(rel, str) or not rel or "\0" in rel or Path(rel).is_absolute():
+        return None
+    try:
+        path = (root / rel).resolve()
+    except (OSError, RuntimeError):  # a link loop
+        return None
+    return path if path.is_relative_to(root) and path != root else None
 
 
 def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:
