@@ -156,7 +156,11 @@ def _v2_binary(dims, elements) -> tuple[bytes, tuple]:
 
     raw = b"".join(struct.pack("<I", len(e)) + e for e in elements)
     head = json.dumps(
-        {"inputs": [{"name": "images", "datatype": "BYTES", "shape": dims, "parameters": {"binary_data_size": len(raw)}}]}
+        {
+            "inputs": [
+                {"name": "images", "datatype": "BYTES", "shape": dims, "parameters": {"binary_data_size": len(raw)}}
+            ]
+        }
     ).encode()
     return head + raw, (("inference-header-content-length", str(len(head))),)
 
@@ -180,30 +184,39 @@ def test_an_oversized_request_of_any_protocol_is_refused_before_an_image_is_deco
     many_files, files_form = _multipart([(f"f{i}", f"{i}.png", b"") for i in range(5)])
     nested_inner, inner_type = _multipart([(f"f{i}", None, b"") for i in range(50_000)], boundary="inner")
     nested, nested_form = _multipart([("x", None, f"Content-Type: {inner_type}\r\n\r\n".encode() + nested_inner)])
+    headers_only = b"--b0undary\r\n" + b"X-A: b\r\n" * 1_000_000 + b"--b0undary--\r\n"
     v2_body, v2_headers = _v2_binary([1_000_000], [b""] * 1_000_000)
     short_body, short_headers = _v2_binary([1], [b""] * 1_000_000)
     started = time.monotonic()
     answers = _serve(
         [
-            ("/v1/models/model:predict", json.dumps({"instances": [{"b64": tiny}] * 10_000}).encode(), "application/json"),
+            (
+                "/v1/models/model:predict",
+                json.dumps({"instances": [{"b64": tiny}] * 10_000}).encode(),
+                "application/json",
+            ),
             ("/v1/models/model:predict", json.dumps({"inputs": [{"b64": tiny}] * 10_000}).encode(), "application/json"),
             ("/predict", many_fields, form),
             ("/predict", many_files, files_form),
             ("/predict", nested, nested_form),
+            ("/predict", headers_only, form),
             ("/v2/models/model/infer", v2_body, "application/octet-stream", v2_headers),
             ("/v2/models/model/infer", short_body, "application/octet-stream", short_headers),
         ]
     )
     assert time.monotonic() - started < 20  # minutes before: every image decoded, every part parsed
     statuses = [status for status, _ in answers]
-    assert statuses == [400] * 7, answers
+    assert statuses == [400] * 8, answers
     assert all("SERVE_MAX_BATCH=4" in doc["error"] for _, doc in answers[:4]), answers
     assert "no file in the upload" in answers[4][1]["error"]  # the nested form is not walked
-    assert "SERVE_MAX_BATCH=4" in answers[5][1]["error"] and "inputs[0].shape" in answers[6][1]["error"]
+    assert "bytes of part headers" in answers[5][1]["error"]
+    assert "SERVE_MAX_BATCH=4" in answers[6][1]["error"] and "inputs[0].shape" in answers[7][1]["error"]
     assert decoded == []
 
 
-@pytest.mark.parametrize("dims", [[True, 2, 2, 1], [2**60 + 1, 2, 2, 1], [2, 2**60 + 1, 2, 1], [1.0, 2, 2, 1], [1] * 1000])
+@pytest.mark.parametrize(
+    "dims", [[True, 2, 2, 1], [2**60 + 1, 2, 2, 1], [2, 2**60 + 1, 2, 1], [1.0, 2, 2, 1], [1] * 1000]
+)
 def test_a_v2_shape_that_is_no_batch_is_a_400_naming_it(dims):
     doc = {"inputs": [{"name": "images", "datatype": "UINT8", "shape": dims, "data": [0, 0, 0, 0]}]}
     ((status, answer),) = _serve([("/v2/models/model/infer", json.dumps(doc).encode(), "application/json")])

@@ -304,6 +304,9 @@ def v2_response(model, probs: np.ndarray, meta: dict) -> tuple[bytes, dict[str, 
 # Ordinary form fields an upload may carry beside its files (a name, a note): counted with the files
 # before the body is parsed, since each part costs the parser as much as a file does.
 FORM_FIELDS = 8
+# The most header bytes one part may have: a browser or curl sends a few hundred; a part without its
+# blank line would otherwise have all of its body parsed as header lines.
+PART_HEADERS = 16_384
 
 
 def uploads(body: bytes, content_type: str, shape: tuple[int, ...], max_batch: int) -> tuple[list[str], np.ndarray]:
@@ -325,6 +328,10 @@ def uploads(body: bytes, content_type: str, shape: tuple[int, ...], max_batch: i
         raise RequestError("body", None, "a multipart/form-data upload without parts; send curl -F file=@image.png")
     names, files = [], []
     for head, payload in parts:
+        if len(head) > PART_HEADERS:
+            raise RequestError(
+                "body", f"{len(head)} bytes of part headers", f"at most {PART_HEADERS}; send the file as it is"
+            )
         headers = email.parser.BytesHeaderParser(policy=email.policy.HTTP).parsebytes(head + b"\r\n\r\n")
         name = headers.get_filename()
         if name is None:
