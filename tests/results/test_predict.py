@@ -285,7 +285,8 @@ def _hand_export(root):
     (exp.savedmodel / "saved_model.pb").write_bytes(b"pb")
     exp.labels.write_text("cat\ndog\n")
     files = {
-        rel: hashlib.sha256((exp.path / rel).read_bytes()).hexdigest() for rel in ("savedmodel/saved_model.pb", "labels.txt")
+        rel: hashlib.sha256((exp.path / rel).read_bytes()).hexdigest()
+        for rel in ("savedmodel/saved_model.pb", "labels.txt")
     }
     return exp, files
 

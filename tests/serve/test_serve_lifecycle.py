@@ -163,7 +163,10 @@ def test_serve_without_the_server_packages_says_how_to_install_them(served_run, 
     assert "ConfigError" in err and "requirements/serve.lock" in err and "serve` target" in err
 
 
-@pytest.mark.parametrize("host", ["", " ", "\t", "0", "0.0", "0.0.0", "00.0.0.0", "0x0", "127.1", "::0", "0:0::0", " 0.0.0.0", "::ffff:0.0.0.0"])
+@pytest.mark.parametrize(
+    "host",
+    ["", " ", "\t", "0", "0.0", "0.0.0", "00.0.0.0", "0x0", "127.1", "::0", "0:0::0", " 0.0.0.0", "::ffff:0.0.0.0"],
+)
 def test_a_host_that_does_not_say_plainly_where_is_refused_before_anything_loads(host, capsys):
     from train.cli import main
 

@@ -15,6 +15,8 @@ from .address import listen_address
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SETTINGS = ("serve_max_batch", "serve_max_wait_ms", "serve_max_body_mb")
+
+
 def add_command(sub: argparse._SubParsersAction) -> None:
     from ..commands import add_runs_dir
 

@@ -19,9 +19,9 @@ import socket
 import uvicorn
 
 from ..errors import ConfigError, TemplateError
+from .address import bound_everywhere, listen_address, url_host
 from .app import State, build_app
 from .batcher import Batcher
-from .address import bound_everywhere, listen_address, url_host
 from .model import ServedModel
 
 log = logging.getLogger("train")
