@@ -103,3 +103,15 @@ def test_a_study_folder_that_cannot_be_made_is_one_storage_error_exit_7(tmp_path
     err = capsys.readouterr().err.strip()
     assert rc == 7 and err.startswith(f"StorageError: cannot write {runs / 'sweeps'}"), err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("password", ["Hunt/3rTw0", "Hunt?3rTw0"])
+def test_a_password_holding_a_slash_or_question_mark_is_never_shown_by_the_sweep(tmp_path, capsys, password):
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    url = f"postgresql://optuna:{password}@127.0.0.1:{_closed_port()}/optuna"
+    rc = main(["sweep", str(space), "--storage", url, "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert rc == 7 and "postgresql://***@127.0.0.1:" in shown, shown
+    assert "Hunt" not in shown and "3rTw0" not in shown, shown
