@@ -284,10 +284,11 @@ class Settings:
 
     def to_dict(self) -> dict[str, Any]:
         # A secret in a URL (a database password) never reaches config.json, the manifest, a tracker or
-        # the console. The values that are accepted hold none, and come out unchanged.
+        # the console. A local RUNS_DIR is a path, not a URL: an @ in a folder's name stays.
         values = dataclasses.asdict(self)
         for name in URL_SETTINGS:
-            values[name] = redact_uri(values[name])
+            if locations.looks_like_url(values[name]):
+                values[name] = redact_uri(values[name])
         return values
 
     def replace(self, **changes: Any) -> Settings:

@@ -492,3 +492,17 @@ def test_auto_continues_a_named_run_unless_another_name_is_given(tmp_path):
     assert auto_resume(s) == str(named)  # `docker compose up` again, without the --run-name of the first
     assert auto_resume(_settings(tmp_path, run_name="stopme")) == str(named)
     assert auto_resume(_settings(tmp_path, run_name="other")) == ""  # a new name asks for a new run
+
+
+def test_a_resume_keeps_the_url_values_it_was_given_and_a_local_runs_dir_with_an_at(tmp_path):
+    # config.json shows URLs masked; the resumed process still needs the real ones, and a local
+    # folder named with an @ is a path, not a URL to mask.
+    url = "postgresql://u:pa/ss@127.0.0.1:5432/db"
+    runs = tmp_path / "runs@v2"
+    settings = _settings(tmp_path, runs_dir=str(runs), sweep_storage=url)
+    assert settings.to_dict()["runs_dir"] == str(runs)
+    run = _fake_run(settings, "20260101-000000-000001", "interrupted")
+    assert read_json(run / "config.json")["sweep_storage"] == "postgresql://***@127.0.0.1:5432/db"
+    run_dir, resumed, was_resumed = prepare_run_dir(settings, run.name, force=False)
+    assert was_resumed and run_dir == run
+    assert resumed.sweep_storage == url and resumed.runs_dir == str(runs)
