@@ -285,3 +285,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, fmt):
     child.stdout.close()  # gone before the child writes its first line (it starts Python first)
     err = child.stderr.read().decode()
     assert child.wait(timeout=60) == 128 + signal.SIGPIPE and err == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "s.toml", "--storag", "postgresql://u:Hunt/3r@h/db"],
+        ["sweep", "s.toml", "--storag=postgresql://u:Hunt?3r@h/db"],
+        ["--runs", "s3://KEY:Hunt3r@bucket/runs"],
+    ],
+)
+def test_a_misspelt_flag_never_shows_the_secret_in_the_url_it_was_given(capsys, argv):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err and "***@" in err and "Hunt" not in err and "3r@" not in err, err

@@ -64,6 +64,8 @@ def test_missing_named_env_file_is_an_error(tmp_path):
         ("RUNS_DIR", "", "must not be empty (the default is ./runs)"),
         ("RUNS_DIR", "  ", "must not be empty"),
         ("DATA_DIR", "", "must not be empty (the default is ./data)"),
+        ("STORE_CACHE", "", "must not be empty (the default is ~/.cache/tf-train-template/runs)"),
+        ("STORE_CACHE", " ", "must not be empty"),
         ("CACHE", "disk", "memory, file, none"),
         ("MEMORY_GROWTH", "maybe", "true/false"),
         ("VAL_SPLIT", "0.95", "between"),
@@ -461,3 +463,74 @@ def test_a_run_saved_before_a_setting_existed_gets_the_value_that_version_used()
     assert Settings().lr_warmup_epochs > 0
     assert settings_from_dict(saved).lr_warmup_epochs == 0.0
     assert settings_from_dict({**saved, "lr_warmup_epochs": 0.7}).lr_warmup_epochs == 0.7
+
+
+# -- a secret in a URL-valued setting is never shown -------------------------------------------------
+_PW = "Hunt3rTw0"  # the secret: neither half may show (a / ? # @ in it splits it in two)
+_SECRET_URLS = [
+    f"{{scheme}}://KEY:{_PW[:4]}/{_PW[4:]}@{{host}}",
+    f"{{scheme}}://KEY:{_PW[:4]}?{_PW[4:]}@{{host}}",
+    f"{{scheme}}://KEY:{_PW[:4]}#{_PW[4:]}@{{host}}",
+    f"{{scheme}}://KEY:{_PW[:4]}@{_PW[4:]}@{{host}}",
+    f"{{scheme}}://KEY:{_PW[:4]}%40{_PW[4:]}@{{host}}",
+    f"{{scheme}}://{_PW}@{{host}}",
+    f"{{scheme}}:KEY:{_PW}@{{host}}",
+    f"{{scheme}}://{{host}}?token={_PW}",
+    f"{{scheme}}://{{host}}#{_PW}",
+]
+_SCHEMES = {"runs_dir": "s3", "mlflow_tracking_uri": "https", "sweep_storage": "postgresql"}
+_HOSTS = {"runs_dir": "bucket/runs", "mlflow_tracking_uri": "host:5000", "sweep_storage": "host:5432/db"}
+
+
+def test_the_url_valued_settings_are_the_ones_marked_so():
+    from train.config import URL_SETTINGS
+
+    # A new setting that takes a URL must be marked url=True (then masked everywhere): add it here too.
+    assert URL_SETTINGS == set(_SCHEMES)
+
+
+@pytest.mark.parametrize("name", sorted(_SCHEMES))
+@pytest.mark.parametrize("template", _SECRET_URLS)
+def test_a_secret_in_any_url_valued_setting_never_shows_in_an_error_or_in_settings(tmp_path, capsys, name, template):
+    from train.cli import main
+
+    value = template.format(scheme=_SCHEMES[name], host=_HOSTS[name])
+    halves = (_PW[:4], _PW[4:])
+    env = tmp_path / ".env"
+    env.write_text(f"RUNS_DIR={tmp_path / 'runs'}\n{name.upper()}={value}\n")
+    try:
+        s = load({name: value, "runs_dir": str(tmp_path / "runs")} if name != "runs_dir" else {name: value})
+    except ConfigError as exc:
+        shown = f"{exc} {exc.value!r} {exc.allowed}"
+    else:
+        shown = str(s.to_dict())
+    rc = main(["settings", "--env-file", str(env)])
+    out = capsys.readouterr()
+    shown += out.out + out.err
+    assert rc in (0, 2) and "***" in shown
+    assert not [h for h in halves if h in shown], shown
+
+
+@pytest.mark.parametrize(
+    "uri, masked",
+    [
+        ("postgresql://user:pa/ss@host/db", "postgresql://***@host/db"),
+        ("postgresql://user:pa?ss@host/db?sslmode=require", "postgresql://***@host/db?***"),
+        ("postgresql://u:p%40ss@host:5432/db", "postgresql://***@host:5432/db"),
+        ("http:bob:pw@host", "http:***@host"),
+        ("http://host:5000/?token=x", "http://host:5000/?***"),
+        ("s3://bucket/runs", "s3://bucket/runs"),
+        ("sqlite:////tmp/study.db", "sqlite:////tmp/study.db"),
+    ],
+)
+def test_redact_uri_masks_up_to_the_last_at_and_the_query(uri, masked):
+    from train.locations import redact_uri
+
+    assert redact_uri(uri) == masked
+
+
+def test_a_settings_difference_shows_a_url_masked():
+    a = load({"sweep_storage": f"postgresql://u:{_PW[:4]}/{_PW[4:]}@h/db"})
+    b = load({"sweep_storage": "postgresql://u:other@h/db"})
+    (line,) = diff_settings(a, b, ignore=frozenset())
+    assert line == "SWEEP_STORAGE: 'postgresql://***@h/db' -> 'postgresql://***@h/db'"

@@ -74,7 +74,7 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[s
 
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
     flags = [f for f in sub._option_string_actions if f.startswith("--")]
-    problem = f"unrecognized arguments: {' '.join(unknown)}"
+    problem = f"unrecognized arguments: {' '.join(map(_shown_argument, unknown))}"
     first = next((u.split("=", 1)[0] for u in unknown if u.startswith("--")), None)
     # A prefix is what abbreviations would have taken (allow_abbrev is off); else a near spelling.
     meant = sorted((f for f in flags if first and f.startswith(first)), key=len)
@@ -83,6 +83,15 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[s
         # `python -m train rnus`: a word that is no command became an argument of the default `fit`.
         meant = [f"the command {c}" for c in difflib.get_close_matches(unknown[0], COMMANDS, n=1, cutoff=0.6)]
     return UsageError(sub.prog, problem + (f" (did you mean {' or '.join(meant[:3])}?)" if meant else ""))
+
+
+def _shown_argument(text: str) -> str:
+    """An argument as an error shows it: a value masked as a URL is (a misspelt --storage must not
+    print the database password it was given)."""
+    from .locations import redact_uri
+
+    name, sep, value = text.partition("=") if text.startswith("--") else ("", "", text)
+    return f"{name}={redact_uri(value)}" if sep else redact_uri(text)
 
 
 def _debug_setting(argv: Sequence[str]) -> bool:

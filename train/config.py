@@ -19,6 +19,7 @@ from typing import Any
 
 from . import datasets, locations, models
 from .errors import ConfigError, StorageError
+from .locations import redact_uri
 from .setup.envfile import read_env_file
 from .setup.modelspec import check_model_spec
 
@@ -133,6 +134,7 @@ class Settings:
         "./runs",
         "where run directories are created (the mounted volume in the container), or s3://BUCKET/PREFIX (docs/storage.md)",
         kind="surroundings",
+        url=True,
     )
     run_name: str = _f("", "optional label appended to the run id (letters, digits, - and _)", kind="label")
     resume: str = _f(
@@ -189,6 +191,7 @@ class Settings:
         "",
         "MLflow tracking server, e.g. http://127.0.0.1:5000: log settings, metrics, tags and files there (empty: off)",
         kind="free",
+        url=True,
     )
     mlflow_experiment: str = _f(
         "Default", "MLflow experiment the runs are logged in (created when missing)", kind="free"
@@ -255,14 +258,14 @@ class Settings:
         "",
         "where a sweep keeps its study: a database URL (postgresql://user:password@host/db, mysql://...) shared by "
         "several sweep processes; empty: SQLite at RUNS_DIR/sweeps/<study>.db. The password is masked wherever it is shown",
-        secret=True,
+        url=True,
         kind="invocation",
     )
     # --- RUNS_DIR in object storage (s3://BUCKET/PREFIX, gs://, az://; see docs/storage.md) ---
     store_cache: str = _f(
         "~/.cache/tf-train-template/runs",
         "RUNS_DIR in object storage: the local staging copy runs are written to and uploaded from, beside "
-        "training; losing it loses nothing that reached the store",
+        "training; losing it loses nothing that reached the store. Not empty (that would stage in the working directory)",
         kind="surroundings",
     )
     store_lease_seconds: float = _f(
@@ -295,15 +298,33 @@ class Settings:
     )
 
     def to_dict(self) -> dict[str, Any]:
-        # A secret (a database password) never reaches config.json, the manifest, a tracker or the console.
+        # A secret in a URL (a database password) never reaches config.json, the manifest, a tracker or
+        # the console. A local RUNS_DIR is a path, not a URL: an @ in a folder's name stays.
         values = dataclasses.asdict(self)
-        for f in fields(self):
-            if f.metadata.get("secret") and values[f.name]:
-                values[f.name] = redact_uri(values[f.name])
+        for name in URL_SETTINGS:
+            if locations.looks_like_url(values[name]):
+                values[name] = redact_uri(values[name])
         return values
 
     def replace(self, **changes: Any) -> Settings:
         return _with_given(validate(dataclasses.replace(self, **changes)), given(self) | set(changes))
+
+
+# The settings whose value is a URL, which may carry a credential (`url=True` on the field): every
+# message and every dump shows them through redact_uri.
+URL_SETTINGS = frozenset(f.name for f in fields(Settings) if f.metadata.get("url"))
+
+
+def _masked(error: ConfigError) -> ConfigError:
+    """`error` again, with a URL-valued setting's value masked in it, wherever its text repeats the value."""
+    if error.name.lower() not in URL_SETTINGS or not isinstance(error.value, str) or not error.value:
+        return error
+    raw, masked = error.value, redact_uri(error.value)
+    hidden = [s for s in (raw, locations.userinfo(raw)) if s]
+    allowed = error.allowed
+    for text in hidden:
+        allowed = allowed.replace(text, masked if text == raw else "***")
+    return ConfigError(error.name, masked, allowed)
 
 
 def of_kind(*kinds: str) -> frozenset[str]:
@@ -388,8 +409,11 @@ def _check_ranges(s: Settings) -> None:
 
 
 def _check_dirs(s: Settings) -> None:
-    """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory."""
-    for name in ("runs_dir", "data_dir"):
+    """RUNS_DIR, DATA_DIR and STORE_CACHE must not be empty: that would be the working directory.
+
+    Refused rather than read as unset: a blank line (STORE_CACHE=) may as well mean "here" as "the
+    default", and a setting that names a folder is never guessed."""
+    for name in ("runs_dir", "data_dir", "store_cache"):
         value = getattr(s, name)
         if not value.strip():
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
@@ -433,36 +457,29 @@ _TOKEN_VARIABLE = "MLFLOW_TRACKING_TOKEN"
 _USER_VARIABLES = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
 
 
-def redact_uri(uri: str) -> str:
-    """`uri` with every part that may hold a secret replaced by ***: what is before an @ (also
-    percent-encoded as %40), and the whole query and fragment. Plain string work, so a URI that
-    does not parse is redacted too."""
-    from urllib.parse import unquote
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]*\]|[A-Za-z0-9._~%-]*)(:\d*)?$")
 
-    cut = min((i for i in (uri.find("?"), uri.find("#")) if i >= 0), default=len(uri))
-    rest, tail = uri[:cut], (uri[cut] + "***" if cut < len(uri) else "")
-    scheme, sep, after = rest.partition(":")
-    if not sep:
-        scheme, after = "", rest
-    slashes = "//" if after.startswith("//") else ""
-    authority, slash, path = after[len(slashes) :].partition("/")
-    decoded = unquote(authority)
-    if "@" in decoded:
-        authority = "***@" + decoded.rsplit("@", 1)[1]
-    elif "@" in path and not slashes:  # no // (http:bob:pw@host): the user part ends up in the path
-        path = "***@" + path.rsplit("@", 1)[1]
-    return f"{scheme}{sep}{slashes}{authority}{slash}{path}{tail}"
+
+def _credential_part(uri: str) -> str:
+    """The user part of a tracking URI, or "" when its only @ is in a path (https://host/users/me@org).
+
+    An @ after the first / is a path's when what is before that / is a plain host[:port], as an HTTP
+    client reads it; otherwise (https://u:pa/ss@host) the / is in a password, cut by the client."""
+    user = locations.userinfo(uri)
+    rest = uri.partition("//")[2] if "//" in uri else uri.partition(":")[2]
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if user and "@" not in authority and "%40" not in authority.lower() and _HOST_PORT.match(authority):
+        return ""
+    return user
 
 
 def _tracking_credential(uri: str) -> str | None:
     """What in `uri` is (or may be) a credential, and where it goes instead; None when nothing is."""
     from urllib.parse import parse_qsl, unquote
 
-    before_query = uri.split("#", 1)[0].split("?", 1)[0]
-    authority = before_query.partition("//")[2].partition("/")[0] if "//" in before_query else before_query
-    userinfo = unquote(authority).rpartition("@")[0]
-    if userinfo:
-        what = "a user and password" if ":" in userinfo else "a user name or a token"
+    user = _credential_part(uri)
+    if user:
+        what = "a user and password" if ":" in unquote(user) else "a user name or a token"
         return (
             f"the part before the @ ({what}) is a credential: remove it and set {_USER_VARIABLES} "
             f"(or {_TOKEN_VARIABLE}) in the environment instead, where the MLflow client reads them"
@@ -560,11 +577,19 @@ def _check_sweep_storage(url: str) -> None:
 
 def validate(s: Settings) -> Settings:
     """Check every rule that does not need TensorFlow; return the settings unchanged or raise."""
+    try:
+        return _validate(s)
+    except ConfigError as exc:
+        # Whichever check refused a URL-valued setting, its message never shows the secret in it.
+        raise _masked(exc) from None
+
+
+def _validate(s: Settings) -> Settings:
     _check_ranges(s)
     _check_peak_flops(s.peak_flops)
     _check_dirs(s)
     if locations.looks_like_url(s.runs_dir) and (problem := locations.url_problem(s.runs_dir)):
-        raise ConfigError("RUNS_DIR", s.runs_dir, problem)
+        raise ConfigError("RUNS_DIR", redact_uri(s.runs_dir), problem)
     datasets.check_dataset(s.dataset)
     _check_tracking(s)
     if s.model not in models.MODELS and not _MODULE_FN.match(s.model):
@@ -735,6 +760,8 @@ def diff_settings(old: Settings, new: Settings, ignore: frozenset[str] = RESUME_
     for f in fields(Settings):
         a, b = getattr(old, f.name), getattr(new, f.name)
         if f.name not in ignore and a != b:
+            if f.name in URL_SETTINGS:
+                a, b = redact_uri(a), redact_uri(b)
             out.append(f"{f.name.upper()}: {a!r} -> {b!r}")
     if old.lr_schedule != "constant" and old.epochs != new.epochs and "epochs" in ignore:
         # A decaying schedule spans all EPOCHS: changing it changes every later learning rate.

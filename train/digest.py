@@ -4,6 +4,7 @@ exports (a module of its own, below every other, because each of those layers ne
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 
@@ -12,4 +13,12 @@ def sha256_file(path: Path | str) -> str:
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
             h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_fd(fd: int) -> str:
+    """The sha256 of what an open file descriptor holds from its current offset (left open)."""
+    h = hashlib.sha256()
+    for chunk in iter(lambda: os.read(fd, 1 << 22), b""):
+        h.update(chunk)
     return h.hexdigest()

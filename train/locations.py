@@ -51,7 +51,7 @@ def url_problem(text: str) -> str | None:
             f"write it {scheme}://BUCKET/PREFIX (two slashes): as it is, it would be a local folder named '{scheme}:'"
         )
     authority = rest.split("/", 1)[0]
-    if "@" in authority or "?" in rest or "#" in rest:
+    if redact_uri(text) != text:
         variables = {
             "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
             "gs": "GOOGLE_APPLICATION_CREDENTIALS",
@@ -66,6 +66,45 @@ def url_problem(text: str) -> str | None:
     if scheme in ("s3", "gs") and not _BUCKET.match(authority):
         return f"bucket name {authority!r} is not valid: 3 to 63 lower-case letters, digits, '.' or '-'"
     return None
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+# Where a user part ends: the last @, also percent-encoded. A password may hold / ? # (a database
+# driver reads up to the last @), so the last one is taken wherever it is: an @ that is in fact in a
+# path or query only masks more than needed, never less.
+_AT = re.compile(r"@|%40", re.IGNORECASE)
+
+
+def _split_userinfo(uri: str) -> tuple[str, str, str]:
+    """(scheme with its : and //, the user part with its @ or "", the rest) of a URI, by plain string work."""
+    m = _SCHEME.match(uri)
+    head = m.group(0) if m else ""
+    after = uri[len(head) :]
+    if after.startswith("//"):
+        head, after = head + "//", after[2:]
+    ats = list(_AT.finditer(after))
+    if not ats:
+        return head, "", after
+    end = ats[-1].end()
+    return head, after[:end], after[end:]
+
+
+def userinfo(uri: str) -> str:
+    """What `uri` holds before its last @ (user, password, token): "" when nothing."""
+    _head, user, _rest = _split_userinfo(uri)
+    return user[:-3] if user.lower().endswith("%40") else user[:-1]
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` with every part that may hold a secret replaced by ***: everything up to the last @
+    (also percent-encoded as %40), and the whole query and fragment after it. The one masking of
+    every URL-valued setting and of every message that shows one. Plain string work, so a URI that
+    does not parse is redacted too."""
+    uri = str(uri)
+    head, user, rest = _split_userinfo(uri)
+    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    tail = rest[cut] + "***" if cut < len(rest) else ""
+    return f"{head}{'***@' if user else ''}{rest[:cut]}{tail}"
 
 
 def parse_url(text: str) -> StoreURL:

@@ -1047,3 +1047,16 @@ def test_a_stopped_rerun_names_the_newest_run_it_left_and_the_child_gets_the_cod
     with pytest.raises(Interrupted) as info:
         rerun.run_and_find(["train"], runs, stop)
     assert str(info.value).endswith("the original run is untouched; run reproduce again")
+
+
+def test_a_url_recorded_masked_is_left_out_of_the_rerun_flags():
+    from train.reproduce.rerun import as_flags
+
+    # The record shows it masked; given again as recorded, it would be refused as a credential.
+    recorded = {"epochs": 3, "mlflow_tracking_uri": "http://***@host/x", "sweep_storage": "postgresql://***@h/db"}
+    flags = as_flags(recorded, "n", None)
+    assert flags == ["--epochs", "3", "--run-name", "n", "--resume", ""]
+    assert as_flags({"mlflow_tracking_uri": "http://h:5000"}, "n", None)[:2] == [
+        "--mlflow-tracking-uri",
+        "http://h:5000",
+    ]

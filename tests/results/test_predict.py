@@ -272,3 +272,73 @@ def test_predict_without_an_export_and_damaged_best_weights_is_one_line_exit_4(r
     assert cli.main(["predict", run.name, _png(tmp_path / "a.png", 0), "--runs-dir", str(run.parent)]) == 4
     (line,) = [x for x in capsys.readouterr().err.splitlines() if not x.startswith("WARNING")]
     assert line.startswith(f"WeightsError: run {run.name}: {run / 'best.weights.h5'} does not load: it is ")
+
+
+def _hand_export(root):
+    """An export folder with a hand-written source.json (no TensorFlow): what a copied export may hold."""
+    import hashlib
+
+    from train.run.rundir import ExportDir
+
+    exp = ExportDir(root / "export")
+    (exp.savedmodel / "variables").mkdir(parents=True)
+    (exp.savedmodel / "saved_model.pb").write_bytes(b"pb")
+    exp.labels.write_text("cat\ndog\n")
+    files = {
+        rel: hashlib.sha256((exp.path / rel).read_bytes()).hexdigest()
+        for rel in ("savedmodel/saved_model.pb", "labels.txt")
+    }
+    return exp, files
+
+
+def _write_files(exp, files):
+    import json
+
+    exp.source.write_text(json.dumps({"weights": {}, "files": files}))
+
+
+@pytest.mark.parametrize(
+    "entry, says",
+    [
+        ("../../../../../../../../etc/hostname", "not a file inside the export folder"),
+        ("/etc/hostname", "not a file inside the export folder"),
+        ("/dev/zero", "not a file inside the export folder"),
+        ("out", "not a file inside the export folder"),  # a link out of the folder
+        ("zero", "not a file inside the export folder"),  # a link to a device
+        ("fifo", "a named pipe (FIFO), not a file export writes"),
+        ("savedmodel", "a directory, not a file export writes"),
+        ("", "not a file inside the export folder"),
+        ("nul\0byte", "not a file inside the export folder"),
+        ("loop", "not a file inside the export folder"),
+    ],
+)
+def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry, says, no_hang):
+    import os
+
+    from train.errors import ExportError
+    from train.results.predict import verify_export_files
+
+    exp, files = _hand_export(tmp_path)
+    (exp.path / "out").symlink_to("/etc/hostname")
+    (exp.path / "zero").symlink_to("/dev/zero")
+    (exp.path / "loop").symlink_to(exp.path / "loop")
+    os.mkfifo(exp.path / "fifo")
+    _write_files(exp, {**files, entry: "0" * 64})
+    with pytest.raises(ExportError) as err:
+        verify_export_files(exp, "r")
+    text = str(err.value)
+    assert says in text and "\n" not in text and text.endswith("export it again with `python -m train export r`")
+    assert "has sha256" not in text  # nothing outside the export is read, so no digest of it is shown
+
+
+@pytest.mark.parametrize("kept", [(), ("labels.txt",)], ids=["no-files", "not-the-savedmodel"])
+def test_a_source_json_that_leaves_the_savedmodel_unrecorded_is_refused(tmp_path, kept):
+    from train.errors import ExportError
+    from train.results.predict import verify_export_files
+
+    exp, files = _hand_export(tmp_path)
+    _write_files(exp, {rel: files[rel] for rel in kept})
+    with pytest.raises(ExportError, match="lists no files|records no sha256 of savedmodel/saved_model.pb"):
+        verify_export_files(exp, "r")
+    _write_files(exp, files)
+    assert verify_export_files(exp, "r") == {}

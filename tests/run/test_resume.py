@@ -523,3 +523,17 @@ def test_a_run_recorded_before_validation_was_split_off_resumes_validating_on_th
     fresh = plan_run(s, None)
     fresh.release()
     assert fresh.settings.val_from == "train"
+
+
+def test_a_resume_keeps_the_url_values_it_was_given_and_a_local_runs_dir_with_an_at(tmp_path):
+    # config.json shows URLs masked; the resumed process still needs the real ones, and a local
+    # folder named with an @ is a path, not a URL to mask.
+    url = "postgresql://u:pa/ss@127.0.0.1:5432/db"
+    runs = tmp_path / "runs@v2"
+    settings = _settings(tmp_path, runs_dir=str(runs), sweep_storage=url)
+    assert settings.to_dict()["runs_dir"] == str(runs)
+    run = _fake_run(settings, "20260101-000000-000001", "interrupted")
+    assert read_json(run / "config.json")["sweep_storage"] == "postgresql://***@127.0.0.1:5432/db"
+    run_dir, resumed, was_resumed = prepare_run_dir(settings, run.name, force=False)
+    assert was_resumed and run_dir == run
+    assert resumed.sweep_storage == url and resumed.runs_dir == str(runs)

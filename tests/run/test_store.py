@@ -130,6 +130,33 @@ def test_a_store_that_does_not_answer_is_one_line(monkeypatch):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("AWS_ENDPOINT_URL", "127.0.0.1:9000"),  # no scheme: a Rust panic and 99 lines before
+        ("AWS_ENDPOINT_URL", ""),
+        ("AWS_ENDPOINT_URL", "ftp://127.0.0.1:9000"),
+        ("AWS_ENDPOINT_URL", "http://"),
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:port"),
+        ("AWS_ENDPOINT_URL", "http://KEY:hunter2secret@127.0.0.1:9000"),
+        ("AWS_ENDPOINT", "localhost:9000"),
+    ],
+)
+def test_an_endpoint_that_is_no_http_address_is_one_config_error_before_the_client_is_made(monkeypatch, name, value):
+    import obstore.store
+
+    made = []
+    monkeypatch.setattr(obstore.store, "S3Store", lambda *a, **k: made.append(a))
+    monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    with pytest.raises(ConfigError) as err:
+        Store(parse_url("s3://some-bucket/runs"))
+    text = str(err.value)
+    assert text.startswith(f"{name}=") and "http(s)://HOST[:PORT]" in text and "\n" not in text
+    assert "hunter2secret" not in text and made == []
+
+
 # -- the lease -----------------------------------------------------------------------------------
 def test_a_second_writer_is_refused_with_one_line_naming_the_holder(s3_server, s3_bucket, monkeypatch):
     store = _store(s3_server, s3_bucket, monkeypatch)

@@ -4,9 +4,11 @@ the next request is served."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
 import numpy as np
+import pytest
 
 from train.serve.app import State, build_app
 from train.serve.batcher import Batcher
@@ -14,7 +16,10 @@ from train.serve.model import ServedModel
 
 
 async def _call(app, path: str, doc) -> tuple[int, dict]:
-    body = json.dumps(doc).encode()
+    return await _send(app, path, json.dumps(doc).encode(), "application/json")
+
+
+async def _send(app, path: str, body: bytes, content_type: str, headers=()) -> tuple[int, dict]:
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -25,7 +30,11 @@ async def _call(app, path: str, doc) -> tuple[int, dict]:
         "raw_path": path.encode(),
         "root_path": "",
         "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "headers": [
+            (b"content-type", content_type.encode()),
+            (b"content-length", str(len(body)).encode()),
+            *((k.encode(), v.encode()) for k, v in headers),
+        ],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 8501),
     }
@@ -99,3 +108,123 @@ def test_accepted_connections_send_small_writes_at_once():
             server.close()
 
     assert asyncio.run(scenario()) != 0
+
+
+# -- a request is counted before any of it is decoded ------------------------------------------------
+def _app(max_batch=4):
+    model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), lambda b: np.tile([0.5, 0.5], (len(b), 1)))
+    state = State(model, max_batch=max_batch, max_wait_ms=0, max_body=64_000_000)
+    return state, build_app(state)
+
+
+def _serve(requests, max_batch=4):
+    """Each (path, body, content type, headers) answered in-process, in order: [(status, doc)]."""
+    state, app = _app(max_batch)
+
+    async def scenario():
+        state.batcher = Batcher(state.model.run, max_batch, 0)
+        state.batcher.start()
+        try:
+            return [await _send(app, *r) for r in requests]
+        finally:
+            await state.batcher.stop()
+
+    return asyncio.run(scenario())
+
+
+def _png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.zeros((2, 2), np.uint8)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _multipart(parts, boundary="b0undary") -> tuple[bytes, str]:
+    """A form-data body of (name, filename or None, bytes) parts."""
+    chunks = []
+    for name, filename, data in parts:
+        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        chunks.append(f"--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + data + b"\r\n")
+    return b"".join(chunks) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def _v2_binary(dims, elements) -> tuple[bytes, tuple]:
+    import struct
+
+    raw = b"".join(struct.pack("<I", len(e)) + e for e in elements)
+    head = json.dumps(
+        {
+            "inputs": [
+                {"name": "images", "datatype": "BYTES", "shape": dims, "parameters": {"binary_data_size": len(raw)}}
+            ]
+        }
+    ).encode()
+    return head + raw, (("inference-header-content-length", str(len(head))),)
+
+
+@pytest.fixture
+def decoded(monkeypatch):
+    """Every image the server decodes, by name: a refused request must have none."""
+    from train.serve import payloads
+
+    seen = []
+    real = payloads.image_file
+    monkeypatch.setattr(payloads, "image_file", lambda raw, shape, what: seen.append(what) or real(raw, shape, what))
+    return seen
+
+
+def test_an_oversized_request_of_any_protocol_is_refused_before_an_image_is_decoded(decoded):
+    import time
+
+    tiny = base64.b64encode(_png()).decode()
+    many_fields, form = _multipart([(f"f{i}", None, b"") for i in range(50_000)])
+    many_files, files_form = _multipart([(f"f{i}", f"{i}.png", b"") for i in range(5)])
+    nested_inner, inner_type = _multipart([(f"f{i}", None, b"") for i in range(50_000)], boundary="inner")
+    nested, nested_form = _multipart([("x", None, f"Content-Type: {inner_type}\r\n\r\n".encode() + nested_inner)])
+    headers_only = b"--b0undary\r\n" + b"X-A: b\r\n" * 1_000_000 + b"--b0undary--\r\n"
+    v2_body, v2_headers = _v2_binary([1_000_000], [b""] * 1_000_000)
+    short_body, short_headers = _v2_binary([1], [b""] * 1_000_000)
+    started = time.monotonic()
+    answers = _serve(
+        [
+            (
+                "/v1/models/model:predict",
+                json.dumps({"instances": [{"b64": tiny}] * 10_000}).encode(),
+                "application/json",
+            ),
+            ("/v1/models/model:predict", json.dumps({"inputs": [{"b64": tiny}] * 10_000}).encode(), "application/json"),
+            ("/predict", many_fields, form),
+            ("/predict", many_files, files_form),
+            ("/predict", nested, nested_form),
+            ("/predict", headers_only, form),
+            ("/v2/models/model/infer", v2_body, "application/octet-stream", v2_headers),
+            ("/v2/models/model/infer", short_body, "application/octet-stream", short_headers),
+        ]
+    )
+    assert time.monotonic() - started < 20  # minutes before: every image decoded, every part parsed
+    statuses = [status for status, _ in answers]
+    assert statuses == [400] * 8, answers
+    assert all("SERVE_MAX_BATCH=4" in doc["error"] for _, doc in answers[:4]), answers
+    assert "no file in the upload" in answers[4][1]["error"]  # the nested form is not walked
+    assert "bytes of part headers" in answers[5][1]["error"]
+    assert "SERVE_MAX_BATCH=4" in answers[6][1]["error"] and "inputs[0].shape" in answers[7][1]["error"]
+    assert decoded == []
+
+
+@pytest.mark.parametrize(
+    "dims", [[True, 2, 2, 1], [2**60 + 1, 2, 2, 1], [2, 2**60 + 1, 2, 1], [1.0, 2, 2, 1], [1] * 1000]
+)
+def test_a_v2_shape_that_is_no_batch_is_a_400_naming_it(dims):
+    doc = {"inputs": [{"name": "images", "datatype": "UINT8", "shape": dims, "data": [0, 0, 0, 0]}]}
+    ((status, answer),) = _serve([("/v2/models/model/infer", json.dumps(doc).encode(), "application/json")])
+    assert status == 400 and answer["error"].startswith("inputs[0].shape") and "\n" not in answer["error"], answer
+
+
+def test_a_form_with_files_and_fields_is_still_served(decoded):
+    body, form = _multipart([("note", None, b"hello"), ("file", "a.png", _png()), ("file", "b.png", _png())])
+    ((status, answer),) = _serve([("/predict", body, form)])
+    assert status == 200 and [row["file"] for row in answer["predictions"]] == ["a.png", "b.png"], answer
+    assert decoded == ["a.png", "b.png"]

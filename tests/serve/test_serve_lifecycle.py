@@ -161,3 +161,43 @@ def test_serve_without_the_server_packages_says_how_to_install_them(served_run, 
     assert main(["serve", str(served_run), "--env-file", ""]) == 2
     err = capsys.readouterr().err
     assert "ConfigError" in err and "requirements/serve.lock" in err and "serve` target" in err
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["", " ", "\t", "0", "0.0", "0.0.0", "00.0.0.0", "0x0", "127.1", "::0", "0:0::0", " 0.0.0.0", "::ffff:0.0.0.0"],
+)
+def test_a_host_that_does_not_say_plainly_where_is_refused_before_anything_loads(host, capsys):
+    from train.cli import main
+
+    # "" and 0 would listen on every interface without a word: only 0.0.0.0 or :: opens the server.
+    assert main(["serve", "no-such-run", "--host", host, "--env-file", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ConfigError: --host=") and "0.0.0.0 or ::" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    "host, address, in_url",
+    [
+        ("0.0.0.0", "0.0.0.0", "0.0.0.0"),
+        ("::", "::", "[::]"),
+        ("::1", "::1", "[::1]"),
+        ("[::1]", "::1", "[::1]"),
+        ("127.0.0.1", "127.0.0.1", "127.0.0.1"),
+        ("localhost", "localhost", "localhost"),
+    ],
+)
+def test_an_address_written_in_full_is_listened_on_and_logged_as_a_url_writes_it(host, address, in_url):
+    from train.serve.address import listen_address, url_host
+
+    assert listen_address(host) == address and url_host(address) == in_url
+
+
+def test_a_name_whose_address_is_every_interface_is_refused_once_bound():
+    from train.serve.address import bound_everywhere
+
+    # A host name is only known by the address the socket got: 0.0.0.0 or :: means it said "any".
+    assert bound_everywhere("any.example", "0.0.0.0") and bound_everywhere("any.example", "::")
+    assert bound_everywhere("any.example", "::ffff:0.0.0.0")
+    assert not bound_everywhere("0.0.0.0", "0.0.0.0") and not bound_everywhere("::", "::")
+    assert not bound_everywhere("localhost", "127.0.0.1") and not bound_everywhere("::1", "::1")

@@ -31,6 +31,8 @@ def test_values_as_python_dotenv_reads_them(tmp_path):
         ("SEED=1\nEPOCHS 5\n", 2, "cannot read 'EPOCHS 5': write NAME=value"),
         ('SEED=1\nRUN_NAME="abc\nEPOCHS=2\n', 2, "cannot read 'RUN_NAME=\"abc'"),
         ("SEED=1\n\n\n  EPOCHS\n", 4, "'EPOCHS' has no '=': write EPOCHS=value"),
+        # A line with a database password, an unclosed quote: the password is not shown.
+        ('SWEEP_STORAGE="postgresql://u:Hunt/3r@h/db\n', 1, "cannot read 'SWEEP_STORAGE=***@h/db'"),
     ],
 )
 def test_a_line_that_is_not_name_value_names_file_and_line(tmp_path, content, line, words, capsys):

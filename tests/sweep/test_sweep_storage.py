@@ -83,3 +83,35 @@ def test_the_storage_url_is_checked_with_the_settings(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_settings({"sweep_storage": f"ftp://u:{SECRET}@h/x"}, env_file=None, environ={})
     _shows_no_secret(str(err.value))
+
+
+@pytest.mark.parametrize("password", ["pa/ss-w0rd", "pa?ss-w0rd", "pa#ss-w0rd"])
+def test_a_password_holding_a_url_delimiter_is_cut_out_of_a_driver_message(password):
+    url = f"postgresql://optuna:{password}@127.0.0.1:5432/optuna"
+    text = scrub(f"connection to {url} failed: password {password} rejected", url)
+    assert "pa" not in text.replace("password", "") and "ss-w0rd" not in text, text
+    assert "postgresql://***@127.0.0.1:5432/optuna" in text
+
+
+def test_a_study_folder_that_cannot_be_made_is_one_storage_error_exit_7(tmp_path, capsys):
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "sweeps").write_text("a file where the sweeps folder goes")
+    rc = main(["sweep", str(space), "--runs-dir", str(runs), "--env-file", "/dev/null"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 7 and err.startswith(f"StorageError: cannot write {runs / 'sweeps'}"), err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("password", ["Hunt/3rTw0", "Hunt?3rTw0"])
+def test_a_password_holding_a_slash_or_question_mark_is_never_shown_by_the_sweep(tmp_path, capsys, password):
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    url = f"postgresql://optuna:{password}@127.0.0.1:{_closed_port()}/optuna"
+    rc = main(["sweep", str(space), "--storage", url, "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert rc == 7 and "postgresql://***@127.0.0.1:" in shown, shown
+    assert "Hunt" not in shown and "3rTw0" not in shown, shown

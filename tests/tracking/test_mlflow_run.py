@@ -1532,3 +1532,16 @@ def test_a_stop_during_the_final_flush_still_gives_the_server_the_stop_deadline(
         tracker.finish("completed", stop)
     assert stop.reason and client.calls == ["log_artifact", "set_terminated"]  # the manifest record() wrote
     assert caplog.records == []  # sent after the stop, within STOP_FLUSH_SECONDS of it: nothing is named
+
+
+def test_what_the_tracker_says_about_its_server_shows_the_uri_masked():
+    from train.tracking.mlflow_run import TrackingUnavailable, check_reachable
+
+    # An @ after the first / is a path to the HTTP client, so the URI is accepted; shown, it is masked.
+    uri = f"http://127.0.0.1:9/a/{SECRET}@b"
+    assert load_settings({"mlflow_tracking_uri": uri}, env_file=None, environ={}).to_dict()["mlflow_tracking_uri"] == (
+        "http://***@b"
+    )
+    with pytest.raises(TrackingUnavailable) as info:
+        check_reachable(uri, timeout=2)
+    assert SECRET not in str(info.value) and str(info.value).startswith("http://***@b/health")

@@ -125,21 +125,68 @@ def verify_export_files(export: ExportDir, name: str) -> dict | None:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ExportError(f"the export of run {name}: {export.source} is unreadable ({exc}): {again}") from None
-    from ..digest import sha256_file
-
+    damaged = f"the export of run {name} is damaged"
+    if not recorded:
+        raise ExportError(f"{damaged}: {export.source} lists no files, so nothing in it could be checked: {again}")
+    missing = _unrecorded(export, recorded)
+    if missing:
+        raise ExportError(f"{damaged}: {export.source} records no sha256 of {missing[0]}, which is served: {again}")
     for rel, digest in recorded.items():
-        path = export.path / rel
-        try:
-            actual = sha256_file(path)
-        except OSError as exc:
-            raise ExportError(
-                f"the export of run {name} is damaged: {path} cannot be read ({exc.strerror or exc}): {again}"
-            ) from None
+        actual = _recorded_file_sha256(export, rel, damaged, again)
         if actual != digest:
-            raise ExportError(
-                f"the export of run {name} is damaged: {path} has sha256 {actual}, not the {digest} written: {again}"
-            )
+            path = export.path / rel
+            raise ExportError(f"{damaged}: {path} has sha256 {actual}, not the {digest} written: {again}")
     return source
+
+
+def _unrecorded(export: ExportDir, recorded: dict) -> list[str]:
+    """The files of the SavedModel (what is served) that source.json does not record, in order.
+
+    A source.json that lists nothing, or only some files, would otherwise let what is served go
+    unchecked; export records every file it wrote."""
+    found = sorted(p.relative_to(export.path).as_posix() for p in export.savedmodel.rglob("*") if not p.is_dir())
+    return [rel for rel in found or ["savedmodel/saved_model.pb"] if rel not in recorded]
+
+
+def _recorded_file_sha256(export: ExportDir, rel: object, damaged: str, again: str) -> str:
+    """The sha256 of one file source.json records: a relative path to a regular file inside the export.
+
+    source.json travels with the export and may come from anyone, so an entry never names a file
+    elsewhere (../../etc/hostname, /etc/hostname, a link out of the folder), nor a device or a pipe
+    (/dev/zero would be hashed forever): the file is opened without blocking and checked by fstat
+    before a byte of it is read."""
+    from ..digest import sha256_fd
+
+    path = _inside(export.path.resolve(), rel)
+    if path is None:
+        shown = _printable(repr(rel))[:200]
+        raise ExportError(f"{damaged}: {export.source} lists {shown}, not a file inside the export folder: {again}")
+    try:
+        # Resolved already: O_NOFOLLOW refuses a link put in its place since.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise ExportError(f"{damaged}: {export.path / rel} cannot be read ({exc.strerror or exc}): {again}") from None
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat.S_IFREG:
+            what = _KINDS.get(kind, "not a regular file")
+            raise ExportError(f"{damaged}: {export.path / rel} is {what}, not a file export writes: {again}")
+        return sha256_fd(fd)
+    except OSError as exc:
+        raise ExportError(f"{damaged}: {export.path / rel} cannot be read ({exc.strerror or exc}): {again}") from None
+    finally:
+        os.close(fd)
+
+
+def _inside(root: Path, rel: object) -> Path | None:
+    """The real path (links resolved) of the relative path `rel` when it is below `root`, else None."""
+    if not isinstance(rel, str) or not rel or "\0" in rel or Path(rel).is_absolute():
+        return None
+    try:
+        path = (root / rel).resolve()
+    except (OSError, RuntimeError):  # a link loop
+        return None
+    return path if path.is_relative_to(root) and path != root else None
 
 
 def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:

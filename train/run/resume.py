@@ -15,6 +15,7 @@ leaves the record as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,7 +212,9 @@ def _asked(run_dir: Path, saved: Settings, settings: Settings) -> Settings:
     keeps its own, whatever is given.
     """
     values = saved.to_dict()
-    values.update({k: v for k, v in settings.to_dict().items() if k in given(settings) | PER_PROCESS})
+    # The invocation's own values as given, not as shown (to_dict masks a URL's secret, which this
+    # process needs to connect with).
+    values.update({k: v for k, v in dataclasses.asdict(settings).items() if k in given(settings) | PER_PROCESS})
     if settings.run_name != saved.run_name and "run_name" in given(settings):
         log.info("RUN_NAME=%s not used: a resumed run keeps its own name (%r)", settings.run_name, saved.run_name)
     values["run_name"] = saved.run_name

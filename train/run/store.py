@@ -17,8 +17,8 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import StorageError
-from ..locations import StoreURL
+from ..errors import ConfigError, StorageError
+from ..locations import StoreURL, redact_uri
 
 # Short network waits: the uploads retry on their own schedule (train.run.mirror), and a start-up
 # check must say "the store does not answer" in seconds, not minutes.
@@ -37,6 +37,42 @@ def _client_options() -> dict:
     if endpoint.startswith("http://"):
         options["allow_http"] = True
     return options
+
+
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+
+
+def check_endpoint(environ=None) -> None:
+    """The s3:// endpoint variables, when set, are http(s)://HOST[:PORT] (ConfigError otherwise).
+
+    Checked before the store's client is made: the library does not check them, and panics on a
+    value without a scheme, or an empty one, with a page of Rust backtrace instead of a message."""
+    from urllib.parse import urlsplit
+
+    environ = os.environ if environ is None else environ
+    for name in ENDPOINT_VARIABLES:
+        value = environ.get(name)
+        if value is None:
+            continue
+        try:
+            parts = urlsplit(value)
+            host, _port = parts.hostname, parts.port  # .port raises on a port that is not a number
+        except ValueError:
+            parts, host = None, None
+        if (
+            parts is None
+            or parts.scheme not in ("http", "https")
+            or not host
+            or redact_uri(value) != value
+            or parts.path not in ("", "/")
+            or any(c.isspace() for c in value)
+        ):
+            raise ConfigError(
+                name,
+                redact_uri(value),
+                "the store's address, http(s)://HOST[:PORT], e.g. http://127.0.0.1:9000 (no user, key or path: "
+                "credentials go in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); unset it for AWS itself",
+            )
 
 
 # The library's own retries stay short: a failed upload is retried by the mirror with backoff,
@@ -59,6 +95,8 @@ class Store:
 
         self.url = url
         kwargs = {"client_options": _client_options(), "retry_config": _RETRY}
+        if url.scheme == "s3":
+            check_endpoint()
         try:
             if url.scheme == "s3":
                 # "etag": the store's native If-None-Match / If-Match on PUT, which the lease needs.
@@ -170,7 +208,7 @@ def _reason(text: str) -> str:
 def store_error(url: StoreURL, what: str, exc: Exception) -> StorageError:
     """One line for a failed call: what the store said (its error code, never the request's headers)."""
     reason = _reason(str(exc))
-    where = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or "the default endpoint"
+    where = redact_uri(os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or "the default endpoint")
     if url.scheme != "s3":
         where = f"the {url.scheme}:// service"
     if reason in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden", "ExpiredToken"):

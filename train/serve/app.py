@@ -167,7 +167,7 @@ async def tf_predict(state: State, request: Request) -> Response:
     _require_ready(state)
     body = await read_body(state, request)
     images, columnar = await asyncio.to_thread(
-        lambda: payloads.tf_serving_images(payloads.parse_json(body), model.shape)
+        lambda: payloads.tf_serving_images(payloads.parse_json(body), model.shape, state.max_batch)
     )
     probs = (await _predict(state, images)).tolist()
     return JSONResponse({"outputs": probs} if columnar else {"predictions": probs})
@@ -212,7 +212,9 @@ async def v2_infer(state: State, request: Request) -> Response:
     _require_ready(state)
     body = await read_body(state, request)
     header = request.headers.get("inference-header-content-length")
-    images, meta = await asyncio.to_thread(payloads.v2_request, body, header, model.shape, model.output_name)
+    images, meta = await asyncio.to_thread(
+        payloads.v2_request, body, header, model.shape, model.output_name, state.max_batch
+    )
     content, headers = payloads.v2_response(model, await _predict(state, images), meta)
     return Response(content, headers=headers)
 
@@ -225,7 +227,7 @@ async def plain_predict(state: State, request: Request) -> Response:
     _require_ready(state)
     body = await read_body(state, request)
     ctype = request.headers.get("content-type", "")
-    names, images = await asyncio.to_thread(payloads.uploads, body, ctype, model.shape)
+    names, images = await asyncio.to_thread(payloads.uploads, body, ctype, model.shape, state.max_batch)
     probs = await _predict(state, images)
     rows = []
     for name, p in zip(names, probs):

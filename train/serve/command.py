@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import re
 
+from ..errors import ConfigError
+from .address import listen_address
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SETTINGS = ("serve_max_batch", "serve_max_wait_ms", "serve_max_body_mb")
 
@@ -23,7 +26,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         help="serve a run's export over HTTP: TensorFlow Serving REST, Open Inference Protocol v2 and /predict",
     )
     srv.add_argument("run", metavar="RUN|EXPORT_DIR", help="run id, run directory, 'latest' or an export folder")
-    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this host only)")
+    srv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this host only; 0.0.0.0 or :: for every interface)",
+    )
     srv.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501, TF Serving's REST port)")
     srv.add_argument("--model-name", default="model", help="the name in the URLs, /v1/models/NAME (default model)")
     add_runs_dir(srv)
@@ -38,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..config import load_settings
-    from ..errors import ConfigError
     from ..extras import require
 
+    host = listen_address(args.host)
     if not NAME.fullmatch(args.model_name):
         raise ConfigError("--model-name", args.model_name, "letters, digits, '.', '-' and '_', at most 64 characters")
     if not 0 <= args.port <= 65535:
@@ -68,4 +75,4 @@ def run(args: argparse.Namespace) -> int:
         if remote is not None:
             remote.bring(args.run, checkpoints=False)
         model = find_export(None, resolve_run(settings.runs_dir, args.run), args.model_name)
-    return serve(model, args.host, args.port, settings)
+    return serve(model, host, args.port, settings)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import email.message
 import email.parser
 import email.policy
 import json
+import math
 import struct
 from typing import Any
 
@@ -37,11 +39,19 @@ def parse_json(body: bytes) -> Any:
 
 
 def check_batch(images: np.ndarray, max_batch: int) -> np.ndarray:
-    if len(images) == 0:
-        raise RequestError("batch", 0, "no image in the request; send at least one")
-    if len(images) > max_batch:
-        raise RequestError("batch", len(images), f"more images than SERVE_MAX_BATCH={max_batch}; split the request")
+    check_count(len(images), max_batch)
     return images
+
+
+def check_count(count: int, max_batch: int, what: str = "batch") -> int:
+    """Refuse a request of no image or of more than SERVE_MAX_BATCH: called with the count a request
+    declares (its rows, shape[0], its parts) before any image is decoded, so an oversized request
+    costs no more than reading it."""
+    if count == 0:
+        raise RequestError(what, 0, "no image in the request; send at least one")
+    if count > max_batch:
+        raise RequestError(what, count, f"more images than SERVE_MAX_BATCH={max_batch}; split the request")
+    return count
 
 
 def pixels(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -84,8 +94,9 @@ def b64_image(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
 # --- TensorFlow Serving REST API ---
 
 
-def tf_serving_images(doc: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, bool]:
-    """(images, columnar) of a :predict body: `instances` (row form) or `inputs` (columnar)."""
+def tf_serving_images(doc: Any, shape: tuple[int, ...], max_batch: int) -> tuple[np.ndarray, bool]:
+    """(images, columnar) of a :predict body: `instances` (row form) or `inputs` (columnar); the
+    rows are counted against `max_batch` before one is decoded."""
     if not isinstance(doc, dict):
         raise RequestError("body", type(doc).__name__, 'send a JSON object with "instances" or "inputs"')
     if "instances" in doc and "inputs" in doc:
@@ -97,6 +108,7 @@ def tf_serving_images(doc: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, boo
         rows = doc["instances"]
         if not isinstance(rows, list):
             raise RequestError("instances", type(rows).__name__, "a list of images, one per row")
+        check_count(len(rows), max_batch)
         return _stack([_named(r, f"instances[{i}]", shape) for i, r in enumerate(rows)], shape), False
     if "inputs" not in doc:
         raise RequestError("body", ", ".join(map(str, doc)) or "{}", 'no "instances" or "inputs": send one of them')
@@ -107,6 +119,8 @@ def tf_serving_images(doc: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, boo
         column = column[INPUT]
     if isinstance(column, dict):  # one {"b64": ...}: a batch of one image
         return _stack([_one(column, "inputs", shape)], shape), True
+    if isinstance(column, list):
+        check_count(len(column), max_batch)
     if isinstance(column, list) and column and all(isinstance(c, dict) for c in column):
         return _stack([_one(c, f"inputs[{i}]", shape) for i, c in enumerate(column)], shape), True
     return pixels(column, shape, "inputs"), True
@@ -143,8 +157,11 @@ def _dims(shape) -> str:
 # --- Open Inference Protocol (KServe v2) ---
 
 
-def v2_request(body: bytes, header_length: str | None, shape: tuple[int, ...], output: str) -> tuple[np.ndarray, dict]:
-    """(images, {"id", "binary"}) of an infer request, JSON or with the binary-data extension."""
+def v2_request(
+    body: bytes, header_length: str | None, shape: tuple[int, ...], output: str, max_batch: int
+) -> tuple[np.ndarray, dict]:
+    """(images, {"id", "binary"}) of an infer request, JSON or with the binary-data extension; its
+    shape[0] is counted against `max_batch` before any element is read."""
     raw = b""
     if header_length is not None:
         try:
@@ -164,7 +181,7 @@ def v2_request(body: bytes, header_length: str | None, shape: tuple[int, ...], o
     tensor = doc["inputs"][0]
     if tensor.get("name") != INPUT:
         raise RequestError("inputs[0].name", tensor.get("name"), f'the model\'s input is "{INPUT}"')
-    images = _v2_tensor(tensor, raw, shape)
+    images = _v2_tensor(tensor, raw, shape, max_batch)
     binary = bool(_params(doc, "parameters").get("binary_data_output", False))
     outputs = doc.get("outputs") or []
     if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
@@ -185,10 +202,9 @@ def _params(doc: dict, what: str) -> dict:
     return params
 
 
-def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
-    dims, dtype, params = tensor.get("shape"), tensor.get("datatype"), _params(tensor, "inputs[0]")
-    if not isinstance(dims, list) or not all(isinstance(d, int) and d >= 0 for d in dims):
-        raise RequestError("inputs[0].shape", dims, "a list of non-negative integers")
+def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...], max_batch: int) -> np.ndarray:
+    dims, dtype, params = _v2_shape(tensor.get("shape"), shape), tensor.get("datatype"), _params(tensor, "inputs[0]")
+    check_count(dims[0], max_batch, "inputs[0].shape[0]")
     size = params.get("binary_data_size")
     if size is not None and (not isinstance(size, int) or size != len(raw)):
         raise RequestError("binary_data_size", size, f"the binary part after the JSON holds {len(raw)} bytes")
@@ -196,19 +212,36 @@ def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
         if tuple(dims[1:]) != tuple(shape) or len(dims) != len(shape) + 1:
             raise RequestError("inputs[0].shape", dims, f"UINT8 images are [N, {_dims(shape)}]")
         if size is not None:
-            if len(raw) != int(np.prod(dims)):
-                raise RequestError("binary_data_size", size, f"shape {dims} of UINT8 needs {int(np.prod(dims))} bytes")
+            if len(raw) != math.prod(dims):
+                raise RequestError("binary_data_size", size, f"shape {dims} of UINT8 needs {math.prod(dims)} bytes")
             return np.frombuffer(raw, np.uint8).reshape(dims)
-        flat = pixels_flat(tensor.get("data"), int(np.prod(dims)))
+        flat = pixels_flat(tensor.get("data"), math.prod(dims))
         return flat.reshape(dims)
     if dtype == "BYTES":
         if len(dims) not in (1, 2) or len(dims) == 2 and dims[1] != 1:
             raise RequestError("inputs[0].shape", dims, "BYTES inputs are image files, shape [N] or [N, 1]")
-        files = _length_prefixed(raw) if size is not None else _b64_list(tensor.get("data"))
+        files = _length_prefixed(raw, dims[0]) if size is not None else _b64_list(tensor.get("data"), dims[0])
         if len(files) != dims[0]:
             raise RequestError("inputs[0].shape", dims, f"the data holds {len(files)} elements")
         return _stack([image_file(f, shape, f"inputs[0][{i}]") for i, f in enumerate(files)], shape)
     raise RequestError("inputs[0].datatype", dtype, "UINT8 (pixels) or BYTES (PNG/JPEG files)")
+
+
+def _v2_shape(dims: Any, shape: tuple[int, ...]) -> list[int]:
+    """inputs[0].shape as plain JSON integers (true is none, though Python counts it one), at most as
+    many as an image batch has: its first, the count, is checked before anything is read."""
+    rule = f"a list of 1 to {len(shape) + 1} non-negative integers (true and false are not numbers)"
+    if not isinstance(dims, list) or not 1 <= len(dims) <= len(shape) + 1:
+        raise RequestError("inputs[0].shape", _short(dims), rule)
+    if not all(type(d) is int and d >= 0 for d in dims):
+        raise RequestError("inputs[0].shape", _short(dims), rule)
+    return dims
+
+
+def _short(value: Any) -> Any:
+    """A shape from a request as an error shows it: a long list by its length (str() of it all would
+    cost as much as the request)."""
+    return f"{len(value)} dimensions" if isinstance(value, list) and len(value) > 8 else value
 
 
 def pixels_flat(data: Any, count: int) -> np.ndarray:
@@ -223,10 +256,12 @@ def pixels_flat(data: Any, count: int) -> np.ndarray:
     return array.astype(np.uint8)
 
 
-def _length_prefixed(raw: bytes) -> list[bytes]:
-    """BYTES in the binary extension: each element a 4-byte little-endian length, then its bytes."""
+def _length_prefixed(raw: bytes, count: int) -> list[bytes]:
+    """BYTES in the binary extension: each element a 4-byte little-endian length, then its bytes.
+    Read up to one element past `count` (shape[0]): a request holding more is refused without
+    walking the rest."""
     out, at = [], 0
-    while at < len(raw):
+    while at < len(raw) and len(out) <= count:
         if at + 4 > len(raw):
             raise RequestError("binary data", None, "a BYTES element is cut short (4-byte length, then the bytes)")
         (n,) = struct.unpack_from("<I", raw, at)
@@ -237,9 +272,11 @@ def _length_prefixed(raw: bytes) -> list[bytes]:
     return out
 
 
-def _b64_list(data: Any) -> list[bytes]:
+def _b64_list(data: Any, count: int) -> list[bytes]:
     if not isinstance(data, list) or not all(isinstance(d, str) for d in data):
         raise RequestError("inputs[0].data", None, "BYTES data in JSON are base64 strings of image files")
+    if len(data) != count:
+        raise RequestError("inputs[0].shape", [count], f"the data holds {len(data)} elements")
     try:
         return [base64.b64decode(d, validate=True) for d in data]
     except (binascii.Error, ValueError):
@@ -264,22 +301,77 @@ def v2_response(model, probs: np.ndarray, meta: dict) -> tuple[bytes, dict[str, 
 # --- plain uploads ---
 
 
-def uploads(body: bytes, content_type: str, shape: tuple[int, ...]) -> tuple[list[str], np.ndarray]:
-    """(file names, images) of a multipart/form-data upload, or of a body that is one image file."""
+# Ordinary form fields an upload may carry beside its files (a name, a note): counted with the files
+# before the body is parsed, since each part costs the parser as much as a file does.
+FORM_FIELDS = 8
+# The most header bytes one part may have: a browser or curl sends a few hundred; a part without its
+# blank line would otherwise have all of its body parsed as header lines.
+PART_HEADERS = 16_384
+
+
+def uploads(body: bytes, content_type: str, shape: tuple[int, ...], max_batch: int) -> tuple[list[str], np.ndarray]:
+    """(file names, images) of a multipart/form-data upload, or of a body that is one image file.
+
+    The parts are split at the boundary and counted before any is parsed (at most `max_batch` files
+    and FORM_FIELDS more); only each part's few header lines go through the email parser, never a
+    part's body, so a part that is itself multipart is not walked."""
     if not content_type.lower().startswith("multipart/form-data"):
         return ["body"], image_file(body, shape, "body")[None]
-    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1", "replace")
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
-    if not message.is_multipart():
+    parts = _parts(body, _boundary(content_type))
+    if len(parts) > max_batch + FORM_FIELDS:
+        raise RequestError(
+            "body",
+            f"{len(parts)} parts",
+            f"more files than SERVE_MAX_BATCH={max_batch} (and {FORM_FIELDS} other fields); split the request",
+        )
+    if not parts:
         raise RequestError("body", None, "a multipart/form-data upload without parts; send curl -F file=@image.png")
-    names, images = [], []
-    for part in message.iter_parts():
-        name = part.get_filename()
+    names, files = [], []
+    for head, payload in parts:
+        if len(head) > PART_HEADERS:
+            raise RequestError(
+                "body", f"{len(head)} bytes of part headers", f"at most {PART_HEADERS}; send the file as it is"
+            )
+        headers = email.parser.BytesHeaderParser(policy=email.policy.HTTP).parsebytes(head + b"\r\n\r\n")
+        name = headers.get_filename()
         if name is None:
             continue  # an ordinary form field
-        shown = "".join(ch if ch.isprintable() else "?" for ch in name)[:200]
-        images.append(image_file(part.get_payload(decode=True) or b"", shape, shown or "file"))
-        names.append(shown)
-    if not images:
+        names.append("".join(ch if ch.isprintable() else "?" for ch in name)[:200])
+        files.append(_decoded(payload, headers.get("content-transfer-encoding", ""), names[-1] or "file"))
+    if not files:
         raise RequestError("body", None, "no file in the upload; send one as curl -F file=@image.png")
-    return names, np.stack(images)
+    check_count(len(files), max_batch)
+    return names, np.stack([image_file(raw, shape, name or "file") for name, raw in zip(names, files)])
+
+
+def _boundary(content_type: str) -> bytes:
+    header = email.message.Message()
+    header["content-type"] = content_type
+    boundary = header.get_boundary()
+    if not boundary:
+        raise RequestError("content-type", None, "multipart/form-data without a boundary; let the client set it")
+    return boundary.encode("latin-1", "replace")
+
+
+def _parts(body: bytes, boundary: bytes) -> list[tuple[bytes, bytes]]:
+    """(header lines, body) of each part between the boundary lines, up to the closing one."""
+    out = []
+    for chunk in body.split(b"--" + boundary)[1:]:
+        if chunk.startswith(b"--"):
+            break  # the closing boundary: what follows is the epilogue
+        chunk = chunk.removeprefix(b"\r\n").removeprefix(b"\n")
+        head, sep, payload = chunk.partition(b"\r\n\r\n")
+        if not sep:
+            head, sep, payload = chunk.partition(b"\n\n")
+        out.append((head, payload.removesuffix(b"\n").removesuffix(b"\r")))
+    return out
+
+
+def _decoded(payload: bytes, encoding: str, name: str) -> bytes:
+    """A part's bytes: as sent, or decoded from base64 (the one transfer encoding a client may still use)."""
+    if encoding.strip().lower() != "base64":
+        return payload
+    try:
+        return base64.b64decode(payload, validate=False)
+    except (binascii.Error, ValueError):
+        raise RequestError(name, None, "a base64 part that is not base64; send the file as it is") from None

@@ -19,6 +19,7 @@ import socket
 import uvicorn
 
 from ..errors import ConfigError, TemplateError
+from .address import bound_everywhere, listen_address, url_host
 from .app import State, build_app
 from .batcher import Batcher
 from .model import ServedModel
@@ -36,6 +37,7 @@ class _Server(uvicorn.Server):
 
 
 def bind(host: str, port: int) -> socket.socket:
+    host = listen_address(host)  # never every interface by an empty or shorthand value
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without
     # it a response's second small write waits for the client's delayed ACK (about 40 ms a request).
@@ -52,12 +54,18 @@ def bind(host: str, port: int) -> socket.socket:
         raise ConfigError(
             "--host", host, f"cannot listen there ({exc.strerror}): give an address of this host"
         ) from None
+    if bound_everywhere(host, sock.getsockname()[0]):
+        sock.close()
+        raise ConfigError(
+            "--host", host, "its address is every interface (0.0.0.0 or ::): give 0.0.0.0 or :: itself if that is meant"
+        )
     sock.listen(2048)  # connections wait in the backlog from now on, never refused while uvicorn starts
     return sock
 
 
 def serve(model: ServedModel, host: str, port: int, settings) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean drain, the error's exit code when the model fails to load."""
+    host = listen_address(host)
     sock = bind(host, port)
     state = State(model, settings.serve_max_batch, settings.serve_max_wait_ms, int(settings.serve_max_body_mb * 1e6))
     failed: list[TemplateError] = []
@@ -66,7 +74,9 @@ def serve(model: ServedModel, host: str, port: int, settings) -> int:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         loading = asyncio.get_running_loop().create_task(_load(state, server, failed))
-        log.info("serving on http://%s:%d (model %s; ready once loaded)", host, sock.getsockname()[1], model.name)
+        log.info(
+            "serving on http://%s:%d (model %s; ready once loaded)", url_host(host), sock.getsockname()[1], model.name
+        )
         yield
         loading.cancel()
         if state.batcher is not None:

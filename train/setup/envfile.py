@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import EnvFileError
+from ..locations import redact_uri
 
 # Read from .env by docker-compose.yml and tasks.py, not by `python -m train` (a test keeps this
 # list in step with docker-compose.yml), and prefixes of other tools' variables.
@@ -175,4 +176,8 @@ def _suggest(key: str, names: set[str]) -> str:
 
 
 def _short(text: str) -> str:
+    """A line of the file as an error shows it: its value masked as a URL is (a database password in a
+    line that does not parse must not be printed), and cut to 40 characters."""
+    name, sep, value = text.partition("=")
+    text = f"{name}={redact_uri(value)}" if sep else redact_uri(text)
     return repr(text if len(text) <= 40 else text[:37] + "...")

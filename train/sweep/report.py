@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..results.plots import plain_text
 from ..results.report import CSS, _img, _note, _num, _table
+from ..run.files import ensure_writable
 from ..run.rundir import RunDir, write_text
 from .space import SweepSpec
 from .storage import SWEEPS_DIR
@@ -42,7 +43,7 @@ def write_sweep_report(study, spec: SweepSpec, runs_dir: str | Path, shown: str)
 
     trials = sorted(counted(study.get_trials(deepcopy=False)), key=lambda t: t.number)
     path = report_path(runs_dir, spec.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_writable(path.parent)  # a read-only RUNS_DIR/sweeps: one StorageError line, as `fit` gives
     write_text(path, render(spec, trials, best_trial(study), _importances(study), shown, path.parent, runs_dir))
     return path
 

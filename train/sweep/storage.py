@@ -12,10 +12,12 @@ import json
 import logging
 import time
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from ..config import redact_uri
 from ..errors import ConfigError, StorageError
+from ..locations import userinfo
+from ..run.files import ensure_writable
 from .space import SweepSpec
 
 log = logging.getLogger("train")
@@ -30,11 +32,11 @@ def default_url(runs_dir: str | Path, study: str) -> str:
 def scrub(text: str, url: str) -> str:
     """`text` with the URL and its password replaced by their masked forms."""
     text = text.replace(url, redact_uri(url))
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    for secret in filter(None, {password, password and unquote(password)}):
+    # The user part as redact_uri finds it (up to the last @: a password may hold / or ?), and its
+    # password, as written and decoded, wherever a driver repeats them.
+    user = userinfo(url)
+    password = user.partition(":")[2]
+    for secret in sorted(filter(None, {user, unquote(user), password, unquote(password)}), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
@@ -54,7 +56,8 @@ def open_storage(url: str, heartbeat: int):
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep logs each trial in its own words
     if url.startswith("sqlite:///"):
-        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        # A folder that cannot be made or written is the StorageError `fit` gives, not SQLite's traceback.
+        ensure_writable(Path(url[len("sqlite:///") :]).parent)
     import warnings
 
     def storage():

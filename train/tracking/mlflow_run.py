@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import first_line
+from ..locations import redact_uri
 from ..run.manifest import lock_in_checkout, update_manifest
 from ..run.rundir import RunDir
 
@@ -81,10 +82,10 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT) -> None:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (the user's own server)
             response.read(64)
     except urllib.error.HTTPError as exc:
-        raise TrackingUnavailable(f"{url} answered HTTP {exc.code}") from None
+        raise TrackingUnavailable(f"{redact_uri(url)} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise TrackingUnavailable(f"{url} cannot be reached ({reason})") from None
+        raise TrackingUnavailable(f"{redact_uri(url)} cannot be reached ({reason})") from None
 
 
 def tags_from_manifest(manifest: dict[str, Any]) -> dict[str, str]:
@@ -143,7 +144,8 @@ class Tracker:
     """
 
     def __init__(self, run_dir: Path, uri: str, open_run: Callable[[], Opened]):
-        self.files, self.uri = RunDir(run_dir), uri
+        # Only ever shown (messages, the manifest): the client holds the URI it connects to.
+        self.files, self.uri = RunDir(run_dir), redact_uri(uri)
         self.client = self.run_id = self.experiment_id = None
         self.off: str | None = None  # why tracking is off for this segment
         self._started = threading.Event()  # open_run returned or failed
@@ -406,6 +408,7 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
 
 def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
     """The recorded MLflow run, marked running again; None when this server does not know it."""
+    uri = redact_uri(uri)  # as the manifest records it, and as it is shown
     if previous.get("tracking_uri") not in (None, uri):
         log.warning(
             "WARNING: MLflow: the run was tracked at %s, now MLFLOW_TRACKING_URI=%s: a new MLflow run is started there",
