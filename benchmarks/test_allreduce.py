@@ -102,7 +102,9 @@ def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, quick, tmp_path):
 
     got = common.once(
         benchmark,
-        lambda: common.interleave({"1 process x 2 threads": one_process, "2 workers x 1 thread": two_workers}, 1 if quick else 2),
+        lambda: common.interleave(
+            {"1 process x 2 threads": one_process, "2 workers x 1 thread": two_workers}, 1 if quick else 2
+        ),
     )
     one, two = common.median(got["1 process x 2 threads"]), common.median(got["2 workers x 1 thread"])
     common.record(

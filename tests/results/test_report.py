@@ -334,9 +334,7 @@ def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tm
     calls, write = [], report.write_report
     monkeypatch.setattr(report, "write_report", lambda run_dir, full: calls.append(full) or write(run_dir, full))
     # Ten overlapping classes: two epochs leave mistakes for the most-wrong grid.
-    settings = tiny_settings(
-        tmp_path, dataset=f"npz:{make_npz(n_train=600, n_test=200)}", export=False, report="full"
-    )
+    settings = tiny_settings(tmp_path, dataset=f"npz:{make_npz(n_train=600, n_test=200)}", export=False, report="full")
     result = train(settings)
     assert result.status == "completed" and calls == [False, False, True]
     page = (result.run_dir / "report.html").read_text()

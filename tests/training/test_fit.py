@@ -50,7 +50,12 @@ def test_a_run_leaves_every_artefact(finished):
     log = (d / "train.log").read_text()
     assert "epoch 2/2:" in log and "export:" in log
     # Validation is VAL_SPLIT of the training data; the test split is evaluated once, at the end.
-    assert (m["data"]["n_train"], m["data"]["n_val"], m["data"]["n_test"], m["data"]["val_from"]) == (384, 42, 128, "train")
+    assert (m["data"]["n_train"], m["data"]["n_val"], m["data"]["n_test"], m["data"]["val_from"]) == (
+        384,
+        42,
+        128,
+        "train",
+    )
     assert set(m["test"]["weights"]) == {"best", "final"} and "test (128 examples): accuracy=" in log
     rows = list(csv.DictReader(open(d / "metrics.csv")))
     assert [r["epoch"] for r in rows] == ["1", "2"]

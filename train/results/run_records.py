@@ -213,9 +213,7 @@ def on_test_summary(manifest: dict[str, Any]) -> str | None:
             continue
         epoch = got.pop("epoch", None)
         # The metrics first, the loss last: accuracy is the number a reader looks for.
-        numbers = " ".join(
-            f"{k}={v:.4f}" for k, v in sorted(got.items(), key=lambda kv: kv[0] == "loss") if _finite(v)
-        )
+        numbers = " ".join(f"{k}={v:.4f}" for k, v in sorted(got.items(), key=lambda kv: kv[0] == "loss") if _finite(v))
         parts.append(f"{numbers} ({which} weights, epoch {epoch if epoch is not None else '?'})")
     return "; ".join(parts) or None
 

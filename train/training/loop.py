@@ -558,7 +558,6 @@ class EpochLoop:
             )
         return result
 
-
     def _evaluate_test(self) -> None:
         """The test split, once, through the best and the final weights: the chief alone, with a
         plain float32 copy of the model (no collective: the other workers wait for the chief as it is)."""
