@@ -200,6 +200,8 @@ def test_a_tiny_run_downloads_the_new_data_set_and_trains_the_new_model_with_the
             "1",
             "--batch-size",
             "50",
+            "--val-split",  # the served archive holds a handful of images per class
+            "0.5",
             "--report",
             "off",
             "--precision",

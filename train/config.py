@@ -72,7 +72,7 @@ class Settings:
     val_split: float = _f(
         0.1,
         "fraction of the training data held out for validation (seeded, per class; 0.1 keeps 90% to train on and "
-        "validates on as many examples as a typical test split, e.g. 6,000 of MNIST's 60,000); 0 = no validation",
+        "validates on as many examples as a typical test split, e.g. 5,999 of MNIST's 60,000: 10% of each digit, rounded); 0 = no validation",
         min=0.0,
         max=0.9,
     )

@@ -207,11 +207,12 @@ def test_real_mnist(tmp_path):
     (tmp_path / "mnist.npz").symlink_to(src.resolve())
     s = settings(dataset="mnist", data_dir=str(tmp_path))
     spec = data.load_data(s)
-    # VAL_SPLIT=0.1 of each digit's training images: 6,000 to validate, the 10,000 test images apart
+    # VAL_SPLIT=0.1 of each digit's training images, rounded per digit: 5,999 to validate, the 10,000
+    # test images apart
     assert (spec.input_shape, spec.n_train, spec.n_val, spec.n_test, spec.num_classes) == (
         (28, 28, 1),
-        54000,
-        6000,
+        54001,
+        5999,
         10000,
         10,
     )
