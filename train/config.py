@@ -589,7 +589,7 @@ def _validate(s: Settings) -> Settings:
     _check_peak_flops(s.peak_flops)
     _check_dirs(s)
     if locations.looks_like_url(s.runs_dir) and (problem := locations.url_problem(s.runs_dir)):
-        raise ConfigError("RUNS_DIR", redact_uri(s.runs_dir), problem)
+        raise ConfigError("RUNS_DIR", s.runs_dir, problem)  # validate() masks it, as every URL setting
     datasets.check_dataset(s.dataset)
     _check_tracking(s)
     if s.model not in models.MODELS and not _MODULE_FN.match(s.model):

@@ -198,7 +198,7 @@ def on_test_text(numbers: dict[str, Any] | None) -> str | None:
     got = numbers or {}
     name = "accuracy" if "accuracy" in got else "loss"
     value = got.get(name)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not _finite(value):
         return None
     return f"{name}={value:.4f}"
 

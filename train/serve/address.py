@@ -33,8 +33,7 @@ def listen_address(host: str) -> str:
         address = ipaddress.ip_address(text)
     except ValueError:
         address = None
-    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:0.0.0.0 is 0.0.0.0 to a dual-stack socket
-    if address is not None and not address.is_unspecified and not (mapped and mapped.is_unspecified):
+    if address is not None and not _every_interface(address):
         return text
     if address is None and _HOSTNAME.fullmatch(text) and not _numeric_shorthand(text):
         return text
@@ -66,5 +65,11 @@ def bound_everywhere(host: str, bound: str) -> bool:
         address = ipaddress.ip_address(bound.split("%", 1)[0])
     except ValueError:
         return False
+    return host not in EVERY_INTERFACE and _every_interface(address)
+
+
+def _every_interface(address) -> bool:
+    """Whether an IP address means every interface: 0.0.0.0, ::, or ::ffff:0.0.0.0 (which a
+    dual-stack socket reads as 0.0.0.0)."""
     mapped = getattr(address, "ipv4_mapped", None)
-    return host not in EVERY_INTERFACE and (address.is_unspecified or bool(mapped and mapped.is_unspecified))
+    return address.is_unspecified or bool(mapped and mapped.is_unspecified)
