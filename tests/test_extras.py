@@ -1,15 +1,18 @@
 """train.extras: a setting or command that needs an extra that is not installed is refused in one
 line naming the command that adds it, before TensorFlow is imported. "Not installed" is made real by
-a None in sys.modules, which is what an import of a missing package finds."""
+a None in sys.modules, which is what an import of a missing package finds. And an extra with a folder
+of its own is deleted by removing that folder and its one line in train/extras.py (in a copy here)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import clone_of_the_package, subprocess_env, tiny_values, train_in, write_tiny_npz
 
 from train import extras
 from train.errors import ConfigError
@@ -91,3 +94,68 @@ def test_each_command_refuses_a_missing_extra_before_tensorflow(tmp_path, blocke
     assert result == {"code": 2, "tensorflow": False}, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert said in line and "scripts/venv.sh --extra" in line
+
+
+# -- deleting an extra: its folder and its one line in train/extras.py, in a copy of the package --------
+AFTER_DELETION = """
+import argparse, dataclasses, json
+from train import cli, config, extras
+commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+config.validate(config.Settings())
+print(json.dumps({
+    "extras": sorted(extras.EXTRAS),
+    "commands": sorted(commands),
+    "fields": sorted(f.name for f in dataclasses.fields(config.Settings)),
+    "generated": config.env_example() + config.settings_table(),
+}))
+"""
+
+
+def _delete_extras(copy: Path, names: list[str]) -> None:
+    """Remove each extra's folder and its registration line, as a fork would."""
+    registry = copy / "train" / "extras.py"
+    lines = registry.read_text().splitlines(keepends=True)
+    for name in names:
+        shutil.rmtree(copy / extras.EXTRAS[name].package.replace(".", "/"))
+        (line,) = [text for text in lines if text.lstrip().startswith(f'"{name}": Extra(')]
+        lines.remove(line)
+    registry.write_text("".join(lines))
+
+
+WITH_FOLDERS = sorted(name for name, extra in extras.EXTRAS.items() if extra.package)
+
+
+@pytest.mark.parametrize("extra", WITH_FOLDERS)
+def test_deleting_an_extra_leaves_no_setting_command_or_generated_line_of_it(tmp_path, extra):
+    from train.config import SECTION_OF
+
+    copy = clone_of_the_package(tmp_path / "copy")
+    _delete_extras(copy, [extra])
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_DELETION],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(PYTHONPATH=str(copy)),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    after = json.loads(done.stdout)
+    own = sorted(name for name, section in SECTION_OF.items() if section == extra)
+    assert own, f"the {extra} extra declares no setting"
+    assert extra not in after["extras"] and extra not in after["commands"]
+    assert sorted(set(SECTION_OF) - set(after["fields"])) == own  # its settings, and only its, are gone
+    assert not [name for name in own if name.upper() in after["generated"]]
+    assert f"the {extra} extra" not in after["generated"]
+
+
+@pytest.mark.slow
+def test_a_template_without_any_extra_folder_trains(tmp_path):
+    copy = clone_of_the_package(tmp_path / "copy")
+    _delete_extras(copy, WITH_FOLDERS)
+    from train.config import as_flags
+
+    values = tiny_values(tmp_path, write_tiny_npz(tmp_path)) | {"epochs": 1, "export": False}
+    train_in(copy, "fit", *as_flags(values))
+    (run,) = (tmp_path / "runs").glob("*/manifest.json")
+    assert json.loads(run.read_text())["status"] == "completed"

@@ -15,11 +15,13 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from . import extras
 from .errors import EXIT_CODES, TemplateError, UsageError
 
-# Commands that live in a subpackage of their own, by name: module with add_command(sub) and run(args).
-# Drop one from a fork by deleting its folder and its entry here.
-OPTIONAL_COMMANDS = {"check": "train.gpucheck.command", "serve": "train.serve.command", "sweep": "train.sweep.command"}
+# Commands that live in a subpackage of their own, by name: module with add_command(sub) and run(args):
+# the GPU check (drop it from a fork by deleting train/gpucheck/ and its entry here), then each extra's
+# command (train.extras: its folder's command.py).
+OPTIONAL_COMMANDS = {"check": "train.gpucheck.command", **extras.commands()}
 # The built-in ones, in the order `--help` lists them; each is train/commands/<name>.py of the same shape.
 BUILTIN_COMMANDS = {
     name: f"train.commands.{name}"

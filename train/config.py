@@ -13,13 +13,15 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from . import datasets, locations, models
+from . import datasets, extras, locations, models
 from .errors import ConfigError, StorageError
 from .locations import redact_uri
+from .sections import KINDS
+from .sections import setting as _f
 from .setup.envfile import read_env_file
 from .setup.modelspec import check_model_spec
 
@@ -39,26 +41,9 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-# What a setting is to a resume and to a comparison of runs: said once, on its declaration (`kind=`).
-KINDS = {
-    "result": "changes what is trained: a resume must be given the run's value, reproduce and compare list it",
-    "free": "does not change the result (EPOCHS, PATIENCE, ...): a resume may change it; still listed when compared",
-    "surroundings": "where the run lives and what is around training (RUNS_DIR, the budget, the export): "
-    "free on resume, and a rerun by reproduce does not compare it",
-    "label": "the run's own name: reproduce does not compare it (the rerun has its own)",
-    "invocation": "how this start was asked for (RESUME, PROGRESS, DEBUG): free on resume, compared nowhere",
-}
-
-
-def _f(default: Any, doc: str, kind: str = "result", **kw: Any) -> Any:
-    if kind not in KINDS:
-        raise ValueError(f"kind={kind!r}: one of {', '.join(KINDS)}")
-    return field(default=default, metadata={"doc": doc, "kind": kind, **kw})
-
-
 @dataclass(frozen=True)
-class Settings:
-    """The resolved configuration of one run. Field names map to UPPER_CASE variables."""
+class CoreSettings:
+    """The core's settings: what every training run has, with or without the extras."""
 
     # --- data ---
     dataset: str = _f(
@@ -186,16 +171,6 @@ class Settings:
         kind="invocation",
     )
     debug: bool = _f(False, "show Python tracebacks for expected errors", kind="invocation")
-    # --- experiment tracking (optional) ---
-    mlflow_tracking_uri: str = _f(
-        "",
-        "MLflow tracking server, e.g. http://127.0.0.1:5000: log settings, metrics, tags and files there (empty: off)",
-        kind="free",
-        url=True,
-    )
-    mlflow_experiment: str = _f(
-        "Default", "MLflow experiment the runs are logged in (created when missing)", kind="free"
-    )
     # --- several machines (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it) ---
     workers: str = _f(
         "",
@@ -210,28 +185,6 @@ class Settings:
         "several workers: seconds to wait for every worker to start before giving up with exit 11 (0: no limit)",
         min=0.0,
         kind="free",
-    )
-    # --- serving the export (`python -m train serve`) ---
-    serve_max_batch: int = _f(
-        32,
-        "serve: the most images gathered into one model call (1: no batching); a larger request is refused",
-        min=1,
-        max=4096,
-        kind="invocation",
-    )
-    serve_max_wait_ms: float = _f(
-        5.0,
-        "serve: how long the first request of a batch waits for others to join it, in milliseconds",
-        min=0.0,
-        max=10000.0,
-        kind="invocation",
-    )
-    serve_max_body_mb: float = _f(
-        16.0,
-        "serve: the largest request body accepted, in MB; a larger one is refused with 413 before it is read",
-        min=0.001,
-        max=4096.0,
-        kind="invocation",
     )
     # --- export formats beyond the SavedModel (train.results.formats) ---
     export_formats: str = _f(
@@ -252,14 +205,6 @@ class Settings:
         "Python that runs the LiteRT/ONNX parity check (scripts/venv-runtime-check.sh makes "
         ".venv-runtime-check/bin/python, without TensorFlow); empty: this Python",
         kind="surroundings",
-    )
-    # --- hyperparameter sweeps (python -m train sweep; optional) ---
-    sweep_storage: str = _f(
-        "",
-        "where a sweep keeps its study: a database URL (postgresql://user:password@host/db, mysql://...) shared by "
-        "several sweep processes; empty: SQLite at RUNS_DIR/sweeps/<study>.db. The password is masked wherever it is shown",
-        url=True,
-        kind="invocation",
     )
     # --- RUNS_DIR in object storage (s3://BUCKET/PREFIX, gs://, az://; see docs/storage.md) ---
     store_cache: str = _f(
@@ -308,6 +253,25 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return _with_given(validate(dataclasses.replace(self, **changes)), given(self) | set(changes))
+
+
+def _join_sections() -> type:
+    """Settings: the core's fields, then each installed extra's section (train.extras), in one frozen class.
+
+    One class and flat attributes, so `settings.serve_max_batch` and SERVE_MAX_BATCH read the same
+    wherever the field is declared, and a fork that deletes an extra loses its settings with it."""
+    bases = tuple(section.Section for section in reversed(extras.sections()))
+    joined = type("Settings", (*bases, CoreSettings), {"__doc__": _SETTINGS_DOC, "__module__": __name__})
+    return dataclass(frozen=True)(joined)
+
+
+_SETTINGS_DOC = "The resolved configuration of one run. Field names map to UPPER_CASE variables."
+Settings = _join_sections()
+
+# Which section a setting is declared in: "" for the core's, else the extra's name.
+SECTION_OF = {f.name: "" for f in fields(CoreSettings)} | {
+    f.name: name for name, section in extras.sections_by_name().items() for f in fields(section.Section)
+}
 
 
 # The settings whose value is a URL, which may carry a credential (`url=True` on the field): every
@@ -436,112 +400,6 @@ def _check_runs_dir_path(runs_dir: str) -> None:
             )
 
 
-# What the mlflow-skinny client in the lock can talk to. Its local stores need more: SQLite and the
-# other databases SQLAlchemy (the full `mlflow`), and the file store is refused by MLflow 3.
-_TRACKING_SCHEMES = ("http", "https", "databricks")
-# Query parameter names that carry a secret (searched in the percent-decoded name, case-insensitive),
-# each with the word an error shows: never the name itself, which may be the secret (`?S3cr3t`).
-_SECRET_NAMES = {
-    "token": "token",
-    "key": "key",
-    "secret": "secret",
-    "passw|pwd": "password",
-    "sig": "signature",
-    "auth": "auth",
-    "cred": "credential",
-    "session": "session",
-    "jwt": "jwt",
-    "bearer": "bearer",
-}
-_TOKEN_VARIABLE = "MLFLOW_TRACKING_TOKEN"
-_USER_VARIABLES = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
-
-
-_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]*\]|[A-Za-z0-9._~%-]*)(:\d*)?$")
-
-
-def _credential_part(uri: str) -> str:
-    """The user part of a tracking URI, or "" when its only @ is in a path (https://host/users/me@org).
-
-    An @ after the first / is a path's when what is before that / is a plain host[:port], as an HTTP
-    client reads it; otherwise (https://u:pa/ss@host) the / is in a password, cut by the client."""
-    user = locations.userinfo(uri)
-    rest = uri.partition("//")[2] if "//" in uri else uri.partition(":")[2]
-    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    if user and "@" not in authority and "%40" not in authority.lower() and _HOST_PORT.match(authority):
-        return ""
-    return user
-
-
-def _tracking_credential(uri: str) -> str | None:
-    """What in `uri` is (or may be) a credential, and where it goes instead; None when nothing is."""
-    from urllib.parse import parse_qsl, unquote
-
-    user = _credential_part(uri)
-    if user:
-        what = "a user and password" if ":" in unquote(user) else "a user name or a token"
-        return (
-            f"the part before the @ ({what}) is a credential: remove it and set {_USER_VARIABLES} "
-            f"(or {_TOKEN_VARIABLE}) in the environment instead, where the MLflow client reads them"
-        )
-    query = uri.split("#", 1)[0].partition("?")[2]
-    fragment = uri.partition("#")[2]
-    for text in (query, fragment):
-        for name, _value in parse_qsl(text, keep_blank_values=True):
-            word = next((w for p, w in _SECRET_NAMES.items() if re.search(p, unquote(name), re.IGNORECASE)), None)
-            if word:
-                variable = _USER_VARIABLES if word == "password" else _TOKEN_VARIABLE
-                return (
-                    f"a query parameter named like '{word}' is a credential: remove it and set {variable} "
-                    "in the environment instead, where the MLflow client reads it"
-                )
-    if "?" in uri or "#" in uri:
-        return (
-            "the MLflow client appends its API paths to the URI, so a query (?...) or fragment (#...) breaks "
-            f"every request: remove it (a credential goes in {_TOKEN_VARIABLE} or {_USER_VARIABLES})"
-        )
-    return None
-
-
-def _check_tracking(s: Settings) -> None:
-    """MLFLOW_TRACKING_URI: a tracking server the client can reach, without credentials in the URI.
-
-    The URI is written to config.json, the manifest and the log, so a credential in it is refused
-    (never stripped: a run would then go on without the access the user meant to give it), and no
-    error repeats one: every message shows the URI through redact_uri.
-    """
-    uri = s.mlflow_tracking_uri
-    if not uri:
-        return
-    from urllib.parse import urlsplit
-
-    shown = redact_uri(uri)
-    problem = _tracking_credential(uri)
-    if problem:
-        raise ConfigError("MLFLOW_TRACKING_URI", shown, problem)
-    try:
-        parts = urlsplit(uri)
-        host = parts.hostname
-    except ValueError:  # e.g. an unclosed [IPv6 bracket
-        parts, host = urlsplit(""), None
-    scheme = "databricks" if uri == "databricks" else parts.scheme
-    if (
-        uri != uri.strip()
-        or any(c.isspace() for c in uri)
-        or scheme not in _TRACKING_SCHEMES
-        or (scheme in ("http", "https") and not host)
-    ):
-        raise ConfigError(
-            "MLFLOW_TRACKING_URI",
-            shown,
-            "the URL of an MLflow tracking server (http://host:5000, https://...) or databricks; empty "
-            "turns tracking off. For a local store (file:, sqlite:) run a server on it "
-            "(`docker compose --profile mlflow`, or `mlflow server`) and give its URL",
-        )
-    if not s.mlflow_experiment.strip():
-        raise ConfigError("MLFLOW_EXPERIMENT", s.mlflow_experiment, "an experiment name, e.g. Default")
-
-
 _MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -555,23 +413,6 @@ def _check_peak_flops(value: str) -> None:
     if not 0 < number < math.inf:
         raise ConfigError(
             "PEAK_FLOPS", value, "auto, measure or a positive number of FLOP/s per device, e.g. 2.5e11 (250 GFLOP/s)"
-        )
-
-
-# The databases Optuna's RDB storage can hold a study in (SQLAlchemy URLs, optionally +driver).
-SWEEP_SCHEMES = ("sqlite", "postgresql", "mysql")
-
-
-def _check_sweep_storage(url: str) -> None:
-    if not url:
-        return
-    scheme = url.partition(":")[0].partition("+")[0].lower()
-    if scheme not in SWEEP_SCHEMES or "://" not in url or any(c.isspace() for c in url):
-        raise ConfigError(
-            "SWEEP_STORAGE",
-            redact_uri(url),
-            "a database URL: postgresql://user:password@host:5432/db (or mysql://..., sqlite:///path.db); "
-            "empty keeps the study in RUNS_DIR/sweeps/<study>.db",
         )
 
 
@@ -591,7 +432,6 @@ def _validate(s: Settings) -> Settings:
     if locations.looks_like_url(s.runs_dir) and (problem := locations.url_problem(s.runs_dir)):
         raise ConfigError("RUNS_DIR", s.runs_dir, problem)  # validate() masks it, as every URL setting
     datasets.check_dataset(s.dataset)
-    _check_tracking(s)
     if s.model not in models.MODELS and not _MODULE_FN.match(s.model):
         raise ConfigError("MODEL", s.model, "one of " + ", ".join(models.MODELS) + " or package.module:function")
     if s.monitor not in models.monitors(s.model):
@@ -626,7 +466,6 @@ def _validate(s: Settings) -> Settings:
             f"the warm-up must end before the training does (EPOCHS={s.epochs}): give less than {s.epochs}",
         )
     export_formats(s.export_formats)
-    _check_sweep_storage(s.sweep_storage)
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
             "CHECKPOINT_EVERY",
@@ -634,6 +473,9 @@ def _validate(s: Settings) -> Settings:
             f"must be a multiple of STEPS_PER_EXECUTION ({s.steps_per_execution}) so a checkpoint falls on a step boundary",
         )
     profile_steps(s.profile_steps)
+    for section in extras.sections():
+        if hasattr(section, "check"):
+            section.check(s)
     return s
 
 
@@ -747,10 +589,9 @@ def settings_from_dict(data: Mapping[str, Any]) -> Settings:
         # today's default, so a resume or reproduce trains as the run did.
         if f.name not in values and "recorded_before" in f.metadata:
             values[f.name] = f.metadata["recorded_before"]
-    if _tracking_credential(str(values.get("mlflow_tracking_uri") or "")):
-        # A URI with a credential, saved by a version that accepted one. Where tracking goes is free
-        # on resume (the current MLFLOW_TRACKING_URI is used), so it must not make the run unreadable.
-        values["mlflow_tracking_uri"] = ""
+    for section in extras.sections():
+        if hasattr(section, "saved"):
+            section.saved(values)
     return validate(Settings(**values))
 
 
@@ -786,9 +627,21 @@ def env_example() -> str:
         "# always the /runs and /data volumes (docker-compose.yml); move them with RUNS_HOST_DIR/DATA_HOST_DIR.",
         "",
     ]
-    for f in fields(Settings):
-        lines += [f"# {f.metadata['doc']}", f"# {f.name.upper()}={_default_text(f)}", ""]
+    for section, title, own in _by_section():
+        if section:
+            lines += [f"# ---- the {section} extra: {title} ----", ""]
+        for f in own:
+            lines += [f"# {f.metadata['doc']}", f"# {f.name.upper()}={_default_text(f)}", ""]
     return "\n".join(lines)
+
+
+def _by_section() -> list[tuple[str, str, list[dataclasses.Field]]]:
+    """(extra, its title, its fields), the core's first with extra "": how .env.example and the table list them."""
+    out = [("", "", list(fields(CoreSettings)))]
+    for name, section in extras.sections_by_name().items():
+        title = (section.Section.__doc__ or name).strip().splitlines()[0]
+        out.append((name, title, list(fields(section.Section))))
+    return out
 
 
 def as_flags(values: Mapping[str, Any]) -> list[str]:
@@ -806,8 +659,11 @@ def as_flags(values: Mapping[str, Any]) -> list[str]:
 def settings_table() -> str:
     """The README's configuration table (markdown)."""
     rows = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
-    for f in fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
-        doc = f.metadata["doc"].replace("|", "\\|")
-        rows.append(f"| `{f.name.upper()}` | `{flag}` | `{_default_text(f)}` | {doc} |")
+    for section, title, own in _by_section():
+        if section:
+            rows.append(f"| **the {section} extra** | | | {title.replace('|', chr(92) + '|')} |")
+        for f in own:
+            flag = "--" + f.name.replace("_", "-")
+            doc = f.metadata["doc"].replace("|", "\\|")
+            rows.append(f"| `{f.name.upper()}` | `{flag}` | `{_default_text(f)}` | {doc} |")
     return "\n".join(rows)

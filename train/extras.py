@@ -1,7 +1,14 @@
-"""The optional parts that bring packages of their own, and the check that they are installed.
+"""The optional parts, one registration line each, and the check that what they need is installed.
 
 The core trains with requirements/cpu.lock (or gpu.lock) alone; each extra's packages are in
 requirements/<extra>.lock, which `scripts/venv.sh --extra <extra>` installs (the image carries them).
+An extra with a folder of its own owns, in it and found by name (the core never imports an extra):
+  settings.py   `Section`, a frozen dataclass of its settings (train.sections.setting), joined into
+                train.config.Settings; optionally `check(settings)` (run by validate), `saved(values)`
+                (a run's saved values, before they are read back), `turned_on(settings)` (the setting
+                that asks for it in a training run) and `callback(settings)` (its loop callback)
+  command.py    `add_command(sub)` and `run(args)`: `python -m train <extra>`
+Deleting such a folder and its line below leaves a template without it: no setting, no command.
 A setting or command that needs an extra that is not installed is refused here, in one line naming
 the command that adds it, before TensorFlow is imported and before anything is trained.
 """
@@ -9,35 +16,66 @@ the command that adds it, before TensorFlow is imported and before anything is t
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+from functools import cache
 from importlib.util import find_spec
+from types import ModuleType
 
 from .errors import ConfigError
+from .locations import redact_uri
 
-# extra: the top-level modules it brings (requirements/<extra>.in, pyproject's optional-dependencies)
-PACKAGES: dict[str, tuple[str, ...]] = {
-    "serve": ("starlette", "uvicorn"),
-    "mlflow": ("mlflow",),
-    "sweep": ("optuna", "psycopg"),
-    "store": ("obstore",),
-    "onnx": ("tf2onnx", "onnx"),
+
+@dataclass(frozen=True)
+class Extra:
+    modules: tuple[
+        str, ...
+    ]  # the top-level modules it brings (requirements/<extra>.in, pyproject's optional-dependencies)
+    package: str = ""  # its folder (settings.py, command.py); "" while its code still lives in the core's folders
+
+
+EXTRAS: dict[str, Extra] = {
+    "serve": Extra(("starlette", "uvicorn"), "train.serve"),
+    "sweep": Extra(("optuna", "psycopg"), "train.sweep"),
+    "mlflow": Extra(("mlflow",), "train.tracking"),
+    "store": Extra(("obstore",)),
+    "onnx": Extra(("tf2onnx", "onnx")),
 }
+PACKAGES: dict[str, tuple[str, ...]] = {name: extra.modules for name, extra in EXTRAS.items()}
 
 
-# extra: (the setting that turns it on, "module:class" of its loop callback, made with the settings).
-# Named, not imported: the core never imports an extra, and a fork that deletes one deletes its line.
-CALLBACKS: dict[str, tuple[str, str]] = {
-    "mlflow": ("mlflow_tracking_uri", "train.tracking.mlflow_run:MlflowCallback"),
-}
+def _part(extra: Extra, name: str) -> ModuleType | None:
+    """`<package>.<name>` of an extra, or None when it has no such module (or no folder)."""
+    try:
+        if not extra.package or find_spec(f"{extra.package}.{name}") is None:
+            return None
+    except ModuleNotFoundError:  # its folder is gone (a fork deleted it and kept the line)
+        return None
+    return importlib.import_module(f"{extra.package}.{name}")
+
+
+@cache
+def sections_by_name() -> dict[str, ModuleType]:
+    """Each extra's settings module (its `Section` and hooks), by the extra's name."""
+    found = {name: _part(extra, "settings") for name, extra in EXTRAS.items()}
+    return {name: module for name, module in found.items() if module is not None}
+
+
+def sections() -> list[ModuleType]:
+    return list(sections_by_name().values())
+
+
+def commands() -> dict[str, str]:
+    """The commands the extras add: `python -m train <extra>` -> its command module."""
+    return {name: f"{e.package}.command" for name, e in EXTRAS.items() if e.package and _part(e, "command")}
 
 
 def callbacks(settings) -> list:
     """The loop callbacks of the extras these settings turn on (train.training.callbacks)."""
-    found = []
-    for setting, target in CALLBACKS.values():
-        if getattr(settings, setting, None):
-            module, _, name = target.partition(":")
-            found.append(getattr(importlib.import_module(module), name)(settings))
-    return found
+    return [
+        section.callback(settings)
+        for section in sections()
+        if hasattr(section, "callback") and section.turned_on(settings)
+    ]
 
 
 def missing(extra: str) -> list[str]:
@@ -58,10 +96,9 @@ def require(extra: str, name: str, value: object) -> None:
 
 
 def require_for_training(settings) -> None:
-    """The extras a training run's settings ask for: MLflow tracking, an ONNX export."""
-    if settings.mlflow_tracking_uri:
-        from .config import redact_uri
-
-        require("mlflow", "MLFLOW_TRACKING_URI", redact_uri(settings.mlflow_tracking_uri))
+    """The extras a training run's settings ask for (MLflow tracking, an ONNX export) are installed."""
+    for extra, section in sections_by_name().items():
+        if hasattr(section, "turned_on") and (name := section.turned_on(settings)):
+            require(extra, name, redact_uri(str(getattr(settings, name.lower()))))
     if "onnx" in settings.export_formats.lower():
         require("onnx", "EXPORT_FORMATS", settings.export_formats)

@@ -1,6 +1,6 @@
 """One module per built-in command of `python -m train`, each with `add_command(sub)` and `run(args)`.
 
-The same shape as the optional commands (train.cli.OPTIONAL_COMMANDS). Importing a command module is
+The same shape as the optional commands (train.cli.OPTIONAL_COMMANDS, train.extras). Importing a command module is
 cheap: the work it calls, and TensorFlow with it, loads only when the command runs. The helpers here
 are the flags and steps several commands share.
 """

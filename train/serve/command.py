@@ -1,7 +1,7 @@
 """The `serve` sub-command of `python -m train`: its flags here, the server in server.py.
 
-train.cli adds it through `OPTIONAL_COMMANDS`, so that dropping serving is deleting this folder and
-that one entry. Importing this module is cheap: Starlette, uvicorn and TensorFlow load only when
+train.cli adds it through train.extras, so that dropping serving is deleting this folder and its
+line there. Importing this module is cheap: Starlette, uvicorn and TensorFlow load only when
 the command runs.
 """
 

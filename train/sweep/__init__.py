@@ -2,8 +2,8 @@
 
 An optional part. Training knows nothing of it: a trial's run gets the study's
 loop callback (train.training.callbacks). To drop it from a fork, delete this folder, its tests (tests/sweep/,
-tests/servers_pg.py and its line in tests/conftest.py) and its entry in
-`train.cli.OPTIONAL_COMMANDS`.
+tests/servers_pg.py and its line in tests/conftest.py) and its line in
+`train/extras.py` (its settings, settings.py, and its command go with the folder).
 
   command.py   the `sweep` sub-command: its flags, the call into study.py, the closing lines
   space.py     SPACE.toml -> a checked SweepSpec (no Optuna, no TensorFlow)

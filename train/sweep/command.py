@@ -1,7 +1,7 @@
 """The `sweep` sub-command of `python -m train`: its flags here, its work in study.py.
 
-train.cli adds it through `OPTIONAL_COMMANDS`, so that dropping sweeps is deleting this folder and
-that one entry. Importing this module is cheap: Optuna and TensorFlow load only when a sweep runs,
+train.cli adds it through train.extras, so that dropping sweeps is deleting this folder and
+its line there. Importing this module is cheap: Optuna and TensorFlow load only when a sweep runs,
 after the space file and every setting have been checked.
 """
 

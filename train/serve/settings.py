@@ -1,0 +1,34 @@
+"""The serve extra's settings (`python -m train serve`): batching and the request size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..sections import setting
+
+
+@dataclass(frozen=True)
+class Section:
+    """serving an export (`python -m train serve`; docs/serving.md)"""
+
+    serve_max_batch: int = setting(
+        32,
+        "serve: the most images gathered into one model call (1: no batching); a larger request is refused",
+        min=1,
+        max=4096,
+        kind="invocation",
+    )
+    serve_max_wait_ms: float = setting(
+        5.0,
+        "serve: how long the first request of a batch waits for others to join it, in milliseconds",
+        min=0.0,
+        max=10000.0,
+        kind="invocation",
+    )
+    serve_max_body_mb: float = setting(
+        16.0,
+        "serve: the largest request body accepted, in MB; a larger one is refused with 413 before it is read",
+        min=0.001,
+        max=4096.0,
+        kind="invocation",
+    )

@@ -1,0 +1,40 @@
+"""The sweep extra's settings: where a study is kept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..locations import redact_uri
+from ..sections import setting
+
+# The databases Optuna's RDB storage can hold a study in (SQLAlchemy URLs, optionally +driver).
+SWEEP_SCHEMES = ("sqlite", "postgresql", "mysql")
+
+
+@dataclass(frozen=True)
+class Section:
+    """hyperparameter sweeps (`python -m train sweep`; docs/sweeps.md)"""
+
+    sweep_storage: str = setting(
+        "",
+        "where a sweep keeps its study: a database URL (postgresql://user:password@host/db, mysql://...) shared by "
+        "several sweep processes; empty: SQLite at RUNS_DIR/sweeps/<study>.db. The password is masked wherever it is shown",
+        url=True,
+        kind="invocation",
+    )
+
+
+def check(s) -> None:
+    """SWEEP_STORAGE: empty, or a database URL Optuna's storage can open."""
+    url = s.sweep_storage
+    if not url:
+        return
+    scheme = url.partition(":")[0].partition("+")[0].lower()
+    if scheme not in SWEEP_SCHEMES or "://" not in url or any(c.isspace() for c in url):
+        raise ConfigError(
+            "SWEEP_STORAGE",
+            redact_uri(url),
+            "a database URL: postgresql://user:password@host:5432/db (or mysql://..., sqlite:///path.db); "
+            "empty keeps the study in RUNS_DIR/sweeps/<study>.db",
+        )
