@@ -115,3 +115,35 @@ def test_a_password_holding_a_slash_or_question_mark_is_never_shown_by_the_sweep
     shown = captured.out + captured.err
     assert rc == 7 and "postgresql://***@127.0.0.1:" in shown, shown
     assert "Hunt" not in shown and "3rTw0" not in shown, shown
+
+
+def test_a_trial_whose_process_died_before_its_first_heartbeat_is_stale_after_the_grace_from_its_start(tmp_path):
+    import sqlite3
+    from datetime import datetime, timedelta, timezone
+
+    import optuna
+
+    from train.sweep.space import read_space
+    from train.sweep.storage import open_storage, open_study
+
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    settings = load_settings({"runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+    spec = read_space(space, settings)
+    url = default_url(tmp_path / "runs", spec.name)
+    study = open_study(open_storage(url, 60), spec, url, None)
+    # Created, then the process was killed before its heartbeat thread wrote anything.
+    dead, fresh, beating = study.ask(), study.ask(), study.ask()
+    study._storage.record_heartbeat(beating._trial_id)
+    # Optuna 5 stores the start as UTC without a zone.
+    long_ago = str(datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=2 * 60 + 5))
+    with sqlite3.connect(tmp_path / "runs" / "sweeps" / "s.db") as db:
+        db.execute(
+            "UPDATE trials SET datetime_start = ? WHERE trial_id IN (?, ?)", (long_ago, dead._trial_id, beating._trial_id)
+        )
+    optuna.storages.fail_stale_trials(study)
+    states = {t.number: t.state.name for t in study.get_trials()}
+    # The dead one is failed and queued again; one that started within the grace, or whose
+    # heartbeat is recent, keeps running.
+    assert states == {dead.number: "FAIL", fresh.number: "RUNNING", beating.number: "RUNNING", 3: "WAITING"}
+    assert study.get_trials()[3].system_attrs["retry_history"] == [dead.number]

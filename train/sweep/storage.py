@@ -50,9 +50,10 @@ def with_driver(url: str) -> str:
 
 def open_storage(url: str, heartbeat: int):
     """Optuna's RDB storage with heartbeats: a trial whose process stops sending them (SIGKILL, a lost
-    machine) is failed after twice `heartbeat` seconds and queued again with its parameters and run."""
+    machine) is failed after twice `heartbeat` seconds and queued again with its parameters and run;
+    so is a trial whose process died before its first heartbeat, twice `heartbeat` after it started."""
     import optuna
-    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep logs each trial in its own words
     if url.startswith("sqlite:///"):
@@ -64,7 +65,7 @@ def open_storage(url: str, heartbeat: int):
         # Optuna marks the heartbeat and its retry callback experimental; they are what is asked for here.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(
+            return _storage_class()(
                 with_driver(url),
                 engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
                 heartbeat_interval=heartbeat,
@@ -93,6 +94,42 @@ def open_storage(url: str, heartbeat: int):
             f"cannot open the study storage {redact_uri(url)}: {_first_line(scrub(str(exc), with_driver(url)))}; "
             "check that the database is running and reachable, and the URL's user, password and database name"
         ) from None
+
+
+def _storage_class():
+    from optuna.storages import RDBStorage
+
+    class HeartbeatStorage(RDBStorage):
+        """Optuna counts a running trial stale only once it has sent a heartbeat; one whose process
+        died between its creation and its first heartbeat (sent at once by a live one) would stay
+        running for ever, and every later sweep would wait for it. Its start time stands in."""
+
+        def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+            return super()._get_stale_trial_ids(study_id) + _silent_since_start(self, study_id)
+
+    return HeartbeatStorage
+
+
+def _silent_since_start(storage, study_id: int) -> list[int]:
+    """Running trials with no heartbeat at all that started more than the grace period ago."""
+    from datetime import datetime, timedelta
+
+    from optuna.storages._rdb.models import TrialModel
+    from optuna.storages._rdb.storage import _create_scoped_session
+    from optuna.trial import TrialState
+
+    # The property reads as this machine's local time whatever Optuna stored (local time before
+    # Optuna 5, UTC since), so it is compared with this process's clock, not the database's.
+    before = datetime.now() - timedelta(seconds=storage.grace_period or 2 * storage.heartbeat_interval)
+    with _create_scoped_session(storage.scoped_session) as session:
+        silent = (
+            session.query(TrialModel)
+            .filter(TrialModel.study_id == study_id)
+            .filter(TrialModel.state == TrialState.RUNNING)
+            .filter(~TrialModel.heartbeats.any())
+            .all()
+        )
+        return [t.trial_id for t in silent if t.datetime_start is not None and t.datetime_start < before]
 
 
 def open_study(storage, spec: SweepSpec, url: str, sampler):
