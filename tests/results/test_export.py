@@ -705,3 +705,57 @@ def test_a_signal_while_waiting_for_the_parity_process_stops_at_once(run_dir, mo
     with pytest.raises(Interrupted, match="export stopped by SIGTERM"):
         export.export_model(_tiny_model(), run_dir, ["a", "b"])
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+
+
+def _export_with_litert_files(run_dir, weights: str):
+    """The export in place: a SavedModel-less stand-in with LiteRT files made from `weights`."""
+    from train.digest import sha256_file
+
+    old = run_dir / "export"
+    (old / "model.tflite").write_bytes(b"float litert")
+    (old / "model.int8.tflite").write_bytes(b"int8 litert")
+    records = {
+        "litert": {"file": "model.tflite", "bytes": 12, "max_abs_diff": 1e-7},
+        "litert-int8": {"file": "model.int8.tflite", "bytes": 11, "max_abs_diff": 0.01},
+    }
+    (old / "parity.json").write_text(json.dumps({"max_abs_diff": 0.0, "formats": records}))
+    files = {n: sha256_file(old / n) for n in ("model.tflite", "model.int8.tflite")}
+    (old / "source.json").write_text(json.dumps({"weights": {"sha256": weights}, "files": files}))
+    return records
+
+
+def test_an_export_of_one_format_keeps_the_files_of_another_made_from_the_same_weights(run_dir, monkeypatch):
+    monkeypatch.setattr(export, "check_parity", lambda model, path, work: 0.0)
+    records = _export_with_litert_files(run_dir, "w1")
+    source = {"file": "best.weights.h5", "epoch": 2, "sha256": "w1"}
+    report = export.export_model(_tiny_model(), run_dir, ["a", "b"], source)
+    final = run_dir / "export"
+    assert (final / "model.tflite").read_bytes() == b"float litert"
+    assert (final / "model.int8.tflite").read_bytes() == b"int8 litert"
+    assert {"model.tflite", "model.int8.tflite"} <= set(read_json(final / "source.json")["files"])
+    kept = {key: {**r, "kept": True} for key, r in records.items()}
+    assert read_json(final / "parity.json")["formats"] == kept == report["formats"]
+    assert read_json(run_dir / "manifest.json")["export"]["formats"] == kept
+
+
+@pytest.mark.parametrize(
+    ("weights", "edit", "why"),
+    [("w0", False, "were made from other weights"), ("w1", True, "differ from what its source.json records")],
+)
+def test_files_of_another_format_that_would_not_fit_are_named_when_left_out(
+    run_dir, monkeypatch, caplog, weights, edit, why
+):
+    monkeypatch.setattr(export, "check_parity", lambda model, path, work: 0.0)
+    _export_with_litert_files(run_dir, weights)
+    if edit:
+        (run_dir / "export" / "model.int8.tflite").write_bytes(b"edited")
+        (run_dir / "export" / "model.tflite").write_bytes(b"edited")
+    source = {"file": "best.weights.h5", "epoch": 5, "sha256": "w1"}
+    with caplog.at_level(logging.WARNING, logger="train"):
+        report = export.export_model(_tiny_model(), run_dir, ["a", "b"], source)
+    assert not list((run_dir / "export").glob("*.tflite")) and "formats" not in report
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [
+        f"export: model.int8.tflite, model.tflite of the previous export {why} and are not "
+        "in the new one; export RUN --format litert --quantize int8 makes them from these weights"
+    ]

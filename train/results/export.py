@@ -173,10 +173,16 @@ def export_model(
                         model, staging, Path(work), formats, quantize, check_python, data
                     )
             stop.check()
+            kept, dropped = keep_other_formats(files.export, staging, source)
+            if kept:
+                records = {**kept, **records}
+                _write_format_records(staging, records)
             write_source(staging, source)
             stop.check()
             _keep_good_files(failures, staging, files)
             _swap_into_place(staging.path, final)
+            if dropped:
+                log.warning("export: %s", dropped)
         except BaseException as exc:
             shutil.rmtree(staging.path, ignore_errors=True)
             cause = storage_cause(exc)
@@ -197,7 +203,7 @@ def _record_export(files: RunDir, diff: float, source, formats, records: dict, f
         "tolerance": TOLERANCE,
         "source": _source_fields(source),
     }
-    if len(formats) > 1:
+    if len(formats) > 1 or records:
         report["formats"] = records
         report["failed"] = [str(e) for e in failures]
     update_manifest(files.manifest, export=report)
@@ -220,9 +226,54 @@ def _other_formats(model, staging: ExportDir, work: Path, formats, quantize, che
     records, failures = write_formats(
         model, staging, work, formats, quantize, check_python, data, run, serving=serving_function
     )
+    _write_format_records(staging, records)
+    return records, failures
+
+
+def _write_format_records(staging: ExportDir, records: dict[str, Any]) -> None:
     parity = json.loads(staging.parity.read_text())
     staging.parity.write_text(json.dumps({**parity, "formats": records}, indent=2, sort_keys=True) + "\n")
-    return records, failures
+
+
+def keep_other_formats(previous: ExportDir, staging: ExportDir, source) -> tuple[dict[str, Any], str]:
+    """Copy into `staging` the files of formats the export in place has and this one did not write.
+
+    An export of one format never deletes another's files: a file is kept, with its record, when it
+    was made from the same weights (the sha256 in source.json) and is still the file recorded
+    there. Otherwise it would be wrong beside the new SavedModel; it is left out, and the second
+    value, empty when nothing is left out, is a line that names it and how to make it again.
+    """
+    from .formats import FILES, quantized_file
+
+    names = {*FILES.values(), *(quantized_file(m) for m in ("dynamic", "int8"))}
+    others = sorted(n for n in names if (previous.path / n).is_file() and not (staging.path / n).exists())
+    if not others:
+        return {}, ""
+    try:
+        record = json.loads(previous.source.read_text(encoding="utf-8"))
+        recorded = record["files"]
+        weights = record["weights"]["sha256"]
+        made = json.loads(previous.parity.read_text()).get("formats") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        recorded, weights, made = {}, None, {}
+    same = weights is not None and weights == (source or {}).get("sha256")
+    kept: dict[str, Any] = {}
+    for name in others if same else []:
+        if recorded.get(name) != sha256_file(previous.path / name):
+            continue
+        shutil.copy2(previous.path / name, staging.path / name)
+        kept.update({key: {**r, "kept": True} for key, r in made.items() if isinstance(r, dict) and r.get("file") == name})
+    dropped = [n for n in others if not (staging.path / n).exists()]
+    if not dropped:
+        return kept, ""
+    why = "were made from other weights" if not same else "differ from what its source.json records"
+    fmts = sorted({"litert" if n.endswith(".tflite") else "onnx" for n in dropped})
+    quantized = sorted({n.split(".")[1] for n in dropped if n.count(".") == 2})
+    again = f"--format {','.join(fmts)}" + (f" --quantize {'|'.join(quantized)}" if quantized else "")
+    return kept, (
+        f"{', '.join(dropped)} of the previous export {why} and are not in the new one; "
+        f"export RUN {again} makes them from these weights"
+    )
 
 
 def _keep_good_files(failures: list[ExportError], staging: ExportDir, files: RunDir) -> None:
