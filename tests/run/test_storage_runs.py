@@ -296,3 +296,36 @@ def test_runs_and_compare_read_runs_a_stock_client_put_in_the_bucket(tmp_path, s
     compared = machine.command("compare", *names, "--runs-dir", f"s3://{s3_bucket}/runs")
     assert compared.returncode == 0, compared.stderr
     assert "LEARNING_RATE" in compared.stdout.upper() and "0.002" in compared.stdout
+
+
+def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch):
+    """In this process, the rerun itself replaced: what is uploaded is the command's to decide."""
+    from helpers import write_run_records
+
+    import train.reproduce.rerun
+    from train.cli import main
+    from train.reproduce.rerun import Verdict
+    from train.run import remote
+
+    name = "20261201-100000-000001-base"
+    client = s3_server.client()
+    made = write_run_records(tmp_path / "made" / name)
+    for path in made.rglob("*"):
+        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+
+    def rerun(run_dir, *_args, **_kw):
+        again = write_run_records(run_dir.parent / f"repro-{run_dir.name}")
+        (again / "reproduce.json").write_text('{"match": true}\n')
+        return Verdict(run_dir.name, again.name, method="final weights sha256", match=True)
+
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train.reproduce.rerun, "reproduce", rerun)
+    try:
+        assert main(["reproduce", name, "--local", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
+    finally:
+        remote.close_all()
+    stored = _runs_in(s3_server, s3_bucket)
+    assert stored[f"repro-{name}"]["reproduce.json"] == b'{"match": true}\n'
+    assert "config.json" in stored[f"repro-{name}"]  # a whole run of the bucket, listed by `runs`

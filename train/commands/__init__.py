@@ -67,13 +67,18 @@ def open_store(settings: Settings):
 
 @contextmanager
 def uploaded(settings: Settings, run_dir: Path) -> Iterator[None]:
-    """What the command writes into the run (report.html, export/, reproduce.json) reaches the store after it."""
+    """What the command writes into the run (report.html, export/) reaches the store after it."""
     try:
         yield
     finally:
-        remote = open_store(settings)
-        if remote is not None:
-            remote.push(run_dir)
+        upload(settings, run_dir)
+
+
+def upload(settings: Settings, run_dir: Path) -> None:
+    """Every file of `run_dir` that the store lacks is uploaded now; nothing to do for a local RUNS_DIR."""
+    remote = open_store(settings)
+    if remote is not None:
+        remote.push(run_dir)
 
 
 def warn(line: str) -> None:

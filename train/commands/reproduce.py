@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..errors import ReproduceMismatch
-from . import add_run, add_runs_dir, resolve, runs_settings, uploaded
+from . import add_run, add_runs_dir, resolve, runs_settings, upload, uploaded
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -48,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     with uploaded(settings, run_dir):
         verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image)
     print(format_verdict(verdict))
+    if verdict.rerun:
+        # The rerun is a run of RUNS_DIR written into its staging copy: it goes to the store, with its
+        # reproduce.json, like any run; after the verdict is shown, which a failing store cannot hide.
+        upload(settings, run_dir.parent / verdict.rerun)
     return 0 if verdict.match else ReproduceMismatch.exit_code
 
 
