@@ -537,3 +537,69 @@ def test_a_resume_keeps_the_url_values_it_was_given_and_a_local_runs_dir_with_an
     run_dir, resumed, was_resumed = prepare_run_dir(settings, run.name, force=False)
     assert was_resumed and run_dir == run
     assert resumed.sweep_storage == url and resumed.runs_dir == str(runs)
+
+
+def _segments(run, *hashes_and_statuses):
+    manifest = read_json(run / "manifest.json")
+    manifest["segments"] = [{"status": status, "config_sha256": sha} for sha, status in hashes_and_statuses]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_config_json_changed_after_the_run_wrote_it_is_refused_naming_the_file_and_the_fix(tmp_path):
+    from train.digest import sha256_file
+
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    _segments(run, (sha256_file(run / "config.json"), "interrupted"))
+    config = read_json(run / "config.json")
+    (run / "config.json").write_text(json.dumps({**config, "learning_rate": 0.5}))  # edited in the bucket
+    before = _snapshot(run)
+    with pytest.raises(RunRecordError) as info:
+        plan_run(s, run.name)
+    message = str(info.value)
+    assert info.value.exit_code == 4 and "\n" not in message
+    assert f"{run / 'config.json'} was changed after the run wrote it" in message
+    assert "restore the file, or start a new run" in message
+    assert _snapshot(run) == before
+    (run / "config.json").write_text(json.dumps(config))  # restored: the same bytes as written
+    assert prepare_run_dir(s, run.name, False)[2] is True
+
+
+def test_a_run_recorded_without_a_config_hash_resumes_as_before(tmp_path):
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    _segments(run, (None, "interrupted"))
+    config = read_json(run / "config.json")
+    (run / "config.json").write_text(json.dumps({**config, "learning_rate": 0.5}))
+    run_dir, settings, resumed = prepare_run_dir(s, run.name, False)
+    assert resumed and settings.learning_rate == 0.5
+
+
+@pytest.mark.parametrize(("status", "older_accepted"), [("running", True), ("failed", True), ("interrupted", False)])
+def test_a_segment_ended_as_it_started_accepts_the_config_json_of_the_one_before(tmp_path, status, older_accepted):
+    """A segment is recorded before the config.json it changes: a kill between the two leaves the older file."""
+    from train.digest import sha256_file
+
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    _segments(run, (sha256_file(run / "config.json"), "interrupted"), ("b" * 64, status))
+    if older_accepted:
+        assert prepare_run_dir(s, run.name, False)[2] is True
+    else:
+        with pytest.raises(RunRecordError, match="was changed after the run wrote it"):
+            plan_run(s, run.name)
+
+
+def test_the_config_hash_of_a_resume_is_the_file_it_writes(tmp_path):
+    from train.digest import sha256_file
+
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
+    plan = plan_run(s.replace(epochs=s.epochs + 3), run.name)  # EPOCHS is free: config.json changes
+    try:
+        recorded = plan.config_sha256()
+        assert recorded != sha256_file(run / "config.json")
+        plan.write_config()
+        assert recorded == sha256_file(run / "config.json")
+    finally:
+        plan.release()

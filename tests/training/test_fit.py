@@ -120,6 +120,7 @@ def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
 
 def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
     """config.json, the manifest and metrics.csv all say the batch size the resumed epochs trained with."""
+    from train.digest import sha256_file
     from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
@@ -132,6 +133,9 @@ def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
     assert [d["global_batch"] for d in manifest["distribution"]] == [32, 16]
     assert "BATCH_SIZE: 32 -> 16" in manifest["segments"][-1]["forced_changes"]
     assert [(r["epoch"], r["batch_size"]) for r in rows] == [("1", "32"), ("2", "16")]
+    # Each segment records config.json as it wrote it: what the next resume compares the file with.
+    first, second = (s["config_sha256"] for s in manifest["segments"])
+    assert second == sha256_file(run / "config.json") != first
 
 
 def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):

@@ -144,7 +144,12 @@ def write_text(path: Path | str, text: str) -> Path:
 
 
 def write_json(path: Path | str, data: Any) -> Path:
-    return write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    return write_text(path, json_text(data))
+
+
+def json_text(data: Any) -> str:
+    """What write_json writes: its bytes are known (and hashed) before the file is."""
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
 
 
 def read_json(path: Path | str) -> Any:

@@ -152,8 +152,12 @@ def new_segment(
     forced: list[str] | None = None,
     restart: bool = False,
     smoke: bool = False,
+    config_sha256: str | None = None,
 ) -> dict[str, Any]:
-    """One entry of the manifest's `segments`: a stretch of training by one process."""
+    """One entry of the manifest's `segments`: a stretch of training by one process.
+
+    `config_sha256` is config.json as this process wrote or kept it: the next resume refuses a file
+    that differs (train.run.resume.check_config)."""
     return {
         "started_at": now_iso(),
         "ended_at": None,
@@ -170,6 +174,7 @@ def new_segment(
         "epoch_from": start_epoch,
         "epoch_to": None,
         "data_fingerprint": None,
+        "config_sha256": config_sha256,
     }
 
 

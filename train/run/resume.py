@@ -16,14 +16,16 @@ leaves the record as it was.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import RESUME_FREE, Settings, diff_settings, given, settings_from_dict
-from ..errors import CheckpointError, ConfigError, ResumeMismatchError, StorageError
-from .files import storage_error, write_json
+from ..digest import sha256_file
+from ..errors import CheckpointError, ConfigError, ResumeMismatchError, RunRecordError, StorageError
+from .files import json_text, storage_error, write_json
 from .find import create_run_dir, list_run_dirs, resolve_run
 from .lock import RunLock
 from .remote import local_dir
@@ -50,6 +52,12 @@ class RunPlan:
         """config.json changes only when a setting really changed (EPOCHS extended, --force)."""
         if self.saved_config != self.settings.to_dict():
             write_json(RunDir(self.run_dir).config, self.settings.to_dict())
+
+    def config_sha256(self) -> str:
+        """config.json as this start leaves it (once write_config has run), for its manifest segment."""
+        if self.saved_config is not None and self.saved_config != self.settings.to_dict():
+            return hashlib.sha256(json_text(self.settings.to_dict()).encode("utf-8")).hexdigest()
+        return sha256_file(RunDir(self.run_dir).config)
 
     def release(self) -> None:
         self.lock.release()
@@ -139,6 +147,7 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
     saved_config = files.read_config()
     saved = read_run_settings(run_dir, warn_unknown=False)
     manifest = files.read_manifest(missing_ok=True)
+    check_config(run_dir, manifest)
     asked = _asked(run_dir, saved, settings)
     diffs = diff_settings(saved, asked) + _unknown(saved_config)
     if diffs and not force:
@@ -182,6 +191,30 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
         manifest=manifest,
         forced=diffs if force else [],
     )
+
+
+def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a config.json that is not the one the run last wrote (edited by hand, in a bucket too).
+
+    The settings a resume keeps come from that file, so an edit would change the run without a
+    word. Its latest segment's `config_sha256` says what it held; runs recorded before segments
+    kept one are resumed as before."""
+    segments = [s for s in manifest.get("segments") or [] if isinstance(s, dict)]
+    recorded = segments[-1].get("config_sha256") if segments else None
+    if not recorded:
+        return
+    allowed = {recorded}
+    if segments[-1].get("status") in ("running", "failed") and len(segments) > 1:
+        # Killed or failed as it started: a segment is recorded before the config.json it changes.
+        allowed.add(segments[-2].get("config_sha256"))
+    files = RunDir(run_dir)
+    actual = sha256_file(files.config)
+    if actual not in allowed:
+        raise RunRecordError(
+            f"run {run_dir.name}: {files.config} was changed after the run wrote it (sha256 {actual[:12]}..., "
+            f"the manifest's last segment recorded {str(recorded)[:12]}...): restore the file, or start a new "
+            "run; a setting is changed on resume by giving it, with --force when it changes the result"
+        )
 
 
 def check_data(plan: RunPlan, fingerprint: str, source: str, force: bool) -> None:

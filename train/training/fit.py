@@ -165,7 +165,10 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) 
     try:
         if not plan.resumed:  # a new run has no record to lose: its manifest says from the start how it goes
             started_manifest = start_manifest(
-                manifest_path, settings, run_dir.name, new_segment(_epochs(settings), smoke=settings.smoke)
+                manifest_path,
+                settings,
+                run_dir.name,
+                new_segment(_epochs(settings), smoke=settings.smoke, config_sha256=plan.config_sha256()),
             )
             plan.recorded = True
             _warn_dirty(started_manifest)
@@ -337,16 +340,20 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
     """The record of a start: config.json and a new manifest segment on a resume, the data, the labels, the split."""
     settings = plan.settings
     if plan.resumed:
-        plan.write_config()
         where = resume_point(loaded.path.name, state.epoch, state.step) if loaded else None
+        # The segment first, with the sha256 of the config.json it is about to write: a kill between
+        # the two leaves a file the next resume still accepts (train.run.resume.check_config).
         resumed_manifest = open_segment(
             manifest_path,
             plan.manifest,
             settings,
-            new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke),
+            new_segment(
+                epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, plan.config_sha256()
+            ),
             last_write=_last_write(RunDir(plan.run_dir).checkpoints),
         )
         plan.recorded = True
+        plan.write_config()
         _warn_dirty(resumed_manifest)
     record_data(
         manifest_path,
