@@ -139,7 +139,8 @@ def test_a_trial_whose_process_died_before_its_first_heartbeat_is_stale_after_th
     long_ago = str(datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=2 * 60 + 5))
     with sqlite3.connect(tmp_path / "runs" / "sweeps" / "s.db") as db:
         db.execute(
-            "UPDATE trials SET datetime_start = ? WHERE trial_id IN (?, ?)", (long_ago, dead._trial_id, beating._trial_id)
+            "UPDATE trials SET datetime_start = ? WHERE trial_id IN (?, ?)",
+            (long_ago, dead._trial_id, beating._trial_id),
         )
     optuna.storages.fail_stale_trials(study)
     states = {t.number: t.state.name for t in study.get_trials()}

@@ -43,5 +43,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
     for fmt, record in report.get("formats", {}).items():
         done = "kept (the same weights)" if record.get("kept") else "exported"
-        print(f"{done} {fmt}: {record['file']} ({record['bytes'] / 1e6:.2f} MB, max |diff| {record['max_abs_diff']:.2e})")
+        print(
+            f"{done} {fmt}: {record['file']} ({record['bytes'] / 1e6:.2f} MB, max |diff| {record['max_abs_diff']:.2e})"
+        )
     return 0

@@ -262,7 +262,9 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source) -> tuple
         if recorded.get(name) != sha256_file(previous.path / name):
             continue
         shutil.copy2(previous.path / name, staging.path / name)
-        kept.update({key: {**r, "kept": True} for key, r in made.items() if isinstance(r, dict) and r.get("file") == name})
+        kept.update(
+            {key: {**r, "kept": True} for key, r in made.items() if isinstance(r, dict) and r.get("file") == name}
+        )
     dropped = [n for n in others if not (staging.path / n).exists()]
     if not dropped:
         return kept, ""

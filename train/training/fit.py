@@ -347,9 +347,7 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
             manifest_path,
             plan.manifest,
             settings,
-            new_segment(
-                epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, plan.config_sha256()
-            ),
+            new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, plan.config_sha256()),
             last_write=_last_write(RunDir(plan.run_dir).checkpoints),
         )
         plan.recorded = True
