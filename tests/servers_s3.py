@@ -90,6 +90,9 @@ class S3Server:
     def start(self) -> S3Server:
         cmd = [weed_binary(), "server", "-s3", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
         cmd += ["-master.telemetry=false", f"-s3.config={self.config}", "-volume.max=0", "-master.volumeSizeLimitMB=64"]
+        # One master: a restart over its saved state waits one election timeout for a leader (10 s by
+        # default, ~20 s seen on a restart), which the store-lost tests paid; a single node needs none.
+        cmd += ["-master.electionTimeout=1s"]
         # Its catalogue servers (Iceberg, Lance) on fixed default ports would collide with a second server.
         cmd += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
         for name in self.ports:

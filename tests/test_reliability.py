@@ -57,7 +57,10 @@ def _restored_step(text: str) -> int | None:
 
 
 # -- 1. the guarantee ----------------------------------------------------------------------------
-KILLS = 6
+# Each kill costs a process start (TensorFlow's import is most of a tiny run): three seeded points,
+# one of them usually inside a checkpoint write, show the guarantee; the write itself is killed at
+# chosen points in section 3.
+KILLS = 3
 
 
 def test_sigkill_at_seeded_points_then_resume_is_bit_identical(tmp_path, data, uninterrupted):
@@ -85,7 +88,7 @@ def test_sigkill_at_seeded_points_then_resume_is_bit_identical(tmp_path, data, u
         lost.append(newest)
     run = only_run(runs)
     straight_run, straight_sha = uninterrupted
-    assert kills >= 5, f"only {kills} kills landed before the run finished"
+    assert kills == KILLS, f"only {kills} kills landed before the run finished"
     m = manifest(run)
     assert m["status"] == "completed" and len(m["resumed_at"]) == kills
     assert m["final_weights_sha256"] == straight_sha
@@ -262,7 +265,7 @@ def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_ar
 
     flags = fit_flags(tmp_path, data, **GUARANTEE)
     runs, loadable, tried = tmp_path / "runs", 0, 0
-    for target in random.Random(5).sample(range(2, 7), 4):
+    for target in random.Random(5).sample(range(2, 7), 2):
         resume = ["--resume", only_run(runs).name] if runs.is_dir() else []
         proc = subprocess.run(
             [sys.executable, "-c", DIE_IN_SAVE, str(target), "fit", *flags, *resume],

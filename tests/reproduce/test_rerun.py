@@ -336,46 +336,6 @@ def test_weights_that_differ_are_different_with_exit_10(original, tmp_path):
     assert manifest["reproduces"]["match"] is False
 
 
-@pytest.mark.slow
-def test_a_metrics_row_that_differs_is_different_with_exit_10_naming_the_metric(original, tmp_path):
-    repo, _, run, _ = original
-    copy = _copy(run, tmp_path)
-    _edit_metrics(copy, 1, "val_loss", "9.5")
-    proc = _reproduce(repo, copy, "--epochs", "1")
-    assert proc.returncode == 10, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "result:     DIFFERENT by metrics.csv row of epoch 1, exactly" in proc.stdout, proc.stdout
-    verdict, _ = _rerun_of(copy)
-    assert (
-        list(verdict["details"]["differ"]) == ["val_loss"]
-        and verdict["details"]["differ"]["val_loss"]["original"] == 9.5
-    )
-
-
-@pytest.mark.slow
-def test_without_determinism_a_metric_beyond_the_tolerance_is_different_with_exit_10(original, tmp_path):
-    repo, _, run, _ = original
-    copy = _copy(run, tmp_path)
-    _edit(copy / "config.json", deterministic=False)
-    _edit_metrics(copy, 1, "val_accuracy", "0.0")
-    proc = _reproduce(repo, copy, "--epochs", "1")
-    assert proc.returncode == 10, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "DIFFERENT by metrics of epoch 1 within tolerance (DETERMINISTIC=false)" in proc.stdout, proc.stdout
-    details = _rerun_of(copy)[0]["details"]["metrics"]["val_accuracy"]
-    assert details["original"] == 0.0 and details["difference"] > details["allowed"]
-
-
-@pytest.mark.slow
-def test_another_precision_is_judged_by_the_metrics_end_to_end(original, tmp_path):
-    repo, _, run, _ = original
-    copy = _copy(run, tmp_path)
-    _edit(copy / "manifest.json", precision={"policy": "mixed_bfloat16"}, final_weights_sha256="0" * 64)
-    proc = _reproduce(repo, copy)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "MATCH by metrics of epoch 2 within tolerance (another device kind or precision)" in proc.stdout
-    (precision,) = [line for line in proc.stdout.splitlines() if line.startswith("precision ")]
-    assert "mixed_bfloat16" in precision and precision.endswith("<- differs")
-
-
 def _worktrees(repo: Path) -> list[str]:
     return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
 
@@ -419,8 +379,9 @@ def _start_long_reproduce(original, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the child processes")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path, sig):
+def test_sigterm_stops_the_rerun_removes_its_worktree_and_exits_75(original, tmp_path):
+    # SIGINT takes the same path: train.reproduce.worktree installs one handler for both.
+    sig = signal.SIGTERM
     repo, copy, tmp, proc = _start_long_reproduce(original, tmp_path)
     try:
         assert wait_until(lambda: _rerun_trains(copy), proc, timeout=600), (tmp_path / "reproduce.out").read_text()

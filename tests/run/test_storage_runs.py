@@ -219,6 +219,7 @@ def test_a_store_lost_mid_run_training_goes_on_one_warning_and_everything_arrive
     assert len([line for line in out.splitlines() if "WARNING: RUNS_DIR" in line]) == 1, out
     name, files = next(iter(_runs_in(server, bucket).items()))
     local = _staging(machine, bucket) / name
+    assert "answers again" in (local / "train.log").read_text()
     assert json.loads(files["manifest.json"])["status"] == "completed"
     assert files["final.weights.h5"] == (local / "final.weights.h5").read_bytes()
     assert files["checkpoints/LATEST"] == (local / "checkpoints/LATEST").read_bytes()

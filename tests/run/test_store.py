@@ -262,47 +262,6 @@ def test_pointers_reach_the_store_only_after_what_they_point_to(s3_server, s3_bu
         mirror.stop_watching()
 
 
-@pytest.mark.slow
-def test_a_store_lost_and_back_one_warning_then_everything_arrives(s3_server_factory, monkeypatch, tmp_path, caplog):
-    monkeypatch.setattr(mirror_module, "BACKOFF_SECONDS", (0.2, 0.5, 1.0))  # the store's return, not a 30 s retry
-    from train.run.files import write_text
-
-    server = s3_server_factory()
-    bucket = server.make_bucket("lost-and-back")
-    store = _store(server, bucket, monkeypatch)
-    run = tmp_path / "20261201-000000-000002"
-    run.mkdir()
-    write_text(run / "config.json", "{}")
-    mirror = Mirror(store, tmp_path, run).start()
-    with caplog.at_level(logging.INFO, logger="train"):
-        assert mirror.wait_for_pass(timeout=120)
-        assert f"runs/{run.name}/config.json" in server.keys(bucket)
-        server.stop()
-        for i in range(5):  # the run writes on; every write wakes the uploads
-            write_text(run / f"file-{i}.txt", str(i))
-        assert wait_for(lambda: mirror.down_since is not None)
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "train"]
-        server.start()
-        left = mirror.close(seconds=300)
-    assert left == []
-    assert len(warnings) == 1 and "training goes on" in warnings[0].getMessage()
-    assert len([r for r in caplog.records if r.levelno == logging.WARNING and r.name == "train"]) == 1
-    assert "answers again" in caplog.text
-    keys = server.keys(bucket)
-    assert all(f"runs/{run.name}/file-{i}.txt" in keys for i in range(5))
-
-
-def wait_for(predicate, timeout: float = 120) -> bool:
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_store_whose_client_cannot_be_set_up_is_one_storage_error(monkeypatch):
     for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_CONNECTION_STRING"):
         monkeypatch.delenv(name, raising=False)

@@ -520,9 +520,9 @@ def _fit_against(server: Silent, tmp_path: Path, epochs: int, constants: dict | 
 
 
 # The deadlines of a run against a server that never answers, shortened in the training child so
-# that a test waits seconds, not the product's minute: the same code ends the wait, at 8 s (4 s
+# that a test waits seconds, not the product's minute: the same code ends the wait, at 4 s (2 s
 # once a stop is asked for) instead of FLUSH_SECONDS (STOP_FLUSH_SECONDS).
-SHORT_FLUSH, SHORT_STOP_FLUSH = 8.0, 4.0
+SHORT_FLUSH, SHORT_STOP_FLUSH = 4.0, 2.0
 SHORT_DEADLINES = {
     "train.tracking.mlflow_run.FLUSH_SECONDS": SHORT_FLUSH,
     "train.tracking.mlflow_run.STOP_FLUSH_SECONDS": SHORT_STOP_FLUSH,
@@ -913,52 +913,6 @@ def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch)
     assert any(re.search(r"epoch \d+ metrics not logged", w) for w in warned)
     assert any("run status not logged" in w for w in warned)
     assert json.loads((result.run_dir / "manifest.json").read_text())["status"] == "completed"
-
-
-@pytest.mark.slow
-def test_an_unreachable_server_is_one_warning_and_the_training_completes(tmp_path):
-    from helpers import write_tiny_npz
-
-    (port,) = free_local_ports(1)  # nothing listens there
-    npz = write_tiny_npz(tmp_path)
-    env = subprocess_env(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "train",
-            "fit",
-            "--dataset",
-            f"npz:{npz}",
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--epochs",
-            "1",
-            "--batch-size",
-            "32",
-            "--precision",
-            "float32",
-            "--no-export",
-            "--report",
-            "quick",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    warnings = [line for line in proc.stdout.splitlines() if "MLflow" in line]
-    assert len(warnings) == 1 and "tracking off for this run" in warnings[0] and f"127.0.0.1:{port}" in warnings[0]
-    (run_dir,) = [
-        p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")
-    ]  # .cache holds the measured peak
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "completed" and manifest["mlflow"]["tracking"] == "off"
-    assert manifest["mlflow"]["reason"].startswith(f"http://127.0.0.1:{port}/health cannot be reached")
-    assert re.search(r"ended: completed", (run_dir / "train.log").read_text())
 
 
 # --- the packages -------------------------------------------------------------------------------
