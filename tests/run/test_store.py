@@ -13,7 +13,6 @@ from servers_s3 import dead_endpoint
 from train.config import load_settings
 from train.errors import ConfigError, RunBusyError, StorageError
 from train.locations import parse_url
-from train.run import mirror as mirror_module
 from train.run import remote
 from train.run.lease import Lease
 from train.run.mirror import Mirror
