@@ -67,7 +67,7 @@ def _small_npz(tmp_path: Path, quick: bool) -> Path:
 
 
 def test_sweep_trials_per_hour_against_a_loop_of_fit_processes(benchmark, quick, tmp_path):
-    rates = LEARNING_RATES[: 2 if quick else len(LEARNING_RATES)]
+    rates = LEARNING_RATES[: 1 if quick else len(LEARNING_RATES)]
     npz = _small_npz(tmp_path, quick)
     space = tmp_path / "space.toml"
     space.write_text(
@@ -122,7 +122,7 @@ def _time_to_best(db: Path, study: str) -> tuple[float, float, int]:
 
 
 def test_time_to_best_val_accuracy_tpe_against_random_at_one_budget(benchmark, quick, tmp_path):
-    trials = 3 if quick else 20
+    trials = 2 if quick else 20
     npz = _small_npz(tmp_path, quick)
     results = {}
 
