@@ -141,6 +141,9 @@ def tiny_values(tmp_path: Path, npz: Path) -> dict:
         # No report.html: drawing it (curves each epoch, at the end a pass over the validation set and
         # its pictures) is as long as the tiny training itself; the tests of reports ask for one.
         "report": "off",
+        # No export: its fresh-process parity check starts one more TensorFlow process (about 3 s of
+        # CPU) in every run that exports; the tests of exports, serving and predict ask for one.
+        "export": False,
     }
 
 

@@ -251,7 +251,7 @@ def _trained(tmp_path, **changes):
         report="off",
         export_formats="savedmodel,litert,onnx",
         export_check_python=runtime_check_python(),
-        **changes,
+        **{"export": True, **changes},
     )
     return train(settings)
 

@@ -41,7 +41,7 @@ def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_t
     from train.results.runs_table import list_runs
     from train.training.fit import train
 
-    s = tiny_settings(tmp_path, epochs=1)
+    s = tiny_settings(tmp_path, epochs=1, export=True)
     first = train(s)
     done = manifest(first.run_dir)
     assert done["export"] and done["best"]["value"] is not None and done["final_weights_sha256"]

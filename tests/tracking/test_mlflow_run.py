@@ -771,7 +771,9 @@ def _artifacts(client, run_id, path=None) -> set[str]:
 def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server, tmp_path):
     from train.training.fit import train
 
-    s = tiny_settings(tmp_path, report="quick", mlflow_tracking_uri=mlflow_server, mlflow_experiment="template-tests")
+    s = tiny_settings(
+        tmp_path, report="quick", export=True, mlflow_tracking_uri=mlflow_server, mlflow_experiment="template-tests"
+    )
     result = train(s)
     assert result.status == "completed"
     manifest = json.loads((result.run_dir / "manifest.json").read_text())

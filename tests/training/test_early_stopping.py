@@ -166,7 +166,7 @@ def test_a_run_stops_early_says_why_and_exports_its_best_weights(tmp_path):
     from train.training.fit import train
 
     # MIN_DELTA=1: no accuracy can improve by more than 1, so after the first epoch none counts.
-    result = train(tiny_settings(tmp_path, epochs=6, patience=2, min_delta=1.0, report="quick"))
+    result = train(tiny_settings(tmp_path, epochs=6, patience=2, min_delta=1.0, report="quick", export=True))
     d = result.run_dir
     assert result.status == "completed" and result.epochs_completed == 3
     m = json.loads((d / "manifest.json").read_text())

@@ -17,7 +17,7 @@ def finished(tmp_path_factory):
     from train.training.fit import train
 
     tmp = tmp_path_factory.mktemp("fit")
-    settings = tiny_settings(tmp)
+    settings = tiny_settings(tmp, export=True)
     return settings, train(settings)
 
 
