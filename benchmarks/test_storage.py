@@ -34,7 +34,7 @@ def test_object_storage_against_local_disk(benchmark, s3, mnist, quick, tmp_path
     from train.locations import parse_url
     from train.run import remote
     from train.run.files import atomic_write
-    from train.run.store import Store
+    from train.store.client import Store
     from train.training.fit import train
 
     for name, value in s3.env().items():

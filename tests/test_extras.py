@@ -159,3 +159,14 @@ def test_a_template_without_any_extra_folder_trains(tmp_path):
     train_in(copy, "fit", *as_flags(values))
     (run,) = (tmp_path / "runs").glob("*/manifest.json")
     assert json.loads(run.read_text())["status"] == "completed"
+
+
+def test_without_the_store_extra_a_bucket_runs_dir_is_one_line_and_a_folder_still_works(tmp_path):
+    copy = clone_of_the_package(tmp_path / "copy")
+    _delete_extras(copy, ["store"])
+    bucket = train_in(copy, "runs", "--runs-dir", "s3://bucket/runs", check=False)
+    assert bucket.returncode == 2, bucket.stderr
+    (line,) = bucket.stderr.strip().splitlines()
+    assert line.startswith("ConfigError: RUNS_DIR='s3://bucket/runs'") and "(train/store)" in line
+    folder = train_in(copy, "runs", "--runs-dir", str(tmp_path / "runs"))
+    assert folder.returncode == 0

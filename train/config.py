@@ -206,27 +206,6 @@ class CoreSettings:
         ".venv-runtime-check/bin/python, without TensorFlow); empty: this Python",
         kind="surroundings",
     )
-    # --- RUNS_DIR in object storage (s3://BUCKET/PREFIX, gs://, az://; see docs/storage.md) ---
-    store_cache: str = _f(
-        "~/.cache/tf-train-template/runs",
-        "RUNS_DIR in object storage: the local staging copy runs are written to and uploaded from, beside "
-        "training; losing it loses nothing that reached the store. Not empty (that would stage in the working directory)",
-        kind="surroundings",
-    )
-    store_lease_seconds: float = _f(
-        60.0,
-        "RUNS_DIR in object storage: a run's lease (its lock, renewed every third of this) expires this long "
-        "after its holder stopped renewing it; a run whose machine is lost can be resumed elsewhere after that",
-        min=1.0,
-        kind="surroundings",
-    )
-    store_flush_seconds: float = _f(
-        120.0,
-        "RUNS_DIR in object storage: the longest wait at the end of a run for its last files to reach the store "
-        "(30 s at most after a stop signal); what has not by then makes the exit code 7",
-        min=0.0,
-        kind="surroundings",
-    )
     # --- profiling (train.training.profiling; docs/performance.md) ---
     profile: str = _f(
         "off",
@@ -373,11 +352,11 @@ def _check_ranges(s: Settings) -> None:
 
 
 def _check_dirs(s: Settings) -> None:
-    """RUNS_DIR, DATA_DIR and STORE_CACHE must not be empty: that would be the working directory.
+    """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory.
 
-    Refused rather than read as unset: a blank line (STORE_CACHE=) may as well mean "here" as "the
+    Refused rather than read as unset: a blank line (DATA_DIR=) may as well mean "here" as "the
     default", and a setting that names a folder is never guessed."""
-    for name in ("runs_dir", "data_dir", "store_cache"):
+    for name in ("runs_dir", "data_dir"):
         value = getattr(s, name)
         if not value.strip():
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
@@ -387,7 +366,7 @@ def _check_runs_dir_path(runs_dir: str) -> None:
     """The nearest part of RUNS_DIR that exists must be a directory (checked for what the user gives,
     not for a run's saved settings, whose RUNS_DIR may be somewhere else by now)."""
     if locations.looks_like_url(runs_dir):
-        return  # a store: train.run.remote checks it answers, before any training
+        return  # a store: train.run.remote opens it (it must answer) before any training
     p = Path(runs_dir).expanduser()
     for part in (p, *p.parents):
         if part.is_dir():

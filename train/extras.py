@@ -37,10 +37,16 @@ EXTRAS: dict[str, Extra] = {
     "serve": Extra(("starlette", "uvicorn"), "train.serve"),
     "sweep": Extra(("optuna", "psycopg"), "train.sweep"),
     "mlflow": Extra(("mlflow",), "train.tracking"),
-    "store": Extra(("obstore",)),
+    "store": Extra(("obstore",), "train.store"),
     "onnx": Extra(("tf2onnx", "onnx")),
 }
 PACKAGES: dict[str, tuple[str, ...]] = {name: extra.modules for name, extra in EXTRAS.items()}
+
+
+def part(extra: str, name: str) -> ModuleType | None:
+    """`<package>.<name>` of the extra named `extra` (train.run.remote: the store's `remote`), or None
+    when this template has no such extra, folder or module: the core reaches an extra only this way."""
+    return _part(EXTRAS[extra], name) if extra in EXTRAS else None
 
 
 def _part(extra: Extra, name: str) -> ModuleType | None:

@@ -19,7 +19,7 @@ from ..errors import StorageError
 
 TMP_MARK = ".tmp-"
 WRITERS_LOCK = ".writers.lock"  # see shared_writes
-# Called with the path of each finished atomic write: a run store's uploads wake on them (train.run.mirror).
+# Called with the path of each finished atomic write: a run store's uploads wake on them (train.store.mirror).
 _WATCHERS: list[Callable[[Path], None]] = []
 
 

@@ -1,100 +1,39 @@
-"""RUNS_DIR in object storage, as the commands see it: a local staging copy kept in step with the store.
+"""Where the runs of RUNS_DIR are on this machine: the folder itself, or a store's staging copy.
 
-Every command works on local run directories, as with a local RUNS_DIR. For a store URL the CLI
-and `fit` open the store first (`open_runs_dir`: it must answer, before any training), bring the
-runs they need into the staging copy under STORE_CACHE (`bring`), and upload what they write
-(`fit` beside training through train.run.mirror, `report` and `export` when done, `push`). The
-run lock becomes a lease object in the store (train.run.lease, taken by RunLock).
+A RUNS_DIR in object storage (s3://, gs://, az://) is the store extra's (train/store): opened once
+per process by `open_runs_dir`, which must answer before any training; from then on every command
+works on its local staging copy (`local_dir`), and a run's lock, uploads and downloads go through
+the opened store (`for_run`). Without that extra a store URL is refused in one line.
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..errors import StorageError
-from ..locations import StoreURL, creation_key, looks_like_url, parse_url
-from .files import storage_error
-from .lease import Lease
-from .mirror import Mirror, pull
-from .store import Store
+from .. import extras
+from ..errors import ConfigError, StorageError
+from ..locations import looks_like_url, redact_uri
 
-log = logging.getLogger("train")
-_OPEN: dict[str, RemoteRuns] = {}  # RUNS_DIR as given -> its opened store, for this process
+_OPEN: dict[str, Any] = {}  # RUNS_DIR as given -> its opened store (train.store.remote.RemoteRuns), for this process
 
 
-@dataclass
-class RemoteRuns:
-    url: StoreURL
-    store: Store
-    root: Path  # the staging copy of RUNS_DIR: STORE_CACHE/<scheme>/<bucket>/<prefix>
-    lease_seconds: float
-    flush_seconds: float
-
-    def run_names(self) -> list[str]:
-        """The runs in the store (folders with a config.json), oldest first."""
-
-        names = {
-            rel.split("/", 1)[0] for rel in self.store.list() if rel.count("/") == 1 and rel.endswith("/config.json")
-        }
-        return sorted(names, key=lambda n: creation_key(Path(n)))
-
-    def bring(self, run: str, checkpoints: bool = True) -> str | None:
-        """Download the run named `run` (an id, `latest` or `auto`: the newest) into the staging copy; its name."""
-        names = self.run_names()
-        name = (names[-1] if names else None) if run in ("latest", "auto") else run
-        if name not in names:
-            return None  # a local path, or a run that is not in the store: resolving it says so
-        keep = (lambda rel: True) if checkpoints else (lambda rel: not rel.startswith(("checkpoints/", "tensorboard/")))
-        got = pull(self.store, self.root, name, keep)
-        if got:
-            log.info("run %s: %d files downloaded from %s to %s", name, got, self.url, self.root / name)
-        return name
-
-    def bring_all_records(self) -> None:
-        """The small files of every run (for `runs` and `compare`): no checkpoints, weights or exports."""
-        for name in self.run_names():
-            pull(self.store, self.root, name, _is_record)
-
-    def lease(self, run_dir: Path) -> Lease:
-        return Lease(self.store, f"{Path(run_dir).name}/run.lock", Path(run_dir).name, self.lease_seconds)
-
-    def mirror(self, run_dir: Path, lease: Lease | None) -> Mirror:
-        return Mirror(self.store, self.root, run_dir, lease)
-
-    def push(self, run_dir: Path) -> None:
-        """Upload what a command wrote into a run (report, export) before it returns."""
-        mirror = Mirror(self.store, self.root, run_dir)
-        try:
-            if not mirror.sync_once():
-                raise mirror.last_error or StorageError(f"RUNS_DIR {self.url}: run {Path(run_dir).name} not uploaded")
-        finally:
-            mirror.stop_watching()
-
-
-def _is_record(rel: str) -> bool:
-    return "/" not in rel and not rel.endswith(".h5")
-
-
-def open_runs_dir(settings) -> RemoteRuns | None:
+def open_runs_dir(settings) -> Any | None:
     """The store of a RUNS_DIR URL, checked now (StorageError: down, credentials, bucket); None for a folder."""
     text = settings.runs_dir
     if not looks_like_url(text):
         return None
-    if text in _OPEN:
-        return _OPEN[text]
-    url = parse_url(text)
-    store = Store(url)
-    store.check()
-    root = Path(settings.store_cache).expanduser().absolute() / url.scheme / url.bucket / url.prefix
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise storage_error(root, exc) from exc
-    remote = _OPEN[text] = RemoteRuns(url, store, root, settings.store_lease_seconds, settings.store_flush_seconds)
-    log.info("RUNS_DIR %s: staging copy in %s", url, root)
-    return remote
+    if text not in _OPEN:
+        store = extras.part("store", "remote")
+        if store is None:
+            raise ConfigError(
+                "RUNS_DIR",
+                redact_uri(text),
+                "a store URL needs the store extra, whose folder (train/store) this template does not have: "
+                "give a local folder",
+            )
+        _OPEN[text] = store.open_store(settings)
+    return _OPEN[text]
 
 
 def close_all() -> None:
@@ -112,7 +51,7 @@ def local_dir(runs_dir: str | Path) -> Path:
     return Path(runs_dir)
 
 
-def for_run(run_dir: Path | str) -> RemoteRuns | None:
+def for_run(run_dir: Path | str) -> Any | None:
     """The opened store a run directory belongs to (its staging copy), or None for a local run."""
     parent = Path(run_dir).absolute().parent
     return next((r for r in _OPEN.values() if r.root == parent), None)

@@ -14,9 +14,9 @@ from train.config import load_settings
 from train.errors import ConfigError, RunBusyError, StorageError
 from train.locations import parse_url
 from train.run import remote
-from train.run.lease import Lease
-from train.run.mirror import Mirror
-from train.run.store import Conflict, Store
+from train.store.client import Conflict, Store
+from train.store.lease import Lease
+from train.store.mirror import Mirror
 
 
 @pytest.fixture(autouse=True)

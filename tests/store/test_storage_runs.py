@@ -29,7 +29,7 @@ def data(tmp_path_factory):
     return write_tiny_npz(tmp_path_factory.mktemp("data"))
 
 
-QUICK_RETRIES = {"train.run.mirror.BACKOFF_SECONDS": (0.2, 0.5, 1.0)}
+QUICK_RETRIES = {"train.store.mirror.BACKOFF_SECONDS": (0.2, 0.5, 1.0)}
 
 
 class Machine:

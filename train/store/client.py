@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import ConfigError, StorageError
 from ..locations import StoreURL, redact_uri
 
-# Short network waits: the uploads retry on their own schedule (train.run.mirror), and a start-up
+# Short network waits: the uploads retry on their own schedule (train.store.mirror), and a start-up
 # check must say "the store does not answer" in seconds, not minutes.
 CONNECT_SECONDS = 5
 REQUEST_SECONDS = 60

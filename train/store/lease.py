@@ -18,7 +18,7 @@ import threading
 import time
 
 from ..errors import RunBusyError, StorageError
-from .store import Conflict, Store
+from .client import Conflict, Store
 
 log = logging.getLogger("train")
 POLL_SECONDS = 0.5  # how often a newcomer looks at a held lease

@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 
 from ..errors import StorageError
-from .files import TMP_MARK, atomic_write, read_json, watch_writes, write_json
-from .rundir import RunDir
-from .store import Store, local_md5
+from ..run.files import TMP_MARK, atomic_write, read_json, watch_writes, write_json
+from ..run.rundir import RunDir
+from .client import Store, local_md5
 
 log = logging.getLogger("train")
 POINTERS = ("checkpoints/LATEST", "manifest.json")
 FIRST = ("config.json",)
-SKIP = {"run.lock"}  # the local flock file; in the store, run.lock is the lease (train.run.lease)
+SKIP = {"run.lock"}  # the local flock file; in the store, run.lock is the lease (train.store.lease)
 PERIOD_SECONDS = 5.0  # a pass at least this often: train.log and TensorBoard's files are appended, not replaced
 BACKOFF_SECONDS = (1, 2, 4, 8, 15, 30)  # waits between failed passes while training goes on
 FLUSH_RETRY_SECONDS = 0.5  # while flushing at the end, try again this often

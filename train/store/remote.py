@@ -1,0 +1,91 @@
+"""RUNS_DIR in object storage, as the commands see it: a local staging copy kept in step with the store.
+
+Every command works on local run directories, as with a local RUNS_DIR. For a store URL the CLI
+and `fit` open the store first (train.run.remote.open_runs_dir calls `open_store`: it must answer,
+before any training), bring the runs they need into the staging copy under STORE_CACHE (`bring`),
+and upload what they write (`fit` beside training through train.store.mirror, `report` and
+`export` when done, `push`). The run lock becomes a lease object in the store (train.store.lease,
+taken by train.run.lock.RunLock through `lease`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import StorageError
+from ..locations import StoreURL, creation_key, parse_url
+from ..run.files import storage_error
+from .client import Store
+from .lease import Lease
+from .mirror import Mirror, pull
+
+log = logging.getLogger("train")
+
+
+@dataclass
+class RemoteRuns:
+    url: StoreURL
+    store: Store
+    root: Path  # the staging copy of RUNS_DIR: STORE_CACHE/<scheme>/<bucket>/<prefix>
+    lease_seconds: float
+    flush_seconds: float
+
+    def run_names(self) -> list[str]:
+        """The runs in the store (folders with a config.json), oldest first."""
+
+        names = {
+            rel.split("/", 1)[0] for rel in self.store.list() if rel.count("/") == 1 and rel.endswith("/config.json")
+        }
+        return sorted(names, key=lambda n: creation_key(Path(n)))
+
+    def bring(self, run: str, checkpoints: bool = True) -> str | None:
+        """Download the run named `run` (an id, `latest` or `auto`: the newest) into the staging copy; its name."""
+        names = self.run_names()
+        name = (names[-1] if names else None) if run in ("latest", "auto") else run
+        if name not in names:
+            return None  # a local path, or a run that is not in the store: resolving it says so
+        keep = (lambda rel: True) if checkpoints else (lambda rel: not rel.startswith(("checkpoints/", "tensorboard/")))
+        got = pull(self.store, self.root, name, keep)
+        if got:
+            log.info("run %s: %d files downloaded from %s to %s", name, got, self.url, self.root / name)
+        return name
+
+    def bring_all_records(self) -> None:
+        """The small files of every run (for `runs` and `compare`): no checkpoints, weights or exports."""
+        for name in self.run_names():
+            pull(self.store, self.root, name, _is_record)
+
+    def lease(self, run_dir: Path) -> Lease:
+        return Lease(self.store, f"{Path(run_dir).name}/run.lock", Path(run_dir).name, self.lease_seconds)
+
+    def mirror(self, run_dir: Path, lease: Lease | None) -> Mirror:
+        return Mirror(self.store, self.root, run_dir, lease)
+
+    def push(self, run_dir: Path) -> None:
+        """Upload what a command wrote into a run (report, export) before it returns."""
+        mirror = Mirror(self.store, self.root, run_dir)
+        try:
+            if not mirror.sync_once():
+                raise mirror.last_error or StorageError(f"RUNS_DIR {self.url}: run {Path(run_dir).name} not uploaded")
+        finally:
+            mirror.stop_watching()
+
+
+def _is_record(rel: str) -> bool:
+    return "/" not in rel and not rel.endswith(".h5")
+
+
+def open_store(settings) -> RemoteRuns:
+    """The store of RUNS_DIR (a URL), checked now (StorageError: down, credentials, bucket)."""
+    url = parse_url(settings.runs_dir)
+    store = Store(url)
+    store.check()
+    root = Path(settings.store_cache).expanduser().absolute() / url.scheme / url.bucket / url.prefix
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(root, exc) from exc
+    log.info("RUNS_DIR %s: staging copy in %s", url, root)
+    return RemoteRuns(url, store, root, settings.store_lease_seconds, settings.store_flush_seconds)
