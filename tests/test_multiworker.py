@@ -247,12 +247,12 @@ def test_a_worker_with_other_data_than_the_chief_is_refused_on_every_worker(data
 
 LEAVES_AFTER_THE_STATE = """
 import os, sys
-from train.training import fit
-real = fit._receive_state
+from train.training import workers
+real = workers.receive_state
 def receive_and_leave(*args):
     real(*args)
     os._exit(0)  # gone before the model's variables are broadcast
-fit._receive_state = receive_and_leave
+workers.receive_state = receive_and_leave
 from train.cli import main
 sys.exit(main(sys.argv[1:]))
 """

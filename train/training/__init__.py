@@ -1,6 +1,7 @@
 """One run's training: `fit.train(settings)` and the epoch loop it drives.
 
 fit.py             train(settings) -> Result: the parts in a fixed order, the manifest's ending
+workers.py         several workers: the chief's state sent to the others, a lost worker as one line
 loop.py            the epoch loop: state, compiled steps, metrics, best weights, stop, NaN, OOM
 steps.py           the compiled train and validation steps, through a tf.distribute strategy
 schedules.py       LR_SCHEDULE=cosine over the share of training done

@@ -10,17 +10,14 @@ segment of manifest.json written, so a refused or failed resume leaves the recor
 With several workers (TF_CONFIG or WORKERS) every worker first joins the cluster; the chief
 (worker 0) alone plans, locks and writes the run directory and reads its checkpoint, and sends the
 run id, the loop state and the restored variables to the others through the strategy (train.training.sync).
-The other workers write nothing under RUNS_DIR and log to stdout, prefixed with their index.
+The other workers write nothing under RUNS_DIR and log to stdout, prefixed with their index; what
+only a cluster needs is in train.training.workers.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import os
-import re
-import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,13 +25,13 @@ from typing import Any
 
 from .. import extras, models
 from ..config import Settings, as_given, check_cluster
-from ..errors import DataError, ModelInterrupted, StorageError, WorkerLostError
+from ..errors import ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..results.export import clean_stale_exports
 from ..results.report import ReportCallback
 from ..run import checkpoints
 from ..run.checkpoints import latest_header, list_states
-from ..run.files import clean_stale_temp, read_json
+from ..run.files import clean_stale_temp
 from ..run.manifest import (
     close_segment,
     dirty_warning,
@@ -43,13 +40,13 @@ from ..run.manifest import (
     record_data,
     resume_point,
     start_manifest,
-    update_manifest,
 )
 from ..run.remote import open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
 from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
 from ..setup.join import wait_for_workers
+from . import workers
 from .callbacks import Callbacks
 from .loop import LoopState, Result, at_new_batch_size, start_loop
 from .stop_flag import StopFlag
@@ -85,10 +82,10 @@ def train(
             from ..setup import devices
 
             setup = devices.setup_devices(settings, cluster)  # TensorFlow's join: every worker is up by now
-            _route_signals_again()
+            workers.route_signals_again()
             if not cluster.is_chief:
-                with _cluster_errors(setup):
-                    return _worker(settings, setup, stop)
+                with workers.cluster_errors(setup):
+                    return workers.run_worker(settings, setup, stop, _epochs(settings))
             # Every worker trains with its own invocation's settings: on a resume the chief must not
             # take a left-out one from the run's record, where the other workers cannot see it.
             settings = as_given(settings)
@@ -151,7 +148,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) 
     if setup is not None:
         from . import sync
 
-        with _cluster_errors(setup):
+        with workers.cluster_errors(setup):
             sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
     # Temporary files and a staging folder left by a SIGKILL during the last export.
     removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
@@ -173,7 +170,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) 
             plan.recorded = True
             _warn_dirty(started_manifest)
         calls.start(run_dir)
-        with _cluster_errors(setup):
+        with workers.cluster_errors(setup):
             result = _run(plan, force, manifest_path, stop, setup, calls)
         status = result.status
         if _identity(run_dir) != identity:
@@ -268,8 +265,8 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
     loaded = None if plan.restart else checkpoints.load_latest(RunDir(run_dir).checkpoints)
     state = _starting_state(plan, loaded)
     if several:
-        _send_state(setup, spec, state, loaded is not None)
-    _adopt_worker_count(state, loaded is not None, setup.workers if several else 1)
+        workers.send_state(setup, spec, state, loaded is not None)
+    workers.adopt_worker_count(state, loaded is not None, setup.workers if several else 1)
 
     def record() -> None:  # everything is checked: from here on the run's record changes
         _record_start(plan, manifest_path, setup, spec, state, loaded, epochs)
@@ -297,19 +294,6 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
     loop.callbacks = calls
     # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
-
-
-def _adopt_worker_count(state: LoopState, resumed: bool, workers: int) -> None:
-    if resumed and state.workers != workers:
-        # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
-        # `distribution` list records the change); only the summation order across replicas differs.
-        log.info(
-            "resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
-            workers,
-            state.workers,
-            state.batch_size,
-        )
-    state.workers = workers
 
 
 def _starting_state(plan: RunPlan, loaded) -> LoopState:
@@ -372,7 +356,7 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
         },
     )
     RunDir(plan.run_dir).write_labels()  # a copy of the class names record_data just wrote
-    _record_distribution(manifest_path, setup, state)
+    workers.record_distribution(manifest_path, setup, state)
 
 
 def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
@@ -388,160 +372,3 @@ def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
 def _last_write(ckpt_dir: Path) -> float | None:
     states = list_states(ckpt_dir)
     return states[0].stat().st_mtime if states else None
-
-
-def _route_signals_again() -> None:
-    """Starting MultiWorkerMirroredStrategy replaces the process's SIGTERM handler below Python
-    (TensorFlow's own termination watcher), after which Python's handler never runs and SIGTERM is
-    swallowed. Registering the same handlers again puts the stop flag back in charge."""
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        handler = signal.getsignal(sig)
-        if callable(handler):
-            signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def _cluster_errors(setup):
-    """A collective that fails because another worker is gone becomes one WorkerLostError line."""
-    if setup is None or setup.workers < 2:
-        yield
-        return
-    import tensorflow as tf
-
-    lost = (
-        tf.errors.UnavailableError,
-        tf.errors.DeadlineExceededError,
-        tf.errors.AbortedError,
-        tf.errors.CancelledError,
-    )
-    try:
-        yield
-    except lost as exc:
-        raise WorkerLostError(describe_lost(str(exc), setup.workers)) from None
-
-
-def describe_lost(message: str, workers: int) -> str:
-    """One line from TensorFlow's collective / coordination error text."""
-    at = max(message.find("unhealthy"), message.find("remote target"))
-    tasks = sorted({int(t) for t in re.findall(r"task:(\d+)", message[at : at + 200])}) if at >= 0 else []
-    if "stopped sending heartbeats" in message or "heartbeat" in message.lower():
-        why = "stopped sending heartbeats (killed, host lost or network down)"
-    elif "deadline" in message.lower() or "timed out" in message.lower():
-        why = "did not answer within the collective timeout"
-    else:
-        why = "is unreachable"
-    who = ("worker " + ", ".join(map(str, tasks))) if tasks else "a worker"
-    return (
-        f"{who} of {workers} {why}; training stopped. The chief's last checkpoint is kept: restart every "
-        "worker with RESUME=auto to continue from it"
-    )
-
-
-def _worker(settings: Settings, setup, stop: StopFlag) -> Result:
-    """A worker other than the chief: the same steps, with the chief's run id, state and weights."""
-    from . import sync
-
-    run_id = sync.text_from_chief(setup.strategy, "")
-    log.info("run %s: worker %d of %d; the chief writes the run directory", run_id, setup.worker_index, setup.workers)
-    log.info(setup.describe())
-    spec = data.load_data(settings)
-    state, resumed = _receive_state(setup, spec, settings)
-    _log_distribution(setup, state)
-    loop = start_loop(
-        settings,
-        None,
-        spec,
-        setup,
-        state,
-        _epochs(settings),
-        stop.started,
-        stop,
-        chief=False,
-        models=models,
-        resumed=resumed,
-    )
-    result = loop.run()
-    log.info("run %s ended: %s", run_id, result.status)
-    return result
-
-
-# What a worker receives of the chief's LoopState: every field, in order (a new field travels too);
-# the float ones (a metric value or None) stay floats, the others are counts.
-_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(LoopState))
-_FLOAT_FIELDS = tuple(f.name for f in dataclasses.fields(LoopState) if "float" in str(f.type))
-
-
-def _fingerprint_number(spec) -> int:
-    return int(spec.fingerprint[:12], 16)  # 48 bits: exact as float64
-
-
-def _send_state(setup, spec, state: LoopState, resumed: bool) -> None:
-    from . import sync
-
-    sync.numbers_from_chief(
-        setup.strategy, [float(resumed), _fingerprint_number(spec), *(getattr(state, f) for f in _STATE_FIELDS)]
-    )
-    other = sync.workers_with(setup.strategy, 0, setup.workers, False)  # the workers' answer to the fingerprint
-    if other:
-        raise DataError(
-            f"worker {', '.join(map(str, other))} of {setup.workers} read(s) other data than the chief "
-            f"({spec.name}: fingerprint {spec.fingerprint[:12]} here); give every worker the same data set"
-        )
-
-
-def _receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
-    from . import sync
-
-    got = sync.numbers_from_chief(setup.strategy, [0.0] * (2 + len(_STATE_FIELDS)))
-    # Told to every worker, so the chief refuses the run too instead of waiting for this one.
-    other = sync.workers_with(
-        setup.strategy, setup.worker_index, setup.workers, int(got[1]) != _fingerprint_number(spec)
-    )
-    if setup.worker_index in other:
-        raise DataError(
-            f"worker {setup.worker_index} reads other data than the chief ({settings.dataset}: fingerprint "
-            f"{spec.fingerprint[:12]} here, {int(got[1]):012x} on the chief); give every worker the same data set"
-        )
-    if other:
-        raise DataError(
-            f"worker {', '.join(map(str, other))} of {setup.workers} read(s) other data than the chief; "
-            "give every worker the same data set"
-        )
-    values = dict(zip(_STATE_FIELDS, got[2:]))
-    state = LoopState(**{k: (v if k in _FLOAT_FIELDS else int(v)) for k, v in values.items()})
-    state.workers = setup.workers
-    return state, bool(got[0])
-
-
-def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
-    """The manifest says how the run was split; a resume on another worker count is appended."""
-    replicas, workers, index = _split(setup)
-    now = {
-        "workers": workers,
-        "worker_index": index,
-        "replicas": replicas,
-        "global_batch": state.batch_size,
-        "per_replica_batch": state.batch_size // replicas,
-        "from_global_step": state.global_step,
-    }
-    history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []
-    history = history if isinstance(history, list) else []
-    update_manifest(manifest_path, distribution=[*history, now])
-    _log_distribution(setup, state)
-
-
-def _log_distribution(setup, state: LoopState) -> None:
-    replicas, workers, index = _split(setup)
-    log.info(
-        "distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
-        workers,
-        index,
-        replicas,
-        state.batch_size,
-        state.batch_size // replicas,
-    )
-
-
-def _split(setup) -> tuple[int, int, int]:
-    """(replicas, workers, this worker's index) of a device set-up."""
-    return getattr(setup, "replicas", 1), getattr(setup, "workers", 1), getattr(setup, "worker_index", 0)
