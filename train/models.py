@@ -6,8 +6,9 @@ A registered model is one `register(...)` call below: the factory (the Keras-exa
 `loss(reduction)` returns a Keras loss, which the loop asks for per example (`reduction=None`) and
 averages over the global batch itself, and `metrics` maps a name (it becomes the metrics.csv
 column, `val_<name>` and a MONITOR choice) to a function of (labels, outputs) giving one value per
-example. The defaults are those of classification into integer labels; a regression or multi-label
-model gives its own, in this file alone (docs/extending.md).
+example; `optimizer(learning_rate, settings)` returns the Keras optimizer (Adam by default). The
+defaults are those of classification into integer labels; a regression or multi-label model, or
+one that trains with another optimizer, gives its own, in this file alone (docs/extending.md).
 
 Inputs are raw pixel values (0..255, float32); a model rescales them itself, so the exported model
 takes raw images and the data pipeline stays free of preprocessing. The softmax output is float32
@@ -39,6 +40,14 @@ def sparse_crossentropy(reduction: str | None = "sum_over_batch_size"):
     return keras.losses.SparseCategoricalCrossentropy(reduction=reduction)
 
 
+def adam(learning_rate, settings):
+    """The optimizer a model trains with unless its entry names another: `optimizer(learning_rate,
+    settings)`, where `learning_rate` is LEARNING_RATE or its schedule (train.training.schedules)."""
+    import keras
+
+    return keras.optimizers.Adam(learning_rate)
+
+
 def correct(labels, probs):
     """1.0 where the most probable class is the label, else 0.0 (its mean is the accuracy)."""
     import tensorflow as tf
@@ -53,6 +62,7 @@ class ModelEntry:
     min_image_size: int = 0  # the smallest height/width the architecture takes (0: any)
     loss: Callable[..., Any] = sparse_crossentropy  # loss(reduction=None) -> a per-example Keras loss
     metrics: Mapping[str, Callable] = field(default_factory=lambda: {"accuracy": correct})
+    optimizer: Callable[..., Any] = adam  # optimizer(learning_rate, settings) -> a Keras optimizer
 
     def compiled_metrics(self) -> list[str]:
         """The metric names Keras knows, for the exported model's compile() (training computes its own)."""

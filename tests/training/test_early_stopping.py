@@ -11,14 +11,15 @@ from helpers import tiny_settings
 from train.config import load_settings
 from train.errors import ConfigError
 from train.training.early_stopping import Patience, record_ending
+from train.training.loop import LoopState
 
 
 def run(p: Patience, values) -> list[int]:
-    state: dict = {}
+    state = LoopState()
     waits = []
     for v in values:
         p.update(state, v)
-        waits.append(state["patience_wait"])
+        waits.append(state.patience_wait)
     return waits
 
 
@@ -26,10 +27,10 @@ def test_max_mode_counts_epochs_without_an_improvement_larger_than_min_delta():
     p = Patience(2, 0.01, "max", "val_accuracy")
     # 0.905 is better than 0.90 but not by more than 0.01: no improvement; 0.915 is.
     assert run(p, [0.90, 0.905, 0.915, 0.92, float("nan"), None]) == [0, 1, 0, 1, 2, 3]
-    state = {}
+    state = LoopState()
     for v in (0.90, 0.905, 0.915):
         p.update(state, v)
-    assert state == {"patience_reference": 0.915, "patience_wait": 0}
+    assert (state.patience_reference, state.patience_wait) == (0.915, 0)
 
 
 def test_min_mode_and_a_zero_delta():
@@ -42,20 +43,20 @@ def test_min_mode_counts_only_a_decrease_larger_than_min_delta():
     # count, one of 0.375 does; a larger value never does.
     p = Patience(3, 0.25, "min", "val_loss")
     assert run(p, [1.0, 0.875, 0.75, 0.625, 0.5, 1.5]) == [0, 1, 2, 0, 1, 2]
-    state: dict = {}
+    state = LoopState()
     for v in (1.0, 0.875, 0.75, 0.625, 0.5):
         p.update(state, v)
-    assert state == {"patience_reference": 0.625, "patience_wait": 1}  # 0.5 is only 0.125 below 0.625
+    assert (state.patience_reference, state.patience_wait) == (0.625, 1)  # 0.5 is only 0.125 below 0.625
 
 
 def test_min_mode_stops_after_patience_epochs_of_improvements_smaller_than_min_delta():
     p = Patience(2, 0.1, "min", "loss")
-    state: dict = {}
+    state = LoopState()
     for v in (2.0, 1.95, 1.91):  # each step down is under MIN_DELTA=0.1
         p.update(state, v)
-    assert p.exhausted(state) and state["patience_reference"] == 2.0
+    assert p.exhausted(state) and state.patience_reference == 2.0
     p.update(state, 1.5)  # 0.5 below the reference: an improvement, the count starts again
-    assert not p.exhausted(state) and state == {"patience_reference": 1.5, "patience_wait": 0}
+    assert not p.exhausted(state) and (state.patience_reference, state.patience_wait) == (1.5, 0)
 
 
 def test_an_improvement_of_exactly_min_delta_does_not_count_in_either_mode():
@@ -72,13 +73,13 @@ def test_a_first_epoch_without_a_value_starts_the_count_at_one():
 @pytest.mark.parametrize("patience, wait, stops", [(0, 99, False), (3, 2, False), (3, 3, True), (1, 1, True)])
 def test_exhausted_and_zero_is_off(patience, wait, stops):
     p = Patience(patience, 0.0, "max", "val_accuracy")
-    assert p.exhausted({"patience_wait": wait}) is stops
-    assert p.exhausted({}) is False
+    assert p.exhausted(LoopState(patience_wait=wait)) is stops
+    assert p.exhausted(LoopState()) is False
 
 
 def test_the_reason_names_monitor_delta_patience_and_best():
     p = Patience(3, 0.001, "max", "val_accuracy")
-    assert p.reason({"patience_wait": 3, "best": 0.98765}) == (
+    assert p.reason(LoopState(patience_wait=3, best=0.98765)) == (
         "early stopping: val_accuracy has not improved by more than MIN_DELTA=0.001 for 3 epochs (PATIENCE=3); "
         "best val_accuracy 0.9877, its weights are in best.weights.h5"
     )
@@ -86,7 +87,7 @@ def test_the_reason_names_monitor_delta_patience_and_best():
 
 def test_the_reason_of_a_state_without_a_count_or_a_best():
     # A state saved before its first counted epoch: no wait yet, no best value.
-    assert Patience(2, 0.0, "max", "val_accuracy").reason({}) == (
+    assert Patience(2, 0.0, "max", "val_accuracy").reason(LoopState()) == (
         "early stopping: val_accuracy has not improved by more than MIN_DELTA=0 for 0 epochs (PATIENCE=2); "
         "best val_accuracy -, its weights are in best.weights.h5"
     )

@@ -12,7 +12,6 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger("train")
 
@@ -24,9 +23,12 @@ class Patience:
     mode: str  # max | min
     monitor: str
 
-    def update(self, state: dict[str, Any], value: float | None) -> None:
-        """Count one finished epoch whose MONITOR was `value` (None or NaN counts as no improvement)."""
-        reference = state.get("patience_reference")
+    def update(self, state, value: float | None) -> None:
+        """Count one finished epoch whose MONITOR was `value` (None or NaN counts as no improvement).
+
+        `state` is the loop's (train.training.loop.LoopState): its `patience_reference`,
+        `patience_wait` and `best` are read and written where they are saved."""
+        reference = state.patience_reference
         better = (
             value is not None
             and math.isfinite(value)
@@ -36,18 +38,18 @@ class Patience:
             )
         )
         if better:
-            state.update(patience_reference=value, patience_wait=0)
+            state.patience_reference, state.patience_wait = value, 0
         else:
-            state["patience_wait"] = state.get("patience_wait", 0) + 1
+            state.patience_wait += 1
 
-    def exhausted(self, state: dict[str, Any]) -> bool:
-        return self.patience > 0 and state.get("patience_wait", 0) >= self.patience
+    def exhausted(self, state) -> bool:
+        return self.patience > 0 and state.patience_wait >= self.patience
 
-    def reason(self, state: dict[str, Any]) -> str:
+    def reason(self, state) -> str:
         return (
             f"early stopping: {self.monitor} has not improved by more than MIN_DELTA={self.min_delta:g} for "
-            f"{state.get('patience_wait', 0)} epochs (PATIENCE={self.patience}); best {self.monitor} "
-            f"{_fmt(state.get('best'))}, its weights are in best.weights.h5"
+            f"{state.patience_wait} epochs (PATIENCE={self.patience}); best {self.monitor} "
+            f"{_fmt(state.best)}, its weights are in best.weights.h5"
         )
 
 

@@ -205,8 +205,6 @@ class EpochLoop:
 
     # -- construction -------------------------------------------------------------------------
     def build_model(self, models) -> None:
-        import keras
-
         from .schedules import OverTraining, needs_schedule
         from .steps import Steps
 
@@ -221,7 +219,7 @@ class EpochLoop:
             model = models.build_model(self.s.model, self.spec.input_shape, self.spec.num_classes)
             # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
             # mixed_float16), the loss and the metrics for export; training runs train.training.steps.
-            optimizer = keras.optimizers.Adam(lr)
+            optimizer = self.task.optimizer(lr, self.s)
             model.compile(optimizer=optimizer, loss=self.task.loss(), metrics=self.task.compiled_metrics())
         self.model = model
         self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile, task=self.task)
@@ -291,8 +289,8 @@ class EpochLoop:
                     epoch = self.state.epoch
                     # Also right after a resume: the count was saved. Every worker sees the same
                     # (all-reduced) metrics, so all of them stop at the same epoch.
-                    if self.patience.exhausted(self.state.to_dict()):
-                        ended = self.patience.reason(self.state.to_dict())
+                    if self.patience.exhausted(self.state):
+                        ended = self.patience.reason(self.state)
                         log.info("%s", ended)
                         break
                     logs, seconds, steps_run = self._train_epoch(epoch)
@@ -436,21 +434,25 @@ class EpochLoop:
         check_finite(logs, epoch, self.files.checkpoints if self.files else None, self.s.learning_rate)
 
     def _end_epoch(self, epoch, logs, seconds, steps_run, tb) -> None:
+        row = self._epoch_row(epoch, logs, seconds, steps_run)
+        self._act_on(epoch, row, logs, tb)
+
+    def _epoch_row(self, epoch: int, logs: dict[str, float], seconds: float, steps_run: int) -> dict[str, Any]:
+        """The epoch's row of metrics.csv: its metrics, then the rate, the learning rate and the devices."""
         import keras
 
         from ..setup.devices import gpu_memory
 
         used, peak = gpu_memory()
         batch = self.state.batch_size
-        lr = self.model.optimizer.learning_rate
         speed = (steps_run * batch / seconds) if seconds else None
         achieved, fraction = mfu(speed, self.flop_count, self.peak.flops)
         if fraction is not None and fraction > 1 and (raised := self._raise_peak(achieved)):
             achieved, fraction = mfu(speed, self.flop_count, raised.flops)
-        row = dict(
+        return dict(
             logs,
             epoch=epoch + 1,
-            learning_rate=float(keras.ops.convert_to_numpy(lr)),
+            learning_rate=float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
             batch_size=batch,
             epoch_seconds=round(seconds, 3),
             samples_per_second=speed,
@@ -459,6 +461,9 @@ class EpochLoop:
             gpu_memory_used_mb=used,
             gpu_memory_peak_mb=peak,
         )
+
+    def _act_on(self, epoch: int, row: dict[str, Any], logs: dict[str, float], tb) -> None:
+        """What an epoch's row leads to: the files, the best weights, the patience count, the state saved."""
         if self.metrics:
             self.metrics.append(row)
         self.history.append(row)
@@ -469,20 +474,16 @@ class EpochLoop:
             self.state.best = value
             if self.chief:
                 save_weights(self.model, self.files.best_weights, epoch + 1, size_hint=_weights_bytes(self.model))
-        counted = self.state.to_dict()
-        self.patience.update(counted, value)  # before the save: the count survives a stop
-        self.state.patience_reference, self.state.patience_wait = (
-            counted["patience_reference"],
-            counted["patience_wait"],
-        )
+        self.patience.update(self.state, value)  # before the save: the count survives a stop
         self.state.epoch, self.state.step = epoch + 1, 0
         self._save("epoch end")
+        achieved, fraction = row["model_flops_per_second"], row["mfu"]
         log.info(
             "epoch %d/%d: %s  %.1fs  %.0f samples/s%s%s",
             epoch + 1,
             self.epochs,
             "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)),
-            seconds,
+            row["epoch_seconds"],
             row["samples_per_second"] or 0.0,
             f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
             "  (best)" if self.state.best == value else "",
