@@ -173,6 +173,19 @@ class ModelInterrupted(Interrupted):
         super().__init__(f"MODEL={spec}: stopped while the model was being built ({signal_name}); nothing was trained")
 
 
+class RunNotFound(TemplateError, exit_code=2, kind="config"):
+    """The run named on the command line does not exist (a usage error: exit 2)."""
+
+
+class DeviceSetupError(TemplateError, exit_code=1, kind="devices"):
+    """A device setting could not be applied (usually: set after the GPU was initialised)."""
+
+
+class StackError(TemplateError):
+    """A TensorFlow version without a row in the GPU check's TESTED table, or a lock file that does
+    not match its row (train.gpucheck.stack)."""
+
+
 class RequestError(TemplateError):
     """`serve`: a request the server refuses, answered with its HTTP status and {"error": message}.
 

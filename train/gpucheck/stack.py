@@ -20,7 +20,7 @@ from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ..errors import TemplateError
+from ..errors import StackError
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_LOCK = ROOT / "requirements/cpu.lock"
@@ -64,10 +64,6 @@ TESTED: dict[str, TestedStack] = {
 CUDA_WHEEL = "nvidia-cuda-runtime-cu12"
 CUDNN_WHEEL = "nvidia-cudnn-cu12"
 _CUDA_ONLY = re.compile(r"^nvidia-.*-cu\d+$")  # nvidia-ml-py is a small pure-Python NVML binding: allowed on CPU
-
-
-class StackError(TemplateError):
-    """A TensorFlow version without a row in TESTED, or a lock file that does not match its row."""
 
 
 @dataclass(frozen=True)

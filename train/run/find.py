@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import RunRecordError, StorageError, TemplateError
+from ..errors import RunNotFound, RunRecordError, StorageError
 from ..locations import creation_key, new_run_id
 from .files import ensure_writable, storage_error
 from .remote import local_dir
@@ -112,10 +112,3 @@ def _did_you_mean(root: Path, run: str) -> str:
         return "; did you mean " + ", ".join(repr(n) for n in longer[:3]) + "?"
     close = difflib.get_close_matches(run, names, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
-
-
-class RunNotFound(TemplateError):
-    """The run named on the command line does not exist (a usage error: exit 2)."""
-
-    exit_code = 2
-    kind = "config"

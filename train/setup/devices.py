@@ -13,17 +13,10 @@ from dataclasses import dataclass, field
 import keras
 import tensorflow as tf
 
-from ..errors import TemplateError
+from ..errors import DeviceSetupError
 from .hardware import check_precision_fits_isa, choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
 
 log = logging.getLogger("train")
-
-
-class DeviceSetupError(TemplateError):
-    """A device setting could not be applied (usually: set after the GPU was initialised)."""
-
-    exit_code = 1
-    kind = "devices"
 
 
 @dataclass
