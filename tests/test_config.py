@@ -8,7 +8,7 @@ import sys
 import pytest
 from helpers import PROJECT_ROOT, write_tiny_npz
 
-from train import models
+from train import datasets, models
 from train.config import (
     Settings,
     debug_requested,
@@ -307,7 +307,14 @@ def test_debug_defaults_to_this_directorys_env_and_the_process_environment(tmp_p
     assert debug_requested() is False
 
 
-ONE_OF_DATASETS = "one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir>"
+# From the registries: a fork that registers a model or a data set (docs/extending.md) changes no test.
+ONE_OF_DATASETS = "one of " + ", ".join(datasets.DATASETS) + ", npz:<file>, images:<dir>"
+ONE_OF_MODELS = "one of " + ", ".join(models.MODELS) + " or package.module:function"
+
+
+def test_the_template_ships_its_data_sets_and_models_first_in_their_lists():
+    assert list(datasets.DATASETS)[:3] == ["mnist", "fashion_mnist", "cifar10"]
+    assert list(models.MODELS)[:3] == ["cnn", "cnn_bn", "resnet_small"]
 
 
 @pytest.mark.parametrize(
@@ -331,7 +338,7 @@ ONE_OF_DATASETS = "one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir
             "images:/nonexistent",
             "directory /nonexistent does not exist; give a directory with one sub-directory per class",
         ),
-        ("MODEL", "bad model", "one of cnn, cnn_bn, resnet_small or package.module:function"),
+        ("MODEL", "bad model", ONE_OF_MODELS),
     ],
 )
 def test_each_bad_value_gets_its_own_exact_message(name, raw, rule):

@@ -72,7 +72,8 @@ def project(tmp_path_factory) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache")
     for part in ("train", "tests"):
         shutil.copytree(PROJECT_ROOT / part, root / part, ignore=ignore)
-    shutil.copy(PROJECT_ROOT / "pyproject.toml", root)
+    for name in ("pyproject.toml", "README.md", ".env.example"):  # the last two list every setting
+        shutil.copy(PROJECT_ROOT / name, root)
     for block in doc_blocks(DOC.read_text()):
         apply(root, block)
     return root
@@ -119,6 +120,22 @@ def test_the_new_model_data_set_and_setting_are_checked_settings(project):
     table = run(project, "-m", "train", "settings", "--format", "table").stdout
     assert "mlp (two dense layers, a baseline)" in table and "cifar100" in table
     assert "| `WEIGHT_DECAY` | `--weight-decay` | `0.0` | AdamW weight decay (0: none) |" in table
+
+
+def test_after_the_regeneration_the_doc_asks_for_the_settings_tests_pass_in_the_fork(project):
+    """The new model, data set and setting touch no test: only the two generated files change."""
+    regenerate = re.search(
+        r"^\$ (python -m train settings --format env-example > \.env\.example)$", DOC.read_text(), re.M
+    )
+    assert regenerate, "docs/extending.md no longer says how to regenerate .env.example"
+    env_example = run(project, "-m", "train", "settings", "--format", "env-example")
+    (project / ".env.example").write_text(env_example.stdout)
+    table = run(project, "-m", "train", "settings", "--format", "table").stdout.rstrip("\n")
+    readme = (project / "README.md").read_text()
+    marked = re.search(r"(<!-- settings-table:start[^>]*-->\n\n)(.*?)(\n\n<!-- settings-table:end -->)", readme, re.S)
+    (project / "README.md").write_text(readme[: marked.start(2)] + table + readme[marked.end(2) :])  # "paste over"
+    proc = run(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "tests/test_config.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def test_the_diagnosis_example_passes_its_own_test(project):
