@@ -2,7 +2,8 @@
 # Create or refresh .venv from requirements/cpu.lock (CPU TensorFlow and the core, hashes required)
 # and install this package into it without re-resolving: what training needs. Options, any order:
 #   --extra NAME  also an extra's packages, requirements/NAME.lock (serve, mlflow, sweep, store,
-#                 onnx); repeat it, or give all
+#                 onnx); repeat it, or give all; onnx also makes .venv-runtime-check (the LiteRT and
+#                 ONNX runtimes the export checks its files with)
 #   --test        also the test tools (requirements/test.lock) and every extra: the whole suite runs
 # Each lock installed leaves a stamp named by its hash, so an unchanged lock is not installed again,
 # and a .venv made by scripts/train gets the rest the first time it is asked for. Set PYTHON to
@@ -57,6 +58,7 @@ if [ ! -f "$runtime_stamp" ]; then
     rm -f .venv/.lock-*  # every older stamp, the extras' too: they were installed against the old pins
     touch "$runtime_stamp"
 fi
+onnx_asked=0
 for name in $(printf '%s\n' "${extras[@]+"${extras[@]}"}" | sort -u); do
     extra_lock=requirements/$name.lock
     stamp=.venv/.lock-$name-$(hash16 "$LOCK" "$extra_lock")  # the runtime lock's pins hold the extra's
@@ -66,4 +68,10 @@ for name in $(printf '%s\n' "${extras[@]+"${extras[@]}"}" | sort -u); do
         rm -f .venv/.lock-"$name"-*
         touch "$stamp"
     fi
+    [ "$name" = onnx ] && onnx_asked=1
 done
+# The exported LiteRT and ONNX files are checked by their runtimes in an environment without
+# TensorFlow (.venv-runtime-check, which the export finds by itself); --test leaves it to its caller.
+if [ "$onnx_asked" = 1 ] && [[ " ${extras[*]} " != *" test "* ]]; then
+    scripts/venv-runtime-check.sh
+fi

@@ -202,8 +202,9 @@ class CoreSettings:
     )
     export_check_python: str = _f(
         "",
-        "Python that runs the LiteRT/ONNX parity check (scripts/venv-runtime-check.sh makes "
-        ".venv-runtime-check/bin/python, without TensorFlow); empty: this Python",
+        "Python that runs the LiteRT/ONNX parity check, which needs their runtimes; empty: "
+        ".venv-runtime-check/bin/python when scripts/venv-runtime-check.sh made it (scripts/venv.sh --extra onnx "
+        "does), else this Python",
         kind="surroundings",
     )
     # --- profiling (train.training.profiling; docs/performance.md) ---

@@ -116,6 +116,37 @@ def test_a_missing_runtime_names_the_environment_to_make(run_dir, monkeypatch):
     assert not (run_dir / "export" / "model.onnx").exists()
 
 
+def test_the_parity_check_runs_in_the_set_ups_runtime_environment_unless_told(tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "RUNTIME_VENV", tmp_path / ".venv-runtime-check")
+    assert formats.parity_python("") == sys.executable  # none made: this Python (TensorFlow refused at import)
+    made = tmp_path / ".venv-runtime-check" / "bin" / "python"
+    made.parent.mkdir(parents=True)
+    made.write_text("")
+    assert formats.parity_python("") == str(made)
+    assert formats.parity_python("/opt/py/bin/python") == "/opt/py/bin/python"  # EXPORT_CHECK_PYTHON wins
+
+
+def test_the_runtime_environment_is_found_beside_the_package():
+    assert formats.RUNTIME_VENV == PROJECT_ROOT / ".venv-runtime-check"
+
+
+def test_formats_whose_runtime_is_there_pass_the_check_before_converting():
+    formats.require_runtimes(runtime_check_python(), ("savedmodel", "litert", "onnx"), "--format", "litert,onnx")
+    formats.require_runtimes("/nonexistent/python", ("savedmodel",), "--format", "savedmodel")  # nothing to run
+
+
+@pytest.mark.parametrize("python", [sys.executable, "/nonexistent/python"])
+def test_a_missing_runtime_is_one_config_error_before_anything_is_converted(python, monkeypatch):
+    from train.results import runtime_check
+
+    monkeypatch.setitem(runtime_check.RUNTIMES, "litert", "no_such_runtime_here")
+    with pytest.raises(ConfigError) as info:
+        formats.require_runtimes(python, ("savedmodel", "litert", "onnx"), "EXPORT_FORMATS", "litert,onnx")
+    text = str(info.value)
+    assert text.startswith("EXPORT_FORMATS='litert,onnx' is not valid: litert ")
+    assert f"{python} lacks no-such-runtime-here" in text and "scripts/venv-runtime-check.sh" in text
+
+
 @pytest.mark.parametrize(
     "change, problem",
     [

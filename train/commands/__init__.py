@@ -58,6 +58,18 @@ def resolve(args: argparse.Namespace, settings: Settings | None = None, checkpoi
     return resolve_run(settings.runs_dir, args.run)
 
 
+def require_export_runtimes(settings: Settings) -> None:
+    """A training that exports LiteRT or ONNX has their runtimes for the parity check, said before it
+    trains (one ConfigError line, exit 2) rather than after, when its export would fail (exit 8)."""
+    if not settings.export:
+        return
+    from ..config import export_formats
+    from ..results.formats import parity_python, require_runtimes
+
+    formats = export_formats(settings.export_formats + (",litert" if settings.export_quantize != "none" else ""))
+    require_runtimes(parity_python(settings.export_check_python), formats, "EXPORT_FORMATS", settings.export_formats)
+
+
 def open_store(settings: Settings):
     """RUNS_DIR's store (train.run.remote.RemoteRuns), opened and answering, or None for a local RUNS_DIR."""
     from ..run.remote import open_runs_dir

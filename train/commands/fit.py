@@ -8,7 +8,7 @@ from dataclasses import fields
 from ..config import Settings
 from ..errors import Interrupted
 from ..extras import require_for_training
-from . import add_env_file, open_store, quiet_tensorflow, settings_for
+from . import add_env_file, open_store, quiet_tensorflow, require_export_runtimes, settings_for
 
 # Stopped early with a resumable state saved (signal or MAX_MINUTES): the documented "try again".
 EXIT_CODES_BY_STATUS = {"interrupted": Interrupted.exit_code, "budget": Interrupted.exit_code}
@@ -50,6 +50,7 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = settings_for(args)
     require_for_training(settings)  # an extra the settings ask for is installed
+    require_export_runtimes(settings)  # and the runtimes of the formats it exports
     open_store(settings)  # RUNS_DIR in a store: it must answer before TensorFlow loads (StorageError, exit 7)
     quiet_tensorflow()
     from ..training.fit import train  # TensorFlow is imported from here on

@@ -536,7 +536,10 @@ def export_run(
     """
     from ..config import export_formats
     from ..run.weights import verify
+    from .formats import parity_python, require_runtimes
 
+    wanted = export_formats(formats + (",litert" if quantize != "none" else ""))  # the float file is the reference
+    require_runtimes(parity_python(check_python), wanted, "--format", formats)  # before any conversion
     run_dir = Path(run_dir)
     files = RunDir(run_dir)
     for p in clean_stale_exports(run_dir):
@@ -556,5 +559,4 @@ def export_run(
         from .formats import quantize_data
 
         data = lambda: quantize_data(run_dir)  # noqa: E731  (read only once the float files passed)
-    wanted = export_formats(formats + (",litert" if quantize != "none" else ""))  # the float file is the reference
     return export_model(export, run_dir, labels, source, wanted, quantize, check_python, data)

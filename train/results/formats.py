@@ -26,7 +26,7 @@ import numpy as np
 
 import train
 
-from ..errors import DataError, ExportError
+from ..errors import ConfigError, DataError, ExportError
 from ..run.rundir import ExportDir
 from . import litert, onnx_export
 
@@ -43,6 +43,53 @@ CALIBRATION_IMAGES = 300
 
 def quantized_file(mode: str) -> str:
     return f"model.{mode}.tflite"
+
+
+# Made by scripts/venv-runtime-check.sh (scripts/venv.sh --extra onnx makes it too): numpy and the
+# runtimes, without TensorFlow. Found beside the package, as a checkout has it.
+RUNTIME_VENV = Path(train.__file__).resolve().parent.parent / ".venv-runtime-check"
+
+
+def parity_python(setting: str = "") -> str:
+    """The Python that runs the parity check: EXPORT_CHECK_PYTHON, else the runtime environment the
+    set-up made, else this Python (the check refuses TensorFlow at import wherever it runs)."""
+    if setting:
+        return setting
+    made = RUNTIME_VENV / "bin" / "python"
+    return str(made) if made.is_file() else sys.executable
+
+
+def require_runtimes(python: str, formats: tuple[str, ...], name: str, value: str) -> None:
+    """Refuse `name=value` (EXPORT_FORMATS, --format) before anything is trained or converted when
+    `python` lacks the runtime of one of its formats.
+
+    One short process of `python` looks for the modules (none imported): a missing runtime is said
+    once, with the command that installs it, instead of after each conversion."""
+    from .runtime_check import RUNTIMES
+
+    wanted = {fmt: RUNTIMES[fmt] for fmt in formats if fmt in RUNTIMES}
+    if not wanted:
+        return
+    code = "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))"
+    try:
+        proc = subprocess.run([python, "-c", code, *wanted.values()], capture_output=True, text=True, timeout=120)
+        absent = set(proc.stdout.split()) if proc.returncode == 0 else set(wanted.values())
+    except (OSError, subprocess.TimeoutExpired):
+        absent = set(wanted.values())
+    if missing := [fmt for fmt, module in wanted.items() if module in absent]:
+        lacks = ", ".join(wanted[f].replace("_", "-") for f in missing)
+        raise ConfigError(
+            name,
+            value,
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} checked by running the file without "
+            f"TensorFlow, and {python} lacks {lacks}: {_RUNTIME_FIX}",
+        )
+
+
+_RUNTIME_FIX = (
+    "run scripts/venv-runtime-check.sh (it makes .venv-runtime-check, which the export then uses by itself), "
+    "or set EXPORT_CHECK_PYTHON to a Python that has the runtimes"
+)
 
 
 def write_formats(
@@ -68,7 +115,7 @@ def write_formats(
     x, reference = np.load(work / "x.npy"), np.load(work / "y.npy")
     records: dict[str, Any] = {}
     failures: list[ExportError] = []
-    python = check_python or sys.executable
+    python = parity_python(check_python)
     for fmt in formats:
         if fmt == "savedmodel":
             continue
@@ -113,7 +160,7 @@ def _answers(run, python: str, fmt: str, path: Path, x: np.ndarray, work: Path) 
     if proc.returncode != 0 or not out_path.is_file():
         tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
         fix = (
-            "run scripts/venv-runtime-check.sh and set EXPORT_CHECK_PYTHON=.venv-runtime-check/bin/python"
+            _RUNTIME_FIX
             if proc.returncode == 3
             else f"leave {fmt} out of EXPORT_FORMATS / --format, or report the converter bug"
         )

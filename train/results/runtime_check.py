@@ -18,6 +18,7 @@ import importlib.abc
 import sys
 
 FORMATS = ("litert", "onnx")
+RUNTIMES = {"litert": "ai_edge_litert", "onnx": "onnxruntime"}  # the module each format's check imports
 _REFUSED = ("tensorflow", "keras", "tf_keras", "jax", "torch")
 
 

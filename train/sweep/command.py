@@ -64,10 +64,12 @@ def run(args: argparse.Namespace) -> int:
             "a sweep keeps its trials' runs and its report in a local RUNS_DIR (a bucket is not supported "
             "for sweeps yet): give a local folder, e.g. --runs-dir ./runs",
         )
+    from ..commands import require_export_runtimes
     from ..extras import require, require_for_training
 
     require("sweep", "sweep", args.space)
     require_for_training(settings)
+    require_export_runtimes(settings)
     from .space import read_space, with_name
 
     spec = read_space(args.space, settings)
