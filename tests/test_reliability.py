@@ -320,33 +320,50 @@ def small_copy(tmp_path, small_run, data):
     )
 
 
+def _fit_here(tmp, monkeypatch, capsys, flags) -> tuple[int, str]:
+    """`python -m train fit FLAGS` in this process, through the CLI's edge (exit code, console): the
+    faults below are in files, not in the process, so they need no TensorFlow start of their own."""
+    from train.cli import main
+
+    monkeypatch.chdir(tmp)
+    capsys.readouterr()
+    rc = main(["fit", *flags])
+    captured = capsys.readouterr()
+    return rc, captured.out + captured.err
+
+
 # -- 4. corrupt latest checkpoint ------------------------------------------------------------------
-def test_corrupt_latest_checkpoint_falls_back_with_a_warning_naming_it(small_copy):
+def test_corrupt_latest_checkpoint_falls_back_with_a_warning_naming_it(small_copy, monkeypatch, capsys):
     tmp, run, flags = small_copy
     names = states(run)
     assert names == ["ckpt-000000004.npz", "ckpt-000000008.npz", "ckpt-000000012.npz"]
     (run / "checkpoints" / names[-1]).write_bytes(b"garbage" * 100)
-    rc, out = run_fit(flags + ["--epochs", "2", "--resume", run.name], tmp)
+    rc, out = _fit_here(tmp, monkeypatch, capsys, flags + ["--epochs", "2", "--resume", run.name])
     assert rc == 0, out[-3000:]
     assert re.search(r"WARNING: checkpoint \S*ckpt-000000012\.npz is unreadable", out)
     assert _restored_step(out) == 8
 
 
-def test_no_valid_checkpoint_is_an_error_never_a_fresh_start(small_copy):
+def test_no_valid_checkpoint_is_an_error_never_a_fresh_start(small_copy, monkeypatch, capsys):
     tmp, run, flags = small_copy
     for name in states(run):
         p = run / "checkpoints" / name
         p.write_bytes(p.read_bytes()[: p.stat().st_size // 3])  # truncated
-    rc, out = run_fit(flags + ["--epochs", "2", "--resume", run.name], tmp)
+    rc, out = _fit_here(tmp, monkeypatch, capsys, flags + ["--epochs", "2", "--resume", run.name])
     assert rc == 4, out[-3000:]
     assert "CheckpointError: no valid checkpoint" in out and "Traceback" not in out
     assert "epoch 2/2" not in out and len(states(run)) == 3
 
 
 # -- 8. architecture changed on resume -------------------------------------------------------------
-def test_resume_with_a_different_architecture_is_refused_naming_the_layer_and_shapes(small_copy):
+def test_resume_with_a_different_architecture_is_refused_naming_the_layer_and_shapes(small_copy, monkeypatch, capsys):
     tmp, run, flags = small_copy
-    rc, out = run_fit(flags + ["--model", "faults:dense32", "--epochs", "2", "--resume", run.name, "--force"], tmp)
+    rc, out = _fit_here(
+        tmp,
+        monkeypatch,
+        capsys,
+        flags + ["--model", "faults:dense32", "--epochs", "2", "--resume", run.name, "--force"],
+    )
     assert rc == 4, out[-3000:]
     assert re.search(
         r"CheckpointError: model variable hidden/kernel has shape \(784, 32\) in the model but "
@@ -357,23 +374,27 @@ def test_resume_with_a_different_architecture_is_refused_naming_the_layer_and_sh
 
 
 # -- 9. settings changed on resume -----------------------------------------------------------------
-def test_changed_settings_are_refused_listing_differences_unless_forced(small_copy):
+def test_changed_settings_are_refused_listing_differences_unless_forced(small_copy, monkeypatch, capsys):
     tmp, run, flags = small_copy
-    rc, out = run_fit(flags + ["--learning-rate", "0.01", "--batch-size", "16", "--resume", run.name], tmp)
+    rc, out = _fit_here(
+        tmp, monkeypatch, capsys, flags + ["--learning-rate", "0.01", "--batch-size", "16", "--resume", run.name]
+    )
     assert rc == 4, out[-3000:]
     assert "ResumeMismatchError" in out and "LEARNING_RATE: 0.001 -> 0.01" in out and "BATCH_SIZE: 32 -> 16" in out
     assert "--force" in out and "Traceback" not in out
-    rc, out = run_fit(flags + ["--learning-rate", "0.01", "--epochs", "2", "--resume", run.name, "--force"], tmp)
+    rc, out = _fit_here(
+        tmp, monkeypatch, capsys, flags + ["--learning-rate", "0.01", "--epochs", "2", "--resume", run.name, "--force"]
+    )
     assert rc == 0, out[-3000:]
     assert json.loads((run / "config.json").read_text())["learning_rate"] == 0.01
 
 
 # -- 6. NaN loss ----------------------------------------------------------------------------------
-def test_nan_loss_exits_5_keeps_the_last_good_checkpoint_and_says_what_to_change(tmp_path, data):
+def test_nan_loss_exits_5_keeps_the_last_good_checkpoint_and_says_what_to_change(tmp_path, data, monkeypatch, capsys):
     from train.run.checkpoints import load_latest
 
     flags = fit_flags(tmp_path, data, epochs=1, model="faults:nan_after_10_steps", export=False)
-    rc, out = run_fit(flags, tmp_path)
+    rc, out = _fit_here(tmp_path, monkeypatch, capsys, flags)
     assert rc == 5, out[-3000:]
     assert "DivergedError" in out and "LEARNING_RATE" in out and "Traceback" not in out
     run = only_run(tmp_path / "runs")
