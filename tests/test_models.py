@@ -293,11 +293,17 @@ def tiny_npz(tmp_path_factory):
     ],
 )
 def test_a_factory_that_exits_or_returns_what_cannot_be_trained_is_exit_2_and_recorded(
-    tmp_path, tiny_npz, factory, words
+    tmp_path, tiny_npz, factory, words, monkeypatch, capsys
 ):
-    from faults import fit_flags, manifest, only_run, run_fit
+    from faults import fit_flags, manifest, only_run
 
-    rc, out = run_fit(fit_flags(tmp_path, tiny_npz, epochs=1, model=f"faults:{factory}"), tmp_path)
+    from train.cli import main
+
+    # Through the CLI's edge in this process: the factory itself runs in the model check's child.
+    monkeypatch.chdir(tmp_path)
+    rc = main(["fit", *fit_flags(tmp_path, tiny_npz, epochs=1, model=f"faults:{factory}")])
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
     assert rc == 2, out[-3000:]
     last = out.strip().splitlines()[-1]
     assert last.startswith(f"ModelError: MODEL=faults:{factory}: ") and words in last, out[-3000:]
