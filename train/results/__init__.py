@@ -8,6 +8,7 @@ run_records.py  a run read back from its directory: settings, manifest, metrics,
 evaluation.py   the best weights on the validation set: confusion matrix, worst mistakes
 plots.py        the pictures of a report and a comparison, as PNG bytes
 report.py       report.html and curves.png
+html.py         the style sheet, tables, notes and pictures every HTML page is made of (report, compare, sweeps)
 compare.py      what differs between runs and what it did to them
 runs_table.py   the runs under RUNS_DIR as a table or JSON
 """

@@ -88,7 +88,7 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
         ("epochs", [f"{len(r.rows)}/{r.planned_epochs or '?'}" for r in runs]),
     ]
     for key in METRICS:
-        rows.append((f"final {key}", [_num(r.rows[-1].get(key)) if r.rows else "-" for r in runs]))
+        rows.append((f"final {key}", [num(r.rows[-1].get(key)) if r.rows else "-" for r in runs]))
     bests = [r.best_row() for r in runs]
     rows.append(("best", [f"{r.monitor}={b[r.monitor]:.4f}" if b else "-" for r, b in zip(runs, bests)]))
     rows.append(("best at epoch", [f"{b['epoch']:.0f}" if b else "-" for b in bests]))
@@ -133,7 +133,7 @@ def write_output(runs: Sequence[RunRecords], out: Path) -> Path:
 
 
 def compare_html(runs: Sequence[RunRecords], png: bytes) -> str:
-    from .report import CSS, _e, _img, _table
+    from .html import CSS, escape, img, table
 
     names = tuple(r.name for r in runs)
     settings = differing_settings(runs)
@@ -141,11 +141,11 @@ def compare_html(runs: Sequence[RunRecords], png: bytes) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>compare {len(runs)} runs</title><style>{CSS}</style></head><body>
 <h1>{len(runs)} runs compared</h1>
 <h2>Curves</h2>
-{_img(png, "loss and accuracy of each run by epoch; the monitored metric by training time")}
+{img(png, "loss and accuracy of each run by epoch; the monitored metric by training time")}
 <h2>Settings that differ</h2>
-{_table([(_e(k), *map(_e, v)) for k, v in settings], ("setting", *names)) if settings else '<p class="note">none</p>'}
+{table([(escape(k), *map(escape, v)) for k, v in settings], ("setting", *names)) if settings else '<p class="note">none</p>'}
 <h2>Metrics</h2>
-{_table([(_e(k), *map(_e, v)) for k, v in metric_rows(runs)], ("", *names))}
+{table([(escape(k), *map(escape, v)) for k, v in metric_rows(runs)], ("", *names))}
 <p class="note">time to best: training seconds of every segment (validation excluded) until the best epoch ended.</p>
 </body></html>
 """
@@ -160,7 +160,7 @@ def _text(value) -> str:
     return str(value) if value != "" else "''"
 
 
-def _num(value) -> str:
+def num(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 

@@ -12,9 +12,7 @@ Writing a report never changes a run's outcome: the hooks log a warning and carr
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
-import html
 import logging
 import re
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
 from ..run.manifest import lock_in_checkout
 from ..run.rundir import RunDir
+from .html import CSS, escape, img, note, num, table
 from .run_records import RunRecords, data_text, duration_text, load_records, on_test, on_test_summary, on_test_text
 
 log = logging.getLogger("train")
@@ -60,9 +59,9 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
         validation = _saved_section(files, weights)
         if validation is None:
             running = records.manifest.get("status") == "running"
-            note = (CHEAP_NOTE if running else ENDED_NOTE).format(run=records.name)
-            validation = _note(note)
-            missing.append("validation: " + note)
+            why = (CHEAP_NOTE if running else ENDED_NOTE).format(run=records.name)
+            validation = note(why)
+            missing.append("validation: " + why)
     write_text(files.report, render(records, curves, validation))
     return Written(files.report, missing)
 
@@ -134,57 +133,46 @@ def _guarded(run_dir: Path | None, full: bool, mode: str) -> None:
 
 # --- the page ---------------------------------------------------------------------------------
 
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
-h1{font-size:22px;margin:0 0 6px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
-.status{display:inline-block;padding:2px 10px;border-radius:10px;color:#fff;font-size:14px;vertical-align:middle}
-.completed{background:#2e7d32}.running{background:#1565c0}.interrupted,.budget{background:#ef6c00}.failed{background:#b00020}
-.unknown{background:#757575} .pruned{background:#6d4c41} .lead{font-size:15px;margin:6px 0} .error{background:#fdecea;border:1px solid #b00020;padding:8px 12px}
-.note{color:#555;font-style:italic} img{max-width:100%;height:auto;display:block;margin:8px 0}
-table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums} code{font-size:12px}
-"""
-
 
 def render(records: RunRecords, curves: bytes, validation: str) -> str:
     m, c = records.manifest, records.config
     status = str(m.get("status", "unknown"))
     best = records.best_row()
     lead = [
-        f"model <b>{_e(c.get('model'))}</b> on <b>{_e(c.get('dataset'))}</b>",
-        f"{len(records.rows)} of {_e(records.planned_epochs or '?')} epochs",
+        f"model <b>{escape(c.get('model'))}</b> on <b>{escape(c.get('dataset'))}</b>",
+        f"{len(records.rows)} of {escape(records.planned_epochs or '?')} epochs",
     ]
     if best is not None:
         lead.append(
-            f"best {_e(records.monitor)} <b>{best[records.monitor]:.4f}</b> at epoch {best['epoch']:.0f} "
+            f"best {escape(records.monitor)} <b>{best[records.monitor]:.4f}</b> at epoch {best['epoch']:.0f} "
             f"after {duration_text(records.seconds_to(best['epoch']))} of training"
         )
     tested = on_test_text(on_test(m))
     if tested:  # chosen by nothing: the number to quote for the model, apart from the validation one above
-        lead.append(f"test {_e(tested)} (best weights, test split evaluated once)")
+        lead.append(f"test {escape(tested)} (best weights, test split evaluated once)")
     if records.resumes:
         lead.append(f"resumed {len(records.resumes)}x")
-    error = f'<p class="error">{_e(m["error"])}</p>' if m.get("error") else ""
+    error = f'<p class="error">{escape(m["error"])}</p>' if m.get("error") else ""
     if ended_because(m) and not m.get("error"):
-        lead.append(f"ended: {_e(ended_because(m))}")
+        lead.append(f"ended: {escape(ended_because(m))}")
     updated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{_e(records.name)}: {_e(status)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(records.name)}: {escape(status)}</title>
 <style>{CSS}</style></head><body>
-<h1>{_e(records.name)} <span class="status {_e(status)}">{_e(status)}</span></h1>
+<h1>{escape(records.name)} <span class="status {escape(status)}">{escape(status)}</span></h1>
 <p class="lead">{" &middot; ".join(lead)}</p>{error}
 <p class="note">report written {updated} from the run directory; curves.png holds the same curves.</p>
 <h2>Curves</h2>
-{_img(curves, "loss, accuracy, learning rate and throughput per epoch")}
-<p class="note">{"dashed vertical line: the run was resumed there; " if records.resumes else ""}star: the best {_e(records.monitor)} (the weights in best.weights.h5).</p>
+{img(curves, "loss, accuracy, learning rate and throughput per epoch")}
+<p class="note">{"dashed vertical line: the run was resumed there; " if records.resumes else ""}star: the best {escape(records.monitor)} (the weights in best.weights.h5).</p>
 <h2>Validation set, best weights</h2>
 {validation}
 <h2>Run</h2>
-{_table(summary_rows(records))}
+{table(summary_rows(records))}
 <h2>Settings</h2>
-<details><summary>config.json ({len(c)} settings)</summary>{_table([(k.upper(), _e(v)) for k, v in sorted(c.items())])}</details>
+<details><summary>config.json ({len(c)} settings)</summary>{table([(k.upper(), escape(v)) for k, v in sorted(c.items())])}</details>
 <h2>Epochs</h2>
-<details open><summary>metrics.csv ({len(records.rows)} rows)</summary>{_metrics_table(records)}</details>
+<details open><summary>metrics.csv ({len(records.rows)} rows)</summary>{_metricstable(records)}</details>
 </body></html>
 """
 
@@ -196,7 +184,7 @@ def _validation_section(records: RunRecords, missing: list[str]) -> str:
         ev = evaluate_best(records.run_dir)
     except Exception as exc:  # noqa: BLE001  data moved, weights missing...: the rest of the page still helps
         missing.append(f"validation: {type(exc).__name__}: {exc}")
-        return _note(f"not available: {type(exc).__name__}: {exc}")
+        return note(f"not available: {type(exc).__name__}: {exc}")
     return validation_html(ev, records)
 
 
@@ -223,31 +211,31 @@ def validation_html(ev, records: RunRecords | None = None) -> str:
 
     rows = [
         (
-            _e(r["class"]),
+            escape(r["class"]),
             f'<td class="num">{r["examples"]}',
             f'<td class="num">{r["correct"]}',
             f'<td class="num">{"-" if r["accuracy"] is None else format(r["accuracy"], ".2%")}',
-            _e(f"{r['confused_with'][0]} ({r['confused_with'][1]}x)") if r["confused_with"] else "-",
+            escape(f"{r['confused_with'][0]} ({r['confused_with'][1]}x)") if r["confused_with"] else "-",
         )
         for r in ev.per_class()
     ]
     why = measured_differently(ev, records)
     parts = [
         f'<p class="lead">accuracy <b>{ev.accuracy:.2%}</b> on {ev.n} validation examples</p>',
-        *([_note(why)] if why else []),
-        _img(plots.confusion_png(ev.matrix, ev.class_names), "confusion matrix and per-class accuracy"),
-        _table(rows, ("class", "examples", "correct", "accuracy", "most often taken for")),
+        *([note(why)] if why else []),
+        img(plots.confusion_png(ev.matrix, ev.class_names), "confusion matrix and per-class accuracy"),
+        table(rows, ("class", "examples", "correct", "accuracy", "most often taken for")),
     ]
     if len(ev.wrong_images):
         parts += [
             f"<h3>The {len(ev.wrong_images)} most wrong (least probability on the true class)</h3>",
-            _img(
+            img(
                 plots.grid_png(ev.wrong_images, ev.wrong_true, ev.wrong_pred, ev.wrong_prob, ev.class_names),
                 "validation images the model gets most wrong, with true and predicted class",
             ),
         ]
     else:
-        parts.append(_note("no validation image is misclassified"))
+        parts.append(note("no validation image is misclassified"))
     return "\n".join(parts)
 
 
@@ -303,7 +291,7 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         ),
         *format_rows(export),
     ]
-    return [(k, _e(v)) for k, v in rows]
+    return [(k, escape(v)) for k, v in rows]
 
 
 def format_rows(export: dict) -> list[tuple[str, str]]:
@@ -330,36 +318,12 @@ def ended_because(manifest: dict) -> str | None:
     return manifest.get("ended_because")
 
 
-def _metrics_table(records: RunRecords) -> str:
+def _metricstable(records: RunRecords) -> str:
     if not records.rows:
-        return _note("no epoch finished yet")
+        return note("no epoch finished yet")
     keys = [k for k in records.rows[0] if any(r.get(k) is not None for r in records.rows)]
-    body = [tuple(f'<td class="num">{_num(r.get(k))}' for k in keys) for r in records.rows]
-    return _table(body, tuple(keys))
-
-
-def _table(rows, header: tuple[str, ...] | None = None) -> str:
-    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>" if header else ""
-    cells = "".join(
-        "<tr>" + "".join(c + "</td>" if c.startswith("<td") else f"<td>{c}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return f"<table>{head}{cells}</table>"
-
-
-def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
-
-
-def _note(text: str) -> str:
-    return f'<p class="note">{_e(text)}</p>'
-
-
-def _e(value) -> str:
-    return html.escape(str(value))
-
-
-def _num(v) -> str:
-    return "" if v is None else (f"{v:.0f}" if float(v).is_integer() and abs(v) < 1e9 else f"{v:.4g}")
+    body = [tuple(f'<td class="num">{num(r.get(k))}' for k in keys) for r in records.rows]
+    return table(body, tuple(keys))
 
 
 def _compact(value) -> str:

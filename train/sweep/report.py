@@ -16,8 +16,8 @@ import math
 import os
 from pathlib import Path
 
+from ..results.html import CSS, img, note, num, table
 from ..results.plots import plain_text
-from ..results.report import CSS, _img, _note, _num, _table
 from ..run.files import ensure_writable
 from ..run.rundir import RunDir, write_text
 from .space import SweepSpec
@@ -66,7 +66,7 @@ def _importances(study) -> dict[str, float] | str:
 def render(spec: SweepSpec, trials, best, importances, shown: str, here: Path, runs_dir) -> str:
     e = html.escape
     lead = (
-        f"best: trial {best['trial']}, {e(spec.metric)} = {_num(best['value'])}, run {e(str(best['run']))}"
+        f"best: trial {best['trial']}, {e(spec.metric)} = {num(best['value'])}, run {e(str(best['run']))}"
         + _tested(runs_dir, best.get("run"))
         if best
         else "best: none yet (no trial has completed)"
@@ -75,7 +75,7 @@ def render(spec: SweepSpec, trials, best, importances, shown: str, here: Path, r
         f"<!doctype html><html><head><meta charset='utf-8'><title>study {e(spec.name)}</title><style>{CSS}</style></head><body>",
         f"<h1>study {e(spec.name)}</h1>",
         f"<p class='lead' id='best'>{lead}</p>",
-        _table(
+        table(
             [
                 ("metric", f"{e(spec.metric)} ({spec.direction})"),
                 ("trials", f"{sum(t.state.is_finished() for t in trials)} finished of {len(trials)} counted"),
@@ -84,13 +84,13 @@ def render(spec: SweepSpec, trials, best, importances, shown: str, here: Path, r
             ]
         ),
         "<h2>Optimisation history</h2>",
-        _img(history_png(spec, trials), "optimisation history"),
+        img(history_png(spec, trials), "optimisation history"),
         "<h2>Each parameter against the metric</h2>",
-        *(_img(param_png(spec, trials, p.name), f"{p.name} against {spec.metric}") for p in spec.params),
+        *(img(param_png(spec, trials, p.name), f"{p.name} against {spec.metric}") for p in spec.params),
         "<h2>Parameter importances</h2>",
-        _note(importances)
+        note(importances)
         if isinstance(importances, str)
-        else _img(importance_png(importances), "parameter importances"),
+        else img(importance_png(importances), "parameter importances"),
         "<h2>Trials</h2>",
         _trials_table(spec, trials, best, here, runs_dir),
         "</body></html>",
@@ -131,7 +131,7 @@ def _trials_table(spec: SweepSpec, trials, best, here: Path, runs_dir) -> str:
             else e(str(run or "-"))
         )
         mark = " (best)" if best and best["trial"] == t.number else ""
-        value = "" if t.value is None else _num(t.value)
+        value = "" if t.value is None else num(t.value)
         rows.append(
             (
                 str(t.number) + mark,
@@ -141,7 +141,7 @@ def _trials_table(spec: SweepSpec, trials, best, here: Path, runs_dir) -> str:
                 link,
             )
         )
-    return _table(rows, ("trial", "state", spec.metric, "parameters", "run"))
+    return table(rows, ("trial", "state", spec.metric, "parameters", "run"))
 
 
 def _values(trials):
