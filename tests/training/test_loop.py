@@ -26,11 +26,11 @@ from train.training.loop import (
     EpochLoop,
     LoopState,
     _improved,
-    _monitor_mode,
     at_new_batch_size,
     batch_text,
     check_finite,
     check_room_to_halve,
+    monitor_mode,
     position_after_halving,
     progress_verbose,
     start_loop,
@@ -56,7 +56,7 @@ def _settings(**kw):
     ],
 )
 def test_monitor_mode(monitor, mode, expected):
-    assert _monitor_mode(_settings(monitor=monitor, monitor_mode=mode)) == expected
+    assert monitor_mode(_settings(monitor=monitor, monitor_mode=mode)) == expected
 
 
 def test_improved():

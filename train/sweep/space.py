@@ -120,9 +120,9 @@ def read_space(path: str | Path, settings: Settings) -> SweepSpec:
         metric_settings = settings.replace(monitor=metric)
     except ConfigError as exc:
         raise ConfigError(f"{where} [study] metric", metric, exc.allowed) from None
-    from ..training.loop import _monitor_mode
+    from ..training.loop import monitor_mode
 
-    direction = "maximize" if _monitor_mode(metric_settings) == "max" else "minimize"
+    direction = "maximize" if monitor_mode(metric_settings) == "max" else "minimize"
     trials = _whole(study, "trials", 20, where, 1)
     startup = _whole(study, "startup_trials", 5, where, 0)
     heartbeat = _whole(study, "heartbeat", 60, where, 1)

@@ -79,7 +79,7 @@ class Result:
     model: Any = field(default=None, repr=False)
 
 
-def _monitor_mode(settings: Settings) -> str:
+def monitor_mode(settings: Settings) -> str:
     if settings.monitor_mode != "auto":
         return settings.monitor_mode
     return "min" if "loss" in settings.monitor else "max"
@@ -181,7 +181,7 @@ class EpochLoop:
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
         self.epochs, self.started, self.chief = epochs, started, chief
         self.files = RunDir(run_dir) if run_dir is not None else None  # None: a worker that writes nothing
-        self.mode = _monitor_mode(settings)
+        self.mode = monitor_mode(settings)
         self.task = entry(settings.model)  # the model's loss and metrics
         self.patience = Patience(settings.patience, settings.min_delta, self.mode, settings.monitor)
         names = tuple(self.task.metrics)
