@@ -49,27 +49,7 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands import settings_for
-
-    settings = settings_for(args)
-    if args.storage is not None:
-        settings = settings.replace(sweep_storage=args.storage)
-    from ..locations import looks_like_url
-
-    if looks_like_url(settings.runs_dir):
-        # The study's report and its SQLite file are written under RUNS_DIR as local paths.
-        raise ConfigError(
-            "RUNS_DIR",
-            settings.runs_dir,
-            "a sweep keeps its trials' runs and its report in a local RUNS_DIR (a bucket is not supported "
-            "for sweeps yet): give a local folder, e.g. --runs-dir ./runs",
-        )
-    from ..commands import require_export_runtimes
-    from ..extras import require, require_for_training
-
-    require("sweep", "sweep", args.space)
-    require_for_training(settings)
-    require_export_runtimes(settings)
+    settings = _checked_settings(args)
     from .space import read_space, with_name
 
     spec = read_space(args.space, settings)
@@ -110,6 +90,30 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("best: none yet (no trial completed)", file=sys.stderr)
     return 0
+
+
+def _checked_settings(args: argparse.Namespace):
+    """The sweep's settings, refused before TensorFlow when they cannot work: a bucket RUNS_DIR, a
+    missing extra, a missing runtime of an export format."""
+    from ..commands import require_export_runtimes, settings_for
+    from ..extras import require, require_for_training
+    from ..locations import looks_like_url
+
+    settings = settings_for(args)
+    if args.storage is not None:
+        settings = settings.replace(sweep_storage=args.storage)
+    if looks_like_url(settings.runs_dir):
+        # The study's report and its SQLite file are written under RUNS_DIR as local paths.
+        raise ConfigError(
+            "RUNS_DIR",
+            settings.runs_dir,
+            "a sweep keeps its trials' runs and its report in a local RUNS_DIR (a bucket is not supported "
+            "for sweeps yet): give a local folder, e.g. --runs-dir ./runs",
+        )
+    require("sweep", "sweep", args.space)
+    require_for_training(settings)
+    require_export_runtimes(settings)
+    return settings
 
 
 def _runs_dir_flag(runs_dir: str) -> str:
