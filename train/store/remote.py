@@ -11,6 +11,8 @@ taken by train.run.lock.RunLock through `lease`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from .lease import Lease
 from .mirror import Mirror, pull
 
 log = logging.getLogger("train")
+STOP_FLUSH_SECONDS = 30.0  # after SIGTERM or MAX_MINUTES: inside compose's 2-minute stop_grace_period
 
 
 @dataclass
@@ -62,6 +65,38 @@ class RemoteRuns:
 
     def mirror(self, run_dir: Path, lease: Lease | None) -> Mirror:
         return Mirror(self.store, self.root, run_dir, lease)
+
+    @contextmanager
+    def uploading(self, run_dir: Path, lease: Lease | None, stop) -> Iterator[None]:
+        """A training's uploads beside it (train.training.fit), the last ones flushed when it ends.
+
+        The exit code says whether the newest state reached the store: a run whose last files did
+        not within STORE_FLUSH_SECONDS (STOP_FLUSH_SECONDS at most after a stop) ends with
+        StorageError, exit 7; a run that failed keeps its own error, and the missing files are logged."""
+        mirror = self.mirror(run_dir, lease).start()
+        try:
+            yield
+        except BaseException:
+            left = mirror.close(self._flush_seconds(stop))
+            if left:
+                log.error("%s", self._not_uploaded(run_dir, left, mirror))
+            raise
+        left = mirror.close(self._flush_seconds(stop))
+        if left:
+            raise StorageError(self._not_uploaded(run_dir, left, mirror))
+        log.info("run %s: everything is in %s/%s", run_dir.name, self.url, run_dir.name)
+
+    def _flush_seconds(self, stop) -> float:
+        return min(self.flush_seconds, STOP_FLUSH_SECONDS) if stop.reason else self.flush_seconds
+
+    def _not_uploaded(self, run_dir: Path, left: list[str], mirror: Mirror) -> str:
+        why = mirror.lease.lost if mirror.lease is not None and mirror.lease.lost else mirror.last_error
+        shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        return (
+            f"run {run_dir.name}: the newest state did not reach {self.url} ({why}): {shown} only in the staging "
+            f"copy {run_dir}; once the store answers, `--resume {run_dir.name}` on this machine (same STORE_CACHE) "
+            "uploads them"
+        )
 
     def push(self, run_dir: Path) -> None:
         """Upload what a command wrote into a run (report, export) before it returns."""

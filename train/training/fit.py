@@ -98,48 +98,12 @@ def train(
         plan = plan_run(settings, resume, force, restart)
         try:
             calls = Callbacks([ReportCallback(plan.settings.report), *extras.callbacks(plan.settings), *callbacks])
-            if remote is not None:
-                return _train_uploading(remote, plan, force, stop, setup, calls)
+            if remote is not None:  # a store's uploads beside the training (train.store.remote)
+                with remote.uploading(plan.run_dir, plan.lock.lease, stop):
+                    return _train(plan, force, stop, setup, calls)
             return _train(plan, force, stop, setup, calls)
         finally:
             plan.release()
-
-
-STOP_FLUSH_SECONDS = 30.0  # after SIGTERM or MAX_MINUTES: inside compose's 2-minute stop_grace_period
-
-
-def _train_uploading(remote, plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) -> Result:
-    """`_train` with the run's uploads to the store beside it; the last ones flushed at the end.
-
-    The exit code says whether the newest state reached the store: a run whose last files did not
-    within STORE_FLUSH_SECONDS (30 s at most after a stop) ends with StorageError, exit 7."""
-    mirror = remote.mirror(plan.run_dir, plan.lock.lease).start()
-    try:
-        result = _train(plan, force, stop, setup, calls)
-    except BaseException:
-        left = mirror.close(_flush_seconds(remote, stop))
-        if left:
-            log.error("%s", _not_uploaded(remote, plan.run_dir, left, mirror))
-        raise
-    left = mirror.close(_flush_seconds(remote, stop))
-    if left:
-        raise StorageError(_not_uploaded(remote, plan.run_dir, left, mirror))
-    log.info("run %s: everything is in %s/%s", plan.run_dir.name, remote.url, plan.run_dir.name)
-    return result
-
-
-def _flush_seconds(remote, stop: StopFlag) -> float:
-    return min(remote.flush_seconds, STOP_FLUSH_SECONDS) if stop.reason else remote.flush_seconds
-
-
-def _not_uploaded(remote, run_dir: Path, left: list[str], mirror) -> str:
-    why = mirror.lease.lost if mirror.lease is not None and mirror.lease.lost else mirror.last_error
-    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
-    return (
-        f"run {run_dir.name}: the newest state did not reach {remote.url} ({why}): {shown} only in the staging "
-        f"copy {run_dir}; once the store answers, `--resume {run_dir.name}` on this machine (same STORE_CACHE) "
-        "uploads them"
-    )
 
 
 def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) -> Result:
