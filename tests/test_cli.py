@@ -171,6 +171,37 @@ def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_
     assert seen == ["2"]
 
 
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_latest_for_export_and_predict_is_the_newest_run_with_weights_and_a_line_says_which(
+    tmp_path, monkeypatch, capsys, command
+):
+    import train.results.export
+    import train.results.predict
+
+    runs = tmp_path / "runs"
+    trained = runs / "20260101-000000-aaaa"
+    failed = runs / "20260102-000000-bbbb"  # the newest run failed before an epoch ended
+    for run in (trained, failed):
+        run.mkdir(parents=True)
+        (run / "config.json").write_text("{}")
+    (trained / "best.weights.h5").write_bytes(b"w")
+    seen = []
+    monkeypatch.setattr(
+        train.results.export, "export_run", lambda r, **kw: seen.append(r) or {"savedmodel": "s", "max_abs_diff": 0.0}
+    )
+    monkeypatch.setattr(
+        train.results.predict,
+        "predict_files",
+        lambda r, f: seen.append(r) or [{"file": "a.png", "class": "0", "probability": 1.0}],
+    )
+    argv = [command, "latest", *(["a.png"] if command == "predict" else []), "--runs-dir", str(runs)]
+    assert cli.main(argv) == 0
+    assert seen == [trained]
+    what = "weights" if command == "export" else "weights or an export"
+    line = f"latest: run {trained.name}, the newest run with {what} (newer, without: {failed.name})"
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
 @pytest.mark.parametrize(
     "argv, meant",
     [

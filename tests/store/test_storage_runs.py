@@ -299,6 +299,42 @@ def test_runs_and_compare_read_runs_a_stock_client_put_in_the_bucket(tmp_path, s
     assert "LEARNING_RATE" in compared.stdout.upper() and "0.002" in compared.stdout
 
 
+def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_says_which(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """In this process, the export itself replaced: which run `latest` brings is the store's to decide."""
+    from helpers import write_run_records
+
+    import train.results.export
+    from train.cli import main
+    from train.run import remote
+
+    trained, failed = "20261201-100000-000001-base", "20261201-110000-000002-wide"
+    client = s3_server.client()
+    for name in (trained, failed):
+        made = write_run_records(tmp_path / "made" / name)
+        if name == trained:
+            (made / "best.weights.h5").write_bytes(b"weights")
+        for path in made.rglob("*"):
+            client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    exported = []
+    monkeypatch.setattr(
+        train.results.export,
+        "export_run",
+        lambda r, **kw: exported.append(r) or {"savedmodel": "s", "max_abs_diff": 0.0},
+    )
+    try:
+        assert main(["export", "latest", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
+    finally:
+        remote.close_all()
+    assert [p.name for p in exported] == [trained] and (exported[0] / "best.weights.h5").read_bytes() == b"weights"
+    line = f"latest: run {trained}, the newest run with weights (newer, without: {failed})"
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
 def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch):
     """In this process, the rerun itself replaced: what is uploaded is the command's to decide."""
     from helpers import write_run_records

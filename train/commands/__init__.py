@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
@@ -43,19 +43,25 @@ def runs_settings(args: argparse.Namespace) -> Settings:
     return load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=warn, check_model=False)
 
 
-def resolve(args: argparse.Namespace, settings: Settings | None = None, checkpoints: bool = False) -> Path:
+def resolve(
+    args: argparse.Namespace, settings: Settings | None = None, checkpoints: bool = False, needs: Sequence = ()
+) -> Path:
     """The run directory args.run names, for a command that starts TensorFlow on it.
 
-    With RUNS_DIR in a store the run is first brought into the local staging copy (its checkpoints
-    only when asked for: reproduce needs them, a report does not)."""
+    `latest` for a command that `needs` weights or an export (train.run.find.Need) is the newest
+    run that has them, and a line on stderr names it. With RUNS_DIR in a store the run is first
+    brought into the local staging copy (its checkpoints only when asked for: reproduce needs
+    them, a report does not)."""
     settings = settings or runs_settings(args)
     remote = open_store(settings)
+    run = args.run
     if remote is not None:
-        remote.bring(args.run, checkpoints=checkpoints)
+        # The store chose among its runs; the staging copy may hold others, or fewer of their files.
+        run = remote.bring(args.run, checkpoints=checkpoints, needs=needs, say=warn) or args.run
     from ..run.find import resolve_run
 
     quiet_tensorflow()
-    return resolve_run(settings.runs_dir, args.run)
+    return resolve_run(settings.runs_dir, run, needs=needs, say=warn)
 
 
 def open_store(settings: Settings):
