@@ -117,7 +117,7 @@ def test_a_named_env_file_that_is_missing_is_exit_2(capsys):
 def test_fit_status_becomes_the_exit_code(monkeypatch, status, code):
     calls = []
 
-    def train(settings, force, restart=False):
+    def train(settings, force, restart=False, **_kw):
         calls.append((settings.epochs, force))
         return types.SimpleNamespace(status=status)
 
@@ -200,6 +200,37 @@ def test_latest_for_export_and_predict_is_the_newest_run_with_weights_and_a_line
     what = "weights" if command == "export" else "weights or an export"
     line = f"latest: run {trained.name}, the newest run with {what} (newer, without: {failed.name})"
     assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    "argv, command",
+    [
+        (["fit"], "python -m train fit --resume R"),
+        (
+            ["fit", "--epochs", "5", "--lr-schedule", "cosine"],
+            "python -m train fit --epochs 5 --lr-schedule cosine --resume R",
+        ),
+        (["fit", "--resume", "old", "--restart", "--force"], "python -m train fit --force --resume R"),
+        (["fit", "--resume=auto", "--run-name", "a b"], "python -m train fit --run-name 'a b' --resume R"),
+    ],
+)
+def test_the_command_that_continues_a_stopped_run_is_the_same_command_with_resume(argv, command):
+    from train.commands.fit import continue_command, interpreter
+
+    assert continue_command(interpreter(["/usr/bin/pytest", "-q"]), argv, "R") == command
+
+
+def test_the_command_to_continue_starts_with_the_python_the_user_started():
+    from train.commands.fit import interpreter
+
+    assert interpreter([".venv/bin/python", "-X", "dev", "-m", "train", "fit"]) == [
+        ".venv/bin/python",
+        "-X",
+        "dev",
+        "-m",
+        "train",
+    ]
+    assert interpreter(["python3", "-m", "pytest"]) == ["python", "-m", "train"]
 
 
 @pytest.mark.parametrize(

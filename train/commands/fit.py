@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
+from collections.abc import Sequence
 from dataclasses import fields
 
 from ..config import Settings
@@ -54,5 +57,34 @@ def run(args: argparse.Namespace) -> int:
     quiet_tensorflow()
     from ..training.fit import train  # TensorFlow is imported from here on
 
-    result = train(settings, force=args.force, restart=args.restart)
+    argv = getattr(args, "argv", None) or ["fit"]
+    result = train(
+        settings,
+        force=args.force,
+        restart=args.restart,
+        continue_with=lambda name: continue_command(interpreter(sys.orig_argv), argv, name),
+    )
     return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
+
+
+def interpreter(orig_argv: Sequence[str]) -> list[str]:
+    """How this process was started up to `-m train` (`.venv/bin/python -m train`), else `python -m train`."""
+    for i in range(len(orig_argv) - 1):
+        if orig_argv[i : i + 2] == ["-m", "train"]:
+            return list(orig_argv[: i + 2])
+    return ["python", "-m", "train"]
+
+
+def continue_command(interpreter: Sequence[str], argv: Sequence[str], run_name: str) -> str:
+    """The command a user pastes to continue `run_name`: the same command, its own --resume and
+    --restart replaced by `--resume run_name` (the run's settings are in its config.json, so the
+    same flags agree with them)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--resume":
+            skip = True  # and its value
+        elif arg != "--restart" and not arg.startswith("--resume="):
+            kept.append(arg)
+    return shlex.join([*interpreter, *kept, "--resume", run_name])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +61,16 @@ def train(
     force: bool = False,
     restart: bool = False,
     callbacks: Iterable[Any] = (),
+    continue_with: Callable[[str], str] | None = None,
 ) -> Result:
     """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring.
 
     `callbacks` (train.training.callbacks) are told the run's moments after the template's own: the
     report, then each extra the settings turn on (train.extras.callbacks), e.g. MLflow.
+    `continue_with(run name)`: the command a user pastes to continue a run that stopped with a
+    resumable state, said in its last line (default `python -m train fit --resume NAME`).
     """
+    continue_with = continue_with or default_continue_command
     # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
     # during start-up (TensorFlow import, data loading, model build) must still end with a finished
     # manifest and exit 75, never with the default action's silent death.
@@ -99,23 +103,30 @@ def train(
         try:
             calls = Callbacks([ReportCallback(plan.settings.report), *extras.callbacks(plan.settings), *callbacks])
             if remote is not None:
-                return _train_uploading(remote, plan, force, stop, setup, calls)
-            return _train(plan, force, stop, setup, calls)
+                return _train_uploading(remote, plan, force, stop, setup, calls, continue_with)
+            return _train(plan, force, stop, setup, calls, continue_with)
         finally:
             plan.release()
 
 
 STOP_FLUSH_SECONDS = 30.0  # after SIGTERM or MAX_MINUTES: inside compose's 2-minute stop_grace_period
+RESUMABLE = ("interrupted", "budget")  # the statuses of a run that stopped with its state saved
 
 
-def _train_uploading(remote, plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) -> Result:
+def default_continue_command(run_name: str) -> str:
+    return f"python -m train fit --resume {run_name}"
+
+
+def _train_uploading(
+    remote, plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks, continue_with: Callable[[str], str]
+) -> Result:
     """`_train` with the run's uploads to the store beside it; the last ones flushed at the end.
 
     The exit code says whether the newest state reached the store: a run whose last files did not
     within STORE_FLUSH_SECONDS (30 s at most after a stop) ends with StorageError, exit 7."""
     mirror = remote.mirror(plan.run_dir, plan.lock.lease).start()
     try:
-        result = _train(plan, force, stop, setup, calls)
+        result = _train(plan, force, stop, setup, calls, continue_with)
     except BaseException:
         left = mirror.close(_flush_seconds(remote, stop))
         if left:
@@ -142,7 +153,9 @@ def _not_uploaded(remote, run_dir: Path, left: list[str], mirror) -> str:
     )
 
 
-def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) -> Result:
+def _train(
+    plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks, continue_with: Callable[[str], str]
+) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
     setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
     if setup is not None:
@@ -194,14 +207,20 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) 
             # The report first, then the extras (MLflow uploads the manifest, report and export as
             # artifacts, waiting for its server with a deadline); none of them raises.
             calls.end(status, stop)
-            log.info("run %s ended: %s", run_dir.name, status)
+            log.info("run %s ended: %s%s", run_dir.name, status, _continued(run_dir, status, continue_with))
         elif plan.resumed:
             log.info(
-                "run %s: resume not started (%s); its config.json and manifest.json are unchanged",
+                "run %s: resume not started (%s); its config.json and manifest.json are unchanged%s",
                 run_dir.name,
                 error or status,
+                _continued(run_dir, status, continue_with),
             )
         close_logging()
+
+
+def _continued(run_dir: Path, status: str, continue_with: Callable[[str], str]) -> str:
+    """The end of a stopped run's last line: the whole command that continues it, to paste."""
+    return f"; to continue it: {continue_with(run_dir.name)}" if status in RESUMABLE else ""
 
 
 def _warn_dirty(manifest: dict) -> None:
@@ -361,11 +380,7 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
 
 def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
     """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
-    log.info(
-        "stopped before training started (%s): nothing new to save; continue with --resume %s",
-        stop.reason,
-        run_dir.name,
-    )
+    log.info("stopped before training started (%s): nothing new to save", stop.reason)
     return Result(run_dir, stop.status, 0)
 
 
