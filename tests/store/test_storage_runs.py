@@ -299,6 +299,44 @@ def test_runs_and_compare_read_runs_a_stock_client_put_in_the_bucket(tmp_path, s
     assert "LEARNING_RATE" in compared.stdout.upper() and "0.002" in compared.stdout
 
 
+def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_that_continues_it(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """A SIGKILLed run's records and lease object, as it leaves them, put with a stock client."""
+    import json
+    import time
+
+    from helpers import write_run_records
+
+    from train.cli import main
+    from train.run import remote
+
+    killed, alive = "20261201-100000-000001-killed", "20261201-110000-000002-alive"
+    client = s3_server.client()
+    for name, renewed in ((killed, time.time() - 61), (alive, time.time())):
+        made = write_run_records(tmp_path / "made" / name, manifest={"status": "running"})
+        # The lease of a process that last renewed it `renewed`, for 60 s (STORE_LEASE_SECONDS).
+        lease = {"holder": "pid 7 on host gone", "renewed": renewed, "seconds": 60.0}
+        (tmp_path / "lease.json").write_text(json.dumps(lease))
+        client.fput_object(s3_bucket, f"runs/{name}/run.lock", str(tmp_path / "lease.json"))
+        for path in made.rglob("*"):
+            client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert main(["runs", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
+    finally:
+        remote.close_all()
+    out = capsys.readouterr().out.splitlines()
+    status = {line.split()[0]: line.split()[1] for line in out[1:3]}
+    assert status == {killed: "killed", alive: "running"}, out
+    assert out[3:] == [
+        f"{killed}: killed: its process ended without closing the run (SIGKILL, out of memory, the machine went "
+        f"down); `python -m train fit --resume {killed}` continues it"
+    ]
+
+
 def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_says_which(
     tmp_path, s3_server, s3_bucket, monkeypatch, capsys
 ):

@@ -58,8 +58,7 @@ class Lease:
         first_seen = time.monotonic()
         info = _parse(body)
         while True:
-            expired_by_holder = time.time() > info.get("renewed", 0) + info.get("seconds", self.seconds)
-            if expired_by_holder or time.monotonic() - first_seen > info.get("seconds", self.seconds):
+            if expired(body, self.seconds) or time.monotonic() - first_seen > info.get("seconds", self.seconds):
                 try:
                     self.etag = self.store.replace(self.rel, self._body(), etag)
                 except Conflict:
@@ -116,6 +115,17 @@ class Lease:
             except (StorageError, FileNotFoundError):
                 pass  # unreachable store: the lease simply expires
         self.etag = None
+
+
+def expired(body: bytes, seconds: float) -> bool:
+    """Whether a lease object was not renewed for its term, by its holder's clock: the holder is gone
+    (SIGKILL, a machine lost). `seconds`: the term when the object does not say (STORE_LEASE_SECONDS)."""
+    info = _parse(body)
+    renewed, term = info.get("renewed", 0), info.get("seconds", seconds)
+    number = (int, float)
+    renewed = renewed if isinstance(renewed, number) else 0  # never said when: as old as can be
+    term = term if isinstance(term, number) else seconds
+    return time.time() > renewed + term
 
 
 def _parse(body: bytes) -> dict:

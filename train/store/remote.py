@@ -20,7 +20,7 @@ from ..locations import StoreURL, creation_key, parse_url
 from ..run.files import storage_error
 from ..run.find import Need, pick_latest
 from .client import Store
-from .lease import Lease
+from .lease import Lease, expired
 from .mirror import Mirror, pull
 
 log = logging.getLogger("train")
@@ -71,6 +71,16 @@ class RemoteRuns:
         """The small files of every run (for `runs` and `compare`): no checkpoints, weights or exports."""
         for name in self.run_names():
             pull(self.store, self.root, name, _is_record)
+
+    def lease_expired(self, run_dir: Path) -> bool:
+        """Whether the run's lease in the store expired: its holder stopped renewing it (SIGKILL, a
+        machine lost), by the rule a process taking it over uses. False while it is renewed, when
+        there is none, and when the store cannot say."""
+        try:
+            body, _etag = self.store.get(f"{Path(run_dir).name}/run.lock")
+        except (FileNotFoundError, StorageError):
+            return False
+        return expired(body, self.lease_seconds)
 
     def lease(self, run_dir: Path) -> Lease:
         return Lease(self.store, f"{Path(run_dir).name}/run.lock", Path(run_dir).name, self.lease_seconds)
