@@ -299,6 +299,38 @@ def test_runs_and_compare_read_runs_a_stock_client_put_in_the_bucket(tmp_path, s
     assert "LEARNING_RATE" in compared.stdout.upper() and "0.002" in compared.stdout
 
 
+def test_a_bucket_run_names_its_url_from_its_first_line(tmp_path, s3_server, s3_bucket, monkeypatch):
+    """In this process, stopped by SIGTERM during its start-up: the run's first line is all there is to see."""
+    import os
+    import types
+
+    from helpers import tiny_settings
+
+    from train import cli
+    from train.commands import fit as fit_command
+    from train.run import remote
+    from train.setup import devices
+
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    settings = tiny_settings(tmp_path, runs_dir=f"s3://{s3_bucket}/runs", store_cache=str(tmp_path / "cache"))
+
+    def signalled_setup(_settings):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return types.SimpleNamespace(strategy=None, replicas=1, describe=lambda: "devices: none (test)")
+
+    monkeypatch.setattr(devices, "setup_devices", signalled_setup)
+    monkeypatch.setattr(fit_command, "settings_for", lambda _args: settings)
+    try:
+        assert cli.main(["fit"]) == 75
+    finally:
+        remote.close_all()
+    ((name, files),) = _runs_in(s3_server, s3_bucket).items()
+    staged = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name
+    first = files["train.log"].decode().splitlines()[0]
+    assert first.endswith(f" run {name}: s3://{s3_bucket}/runs/{name} (staged in {staged})"), first
+
+
 def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_that_continues_it(
     tmp_path, s3_server, s3_bucket, monkeypatch, capsys
 ):

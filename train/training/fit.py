@@ -41,7 +41,7 @@ from ..run.manifest import (
     resume_point,
     start_manifest,
 )
-from ..run.remote import open_runs_dir
+from ..run.remote import for_run, open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
 from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
@@ -165,7 +165,7 @@ def _train(
             sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
     # Temporary files and a staging folder left by a SIGKILL during the last export.
     removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
-    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", run_dir)
+    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", _where(run_dir))
     for p in removed:
         log.info("removed a temp file left by an interrupted write: %s", p.name)
     manifest_path = RunDir(run_dir).manifest
@@ -216,6 +216,12 @@ def _train(
                 _continued(run_dir, status, continue_with),
             )
         close_logging()
+
+
+def _where(run_dir: Path) -> str:
+    """Where the run is: its folder, or for a RUNS_DIR in a store its URL there and its staging copy."""
+    remote = for_run(run_dir)
+    return f"{remote.url}/{run_dir.name} (staged in {run_dir})" if remote is not None else str(run_dir)
 
 
 def _continued(run_dir: Path, status: str, continue_with: Callable[[str], str]) -> str:
