@@ -357,7 +357,7 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
             plan.manifest,
             settings,
             new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, plan.config_sha256()),
-            last_write=_last_write(RunDir(plan.run_dir).checkpoints),
+            last_write=_last_sign_of_life(plan),
         )
         plan.recorded = True
         plan.write_config()
@@ -388,6 +388,19 @@ def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
     """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
     log.info("stopped before training started (%s): nothing new to save", stop.reason)
     return Result(run_dir, stop.status, 0)
+
+
+def _last_sign_of_life(plan: RunPlan) -> float | None:
+    """When the process of the run's last segment was last seen alive (epoch seconds): the end of a
+    segment that was killed without recording its own.
+
+    In a bucket, the last renewal of the lease this process took over from it: the files here are
+    this machine's downloads, their times say when they arrived, not when they were written (None
+    when there was no lease to take over). Else the write time of the run's newest state."""
+    lease = plan.lock.lease
+    if lease is not None:
+        return lease.taken_from
+    return _last_write(RunDir(plan.run_dir).checkpoints)
 
 
 def _last_write(ckpt_dir: Path) -> float | None:
