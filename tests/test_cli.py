@@ -215,13 +215,14 @@ def test_latest_for_export_and_predict_is_the_newest_run_with_weights_and_a_line
     ],
 )
 def test_the_command_that_continues_a_stopped_run_is_the_same_command_with_resume(argv, command):
-    from train.commands.fit import continue_command, interpreter
+    from train.commands import interpreter
+    from train.commands.fit import continue_command
 
-    assert continue_command(interpreter(["/usr/bin/pytest", "-q"]), argv, "R") == command
+    assert continue_command(interpreter(["/usr/bin/pytest", "-q"]) + argv, "R") == command
 
 
 def test_the_command_to_continue_starts_with_the_python_the_user_started():
-    from train.commands.fit import interpreter
+    from train.commands import interpreter
 
     assert interpreter([".venv/bin/python", "-X", "dev", "-m", "train", "fit"]) == [
         ".venv/bin/python",

@@ -87,6 +87,19 @@ def upload(settings: Settings, run_dir: Path) -> None:
         remote.push(run_dir)
 
 
+def interpreter(orig_argv: Sequence[str]) -> list[str]:
+    """How this process was started up to `-m train` (`.venv/bin/python -m train`), else `python -m train`."""
+    for i in range(len(orig_argv) - 1):
+        if orig_argv[i : i + 2] == ["-m", "train"]:
+            return list(orig_argv[: i + 2])
+    return ["python", "-m", "train"]
+
+
+def command_line(args: argparse.Namespace) -> list[str]:
+    """The command as the user gave it (train.cli keeps the arguments in args.argv), to say it again."""
+    return [*interpreter(sys.orig_argv), *(getattr(args, "argv", None) or [args.command])]
+
+
 def warn(line: str) -> None:
     print(line, file=sys.stderr)
 
