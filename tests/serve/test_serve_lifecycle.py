@@ -131,6 +131,7 @@ def test_a_damaged_export_is_refused_before_serving(served_run, tmp_path):
 def test_a_run_without_an_export_says_how_to_make_one(served_run, tmp_path):
     run = tmp_path / served_run.name
     shutil.copytree(served_run, run, ignore=shutil.ignore_patterns("export"))
+    (run / "best.weights.h5").write_bytes(b"weights")  # what `export` would make one from
     done = _serve([str(run), "--port", "0"], tmp_path)
     assert done.returncode == 8 and "python -m train export" in done.stderr
 
