@@ -119,7 +119,7 @@ def test_a_named_env_file_that_is_missing_is_exit_2(capsys):
 def test_fit_status_becomes_the_exit_code(monkeypatch, status, code):
     calls = []
 
-    def train(settings, force, restart=False):
+    def train(settings, force, restart=False, **_kw):
         calls.append((settings.epochs, force))
         return types.SimpleNamespace(status=status)
 
@@ -171,6 +171,69 @@ def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_
     argv = [command, run.name, *(["a.png"] if command == "predict" else []), "--runs-dir", str(tmp_path / "runs")]
     assert cli.main(argv) == 0
     assert seen == ["2"]
+
+
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_latest_for_export_and_predict_is_the_newest_run_with_weights_and_a_line_says_which(
+    tmp_path, monkeypatch, capsys, command
+):
+    import train.results.export
+    import train.results.predict
+
+    runs = tmp_path / "runs"
+    trained = runs / "20260101-000000-aaaa"
+    failed = runs / "20260102-000000-bbbb"  # the newest run failed before an epoch ended
+    for run in (trained, failed):
+        run.mkdir(parents=True)
+        (run / "config.json").write_text("{}")
+    (trained / "best.weights.h5").write_bytes(b"w")
+    seen = []
+    monkeypatch.setattr(
+        train.results.export, "export_run", lambda r, **kw: seen.append(r) or {"savedmodel": "s", "max_abs_diff": 0.0}
+    )
+    monkeypatch.setattr(
+        train.results.predict,
+        "predict_files",
+        lambda r, f: seen.append(r) or [{"file": "a.png", "class": "0", "probability": 1.0}],
+    )
+    argv = [command, "latest", *(["a.png"] if command == "predict" else []), "--runs-dir", str(runs)]
+    assert cli.main(argv) == 0
+    assert seen == [trained]
+    what = "weights" if command == "export" else "weights or an export"
+    line = f"latest: run {trained.name}, the newest run with {what} (newer, without: {failed.name})"
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    "argv, command",
+    [
+        (["fit"], "python -m train fit --resume R"),
+        (
+            ["fit", "--epochs", "5", "--lr-schedule", "cosine"],
+            "python -m train fit --epochs 5 --lr-schedule cosine --resume R",
+        ),
+        (["fit", "--resume", "old", "--restart", "--force"], "python -m train fit --force --resume R"),
+        (["fit", "--resume=auto", "--run-name", "a b"], "python -m train fit --run-name 'a b' --resume R"),
+    ],
+)
+def test_the_command_that_continues_a_stopped_run_is_the_same_command_with_resume(argv, command):
+    from train.commands import interpreter
+    from train.commands.fit import continue_command
+
+    assert continue_command(interpreter(["/usr/bin/pytest", "-q"]) + argv, "R") == command
+
+
+def test_the_command_to_continue_starts_with_the_python_the_user_started():
+    from train.commands import interpreter
+
+    assert interpreter([".venv/bin/python", "-X", "dev", "-m", "train", "fit"]) == [
+        ".venv/bin/python",
+        "-X",
+        "dev",
+        "-m",
+        "train",
+    ]
+    assert interpreter(["python3", "-m", "pytest"]) == ["python", "-m", "train"]
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,7 @@ def run(argv: Sequence[str]) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         raise _unrecognized(parser, args.command, unknown)
+    args.argv = argv  # as given: what `fit` prints to paste, with --resume, after a stop
     return importlib.import_module(_commands()[args.command]).run(args)
 
 

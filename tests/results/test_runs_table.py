@@ -365,8 +365,13 @@ def test_a_running_run_whose_process_is_gone_is_listed_as_killed_with_how_to_con
         held.release()
 
 
-def test_a_run_of_a_runs_dir_in_object_storage_is_never_called_killed_from_its_staging_copy(tmp_path, monkeypatch):
+@pytest.mark.parametrize("expired, status", [(False, "running"), (True, "killed")])
+def test_a_run_of_a_runs_dir_in_object_storage_is_killed_by_its_lease_never_by_its_staging_copy(
+    tmp_path, monkeypatch, expired, status
+):
     # Its lease may be held by another machine: the local lock says nothing about that process.
+    import types
+
     from train.run import remote
     from train.run.lock import RunLock
 
@@ -374,5 +379,8 @@ def test_a_run_of_a_runs_dir_in_object_storage_is_never_called_killed_from_its_s
     _run(root, "20260101-000000-000001", CFG, {"status": "running", "epochs_completed": 1})
     RunLock(root / "20260101-000000-000001").acquire().release()
     assert [r["status"] for r in list_runs(root)] == ["killed"]
-    monkeypatch.setattr(remote, "for_run", lambda run_dir: object())
-    assert [r["status"] for r in list_runs(root)] == ["running"]
+    asked = []
+    store = types.SimpleNamespace(lease_expired=lambda run_dir: asked.append(run_dir.name) or expired)
+    monkeypatch.setattr(remote, "for_run", lambda run_dir: store)
+    assert [r["status"] for r in list_runs(root)] == [status]
+    assert asked == ["20260101-000000-000001"]

@@ -243,8 +243,11 @@ def test_a_manifest_damaged_during_the_run_does_not_hide_how_the_run_ended(tmp_p
 
 def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
     import re
+    import shlex
+    import subprocess
+    import sys
 
-    from faults import states, step_of
+    from faults import env, states, step_of
 
     from train.results.runs_table import list_runs
 
@@ -267,10 +270,13 @@ def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
         if first.poll() is None:
             first.kill()
             first.wait()
-    told = re.search(r"continue with (--resume \S+)", output(first))
+    told = re.search(r"; to continue it: (.+)$", output(first), re.MULTILINE)
     assert told, output(first)[-3000:]
-    rc, out = run_fit(told.group(1).split(), tmp_path)  # exactly the command the stop printed
-    assert rc == 0, out[-3000:]
+    command = shlex.split(told.group(1))
+    assert command[:4] == [sys.executable, "-m", "train", "fit"] and command[-2] == "--resume", command
+    pasted = subprocess.run(command, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=180)
+    out = pasted.stdout + pasted.stderr  # exactly the command the stop printed, as a user pastes it
+    assert pasted.returncode == 0, out[-3000:]
     run = only_run(tmp_path / "runs")
     config = json.loads((run / "config.json").read_text())
     assert (config["epochs"], config["run_name"], config["learning_rate"]) == (5, "stopme", 0.002)

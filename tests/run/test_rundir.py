@@ -227,6 +227,42 @@ def test_resolve_run_by_id_path_and_latest(tmp_path):
     assert resolve_run(root, "latest") == new
 
 
+def test_latest_for_a_command_that_needs_weights_or_an_export_is_the_newest_run_that_has_them(tmp_path):
+    from train.run.find import EXPORT, WEIGHTS, WEIGHTS_OR_EXPORT
+
+    root = tmp_path / "runs"
+    exported = _run(root, "20260101-000000-aaaa")
+    (exported / "export" / "savedmodel").mkdir(parents=True)
+    (exported / "export" / "savedmodel" / "saved_model.pb").write_bytes(b"pb")
+    trained = _run(root, "20260102-000000-bbbb")
+    (trained / "final.weights.h5").write_bytes(b"w")
+    failed = _run(root, "20260103-000000-cccc")  # failed before an epoch ended: nothing to export or serve
+    lines = []
+    assert resolve_run(root, "latest", needs=(WEIGHTS,), say=lines.append) == trained
+    assert resolve_run(root, "latest", needs=(WEIGHTS_OR_EXPORT,), say=lines.append) == trained
+    assert resolve_run(root, "latest", needs=(EXPORT, WEIGHTS), say=lines.append) == exported
+    assert lines == [
+        f"latest: run {trained.name}, the newest run with weights (newer, without: {failed.name})",
+        f"latest: run {trained.name}, the newest run with weights or an export (newer, without: {failed.name})",
+        f"latest: run {exported.name}, the newest run with an export (newer, without: {failed.name}, {trained.name})",
+    ]
+    assert resolve_run(root, "latest", say=lines.append) == failed and len(lines) == 3  # resume: the newest
+    (failed / "best.weights.h5").write_bytes(b"w")
+    assert resolve_run(root, "latest", needs=(WEIGHTS,), say=lines.append) == failed
+    assert lines[-1] == f"latest: run {failed.name}"
+
+
+def test_latest_when_no_run_has_what_the_command_needs_is_the_newest_and_the_line_says_so(tmp_path):
+    from train.run.find import EXPORT, WEIGHTS
+
+    root = tmp_path / "runs"
+    _run(root, "20260101-000000-aaaa")
+    newest = _run(root, "20260102-000000-bbbb")
+    lines = []
+    assert resolve_run(root, "latest", needs=(EXPORT, WEIGHTS), say=lines.append) == newest
+    assert lines == [f"latest: run {newest.name} (no run has an export or weights)"]
+
+
 @pytest.mark.parametrize("run", ["latest", "nope"])
 def test_resolve_run_missing_is_a_usage_error(tmp_path, run):
     with pytest.raises(RunNotFound) as info:

@@ -131,8 +131,37 @@ def test_a_damaged_export_is_refused_before_serving(served_run, tmp_path):
 def test_a_run_without_an_export_says_how_to_make_one(served_run, tmp_path):
     run = tmp_path / served_run.name
     shutil.copytree(served_run, run, ignore=shutil.ignore_patterns("export"))
+    (run / "best.weights.h5").write_bytes(b"weights")  # what `export` would make one from
     done = _serve([str(run), "--port", "0"], tmp_path)
     assert done.returncode == 8 and "python -m train export" in done.stderr
+
+
+def test_serve_latest_passes_over_a_newer_run_that_never_trained_and_names_the_run_it_took(tmp_path, capsys):
+    from train.cli import main
+
+    runs = tmp_path / "runs"
+    trained, failed = runs / "20260101-000000-aaaa", runs / "20260102-000000-bbbb"
+    for run in (trained, failed):
+        run.mkdir(parents=True)
+        (run / "config.json").write_text("{}")
+    (trained / "best.weights.h5").write_bytes(b"w")  # weights, no export
+    assert main(["serve", "latest", "--runs-dir", str(runs), "--env-file", ""]) == 8
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"latest: run {trained.name}, the newest run with weights (newer, without: {failed.name})"
+    assert err[1].startswith(f"ExportError: run {trained.name} has no export") and len(err) == 2
+    assert err[1].endswith(f"make it with `python -m train export {trained.name}`")
+
+
+def test_serving_a_run_without_weights_says_to_train_it_not_to_export_it(tmp_path, capsys):
+    from train.cli import main
+
+    failed = tmp_path / "runs" / "20260102-000000-bbbb"
+    failed.mkdir(parents=True)
+    (failed / "config.json").write_text("{}")
+    assert main(["serve", str(failed), "--env-file", ""]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith(f"NoWeightsError: run {failed.name} has no export (") and "train export" not in err
+    assert err.rstrip().endswith(f"resume it with `python -m train --resume {failed.name}`, or train a new run")
 
 
 def test_a_port_in_use_and_a_bad_model_name_are_usage_errors(served_run, tmp_path):

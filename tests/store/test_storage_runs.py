@@ -299,6 +299,112 @@ def test_runs_and_compare_read_runs_a_stock_client_put_in_the_bucket(tmp_path, s
     assert "LEARNING_RATE" in compared.stdout.upper() and "0.002" in compared.stdout
 
 
+def test_a_bucket_run_names_its_url_from_its_first_line(tmp_path, s3_server, s3_bucket, monkeypatch):
+    """In this process, stopped by SIGTERM during its start-up: the run's first line is all there is to see."""
+    import os
+    import types
+
+    from helpers import tiny_settings
+
+    from train import cli
+    from train.commands import fit as fit_command
+    from train.run import remote
+    from train.setup import devices
+
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    settings = tiny_settings(tmp_path, runs_dir=f"s3://{s3_bucket}/runs", store_cache=str(tmp_path / "cache"))
+
+    def signalled_setup(_settings):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return types.SimpleNamespace(strategy=None, replicas=1, describe=lambda: "devices: none (test)")
+
+    monkeypatch.setattr(devices, "setup_devices", signalled_setup)
+    monkeypatch.setattr(fit_command, "settings_for", lambda _args: settings)
+    try:
+        assert cli.main(["fit"]) == 75
+    finally:
+        remote.close_all()
+    ((name, files),) = _runs_in(s3_server, s3_bucket).items()
+    staged = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name
+    first = files["train.log"].decode().splitlines()[0]
+    assert first.endswith(f" run {name}: s3://{s3_bucket}/runs/{name} (staged in {staged})"), first
+
+
+def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_that_continues_it(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """A SIGKILLed run's records and lease object, as it leaves them, put with a stock client."""
+    import json
+    import time
+
+    from helpers import write_run_records
+
+    from train.cli import main
+    from train.run import remote
+
+    killed, alive = "20261201-100000-000001-killed", "20261201-110000-000002-alive"
+    client = s3_server.client()
+    for name, renewed in ((killed, time.time() - 61), (alive, time.time())):
+        made = write_run_records(tmp_path / "made" / name, manifest={"status": "running"})
+        # The lease of a process that last renewed it `renewed`, for 60 s (STORE_LEASE_SECONDS).
+        lease = {"holder": "pid 7 on host gone", "renewed": renewed, "seconds": 60.0}
+        (tmp_path / "lease.json").write_text(json.dumps(lease))
+        client.fput_object(s3_bucket, f"runs/{name}/run.lock", str(tmp_path / "lease.json"))
+        for path in made.rglob("*"):
+            client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert main(["runs", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
+    finally:
+        remote.close_all()
+    out = capsys.readouterr().out.splitlines()
+    status = {line.split()[0]: line.split()[1] for line in out[1:3]}
+    assert status == {killed: "killed", alive: "running"}, out
+    assert out[3:] == [
+        f"{killed}: killed: its process ended without closing the run (SIGKILL, out of memory, the machine went "
+        f"down); `python -m train fit --resume {killed}` continues it"
+    ]
+
+
+def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_says_which(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """In this process, the export itself replaced: which run `latest` brings is the store's to decide."""
+    from helpers import write_run_records
+
+    import train.results.export
+    from train.cli import main
+    from train.run import remote
+
+    trained, failed = "20261201-100000-000001-base", "20261201-110000-000002-wide"
+    client = s3_server.client()
+    for name in (trained, failed):
+        made = write_run_records(tmp_path / "made" / name)
+        if name == trained:
+            (made / "best.weights.h5").write_bytes(b"weights")
+        for path in made.rglob("*"):
+            client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    exported = []
+    monkeypatch.setattr(
+        train.results.export,
+        "export_run",
+        lambda r, **kw: exported.append(r) or {"savedmodel": "s", "max_abs_diff": 0.0},
+    )
+    try:
+        assert main(["export", "latest", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
+    finally:
+        remote.close_all()
+    assert [p.name for p in exported] == [trained] and (exported[0] / "best.weights.h5").read_bytes() == b"weights"
+    line = f"latest: run {trained}, the newest run with weights (newer, without: {failed})"
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
 def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch):
     """In this process, the rerun itself replaced: what is uploaded is the command's to decide."""
     from helpers import write_run_records

@@ -189,6 +189,26 @@ def test_a_dead_holders_lease_expires_and_is_taken_over(s3_server, s3_bucket, mo
         newcomer.release()
 
 
+def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_server, s3_bucket, monkeypatch):
+    import json
+
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    dead = Lease(store, "run-d/run.lock", "run-d", seconds=2).acquire()
+    dead._stop.set()  # killed: its last renewal is the last sign of its life
+    dead._thread.join()
+    last_renewed = json.loads(s3_server.keys(s3_bucket)["runs/run-d/run.lock"])["renewed"]
+    newcomer = Lease(store, "run-d/run.lock", "run-d", seconds=2).acquire()
+    try:
+        assert newcomer.taken_from == last_renewed
+    finally:
+        newcomer.release()
+    free = Lease(store, "run-e/run.lock", "run-e", seconds=2).acquire()
+    try:
+        assert free.taken_from is None  # a free run: nobody's
+    finally:
+        free.release()
+
+
 def test_two_newcomers_racing_for_a_free_run_get_one_lease(s3_server, s3_bucket, monkeypatch):
     store = _store(s3_server, s3_bucket, monkeypatch)
     results, barrier = [], threading.Barrier(2)

@@ -319,3 +319,58 @@ def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp
         sweep.run_sweep(spec, settings, url, trials=3)
     assert err.value.exit_code == 75
     assert [(t.number, t.state.name) for t in study.get_trials()] == [(0, "COMPLETE")]
+
+
+def test_a_stopped_trial_gives_one_instruction_and_its_retry_is_numbered_so_a_user_can_follow_it(
+    tmp_path, monkeypatch, caplog
+):
+    """In this process, each trial's training replaced: a run is made and stopped, then the next
+    sweep resumes it. One command to continue (the sweep's, in the run's last line too), no Optuna
+    warning, and the retry named as one in the log and in the report; a resumed run's own name is
+    no RUN_NAME it ignores."""
+    import logging
+    import warnings
+
+    from helpers import write_run_records
+
+    from train.sweep import study as sweep
+    from train.training import fit
+    from train.training.loop import Result
+
+    study, spec, settings = _study_with(tmp_path, [])
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    command = "python -m train sweep space.toml --epochs 3"
+    seen = []
+
+    def stopped(s, resume, callbacks, continue_with):
+        run = write_run_records(
+            tmp_path / "runs" / f"20261201-000000-000000-{s.run_name}", config={"run_name": s.run_name}
+        )
+        for callback in callbacks:
+            callback.on_start(run)
+        seen.append(continue_with(run.name))
+        return Result(run, "interrupted", 0)
+
+    monkeypatch.setattr(fit, "train", stopped)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with pytest.raises(sweep.SweepInterrupted) as err:
+            sweep.run_sweep(spec, settings, url, trials=1, command=command)
+    run = "20261201-000000-000000-s-t0"
+    assert str(err.value) == (
+        f"study s: trial 0 stopped (interrupted); its run {run} saved a resumable state; to continue it: {command}"
+    )
+    assert seen == [command]  # the run's own last line: the sweep continues it, not `fit --resume`
+    assert [str(w.message) for w in warned if "Experimental" in type(w.category).__name__] == []
+
+    def completed(s, resume, callbacks, continue_with):
+        seen.append((s.run_name, resume))
+        return Result(tmp_path / "runs" / run, "completed", 1, best=0.5)
+
+    monkeypatch.setattr(fit, "train", completed)
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.INFO, logger="train"):
+        result = sweep.run_sweep(spec, settings, url, trials=1, command=command)
+    assert seen[1] == ("s-t0", str(tmp_path / "runs" / run))  # its own name, not an empty RUN_NAME
+    assert f"trial 1 (a retry of trial 0): resuming run {run}" in caplog.messages
+    assert "<td>1 (a retry of trial 0) (best)</td>" in result.report.read_text()

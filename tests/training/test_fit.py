@@ -270,3 +270,24 @@ def test_a_run_whose_directory_is_removed_while_it_trains_stops_with_one_line_ex
         "clean-up jobs while runs train"
     )
     assert not run.exists()  # nothing wrote a new, partial run folder in its place
+
+
+@pytest.mark.parametrize("in_a_bucket", [False, True])
+def test_a_killed_segment_ends_at_its_last_sign_of_life_not_when_its_files_arrived_here(tmp_path, in_a_bucket):
+    """Locally the newest state's write time; in a bucket (whose files here are downloads, written
+    now) the last renewal of the lease taken over from the killed process."""
+    import os
+    import types
+
+    from train.training import fit
+
+    run_dir = tmp_path / "20260101-000000-000001"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    state = run_dir / "checkpoints" / "ckpt-000000004.npz"
+    state.write_bytes(b"a state")  # downloaded just now, in a bucket
+    os.utime(state, (1_700_000_100.0, 1_700_000_100.0))  # written then, locally
+    lease = types.SimpleNamespace(taken_from=1_700_000_300.0) if in_a_bucket else None
+    plan = types.SimpleNamespace(run_dir=run_dir, lock=types.SimpleNamespace(lease=lease))
+    if in_a_bucket:
+        os.utime(state)
+    assert fit._last_sign_of_life(plan) == (1_700_000_300.0 if in_a_bucket else 1_700_000_100.0)

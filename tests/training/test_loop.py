@@ -294,7 +294,7 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
     assert stopped.status == "interrupted"
     assert (newest.meta["epoch"], newest.meta["step"], newest.meta["global_step"]) == (0, 2, 2)
     assert _ended_because(loop.run_dir) == "stopped (test stop): resumable"
-    said = f"saved a resumable state at epoch 1 step 2; continue with --resume {loop.run_dir.name}"
+    said = "saved a resumable state at epoch 1 step 2"  # the run's last line gives the command (fit)
     assert _log_lines(train_log)[-2:] == ["checkpoint ckpt-000000002.npz (stop requested: test stop)", said]
     assert stopped.final_weights_sha256 and not (loop.run_dir / "final.weights.h5").exists()
 
@@ -1082,6 +1082,26 @@ def test_the_progress_bar_shows_the_epochs_running_means_at_every_step(real_loop
     shown = re.findall(r"(\d)/6\D.*? - loss: (\d\.\d{4})", capsys.readouterr().out)
     assert shown == [(str(k), f"{m:.4f}") for k, m in enumerate(means, start=1)]
     assert shown[-1][1] == f"{row['loss']:.4f}"
+
+
+def test_the_lines_of_a_stop_mid_epoch_start_lines_of_their_own_after_the_progress_bar(real_loop, capsys, monkeypatch):
+    import keras
+
+    from train.run.train_log import setup_logging
+
+    init = keras.utils.Progbar.__init__
+    monkeypatch.setattr(keras.utils.Progbar, "__init__", lambda self, *a, **kw: init(self, *a, **kw, interval=0))
+    loop = real_loop(epochs=1, progress="bar")
+    _stop_after_steps(loop, 2)  # the stop's own line comes while the bar's line is open
+    capsys.readouterr()
+    setup_logging(None)  # the console of a run, on the captured stdout
+    assert loop.run().status == "interrupted"
+    lines = capsys.readouterr().out.replace("\r", "\n").splitlines()
+    bars = [i for i, line in enumerate(lines) if "2/6" in line]
+    stop = next(i for i, line in enumerate(lines) if "test stop: finishing the current step" in line)
+    saved = next(i for i, line in enumerate(lines) if "saved a resumable state at epoch 1 step 2" in line)
+    assert bars and max(bars) < stop < saved, lines
+    assert not any("/6" in lines[i] for i in (stop, saved)), lines
 
 
 @pytest.mark.parametrize("terminal", [True, False])

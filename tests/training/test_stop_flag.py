@@ -137,6 +137,28 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
     assert "Stopped at once" not in capsys.readouterr().err  # one Ctrl-C is a clean stop, not exit 130
 
 
+def test_a_stopped_run_ends_with_the_whole_command_that_continues_it(tmp_path, monkeypatch, capsys):
+    from helpers import tiny_settings
+
+    from train import cli
+    from train.commands import fit as fit_command
+    from train.setup import devices
+
+    def signalled_setup(_settings):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return _NoDevices()
+
+    monkeypatch.setattr(devices, "setup_devices", signalled_setup)
+    monkeypatch.setattr(fit_command, "settings_for", lambda _args: tiny_settings(tmp_path))
+    assert cli.main(["fit", "--epochs", "3"]) == 75
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
+    last = (run / "train.log").read_text().splitlines()[-1]
+    # Under pytest the process is no `python -m train`: the command starts as the docs write it.
+    assert last.endswith(
+        f" run {run.name} ended: interrupted; to continue it: python -m train fit --epochs 3 --resume {run.name}"
+    )
+
+
 def test_the_handler_is_installed_before_the_run_directory_is_made(tmp_path, monkeypatch):
     from helpers import tiny_settings
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
@@ -43,19 +43,25 @@ def runs_settings(args: argparse.Namespace) -> Settings:
     return load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=warn, check_model=False)
 
 
-def resolve(args: argparse.Namespace, settings: Settings | None = None, checkpoints: bool = False) -> Path:
+def resolve(
+    args: argparse.Namespace, settings: Settings | None = None, checkpoints: bool = False, needs: Sequence = ()
+) -> Path:
     """The run directory args.run names, for a command that starts TensorFlow on it.
 
-    With RUNS_DIR in a store the run is first brought into the local staging copy (its checkpoints
-    only when asked for: reproduce needs them, a report does not)."""
+    `latest` for a command that `needs` weights or an export (train.run.find.Need) is the newest
+    run that has them, and a line on stderr names it. With RUNS_DIR in a store the run is first
+    brought into the local staging copy (its checkpoints only when asked for: reproduce needs
+    them, a report does not)."""
     settings = settings or runs_settings(args)
     remote = open_store(settings)
+    run = args.run
     if remote is not None:
-        remote.bring(args.run, checkpoints=checkpoints)
+        # The store chose among its runs; the staging copy may hold others, or fewer of their files.
+        run = remote.bring(args.run, checkpoints=checkpoints, needs=needs, say=warn) or args.run
     from ..run.find import resolve_run
 
     quiet_tensorflow()
-    return resolve_run(settings.runs_dir, args.run)
+    return resolve_run(settings.runs_dir, run, needs=needs, say=warn)
 
 
 def require_export_runtimes(settings: Settings) -> None:
@@ -91,6 +97,19 @@ def upload(settings: Settings, run_dir: Path) -> None:
     remote = open_store(settings)
     if remote is not None:
         remote.push(run_dir)
+
+
+def interpreter(orig_argv: Sequence[str]) -> list[str]:
+    """How this process was started up to `-m train` (`.venv/bin/python -m train`), else `python -m train`."""
+    for i in range(len(orig_argv) - 1):
+        if orig_argv[i : i + 2] == ["-m", "train"]:
+            return list(orig_argv[: i + 2])
+    return ["python", "-m", "train"]
+
+
+def command_line(args: argparse.Namespace) -> list[str]:
+    """The command as the user gave it (train.cli keeps the arguments in args.argv), to say it again."""
+    return [*interpreter(sys.orig_argv), *(getattr(args, "argv", None) or [args.command])]
 
 
 def warn(line: str) -> None:

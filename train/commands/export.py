@@ -29,7 +29,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if "onnx" in settings.export_formats.lower():
         require("onnx", "EXPORT_FORMATS", settings.export_formats)
-    run_dir = resolve(args, settings)
+    from ..run.find import WEIGHTS
+
+    run_dir = resolve(args, settings, needs=(WEIGHTS,))
     from ..results.export import export_run
     from ..run.lock import RunLock
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Sequence
 from dataclasses import fields
 
 from ..config import Settings
 from ..errors import Interrupted
 from ..extras import require_for_training
-from . import add_env_file, open_store, quiet_tensorflow, require_export_runtimes, settings_for
+from . import add_env_file, command_line, open_store, quiet_tensorflow, require_export_runtimes, settings_for
 
 # Stopped early with a resumable state saved (signal or MAX_MINUTES): the documented "try again".
 EXIT_CODES_BY_STATUS = {"interrupted": Interrupted.exit_code, "budget": Interrupted.exit_code}
@@ -55,5 +57,23 @@ def run(args: argparse.Namespace) -> int:
     quiet_tensorflow()
     from ..training.fit import train  # TensorFlow is imported from here on
 
-    result = train(settings, force=args.force, restart=args.restart)
+    given = command_line(args)
+    result = train(
+        settings, force=args.force, restart=args.restart, continue_with=lambda name: continue_command(given, name)
+    )
     return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
+
+
+def continue_command(given: Sequence[str], run_name: str) -> str:
+    """The command a user pastes to continue `run_name`: the same command (`given`, train.commands.command_line),
+    its own --resume and --restart replaced by `--resume run_name` (the run's settings are in its
+    config.json, so the same flags agree with them)."""
+    kept, skip = [], False
+    for arg in given:
+        if skip:
+            skip = False
+        elif arg == "--resume":
+            skip = True  # and its value
+        elif arg != "--restart" and not arg.startswith("--resume="):
+            kept.append(arg)
+    return shlex.join([*kept, "--resume", run_name])

@@ -17,7 +17,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = resolve(args)
+    from ..run.find import WEIGHTS_OR_EXPORT
+
+    run_dir = resolve(args, needs=(WEIGHTS_OR_EXPORT,))
     from ..results.predict import format_predictions, predict_files
 
     rows = predict_files(run_dir, args.images)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RunNotFound, RunRecordError, StorageError
@@ -72,14 +73,53 @@ def is_run_dir(path: Path | str) -> bool:
     return RunDir(path).is_run()
 
 
-def resolve_run(runs_dir: str | Path, run: str) -> Path:
-    """A run id under RUNS_DIR, a path to a run directory, or 'latest' (the last one created)."""
+@dataclass(frozen=True)
+class Need:
+    """What a command needs of a run for `latest` to name it: any one of these files of the run."""
+
+    what: str  # as a line says it: "the newest run with {what}"
+    files: tuple[str, ...]  # relative to the run directory
+
+
+WEIGHTS = Need("weights", ("best.weights.h5", "final.weights.h5"))
+EXPORT = Need("an export", ("export/savedmodel/saved_model.pb",))
+WEIGHTS_OR_EXPORT = Need("weights or an export", WEIGHTS.files + EXPORT.files)
+
+
+def pick_latest(names: Sequence[str], has: Callable[[str, str], bool], needs: Sequence[Need]) -> tuple[str, str]:
+    """(the run `latest` names, the line that says which and why): `names` oldest first, not empty.
+
+    Without `needs` it is the newest run. With them, the newest run that has the first need,
+    else the second...; when none has any, the newest run (the command then says what it lacks).
+    `has(name, rel)`: whether run `name` holds the file `rel`."""
+    for need in needs:
+        found = next((n for n in reversed(names) if any(has(n, rel) for rel in need.files)), None)
+        if found is not None:
+            newer = list(names[names.index(found) + 1 :])
+            if not newer:
+                return found, f"latest: run {found}"
+            shown = ", ".join(newer[::-1][:3]) + (f" and {len(newer) - 3} more" if len(newer) > 3 else "")
+            return found, f"latest: run {found}, the newest run with {need.what} (newer, without: {shown})"
+    if needs:
+        return names[-1], f"latest: run {names[-1]} (no run has {' or '.join(n.what for n in needs)})"
+    return names[-1], f"latest: run {names[-1]}"
+
+
+def resolve_run(
+    runs_dir: str | Path, run: str, needs: Sequence[Need] = (), say: Callable[[str], None] | None = None
+) -> Path:
+    """A run id under RUNS_DIR, a path to a run directory, or 'latest': the last one created, or for a
+    command that `needs` weights or an export, the last one that has them (pick_latest; `say` gets
+    the line that names it)."""
     root = local_dir(runs_dir)
     if run == "latest":
         runs = list_run_dirs(root)
         if not runs:
             raise RunNotFound(f"--resume/RUN 'latest': no runs in {root}; train first or set RUNS_DIR")
-        return runs[-1]
+        name, line = pick_latest([p.name for p in runs], lambda n, rel: (root / n / rel).is_file(), needs)
+        if needs:
+            (say or log.info)(line)
+        return root / name
     for candidate in (root / run, Path(run)):
         try:
             if is_run_dir(candidate):

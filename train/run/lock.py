@@ -70,14 +70,16 @@ class RunLock:
 
     def abandoned(self) -> bool:
         """True when the run's lock file exists but no process on this machine holds it: its
-        manifest's "running" is then what a SIGKILL or a power cut left. False when it is held, or
-        when this machine cannot tell (no lock file; the holder on another host, per the file; a
-        run of a RUNS_DIR in object storage, whose holder may be another machine's lease). The
-        probe takes a shared lock for an instant and never writes the file."""
+        manifest's "running" is then what a SIGKILL or a power cut left. For a run of a RUNS_DIR in
+        object storage, whose holder may be another machine, true when its lease there expired.
+        False when it is held, or when this machine cannot tell (no lock file; the holder on
+        another host, per the file; no lease, or a store that does not answer). The probe takes a
+        shared lock for an instant and never writes the file."""
         from .remote import for_run
 
-        if for_run(self.run_dir) is not None:
-            return False
+        remote = for_run(self.run_dir)
+        if remote is not None:
+            return remote.lease_expired(self.run_dir)
         text = self.holder()
         if not text.startswith("pid ") or not text.endswith(f" on host {socket.gethostname()}"):
             return False

@@ -9,6 +9,31 @@ from pathlib import Path
 log = logging.getLogger("train")
 
 
+class _Console(logging.StreamHandler):
+    """stdout: a log line that comes while a progress bar's line is open (a stop signal's, mid-epoch)
+    starts a line of its own instead of being glued to the bar."""
+
+    line_open = False  # a progress bar wrote its line without the newline yet (one console per process)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _Console.line_open:
+            _Console.line_open = False
+            self.stream.write("\n")
+        super().emit(record)
+
+
+def progress_line(is_open: bool) -> None:
+    """Say whether a progress bar on the console has written its line without ending it."""
+    _Console.line_open = is_open
+
+
+def end_progress_line() -> None:
+    """End a progress bar's line left open (a stop or an error before the epoch's last step)."""
+    if _Console.line_open:
+        _Console.line_open = False
+        print(flush=True)
+
+
 def setup_logging(log_file: Path | None, prefix: str = "") -> None:
     """One format for the console and train.log; replaces handlers from an earlier run in-process.
 
@@ -17,7 +42,7 @@ def setup_logging(log_file: Path | None, prefix: str = "") -> None:
     for h in list(log.handlers):
         log.removeHandler(h)
         h.close()
-    console = logging.StreamHandler(sys.stdout)
+    console = _Console(sys.stdout)
     console.setFormatter(fmt)
     log.addHandler(console)
     if log_file is not None:

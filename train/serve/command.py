@@ -68,11 +68,10 @@ def run(args: argparse.Namespace) -> int:
     if (target / "savedmodel").is_dir():
         model = find_export(target, None, args.model_name)
     else:
-        from ..run.find import resolve_run
-        from ..run.remote import open_runs_dir
+        from ..commands import resolve
+        from ..run.find import EXPORT, WEIGHTS
 
-        remote = open_runs_dir(settings)  # RUNS_DIR in a store: the run's export into the staging copy first
-        if remote is not None:
-            remote.bring(args.run, checkpoints=False)
-        model = find_export(None, resolve_run(settings.runs_dir, args.run), args.model_name)
+        # `latest`: the newest run with an export, else the newest with weights (its line then says
+        # which export command makes one). A store's run comes into the staging copy first.
+        model = find_export(None, resolve(args, settings, needs=(EXPORT, WEIGHTS)), args.model_name)
     return serve(model, host, args.port, settings)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExportError
+from ..errors import ExportError, NoWeightsError
 from ..results.predict import check_export, open_savedmodel, verify_export_files
 from ..run.rundir import ExportDir, RunDir
 
@@ -50,10 +50,13 @@ def find_export(target: Path | None, run_dir: Path | None, name: str) -> ServedM
     if run_dir is not None:
         files = RunDir(run_dir)
         if not files.export.savedmodel.is_dir():
-            raise ExportError(
-                f"run {files.name} has no export ({files.export.savedmodel} is missing): "
-                f"make it with `python -m train export {files.name}`"
-            )
+            missing = f"run {files.name} has no export ({files.export.savedmodel} is missing)"
+            if not files.weights():  # an export is made from weights: this run needs training, not `export`
+                raise NoWeightsError(
+                    f"{missing} and no weights (no epoch finished): resume it with "
+                    f"`python -m train --resume {files.name}`, or train a new run"
+                )
+            raise ExportError(f"{missing}: make it with `python -m train export {files.name}`")
         check_export(files)
         return ServedModel(name, files.export, files.name, files.data_description()[0])
     export = ExportDir(Path(target))

@@ -29,6 +29,9 @@ class Lease:
         self.store, self.rel, self.run_name, self.seconds = store, rel, run_name, float(seconds)
         self.etag: str | None = None
         self.lost: str | None = None  # why the lease is no longer ours (another process took it over)
+        # The last renewal of the holder whose lease this one took over (epoch seconds, by its clock):
+        # when that process was last seen alive.
+        self.taken_from: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.holder_text = f"pid {os.getpid()} on host {socket.gethostname()}"
@@ -58,12 +61,12 @@ class Lease:
         first_seen = time.monotonic()
         info = _parse(body)
         while True:
-            expired_by_holder = time.time() > info.get("renewed", 0) + info.get("seconds", self.seconds)
-            if expired_by_holder or time.monotonic() - first_seen > info.get("seconds", self.seconds):
+            if expired(body, self.seconds) or time.monotonic() - first_seen > info.get("seconds", self.seconds):
                 try:
                     self.etag = self.store.replace(self.rel, self._body(), etag)
                 except Conflict:
                     return False  # renewed, released or taken by another newcomer: look again
+                self.taken_from = _renewed(info)
                 log.info(
                     "run %s: took over the lease of %s (not renewed for %.0f s: that process is gone)",
                     self.run_name,
@@ -116,6 +119,21 @@ class Lease:
             except (StorageError, FileNotFoundError):
                 pass  # unreachable store: the lease simply expires
         self.etag = None
+
+
+def expired(body: bytes, seconds: float) -> bool:
+    """Whether a lease object was not renewed for its term, by its holder's clock: the holder is gone
+    (SIGKILL, a machine lost). `seconds`: the term when the object does not say (STORE_LEASE_SECONDS)."""
+    info = _parse(body)
+    term = info.get("seconds", seconds)
+    term = term if isinstance(term, (int, float)) else seconds
+    return time.time() > (_renewed(info) or 0.0) + term  # never said when: as old as can be
+
+
+def _renewed(info: dict) -> float | None:
+    """When a lease's holder last renewed it (epoch seconds), if its body says."""
+    renewed = info.get("renewed")
+    return float(renewed) if isinstance(renewed, (int, float)) and not isinstance(renewed, bool) else None
 
 
 def _parse(body: bytes) -> dict:

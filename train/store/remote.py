@@ -11,7 +11,7 @@ taken by train.run.lock.RunLock through `lease`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +19,9 @@ from pathlib import Path
 from ..errors import StorageError
 from ..locations import StoreURL, creation_key, parse_url
 from ..run.files import storage_error
+from ..run.find import Need, pick_latest
 from .client import Store
-from .lease import Lease
+from .lease import Lease, expired
 from .mirror import Mirror, pull
 
 log = logging.getLogger("train")
@@ -35,18 +36,31 @@ class RemoteRuns:
     lease_seconds: float
     flush_seconds: float
 
-    def run_names(self) -> list[str]:
+    def run_names(self, listing: Iterable[str] | None = None) -> list[str]:
         """The runs in the store (folders with a config.json), oldest first."""
 
         names = {
-            rel.split("/", 1)[0] for rel in self.store.list() if rel.count("/") == 1 and rel.endswith("/config.json")
+            rel.split("/", 1)[0]
+            for rel in (self.store.list() if listing is None else listing)
+            if rel.count("/") == 1 and rel.endswith("/config.json")
         }
         return sorted(names, key=lambda n: creation_key(Path(n)))
 
-    def bring(self, run: str, checkpoints: bool = True) -> str | None:
-        """Download the run named `run` (an id, `latest` or `auto`: the newest) into the staging copy; its name."""
-        names = self.run_names()
-        name = (names[-1] if names else None) if run in ("latest", "auto") else run
+    def bring(
+        self, run: str, checkpoints: bool = True, needs: Sequence[Need] = (), say: Callable[[str], None] | None = None
+    ) -> str | None:
+        """Download the run named `run` into the staging copy; its name. `latest` and `auto` are the
+        newest run in the store, or for a command that `needs` weights or an export, the newest that
+        has them (train.run.find.pick_latest; `say` gets the line that names it)."""
+        listing = set(self.store.list())
+        names = self.run_names(listing)
+        name = run
+        if run in ("latest", "auto"):
+            name = None
+            if names:
+                name, line = pick_latest(names, lambda n, rel: f"{n}/{rel}" in listing, needs)
+                if needs:
+                    (say or log.info)(line)
         if name not in names:
             return None  # a local path, or a run that is not in the store: resolving it says so
         keep = (lambda rel: True) if checkpoints else (lambda rel: not rel.startswith(("checkpoints/", "tensorboard/")))
@@ -59,6 +73,16 @@ class RemoteRuns:
         """The small files of every run (for `runs` and `compare`): no checkpoints, weights or exports."""
         for name in self.run_names():
             pull(self.store, self.root, name, _is_record)
+
+    def lease_expired(self, run_dir: Path) -> bool:
+        """Whether the run's lease in the store expired: its holder stopped renewing it (SIGKILL, a
+        machine lost), by the rule a process taking it over uses. False while it is renewed, when
+        there is none, and when the store cannot say."""
+        try:
+            body, _etag = self.store.get(f"{Path(run_dir).name}/run.lock")
+        except (FileNotFoundError, StorageError):
+            return False
+        return expired(body, self.lease_seconds)
 
     def lease(self, run_dir: Path) -> Lease:
         return Lease(self.store, f"{Path(run_dir).name}/run.lock", Path(run_dir).name, self.lease_seconds)

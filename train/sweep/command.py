@@ -69,10 +69,13 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"wrote {report_only(spec, settings.runs_dir, url)}")
         return 0
+    import shlex
+
+    from ..commands import command_line
     from .report import best_trial_test
     from .study import run_sweep
 
-    result = run_sweep(spec, settings, url, args.trials)
+    result = run_sweep(spec, settings, url, args.trials, command=shlex.join(command_line(args)))
     print(f"study {result.study}: {result.finished} of {result.total} trial(s) finished; report {result.report}")
     if result.best:
         best = result.best

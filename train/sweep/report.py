@@ -22,6 +22,7 @@ from ..run.files import ensure_writable
 from ..run.rundir import RunDir, write_text
 from .space import SweepSpec
 from .storage import SWEEPS_DIR
+from .trials import retry_text
 
 log = logging.getLogger("train")
 
@@ -130,7 +131,10 @@ def _trials_table(spec: SweepSpec, trials, best, here: Path, runs_dir) -> str:
             if report and report.is_file()
             else e(str(run or "-"))
         )
-        mark = " (best)" if best and best["trial"] == t.number else ""
+        retry_of = t.system_attrs.get("retry_history") or []  # trials it replaces: the run is theirs
+        mark = (f" ({retry_text(retry_of)})" if retry_of else "") + (
+            " (best)" if best and best["trial"] == t.number else ""
+        )
         value = "" if t.value is None else num(t.value)
         rows.append(
             (

@@ -36,7 +36,7 @@ from ..run.rundir import RunDir, read_json
 from ..training.stop_flag import StopFlag
 from .space import SweepSpec
 from .storage import open_storage, open_study
-from .trials import RUN_ATTR, SURPLUS_ATTR, TrialObserver, best_trial, counted, make_sampler, suggest
+from .trials import RUN_ATTR, SURPLUS_ATTR, TrialObserver, best_trial, counted, make_sampler, retry_text, suggest
 
 log = logging.getLogger("train")
 # A trial's own bad luck, not the sweep's: it fails, the search goes on.
@@ -67,8 +67,16 @@ class _Stopped(Exception):
         self.run_dir, self.reason = run_dir, reason
 
 
-def run_sweep(spec: SweepSpec, settings: Settings, url: str, trials: int | None = None) -> SweepResult:
-    """Run the study's remaining trials (see the module docstring); SweepInterrupted on a signal."""
+SAME_COMMAND = "the same `python -m train sweep` command"  # when the caller does not say which
+
+
+def run_sweep(
+    spec: SweepSpec, settings: Settings, url: str, trials: int | None = None, command: str = SAME_COMMAND
+) -> SweepResult:
+    """Run the study's remaining trials (see the module docstring); SweepInterrupted on a signal.
+
+    `command`: the sweep command as the user gave it, the one instruction a stop gives (the stopped
+    trial's run says it too: the sweep, not `fit --resume`, continues that run)."""
     import optuna
 
     total = trials or spec.trials
@@ -94,7 +102,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, url: str, trials: int | None 
             count = counted(every)
             waiting = any(t.state == optuna.trial.TrialState.WAITING for t in count)
             if len(count) < total or waiting:
-                number = _one_trial(study, spec, settings, shown, total, stop)
+                number = _one_trial(study, spec, settings, shown, total, stop, command)
                 if number is None:
                     continue
                 ran.append(number)
@@ -109,9 +117,7 @@ def run_sweep(spec: SweepSpec, settings: Settings, url: str, trials: int | None 
             # (a dead process's trial still takes the heartbeat's grace to be found stale).
             _wait(stop, min(spec.heartbeat, POLL_SECONDS))
     if stop.reason:
-        raise SweepInterrupted(
-            f"study {spec.name}: stopped ({stop.reason}) between trials; run the same sweep again to continue it"
-        )
+        raise SweepInterrupted(f"study {spec.name}: stopped ({stop.reason}) between trials; to continue it: {command}")
     finished = [t for t in counted(study.get_trials(deepcopy=False)) if t.state.is_finished()]
     result = SweepResult(spec.name, shown, total, len(finished), best_trial(study), ran=ran)
     from .report import write_sweep_report
@@ -129,15 +135,15 @@ def _wait(stop: StopFlag, seconds: float) -> None:
         time.sleep(0.2)
 
 
-def _one_trial(study, spec: SweepSpec, settings: Settings, shown: str, total: int, stop: StopFlag) -> int | None:
+def _one_trial(
+    study, spec: SweepSpec, settings: Settings, shown: str, total: int, stop: StopFlag, command: str
+) -> int | None:
     """Start (or resume) one trial through Optuna's own loop, which sends its heartbeats."""
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
-
     numbers: list[int] = []
 
     def objective(trial):
         numbers.append(trial.number)
-        return _objective(trial, study, spec, settings, shown, total, stop)
+        return _objective(trial, study, spec, settings, shown, total, stop, command)
 
     try:
         study.optimize(objective, n_trials=1, catch=TRIAL_FAILURES)
@@ -147,17 +153,16 @@ def _one_trial(study, spec: SweepSpec, settings: Settings, shown: str, total: in
         frozen = _frozen(study, numbers[-1])
         # Failed (by optimize) first, then queued again: a kill between the two loses nothing but
         # the retry, which the next sweep cannot tell from a finished trial, never a trial run twice.
-        RetryHeartbeatStaleTrialCallback()(study, frozen)
-        where = f"its run {stopped.run_dir.name} saved a resumable state and " if stopped.run_dir else ""
+        _queue_again(study, frozen)
+        where = f"its run {stopped.run_dir.name} saved a resumable state; " if stopped.run_dir else ""
         raise SweepInterrupted(
-            f"study {spec.name}: trial {frozen.number} stopped ({stopped.reason}); {where}the same sweep command "
-            "continues it"
+            f"study {spec.name}: trial {frozen.number} stopped ({stopped.reason}); {where}to continue it: {command}"
         ) from None
     except (TemplateError, KeyboardInterrupt):
         # Not the trial's result (data missing, storage full, a second Ctrl-C): it is queued again, so
         # fixing the cause and rerunning the sweep runs it instead of counting it as failed.
         if numbers:
-            RetryHeartbeatStaleTrialCallback()(study, _frozen(study, numbers[-1]))
+            _queue_again(study, _frozen(study, numbers[-1]))
         raise
     if numbers:
         t = _frozen(study, numbers[-1])
@@ -170,7 +175,26 @@ def _one_trial(study, spec: SweepSpec, settings: Settings, shown: str, total: in
     return numbers[-1] if numbers else None
 
 
-def _objective(trial, study, spec: SweepSpec, settings: Settings, shown: str, total: int, stop: StopFlag) -> float:
+def _queue_again(study, trial) -> None:
+    """The trial queued again with its parameters and run (Optuna's retry, which it marks experimental:
+    it is what is asked for here, so its warning with a path into Optuna's source is not shown)."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.RetryHeartbeatStaleTrialCallback()(study, trial)
+
+
+def _objective(
+    trial,
+    study,
+    spec: SweepSpec,
+    settings: Settings,
+    shown: str,
+    total: int,
+    stop: StopFlag,
+    command: str = SAME_COMMAND,
+) -> float:
     import optuna
 
     retry_of = _frozen(study, trial.number).system_attrs.get("retry_history") or []
@@ -192,15 +216,15 @@ def _objective(trial, study, spec: SweepSpec, settings: Settings, shown: str, to
             return ended
         if RunDir(run_dir).manifest.is_file():
             update_manifest(RunDir(run_dir).manifest, sweep=info)  # a resume's new segment keeps it
-        log.info(
-            "trial %d: resuming run %s (trial %s before)", trial.number, run_dir.name, retry_of[-1] if retry_of else "-"
-        )
+        again = f" ({retry_text(retry_of)})" if retry_of else ""
+        log.info("trial %d%s: resuming run %s", trial.number, again, run_dir.name)
     if stop.check():
         raise _Stopped(None, stop.reason)
     trial_settings = settings.replace(
         **params,
         monitor=spec.metric,
-        run_name=f"{spec.name}-t{trial.number}" if run_dir is None else "",
+        # A resumed run keeps its name: given as it is, it is no RUN_NAME the run does not use.
+        run_name=f"{spec.name}-t{trial.number}" if run_dir is None else _run_name(run_dir),
         # Which run a trial trains is the study's to say (RESUME=auto of the compose file must not
         # pick another trial's run), and the study's URL is no setting of the run.
         resume="",
@@ -209,7 +233,12 @@ def _objective(trial, study, spec: SweepSpec, settings: Settings, shown: str, to
     from ..training.fit import train
 
     observer = TrialObserver(trial, spec, info, 1 if trial_settings.smoke else trial_settings.epochs)
-    result = train(trial_settings, resume=str(run_dir) if run_dir else "", callbacks=[observer])
+    result = train(
+        trial_settings,
+        resume=str(run_dir) if run_dir else "",
+        callbacks=[observer],
+        continue_with=lambda _name: command,
+    )
     if result.status == "pruned":
         raise optuna.TrialPruned(f"run {result.run_dir.name}")
     if result.status != "completed":
@@ -217,6 +246,11 @@ def _objective(trial, study, spec: SweepSpec, settings: Settings, shown: str, to
     if result.best is None or not math.isfinite(result.best):
         raise DivergedError(f"trial {trial.number}: {spec.metric} was never measured as a finite number")
     return float(result.best)
+
+
+def _run_name(run_dir: Path) -> str:
+    name = read_json(RunDir(run_dir).config).get("run_name", "")
+    return name if isinstance(name, str) else ""
 
 
 def _frozen(study, number: int):

@@ -23,6 +23,11 @@ def counted(trials) -> list:
     return [t for t in trials if not t.user_attrs.get(SURPLUS_ATTR) and t.number not in replaced]
 
 
+def retry_text(retry_of) -> str:
+    """How a retried trial is said in the log and the report: "a retry of trial 3" (its run is trial 3's)."""
+    return f"a retry of trial {', '.join(str(n) for n in retry_of)}"
+
+
 def suggest(trial, p: Param):
     if p.choices is not None:
         return trial.suggest_categorical(p.name, list(p.choices))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from ..run.manifest import (
     resume_point,
     start_manifest,
 )
-from ..run.remote import open_runs_dir
+from ..run.remote import for_run, open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
 from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
@@ -61,12 +61,16 @@ def train(
     force: bool = False,
     restart: bool = False,
     callbacks: Iterable[Any] = (),
+    continue_with: Callable[[str], str] | None = None,
 ) -> Result:
     """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring.
 
     `callbacks` (train.training.callbacks) are told the run's moments after the template's own: the
     report, then each extra the settings turn on (train.extras.callbacks), e.g. MLflow.
+    `continue_with(run name)`: the command a user pastes to continue a run that stopped with a
+    resumable state, said in its last line (default `python -m train fit --resume NAME`).
     """
+    continue_with = continue_with or default_continue_command
     # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
     # during start-up (TensorFlow import, data loading, model build) must still end with a finished
     # manifest and exit 75, never with the default action's silent death.
@@ -100,13 +104,22 @@ def train(
             calls = Callbacks([ReportCallback(plan.settings.report), *extras.callbacks(plan.settings), *callbacks])
             if remote is not None:  # a store's uploads beside the training (train.store.remote)
                 with remote.uploading(plan.run_dir, plan.lock.lease, stop):
-                    return _train(plan, force, stop, setup, calls)
-            return _train(plan, force, stop, setup, calls)
+                    return _train(plan, force, stop, setup, calls, continue_with)
+            return _train(plan, force, stop, setup, calls, continue_with)
         finally:
             plan.release()
 
 
-def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) -> Result:
+RESUMABLE = ("interrupted", "budget")  # the statuses of a run that stopped with its state saved
+
+
+def default_continue_command(run_name: str) -> str:
+    return f"python -m train fit --resume {run_name}"
+
+
+def _train(
+    plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks, continue_with: Callable[[str], str]
+) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
     setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
     if setup is not None:
@@ -116,7 +129,7 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) 
             sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
     # Temporary files and a staging folder left by a SIGKILL during the last export.
     removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
-    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", run_dir)
+    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", _where(run_dir))
     for p in removed:
         log.info("removed a temp file left by an interrupted write: %s", p.name)
     manifest_path = RunDir(run_dir).manifest
@@ -158,14 +171,26 @@ def _train(plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks) 
             # The report first, then the extras (MLflow uploads the manifest, report and export as
             # artifacts, waiting for its server with a deadline); none of them raises.
             calls.end(status, stop)
-            log.info("run %s ended: %s", run_dir.name, status)
+            log.info("run %s ended: %s%s", run_dir.name, status, _continued(run_dir, status, continue_with))
         elif plan.resumed:
             log.info(
-                "run %s: resume not started (%s); its config.json and manifest.json are unchanged",
+                "run %s: resume not started (%s); its config.json and manifest.json are unchanged%s",
                 run_dir.name,
                 error or status,
+                _continued(run_dir, status, continue_with),
             )
         close_logging()
+
+
+def _where(run_dir: Path) -> str:
+    """Where the run is: its folder, or for a RUNS_DIR in a store its URL there and its staging copy."""
+    remote = for_run(run_dir)
+    return f"{remote.url}/{run_dir.name} (staged in {run_dir})" if remote is not None else str(run_dir)
+
+
+def _continued(run_dir: Path, status: str, continue_with: Callable[[str], str]) -> str:
+    """The end of a stopped run's last line: the whole command that continues it, to paste."""
+    return f"; to continue it: {continue_with(run_dir.name)}" if status in RESUMABLE else ""
 
 
 def _warn_dirty(manifest: dict) -> None:
@@ -296,7 +321,7 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
             plan.manifest,
             settings,
             new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, plan.config_sha256()),
-            last_write=_last_write(RunDir(plan.run_dir).checkpoints),
+            last_write=_last_sign_of_life(plan),
         )
         plan.recorded = True
         plan.write_config()
@@ -325,12 +350,21 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
 
 def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
     """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
-    log.info(
-        "stopped before training started (%s): nothing new to save; continue with --resume %s",
-        stop.reason,
-        run_dir.name,
-    )
+    log.info("stopped before training started (%s): nothing new to save", stop.reason)
     return Result(run_dir, stop.status, 0)
+
+
+def _last_sign_of_life(plan: RunPlan) -> float | None:
+    """When the process of the run's last segment was last seen alive (epoch seconds): the end of a
+    segment that was killed without recording its own.
+
+    In a bucket, the last renewal of the lease this process took over from it: the files here are
+    this machine's downloads, their times say when they arrived, not when they were written (None
+    when there was no lease to take over). Else the write time of the run's newest state."""
+    lease = plan.lock.lease
+    if lease is not None:
+        return lease.taken_from
+    return _last_write(RunDir(plan.run_dir).checkpoints)
 
 
 def _last_write(ckpt_dir: Path) -> float | None:

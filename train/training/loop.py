@@ -29,6 +29,7 @@ from ..run.manifest import record_unfinished_epoch, update_manifest
 from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, read_back
 from ..run.remote import local_dir
 from ..run.rundir import CACHE_DIR, RunDir
+from ..run.train_log import end_progress_line, progress_line
 from ..run.weights import save_weights
 from . import flops, profiling
 from .callbacks import Callbacks
@@ -299,8 +300,9 @@ class EpochLoop:
                         self._save("stop requested: " + self.stop.reason)
                         if self.chief:
                             record_unfinished_epoch(self.files.manifest, epoch + 1, seconds)
-                        where = f"continue with --resume {self.run_dir.name}" if self.chief else "the chief saved it"
-                        log.info("saved a resumable state at epoch %d step %d; %s", epoch + 1, self.state.step, where)
+                        # The chief's run ends with the command that continues it (train.training.fit).
+                        where = "" if self.chief else "; the chief saved it"
+                        log.info("saved a resumable state at epoch %d step %d%s", epoch + 1, self.state.step, where)
                         break
                     logs.update(self._validate())
                     self._check_finite(logs, epoch)
@@ -363,28 +365,34 @@ class EpochLoop:
         names = tuple(self.task.metrics)
         bar = keras.utils.Progbar(saver.total, stateful_metrics=["loss", *names]) if verbose else None
         totals, iterator = Totals(names), iter(ds)
-        while self.state.step < saver.total:
-            n = steps_until(
-                saver.total - self.state.step,
-                self.s.steps_per_execution,
-                self.state.global_step,
-                self.s.checkpoint_every,
-            )
-            asked = self.stop.check()
-            if asked and self.setup.workers == 1:
-                break  # no other worker to tell: stop before another step runs
-            self.profiler.before(n)
-            out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
-            self.profiler.after(n)
-            totals.add(out)
-            stopping = out[-1] > 0  # the stop votes
-            if stopping and self.stop.reason is None:
-                self.stop.request("another worker was asked to stop")
-            saver.after(n, stopping)
-            if bar:
-                bar.update(self.state.step, list(totals.logs().items()))
-            if stopping:
-                break
+        try:
+            while self.state.step < saver.total:
+                n = steps_until(
+                    saver.total - self.state.step,
+                    self.s.steps_per_execution,
+                    self.state.global_step,
+                    self.s.checkpoint_every,
+                )
+                asked = self.stop.check()
+                if asked and self.setup.workers == 1:
+                    break  # no other worker to tell: stop before another step runs
+                self.profiler.before(n)
+                out = self.steps.train(iterator, tf.constant(n), tf.constant(1.0 if asked else 0.0)).numpy()
+                self.profiler.after(n)
+                totals.add(out)
+                stopping = out[-1] > 0  # the stop votes
+                if stopping and self.stop.reason is None:
+                    self.stop.request("another worker was asked to stop")
+                saver.after(n, stopping)
+                if bar:
+                    bar.update(self.state.step, list(totals.logs().items()))
+                    # The bar ends its line only at the epoch's last step: until then a log line
+                    # (a stop's, an error's) must start a line of its own.
+                    progress_line(self.state.step < saver.total)
+                if stopping:
+                    break
+        finally:
+            end_progress_line()
         return totals.logs()
 
     def _validate(self) -> dict[str, float]:
