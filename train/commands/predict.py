@@ -25,6 +25,14 @@ def run(args: argparse.Namespace) -> int:
     rows = predict_files(run_dir, args.images)
     if any("error" not in r for r in rows):
         print(format_predictions(rows))
+    if converted := [r for r in rows if r.get("converted")]:  # once: the answers are right, but say why
+        first = converted[0]
+        more = f" and {len(converted) - 1} more" if len(converted) > 1 else ""
+        print(
+            f"note: {first['file']}{more} converted to the model's input as training decodes images "
+            f"({first['converted']})",
+            file=sys.stderr,
+        )
     bad = [r["error"] for r in rows if "error" in r]
     for exc in bad:  # each bad file is one line; the others are still predicted
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)

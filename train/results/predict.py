@@ -13,6 +13,7 @@ DataError line and is left out; the others are still predicted (the command then
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -53,10 +54,14 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     good, images = [], []
     for row, f in zip(rows, files):
         try:
-            images.append(load_image(f, shape))
+            contents, shown = read_image_file(f)
+            images.append(decode_image_bytes(contents, shown, shape))
             good.append(row)
         except DataError as exc:
             row["error"] = exc
+            continue
+        if converted := _conversion(contents, shape):
+            row["converted"] = converted
     probs = run(np.stack(images)) if images else []
     for row, p in zip(good, probs):
         k = int(np.argmax(p))
@@ -219,8 +224,27 @@ def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:
     )
 
 
-def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
-    """A regular, readable image file decoded as training does; DataError naming the file otherwise.
+def _conversion(contents: bytes, shape: tuple[int, ...]) -> str | None:
+    """How an image differs from the model's input, e.g. "200x150 RGB -> 28x28 grayscale"; None if it does not.
+
+    From the header (PIL): the decoder has already resized it and changed its channels the way
+    training does, so the answer is right; the user is only told that it happened."""
+    from PIL import Image
+
+    height, width, channels = (*shape[:2], shape[2] if len(shape) > 2 else 1)
+    wanted = {1: ("L", "grayscale"), 3: ("RGB", "RGB")}.get(channels, ("", f"{channels} channels"))
+    try:
+        with Image.open(io.BytesIO(contents)) as im:
+            (w, h), mode = im.size, im.mode
+    except Exception:  # decoded by TensorFlow already: a header PIL does not read is no reason to fail
+        return None
+    if (w, h) == (width, height) and mode == wanted[0]:
+        return None
+    return f"{w}x{h} {mode} -> {width}x{height} {wanted[1]}"
+
+
+def read_image_file(path: str | os.PathLike) -> tuple[bytes, str]:
+    """(contents, the name to show) of a regular, readable file; DataError naming the file otherwise.
 
     Opened without blocking and checked with fstat before any read, so a named pipe, a device or
     a directory given as an image is refused instead of read from (a FIFO would block forever).
@@ -248,7 +272,7 @@ def load_image(path: str | os.PathLike, shape: tuple[int, ...]) -> np.ndarray:
         raise DataError(f"{shown} cannot be read ({exc.strerror or exc}); give regular image files") from None
     finally:
         os.close(fd)
-    return decode_image_bytes(contents, shown, shape)
+    return contents, shown
 
 
 def decode_image_bytes(contents: bytes, shown: str, shape: tuple[int, ...]) -> np.ndarray:
