@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -161,6 +162,15 @@ def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
     resumed = train(s, resume=stopped.run_dir.name)
     assert resumed.status == "completed"
     assert resumed.final_weights_sha256 == straight.final_weights_sha256
+    # The resumed epoch's line says its training numbers cover only the steps trained since; the next does not.
+    lines = [line for line in (stopped.run_dir / "train.log").read_text().splitlines() if "epoch 1/2: " in line]
+    assert len(lines) == 1
+    assert re.search(r"\(resumed mid-epoch: loss, train metrics and speed over steps [2-9]-12 only\)$", lines[0])
+    assert not [
+        line
+        for line in (stopped.run_dir / "train.log").read_text().splitlines()
+        if "epoch 2/2: " in line and "resumed" in line
+    ]
 
 
 def test_export_and_predict_from_the_command_line(finished, tmp_path):

@@ -971,7 +971,9 @@ def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
     row = loop.run().history[0]
     assert "loss" not in row and "val_loss" in row and row["samples_per_second"] is None
     assert not any(line.startswith("epoch 1/1 (") or line == "epoch 1/1" for line in _log_lines(train_log))
-    assert _log_lines(train_log)[-2].endswith("  0.0s  0 samples/s  (best)")  # nothing trained: no speed, no MFU
+    assert _log_lines(train_log)[-2].endswith(
+        "  0.0s  0 samples/s  (best)  (resumed after the epoch's last step: validation only)"
+    )  # nothing trained: no speed, no MFU
     assert (loop.state.epoch, loop.state.step, loop.state.global_step) == (1, 0, 6)
 
 

@@ -338,7 +338,8 @@ class EpochLoop:
         """Train the rest of one epoch from the saved step; returns (train logs, seconds, steps run)."""
         batch = self.state.batch_size
         total = steps_per_epoch(self.spec, batch)
-        start = self.state.step
+        start = self._epoch_from_step = self.state.step  # after a resume mid-epoch: the epoch line says so
+        self._epoch_steps = total
         if start >= total:  # saved at the very last step: only validation is left
             return {}, 0.0, 0
         ds = self._distributed("train", epoch, batch, start)
@@ -487,7 +488,7 @@ class EpochLoop:
         self._save("epoch end")
         achieved, fraction = row["model_flops_per_second"], row["mfu"]
         log.info(
-            "epoch %d/%d: %s  %.1fs  %.0f samples/s%s%s",
+            "epoch %d/%d: %s  %.1fs  %.0f samples/s%s%s%s",
             epoch + 1,
             self.epochs,
             "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)),
@@ -495,7 +496,17 @@ class EpochLoop:
             row["samples_per_second"] or 0.0,
             f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
             "  (best)" if self.state.best == value else "",
+            self._resumed_part(),
         )
+
+    def _resumed_part(self) -> str:
+        """After a resume mid-epoch, what the epoch's training numbers cover (the validation is whole)."""
+        start, total = getattr(self, "_epoch_from_step", 0), getattr(self, "_epoch_steps", 0)
+        if not start:
+            return ""
+        if start >= total:
+            return "  (resumed after the epoch's last step: validation only)"
+        return f"  (resumed mid-epoch: loss, train metrics and speed over steps {start + 1}-{total} only)"
 
     def _raise_peak(self, achieved: float):
         """A measured peak this epoch beat was measured under load: measure it again, and say so once."""
