@@ -117,3 +117,28 @@ def test_every_status_a_run_ends_with_has_a_visible_badge_in_its_report():
             coloured |= {s.strip().lstrip(".") for s in selectors.split(",")}
     # The badge's text is white: a status without a background would be invisible (a pruned trial's run).
     assert {"completed", "running", "interrupted", "budget", "failed", "pruned"} <= coloured
+
+
+def test_a_trials_parameters_read_as_a_person_would_and_a_smoke_trial_is_marked(tmp_path):
+    import json
+
+    study, spec, runs = _study(tmp_path)
+    dists = {
+        "learning_rate": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+        "model": optuna.distributions.CategoricalDistribution(["cnn", "cnn_bn"]),
+    }
+    run = runs / "20261201-000009-000000-rep-t5"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"smoke": True}))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"learning_rate": 0.0034829345123, "model": "cnn"},
+            distributions=dists,
+            value=0.5,
+            user_attrs={"run": run.name},
+        )
+    )
+    page = write_sweep_report(study, spec, runs, "sqlite:///x.db").read_text()
+    assert "learning_rate=0.00348, model=cnn" in page and "0.0034829345" not in page
+    assert re.search(r"<td>5 \(smoke\)</td>", page)
+    assert not re.search(r"<td>1 \(smoke\)", page)  # the other trials' runs were no smoke runs

@@ -132,8 +132,10 @@ def _trials_table(spec: SweepSpec, trials, best, here: Path, runs_dir) -> str:
             else e(str(run or "-"))
         )
         retry_of = t.system_attrs.get("retry_history") or []  # trials it replaces: the run is theirs
-        mark = (f" ({retry_text(retry_of)})" if retry_of else "") + (
-            " (best)" if best and best["trial"] == t.number else ""
+        mark = (
+            (f" ({retry_text(retry_of)})" if retry_of else "")
+            + (" (smoke)" if run and _smoke(Path(runs_dir) / run) else "")
+            + (" (best)" if best and best["trial"] == t.number else "")
         )
         value = "" if t.value is None else num(t.value)
         rows.append(
@@ -141,11 +143,24 @@ def _trials_table(spec: SweepSpec, trials, best, here: Path, runs_dir) -> str:
                 str(t.number) + mark,
                 t.state.name.lower(),
                 value,
-                e(", ".join(f"{k}={v}" for k, v in t.params.items())),
+                e(", ".join(f"{k}={_shown(v)}" for k, v in t.params.items())),
                 link,
             )
         )
     return table(rows, ("trial", "state", spec.metric, "parameters", "run"))
+
+
+def _shown(value) -> str:
+    """A parameter as a person reads it: 3 significant digits for a sampled float (0.00348, not 0.0034829345...)."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _smoke(run_dir: Path) -> bool:
+    """A trial trained with SMOKE=true (one epoch of a small subset): its value says little, the table says so."""
+    try:
+        return bool(RunDir(run_dir).read_config().get("smoke"))
+    except Exception:  # a run whose record is unreadable: the table still shows the trial
+        return False
 
 
 def _values(trials):
