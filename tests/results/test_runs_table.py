@@ -334,6 +334,14 @@ def test_a_copy_of_a_run_in_runs_dir_is_named_as_one(tmp_path, capsys):
     assert f"did you mean {original.name!r}?;" in capsys.readouterr().err
 
 
+def _left_by_a_killed_holder(run_dir):
+    """run.lock as a SIGKILLed fit leaves it: its holder's line, no lock on it (the kernel dropped it)."""
+    import os
+    import socket
+
+    (run_dir / "run.lock").write_text(f"pid {os.getpid()} on host {socket.gethostname()}\n")
+
+
 def test_a_running_run_whose_process_is_gone_is_listed_as_killed_with_how_to_continue(tmp_path, capsys):
     import os
     import socket
@@ -346,7 +354,7 @@ def test_a_running_run_whose_process_is_gone_is_listed_as_killed_with_how_to_con
     for i in ids:
         _run(root, i, CFG, {"status": "running", "epochs_completed": 1})
     held = RunLock(root / ids[0]).acquire()  # a run still training (this process holds its lock)
-    RunLock(root / ids[1]).acquire().release()  # its process ended without closing the manifest
+    _left_by_a_killed_holder(root / ids[1])  # its process ended without closing the manifest
     (root / ids[2] / "run.lock").write_text("pid 4242 on host another-machine\n")  # NFS: cannot tell from here
     # ids[3] has no lock file at all (written before runs held locks): cannot tell either
     try:
@@ -373,11 +381,10 @@ def test_a_run_of_a_runs_dir_in_object_storage_is_killed_by_its_lease_never_by_i
     import types
 
     from train.run import remote
-    from train.run.lock import RunLock
 
     root = tmp_path / "runs"
     _run(root, "20260101-000000-000001", CFG, {"status": "running", "epochs_completed": 1})
-    RunLock(root / "20260101-000000-000001").acquire().release()
+    _left_by_a_killed_holder(root / "20260101-000000-000001")
     assert [r["status"] for r in list_runs(root)] == ["killed"]
     asked = []
     store = types.SimpleNamespace(lease_expired=lambda run_dir: asked.append(run_dir.name) or expired)

@@ -20,9 +20,32 @@ def test_run_lock_refuses_a_second_holder_naming_pid_and_host(tmp_path):
             RunLock(tmp_path).acquire()
         assert f"pid {os.getpid()} on host {socket.gethostname()}" in str(info.value)
         assert tmp_path.name in str(info.value) and info.value.exit_code == 4
-    with RunLock(tmp_path):  # released: the file stays, and locks again
-        pass
-    assert (tmp_path / "run.lock").is_file()
+    with RunLock(tmp_path):  # released: locks again
+        assert (tmp_path / "run.lock").is_file()
+    assert not (tmp_path / "run.lock").exists()  # a run let go of keeps no run.lock
+
+
+def test_a_process_that_opened_the_lock_file_as_its_holder_removed_it_locks_the_new_one(tmp_path, monkeypatch):
+    import fcntl
+
+    from train.run import lock as lock_module
+
+    first = RunLock(tmp_path).acquire()
+    real_flock, raced = fcntl.flock, []
+
+    def flock_after_the_holder_let_go(fd, op):
+        if not raced:  # the second process has the old file open; now the holder releases and removes it
+            raced.append(True)
+            first.release()
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(lock_module.fcntl, "flock", flock_after_the_holder_let_go)
+    second = RunLock(tmp_path).acquire()
+    monkeypatch.setattr(lock_module.fcntl, "flock", real_flock)
+    assert (tmp_path / "run.lock").is_file() and f"pid {os.getpid()}" in (tmp_path / "run.lock").read_text()
+    with pytest.raises(RunBusyError):  # a third process is kept out: the second holds the file at the path
+        RunLock(tmp_path).acquire()
+    second.release()
 
 
 def test_a_lock_held_by_another_process_blocks_until_that_process_dies(tmp_path):

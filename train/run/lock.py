@@ -50,6 +50,9 @@ class RunLock:
                 f"run {self.run_dir.name} is in use by another process ({self.holder()}): two processes never "
                 "write one run; wait for it to end or stop it (Ctrl-C, `docker compose stop`), then resume"
             ) from None
+        if not _still_at(self.path, fd):  # its holder released and removed it between our open and flock
+            os.close(fd)
+            return self.acquire()
         try:
             os.ftruncate(fd, 0)
             os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
@@ -103,12 +106,18 @@ class RunLock:
         return text or "pid unknown: it is just starting"
 
     def release(self) -> None:
-        # The file stays: unlinking it would let a third process lock a new file while a second
-        # one still waits on the old inode.
+        """Let go of the run; the file goes with it (a finished run keeps no run.lock). Removed while
+        still locked: a process that opened it just before finds, once it has the lock, that the
+        path is no longer its file, and locks the file there instead (`acquire`)."""
         if self.lease is not None:
             self.lease.release()
             self.lease = None
         if self.fd is not None:
+            try:
+                if _still_at(self.path, self.fd):
+                    self.path.unlink()
+            except OSError:  # a read-only or vanished folder: the file stays, as after a kill
+                pass
             os.close(self.fd)
             self.fd = None
 
@@ -117,3 +126,12 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _still_at(path: Path, fd: int) -> bool:
+    """Whether `path` is still the file open as `fd` (not removed, nor replaced by a new one)."""
+    try:
+        here, held = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
