@@ -231,7 +231,7 @@ def test_serve_deployment_probes_the_v2_health_endpoints_the_server_has():
     assert args.command == "serve" and args.host == "0.0.0.0"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports["http"] == args.port and service["spec"]["ports"][0]["targetPort"] == "http"
-    paths = {r.path for r in build_app(State(None, 1, 0, 1)).routes}
+    paths = {r.path for r in build_app(State(None, 1, 0, 1, 1)).routes}
     for probe, path in (("readinessProbe", "/v2/health/ready"), ("livenessProbe", "/v2/health/live")):
         assert c[probe]["httpGet"] == {"path": path, "port": "http"} and path in paths
     assert set(_env(c)) <= {f.name.upper() for f in fields(Settings)}

@@ -2,14 +2,14 @@
 
 One Starlette app around one ServedModel and its Batcher. Every refused request is a RequestError
 answered as {"error": "..."} with its status (400, 404 for an unknown model or version, 413 for a
-body over SERVE_MAX_BODY_MB, 503 before the model is ready); the body is read in chunks and
-refused as soon as it passes the limit, never read whole first. Parsing and image decoding run in
-worker threads, the model in the Batcher's: the event loop only moves bytes.
+body over SERVE_MAX_BODY_MB or images over SERVE_MAX_PIXELS, 503 before the model is ready or
+while the decoding threads are busy); the body is read in chunks and refused as soon as it passes
+the limit, never read whole first. Parsing and image decoding run in the Decoder's threads
+(train.serve.work), the model in the Batcher's: the event loop only moves bytes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 
@@ -24,6 +24,7 @@ from ..errors import RequestError
 from . import payloads
 from .batcher import Batcher
 from .model import ServedModel
+from .work import Decoder
 
 log = logging.getLogger("train")
 VERSION = "1"  # an export is one model version; TF Serving numbers a single version 1 as well
@@ -32,8 +33,9 @@ VERSION = "1"  # an export is one model version; TF Serving numbers a single ver
 class State:
     """What the endpoints share: the model, its batcher once ready, the limits."""
 
-    def __init__(self, model: ServedModel, max_batch: int, max_wait_ms: float, max_body: int):
+    def __init__(self, model: ServedModel, max_batch: int, max_wait_ms: float, max_body: int, max_pixels: int):
         self.model, self.max_batch, self.max_wait_ms, self.max_body = model, max_batch, max_wait_ms, max_body
+        self.decoder = Decoder(max_pixels)
         self.batcher: Batcher | None = None  # set once the model is loaded and warmed up: ready from then on
 
     @property
@@ -47,7 +49,8 @@ def build_app(state: State) -> Starlette:
             try:
                 return await fn(state, request)
             except RequestError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+                headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+                return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
             except Exception as exc:  # noqa: BLE001  (a failed model call: this request fails, the server lives on)
                 log.exception("%s %s failed", request.method, request.url.path)
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -166,8 +169,8 @@ async def tf_predict(state: State, request: Request) -> Response:
     model = _check_model(state, request)
     _require_ready(state)
     body = await read_body(state, request)
-    images, columnar = await asyncio.to_thread(
-        lambda: payloads.tf_serving_images(payloads.parse_json(body), model.shape, state.max_batch)
+    images, columnar = await state.decoder.images(
+        len(body), lambda: payloads.tf_serving_images(payloads.parse_json(body), model.shape, state.max_batch)
     )
     probs = (await _predict(state, images)).tolist()
     return JSONResponse({"outputs": probs} if columnar else {"predictions": probs})
@@ -212,8 +215,8 @@ async def v2_infer(state: State, request: Request) -> Response:
     _require_ready(state)
     body = await read_body(state, request)
     header = request.headers.get("inference-header-content-length")
-    images, meta = await asyncio.to_thread(
-        payloads.v2_request, body, header, model.shape, model.output_name, state.max_batch
+    images, meta = await state.decoder.images(
+        len(body), lambda: payloads.v2_request(body, header, model.shape, model.output_name, state.max_batch)
     )
     content, headers = payloads.v2_response(model, await _predict(state, images), meta)
     return Response(content, headers=headers)
@@ -227,7 +230,9 @@ async def plain_predict(state: State, request: Request) -> Response:
     _require_ready(state)
     body = await read_body(state, request)
     ctype = request.headers.get("content-type", "")
-    names, images = await asyncio.to_thread(payloads.uploads, body, ctype, model.shape, state.max_batch)
+    images, names = await state.decoder.images(
+        len(body), lambda: payloads.uploads(body, ctype, model.shape, state.max_batch)
+    )
     probs = await _predict(state, images)
     rows = []
     for name, p in zip(names, probs):

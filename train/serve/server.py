@@ -67,7 +67,8 @@ def serve(model: ServedModel, host: str, port: int, settings) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean drain, the error's exit code when the model fails to load."""
     host = listen_address(host)
     sock = bind(host, port)
-    state = State(model, settings.serve_max_batch, settings.serve_max_wait_ms, int(settings.serve_max_body_mb * 1e6))
+    body = int(settings.serve_max_body_mb * 1e6)
+    state = State(model, settings.serve_max_batch, settings.serve_max_wait_ms, body, settings.serve_max_pixels)
     failed: list[TemplateError] = []
     server: _Server
 
