@@ -5,16 +5,19 @@ answered as {"error": "..."} with its status (400, 404 for an unknown model or v
 body over SERVE_MAX_BODY_MB or images over SERVE_MAX_PIXELS, 503 before the model is ready or
 while the decoding threads are busy); the body is read in chunks and refused as soon as it passes
 the limit, never read whole first. Parsing and image decoding run in the Decoder's threads
-(train.serve.work), the model in the Batcher's: the event loop only moves bytes.
+(train.serve.work), the model in the Batcher's: the event loop only moves bytes. Every request in
+flight is known (Drain), so that when the server stops it can answer each one as JSON.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
 import numpy as np
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -37,6 +40,23 @@ class State:
         self.model, self.max_batch, self.max_wait_ms, self.max_body = model, max_batch, max_wait_ms, max_body
         self.decoder = Decoder(max_pixels)
         self.batcher: Batcher | None = None  # set once the model is loaded and warmed up: ready from then on
+        self.in_flight: set[asyncio.Task] = set()  # the requests being answered, each its own task
+        self.stopping = False  # set when the drain's time is up: what is still in flight is answered 503
+
+    def cut_off(self) -> None:
+        """The drain's time is up (or a second signal came): each request in flight is answered 503 now,
+        whatever it waits for (a decode, the model, the rest of its body)."""
+        self.stopping = True
+        if self.in_flight:
+            log.info(
+                "answering the %d request(s) still in flight with 503: the server is stopping", len(self.in_flight)
+            )
+        for task in list(self.in_flight):
+            task.cancel()
+
+    def running(self) -> int:
+        """Calls still running in worker threads (decoding, the model), whatever became of their requests."""
+        return self.decoder.running + (self.batcher.pool.running if self.batcher is not None else 0)
 
     @property
     def ready(self) -> bool:
@@ -79,7 +99,7 @@ def build_app(state: State) -> Starlette:
         *both(v2, "/infer", v2_infer, ("POST",)),
         route("/predict", plain_predict, ("POST",)),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(Drain, state=state)])
 
     async def not_found(request, exc):
         # Starlette's own 404/405 answer as every other refusal: one JSON error.
@@ -91,6 +111,38 @@ def build_app(state: State) -> Starlette:
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(405, not_found)
     return app
+
+
+class Drain:
+    """Each request in flight is registered in `state.in_flight` while it is answered. Cancelled by
+    State.cut_off (or by the event loop's own end after a second signal), it answers 503 as JSON:
+    never uvicorn's plain-text 500 and a CancelledError traceback in the log."""
+
+    def __init__(self, app, state: State):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        task, started = asyncio.current_task(), False
+
+        async def sending(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        self.state.in_flight.add(task)
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if not self.state.stopping:
+                raise
+            task.uncancel()  # answered below: the cancellation ends here
+            if not started:
+                error = "server: stopping before this request was done; send it again (to another replica)"
+                await JSONResponse({"error": error}, 503, {"Retry-After": "1"})(scope, receive, send)
+        finally:
+            self.state.in_flight.discard(task)
 
 
 def _check_model(state: State, request: Request) -> ServedModel:

@@ -40,3 +40,11 @@ class Section:
         max=2_000_000_000,
         kind="invocation",
     )
+    serve_drain_seconds: float = setting(
+        30.0,
+        "serve: after SIGTERM, how long the requests in flight get to finish; those still running are then "
+        "answered 503 and the server exits (keep it under the orchestrator's grace period)",
+        min=0.0,
+        max=3600.0,
+        kind="invocation",
+    )
