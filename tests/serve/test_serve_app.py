@@ -24,13 +24,16 @@ async def _send(app, path: str, body: bytes, content_type: str, headers=()) -> t
     return status, doc
 
 
-async def _exchange(app, path: str, body: bytes, content_type: str, headers=()) -> tuple[int, dict, dict]:
-    """(status, response headers, JSON body) of one request."""
+async def _exchange(
+    app, path: str, body: bytes, content_type: str, headers=(), method="POST", cut_short=False
+) -> tuple[int, dict, dict]:
+    """(status, response headers, JSON body) of one request; `cut_short`: the client goes away after
+    half its body."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -46,6 +49,8 @@ async def _exchange(app, path: str, body: bytes, content_type: str, headers=()) 
     }
     sent: list[dict] = []
     messages = [{"type": "http.request", "body": body, "more_body": False}]
+    if cut_short:
+        messages = [{"type": "http.request", "body": body[: len(body) // 2], "more_body": True}]
 
     async def receive():
         return messages.pop(0) if messages else {"type": "http.disconnect"}
@@ -56,6 +61,8 @@ async def _exchange(app, path: str, body: bytes, content_type: str, headers=()) 
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     answer = {k.decode(): v.decode() for k, v in start["headers"]}
+    if not any(m.get("body") for m in sent):
+        return start["status"], answer, {}
     return (
         start["status"],
         answer,
@@ -299,3 +306,46 @@ def test_images_declaring_more_pixels_than_the_budget_are_refused_before_any_is_
     ((status, answer),) = _serve([("/v1/models/model:predict", request, "application/json")])
     assert status == 413 and "SERVE_MAX_PIXELS=1,000,000" in answer["error"] and "2x2x1" in answer["error"], answer
     assert decoded == []
+
+
+# -- odd requests get their own answer ---------------------------------------------------------------
+def test_get_on_a_predict_path_is_a_405_not_a_model_named_model_predict():
+    state, app = _app()
+    for path in ("/v1/models/model:predict", "/v1/models/model/versions/1:predict"):
+        status, _, doc = asyncio.run(_exchange(app, path, b"", "application/json", method="GET"))
+        assert status == 405 and doc["error"].startswith("method (GET)"), (path, doc)
+
+
+@pytest.mark.parametrize(
+    "doc, named",
+    [
+        ({"parameters": 7}, "parameters (int)"),
+        ({"inputs": [{"parameters": 7}]}, "inputs[0].parameters (int)"),
+        ({"outputs": [{"name": "probabilities", "parameters": 7}]}, "outputs[0].parameters (int)"),
+    ],
+)
+def test_v2_parameters_that_are_no_object_are_named_by_where_they_are(doc, named):
+    tensor = {"name": "images", "datatype": "UINT8", "shape": [1, 2, 2, 1], "data": [0, 0, 0, 0]}
+    request = {**doc, "inputs": [{**tensor, **(doc.get("inputs") or [{}])[0]}]}
+    ((status, answer),) = _serve([("/v2/models/model/infer", json.dumps(request).encode(), "application/json")])
+    assert status == 400 and answer["error"].startswith(named + ": "), answer
+
+
+def test_a_client_gone_mid_body_is_one_log_line_without_a_traceback_and_the_server_goes_on(caplog):
+    state, app = _app()
+    body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()
+
+    async def scenario():
+        state.batcher = Batcher(state.model.run, 4, 0)
+        state.batcher.start()
+        try:
+            await _exchange(app, "/v1/models/model:predict", body, "application/json", cut_short=True)
+            return await _send(app, "/v1/models/model:predict", body, "application/json")
+        finally:
+            await state.batcher.stop()
+
+    with caplog.at_level("INFO", logger="train"):
+        status, _ = asyncio.run(scenario())
+    assert status == 200
+    gone = [r for r in caplog.records if "went away" in r.getMessage()]
+    assert len(gone) == 1 and not any(r.exc_info for r in caplog.records), caplog.text

@@ -17,8 +17,9 @@ import logging
 
 import numpy as np
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -31,6 +32,22 @@ from .work import Decoder
 
 log = logging.getLogger("train")
 VERSION = "1"  # an export is one model version; TF Serving numbers a single version 1 as well
+
+
+class _Segment(Convertor):
+    """A model name or version in a path: no "/" and no ":", so that `GET .../model:predict` is the
+    `:predict` route's 405, not a model named "model:predict"."""
+
+    regex = "[^/:]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("segment", _Segment())
 
 
 class State:
@@ -71,6 +88,9 @@ def build_app(state: State) -> Starlette:
             except RequestError as exc:
                 headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
                 return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
+            except ClientDisconnect:  # gone before its body was whole: no one to answer, nothing failed here
+                log.info("%s %s: the client went away before sending its whole body", request.method, request.url.path)
+                return Response(status_code=400)
             except Exception as exc:  # noqa: BLE001  (a failed model call: this request fails, the server lives on)
                 log.exception("%s %s failed", request.method, request.url.path)
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -83,10 +103,10 @@ def build_app(state: State) -> Starlette:
         # Each model route also answers under /versions/{version} (the one version there is).
         return [
             route(path + suffix, endpoint, methods),
-            route(path + "/versions/{version}" + suffix, endpoint, methods),
+            route(path + "/versions/{version:segment}" + suffix, endpoint, methods),
         ]
 
-    v1, v2 = "/v1/models/{name}", "/v2/models/{name}"
+    v1, v2 = "/v1/models/{name:segment}", "/v2/models/{name:segment}"
     routes = [
         *both(v1, "", tf_status),
         *both(v1, "/metadata", tf_metadata),

@@ -209,28 +209,29 @@ def v2_request(
     if tensor.get("name") != INPUT:
         raise RequestError("inputs[0].name", tensor.get("name"), f'the model\'s input is "{INPUT}"')
     images = _v2_tensor(tensor, raw, shape, max_batch)
-    binary = bool(_params(doc, "parameters").get("binary_data_output", False))
+    binary = bool(_params(doc, "").get("binary_data_output", False))
     outputs = doc.get("outputs") or []
     if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
         raise RequestError("outputs", None, f'a list of objects such as {{"name": "{output}"}}')
-    for out in outputs:
+    for i, out in enumerate(outputs):
         if out.get("name") != output:
             raise RequestError("outputs", out.get("name"), f'the model\'s output is "{output}"')
-        binary = bool(_params(out, "outputs").get("binary_data", binary))
+        binary = bool(_params(out, f"outputs[{i}].").get("binary_data", binary))
     return images, {"id": doc.get("id"), "binary": binary}
 
 
-def _params(doc: dict, what: str) -> dict:
+def _params(doc: dict, where: str) -> dict:
+    """`doc`'s "parameters", named in an error by where it is: "" (the request's own), "inputs[0]." ..."""
     params = doc.get("parameters")
     if params is None:
         return {}
     if not isinstance(params, dict):
-        raise RequestError(f"{what} parameters", type(params).__name__, "an object of name: value")
+        raise RequestError(f"{where}parameters", type(params).__name__, "an object of name: value")
     return params
 
 
 def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...], max_batch: int) -> Pending:
-    dims, dtype, params = _v2_shape(tensor.get("shape"), shape), tensor.get("datatype"), _params(tensor, "inputs[0]")
+    dims, dtype, params = _v2_shape(tensor.get("shape"), shape), tensor.get("datatype"), _params(tensor, "inputs[0].")
     check_count(dims[0], max_batch, "inputs[0].shape[0]")
     size = params.get("binary_data_size")
     if size is not None and (not isinstance(size, int) or size != len(raw)):
