@@ -224,14 +224,16 @@ def test_serve_deployment_probes_the_v2_health_endpoints_the_server_has():
     assert [d["kind"] for d in (deployment, service, policy)] == ["Deployment", "Service", "NetworkPolicy"]
     pod = deployment["spec"]["template"]
     assert deployment["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"] == service["spec"]["selector"]
-    assert pod["spec"]["terminationGracePeriodSeconds"] > server.GRACE  # the drain fits before SIGKILL
     (c,) = pod["spec"]["containers"]
+    drain = float(_env(c).get("SERVE_DRAIN_SECONDS", Settings().serve_drain_seconds))
+    # The drain and the exit after it (within uvicorn's backstop) fit before SIGKILL.
+    assert pod["spec"]["terminationGracePeriodSeconds"] > drain + server.BACKSTOP
     assert c["image"].endswith(":serve")
     args = build_parser().parse_args(c["args"])
     assert args.command == "serve" and args.host == "0.0.0.0"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports["http"] == args.port and service["spec"]["ports"][0]["targetPort"] == "http"
-    paths = {r.path for r in build_app(State(None, 1, 0, 1)).routes}
+    paths = {r.path for r in build_app(State(None, 1, 0, 1, 1)).routes}
     for probe, path in (("readinessProbe", "/v2/health/ready"), ("livenessProbe", "/v2/health/live")):
         assert c[probe]["httpGet"] == {"path": path, "port": "http"} and path in paths
     assert set(_env(c)) <= {f.name.upper() for f in fields(Settings)}

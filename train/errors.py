@@ -196,8 +196,9 @@ class RequestError(TemplateError):
     exit_code = 2
     kind = "request"
 
-    def __init__(self, name: str, value: object, fix: str, status: int = 400):
+    def __init__(self, name: str, value: object, fix: str, status: int = 400, retry_after: int | None = None):
         self.name, self.value, self.fix, self.status = name, value, fix, status
+        self.retry_after = retry_after  # seconds, sent as Retry-After: a refusal that passes with time (503)
         shown = "" if value is None else f" ({str(value)[:80]})"
         super().__init__(f"{name}{shown}: {fix}")
 

@@ -381,6 +381,8 @@ RECORDED_FREE = {
     "serve_max_batch": 8,
     "serve_max_wait_ms": 1.0,
     "serve_max_body_mb": 2.0,
+    "serve_max_pixels": 1000,
+    "serve_drain_seconds": 5.0,
     "sweep_storage": "sqlite:////recorded/study.db",
     "profile": "steps",
     "profile_steps": "3:7",

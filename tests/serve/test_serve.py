@@ -234,3 +234,17 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(serve_server):
             answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 413") and b"SERVE_MAX_BODY_MB" in body, answer
+
+
+def test_an_export_folder_without_source_json_is_not_called_a_run(served_run, tmp_path, caplog):
+    import shutil
+
+    from train.serve.model import find_export
+
+    export = tmp_path / "model-copy"
+    shutil.copytree(served_run / "export", export)
+    (export / "source.json").unlink()
+    with caplog.at_level("WARNING", logger="train"):
+        find_export(export, None, "model")
+    assert f"the export folder {export} has no source.json" in caplog.text, caplog.text
+    assert "run model-copy" not in caplog.text and "export model-copy" not in caplog.text

@@ -20,11 +20,20 @@ async def _call(app, path: str, doc) -> tuple[int, dict]:
 
 
 async def _send(app, path: str, body: bytes, content_type: str, headers=()) -> tuple[int, dict]:
+    status, _, doc = await _exchange(app, path, body, content_type, headers)
+    return status, doc
+
+
+async def _exchange(
+    app, path: str, body: bytes, content_type: str, headers=(), method="POST", cut_short=False
+) -> tuple[int, dict, dict]:
+    """(status, response headers, JSON body) of one request; `cut_short`: the client goes away after
+    half its body."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -40,6 +49,8 @@ async def _send(app, path: str, body: bytes, content_type: str, headers=()) -> t
     }
     sent: list[dict] = []
     messages = [{"type": "http.request", "body": body, "more_body": False}]
+    if cut_short:
+        messages = [{"type": "http.request", "body": body[: len(body) // 2], "more_body": True}]
 
     async def receive():
         return messages.pop(0) if messages else {"type": "http.disconnect"}
@@ -48,8 +59,15 @@ async def _send(app, path: str, body: bytes, content_type: str, headers=()) -> t
         sent.append(message)
 
     await app(scope, receive, send)
-    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
-    return status, json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    answer = {k.decode(): v.decode() for k, v in start["headers"]}
+    if not any(m.get("body") for m in sent):
+        return start["status"], answer, {}
+    return (
+        start["status"],
+        answer,
+        json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")),
+    )
 
 
 def test_a_failing_model_call_is_a_json_500_and_the_server_goes_on():
@@ -62,7 +80,7 @@ def test_a_failing_model_call_is_a_json_500_and_the_server_goes_on():
         return np.tile([0.25, 0.75], (len(batch), 1)).astype(np.float32)
 
     model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), run)
-    state = State(model, max_batch=4, max_wait_ms=0, max_body=10_000)
+    state = State(model, max_batch=4, max_wait_ms=0, max_body=10_000, max_pixels=1_000_000)
     app = build_app(state)
     request = {"instances": [np.zeros((2, 2, 1), int).tolist()]}
 
@@ -111,9 +129,9 @@ def test_accepted_connections_send_small_writes_at_once():
 
 
 # -- a request is counted before any of it is decoded ------------------------------------------------
-def _app(max_batch=4):
+def _app(max_batch=4, max_pixels=1_000_000):
     model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), lambda b: np.tile([0.5, 0.5], (len(b), 1)))
-    state = State(model, max_batch=max_batch, max_wait_ms=0, max_body=64_000_000)
+    state = State(model, max_batch=max_batch, max_wait_ms=0, max_body=64_000_000, max_pixels=max_pixels)
     return state, build_app(state)
 
 
@@ -132,13 +150,13 @@ def _serve(requests, max_batch=4):
     return asyncio.run(scenario())
 
 
-def _png() -> bytes:
+def _png(side: int = 2) -> bytes:
     import io
 
     from PIL import Image
 
     out = io.BytesIO()
-    Image.fromarray(np.zeros((2, 2), np.uint8)).save(out, format="PNG")
+    Image.fromarray(np.zeros((side, side), np.uint8)).save(out, format="PNG")
     return out.getvalue()
 
 
@@ -228,3 +246,106 @@ def test_a_form_with_files_and_fields_is_still_served(decoded):
     ((status, answer),) = _serve([("/predict", body, form)])
     assert status == 200 and [row["file"] for row in answer["predictions"]] == ["a.png", "b.png"], answer
     assert decoded == ["a.png", "b.png"]
+
+
+# -- heavy requests neither delay small ones nor queue without end ------------------------------------
+def test_heavy_requests_do_not_delay_a_small_one_and_past_their_lane_are_refused_with_retry_after(monkeypatch):
+    """A PNG of a few KB can declare millions of pixels (seven such requests once held every decoding
+    thread for 20 s). Their decodes are held here: a small request is answered meanwhile, and the heavy
+    ones past what their lane holds are refused at once instead of queueing."""
+    import os
+    import threading
+    import time
+
+    from train.serve import payloads
+
+    release, held = threading.Event(), []
+    real = payloads.image_file
+
+    def decode(raw, shape, what):
+        if what.startswith("big"):
+            held.append(what)
+            release.wait(60)
+        return real(raw, shape, what)
+
+    monkeypatch.setattr(payloads, "image_file", decode)
+    state, app = _app(max_pixels=10_000_000)
+    big, form = _multipart([("file", "big.png", _png(2100))])  # 4.4 million pixels in a few KB
+    small, small_form = _multipart([("file", "small.png", _png())])
+    heavy = len(os.sched_getaffinity(0)) + 40  # more than any default thread pool holds
+
+    async def scenario():
+        state.batcher = Batcher(state.model.run, 4, 0)
+        state.batcher.start()
+        try:
+            loads = [asyncio.ensure_future(_exchange(app, "/predict", big, form)) for _ in range(heavy)]
+            deadline = time.monotonic() + 60
+            while not held:  # a heavy decode under way (or every heavy request answered: a failure below)
+                if time.monotonic() > deadline or all(load.done() for load in loads):
+                    break
+                await asyncio.sleep(0.01)
+            light = await asyncio.wait_for(_exchange(app, "/predict", small, small_form), 30)
+            release.set()
+            return light, await asyncio.gather(*loads)
+        finally:
+            release.set()
+            await state.batcher.stop()
+
+    (status, _, doc), answers = asyncio.run(scenario())
+    assert status == 200 and doc["predictions"][0]["file"] == "small.png", doc
+    refused = [(headers, doc) for status, headers, doc in answers if status == 503]
+    assert refused and all(status in (200, 503) for status, _, _ in answers), answers
+    assert all(h["retry-after"] == "1" and "busy with large requests" in d["error"] for h, d in refused), refused
+    assert len(answers) - len(refused) <= len(os.sched_getaffinity(0))  # half the cores running, as many waiting
+
+
+def test_images_declaring_more_pixels_than_the_budget_are_refused_before_any_is_decoded(decoded):
+    # 2 images of 1,000 x 1,000 declare 2,000,000 pixels: over SERVE_MAX_PIXELS=1,000,000 of _app.
+    image = {"b64": base64.b64encode(_png(1000)).decode()}
+    request = json.dumps({"instances": [image, image]}).encode()
+    ((status, answer),) = _serve([("/v1/models/model:predict", request, "application/json")])
+    assert status == 413 and "SERVE_MAX_PIXELS=1,000,000" in answer["error"] and "2x2x1" in answer["error"], answer
+    assert decoded == []
+
+
+# -- odd requests get their own answer ---------------------------------------------------------------
+def test_get_on_a_predict_path_is_a_405_not_a_model_named_model_predict():
+    state, app = _app()
+    for path in ("/v1/models/model:predict", "/v1/models/model/versions/1:predict"):
+        status, _, doc = asyncio.run(_exchange(app, path, b"", "application/json", method="GET"))
+        assert status == 405 and doc["error"].startswith("method (GET)"), (path, doc)
+
+
+@pytest.mark.parametrize(
+    "doc, named",
+    [
+        ({"parameters": 7}, "parameters (int)"),
+        ({"inputs": [{"parameters": 7}]}, "inputs[0].parameters (int)"),
+        ({"outputs": [{"name": "probabilities", "parameters": 7}]}, "outputs[0].parameters (int)"),
+    ],
+)
+def test_v2_parameters_that_are_no_object_are_named_by_where_they_are(doc, named):
+    tensor = {"name": "images", "datatype": "UINT8", "shape": [1, 2, 2, 1], "data": [0, 0, 0, 0]}
+    request = {**doc, "inputs": [{**tensor, **(doc.get("inputs") or [{}])[0]}]}
+    ((status, answer),) = _serve([("/v2/models/model/infer", json.dumps(request).encode(), "application/json")])
+    assert status == 400 and answer["error"].startswith(named + ": "), answer
+
+
+def test_a_client_gone_mid_body_is_one_log_line_without_a_traceback_and_the_server_goes_on(caplog):
+    state, app = _app()
+    body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()
+
+    async def scenario():
+        state.batcher = Batcher(state.model.run, 4, 0)
+        state.batcher.start()
+        try:
+            await _exchange(app, "/v1/models/model:predict", body, "application/json", cut_short=True)
+            return await _send(app, "/v1/models/model:predict", body, "application/json")
+        finally:
+            await state.batcher.stop()
+
+    with caplog.at_level("INFO", logger="train"):
+        status, _ = asyncio.run(scenario())
+    assert status == 200
+    gone = [r for r in caplog.records if "went away" in r.getMessage()]
+    assert len(gone) == 1 and not any(r.exc_info for r in caplog.records), caplog.text

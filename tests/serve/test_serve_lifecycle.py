@@ -68,6 +68,35 @@ def test_not_ready_until_warmed_up_then_sigterm_finishes_the_request_in_flight_a
     assert status == 200 and len(doc["predictions"]) == 1
 
 
+@pytest.mark.parametrize("signals, drain", [(1, "1"), (2, "600")])
+def test_a_request_still_running_when_the_drain_ends_is_answered_503_and_serve_exits_0_without_waiting_for_it(
+    tmp_path, start_server, signals, drain
+):
+    """The model call is held for good (a decode or a model call that outlasts the drain): the drain's
+    end, or a second signal, answers it as JSON and the process ends, its thread not waited for."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "warm").touch()
+    server = start_server(make_gated_run(tmp_path, gate), {"SERVE_DRAIN_SECONDS": drain}).wait_ready()
+    answers = []
+    held = json.dumps({"instances": [np.full(SHAPE, 255).tolist()]}).encode()
+    url = server.url + "/v1/models/model:predict"
+    client = threading.Thread(target=lambda: answers.append(request(url, held, {"Content-Type": "application/json"})))
+    client.start()
+    _until((gate / "started").exists, "the held request reaching the model")
+    server.proc.send_signal(signal.SIGTERM)
+    if signals == 2:
+        server.wait_for_line(r"Waiting for connections to close")
+        server.proc.send_signal(signal.SIGTERM)
+    client.join(_DEADLINE)
+    ((status, headers, body),) = answers
+    assert status == 503 and {k.lower(): v for k, v in headers.items()}["retry-after"] == "1", body
+    assert "stopping" in json.loads(body)["error"]
+    assert server.proc.wait(_DEADLINE) == 0, server.output
+    assert "Traceback" not in server.output and "CancelledError" not in server.output, server.output
+    assert "not waiting for 1 call(s) still running" in server.output
+
+
 def test_an_export_copied_away_is_served_with_its_labels_nothing_is_written_and_big_bodies_stop(
     served_run, tmp_path, start_server
 ):

@@ -196,7 +196,7 @@ def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None) -> t
     Image.MAX_IMAGE_PIXELS = None
     try:
         with Image.open(io.BytesIO(raw)) as im:
-            (width, height), frames = im.size, getattr(im, "n_frames", 1) if im.format == "GIF" else 1
+            (width, height), frames = im.size, _frames(im)
             if im.format == "PNG":  # PIL's getexif would decode a PNG whose eXIf chunk is not up front
                 exif = Image.Exif()
                 if im.info.get("exif"):
@@ -215,6 +215,24 @@ def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None) -> t
             "IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS"
         )
     return (orientation if 1 <= orientation <= 8 else 1), cmyk
+
+
+def declared_pixels(raw: bytes) -> int | None:
+    """The pixels an encoded image's header declares (width x height, times the frames of a GIF),
+    read without decoding it: what decoding it will cost. None when PIL cannot parse the header."""
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = None  # the caller's limit decides, as in image_info
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            return im.size[0] * im.size[1] * _frames(im)
+    except Exception:  # noqa: BLE001  (PIL raises many types for files it cannot parse)
+        return None
+
+
+def _frames(im) -> int:
+    # TensorFlow decodes every frame of a GIF to keep the first; other formats decode one image.
+    return getattr(im, "n_frames", 1) if im.format == "GIF" else 1
 
 
 def files_info(paths: Sequence[str]) -> np.ndarray:

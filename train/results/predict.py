@@ -113,24 +113,29 @@ def check_export(run_files: RunDir) -> None:
         _warn_if_stale(run_files, source, f"export it again with `python -m train export {run_files.name}`")
 
 
-def verify_export_files(export: ExportDir, name: str) -> dict | None:
+def verify_export_files(export: ExportDir, name: str, copied: bool = False) -> dict | None:
     """ExportError unless every file source.json records has its sha256; the weights it names, or None
-    (with a warning) for an export made before source.json was written. `name`: the run's, for messages."""
-    again = f"export it again with `python -m train export {name}`"
+    (with a warning) for an export made before source.json was written. `name`: the run's, for messages;
+    `copied`: an export folder copied away from its run, named by its path (it is no run)."""
+    if copied:
+        which = f"the export folder {export.path}"
+        again = "copy the whole export/ folder of its run again, or export the run again (`python -m train export RUN`)"
+        unrecorded = f"WARNING: {which} has no source.json: its files cannot be checked against what export wrote; %s"
+    else:
+        which, again = f"the export of run {name}", f"export it again with `python -m train export {name}`"
+        unrecorded = (
+            f"WARNING: {which} does not record the weights it was made from (exported before that was kept): it "
+            "may be older than the run's best weights; %s to be sure"
+        )
     try:
         record = json.loads(export.source.read_text(encoding="utf-8"))
         recorded, source = dict(record["files"]), dict(record["weights"])
     except FileNotFoundError:
-        log.warning(
-            "WARNING: the export of run %s does not record the weights it was made from (exported before that was "
-            "kept): it may be older than the run's best weights; %s to be sure",
-            name,
-            again,
-        )
+        log.warning(unrecorded, again)
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ExportError(f"the export of run {name}: {export.source} is unreadable ({exc}): {again}") from None
-    damaged = f"the export of run {name} is damaged"
+        raise ExportError(f"{which}: {export.source} is unreadable ({exc}): {again}") from None
+    damaged = f"{which} is damaged"
     if not recorded:
         raise ExportError(f"{damaged}: {export.source} lists no files, so nothing in it could be checked: {again}")
     missing = _unrecorded(export, recorded)

@@ -2,9 +2,11 @@
 
 One Starlette app around one ServedModel and its Batcher. Every refused request is a RequestError
 answered as {"error": "..."} with its status (400, 404 for an unknown model or version, 413 for a
-body over SERVE_MAX_BODY_MB, 503 before the model is ready); the body is read in chunks and
-refused as soon as it passes the limit, never read whole first. Parsing and image decoding run in
-worker threads, the model in the Batcher's: the event loop only moves bytes.
+body over SERVE_MAX_BODY_MB or images over SERVE_MAX_PIXELS, 503 before the model is ready or
+while the decoding threads are busy); the body is read in chunks and refused as soon as it passes
+the limit, never read whole first. Parsing and image decoding run in the Decoder's threads
+(train.serve.work), the model in the Batcher's: the event loop only moves bytes. Every request in
+flight is known (Drain), so that when the server stops it can answer each one as JSON.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import logging
 
 import numpy as np
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -24,17 +28,52 @@ from ..errors import RequestError
 from . import payloads
 from .batcher import Batcher
 from .model import ServedModel
+from .work import Decoder
 
 log = logging.getLogger("train")
 VERSION = "1"  # an export is one model version; TF Serving numbers a single version 1 as well
 
 
+class _Segment(Convertor):
+    """A model name or version in a path: no "/" and no ":", so that `GET .../model:predict` is the
+    `:predict` route's 405, not a model named "model:predict"."""
+
+    regex = "[^/:]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("segment", _Segment())
+
+
 class State:
     """What the endpoints share: the model, its batcher once ready, the limits."""
 
-    def __init__(self, model: ServedModel, max_batch: int, max_wait_ms: float, max_body: int):
+    def __init__(self, model: ServedModel, max_batch: int, max_wait_ms: float, max_body: int, max_pixels: int):
         self.model, self.max_batch, self.max_wait_ms, self.max_body = model, max_batch, max_wait_ms, max_body
+        self.decoder = Decoder(max_pixels)
         self.batcher: Batcher | None = None  # set once the model is loaded and warmed up: ready from then on
+        self.in_flight: set[asyncio.Task] = set()  # the requests being answered, each its own task
+        self.stopping = False  # set when the drain's time is up: what is still in flight is answered 503
+
+    def cut_off(self) -> None:
+        """The drain's time is up (or a second signal came): each request in flight is answered 503 now,
+        whatever it waits for (a decode, the model, the rest of its body)."""
+        self.stopping = True
+        if self.in_flight:
+            log.info(
+                "answering the %d request(s) still in flight with 503: the server is stopping", len(self.in_flight)
+            )
+        for task in list(self.in_flight):
+            task.cancel()
+
+    def running(self) -> int:
+        """Calls still running in worker threads (decoding, the model), whatever became of their requests."""
+        return self.decoder.running + (self.batcher.pool.running if self.batcher is not None else 0)
 
     @property
     def ready(self) -> bool:
@@ -47,7 +86,11 @@ def build_app(state: State) -> Starlette:
             try:
                 return await fn(state, request)
             except RequestError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+                headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+                return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
+            except ClientDisconnect:  # gone before its body was whole: no one to answer, nothing failed here
+                log.info("%s %s: the client went away before sending its whole body", request.method, request.url.path)
+                return Response(status_code=400)
             except Exception as exc:  # noqa: BLE001  (a failed model call: this request fails, the server lives on)
                 log.exception("%s %s failed", request.method, request.url.path)
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -60,10 +103,10 @@ def build_app(state: State) -> Starlette:
         # Each model route also answers under /versions/{version} (the one version there is).
         return [
             route(path + suffix, endpoint, methods),
-            route(path + "/versions/{version}" + suffix, endpoint, methods),
+            route(path + "/versions/{version:segment}" + suffix, endpoint, methods),
         ]
 
-    v1, v2 = "/v1/models/{name}", "/v2/models/{name}"
+    v1, v2 = "/v1/models/{name:segment}", "/v2/models/{name:segment}"
     routes = [
         *both(v1, "", tf_status),
         *both(v1, "/metadata", tf_metadata),
@@ -76,7 +119,7 @@ def build_app(state: State) -> Starlette:
         *both(v2, "/infer", v2_infer, ("POST",)),
         route("/predict", plain_predict, ("POST",)),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(Drain, state=state)])
 
     async def not_found(request, exc):
         # Starlette's own 404/405 answer as every other refusal: one JSON error.
@@ -88,6 +131,38 @@ def build_app(state: State) -> Starlette:
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(405, not_found)
     return app
+
+
+class Drain:
+    """Each request in flight is registered in `state.in_flight` while it is answered. Cancelled by
+    State.cut_off (or by the event loop's own end after a second signal), it answers 503 as JSON:
+    never uvicorn's plain-text 500 and a CancelledError traceback in the log."""
+
+    def __init__(self, app, state: State):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        task, started = asyncio.current_task(), False
+
+        async def sending(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        self.state.in_flight.add(task)
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if not self.state.stopping:
+                raise
+            task.uncancel()  # answered below: the cancellation ends here
+            if not started:
+                error = "server: stopping before this request was done; send it again (to another replica)"
+                await JSONResponse({"error": error}, 503, {"Retry-After": "1"})(scope, receive, send)
+        finally:
+            self.state.in_flight.discard(task)
 
 
 def _check_model(state: State, request: Request) -> ServedModel:
@@ -166,8 +241,8 @@ async def tf_predict(state: State, request: Request) -> Response:
     model = _check_model(state, request)
     _require_ready(state)
     body = await read_body(state, request)
-    images, columnar = await asyncio.to_thread(
-        lambda: payloads.tf_serving_images(payloads.parse_json(body), model.shape, state.max_batch)
+    images, columnar = await state.decoder.images(
+        len(body), lambda: payloads.tf_serving_images(payloads.parse_json(body), model.shape, state.max_batch)
     )
     probs = (await _predict(state, images)).tolist()
     return JSONResponse({"outputs": probs} if columnar else {"predictions": probs})
@@ -212,8 +287,8 @@ async def v2_infer(state: State, request: Request) -> Response:
     _require_ready(state)
     body = await read_body(state, request)
     header = request.headers.get("inference-header-content-length")
-    images, meta = await asyncio.to_thread(
-        payloads.v2_request, body, header, model.shape, model.output_name, state.max_batch
+    images, meta = await state.decoder.images(
+        len(body), lambda: payloads.v2_request(body, header, model.shape, model.output_name, state.max_batch)
     )
     content, headers = payloads.v2_response(model, await _predict(state, images), meta)
     return Response(content, headers=headers)
@@ -227,7 +302,9 @@ async def plain_predict(state: State, request: Request) -> Response:
     _require_ready(state)
     body = await read_body(state, request)
     ctype = request.headers.get("content-type", "")
-    names, images = await asyncio.to_thread(payloads.uploads, body, ctype, model.shape, state.max_batch)
+    images, names = await state.decoder.images(
+        len(body), lambda: payloads.uploads(body, ctype, model.shape, state.max_batch)
+    )
     probs = await _predict(state, images)
     rows = []
     for name, p in zip(names, probs):

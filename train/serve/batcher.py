@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from .work import Pool
 
 
 class Batcher:
@@ -21,7 +22,7 @@ class Batcher:
         self.run, self.max_batch, self.max_wait = run, max_batch, max_wait
         self._queue: asyncio.Queue = asyncio.Queue()
         self._next: tuple | None = None  # a request that did not fit the last batch: it opens the next
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self.pool = Pool(1, "model")  # its running call is counted: the server does not wait for it when it stops
         self._task: asyncio.Task | None = None
         self.batches = 0  # model calls made, and the images they held: for the log and the tests
         self.images = 0
@@ -33,7 +34,7 @@ class Batcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)  # a call still running cannot be stopped anyway
+        self.pool.shutdown()
 
     async def predict(self, images: np.ndarray) -> np.ndarray:
         """The model's output for `images` (N, H, W, C) uint8, computed in a batch with others."""
@@ -56,7 +57,7 @@ class Batcher:
                     break
                 batch.append(item)
                 size += len(item[0])
-            await self._call(loop, batch)
+            await self._call(batch)
 
     async def _one_more(self, timeout: float):
         if not self._queue.empty():
@@ -68,10 +69,10 @@ class Batcher:
         except asyncio.TimeoutError:
             return None
 
-    async def _call(self, loop, batch: list) -> None:
+    async def _call(self, batch: list) -> None:
         images = np.concatenate([b[0] for b in batch]) if len(batch) > 1 else batch[0][0]
         try:
-            out = await loop.run_in_executor(self._pool, self.run, images)
+            out = await self.pool.run(self.run, images)
         except Exception as exc:  # noqa: BLE001  (each waiting request gets the failure, the server lives on)
             for _, done in batch:
                 if not done.done():

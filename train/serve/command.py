@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from .address import listen_address
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-SETTINGS = ("serve_max_batch", "serve_max_wait_ms", "serve_max_body_mb")
+SETTINGS = ("serve_max_batch", "serve_max_wait_ms", "serve_max_body_mb", "serve_max_pixels", "serve_drain_seconds")
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:

@@ -66,6 +66,6 @@ def find_export(target: Path | None, run_dir: Path | None, name: str) -> ServedM
     run_name = export.path.name
     if not export.labels.is_file():
         raise ExportError(f"{export.path} has no labels.txt (the class names): copy the whole export folder")
-    verify_export_files(export, run_name)
+    verify_export_files(export, run_name, copied=True)
     labels = export.labels.read_text(encoding="utf-8").splitlines()
     return ServedModel(name, export, run_name, labels)

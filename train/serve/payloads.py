@@ -3,8 +3,10 @@
 Three shapes come in: TensorFlow Serving's JSON (`instances` or `inputs`, nested lists of pixels or
 {"b64": PNG/JPEG}), the Open Inference Protocol's typed tensors (UINT8 pixels, or BYTES holding
 image files; JSON or the binary-data extension tritonclient sends by default) and file uploads.
-Image files are decoded as training decodes them (train.results.predict.decode_image_bytes), in
-memory: nothing here opens a path.
+Each reader returns the request's images as `Pending`: parsed and counted, image files still
+encoded, with the pixels their headers declare, so that what decoding will cost is known before it
+starts (train.serve.work decides where and whether it runs). Image files are decoded as training
+decodes them (train.results.predict.decode_image_bytes), in memory: nothing here opens a path.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, RequestError
+from ..inputs.images import SUPPORTED, declared_pixels
 from ..results.predict import decode_image_bytes
 
 INPUT = "images"  # the serving signature's one input (train.results.export.write_savedmodel)
@@ -74,6 +77,33 @@ def pixels(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
     return array.astype(np.uint8)
 
 
+class Pending:
+    """A request's images before decoding: pixel arrays as sent, and image files as (what, bytes),
+    whose headers are read here: `pixels` is what decoding them will cost. A file whose header
+    cannot be read is refused now, since what the decoder would make of it is unknown."""
+
+    def __init__(self, parts: list, shape: tuple[int, ...]):
+        self.parts, self.shape, self.pixels = parts, tuple(shape), 0
+        for part in parts:
+            if isinstance(part, tuple):
+                what, raw = part
+                pixels = declared_pixels(raw)
+                if pixels is None:
+                    raise RequestError(what, None, f"not an image the model reads (send {SUPPORTED})")
+                self.pixels += pixels
+
+    @classmethod
+    def of(cls, images: np.ndarray) -> Pending:
+        """Pixels sent as they are (N, *shape): nothing left to decode."""
+        return cls(list(images), images.shape[1:])
+
+    def decode(self) -> np.ndarray:
+        images = [
+            part if isinstance(part, np.ndarray) else image_file(part[1], self.shape, part[0]) for part in self.parts
+        ]
+        return np.stack(images) if images else np.zeros((0, *self.shape), np.uint8)
+
+
 def image_file(raw: bytes, shape: tuple[int, ...], what: str) -> np.ndarray:
     try:
         return decode_image_bytes(raw, what, shape)
@@ -81,20 +111,20 @@ def image_file(raw: bytes, shape: tuple[int, ...], what: str) -> np.ndarray:
         raise RequestError(what, None, f"not an image the model reads ({str(exc).split(': ', 1)[-1]})") from None
 
 
-def b64_image(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+def b64_image(value: Any, what: str) -> tuple[str, bytes]:
     if not isinstance(value, str):
         raise RequestError(what, type(value).__name__, 'the "b64" value is a base64 string of a PNG or JPEG file')
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise RequestError(what, None, 'the "b64" value is not base64; encode the image file with base64') from None
-    return image_file(raw, shape, what)
+    return what, raw
 
 
 # --- TensorFlow Serving REST API ---
 
 
-def tf_serving_images(doc: Any, shape: tuple[int, ...], max_batch: int) -> tuple[np.ndarray, bool]:
+def tf_serving_images(doc: Any, shape: tuple[int, ...], max_batch: int) -> tuple[Pending, bool]:
     """(images, columnar) of a :predict body: `instances` (row form) or `inputs` (columnar); the
     rows are counted against `max_batch` before one is decoded."""
     if not isinstance(doc, dict):
@@ -109,7 +139,7 @@ def tf_serving_images(doc: Any, shape: tuple[int, ...], max_batch: int) -> tuple
         if not isinstance(rows, list):
             raise RequestError("instances", type(rows).__name__, "a list of images, one per row")
         check_count(len(rows), max_batch)
-        return _stack([_named(r, f"instances[{i}]", shape) for i, r in enumerate(rows)], shape), False
+        return Pending([_named(r, f"instances[{i}]", shape) for i, r in enumerate(rows)], shape), False
     if "inputs" not in doc:
         raise RequestError("body", ", ".join(map(str, doc)) or "{}", 'no "instances" or "inputs": send one of them')
     column = doc["inputs"]
@@ -118,15 +148,15 @@ def tf_serving_images(doc: Any, shape: tuple[int, ...], max_batch: int) -> tuple
             raise RequestError("inputs", ", ".join(map(str, column)), f'the model has one input, "{INPUT}"')
         column = column[INPUT]
     if isinstance(column, dict):  # one {"b64": ...}: a batch of one image
-        return _stack([_one(column, "inputs", shape)], shape), True
+        return Pending([_one(column, "inputs", shape)], shape), True
     if isinstance(column, list):
         check_count(len(column), max_batch)
     if isinstance(column, list) and column and all(isinstance(c, dict) for c in column):
-        return _stack([_one(c, f"inputs[{i}]", shape) for i, c in enumerate(column)], shape), True
-    return pixels(column, shape, "inputs"), True
+        return Pending([_one(c, f"inputs[{i}]", shape) for i, c in enumerate(column)], shape), True
+    return Pending.of(pixels(column, shape, "inputs")), True
 
 
-def _named(row: Any, what: str, shape) -> np.ndarray:
+def _named(row: Any, what: str, shape) -> np.ndarray | tuple[str, bytes]:
     if isinstance(row, dict) and "b64" not in row:
         if set(row) != {INPUT}:
             raise RequestError(what, ", ".join(map(str, row)), f'the model has one input, "{INPUT}"')
@@ -134,16 +164,13 @@ def _named(row: Any, what: str, shape) -> np.ndarray:
     return _one(row, what, shape)
 
 
-def _one(value: Any, what: str, shape) -> np.ndarray:
+def _one(value: Any, what: str, shape) -> np.ndarray | tuple[str, bytes]:
+    """An image's pixels, or (what, bytes) of an image file to decode."""
     if isinstance(value, dict):
         if set(value) != {"b64"}:
             raise RequestError(what, ", ".join(map(str, value)), 'an image is nested pixel lists or {"b64": "..."}')
-        return b64_image(value["b64"], shape, what)
+        return b64_image(value["b64"], what)
     return pixels([value], shape, what)[0]
-
-
-def _stack(images: list[np.ndarray], shape) -> np.ndarray:
-    return np.stack(images) if images else np.zeros((0, *shape), np.uint8)
 
 
 def _shape(shape) -> str:
@@ -159,7 +186,7 @@ def _dims(shape) -> str:
 
 def v2_request(
     body: bytes, header_length: str | None, shape: tuple[int, ...], output: str, max_batch: int
-) -> tuple[np.ndarray, dict]:
+) -> tuple[Pending, dict]:
     """(images, {"id", "binary"}) of an infer request, JSON or with the binary-data extension; its
     shape[0] is counted against `max_batch` before any element is read."""
     raw = b""
@@ -182,28 +209,29 @@ def v2_request(
     if tensor.get("name") != INPUT:
         raise RequestError("inputs[0].name", tensor.get("name"), f'the model\'s input is "{INPUT}"')
     images = _v2_tensor(tensor, raw, shape, max_batch)
-    binary = bool(_params(doc, "parameters").get("binary_data_output", False))
+    binary = bool(_params(doc, "").get("binary_data_output", False))
     outputs = doc.get("outputs") or []
     if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
         raise RequestError("outputs", None, f'a list of objects such as {{"name": "{output}"}}')
-    for out in outputs:
+    for i, out in enumerate(outputs):
         if out.get("name") != output:
             raise RequestError("outputs", out.get("name"), f'the model\'s output is "{output}"')
-        binary = bool(_params(out, "outputs").get("binary_data", binary))
+        binary = bool(_params(out, f"outputs[{i}].").get("binary_data", binary))
     return images, {"id": doc.get("id"), "binary": binary}
 
 
-def _params(doc: dict, what: str) -> dict:
+def _params(doc: dict, where: str) -> dict:
+    """`doc`'s "parameters", named in an error by where it is: "" (the request's own), "inputs[0]." ..."""
     params = doc.get("parameters")
     if params is None:
         return {}
     if not isinstance(params, dict):
-        raise RequestError(f"{what} parameters", type(params).__name__, "an object of name: value")
+        raise RequestError(f"{where}parameters", type(params).__name__, "an object of name: value")
     return params
 
 
-def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...], max_batch: int) -> np.ndarray:
-    dims, dtype, params = _v2_shape(tensor.get("shape"), shape), tensor.get("datatype"), _params(tensor, "inputs[0]")
+def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...], max_batch: int) -> Pending:
+    dims, dtype, params = _v2_shape(tensor.get("shape"), shape), tensor.get("datatype"), _params(tensor, "inputs[0].")
     check_count(dims[0], max_batch, "inputs[0].shape[0]")
     size = params.get("binary_data_size")
     if size is not None and (not isinstance(size, int) or size != len(raw)):
@@ -214,16 +242,16 @@ def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...], max_batch: int)
         if size is not None:
             if len(raw) != math.prod(dims):
                 raise RequestError("binary_data_size", size, f"shape {dims} of UINT8 needs {math.prod(dims)} bytes")
-            return np.frombuffer(raw, np.uint8).reshape(dims)
+            return Pending.of(np.frombuffer(raw, np.uint8).reshape(dims))
         flat = pixels_flat(tensor.get("data"), math.prod(dims))
-        return flat.reshape(dims)
+        return Pending.of(flat.reshape(dims))
     if dtype == "BYTES":
         if len(dims) not in (1, 2) or len(dims) == 2 and dims[1] != 1:
             raise RequestError("inputs[0].shape", dims, "BYTES inputs are image files, shape [N] or [N, 1]")
         files = _length_prefixed(raw, dims[0]) if size is not None else _b64_list(tensor.get("data"), dims[0])
         if len(files) != dims[0]:
             raise RequestError("inputs[0].shape", dims, f"the data holds {len(files)} elements")
-        return _stack([image_file(f, shape, f"inputs[0][{i}]") for i, f in enumerate(files)], shape)
+        return Pending([(f"inputs[0][{i}]", f) for i, f in enumerate(files)], shape)
     raise RequestError("inputs[0].datatype", dtype, "UINT8 (pixels) or BYTES (PNG/JPEG files)")
 
 
@@ -309,14 +337,14 @@ FORM_FIELDS = 8
 PART_HEADERS = 16_384
 
 
-def uploads(body: bytes, content_type: str, shape: tuple[int, ...], max_batch: int) -> tuple[list[str], np.ndarray]:
+def uploads(body: bytes, content_type: str, shape: tuple[int, ...], max_batch: int) -> tuple[Pending, list[str]]:
     """(file names, images) of a multipart/form-data upload, or of a body that is one image file.
 
     The parts are split at the boundary and counted before any is parsed (at most `max_batch` files
     and FORM_FIELDS more); only each part's few header lines go through the email parser, never a
     part's body, so a part that is itself multipart is not walked."""
     if not content_type.lower().startswith("multipart/form-data"):
-        return ["body"], image_file(body, shape, "body")[None]
+        return Pending([("body", body)], shape), ["body"]
     parts = _parts(body, _boundary(content_type))
     if len(parts) > max_batch + FORM_FIELDS:
         raise RequestError(
@@ -341,7 +369,7 @@ def uploads(body: bytes, content_type: str, shape: tuple[int, ...], max_batch: i
     if not files:
         raise RequestError("body", None, "no file in the upload; send one as curl -F file=@image.png")
     check_count(len(files), max_batch)
-    return names, np.stack([image_file(raw, shape, name or "file") for name, raw in zip(names, files)])
+    return Pending([(name or "file", raw) for name, raw in zip(names, files)], shape), names
 
 
 def _boundary(content_type: str) -> bytes:

@@ -2,10 +2,12 @@
 
 The socket is bound before anything loads, so a port in use fails at once (exit 2). The server
 then answers /v2/health/live at once and /v2/health/ready with 503 until the model is loaded and
-warmed up in a worker thread. SIGTERM or SIGINT stops accepting connections, lets the requests in
-flight finish (up to GRACE seconds) and returns 0: what `docker stop` and Kubernetes expect.
-(uvicorn re-raises a caught signal after its shutdown, which would end the process by that signal
-instead; this server does not.)
+warmed up in a worker thread. SIGTERM or SIGINT stops accepting connections and lets the requests
+in flight finish for up to SERVE_DRAIN_SECONDS; those still running then are answered 503 (JSON), at
+once on a second signal. The process then exits 0, what `docker stop` and Kubernetes expect, without
+waiting for a decode or a model call still running in a thread: none can be interrupted, and Python
+would join their threads at exit for as long as they run. (uvicorn re-raises a caught signal after
+its shutdown, which would end the process by that signal instead; this server does not.)
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import socket
+import sys
 
 import uvicorn
 
@@ -23,17 +27,46 @@ from .address import bound_everywhere, listen_address, url_host
 from .app import State, build_app
 from .batcher import Batcher
 from .model import ServedModel
+from .work import Pool
 
 log = logging.getLogger("train")
-GRACE = 30  # seconds the requests in flight get after SIGTERM (Kubernetes' default grace period is 30)
+BACKSTOP = 5  # seconds past the drain before uvicorn cancels what our cut-off did not end (a stuck send)
 
 
 class _Server(uvicorn.Server):
+    """uvicorn's server with this module's drain: the first signal starts it and sets the cut-off
+    SERVE_DRAIN_SECONDS later, a second one cuts off at once; neither is re-raised afterwards."""
+
+    def __init__(self, config: uvicorn.Config, state: State, drain: float):
+        super().__init__(config)
+        self.state, self.drain = state, drain
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets=None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    async def shutdown(self, sockets=None) -> None:
+        await super().shutdown(sockets)
+        if self.force_exit:
+            # uvicorn skips the app's shutdown when forced; the event loop's end would then cancel it
+            # with a traceback. Ours waits for nothing (the batcher's call is not waited for).
+            await self.lifespan.shutdown()
+
     def handle_exit(self, sig, frame) -> None:
-        # A second signal forces the exit, as uvicorn does; neither is re-raised afterwards.
-        if self.should_exit:
-            self.force_exit = True
+        # A signal handler: the loop is reached through its thread-safe door, and logs from there.
+        second = self.should_exit
+        self.force_exit = self.force_exit or second
         self.should_exit = True
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._stop, second)
+
+    def _stop(self, second: bool) -> None:
+        if second:
+            self.state.cut_off()
+            return
+        log.info("stopping: requests in flight get up to %g s (a second signal stops at once)", self.drain)
+        self.loop.call_later(self.drain, self.state.cut_off)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -67,13 +100,15 @@ def serve(model: ServedModel, host: str, port: int, settings) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean drain, the error's exit code when the model fails to load."""
     host = listen_address(host)
     sock = bind(host, port)
-    state = State(model, settings.serve_max_batch, settings.serve_max_wait_ms, int(settings.serve_max_body_mb * 1e6))
+    body = int(settings.serve_max_body_mb * 1e6)
+    state = State(model, settings.serve_max_batch, settings.serve_max_wait_ms, body, settings.serve_max_pixels)
     failed: list[TemplateError] = []
+    loader = Pool(1, "load")
     server: _Server
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        loading = asyncio.get_running_loop().create_task(_load(state, server, failed))
+        loading = asyncio.get_running_loop().create_task(_load(state, server, loader, failed))
         log.info(
             "serving on http://%s:%d (model %s; ready once loaded)", url_host(host), sock.getsockname()[1], model.name
         )
@@ -81,22 +116,35 @@ def serve(model: ServedModel, host: str, port: int, settings) -> int:
         loading.cancel()
         if state.batcher is not None:
             await state.batcher.stop()
+        state.decoder.shutdown()
+        loader.shutdown()
 
     app = build_app(state)
     app.router.lifespan_context = lifespan
+    drain = settings.serve_drain_seconds
     config = uvicorn.Config(
-        app, log_level="info", timeout_graceful_shutdown=GRACE, access_log=False, lifespan="on", server_header=False
+        app,
+        log_level="info",
+        timeout_graceful_shutdown=drain + BACKSTOP,
+        access_log=False,
+        lifespan="on",
+        server_header=False,
     )
-    server = _Server(config)
+    server = _Server(config, state, drain)
     server.run(sockets=[sock])
     if failed:
         raise failed[0]
+    running = state.running() + loader.running
+    if running:
+        log.info("stopped; not waiting for %d call(s) still running in worker threads (decoding or the model)", running)
+        sys.stderr.flush()
+        os._exit(0)  # sys.exit would join those threads for as long as they run
     return 0
 
 
-async def _load(state: State, server: _Server, failed: list) -> None:
+async def _load(state: State, server: _Server, loader: Pool, failed: list) -> None:
     try:
-        await asyncio.to_thread(state.model.load, state.max_batch)
+        await loader.run(state.model.load, state.max_batch)
     except TemplateError as exc:
         failed.append(exc)
         server.should_exit = True

@@ -32,3 +32,19 @@ class Section:
         max=4096.0,
         kind="invocation",
     )
+    serve_max_pixels: int = setting(
+        50_000_000,
+        "serve: the most pixels the image files of one request may declare in all (decoding costs time and "
+        "memory by the pixel); a request over it is refused with 413 before any image is decoded",
+        min=1,
+        max=2_000_000_000,
+        kind="invocation",
+    )
+    serve_drain_seconds: float = setting(
+        30.0,
+        "serve: after SIGTERM, how long the requests in flight get to finish; those still running are then "
+        "answered 503 and the server exits (keep it under the orchestrator's grace period)",
+        min=0.0,
+        max=3600.0,
+        kind="invocation",
+    )
