@@ -185,6 +185,20 @@ def _queue_again(study, trial) -> None:
         optuna.storages.RetryHeartbeatStaleTrialCallback()(study, trial)
 
 
+def _resumed(run_dir: Path, spec: SweepSpec, info: dict, number: int, retry_of: list) -> float | None:
+    """A trial's run that exists already: its value when it finished before its process could tell
+    the study (counted once, not run again), else None, and it is resumed."""
+    files = RunDir(run_dir)
+    manifest = read_json(files.manifest) if files.manifest.is_file() else {}
+    ended = _ended(manifest, spec)
+    if files.manifest.is_file():
+        update_manifest(files.manifest, sweep=info)  # a resume's new segment keeps it
+    if ended is None:
+        again = f" ({retry_text(retry_of)})" if retry_of else ""
+        log.info("trial %d%s: resuming run %s", number, again, run_dir.name)
+    return ended
+
+
 def _objective(
     trial,
     study,
@@ -208,16 +222,8 @@ def _objective(
     if retry_of:
         info["retry_of"] = list(retry_of)
     run_dir = _own_run(settings, trial.user_attrs.get(RUN_ATTR))
-    if run_dir is not None:
-        manifest = read_json(RunDir(run_dir).manifest) if RunDir(run_dir).manifest.is_file() else {}
-        ended = _ended(manifest, spec)
-        if ended is not None:  # finished before its process could tell the study: counted once, not run again
-            update_manifest(RunDir(run_dir).manifest, sweep=info)
-            return ended
-        if RunDir(run_dir).manifest.is_file():
-            update_manifest(RunDir(run_dir).manifest, sweep=info)  # a resume's new segment keeps it
-        again = f" ({retry_text(retry_of)})" if retry_of else ""
-        log.info("trial %d%s: resuming run %s", trial.number, again, run_dir.name)
+    if run_dir is not None and (ended := _resumed(run_dir, spec, info, trial.number, retry_of)) is not None:
+        return ended
     if stop.check():
         raise _Stopped(None, stop.reason)
     trial_settings = settings.replace(

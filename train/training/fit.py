@@ -121,17 +121,7 @@ def _train(
     plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks, continue_with: Callable[[str], str]
 ) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
-    setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
-    if setup is not None:
-        from . import sync
-
-        with workers.cluster_errors(setup):
-            sync.text_from_chief(setup.strategy, run_dir.name)  # every worker logs the same run id
-    # Temporary files and a staging folder left by a SIGKILL during the last export.
-    removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
-    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", _where(run_dir))
-    for p in removed:
-        log.info("removed a temp file left by an interrupted write: %s", p.name)
+    _open_log(plan, setup)
     manifest_path = RunDir(run_dir).manifest
     started = stop.started
     status, error = "failed", None
@@ -180,6 +170,22 @@ def _train(
                 _continued(run_dir, status, continue_with),
             )
         close_logging()
+
+
+def _open_log(plan: RunPlan, setup) -> None:
+    """train.log opened, the run named (every worker logs the chief's run id), leftovers of a kill removed."""
+    run_dir = plan.run_dir
+    setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
+    if setup is not None:
+        from . import sync
+
+        with workers.cluster_errors(setup):
+            sync.text_from_chief(setup.strategy, run_dir.name)
+    # Temporary files and a staging folder left by a SIGKILL during the last export.
+    removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
+    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", _where(run_dir))
+    for p in removed:
+        log.info("removed a temp file left by an interrupted write: %s", p.name)
 
 
 def _where(run_dir: Path) -> str:
