@@ -12,9 +12,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 stamp=$VENV/.lock-$(sha256sum "$LOCK" | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-    # --no-compile: a tool's environment is imported in small part (a parser, a server, two runtimes);
-    # Python compiles what is imported on first use, instead of pip compiling every module here.
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile --require-hashes -r "$LOCK"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r "$LOCK"
     rm -f "$VENV"/.lock-*
     touch "$stamp"
 fi
