@@ -476,14 +476,17 @@ def profile_steps(value: str) -> tuple[int, int]:
     return start, stop
 
 
-def export_formats(value: str) -> tuple[str, ...]:
-    """EXPORT_FORMATS as a tuple, savedmodel first (the reference the others are checked against)."""
+def export_formats(value: str, quantize: str = "none") -> tuple[str, ...]:
+    """EXPORT_FORMATS as a tuple, savedmodel first (the reference the others are checked against);
+    with EXPORT_QUANTIZE, litert too (the float file is the quantised one's reference)."""
     names = [n.strip().lower() for n in value.split(",") if n.strip()]
     for name in names:
         if name not in EXPORT_FORMATS:
             raise ConfigError(
                 "EXPORT_FORMATS", value, f"{name!r} is not a format: a comma list of " + ", ".join(EXPORT_FORMATS)
             )
+    if quantize != "none":
+        names.append("litert")
     return ("savedmodel", *(f for f in EXPORT_FORMATS[1:] if f in names))
 
 

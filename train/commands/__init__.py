@@ -72,7 +72,7 @@ def require_export_runtimes(settings: Settings) -> None:
     from ..config import export_formats
     from ..results.formats import parity_python, require_runtimes
 
-    formats = export_formats(settings.export_formats + (",litert" if settings.export_quantize != "none" else ""))
+    formats = export_formats(settings.export_formats, settings.export_quantize)
     require_runtimes(parity_python(settings.export_check_python), formats, "EXPORT_FORMATS", settings.export_formats)
 
 

@@ -538,7 +538,7 @@ def export_run(
     from ..run.weights import verify
     from .formats import parity_python, require_runtimes
 
-    wanted = export_formats(formats + (",litert" if quantize != "none" else ""))  # the float file is the reference
+    wanted = export_formats(formats, quantize)
     require_runtimes(parity_python(check_python), wanted, "--format", formats)  # before any conversion
     run_dir = Path(run_dir)
     files = RunDir(run_dir)
