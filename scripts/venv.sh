@@ -8,6 +8,7 @@
 # Each lock installed leaves a stamp named by its hash, so an unchanged lock is not installed again,
 # and a .venv made by scripts/train gets the rest the first time it is asked for. Set PYTHON to
 # choose the interpreter (TensorFlow 2.21 supports Python 3.10-3.13), LOCK for requirements/gpu.lock.
+# With uv on PATH, uv installs the same hashed locks (about 5x faster than pip); pip otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -44,7 +45,12 @@ done
 hash16() { cat "$@" | sha256sum | cut -c1-16; }
 count() { grep -c '^[A-Za-z0-9].*==' "$1" || true; }
 runtime_stamp=.venv/.lock-runtime-$(hash16 "$LOCK")
-pip=(.venv/bin/python -m pip install --disable-pip-version-check --require-hashes)
+if command -v uv >/dev/null 2>&1; then
+    # --compile-bytecode: pip's default; without it every process compiles what it imports
+    install=(uv pip install --quiet --python .venv/bin/python --compile-bytecode)
+else
+    install=(.venv/bin/python -m pip install --disable-pip-version-check)
+fi
 
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
@@ -53,8 +59,8 @@ if [ ! -f "$runtime_stamp" ]; then
     # pip prints nothing for minutes while it downloads TensorFlow unless told: say what and why first.
     echo "scripts/venv.sh: installing the $(count "$LOCK") pinned packages of $LOCK into .venv" \
         "(TensorFlow alone is hundreds of MB: a few minutes the first time, then only when the lock changes)" >&2
-    "${pip[@]}" -r "$LOCK"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+    "${install[@]}" --require-hashes -r "$LOCK"
+    "${install[@]}" --quiet --no-deps -e .
     rm -f .venv/.lock-*  # every older stamp, the extras' too: they were installed against the old pins
     touch "$runtime_stamp"
 fi
@@ -64,7 +70,7 @@ for name in $(printf '%s\n' "${extras[@]+"${extras[@]}"}" | sort -u); do
     stamp=.venv/.lock-$name-$(hash16 "$LOCK" "$extra_lock")  # the runtime lock's pins hold the extra's
     if [ ! -f "$stamp" ]; then
         echo "scripts/venv.sh: installing the $(count "$extra_lock") pinned packages of $extra_lock into .venv" >&2
-        "${pip[@]}" -r "$extra_lock"
+        "${install[@]}" --require-hashes -r "$extra_lock"
         rm -f .venv/.lock-"$name"-*
         touch "$stamp"
     fi
