@@ -488,9 +488,10 @@ def test_invoke_list_shows_every_tasks_first_line_whole_on_one_line(monkeypatch,
 # --- scripts/venv.sh: the host set-up of scripts/train and scripts/test -----------------------------
 
 
-@pytest.fixture
-def clone(tmp_path):
-    """A copy of scripts/venv.sh beside fake locks, and a PYTHON whose venv's python logs what it is asked."""
+@pytest.fixture(params=["pip", "uv"])
+def clone(tmp_path, request):
+    """A copy of scripts/venv.sh beside fake locks, and a PYTHON whose venv's python logs what it is
+    asked; for "uv", a `uv` on PATH that logs the same way (scripts/venv.sh then installs with it)."""
     import shlex
     import shutil
     import stat
@@ -509,6 +510,10 @@ def clone(tmp_path):
         f"#!/bin/sh\nmkdir -p .venv/bin\nprintf %s {shlex.quote(recorder)} > .venv/bin/python\nchmod +x .venv/bin/python\n"
     )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "bin").mkdir()
+    if request.param == "uv":
+        (tmp_path / "bin" / "uv").write_text(recorder)
+        (tmp_path / "bin" / "uv").chmod(0o755)
     return tmp_path
 
 
@@ -519,15 +524,16 @@ def venv_sh(clone: Path, *args: str) -> tuple[list[str], str]:
 
     log = clone / "pip.log"
     log.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHON": str(clone / "fakepython")}
+    # PATH: the system's tools and the clone's bin (a fake uv, or none), never this machine's own uv
+    env = {**os.environ, "PYTHON": str(clone / "fakepython"), "PATH": f"{clone / 'bin'}:/usr/bin:/bin"}
     done = subprocess.run(
         ["bash", "scripts/venv.sh", *args], cwd=clone, env=env, capture_output=True, text=True, check=True
     )
-    pip = (
-        [line.split(" --disable-pip-version-check ")[-1] for line in log.read_text().splitlines()]
-        if log.exists()
-        else []
-    )
+    with_uv = (clone / "bin" / "uv").exists()
+    prefix = "pip install --quiet --python .venv/bin/python --compile-bytecode " if with_uv else "-m pip install "
+    lines = log.read_text().splitlines() if log.exists() else []
+    assert all(line.startswith(prefix) for line in lines), (prefix, lines)
+    pip = [line.removeprefix(prefix).replace("--disable-pip-version-check ", "").replace("--quiet ", "") for line in lines]
     return pip, done.stderr
 
 
