@@ -19,7 +19,15 @@ from ..errors import DataError, DataVersionError, ReproduceError
 from . import tool
 
 _NO_REVISION = ("unknown git revision", "unknown revision", "bad revision")
-_NOT_PUSHED = ("failed to load directory", "missing cache", "not found", "no such file", "does not exist", "nosuchkey")
+_NOT_PUSHED = (
+    "failed to load directory",
+    "no storage files",
+    "missing cache",
+    "not found",
+    "no such file",
+    "does not exist",
+    "nosuchkey",
+)
 _NO_ACCESS = ("forbidden", "403", "credentials", "access denied", "could not connect", "invalidaccesskeyid")
 _NO_ACCESS += ("signaturedoesnotmatch", "connection", "timed out", "nosuchbucket", "no remote")
 

@@ -30,13 +30,13 @@ from typing import Any
 from .. import extras
 from ..config import as_flags as settings_flags
 from ..config import of_kind
-from ..errors import DataError, ReproduceError, first_line
+from ..errors import ConfigError, DataError, ReproduceError, first_line
 from ..run.files import write_json
 from ..run.find import list_run_dirs
 from ..run.manifest import lock_in_checkout
 from ..run.metrics_files import MEASURED_COLUMNS
 from ..run.rundir import RunDir
-from .record import check_comparable, check_record, read_metrics
+from .record import check_comparable, check_record, data_not_here, read_metrics
 from .worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, worktree
 
 # Without determinism a rerun differs in the last bits; these are the agreed bounds for "the same
@@ -151,10 +151,14 @@ def data_for_rerun(
 
     try:
         return values, fingerprint(values)
-    except (ReproduceError, DataError) as exc:
+    except (ReproduceError, DataError, ConfigError) as exc:
         version = (manifest.get("data") or {}).get("version")
         fetch = extras.part("dvc", "fetch")
+        if isinstance(exc, ConfigError) and not data_not_here(exc):
+            raise
         if not isinstance(version, dict) or fetch is None or in_image:
+            if isinstance(exc, ConfigError):
+                raise ReproduceError(f"the run's data is not here: {exc.allowed}, or point DATASET to it") from None
             raise
         say(f"data: {first_line(exc)}")
     return fetch.data_version(version, values, settings or Settings(), fingerprint, say)
