@@ -15,51 +15,10 @@ from pathlib import Path
 
 import pytest
 from conftest import write_image_dir
-from helpers import clone_of_the_package, git, subprocess_env, tiny_values
-from servers_s3 import ACCESS_KEY, SECRET_KEY
+from dvc_repo import DataRepo, dvc_command
+from helpers import clone_of_the_package, tiny_values
 
 from train.config import as_flags
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DVC_SKIP = "DVC is not installed (scripts/venv-dvc.sh installs it into .venv-dvc)"
-
-
-def dvc_command() -> str:
-    own = PROJECT_ROOT / ".venv-dvc" / "bin" / "dvc"
-    if not own.is_file():
-        pytest.skip(DVC_SKIP)
-    return str(own)
-
-
-class DataRepo:
-    """A git repository with a DVC project whose default remote is a bucket of the S3 server."""
-
-    def __init__(self, root: Path, dvc: str, endpoint: str, bucket: str):
-        self.root, self.dvc, self.env = (
-            root,
-            dvc,
-            subprocess_env(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, DVC_NO_ANALYTICS="1"),
-        )
-        root.mkdir(parents=True)
-        git(root, "init", "-q")
-        self.run("init", "-q")
-        self.run("remote", "add", "-d", "store", f"s3://{bucket}/dvc")
-        self.run("remote", "modify", "store", "endpointurl", endpoint)
-
-    def run(self, *args: str) -> str:
-        done = subprocess.run(
-            [self.dvc, *args], cwd=self.root, capture_output=True, text=True, env=self.env, timeout=300
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
-
-    def commit(self, message: str) -> str:
-        git(self.root, "add", "-A")
-        git(self.root, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", message)
-        return git(self.root, "rev-parse", "HEAD").strip()
-
-    def md5(self, name: str) -> str:
-        return next(line.split()[-1] for line in (self.root / f"{name}.dvc").read_text().splitlines() if "md5:" in line)
 
 
 def train(code: Path, env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:

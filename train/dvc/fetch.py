@@ -55,8 +55,16 @@ def fetch(version: dict[str, Any], settings, say) -> Path:
     path, commit = version.get("path"), version.get("commit")
     if not path or not commit:
         raise DataVersionError(
-            "data.version", version, "names no path or commit", "restore manifest.json from a backup"
+            "data.version",
+            {"path": path, "commit": commit},
+            "names no path or commit",
+            "restore manifest.json from a backup",
         )
+    place = Path(settings.dvc_data_cache).expanduser() / _key(version)
+    dest = place / Path(path).name
+    if dest.exists():
+        say(f"data: {path} at commit {commit[:12]} is already in {place}")
+        return dest
     dvc = tool.find(settings.dvc_command)
     if dvc is None:
         raise DataVersionError(
@@ -65,22 +73,29 @@ def fetch(version: dict[str, Any], settings, say) -> Path:
             f"is not installed here, and {path} is not here as recorded",
             tool.INSTALL,
         )
-    place = Path(settings.dvc_data_cache).expanduser() / _key(version)
-    dest = place / Path(path).name
-    if dest.exists():
-        say(f"data: {path} at commit {commit[:12]} is already in {place}")
-        return dest
     repository = _repository(version)
     say(f"data: fetching {path} at commit {commit[:12]} from the DVC remote of {repository} ...")
     place.mkdir(parents=True, exist_ok=True)
     part = place / f".{dest.name}.part-{os.getpid()}"
-    shutil.rmtree(part, ignore_errors=True)
+    _remove(part)
     done = tool.run(dvc, "get", repository, path, "--rev", commit, "-o", str(part))
     if done.returncode != 0:
-        shutil.rmtree(part, ignore_errors=True)
+        _remove(part)
         raise refusal(tool.error_line(done.stderr), version, repository)
-    os.replace(part, dest)
+    try:
+        os.replace(part, dest)
+    except OSError:  # another reproduce fetched the same version meanwhile: its copy is as good
+        _remove(part)
+        if not dest.exists():
+            raise
     return dest
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _key(version: dict[str, Any]) -> str:

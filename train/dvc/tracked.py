@@ -43,6 +43,8 @@ def outs(text: str) -> list[tuple[str, dict[str, str]]]:
             continue
         col = len(m.group(1)) + len(m.group(2) or "")
         key, value = _scalar(m.group(3)), _scalar(m.group(4))
+        if entry is not None and col > entry_col:
+            continue  # inside the entry, nested (a folder's `files:` list)
         if m.group(2):  # `- key: value` starts an item of the list under `section`
             entry = {key: value} if section == "outs" else None
             entry_col = col
@@ -50,8 +52,6 @@ def outs(text: str) -> list[tuple[str, dict[str, str]]]:
                 found.append((stage, entry))
         elif entry is not None and col == entry_col:
             entry[key] = value
-        elif entry is not None and col > entry_col:
-            continue  # inside the entry, nested
         else:
             entry = None
             section = key if not value else ""
