@@ -160,7 +160,7 @@ def data_for_rerun(
             if isinstance(exc, ConfigError):
                 raise ReproduceError(f"the run's data is not here: {exc.allowed}, or point DATASET to it") from None
             raise
-        say(f"data: {first_line(exc)}")
+        say(f"data: {first_line(exc, None)}")
     return fetch.data_version(version, values, settings or Settings(), fingerprint, say)
 
 
