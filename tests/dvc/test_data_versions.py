@@ -55,6 +55,8 @@ def test_a_run_on_dvc_data_is_reproduced_from_the_remote_on_a_machine_without_th
     assert version["commit"] == first and version["path"] == "images" and version["dvc_file"] == "images.dvc"
     assert version["hash"] == data.md5("images") and version["remote_url"] == f"s3://{s3_bucket}/dvc"
     assert version["workspace"] == "matches" and version["warning"] is None
+    (listed,) = json.loads(train(code, env, "runs", "--json", "--runs-dir", str(runs)).stdout)
+    assert listed["data_version"]["commit"] == first and listed["data_version"]["remote_url"] == version["remote_url"]
 
     # The data changes (committed, never pushed); this machine loses every copy of the first version.
     write_image_dir(data.root / "images", classes=2, per_class=7, size=12, seed=1)

@@ -96,3 +96,10 @@ def test_a_version_that_is_not_the_run_s_data_is_refused_naming_the_dvc_file(tmp
     else:
         assert "the run's data differed from its DVC version when it trained" in line
     assert "`git log -- images.dvc`" in line and "fingerprint 12, the run recorded 34" in line
+
+
+def test_the_repository_is_the_recorded_folder_when_here_else_its_origin_without_the_mask(tmp_path):
+    (tmp_path / ".git").mkdir()
+    assert fetch._repository(VERSION | {"repository": str(tmp_path)}) == str(tmp_path)
+    elsewhere = VERSION | {"repository": "/not/here", "git_remote": "https://***@git.example.com/data.git"}
+    assert fetch._repository(elsewhere) == "https://git.example.com/data.git"

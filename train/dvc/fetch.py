@@ -109,7 +109,8 @@ def _repository(version: dict[str, Any]) -> str:
     here = Path(version.get("repository") or "")
     if version.get("repository") and (here / ".git").exists():
         return str(here)
-    return version.get("git_remote") or str(here)
+    # The recorded URL has its credentials masked (***@): git's own credential helper gives them instead.
+    return (version.get("git_remote") or str(here)).replace("***@", "")
 
 
 def refusal(error: str, version: dict[str, Any], repository: str) -> DataVersionError:
