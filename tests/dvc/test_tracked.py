@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,9 @@ def test_what_a_run_reads_is_dataset_s_path_or_the_built_in_set_s_file_in_data_d
     assert tracked.data_path(s) == ("DATA_DIR", (tmp_path / "data" / "mnist.npz").resolve())
 
 
+NEEDS_GIT = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
+
+
 def _project(root: Path) -> Path:
     """A git repository with a DVC project (its files only: no dvc command is run here)."""
     root.mkdir()
@@ -114,6 +118,7 @@ def _project(root: Path) -> Path:
     return root
 
 
+@NEEDS_GIT
 def test_the_record_names_commit_path_entry_and_remote_without_credentials(tmp_path):
     root = _project(tmp_path / "repo")
     s = tiny_settings(tmp_path, dataset=f"images:{root / 'images' / 'cats'}", dvc_command=str(tmp_path / "no-dvc"))
@@ -129,6 +134,7 @@ def test_the_record_names_commit_path_entry_and_remote_without_credentials(tmp_p
     assert version["dvc_file_committed"] is True and version["warning"] is None
 
 
+@NEEDS_GIT
 def test_an_uncommitted_dvc_file_warns_once_naming_the_commit_and_what_to_commit(tmp_path):
     root = _project(tmp_path / "repo")
     (root / "images.dvc").write_text(DVC_FILE.replace("166b9274", "99999999"))
@@ -149,6 +155,7 @@ def test_a_workspace_that_differs_warns_with_the_commands_that_make_it_a_version
     assert tracked.warning(version | {"workspace": "matches", "dvc_file_committed": True}) is None
 
 
+@NEEDS_GIT
 @pytest.mark.parametrize("where", ["outside any project", "in a project, untracked"])
 def test_data_dvc_does_not_track_has_no_record(tmp_path, where):
     images = tmp_path / "images"
@@ -158,6 +165,7 @@ def test_data_dvc_does_not_track_has_no_record(tmp_path, where):
     assert tracked.record(tiny_settings(tmp_path, dataset=f"images:{images}")) is None
 
 
+@NEEDS_GIT
 def test_a_dvc_lock_output_that_holds_the_data_is_found_with_its_stage(tmp_path):
     root = _project(tmp_path / "repo")
     (root / "dvc.lock").write_text(DVC_LOCK)
