@@ -172,3 +172,11 @@ def test_a_dvc_lock_output_that_holds_the_data_is_found_with_its_stage(tmp_path)
     (root / "data" / "prepared" / "x").mkdir(parents=True)
     source, stage, entry = tracked.entry_for((root / "data" / "prepared" / "x").resolve(), root.resolve())
     assert (source.name, stage, entry["path"]) == ("dvc.lock", "prepare", "data/prepared")
+
+
+def test_a_git_remote_is_recorded_without_a_password_and_an_ssh_address_whole():
+    assert (
+        tracked.safe_origin("https://bot:token123@git.example.com/data.git") == "https://***@git.example.com/data.git"
+    )
+    assert tracked.safe_origin("git@github.com:org/data.git") == "git@github.com:org/data.git"
+    assert tracked.safe_origin("/srv/git/data.git") == "/srv/git/data.git"

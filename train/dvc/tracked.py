@@ -139,7 +139,7 @@ def record(settings) -> dict[str, Any] | None:
     version = {
         "tool": "dvc",
         "repository": str(top),
-        "git_remote": redact_uri(origin) if origin else None,
+        "git_remote": safe_origin(origin) if origin else None,
         "commit": _git(top, "rev-parse", "HEAD"),
         "path": out.relative_to(top).as_posix(),
         "read": read.relative_to(out).as_posix() if read != out else "",
@@ -154,6 +154,12 @@ def record(settings) -> dict[str, Any] | None:
     }
     version["warning"] = warning(version)
     return version
+
+
+def safe_origin(url: str) -> str:
+    """A git remote's URL as recorded: a URL's user and password masked (***@); an scp-like address
+    (git@host:org/repo.git) kept whole, since it names a user of the host and never holds a password."""
+    return redact_uri(url) if "://" in url else url
 
 
 def workspace(command: str, root: Path, source: Path, stage: str) -> dict[str, str]:
