@@ -1,8 +1,8 @@
 """`reproduce`: the run's data version fetched from its DVC remote into a folder of its own.
 
 `dvc get REPOSITORY PATH --rev COMMIT -o DEST` reads the tracked path as that commit records it,
-from the remote that commit configures: never the user's workspace or DVC cache, which may hold
-other data by now. DEST is DVC_DATA_CACHE/<hash>/<name>, written under a temporary name and renamed
+from the DVC remote (a local repository's remote settings as its .dvc/config and config.local have
+them now): never the user's workspace or DVC cache, which may hold other data by now. DEST is DVC_DATA_CACHE/<hash>/<name>, written under a temporary name and renamed
 when complete, so a second reproduce of the same version fetches nothing. The fetched data must
 have the run's fingerprint; every refusal is one line naming what is missing and the command that fixes it.
 """
