@@ -493,7 +493,7 @@ def lock(c, upgrade=False, package=""):
 
     all.lock first (GPU TensorFlow, the core and every extra resolved together), then the locks held
     to it: gpu.lock and cpu.lock (the core), test.lock and each extra's; then the tools that live in
-    environments of their own: mlflow-server.lock, skypilot.lock and runtime-check.lock."""
+    environments of their own: mlflow-server.lock, skypilot.lock, runtime-check.lock and dvc.lock."""
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"
@@ -507,8 +507,9 @@ def lock(c, upgrade=False, package=""):
         c.run(f"uv pip compile {REQ}/{name}.in -c {REQ}/all.lock {flags} -o {REQ}/{name}.lock", echo=True)
     # Tools in their own environments, never beside TensorFlow: the MLflow server of the tracking tests
     # (scripts/venv-mlflow-server.sh), SkyPilot's parser (scripts/venv-skypilot.sh), and LiteRT's and ONNX
-    # Runtime's check of the exported files, without TensorFlow (scripts/venv-runtime-check.sh).
-    for name in ("mlflow-server", "skypilot", "runtime-check"):
+    # Runtime's check of the exported files, without TensorFlow (scripts/venv-runtime-check.sh), and the
+    # dvc command of the data-versions extra (scripts/venv-dvc.sh).
+    for name in ("mlflow-server", "skypilot", "runtime-check", "dvc"):
         c.run(f"uv pip compile {REQ}/{name}.in {flags} -o {REQ}/{name}.lock", echo=True)
     if importlib.util.find_spec("train.gpucheck") is not None:  # the optional GPU check holds TF's tested stack
         c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it

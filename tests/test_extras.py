@@ -29,6 +29,19 @@ def test_every_extra_has_its_requirements_file_and_names_the_modules_it_brings()
         assert any(m in listed for m in modules), (extra, modules)
 
 
+@pytest.mark.parametrize("extra", sorted(name for name, e in extras.EXTRAS.items() if e.tool))
+def test_an_extra_that_runs_a_tool_has_an_environment_of_its_own_that_ci_builds(extra):
+    """DVC and the like: requirements/<extra>.in and .lock, scripts/venv-<extra>.sh making .venv-<extra>; never
+    in all.in (nor, so, in any lock of the training environment or the image)."""
+    assert extras.EXTRAS[extra].modules == () and extra not in extras.PACKAGES
+    assert (PROJECT_ROOT / "requirements" / f"{extra}.lock").is_file()
+    assert f"-r {extra}.in" not in (PROJECT_ROOT / "requirements" / "all.in").read_text()
+    script = (PROJECT_ROOT / "scripts" / f"venv-{extra}.sh").read_text()
+    assert f"requirements/{extra}.lock .venv-{extra}" in script
+    assert f"background venv-{extra} scripts/venv-{extra}.sh" in (PROJECT_ROOT / ".ci" / "run").read_text()
+    assert f".venv-{extra}" in (PROJECT_ROOT / ".gitignore").read_text().split()
+
+
 @pytest.mark.parametrize("extra", sorted(extras.PACKAGES))
 def test_a_missing_extra_is_refused_naming_it_and_the_command_that_adds_it(monkeypatch, extra):
     extras.require(extra, "SETTING", "value")  # the test environment has every extra

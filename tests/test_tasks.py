@@ -301,7 +301,7 @@ def test_lock_compiles_everything_together_then_each_lock_held_to_it_then_checks
     c = ctx()
     tasks.lock(c, package="numpy")
     every, gpu, cpu, test, *rest = echoed(c)
-    extras, (server, sky, runtime, *check) = rest[: len(tasks.EXTRAS)], rest[len(tasks.EXTRAS) :]
+    extras, (server, sky, runtime, dvc, *check) = rest[: len(tasks.EXTRAS)], rest[len(tasks.EXTRAS) :]
     assert every.startswith("uv pip compile requirements/all.in --universal --python-version 3.10 --generate-hashes")
     assert every.endswith("--upgrade-package numpy -o requirements/all.lock")
     for cmd, name in zip([gpu, cpu, test, *extras], ["gpu", "cpu", "test", *tasks.EXTRAS]):
@@ -318,11 +318,12 @@ def test_lock_compiles_everything_together_then_each_lock_held_to_it_then_checks
     assert sky.endswith("-o requirements/skypilot.lock")
     assert runtime.startswith("uv pip compile requirements/runtime-check.in --universal")
     assert runtime.endswith("-o requirements/runtime-check.lock")
+    assert dvc.startswith("uv pip compile requirements/dvc.in --universal") and dvc.endswith("-o requirements/dvc.lock")
     # The stack table belongs to the optional GPU check: a fork without train/gpucheck/ skips this step.
     assert check == ([f"{tasks.PY} -m train.gpucheck.stack"] if (ROOT / "train" / "gpucheck").is_dir() else [])
     monkeypatch.setitem(sys.modules, "train.gpucheck", None)  # as if train/gpucheck/ were deleted
     tasks.lock(c, package="numpy")
-    again = [every, gpu, cpu, test, *extras, server, sky, runtime]
+    again = [every, gpu, cpu, test, *extras, server, sky, runtime, dvc]
     assert echoed(c)[-len(again) :] == again and len(echoed(c)) == 2 * len(again) + len(check)
 
 

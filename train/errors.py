@@ -146,6 +146,17 @@ class ReproduceRecordError(ReproduceError):
         super().__init__(f"{path}: {field}={value!r} {problem}; {fix}")
 
 
+class DataVersionError(ReproduceError):
+    """The DVC version of a run's data cannot be had (train.dvc): no dvc command, no access to its remote,
+    a commit or a version that is not there, or a version that is not the data the run trained on.
+
+    `name` is what is missing or wrong, `value` what the record holds, `fix` the command that mends it."""
+
+    def __init__(self, name: str, value: object, problem: str, fix: str):
+        self.name, self.value, self.fix = name, value, fix
+        super().__init__(f"{name} {value}: {problem}; {fix}")
+
+
 class ReproduceMismatch(TemplateError, exit_code=10, kind="reproduce"):
     """The rerun finished but its result differs from the original's (the verdict says how)."""
 

@@ -2,6 +2,8 @@
 
 The core trains with requirements/cpu.lock (or gpu.lock) alone; each extra's packages are in
 requirements/<extra>.lock, which `scripts/venv.sh --extra <extra>` installs (the image carries them).
+An extra that runs a command-line tool instead (DVC) keeps that tool in an environment of its own,
+requirements/<extra>.lock installed by scripts/venv-<extra>.sh, and brings nothing into this one.
 An extra with a folder of its own owns, in it and found by name (the core never imports an extra):
   settings.py   `Section`, a frozen dataclass of its settings (train.sections.setting), joined into
                 train.config.Settings; optionally `check(settings)` (run by validate), `saved(values)`
@@ -31,6 +33,7 @@ class Extra:
         str, ...
     ]  # the top-level modules it brings (requirements/<extra>.in, pyproject's optional-dependencies)
     package: str = ""  # its folder (settings.py, command.py); "" while its code still lives in the core's folders
+    tool: str = ""  # a command it runs from an environment of its own (scripts/venv-<extra>.sh), never in this one
 
 
 EXTRAS: dict[str, Extra] = {
@@ -39,8 +42,10 @@ EXTRAS: dict[str, Extra] = {
     "mlflow": Extra(("mlflow",), "train.tracking"),
     "store": Extra(("obstore",), "train.store"),
     "onnx": Extra(("tf2onnx", "onnx")),
+    "dvc": Extra((), "train.dvc", tool="dvc"),
 }
-PACKAGES: dict[str, tuple[str, ...]] = {name: extra.modules for name, extra in EXTRAS.items()}
+# The extras that bring modules into the training environment (a tool's extra brings none).
+PACKAGES: dict[str, tuple[str, ...]] = {name: extra.modules for name, extra in EXTRAS.items() if extra.modules}
 
 
 def part(extra: str, name: str) -> ModuleType | None:
@@ -86,7 +91,7 @@ def callbacks(settings) -> list:
 
 def missing(extra: str) -> list[str]:
     """The extra's modules this environment cannot import (found without importing them)."""
-    return [name for name in PACKAGES[extra] if find_spec(name) is None]
+    return [name for name in EXTRAS[extra].modules if find_spec(name) is None]
 
 
 def require(extra: str, name: str, value: object) -> None:

@@ -782,6 +782,35 @@ def test_the_data_must_have_the_recorded_fingerprint(tmp_path):
     )
 
 
+def test_data_not_here_is_one_line_or_the_dvc_extra_s_fetch_when_the_run_recorded_a_version(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from helpers import tiny_values, write_tiny_npz
+
+    from train import extras
+    from train.reproduce.record import check_config
+    from train.reproduce.rerun import data_for_rerun
+
+    gone = tmp_path / "gone" / "images"
+    values = tiny_values(tmp_path, write_tiny_npz(tmp_path)) | {"dataset": f"images:{gone}"}
+    check_config(tmp_path / "config.json", values)  # a path this machine lacks is no damage of the record
+    with pytest.raises(ReproduceError, match=rf"^the run's data is not here: directory {gone} does not exist; "):
+        data_for_rerun(values, {"data": {"fingerprint": "ab"}}, None, print)
+    version = {"tool": "dvc", "path": "images", "commit": "c7" * 20}
+    recorded = {"data": {"fingerprint": "ab", "version": version}}
+    monkeypatch.setattr(extras, "part", lambda extra, name: None)  # a template without the dvc extra
+    with pytest.raises(ReproduceError, match="^the run's data is not here"):
+        data_for_rerun(values, recorded, None, print)
+    fetched = values | {"dataset": "images:/fetched/images"}
+    fake = SimpleNamespace(data_version=lambda v, vals, s, fingerprint, say: (fetched, v["commit"]))
+    monkeypatch.setattr(extras, "part", lambda extra, name: fake if (extra, name) == ("dvc", "fetch") else None)
+    said = []
+    assert data_for_rerun(values, recorded, None, said.append) == (fetched, "c7" * 20)
+    assert said == [
+        f"data: DATASET='images:{gone}' is not valid: directory {gone} does not exist; give a directory with one sub-directory per class"
+    ]
+
+
 def test_each_version_that_differs_is_a_warning_and_an_unknown_one_is_none():
     recorded = {"tensorflow": "2.21.0", "keras": "3.14.0", "python": "3.10.1"}
     installed = {"tensorflow": "2.21.0", "keras": "3.15.0", "python": "3.11.7"}

@@ -350,3 +350,13 @@ def test_the_epochs_planned_are_what_the_run_set_out_to_train_in_compare_report_
     assert dict(compare.metric_rows([records, other]))["epochs"] == [f"1/{planned}", "1/1"]
     assert f"1 of {planned} epochs" in report.render(records, b"", "")
     assert plots.curves_figure(records).get_suptitle().endswith(f"1 of {planned} epochs")
+
+
+def test_the_data_version_is_a_row_only_when_a_run_recorded_one(tmp_path):
+    from helpers import write_run_records
+
+    a = load_records(write_run_records(tmp_path / "a"))
+    assert "data version" not in dict(compare.metric_rows([a, a]))
+    version = {"path": "images", "commit": "c7d0a16b0065abef66d2", "workspace": "differs"}
+    b = load_records(write_run_records(tmp_path / "b", manifest={"data": {"fingerprint": "ab", "version": version}}))
+    assert dict(compare.metric_rows([a, b]))["data version"] == ["-", "images@c7d0a16b0065 (differed)"]

@@ -678,3 +678,34 @@ def test_an_empty_cell_stays_empty_and_a_whole_number_is_written_whole():
         '<tr><td class="num">1</td><td class="num">12345</td></tr>'
         '<tr><td class="num">2</td><td class="num"></td></tr></table></details>'
     )
+
+
+DATA_VERSION = {
+    "tool": "dvc",
+    "repository": "/data/repo",
+    "git_remote": "https://***@git.example.com/data.git",
+    "commit": "c7d0a16b0065abef66d223d814ca8da07a11971a",
+    "path": "images",
+    "read": "",
+    "setting": "DATASET",
+    "dvc_file": "images.dvc",
+    "stage": None,
+    "hash": "166b92740753f996441b137e01544e50.dir",
+    "remote": "store",
+    "remote_url": "s3://bucket/dvc",
+    "dvc_file_committed": True,
+    "workspace": "matches",
+    "warning": None,
+}
+
+
+def test_a_data_version_is_a_row_only_when_the_run_recorded_one(tmp_path):
+    from helpers import write_run_records
+
+    plain = report.render(report.load_records(write_run_records(tmp_path / "a")), b"", "")
+    assert "data version" not in plain
+    data = {"dataset": "images", "fingerprint": "cd" * 32, "version": DATA_VERSION}
+    page = report.render(report.load_records(write_run_records(tmp_path / "b", manifest={"data": data})), b"", "")
+    assert "data version" in page
+    assert "dvc: images at commit c7d0a16b0065 of https://***@git.example.com/data.git" in page
+    assert "images.dvc, md5 166b92740753..., remote s3://bucket/dvc" in page

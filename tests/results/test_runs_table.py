@@ -54,6 +54,7 @@ def test_list_and_format_runs(tmp_path):
         "reason": None,
         "error": None,
         "copy_of": None,
+        "data_version": None,
     }
     assert (rows[1]["status"], rows[1]["epochs"], rows[1]["best"]) == ("unreadable", None, None)
     assert "manifest.json is unreadable" in rows[1]["reason"]
@@ -391,3 +392,15 @@ def test_a_run_of_a_runs_dir_in_object_storage_is_killed_by_its_lease_never_by_i
     monkeypatch.setattr(remote, "for_run", lambda run_dir: store)
     assert [r["status"] for r in list_runs(root)] == [status]
     assert asked == ["20260101-000000-000001"]
+
+
+def test_runs_json_holds_the_data_version_only_of_a_run_that_recorded_one(tmp_path):
+    from train.results.runs_table import runs_json
+
+    root = tmp_path / "runs"
+    version = {"tool": "dvc", "path": "images", "commit": "c7" * 20, "hash": "16.dir", "password": "never listed"}
+    _run(root, "20260101-000000-aaaa", CFG, {"status": "completed", "data": {"version": version}})
+    _run(root, "20260102-000000-bbbb", CFG, {"status": "completed", "data": {"fingerprint": "ab"}})
+    first, second = json.loads(runs_json(list_runs(root)))
+    assert first["data_version"]["commit"] == "c7" * 20 and first["data_version"]["path"] == "images"
+    assert "password" not in first["data_version"] and "data_version" not in second

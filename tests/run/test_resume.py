@@ -378,6 +378,8 @@ RECORDED_FREE = {
     "store_cache": "/recorded/cache",
     "store_lease_seconds": 30.0,
     "store_flush_seconds": 10.0,
+    "dvc_command": "/recorded/dvc",
+    "dvc_data_cache": "/recorded/data-versions",
     "serve_max_batch": 8,
     "serve_max_wait_ms": 1.0,
     "serve_max_body_mb": 2.0,

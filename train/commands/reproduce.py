@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
 
     image = _image_options(args) if args.container else None
     with uploaded(settings, run_dir):
-        verdict = reproduce(run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image)
+        verdict = reproduce(
+            run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image, settings=settings
+        )
     print(format_verdict(verdict))
     if verdict.rerun:
         # The rerun is a run of RUNS_DIR written into its staging copy: it goes to the store, with its

@@ -98,7 +98,15 @@ def check_config(path: Path, config: dict[str, Any]) -> None:
     try:
         settings_from_dict(config)
     except ConfigError as exc:
+        if data_not_here(exc):
+            return  # the record is sound; whether the data can be had is the data check's (train.reproduce.rerun)
         raise ReproduceRecordError(path, exc.name.lower(), exc.value, f"is not valid: {exc.allowed}", RESTORE) from None
+
+
+def data_not_here(exc: ConfigError) -> bool:
+    """DATASET names a file or folder this machine does not have (the data is elsewhere, not the record damaged)."""
+    kind, _, path = str(exc.value).partition(":")
+    return exc.name == "DATASET" and kind in ("npz", "images") and bool(path) and not Path(path).expanduser().exists()
 
 
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:

@@ -27,15 +27,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .. import extras
 from ..config import as_flags as settings_flags
 from ..config import of_kind
-from ..errors import ReproduceError
+from ..errors import ConfigError, DataError, ReproduceError, first_line
 from ..run.files import write_json
 from ..run.find import list_run_dirs
 from ..run.manifest import lock_in_checkout
 from ..run.metrics_files import MEASURED_COLUMNS
 from ..run.rundir import RunDir
-from .record import check_comparable, check_record, read_metrics
+from .record import check_comparable, check_record, data_not_here, read_metrics
 from .worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, worktree
 
 # Without determinism a rerun differs in the last bits; these are the agreed bounds for "the same
@@ -135,6 +136,32 @@ def check_data(settings, manifest: dict[str, Any]) -> str:
             f"the run recorded {recorded}; restore that data (or point DATA_DIR/DATASET to it)"
         )
     return spec.fingerprint
+
+
+def data_for_rerun(
+    values: dict[str, Any], manifest: dict[str, Any], settings, say, in_image: bool = False
+) -> tuple[dict[str, Any], str]:
+    """(the settings the rerun reads its data with, the data's fingerprint): the recorded data where it
+    is, else the run's data version fetched by the DVC extra when the run recorded one (the data
+    missing or other data there); without that extra or record, the data's own refusal."""
+    from ..config import Settings, settings_from_dict
+
+    def fingerprint(changed: dict[str, Any]) -> str:
+        return check_data(settings_from_dict(changed), manifest)
+
+    try:
+        return values, fingerprint(values)
+    except (ReproduceError, DataError, ConfigError) as exc:
+        version = (manifest.get("data") or {}).get("version")
+        fetch = extras.part("dvc", "fetch")
+        if isinstance(exc, ConfigError) and not data_not_here(exc):
+            raise
+        if not isinstance(version, dict) or fetch is None or in_image:
+            if isinstance(exc, ConfigError):
+                raise ReproduceError(f"the run's data is not here: {exc.allowed}, or point DATASET to it") from None
+            raise
+        say(f"data: {first_line(exc, None)}")
+    return fetch.data_version(version, values, settings or Settings(), fingerprint, say)
 
 
 def installed_versions() -> dict[str, str | None]:
@@ -354,18 +381,18 @@ def reproduce(
     base: Path | None = None,
     say=print,
     image=None,
+    settings=None,
 ) -> Verdict:
     """Check, rerun and judge (see the module docstring); `root` is the project's git checkout.
 
     `image` (train.reproduce.image.ImageOptions): rerun in the run's image instead of this environment.
+    `settings`: this invocation's (an extra that fetches the data reads its own from them).
     SIGTERM/SIGINT end it with Interrupted, after the rerun has saved its state and the worktree is gone."""
     with stop_on_signals() as stop:
-        return _reproduce(run_dir, root, allow_dirty, epochs, base, say, image, stop)
+        return _reproduce(run_dir, root, allow_dirty, epochs, base, say, image, stop, settings)
 
 
-def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image, stop: Stop) -> Verdict:
-    from ..config import settings_from_dict
-
+def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image, stop: Stop, settings=None) -> Verdict:
     base = base or Path.cwd()
     run_dir = run_dir.resolve()  # the rerun starts in another folder: every path it gets is absolute
     orig_m, orig_c = read_record(run_dir)
@@ -383,8 +410,9 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
         host = ri.host_values(orig_c, run_dir.parent, image.data_dir.resolve())
     else:
         host = _with_absolute_paths(orig_c, base)
-    fingerprint = check_data(settings_from_dict(host), orig_m)
+    host, fingerprint = data_for_rerun(host, orig_m, settings, say, in_image=image is not None)
     say(f"data: fingerprint {fingerprint} as recorded")
+    fetched = {k: v for k, v in host.items() if k in ("dataset", "data_dir") and v != orig_c.get(k)}
     name = ("repro-" + run_dir.name)[:64]
     if image is None:
         versions = version_warnings(orig_m, installed_versions())
@@ -393,7 +421,7 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
             say(w)
         with worktree(root, commit, stop) as code:
             say(f"rerunning {run_dir.name} with commit {commit[:12]} ...")
-            flags = rerun_flags(orig_c, run_dir.parent, name, epochs, base)
+            flags = rerun_flags(dict(orig_c, **fetched), run_dir.parent, name, epochs, base)
             new_dir = rerun(code, flags, orig_c, run_dir.parent, stop)
     else:
         new_dir = _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say, stop)

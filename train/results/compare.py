@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..config import of_kind
 from ..errors import ConfigError
+from ..run.manifest import data_version
 from .run_records import RunRecords, duration_text, on_test, on_test_text
 
 # Settings that say how a run was driven, not what it learned: listing them is noise.
@@ -103,7 +104,18 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     )
     rows.append(("training time", [duration_text(r.seconds_to(float("inf")), compact=True) for r in runs]))
     rows.append(("resumed", [f"{len(r.resumes)}x" for r in runs]))
+    versions = [data_version(r.manifest) for r in runs]
+    if any(versions):  # only runs whose data DVC tracks record one
+        rows.append(("data version", [_version_cell(v) for v in versions]))
     return rows
+
+
+def _version_cell(version: dict | None) -> str:
+    """A table cell: the tracked path at its commit, marked when the data read was not that version."""
+    if not version:
+        return "-"
+    mark = " (differed)" if version.get("workspace") == "differs" else ""
+    return f"{version['path']}@{str(version.get('commit'))[:12]}{mark}"
 
 
 def format_comparison(runs: Sequence[RunRecords]) -> str:

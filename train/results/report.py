@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
-from ..run.manifest import lock_in_checkout
+from ..run.manifest import data_version, data_version_text, lock_in_checkout
 from ..run.rundir import RunDir
 from .html import CSS, escape, img, note, num, table
 from .run_records import RunRecords, data_text, duration_text, load_records, on_test, on_test_summary, on_test_text
@@ -278,6 +278,7 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
         ("data", data_text(data)),
         ("test split (evaluated once, at the end)", on_test_summary(m) or "-"),
         ("data fingerprint", f"sha256 {data.get('fingerprint', 'unknown')}"),
+        *([("data version", data_version_text(version))] if (version := data_version(m)) else []),
         ("precision", f"{precision.get('policy', '?')}: {precision.get('reason', '?')}"),
         ("devices", "; ".join(f"{g['name']} ({g.get('memory_total_mb', '?')} MB)" for g in gpus) or "CPU only"),
         ("cluster", _compact(m["cluster"]) if m.get("cluster") else "one process"),

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..errors import RunRecordError
 from ..run.find import list_run_dirs
 from ..run.lock import RunLock
+from ..run.manifest import data_version
 from ..run.rundir import RunDir
 from .run_records import RunRecords, on_test, on_test_text, read_metrics
 
@@ -92,6 +93,7 @@ def _row(path: Path) -> dict:
         "error": _one_line(error) if error else None,
         # A copy (`base copy.bak`) or a renamed run: listed like any run, and said to be one.
         "copy_of": recorded_id if isinstance(recorded_id, str) and recorded_id != path.name else None,
+        "data_version": data_version(m),
     }
 
 
@@ -153,6 +155,13 @@ def format_runs(rows: list[dict]) -> str:
     return "\n".join(lines + notes)
 
 
+VERSION_FIELDS = ("tool", "repository", "git_remote", "commit", "path", "dvc_file", "hash", "remote_url", "workspace")
+
+
+def _version_fields(version: dict) -> dict:
+    return {k: version.get(k) for k in VERSION_FIELDS}
+
+
 def runs_json(rows: list[dict]) -> str:
     """The table's rows as one JSON list, with names a script can read without the table's header.
 
@@ -175,6 +184,8 @@ def runs_json(rows: list[dict]) -> str:
             "unreadable_reason": r["reason"],
             "error": r.get("error"),
             "copy_of": r.get("copy_of"),
+            # Where DVC keeps the run's data (only a run that recorded one): train.run.manifest.data_version.
+            **({"data_version": _version_fields(r["data_version"])} if r.get("data_version") else {}),
         }
         for r in rows
     ]

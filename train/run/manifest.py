@@ -83,6 +83,34 @@ def dirty_warning(manifest: dict[str, Any]) -> str | None:
     )
 
 
+def data_version(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the run's data is versioned (`data.version`, written by the dvc extra), or None."""
+    version = (manifest.get("data") or {}).get("version") if isinstance(manifest.get("data"), dict) else None
+    return version if isinstance(version, dict) and version.get("path") else None
+
+
+def data_version_text(version: dict[str, Any]) -> str:
+    """One line of a data version: `dvc: images at commit c7d0a16b0065 of /data/repo (images.dvc, md5 166b9274..., remote ...)`."""
+    where = ", ".join(
+        x
+        for x in (
+            str(version.get("dvc_file") or ""),
+            f"md5 {str(version['hash'])[:12]}..." if version.get("hash") else "",
+            f"remote {version['remote_url']}" if version.get("remote_url") else "",
+        )
+        if x
+    )
+    text = (
+        f"{version.get('tool') or 'dvc'}: {version['path']} at commit {str(version.get('commit'))[:12]} "
+        f"of {version.get('git_remote') or version.get('repository')} ({where})"
+    )
+    if version.get("workspace") == "differs":
+        text += "; the data read differed from this version"
+    elif version.get("dvc_file_committed") is False:
+        text += f"; {version.get('dvc_file')} had uncommitted changes"
+    return text
+
+
 # The CPU lock where each layout of the checkout keeps it: today's, and the root of runs recorded
 # before the locks moved into requirements/.
 CPU_LOCKS = ("requirements/cpu.lock", "requirements.lock")

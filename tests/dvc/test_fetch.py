@@ -1,0 +1,105 @@
+"""train.dvc.fetch: every refusal of a data version is one line naming what is missing and its fix (no dvc run)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import tiny_settings
+
+from train.dvc import fetch, tool
+from train.errors import DataVersionError, ReproduceError
+
+VERSION = {
+    "tool": "dvc",
+    "repository": "/data/repo",
+    "git_remote": None,
+    "commit": "c7d0a16b0065abef66d223d814ca8da07a11971a",
+    "path": "images",
+    "read": "",
+    "setting": "DATASET",
+    "dvc_file": "images.dvc",
+    "hash": "166b92740753f996441b137e01544e50.dir",
+    "remote": "store",
+    "remote_url": "s3://bucket/dvc",
+    "workspace": "matches",
+}
+
+# DVC 3's own error lines (stderr of `dvc get`), as it prints them for each case.
+NOT_PUSHED_DIR = "ERROR: unexpected error - failed to load directory ('images',): dvc/files/md5/a6/0514c2.dir"
+NOT_PUSHED_FILE = "ERROR: unexpected error - [Errno 2] No storage files available: 'f.npz'"
+NO_REVISION = "ERROR: failed to get 'images' from '/data/repo' - unknown Git revision '0123456789'"
+FORBIDDEN = (
+    "ERROR: unexpected error - Forbidden: An error occurred (403) when calling the HeadObject operation: Forbidden"
+)
+NO_ENDPOINT = (
+    'ERROR: unexpected error - Could not connect to the endpoint URL: "http://u:pw@127.0.0.1:1/dvc/files/md5/b0"'
+)
+
+
+@pytest.mark.parametrize(
+    ("stderr", "starts", "fix"),
+    [
+        (NOT_PUSHED_DIR, "images (hash 166b9274", "`git checkout c7d0a16b0065 && dvc push images.dvc` in /data/repo"),
+        (NOT_PUSHED_FILE, "images (hash 166b9274", "dvc push images.dvc"),
+        (NO_REVISION, "commit c7d0a16b0065: is not in the data's repository /data/repo", "`git fetch` it into"),
+        (FORBIDDEN, "DVC remote s3://bucket/dvc: cannot be reached or refuses the credentials", "AWS_ACCESS_KEY_ID"),
+        (NO_ENDPOINT, "DVC remote s3://bucket/dvc: cannot be reached", "check that it answers"),
+        ("ERROR: something new", "dvc get /data/repo images --rev c7d0a16b0065: failed: something new", "-v"),
+    ],
+)
+def test_each_refusal_of_dvc_get_is_one_line_with_its_fix(stderr, starts, fix):
+    line = str(fetch.refusal(tool.error_line(stderr + "\n\nHaving any troubles? Hit us up\n"), VERSION, "/data/repo"))
+    assert line.startswith(starts) and fix in line and "\n" not in line, line
+    assert "pw@" not in line  # a URL in DVC's message is masked
+
+
+def test_without_a_dvc_command_the_line_names_the_script_that_installs_it(tmp_path):
+    s = tiny_settings(tmp_path, dvc_command=str(tmp_path / "no-dvc"), dvc_data_cache=str(tmp_path / "cache"))
+    with pytest.raises(DataVersionError) as info:
+        fetch.fetch(VERSION, s, say=lambda _: None)
+    assert "is not installed here, and images is not here as recorded" in str(info.value)
+    assert "scripts/venv-dvc.sh" in str(info.value) and info.value.exit_code == 9
+
+
+def _fetched(tmp_path, version=VERSION):
+    """Settings whose DVC_DATA_CACHE already holds the version (so nothing is fetched)."""
+    folder = tmp_path / "cache" / "166b92740753f996441b137e01544e50" / "images"
+    (folder / "cats").mkdir(parents=True)
+    return tiny_settings(tmp_path, dvc_command="/none", dvc_data_cache=str(tmp_path / "cache")), folder
+
+
+def test_a_version_already_fetched_is_read_from_its_folder_and_the_setting_points_there(tmp_path):
+    s, folder = _fetched(tmp_path)
+    said = []
+    values, fingerprint = fetch.data_version(
+        VERSION | {"read": "cats"}, {"dataset": "images:/gone/images/cats"}, s, lambda v: "ab" * 32, said.append
+    )
+    assert values == {"dataset": f"images:{folder / 'cats'}"} and fingerprint == "ab" * 32
+    assert said == [f"data: images at commit c7d0a16b0065 is already in {folder.parent}"]
+    data_dir = VERSION | {"setting": "DATA_DIR", "read": "cats"}
+    values, _ = fetch.data_version(data_dir, {"dataset": "mnist", "data_dir": "/gone"}, s, lambda v: "ab", said.append)
+    assert values["data_dir"] == str(folder / "cats")
+
+
+@pytest.mark.parametrize("workspace", ["matches", "differs"])
+def test_a_version_that_is_not_the_run_s_data_is_refused_naming_the_dvc_file(tmp_path, workspace):
+    s, _ = _fetched(tmp_path)
+
+    def other(values):
+        raise ReproduceError("the data differs from the run's: fingerprint 12, the run recorded 34")
+
+    with pytest.raises(DataVersionError) as info:
+        fetch.data_version(VERSION | {"workspace": workspace}, {"dataset": "images:/x"}, s, other, lambda _: None)
+    line = str(info.value)
+    assert line.startswith("images at commit c7d0a16b0065 (fetched into ") and "is not the run's data" in line
+    if workspace == "matches":
+        assert "images.dvc at commit c7d0a16b0065 names other content than the run read" in line
+    else:
+        assert "the run's data differed from its DVC version when it trained" in line
+    assert "`git log -- images.dvc`" in line and "fingerprint 12, the run recorded 34" in line
+
+
+def test_the_repository_is_the_recorded_folder_when_here_else_its_origin_without_the_mask(tmp_path):
+    (tmp_path / ".git").mkdir()
+    assert fetch._repository(VERSION | {"repository": str(tmp_path)}) == str(tmp_path)
+    elsewhere = VERSION | {"repository": "/not/here", "git_remote": "https://***@git.example.com/data.git"}
+    assert fetch._repository(elsewhere) == "https://git.example.com/data.git"

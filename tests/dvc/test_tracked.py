@@ -1,0 +1,182 @@
+"""train.dvc.tracked: which entry of a .dvc file or dvc.lock tracks the data, the remote, the record (no dvc run)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import git, tiny_settings
+
+from train.dvc import tracked
+
+DVC_FILE = """\
+outs:
+- md5: 166b92740753f996441b137e01544e50.dir
+  size: 4
+  nfiles: 2
+  hash: md5
+  path: images
+"""
+
+DVC_LOCK = """\
+schema: '2.0'
+stages:
+  prepare:
+    cmd: python prepare.py raw out
+    deps:
+    - path: raw
+      hash: md5
+      md5: 11111111111111111111111111111111.dir
+    outs:
+    - path: data/prepared
+      hash: md5
+      md5: 22222222222222222222222222222222.dir
+      size: 10
+      nfiles: 2
+  "train split":
+    cmd: python split.py
+    outs:
+    - hash: md5
+      md5: 33333333333333333333333333333333
+      path: 'data/split file.npz'
+      files:
+      - relpath: nested
+        md5: 44444444444444444444444444444444
+"""
+
+
+def test_the_outs_of_a_dvc_file_and_of_a_dvc_lock_with_their_stages():
+    assert tracked.outs(DVC_FILE) == [
+        (
+            "",
+            {
+                "md5": "166b92740753f996441b137e01544e50.dir",
+                "size": "4",
+                "nfiles": "2",
+                "hash": "md5",
+                "path": "images",
+            },
+        )
+    ]
+    found = [(stage, entry["path"], entry["md5"]) for stage, entry in tracked.outs(DVC_LOCK)]
+    assert found == [
+        ("prepare", "data/prepared", "22222222222222222222222222222222.dir"),  # deps are not outs
+        ("train split", "data/split file.npz", "33333333333333333333333333333333"),  # nested files skipped
+    ]
+
+
+CONFIG = """\
+[core]
+    remote = store
+    analytics = false
+['remote "store"']
+    url = s3://bucket/dvc
+    endpointurl = http://127.0.0.1:9000
+['remote "other"']
+    url = https://user:secret@dvc.example.com/cache
+"""
+
+
+def test_the_remote_is_the_default_or_the_named_one_and_config_local_wins(tmp_path):
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config").write_text(CONFIG)
+    assert tracked.remote(tmp_path) == ("store", "s3://bucket/dvc")
+    assert tracked.remote(tmp_path, "other") == ("other", "https://user:secret@dvc.example.com/cache")
+    (tmp_path / ".dvc" / "config.local").write_text("[core]\n    remote = other\n")
+    assert tracked.remote(tmp_path)[0] == "other"
+    assert tracked.remote(tmp_path / "nothing") == ("", "")
+
+
+def test_what_a_run_reads_is_dataset_s_path_or_the_built_in_set_s_file_in_data_dir(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    s = tiny_settings(tmp_path, dataset=f"images:{images}")
+    assert tracked.data_path(s) == ("DATASET", images.resolve())
+    s = tiny_settings(tmp_path, dataset="mnist", data_dir=str(tmp_path / "data"))
+    assert tracked.data_path(s) == ("DATA_DIR", (tmp_path / "data").resolve())
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "mnist.npz").write_bytes(b"x")
+    assert tracked.data_path(s) == ("DATA_DIR", (tmp_path / "data" / "mnist.npz").resolve())
+
+
+NEEDS_GIT = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
+
+
+def _project(root: Path) -> Path:
+    """A git repository with a DVC project (its files only: no dvc command is run here)."""
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / ".dvc").mkdir()
+    (root / ".dvc" / "config").write_text(CONFIG.replace("s3://bucket/dvc", "https://reader:pa55@dvc.example.com/c"))
+    (root / "images" / "cats").mkdir(parents=True)
+    (root / "images" / "cats" / "a.png").write_bytes(b"png")
+    (root / "images.dvc").write_text(DVC_FILE)
+    git(root, "remote", "add", "origin", "https://bot:token123@git.example.com/data.git")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "data")
+    return root
+
+
+@NEEDS_GIT
+def test_the_record_names_commit_path_entry_and_remote_without_credentials(tmp_path):
+    root = _project(tmp_path / "repo")
+    s = tiny_settings(tmp_path, dataset=f"images:{root / 'images' / 'cats'}", dvc_command=str(tmp_path / "no-dvc"))
+    version = tracked.record(s)
+    assert version["commit"] == git(root, "rev-parse", "HEAD").strip() and version["repository"] == str(root.resolve())
+    assert (version["path"], version["read"], version["dvc_file"]) == ("images", "cats", "images.dvc")
+    assert version["hash"] == "166b92740753f996441b137e01544e50.dir" and version["setting"] == "DATASET"
+    assert version["remote"] == "store" and version["remote_url"] == "https://***@dvc.example.com/c"
+    assert version["git_remote"] == "https://***@git.example.com/data.git"
+    assert "pa55" not in str(version) and "token123" not in str(version)
+    # No dvc command here: the workspace's state is unknown, and says what installs it.
+    assert version["workspace"] == "unknown" and "scripts/venv-dvc.sh" in version["workspace_unknown"]
+    assert version["dvc_file_committed"] is True and version["warning"] is None
+
+
+@NEEDS_GIT
+def test_an_uncommitted_dvc_file_warns_once_naming_the_commit_and_what_to_commit(tmp_path):
+    root = _project(tmp_path / "repo")
+    (root / "images.dvc").write_text(DVC_FILE.replace("166b9274", "99999999"))
+    version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}", dvc_command="/none"))
+    commit = git(root, "rev-parse", "HEAD").strip()[:12]
+    assert version["dvc_file_committed"] is False
+    assert version["warning"] == (
+        f"WARNING: images.dvc has changes not committed to git: commit {commit} does not record this run's data "
+        "version; commit images.dvc (and `dvc push`), then train"
+    )
+
+
+def test_a_workspace_that_differs_warns_with_the_commands_that_make_it_a_version():
+    version = {"path": "images", "dvc_file": "images.dvc", "commit": "c7" * 20, "hash": "166b92740753f9.dir"}
+    line = tracked.warning(version | {"workspace": "differs", "dvc_file_committed": True})
+    assert line.startswith("WARNING: images differs from its DVC version (images.dvc, 166b92740753...)")
+    assert "`dvc add images` (or `dvc repro`), commit images.dvc, `dvc push`, then train" in line
+    assert tracked.warning(version | {"workspace": "matches", "dvc_file_committed": True}) is None
+
+
+@NEEDS_GIT
+@pytest.mark.parametrize("where", ["outside any project", "in a project, untracked"])
+def test_data_dvc_does_not_track_has_no_record(tmp_path, where):
+    images = tmp_path / "images"
+    if where != "outside any project":
+        images = _project(tmp_path / "repo") / "other"
+    images.mkdir()
+    assert tracked.record(tiny_settings(tmp_path, dataset=f"images:{images}")) is None
+
+
+@NEEDS_GIT
+def test_a_dvc_lock_output_that_holds_the_data_is_found_with_its_stage(tmp_path):
+    root = _project(tmp_path / "repo")
+    (root / "dvc.lock").write_text(DVC_LOCK)
+    (root / "data" / "prepared" / "x").mkdir(parents=True)
+    source, stage, entry = tracked.entry_for((root / "data" / "prepared" / "x").resolve(), root.resolve())
+    assert (source.name, stage, entry["path"]) == ("dvc.lock", "prepare", "data/prepared")
+
+
+def test_a_git_remote_is_recorded_without_a_password_and_an_ssh_address_whole():
+    assert (
+        tracked.safe_origin("https://bot:token123@git.example.com/data.git") == "https://***@git.example.com/data.git"
+    )
+    assert tracked.safe_origin("git@github.com:org/data.git") == "git@github.com:org/data.git"
+    assert tracked.safe_origin("/srv/git/data.git") == "/srv/git/data.git"

@@ -1,0 +1,162 @@
+"""`reproduce`: the run's data version fetched from its DVC remote into a folder of its own.
+
+`dvc get REPOSITORY PATH --rev COMMIT -o DEST` reads the tracked path as that commit records it,
+from the DVC remote (a local repository's remote settings as its .dvc/config and config.local have
+them now): never the user's workspace or DVC cache, which may hold other data by now. DEST is DVC_DATA_CACHE/<hash>/<name>, written under a temporary name and renamed
+when complete, so a second reproduce of the same version fetches nothing. The fetched data must
+have the run's fingerprint; every refusal is one line naming what is missing and the command that fixes it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError, DataVersionError, ReproduceError
+from . import tool
+
+_NO_REVISION = ("unknown git revision", "unknown revision", "bad revision")
+_NOT_PUSHED = (
+    "failed to load directory",
+    "no storage files",
+    "missing cache",
+    "not found",
+    "no such file",
+    "does not exist",
+    "nosuchkey",
+)
+_NO_ACCESS = ("forbidden", "403", "credentials", "access denied", "could not connect", "invalidaccesskeyid")
+_NO_ACCESS += ("signaturedoesnotmatch", "connection", "timed out", "nosuchbucket", "no remote")
+
+
+def data_version(
+    version: dict[str, Any], values: dict[str, Any], settings, fingerprint: Callable[[dict[str, Any]], str], say
+) -> tuple[dict[str, Any], str]:
+    """(the run's settings with DATASET or DATA_DIR pointing at the fetched copy, its fingerprint)."""
+    folder = fetch(version, settings, say)
+    read = folder / version["read"] if version.get("read") else folder
+    changed = dict(values)
+    if version.get("setting") == "DATA_DIR":
+        changed["data_dir"] = str(read if read.is_dir() else read.parent)
+    else:
+        kind = str(values.get("dataset", "")).partition(":")[0]
+        changed["dataset"] = f"{kind}:{read}"
+    try:
+        return changed, fingerprint(changed)
+    except (ReproduceError, DataError) as exc:
+        raise _not_the_run_s(version, folder, exc) from None
+
+
+def fetch(version: dict[str, Any], settings, say) -> Path:
+    """The recorded version of the tracked path, fetched once into DVC_DATA_CACHE: its folder (or file)."""
+    path, commit = version.get("path"), version.get("commit")
+    if not path or not commit:
+        raise DataVersionError(
+            "data.version",
+            {"path": path, "commit": commit},
+            "names no path or commit",
+            "restore manifest.json from a backup",
+        )
+    place = Path(settings.dvc_data_cache).expanduser() / _key(version)
+    dest = place / Path(path).name
+    if dest.exists():
+        say(f"data: {path} at commit {commit[:12]} is already in {place}")
+        return dest
+    dvc = tool.find(settings.dvc_command)
+    if dvc is None:
+        raise DataVersionError(
+            "dvc",
+            settings.dvc_command or "command",
+            f"is not installed here, and {path} is not here as recorded",
+            tool.INSTALL,
+        )
+    repository = _repository(version)
+    say(f"data: fetching {path} at commit {commit[:12]} from the DVC remote of {repository} ...")
+    place.mkdir(parents=True, exist_ok=True)
+    part = place / f".{dest.name}.part-{os.getpid()}"
+    _remove(part)
+    done = tool.run(dvc, "get", repository, path, "--rev", commit, "-o", str(part))
+    if done.returncode != 0:
+        _remove(part)
+        raise refusal(tool.error_line(done.stderr), version, repository)
+    try:
+        os.replace(part, dest)
+    except OSError:  # another reproduce fetched the same version meanwhile: its copy is as good
+        _remove(part)
+        if not dest.exists():
+            raise
+    return dest
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _key(version: dict[str, Any]) -> str:
+    """The folder of a version: its hash (a folder's ends in .dir), else its commit."""
+    text = str(version.get("hash") or version.get("commit"))
+    return "".join(c if c.isalnum() else "-" for c in text.removesuffix(".dir"))[:64]
+
+
+def _repository(version: dict[str, Any]) -> str:
+    """The recorded repository when this machine has it at the recorded commit, else its git remote."""
+    here = Path(version.get("repository") or "")
+    if version.get("repository") and (here / ".git").exists():
+        return str(here)
+    # The recorded URL has its credentials masked (***@): git's own credential helper gives them instead.
+    return (version.get("git_remote") or str(here)).replace("***@", "")
+
+
+def refusal(error: str, version: dict[str, Any], repository: str) -> DataVersionError:
+    """DVC's error as one line: what is missing or refused, and the command that mends it."""
+    said, path, commit = error.lower(), version["path"], str(version["commit"])
+    remote = version.get("remote_url") or "the project's default remote"
+    if any(word in said for word in _NO_REVISION):
+        return DataVersionError(
+            "commit",
+            commit[:12],
+            f"is not in the data's repository {repository} ({error})",
+            f"push that commit to it, or `git fetch` it into {repository}",
+        )
+    if any(word in said for word in _NO_ACCESS):
+        return DataVersionError(
+            "DVC remote",
+            remote,
+            f"cannot be reached or refuses the credentials ({error})",
+            "set its credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or `dvc remote modify --local "
+            f"{version.get('remote') or '<remote>'} ...`) and check that it answers, then reproduce again",
+        )
+    if any(word in said for word in _NOT_PUSHED):
+        return DataVersionError(
+            path,
+            f"(hash {version.get('hash')})",
+            f"is not on the DVC remote {remote}: that version was never pushed ({error})",
+            f"on the machine that has it: `git checkout {commit[:12]} && dvc push {version.get('dvc_file') or path}` in {repository}",
+        )
+    return DataVersionError(
+        "dvc get",
+        f"{repository} {path} --rev {commit[:12]}",
+        f"failed: {error}",
+        "run it by hand with -v to see why, mend that, then reproduce again",
+    )
+
+
+def _not_the_run_s(version: dict[str, Any], folder: Path, exc: Exception) -> DataVersionError:
+    """The fetched version is not the data the run read: the record's entry names other content."""
+    path, source, commit = version["path"], version.get("dvc_file"), str(version["commit"])[:12]
+    if version.get("workspace") == "differs":
+        why = "the run's data differed from its DVC version when it trained (its manifest says so): no version holds it"
+    else:
+        why = f"{source} at commit {commit} names other content than the run read"
+    return DataVersionError(
+        path,
+        f"at commit {commit} (fetched into {folder})",
+        f"is not the run's data: {why} ({str(exc).split(': ', 1)[-1][:200]})",
+        f"find the commit whose {source} holds it (`git log -- {source}`), or point DATASET/DATA_DIR at that data",
+    )
