@@ -534,7 +534,9 @@ def venv_sh(clone: Path, *args: str) -> tuple[list[str], str]:
     prefix = "pip install --quiet --python .venv/bin/python --compile-bytecode " if with_uv else "-m pip install "
     lines = log.read_text().splitlines() if log.exists() else []
     assert all(line.startswith(prefix) for line in lines), (prefix, lines)
-    pip = [line.removeprefix(prefix).replace("--disable-pip-version-check ", "").replace("--quiet ", "") for line in lines]
+    pip = [
+        line.removeprefix(prefix).replace("--disable-pip-version-check ", "").replace("--quiet ", "") for line in lines
+    ]
     return pip, done.stderr
 
 
