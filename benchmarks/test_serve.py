@@ -49,7 +49,7 @@ class Server:
         for line in self.proc.stderr:  # the port, then readiness: events, not sleeps
             if m := re.search(r"serving on http://127\.0\.0\.1:(\d+)", line):
                 self.port = int(m.group(1))
-            if line.startswith("ready: "):
+            if " ready: " in line:
                 break
         assert self.port and self.proc.poll() is None, "serve did not start"
         threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()

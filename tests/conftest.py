@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import sys
@@ -98,15 +97,6 @@ MLFLOW_SERVER_SKIP = "no MLflow server installed"
 # from reading), host-side files that the image leaves out on purpose, and inputs a skip reason
 # calls optional (the real MNIST).
 SKIPS_ALLOWED_UNDER_REQUIRE_ALL = ("GPU", "CUDA", "root reads", "not in the image", "(optional:")
-
-
-def pytest_collection_modifyitems(config, items):
-    """The files with the most slow tests first. scripts/test runs each file whole on one worker
-    (`--dist loadfile`: a module's costly fixture, such as a trained run or a multi-worker pair, is
-    built once, not once per worker) and hands files out in this order, so the long files start
-    early and the short ones fill the end. The sort is stable: a file's own order is kept."""
-    slow = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.path])
 
 
 @pytest.hookimpl(hookwrapper=True)

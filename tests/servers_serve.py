@@ -39,7 +39,7 @@ class ServeProcess:
         self._new_line = threading.Condition()
         threading.Thread(target=self._drain, daemon=True).start()
         found = self.wait_for_line(r"serving on http://127\.0\.0\.1:(\d+)")
-        self.port = int(re.search(r":(\d+)", found).group(1))
+        self.port = int(re.search(r"127\.0\.0\.1:(\d+)", found).group(1))
         self.url = f"http://127.0.0.1:{self.port}"
 
     def _drain(self) -> None:
@@ -71,7 +71,7 @@ class ServeProcess:
         return "\n".join(self.lines)
 
     def wait_ready(self) -> ServeProcess:
-        self.wait_for_line(r"^ready: ")
+        self.wait_for_line(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ready: ")
         assert get(self.url + "/v2/health/ready")[0] == 200
         return self
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import signal
 import socket
@@ -66,6 +67,12 @@ def test_not_ready_until_warmed_up_then_sigterm_finishes_the_request_in_flight_a
     assert server.proc.wait(_DEADLINE) == 0, server.output
     ((status, doc),) = answers
     assert status == 200 and len(doc["predictions"]) == 1
+    # One format from start to stop, the template's lines and uvicorn's alike (as training logs);
+    # TensorFlow's C++ runtime writes its own start-up lines before Python's logging can see them.
+    assert "Application startup complete." in server.output and "Finished server process" in server.output
+    stamped = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S")
+    tensorflows = re.compile(r"[IWEF]\d{4} |WARNING: All log messages before absl::InitializeLog")
+    assert all(stamped.match(line) for line in server.lines if not tensorflows.match(line)), server.output
 
 
 @pytest.mark.parametrize("signals, drain", [(1, "1"), (2, "600")])

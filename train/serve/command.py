@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         check_model=False,
     )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # The training log's format, for the server's lines and uvicorn's alike (train.serve.server)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
     from .model import find_export
     from .server import serve
 

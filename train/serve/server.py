@@ -125,6 +125,7 @@ def serve(model: ServedModel, host: str, port: int, settings) -> int:
     config = uvicorn.Config(
         app,
         log_level="info",
+        log_config=None,  # uvicorn's lines go through the root handler serve set up: one format, not two
         timeout_graceful_shutdown=drain + BACKSTOP,
         access_log=False,
         lifespan="on",
