@@ -116,20 +116,6 @@ def test_the_step_summary_reads_the_kinds_of_work_from_a_written_profile(real_lo
     assert "| kind of work | share of the work | ms a step (median) | fastest step |" in profile_ops.tables(summary)
 
 
-@pytest.mark.slow
-def test_with_two_workers_only_the_chief_writes_a_profile(tmp_path):
-    from faults import only_run
-    from helpers import write_tiny_npz
-    from test_multiworker import start_workers, text, wait_all
-
-    procs = start_workers(tmp_path, write_tiny_npz(tmp_path), epochs=1, profile="steps", profile_steps="2:4")
-    assert wait_all(procs) == [0, 0], [text(p)[-3000:] for p in procs]
-    run = only_run(tmp_path / "w0" / "runs")
-    assert len(_profiles(run)) == 1
-    assert list((tmp_path / "w1").rglob("*.xplane.pb")) == []
-    assert "profile of steps 2-3 written to" in text(procs[0]) and "profile of" not in text(procs[1])
-
-
 def test_the_trace_covers_the_whole_compiled_calls_that_hold_the_range(monkeypatch, tmp_path):
     """Under STEPS_PER_EXECUTION=4, PROFILE_STEPS=10:15 traces the calls of steps 8-11, 12-15."""
     import tensorflow as tf
