@@ -54,6 +54,9 @@ def test_an_s3_url_is_a_store_not_a_local_folder(tmp_path):
         ("s3://", "no bucket"),
         ("s3://My_Bucket/runs", "not valid"),
         ("gs:bucket", "two slashes"),
+        ("s3://bkt/../etc", "'..' in the prefix"),
+        ("s3://bkt/runs/..", "'..' in the prefix"),
+        ("gs://bkt/./runs", "'.' in the prefix"),
     ],
 )
 def test_a_runs_dir_url_that_cannot_work_is_refused_with_the_fix(tmp_path, value, says):
