@@ -121,6 +121,21 @@ def test_storage_error_explains_each_errno(code, reason):
     assert str(exc) == f"cannot write /runs/x: {reason}"
 
 
+def test_storage_error_in_a_stores_staging_copy_names_store_cache(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from train.run import remote
+
+    staging = tmp_path / "cache" / "s3" / "bkt" / "runs"
+    monkeypatch.setitem(remote._OPEN, "s3://bkt/runs", SimpleNamespace(root=staging))
+    full = str(storage_error(staging / "run-1" / "manifest.json", OSError(errno.ENOSPC, "raw"), in_docker=False))
+    assert full.endswith("point STORE_CACHE at a larger volume") and "RUNS_DIR" not in full, full
+    denied = str(storage_error(staging, OSError(errno.EACCES, "raw"), in_docker=True))
+    assert "owner of STORE_CACHE" in denied and "HOST_UID" not in denied, denied
+    # Outside it, RUNS_DIR chose the folder.
+    assert "point RUNS_DIR" in str(storage_error(tmp_path / "runs", OSError(errno.ENOSPC, "raw"), in_docker=False))
+
+
 def test_storage_error_falls_back_to_strerror_then_to_the_exception():
     assert str(storage_error("p", OSError(errno.EIO, "Input/output error"))) == "cannot write p: Input/output error"
     assert str(storage_error("p", OSError("no errno here"))) == "cannot write p: no errno here"

@@ -51,6 +51,11 @@ def local_dir(runs_dir: str | Path) -> Path:
     return Path(runs_dir)
 
 
+def staging_roots() -> list[Path]:
+    """The staging copies of the stores this process opened (under STORE_CACHE)."""
+    return [r.root for r in _OPEN.values()]
+
+
 def for_run(run_dir: Path | str) -> Any | None:
     """The opened store a run directory belongs to (its staging copy), or None for a local run."""
     parent = Path(run_dir).absolute().parent
