@@ -215,6 +215,21 @@ def test_a_savedmodel_that_does_not_load_is_an_export_error(tmp_path, monkeypatc
         )
 
 
+@pytest.mark.parametrize("signum", [15, 2])
+def test_a_parity_process_ended_by_the_group_stop_is_an_interruption_not_a_savedmodel_that_does_not_load(
+    tmp_path, monkeypatch, signum
+):
+    import signal
+    import subprocess
+
+    # Ctrl-C or `timeout` signal the whole group: the parity check's process dies of it too.
+    monkeypatch.setattr(export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, -signum, "", ""))
+    with pytest.raises(Interrupted) as info:
+        export.check_parity(_tiny_model(), tmp_path / "savedmodel", tmp_path)
+    assert info.value.exit_code == 75 and f"stopped by {signal.Signals(signum).name}" in str(info.value)
+    assert "does not load" not in str(info.value)
+
+
 @pytest.fixture
 def trained_run(tmp_path):
     """A run directory as training leaves it, with best.weights.h5 from other weights than `model`."""

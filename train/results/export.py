@@ -91,6 +91,13 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
             timeout=600,
             env=_quiet_env(),
         )
+    if -proc.returncode in _SignalStop.SIGNALS:
+        # Ctrl-C or `timeout` signals the whole process group: the check's process died of the stop
+        # meant for this one, which says nothing about the SavedModel.
+        raise Interrupted(
+            f"export stopped by {signal.Signals(-proc.returncode).name} during its parity check: the previous "
+            "export is unchanged; run `python -m train export RUN` again"
+        )
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
         raise ExportError(f"the SavedModel at {savedmodel} does not load in a fresh process: {tail[0]}")
