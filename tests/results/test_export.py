@@ -274,6 +274,20 @@ def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run
         assert not np.array_equal(got, last) or got.ndim == 1  # biases start at zero in both
 
 
+@pytest.mark.parametrize("dataset", ["images:{}/moved-images", "npz:{}/moved.npz"])
+def test_a_run_whose_data_moved_is_exported_from_its_weights_alone(trained_run, monkeypatch, tmp_path, dataset):
+    from train.config import Settings
+
+    run, best, _ = trained_run
+    moved = Settings(model="cnn", dataset=dataset.format(tmp_path)).to_dict()  # written while it existed
+    (run / "config.json").write_text(json.dumps(moved))
+    seen = _exported(monkeypatch, run)
+    export.export_run(run)  # a SavedModel needs the model and its weights, not the training data
+    ((model, labels),) = seen
+    assert labels == ["a", "b"]
+    np.testing.assert_array_equal(model.get_weights()[0], best.get_weights()[0])
+
+
 def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_memory(
     trained_run, monkeypatch, caplog
 ):

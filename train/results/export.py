@@ -509,7 +509,7 @@ def rebuild_model(run_dir: Path):
     from ..run.weights import load_weights
 
     files = RunDir(run_dir)
-    settings = read_run_settings(run_dir)
+    settings = read_run_settings(run_dir, need_data=False)  # the model and weights: the data may have moved
     manifest = files.read_manifest()
     weights = files.weights()
     if not weights:
@@ -555,7 +555,7 @@ def export_run(
         export, labels, source = rebuild_model(run_dir)
         described = f"{source['file']} (epoch {source['epoch']}, sha256 {source['sha256'][:12]})"
     else:
-        settings = read_run_settings(run_dir)
+        settings = read_run_settings(run_dir, need_data=False)
         export, described = float32_copy(model, settings.model), "the trained model"
         labels = files.data_description()[0]
         # At the end of fit the model in memory is what final.weights.h5 was just written from.
