@@ -79,9 +79,9 @@ def run_sweep(
     trial's run says it too: the sweep, not `fit --resume`, continues that run)."""
     import optuna
 
-    total = planned_total(spec, trials)
     storage = open_storage(url, spec.heartbeat)
     study = open_study(storage, spec, url, None)
+    total = planned_total(spec, trials)  # said once the study is open: a refused storage says only that
     # Its own stream per process: workers started together must not propose the same parameters.
     study.sampler = make_sampler(spec, zlib.crc32(f"{settings.seed}/{len(study.trials)}/{os.getpid()}".encode()))
     shown = redact_uri(url)
