@@ -269,7 +269,9 @@ def quantize_data(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from ..inputs import pipeline as data
     from ..run.rundir import read_run_settings
 
-    settings = read_run_settings(run_dir)
+    # A moved data set is load_data's DataError (the quantised file is left out, the float ones kept),
+    # not a config.json refused as damaged.
+    settings = read_run_settings(run_dir, need_data=False)
     spec = data.load_data(settings)
     calibration = []
     for images, _ in data.train_dataset(spec, settings, epoch=0, batch_size=100):
