@@ -396,22 +396,23 @@ def _check_peak_flops(value: str) -> None:
         )
 
 
-def validate(s: Settings) -> Settings:
-    """Check every rule that does not need TensorFlow; return the settings unchanged or raise."""
+def validate(s: Settings, data: bool = True) -> Settings:
+    """Check every rule that does not need TensorFlow; return the settings unchanged or raise.
+    `data`: whether DATASET's file or folder must be there (see settings_from_dict)."""
     try:
-        return _validate(s)
+        return _validate(s, data)
     except ConfigError as exc:
         # Whichever check refused a URL-valued setting, its message never shows the secret in it.
         raise _masked(exc) from None
 
 
-def _validate(s: Settings) -> Settings:
+def _validate(s: Settings, data: bool = True) -> Settings:
     _check_ranges(s)
     _check_peak_flops(s.peak_flops)
     _check_dirs(s)
     if locations.looks_like_url(s.runs_dir) and (problem := locations.url_problem(s.runs_dir)):
         raise ConfigError("RUNS_DIR", s.runs_dir, problem)  # validate() masks it, as every URL setting
-    datasets.check_dataset(s.dataset)
+    datasets.check_dataset(s.dataset, exists=data)
     if s.model not in models.MODELS and not _MODULE_FN.match(s.model):
         raise ConfigError("MODEL", s.model, "one of " + ", ".join(models.MODELS) + " or package.module:function")
     if s.monitor not in models.monitors(s.model):
@@ -563,8 +564,11 @@ def _field(name: str) -> dataclasses.Field:
     return next(f for f in fields(Settings) if f.name == name)
 
 
-def settings_from_dict(data: Mapping[str, Any]) -> Settings:
-    """Rebuild settings saved in a run directory (unknown keys from newer versions are ignored)."""
+def settings_from_dict(data: Mapping[str, Any], need_data: bool = True) -> Settings:
+    """Rebuild settings saved in a run directory (unknown keys from newer versions are ignored).
+
+    `need_data=False`: DATASET's file or folder may be gone (moved since): a command that builds the
+    model from the run's record and weights alone (export, predict) has no use for it."""
     known = {f.name for f in fields(Settings)}
     values = {k: v for k, v in data.items() if k in known}
     for f in fields(Settings):
@@ -575,7 +579,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> Settings:
     for section in extras.sections():
         if hasattr(section, "saved"):
             section.saved(values)
-    return validate(Settings(**values))
+    return validate(Settings(**values), data=need_data)
 
 
 def diff_settings(old: Settings, new: Settings, ignore: frozenset[str] = RESUME_FREE) -> list[str]:

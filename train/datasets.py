@@ -41,13 +41,16 @@ def register(dataset: Dataset) -> Dataset:
     return dataset
 
 
-def check_dataset(value: str) -> None:
-    """DATASET: a registered name, npz:<file> or images:<dir> (the path must exist); else ConfigError."""
+def check_dataset(value: str, exists: bool = True) -> None:
+    """DATASET: a registered name, npz:<file> or images:<dir> (the path must exist, unless not `exists`:
+    a run's record read by a command that needs no data); else ConfigError."""
     if value in DATASETS:
         return
     kind, _, path = value.partition(":")
     if kind not in ("npz", "images") or not path:
         raise ConfigError("DATASET", value, "one of " + ", ".join(DATASETS) + ", npz:<file>, images:<dir>")
+    if not exists:
+        return
     p = Path(path).expanduser()
     try:
         mode = p.stat().st_mode  # stat only: a FIFO or /dev/zero given as the data is never opened

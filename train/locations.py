@@ -65,6 +65,12 @@ def url_problem(text: str) -> str | None:
         return f"no bucket: write {scheme}://BUCKET/PREFIX"
     if scheme in ("s3", "gs") and not _BUCKET.match(authority):
         return f"bucket name {authority!r} is not valid: 3 to 63 lower-case letters, digits, '.' or '-'"
+    if dots := [p for p in rest.split("/")[1:] if p in (".", "..")]:
+        # The prefix is also a path under STORE_CACHE (the staging copy): '..' would leave it.
+        return (
+            f"{dots[0]!r} in the prefix: the prefix names objects and the staging folder under STORE_CACHE, where "
+            f"{dots[0]!r} would point elsewhere; write {scheme}://BUCKET/PREFIX without '.' or '..' parts"
+        )
     return None
 
 

@@ -215,6 +215,21 @@ def test_a_savedmodel_that_does_not_load_is_an_export_error(tmp_path, monkeypatc
         )
 
 
+@pytest.mark.parametrize("signum", [15, 2])
+def test_a_parity_process_ended_by_the_group_stop_is_an_interruption_not_a_savedmodel_that_does_not_load(
+    tmp_path, monkeypatch, signum
+):
+    import signal
+    import subprocess
+
+    # Ctrl-C or `timeout` signal the whole group: the parity check's process dies of it too.
+    monkeypatch.setattr(export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, -signum, "", ""))
+    with pytest.raises(Interrupted) as info:
+        export.check_parity(_tiny_model(), tmp_path / "savedmodel", tmp_path)
+    assert info.value.exit_code == 75 and f"stopped by {signal.Signals(signum).name}" in str(info.value)
+    assert "does not load" not in str(info.value)
+
+
 @pytest.fixture
 def trained_run(tmp_path):
     """A run directory as training leaves it, with best.weights.h5 from other weights than `model`."""
@@ -257,6 +272,20 @@ def test_export_run_exports_the_best_weights_not_the_model_in_memory(trained_run
     for got, want, last in zip(model.get_weights(), best.get_weights(), in_memory.get_weights()):
         np.testing.assert_array_equal(got, want)
         assert not np.array_equal(got, last) or got.ndim == 1  # biases start at zero in both
+
+
+@pytest.mark.parametrize("dataset", ["images:{}/moved-images", "npz:{}/moved.npz"])
+def test_a_run_whose_data_moved_is_exported_from_its_weights_alone(trained_run, monkeypatch, tmp_path, dataset):
+    from train.config import Settings
+
+    run, best, _ = trained_run
+    moved = Settings(model="cnn", dataset=dataset.format(tmp_path)).to_dict()  # written while it existed
+    (run / "config.json").write_text(json.dumps(moved))
+    seen = _exported(monkeypatch, run)
+    export.export_run(run)  # a SavedModel needs the model and its weights, not the training data
+    ((model, labels),) = seen
+    assert labels == ["a", "b"]
+    np.testing.assert_array_equal(model.get_weights()[0], best.get_weights()[0])
 
 
 def test_export_run_without_best_weights_exports_a_float32_copy_of_the_model_in_memory(

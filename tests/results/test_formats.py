@@ -135,7 +135,7 @@ def test_formats_whose_runtime_is_there_pass_the_check_before_converting():
     formats.require_runtimes("/nonexistent/python", ("savedmodel",), "--format", "savedmodel")  # nothing to run
 
 
-@pytest.mark.parametrize("python", [sys.executable, "/nonexistent/python"])
+@pytest.mark.parametrize("python", [sys.executable])
 def test_a_missing_runtime_is_one_config_error_before_anything_is_converted(python, monkeypatch):
     from train.results import runtime_check
 
@@ -145,6 +145,33 @@ def test_a_missing_runtime_is_one_config_error_before_anything_is_converted(pyth
     text = str(info.value)
     assert text.startswith("EXPORT_FORMATS='litert,onnx' is not valid: litert ")
     assert f"{python} lacks no-such-runtime-here" in text and "scripts/venv-runtime-check.sh" in text
+
+
+@pytest.mark.parametrize(
+    "python, why",
+    [
+        ("/nonexistent/python", "does not exist"),
+        ("/tmp", "is a directory"),
+        ("/bin/true", "is not a Python that runs"),
+        ("/bin/false", "is not a Python that runs"),
+    ],
+)
+def test_a_check_python_that_is_no_python_is_named_before_anything_is_converted(python, why):
+    # Not "lacks ai-edge-litert", and never the converter's fault after the conversion: the setting is wrong.
+    with pytest.raises(ConfigError) as info:
+        formats.require_runtimes(python, ("savedmodel", "litert"), "EXPORT_FORMATS", "litert")
+    text = str(info.value)
+    assert text.startswith(f"EXPORT_CHECK_PYTHON={python!r} is not valid: {why}"), text
+    assert "leave it empty" in text and "converter" not in text and "\n" not in text
+
+
+def test_a_checker_that_ends_well_without_answers_is_blamed_on_the_setting_not_the_converter(tmp_path):
+    x = np.zeros((2, 6, 6, 1), np.uint8)
+    with pytest.raises(ExportError) as info:
+        formats._answers(
+            lambda cmd: subprocess.CompletedProcess(cmd, 0, "", ""), "/bin/true", "litert", tmp_path / "m", x, tmp_path
+        )
+    assert "EXPORT_CHECK_PYTHON" in str(info.value) and "converter" not in str(info.value), info.value
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,21 @@ def test_storage_error_explains_each_errno(code, reason):
     assert str(exc) == f"cannot write /runs/x: {reason}"
 
 
+def test_storage_error_in_a_stores_staging_copy_names_store_cache(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from train.run import remote
+
+    staging = tmp_path / "cache" / "s3" / "bkt" / "runs"
+    monkeypatch.setitem(remote._OPEN, "s3://bkt/runs", SimpleNamespace(root=staging))
+    full = str(storage_error(staging / "run-1" / "manifest.json", OSError(errno.ENOSPC, "raw"), in_docker=False))
+    assert full.endswith("point STORE_CACHE at a larger volume") and "RUNS_DIR" not in full, full
+    denied = str(storage_error(staging, OSError(errno.EACCES, "raw"), in_docker=True))
+    assert "owner of STORE_CACHE" in denied and "HOST_UID" not in denied, denied
+    # Outside it, RUNS_DIR chose the folder.
+    assert "point RUNS_DIR" in str(storage_error(tmp_path / "runs", OSError(errno.ENOSPC, "raw"), in_docker=False))
+
+
 def test_storage_error_falls_back_to_strerror_then_to_the_exception():
     assert str(storage_error("p", OSError(errno.EIO, "Input/output error"))) == "cannot write p: Input/output error"
     assert str(storage_error("p", OSError("no errno here"))) == "cannot write p: no errno here"
@@ -689,3 +704,17 @@ def test_a_name_too_long_for_the_file_system_says_so(tmp_path):
     err = storage_error(tmp_path / ("x" * 300), OSError(errno.ENAMETOOLONG, "File name too long"), in_docker=False)
     assert str(err).endswith("a name in the path is longer than the file system allows: shorten RUN_NAME or RUNS_DIR")
     assert err.exit_code == 7
+
+
+def test_a_run_missing_from_a_store_is_missing_from_the_store_not_from_its_staging_folder(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from train.run import remote
+
+    staging = tmp_path / "cache" / "s3" / "bkt" / "runs"
+    staging.mkdir(parents=True)
+    monkeypatch.setitem(remote._OPEN, "s3://bkt/runs", SimpleNamespace(root=staging, url="s3://bkt/runs"))
+    for run in ("20261203-000000-000000-gone", "latest"):
+        with pytest.raises(RunNotFound) as err:
+            resolve_run("s3://bkt/runs", run)
+        assert "in s3://bkt/runs" in str(err.value) and str(staging) not in str(err.value), err.value

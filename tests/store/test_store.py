@@ -54,6 +54,9 @@ def test_an_s3_url_is_a_store_not_a_local_folder(tmp_path):
         ("s3://", "no bucket"),
         ("s3://My_Bucket/runs", "not valid"),
         ("gs:bucket", "two slashes"),
+        ("s3://bkt/../etc", "'..' in the prefix"),
+        ("s3://bkt/runs/..", "'..' in the prefix"),
+        ("gs://bkt/./runs", "'.' in the prefix"),
     ],
 )
 def test_a_runs_dir_url_that_cannot_work_is_refused_with_the_fix(tmp_path, value, says):
@@ -117,6 +120,31 @@ def test_a_missing_bucket_is_one_line_naming_it(s3_server, monkeypatch):
     with pytest.raises(StorageError, match="bucket 'no-such-bucket-here' does not exist") as err:
         store.check()
     assert "\n" not in str(err.value)
+
+
+def test_a_staging_folder_that_cannot_be_written_names_store_cache_not_runs_dir(
+    s3_server, s3_bucket, monkeypatch, tmp_path
+):
+    import errno
+    import pathlib
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("a file where STORE_CACHE's folder goes")
+    settings = _settings(tmp_path, runs_dir=f"s3://{s3_bucket}/runs", store_cache=str(blocked / "cache"))
+    with pytest.raises(StorageError) as err:
+        remote.open_runs_dir(settings)
+    assert "STORE_CACHE" in str(err.value) and "RUNS_DIR at" not in str(err.value), err.value
+
+    # A full disk, as root meets it (a read-only mode does not stop root): the fix is STORE_CACHE's.
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_bytes", full)
+    with pytest.raises(StorageError) as err:
+        remote.open_runs_dir(_settings(tmp_path, runs_dir=f"s3://{s3_bucket}/runs"))
+    assert "point STORE_CACHE at a larger volume" in str(err.value) and "RUNS_DIR" not in str(err.value), err.value
 
 
 def test_a_store_that_does_not_answer_is_one_line(monkeypatch):

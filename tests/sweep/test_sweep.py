@@ -374,3 +374,31 @@ def test_a_stopped_trial_gives_one_instruction_and_its_retry_is_numbered_so_a_us
     assert seen[1] == ("s-t0", str(tmp_path / "runs" / run))  # its own name, not an empty RUN_NAME
     assert f"trial 1 (a retry of trial 0): resuming run {run}" in caplog.messages
     assert "<td>1 (a retry of trial 0) (best)</td>" in result.report.read_text()
+
+
+def test_a_space_of_one_point_is_one_trial_said_once_not_the_same_training_again_and_again(tmp_path, caplog):
+    from train.sweep.space import read_space
+    from train.sweep.study import planned_total
+
+    settings = load_settings({"runs_dir": str(tmp_path)}, env_file=None, environ={})
+    one = read_space(_space(tmp_path, "batch_size = [16]\nmodel = ['cnn']\n"), settings)
+    with caplog.at_level("INFO", logger="train"):
+        assert planned_total(one) == 1 and planned_total(one, 5) == 1
+    said = [r.getMessage() for r in caplog.records if "every setting in [space] has one value" in r.getMessage()]
+    assert len(said) == 2 and "1 trial, not 3" in said[0] and "1 trial, not 5" in said[1], said
+    caplog.clear()
+    # Two points, or a range: TPE and random may search them with any number of trials, and say nothing.
+    two = read_space(_space(tmp_path, "batch_size = [16, 32]\n"), settings)
+    ranged = read_space(_space(tmp_path, "learning_rate = { low = 1e-4, high = 1e-2 }\n"), settings)
+    with caplog.at_level("INFO", logger="train"):
+        assert planned_total(two) == 3 and planned_total(ranged, 7) == 7
+    assert not caplog.records
+
+
+def test_more_trials_finished_than_asked_is_said_in_words_not_6_of_2():
+    from train.sweep.command import finished_line
+    from train.sweep.study import SweepResult
+
+    assert finished_line(SweepResult("s", "sqlite:///x", 4, 2, None)) == "study s: 2 of 4 trial(s) finished"
+    line = finished_line(SweepResult("s", "sqlite:///x", 2, 6, None))
+    assert line.startswith("study s: 6 trial(s) finished, more than the 2 asked") and " of 2" not in line, line

@@ -148,3 +148,70 @@ def test_a_trial_whose_process_died_before_its_first_heartbeat_is_stale_after_th
     # heartbeat is recent, keeps running.
     assert states == {dead.number: "FAIL", fresh.number: "RUNNING", beating.number: "RUNNING", 3: "WAITING"}
     assert study.get_trials()[3].system_attrs["retry_history"] == [dead.number]
+
+
+def test_a_sqlite_file_of_another_program_is_refused_untouched(tmp_path, capsys):
+    import sqlite3
+
+    other = tmp_path / "notes.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.execute("INSERT INTO notes VALUES ('kept')")
+    db.close()
+    before = other.read_bytes()
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    rc = main(
+        [
+            "sweep",
+            str(space),
+            "--storage",
+            f"sqlite:///{other}",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--env-file",
+            "/dev/null",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "a SQLite database of something else (tables notes)" in err and "SWEEP_STORAGE" in err, err
+    assert len(err.splitlines()) == 1 and other.read_bytes() == before
+
+
+def test_a_study_file_that_is_not_sqlite_is_named_so_not_blamed_on_a_database_server(tmp_path, capsys):
+    junk = tmp_path / "s.db"
+    junk.write_bytes(bytes(range(256)) * 8)
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    rc = main(
+        [
+            "sweep",
+            str(space),
+            "--storage",
+            f"sqlite:///{junk}",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--env-file",
+            "/dev/null",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and f"{junk} is not a SQLite database" in err and "running and reachable" not in err, err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_study_file_this_user_cannot_write_is_one_storage_error_exit_7(tmp_path, capsys, monkeypatch):
+    import os
+
+    study = tmp_path / "runs" / "sweeps" / "s.db"
+    study.parent.mkdir(parents=True)
+    study.write_bytes(b"")
+    real = os.access
+    # Root writes a file whatever its mode: what a read-only file does to another user, told directly.
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(study) else real(p, mode, **kw))
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    rc = main(["sweep", str(space), "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 7 and err.startswith(f"StorageError: cannot write {study}") and "chmod u+w" in err, err
+    assert len(err.splitlines()) == 1

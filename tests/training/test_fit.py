@@ -106,6 +106,28 @@ def test_resume_continues_epochs_and_optimizer_steps(tmp_path):
     assert "restored from checkpoint" in (first.run_dir / "train.log").read_text()
 
 
+def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_that_a_resume_exports(
+    tmp_path, monkeypatch
+):
+    from train.errors import Interrupted
+    from train.results import export
+    from train.training.fit import train
+
+    real = export.subprocess.run
+    # SIGTERM to the process group (`timeout`, Ctrl-C) as the parity check runs: its process dies of it.
+    monkeypatch.setattr(export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, -15, "", ""))
+    s = tiny_settings(tmp_path, epochs=1, export=True)
+    with pytest.raises(Interrupted) as info:
+        train(s)
+    assert info.value.exit_code == 75 and "does not load" not in str(info.value)
+    (run,) = (p for p in (tmp_path / "runs").iterdir() if (p / "manifest.json").is_file())
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and not (run / "export").exists(), manifest["status"]
+    monkeypatch.setattr(export.subprocess, "run", real)
+    again = train(s, resume=run.name)  # all epochs trained: the resume writes the export
+    assert again.status == "completed" and (run / "export" / "savedmodel" / "saved_model.pb").is_file()
+
+
 def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
     from train.errors import ResumeMismatchError
     from train.training.fit import train

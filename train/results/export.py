@@ -91,6 +91,13 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
             timeout=600,
             env=_quiet_env(),
         )
+    if -proc.returncode in _SignalStop.SIGNALS:
+        # Ctrl-C or `timeout` signals the whole process group: the check's process died of the stop
+        # meant for this one, which says nothing about the SavedModel.
+        raise Interrupted(
+            f"export stopped by {signal.Signals(-proc.returncode).name} during its parity check: the previous "
+            "export is unchanged; run `python -m train export RUN` again"
+        )
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
         raise ExportError(f"the SavedModel at {savedmodel} does not load in a fresh process: {tail[0]}")
@@ -502,7 +509,7 @@ def rebuild_model(run_dir: Path):
     from ..run.weights import load_weights
 
     files = RunDir(run_dir)
-    settings = read_run_settings(run_dir)
+    settings = read_run_settings(run_dir, need_data=False)  # the model and weights: the data may have moved
     manifest = files.read_manifest()
     weights = files.weights()
     if not weights:
@@ -548,7 +555,7 @@ def export_run(
         export, labels, source = rebuild_model(run_dir)
         described = f"{source['file']} (epoch {source['epoch']}, sha256 {source['sha256'][:12]})"
     else:
-        settings = read_run_settings(run_dir)
+        settings = read_run_settings(run_dir, need_data=False)
         export, described = float32_copy(model, settings.model), "the trained model"
         labels = files.data_description()[0]
         # At the end of fit the model in memory is what final.weights.h5 was just written from.

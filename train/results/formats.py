@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,7 +27,7 @@ import numpy as np
 
 import train
 
-from ..errors import ConfigError, DataError, ExportError
+from ..errors import ConfigError, DataError, ExportError, first_line
 from ..run.rundir import ExportDir
 from . import litert, onnx_export
 
@@ -70,12 +71,7 @@ def require_runtimes(python: str, formats: tuple[str, ...], name: str, value: st
     wanted = {fmt: RUNTIMES[fmt] for fmt in formats if fmt in RUNTIMES}
     if not wanted:
         return
-    code = "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))"
-    try:
-        proc = subprocess.run([python, "-c", code, *wanted.values()], capture_output=True, text=True, timeout=120)
-        absent = set(proc.stdout.split()) if proc.returncode == 0 else set(wanted.values())
-    except (OSError, subprocess.TimeoutExpired):
-        absent = set(wanted.values())
+    absent = _absent_modules(python, list(wanted.values()))
     if missing := [fmt for fmt, module in wanted.items() if module in absent]:
         lacks = ", ".join(wanted[f].replace("_", "-") for f in missing)
         raise ConfigError(
@@ -84,6 +80,39 @@ def require_runtimes(python: str, formats: tuple[str, ...], name: str, value: st
             f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} checked by running the file without "
             f"TensorFlow, and {python} lacks {lacks}: {_RUNTIME_FIX}",
         )
+
+
+_ANSWER = "runtime-check-modules:"  # the probe's answer starts so: any other program is no Python
+
+
+def _absent_modules(python: str, modules: list[str]) -> set[str]:
+    """Which of `modules` `python` lacks (none imported). ConfigError naming EXPORT_CHECK_PYTHON when
+    it is no Python at all (missing, a folder, /bin/true): not a missing runtime, nor a converter's fault."""
+    if shutil.which(python) is None:
+        path = Path(python)
+        why = "is a directory" if path.is_dir() else "is not executable" if path.exists() else "does not exist"
+        raise _not_a_python(python, why)
+    code = f"import importlib.util as u, sys; print({_ANSWER!r}, *(m for m in sys.argv[1:] if u.find_spec(m) is None))"
+    try:
+        proc = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return set(modules)
+    except OSError as exc:
+        raise _not_a_python(python, f"cannot be run ({exc.strerror or exc})") from None
+    answer = next((line.split()[1:] for line in proc.stdout.splitlines() if line.startswith(_ANSWER)), None)
+    if proc.returncode != 0 or answer is None:
+        said = first_line(proc.stderr) or f"exit status {proc.returncode}, no answer"
+        raise _not_a_python(python, f"is not a Python that runs (`-c` gave: {said})")
+    return set(answer)
+
+
+def _not_a_python(python: str, why: str) -> ConfigError:
+    return ConfigError(
+        "EXPORT_CHECK_PYTHON",
+        python,
+        f"{why}: the LiteRT/ONNX parity check runs in it; give the path of a Python that has their runtimes "
+        "(.venv-runtime-check/bin/python, which scripts/venv-runtime-check.sh makes), or leave it empty",
+    )
 
 
 _RUNTIME_FIX = (
@@ -159,11 +188,12 @@ def _answers(run, python: str, fmt: str, path: Path, x: np.ndarray, work: Path) 
     proc = run(cmd)
     if proc.returncode != 0 or not out_path.is_file():
         tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-        fix = (
-            _RUNTIME_FIX
-            if proc.returncode == 3
-            else f"leave {fmt} out of EXPORT_FORMATS / --format, or report the converter bug"
-        )
+        if proc.returncode == 3:
+            fix = _RUNTIME_FIX
+        elif proc.returncode == 0:  # it ended well without answering: no checker ran, the file is not to blame
+            fix = "it wrote no answers: set EXPORT_CHECK_PYTHON to a Python that runs train.results.runtime_check, or leave it empty"
+        else:
+            fix = f"leave {fmt} out of EXPORT_FORMATS / --format, or report the converter bug"
         raise ExportError(f"{fmt}: {path.name} does not run in {python} without TensorFlow ({tail[0]}): {fix}")
     return np.load(out_path)
 
@@ -239,7 +269,9 @@ def quantize_data(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from ..inputs import pipeline as data
     from ..run.rundir import read_run_settings
 
-    settings = read_run_settings(run_dir)
+    # A moved data set is load_data's DataError (the quantised file is left out, the float ones kept),
+    # not a config.json refused as damaged.
+    settings = read_run_settings(run_dir, need_data=False)
     spec = data.load_data(settings)
     calibration = []
     for images, _ in data.train_dataset(spec, settings, epoch=0, batch_size=100):

@@ -44,20 +44,46 @@ def _permission_hint(in_docker: bool) -> str:
     return "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR at a folder you can write"
 
 
-def storage_error(path: Path | str, exc: OSError, in_docker: bool | None = None) -> StorageError:
-    """The StorageError for `exc`, with the fix that fits the host or the container (`in_docker`)."""
+def storage_error(
+    path: Path | str, exc: OSError, in_docker: bool | None = None, setting: str | None = None
+) -> StorageError:
+    """The StorageError for `exc`, with the fix that fits the host or the container (`in_docker`).
+
+    The fix names the setting that chose the folder: RUNS_DIR, or STORE_CACHE for the staging copy
+    of a RUNS_DIR in object storage (given as `setting`, else found from the opened stores)."""
     if in_docker is None:
         in_docker = in_container()
+    setting = setting or _setting_of(path)
+    permission = (
+        _permission_hint(in_docker)
+        if setting == "RUNS_DIR"
+        else f"permission denied: run as the owner of {setting} or point {setting} at a folder you can write"
+    )
     reason = {
-        errno.ENOSPC: "the disk is full: free space or point RUNS_DIR at a larger volume",
-        errno.EDQUOT: "the disk quota is exceeded: free space or point RUNS_DIR elsewhere",
-        errno.EFBIG: "the file size limit was hit: raise `ulimit -f` or point RUNS_DIR elsewhere",
-        errno.EROFS: "the file system is read-only: mount the runs volume read-write or set RUNS_DIR",
-        errno.ENAMETOOLONG: "a name in the path is longer than the file system allows: shorten RUN_NAME or RUNS_DIR",
-        errno.EACCES: _permission_hint(in_docker),
-        errno.EPERM: _permission_hint(in_docker),
+        errno.ENOSPC: f"the disk is full: free space or point {setting} at a larger volume",
+        errno.EDQUOT: f"the disk quota is exceeded: free space or point {setting} elsewhere",
+        errno.EFBIG: f"the file size limit was hit: raise `ulimit -f` or point {setting} elsewhere",
+        errno.EROFS: "the file system is read-only: "
+        + (
+            "mount the runs volume read-write or set RUNS_DIR"
+            if setting == "RUNS_DIR"
+            else f"point {setting} elsewhere"
+        ),
+        errno.ENAMETOOLONG: f"a name in the path is longer than the file system allows: shorten RUN_NAME or {setting}",
+        errno.EACCES: permission,
+        errno.EPERM: permission,
     }.get(exc.errno, exc.strerror or str(exc))
+    if setting != "RUNS_DIR" and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
+        reason = f"{reason} ({setting}: the local staging copy of a RUNS_DIR in object storage)"
     return StorageError(f"cannot write {path}: {reason}")
+
+
+def _setting_of(path: Path | str) -> str:
+    """STORE_CACHE for a path in the staging copy of an opened store (train.run.remote), else RUNS_DIR."""
+    from .remote import staging_roots
+
+    where = Path(path).absolute()
+    return "STORE_CACHE" if any(where == r or r in where.parents for r in staging_roots()) else "RUNS_DIR"
 
 
 def atomic_write(path: Path | str, write: Callable[[Path], None], size_hint: int = 0) -> Path:
@@ -194,8 +220,9 @@ def shared_writes(directory: Path) -> Iterator[list[Path]]:
         os.close(fd)  # drops the lock
 
 
-def ensure_writable(directory: Path | str) -> Path:
-    """Create the directory and prove it is writable now, before any training time is spent."""
+def ensure_writable(directory: Path | str, setting: str | None = None) -> Path:
+    """Create the directory and prove it is writable now, before any training time is spent.
+    `setting`: the one that chose it, for the fix (see storage_error)."""
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -203,5 +230,5 @@ def ensure_writable(directory: Path | str) -> Path:
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as exc:
-        raise storage_error(directory, exc) from exc
+        raise storage_error(directory, exc, setting=setting) from exc
     return directory

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import RunNotFound, RunRecordError, StorageError
 from ..locations import creation_key, new_run_id
 from .files import ensure_writable, storage_error
-from .remote import local_dir
+from .remote import local_dir, shown
 from .rundir import RunDir
 
 log = logging.getLogger("train")
@@ -115,7 +115,7 @@ def resolve_run(
     if run == "latest":
         runs = list_run_dirs(root)
         if not runs:
-            raise RunNotFound(f"--resume/RUN 'latest': no runs in {root}; train first or set RUNS_DIR")
+            raise RunNotFound(f"--resume/RUN 'latest': no runs in {shown(runs_dir)}; train first or set RUNS_DIR")
         name, line = pick_latest([p.name for p in runs], lambda n, rel: (root / n / rel).is_file(), needs)
         if needs:
             (say or log.info)(line)
@@ -130,7 +130,7 @@ def resolve_run(
                 "(chmod, or chown to this user) or run as its owner"
             ) from None
     raise RunNotFound(
-        f"run {run!r} not found in {root} (no {RunDir(run).config.name}){_did_you_mean(root, run)}; "
+        f"run {run!r} not found in {shown(runs_dir)} (no {RunDir(run).config.name}){_did_you_mean(root, run)}; "
         "`python -m train runs` lists the runs"
     )
 

@@ -51,6 +51,18 @@ def local_dir(runs_dir: str | Path) -> Path:
     return Path(runs_dir)
 
 
+def staging_roots() -> list[Path]:
+    """The staging copies of the stores this process opened (under STORE_CACHE)."""
+    return [r.root for r in _OPEN.values()]
+
+
+def shown(runs_dir: str | Path) -> str:
+    """RUNS_DIR as a message names it: a store's URL for its staging copy (where a run is missing from
+    is the store, not the local folder it is downloaded to), else the folder."""
+    opened = _OPEN.get(str(runs_dir)) or next((r for r in _OPEN.values() if r.root == Path(runs_dir).absolute()), None)
+    return str(opened.url) if opened is not None else str(Path(runs_dir))
+
+
 def for_run(run_dir: Path | str) -> Any | None:
     """The opened store a run directory belongs to (its staging copy), or None for a local run."""
     parent = Path(run_dir).absolute().parent

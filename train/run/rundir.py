@@ -163,11 +163,12 @@ def unknown_settings(data: dict[str, Any]) -> list[str]:
     return out
 
 
-def read_run_settings(run_dir: Path, warn_unknown: bool = True):
+def read_run_settings(run_dir: Path, warn_unknown: bool = True, need_data: bool = True):
     """The settings a run was started with (config.json); RunRecordError when they cannot be.
 
     A key that is no setting of this version is left out, with one warning line naming it
-    (`warn_unknown`); a resume refuses it instead (train.run.resume), as it would train without it."""
+    (`warn_unknown`); a resume refuses it instead (train.run.resume), as it would train without it.
+    `need_data=False`: DATASET's file or folder may have moved (export and predict need none of it)."""
     from ..config import settings_from_dict
     from ..errors import ConfigError
 
@@ -182,7 +183,7 @@ def read_run_settings(run_dir: Path, warn_unknown: bool = True):
             ", ".join(unknown),
         )
     try:
-        return settings_from_dict(data)
+        return settings_from_dict(data, need_data=need_data)
     except (ConfigError, TypeError, ValueError) as exc:
         raise RunRecordError(
             f"run {Path(run_dir).name}: {RunDir(run_dir).config} does not hold valid settings "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import StorageError
 from ..locations import StoreURL, creation_key, parse_url
-from ..run.files import storage_error
+from ..run.files import ensure_writable
 from ..run.find import Need, pick_latest
 from .client import Store
 from .lease import Lease, expired
@@ -142,9 +142,7 @@ def open_store(settings) -> RemoteRuns:
     store = Store(url)
     store.check()
     root = Path(settings.store_cache).expanduser().absolute() / url.scheme / url.bucket / url.prefix
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise storage_error(root, exc) from exc
+    # Written now, not at the first checkpoint: a read-only or full STORE_CACHE is said before training.
+    ensure_writable(root, setting="STORE_CACHE")
     log.info("RUNS_DIR %s: staging copy in %s", url, root)
     return RemoteRuns(url, store, root, settings.store_lease_seconds, settings.store_flush_seconds)

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from .study import run_sweep
 
     result = run_sweep(spec, settings, url, args.trials, command=shlex.join(command_line(args)))
-    print(f"study {result.study}: {result.finished} of {result.total} trial(s) finished; report {result.report}")
+    print(f"{finished_line(result)}; report {result.report}")
     if result.best:
         best = result.best
         print(f"best: trial {best['trial']} {spec.metric}={best['value']:.4f} {best['params']} (run {best['run']})")
@@ -93,6 +93,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("best: none yet (no trial completed)", file=sys.stderr)
     return 0
+
+
+def finished_line(result) -> str:
+    """How many trials finished, against the total asked; a study that had more already (a lower
+    --trials, a one-point space) says so instead of "6 of 2"."""
+    if result.finished > result.total:
+        return (
+            f"study {result.study}: {result.finished} trial(s) finished, more than the {result.total} asked "
+            "(a study's total only grows: a lower --trials runs nothing)"
+        )
+    return f"study {result.study}: {result.finished} of {result.total} trial(s) finished"
 
 
 def _checked_settings(args: argparse.Namespace):

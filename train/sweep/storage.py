@@ -8,8 +8,10 @@ written to it (a changed space, metric or sampler is refused: it would mix two s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from urllib.parse import unquote
@@ -17,7 +19,7 @@ from urllib.parse import unquote
 from ..config import redact_uri
 from ..errors import ConfigError, StorageError
 from ..locations import userinfo
-from ..run.files import ensure_writable
+from ..run.files import ensure_writable, storage_error
 from .space import SweepSpec
 
 log = logging.getLogger("train")
@@ -59,6 +61,7 @@ def open_storage(url: str, heartbeat: int):
     if url.startswith("sqlite:///"):
         # A folder that cannot be made or written is the StorageError `fit` gives, not SQLite's traceback.
         ensure_writable(Path(url[len("sqlite:///") :]).parent)
+        check_sqlite_file(url)
     import warnings
 
     def storage():
@@ -94,6 +97,53 @@ def open_storage(url: str, heartbeat: int):
             f"cannot open the study storage {redact_uri(url)}: {_first_line(scrub(str(exc), with_driver(url)))}; "
             "check that the database is running and reachable, and the URL's user, password and database name"
         ) from None
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+OPTUNA_TABLES = {"studies", "trials", "version_info"}
+
+
+def check_sqlite_file(url: str) -> None:
+    """An existing SQLite file is opened only when it is a study's: Optuna writes its tables into any
+    database it is given, so another program's file would be changed before anything failed.
+
+    Checked with the sqlite3 module read-only, before Optuna opens it; an empty or absent file is a new
+    study. A file this process cannot write is refused here too (SQLite would fail at the first trial)."""
+    path = Path(url[len("sqlite:///") :])
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise storage_error(path, exc) from None
+    if head:
+        _check_study_database(url, path, head)
+    if not os.access(path, os.W_OK):
+        raise StorageError(
+            f"cannot write {path}: this user may not write the study's file (every trial is recorded in it): "
+            "make it writable (chmod u+w, or chown to this user), or give SWEEP_STORAGE / --storage another file"
+        )
+
+
+def _check_study_database(url: str, path: Path, head: bytes) -> None:
+    import sqlite3
+
+    fix = "give SWEEP_STORAGE / --storage a new file (or a study's .db), or move this one away"
+    if head != SQLITE_HEADER:
+        raise ConfigError("SWEEP_STORAGE", redact_uri(url), f"{path} is not a SQLite database: {fix}")
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise ConfigError("SWEEP_STORAGE", redact_uri(url), f"{path} cannot be read as SQLite ({exc}): {fix}") from None
+    if tables and not OPTUNA_TABLES <= tables:
+        shown = ", ".join(sorted(tables)[:3])
+        raise ConfigError(
+            "SWEEP_STORAGE",
+            redact_uri(url),
+            f"{path} is a SQLite database of something else (tables {shown}), not a study's: {fix}",
+        )
 
 
 def _storage_class():

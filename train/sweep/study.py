@@ -79,11 +79,9 @@ def run_sweep(
     trial's run says it too: the sweep, not `fit --resume`, continues that run)."""
     import optuna
 
-    total = trials or spec.trials
-    if spec.sampler == "grid":
-        total = min(total, math.prod(len(p.choices) for p in spec.params))
     storage = open_storage(url, spec.heartbeat)
     study = open_study(storage, spec, url, None)
+    total = planned_total(spec, trials)  # said once the study is open: a refused storage says only that
     # Its own stream per process: workers started together must not propose the same parameters.
     study.sampler = make_sampler(spec, zlib.crc32(f"{settings.seed}/{len(study.trials)}/{os.getpid()}".encode()))
     shown = redact_uri(url)
@@ -124,6 +122,26 @@ def run_sweep(
 
     result.report = write_sweep_report(study, spec, settings.runs_dir, shown)
     return result
+
+
+def planned_total(spec: SweepSpec, trials: int | None = None) -> int:
+    """The study's total: `trials` (--trials) or the file's, but never more than the space has points
+    when every trial would repeat one: a grid runs each point once, and a space of one point (every
+    setting one value) would train the same settings again and again, so it is one trial, said once."""
+    total = trials or spec.trials
+    points = math.prod(len(p.choices) for p in spec.params) if all(p.choices for p in spec.params) else None
+    if points is None or total <= points or (spec.sampler != "grid" and points > 1):
+        return total
+    if points == 1:
+        log.info(
+            "study %s: every setting in [space] has one value, so every trial would train the same settings: "
+            "1 trial, not %d; list a second value of a setting to search it",
+            spec.name,
+            total,
+        )
+    else:
+        log.info("study %s: the grid has %d points, so %d trial(s), not %d", spec.name, points, points, total)
+    return points
 
 
 POLL_SECONDS = 2.0  # how often a sweep with nothing left to start looks at other processes' trials

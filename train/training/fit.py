@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import extras, models
 from ..config import Settings, as_given, check_cluster
-from ..errors import ModelInterrupted, StorageError, WorkerLostError
+from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..results.export import clean_stale_exports
 from ..results.report import ReportCallback
@@ -151,7 +151,9 @@ def _train(
             raise gone from (None if gone is exc else exc)
         error = f"{type(exc).__name__}: {exc}"
         # A lost worker leaves the chief's last checkpoint: resumable, so RESUME=auto picks it up.
-        status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError)) else "failed"
+        # So does a stop that ended the export at the end (its parity check's process got the signal too):
+        # the weights are saved, and a resume writes the export again.
+        status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError, Interrupted)) else "failed"
         raise
     finally:
         if plan.recorded and _identity(run_dir) != identity:
