@@ -22,6 +22,16 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed again when the socket is: nothing listens there
 
 
+def _sweep(tmp_path, storage: str | None = None, runs=None) -> int:
+    """`python -m train sweep` of SPACE in-process, on `storage` (default: the runs directory's SQLite file)."""
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    storage_flags = ["--storage", storage] if storage is not None else []
+    return main(
+        ["sweep", str(space), *storage_flags, "--runs-dir", str(runs or tmp_path / "runs"), "--env-file", "/dev/null"]
+    )
+
+
 def _shows_no_secret(text: str) -> None:
     assert SECRET not in text and "s3cr@t-pw" not in text and "://optuna:" not in text, text
 
@@ -41,10 +51,8 @@ def test_sweep_storage_is_masked_in_every_settings_dump(tmp_path, capsys):
 
 
 def test_an_unreachable_database_is_one_storage_error_exit_7_without_the_password(tmp_path, capsys):
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
     url = URL.format(port=_closed_port())
-    rc = main(["sweep", str(space), "--storage", url, "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    rc = _sweep(tmp_path, url)
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert rc == 7 and err.startswith("StorageError: cannot open the study storage postgresql://***@127.0.0.1:"), err
@@ -61,9 +69,7 @@ def test_an_unreachable_database_is_one_storage_error_exit_7_without_the_passwor
     ],
 )
 def test_a_wrong_storage_url_is_one_config_error_exit_2_without_the_password(tmp_path, capsys, url, words):
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
-    rc = main(["sweep", str(space), "--storage", url, "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    rc = _sweep(tmp_path, url)
     captured = capsys.readouterr()
     assert rc == 2 and words in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
     _shows_no_secret(captured.out + captured.err)
@@ -94,12 +100,10 @@ def test_a_password_holding_a_url_delimiter_is_cut_out_of_a_driver_message(passw
 
 
 def test_a_study_folder_that_cannot_be_made_is_one_storage_error_exit_7(tmp_path, capsys):
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
     runs = tmp_path / "runs"
     runs.mkdir()
     (runs / "sweeps").write_text("a file where the sweeps folder goes")
-    rc = main(["sweep", str(space), "--runs-dir", str(runs), "--env-file", "/dev/null"])
+    rc = _sweep(tmp_path, runs=runs)
     err = capsys.readouterr().err.strip()
     assert rc == 7 and err.startswith(f"StorageError: cannot write {runs / 'sweeps'}"), err
     assert len(err.splitlines()) == 1
@@ -107,10 +111,8 @@ def test_a_study_folder_that_cannot_be_made_is_one_storage_error_exit_7(tmp_path
 
 @pytest.mark.parametrize("password", ["Hunt/3rTw0", "Hunt?3rTw0"])
 def test_a_password_holding_a_slash_or_question_mark_is_never_shown_by_the_sweep(tmp_path, capsys, password):
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
     url = f"postgresql://optuna:{password}@127.0.0.1:{_closed_port()}/optuna"
-    rc = main(["sweep", str(space), "--storage", url, "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    rc = _sweep(tmp_path, url)
     captured = capsys.readouterr()
     shown = captured.out + captured.err
     assert rc == 7 and "postgresql://***@127.0.0.1:" in shown, shown
@@ -159,20 +161,7 @@ def test_a_sqlite_file_of_another_program_is_refused_untouched(tmp_path, capsys)
         db.execute("INSERT INTO notes VALUES ('kept')")
     db.close()
     before = other.read_bytes()
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
-    rc = main(
-        [
-            "sweep",
-            str(space),
-            "--storage",
-            f"sqlite:///{other}",
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            "--env-file",
-            "/dev/null",
-        ]
-    )
+    rc = _sweep(tmp_path, f"sqlite:///{other}")
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "a SQLite database of something else (tables notes)" in err and "SWEEP_STORAGE" in err, err
     assert len(err.splitlines()) == 1 and other.read_bytes() == before
@@ -181,20 +170,7 @@ def test_a_sqlite_file_of_another_program_is_refused_untouched(tmp_path, capsys)
 def test_a_study_file_that_is_not_sqlite_is_named_so_not_blamed_on_a_database_server(tmp_path, capsys):
     junk = tmp_path / "s.db"
     junk.write_bytes(bytes(range(256)) * 8)
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
-    rc = main(
-        [
-            "sweep",
-            str(space),
-            "--storage",
-            f"sqlite:///{junk}",
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            "--env-file",
-            "/dev/null",
-        ]
-    )
+    rc = _sweep(tmp_path, f"sqlite:///{junk}")
     err = capsys.readouterr().err.strip()
     assert rc == 2 and f"{junk} is not a SQLite database" in err and "running and reachable" not in err, err
     assert len(err.splitlines()) == 1
@@ -209,9 +185,7 @@ def test_a_study_file_this_user_cannot_write_is_one_storage_error_exit_7(tmp_pat
     real = os.access
     # Root writes a file whatever its mode: what a read-only file does to another user, told directly.
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(study) else real(p, mode, **kw))
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
-    rc = main(["sweep", str(space), "--runs-dir", str(tmp_path / "runs"), "--env-file", "/dev/null"])
+    rc = _sweep(tmp_path)
     err = capsys.readouterr().err.strip()
     assert rc == 7 and err.startswith(f"StorageError: cannot write {study}") and "chmod u+w" in err, err
     assert len(err.splitlines()) == 1
