@@ -39,7 +39,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(self.prog, message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `only` that one: a run imports its own command's module,
+    not the eleven others (`--help` and a word that is no command still get them all)."""
     epilog = "exit codes:\n" + "\n".join(f"  {k:>3}  {v}" for k, v in EXIT_CODES.items())
     # allow_abbrev=False everywhere: a prefix (`--epoch`, `--lr`) must not quietly become another flag.
     parser = _Parser(
@@ -50,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command")
-    for module in _commands().values():
-        importlib.import_module(module).add_command(sub)
+    for name, module in _commands().items():
+        if only in (None, name):
+            importlib.import_module(module).add_command(sub)
     return parser
 
 
@@ -63,7 +66,7 @@ def run(argv: Sequence[str]) -> int:
     argv = list(argv)
     if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["fit", *argv]
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv[0] in COMMANDS else None)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         raise _unrecognized(parser, args.command, unknown)
