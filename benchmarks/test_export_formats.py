@@ -51,7 +51,8 @@ def test_export_formats_size_load_and_speed(benchmark, quick, mnist_npz, tmp_pat
     run = train(s).run_dir
     records = {}
     for mode in ("dynamic", "int8"):
-        report = export_run(run, formats="savedmodel,litert,onnx", quantize=mode, check_python=python)
+        wanted = s.replace(export_formats="savedmodel,litert,onnx", export_quantize=mode, export_check_python=python)
+        report = export_run(run, settings=wanted)
         records.update(report["formats"])
         (run / "export" / f"model.{mode}.tflite").rename(tmp_path / f"model.{mode}.tflite")  # kept for timing
     x = np.random.default_rng(0).integers(0, 256, (64, 28, 28, 1), dtype=np.uint8)

@@ -9,7 +9,6 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
 
 from train import cli, config
 from train.config import Settings
@@ -338,7 +337,6 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, fmt):
     """`python -m train settings | head -1`: no traceback, the status of a tool that SIGPIPE ended."""
     import os
     import signal
-    import subprocess
 
     child = subprocess.Popen(
         [sys.executable, "-m", "train", "settings", "--format", fmt, "--env-file", ""],
@@ -364,19 +362,3 @@ def test_a_misspelt_flag_never_shows_the_secret_in_the_url_it_was_given(capsys, 
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments" in err and "***@" in err and "Hunt" not in err and "3r@" not in err, err
-
-
-def test_fit_refuses_a_format_without_its_runtime_before_tensorflow_loads(tmp_path):
-    # This Python has TensorFlow and neither LiteRT's nor ONNX Runtime's package (those are in
-    # .venv-runtime-check), so the parity check of a LiteRT export could not run in it.
-    code = (
-        "import sys, train.cli as c; "
-        "rc = c.main(['fit', '--env-file', '', '--export-formats', 'litert', '--export-check-python', sys.executable]); "
-        "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
-    )
-    env = subprocess_env(PYTHONPATH=str(PROJECT_ROOT))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
-    assert proc.returncode == 2, proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("ConfigError: EXPORT_FORMATS='litert' is not valid: litert is checked by running the file")
-    assert "scripts/venv-runtime-check.sh" in line

@@ -33,8 +33,6 @@ PROGRESS_MODES = ("auto", "bar", "line")
 MONITOR_MODES = ("auto", "max", "min")
 REPORT_MODES = ("full", "quick", "off")
 LR_SCHEDULES = ("constant", "cosine")
-EXPORT_FORMATS = ("savedmodel", "litert", "onnx")
-QUANTIZE_MODES = ("none", "dynamic", "int8")
 PROFILE_MODES = ("off", "steps")
 VAL_SOURCES = ("train", "test")
 _TRUE = {"1", "true", "yes", "on"}
@@ -185,27 +183,6 @@ class CoreSettings:
         "several workers: seconds to wait for every worker to start before giving up with exit 11 (0: no limit)",
         min=0.0,
         kind="free",
-    )
-    # --- export formats beyond the SavedModel (train.results.formats) ---
-    export_formats: str = _f(
-        "savedmodel",
-        "formats to export, comma-separated: savedmodel (always written: the others are made from it and "
-        "checked against it) | litert (export/model.tflite) | onnx (export/model.onnx)",
-        kind="surroundings",
-    )
-    export_quantize: str = _f(
-        "none",
-        "also write a post-training quantised LiteRT file: dynamic (int8 weights) | int8 (weights and "
-        "activations, calibrated on training images) | none; implies litert in EXPORT_FORMATS",
-        choices=QUANTIZE_MODES,
-        kind="surroundings",
-    )
-    export_check_python: str = _f(
-        "",
-        "Python that runs the LiteRT/ONNX parity check, which needs their runtimes; empty: "
-        ".venv-runtime-check/bin/python when scripts/venv-runtime-check.sh made it (scripts/venv.sh --extra onnx "
-        "does), else this Python",
-        kind="surroundings",
     )
     # --- profiling (train.training.profiling; docs/performance.md) ---
     profile: str = _f(
@@ -446,7 +423,6 @@ def _validate(s: Settings, data: bool = True) -> Settings:
             s.lr_warmup_epochs,
             f"the warm-up must end before the training does (EPOCHS={s.epochs}): give less than {s.epochs}",
         )
-    export_formats(s.export_formats)
     if s.checkpoint_every % s.steps_per_execution:
         raise ConfigError(
             "CHECKPOINT_EVERY",
@@ -475,20 +451,6 @@ def profile_steps(value: str) -> tuple[int, int]:
             "the first steps trace and compile, so START is best 10 or more)",
         )
     return start, stop
-
-
-def export_formats(value: str, quantize: str = "none") -> tuple[str, ...]:
-    """EXPORT_FORMATS as a tuple, savedmodel first (the reference the others are checked against);
-    with EXPORT_QUANTIZE, litert too (the float file is the quantised one's reference)."""
-    names = [n.strip().lower() for n in value.split(",") if n.strip()]
-    for name in names:
-        if name not in EXPORT_FORMATS:
-            raise ConfigError(
-                "EXPORT_FORMATS", value, f"{name!r} is not a format: a comma list of " + ", ".join(EXPORT_FORMATS)
-            )
-    if quantize != "none":
-        names.append("litert")
-    return ("savedmodel", *(f for f in EXPORT_FORMATS[1:] if f in names))
 
 
 def load_settings(

@@ -32,7 +32,7 @@ class Extra:
     modules: tuple[
         str, ...
     ]  # the top-level modules it brings (requirements/<extra>.in, pyproject's optional-dependencies)
-    package: str = ""  # its folder (settings.py, command.py); "" while its code still lives in the core's folders
+    package: str = ""  # its folder (settings.py, command.py, ...)
     tool: str = ""  # a command it runs from an environment of its own (scripts/venv-<extra>.sh), never in this one
 
 
@@ -41,7 +41,8 @@ EXTRAS: dict[str, Extra] = {
     "sweep": Extra(("optuna", "psycopg"), "train.sweep"),
     "mlflow": Extra(("mlflow",), "train.tracking"),
     "store": Extra(("obstore",), "train.store"),
-    "onnx": Extra(("tf2onnx", "onnx")),
+    # LiteRT and ONNX files: LiteRT's converter is TensorFlow's own, so only ONNX's brings packages.
+    "onnx": Extra(("tf2onnx", "onnx"), "train.formats"),
     "dvc": Extra((), "train.dvc", tool="dvc"),
 }
 # The extras that bring modules into the training environment (a tool's extra brings none).
@@ -106,10 +107,14 @@ def require(extra: str, name: str, value: object) -> None:
         )
 
 
+def require_section(extra: str, settings) -> None:
+    """The extra is installed when these settings ask for it (its section's `turned_on`)."""
+    section = sections_by_name().get(extra)
+    if section is not None and hasattr(section, "turned_on") and (name := section.turned_on(settings)):
+        require(extra, name, redact_uri(str(getattr(settings, name.lower()))))
+
+
 def require_for_training(settings) -> None:
     """The extras a training run's settings ask for (MLflow tracking, an ONNX export) are installed."""
-    for extra, section in sections_by_name().items():
-        if hasattr(section, "turned_on") and (name := section.turned_on(settings)):
-            require(extra, name, redact_uri(str(getattr(settings, name.lower()))))
-    if "onnx" in settings.export_formats.lower():
-        require("onnx", "EXPORT_FORMATS", settings.export_formats)
+    for extra in sections_by_name():
+        require_section(extra, settings)

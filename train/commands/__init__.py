@@ -69,11 +69,10 @@ def require_export_runtimes(settings: Settings) -> None:
     trains (one ConfigError line, exit 2) rather than after, when its export would fail (exit 8)."""
     if not settings.export:
         return
-    from ..config import export_formats
-    from ..results.formats import parity_python, require_runtimes
+    from ..results.export import other_formats
 
-    formats = export_formats(settings.export_formats, settings.export_quantize)
-    require_runtimes(parity_python(settings.export_check_python), formats, "EXPORT_FORMATS", settings.export_formats)
+    if (formats := other_formats(settings)) is not None:
+        formats.check("EXPORT_FORMATS", settings.export_formats)
 
 
 def open_store(settings: Settings):

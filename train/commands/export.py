@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
-from ..config import load_settings
-from ..extras import require
+from ..config import Settings, load_settings
+from ..extras import require_section
 from . import add_run, add_runs_dir, resolve, uploaded, warn
+
+# The formats extra's settings, when this template has it (train/formats/): its flags are added with them.
+FORMAT_FLAGS = {"export_formats", "export_quantize"} <= {f.name for f in fields(Settings)}
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -15,20 +19,16 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     add_run(exp)
     add_runs_dir(exp)
-    exp.add_argument("--format", default=None, help="savedmodel,litert,onnx (default: EXPORT_FORMATS)")
-    exp.add_argument("--quantize", default=None, help="none | dynamic | int8: also a quantised LiteRT file")
+    if FORMAT_FLAGS:
+        exp.add_argument("--format", default=None, help="savedmodel,litert,onnx (default: EXPORT_FORMATS)")
+        exp.add_argument("--quantize", default=None, help="none | dynamic | int8: also a quantised LiteRT file")
 
 
 def run(args: argparse.Namespace) -> int:
     # The export's own flags go through the settings' validation, like the same settings in .env.
-    settings = load_settings(
-        {"runs_dir": args.runs_dir, "export_formats": args.format, "export_quantize": args.quantize},
-        env_file=args.env_file,
-        warn=warn,
-        check_model=False,
-    )
-    if "onnx" in settings.export_formats.lower():
-        require("onnx", "EXPORT_FORMATS", settings.export_formats)
+    flags = {"export_formats": args.format, "export_quantize": args.quantize} if FORMAT_FLAGS else {}
+    settings = load_settings({"runs_dir": args.runs_dir, **flags}, env_file=args.env_file, warn=warn, check_model=False)
+    require_section("onnx", settings)  # ONNX's converter, when EXPORT_FORMATS asks for it
     from ..run.find import WEIGHTS
 
     run_dir = resolve(args, settings, needs=(WEIGHTS,))
@@ -36,12 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from ..run.lock import RunLock
 
     with uploaded(settings, run_dir), RunLock(run_dir):  # never while a fit writes the same run
-        report = export_run(
-            run_dir,
-            formats=settings.export_formats,
-            quantize=settings.export_quantize,
-            check_python=settings.export_check_python,
-        )
+        report = export_run(run_dir, settings=settings)
     print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
     for fmt, record in report.get("formats", {}).items():
         done = "kept (the same weights)" if record.get("kept") else "exported"

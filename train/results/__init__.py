@@ -1,8 +1,7 @@
 """What a finished (or running) run gives: exports, predictions, reports, the runs table, comparisons.
 
 export.py       SavedModel + .keras + labels, checked for parity in a fresh process
-formats.py      LiteRT and ONNX files beside it (litert.py, onnx_export.py), checked by runtime_check.py
-runtime_check.py  runs a .tflite / .onnx with numpy and its runtime only (no TensorFlow), in a fresh process
+                (LiteRT and ONNX files beside it: the formats extra, train/formats/)
 predict.py      class and probability for image files, from the export or the weights
 run_records.py  a run read back from its directory: settings, manifest, metrics, resumes
 evaluation.py   the best weights on the validation set: confusion matrix, worst mistakes

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import extras
 from ..digest import sha256_file
 from ..errors import ExportError, Interrupted, NoWeightsError
 from ..run.files import TMP_MARK, make_temp_dir, storage_error
@@ -146,17 +147,14 @@ def export_model(
     run_dir: Path,
     labels: list[str],
     source: dict[str, Any] | None = None,
-    formats: tuple[str, ...] = ("savedmodel",),
-    quantize: str = "none",
-    check_python: str = "",
-    data=None,
+    formats=None,
 ) -> dict[str, Any]:
     """Write run_dir/export/{savedmodel/, model.keras, labels.txt, source.json} atomically and verify parity.
 
     `labels` are the run's class names (RunDir.data_description); export/labels.txt is a copy of
     them for serving code that has only the export folder. `source` ({"file", "sha256", "epoch"})
-    names the weights the model holds, recorded in export/source.json. `formats` beyond savedmodel
-    (litert, onnx), `quantize`, `check_python` and `data`: see train.results.formats.
+    names the weights the model holds, recorded in export/source.json. `formats`: the files beyond the
+    SavedModel (other_formats), or None.
     """
     files = RunDir(run_dir)
     final = files.export.path
@@ -175,18 +173,19 @@ def export_model(
             staging.labels.write_text(labels_text(labels), encoding="utf-8")
             with tempfile.TemporaryDirectory() as work:
                 diff = _parity(model, staging, Path(work), files)
-                if len(formats) > 1:
-                    records, failures = _other_formats(
-                        model, staging, Path(work), formats, quantize, check_python, data
+                if formats is not None and formats.wanted:
+                    records, failures = formats.write(
+                        model, staging, Path(work), serving=serving_function, at_once=_SignalStop.at_once
                     )
+                    _write_format_records(staging, records)
             stop.check()
-            kept, dropped = keep_other_formats(files.export, staging, source)
+            kept, dropped = keep_other_formats(files.export, staging, source, formats)
             if kept:
                 records = {**kept, **records}
                 _write_format_records(staging, records)
             write_source(staging, source)
             stop.check()
-            _keep_good_files(failures, staging, files)
+            _keep_good_files(failures, staging, files, formats.files if formats is not None else ())
             _swap_into_place(staging.path, final)
             if dropped:
                 log.warning("export: %s", dropped)
@@ -196,10 +195,10 @@ def export_model(
             if cause is not None:
                 raise storage_error(final, cause) from exc
             raise
-    return _record_export(files, diff, source, formats, records, failures)
+    return _record_export(files, diff, source, bool(formats is not None and formats.wanted), records, failures)
 
 
-def _record_export(files: RunDir, diff: float, source, formats, records: dict, failures: list) -> dict[str, Any]:
+def _record_export(files: RunDir, diff: float, source, others: bool, records: dict, failures: list) -> dict[str, Any]:
     """The export in the manifest; ExportError naming a format that failed (the others are in place)."""
     final = files.export.path
     report = {
@@ -210,7 +209,7 @@ def _record_export(files: RunDir, diff: float, source, formats, records: dict, f
         "tolerance": TOLERANCE,
         "source": _source_fields(source),
     }
-    if len(formats) > 1 or records:
+    if others or records:
         report["formats"] = records
         report["failed"] = [str(e) for e in failures]
     update_manifest(files.manifest, export=report)
@@ -221,20 +220,11 @@ def _record_export(files: RunDir, diff: float, source, formats, records: dict, f
     return report
 
 
-def _other_formats(model, staging: ExportDir, work: Path, formats, quantize, check_python, data):
-    from .formats import write_formats
-
-    def run(cmd):
-        with _SignalStop.at_once():
-            from .formats import _run
-
-            return _run(cmd)
-
-    records, failures = write_formats(
-        model, staging, work, formats, quantize, check_python, data, run, serving=serving_function
-    )
-    _write_format_records(staging, records)
-    return records, failures
+def other_formats(settings=None, run_dir: Path | None = None):
+    """What the formats extra (LiteRT, ONNX) writes for these settings, or None when this template has
+    no such extra: the export then writes the SavedModel, the .keras file and the labels alone."""
+    module = extras.part("onnx", "convert")
+    return module.Formats.from_settings(settings, run_dir) if module is not None else None
 
 
 def _write_format_records(staging: ExportDir, records: dict[str, Any]) -> None:
@@ -242,7 +232,7 @@ def _write_format_records(staging: ExportDir, records: dict[str, Any]) -> None:
     staging.parity.write_text(json.dumps({**parity, "formats": records}, indent=2, sort_keys=True) + "\n")
 
 
-def keep_other_formats(previous: ExportDir, staging: ExportDir, source) -> tuple[dict[str, Any], str]:
+def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=None) -> tuple[dict[str, Any], str]:
     """Copy into `staging` the files of formats the export in place has and this one did not write.
 
     An export of one format never deletes another's files: a file is kept, with its record, when it
@@ -250,9 +240,7 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source) -> tuple
     there. Otherwise it would be wrong beside the new SavedModel; it is left out, and the second
     value, empty when nothing is left out, is a line that names it and how to make it again.
     """
-    from .formats import FILES, quantized_file
-
-    names = {*FILES.values(), *(quantized_file(m) for m in ("dynamic", "int8"))}
+    names = formats.files if formats is not None else ()
     others = sorted(n for n in names if (previous.path / n).is_file() and not (staging.path / n).exists())
     if not others:
         return {}, ""
@@ -276,16 +264,13 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source) -> tuple
     if not dropped:
         return kept, ""
     why = "were made from other weights" if not same else "differ from what its source.json records"
-    fmts = sorted({"litert" if n.endswith(".tflite") else "onnx" for n in dropped})
-    quantized = sorted({n.split(".")[1] for n in dropped if n.count(".") == 2})
-    again = f"--format {','.join(fmts)}" + (f" --quantize {'|'.join(quantized)}" if quantized else "")
     return kept, (
         f"{', '.join(dropped)} of the previous export {why} and are not in the new one; "
-        f"export RUN {again} makes them from these weights"
+        f"export RUN {formats.again(dropped)} makes them from these weights"
     )
 
 
-def _keep_good_files(failures: list[ExportError], staging: ExportDir, files: RunDir) -> None:
+def _keep_good_files(failures: list[ExportError], staging: ExportDir, files: RunDir, names) -> None:
     """A format that failed now never takes away a good file of that format the current export has.
 
     The new export holds the other formats and lacks the failed one's file, so swapping it in would
@@ -293,9 +278,6 @@ def _keep_good_files(failures: list[ExportError], staging: ExportDir, files: Run
     """
     if not failures:
         return
-    from .formats import FILES, quantized_file
-
-    names = {*FILES.values(), *(quantized_file(m) for m in ("dynamic", "int8"))}
     lost = sorted(n for n in names if (files.export.path / n).is_file() and not (staging.path / n).is_file())
     if lost:
         raise ExportError(
@@ -531,23 +513,19 @@ def rebuild_model(run_dir: Path):
     return model, class_names, source
 
 
-def export_run(
-    run_dir: Path, model=None, formats: str = "savedmodel", quantize: str = "none", check_python: str = ""
-) -> dict[str, Any]:
+def export_run(run_dir: Path, model=None, settings=None) -> dict[str, Any]:
     """Export a run's best weights (else `model`'s current ones, else final.weights.h5) in float32.
 
     The trained model passed in is never modified: the export is a float32 copy of it. Staging
     folders left by a killed export are removed first (the caller holds the run's lock).
-    `formats` is EXPORT_FORMATS (a comma list), `quantize` EXPORT_QUANTIZE, `check_python`
-    EXPORT_CHECK_PYTHON.
+    `settings` say which formats beyond the SavedModel (other_formats); None: the SavedModel alone.
     """
-    from ..config import export_formats
     from ..run.weights import verify
-    from .formats import parity_python, require_runtimes
 
-    wanted = export_formats(formats, quantize)
-    require_runtimes(parity_python(check_python), wanted, "--format", formats)  # before any conversion
     run_dir = Path(run_dir)
+    formats = other_formats(settings, run_dir)
+    if formats is not None:
+        formats.check("EXPORT_FORMATS", settings.export_formats if settings else "")  # before any conversion
     files = RunDir(run_dir)
     for p in clean_stale_exports(run_dir):
         log.info("removed a staging folder left by an interrupted export: %s", p.name)
@@ -555,15 +533,10 @@ def export_run(
         export, labels, source = rebuild_model(run_dir)
         described = f"{source['file']} (epoch {source['epoch']}, sha256 {source['sha256'][:12]})"
     else:
-        settings = read_run_settings(run_dir, need_data=False)
-        export, described = float32_copy(model, settings.model), "the trained model"
+        run_settings = read_run_settings(run_dir, need_data=False)
+        export, described = float32_copy(model, run_settings.model), "the trained model"
         labels = files.data_description()[0]
         # At the end of fit the model in memory is what final.weights.h5 was just written from.
         source = verify(run_dir, files.final_weights) if files.final_weights.is_file() else None
     log.info("export: from %s", described)
-    data = None
-    if quantize != "none":
-        from .formats import quantize_data
-
-        data = lambda: quantize_data(run_dir)  # noqa: E731  (read only once the float files passed)
-    return export_model(export, run_dir, labels, source, wanted, quantize, check_python, data)
+    return export_model(export, run_dir, labels, source, formats)

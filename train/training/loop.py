@@ -569,13 +569,7 @@ class EpochLoop:
         if self.s.export:
             from ..results.export import export_run
 
-            result.export = export_run(
-                self.run_dir,
-                model=self.model,
-                formats=self.s.export_formats,
-                quantize=self.s.export_quantize,
-                check_python=self.s.export_check_python,
-            )
+            result.export = export_run(self.run_dir, model=self.model, settings=self.s)
         return result
 
     def _evaluate_test(self) -> None:

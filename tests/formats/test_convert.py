@@ -1,6 +1,6 @@
 """LiteRT and ONNX exports: converted, run in a fresh process without TensorFlow, refused when they differ.
 
-The SavedModel's own fresh-process reload runs in this process (as in results/test_export.py); the LiteRT
+The SavedModel's own fresh-process reload runs in this process (as in tests/results/test_export.py); the LiteRT
 and ONNX files are run for real in .venv-runtime-check. The default models in each format, through
 a real training run, are the slow tests at the end.
 """
@@ -8,6 +8,7 @@ a real training run, are the slow tests at the end.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -16,9 +17,11 @@ import numpy as np
 import pytest
 from helpers import PROJECT_ROOT, runtime_check_python, subprocess_env, tiny_image_model
 
-from train.config import export_formats, load_settings
+from train.config import load_settings
 from train.errors import ConfigError, ExportError
-from train.results import export, formats
+from train.formats import convert as formats
+from train.formats.settings import wanted as export_formats
+from train.results import export
 from train.run.rundir import read_json
 
 BOTH = ("savedmodel", "litert", "onnx")
@@ -38,7 +41,7 @@ def savedmodel_in_process(monkeypatch):
     real = subprocess.run
 
     def run(cmd, **kw):
-        if cmd[:2] != [sys.executable, "-c"] or "tensorflow" not in cmd[2] or "keras" in cmd[2]:
+        if cmd[:2] != [sys.executable, "-c"] or "tf.saved_model.load(" not in cmd[2]:
             return real(cmd, **kw)
         monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
         exec(cmd[2], {"__name__": "__main__"})
@@ -60,9 +63,10 @@ def _model_with(fn, seed=0):
     return keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(x))
 
 
-def _export(run_dir, model=None, fmts=BOTH, **kw):
+def _export(run_dir, model=None, fmts=BOTH, quantize="none", data=None):
     model = model or tiny_image_model(seed=0)
-    return export.export_model(model, run_dir, ["a", "b"], formats=fmts, check_python=runtime_check_python(), **kw)
+    wanted = formats.Formats(fmts[1:], quantize, runtime_check_python(), data)
+    return export.export_model(model, run_dir, ["a", "b"], formats=wanted)
 
 
 def test_litert_and_onnx_run_without_tensorflow_and_are_recorded_and_hashed(run_dir):
@@ -81,7 +85,7 @@ def test_litert_and_onnx_run_without_tensorflow_and_are_recorded_and_hashed(run_
     x = export._parity_batch((6, 6, 1))
     np.save(run_dir / "x.npy", x)
     for fmt, name in (("litert", "model.tflite"), ("onnx", "model.onnx")):
-        cmd = [runtime_check_python(), "-m", "train.results.runtime_check", fmt, str(final / name)]
+        cmd = [runtime_check_python(), "-m", "train.formats.runtime_check", fmt, str(final / name)]
         subprocess.run([*cmd, str(run_dir / "x.npy"), str(run_dir / f"{fmt}.npy")], check=True, env=subprocess_env())
         np.testing.assert_allclose(np.load(run_dir / f"{fmt}.npy"), model(x.astype(np.float32)), atol=1e-4)
 
@@ -96,11 +100,27 @@ def test_the_runtime_check_refuses_tensorflow_even_where_it_is_installed(tmp_pat
     (tmp_path / "onnxruntime").mkdir()
     (tmp_path / "onnxruntime" / "__init__.py").write_text("import tensorflow\n")
     np.save(tmp_path / "x.npy", np.zeros((1, 6, 6, 1), np.uint8))
-    cmd = [sys.executable, "-m", "train.results.runtime_check", "onnx", "m.onnx", "x.npy", "out.npy"]
+    cmd = [sys.executable, "-m", "train.formats.runtime_check", "onnx", "m.onnx", "x.npy", "out.npy"]
     env = subprocess_env(PYTHONPATH=f"{PROJECT_ROOT}:{tmp_path}")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 3 and "tensorflow imported by the runtime check" in proc.stderr
     assert not (tmp_path / "out.npy").exists()
+
+
+def test_fit_refuses_a_format_without_its_runtime_before_tensorflow_loads(tmp_path):
+    # This Python has TensorFlow and neither LiteRT's nor ONNX Runtime's package (those are in
+    # .venv-runtime-check), so the parity check of a LiteRT export could not run in it.
+    code = (
+        "import sys, train.cli as c; "
+        "rc = c.main(['fit', '--env-file', '', '--export-formats', 'litert', '--export-check-python', sys.executable]); "
+        "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
+    )
+    env = subprocess_env(PYTHONPATH=str(PROJECT_ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("ConfigError: EXPORT_FORMATS='litert' is not valid: litert is checked by running the file")
+    assert "scripts/venv-runtime-check.sh" in line
 
 
 def test_a_missing_runtime_names_the_environment_to_make(run_dir, monkeypatch):
@@ -137,7 +157,7 @@ def test_formats_whose_runtime_is_there_pass_the_check_before_converting():
 
 @pytest.mark.parametrize("python", [sys.executable])
 def test_a_missing_runtime_is_one_config_error_before_anything_is_converted(python, monkeypatch):
-    from train.results import runtime_check
+    from train.formats import runtime_check
 
     monkeypatch.setitem(runtime_check.RUNTIMES, "litert", "no_such_runtime_here")
     with pytest.raises(ConfigError) as info:
@@ -363,3 +383,61 @@ def test_quantising_without_the_runs_data_fails_that_file_only(run_dir):
     assert (run_dir / "export" / "model.tflite").is_file() and not (
         run_dir / "export" / "model.dynamic.tflite"
     ).exists()
+
+
+# --- a previous export's files, kept or named -------------------------------------------------------
+
+
+def _export_with_litert_files(run_dir, weights: str):
+    """The export in place: a SavedModel-less stand-in with LiteRT files made from `weights`."""
+    from train.digest import sha256_file
+
+    old = run_dir / "export"
+    old.mkdir(exist_ok=True)
+    (old / "model.tflite").write_bytes(b"float litert")
+    (old / "model.int8.tflite").write_bytes(b"int8 litert")
+    records = {
+        "litert": {"file": "model.tflite", "bytes": 12, "max_abs_diff": 1e-7},
+        "litert-int8": {"file": "model.int8.tflite", "bytes": 11, "max_abs_diff": 0.01},
+    }
+    (old / "parity.json").write_text(json.dumps({"max_abs_diff": 0.0, "formats": records}))
+    files = {n: sha256_file(old / n) for n in ("model.tflite", "model.int8.tflite")}
+    (old / "source.json").write_text(json.dumps({"weights": {"sha256": weights}, "files": files}))
+    return records
+
+
+def test_an_export_of_one_format_keeps_the_files_of_another_made_from_the_same_weights(run_dir, monkeypatch):
+    monkeypatch.setattr(export, "check_parity", lambda model, path, work: 0.0)
+    records = _export_with_litert_files(run_dir, "w1")
+    source = {"file": "best.weights.h5", "epoch": 2, "sha256": "w1"}
+    report = export.export_model(tiny_image_model(), run_dir, ["a", "b"], source, formats.Formats())
+    final = run_dir / "export"
+    assert (final / "model.tflite").read_bytes() == b"float litert"
+    assert (final / "model.int8.tflite").read_bytes() == b"int8 litert"
+    assert {"model.tflite", "model.int8.tflite"} <= set(read_json(final / "source.json")["files"])
+    kept = {key: {**r, "kept": True} for key, r in records.items()}
+    assert read_json(final / "parity.json")["formats"] == kept == report["formats"]
+    assert read_json(run_dir / "manifest.json")["export"]["formats"] == kept
+
+
+@pytest.mark.parametrize(
+    ("weights", "edit", "why"),
+    [("w0", False, "were made from other weights"), ("w1", True, "differ from what its source.json records")],
+)
+def test_files_of_another_format_that_would_not_fit_are_named_when_left_out(
+    run_dir, monkeypatch, caplog, weights, edit, why
+):
+    monkeypatch.setattr(export, "check_parity", lambda model, path, work: 0.0)
+    _export_with_litert_files(run_dir, weights)
+    if edit:
+        (run_dir / "export" / "model.int8.tflite").write_bytes(b"edited")
+        (run_dir / "export" / "model.tflite").write_bytes(b"edited")
+    source = {"file": "best.weights.h5", "epoch": 5, "sha256": "w1"}
+    with caplog.at_level(logging.WARNING, logger="train"):
+        report = export.export_model(tiny_image_model(), run_dir, ["a", "b"], source, formats.Formats())
+    assert not list((run_dir / "export").glob("*.tflite")) and "formats" not in report
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [
+        f"export: model.int8.tflite, model.tflite of the previous export {why} and are not "
+        "in the new one; export RUN --format litert --quantize int8 makes them from these weights"
+    ]

@@ -1,13 +1,13 @@
 """Run an exported model.tflite or model.onnx the way a device or an ONNX server does: numpy only.
 
-    python -m train.results.runtime_check {litert,onnx} MODEL_FILE X.npy OUT.npy
+    python -m train.formats.runtime_check {litert,onnx} MODEL_FILE X.npy OUT.npy
 
 Reads the uint8 images X.npy, writes the float32 probabilities to OUT.npy. The export starts this in
 a fresh process, in the interpreter EXPORT_CHECK_PYTHON names (.venv-runtime-check: ai-edge-litert,
 onnxruntime and numpy, no TensorFlow), so a file that needs TensorFlow to run fails here and not on
 the device. TensorFlow and Keras are refused at import even where they are installed: the check
 proves the file runs without them in any environment. Imports nothing of this package beyond this
-module (train/__init__.py and train/results/__init__.py import nothing).
+module (train/__init__.py and train/formats/__init__.py import nothing).
 
 Exit status: 0 written; 3 the runtime is not installed; 4 the file does not load or run.
 """
@@ -49,7 +49,7 @@ def run_onnx(path: str, x):
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4 or argv[0] not in FORMATS:
-        print("usage: python -m train.results.runtime_check {litert,onnx} MODEL X.npy OUT.npy", file=sys.stderr)
+        print("usage: python -m train.formats.runtime_check {litert,onnx} MODEL X.npy OUT.npy", file=sys.stderr)
         return 2
     fmt, path, x_path, out_path = argv
     sys.meta_path.insert(0, _NoTensorFlow())

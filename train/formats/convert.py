@@ -1,7 +1,10 @@
-"""LiteRT and ONNX beside the SavedModel, each checked in a fresh process without TensorFlow.
+"""What the export calls: LiteRT and ONNX files beside the SavedModel, each checked in a fresh process.
 
-Each format is converted into the staging folder of the export, then run by
-train.results.runtime_check in a fresh process of EXPORT_CHECK_PYTHON (numpy and the format's own
+The core's export (train.results.export) finds this module through train.extras and asks
+`Formats.from_settings` what to write; it calls `write` once the SavedModel passed its own check,
+and asks `FILES` which files of a previous export are this extra's (they are kept when made from
+the same weights). Each format is converted into the staging folder of the export, then run by
+train.formats.runtime_check in a fresh process of EXPORT_CHECK_PYTHON (numpy and the format's own
 runtime only) on the parity batch. Its largest difference from the reloaded SavedModel's answers
 goes into parity.json; above the format's tolerance, or with any output not finite, the file is
 removed and the format is reported as failed. A converter that cannot express the model
@@ -20,8 +23,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -30,6 +34,7 @@ import train
 from ..errors import ConfigError, DataError, ExportError, first_line
 from ..run.rundir import ExportDir
 from . import litert, onnx_export
+from .settings import QUANTIZE_MODES, wanted
 
 log = logging.getLogger("train")
 
@@ -44,6 +49,60 @@ CALIBRATION_IMAGES = 300
 
 def quantized_file(mode: str) -> str:
     return f"model.{mode}.tflite"
+
+
+# Every file this extra may put into an export.
+EXPORT_FILES = (*FILES.values(), *(quantized_file(m) for m in QUANTIZE_MODES[1:]))
+
+
+@dataclass(frozen=True)
+class Formats:
+    """The formats one export writes beyond the SavedModel (none: it only keeps a previous export's files)."""
+
+    wanted: tuple[str, ...] = ()  # litert, onnx: in the order they are written
+    quantize: str = "none"
+    check_python: str = ""
+    data: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None  # for EXPORT_QUANTIZE
+    files: ClassVar[tuple[str, ...]] = EXPORT_FILES
+
+    @classmethod
+    def from_settings(cls, settings, run_dir: Path | None = None) -> Formats:
+        """EXPORT_FORMATS, EXPORT_QUANTIZE and EXPORT_CHECK_PYTHON (no settings: none wanted); `run_dir`'s
+        data calibrates a quantised file, read only once the float files passed."""
+        if settings is None:
+            return cls()
+        formats = wanted(settings.export_formats, settings.export_quantize)
+        data = None
+        if settings.export_quantize != "none" and run_dir is not None:
+            data = lambda: quantize_data(run_dir)  # noqa: E731
+        return cls(
+            tuple(f for f in formats if f != "savedmodel"), settings.export_quantize, settings.export_check_python, data
+        )
+
+    def check(self, name: str, value: str) -> None:
+        """Refuse `name=value` now, before anything is trained or converted, when a runtime is missing."""
+        require_runtimes(parity_python(self.check_python), self.wanted, name, value)
+
+    def write(
+        self, model, staging: ExportDir, work: Path, *, serving, at_once
+    ) -> tuple[dict[str, Any], list[ExportError]]:
+        """Convert and check each wanted format into `staging` (see write_formats); `at_once` is the
+        export's context in which a stop signal ends a child process at once."""
+
+        def run(cmd: list[str]) -> subprocess.CompletedProcess:
+            with at_once():
+                return _run(cmd)
+
+        return write_formats(
+            model, staging, work, self.wanted, self.quantize, self.check_python, self.data, run, serving=serving
+        )
+
+    @staticmethod
+    def again(dropped: list[str]) -> str:
+        """The export command's flags that make `dropped` (files of EXPORT_FILES) again."""
+        fmts = sorted({"litert" if n.endswith(".tflite") else "onnx" for n in dropped})
+        quantized = sorted({n.split(".")[1] for n in dropped if n.count(".") == 2})
+        return f"--format {','.join(fmts)}" + (f" --quantize {'|'.join(quantized)}" if quantized else "")
 
 
 # Made by scripts/venv-runtime-check.sh (scripts/venv.sh --extra onnx makes it too): numpy and the
@@ -184,14 +243,14 @@ def _answers(run, python: str, fmt: str, path: Path, x: np.ndarray, work: Path) 
     x_path, out_path = work / f"{fmt}-x.npy", work / f"{fmt}-out.npy"
     np.save(x_path, x)
     out_path.unlink(missing_ok=True)
-    cmd = [python, "-m", "train.results.runtime_check", fmt, str(path), str(x_path), str(out_path)]
+    cmd = [python, "-m", "train.formats.runtime_check", fmt, str(path), str(x_path), str(out_path)]
     proc = run(cmd)
     if proc.returncode != 0 or not out_path.is_file():
         tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
         if proc.returncode == 3:
             fix = _RUNTIME_FIX
         elif proc.returncode == 0:  # it ended well without answering: no checker ran, the file is not to blame
-            fix = "it wrote no answers: set EXPORT_CHECK_PYTHON to a Python that runs train.results.runtime_check, or leave it empty"
+            fix = "it wrote no answers: set EXPORT_CHECK_PYTHON to a Python that runs train.formats.runtime_check, or leave it empty"
         else:
             fix = f"leave {fmt} out of EXPORT_FORMATS / --format, or report the converter bug"
         raise ExportError(f"{fmt}: {path.name} does not run in {python} without TensorFlow ({tail[0]}): {fix}")
