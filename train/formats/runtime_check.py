@@ -7,7 +7,7 @@ a fresh process, in the interpreter EXPORT_CHECK_PYTHON names (.venv-runtime-che
 onnxruntime and numpy, no TensorFlow), so a file that needs TensorFlow to run fails here and not on
 the device. TensorFlow and Keras are refused at import even where they are installed: the check
 proves the file runs without them in any environment. Imports nothing of this package beyond this
-module (train/__init__.py and train/formats/__init__.py import nothing).
+module (train/__init__.py and train/formats/__init__.py import only the standard library).
 
 Exit status: 0 written; 3 the runtime is not installed; 4 the file does not load or run.
 """
