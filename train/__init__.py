@@ -22,7 +22,8 @@ class _KerasPlotsWithoutMatplotlib(importlib.abc.MetaPathFinder):
         for _ in range(12):  # the importing module sits a few import-machinery frames up
             if frame is None:
                 break
-            if frame.f_globals.get("__name__", "").startswith("keras.src.visualization"):
+            module = frame.f_globals.get("__name__", "")
+            if module.partition(".")[0] == "keras" and ".visualization" in module:
                 raise ModuleNotFoundError(f"{name} is left to the report", name=name)
             frame = frame.f_back
         return None
