@@ -726,15 +726,32 @@ def _server_args(home: Path, port: int, artifacts: str) -> list[str]:
     ]
 
 
+def _compose_server_args(home: Path, port: int) -> list[str]:
+    """The compose service's own command line, with its paths moved under `home`, on `port`, one worker."""
+    command = _compose_file()["services"]["mlflow"]["command"]
+    moved = [
+        a.replace("--host=0.0.0.0", "--host=127.0.0.1")
+        .replace("--port=5000", f"--port={port}")
+        .replace("/mlflow/", f"{home}/")
+        for a in command[1:]
+    ]
+    return [*moved, "--workers=1"]
+
+
+SERVER_HOMES: dict[str, Path] = {}  # the module's server: its folder, by URI
+
+
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
-    """A real MLflow tracking server on 127.0.0.1 (SQLite backend, artifacts served): its URI."""
+    """A real MLflow tracking server on 127.0.0.1, started with the compose service's own command
+    (SQLite backend, artifacts served): its URI."""
     _server_or_skip()
     home = tmp_path_factory.mktemp("mlflow-server")
     (port,) = free_local_ports(1)
-    args = [*_server_args(home, port, "artifacts"), "--serve-artifacts"]
-    with _running_server(args, home, port):
-        yield f"http://127.0.0.1:{port}"
+    with _running_server(_compose_server_args(home, port), home, port):
+        uri = f"http://127.0.0.1:{port}"
+        SERVER_HOMES[uri] = home
+        yield uri
 
 
 def _wait_healthy(uri: str, proc: subprocess.Popen, log_path: Path) -> None:
@@ -1015,32 +1032,24 @@ def test_compose_starts_the_server_only_with_its_profile_and_points_the_training
 
 
 @pytest.mark.slow
-def test_the_profiles_server_command_runs_and_answers_the_training_containers_host_name(tmp_path):
-    """The compose service's own command line, with its paths moved under tmp_path, on a free port."""
-    command = _compose_file()["services"]["mlflow"]["command"]
-    (port,) = free_local_ports(1)
-    args = [
-        a.replace("--host=0.0.0.0", "--host=127.0.0.1")
-        .replace("--port=5000", f"--port={port}")
-        .replace("/mlflow/", f"{tmp_path}/")
-        for a in command[1:]
-    ]
-    with _running_server(args + ["--workers=1"], tmp_path, port):
+def test_the_profiles_server_command_runs_and_answers_the_training_containers_host_name(mlflow_server):
+    """The compose service's own command line (the module's server runs it), with its paths moved."""
+    port = mlflow_server.rsplit(":", 1)[1]
 
-        def status(host: str) -> int:
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1", headers={"Host": host}
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=30) as r:
-                    return r.status
-            except urllib.error.HTTPError as exc:
-                return exc.code
+    def status(host: str) -> int:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1", headers={"Host": host}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
 
-        assert status("mlflow:5000") == 200  # how the train service reaches it
-        assert status(f"localhost:{port}") == 200  # a browser on this machine
-        assert status("attacker.example:5000") == 403  # anything else: refused (DNS rebinding)
-    assert (tmp_path / "mlflow.db").is_file()
+    assert status("mlflow:5000") == 200  # how the train service reaches it
+    assert status(f"localhost:{port}") == 200  # a browser on this machine
+    assert status("attacker.example:5000") == 403  # anything else: refused (DNS rebinding)
+    assert (SERVER_HOMES[mlflow_server] / "mlflow.db").is_file()
 
 
 def test_the_health_check_asks_once_with_its_timeout_and_names_what_failed(monkeypatch):
