@@ -146,6 +146,20 @@ def test_the_parity_check_runs_in_the_set_ups_runtime_environment_unless_told(tm
     assert formats.parity_python("/opt/py/bin/python") == "/opt/py/bin/python"  # EXPORT_CHECK_PYTHON wins
 
 
+def test_a_runtime_environment_this_user_cannot_look_into_is_one_config_error(tmp_path, monkeypatch):
+    # Root reads any folder, so the refusal of a real mode-000 folder is made by the call that meets it.
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(formats, "RUNTIME_VENV", tmp_path / ".venv-runtime-check")
+    monkeypatch.setattr(type(tmp_path), "is_file", refused)
+    with pytest.raises(ConfigError) as info:
+        formats.parity_python("")
+    text = str(info.value)
+    assert text.startswith("EXPORT_CHECK_PYTHON='' is not valid: empty, and ") and "Permission denied" in text
+    assert ".venv-runtime-check/bin/python" in text and "\n" not in text
+
+
 def test_the_runtime_environment_is_found_beside_the_package():
     assert formats.RUNTIME_VENV == PROJECT_ROOT / ".venv-runtime-check"
 

@@ -116,7 +116,15 @@ def parity_python(setting: str = "") -> str:
     if setting:
         return setting
     made = RUNTIME_VENV / "bin" / "python"
-    return str(made) if made.is_file() else sys.executable
+    try:
+        return str(made) if made.is_file() else sys.executable
+    except OSError as exc:  # the folder is there but this user cannot look into it
+        raise ConfigError(
+            "EXPORT_CHECK_PYTHON",
+            setting,
+            f"empty, and {made} cannot be looked at ({exc.strerror or exc}): give that folder this user's "
+            "read permission, or name another Python that has the runtimes",
+        ) from None
 
 
 def require_runtimes(python: str, formats: tuple[str, ...], name: str, value: str) -> None:
