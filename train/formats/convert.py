@@ -2,7 +2,7 @@
 
 The core's export (train.results.export) finds this module through train.extras and asks
 `Formats.from_settings` what to write; it calls `write` once the SavedModel passed its own check,
-and asks `FILES` which files of a previous export are this extra's (they are kept when made from
+and asks `Formats.files` which files of a previous export are its own (they are kept when made from
 the same weights). Each format is converted into the staging folder of the export, then run by
 train.formats.runtime_check in a fresh process of EXPORT_CHECK_PYTHON (numpy and the format's own
 runtime only) on the parity batch. Its largest difference from the reloaded SavedModel's answers
