@@ -149,14 +149,6 @@ def test_permission_denied_in_a_container_points_at_the_host_folder_and_host_ids
     assert "point RUNS_DIR" not in text
 
 
-def test_in_container_reads_the_engines_marker_files(tmp_path):
-    from train.run.files import in_container
-
-    assert not in_container(tmp_path)
-    (tmp_path / ".dockerenv").touch()
-    assert in_container(tmp_path)
-
-
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
 def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
     # A teammate or a TensorBoard container running as another user must be able to read run files.
@@ -383,14 +375,6 @@ def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
 def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):
     target = ensure_writable(tmp_path / "a" / "b" / "runs")
     assert target.is_dir() and list(target.iterdir()) == []
-
-
-def test_in_container_also_knows_podman(tmp_path):
-    from train.run.files import in_container
-
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / ".containerenv").touch()
-    assert in_container(tmp_path)
 
 
 def test_permission_denied_in_a_container_exactly(monkeypatch):

@@ -172,3 +172,20 @@ def test_the_peak_probe_measures_a_matmul(monkeypatch):
     monkeypatch.setattr(hardware.time, "perf_counter", lambda: next(ticks))
     peak = hardware.measure_peak_flops(n=64, reps=3)
     assert peak == pytest.approx(2 * 64**3 / 0.25)  # the best repetition
+
+
+def test_in_container_reads_the_engines_marker_files_and_on_request_the_runtime_in_the_cgroup(tmp_path):
+    from train.setup.hardware import in_container
+
+    (tmp_path / "proc" / "1").mkdir(parents=True)
+    (tmp_path / "proc" / "1" / "cgroup").write_text("0::/kubepods/besteffort/pod1234/abcd\n")
+    assert not in_container(tmp_path)  # no marker: the run directory's hint about compose does not apply
+    assert in_container(tmp_path, orchestrated=True)  # the GPU check: a pod is a container too
+    (tmp_path / "proc" / "1" / "cgroup").write_text("0::/init.scope\n")
+    assert not in_container(tmp_path, orchestrated=True)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".containerenv").touch()  # Podman
+    assert in_container(tmp_path)
+    (tmp_path / "run" / ".containerenv").unlink()
+    (tmp_path / ".dockerenv").touch()
+    assert in_container(tmp_path) and in_container(tmp_path, orchestrated=True)

@@ -77,15 +77,6 @@ def _major(text: Any) -> int | None:
 # ---------------------------------------------------------------- collection (reads the machine)
 
 
-def in_container(root: Path = Path("/")) -> bool:
-    if (root / ".dockerenv").exists() or (root / "run/.containerenv").exists():
-        return True
-    try:
-        return bool(re.search(r"docker|kubepods|containerd|libpod", (root / "proc/1/cgroup").read_text()))
-    except OSError:
-        return False
-
-
 def nvidia_pci_devices(sysfs: Path = Path("/sys/bus/pci/devices")) -> int:
     """NVIDIA (vendor 0x10de) display or 3D controllers: a GPU is there even when no driver is."""
     count = 0
@@ -261,7 +252,7 @@ def collect(skip_matmul: bool = False, environ: Mapping[str, str] | None = None)
         gpus=g.gpus,
         libraries=collect_libraries(tf.build, environ),
         env={k: environ.get(k) for k in ENV_VARS},
-        in_container=in_container(),
+        in_container=hardware.in_container(orchestrated=True),
         nvidia_pci_devices=nvidia_pci_devices(),
         cpu_bf16=hardware.cpu_bf16(hardware.cpu_flags()),
     )

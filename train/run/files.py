@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StorageError
+from ..setup.hardware import in_container
 
 TMP_MARK = ".tmp-"
 WRITERS_LOCK = ".writers.lock"  # see shared_writes
@@ -27,11 +28,6 @@ def watch_writes(callback: Callable[[Path], None]) -> Callable[[], None]:
     """Call `callback(path)` after every atomic write from now on; returns the function that stops it."""
     _WATCHERS.append(callback)
     return lambda: _WATCHERS.remove(callback) if callback in _WATCHERS else None
-
-
-def in_container(root: Path = Path("/")) -> bool:
-    """Whether this process runs in a Docker or Podman container (their marker files)."""
-    return (root / ".dockerenv").exists() or (root / "run/.containerenv").exists()
 
 
 def _permission_hint(in_docker: bool) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -164,3 +165,17 @@ def measure_peak_flops(
             float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # the read forces completion
             best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
+
+
+def in_container(root: Path = Path("/"), orchestrated: bool = False) -> bool:
+    """Whether this process runs in a Docker or Podman container (their marker files); with
+    `orchestrated`, also in one that Kubernetes or containerd started without them (the GPU check's
+    question: /proc/1/cgroup names the runtime). Paths under `root`, for the tests."""
+    if (root / ".dockerenv").exists() or (root / "run/.containerenv").exists():
+        return True
+    if not orchestrated:
+        return False
+    try:
+        return bool(re.search(r"docker|kubepods|containerd|libpod", (root / "proc/1/cgroup").read_text()))
+    except OSError:
+        return False
