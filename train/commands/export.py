@@ -29,11 +29,14 @@ def run(args: argparse.Namespace) -> int:
     flags = {"export_formats": args.format, "export_quantize": args.quantize} if FORMAT_FLAGS else {}
     settings = load_settings({"runs_dir": args.runs_dir, **flags}, env_file=args.env_file, warn=warn, check_model=False)
     require_section("onnx", settings)  # ONNX's converter, when EXPORT_FORMATS asks for it
+    from ..results.export import export_run, other_formats
     from ..run.find import WEIGHTS
-
-    run_dir = resolve(args, settings, needs=(WEIGHTS,))
-    from ..results.export import export_run
     from ..run.lock import RunLock
+
+    if (formats := other_formats(settings)) is not None:  # their runtimes, named as the user gave them
+        given = getattr(args, "format", None) is not None
+        formats.check("--format" if given else "EXPORT_FORMATS", settings.export_formats)
+    run_dir = resolve(args, settings, needs=(WEIGHTS,))
 
     with uploaded(settings, run_dir), RunLock(run_dir):  # never while a fit writes the same run
         report = export_run(run_dir, settings=settings)
