@@ -123,6 +123,18 @@ def test_fit_refuses_a_format_without_its_runtime_before_tensorflow_loads(tmp_pa
     assert "scripts/venv-runtime-check.sh" in line
 
 
+def test_the_export_command_names_the_flag_or_the_setting_the_formats_came_from(tmp_path, monkeypatch, capsys):
+    from train import cli
+
+    monkeypatch.setenv("EXPORT_CHECK_PYTHON", sys.executable)  # no LiteRT runtime in this environment
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["export", "latest", "--runs-dir", str(tmp_path), "--format", "litert"]) == 2
+    assert capsys.readouterr().err.startswith("ConfigError: --format='litert' is not valid: litert is checked")
+    monkeypatch.setenv("EXPORT_FORMATS", "litert")
+    assert cli.main(["export", "latest", "--runs-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("ConfigError: EXPORT_FORMATS='litert' is not valid: litert is checked")
+
+
 def test_a_missing_runtime_names_the_environment_to_make(run_dir, monkeypatch):
     def no_runtime(cmd):
         return subprocess.CompletedProcess(
