@@ -122,3 +122,18 @@ def test_hparams_summary_carries_the_settings_and_final_metrics(tmp_path):
     import tensorflow as tf
 
     assert event.step == 3 and abs(float(tf.make_ndarray(event.tensor_proto)) - 0.98) < 1e-6
+
+
+def test_every_reader_starts_from_the_same_rows_with_their_line_numbers(tmp_path):
+    from train.run.metrics_files import read_rows
+
+    assert read_rows(tmp_path / "metrics.csv") == ([], [])  # none yet
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,loss\n1,0.5\n2,0.4,extra\n3\n")
+    header, rows = read_rows(path)
+    assert header == ["epoch", "loss"]
+    assert rows == [
+        (2, {"epoch": "1", "loss": "0.5"}),
+        (3, {"epoch": "2", "loss": "0.4", None: ["extra"]}),  # a cell the header lacks
+        (4, {"epoch": "3", "loss": None}),  # a cell the row lacks
+    ]

@@ -7,7 +7,6 @@ line naming the file, the field and the value, never as a traceback once the rer
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from dataclasses import fields
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ReproduceRecordError
+from ..run.metrics_files import read_rows
 from ..run.rundir import RunDir
 
 COMMIT = re.compile(r"[0-9a-fA-F]{40}")
@@ -111,34 +111,29 @@ def data_not_here(exc: ConfigError) -> bool:
 
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:
     """metrics.csv as {epoch: {column: value}} (empty cells left out); {} when there is none."""
-    if not path.is_file():
-        return {}
+    header, raw = read_rows(path, errors="replace")
     rows: dict[int, dict[str, float]] = {}
-    with path.open(newline="", encoding="utf-8", errors="replace") as f:
-        reader = csv.DictReader(f)
-        for row in reader:
-            where = f"line {reader.line_num}"
-            if None in row or None in row.values():
-                cells = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or [])
+    for line, row in raw:
+        where = f"line {line}"
+        if None in row or None in row.values():
+            cells = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or [])
+            raise ReproduceRecordError(path, where, cells, f"cells where the header has {len(header)}", RESTORE)
+        values = {}
+        for column, text in row.items():
+            if text.strip() == "":
+                continue
+            try:
+                values[column] = float(text)
+            except ValueError:
                 raise ReproduceRecordError(
-                    path, where, cells, f"cells where the header has {len(reader.fieldnames or [])}", RESTORE
-                )
-            values = {}
-            for column, text in row.items():
-                if text.strip() == "":
-                    continue
-                try:
-                    values[column] = float(text)
-                except ValueError:
-                    raise ReproduceRecordError(
-                        path, f"{where}, column {column}", text, "is not a number", RESTORE
-                    ) from None
-            epoch = values.get("epoch")
-            if epoch is None or epoch != int(epoch) or epoch < 1:
-                raise ReproduceRecordError(
-                    path, f"{where}, column epoch", row.get("epoch"), "is not an epoch number (1, 2, ...)", RESTORE
-                )
-            rows[int(epoch)] = values
+                    path, f"{where}, column {column}", text, "is not a number", RESTORE
+                ) from None
+        epoch = values.get("epoch")
+        if epoch is None or epoch != int(epoch) or epoch < 1:
+            raise ReproduceRecordError(
+                path, f"{where}, column epoch", row.get("epoch"), "is not an epoch number (1, 2, ...)", RESTORE
+            )
+        rows[int(epoch)] = values
     return rows
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunRecordError
+from ..run.metrics_files import read_rows
 from ..run.rundir import RunDir
 
 # Written by fit when a run continues from a state ("resuming at epoch 4, step 12 (global step 84)").
@@ -132,17 +133,14 @@ def resumes_from_segments(manifest: dict[str, Any]) -> list[Resume] | None:
 
 def read_metrics(path: Path) -> list[dict[str, float | None]]:
     """metrics.csv as numbers (an empty cell, e.g. GPU memory on a CPU, is None); none yet: []."""
-    if not path.is_file():
-        return []
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            raw = list(csv.DictReader(fh))
+        _, raw = read_rows(path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise RunRecordError(
             f"{path} is unreadable ({type(exc).__name__}: {exc}); restore it from a copy of the run"
         ) from None
     rows = []
-    for line, r in enumerate(raw, start=2):
+    for line, r in raw:
         if "epoch" not in r or None in r:
             raise RunRecordError(
                 f"{path}, line {line}: not the metrics.csv layout (an 'epoch' column, one value per column)"

@@ -23,6 +23,19 @@ MEASURED_COLUMNS = (
 _AFTER = ["learning_rate", "batch_size", *MEASURED_COLUMNS]
 
 
+def read_rows(path: Path, errors: str = "strict") -> tuple[list[str], list[tuple[int, dict]]]:
+    """metrics.csv as written: its header and each row with its line number (a cell beyond the header
+    under the key None, a missing one None); ([], []) when there is none. Every reader of the file
+    starts here; what a row must hold is the reader's to say (the runs table names a damaged file,
+    reproduce refuses the cell)."""
+    if not path.is_file():
+        return [], []
+    with open(path, newline="", encoding="utf-8", errors=errors) as fh:
+        reader = csv.DictReader(fh)
+        rows = [(reader.line_num, row) for row in reader]
+        return list(reader.fieldnames or []), rows
+
+
 def metric_columns(metrics: tuple[str, ...] = ("accuracy",)) -> list[str]:
     """metrics.csv's columns for a model trained with `metrics` (train.models)."""
     return ["epoch", "loss", *metrics, "val_loss", *(f"val_{m}" for m in metrics), *_AFTER]
@@ -36,10 +49,7 @@ class MetricsFile:
 
     def __init__(self, path: Path, columns: list[str] = METRIC_COLUMNS):
         self.path, self.columns = path, columns
-        self.rows: list[dict[str, Any]] = []
-        if path.is_file():
-            with open(path, newline="", encoding="utf-8") as fh:
-                self.rows = list(csv.DictReader(fh))
+        self.rows: list[dict[str, Any]] = [row for _, row in read_rows(path)[1]]
 
     def truncate_from(self, epoch: int) -> None:
         """Drop rows of epochs that will be trained again after a resume (1-based epoch numbers)."""
