@@ -168,10 +168,18 @@ def test_a_template_without_any_extra_folder_trains(tmp_path):
     _delete_extras(copy, WITH_FOLDERS)
     from train.config import as_flags
 
-    values = tiny_values(tmp_path, write_tiny_npz(tmp_path)) | {"epochs": 1, "export": False}
+    values = tiny_values(tmp_path, write_tiny_npz(tmp_path)) | {"epochs": 1, "export": True}
     train_in(copy, "fit", *as_flags(values))
     (run,) = (tmp_path / "runs").glob("*/manifest.json")
     assert json.loads(run.read_text())["status"] == "completed"
+    # Without the formats extra an export is the SavedModel, the .keras file and the labels.
+    assert sorted(p.name for p in (run.parent / "export").iterdir()) == [
+        "labels.txt",
+        "model.keras",
+        "parity.json",
+        "savedmodel",
+        "source.json",
+    ]
 
 
 def test_without_the_store_extra_a_bucket_runs_dir_is_one_line_and_a_folder_still_works(tmp_path):
