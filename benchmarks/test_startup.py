@@ -66,26 +66,21 @@ def test_bad_setting_rejected_fast(benchmark, quick):
 def test_tensorflow_start_without_kerass_matplotlib(benchmark, quick):
     """TensorFlow started the way every `python -m train` starts it (the package imported first, so
     Keras's plotting helpers do not import matplotlib) against a plain `import tensorflow`."""
-    ours, plain = [], []
 
-    def timed_start(args: list[str], into: list[float]):
+    def start(code: str):
         def run() -> float:
-            seconds, proc = _run(args)
+            seconds, proc = _run(["-c", code])
             assert proc.returncode == 0, proc.stderr[-2000:]
-            into.append(seconds)
             return seconds
 
         return run
 
-    runs = {
-        "train_then_tensorflow": timed_start(["-c", "import train, tensorflow"], ours),
-        "plain_tensorflow": timed_start(["-c", "import tensorflow"], plain),
-    }
-    common.once(benchmark, lambda: common.interleave(runs, 1 if quick else 5))
-    a, b = common.median(ours), common.median(plain)
+    runs = {"train_then_tensorflow": start("import train, tensorflow"), "plain_tensorflow": start("import tensorflow")}
+    got = common.once(benchmark, lambda: common.interleave(runs, 1 if quick else 5))
+    a, b = common.median(got["train_then_tensorflow"]), common.median(got["plain_tensorflow"])
     common.record(
         benchmark,
-        "5b. TensorFlow's start in a train process / a plain `import tensorflow`",
+        "5d. TensorFlow's start in a train process / a plain `import tensorflow`",
         "below 1 (Keras's plotting helpers import no matplotlib)",
         common.ratio(a, b),
         a < b,

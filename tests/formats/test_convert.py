@@ -15,7 +15,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from helpers import PROJECT_ROOT, runtime_check_python, subprocess_env, tiny_image_model
+from helpers import PROJECT_ROOT, runtime_check_python, subprocess_env, tiny_image_model, write_run
 
 from train.config import load_settings
 from train.errors import ConfigError, ExportError
@@ -29,10 +29,7 @@ BOTH = ("savedmodel", "litert", "onnx")
 
 @pytest.fixture
 def run_dir(tmp_path):
-    run = tmp_path / "20260101-000000-aaaa"
-    run.mkdir()
-    (run / "manifest.json").write_text(json.dumps({"status": "completed"}))
-    return run
+    return write_run(tmp_path / "20260101-000000-aaaa", manifest={"status": "completed"})
 
 
 @pytest.fixture(autouse=True)

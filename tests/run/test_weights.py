@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
 import pytest
-from helpers import tiny_image_model
+from helpers import tiny_image_model, write_run
 
 from train.errors import StorageError, WeightsError
 from train.run import weights
@@ -20,10 +19,7 @@ def _model(seed: int = 0):
 
 @pytest.fixture
 def run(tmp_path):
-    run = tmp_path / "20260101-000000-000001"
-    run.mkdir()
-    (run / "manifest.json").write_text(json.dumps({"status": "completed"}))
-    return run
+    return write_run(tmp_path / "20260101-000000-000001", manifest={"status": "completed"})
 
 
 @pytest.fixture

@@ -152,9 +152,17 @@ def require_runtimes(python: str, formats: tuple[str, ...], name: str, value: st
 _ANSWER = "runtime-check-modules:"  # the probe's answer starts so: any other program is no Python
 
 
+# Answers already had in this process: a run checks its formats before training and again at its
+# export, the export command before it looks for the run and again in export_run.
+_ANSWERS: dict[tuple[str, tuple[str, ...]], set[str]] = {}
+
+
 def _absent_modules(python: str, modules: list[str]) -> set[str]:
     """Which of `modules` `python` lacks (none imported). ConfigError naming EXPORT_CHECK_PYTHON when
     it is no Python at all (missing, a folder, /bin/true): not a missing runtime, nor a converter's fault."""
+    key = (python, tuple(modules))
+    if key in _ANSWERS:
+        return _ANSWERS[key]
     if shutil.which(python) is None:
         path = Path(python)
         why = "is a directory" if path.is_dir() else "is not executable" if path.exists() else "does not exist"
@@ -170,7 +178,8 @@ def _absent_modules(python: str, modules: list[str]) -> set[str]:
     if proc.returncode != 0 or answer is None:
         said = first_line(proc.stderr) or f"exit status {proc.returncode}, no answer"
         raise _not_a_python(python, f"is not a Python that runs (`-c` gave: {said})")
-    return set(answer)
+    _ANSWERS[key] = set(answer)
+    return _ANSWERS[key]
 
 
 def _not_a_python(python: str, why: str) -> ConfigError:

@@ -160,6 +160,8 @@ def export_model(
     final = files.export.path
     records: dict[str, Any] = {}
     failures: list[ExportError] = []
+    others = formats is not None and bool(formats.wanted)
+    owned = formats.files if formats is not None else ()  # the extra's files a previous export may hold
     with _SignalStop() as stop:
         # A staging folder with the export's layout, swapped into place when complete.
         try:
@@ -173,7 +175,7 @@ def export_model(
             staging.labels.write_text(labels_text(labels), encoding="utf-8")
             with tempfile.TemporaryDirectory() as work:
                 diff = _parity(model, staging, Path(work), files)
-                if formats is not None and formats.wanted:
+                if others:
                     records, failures = formats.write(
                         model, staging, Path(work), serving=serving_function, at_once=_SignalStop.at_once
                     )
@@ -185,7 +187,7 @@ def export_model(
                 _write_format_records(staging, records)
             write_source(staging, source)
             stop.check()
-            _keep_good_files(failures, staging, files, formats.files if formats is not None else ())
+            _keep_good_files(failures, staging, files, owned)
             _swap_into_place(staging.path, final)
             if dropped:
                 log.warning("export: %s", dropped)
@@ -195,7 +197,7 @@ def export_model(
             if cause is not None:
                 raise storage_error(final, cause) from exc
             raise
-    return _record_export(files, diff, source, bool(formats is not None and formats.wanted), records, failures)
+    return _record_export(files, diff, source, others, records, failures)
 
 
 def _record_export(files: RunDir, diff: float, source, others: bool, records: dict, failures: list) -> dict[str, Any]:
