@@ -15,7 +15,7 @@ the JSON argument:
 - `precision`: PRECISION, when a comparison needs another than what `auto` picks;
 - `settings`: other template settings by name, e.g. {"jit_compile": true, "steps_per_execution": 8}.
 
-Everything else is `train.training.fit.train` with default settings, as a user runs it. The last line on
+Everything else is `train.train` with default settings, as a user runs it. The last line on
 stdout is JSON: each epoch's samples/s, the final validation accuracy, the final weights' hash and
 what was actually applied.
 """
@@ -60,8 +60,8 @@ def run(spec: dict) -> dict:
         tf.config.threading.set_inter_op_parallelism_threads(int(spec["inter"]))
     applied = _patch_pipelines(spec.get("prefetch"), spec.get("private_threadpool"), spec.get("max_intra_op"))
 
+    from train import train
     from train.config import load_settings
-    from train.training.fit import train
 
     s = load_settings(
         {

@@ -1,7 +1,7 @@
 """11. Epoch ends: the template's pipeline, which runs without tf.data's autotuning thread, against
 the same pipeline with that thread (as tf.data starts it by default).
 
-Both sides are the default training (`train.training.fit.train`, seeded, so the same batches and
+Both sides are the default training (`train.train`, seeded, so the same batches and
 weights), interleaved; the other side builds its datasets as tf.data does by default. With the
 thread, dropping an epoch's iterator waits for the thread's next wake-up (its periods double from
 10 ms, so a 5 s epoch ends at 5.1 or 10.2 s). The figure is the ratio of the summed epoch times;
@@ -29,7 +29,7 @@ def _with_autotuning_thread():
 
 
 def test_epoch_end_without_the_autotuning_thread(benchmark, mnist_npz, quick, tmp_path):
-    from train.training.fit import train
+    from train import train
 
     s = common.settings(
         dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False, report="off", seed=42

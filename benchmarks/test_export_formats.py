@@ -40,8 +40,8 @@ def _speed(python: str, fmt: str, path, x_path, seconds: float) -> dict:
 
 
 def test_export_formats_size_load_and_speed(benchmark, quick, mnist_npz, tmp_path):
+    from train import train
     from train.results.export import export_run
-    from train.training.fit import train
 
     python = _runtime_python()
     epochs = 1 if quick else 2

@@ -1,4 +1,4 @@
-"""3. Template overhead: `train.training.fit.train` (callbacks, logs, metrics, checkpoints) vs a bare model.fit."""
+"""3. Template overhead: `train.train` (callbacks, logs, metrics, checkpoints) vs a bare model.fit."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
     load_data + build + compile + one `model.fit(validation_data=...)` per epoch + save_weights."""
     import keras
 
+    from train import train
     from train.inputs.pipeline import train_dataset, val_dataset
-    from train.training.fit import train
 
     s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False, report="off")
     if quick:

@@ -34,8 +34,8 @@ def _samples_per_second(history) -> float:
 
 
 def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
-    """Same data, same epochs: the classic Keras MNIST recipe, then `train.training.fit.train` with default settings."""
-    from train.training.fit import train
+    """Same data, same epochs: the classic Keras MNIST recipe, then `train.train` with default settings."""
+    from train import train
 
     arrays, what = mnist
     s = common.settings(

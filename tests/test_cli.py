@@ -122,7 +122,7 @@ def test_fit_status_becomes_the_exit_code(monkeypatch, status, code):
         calls.append((settings.epochs, force))
         return types.SimpleNamespace(status=status)
 
-    monkeypatch.setitem(sys.modules, "train.training.fit", types.SimpleNamespace(train=train))
+    monkeypatch.setattr("train.train", train)
     assert cli.main(["--epochs", "5", "--force"]) == code
     assert calls == [(5, True)]
 
@@ -273,9 +273,7 @@ def test_report_and_compare_take_no_prefix_of_a_flag(tmp_path, monkeypatch, caps
 
 
 def test_a_switch_given_both_ways_is_a_usage_error(capsys, monkeypatch):
-    monkeypatch.setitem(
-        sys.modules, "train.training.fit", types.SimpleNamespace(train=lambda s, force: pytest.fail("ran"))
-    )
+    monkeypatch.setattr("train.train", lambda s, force: pytest.fail("ran"))
     for argv in (["--deterministic", "--no-deterministic"], ["--no-export", "--smoke", "--export"]):
         assert cli.main(argv) == 2
         assert "given both ways" in capsys.readouterr().err
@@ -318,7 +316,7 @@ def test_a_model_error_is_one_line_and_exit_2(monkeypatch, capsys):
     def train(settings, force, **_):
         raise ModelError("my_models:make", "make((2, 2, 1), 3) raised ValueError: too small")
 
-    monkeypatch.setitem(sys.modules, "train.training.fit", types.SimpleNamespace(train=train))
+    monkeypatch.setattr("train.train", train)
     assert cli.main(["fit"]) == 2
     assert (
         capsys.readouterr().err == "ModelError: MODEL=my_models:make: make((2, 2, 1), 3) raised ValueError: too small\n"

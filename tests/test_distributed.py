@@ -28,7 +28,7 @@ def two_replicas(settings):
     return setup
 devices.setup_devices = two_replicas
 from helpers import tiny_settings
-from train.training.fit import train
+from train import train
 s = tiny_settings(Path(tempfile.mkdtemp()), epochs=1, export=True)
 first = train(s)
 again = train(s.replace(epochs=2), resume=first.run_dir.name)

@@ -64,7 +64,7 @@ def test_training_never_reaches_into_the_gpu_check(tmp_path):
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from helpers import tiny_settings
-from train.training.fit import train
+from train import train
 result = train(tiny_settings(Path(sys.argv[2])))
 rows = (result.run_dir / "metrics.csv").read_text().splitlines()
 print(json.dumps({"status": result.status, "rows": len(rows) - 1, "attempts": attempts}))

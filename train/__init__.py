@@ -1,6 +1,6 @@
 """A reproducible TensorFlow training template: `train(settings)` and the pieces around it.
 
-Importing the package imports no TensorFlow; `train.training.fit.train` does, after the settings are valid.
+Importing the package imports no TensorFlow; `train(settings)` does, after the settings are valid.
 """
 
 import importlib.abc
@@ -31,3 +31,20 @@ class _KerasPlotsWithoutMatplotlib(importlib.abc.MetaPathFinder):
 
 if not any(isinstance(f, _KerasPlotsWithoutMatplotlib) for f in sys.meta_path):
     sys.meta_path.insert(0, _KerasPlotsWithoutMatplotlib())
+
+
+def train(settings, resume=None, force=False, restart=False, callbacks=(), continue_with=None):
+    """One run (train.training.fit.fit: `resume`, `force`, `restart`, `continue_with` are its), told
+    of its moments by the template's own callbacks, the report's refresh and the export
+    (train.results), then by each extra the settings turn on, then by `callbacks`. -> its Result."""
+    from .training.fit import fit
+
+    return fit(settings, resume, force, restart, callbacks, continue_with, parts=_own_callbacks)
+
+
+def _own_callbacks(settings) -> list:
+    """For the run's settings (a resume's come from its config.json): the report's refresh, the export."""
+    from .results.export import ExportCallback
+    from .results.report import ReportCallback
+
+    return [ReportCallback(settings.report), ExportCallback(settings)]

@@ -344,7 +344,7 @@ def test_the_report_shows_each_file_its_size_and_the_quantised_accuracy_change()
 def _trained(tmp_path, **changes):
     from helpers import tiny_settings
 
-    from train.training.fit import train
+    from train import train
 
     settings = tiny_settings(
         tmp_path,

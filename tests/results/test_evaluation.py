@@ -4,29 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import FixedModel, batch
 
 from train.errors import NoWeightsError
 from train.results.evaluation import _predict, evaluate_best
-
-
-class FixedModel:
-    """Stands in for a Keras model: the probabilities are the images' first pixel row (no TensorFlow)."""
-
-    class _Input:
-        shape = (None, 2, 3, 1)
-
-    inputs = [_Input()]
-
-    def __call__(self, x, training=False):
-        assert training is False
-        return x[:, 0, :, 0] / 255.0
-
-
-def batch(probs, labels):
-    """Images whose first row holds the probabilities the model will return for them."""
-    x = np.zeros((len(labels), 2, 3, 1), np.float32)
-    x[:, 0, :, 0] = np.asarray(probs) * 255.0
-    return x, np.asarray(labels)
 
 
 def test_matrix_per_class_and_the_most_wrong_across_batches():
@@ -110,26 +91,3 @@ def test_best_weights_that_are_not_the_ones_training_recorded_are_not_evaluated(
     build_model("cnn", (28, 28, 1), 3).save_weights(run / "best.weights.h5")  # other weights, a valid file
     with pytest.raises(WeightsError, match=f"run {run.name}: .*best.weights.h5"):
         evaluate_best(run)
-
-
-def test_mean_metrics_are_the_models_own_per_example_loss_and_metrics_averaged():
-    from train.models import DEFAULT_ENTRY
-    from train.results.evaluation import mean_metrics
-
-    probs = [[0.9, 0.1, 0.0], [0.2, 0.8, 0.0], [0.5, 0.25, 0.25]]
-    data = [batch(probs[:2], [0, 0]), batch(probs[2:], [2])]
-    got = mean_metrics(FixedModel(), data, DEFAULT_ENTRY)
-    assert got["accuracy"] == pytest.approx(1 / 3)
-    assert got["loss"] == pytest.approx(-(np.log(0.9) + np.log(0.2) + np.log(0.25)) / 3, rel=1e-3)
-    assert mean_metrics(FixedModel(), [], DEFAULT_ENTRY) == {}
-
-
-def test_a_data_set_without_a_separate_test_split_records_no_test(tmp_path):
-    """An image folder, or a run recorded before validation was split off (its test split was its validation)."""
-    from helpers import tiny_settings
-
-    from train.inputs import pipeline as data
-    from train.results.evaluation import evaluate_test
-
-    s = tiny_settings(tmp_path, val_from="test")
-    assert evaluate_test(tmp_path, s, data.load_data(s), models=None) is None  # nothing is built or read

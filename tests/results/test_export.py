@@ -683,8 +683,8 @@ def test_a_staging_folder_left_by_sigkill_is_removed_by_the_next_export(recorded
 def test_fit_removes_staging_folders_left_in_its_run(tmp_path):
     from helpers import tiny_settings
 
+    from train import train
     from train.run.find import list_run_dirs
-    from train.training.fit import train
 
     settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
     train(settings)

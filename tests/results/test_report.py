@@ -329,7 +329,7 @@ def test_time_to_best_in_the_report_and_compare_includes_the_stopped_segment(tmp
 
 @pytest.mark.slow
 def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tmp_path, monkeypatch, make_npz):
-    from train.training.fit import train
+    from train import train
 
     calls, write = [], report.write_report
     monkeypatch.setattr(report, "write_report", lambda run_dir, full: calls.append(full) or write(run_dir, full))
@@ -349,8 +349,8 @@ def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tm
 
 @pytest.mark.slow
 def test_a_report_that_cannot_be_drawn_never_changes_the_run(tmp_path, monkeypatch):
+    from train import train
     from train.results import plots
-    from train.training.fit import train
 
     monkeypatch.setattr(plots, "curves_png", lambda records: 1 / 0)
     result = train(tiny_settings(tmp_path, epochs=1, export=False, report="full"))
@@ -362,9 +362,8 @@ def test_a_report_that_cannot_be_drawn_never_changes_the_run(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_a_failed_run_gets_a_report_that_says_why(tmp_path, monkeypatch):
-    from train import models
+    from train import models, train
     from train.errors import DataError
-    from train.training.fit import train
 
     def broken(*args):
         raise DataError("broken <on purpose>")

@@ -38,8 +38,8 @@ def _stop_at_check(monkeypatch, n):
 
 
 def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_total_time(tmp_path, monkeypatch):
+    from train import train
     from train.results.runs_table import list_runs
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=True)
     first = train(s)
@@ -69,9 +69,9 @@ def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_t
 
 
 def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_were(tmp_path):
+    from train import train
     from train.errors import CheckpointError
     from train.results.export import rebuild_model
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -117,8 +117,8 @@ def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_exp
 
 
 def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp_path):
+    from train import train
     from train.errors import ResumeMismatchError
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -139,8 +139,8 @@ def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp
 
 
 def test_a_smoke_run_records_the_one_epoch_it_trains(tmp_path):
+    from train import train
     from train.results.runs_table import format_runs, list_runs
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, smoke=True, epochs=5, export=False)
     result = train(s)
@@ -205,8 +205,8 @@ def test_a_damaged_record_stops_resume_and_auto_with_one_line(tmp_path, name, mo
 def test_a_resume_interrupted_during_start_up_leaves_the_record_as_it_was(tmp_path, monkeypatch):
     import os
 
+    from train import train
     from train.setup import devices
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir

@@ -165,8 +165,8 @@ def test_reproduce_verifies_the_original_weights_first(tmp_path):
 
 def test_the_weights_the_loop_writes_are_recorded(tmp_path):
     """best (each improvement) and final weights of a real 1-epoch run carry their recorded sha256."""
+    from train import train
     from train.run.find import list_run_dirs
-    from train.training.fit import train
 
     pytest.importorskip("helpers")
     from helpers import tiny_settings
@@ -189,9 +189,9 @@ def test_the_checkpoint_fallback_the_message_gives_works(tmp_path):
 
     from helpers import tiny_settings
 
+    from train import train
     from train.results.export import rebuild_model
     from train.run.find import list_run_dirs
-    from train.training.fit import train
 
     settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
     train(settings)

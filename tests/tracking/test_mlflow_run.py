@@ -435,7 +435,7 @@ class Recording:
 def test_a_run_sends_its_start_each_epoch_its_files_and_its_status_in_that_order(tmp_path, monkeypatch):
     import mlflow
 
-    from train.training.fit import train
+    from train import train
 
     clients = []
     monkeypatch.setattr(
@@ -619,7 +619,7 @@ def test_sigterm_ends_the_run_whatever_the_tracking_server_does(tmp_path):
 def test_a_run_without_tracking_imports_nothing_of_mlflow(tmp_path):
     code = (
         "import sys, json; sys.path.insert(0, 'tests')\n"
-        "from helpers import tiny_settings\nfrom pathlib import Path\nfrom train.training.fit import train\n"
+        "from helpers import tiny_settings\nfrom pathlib import Path\nfrom train import train\n"
         "r = train(tiny_settings(Path(sys.argv[1]), epochs=1, export=False, report='quick'))\n"
         "import importlib.util\n"
         "print(json.dumps({'status': r.status, 'installed': importlib.util.find_spec('mlflow') is not None,"
@@ -786,7 +786,7 @@ def _artifacts(client, run_id, path=None) -> set[str]:
 
 @pytest.mark.slow
 def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server, tmp_path):
-    from train.training.fit import train
+    from train import train
 
     s = tiny_settings(
         tmp_path, report="quick", export=True, mlflow_tracking_uri=mlflow_server, mlflow_experiment="template-tests"
@@ -833,8 +833,8 @@ def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server
 
 @pytest.mark.slow
 def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, monkeypatch):
+    from train import train
     from train.training import stop_flag
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False, report="quick", mlflow_tracking_uri=mlflow_server)
     original = stop_flag.StopFlag.check
@@ -905,7 +905,7 @@ def test_with_two_workers_only_the_chief_logs(mlflow_server, tmp_path):
 
 @pytest.mark.slow
 def test_a_server_lost_mid_run_costs_warnings_not_the_run(tmp_path, monkeypatch):
-    from train.training.fit import train
+    from train import train
 
     home = tmp_path / "server"
     home.mkdir()

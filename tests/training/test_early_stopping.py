@@ -164,7 +164,7 @@ def test_bad_values_are_config_errors(name, value):
 def test_a_run_stops_early_says_why_and_exports_its_best_weights(tmp_path):
     import keras
 
-    from train.training.fit import train
+    from train import train
 
     # MIN_DELTA=1: no accuracy can improve by more than 1, so after the first epoch none counts.
     result = train(tiny_settings(tmp_path, epochs=6, patience=2, min_delta=1.0, report="quick", export=True))
@@ -185,7 +185,7 @@ def test_a_run_stops_early_says_why_and_exports_its_best_weights(tmp_path):
 
 @pytest.mark.slow
 def test_the_count_survives_a_resume(tmp_path):
-    from train.training.fit import train
+    from train import train
 
     # Two epochs: the first sets the reference, the second counts 1 of PATIENCE=2; then more epochs.
     s = tiny_settings(tmp_path, epochs=2, patience=2, min_delta=1.0, export=False)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    from train.training.fit import train
+    from train import train
 
     tmp = tmp_path_factory.mktemp("fit")
     settings = tiny_settings(tmp, export=True)
@@ -91,7 +91,7 @@ def test_savedmodel_serves_raw_uint8_with_plain_tensorflow(finished):
 
 
 def test_resume_continues_epochs_and_optimizer_steps(tmp_path):
-    from train.training.fit import train
+    from train import train
 
     s = tiny_settings(tmp_path, epochs=1)
     first = train(s)
@@ -109,9 +109,9 @@ def test_resume_continues_epochs_and_optimizer_steps(tmp_path):
 def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_that_a_resume_exports(
     tmp_path, monkeypatch
 ):
+    from train import train
     from train.errors import Interrupted
     from train.results import export
-    from train.training.fit import train
 
     real = export.subprocess.run
     # SIGTERM to the process group (`timeout`, Ctrl-C) as the parity check runs: its process dies of it.
@@ -129,8 +129,8 @@ def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_th
 
 
 def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
+    from train import train
     from train.errors import ResumeMismatchError
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -143,8 +143,8 @@ def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
 
 def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
     """config.json, the manifest and metrics.csv all say the batch size the resumed epochs trained with."""
+    from train import train
     from train.digest import sha256_file
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
     run = train(s).run_dir
@@ -163,8 +163,8 @@ def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
 
 def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
     """In-process version of the guarantee: stop at a step boundary, resume, same final weights."""
+    from train import train
     from train.training import stop_flag
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, deterministic=True, export=False, checkpoint_every=2)
     straight = train(s)
@@ -238,8 +238,8 @@ def test_export_and_predict_from_the_command_line(finished, tmp_path):
 @pytest.mark.skipif(REAL_MNIST is None, reason=NO_REAL_MNIST)
 def test_real_mnist_one_epoch_default_settings(tmp_path):
     """The default workload through the default path (PRECISION=auto, DATA_DIR holding mnist.npz)."""
+    from train import train
     from train.config import load_settings
-    from train.training.fit import train
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
@@ -256,8 +256,8 @@ def test_real_mnist_one_epoch_default_settings(tmp_path):
 
 
 def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finished_one(tmp_path, monkeypatch):
+    from train import train
     from train.training import stop_flag
-    from train.training.fit import train
 
     s = tiny_settings(tmp_path, epochs=1, export=False, resume="auto")
     original = stop_flag.StopFlag.check

@@ -898,7 +898,7 @@ def test_a_completed_run_leaves_its_final_weights_records_and_export(real_loop, 
     tracker = types.SimpleNamespace(
         on_epoch_end=lambda epoch, row, state: tracked.append((dict(row), state.global_step))
     )
-    loop.callbacks = Callbacks([refresh, tracker])
+    loop.callbacks = Callbacks([refresh, export.ExportCallback(loop.s), tracker])
     result = loop.run()
 
     assert result.status == "completed" and result.export == {"format": "x"}

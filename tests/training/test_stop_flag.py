@@ -172,6 +172,6 @@ def test_the_handler_is_installed_before_the_run_directory_is_made(tmp_path, mon
 
     monkeypatch.setattr(fit, "plan_run", spy)
     with pytest.raises(RuntimeError):
-        fit.train(tiny_settings(tmp_path))
+        fit.fit(tiny_settings(tmp_path))
     assert seen and seen[0] not in (signal.SIG_DFL, signal.SIG_IGN, None)
     assert signal.getsignal(signal.SIGTERM) is not seen[0]  # restored afterwards

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     require_export_runtimes(settings)  # and the runtimes of the formats it exports
     open_store(settings)  # RUNS_DIR in a store: it must answer before TensorFlow loads (StorageError, exit 7)
     quiet_tensorflow()
-    from ..training.fit import train  # TensorFlow is imported from here on
+    from .. import train  # TensorFlow is imported from here on
 
     given = command_line(args)
     result = train(

@@ -14,7 +14,8 @@ from pathlib import Path
 from ..config import of_kind
 from ..errors import ConfigError
 from ..run.manifest import data_version
-from .run_records import RunRecords, duration_text, on_test, on_test_text
+from ..training.test_split import on_test
+from .run_records import RunRecords, duration_text, on_test_text
 
 # Settings that say how a run was driven, not what it learned: listing them is noise.
 NOT_COMPARED = of_kind("invocation")

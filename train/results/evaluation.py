@@ -1,5 +1,5 @@
-"""The best weights on the validation set: confusion matrix, per-class accuracy, the worst mistakes;
-and the test split, evaluated once at the end of training (`evaluate_test`).
+"""The best weights on the validation set: confusion matrix, per-class accuracy, the worst mistakes
+(the test split is the loop's, evaluated once at the end of training: train.training.test_split).
 
 Everything is rebuilt from the run directory: the settings from config.json, the data through
 `data.load_data` (the same split, the same order), the network through the model registry with
@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import NoWeightsError
+from ..training.test_split import float32_model
 
 log = logging.getLogger("train")
 MOST_WRONG = 24
@@ -86,68 +87,6 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
     model = float32_model(models, settings, spec)
     load_weights(model, run_dir, weights)  # the recorded sha256 first: a replaced file is never evaluated
     return _predict(model, data.val_dataset(spec, settings, settings.batch_size), class_names, k)
-
-
-def float32_model(models, settings, spec):
-    """The run's network from `models` (the registry, or what the loop was given), built outside any
-    distribution strategy, in float32: a copy that predicts the same on any device and that one
-    process can run alone (no collective waits for the other workers)."""
-    import keras
-
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy("float32")
-    try:
-        return models.build_model(settings.model, spec.input_shape, spec.num_classes)
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
-
-
-def evaluate_test(run_dir: Path, settings, spec, models) -> dict | None:
-    """The test split through the best and the final weights, one pass each; None when the data set
-    has no test split apart from validation (an image folder, or VAL_FROM=test).
-
-    Nothing was chosen on these numbers (best weights, early stopping and sweeps see validation
-    only), so they are an unbiased estimate of how the model does on new data.
-    """
-    if spec.n_test == 0:
-        return None
-    from ..inputs import pipeline as data
-    from ..models import entry
-    from ..run.rundir import RunDir
-    from ..run.weights import load_weights, records
-
-    files, task = RunDir(run_dir), entry(settings.model)
-    model = float32_model(models, settings, spec)
-    out: dict = {"examples": spec.n_test, "split": "test", "weights": {}}
-    for which, path in (("best", files.best_weights), ("final", files.final_weights)):
-        if not path.is_file():
-            continue  # no epoch improved MONITOR (a NaN from the start): no best weights to test
-        load_weights(model, run_dir, path)
-        epoch = (records(run_dir).get(path.name) or {}).get("epoch")
-        numbers = mean_metrics(model, data.final_test_dataset(spec, settings.batch_size), task)
-        out["weights"][which] = {"epoch": epoch, **numbers}
-    return out
-
-
-def mean_metrics(model, dataset, task) -> dict[str, float]:
-    """Mean loss and metrics of `model` over `dataset`, with the model's own per-example functions."""
-    loss_fn, sums, count, loss = task.loss(reduction=None), dict.fromkeys(task.metrics, 0.0), 0, 0.0
-    for x, y in dataset:
-        probs = model(x, training=False)
-        loss += float(np.sum(np.asarray(loss_fn(y, probs), np.float64)))
-        for name, fn in task.metrics.items():
-            sums[name] += float(np.sum(np.asarray(fn(y, probs), np.float64)))
-        count += int(np.shape(y)[0])
-    if not count:
-        return {}  # nothing to average: no numbers rather than a division by zero
-    return {"loss": loss / count, **{name: s / count for name, s in sums.items()}}
-
-
-def final_test_line(test: dict) -> str:
-    """The log's one line: the best weights' numbers first (what the run delivers), then the final ones."""
-    from .run_records import on_test_summary
-
-    return f"test ({test.get('examples')} examples): {on_test_summary({'test': test}) or 'no weights to test'}"
 
 
 def _few(names, shown: int = 5) -> str:

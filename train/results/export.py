@@ -515,6 +515,23 @@ def rebuild_model(run_dir: Path):
     return model, class_names, source
 
 
+class ExportCallback:
+    """The export as the loop sees it (train.training.callbacks): at a run's start, the staging folders
+    a killed export left (the run holds its lock by then); once every epoch is trained, the export of
+    the trained model when EXPORT is on (`result.export` is what it recorded)."""
+
+    def __init__(self, settings):
+        self.settings = settings
+
+    def on_start(self, run_dir: Path) -> None:
+        for p in clean_stale_exports(run_dir):
+            log.info("removed a staging folder left by an interrupted export: %s", p.name)
+
+    def on_complete(self, result) -> None:
+        if self.settings.export:
+            result.export = export_run(result.run_dir, model=result.model, settings=self.settings)
+
+
 def export_run(run_dir: Path, model=None, settings=None) -> dict[str, Any]:
     """Export a run's best weights (else `model`'s current ones, else final.weights.h5) in float32.
 

@@ -22,8 +22,9 @@ from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
 from ..run.manifest import data_version, data_version_text, lock_in_checkout
 from ..run.rundir import RunDir
+from ..training.test_split import on_test, on_test_summary
 from .html import CSS, escape, img, note, num, table
-from .run_records import RunRecords, data_text, duration_text, load_records, on_test, on_test_summary, on_test_text
+from .run_records import RunRecords, data_text, duration_text, load_records, on_test_text
 
 log = logging.getLogger("train")
 CHEAP_NOTE = (

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import RunRecordError
 from ..run.metrics_files import read_rows
 from ..run.rundir import RunDir
+from ..training.test_split import finite as _finite
 
 # Written by fit when a run continues from a state ("resuming at epoch 4, step 12 (global step 84)").
 _RESUME_LINE = re.compile(r"^(\S+ \S+) resuming at epoch (\d+), step (\d+)")
@@ -181,15 +182,6 @@ def duration_text(seconds: Any, compact: bool = False) -> str:
     return f"{seconds:.1f}{space}s" if seconds < 120 else f"{seconds / 60:.1f}{space}min"
 
 
-def on_test(manifest: dict[str, Any], which: str = "best") -> dict[str, Any] | None:
-    """The test split's numbers for one weights file ("best" or "final") from the manifest's `test`
-    section; None for a run without one (not finished, no test split, or recorded before it)."""
-    test = manifest.get("test") if isinstance(manifest, dict) else None
-    weights = test.get("weights") if isinstance(test, dict) else None
-    got = weights.get(which) if isinstance(weights, dict) else None
-    return got if isinstance(got, dict) else None
-
-
 def on_test_text(numbers: dict[str, Any] | None) -> str | None:
     """One test number of `on_test`'s as a table shows it, e.g. `accuracy=0.9912` (the loss when
     there is no accuracy); None when there is none."""
@@ -199,21 +191,6 @@ def on_test_text(numbers: dict[str, Any] | None) -> str | None:
     if not _finite(value):
         return None
     return f"{name}={value:.4f}"
-
-
-def on_test_summary(manifest: dict[str, Any]) -> str | None:
-    """Both weights files on the test split in one line, e.g. `accuracy=0.9912 loss=0.0310 (best
-    weights, epoch 7); accuracy=0.9905 loss=0.0335 (final weights, epoch 10)`; None without a test."""
-    parts = []
-    for which in ("best", "final"):
-        got = dict(on_test(manifest, which) or {})
-        if not got:
-            continue
-        epoch = got.pop("epoch", None)
-        # The metrics first, the loss last: accuracy is the number a reader looks for.
-        numbers = " ".join(f"{k}={v:.4f}" for k, v in sorted(got.items(), key=lambda kv: kv[0] == "loss") if _finite(v))
-        parts.append(f"{numbers} ({which} weights, epoch {epoch if epoch is not None else '?'})")
-    return "; ".join(parts) or None
 
 
 def data_text(data: dict[str, Any]) -> str:
@@ -226,7 +203,3 @@ def data_text(data: dict[str, Any]) -> str:
     where = sources.get(data.get("val_from"), "")
     test = f" / {data['n_test']} test" if data.get("n_test") else ""
     return f"{text}{where}{test}, {len(data.get('class_names') or [])} classes"
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -19,7 +19,8 @@ from ..run.find import list_run_dirs
 from ..run.lock import RunLock
 from ..run.manifest import data_version
 from ..run.rundir import RunDir
-from .run_records import RunRecords, on_test, on_test_text, read_metrics
+from ..training.test_split import on_test
+from .run_records import RunRecords, on_test_text, read_metrics
 
 # A manifest still "running" whose lock no process holds (RunLock.abandoned).
 KILLED = "killed"

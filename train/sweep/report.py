@@ -111,7 +111,8 @@ def best_trial_test(runs_dir, run: str) -> str | None:
     """A trial run's best weights on the test split (`accuracy=0.9912`), from its manifest; None
     when it has none (no test split, not finished, or an unreadable record)."""
     from ..errors import RunRecordError
-    from ..results.run_records import on_test, on_test_text
+    from ..results.run_records import on_test_text
+    from ..training.test_split import on_test
 
     try:
         manifest = RunDir(Path(runs_dir) / run).read_manifest(missing_ok=True)

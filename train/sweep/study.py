@@ -1,6 +1,6 @@
 """`run_sweep(spec, settings, url) -> SweepResult`: the trials of one study, each an ordinary run.
 
-A trial is `train.training.fit.train` in this process with the trial's parameters on top of the
+A trial is `train.train` in this process with the trial's parameters on top of the
 fixed settings; its run directory, manifest (`"sweep": {study, trial, params}`), report and export
 are those of any run. Which trials still have to run is read from the study each time, so a rerun
 continues it and any number of processes can share it:
@@ -254,7 +254,7 @@ def _objective(
         resume="",
         sweep_storage="",
     )
-    from ..training.fit import train
+    from .. import train
 
     observer = TrialObserver(trial, spec, info, 1 if trial_settings.smoke else trial_settings.epochs)
     result = train(

@@ -7,10 +7,13 @@ the order the callbacks were given:
   on_train_begin(run_dir)          the run's record is written (config, manifest segment, data)
   on_epoch_end(epoch, row, state)  after the epoch's state is saved: its metrics.csv row and the
                                    loop's state; None goes on, (status, reason) ends the run there
+  on_complete(result)              every epoch trained (not stopped): the final weights are saved and
+                                   the test split evaluated; `result.model` is the trained model
   on_end(status, stop)             the manifest is closed: the run's status and its stop flag
 
-The report's refresh, MLflow and a sweep's pruner are callbacks: the loop and `train` know this list
-and nothing of who is on it. A callback that must never cost the run catches its own errors.
+The report's refresh, the export, MLflow and a sweep's pruner are callbacks: the loop and `fit`
+know this list and nothing of who is on it. A callback that must never cost the run catches its own
+errors; one that raises (the export, stopped by a signal) ends the run as any error of the loop does.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class Callbacks:
     def epoch_end(self, epoch: int, row: dict[str, Any], state) -> tuple[str, str] | None:
         """Every callback sees the epoch; the first that ends the run says how."""
         return next((ending for ending in self._each("on_epoch_end", epoch, row, state) if ending), None)
+
+    def complete(self, result) -> None:
+        self._each("on_complete", result)
 
     def end(self, status: str, stop) -> None:
         self._each("on_end", status, stop)

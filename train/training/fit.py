@@ -1,7 +1,9 @@
-"""`train(settings) -> Result`: one reproducible run, from validated settings to an exported model.
+"""`fit(settings) -> Result`: one reproducible run, from validated settings to a trained model.
 
 The parts are built in a fixed order with one log line each (run dir, devices, data, model,
-state); `loop.EpochLoop` then runs the epochs and the export.
+state); `loop.EpochLoop` then runs the epochs and tells the callbacks (train.training.callbacks) of
+the run's moments. What happens around the training (the report's refresh, the export, the extras)
+is a callback given by the caller: `train.train` gives the template's own.
 
 A resume is checked in full before the run's record changes: settings and checkpoints
 (resume.plan_run), then the data and the restored state. Only then are config.json and a new
@@ -27,8 +29,6 @@ from .. import extras, models
 from ..config import Settings, as_given, check_cluster
 from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
-from ..results.export import clean_stale_exports
-from ..results.report import ReportCallback
 from ..run import checkpoints
 from ..run.checkpoints import latest_header, list_states
 from ..run.files import clean_stale_temp
@@ -52,21 +52,24 @@ from .loop import LoopState, Result, at_new_batch_size, start_loop
 from .stop_flag import StopFlag
 
 log = logging.getLogger("train")
-__all__ = ["Result", "train"]
+__all__ = ["Result", "fit"]
 
 
-def train(
+def fit(
     settings: Settings,
     resume: str | None = None,
     force: bool = False,
     restart: bool = False,
     callbacks: Iterable[Any] = (),
     continue_with: Callable[[str], str] | None = None,
+    parts: Callable[[Settings], Iterable[Any]] | None = None,
 ) -> Result:
     """Run (or, with `resume` / RESUME, continue) one training run; see the module docstring.
 
-    `callbacks` (train.training.callbacks) are told the run's moments after the template's own: the
-    report, then each extra the settings turn on (train.extras.callbacks), e.g. MLflow.
+    The callbacks (train.training.callbacks) are told the run's moments in this order: `parts(the
+    run's settings)`, the template's own (a resume's settings come from its config.json, so they are
+    made once the run is found), then each extra the settings turn on (train.extras.callbacks), e.g.
+    MLflow, then `callbacks`.
     `continue_with(run name)`: the command a user pastes to continue a run that stopped with a
     resumable state, said in its last line (default `python -m train fit --resume NAME`).
     """
@@ -101,7 +104,8 @@ def train(
             remote.bring(resume)  # the run to resume, from the store into the staging copy
         plan = plan_run(settings, resume, force, restart)
         try:
-            calls = Callbacks([ReportCallback(plan.settings.report), *extras.callbacks(plan.settings), *callbacks])
+            own = parts(plan.settings) if parts else ()
+            calls = Callbacks([*own, *extras.callbacks(plan.settings), *callbacks])
             if remote is not None:  # a store's uploads beside the training (train.store.remote)
                 with remote.uploading(plan.run_dir, plan.lock.lease, stop):
                     return _train(plan, force, stop, setup, calls, continue_with)
@@ -183,8 +187,8 @@ def _open_log(plan: RunPlan, setup) -> None:
 
         with workers.cluster_errors(setup):
             sync.text_from_chief(setup.strategy, run_dir.name)
-    # Temporary files and a staging folder left by a SIGKILL during the last export.
-    removed = clean_stale_temp(run_dir) + clean_stale_exports(run_dir)
+    # Temporary files left by a SIGKILL during a write (the export's staging folders are the export's).
+    removed = clean_stale_temp(run_dir)
     log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", _where(run_dir))
     for p in removed:
         log.info("removed a temp file left by an interrupted write: %s", p.name)

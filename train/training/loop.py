@@ -566,16 +566,13 @@ class EpochLoop:
             epochs_completed=self.state.epoch,
         )
         self._evaluate_test()
-        if self.s.export:
-            from ..results.export import export_run
-
-            result.export = export_run(self.run_dir, model=self.model, settings=self.s)
+        self.callbacks.complete(result)  # the export among them
         return result
 
     def _evaluate_test(self) -> None:
         """The test split, once, through the best and the final weights: the chief alone, with a
         plain float32 copy of the model (no collective: the other workers wait for the chief as it is)."""
-        from ..results.evaluation import evaluate_test, final_test_line
+        from .test_split import evaluate_test, final_test_line
 
         test = evaluate_test(self.run_dir, self.s, self.spec, self._models)
         if test is None:
