@@ -21,6 +21,9 @@ class Recorder:
         self.log.append((self.name, "epoch", epoch, row["loss"], state.global_step))
         return self.ending
 
+    def on_complete(self, result):
+        self.log.append((self.name, "complete", result.status))
+
     def on_end(self, status, stop):
         self.log.append((self.name, "end", status))
 
@@ -33,12 +36,15 @@ def test_each_callback_is_told_in_order_and_a_missing_hook_or_none_is_left_out()
     calls.train_begin(Path("run"))  # nobody has on_train_begin
     state = types.SimpleNamespace(global_step=12)
     assert calls.epoch_end(1, {"loss": 0.5}, state) is None
+    calls.complete(types.SimpleNamespace(status="completed"))
     calls.end("completed", None)
     assert log == [
         ("a", "start", Path("run")),
         ("b", "start", Path("run")),
         ("a", "epoch", 1, 0.5, 12),
         ("b", "epoch", 1, 0.5, 12),
+        ("a", "complete", "completed"),
+        ("b", "complete", "completed"),
         ("a", "end", "completed"),
         ("bare", "end", "completed"),
         ("b", "end", "completed"),
@@ -62,3 +68,36 @@ def test_an_extra_adds_its_callback_only_when_its_setting_turns_it_on():
     assert mlflow(Settings()) == []  # (an extra may be on in every run: the dvc extra looks at the data)
     (tracking,) = mlflow(Settings(mlflow_tracking_uri="http://127.0.0.1:5000"))
     assert tracking.tracker is None  # started at on_train_begin
+
+
+def test_train_tells_the_report_then_the_export_then_the_extras_then_the_callers_own(monkeypatch):
+    """train.train is fit with the template's own callbacks first, made from the run's settings."""
+    import train
+    from train.results.export import ExportCallback
+    from train.results.report import ReportCallback
+    from train.training import fit
+
+    seen = {}
+
+    def fake_fit(settings, resume, force, restart, callbacks, continue_with, parts):
+        seen.update(own=parts(settings.replace(report="quick", export=False)), callbacks=list(callbacks))
+
+    monkeypatch.setattr(fit, "fit", fake_fit)
+    mine = object()
+    train.train(Settings(), callbacks=[mine])
+    report, export = seen["own"]
+    assert isinstance(report, ReportCallback) and report.mode == "quick"
+    assert isinstance(export, ExportCallback) and export.settings.export is False
+    assert seen["callbacks"] == [mine]
+
+
+def test_the_export_callback_exports_only_when_export_is_on(monkeypatch, tmp_path):
+    from train.results import export
+
+    made = []
+    monkeypatch.setattr(export, "export_run", lambda run_dir, model, settings: made.append(run_dir) or {"ok": 1})
+    for on in (False, True):
+        result = types.SimpleNamespace(run_dir=tmp_path, model=object(), export=None)
+        export.ExportCallback(Settings(export=on)).on_complete(result)
+        assert result.export == ({"ok": 1} if on else None)
+    assert made == [tmp_path]
