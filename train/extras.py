@@ -8,7 +8,8 @@ An extra with a folder of its own owns, in it and found by name (the core never 
   settings.py   `Section`, a frozen dataclass of its settings (train.sections.setting), joined into
                 train.config.Settings; optionally `check(settings)` (run by validate), `saved(values)`
                 (a run's saved values, before they are read back), `turned_on(settings)` (the setting
-                that asks for it in a training run) and `callback(settings)` (its loop callback)
+                that asks for it in a training run), `callback(settings)` (its loop callback) and
+                `flags(command)` (flags of its settings on a core command: `export --format`)
   command.py    `add_command(sub)` and `run(args)`: `python -m train <extra>`
 Deleting such a folder and its line below leaves a template without it: no setting, no command.
 A setting or command that needs an extra that is not installed is refused here, in one line naming
@@ -88,6 +89,16 @@ def callbacks(settings) -> list:
         for section in sections()
         if hasattr(section, "callback") and section.turned_on(settings)
     ]
+
+
+def flags(command: str) -> dict[str, tuple[str, str]]:
+    """The flags the extras add to a core command (their settings' `flags(command)`): flag -> (the
+    setting it sets, its help); e.g. the formats extra's `export --format`."""
+    found: dict[str, tuple[str, str]] = {}
+    for section in sections():
+        if hasattr(section, "flags"):
+            found.update(section.flags(command))
+    return found
 
 
 def missing(extra: str) -> list[str]:

@@ -72,7 +72,7 @@ def require_export_runtimes(settings: Settings) -> None:
     from ..results.export import other_formats
 
     if (formats := other_formats(settings)) is not None:
-        formats.check("EXPORT_FORMATS", settings.export_formats)
+        formats.check()
 
 
 def open_store(settings: Settings):

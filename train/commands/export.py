@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 
-from ..config import Settings, load_settings
-from ..extras import require_section
+from .. import extras
+from ..config import load_settings
 from . import add_run, add_runs_dir, resolve, uploaded, warn
-
-# The formats extra's settings, when this template has it (train/formats/): its flags are added with them.
-FORMAT_FLAGS = {"export_formats", "export_quantize"} <= {f.name for f in fields(Settings)}
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -19,23 +15,22 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     add_run(exp)
     add_runs_dir(exp)
-    if FORMAT_FLAGS:
-        exp.add_argument("--format", default=None, help="savedmodel,litert,onnx (default: EXPORT_FORMATS)")
-        exp.add_argument("--quantize", default=None, help="none | dynamic | int8: also a quantised LiteRT file")
+    for flag, (name, text) in extras.flags("export").items():  # the formats extra's --format and --quantize
+        exp.add_argument(flag, dest=name, default=None, help=text)
 
 
 def run(args: argparse.Namespace) -> int:
-    # The export's own flags go through the settings' validation, like the same settings in .env.
-    flags = {"export_formats": args.format, "export_quantize": args.quantize} if FORMAT_FLAGS else {}
-    settings = load_settings({"runs_dir": args.runs_dir, **flags}, env_file=args.env_file, warn=warn, check_model=False)
-    require_section("onnx", settings)  # ONNX's converter, when EXPORT_FORMATS asks for it
+    # The extras' flags are settings: validated like the same settings in .env.
+    flags = {name: flag for flag, (name, _) in extras.flags("export").items() if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in flags}
+    settings = load_settings({"runs_dir": args.runs_dir, **given}, env_file=args.env_file, warn=warn, check_model=False)
+    extras.require_section("onnx", settings)  # ONNX's converter, when EXPORT_FORMATS asks for it
     from ..results.export import export_run, other_formats
     from ..run.find import WEIGHTS
     from ..run.lock import RunLock
 
-    if (formats := other_formats(settings)) is not None:  # their runtimes, named as the user gave them
-        given = getattr(args, "format", None) is not None
-        formats.check("--format" if given else "EXPORT_FORMATS", settings.export_formats)
+    if (formats := other_formats(settings)) is not None:
+        formats.check(flags)  # their runtimes, named as the user gave them (a flag or its setting)
     run_dir = resolve(args, settings, needs=(WEIGHTS,))
 
     with uploaded(settings, run_dir), RunLock(run_dir):  # never while a fit writes the same run

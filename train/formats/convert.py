@@ -22,7 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -63,6 +63,7 @@ class Formats:
     quantize: str = "none"
     check_python: str = ""
     data: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None  # for EXPORT_QUANTIZE
+    given: str = ""  # EXPORT_FORMATS as the user gave it, for the messages
     files: ClassVar[tuple[str, ...]] = EXPORT_FILES
 
     @classmethod
@@ -75,13 +76,14 @@ class Formats:
         data = None
         if settings.export_quantize != "none" and run_dir is not None:
             data = lambda: quantize_data(run_dir)  # noqa: E731
-        return cls(
-            tuple(f for f in formats if f != "savedmodel"), settings.export_quantize, settings.export_check_python, data
-        )
+        others = tuple(f for f in formats if f != "savedmodel")
+        return cls(others, settings.export_quantize, settings.export_check_python, data, settings.export_formats)
 
-    def check(self, name: str, value: str) -> None:
-        """Refuse `name=value` now, before anything is trained or converted, when a runtime is missing."""
-        require_runtimes(parity_python(self.check_python), self.wanted, name, value)
+    def check(self, given_as: Mapping[str, str] | None = None) -> None:
+        """Refuse EXPORT_FORMATS now, before anything is trained or converted, when a runtime is missing;
+        `given_as`: setting -> the command-line flag it came from (the message names what was typed)."""
+        name = (given_as or {}).get("export_formats", "EXPORT_FORMATS")
+        require_runtimes(parity_python(self.check_python), self.wanted, name, self.given)
 
     def write(
         self, model, staging: ExportDir, work: Path, *, serving, at_once

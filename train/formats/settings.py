@@ -55,6 +55,16 @@ def check(settings) -> None:
     wanted(settings.export_formats)
 
 
+def flags(command: str) -> dict[str, tuple[str, str]]:
+    """The flags this extra adds to a core command: flag -> (the setting it sets, its help)."""
+    if command != "export":
+        return {}
+    return {
+        "--format": ("export_formats", "savedmodel,litert,onnx (default: EXPORT_FORMATS)"),
+        "--quantize": ("export_quantize", "none | dynamic | int8: also a quantised LiteRT file"),
+    }
+
+
 def turned_on(settings) -> str:
     """ONNX's converter is this extra's package (LiteRT's is TensorFlow's own): asked for by EXPORT_FORMATS."""
     return "EXPORT_FORMATS" if "onnx" in wanted(settings.export_formats) else ""

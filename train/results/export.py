@@ -544,7 +544,7 @@ def export_run(run_dir: Path, model=None, settings=None) -> dict[str, Any]:
     run_dir = Path(run_dir)
     formats = other_formats(settings, run_dir)
     if formats is not None:
-        formats.check("EXPORT_FORMATS", settings.export_formats if settings else "")  # before any conversion
+        formats.check()  # before any conversion
     files = RunDir(run_dir)
     for p in clean_stale_exports(run_dir):
         log.info("removed a staging folder left by an interrupted export: %s", p.name)
