@@ -128,11 +128,6 @@ def _walk_class(top: Path):
     yield from walk(str(top))
 
 
-def fingerprint_files(root: str | os.PathLike, rels: Sequence[str]) -> str:
-    """sha256 over the sorted relative paths and each file's bytes (files hashed in parallel)."""
-    return scan_files(root, rels, None)[0]
-
-
 def scan_files(root: str | os.PathLike, rels: Sequence[str], max_pixels: int | None) -> tuple[str, np.ndarray]:
     """(fingerprint, info): the one pass that reads every file, in parallel.
 

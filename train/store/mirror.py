@@ -115,8 +115,6 @@ class Mirror:
         self.last_error: StorageError | None = None
         self._wake = threading.Event()
         self._closing = threading.Event()
-        self._idle = threading.Condition()
-        self._passes = 0  # passes completed in full
         self._thread = threading.Thread(target=self._loop, name="store-uploads", daemon=True)
         self._unwatch = watch_writes(self._on_write)
 
@@ -137,9 +135,6 @@ class Mirror:
             closing = self._closing.is_set()  # set before this pass began: the pass sees every last file
             self._wake.clear()
             ok = self.sync_once()
-            with self._idle:
-                self._passes += ok
-                self._idle.notify_all()
             if closing and (ok or (self.lease is not None and self.lease.lost)):
                 return
             if self._closing.is_set():
@@ -217,13 +212,6 @@ class Mirror:
             return False
         # Pointers are compared by content: they are small, and their mtime says nothing here.
         return entry[1:] == [len(data), _digest(data)] or local_md5_bytes(data) == entry[0]
-
-    def wait_for_pass(self, timeout: float) -> bool:
-        """Wait until a full pass that started after this call has completed (tests, benchmarks)."""
-        with self._idle:
-            target = self._passes + 2  # the pass under way may have read the files before the call
-            self._wake.set()
-            return self._idle.wait_for(lambda: self._passes >= target, timeout)
 
     def close(self, seconds: float) -> list[str]:
         """Upload what is pending within `seconds`; what did not reach the store ([] when all did)."""
