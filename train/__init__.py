@@ -37,6 +37,13 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
     """One run (train.training.fit.fit: `resume`, `force`, `restart`, `continue_with` are its), told
     of its moments by the template's own callbacks, the report's refresh and the export
     (train.results), then by each extra the settings turn on, then by `callbacks`. -> its Result."""
+    from .config import Settings
+
+    if not isinstance(settings, Settings):  # a dict of settings, a path to a .env: not checked, so refused
+        raise TypeError(
+            f"train() takes the checked settings, not {type(settings).__name__}: "
+            "train(train.config.load_settings({'epochs': 3})) reads .env and the environment under them"
+        )
     from .training.fit import fit
 
     return fit(settings, resume, force, restart, callbacks, continue_with, parts=_own_callbacks)

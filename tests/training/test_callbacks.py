@@ -70,27 +70,6 @@ def test_an_extra_adds_its_callback_only_when_its_setting_turns_it_on():
     assert tracking.tracker is None  # started at on_train_begin
 
 
-def test_train_tells_the_report_then_the_export_then_the_extras_then_the_callers_own(monkeypatch):
-    """train.train is fit with the template's own callbacks first, made from the run's settings."""
-    import train
-    from train.results.export import ExportCallback
-    from train.results.report import ReportCallback
-    from train.training import fit
-
-    seen = {}
-
-    def fake_fit(settings, resume, force, restart, callbacks, continue_with, parts):
-        seen.update(own=parts(settings.replace(report="quick", export=False)), callbacks=list(callbacks))
-
-    monkeypatch.setattr(fit, "fit", fake_fit)
-    mine = object()
-    train.train(Settings(), callbacks=[mine])
-    report, export = seen["own"]
-    assert isinstance(report, ReportCallback) and report.mode == "quick"
-    assert isinstance(export, ExportCallback) and export.settings.export is False
-    assert seen["callbacks"] == [mine]
-
-
 def test_the_export_callback_exports_only_when_export_is_on(monkeypatch, tmp_path):
     from train.results import export
 
