@@ -209,7 +209,6 @@ def test_a_sweep_waiting_for_another_process_looks_again_within_seconds_not_a_he
     import optuna
 
     from train.sweep import study as sweep
-    from train.training import fit
 
     COMPLETE = optuna.trial.TrialState.COMPLETE
     study, spec, settings = _study_with(tmp_path, [COMPLETE, COMPLETE])
@@ -222,7 +221,7 @@ def test_a_sweep_waiting_for_another_process_looks_again_within_seconds_not_a_he
             study.tell(other, 0.5)
 
     monkeypatch.setattr(sweep, "_wait", wait)
-    monkeypatch.setattr(fit, "train", lambda *a, **k: pytest.fail("nothing is left to train here"))
+    monkeypatch.setattr("train.train", lambda *a, **k: pytest.fail("nothing is left to train here"))
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
     url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
     with caplog.at_level(logging.INFO, logger="train"):
@@ -238,7 +237,6 @@ def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_ag
     from helpers import write_run_records
 
     from train.sweep import study as sweep
-    from train.training import fit
 
     FAIL = optuna.trial.TrialState.FAIL
     study, spec, settings = _study_with(tmp_path, [FAIL])  # trial 0: its process died after the run ended
@@ -249,7 +247,7 @@ def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_ag
     optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[0])
     frozen = study.trials[1]
     study._storage.set_trial_user_attr(frozen._trial_id, sweep.RUN_ATTR, run.name)
-    monkeypatch.setattr(fit, "train", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    monkeypatch.setattr("train.train", lambda *a, **k: pytest.fail("a finished run was trained again"))
     url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
     result = sweep.run_sweep(spec, settings, url, trials=1)
     (kept,) = sweep.counted(study.get_trials())
@@ -283,14 +281,13 @@ def test_a_trial_reproduces_bit_identical_from_its_own_record(tmp_path):
 def test_a_trial_stopped_by_the_sweeps_own_error_is_queued_again_not_counted(tmp_path, monkeypatch):
     from train.errors import DataError
     from train.sweep import study as sweep
-    from train.training import fit
 
     study, spec, settings = _study_with(tmp_path, [])
 
     def missing_data(*_a, **_k):
         raise DataError("the data set is gone")
 
-    monkeypatch.setattr(fit, "train", missing_data)
+    monkeypatch.setattr("train.train", missing_data)
     url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
     with pytest.raises(DataError):
         sweep.run_sweep(spec, settings, url, trials=1)
@@ -304,7 +301,6 @@ def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp
     import signal
 
     from train.sweep import study as sweep
-    from train.training import fit
     from train.training.loop import Result
 
     study, spec, settings = _study_with(tmp_path, [])
@@ -313,7 +309,7 @@ def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp
         os.kill(os.getpid(), signal.SIGTERM)  # arrives once the trial's run has ended: the sweep's own handler
         return Result(None, "completed", 1, best=0.5)
 
-    monkeypatch.setattr(fit, "train", trains_then_is_stopped)
+    monkeypatch.setattr("train.train", trains_then_is_stopped)
     url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
     with pytest.raises(sweep.SweepInterrupted, match="between trials") as err:
         sweep.run_sweep(spec, settings, url, trials=3)
@@ -334,7 +330,6 @@ def test_a_stopped_trial_gives_one_instruction_and_its_retry_is_numbered_so_a_us
     from helpers import write_run_records
 
     from train.sweep import study as sweep
-    from train.training import fit
     from train.training.loop import Result
 
     study, spec, settings = _study_with(tmp_path, [])
@@ -351,7 +346,7 @@ def test_a_stopped_trial_gives_one_instruction_and_its_retry_is_numbered_so_a_us
         seen.append(continue_with(run.name))
         return Result(run, "interrupted", 0)
 
-    monkeypatch.setattr(fit, "train", stopped)
+    monkeypatch.setattr("train.train", stopped)
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         with pytest.raises(sweep.SweepInterrupted) as err:
@@ -367,7 +362,7 @@ def test_a_stopped_trial_gives_one_instruction_and_its_retry_is_numbered_so_a_us
         seen.append((s.run_name, resume))
         return Result(tmp_path / "runs" / run, "completed", 1, best=0.5)
 
-    monkeypatch.setattr(fit, "train", completed)
+    monkeypatch.setattr("train.train", completed)
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
     with caplog.at_level(logging.INFO, logger="train"):
         result = sweep.run_sweep(spec, settings, url, trials=1, command=command)
