@@ -122,6 +122,7 @@ def test_the_new_model_data_set_and_setting_are_checked_settings(project):
     assert "| `WEIGHT_DECAY` | `--weight-decay` | `0.0` | AdamW weight decay (0: none) |" in table
 
 
+@pytest.mark.slow
 def test_after_the_regeneration_the_doc_asks_for_the_settings_tests_pass_in_the_fork(project):
     """The new model, data set and setting touch no test: only the two generated files change."""
     regenerate = re.search(

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import subprocess_env
 
 CHILD = """
@@ -18,6 +19,7 @@ print(json.dumps({"at_start": at_start, "pyplot": plt.__name__, "keras": keras._
 """
 
 
+@pytest.mark.slow
 def test_tensorflow_starts_without_matplotlib_and_user_code_still_imports_it():
     proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=subprocess_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -48,8 +50,6 @@ def test_train_tells_the_report_then_the_export_then_the_extras_then_the_callers
 
 
 def test_train_refuses_settings_that_were_not_checked_in_one_line():
-    import pytest
-
     import train
 
     with pytest.raises(TypeError, match=r"^train\(\) takes the checked settings, not dict: .*load_settings"):

@@ -43,6 +43,7 @@ def _run(script: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_package_imports_and_records_no_gpus_without_it():
     out = _run("""
 import argparse

@@ -584,6 +584,7 @@ def test_a_file_cache_from_other_data_or_without_its_record_is_rebuilt(make_imag
 # --- at the command line: one line, the data exit code ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_each_bad_input_is_one_line_and_its_exit_code_at_the_command_line(tmp_path):
     import json
     import subprocess

@@ -182,6 +182,7 @@ def fake_evaluation(classes: int = 10) -> Evaluation:
     )
 
 
+@pytest.mark.slow
 def test_chromium_renders_the_pictures_at_their_size(tmp_path):
     from train.results import plots
 

@@ -40,6 +40,7 @@ def _refused(port: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_not_ready_until_warmed_up_then_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path, start_server):
     gate = tmp_path / "gate"
     gate.mkdir()
@@ -75,6 +76,7 @@ def test_not_ready_until_warmed_up_then_sigterm_finishes_the_request_in_flight_a
     assert all(stamped.match(line) for line in server.lines if not tensorflows.match(line)), server.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signals, drain", [(1, "1"), (2, "600")])
 def test_a_request_still_running_when_the_drain_ends_is_answered_503_and_serve_exits_0_without_waiting_for_it(
     tmp_path, start_server, signals, drain
@@ -104,6 +106,7 @@ def test_a_request_still_running_when_the_drain_ends_is_answered_503_and_serve_e
     assert "not waiting for 1 call(s) still running" in server.output
 
 
+@pytest.mark.slow
 def test_an_export_copied_away_is_served_with_its_labels_nothing_is_written_and_big_bodies_stop(
     served_run, tmp_path, start_server
 ):

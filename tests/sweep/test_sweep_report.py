@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import optuna
+import pytest
 from helpers import near, screenshot
 
 from train.config import load_settings
@@ -86,6 +87,7 @@ def test_the_best_trial_is_chosen_on_validation_and_its_test_result_is_shown_bes
     assert "accuracy=0.9500" not in page
 
 
+@pytest.mark.slow
 def test_chromium_draws_the_history_the_params_and_the_importances(tmp_path):
     study, spec, runs = _study(tmp_path)
     path = write_sweep_report(study, spec, runs, "sqlite:///x.db")
