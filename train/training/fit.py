@@ -18,6 +18,7 @@ only a cluster needs is in train.training.workers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -31,7 +32,7 @@ from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostErro
 from ..inputs import pipeline as data
 from ..run import checkpoints
 from ..run.checkpoints import latest_header, list_states
-from ..run.files import clean_stale_temp
+from ..run.files import clean_stale_temp, read_json
 from ..run.manifest import (
     close_segment,
     dirty_warning,
@@ -40,6 +41,7 @@ from ..run.manifest import (
     record_data,
     resume_point,
     start_manifest,
+    update_manifest,
 )
 from ..run.remote import for_run, open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
@@ -48,7 +50,7 @@ from ..run.train_log import close_logging, setup_logging
 from ..setup.join import wait_for_workers
 from . import workers
 from .callbacks import Callbacks
-from .loop import LoopState, Result, at_new_batch_size, start_loop
+from .loop import LoopState, Result, at_new_batch_size, log_distribution, split_of, start_loop
 from .stop_flag import StopFlag
 
 log = logging.getLogger("train")
@@ -141,7 +143,7 @@ def _train(
             plan.recorded = True
             _warn_dirty(started_manifest)
         calls.start(run_dir)
-        with workers.cluster_errors(setup):
+        with workers.cluster_errors(setup) if setup else contextlib.nullcontext():
             result = _run(plan, force, manifest_path, stop, setup, calls)
         status = result.status
         if _identity(run_dir) != identity:
@@ -267,7 +269,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
     state = _starting_state(plan, loaded)
     if several:
         workers.send_state(setup, spec, state, loaded is not None)
-    workers.adopt_worker_count(state, loaded is not None, setup.workers if several else 1)
+    _adopt_worker_count(state, loaded is not None, setup.workers if several else 1)
 
     def record() -> None:  # everything is checked: from here on the run's record changes
         _record_start(plan, manifest_path, setup, spec, state, loaded, epochs)
@@ -357,7 +359,37 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
         },
     )
     RunDir(plan.run_dir).write_labels()  # a copy of the class names record_data just wrote
-    workers.record_distribution(manifest_path, setup, state)
+    _record_distribution(manifest_path, setup, state)
+
+
+def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
+    """The manifest says how the run was split; a resume on another worker count is appended."""
+    replicas, workers, index = split_of(setup)
+    now = {
+        "workers": workers,
+        "worker_index": index,
+        "replicas": replicas,
+        "global_batch": state.batch_size,
+        "per_replica_batch": state.batch_size // replicas,
+        "from_global_step": state.global_step,
+    }
+    history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []
+    history = history if isinstance(history, list) else []
+    update_manifest(manifest_path, distribution=[*history, now])
+    log_distribution(setup, state)
+
+
+def _adopt_worker_count(state: LoopState, resumed: bool, workers: int) -> None:
+    if resumed and state.workers != workers:
+        # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
+        # `distribution` list records the change); only the summation order across replicas differs.
+        log.info(
+            "resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
+            workers,
+            state.workers,
+            state.batch_size,
+        )
+    state.workers = workers
 
 
 def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:

@@ -135,6 +135,23 @@ def batch_text(batch: int, replicas: int) -> str:
     return f"{batch} ({batch // replicas} per replica x {replicas})" if replicas > 1 else str(batch)
 
 
+def log_distribution(setup, state: LoopState) -> None:
+    replicas, workers, index = split_of(setup)
+    log.info(
+        "distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
+        workers,
+        index,
+        replicas,
+        state.batch_size,
+        state.batch_size // replicas,
+    )
+
+
+def split_of(setup) -> tuple[int, int, int]:
+    """(replicas, workers, this worker's index) of a device set-up."""
+    return getattr(setup, "replicas", 1), getattr(setup, "workers", 1), getattr(setup, "worker_index", 0)
+
+
 def progress_verbose(progress: str, isatty: bool) -> int:
     """1: the Keras progress bar; 0: one line per epoch."""
     return {"bar": 1, "line": 0}.get(progress, 1 if isatty else 0)

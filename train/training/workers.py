@@ -13,15 +13,12 @@ import dataclasses
 import logging
 import re
 import signal
-from pathlib import Path
 
 from .. import models
 from ..config import Settings
 from ..errors import DataError, WorkerLostError
 from ..inputs import pipeline as data
-from ..run.files import read_json
-from ..run.manifest import update_manifest
-from .loop import LoopState, Result, start_loop
+from .loop import LoopState, Result, log_distribution, start_loop
 from .stop_flag import StopFlag
 
 log = logging.getLogger("train")
@@ -148,50 +145,3 @@ def receive_state(setup, spec, settings) -> tuple[LoopState, bool]:
     state = LoopState(**{k: (v if k in _FLOAT_FIELDS else int(v)) for k, v in values.items()})
     state.workers = setup.workers
     return state, bool(got[0])
-
-
-def record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
-    """The manifest says how the run was split; a resume on another worker count is appended."""
-    replicas, workers, index = _split(setup)
-    now = {
-        "workers": workers,
-        "worker_index": index,
-        "replicas": replicas,
-        "global_batch": state.batch_size,
-        "per_replica_batch": state.batch_size // replicas,
-        "from_global_step": state.global_step,
-    }
-    history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []
-    history = history if isinstance(history, list) else []
-    update_manifest(manifest_path, distribution=[*history, now])
-    log_distribution(setup, state)
-
-
-def log_distribution(setup, state: LoopState) -> None:
-    replicas, workers, index = _split(setup)
-    log.info(
-        "distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
-        workers,
-        index,
-        replicas,
-        state.batch_size,
-        state.batch_size // replicas,
-    )
-
-
-def _split(setup) -> tuple[int, int, int]:
-    """(replicas, workers, this worker's index) of a device set-up."""
-    return getattr(setup, "replicas", 1), getattr(setup, "workers", 1), getattr(setup, "worker_index", 0)
-
-
-def adopt_worker_count(state: LoopState, resumed: bool, workers: int) -> None:
-    if resumed and state.workers != workers:
-        # Allowed: the global batch, hence every batch and step, stays the same (the manifest's
-        # `distribution` list records the change); only the summation order across replicas differs.
-        log.info(
-            "resuming with %d worker(s); the saved state was trained by %d (same global batch %d)",
-            workers,
-            state.workers,
-            state.batch_size,
-        )
-    state.workers = workers
