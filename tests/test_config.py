@@ -41,6 +41,18 @@ def test_precedence_defaults_dotenv_environment_flags(tmp_path):
     assert (s.epochs, s.batch_size, s.seed) == (4, 64, 11)
 
 
+def test_an_override_that_is_no_setting_is_refused_naming_the_closest_one():
+    """load_settings({"epoch": 1}) in a notebook must not train the default number of epochs."""
+    for key, hint in (("epoch", "did you mean 'epochs'? "), ("BATCH_SIZE", "did you mean 'batch_size'? "), ("zzz", "")):
+        with pytest.raises(ConfigError) as info:
+            load({key: 1})
+        assert str(info.value) == (
+            f"{key}=1 is not valid: not a setting: {hint}overrides are named as the settings in lower case, "
+            "e.g. 'batch_size' (python -m train settings lists them)"
+        )
+    assert load({"epochs": 1, "batch_size": None}).epochs == 1  # None: not given
+
+
 def test_missing_named_env_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="ENV_FILE"):
         load(env_file=tmp_path / "nope.env")

@@ -52,5 +52,7 @@ def test_train_tells_the_report_then_the_export_then_the_extras_then_the_callers
 def test_train_refuses_settings_that_were_not_checked_in_one_line():
     import train
 
-    with pytest.raises(TypeError, match=r"^train\(\) takes the checked settings, not dict: .*load_settings"):
+    with pytest.raises(
+        TypeError, match=r"^train\(\) takes checked settings, not dict: pass train.config.load_settings\(yours\)"
+    ):
         train.train({"epochs": 3})

@@ -41,8 +41,9 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
 
     if not isinstance(settings, Settings):  # a dict of settings, a path to a .env: not checked, so refused
         raise TypeError(
-            f"train() takes the checked settings, not {type(settings).__name__}: "
-            "train(train.config.load_settings({'epochs': 3})) reads .env and the environment under them"
+            f"train() takes checked settings, not {type(settings).__name__}: pass "
+            "train.config.load_settings(yours), e.g. train(load_settings({'epochs': 3})); it checks each value "
+            "and fills the rest from .env, the environment and the defaults"
         )
     from .training.fit import fit
 

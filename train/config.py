@@ -8,6 +8,7 @@ and the README table are generated from the same list (`python -m train settings
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import math
 import os
@@ -468,6 +469,7 @@ def load_settings(
     `check_model=False` skips looking for a MODEL=module:function (commands that build no model).
     """
     environ = os.environ if environ is None else environ
+    _check_override_names(overrides or {})
     layers: list[Mapping[str, Any]] = []
     if env_file:
         path = Path(env_file)
@@ -520,6 +522,21 @@ def debug_requested(env_file: str | os.PathLike | None = ".env", environ: Mappin
 
 def _names() -> set[str]:
     return {f.name.upper() for f in fields(Settings)}
+
+
+def _check_override_names(overrides: Mapping[str, Any]) -> None:
+    """A key of `overrides` that is no setting is refused, never left out: `load_settings({"epoch": 1})`
+    in a notebook would otherwise train the default number of epochs without a word."""
+    names = [f.name for f in fields(Settings)]
+    for key in sorted(set(overrides) - set(names), key=str):
+        close = difflib.get_close_matches(str(key).lower(), names, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(
+            str(key),
+            overrides[key],
+            f"not a setting: {hint}overrides are named as the settings in lower case, e.g. 'batch_size' "
+            "(python -m train settings lists them)",
+        )
 
 
 def _field(name: str) -> dataclasses.Field:

@@ -130,6 +130,11 @@ def test_the_export_command_names_the_flag_or_the_setting_the_formats_came_from(
     monkeypatch.setenv("EXPORT_FORMATS", "litert")
     assert cli.main(["export", "latest", "--runs-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("ConfigError: EXPORT_FORMATS='litert' is not valid: litert is checked")
+    # A value the settings refuse is named as it was typed too.
+    assert cli.main(["export", "latest", "--runs-dir", str(tmp_path), "--format", "bogus"]) == 2
+    assert capsys.readouterr().err.startswith("ConfigError: --format='bogus' is not valid: 'bogus' is not a format")
+    assert cli.main(["export", "latest", "--runs-dir", str(tmp_path), "--quantize", "int9"]) == 2
+    assert capsys.readouterr().err == "ConfigError: --quantize='int9' is not valid: one of none, dynamic, int8\n"
 
 
 def test_a_missing_runtime_names_the_environment_to_make(run_dir, monkeypatch):
@@ -304,7 +309,7 @@ def test_export_formats_setting():
 def test_export_command_rejects_an_unknown_format_in_one_line(tmp_path):
     cmd = [sys.executable, "-m", "train", "export", "latest", "--runs-dir", str(tmp_path), "--format", "tflite"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), cwd=PROJECT_ROOT, timeout=300)
-    assert proc.returncode == 2 and proc.stderr.startswith("ConfigError: EXPORT_FORMATS='tflite' is not valid")
+    assert proc.returncode == 2 and proc.stderr.startswith("ConfigError: --format='tflite' is not valid")
 
 
 def test_the_report_shows_each_file_its_size_and_the_quantised_accuracy_change():

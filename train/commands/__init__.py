@@ -25,7 +25,7 @@ def add_env_file(p: argparse.ArgumentParser) -> None:
 def add_runs_dir(p: argparse.ArgumentParser) -> None:
     """--env-file and --runs-dir: where a command that reads runs finds them."""
     add_env_file(p)
-    p.add_argument("--runs-dir", default=None)
+    p.add_argument("--runs-dir", default=None, help="where the runs are (default: RUNS_DIR)")
 
 
 def add_run(p: argparse.ArgumentParser) -> None:

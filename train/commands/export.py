@@ -6,6 +6,7 @@ import argparse
 
 from .. import extras
 from ..config import load_settings
+from ..errors import ConfigError
 from . import add_run, add_runs_dir, resolve, uploaded, warn
 
 
@@ -23,7 +24,14 @@ def run(args: argparse.Namespace) -> int:
     # The extras' flags are settings: validated like the same settings in .env.
     flags = {name: flag for flag, (name, _) in extras.flags("export").items() if getattr(args, name) is not None}
     given = {name: getattr(args, name) for name in flags}
-    settings = load_settings({"runs_dir": args.runs_dir, **given}, env_file=args.env_file, warn=warn, check_model=False)
+    try:
+        settings = load_settings(
+            {"runs_dir": args.runs_dir, **given}, env_file=args.env_file, warn=warn, check_model=False
+        )
+    except ConfigError as exc:  # a value typed as a flag: the message names the flag
+        if exc.name.lower() not in flags:
+            raise
+        raise ConfigError(flags[exc.name.lower()], exc.value, exc.allowed) from None
     extras.require_section("onnx", settings)  # ONNX's converter, when EXPORT_FORMATS asks for it
     from ..results.export import export_run, other_formats
     from ..run.find import WEIGHTS

@@ -60,8 +60,14 @@ def flags(command: str) -> dict[str, tuple[str, str]]:
     if command != "export":
         return {}
     return {
-        "--format": ("export_formats", "savedmodel,litert,onnx (default: EXPORT_FORMATS)"),
-        "--quantize": ("export_quantize", "none | dynamic | int8: also a quantised LiteRT file"),
+        "--format": (
+            "export_formats",
+            "formats, comma-separated: savedmodel (always), litert, onnx (default: EXPORT_FORMATS)",
+        ),
+        "--quantize": (
+            "export_quantize",
+            "none | dynamic | int8: also a quantised LiteRT file (default: EXPORT_QUANTIZE, none)",
+        ),
     }
 
 
