@@ -314,6 +314,12 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
     assert _ended_because(loop.run_dir) == "all 1 epoch trained"
     assert (resumed.state.epoch, resumed.state.step, resumed.state.global_step) == (1, 0, 6)
     assert int(resumed.model.optimizer.iterations.numpy()) == 6
+    again = real_loop(resume_from=loop.run_dir)  # the completed run resumed once more: nothing is left
+    assert _log_lines(train_log)[-1] == (
+        "all 1 epoch(s) are trained already: nothing to train; the final weights, the test split and the export "
+        "are done again (to train more, resume with a larger EPOCHS)"
+    )
+    assert again.run().status == "completed" and again.state.global_step == 6
     # Compared with a tolerance (no op determinism in this process; bit identity is test_fit's job):
     # one Adam step more or less moves the weights by about LEARNING_RATE, round-off by far less.
     for a, b in zip(result.model.get_weights(), straight.model.get_weights()):

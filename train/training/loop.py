@@ -635,6 +635,12 @@ def start_loop(
 
                 sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
         log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
+        if state.epoch >= epochs:  # a completed run resumed as it was: say so, rather than train nothing in silence
+            log.info(
+                "all %d epoch(s) are trained already: nothing to train; the final weights, the test split and the export "
+                "are done again (to train more, resume with a larger EPOCHS)",
+                epochs,
+            )
     if record is not None:
         record()
     if not resumed:
