@@ -279,6 +279,17 @@ def test_a_failed_run_shows_why_under_the_table_and_in_json(tmp_path, capsys):
     assert runs[0]["error"] == error.splitlines()[0] and runs[1]["error"] is None
 
 
+def test_a_long_error_keeps_what_failed_and_the_fix_at_its_end(tmp_path):
+    from train.results.runs_table import list_runs
+
+    error = "DataError: mnist.npz not found " + "and the download failed because " * 12 + "; put mnist.npz in data/"
+    _run(tmp_path, "20260101-000000-000001", CFG, {"status": "failed", "epochs_completed": 0, "error": error})
+    (row,) = list_runs(tmp_path)
+    assert len(error) > 300 >= len(row["error"])
+    assert row["error"].startswith("DataError: mnist.npz not found and the download failed")
+    assert row["error"].endswith(" ... " + error[-147:]) and row["error"].endswith("; put mnist.npz in data/")
+
+
 # MONITOR, MONITOR_MODE -> the best epoch of helpers.peaked_metrics and its value (never the last epoch)
 PEAKS = [
     ("val_accuracy", "auto", 3, 0.91),

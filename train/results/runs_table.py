@@ -120,9 +120,13 @@ def _count(v) -> int | None:
 
 
 def _one_line(text, limit: int = 300) -> str:
-    """The error's first line, cut short: one row's note never fills the screen."""
+    """The error's first line, its middle cut when it is long: its start says what failed and its end
+    how to fix it (the package's messages end with the fix), and one row's note never fills the screen."""
     first = str(text).strip().splitlines()[0] if str(text).strip() else str(text)
-    return first if len(first) <= limit else first[: limit - 3] + "..."
+    if len(first) <= limit:
+        return first
+    keep = (limit - 5) // 2
+    return f"{first[:keep]} ... {first[-keep:]}"
 
 
 def format_runs(rows: list[dict]) -> str:

@@ -364,9 +364,9 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
 
 def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
     """The manifest says how the run was split; a resume on another worker count is appended."""
-    replicas, workers, index = split_of(setup)
+    replicas, n_workers, index = split_of(setup)
     now = {
-        "workers": workers,
+        "workers": n_workers,
         "worker_index": index,
         "replicas": replicas,
         "global_batch": state.batch_size,
