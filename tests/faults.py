@@ -308,11 +308,16 @@ def sequential_built(input_shape, num_classes):
 
 
 def slow(input_shape, num_classes):
-    """A factory that takes an hour (a large download, say); it says when it has started."""
+    """A factory that takes an hour (a large download, say); it says when it has started.
+
+    It waits in short steps, as a download's loop does between chunks. The kernel may hand SIGTERM to
+    any thread of the process (TensorFlow runs many); Python then runs its handler only once the main
+    thread runs Python again, so one hour-long sleep would not see the stop until the hour is over."""
     import time
 
     Path("slow-factory.started").write_text(str(os.getpid()))  # in the run's working directory
-    time.sleep(3600)
+    for _ in range(36000):
+        time.sleep(0.1)
     return dense16(input_shape, num_classes)
 
 
