@@ -528,15 +528,18 @@ def _check_override_names(overrides: Mapping[str, Any]) -> None:
     """A key of `overrides` that is no setting is refused, never left out: `load_settings({"epoch": 1})`
     in a notebook would otherwise train the default number of epochs without a word."""
     names = [f.name for f in fields(Settings)]
-    for key in sorted(set(overrides) - set(names), key=str):
-        close = difflib.get_close_matches(str(key).lower(), names, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError(
-            str(key),
-            overrides[key],
-            f"not a setting: {hint}overrides are named as the settings in lower case, e.g. 'batch_size' "
-            "(python -m train settings lists them)",
-        )
+    unknown = sorted(set(overrides) - set(names), key=str)
+    if not unknown:
+        return
+    key = unknown[0]
+    close = difflib.get_close_matches(str(key).lower(), names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ConfigError(
+        str(key),
+        overrides[key],
+        f"not a setting: {hint}overrides are named as the settings in lower case, e.g. 'batch_size' "
+        "(python -m train settings lists them)",
+    )
 
 
 def _field(name: str) -> dataclasses.Field:

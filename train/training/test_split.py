@@ -12,8 +12,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 
 def float32_model(models, settings, spec):
     """The run's network from `models` (the registry, or what the loop was given), built outside any
@@ -54,6 +52,8 @@ def evaluate_test(run_dir: Path, settings, spec, models) -> dict | None:
 
 def mean_metrics(model, dataset, task) -> dict[str, float]:
     """Mean loss and metrics of `model` over `dataset`, with the model's own per-example functions."""
+    import numpy as np  # here: `runs`, `compare` and the report's table read this module without numpy
+
     loss_fn, sums, count, loss = task.loss(reduction=None), dict.fromkeys(task.metrics, 0.0), 0, 0.0
     for x, y in dataset:
         probs = model(x, training=False)
