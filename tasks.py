@@ -202,7 +202,7 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
 
 def free_ports(n: int) -> list[int]:
     """n TCP ports free on 127.0.0.1 right now (the workers bind them a moment later)."""
-    from train.setup.cluster import free_local_ports
+    from train.workers.cluster import free_local_ports
 
     return free_local_ports(n)
 

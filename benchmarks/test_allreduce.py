@@ -15,7 +15,7 @@ import sys
 
 import common
 
-from train.setup.cluster import free_local_ports
+from train.workers.cluster import free_local_ports
 
 GLOBAL_BATCH = 128
 

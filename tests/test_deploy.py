@@ -12,7 +12,7 @@ import pytest
 import yamlish
 
 from train.errors import Interrupted
-from train.setup.cluster import from_workers
+from train.workers.cluster import from_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 if not (ROOT / "deploy").is_dir():

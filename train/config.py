@@ -170,21 +170,6 @@ class CoreSettings:
         kind="invocation",
     )
     debug: bool = _f(False, "show Python tracebacks for expected errors", kind="invocation")
-    # --- several machines (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it) ---
-    workers: str = _f(
-        "",
-        "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process",
-        kind="free",
-    )
-    worker_index: int = _f(
-        -1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000, kind="free"
-    )
-    join_timeout: float = _f(
-        900.0,
-        "several workers: seconds to wait for every worker to start before giving up with exit 11 (0: no limit)",
-        min=0.0,
-        kind="free",
-    )
     # --- profiling (train.training.profiling; docs/performance.md) ---
     profile: str = _f(
         "off",
@@ -490,22 +475,10 @@ def load_settings(
     if check_model and settings.model not in models.MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
         check_model_spec(settings.model)
-    check_cluster(settings, environ)
+    for section in extras.sections():  # what only the environment says (the workers extra: TF_CONFIG)
+        if hasattr(section, "check_environ"):
+            section.check_environ(settings, environ)
     return settings
-
-
-def check_cluster(settings: Settings, environ: Mapping[str, str]):
-    """The cluster (TF_CONFIG or WORKERS/WORKER_INDEX), checked before TensorFlow is imported."""
-    from .setup.cluster import read_cluster
-
-    cluster = read_cluster(settings.workers, settings.worker_index, environ)
-    if settings.batch_size % cluster.size:
-        raise ConfigError(
-            "BATCH_SIZE",
-            settings.batch_size,
-            f"the global batch is split across {cluster.size} workers: use a multiple of {cluster.size}",
-        )
-    return cluster
 
 
 def debug_requested(env_file: str | os.PathLike | None = ".env", environ: Mapping[str, str] | None = None) -> bool:

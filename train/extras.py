@@ -8,8 +8,10 @@ An extra with a folder of its own owns, in it and found by name (the core never 
   settings.py   `Section`, a frozen dataclass of its settings (train.sections.setting), joined into
                 train.config.Settings; optionally `check(settings)` (run by validate), `saved(values)`
                 (a run's saved values, before they are read back), `turned_on(settings)` (the setting
-                that asks for it in a training run), `callback(settings)` (its loop callback) and
-                `flags(command)` (flags of its settings on a core command: `export --format`)
+                that asks for it in a training run), `callback(settings)` (its loop callback),
+                `flags(command)` (flags of its settings on a core command: `export --format`) and
+                `check_environ(settings, environ)` (what the environment says, checked as settings load)
+  start.py      the workers extra's `join(settings, stop, epochs)`, which train.training.fit calls first
   command.py    `add_command(sub)` and `run(args)`: `python -m train <extra>`
 Deleting such a folder and its line below leaves a template without it: no setting, no command.
 A setting or command that needs an extra that is not installed is refused here, in one line naming
@@ -45,6 +47,8 @@ EXTRAS: dict[str, Extra] = {
     # LiteRT and ONNX files: LiteRT's converter is TensorFlow's own, so only ONNX's brings packages.
     "onnx": Extra(("tf2onnx", "onnx"), "train.formats"),
     "dvc": Extra((), "train.dvc", tool="dvc"),
+    # Several machines on TensorFlow's own MultiWorkerMirroredStrategy: nothing beyond TensorFlow.
+    "workers": Extra((), "train.workers"),
 }
 # The extras that bring modules into the training environment (a tool's extra brings none).
 PACKAGES: dict[str, tuple[str, ...]] = {name: extra.modules for name, extra in EXTRAS.items() if extra.modules}

@@ -13,7 +13,7 @@ from train.config import Settings, validate
 from train.errors import DataError
 from train.inputs import pipeline as data
 from train.inputs.images import split_indices
-from train.setup.cluster import free_local_ports
+from train.workers.cluster import free_local_ports
 
 
 def settings(**kw) -> Settings:

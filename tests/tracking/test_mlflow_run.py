@@ -29,8 +29,8 @@ from helpers import PROJECT_ROOT, subprocess_env, tiny_settings
 
 from train.config import load_settings
 from train.errors import ConfigError
-from train.setup.cluster import free_local_ports
 from train.tracking import mlflow_run as tracking
+from train.workers.cluster import free_local_ports
 
 # --- the setting -------------------------------------------------------------------------------
 

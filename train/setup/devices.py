@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -30,6 +31,7 @@ class DeviceSetup:
     replicas: int = 1
     workers: int = 1  # processes in the cluster (MultiWorkerMirroredStrategy when > 1)
     worker_index: int = 0
+    group: Any = None  # several workers: what they share at the run's fixed points (train.workers.start.Group)
 
     def describe(self) -> str:
         where = f"{len(self.gpus)} GPU(s): " + ", ".join(self.gpus) if self.gpus else "CPU"
@@ -58,14 +60,14 @@ def _compute_capability(gpu) -> tuple[int, int] | None:
 def setup_devices(settings, cluster=None) -> DeviceSetup:
     """Apply memory growth, seeds, determinism and the precision policy; pick a strategy.
 
-    With a multi-worker `cluster` (train.setup.cluster.Cluster) this joins it: it returns once every
+    With a multi-worker `cluster` (train.workers.cluster.Cluster) this joins it: it returns once every
     worker has started."""
     gpus = tf.config.list_physical_devices("GPU")
     if settings.memory_growth:
         _enable_memory_growth(gpus)
     multi = None
     if cluster is not None and cluster.multi:
-        multi = _join_cluster(cluster)  # before any other op: the runtime starts with the cluster in it
+        multi = cluster.join()  # before any other op: the runtime starts with the cluster in it
     keras.utils.set_random_seed(settings.seed)
     if settings.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -101,53 +103,6 @@ def setup_devices(settings, cluster=None) -> DeviceSetup:
         workers=cluster.size if cluster is not None else 1,
         worker_index=cluster.index if cluster is not None else 0,
     )
-
-
-# A dead worker (SIGKILL, lost host) is noticed by the coordination service's heartbeat; a live one
-# that stops answering by the collective timeout. Both are errors on the survivors, never a hang.
-HEARTBEAT_SECONDS = 30
-COLLECTIVE_TIMEOUT_SECONDS = 600  # generous: a chief writing a large checkpoint keeps the others waiting
-
-
-def _join_cluster(cluster):
-    """MultiWorkerMirroredStrategy for `cluster`, with bounded failure detection."""
-    import os
-
-    from tensorflow.python.eager import context  # no public API sets the heartbeat timeout
-
-    # TensorFlow's cluster resolver reads TF_CONFIG; WORKERS or SkyPilot's variables are turned into one.
-    os.environ["TF_CONFIG"] = cluster.tf_config_for(os.environ)
-    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
-
-    jobs = [coordination_config_pb2.CoordinatedJob(name="worker", num_tasks=len(cluster.workers))]
-    if cluster.source == "TF_CONFIG":
-        import json
-
-        spec = json.loads(os.environ["TF_CONFIG"])["cluster"]
-        jobs = [
-            coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(spec[job]))
-            for job in ("chief", "worker")
-            if spec.get(job)
-        ]
-    leader = "/job:chief/replica:0/task:0" if jobs[0].name == "chief" else "/job:worker/replica:0/task:0"
-    context.context().configure_coordination_service(
-        service_type="standalone",
-        service_leader=leader,
-        coordinated_jobs=jobs,
-        heartbeat_timeout_in_ms=HEARTBEAT_SECONDS * 1000,
-    )
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_SECONDS)
-    try:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    except tf.errors.UnknownError as exc:
-        # train.setup.join held the port a moment ago; another process took it since.
-        if "Could not start gRPC server" not in str(exc):
-            raise
-        from ..errors import PortInUseError
-
-        raise PortInUseError(cluster.source, cluster.workers[cluster.index], cluster.port) from None
-    log.info("%s: %d replica(s) in sync", cluster.describe(), strategy.num_replicas_in_sync)
-    return strategy
 
 
 def gpu_memory() -> tuple[float | None, float | None]:

@@ -9,11 +9,11 @@ A resume is checked in full before the run's record changes: settings and checkp
 (resume.plan_run), then the data and the restored state. Only then are config.json and a new
 segment of manifest.json written, so a refused or failed resume leaves the record as it was.
 
-With several workers (TF_CONFIG or WORKERS) every worker first joins the cluster; the chief
-(worker 0) alone plans, locks and writes the run directory and reads its checkpoint, and sends the
-run id, the loop state and the restored variables to the others through the strategy (train.training.sync).
-The other workers write nothing under RUNS_DIR and log to stdout, prefixed with their index; what
-only a cluster needs is in train.training.workers.
+With several workers (the workers extra, train.workers: TF_CONFIG or WORKERS) every worker first
+joins the cluster; the chief (worker 0) alone plans, locks and writes the run directory and reads its
+checkpoint, and gives the run id, the loop state and the restored variables to the others through
+the device set-up's `group`. The other workers write nothing under RUNS_DIR and log to stdout,
+prefixed with their index.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import extras, models
-from ..config import Settings, as_given, check_cluster
+from ..config import Settings, as_given
 from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..run import checkpoints
@@ -47,8 +47,6 @@ from ..run.remote import for_run, open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
 from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
-from ..setup.join import wait_for_workers
-from . import workers
 from .callbacks import Callbacks
 from .loop import LoopState, Result, at_new_batch_size, log_distribution, split_of, start_loop
 from .stop_flag import StopFlag
@@ -81,27 +79,17 @@ def fit(
     # manifest and exit 75, never with the default action's silent death.
     stop = StopFlag(settings.max_minutes)
     with stop.installed():
-        cluster = check_cluster(settings, os.environ)
-        setup = None
-        if cluster.multi:
-            setup_logging(None, prefix=f"[worker {cluster.index}] ")
-            log.warning(cluster.exposure_warning())
-            # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
-            wait_for_workers(cluster, settings.join_timeout, stop, cluster.source)
-            from ..setup import devices
-
-            setup = devices.setup_devices(settings, cluster)  # TensorFlow's join: every worker is up by now
-            workers.route_signals_again()
-            if not cluster.is_chief:
-                with workers.cluster_errors(setup):
-                    return workers.run_worker(settings, setup, stop, _epochs(settings))
+        setup = _join(settings, stop)
+        if isinstance(setup, Result):  # a worker other than the chief: it trained along with the chief
+            return setup
+        if setup is not None:
             # Every worker trains with its own invocation's settings: on a resume the chief must not
             # take a left-out one from the run's record, where the other workers cannot see it.
             settings = as_given(settings)
         resume = settings.resume if resume is None else resume
         remote = open_runs_dir(settings)  # a store must answer now, before any training (StorageError)
         if remote is not None and resume:
-            if not cluster.multi:
+            if setup is None:
                 setup_logging(None)  # the console, before the run's train.log exists: what came from the store
             remote.bring(resume)  # the run to resume, from the store into the staging copy
         plan = plan_run(settings, resume, force, restart)
@@ -114,6 +102,13 @@ def fit(
             return _train(plan, force, stop, setup, calls, continue_with)
         finally:
             plan.release()
+
+
+def _join(settings: Settings, stop: StopFlag):
+    """Several workers (the workers extra): the chief's joined device set-up, another worker's
+    Result once it has trained along; None for one process (or a template without the extra)."""
+    start = extras.part("workers", "start")
+    return start.join(settings, stop, _epochs(settings)) if start is not None else None
 
 
 RESUMABLE = ("interrupted", "budget")  # the statuses of a run that stopped with its state saved
@@ -143,7 +138,7 @@ def _train(
             plan.recorded = True
             _warn_dirty(started_manifest)
         calls.start(run_dir)
-        with workers.cluster_errors(setup) if setup else contextlib.nullcontext():
+        with setup.group.errors() if setup is not None else contextlib.nullcontext():
             result = _run(plan, force, manifest_path, stop, setup, calls)
         status = result.status
         if _identity(run_dir) != identity:
@@ -185,10 +180,7 @@ def _open_log(plan: RunPlan, setup) -> None:
     run_dir = plan.run_dir
     setup_logging(RunDir(run_dir).log, prefix="[worker 0] " if setup is not None else "")
     if setup is not None:
-        from . import sync
-
-        with workers.cluster_errors(setup):
-            sync.text_from_chief(setup.strategy, run_dir.name)
+        setup.group.share_name(run_dir.name)
     # Temporary files left by a SIGKILL during a write (the export's staging folders are the export's).
     removed = clean_stale_temp(run_dir)
     log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", _where(run_dir))
@@ -268,7 +260,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
     loaded = None if plan.restart else checkpoints.load_latest(RunDir(run_dir).checkpoints)
     state = _starting_state(plan, loaded)
     if several:
-        workers.send_state(setup, spec, state, loaded is not None)
+        setup.group.send_state(spec, state, loaded is not None)
     _adopt_worker_count(state, loaded is not None, setup.workers if several else 1)
 
     def record() -> None:  # everything is checked: from here on the run's record changes

@@ -343,12 +343,10 @@ class EpochLoop:
         )
         if status == "completed" and self.chief:
             result = self._finish(result)
-        if self.setup.workers > 1:
-            from . import sync
-
+        if getattr(self.setup, "group", None) is not None:  # several workers (train.workers)
             # The others wait here for the chief's final weights and export, so no worker leaves
             # while the chief still counts on it (the coordination service would report it lost).
-            sync.from_chief(self.strategy, [0.0])
+            self.setup.group.wait_for_chief()
         return result
 
     def _train_epoch(self, epoch: int) -> tuple[dict[str, float], float, int]:
@@ -630,10 +628,8 @@ def start_loop(
                 checkpoints.restore(loop.model, loaded)
             else:
                 loop.model.optimizer.build(loop.model.trainable_variables)
-            if setup.workers > 1:
-                from . import sync
-
-                sync.variables_from_chief(setup.strategy, [*loop.model.variables, *loop.model.optimizer.variables])
+            if getattr(setup, "group", None) is not None:
+                setup.group.share_variables([*loop.model.variables, *loop.model.optimizer.variables])
         log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
         if state.epoch >= epochs:  # a completed run resumed as it was: say so, rather than train nothing in silence
             log.info(

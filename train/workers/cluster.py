@@ -57,6 +57,12 @@ class Cluster:
         """The TF_CONFIG TensorFlow is given: the launcher's own as it came, else one built from the cluster."""
         return environ["TF_CONFIG"] if self.source == "TF_CONFIG" else self.tf_config()
 
+    def join(self):
+        """TensorFlow's join (train.workers.strategy): the strategy, once every worker has started."""
+        from .strategy import join_cluster
+
+        return join_cluster(self)
+
     def describe(self) -> str:
         if not self.multi:
             return "cluster: one process"

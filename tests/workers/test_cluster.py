@@ -11,7 +11,7 @@ from helpers import PROJECT_ROOT, subprocess_env
 
 from train.config import load_settings
 from train.errors import ConfigError
-from train.setup.cluster import SKYPILOT_PORT, Cluster, from_tf_config, from_workers, read_cluster
+from train.workers.cluster import SKYPILOT_PORT, Cluster, from_tf_config, from_workers, read_cluster
 
 
 def _tf_config(workers, index, chief=None, kind="worker"):

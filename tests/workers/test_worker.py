@@ -17,7 +17,7 @@ from faults import env, fit_flags, manifest, only_run, wait_until, with_constant
 from helpers import write_tiny_npz
 
 from train.errors import DataError, WorkerLostError
-from train.setup.cluster import free_local_ports
+from train.workers.cluster import free_local_ports
 
 pytestmark = pytest.mark.slow
 
@@ -209,7 +209,7 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_the_resumed_pair_
 
 # The coordination service notices a dead worker when its heartbeats stop: 10 s instead of the
 # product's 30 in the tests that wait for that (the wait is for the event, never a sleep).
-QUICK_HEARTBEAT = {"train.setup.devices.HEARTBEAT_SECONDS": 10}
+QUICK_HEARTBEAT = {"train.workers.strategy.HEARTBEAT_SECONDS": 10}
 
 
 def test_sigkill_of_a_worker_ends_the_other_with_one_line_and_the_run_is_interrupted(data, tmp_path):
@@ -217,7 +217,7 @@ def test_sigkill_of_a_worker_ends_the_other_with_one_line_and_the_run_is_interru
     procs = start_workers(tmp_path, data, constants=QUICK_HEARTBEAT)
     _wait_for_checkpoint(procs, tmp_path / "w0" / "runs")
     procs[1].kill()
-    # Bounded by the coordination service's heartbeat timeout (devices.HEARTBEAT_SECONDS); the
+    # Bounded by the coordination service's heartbeat timeout (train.workers.strategy.HEARTBEAT_SECONDS); the
     # subprocess timeout only guards against a hang.
     assert procs[0].wait(timeout=HANG_GUARD) == WorkerLostError.exit_code, text(procs[0])[-3000:]
     chief = text(procs[0])
@@ -250,12 +250,12 @@ def test_a_worker_with_other_data_than_the_chief_is_refused_on_every_worker(data
 
 LEAVES_AFTER_THE_STATE = """
 import os, sys
-from train.training import workers
-real = workers.receive_state
+from train.workers import worker
+real = worker.receive_state
 def receive_and_leave(*args):
     real(*args)
     os._exit(0)  # gone before the model's variables are broadcast
-workers.receive_state = receive_and_leave
+worker.receive_state = receive_and_leave
 from train.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -1,6 +1,6 @@
 """sync: what the chief knows reaches every worker, in one process.
 
-The real case (two worker processes) is covered by the slow tests of test_multiworker.py. Here a
+The real case (two worker processes) is covered by the slow tests of test_worker.py. Here a
 stand-in strategy runs the replica function as given replicas of one worker, which is enough to
 check that only replica 0 contributes; the helpers built on `from_chief` are checked against a
 stand-in for it that returns what the chief would send.
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from train.training import sync
+from train.workers import sync
 
 
 class ReplicasOfOneWorker:

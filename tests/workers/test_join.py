@@ -20,9 +20,9 @@ import pytest
 from faults import env
 
 from train.errors import ConfigError, Interrupted, PortInUseError, WorkersMissingError
-from train.setup import join
-from train.setup.cluster import free_local_ports, from_workers
 from train.training.stop_flag import StopFlag
+from train.workers import join
+from train.workers.cluster import free_local_ports, from_workers
 
 HANG_GUARD = 120  # seconds: only reached when something hangs
 
@@ -245,15 +245,15 @@ def test_a_port_in_use_exits_2_with_one_line_before_tensorflow(tmp_path):
 
 TAKEN_AFTER_THE_JOIN = """
 import socket, sys
-from train.setup.cluster import from_workers
+from train.workers.cluster import from_workers
 from train.errors import PortInUseError
 cluster = from_workers(sys.argv[1], 0)
 other = socket.socket()
 other.bind(("127.0.0.1", cluster.port))
 other.listen()
-from train.setup import devices
+from train.workers.strategy import join_cluster
 try:
-    devices._join_cluster(cluster)
+    join_cluster(cluster)
 except PortInUseError as exc:
     print(f"{type(exc).__name__}: {exc}")
 """

@@ -1,4 +1,4 @@
-"""Several workers, one run (MultiWorkerMirroredStrategy): what only a cluster needs of `fit`.
+"""A worker other than the chief, and what the chief sends it.
 
 The chief trains as a single process does (train.training.fit) and tells the other workers its
 run id, its starting state and its data fingerprint (`send_state`); each other worker receives them
@@ -18,8 +18,8 @@ from .. import models
 from ..config import Settings
 from ..errors import DataError, WorkerLostError
 from ..inputs import pipeline as data
-from .loop import LoopState, Result, log_distribution, start_loop
-from .stop_flag import StopFlag
+from ..training.loop import LoopState, Result, log_distribution, start_loop
+from ..training.stop_flag import StopFlag
 
 log = logging.getLogger("train")
 

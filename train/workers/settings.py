@@ -1,0 +1,48 @@
+"""The workers extra's settings: the processes that train one run together, checked before TensorFlow."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..sections import setting
+
+
+@dataclass(frozen=True)
+class Section:
+    """several machines, one run (TF_CONFIG, when set by a launcher, is read as TensorFlow defines it; docs/distributed.md)"""
+
+    workers: str = setting(
+        "",
+        "host:port of every worker, chief first, comma-separated (builds TF_CONFIG); empty: one process",
+        kind="free",
+    )
+    worker_index: int = setting(
+        -1, "this worker's place in WORKERS, 0 = the chief (-1: not set)", min=-1, max=10000, kind="free"
+    )
+    join_timeout: float = setting(
+        900.0,
+        "several workers: seconds to wait for every worker to start before giving up with exit 11 (0: no limit)",
+        min=0.0,
+        kind="free",
+    )
+
+
+def check_environ(settings, environ: Mapping[str, str]):
+    """The cluster (TF_CONFIG, WORKERS/WORKER_INDEX or SkyPilot's variables) and the batch it splits,
+    checked when the settings are loaded, before TensorFlow is imported; None when nothing asks for
+    several workers (one process)."""
+    asked = settings.workers.strip() or settings.worker_index >= 0
+    if not asked and not any(environ.get(name, "").strip() for name in ("TF_CONFIG", "SKYPILOT_NODE_IPS")):
+        return None
+    from .cluster import read_cluster
+
+    cluster = read_cluster(settings.workers, settings.worker_index, environ)
+    if settings.batch_size % cluster.size:
+        raise ConfigError(
+            "BATCH_SIZE",
+            settings.batch_size,
+            f"the global batch is split across {cluster.size} workers: use a multiple of {cluster.size}",
+        )
+    return cluster

@@ -1,0 +1,79 @@
+"""Several workers, one run: what train.training.fit calls first (`join`), and what the workers share.
+
+`join(settings, stop, epochs)` returns
+- None for one process (no TF_CONFIG, WORKERS or SkyPilot cluster): fit trains alone;
+- on the chief, the device set-up of the joined cluster; its `group` (a `Group`) is how fit and the
+  loop give the other workers what only the chief has;
+- on another worker, the Result of its part: it trained along with the chief (train.workers.worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+from ..run.train_log import setup_logging
+from .join import wait_for_workers
+from .settings import check_environ
+
+log = logging.getLogger("train")
+
+
+def join(settings, stop, epochs: int):
+    cluster = check_environ(settings, os.environ)
+    if cluster is None or not cluster.multi:
+        return None
+    setup_logging(None, prefix=f"[worker {cluster.index}] ")
+    log.warning(cluster.exposure_warning())
+    # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
+    wait_for_workers(cluster, settings.join_timeout, stop, cluster.source)
+    from ..setup import devices
+    from . import worker
+
+    setup = devices.setup_devices(settings, cluster)  # TensorFlow's join: every worker is up by now
+    setup.group = Group(setup)
+    worker.route_signals_again()
+    if not cluster.is_chief:
+        with setup.group.errors():
+            return worker.run_worker(settings, setup, stop, epochs)
+    return setup
+
+
+class Group:
+    """The workers of one run at its fixed points: each method is a collective that every worker
+    calls at the same point, the chief giving and the others receiving (train.workers.sync)."""
+
+    def __init__(self, setup):
+        self.setup = setup
+
+    def errors(self) -> contextlib.AbstractContextManager:
+        """A collective that fails because another worker is gone: one WorkerLostError line."""
+        from .worker import cluster_errors
+
+        return cluster_errors(self.setup)
+
+    def share_name(self, name: str) -> str:
+        """The chief's run id, so every worker logs the same one."""
+        from .sync import text_from_chief
+
+        with self.errors():
+            return text_from_chief(self.setup.strategy, name)
+
+    def send_state(self, spec, state, resumed: bool) -> None:
+        """The chief's loop state and data fingerprint; a worker reading other data stops the run."""
+        from .worker import send_state
+
+        send_state(self.setup, spec, state, resumed)
+
+    def share_variables(self, variables) -> None:
+        """The chief's restored model and optimizer values, on every worker."""
+        from .sync import variables_from_chief
+
+        variables_from_chief(self.setup.strategy, variables)
+
+    def wait_for_chief(self) -> None:
+        """Every worker waits here until the chief has come this far (its final weights and export)."""
+        from .sync import from_chief
+
+        from_chief(self.setup.strategy, [0.0])
