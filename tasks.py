@@ -209,6 +209,10 @@ def free_ports(n: int) -> list[int]:
 
 def _train_workers(c: Context, n: int, local: bool, detach: bool, args: str) -> None:
     """Several workers on this host: local processes, or the multi-worker compose file."""
+    from importlib.util import find_spec
+
+    if find_spec("train.workers") is None:
+        raise Exit("--workers needs the workers extra (train/workers/ and its line in train/extras.py), gone here")
     if detach:
         raise Exit("--workers and --detach: start the workers in the foreground (Ctrl-C stops and saves them all)")
     if local:

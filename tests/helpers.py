@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,18 @@ REAL_MNIST = _real_mnist()
 NO_REAL_MNIST = (
     "no real MNIST (optional: set MNIST_NPZ to a Keras-format mnist.npz, or train once to download data/mnist.npz)"
 )
+
+
+def free_local_ports(n: int = 1) -> list[int]:
+    """n TCP ports free on 127.0.0.1 right now, distinct (a server or worker binds one a moment later)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

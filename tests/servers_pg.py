@@ -12,13 +12,13 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from helpers import free_local_ports
 
 PASSWORD = "pg-s3cret"
 POSTGRES_SKIP = "no PostgreSQL server installed (Debian: apt-get install postgresql; .ci/run installs it)"
@@ -30,12 +30,6 @@ def _bin_dir() -> Path | None:
         return Path(found[-1]).parent
     which = shutil.which("postgres")
     return Path(which).parent if which else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +63,7 @@ def postgres_url():
         check=True,
         capture_output=True,
     )
-    port = _free_port()
+    port = free_local_ports()[0]
     log = open(root / "server.log", "w")
     server = subprocess.Popen(
         [

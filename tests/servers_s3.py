@@ -13,13 +13,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import free_local_ports
 
 ACCESS_KEY, SECRET_KEY, REGION = "template-tests", "template-tests-secret", "us-east-1"
 START_SECONDS = 180  # a safety net only: the wait ends as soon as the server answers
@@ -31,15 +31,9 @@ def weed_binary() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("weed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def dead_endpoint() -> str:
     """An endpoint on 127.0.0.1 where nothing listens: connections are refused at once."""
-    return f"http://127.0.0.1:{_free_port()}"
+    return f"http://127.0.0.1:{free_local_ports()[0]}"
 
 
 class S3Server:
@@ -49,8 +43,8 @@ class S3Server:
         self.root = root
         self.data = root / "data"
         self.data.mkdir(parents=True, exist_ok=True)
-        self.ports = {name: _free_port() for name in ("master", "volume", "filer", "s3")}
-        self.grpc = {name: _free_port() for name in self.ports}
+        self.ports = {name: free_local_ports()[0] for name in ("master", "volume", "filer", "s3")}
+        self.grpc = {name: free_local_ports()[0] for name in self.ports}
         self.config = root / "s3.json"
         identity = {"name": "tests", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}]}
         identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]

@@ -12,7 +12,6 @@ import pytest
 import yamlish
 
 from train.errors import Interrupted
-from train.workers.cluster import from_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 if not (ROOT / "deploy").is_dir():
@@ -42,6 +41,8 @@ def test_yamlish_reads_what_it_claims_and_refuses_the_rest():
 
 
 def test_compose_runs_two_workers_of_one_cluster_and_only_the_chief_mounts_runs():
+    from train.workers.cluster import from_workers  # the workers extra's
+
     doc = yamlish.load((ROOT / "docker-compose.multiworker.yml").read_text())
     services = doc["services"]
     assert sorted(services) == ["worker0", "worker1"]
@@ -87,6 +88,8 @@ def test_tfjob_chief_alone_mounts_runs_and_every_pod_resumes_and_has_time_to_sav
 
 
 def test_indexed_job_builds_the_cluster_from_the_pod_index_behind_a_headless_service():
+    from train.workers.cluster import from_workers  # the workers extra's
+
     service, job, _policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "indexed-job.yaml").read_text())
     assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
@@ -136,6 +139,8 @@ def test_trainjob_uses_its_own_plain_runtime_not_a_framework_one():
 
 
 def test_trainjob_builds_the_cluster_from_the_jobset_pod_names_and_the_completion_index():
+    from train.workers.cluster import from_workers  # the workers extra's
+
     _runtime, trainjob, _policy = _trainjob()
     trainer, name = trainjob["spec"]["trainer"], trainjob["metadata"]["name"]
     assert trainer["image"] == IMAGE and trainer["args"] == ["fit"]

@@ -7,13 +7,12 @@ import hashlib
 import numpy as np
 import pytest
 from conftest import write_npz
-from helpers import NO_REAL_MNIST, REAL_MNIST
+from helpers import NO_REAL_MNIST, REAL_MNIST, free_local_ports
 
 from train.config import Settings, validate
 from train.errors import DataError
 from train.inputs import pipeline as data
 from train.inputs.images import split_indices
-from train.workers.cluster import free_local_ports
 
 
 def settings(**kw) -> Settings:

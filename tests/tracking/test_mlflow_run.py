@@ -25,12 +25,11 @@ from pathlib import Path
 
 import pytest
 from conftest import MLFLOW_SERVER_SKIP
-from helpers import PROJECT_ROOT, subprocess_env, tiny_settings
+from helpers import PROJECT_ROOT, free_local_ports, subprocess_env, tiny_settings
 
 from train.config import load_settings
 from train.errors import ConfigError
 from train.tracking import mlflow_run as tracking
-from train.workers.cluster import free_local_ports
 
 # --- the setting -------------------------------------------------------------------------------
 
