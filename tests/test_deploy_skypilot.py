@@ -132,9 +132,10 @@ def test_the_run_script_refuses_a_runs_dir_that_is_not_a_bucket_in_one_line(task
 
 
 def test_the_run_script_hands_the_templates_exit_code_to_skypilot(task, tmp_path):
-    """On a bucket the script starts `python -m train fit` itself (exec): a node rank SkyPilot would
-    never give is the template's own one-line error and exit code, before TensorFlow."""
-    proc = _run_script(task, tmp_path, SKYPILOT_NODE_IPS="10.0.0.5\n10.0.0.7\n", SKYPILOT_NODE_RANK="2")
+    """On a bucket the script starts `python -m train fit` itself (exec): a setting the template refuses
+    is its own one-line error and exit code, before TensorFlow (a node rank SkyPilot would never give is
+    one too: tests/workers/test_cluster.py)."""
+    proc = _run_script(task, tmp_path, EPOCHS="0")
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ConfigError: SKYPILOT_NODE_RANK='2'"), lines
+    assert len(lines) == 1 and lines[0].startswith("ConfigError: EPOCHS=0"), lines

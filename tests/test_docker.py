@@ -230,6 +230,8 @@ def test_every_training_service_trains_on_the_volumes_whatever_env_says():
     """`environment:` wins over `env_file:` in compose: each service that runs `fit` pins the volumes."""
     # readers: services that only read the runs volume (serve), pinned to it as well
     for name, services, readers in (("docker-compose.yml", 1, 1), ("docker-compose.multiworker.yml", 2, 0)):
+        if name != "docker-compose.yml" and not (ROOT / name).is_file():
+            continue  # a fork without the workers extra deletes its compose file (docs/distributed.md)
         text = (ROOT / name).read_text()
         assert text.count("RUNS_DIR: /runs") == services + readers, name
         assert text.count("DATA_DIR: /data") == services, name
