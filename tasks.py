@@ -202,9 +202,16 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
 
 def free_ports(n: int) -> list[int]:
     """n TCP ports free on 127.0.0.1 right now (the workers bind them a moment later)."""
-    from train.workers.cluster import free_local_ports
+    import socket
 
-    return free_local_ports(n)
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def _train_workers(c: Context, n: int, local: bool, detach: bool, args: str) -> None:

@@ -15,7 +15,8 @@ import sys
 
 import common
 
-from train.workers.cluster import free_local_ports
+sys.path.insert(0, str(common.ROOT / "tests"))  # helpers: free ports for the two workers
+from helpers import free_local_ports  # noqa: E402
 
 GLOBAL_BATCH = 128
 

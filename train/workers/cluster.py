@@ -17,7 +17,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -252,15 +251,3 @@ def read_cluster(workers: str, worker_index: int, environ: Mapping[str, str]) ->
     if workers.strip() or worker_index >= 0 or not environ.get("SKYPILOT_NODE_IPS", "").strip():
         return from_workers(workers, worker_index)
     return from_skypilot(environ["SKYPILOT_NODE_IPS"], environ.get("SKYPILOT_NODE_RANK"))
-
-
-def free_local_ports(n: int) -> list[int]:
-    """n TCP ports free on 127.0.0.1 right now (the workers bind them a moment later)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
