@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 from faults import env
+from helpers import free_local_ports
 
 from train.errors import ConfigError, Interrupted, PortInUseError, WorkersMissingError
 from train.training.stop_flag import StopFlag
 from train.workers import join
-from train.workers.cluster import free_local_ports, from_workers
+from train.workers.cluster import from_workers
 
 HANG_GUARD = 120  # seconds: only reached when something hangs
 

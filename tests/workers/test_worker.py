@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from faults import env, fit_flags, manifest, only_run, wait_until, with_constants
-from helpers import write_tiny_npz
+from helpers import free_local_ports, write_tiny_npz
 
 from train.errors import DataError, WorkerLostError
-from train.workers.cluster import free_local_ports
 
 pytestmark = pytest.mark.slow
 
