@@ -191,3 +191,30 @@ def test_without_the_store_extra_a_bucket_runs_dir_is_one_line_and_a_folder_stil
     assert line.startswith("ConfigError: RUNS_DIR='s3://bucket/runs'") and "(train/store)" in line
     folder = train_in(copy, "runs", "--runs-dir", str(tmp_path / "runs"))
     assert folder.returncode == 0
+
+
+def test_without_the_workers_extra_a_launchers_cluster_is_one_line_not_independent_runs(tmp_path):
+    """Each pod of a launcher's cluster would otherwise train a run of its own, unaware of the others."""
+    copy = clone_of_the_package(tmp_path / "copy")
+    _delete_extras(copy, ["workers"])
+    cluster = '{"cluster": {"worker": ["a:2222", "b:2222"]}, "task": {"type": "worker", "index": 1}}'
+
+    def settings(**env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "train", "settings", "--env-file", ""],
+            cwd=copy,
+            capture_output=True,
+            text=True,
+            env=subprocess_env(PYTHONPATH=str(copy), **env),
+            timeout=120,
+        )
+
+    refused = settings(TF_CONFIG=cluster)
+    assert refused.returncode == 2, refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("ConfigError: TF_CONFIG=") and "(train/workers)" in line, line
+    assert line.endswith("unset TF_CONFIG to train in one process"), line
+    nodes = settings(SKYPILOT_NODE_IPS="10.0.0.5\n10.0.0.7\n", SKYPILOT_NODE_RANK="1")
+    assert nodes.returncode == 2 and nodes.stderr.strip().endswith("launch one node to train in one process")
+    assert settings(SKYPILOT_NODE_IPS="10.0.0.5\n", SKYPILOT_NODE_RANK="0").returncode == 0
+    assert settings().returncode == 0

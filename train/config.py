@@ -475,10 +475,28 @@ def load_settings(
     if check_model and settings.model not in models.MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
         check_model_spec(settings.model)
-    for section in extras.sections():  # what only the environment says (the workers extra: TF_CONFIG)
+    _check_environ(settings, environ)
+    return settings
+
+
+def _check_environ(settings: Settings, environ: Mapping[str, str]) -> None:
+    """What only the environment says, checked by each extra (the workers extra: TF_CONFIG). A template
+    without that extra refuses a launcher's cluster: each worker would train a run of its own."""
+    sections = extras.sections_by_name()
+    for section in sections.values():
         if hasattr(section, "check_environ"):
             section.check_environ(settings, environ)
-    return settings
+    if "workers" in sections:
+        return
+    nodes = environ.get("SKYPILOT_NODE_IPS", "").split()  # one node: SkyPilot sets it in every job
+    for name, asked in (("TF_CONFIG", environ.get("TF_CONFIG", "").strip()), ("SKYPILOT_NODE_IPS", len(nodes) > 1)):
+        if asked:
+            raise ConfigError(
+                name,
+                environ[name][:80],
+                "several workers need the workers extra, whose folder (train/workers) this template does not "
+                f"have: {'unset TF_CONFIG' if name == 'TF_CONFIG' else 'launch one node'} to train in one process",
+            )
 
 
 def debug_requested(env_file: str | os.PathLike | None = ".env", environ: Mapping[str, str] | None = None) -> bool:
