@@ -412,7 +412,9 @@ def test_the_worktree_of_a_killed_reproduce_is_removed_by_the_next_one(original,
     _edit(copy / "manifest.json", requirements_lock={"sha256": "0" * 64})  # the next one is refused, after cleaning
     proc = _reproduce(repo, copy)
     assert proc.returncode == 9 and "removed the worktree of an earlier reproduce that was killed" in proc.stdout
-    assert _worktrees(repo) == [f"worktree {repo}"] and list(tmp.iterdir()) == []
+    # What TensorFlow's autograph wrote for the SIGKILLed rerun stays: it removes those files at exit.
+    left = [p for p in tmp.iterdir() if not p.name.startswith("__autograph_generated_file")]
+    assert _worktrees(repo) == [f"worktree {repo}"] and left == []
 
 
 # -- the verdict, exactly ------------------------------------------------------------------------
