@@ -177,7 +177,12 @@ def reload_in_process(monkeypatch):
             k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"
         }  # the rest of the environment as is
         monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
-        exec(cmd[2], {"__name__": "__main__"})
+        # The script refuses Keras to its own process: this one's Keras is put back at once.
+        keras_module = sys.modules["keras"]
+        try:
+            exec(cmd[2], {"__name__": "__main__"})
+        finally:
+            sys.modules["keras"] = keras_module
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(export.subprocess, "run", run)
