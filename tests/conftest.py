@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+import helpers
 import numpy as np
 import pytest
 
@@ -18,6 +19,27 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # Real servers, each in its own module, started once per session when a test asks for one.
 pytest_plugins = ["servers_serve", "servers_pg", "servers_s3"]
+
+
+# tests/ mirrors train/: a fork that deletes an extra's folder (and its line in train/extras.py) loses
+# its tests with it, as the folder of tests whose package folder is gone is not collected.
+_here = Path(__file__).parent
+collect_ignore = sorted(
+    d.name
+    for d in _here.iterdir()
+    if d.is_dir() and any(d.glob("test_*.py")) and not (_here.parent / "train" / d.name).is_dir()
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """`@pytest.mark.extra("mlflow")`: a test outside an extra's folder that also needs that extra (a
+    core feature shown with one of its settings) is skipped in a template without it."""
+    for item in items:
+        for mark in item.iter_markers("extra"):
+            gone = [name for name in mark.args if not helpers.extra_present(name)]
+            if gone:
+                extra = "extras are" if len(gone) > 1 else "extra is"
+                item.add_marker(pytest.mark.skip(reason=f"the {' and '.join(gone)} {extra} not {helpers.EXTRA_SKIP}"))
 
 
 def write_npz(
@@ -94,9 +116,9 @@ MLFLOW_SERVER_SKIP = "no MLflow server installed"
 # REQUIRE_ALL=1 (.ci/run sets it): a skip is a failure, so that the suite cannot pass by skipping
 # for a tool or server CI forgot to install. These reasons are the exceptions: what cannot apply on
 # a CPU host running as root (a GPU, CUDA in a CPU-only TensorFlow, a file root cannot be kept
-# from reading), host-side files that the image leaves out on purpose, and inputs a skip reason
-# calls optional (the real MNIST).
-SKIPS_ALLOWED_UNDER_REQUIRE_ALL = ("GPU", "CUDA", "root reads", "not in the image", "(optional:")
+# from reading), host-side files that the image leaves out on purpose, inputs a skip reason calls
+# optional (the real MNIST), and the extras a fork deleted.
+SKIPS_ALLOWED_UNDER_REQUIRE_ALL = ("GPU", "CUDA", "root reads", "not in the image", "(optional:", helpers.EXTRA_SKIP)
 
 
 @pytest.hookimpl(hookwrapper=True)

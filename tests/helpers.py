@@ -60,6 +60,27 @@ def free_local_ports(n: int = 1) -> list[int]:
             sock.close()
 
 
+# Why a test of an extra is skipped in a fork that deleted it (allowed under REQUIRE_ALL: tests/conftest.py).
+EXTRA_SKIP = "in this template (train/extras.py)"
+
+
+def each_extra(names) -> list:
+    """Parametrize values, one per extra present; in a fork without any, one case that is skipped."""
+    import pytest
+
+    return list(names) or [pytest.param(None, marks=pytest.mark.skip(reason=f"no such extra {EXTRA_SKIP}"))]
+
+
+def extra_present(name: str) -> bool:
+    """The extra is registered in train/extras.py and its folder is there (a fork may delete both)."""
+    from importlib.util import find_spec
+
+    from train.extras import EXTRAS
+
+    extra = EXTRAS.get(name)
+    return extra is not None and (not extra.package or find_spec(extra.package) is not None)
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for `python -m train` in a subprocess: quiet TensorFlow, project importable."""
     env = {k: v for k, v in os.environ.items() if k.upper() not in _SETTING_NAMES}

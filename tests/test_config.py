@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import PROJECT_ROOT, write_tiny_npz
+from helpers import PROJECT_ROOT, extra_present, write_tiny_npz
 
 from train import datasets, models
 from train.config import (
@@ -19,6 +19,8 @@ from train.config import (
     settings_table,
 )
 from train.errors import ConfigError, StorageError
+
+STORE = pytest.mark.extra("store")  # STORE_CACHE is the store extra's setting
 
 
 def load(overrides=None, env=None, env_file=None):
@@ -76,8 +78,10 @@ def test_missing_named_env_file_is_an_error(tmp_path):
         ("RUNS_DIR", "", "must not be empty (the default is ./runs)"),
         ("RUNS_DIR", "  ", "must not be empty"),
         ("DATA_DIR", "", "must not be empty (the default is ./data)"),
-        ("STORE_CACHE", "", "must not be empty (the default is ~/.cache/tf-train-template/runs)"),
-        ("STORE_CACHE", " ", "must not be empty"),
+        pytest.param(
+            "STORE_CACHE", "", "must not be empty (the default is ~/.cache/tf-train-template/runs)", marks=STORE
+        ),
+        pytest.param("STORE_CACHE", " ", "must not be empty", marks=STORE),
         ("CACHE", "disk", "memory, file, none"),
         ("MEMORY_GROWTH", "maybe", "true/false"),
         ("VAL_SPLIT", "0.95", "between"),
@@ -497,18 +501,27 @@ _SECRET_URLS = [
     f"{{scheme}}://{{host}}?token={_PW}",
     f"{{scheme}}://{{host}}#{_PW}",
 ]
-_SCHEMES = {"runs_dir": "s3", "mlflow_tracking_uri": "https", "sweep_storage": "postgresql"}
-_HOSTS = {"runs_dir": "bucket/runs", "mlflow_tracking_uri": "host:5000", "sweep_storage": "host:5432/db"}
+# Each URL-valued setting: a scheme and host it takes, and the extra that declares it (None: the core).
+_URL_VALUED = {
+    "runs_dir": ("s3", "bucket/runs", None),
+    "mlflow_tracking_uri": ("https", "host:5000", "mlflow"),
+    "sweep_storage": ("postgresql", "host:5432/db", "sweep"),
+}
+_SCHEMES = {name: scheme for name, (scheme, _, _) in _URL_VALUED.items()}
+_HOSTS = {name: host for name, (_, host, _) in _URL_VALUED.items()}
 
 
 def test_the_url_valued_settings_are_the_ones_marked_so():
     from train.config import URL_SETTINGS
 
     # A new setting that takes a URL must be marked url=True (then masked everywhere): add it here too.
-    assert URL_SETTINGS == set(_SCHEMES)
+    assert URL_SETTINGS == {name for name, (*_, extra) in _URL_VALUED.items() if extra is None or extra_present(extra)}
 
 
-@pytest.mark.parametrize("name", sorted(_SCHEMES))
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=pytest.mark.extra(extra) if extra else ()) for name, (*_, extra) in _URL_VALUED.items()],
+)
 @pytest.mark.parametrize("template", _SECRET_URLS)
 def test_a_secret_in_any_url_valued_setting_never_shows_in_an_error_or_in_settings(tmp_path, capsys, name, template):
     from train.cli import main
@@ -548,6 +561,7 @@ def test_redact_uri_masks_up_to_the_last_at_and_the_query(uri, masked):
     assert redact_uri(uri) == masked
 
 
+@pytest.mark.extra("sweep")
 def test_a_settings_difference_shows_a_url_masked():
     a = load({"sweep_storage": f"postgresql://u:{_PW[:4]}/{_PW[4:]}@h/db"})
     b = load({"sweep_storage": "postgresql://u:other@h/db"})

@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if not (ROOT / "deploy").is_dir():
     pytest.skip("deploy/ and the compose files are host-side (not in the image)", allow_module_level=True)
 IMAGE = "registry.example.com/tf-train-template:gpu"
+# The launchers of several machines are the workers extra's (a fork without it deletes them), the
+# serving Deployment the serve extra's.
+WORKERS, SERVE = pytest.mark.extra("workers"), pytest.mark.extra("serve")
 
 
 def _env(container) -> dict:
@@ -40,6 +43,7 @@ def test_yamlish_reads_what_it_claims_and_refuses_the_rest():
         yamlish.load("a: |\n  text\n")
 
 
+@WORKERS
 def test_compose_runs_two_workers_of_one_cluster_and_only_the_chief_mounts_runs():
     from train.workers.cluster import from_workers  # the workers extra's
 
@@ -62,6 +66,7 @@ def test_compose_runs_two_workers_of_one_cluster_and_only_the_chief_mounts_runs(
     assert clusters[0].is_chief and not clusters[1].is_chief
 
 
+@WORKERS
 def test_tfjob_chief_alone_mounts_runs_and_every_pod_resumes_and_has_time_to_save():
     job, _policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "tfjob.yaml").read_text())
     assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "TFJob"
@@ -87,6 +92,7 @@ def test_tfjob_chief_alone_mounts_runs_and_every_pod_resumes_and_has_time_to_sav
     assert specs["Chief"]["template"]["spec"]["securityContext"]["fsGroup"] == 1000
 
 
+@WORKERS
 def test_indexed_job_builds_the_cluster_from_the_pod_index_behind_a_headless_service():
     from train.workers.cluster import from_workers  # the workers extra's
 
@@ -118,6 +124,7 @@ def _trainjob():
     return runtime, trainjob, policy
 
 
+@WORKERS
 def test_trainjob_uses_its_own_plain_runtime_not_a_framework_one():
     runtime, trainjob, _policy = _trainjob()
     assert runtime["apiVersion"] == trainjob["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
@@ -138,6 +145,7 @@ def test_trainjob_uses_its_own_plain_runtime_not_a_framework_one():
     assert {"/runs", "/data", "/dev/shm"} <= set(_mounts(c))
 
 
+@WORKERS
 def test_trainjob_builds_the_cluster_from_the_jobset_pod_names_and_the_completion_index():
     from train.workers.cluster import from_workers  # the workers extra's
 
@@ -156,6 +164,7 @@ def test_trainjob_builds_the_cluster_from_the_jobset_pod_names_and_the_completio
     assert int(env["BATCH_SIZE"]) % trainer["numNodes"] == 0
 
 
+@WORKERS
 def test_trainjob_pods_accept_the_training_port_only_from_each_other():
     runtime, trainjob, policy = _trainjob()
     (job,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
@@ -167,6 +176,7 @@ def test_trainjob_pods_accept_the_training_port_only_from_each_other():
 
 # TensorFlow's training server listens on every interface, unauthenticated, whatever address the
 # cluster names: every launcher keeps the port unreachable from outside the training cluster.
+@WORKERS
 def test_compose_workers_publish_no_port_and_share_an_internal_network_only():
     doc = yamlish.load((ROOT / "docker-compose.multiworker.yml").read_text())
     assert doc["networks"] == {"default": {"internal": True}}
@@ -189,6 +199,7 @@ def _only_from_themselves(policy, labels: dict, ports: set[int]) -> None:
         assert {p["port"] for p in rule["ports"]} <= ports and all(p["protocol"] == "TCP" for p in rule["ports"])
 
 
+@WORKERS
 def test_tfjob_pods_accept_the_training_port_only_from_each_other():
     job, policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "tfjob.yaml").read_text())
     ports = set().union(*(_training_ports(s["template"]["spec"]) for s in job["spec"]["tfReplicaSpecs"].values()))
@@ -196,6 +207,7 @@ def test_tfjob_pods_accept_the_training_port_only_from_each_other():
     _only_from_themselves(policy, {"training.kubeflow.org/job-name": job["metadata"]["name"]}, ports)
 
 
+@WORKERS
 def test_indexed_job_pods_accept_the_training_port_only_from_each_other():
     service, job, policy = yamlish.load_all((ROOT / "deploy" / "k8s" / "indexed-job.yaml").read_text())
     labels = {"job-name": job["metadata"]["name"]}  # the Job controller's label, as the Service selects
@@ -209,6 +221,7 @@ def test_every_kubernetes_manifest_has_its_network_policy():
         assert "NetworkPolicy" in kinds, path.name
 
 
+@WORKERS
 def test_documented_exit_codes_match_the_package():
     from train.errors import WorkerLostError
 
@@ -217,6 +230,7 @@ def test_documented_exit_codes_match_the_package():
         assert f"exit {WorkerLostError.exit_code}" in text and f"exits {Interrupted.exit_code}" in text, name
 
 
+@SERVE
 def test_serve_deployment_probes_the_v2_health_endpoints_the_server_has():
     from dataclasses import fields
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import clone_of_the_package, subprocess_env, tiny_values, train_in, write_tiny_npz
+from helpers import clone_of_the_package, each_extra, subprocess_env, tiny_values, train_in, write_tiny_npz
 
 from train import extras
 from train.errors import ConfigError
@@ -29,7 +29,7 @@ def test_every_extra_has_its_requirements_file_and_names_the_modules_it_brings()
         assert any(m in listed for m in modules), (extra, modules)
 
 
-@pytest.mark.parametrize("extra", sorted(name for name, e in extras.EXTRAS.items() if e.tool))
+@pytest.mark.parametrize("extra", each_extra(sorted(name for name, e in extras.EXTRAS.items() if e.tool)))
 def test_an_extra_that_runs_a_tool_has_an_environment_of_its_own_that_ci_builds(extra):
     """DVC and the like: requirements/<extra>.in and .lock, scripts/venv-<extra>.sh making .venv-<extra>; never
     in all.in (nor, so, in any lock of the training environment or the image)."""
@@ -42,7 +42,7 @@ def test_an_extra_that_runs_a_tool_has_an_environment_of_its_own_that_ci_builds(
     assert f".venv-{extra}" in (PROJECT_ROOT / ".gitignore").read_text().split()
 
 
-@pytest.mark.parametrize("extra", sorted(extras.PACKAGES))
+@pytest.mark.parametrize("extra", each_extra(sorted(extras.PACKAGES)))
 def test_a_missing_extra_is_refused_naming_it_and_the_command_that_adds_it(monkeypatch, extra):
     extras.require(extra, "SETTING", "value")  # the test environment has every extra
     module = extras.PACKAGES[extra][-1]
@@ -56,6 +56,7 @@ def test_a_missing_extra_is_refused_naming_it_and_the_command_that_adds_it(monke
     assert "\n" not in message
 
 
+@pytest.mark.extra("mlflow", "onnx")
 def test_training_asks_for_mlflow_only_with_a_tracking_uri_and_for_onnx_only_when_exported(monkeypatch):
     from train.config import Settings
 
@@ -82,16 +83,42 @@ print(json.dumps({"code": code, "tensorflow": "tensorflow" in sys.modules}))
 @pytest.mark.parametrize(
     ("blocked", "args", "said"),
     [
-        (
+        pytest.param(
             "obstore",
             ["fit", "--runs-dir", "s3://bucket/runs"],
             "RUNS_DIR='s3://bucket/runs' is not valid: needs the store",
+            marks=pytest.mark.extra("store"),
         ),
-        ("obstore", ["runs", "--runs-dir", "s3://bucket/runs"], "needs the store extra"),
-        ("mlflow", ["fit", "--mlflow-tracking-uri", "http://127.0.0.1:5000"], "needs the mlflow extra"),
-        ("tf2onnx", ["fit", "--export-formats", "onnx"], "EXPORT_FORMATS='onnx' is not valid: needs the onnx extra"),
-        ("tf2onnx", ["export", "latest", "--format", "savedmodel,onnx"], "needs the onnx extra"),
-        ("optuna", ["sweep", "space.toml"], "sweep='space.toml' is not valid: needs the sweep extra (optuna"),
+        pytest.param(
+            "obstore",
+            ["runs", "--runs-dir", "s3://bucket/runs"],
+            "needs the store extra",
+            marks=pytest.mark.extra("store"),
+        ),
+        pytest.param(
+            "mlflow",
+            ["fit", "--mlflow-tracking-uri", "http://127.0.0.1:5000"],
+            "needs the mlflow extra",
+            marks=pytest.mark.extra("mlflow"),
+        ),
+        pytest.param(
+            "tf2onnx",
+            ["fit", "--export-formats", "onnx"],
+            "EXPORT_FORMATS='onnx' is not valid: needs the onnx extra",
+            marks=pytest.mark.extra("onnx"),
+        ),
+        pytest.param(
+            "tf2onnx",
+            ["export", "latest", "--format", "savedmodel,onnx"],
+            "needs the onnx extra",
+            marks=pytest.mark.extra("onnx"),
+        ),
+        pytest.param(
+            "optuna",
+            ["sweep", "space.toml"],
+            "sweep='space.toml' is not valid: needs the sweep extra (optuna",
+            marks=pytest.mark.extra("sweep"),
+        ),
     ],
 )
 def test_each_command_refuses_a_missing_extra_before_tensorflow(tmp_path, blocked, args, said):
@@ -138,7 +165,7 @@ def _delete_extras(copy: Path, names: list[str]) -> None:
 WITH_FOLDERS = sorted(name for name, extra in extras.EXTRAS.items() if extra.package)
 
 
-@pytest.mark.parametrize("extra", WITH_FOLDERS)
+@pytest.mark.parametrize("extra", each_extra(WITH_FOLDERS))
 def test_deleting_an_extra_leaves_no_setting_command_or_generated_line_of_it(tmp_path, extra):
     from train.config import SECTION_OF
 
@@ -182,6 +209,92 @@ def test_a_template_without_any_extra_folder_trains(tmp_path):
     ]
 
 
+# -- a fork without every extra: the tests that name one, and the generated files and docs ----------
+def _names_of(extra: str) -> set[str]:
+    """What a test that uses the extra mentions: its settings (ENV_NAME, and field_name when that is
+    not a plain word), its package, and its command."""
+    from train.config import SECTION_OF
+
+    own = [field for field, section in SECTION_OF.items() if section == extra]
+    names = {field.upper() for field in own} | {field for field in own if "_" in field}
+    package = extras.EXTRAS[extra].package
+    return (
+        names | {package, f'"{extra}"'}
+        if package and extras._part(extras.EXTRAS[extra], "command")
+        else names | {package}
+    )
+
+
+def _tests_naming_an_extra(root: Path) -> list[str]:
+    """The test functions outside the extras' own folders whose code names an extra (node ids)."""
+    import ast
+    import re
+
+    words = sorted(set().union(*(_names_of(name) for name in WITH_FOLDERS)) - {""})
+    mention = re.compile(r"(?<![\w.])(" + "|".join(re.escape(w) for w in words) + r")(?!\w)")
+    own_folders = {extras.EXTRAS[name].package.rpartition(".")[2] for name in WITH_FOLDERS}
+    found = []
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[1] in own_folders:
+            continue
+        source = path.read_text()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                code = "\n".join(ast.get_source_segment(source, d) for d in node.decorator_list)
+                if mention.search(code + ast.get_source_segment(source, node)):
+                    found.append(f"{relative.as_posix()}::{node.name}")
+    return found
+
+
+@pytest.mark.slow
+def test_a_fork_without_every_extra_collects_and_passes_the_tests_that_name_one(tmp_path):
+    """Each extra's folder and line deleted at once, as a fork would (its tests' folder left in place:
+    it is not collected). Collected whole; then the fast tests that name an extra, with those of the
+    generated files, the docs and the layers, run there under REQUIRE_ALL=1."""
+    import re
+
+    copy = tmp_path / "fork"
+    # The whole template, but what runs and installs leave in it.
+    left = ("__pycache__", ".git", ".venv*", "runs", "data", "mutants", ".benchmarks", ".pytest_cache", ".env")
+    shutil.copytree(PROJECT_ROOT, copy, ignore=shutil.ignore_patterns(*left), symlinks=True)
+    for launcher in ("deploy/k8s/tfjob.yaml", "deploy/k8s/trainjob.yaml", "deploy/k8s/indexed-job.yaml"):
+        (copy / launcher).unlink(missing_ok=True)  # the workers extra's, deleted with it (docs/distributed.md)
+    (copy / "docker-compose.multiworker.yml").unlink(missing_ok=True)
+    _delete_extras(copy, WITH_FOLDERS)
+    env = subprocess_env(PYTHONPATH=str(copy), REQUIRE_ALL="1")
+
+    def in_fork(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, *args]
+        return subprocess.run(cmd, cwd=copy, capture_output=True, text=True, env=env, timeout=600)
+
+    (copy / ".env.example").write_text(in_fork("-m", "train", "settings", "--format", "env-example").stdout)
+    table = in_fork("-m", "train", "settings", "--format", "table").stdout.strip("\n")
+    readme = (copy / "README.md").read_text()
+    marked = re.search(r"(<!-- settings-table:start[^>]*-->\n\n)(.*?)(\n\n<!-- settings-table:end -->)", readme, re.S)
+    (copy / "README.md").write_text(readme[: marked.start(2)] + table + readme[marked.end(2) :])
+
+    collected = in_fork("-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    ids = [line for line in collected.stdout.splitlines() if "::" in line]
+    own_folders = {extras.EXTRAS[name].package.rpartition(".")[2] for name in WITH_FOLDERS}
+    assert ids and not [i for i in ids if i.split("/")[1] in own_folders]
+
+    chosen = _tests_naming_an_extra(PROJECT_ROOT)
+    # (the scan finds what names a setting: SWEEP_STORAGE here)
+    assert (
+        "tests/run/test_resume.py::test_a_resume_keeps_the_url_values_it_was_given_and_a_local_runs_dir_with_an_at"
+        in chosen
+    )
+    files = ["tests/test_config.py", "tests/test_docs.py", "tests/test_extras.py", "tests/test_layers.py"]
+    done = in_fork(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not docker and not gpu", *files, *chosen
+    )
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout.splitlines()[-1] and "failed" not in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.extra("store")
 def test_without_the_store_extra_a_bucket_runs_dir_is_one_line_and_a_folder_still_works(tmp_path):
     copy = clone_of_the_package(tmp_path / "copy")
     _delete_extras(copy, ["store"])
@@ -193,6 +306,7 @@ def test_without_the_store_extra_a_bucket_runs_dir_is_one_line_and_a_folder_stil
     assert folder.returncode == 0
 
 
+@pytest.mark.extra("workers")
 def test_without_the_workers_extra_a_launchers_cluster_is_one_line_not_independent_runs(tmp_path):
     """Each pod of a launcher's cluster would otherwise train a run of its own, unaware of the others."""
     copy = clone_of_the_package(tmp_path / "copy")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import each_extra
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -63,7 +64,7 @@ def _add_import(copy: Path, module: str, line: str) -> None:
         ("sweep/study.py", "from ..tracking import settings", "each layer imports only the layers below it"),
         ("locations.py", "from .config import Settings", "each layer imports only the layers below it"),
         ("run/files.py", "from ..training import loop", "each layer imports only the layers below it"),
-        ("store/client.py", "from .lease import Lease", "no import cycles, in any folder"),
+        ("run/files.py", "from .checkpoints import save_state", "no import cycles, in any folder"),
     ],
 )
 def test_a_copy_that_breaks_a_contract_is_refused_naming_it(copy, module, line, broken):
@@ -75,7 +76,9 @@ def test_a_copy_that_breaks_a_contract_is_refused_naming_it(copy, module, line, 
     assert done.returncode == 1 and f"{broken} BROKEN" in done.stdout, done.stdout
 
 
-@pytest.mark.parametrize("extra", [name for name in EXTRA_FOLDERS if (PROJECT_ROOT / "train" / name).is_dir()])
+@pytest.mark.parametrize(
+    "extra", each_extra(name for name in EXTRA_FOLDERS if (PROJECT_ROOT / "train" / name).is_dir())
+)
 def test_a_copy_without_an_extras_folder_keeps_every_contract(copy, extra):
     """A fork deletes an extra's folder and its line in train/extras.py: the contracts need no edit."""
     shutil.rmtree(copy / "train" / extra)

@@ -1037,6 +1037,7 @@ def test_a_stopped_rerun_names_the_newest_run_it_left_and_the_child_gets_the_cod
     assert str(info.value).endswith("the original run is untouched; run reproduce again")
 
 
+@pytest.mark.extra("mlflow", "sweep")  # the URL-valued settings besides a bucket RUNS_DIR
 def test_a_url_recorded_masked_is_left_out_of_the_rerun_flags():
     from train.reproduce.rerun import as_flags
 

@@ -534,6 +534,7 @@ def test_a_run_recorded_before_validation_was_split_off_resumes_validating_on_th
     assert fresh.settings.val_from == "train"
 
 
+@pytest.mark.extra("sweep")  # SWEEP_STORAGE: a URL-valued setting besides a bucket RUNS_DIR
 def test_a_resume_keeps_the_url_values_it_was_given_and_a_local_runs_dir_with_an_at(tmp_path):
     # config.json shows URLs masked; the resumed process still needs the real ones, and a local
     # folder named with an @ is a path, not a URL to mask.

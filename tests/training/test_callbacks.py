@@ -1,5 +1,5 @@
 """train.training.callbacks: every callback is told every moment it has a method for, in order,
-and the first that ends the run at an epoch says how; the extras' callbacks come from the settings."""
+and the first that ends the run at an epoch says how (an extra's own callback: its tests)."""
 
 from __future__ import annotations
 
@@ -56,18 +56,6 @@ def test_every_callback_sees_the_epoch_that_one_of_them_ends():
     calls = Callbacks([Recorder("pruner", log, ("pruned", "behind")), Recorder("tracker", log, ("stopped", "x"))])
     assert calls.epoch_end(2, {"loss": 1.0}, types.SimpleNamespace(global_step=4)) == ("pruned", "behind")
     assert [entry[0] for entry in log] == ["pruner", "tracker"]
-
-
-def test_an_extra_adds_its_callback_only_when_its_setting_turns_it_on():
-    from train import extras
-    from train.tracking.mlflow_run import MlflowCallback
-
-    def mlflow(settings):
-        return [c for c in extras.callbacks(settings) if isinstance(c, MlflowCallback)]
-
-    assert mlflow(Settings()) == []  # (an extra may be on in every run: the dvc extra looks at the data)
-    (tracking,) = mlflow(Settings(mlflow_tracking_uri="http://127.0.0.1:5000"))
-    assert tracking.tracker is None  # started at on_train_begin
 
 
 def test_the_export_callback_exports_only_when_export_is_on(monkeypatch, tmp_path):
