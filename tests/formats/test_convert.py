@@ -41,7 +41,11 @@ def savedmodel_in_process(monkeypatch):
         if cmd[:2] != [sys.executable, "-c"] or "tf.saved_model.load(" not in cmd[2]:
             return real(cmd, **kw)
         monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
-        exec(cmd[2], {"__name__": "__main__"})
+        keras_module = sys.modules["keras"]  # the script refuses Keras to its process: put back at once
+        try:
+            exec(cmd[2], {"__name__": "__main__"})
+        finally:
+            sys.modules["keras"] = keras_module
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", run)

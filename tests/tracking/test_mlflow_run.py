@@ -680,7 +680,7 @@ def test_a_run_of_the_suite_names_the_real_server_tests_it_skipped_and_how_to_ru
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=subprocess_env(),
+        env=subprocess_env(PYTHONPATH=f"{Path(__file__).parents[1]}:{Path(__file__).parents[2]}"),  # its helpers
     )
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr
