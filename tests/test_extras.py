@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import clone_of_the_package, each_extra, subprocess_env, tiny_values, train_in, write_tiny_npz
+from helpers import EXTRA_SKIP, clone_of_the_package, each_extra, subprocess_env, tiny_values, train_in, write_tiny_npz
 
 from train import extras
 from train.errors import ConfigError
@@ -253,6 +253,9 @@ def test_a_fork_without_every_extra_collects_and_passes_the_tests_that_name_one(
     it is not collected). Collected whole; then the fast tests that name an extra, with those of the
     generated files, the docs and the layers, run there under REQUIRE_ALL=1."""
     import re
+
+    if not WITH_FOLDERS:
+        pytest.skip(f"no extra with a folder {EXTRA_SKIP}")
 
     copy = tmp_path / "fork"
     # The whole template, but what runs and installs leave in it.
