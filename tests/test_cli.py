@@ -134,6 +134,25 @@ def test_help_lists_every_exit_code(capsys):
     assert all(f"{k:>3}  {v}" in out for k, v in EXIT_CODES.items())
 
 
+@pytest.mark.parametrize("command", cli.COMMANDS)
+def test_every_commands_help_is_printed(capsys, command):
+    # argparse formats each help text with %: a setting's "90%" must not break `fit --help`.
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0 and f"usage: python -m train {command}" in capsys.readouterr().out
+
+
+def test_a_word_that_is_no_command_is_one_line_naming_the_commands(capsys):
+    """A command this template does not have (`serve` in a fork without that extra) is not taken for
+    arguments of `fit`, whose flags it would then be matched against."""
+    assert cli.main(["nosuchcommand", "RUN", "--port", "8501"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"UsageError: python -m train: 'nosuchcommand' is not a command here (the commands: {', '.join(cli.COMMANDS)}); "
+        "`python -m train --help` lists what it takes\n"
+    )
+
+
 def test_every_setting_has_a_flag():
     fit = cli.build_parser()._subparsers._group_actions[0].choices["fit"]
     dests = {a.dest for a in fit._actions}

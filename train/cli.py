@@ -64,6 +64,8 @@ def _commands() -> dict[str, str]:
 
 def run(argv: Sequence[str]) -> int:
     argv = list(argv)
+    if argv and _no_command(argv[0]):
+        raise UsageError("python -m train", f"{argv[0]!r} is not a command here (the commands: {', '.join(COMMANDS)})")
     if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["fit", *argv]
     parser = build_parser(argv[0] if argv[0] in COMMANDS else None)
@@ -72,6 +74,18 @@ def run(argv: Sequence[str]) -> int:
         raise _unrecognized(parser, args.command, unknown)
     args.argv = argv  # as given: what `fit` prints to paste, with --resume, after a stop
     return importlib.import_module(_commands()[args.command]).run(args)
+
+
+def _no_command(word: str) -> bool:
+    """A first word that is no command and not near one (`fit` takes no word): a command this template
+    does not have, e.g. `serve` in a fork without the serve extra. A misspelt one is `fit`'s to name."""
+    import difflib
+
+    return (
+        not word.startswith("-")
+        and word not in COMMANDS
+        and not difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    )
 
 
 def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> UsageError:

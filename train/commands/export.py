@@ -17,7 +17,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     add_run(exp)
     add_runs_dir(exp)
     for flag, (name, text) in extras.flags("export").items():  # the formats extra's --format and --quantize
-        exp.add_argument(flag, dest=name, default=None, metavar=flag.lstrip("-").upper(), help=text)
+        exp.add_argument(flag, dest=name, default=None, metavar=flag.lstrip("-").upper(), help=text.replace("%", "%%"))
 
 
 def run(args: argparse.Namespace) -> int:

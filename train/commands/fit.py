@@ -42,11 +42,12 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("settings (each also readable from .env or the environment as UPPER_CASE)")
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
+        text = f.metadata["doc"].replace("%", "%%")  # argparse formats help with %: "90%" is "90%%" to it
         if f.type in ("bool", bool):
-            group.add_argument(flag, dest=f.name, default=None, action=_OnOff, help=f.metadata["doc"])
+            group.add_argument(flag, dest=f.name, default=None, action=_OnOff, help=text)
         else:
             # Parsed as text and coerced by config, so a bad flag gets the same message as a bad .env line.
-            group.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=f.metadata["doc"])
+            group.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=text)
 
 
 def run(args: argparse.Namespace) -> int:
