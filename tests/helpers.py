@@ -66,8 +66,6 @@ EXTRA_SKIP = "in this template (train/extras.py)"
 
 def each_extra(names) -> list:
     """Parametrize values, one per extra present; in a fork without any, one case that is skipped."""
-    import pytest
-
     return list(names) or [pytest.param(None, marks=pytest.mark.skip(reason=f"no such extra {EXTRA_SKIP}"))]
 
 
@@ -79,6 +77,42 @@ def extra_present(name: str) -> bool:
 
     extra = EXTRAS.get(name)
     return extra is not None and (not extra.package or find_spec(extra.package) is not None)
+
+
+# PYTHONPATH for a pytest run of a copy of tests/conftest.py elsewhere: it imports these helpers.
+HELPERS_PATH = f"{Path(__file__).parent}:{PROJECT_ROOT}"
+
+
+def exec_in_process(cmd: list[str], monkeypatch) -> None:
+    """`python -c CODE ARGS...` run in this process (the same code, no second TensorFlow start). The
+    Keras that export's reload script refuses to its own process is put back at once."""
+    monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
+    keras_module = sys.modules.get("keras")
+    try:
+        exec(cmd[2], {"__name__": "__main__"})
+    finally:
+        if keras_module is not None:
+            sys.modules["keras"] = keras_module
+
+
+# The README's settings table, between its markers (group 1): generated, never edited by hand.
+SETTINGS_TABLE = r"<!-- settings-table:start[^>]*-->\n\n(.*?)\n\n<!-- settings-table:end -->"
+
+
+def write_generated_settings_files(root: Path) -> None:
+    """.env.example and the README's settings table of the template at `root`, as docs/extending.md
+    regenerates them (`python -m train settings --format env-example|table`, the table pasted over)."""
+    import re
+
+    def settings(form: str) -> str:
+        cmd = [sys.executable, "-m", "train", "settings", "--format", form]
+        env = subprocess_env(PYTHONPATH=str(root))
+        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, check=True).stdout
+
+    (root / ".env.example").write_text(settings("env-example"))
+    readme = (root / "README.md").read_text()
+    marked = re.search(SETTINGS_TABLE, readme, re.S)
+    (root / "README.md").write_text(readme[: marked.start(1)] + settings("table").strip("\n") + readme[marked.end(1) :])
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

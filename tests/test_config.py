@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import PROJECT_ROOT, extra_present, write_tiny_npz
+from helpers import PROJECT_ROOT, SETTINGS_TABLE, extra_present, write_tiny_npz
 
 from train import datasets, models
 from train.config import (
@@ -151,7 +151,7 @@ def test_bad_setting_exits_2_before_tensorflow_is_imported():
 def test_readme_configuration_table_is_current():
     # Exactly the generated table between the markers: a stale, missing or hand-added row fails.
     readme = (PROJECT_ROOT / "README.md").read_text()
-    between = re.search(r"<!-- settings-table:start[^>]*-->\n\n(.*?)\n\n<!-- settings-table:end -->", readme, re.S)
+    between = re.search(SETTINGS_TABLE, readme, re.S)
     assert between, "README.md lost its settings-table markers"
     assert between.group(1) == settings_table()
 
@@ -507,8 +507,6 @@ _URL_VALUED = {
     "mlflow_tracking_uri": ("https", "host:5000", "mlflow"),
     "sweep_storage": ("postgresql", "host:5432/db", "sweep"),
 }
-_SCHEMES = {name: scheme for name, (scheme, _, _) in _URL_VALUED.items()}
-_HOSTS = {name: host for name, (_, host, _) in _URL_VALUED.items()}
 
 
 def test_the_url_valued_settings_are_the_ones_marked_so():
@@ -526,7 +524,8 @@ def test_the_url_valued_settings_are_the_ones_marked_so():
 def test_a_secret_in_any_url_valued_setting_never_shows_in_an_error_or_in_settings(tmp_path, capsys, name, template):
     from train.cli import main
 
-    value = template.format(scheme=_SCHEMES[name], host=_HOSTS[name])
+    scheme, host, _ = _URL_VALUED[name]
+    value = template.format(scheme=scheme, host=host)
     halves = (_PW[:4], _PW[4:])
     env = tmp_path / ".env"
     env.write_text(f"RUNS_DIR={tmp_path / 'runs'}\n{name.upper()}={value}\n")

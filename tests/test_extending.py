@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import PROJECT_ROOT, LocalFiles, subprocess_env
+from helpers import PROJECT_ROOT, LocalFiles, subprocess_env, write_generated_settings_files
 
 DOC = PROJECT_ROOT / "docs" / "extending.md"
 _WHERE = re.compile(
@@ -129,12 +129,7 @@ def test_after_the_regeneration_the_doc_asks_for_the_settings_tests_pass_in_the_
         r"^\$ (python -m train settings --format env-example > \.env\.example)$", DOC.read_text(), re.M
     )
     assert regenerate, "docs/extending.md no longer says how to regenerate .env.example"
-    env_example = run(project, "-m", "train", "settings", "--format", "env-example")
-    (project / ".env.example").write_text(env_example.stdout)
-    table = run(project, "-m", "train", "settings", "--format", "table").stdout.rstrip("\n")
-    readme = (project / "README.md").read_text()
-    marked = re.search(r"(<!-- settings-table:start[^>]*-->\n\n)(.*?)(\n\n<!-- settings-table:end -->)", readme, re.S)
-    (project / "README.md").write_text(readme[: marked.start(2)] + table + readme[marked.end(2) :])  # "paste over"
+    write_generated_settings_files(project)
     proc = run(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "tests/test_config.py")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -12,7 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import EXTRA_SKIP, clone_of_the_package, each_extra, subprocess_env, tiny_values, train_in, write_tiny_npz
+from helpers import (
+    EXTRA_SKIP,
+    clone_of_the_package,
+    each_extra,
+    subprocess_env,
+    tiny_values,
+    train_in,
+    write_generated_settings_files,
+    write_tiny_npz,
+)
 
 from train import extras
 from train.errors import ConfigError
@@ -163,6 +172,7 @@ def _delete_extras(copy: Path, names: list[str]) -> None:
 
 
 WITH_FOLDERS = sorted(name for name, extra in extras.EXTRAS.items() if extra.package)
+OWN_TEST_FOLDERS = {extras.EXTRAS[name].package.rpartition(".")[2] for name in WITH_FOLDERS}  # tests/<folder>/
 
 
 @pytest.mark.parametrize("extra", each_extra(WITH_FOLDERS))
@@ -217,12 +227,8 @@ def _names_of(extra: str) -> set[str]:
 
     own = [field for field, section in SECTION_OF.items() if section == extra]
     names = {field.upper() for field in own} | {field for field in own if "_" in field}
-    package = extras.EXTRAS[extra].package
-    return (
-        names | {package, f'"{extra}"'}
-        if package and extras._part(extras.EXTRAS[extra], "command")
-        else names | {package}
-    )
+    command = {f'"{extra}"'} if extra in extras.commands() else set()
+    return names | {extras.EXTRAS[extra].package} | command
 
 
 def _tests_naming_an_extra(root: Path) -> list[str]:
@@ -232,11 +238,10 @@ def _tests_naming_an_extra(root: Path) -> list[str]:
 
     words = sorted(set().union(*(_names_of(name) for name in WITH_FOLDERS)) - {""})
     mention = re.compile(r"(?<![\w.])(" + "|".join(re.escape(w) for w in words) + r")(?!\w)")
-    own_folders = {extras.EXTRAS[name].package.rpartition(".")[2] for name in WITH_FOLDERS}
     found = []
     for path in sorted((root / "tests").rglob("test_*.py")):
         relative = path.relative_to(root)
-        if relative.parts[1] in own_folders:
+        if relative.parts[1] in OWN_TEST_FOLDERS:
             continue
         source = path.read_text()
         for node in ast.parse(source).body:
@@ -252,8 +257,6 @@ def test_a_fork_without_every_extra_collects_and_passes_the_tests_that_name_one(
     """Each extra's folder and line deleted at once, as a fork would (its tests' folder left in place:
     it is not collected). Collected whole; then the fast tests that name an extra, with those of the
     generated files, the docs and the layers, run there under REQUIRE_ALL=1."""
-    import re
-
     if not WITH_FOLDERS:
         pytest.skip(f"no extra with a folder {EXTRA_SKIP}")
 
@@ -265,23 +268,17 @@ def test_a_fork_without_every_extra_collects_and_passes_the_tests_that_name_one(
         (copy / launcher).unlink(missing_ok=True)  # the workers extra's, deleted with it (docs/distributed.md)
     (copy / "docker-compose.multiworker.yml").unlink(missing_ok=True)
     _delete_extras(copy, WITH_FOLDERS)
+    write_generated_settings_files(copy)
     env = subprocess_env(PYTHONPATH=str(copy), REQUIRE_ALL="1")
 
     def in_fork(*args: str) -> subprocess.CompletedProcess:
         cmd = [sys.executable, *args]
         return subprocess.run(cmd, cwd=copy, capture_output=True, text=True, env=env, timeout=600)
 
-    (copy / ".env.example").write_text(in_fork("-m", "train", "settings", "--format", "env-example").stdout)
-    table = in_fork("-m", "train", "settings", "--format", "table").stdout.strip("\n")
-    readme = (copy / "README.md").read_text()
-    marked = re.search(r"(<!-- settings-table:start[^>]*-->\n\n)(.*?)(\n\n<!-- settings-table:end -->)", readme, re.S)
-    (copy / "README.md").write_text(readme[: marked.start(2)] + table + readme[marked.end(2) :])
-
     collected = in_fork("-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider")
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
     ids = [line for line in collected.stdout.splitlines() if "::" in line]
-    own_folders = {extras.EXTRAS[name].package.rpartition(".")[2] for name in WITH_FOLDERS}
-    assert ids and not [i for i in ids if i.split("/")[1] in own_folders]
+    assert ids and not [i for i in ids if i.split("/")[1] in OWN_TEST_FOLDERS]
 
     chosen = _tests_naming_an_extra(PROJECT_ROOT)
     # (the scan finds what names a setting: SWEEP_STORAGE here)

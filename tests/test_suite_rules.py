@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import subprocess_env
+from helpers import HELPERS_PATH, subprocess_env
 
 
 def _run_suite(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -24,7 +24,7 @@ def _run_suite(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=subprocess_env(PYTHONPATH=f"{Path(__file__).parent}:{Path(__file__).parents[1]}", **env),  # its helpers
+        env=subprocess_env(PYTHONPATH=HELPERS_PATH, **env),
     )
 
 

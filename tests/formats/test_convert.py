@@ -15,7 +15,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from helpers import PROJECT_ROOT, runtime_check_python, subprocess_env, tiny_image_model, write_run
+from helpers import PROJECT_ROOT, exec_in_process, runtime_check_python, subprocess_env, tiny_image_model, write_run
 
 from train.config import load_settings
 from train.errors import ConfigError, ExportError
@@ -40,12 +40,7 @@ def savedmodel_in_process(monkeypatch):
     def run(cmd, **kw):
         if cmd[:2] != [sys.executable, "-c"] or "tf.saved_model.load(" not in cmd[2]:
             return real(cmd, **kw)
-        monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
-        keras_module = sys.modules["keras"]  # the script refuses Keras to its process: put back at once
-        try:
-            exec(cmd[2], {"__name__": "__main__"})
-        finally:
-            sys.modules["keras"] = keras_module
+        exec_in_process(cmd, monkeypatch)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", run)

@@ -13,7 +13,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from helpers import tiny_image_model, write_run
+from helpers import exec_in_process, tiny_image_model, write_run
 
 from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
@@ -176,13 +176,7 @@ def reload_in_process(monkeypatch):
         assert {k: v for k, v in env.items() if k != "TF_CPP_MIN_LOG_LEVEL"} == {
             k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"
         }  # the rest of the environment as is
-        monkeypatch.setattr(sys, "argv", ["-c", *cmd[3:]])
-        # The script refuses Keras to its own process: this one's Keras is put back at once.
-        keras_module = sys.modules["keras"]
-        try:
-            exec(cmd[2], {"__name__": "__main__"})
-        finally:
-            sys.modules["keras"] = keras_module
+        exec_in_process(cmd, monkeypatch)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(export.subprocess, "run", run)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MLFLOW_SERVER_SKIP
-from helpers import PROJECT_ROOT, free_local_ports, subprocess_env, tiny_settings
+from helpers import HELPERS_PATH, PROJECT_ROOT, free_local_ports, subprocess_env, tiny_settings
 
 from train.config import load_settings
 from train.errors import ConfigError
@@ -680,7 +680,7 @@ def test_a_run_of_the_suite_names_the_real_server_tests_it_skipped_and_how_to_ru
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=subprocess_env(PYTHONPATH=f"{Path(__file__).parents[1]}:{Path(__file__).parents[2]}"),  # its helpers
+        env=subprocess_env(PYTHONPATH=HELPERS_PATH),
     )
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -18,6 +18,11 @@ from pathlib import Path
 from ..config import Settings, load_settings
 
 
+def setting_help(doc: str) -> str:
+    """A setting's doc as an argparse help: argparse formats help with %, so "90%" is "90%%" to it."""
+    return doc.replace("%", "%%")
+
+
 def add_env_file(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-file", default=".env", help="settings file read before the environment (default .env)")
 

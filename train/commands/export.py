@@ -7,7 +7,7 @@ import argparse
 from .. import extras
 from ..config import load_settings
 from ..errors import ConfigError
-from . import add_run, add_runs_dir, resolve, uploaded, warn
+from . import add_run, add_runs_dir, resolve, setting_help, uploaded, warn
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     add_run(exp)
     add_runs_dir(exp)
     for flag, (name, text) in extras.flags("export").items():  # the formats extra's --format and --quantize
-        exp.add_argument(flag, dest=name, default=None, metavar=flag.lstrip("-").upper(), help=text.replace("%", "%%"))
+        exp.add_argument(flag, dest=name, default=None, metavar=flag.lstrip("-").upper(), help=setting_help(text))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,15 @@ from dataclasses import fields
 from ..config import Settings
 from ..errors import Interrupted
 from ..extras import require_for_training
-from . import add_env_file, command_line, open_store, quiet_tensorflow, require_export_runtimes, settings_for
+from . import (
+    add_env_file,
+    command_line,
+    open_store,
+    quiet_tensorflow,
+    require_export_runtimes,
+    setting_help,
+    settings_for,
+)
 
 # Stopped early with a resumable state saved (signal or MAX_MINUTES): the documented "try again".
 EXIT_CODES_BY_STATUS = {"interrupted": Interrupted.exit_code, "budget": Interrupted.exit_code}
@@ -42,7 +50,7 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("settings (each also readable from .env or the environment as UPPER_CASE)")
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        text = f.metadata["doc"].replace("%", "%%")  # argparse formats help with %: "90%" is "90%%" to it
+        text = setting_help(f.metadata["doc"])
         if f.type in ("bool", bool):
             group.add_argument(flag, dest=f.name, default=None, action=_OnOff, help=text)
         else:
