@@ -136,6 +136,9 @@ def test_fit_to_a_bucket_then_runs_report_export_predict_and_resume_from_fresh_m
     latest = files["checkpoints/LATEST"].decode().strip()
     assert f"checkpoints/{latest}" in files
     assert json.loads(files["manifest.json"])["status"] == "completed"
+    # The last uploads come after train.log's last line ("run ... ended: completed").
+    assert files["train.log"] == (local / "train.log").read_bytes()
+    assert b"ended: completed" in files["train.log"].splitlines()[-1]
     assert json.loads(files["config.json"])["runs_dir"] == f"s3://{s3_bucket}/runs"
 
     listed = Machine(tmp_path / "lister", s3_server).command("runs", "--runs-dir", f"s3://{s3_bucket}/runs")

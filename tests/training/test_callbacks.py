@@ -27,6 +27,9 @@ class Recorder:
     def on_end(self, status, stop):
         self.log.append((self.name, "end", status))
 
+    def on_close(self, stop, error):
+        self.log.append((self.name, "close", error))
+
 
 def test_each_callback_is_told_in_order_and_a_missing_hook_or_none_is_left_out():
     log: list = []
@@ -38,6 +41,7 @@ def test_each_callback_is_told_in_order_and_a_missing_hook_or_none_is_left_out()
     assert calls.epoch_end(1, {"loss": 0.5}, state) is None
     calls.complete(types.SimpleNamespace(status="completed"))
     calls.end("completed", None)
+    calls.close(None, None)
     assert log == [
         ("a", "start", Path("run")),
         ("b", "start", Path("run")),
@@ -48,6 +52,8 @@ def test_each_callback_is_told_in_order_and_a_missing_hook_or_none_is_left_out()
         ("a", "end", "completed"),
         ("bare", "end", "completed"),
         ("b", "end", "completed"),
+        ("a", "close", None),
+        ("b", "close", None),
     ]
 
 

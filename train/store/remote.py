@@ -3,17 +3,16 @@
 Every command works on local run directories, as with a local RUNS_DIR. For a store URL the CLI
 and `fit` open the store first (train.run.remote.open_runs_dir calls `open_store`: it must answer,
 before any training), bring the runs they need into the staging copy under STORE_CACHE (`bring`),
-and upload what they write (`fit` beside training through train.store.mirror, `report` and
-`export` when done, `push`). The run lock becomes a lease object in the store (train.store.lease,
+and upload what they write (`fit` beside training through train.store.mirror, from the loop
+callback `Uploads`; `report` and `export` when done, `push`). The run lock becomes a lease object in the store (train.store.lease,
 taken by train.run.lock.RunLock through `lease`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import StorageError
@@ -35,6 +34,7 @@ class RemoteRuns:
     root: Path  # the staging copy of RUNS_DIR: STORE_CACHE/<scheme>/<bucket>/<prefix>
     lease_seconds: float
     flush_seconds: float
+    leases: dict[str, Lease] = field(default_factory=dict)  # run name -> the lease this process took
 
     def run_names(self, listing: Iterable[str] | None = None) -> list[str]:
         """The runs in the store (folders with a config.json), oldest first."""
@@ -85,35 +85,18 @@ class RemoteRuns:
         return expired(body, self.lease_seconds)
 
     def lease(self, run_dir: Path) -> Lease:
-        return Lease(self.store, f"{Path(run_dir).name}/run.lock", Path(run_dir).name, self.lease_seconds)
+        """The run's lease in the store, remembered for its uploads (`Uploads`, the same process)."""
+        name = Path(run_dir).name
+        self.leases[name] = Lease(self.store, f"{name}/run.lock", name, self.lease_seconds)
+        return self.leases[name]
 
     def mirror(self, run_dir: Path, lease: Lease | None) -> Mirror:
         return Mirror(self.store, self.root, run_dir, lease)
 
-    @contextmanager
-    def uploading(self, run_dir: Path, lease: Lease | None, stop) -> Iterator[None]:
-        """A training's uploads beside it (train.training.fit), the last ones flushed when it ends.
-
-        The exit code says whether the newest state reached the store: a run whose last files did
-        not within STORE_FLUSH_SECONDS (STOP_FLUSH_SECONDS at most after a stop) ends with
-        StorageError, exit 7; a run that failed keeps its own error, and the missing files are logged."""
-        mirror = self.mirror(run_dir, lease).start()
-        try:
-            yield
-        except BaseException:
-            left = mirror.close(self._flush_seconds(stop))
-            if left:
-                log.error("%s", self._not_uploaded(run_dir, left, mirror))
-            raise
-        left = mirror.close(self._flush_seconds(stop))
-        if left:
-            raise StorageError(self._not_uploaded(run_dir, left, mirror))
-        log.info("run %s: everything is in %s/%s", run_dir.name, self.url, run_dir.name)
-
-    def _flush_seconds(self, stop) -> float:
+    def flush_seconds_after(self, stop) -> float:
         return min(self.flush_seconds, STOP_FLUSH_SECONDS) if stop.reason else self.flush_seconds
 
-    def _not_uploaded(self, run_dir: Path, left: list[str], mirror: Mirror) -> str:
+    def not_uploaded(self, run_dir: Path, left: list[str], mirror: Mirror) -> str:
         why = mirror.lease.lost if mirror.lease is not None and mirror.lease.lost else mirror.last_error
         shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
         return (
@@ -130,6 +113,36 @@ class RemoteRuns:
                 raise mirror.last_error or StorageError(f"RUNS_DIR {self.url}: run {Path(run_dir).name} not uploaded")
         finally:
             mirror.stop_watching()
+
+
+class Uploads:
+    """The store's loop callback (train.training.callbacks): a training's files uploaded beside it from
+    its start, the last ones flushed once train.log has its last line.
+
+    The exit code says whether the newest state reached the store: a run whose last files did not
+    within STORE_FLUSH_SECONDS (STOP_FLUSH_SECONDS at most after a stop) ends with StorageError, exit 7;
+    a run that failed keeps its own error, and the missing files are logged."""
+
+    def __init__(self, remote: RemoteRuns):
+        self.remote, self.mirror = remote, None
+
+    def on_start(self, run_dir: Path) -> None:
+        self.mirror = self.remote.mirror(run_dir, self.remote.leases.get(run_dir.name)).start()
+
+    def on_close(self, stop, error: str | None) -> None:
+        if self.mirror is None:
+            return
+        mirror, self.mirror = self.mirror, None
+        left = mirror.close(self.remote.flush_seconds_after(stop))
+        if not left:
+            if error is None:
+                log.info("run %s: everything is in %s/%s", mirror.name, self.remote.url, mirror.name)
+            return
+        line = self.remote.not_uploaded(mirror.run_dir, left, mirror)
+        if error is not None:
+            log.error("%s", line)
+            return
+        raise StorageError(line)
 
 
 def _is_record(rel: str) -> bool:

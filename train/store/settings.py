@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..locations import looks_like_url
 from ..sections import setting
 
 CACHE = "~/.cache/tf-train-template/runs"
@@ -41,3 +42,16 @@ def check(settings) -> None:
     in the working directory, as likely meant "the default" as "here"; a folder is never guessed."""
     if not settings.store_cache.strip():
         raise ConfigError("STORE_CACHE", settings.store_cache, f"must not be empty (the default is {CACHE})")
+
+
+def turned_on(settings) -> str:
+    """A RUNS_DIR in object storage asks for this extra ("" for a folder)."""
+    return "RUNS_DIR" if looks_like_url(settings.runs_dir) else ""
+
+
+def callback(settings):
+    """The loop callback that uploads a training's files to the store (train.store.remote.Uploads)."""
+    from ..run.remote import open_runs_dir
+    from .remote import Uploads
+
+    return Uploads(open_runs_dir(settings))

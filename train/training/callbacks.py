@@ -10,8 +10,11 @@ the order the callbacks were given:
   on_complete(result)              every epoch trained (not stopped): the final weights are saved and
                                    the test split evaluated; `result.model` is the trained model
   on_end(status, stop)             the manifest is closed: the run's status and its stop flag
+  on_close(stop, error)            train.log is closed too, the run's last moment: `error` is the line
+                                   of the error that ends it, None when it returned; raising here (the
+                                   store, whose last files did not arrive) is that error
 
-The report's refresh, the export, MLflow and a sweep's pruner are callbacks: the loop and `fit`
+The report's refresh, the export, MLflow, a sweep's pruner and a store's uploads are callbacks: the loop and `fit`
 know this list and nothing of who is on it. A callback that must never cost the run catches its own
 errors; one that raises (the export, stopped by a signal) ends the run as any error of the loop does.
 """
@@ -45,3 +48,6 @@ class Callbacks:
 
     def end(self, status: str, stop) -> None:
         self._each("on_end", status, stop)
+
+    def close(self, stop, error: str | None) -> None:
+        self._each("on_close", stop, error)

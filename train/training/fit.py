@@ -69,7 +69,7 @@ def fit(
     The callbacks (train.training.callbacks) are told the run's moments in this order: `parts(the
     run's settings)`, the template's own (a resume's settings come from its config.json, so they are
     made once the run is found), then each extra the settings turn on (train.extras.callbacks), e.g.
-    MLflow, then `callbacks`.
+    MLflow or a store's uploads, then `callbacks`.
     `continue_with(run name)`: the command a user pastes to continue a run that stopped with a
     resumable state, said in its last line (default `python -m train fit --resume NAME`).
     """
@@ -96,9 +96,6 @@ def fit(
         try:
             own = parts(plan.settings) if parts else ()
             calls = Callbacks([*own, *extras.callbacks(plan.settings), *callbacks])
-            if remote is not None:  # a store's uploads beside the training (train.store.remote)
-                with remote.uploading(plan.run_dir, plan.lock.lease, stop):
-                    return _train(plan, force, stop, setup, calls, continue_with)
             return _train(plan, force, stop, setup, calls, continue_with)
         finally:
             plan.release()
@@ -173,6 +170,9 @@ def _train(
                 _continued(run_dir, status, continue_with),
             )
         close_logging()
+        # After train.log's last line: a RUNS_DIR in a store gets the closed manifest and the whole log
+        # (raising StorageError only when nothing else is raised).
+        calls.close(stop, error)
 
 
 def _open_log(plan: RunPlan, setup) -> None:
