@@ -27,6 +27,13 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """The CPU family the goals are chosen by (common.cpu_family), in the report summarise.py prints."""
+    import common
+
+    machine_info["cpu_family"] = common.cpu_family()
+
+
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).resolve().parent
     for item in items:

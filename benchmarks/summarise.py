@@ -58,6 +58,7 @@ def table(report: dict) -> str:
     lines = [
         f"Measured {report.get('datetime', '?')[:19]} on {cpu} ({machine.get('cpu', {}).get('count', '?')} cores), "
         f"Python {machine.get('python_version', '?')}.",
+        f"CPU family: {machine.get('cpu_family', '?')} (the goals below are this family's).",
         "",
         "| Comparison | Ratio | Goal | Met | Figures |",
         "|---|---|---|---|---|",

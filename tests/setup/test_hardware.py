@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import benchmark_script
 
 from train.errors import ConfigError
 from train.setup.hardware import (
@@ -189,3 +190,28 @@ def test_in_container_reads_the_engines_marker_files_and_on_request_the_runtime_
     (tmp_path / "run" / ".containerenv").unlink()
     (tmp_path / ".dockerenv").touch()
     assert in_container(tmp_path) and in_container(tmp_path, orchestrated=True)
+
+
+@pytest.mark.parametrize(
+    "flags, cap, family",
+    [
+        ({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}, None, "AMX"),
+        ({"avx2", "avx512f", "avx512_bf16"}, "ALL", "AVX512-BF16"),
+        ({"avx2", "avx512f"}, None, "AVX-512"),
+        ({"avx2"}, "avx512_core_amx", "AVX2"),  # a cap above the CPU caps nothing
+        ({"sse4_2"}, None, "older (no AVX2)"),
+        (
+            {"avx2", "avx512f", "avx512_bf16", "amx_bf16"},
+            "avx2",
+            "AVX2 (stand-in: AMX CPU with ONEDNN_MAX_CPU_ISA=AVX2)",
+        ),
+        (
+            {"avx2", "avx512f", "avx512_bf16"},
+            "AVX512_CORE",
+            "AVX-512 (stand-in: AVX512-BF16 CPU with ONEDNN_MAX_CPU_ISA=AVX512_CORE)",
+        ),
+    ],
+)
+def test_the_benchmarks_name_the_cpu_family_and_a_capped_cpu_as_a_stand_in(flags, cap, family):
+    common = benchmark_script("common")
+    assert common.cpu_family(flags, cap) == family
