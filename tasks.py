@@ -526,6 +526,31 @@ def lock(c, upgrade=False, package=""):
         c.run(f"{PY} -m train.gpucheck.stack", echo=True)  # fails when the pins no longer match it
 
 
+# Where the README's settings table sits: between these markers, generated, never edited by hand.
+TABLE_START, TABLE_END = "<!-- settings-table:start", "<!-- settings-table:end -->"
+
+
+@task
+def settings_files(c):
+    """Write .env.example and README's settings table anew.
+
+    From `python -m train settings --format env-example` and `--format table`: after a setting, a model
+    or an extra is added or deleted, the two files list exactly the settings the package has."""
+    env_example = c.run(f"{PY} -m train settings --format env-example", hide=True).stdout
+    table = c.run(f"{PY} -m train settings --format table", hide=True).stdout.strip("\n")
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start, end = text.find(TABLE_START), text.find(TABLE_END)
+    if start < 0 or end < start:
+        raise Exit(
+            f"{readme}: no settings table between `{TABLE_START} ...-->` and `{TABLE_END}`: put the two markers back"
+        )
+    body = text.index("-->", start) + len("-->")
+    (ROOT / ".env.example").write_text(env_example)
+    readme.write_text(f"{text[:body]}\n\n{table}\n\n{text[end:]}")
+    print(f"wrote {ROOT / '.env.example'} and the settings table of {readme}")
+
+
 @task(
     help={
         "images": "also remove the images built by compose (docker compose down --rmi all)",
@@ -616,6 +641,7 @@ ns = Collection(
     bench,
     mutate,
     lock,
+    settings_files,
     clean,
     reproduce,
     serve,

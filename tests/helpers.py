@@ -101,18 +101,9 @@ SETTINGS_TABLE = r"<!-- settings-table:start[^>]*-->\n\n(.*?)\n\n<!-- settings-t
 
 def write_generated_settings_files(root: Path) -> None:
     """.env.example and the README's settings table of the template at `root`, as docs/extending.md
-    regenerates them (`python -m train settings --format env-example|table`, the table pasted over)."""
-    import re
-
-    def settings(form: str) -> str:
-        cmd = [sys.executable, "-m", "train", "settings", "--format", form]
-        env = subprocess_env(PYTHONPATH=str(root))
-        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, check=True).stdout
-
-    (root / ".env.example").write_text(settings("env-example"))
-    readme = (root / "README.md").read_text()
-    marked = re.search(SETTINGS_TABLE, readme, re.S)
-    (root / "README.md").write_text(readme[: marked.start(1)] + settings("table").strip("\n") + readme[marked.end(1) :])
+    regenerates them: `invoke settings-files` there."""
+    cmd = [sys.executable, "-m", "invoke", "settings-files"]
+    subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=subprocess_env(PYTHONPATH=str(root)), check=True)
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

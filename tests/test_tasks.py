@@ -630,3 +630,24 @@ def test_sweep_runs_the_package_command_here_or_n_workers_of_the_compose_profile
     )
     with pytest.raises(Exit, match="must be in ./sweeps"):
         tasks.sweep(ctx(), space="elsewhere.toml")
+
+
+def test_settings_files_writes_env_example_and_replaces_only_the_readme_table(tmp_path):
+    (tmp_path / "README.md").write_text(
+        "# T\n\n<!-- settings-table:start (generated) -->\n\n| old |\n\n<!-- settings-table:end -->\n\nafter\n"
+    )
+    settings = f"{tasks.PY} -m train settings --format"
+    c = ctx(**{f"{settings} env-example": Result("# EPOCHS=3\n"), f"{settings} table": Result("| `EPOCHS` |\n")})
+    tasks.settings_files(c)
+    assert (tmp_path / ".env.example").read_text() == "# EPOCHS=3\n"
+    assert (tmp_path / "README.md").read_text() == (
+        "# T\n\n<!-- settings-table:start (generated) -->\n\n| `EPOCHS` |\n\n<!-- settings-table:end -->\n\nafter\n"
+    )
+
+
+def test_settings_files_without_the_markers_says_so_and_writes_nothing(tmp_path):
+    (tmp_path / "README.md").write_text("# T\n| old |\n")
+    with pytest.raises(Exit, match="no settings table between .* put the two markers back"):
+        tasks.settings_files(ctx())
+    assert not (tmp_path / ".env.example").exists()
+    assert (tmp_path / "README.md").read_text() == "# T\n| old |\n"
