@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -110,8 +111,8 @@ def _process_state_as_a_fresh_process_has_it():
     log.setLevel(logging.NOTSET)
 
 
-# The reason tests/tracking/test_mlflow_run.py gives when it skips a test that needs a real MLflow server.
-MLFLOW_SERVER_SKIP = "no MLflow server installed"
+# The skip reason of a test whose real server is missing (helpers.server_missing): the banner below.
+SERVER_MISSING = re.compile(r"no (?P<server>.+?) installed \((?P<how>.*)\)$", re.S)
 
 # REQUIRE_ALL=1 (.ci/run sets it): a skip is a failure, so that the suite cannot pass by skipping
 # for a tool or server CI forgot to install. These reasons are the exceptions: what cannot apply on
@@ -133,19 +134,19 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """A banner naming the real-server tracking tests that were skipped, why, and how to run them:
-    one `s` among hundreds of dots is easy to miss. (CI sets REQUIRE_ALL=1: they fail there.)"""
-    skipped = [r for r in terminalreporter.stats.get("skipped", []) if MLFLOW_SERVER_SKIP in _skip_reason(r)]
-    if not skipped:
-        return
-    write = terminalreporter.write_line
-    terminalreporter.write_sep("!", f"{len(skipped)} MLflow tracking test(s) SKIPPED: no MLflow server", yellow=True)
-    for report in skipped:
-        write(f"  skipped: {report.nodeid}")
-    write("why: they train against a real `mlflow server`, which is in neither requirements/cpu.lock nor the image")
-    write("run them: scripts/venv-mlflow-server.sh (installs it into .venv-mlflow-server), then scripts/test again")
-    write("          (or MLFLOW_SERVER=/path/to/mlflow scripts/test); REQUIRE_ALL=1 makes them fail instead")
-    terminalreporter.write_sep("!", yellow=True)
+    """A banner per real server whose tests were skipped because it is not installed, naming them and
+    how to install it: one `s` among hundreds of dots is easy to miss. (CI sets REQUIRE_ALL=1: they
+    fail there.)"""
+    missing: dict[tuple[str, str], list[str]] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        if found := SERVER_MISSING.search(_skip_reason(report)):
+            missing.setdefault((found["server"], found["how"]), []).append(report.nodeid)
+    for (server, how), nodeids in missing.items():
+        terminalreporter.write_sep("!", f"{len(nodeids)} test(s) SKIPPED: no {server} installed", yellow=True)
+        for nodeid in nodeids:
+            terminalreporter.write_line(f"  skipped: {nodeid}")
+        terminalreporter.write_line(f"run them: {how}; then scripts/test again (REQUIRE_ALL=1 makes them fail instead)")
+        terminalreporter.write_sep("!", yellow=True)
 
 
 def _skip_reason(report) -> str:

@@ -106,6 +106,12 @@ def write_generated_settings_files(root: Path) -> None:
     subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=subprocess_env(PYTHONPATH=str(root)), check=True)
 
 
+def server_missing(server: str, how: str) -> str:
+    """The skip reason of a test that needs a real server this machine lacks; tests/conftest.py's
+    banner lists such tests by server, with `how` to install it."""
+    return f"no {server} installed ({how})"
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for `python -m train` in a subprocess: quiet TensorFlow, project importable."""
     env = {k: v for k, v in os.environ.items() if k.upper() not in _SETTING_NAMES}

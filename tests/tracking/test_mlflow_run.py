@@ -24,8 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import MLFLOW_SERVER_SKIP
-from helpers import HELPERS_PATH, PROJECT_ROOT, free_local_ports, subprocess_env, tiny_settings
+from helpers import HELPERS_PATH, PROJECT_ROOT, free_local_ports, server_missing, subprocess_env, tiny_settings
 
 from train.config import load_settings
 from train.errors import ConfigError
@@ -652,8 +651,11 @@ def _server_or_skip() -> str:
     exe = _server_executable()
     if exe is None:
         pytest.skip(
-            f"{MLFLOW_SERVER_SKIP} (scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server; "
-            "the runtime image carries only the client)"
+            server_missing(
+                "MLflow server",
+                "scripts/venv-mlflow-server.sh installs one into .venv-mlflow-server (or MLFLOW_SERVER=/path/to/mlflow); "
+                "neither requirements/cpu.lock nor the image has it",
+            )
         )
     return exe
 
@@ -684,7 +686,7 @@ def test_a_run_of_the_suite_names_the_real_server_tests_it_skipped_and_how_to_ru
     )
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    banner = next(i for i, line in enumerate(lines) if "2 MLflow tracking test(s) SKIPPED: no MLflow server" in line)
+    banner = next(i for i, line in enumerate(lines) if "2 test(s) SKIPPED: no MLflow server installed" in line)
     text = "\n".join(lines[banner:])
     assert "skipped: test_x.py::test_needs_a_server" in text and "skipped: test_x.py::test_needs_it_too" in text
     assert "test_other" not in text and "scripts/venv-mlflow-server.sh" in text and "REQUIRE_ALL=1" in text
