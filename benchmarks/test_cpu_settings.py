@@ -161,7 +161,7 @@ def _validation_examples(y_train) -> int:
     import numpy as np
 
     from train.config import Settings
-    from train.inputs.images import split_indices
+    from train.inputs.arrays import split_indices
 
     return len(split_indices(np.asarray(y_train, np.int32), Settings().val_split, 0)[1])
 

@@ -18,14 +18,14 @@ import common
 @contextlib.contextmanager
 def _with_autotuning_thread():
     """Build datasets as tf.data would by default: the template's option left out."""
-    from train.inputs import images
+    from train.inputs import images, pipeline
 
-    real = images.released_at_once
-    images.released_at_once = lambda ds: ds
+    real = pipeline.released_at_once
+    pipeline.released_at_once = images.released_at_once = lambda ds: ds
     try:
         yield
     finally:
-        images.released_at_once = real
+        pipeline.released_at_once = images.released_at_once = real
 
 
 def test_epoch_end_without_the_autotuning_thread(benchmark, mnist_npz, quick, tmp_path):

@@ -12,7 +12,7 @@ from helpers import NO_REAL_MNIST, REAL_MNIST, free_local_ports
 from train.config import Settings, validate
 from train.errors import DataError
 from train.inputs import pipeline as data
-from train.inputs.images import split_indices
+from train.inputs.arrays import split_indices
 
 
 def settings(**kw) -> Settings:

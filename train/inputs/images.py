@@ -1,6 +1,6 @@
 """`images:<dir>`: one sub-directory per class of image files, decoded once, up front.
 
-Listing, fingerprinting, the train/validation split, decoding and the decode cache live here;
+Listing, fingerprinting, the checks of the split, decoding and the decode cache live here;
 `train.inputs.pipeline` wraps the result in a DataSpec and builds the pipelines. Every file is decoded before
 training starts (a broken file stops the run with its name, not an hour in), and that same pass
 fills the cache: a uint8 array in memory, or a `.npy` memory-mapped from disk. Before that, the
@@ -32,7 +32,7 @@ from ..errors import DataError, first_line
 from ..run.files import atomic_write, shared_writes
 from ..run.remote import local_dir
 from ..run.rundir import CACHE_DIR
-from .arrays import check_class_names
+from .arrays import check_class_names, released_at_once, split_indices
 
 log = logging.getLogger("train")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -333,25 +333,6 @@ def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int], info
     )
 
 
-def released_at_once(ds):
-    """`ds` without tf.data's autotuning thread, so that dropping an iterator does not stall.
-
-    With autotuning on, every iterator starts a thread that re-tunes the pipeline at periods doubling
-    from 10 ms up to 60 s, and releasing the iterator (each epoch's end, each validation, the end of a
-    decode pass) waits for that thread's next wake-up. Measured with TensorFlow 2.21 on a 2-core CPU:
-    4 to 5 s added to about 4 in 10 of MNIST's 5-second epochs (such an epoch ends at 10.2 s, the sum
-    of the periods so far), and the wait grows with the epoch, up to a minute. Without the thread the
-    AUTOTUNE values take fixed ones (a map runs as many calls at once as the CPU has cores, at most
-    16; a prefetch keeps its own buffer tuning), which is all a per-batch gather or decode needs. The
-    order of the batches does not change.
-    """
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return ds.with_options(options)
-
-
 def decode_files(
     paths: Sequence[str],
     input_shape: tuple[int, int, int],
@@ -379,18 +360,6 @@ def decode_files(
         raise DataError(
             f"decoding images {done}..{done + _DECODE_BATCH} of {len(paths)} failed ({tf_message(e)})"
         ) from None
-
-
-def split_indices(labels: np.ndarray, val_split: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified, seeded train/validation split; both index lists sorted (the fixed cache order)."""
-    rng = np.random.default_rng(seed)
-    train, val = [], []
-    for c in range(int(labels.max()) + 1):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        k = min(int(round(len(idx) * val_split)), len(idx) - 1)
-        val.append(idx[:k])
-        train.append(idx[k:])
-    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
 
 
 def _check_split(root: Path, class_names, labels: np.ndarray, val: np.ndarray, val_split: float) -> None:

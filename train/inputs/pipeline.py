@@ -23,7 +23,15 @@ from ..datasets import DATASETS
 from ..digest import sha256_file
 from ..errors import DataError, first_line
 from . import images
-from .arrays import NPZ_KEYS, check_arrays, check_class_names, npz_class_names, read_npz
+from .arrays import (
+    NPZ_KEYS,
+    check_arrays,
+    check_class_names,
+    npz_class_names,
+    read_npz,
+    released_at_once,
+    split_indices,
+)
 from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
 
 log = logging.getLogger("train")
@@ -217,7 +225,7 @@ def _sliced_pipeline(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    return images.released_at_once(ds.prefetch(tf.data.AUTOTUNE))
+    return released_at_once(ds.prefetch(tf.data.AUTOTUNE))
 
 
 def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
@@ -232,7 +240,7 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
         # The decode above is the parallel part; a cast per batch is cheap, and a sequential map
         # keeps the batches in order by construction.
         ds = ds.map(lambda x, y: (tf.cast(x, tf.float32), y))
-        return images.released_at_once(ds.prefetch(tf.data.AUTOTUNE))
+        return released_at_once(ds.prefetch(tf.data.AUTOTUNE))
     if isinstance(split.x, np.memmap):  # CACHE=file: gather each batch from the memory-mapped .npy
         x_mm = split.x
 
@@ -254,7 +262,7 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    return images.released_at_once(ds.prefetch(tf.data.AUTOTUNE))
+    return released_at_once(ds.prefetch(tf.data.AUTOTUNE))
 
 
 # --- .npz and built-in data sets -----------------------------------------------------------------
@@ -296,7 +304,7 @@ def _from_arrays(settings, arrays, fingerprint: str, source: str, builtin: str |
     if settings.val_from == "test":  # a run recorded before validation was split off: it validated on the test split
         train, val, test = _Split(x_tr, y_tr), _Split(x_te, y_te), None
     else:
-        tr, va = images.split_indices(y_tr, settings.val_split, settings.seed)
+        tr, va = split_indices(y_tr, settings.val_split, settings.seed)
         if settings.val_split > 0 and len(va) == 0:
             raise DataError(
                 f"{source}: VAL_SPLIT={settings.val_split} of {np.bincount(y_tr).max()} examples in the largest "
