@@ -1,8 +1,10 @@
 """The package's shape, as pyproject.toml's [tool.importlinter] contracts declare it, checked by the
-stock `lint-imports`: on the code as it is, and on copies that break each contract."""
+stock `lint-imports`: on the code as it is, and on copies that break each contract; and no function
+of train/ longer than a screen."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -16,10 +18,22 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 # The extras' folders: the top layer of the contracts, each optional.
 EXTRA_FOLDERS = ("serve", "sweep", "tracking", "store", "dvc", "formats", "workers")
 
-pytestmark = pytest.mark.skipif(
+NO_LINT_IMPORTS = pytest.mark.skipif(
     not LINT_IMPORTS.is_file() or not (PROJECT_ROOT / "pyproject.toml").is_file(),
     reason="no lint-imports beside this Python (requirements/test.lock installs it), or no pyproject.toml",
 )
+MAX_FUNCTION_LINES = 60  # its docstring included: one screen, read without scrolling
+
+
+def test_no_function_of_the_package_is_longer_than_a_screen():
+    long = []
+    for path in sorted((PROJECT_ROOT / "train").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno} {node.name}, {lines} lines")
+    assert not long, f"split these (at most {MAX_FUNCTION_LINES} lines each): " + "; ".join(long)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -33,6 +47,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
     )
 
 
+@NO_LINT_IMPORTS
 def test_every_contract_is_kept():
     done = lint_imports(PROJECT_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -67,6 +82,7 @@ def _add_import(copy: Path, module: str, line: str) -> None:
         ("run/files.py", "from .checkpoints import save_state", "no import cycles, in any folder"),
     ],
 )
+@NO_LINT_IMPORTS
 def test_a_copy_that_breaks_a_contract_is_refused_naming_it(copy, module, line, broken):
     for extra in (line.split()[1].strip(".").split(".")[0], module.split("/")[0]):  # imported, importing
         if extra in EXTRA_FOLDERS and not (copy / "train" / extra).is_dir():
@@ -79,6 +95,7 @@ def test_a_copy_that_breaks_a_contract_is_refused_naming_it(copy, module, line, 
 @pytest.mark.parametrize(
     "extra", each_extra(name for name in EXTRA_FOLDERS if (PROJECT_ROOT / "train" / name).is_dir())
 )
+@NO_LINT_IMPORTS
 def test_a_copy_without_an_extras_folder_keeps_every_contract(copy, extra):
     """A fork deletes an extra's folder and its line in train/extras.py: the contracts need no edit."""
     shutil.rmtree(copy / "train" / extra)
