@@ -536,9 +536,17 @@ def settings_files(c):
 
     From `python -m train settings --format env-example` and `--format table`: after a setting, a model
     or an extra is added or deleted, the two files list exactly the settings the package has."""
-    env_example = c.run(f"{PY} -m train settings --format env-example", hide=True).stdout
-    table = c.run(f"{PY} -m train settings --format table", hide=True).stdout.strip("\n")
+    made = {}
+    for form in ("env-example", "table"):
+        done = c.run(f"{PY} -m train settings --format {form}", hide=True, warn=True)
+        if not done.ok:  # the package does not load (a fork's new setting refused, a typo): its last line
+            why = (done.stderr.strip().splitlines() or [f"exit {done.exited}"])[-1]
+            raise Exit(f"python -m train settings: {why}; nothing was written")
+        made[form] = done.stdout
+    env_example, table = made["env-example"], made["table"].strip("\n")
     readme = ROOT / "README.md"
+    if not readme.is_file():
+        raise Exit(f"{readme} is missing: run this in a checkout of the template (the image has no README)")
     text = readme.read_text()
     start, end = text.find(TABLE_START), text.find(TABLE_END)
     if start < 0 or end < start:

@@ -651,3 +651,11 @@ def test_settings_files_without_the_markers_says_so_and_writes_nothing(tmp_path)
         tasks.settings_files(ctx())
     assert not (tmp_path / ".env.example").exists()
     assert (tmp_path / "README.md").read_text() == "# T\n| old |\n"
+
+
+def test_settings_files_with_refused_settings_names_them_and_writes_nothing(tmp_path):
+    (tmp_path / "README.md").write_text("<!-- settings-table:start -->\n\n| old |\n\n<!-- settings-table:end -->\n")
+    refused = Result(stderr="ConfigError: EPOCHS=0 is not valid: must be at least 1\n", exited=2)
+    with pytest.raises(Exit, match=r"^python -m train settings: ConfigError: EPOCHS=0 .*; nothing was written$"):
+        tasks.settings_files(ctx(**{f"{tasks.PY} -m train settings --format env-example": refused}))
+    assert not (tmp_path / ".env.example").exists()
