@@ -128,36 +128,12 @@ def resolve_precision(requested: str = "auto") -> tuple[str, str]:
     return choose_precision(requested, gpu_capabilities(), cpu_flags(), onednn_enabled(), onednn_max_isa())
 
 
-# The CPU families the throughput goals are set for (docs/performance.md), strongest first.
-FAMILIES = ("AMX", "AVX512-BF16", "AVX-512", "AVX2", "older (no AVX2)")
-# What a cap (ONEDNN_MAX_CPU_ISA) leaves of a newer CPU; any other value (ALL, AVX512_CORE_AMX) caps nothing.
-_CAPPED = {
-    "SSE41": "older (no AVX2)",
-    "AVX": "older (no AVX2)",
-    "AVX2": "AVX2",
-    "AVX2_VNNI": "AVX2",
-    "AVX512_CORE": "AVX-512",
-    "AVX512_CORE_VNNI": "AVX-512",
-    "AVX512_CORE_BF16": "AVX512-BF16",
-}
-
-
 def cpu_family(flags=None, max_isa: str | None = "unset") -> str:
-    """The family of this CPU as oneDNN can use it: AMX, AVX512-BF16, AVX-512, AVX2 or older.
+    """This machine's CPU family (train.setup.hardware.cpu_family), or that of the flags and cap given."""
+    from train.setup import hardware
 
-    A cap (ONEDNN_MAX_CPU_ISA) below what the CPU has is said beside the family it stands in for:
-    "AVX2 (stand-in: AMX CPU with ONEDNN_MAX_CPU_ISA=AVX2)". Such a stand-in keeps the newer core's
-    caches and memory bandwidth, so its figures do not count for the family it imitates."""
-    from train.setup.hardware import cpu_flags, onednn_max_isa
-
-    flags = cpu_flags() if flags is None else set(flags)
-    max_isa = onednn_max_isa() if max_isa == "unset" else max_isa
-    have = [("AMX", "amx_bf16"), ("AVX512-BF16", "avx512_bf16"), ("AVX-512", "avx512f"), ("AVX2", "avx2")]
-    real = next((family for family, flag in have if flag in flags), FAMILIES[-1])
-    used = _CAPPED.get((max_isa or "").upper(), real)
-    if FAMILIES.index(used) <= FAMILIES.index(real):
-        return real
-    return f"{used} (stand-in: {real} CPU with ONEDNN_MAX_CPU_ISA={max_isa.upper()})"
+    flags = hardware.cpu_flags() if flags is None else flags
+    return hardware.cpu_family(flags, hardware.onednn_max_isa() if max_isa == "unset" else max_isa)
 
 
 def template_parts(s, policy: str | None = None):

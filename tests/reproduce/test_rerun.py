@@ -573,6 +573,19 @@ def test_each_row_of_the_side_by_side_compares_its_own_record(tmp_path):
         row("device", "GPU: A100, T4", "CPU"),
         row("precision", "float32", "mixed_bfloat16"),
     ]
+
+    # A CPU is compared by its family of kernels (the last bits differ between AMX and AVX2), a cap by
+    # the kernels it runs; a record without a family compares as "CPU" on both sides.
+    def cpu(family):
+        return {"precision": {"policy": "float32", "cpu": {"model": "m", "family": family}}}
+
+    def device(a, b):
+        return side_by_side(a, {}, b, {}, tmp_path)[8]
+
+    assert device(cpu("AMX"), cpu("AVX2")) == row("device", "CPU (AMX)", "CPU (AVX2)")
+    stand_in = cpu("AVX2 (stand-in: AMX CPU with ONEDNN_MAX_CPU_ISA=AVX2)")
+    assert device(stand_in, cpu("AVX2")) == row("device", "CPU (AVX2)", "CPU (AVX2)")
+    assert device({"precision": {"policy": "float32"}}, cpu("AMX")) == row("device", "CPU", "CPU")
     cuda = {"build_info": {"cuda_version": "12.5"}}
     assert side_by_side({}, {}, cuda, {}, tmp_path)[7] == row("cuda", None, "12.5")
     assert side_by_side({}, {}, {}, {}, tmp_path) == [

@@ -32,6 +32,7 @@ def test_auto_precision_on_cpu_follows_the_cpu_flags(monkeypatch, flags, policy)
     assert keras.mixed_precision.global_policy().name == policy
     assert (setup.gpus, setup.strategy, setup.replicas, setup.memory_growth) == ([], None, 1, False)
     assert setup.describe().startswith(f"devices: CPU; precision {policy} (CPU has")
+    assert setup.cpu["family"] == ("AVX512-BF16" if "avx512_bf16" in flags else "AVX2")  # what the manifest records
 
 
 def test_auto_precision_is_float32_when_onednn_is_turned_off(monkeypatch):

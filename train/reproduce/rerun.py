@@ -262,9 +262,25 @@ def run_and_find(cmd: list[str], runs_dir: Path, stop: Stop, code: Path | None =
 
 
 # -- comparing -----------------------------------------------------------------------------------
-def _device_kind(manifest: dict[str, Any]) -> str:
+def _device_kinds(orig_m: dict[str, Any], new_m: dict[str, Any]) -> tuple[str, str]:
+    """The GPUs by name, or the CPU with the family of kernels oneDNN ran (AMX, AVX2, ...: the last bits
+    of a result differ between them, as TensorFlow's determinism holds on the same hardware). A record
+    without a family (from before it was recorded) compares as "CPU" on both sides."""
+    families = [_cpu_family(orig_m), _cpu_family(new_m)]
+    if None in families:
+        families = [None, None]
+    return _device_kind(orig_m, families[0]), _device_kind(new_m, families[1])
+
+
+def _cpu_family(manifest: dict[str, Any]) -> str | None:
+    cpu = (manifest.get("precision") or {}).get("cpu") or {}
+    family = cpu.get("family") if isinstance(cpu, dict) else None
+    return family.split(" (stand-in")[0] if isinstance(family, str) and family else None  # a cap runs its kernels
+
+
+def _device_kind(manifest: dict[str, Any], family: str | None) -> str:
     gpus = [g.get("name") for g in manifest.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
-    return "GPU: " + ", ".join(sorted(set(gpus))) if gpus else "CPU"
+    return "GPU: " + ", ".join(sorted(set(gpus))) if gpus else f"CPU ({family})" if family else "CPU"
 
 
 def _cuda(manifest: dict[str, Any]) -> str | None:
@@ -317,7 +333,7 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
         row("tensorflow", orig_m.get("tensorflow"), new_m.get("tensorflow")),
         row("keras", orig_m.get("keras"), new_m.get("keras")),
         row("cuda", _cuda(orig_m), _cuda(new_m)),
-        row("device", _device_kind(orig_m), _device_kind(new_m)),
+        row("device", *_device_kinds(orig_m, new_m)),
         row("precision", (orig_m.get("precision") or {}).get("policy"), (new_m.get("precision") or {}).get("policy")),
     ]
 

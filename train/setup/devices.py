@@ -15,7 +15,15 @@ import keras
 import tensorflow as tf
 
 from ..errors import DeviceSetupError
-from .hardware import check_precision_fits_isa, choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
+from .hardware import (
+    check_precision_fits_isa,
+    choose_precision,
+    cpu_family,
+    cpu_flags,
+    cpu_model,
+    onednn_enabled,
+    onednn_max_isa,
+)
 
 log = logging.getLogger("train")
 
@@ -32,6 +40,7 @@ class DeviceSetup:
     workers: int = 1  # processes in the cluster (MultiWorkerMirroredStrategy when > 1)
     worker_index: int = 0
     group: Any = None  # several workers: what they share at the run's fixed points (train.workers.start.Group)
+    cpu: dict[str, str] = field(default_factory=dict)  # {"model", "family"}: what the precision was chosen on
 
     def describe(self) -> str:
         where = f"{len(self.gpus)} GPU(s): " + ", ".join(self.gpus) if self.gpus else "CPU"
@@ -95,6 +104,7 @@ def setup_devices(settings, cluster=None) -> DeviceSetup:
     return DeviceSetup(
         precision=policy,
         precision_reason=reason,
+        cpu={"model": cpu_model(), "family": cpu_family(flags, max_isa)},
         gpus=names,
         compute_capabilities=ccs,
         memory_growth=bool(gpus) and settings.memory_growth,

@@ -58,6 +58,36 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     return platform.processor()
 
 
+# The CPU families oneDNN's kernels differ by, strongest first: bit-identical results hold within one
+# (TensorFlow's determinism is for the same hardware), and the benchmarks' goals are set per family.
+CPU_FAMILIES = ("AMX", "AVX512-BF16", "AVX-512", "AVX2", "older (no AVX2)")
+# What a cap (ONEDNN_MAX_CPU_ISA) leaves of a newer CPU; any other value (ALL, AVX512_CORE_AMX) caps nothing.
+_CAPPED = {
+    "SSE41": "older (no AVX2)",
+    "AVX": "older (no AVX2)",
+    "AVX2": "AVX2",
+    "AVX2_VNNI": "AVX2",
+    "AVX512_CORE": "AVX-512",
+    "AVX512_CORE_VNNI": "AVX-512",
+    "AVX512_CORE_BF16": "AVX512-BF16",
+}
+
+
+def cpu_family(flags: Iterable[str], max_isa: str | None) -> str:
+    """The family of this CPU as oneDNN may use it: AMX, AVX512-BF16, AVX-512, AVX2 or older.
+
+    A cap below what the CPU has is said beside the family it stands in for: "AVX2 (stand-in: AMX
+    CPU with ONEDNN_MAX_CPU_ISA=AVX2)". Such a stand-in keeps the newer core's caches and memory
+    bandwidth, so its speed is not that family's."""
+    flags = set(flags)
+    have = [("AMX", "amx_bf16"), ("AVX512-BF16", "avx512_bf16"), ("AVX-512", "avx512f"), ("AVX2", "avx2")]
+    real = next((family for family, flag in have if flag in flags), CPU_FAMILIES[-1])
+    used = _CAPPED.get((max_isa or "").upper(), real)
+    if CPU_FAMILIES.index(used) <= CPU_FAMILIES.index(real):
+        return real
+    return f"{used} (stand-in: {real} CPU with ONEDNN_MAX_CPU_ISA={(max_isa or '').upper()})"
+
+
 def cpu_bf16(flags: Iterable[str]) -> list[str]:
     """The bf16 features present, e.g. ['avx512_bf16']; empty means bfloat16 would be emulated (slow)."""
     flags = set(flags)

@@ -334,7 +334,7 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
         _warn_dirty(resumed_manifest)
     record_data(
         manifest_path,
-        precision={"policy": setup.precision, "reason": setup.precision_reason},
+        precision={"policy": setup.precision, "reason": setup.precision_reason, "cpu": setup.cpu},
         data={
             "dataset": spec.name,
             "fingerprint": spec.fingerprint,
