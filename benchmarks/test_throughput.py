@@ -12,6 +12,8 @@ import common
 import pytest
 from reference import Recipe
 
+from train.setup.hardware import kernels
+
 # The goals per CPU family (common.cpu_family), float32 on both sides where the CPU has no bfloat16.
 GOALS = {"AMX": 3.0, "AVX512-BF16": 2.2, "AVX-512": 1.3, "AVX2": 1.3, "older (no AVX2)": 1.3}
 
@@ -19,7 +21,7 @@ GOALS = {"AMX": 3.0, "AVX512-BF16": 2.2, "AVX-512": 1.3, "AVX2": 1.3, "older (no
 def _goal(bf16: bool, family: str) -> tuple[float, str]:
     """The goal for this CPU family and what it is for. A stand-in (a cap on a newer CPU) is held to
     the goal of the family it imitates, and says so: its ratio is not that family's figure."""
-    used = family.split(" (stand-in")[0]
+    used = kernels(family)
     if not bf16 and used in ("AMX", "AVX512-BF16"):  # BENCH_PRECISION=float32 on a bf16 CPU
         return GOALS["AVX2"], f" (float32 on {family}: the float32 goal)"
     return GOALS[used], f" ({family})"

@@ -88,18 +88,6 @@ def test_the_remote_is_the_default_or_the_named_one_and_config_local_wins(tmp_pa
     assert tracked.remote(tmp_path / "nothing") == ("", "")
 
 
-def test_what_a_run_reads_is_dataset_s_path_or_the_built_in_set_s_file_in_data_dir(tmp_path):
-    images = tmp_path / "images"
-    images.mkdir()
-    s = tiny_settings(tmp_path, dataset=f"images:{images}")
-    assert tracked.data_path(s) == ("DATASET", images.resolve())
-    s = tiny_settings(tmp_path, dataset="mnist", data_dir=str(tmp_path / "data"))
-    assert tracked.data_path(s) == ("DATA_DIR", (tmp_path / "data").resolve())
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "mnist.npz").write_bytes(b"x")
-    assert tracked.data_path(s) == ("DATA_DIR", (tmp_path / "data" / "mnist.npz").resolve())
-
-
 NEEDS_GIT = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..sections import setting
+from .place import data_path, dvc_root
 
 DATA_CACHE = "~/.cache/tf-train-template/data"
 
@@ -35,9 +36,9 @@ def check(settings) -> None:
 
 
 def turned_on(s) -> str:
-    """Always on: whether the data is tracked by DVC is found at the start of each run, and a run on
-    data outside a DVC project costs a few file lookups (no dvc command is run)."""
-    return "DVC_COMMAND"
+    """On when the data these settings read lies in a DVC project: a run on other data runs none of
+    this extra (finding out costs a few file lookups; no dvc command is run)."""
+    return "DVC_COMMAND" if dvc_root(data_path(s)[1]) is not None else ""
 
 
 def callback(s):

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..locations import redact_uri
 from . import tool
+from .place import data_path, dvc_root
 
 _KEY = re.compile(r"^(\s*)(- +)?([^\s:#'\"][^:#]*?|'[^']*'|\"[^\"]*\"):(?:\s+(.*?))?\s*$")
 _SECTION = re.compile(r"""^\s*\[\s*['"]?\s*(core|remote\s+"([^"]+)")\s*['"]?\s*\]\s*$""")
@@ -62,16 +63,6 @@ def outs(text: str) -> list[tuple[str, dict[str, str]]]:
     return found
 
 
-def dvc_root(path: Path) -> Path | None:
-    """The DVC project `path` is in (the nearest folder above it with a .dvc/ folder), within its git repository."""
-    for folder in [path, *path.parents]:
-        if (folder / ".dvc").is_dir():
-            return folder
-        if (folder / ".git").exists():
-            return None
-    return None
-
-
 def entry_for(path: Path, root: Path) -> tuple[Path, str, dict[str, str]] | None:
     """(the .dvc file or dvc.lock, stage, entry) of the output that is `path` or holds it, or None."""
     chain = [path, *path.parents]
@@ -104,16 +95,6 @@ def remote(root: Path, name: str = "") -> tuple[str, str]:
                     urls[section] = m.group(2)
     chosen = name or default
     return chosen, urls.get(chosen, "")
-
-
-def data_path(settings) -> tuple[str, Path]:
-    """(setting, what the run reads): DATASET's file or folder, else the built-in set's DATA_DIR/<name>.npz or DATA_DIR."""
-    kind, _, rest = settings.dataset.partition(":")
-    if rest and kind in ("npz", "images"):
-        return "DATASET", Path(rest).expanduser().resolve()
-    folder = Path(settings.data_dir).expanduser().resolve()
-    npz = folder / f"{settings.dataset}.npz"
-    return "DATA_DIR", npz if npz.exists() else folder
 
 
 def _git(root: Path, *args: str) -> str | None:

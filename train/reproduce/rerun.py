@@ -36,6 +36,7 @@ from ..run.find import list_run_dirs
 from ..run.manifest import lock_in_checkout
 from ..run.metrics_files import MEASURED_COLUMNS
 from ..run.rundir import RunDir
+from ..setup.hardware import kernels
 from .record import check_comparable, check_record, data_not_here, read_metrics
 from .worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, worktree
 
@@ -275,7 +276,7 @@ def _device_kinds(orig_m: dict[str, Any], new_m: dict[str, Any]) -> tuple[str, s
 def _cpu_family(manifest: dict[str, Any]) -> str | None:
     cpu = (manifest.get("precision") or {}).get("cpu") or {}
     family = cpu.get("family") if isinstance(cpu, dict) else None
-    return family.split(" (stand-in")[0] if isinstance(family, str) and family else None  # a cap runs its kernels
+    return kernels(family) if isinstance(family, str) and family else None
 
 
 def _device_kind(manifest: dict[str, Any], family: str | None) -> str:

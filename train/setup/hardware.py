@@ -85,7 +85,15 @@ def cpu_family(flags: Iterable[str], max_isa: str | None) -> str:
     used = _CAPPED.get((max_isa or "").upper(), real)
     if CPU_FAMILIES.index(used) <= CPU_FAMILIES.index(real):
         return real
-    return f"{used} (stand-in: {real} CPU with ONEDNN_MAX_CPU_ISA={(max_isa or '').upper()})"
+    return f"{used}{_STAND_IN} {real} CPU with ONEDNN_MAX_CPU_ISA={(max_isa or '').upper()})"
+
+
+_STAND_IN = " (stand-in:"
+
+
+def kernels(family: str) -> str:
+    """The family whose oneDNN kernels a `cpu_family` answer runs: a stand-in runs the capped ones."""
+    return family.split(_STAND_IN)[0]
 
 
 def cpu_bf16(flags: Iterable[str]) -> list[str]:
