@@ -60,10 +60,17 @@ class Steps:
         # JIT_COMPILE compiles the forward and backward pass with XLA; the optimizer update stays
         # outside it because it is a synchronisation point (a merge_call) under a strategy, which a
         # nested tf.function may not contain.
-        wrap = (lambda fn: tf.function(fn, jit_compile=True, reduce_retracing=True)) if jit_compile else (lambda fn: fn)
+        wrap = (
+            (lambda fn: tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False))
+            if jit_compile
+            else (lambda fn: fn)
+        )
         self._forward_backward, self._forward = wrap(self._replica_grads), wrap(self._replica_eval)
-        self.train = tf.function(self._train_loop)
-        self.evaluate = tf.function(self._eval_loop)
+        # No AutoGraph: the steps hold no Python control flow on tensors (the loop is a tf.while_loop),
+        # and converting them cost a third of a second in every process that trains. A model's own
+        # call is not converted either way: Keras' modules are outside AutoGraph's reach.
+        self.train = tf.function(self._train_loop, autograph=False)
+        self.evaluate = tf.function(self._eval_loop, autograph=False)
 
     # -- one replica, one step ----------------------------------------------------------------------
     def _sums(self, y, probs, per_example):
@@ -107,10 +114,12 @@ class Steps:
         )
 
     def _loop(self, iterator, n, replica, vote):
-        total = tf.zeros([len(self._metrics) + 3], tf.float32)
-        for _ in tf.range(n):
+        def step(i, total):
             x, y, count = next(iterator)
             per_replica = self.strategy.run(replica, args=(x, y, count, vote))
-            total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            return i + 1, total + self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        start = (tf.constant(0), tf.zeros([len(self._metrics) + 3], tf.float32))
+        _, total = tf.while_loop(lambda i, _: i < n, step, start)
         # [loss sum, each metric's sum, examples, stop votes (summed over replicas and steps)]
         return total
