@@ -216,7 +216,8 @@ def run_probe(skip_matmul: bool, timeout: float = PROBE_TIMEOUT_S) -> TfFacts:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # every line, so library errors cannot be hidden
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
-        f"from train.gpucheck.facts import probe_main; probe_main({skip_matmul!r})"
+        f"from train.gpucheck.facts import probe_main; probe_main({skip_matmul!r}); "
+        "import gc; gc.freeze()"  # the facts are printed: skip shutdown's collection of TensorFlow's objects
     )
     start = time.perf_counter()
     try:
