@@ -1,4 +1,4 @@
-"""Shared fixtures: builders of small generated data sets (no network, no shared files)."""
+"""Shared fixtures (generated data under tmp_path, from builders.py), the servers' plugins, and the suite's own rules."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import helpers
-import numpy as np
 import pytest
+from builders import write_image_dir, write_npz
 
 # Under pytest-xdist every worker is a TensorFlow process of its own: one intra-op thread each, so
 # that N workers on N cores do not each start N threads and fight over them. Set before any test
@@ -41,40 +41,6 @@ def pytest_collection_modifyitems(config, items):
             if gone:
                 extra = "extras are" if len(gone) > 1 else "extra is"
                 item.add_marker(pytest.mark.skip(reason=f"the {' and '.join(gone)} {extra} not {helpers.EXTRA_SKIP}"))
-
-
-def write_npz(
-    path: Path, n_train: int = 600, n_test: int = 300, shape=(28, 28), classes: int = 10, seed: int = 0, **extra
-) -> Path:
-    """A Keras-layout .npz whose images carry their label (a learnable toy set)."""
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        y = rng.integers(0, classes, n).astype(np.uint8)
-        x = rng.integers(0, 64, (n, *shape)).astype(np.uint8)
-        x[:, : shape[0] // 2] += (y * (191 // max(classes - 1, 1))).astype(np.uint8).reshape(-1, *([1] * len(shape)))
-        arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y
-    arrays.update(extra)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **arrays)
-    return path
-
-
-def write_image_dir(root: Path, classes: int = 3, per_class: int = 20, size: int = 40, seed: int = 0) -> Path:
-    """`root/class_<k>/img_<i>.png|jpg`: PIL-generated images, PNG and JPEG alternating, varied sizes."""
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    for c in range(classes):
-        d = root / f"class_{c}"
-        d.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            h, w = size + int(rng.integers(0, 9)), size + int(rng.integers(0, 9))
-            pixels = rng.integers(0, 80, (h, w, 3)).astype(np.uint8)
-            pixels[..., c % 3] += 150  # each class has its own dominant colour
-            ext = "png" if i % 2 == 0 else "jpg"
-            Image.fromarray(pixels).save(d / f"img_{i:03d}.{ext}")
-    return root
 
 
 @pytest.fixture

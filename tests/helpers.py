@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import write_tiny_npz
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,36 +135,6 @@ def _setting_names() -> set[str]:
 _SETTING_NAMES = _setting_names()
 
 
-def synthetic_arrays(n_train: int = 426, n_test: int = 128, size: int = 28, classes: int = 4, seed: int = 0):
-    """A learnable image set: class k is a bright 6x6 square at a class-specific place, plus noise.
-
-    By default 426 training examples, of which VAL_SPLIT=0.1 (per class: a count that does not
-    depend on the seed) validates 42 and leaves 384 to train on: 12 steps of 32, 6 of 64."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-
-    def make(n):
-        y = rng.integers(0, classes, size=n).astype("uint8")
-        x = rng.integers(0, 60, size=(n, size, size), dtype=np.uint8)
-        for i, k in enumerate(y):
-            r, c = divmod(int(k), 2)
-            x[i, 4 + r * 12 : 10 + r * 12, 4 + c * 12 : 10 + c * 12] = 255
-        return x, y
-
-    (xtr, ytr), (xte, yte) = make(n_train), make(n_test)
-    return {"x_train": xtr, "y_train": ytr, "x_test": xte, "y_test": yte}
-
-
-def write_tiny_npz(directory: Path, name: str = "tiny.npz", **kw) -> Path:
-    """directory/name holding synthetic_arrays(**kw): a tiny learnable set (the `make_npz` fixture is the 10-class one)."""
-    import numpy as np
-
-    path = Path(directory) / name
-    np.savez(path, **synthetic_arrays(**kw))
-    return path
-
-
 def tiny_image_model(seed: int | None = None):
     """A 6x6x1 -> 2-class softmax Keras model, small enough to save, export and hash in a moment."""
     import keras
@@ -210,114 +181,6 @@ def tiny_values(tmp_path: Path, npz: Path) -> dict:
         # CPU) in every run that exports; the tests of exports, serving and predict ask for one.
         "export": False,
     }
-
-
-def write_run(
-    run_dir: Path,
-    config: dict | str | None = None,
-    manifest: dict | str | None = None,
-    metrics: list[dict] | str | None = None,
-    checkpoints: list[str] | None = None,
-) -> Path:
-    """A run directory holding exactly the files given, for tests of what reads runs back.
-
-    A dict is written as JSON, a str as it is (a damaged file), None writes no file; `metrics` rows
-    become metrics.csv (an empty list: none); `checkpoints` names state files under checkpoints/
-    ([]: the folder only)."""
-    import csv
-    import json
-
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for name, value in (("config.json", config), ("manifest.json", manifest)):
-        if value is not None:
-            (run_dir / name).write_text(value if isinstance(value, str) else json.dumps(value))
-    if isinstance(metrics, str):
-        (run_dir / "metrics.csv").write_text(metrics)
-    elif metrics:
-        columns = list(dict.fromkeys(k for row in metrics for k in row))
-        with open(run_dir / "metrics.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(metrics)
-    if checkpoints is not None:
-        (run_dir / "checkpoints").mkdir(exist_ok=True)
-        for name in checkpoints:
-            (run_dir / "checkpoints" / name).write_bytes(b"a state")
-    return run_dir
-
-
-def write_run_records(
-    run_dir: Path,
-    config: dict | None = None,
-    manifest: dict | None = None,
-    metrics: list[dict] | None = None,
-    log_lines: tuple[str, ...] = (),
-) -> Path:
-    """A run directory as a finished run leaves its records (no weights): for the report and compare."""
-    from train.config import Settings
-
-    settings = Settings().to_dict()
-    settings.update(config or {})
-    base = {
-        "status": "completed",
-        "python": "3.11.7",
-        "tensorflow": "2.21.0",
-        "keras": "3.15.1",
-        "git": {"commit": "0123456789abcdef", "dirty": False, "source": "git"},
-        "requirements_lock": {"file": "/app/requirements/cpu.lock", "sha256": "ab" * 32},
-        "data": {
-            "dataset": "mnist",
-            "source": "data/mnist.npz",
-            "n_train": 60000,
-            "n_val": 10000,
-            "fingerprint": "cd" * 32,
-            "class_names": [str(i) for i in range(10)],
-        },
-        "precision": {"policy": "mixed_bfloat16", "reason": "CPU has native bfloat16"},
-        "gpus": [],
-        "resumed_at": [],
-        "duration_seconds": 12.5,
-    }
-    base.update(manifest or {})
-    if metrics is None:
-        metrics = [
-            {
-                "epoch": e,
-                "loss": 1.0 / e,
-                "accuracy": 1 - 0.3 / e,
-                "val_loss": 1.2 / e,
-                "val_accuracy": 1 - 0.35 / e,
-                "learning_rate": 0.001,
-                "batch_size": 128,
-                "epoch_seconds": 10.0,
-                "samples_per_second": 6000.0 + e,
-            }
-            for e in range(1, 6)
-        ]
-    run_dir = write_run(run_dir, settings, base, metrics)
-    (run_dir / "train.log").write_text("".join(line + "\n" for line in log_lines))
-    return run_dir
-
-
-def peaked_metrics(epochs: int = 5) -> list[dict]:
-    """metrics.csv rows whose best epoch is not the last, and not the same for both directions:
-    val_accuracy peaks at epoch 3 (0.91, then 0.89, 0.88), val_loss bottoms out at epoch 2 (0.30).
-    Each epoch takes 10 s more than the one before (10, 20, 30 ...): time to best tells epochs apart."""
-    val_accuracy = [0.70, 0.85, 0.91, 0.89, 0.88, 0.87, 0.86][:epochs]
-    val_loss = [0.60, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55][:epochs]
-    return [
-        {
-            "epoch": e,
-            "loss": 1.0 / e,
-            "accuracy": 1 - 0.3 / e,
-            "val_loss": val_loss[e - 1],
-            "val_accuracy": val_accuracy[e - 1],
-            "learning_rate": 0.001,
-            "epoch_seconds": 10.0 * e,
-        }
-        for e in range(1, epochs + 1)
-    ]
 
 
 class LocalFiles:

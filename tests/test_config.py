@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import PROJECT_ROOT, SETTINGS_TABLE, extra_present, write_tiny_npz
+from builders import write_tiny_npz
+from helpers import PROJECT_ROOT, SETTINGS_TABLE, extra_present
 
 from train import datasets, models
 from train.config import (

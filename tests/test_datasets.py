@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LocalFiles, synthetic_arrays
+from builders import labelled_arrays
+from helpers import LocalFiles
 
 from train import config, datasets
 from train.config import Settings, validate
@@ -46,7 +47,7 @@ def test_download_fetches_once_into_the_cache_and_checks_the_hash(tmp_path):
 def test_a_registered_data_set_is_valid_for_the_settings_and_loads_through_a_download(tmp_path, monkeypatch):
     site = tmp_path / "site"
     site.mkdir()
-    np.savez(site / "tiny-v1.npz", **synthetic_arrays(n_train=64, n_test=32, size=12))
+    np.savez(site / "tiny-v1.npz", **labelled_arrays(n_train=64, n_test=32, size=12))
     digest = sha256(site / "tiny-v1.npz")
     with LocalFiles(site) as files:
 
@@ -97,7 +98,7 @@ def test_read_idx_takes_the_dimensions_from_the_header(tmp_path):
 def test_fashion_mnist_downloads_its_four_files_from_the_publisher_layout(tmp_path, monkeypatch):
     site = tmp_path / "site"
     site.mkdir()
-    arrays = synthetic_arrays(n_train=40, n_test=20, classes=10)
+    arrays = labelled_arrays(n_train=40, n_test=20, classes=10)
     files = {}
     for key, (name, _) in datasets._FASHION_FILES.items():
         path = _idx(site / name, arrays[key])
@@ -155,7 +156,7 @@ def test_read_cifar_refuses_a_pickle_that_would_run_code(tmp_path):
 def test_a_download_that_fails_its_hash_is_a_data_error_then_fetched_again(tmp_path, monkeypatch):
     site = tmp_path / "site"
     site.mkdir()
-    np.savez(site / "mnist.npz", **synthetic_arrays(n_train=40, n_test=20, classes=10))
+    np.savez(site / "mnist.npz", **labelled_arrays(n_train=40, n_test=20, classes=10))
     good = sha256(site / "mnist.npz")
     (site / "mnist.npz").rename(site / "good.npz")
     (site / "mnist.npz").write_bytes(b"not the real file")
@@ -194,7 +195,7 @@ def test_fashion_mnist_gives_the_arrays_keras_own_loader_gave(tmp_path, monkeypa
 
     site = tmp_path / "fashion"
     site.mkdir()
-    arrays = synthetic_arrays(n_train=30, n_test=10, classes=10)
+    arrays = labelled_arrays(n_train=30, n_test=10, classes=10)
     paths = [_idx(site / name, arrays[key]) for key, (name, _) in datasets._FASHION_FILES.items()]
     by_name = {p.name: str(p) for p in paths}
     monkeypatch.setattr(keras_fashion, "get_file", lambda fname, **k: by_name[fname])

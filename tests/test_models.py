@@ -184,7 +184,7 @@ def test_a_model_that_cannot_be_built_is_one_line_and_exit_2_from_the_cli(tmp_pa
     """After TensorFlow has loaded: the documented exit 2, one line, no traceback."""
     import subprocess
 
-    from conftest import write_npz
+    from builders import write_npz
     from helpers import PYTHON, subprocess_env
 
     npz = write_npz(tmp_path / "tiny.npz", n_train=64, n_test=32, shape=shape, classes=3)
@@ -275,7 +275,7 @@ def test_a_factory_calling_sys_exit_is_a_model_error_naming_it():
 
 @pytest.fixture(scope="module")
 def tiny_npz(tmp_path_factory):
-    from helpers import write_tiny_npz
+    from builders import write_tiny_npz
 
     return write_tiny_npz(tmp_path_factory.mktemp("data"), n_train=64, n_test=32)
 

@@ -14,6 +14,7 @@ import signal
 
 import numpy as np
 import pytest
+from builders import write_tiny_npz
 from faults import (
     fit_flags,
     kill_after_new_checkpoint,
@@ -27,7 +28,6 @@ from faults import (
     step_of,
     wait_until,
 )
-from helpers import write_tiny_npz
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
-from conftest import write_image_dir
+from builders import write_image_dir
 from dvc_repo import DataRepo, dvc_command
 from helpers import tiny_settings
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_image_dir
+from builders import write_image_dir
 from dvc_repo import DataRepo, dvc_command
 from helpers import clone_of_the_package, tiny_values
 

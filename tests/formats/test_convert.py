@@ -15,7 +15,8 @@ import sys
 import keras
 import numpy as np
 import pytest
-from helpers import PROJECT_ROOT, exec_in_process, runtime_check_python, subprocess_env, tiny_image_model, write_run
+from builders import write_run
+from helpers import PROJECT_ROOT, exec_in_process, runtime_check_python, subprocess_env, tiny_image_model
 
 from train.config import load_settings
 from train.errors import ConfigError, ExportError

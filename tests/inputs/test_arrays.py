@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import write_npz
+from builders import write_npz
 
 from train.config import Settings, validate
 from train.errors import DataError

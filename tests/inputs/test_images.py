@@ -369,7 +369,7 @@ def as_another_user(fn):
 
 @pytest.mark.parametrize("which", ["an image", "a class folder", "the images root"])
 def test_an_unreadable_image_or_folder_is_one_error_naming_it(shared_dir, which):
-    from conftest import write_image_dir
+    from builders import write_image_dir
 
     root = write_image_dir(shared_dir / "images", classes=2, per_class=2, size=8)
     locked = {
@@ -590,7 +590,7 @@ def test_each_bad_input_is_one_line_and_its_exit_code_at_the_command_line(tmp_pa
     import subprocess
     import sys
 
-    from conftest import write_image_dir, write_npz
+    from builders import write_image_dir, write_npz
     from faults import env, fit_flags
 
     cases = {}

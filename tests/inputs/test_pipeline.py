@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 import pytest
-from conftest import write_npz
+from builders import write_npz
 from helpers import NO_REAL_MNIST, REAL_MNIST, free_local_ports
 
 from train.config import Settings, validate

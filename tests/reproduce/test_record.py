@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import write_run_records
+from builders import write_run_records
 
 from train.errors import ReproduceError, ReproduceRecordError
 from train.reproduce.record import check_comparable, check_record

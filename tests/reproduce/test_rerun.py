@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import write_tiny_npz
 from faults import states, wait_until
-from helpers import clone_of_the_package, git, subprocess_env, train_in, write_tiny_npz
+from helpers import clone_of_the_package, git, subprocess_env, train_in
 
 from train.errors import ReproduceError
 from train.reproduce.rerun import Verdict, judge, version_warnings, within_tolerance
@@ -73,7 +74,7 @@ def test_without_determinism_the_verdict_uses_the_tolerance(tmp_path):
 
 
 def test_the_cli_exits_10_when_the_verdict_is_different(tmp_path, monkeypatch, capsys):
-    from helpers import write_run_records
+    from builders import write_run_records
 
     import train.reproduce.rerun
     from train.cli import main
@@ -796,7 +797,8 @@ def test_the_data_must_have_the_recorded_fingerprint(tmp_path):
 def test_data_not_here_is_one_line_or_the_dvc_extra_s_fetch_when_the_run_recorded_a_version(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from helpers import tiny_values, write_tiny_npz
+    from builders import write_tiny_npz
+    from helpers import tiny_values
 
     from train import extras
     from train.reproduce.record import check_config
@@ -846,7 +848,8 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
     rerun gets, and the verdict it writes into the rerun and its manifest."""
     import hashlib
 
-    from helpers import tiny_values, write_run_records, write_tiny_npz
+    from builders import write_run_records, write_tiny_npz
+    from helpers import tiny_values
 
     from train.inputs.pipeline import load_data
     from train.reproduce import rerun
@@ -924,7 +927,8 @@ def test_a_whole_deterministic_rerun_reads_relative_paths_from_base_and_compares
     whole rerun of a DETERMINISTIC=true run is judged by both manifests' final weights."""
     import hashlib
 
-    from helpers import tiny_values, write_run_records, write_tiny_npz
+    from builders import write_run_records, write_tiny_npz
+    from helpers import tiny_values
 
     from train.config import settings_from_dict
     from train.inputs.pipeline import load_data
@@ -1023,7 +1027,7 @@ def test_the_run_a_training_child_made_is_found_and_a_failure_names_its_log(tmp_
 
 
 def test_a_stopped_rerun_names_the_newest_run_it_left_and_the_child_gets_the_code_and_arguments(tmp_path, monkeypatch):
-    from helpers import write_run_records
+    from builders import write_run_records
 
     from train.errors import Interrupted
     from train.reproduce import rerun

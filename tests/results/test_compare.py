@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import write_run_records
+from builders import write_run_records
 
 from train import cli
 from train.results import compare
@@ -353,7 +353,7 @@ def test_the_epochs_planned_are_what_the_run_set_out_to_train_in_compare_report_
 
 
 def test_the_data_version_is_a_row_only_when_a_run_recorded_one(tmp_path):
-    from helpers import write_run_records
+    from builders import write_run_records
 
     a = load_records(write_run_records(tmp_path / "a"))
     assert "data version" not in dict(compare.metric_rows([a, a]))

@@ -44,7 +44,7 @@ def test_a_run_without_best_weights_says_so(tmp_path):
 def test_the_class_names_are_the_runs_and_data_with_other_classes_is_refused(tmp_path):
     import json
 
-    from helpers import write_tiny_npz
+    from builders import write_tiny_npz
 
     from train.config import Settings
     from train.errors import DataError
@@ -72,7 +72,7 @@ def test_the_class_names_are_the_runs_and_data_with_other_classes_is_refused(tmp
 def test_best_weights_that_are_not_the_ones_training_recorded_are_not_evaluated(tmp_path):
     import json
 
-    from helpers import write_tiny_npz
+    from builders import write_tiny_npz
 
     from train.config import Settings
     from train.errors import WeightsError

@@ -13,7 +13,8 @@ import os
 import keras
 import numpy as np
 import pytest
-from helpers import exec_in_process, tiny_image_model, write_run
+from builders import write_run
+from helpers import exec_in_process, tiny_image_model
 
 from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model

@@ -6,7 +6,7 @@ import io
 
 import numpy as np
 import pytest
-from helpers import write_run_records
+from builders import write_run_records
 
 from train.results import plots
 from train.results.run_records import load_records

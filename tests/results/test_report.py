@@ -11,7 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import near, screenshot, subprocess_env, tiny_settings, write_run_records
+from builders import labelled_arrays, write_run_records
+from helpers import near, screenshot, subprocess_env, tiny_settings
 
 from train import cli
 from train.results import report
@@ -286,7 +287,7 @@ def test_class_names_with_tex_make_a_whole_report(tmp_path, monkeypatch):
     ],
 )
 def test_the_report_and_compare_show_the_best_epoch_not_the_last(tmp_path, monitor, mode, epoch, value, seconds):
-    from helpers import peaked_metrics
+    from builders import peaked_metrics
 
     from train.results import compare, plots
 
@@ -304,7 +305,7 @@ def test_the_report_and_compare_show_the_best_epoch_not_the_last(tmp_path, monit
 
 
 def test_time_to_best_in_the_report_and_compare_includes_the_stopped_segment(tmp_path):
-    from helpers import peaked_metrics
+    from builders import peaked_metrics
 
     from train.results import compare
 
@@ -334,8 +335,11 @@ def test_a_run_refreshes_its_report_each_epoch_and_writes_it_whole_at_the_end(tm
 
     calls, write = [], report.write_report
     monkeypatch.setattr(report, "write_report", lambda run_dir, full: calls.append(full) or write(run_dir, full))
-    # Ten overlapping classes: two epochs leave mistakes for the most-wrong grid.
-    settings = tiny_settings(tmp_path, dataset=f"npz:{make_npz(n_train=600, n_test=200)}", export=False, report="full")
+    # Every fourth training label wrong: the validation split holds mistakes for the most-wrong grid.
+    y = labelled_arrays(n_train=600, n_test=200, classes=10)["y_train"]
+    y[::4] = (y[::4] + 1) % 10
+    npz = make_npz(n_train=600, n_test=200, y_train=y)
+    settings = tiny_settings(tmp_path, dataset=f"npz:{npz}", export=False, report="full")
     result = train(settings)
     assert result.status == "completed" and calls == [False, False, True]
     page = (result.run_dir / "report.html").read_text()
@@ -700,7 +704,7 @@ DATA_VERSION = {
 
 
 def test_a_data_version_is_a_row_only_when_the_run_recorded_one(tmp_path):
-    from helpers import write_run_records
+    from builders import write_run_records
 
     plain = report.render(report.load_records(write_run_records(tmp_path / "a")), b"", "")
     assert "data version" not in plain

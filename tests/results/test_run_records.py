@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import write_run_records
+from builders import write_run_records
 
 from train.errors import RunRecordError
 from train.results.run_records import Resume, load_records
@@ -103,7 +103,7 @@ def test_missing_optional_records_are_empty(tmp_path):
 
 
 def test_time_to_best_counts_what_a_stopped_segment_trained_of_its_unfinished_epoch(tmp_path):
-    from helpers import peaked_metrics
+    from builders import peaked_metrics
 
     segments = [
         {"status": "interrupted", "epoch_from": 0, "unfinished_epoch": {"epoch": 2, "train_seconds": 7.5}},

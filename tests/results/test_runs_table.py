@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import write_run
+from builders import write_run
 
 from train.results.runs_table import format_runs, list_runs
 
@@ -290,7 +290,7 @@ def test_a_long_error_keeps_what_failed_and_the_fix_at_its_end(tmp_path):
     assert row["error"].endswith(" ... " + error[-147:]) and row["error"].endswith("; put mnist.npz in data/")
 
 
-# MONITOR, MONITOR_MODE -> the best epoch of helpers.peaked_metrics and its value (never the last epoch)
+# MONITOR, MONITOR_MODE -> the best epoch of builders.peaked_metrics and its value (never the last epoch)
 PEAKS = [
     ("val_accuracy", "auto", 3, 0.91),
     ("val_accuracy", "max", 3, 0.91),
@@ -302,7 +302,7 @@ PEAKS = [
 
 @pytest.mark.parametrize("monitor, mode, epoch, value", PEAKS)
 def test_runs_shows_the_best_epoch_not_the_last(tmp_path, capsys, monitor, mode, epoch, value):
-    from helpers import peaked_metrics, write_run_records
+    from builders import peaked_metrics, write_run_records
 
     from train import cli
 

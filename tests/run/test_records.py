@@ -7,8 +7,9 @@ import json
 import signal
 
 import pytest
+from builders import write_tiny_npz
 from faults import fit_flags, kill_after_new_checkpoint, manifest, only_run, output, run_fit, start_fit, wait_until
-from helpers import tiny_settings, write_tiny_npz
+from helpers import tiny_settings
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import write_run
+from builders import write_run
 
 from train.config import Settings, load_settings
 from train.errors import CheckpointError, ConfigError, ResumeMismatchError, RunBusyError, RunRecordError
@@ -508,7 +508,7 @@ def test_a_run_recorded_before_validation_was_split_off_resumes_validating_on_th
     metrics, best weights and early stopping meant that; a resume (and reproduce, which reads the same
     record) keeps doing so, and still writes VAL_FROM=test when the config is written again."""
     import numpy as np
-    from helpers import write_tiny_npz
+    from builders import write_tiny_npz
 
     from train.inputs import pipeline as data
 

@@ -507,7 +507,7 @@ def test_the_class_names_come_from_the_manifest_and_labels_txt_is_derived(tmp_pa
 @pytest.fixture
 def runs_with_strays(tmp_path):
     """One real run, interrupted, and two folders that are not runs, both newer by name."""
-    from helpers import write_run_records
+    from builders import write_run_records
 
     from train.config import Settings
 

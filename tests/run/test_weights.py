@@ -6,7 +6,8 @@ import logging
 
 import numpy as np
 import pytest
-from helpers import tiny_image_model, write_run
+from builders import write_run
+from helpers import tiny_image_model
 
 from train.errors import StorageError, WeightsError
 from train.run import weights
@@ -150,7 +151,7 @@ def test_an_unreadable_weights_file_is_a_weights_error(run, monkeypatch):
 
 
 def test_reproduce_verifies_the_original_weights_first(tmp_path):
-    from helpers import write_run_records
+    from builders import write_run_records
 
     from train.reproduce.rerun import reproduce
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import write_tiny_npz
 from faults import env, fit_flags, output, start_fit, wait_until
-from helpers import write_tiny_npz
 from servers_s3 import dead_endpoint
 
 # 3 epochs x 24 steps, a state every 4 steps: a few seconds of training, many checkpoints.
@@ -284,7 +284,7 @@ def test_machine_lost_mid_epoch_a_fresh_machine_continues_from_the_bucket_bit_id
 
 def test_runs_and_compare_read_runs_a_stock_client_put_in_the_bucket(tmp_path, s3_server, s3_bucket):
     """Runs uploaded by hand (the layout is all there is to it), listed and compared from a fresh machine."""
-    from helpers import write_run_records
+    from builders import write_run_records
 
     names = ["20261201-100000-000001-base", "20261201-110000-000002-wide"]
     client = s3_server.client()
@@ -341,7 +341,7 @@ def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_
     import json
     import time
 
-    from helpers import write_run_records
+    from builders import write_run_records
 
     from train.cli import main
     from train.run import remote
@@ -376,7 +376,7 @@ def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_say
     tmp_path, s3_server, s3_bucket, monkeypatch, capsys
 ):
     """In this process, the export itself replaced: which run `latest` brings is the store's to decide."""
-    from helpers import write_run_records
+    from builders import write_run_records
 
     import train.results.export
     from train.cli import main
@@ -410,7 +410,7 @@ def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_say
 
 def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch):
     """In this process, the rerun itself replaced: what is uploaded is the command's to decide."""
-    from helpers import write_run_records
+    from builders import write_run_records
 
     import train.reproduce.rerun
     from train.cli import main

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import write_tiny_npz
+from builders import write_tiny_npz
 
 from train.cli import main
 from train.config import load_settings
@@ -234,7 +234,7 @@ def test_a_sweep_waiting_for_another_process_looks_again_within_seconds_not_a_he
 
 def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_again(tmp_path, monkeypatch):
     import optuna
-    from helpers import write_run_records
+    from builders import write_run_records
 
     from train.sweep import study as sweep
 
@@ -327,7 +327,7 @@ def test_a_stopped_trial_gives_one_instruction_and_its_retry_is_numbered_so_a_us
     import logging
     import warnings
 
-    from helpers import write_run_records
+    from builders import write_run_records
 
     from train.sweep import study as sweep
     from train.training.loop import Result

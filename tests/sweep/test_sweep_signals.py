@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import write_tiny_npz
 from faults import env, wait_until
-from helpers import write_tiny_npz
 
 from train.run.find import list_run_dirs
 

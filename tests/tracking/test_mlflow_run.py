@@ -141,8 +141,8 @@ def _files_and_output_holding(root: Path, output: str, secrets: list[str]) -> li
 
 @pytest.mark.slow
 def test_a_credential_in_the_uri_is_refused_at_the_cli_and_lands_nowhere(tmp_path):
+    from builders import write_tiny_npz
     from faults import fit_flags, run_fit
-    from helpers import write_tiny_npz
 
     uri = f"http://127.0.0.1:9/?token={SECRET}"
     rc, out = run_fit(
@@ -510,8 +510,8 @@ class Silent:
 
 
 def _fit_against(server: Silent, tmp_path: Path, epochs: int, constants: dict | None = None, **env: str):
+    from builders import write_tiny_npz
     from faults import fit_flags, start_fit
-    from helpers import write_tiny_npz
 
     flags = fit_flags(tmp_path, write_tiny_npz(tmp_path), epochs=epochs, export=False, report="quick")
     return start_fit(flags, tmp_path, extra_env={"MLFLOW_TRACKING_URI": server.uri, **env}, constants=constants)
@@ -872,8 +872,8 @@ def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, mo
 
 @pytest.mark.slow
 def test_with_two_workers_only_the_chief_logs(mlflow_server, tmp_path):
+    from builders import write_tiny_npz
     from faults import env, fit_flags, only_run
-    from helpers import write_tiny_npz
 
     npz = write_tiny_npz(tmp_path)
     workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(2))

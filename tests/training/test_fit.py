@@ -281,8 +281,8 @@ def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finish
 def test_a_run_whose_directory_is_removed_while_it_trains_stops_with_one_line_exit_7(tmp_path, removed):
     import shutil
 
+    from builders import write_tiny_npz
     from faults import fit_flags, output, start_fit, states, step_of, wait_until
-    from helpers import write_tiny_npz
 
     runs = tmp_path / "runs"
     proc = start_fit(fit_flags(tmp_path, write_tiny_npz(tmp_path), epochs=50, export=False), tmp_path)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import write_tiny_npz
 from faults import env, fit_flags, manifest, only_run, wait_until, with_constants
-from helpers import free_local_ports, write_tiny_npz
+from helpers import free_local_ports
 
 from train.errors import DataError, WorkerLostError
 
