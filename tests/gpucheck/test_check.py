@@ -35,6 +35,15 @@ def test_cpu_machine_gets_a_calm_report_exit_0(monkeypatch):
     assert r["precision"]["auto"] == "mixed_bfloat16" and r["tf_log"]["shown"] == []
 
 
+@pytest.mark.parametrize("speedup, auto", [(0.55, "float32"), (1.6, "mixed_bfloat16")])
+def test_auto_on_a_bf16_cpu_follows_the_probe_as_in_training(monkeypatch, speedup, auto):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    p = check.precisions(Facts(tf=cpu_tf(bf16_speedup=speedup), cpu_bf16=["avx512_bf16"]))
+    assert p["auto"] == auto and p["options"]["mixed_bfloat16"]["sensible"] is (auto == "mixed_bfloat16")
+    assert f"ran {speedup:.2f}x float32's (measured now by this check)" in p["auto_reason"]
+
+
 def test_auto_on_a_bf16_cpu_with_onednn_turned_off_is_float32_as_in_training(monkeypatch):
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     p = check.precisions(Facts(tf=cpu_tf(), cpu_bf16=["avx512_bf16"]))

@@ -35,6 +35,16 @@ def test_auto_precision_on_cpu_follows_the_cpu_flags(monkeypatch, flags, policy)
     assert setup.cpu["family"] == ("AVX512-BF16" if "avx512_bf16" in flags else "AVX2")  # what the manifest records
 
 
+def test_auto_precision_on_a_bf16_cpu_whose_bfloat16_is_slower_is_float32(monkeypatch):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx512_bf16"})
+    setup = devices.setup_devices(Settings(precision="auto"), bf16_speedup=lambda: (0.55, "a probe"))
+    assert setup.precision == "float32" and keras.mixed_precision.global_policy().name == "float32"
+    assert setup.precision_reason.endswith("but its bfloat16 convolution ran 0.55x float32's (a probe)")
+    assert setup.cpu["family"] == "AVX512-BF16"
+
+
 def test_auto_precision_is_float32_when_onednn_is_turned_off(monkeypatch):
     # Read from the environment as TensorFlow reads it: without oneDNN, bf16 is emulated.
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")

@@ -1,4 +1,4 @@
-"""hardware: the precision `auto` picks, from faked GPU compute capabilities and CPU flags."""
+"""hardware: the precision `auto` picks, from faked GPU compute capabilities, CPU flags and probes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from train.setup.hardware import (
     cpu_bf16,
     cpu_family,
     cpu_flags,
+    measure_bf16_speedup,
     onednn_enabled,
     onednn_max_isa,
 )
@@ -216,3 +217,49 @@ def test_in_container_reads_the_engines_marker_files_and_on_request_the_runtime_
 def test_the_cpu_family_is_the_strongest_kernels_oneDNN_may_use_and_a_capped_cpu_a_stand_in(flags, cap, family):
     assert cpu_family(flags, cap) == family
     assert benchmark_script("common").cpu_family(flags, cap) == family  # the benchmarks' goals follow it
+
+
+def _probe(speedup: float):
+    calls = []
+
+    def probe():
+        calls.append(speedup)
+        return speedup, "probe measured now"
+
+    return probe, calls
+
+
+@pytest.mark.parametrize(
+    "speedup, policy",
+    [(0.55, "float32"), (0.89, "float32"), (0.9, "mixed_bfloat16"), (0.97, "mixed_bfloat16"), (1.6, "mixed_bfloat16")],
+)
+def test_auto_on_a_bf16_cpu_follows_the_probe_and_says_what_it_measured(speedup, policy):
+    """Native bfloat16 kernels slower than float32's (an Intel Xeon with avx512_bf16 and no AMX: 0.55x)
+    make auto float32; a probe near 1 keeps bfloat16, which also halves the traffic around the convolutions."""
+    probe, calls = _probe(speedup)
+    got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=probe)
+    assert got == policy and calls == [speedup]
+    assert reason.startswith("CPU has native bfloat16 (avx512_bf16)")
+    assert f"its bfloat16 convolution ran {speedup:.2f}x float32's (probe measured now)" in reason
+
+
+@pytest.mark.parametrize(
+    "requested, ccs, flags, onednn, isa",
+    [
+        ("mixed_bfloat16", [], {"avx512_bf16"}, True, None),  # the user's setting wins
+        ("auto", [(8, 0)], {"avx512_bf16"}, True, None),  # a GPU decides
+        ("auto", [], {"avx2", "avx512f"}, True, None),  # no native bfloat16: float32 without measuring
+        ("auto", [], {"avx512_bf16"}, False, None),  # oneDNN off
+        ("auto", [], {"avx512_bf16"}, True, "AVX512_CORE"),  # oneDNN capped below its bfloat16 kernels
+    ],
+)
+def test_the_probe_runs_only_where_the_cpu_could_run_bfloat16_natively(requested, ccs, flags, onednn, isa):
+    probe, calls = _probe(0.5)
+    without = choose_precision(requested, ccs, flags, onednn, isa)
+    assert choose_precision(requested, ccs, flags, onednn, isa, bf16_speedup=probe) == without
+    assert calls == []
+
+
+def test_the_real_probe_measures_both_precisions_on_this_cpu():
+    speedup = measure_bf16_speedup(reps=2)
+    assert 0.01 < speedup < 100  # a ratio of two timings of the same work, whatever this CPU is

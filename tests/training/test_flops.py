@@ -336,3 +336,34 @@ def test_a_datasheet_or_given_peak_is_never_raised(tmp_path):
     sheet = flops.choose_peak(1e12, 312e12, 1, "NVIDIA A100-SXM4-80GB", "bfloat16")
     assert flops.beaten_peak(given, 3e11, 1, tmp_path, "CPU", "float32") is None
     assert flops.beaten_peak(sheet, 400e12, 1, tmp_path, "A100", "bfloat16") is None
+
+
+def test_the_bf16_probe_is_measured_once_per_machine_and_the_next_run_reads_it(tmp_path, warnings):
+    """PRECISION=auto's choice on a CPU with native bfloat16 is the same for every run on the machine."""
+    probe, calls = probes(0.55)
+    speedup, origin = flops.cached_bf16_speedup(tmp_path, probe)
+    [path] = (tmp_path / "bf16-speedup").glob("*.json")
+    assert speedup == 0.55 and calls == [0.55] and origin == f"probe measured now, cached in {path}"
+    recorded = json.loads(path.read_text())
+    assert recorded["speedup"] == 0.55 and recorded["key"]["dtype"] == "bfloat16 over float32"
+
+    again, calls_again = probes(1.7)
+    assert flops.cached_bf16_speedup(tmp_path, again) == (
+        0.55,
+        f"probe cached from {path}, measured {recorded['measured_at']}",
+    )
+    assert calls_again == [] and warnings() == []
+
+
+def test_a_corrupt_bf16_probe_cache_is_measured_again_with_a_warning(tmp_path, warnings):
+    flops.cached_bf16_speedup(tmp_path, probes(0.55)[0])
+    [path] = (tmp_path / "bf16-speedup").glob("*.json")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "speedup": 0}))
+    probe, calls = probes(1.4)
+    assert flops.cached_bf16_speedup(tmp_path, probe)[0] == 1.4 and calls == [1.4]
+    [warning] = warnings()
+    assert warning == (
+        f"WARNING: the cached bfloat16 probe {path} cannot be used (speedup is 0, not a positive number): "
+        "measuring it again"
+    )
+    assert json.loads(path.read_text())["speedup"] == 1.4

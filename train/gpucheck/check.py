@@ -26,8 +26,14 @@ from .tflog import classify_log
 def precisions(facts: Facts) -> dict[str, Any]:
     """Which precisions make sense on the devices TensorFlow will use, and what `auto` picks (train.setup.hardware)."""
     ccs = [tuple(g["compute_capability"]) for g in facts.tf.gpus if g.get("compute_capability")]
+    measured = facts.tf.bf16_speedup
     auto, reason = hardware.choose_precision(
-        "auto", ccs, facts.cpu_bf16, hardware.onednn_enabled(), hardware.onednn_max_isa()
+        "auto",
+        ccs,
+        facts.cpu_bf16,
+        hardware.onednn_enabled(),
+        hardware.onednn_max_isa(),
+        (lambda: (measured, "measured now by this check")) if measured else None,
     )
     if facts.tf.gpus:
         cc = min(ccs) if ccs else None

@@ -48,6 +48,7 @@ class TfFacts:
     gpus: list[dict] = field(default_factory=list)  # {"name", "device_name", "compute_capability"}
     memory_growth: dict = field(default_factory=dict)  # {"in_effect", "error", "late_call"}
     matmul: list[dict] = field(default_factory=list)  # {"device", "n", "seconds", "gflops"} or {"device", "error"}
+    bf16_speedup: float | None = None  # a CPU with native bfloat16: PRECISION=auto's probe (train.setup.hardware)
     log: list[str] = field(default_factory=list)  # TensorFlow's C++ log lines (stderr of the probe)
     seconds: float = 0.0
 
@@ -208,6 +209,11 @@ def probe_main(skip_matmul: bool) -> None:
         if skip_matmul
         else [_bench(f"/GPU:{i}", *MATMUL["GPU"]) for i in range(len(gpus))] + [_bench("/CPU:0", *MATMUL["CPU"])]
     )
+    if not skip_matmul and not gpus and hardware.cpu_bf16(hardware.cpu_flags()):
+        try:  # what a training run measures once per machine to choose its precision
+            out["bf16_speedup"] = round(hardware.measure_bf16_speedup(), 3)
+        except Exception:  # the check then says what the CPU's flags say
+            pass
     print(_MARK + json.dumps(out), flush=True)
 
 

@@ -12,7 +12,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 # CPU flags (as in /proc/cpuinfo) that give TensorFlow/oneDNN native bfloat16 matmuls and convolutions.
@@ -135,12 +135,22 @@ def check_precision_fits_isa(
         )
 
 
+# A CPU's native bfloat16 kernels are not always faster than its float32 ones: on a 2-core Intel
+# Xeon with avx512_bf16 and no AMX (oneDNN's avx512_core_bf16 kernels), the probe's convolution ran
+# at 0.55x float32's and the default training at 0.64x (benchmarks/test_throughput.py), while a Zen 4
+# with the same flag trained 1.48x faster in bfloat16. So `auto` measures: below this ratio, float32.
+# Between it and 1.0 bfloat16 is kept, as before the probe: the probe is one convolution, and
+# bfloat16 also halves the memory traffic of the ops around it.
+BF16_MIN_SPEEDUP = 0.9
+
+
 def choose_precision(
     requested: str,
     gpu_compute_capabilities: Sequence[tuple[int, int]],
     flags: Iterable[str],
     onednn: bool = True,
     max_isa: str | None = None,
+    bf16_speedup: Callable[[], tuple[float, str]] | None = None,
 ) -> tuple[str, str]:
     """Return (policy, reason). `requested` other than 'auto' is kept as it is.
 
@@ -155,6 +165,8 @@ def choose_precision(
     TF_ENABLE_ONEDNN_OPTS=0 (`onednn=False`) the same CPU trained the default CNN in mixed_bfloat16
     at a twentieth of its speed with oneDNN (benchmarks/test_cpu_settings.py), so float32 then, and
     likewise when `max_isa` (ONEDNN_MAX_CPU_ISA) keeps oneDNN below its bfloat16 kernels.
+    `bf16_speedup()`: (bfloat16's speed over float32's on this CPU, where the figure comes from),
+    asked only on a CPU with native bfloat16; below BF16_MIN_SPEEDUP, float32. None: the flags decide.
     """
     if requested != "auto":
         return requested, "set by PRECISION"
@@ -178,6 +190,12 @@ def choose_precision(
             f"ONEDNN_MAX_CPU_ISA={max_isa} keeps oneDNN below its bfloat16 kernels (AVX512_CORE_BF16): "
             "bfloat16 would be emulated even on this CPU (" + ", ".join(native) + ")"
         )
+    if native and bf16_speedup is not None:
+        speedup, origin = bf16_speedup()
+        measured = f"its bfloat16 convolution ran {speedup:.2f}x float32's ({origin})"
+        if speedup < BF16_MIN_SPEEDUP:
+            return "float32", f"CPU has native bfloat16 ({', '.join(native)}), but {measured}"
+        return "mixed_bfloat16", f"CPU has native bfloat16 ({', '.join(native)}); {measured}"
     if native:
         return "mixed_bfloat16", "CPU has native bfloat16 (" + ", ".join(native) + ")"
     return "float32", "CPU has no native bfloat16 (no amx_bf16 / avx512_bf16): bf16 would be emulated"
@@ -203,6 +221,28 @@ def measure_peak_flops(
             float(tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))  # the read forces completion
             best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
+
+
+def measure_bf16_speedup(reps: int = 5) -> float:
+    """float32's time over bfloat16's for a convolution of the default CNN's second layer at a batch of
+    256 (3x3, 32 -> 64 channels, 26x26), compiled as training compiles it: the best of `reps` each,
+    interleaved so that the machine's load falls on both alike. Above 1, bfloat16 is faster."""
+    import tensorflow as tf
+
+    best = {}
+    convs = {}
+    for dtype in ("float32", "bfloat16"):
+        x = tf.cast(tf.random.stateless_uniform((256, 26, 26, 32), seed=(1, 2)), dtype)
+        k = tf.cast(tf.random.stateless_uniform((3, 3, 32, 64), seed=(3, 4)), dtype)
+        step = tf.function(lambda x, k: tf.reduce_sum(tf.cast(tf.nn.conv2d(x, k, 1, "VALID"), tf.float32)))
+        float(step(x, k))  # trace, warm up the kernels and the thread pools
+        convs[dtype], best[dtype] = (lambda step=step, x=x, k=k: float(step(x, k))), math.inf
+    for _ in range(reps):
+        for dtype, conv in convs.items():
+            t0 = time.perf_counter()
+            conv()  # the read forces completion
+            best[dtype] = min(best[dtype], time.perf_counter() - t0)
+    return best["float32"] / best["bfloat16"]
 
 
 def in_container(root: Path = Path("/"), orchestrated: bool = False) -> bool:

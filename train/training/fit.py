@@ -43,10 +43,11 @@ from ..run.manifest import (
     start_manifest,
     update_manifest,
 )
-from ..run.remote import for_run, open_runs_dir
+from ..run.remote import for_run, local_dir, open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
-from ..run.rundir import RunDir
+from ..run.rundir import CACHE_DIR, RunDir
 from ..run.train_log import close_logging, setup_logging
+from . import flops
 from .callbacks import Callbacks
 from .loop import LoopState, Result, at_new_batch_size, log_distribution, split_of, start_loop
 from .stop_flag import StopFlag
@@ -248,7 +249,8 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
         return _stopped_before_training(run_dir, stop)
     from ..setup import devices
 
-    setup = setup or devices.setup_devices(settings)
+    cache = local_dir(settings.runs_dir) / CACHE_DIR  # the machine's measurements, shared by its runs
+    setup = setup or devices.setup_devices(settings, bf16_speedup=lambda: flops.cached_bf16_speedup(cache))
     log.info(setup.describe())
     if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)

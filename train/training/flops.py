@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..setup.hardware import PROBE_N, measure_peak_flops
+from ..setup.hardware import PROBE_N, measure_bf16_speedup, measure_peak_flops
 
 log = logging.getLogger("train")
 
 TRAIN_MULTIPLIER = 3  # forward + backward (activations) + backward (weights)
 PROBE_ROUNDS = 5  # probes of PROBE_REPS matmuls each; the best is the machine's, the rest its load
 PEAK_CACHE = "peak-flops"  # under RUNS_DIR/.cache
+SPEEDUP_CACHE = "bf16-speedup"  # PRECISION=auto's probe on a CPU with native bfloat16, beside it
 
 
 # Dense tensor-core peaks in TFLOP/s from NVIDIA's datasheets (SXM parts where there are two; no
@@ -131,19 +132,19 @@ def machine_key(where: str, dtype: str, environ: Mapping[str, str] | None = None
     }
 
 
-def peak_cache_file(cache_dir: Path, key: Mapping) -> Path:
+def peak_cache_file(cache_dir: Path, key: Mapping, folder: str = PEAK_CACHE) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return Path(cache_dir) / PEAK_CACHE / f"{digest}.json"
+    return Path(cache_dir) / folder / f"{digest}.json"
 
 
-def _read_cached(path: Path, key: Mapping) -> tuple[float, str]:
+def _read_cached(path: Path, key: Mapping, field: str = "flops_per_device") -> tuple[float, str]:
     data = json.loads(path.read_text(encoding="utf-8"))
-    flops = data["flops_per_device"]
+    value = data[field]
     if data.get("key") != dict(key):
         raise ValueError("it was measured for another machine, precision or TensorFlow version")
-    if not isinstance(flops, (int, float)) or isinstance(flops, bool) or not (0 < flops < math.inf):
-        raise ValueError(f"flops_per_device is {flops!r}, not a positive number")
-    return float(flops), str(data["measured_at"])
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (0 < value < math.inf):
+        raise ValueError(f"{field} is {value!r}, not a positive number")
+    return float(value), str(data["measured_at"])
 
 
 def cached_peak(
@@ -163,22 +164,42 @@ def cached_peak(
     best = max(probes)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     record = {"key": dict(key), "flops_per_device": best, "probes": probes, "measured_at": when}
-    if not _write_cache(path, record, "measured", "the next run measures again"):
+    if not _write_cache(path, record, "measured peak", "the next run measures again"):
         return best, f"measured now (best of {rounds} probes; not cached)"
     return best, f"measured now (best of {rounds} probes), cached in {path}"
 
 
 def _write_cache(path: Path, record: dict, what: str, otherwise: str) -> bool:
-    """Write a peak to the cache; an unwritable cache is one warning (saying `otherwise`), never an error."""
+    """Write a measurement to the cache; an unwritable cache is one warning (saying `otherwise`), never an error."""
     from ..run.files import shared_writes, write_json
 
     try:
         with shared_writes(path.parent):  # other runs sharing RUNS_DIR may measure at the same time
             write_json(path, record)
     except Exception as exc:
-        log.warning("WARNING: the %s peak cannot be cached in %s (%s): %s", what, path, exc, otherwise)
+        log.warning("WARNING: the %s cannot be cached in %s (%s): %s", what, path, exc, otherwise)
         return False
     return True
+
+
+def cached_bf16_speedup(cache_dir: Path, probe: Callable[[], float] = measure_bf16_speedup) -> tuple[float, str]:
+    """(bfloat16's speed over float32's on this CPU, where the figure came from), for PRECISION=auto:
+    measured once per machine and TensorFlow version and cached under RUNS_DIR/.cache/bf16-speedup/,
+    as the peak is, so every run on the machine (a resumed one too) makes the same choice."""
+    key = machine_key("CPU", "bfloat16 over float32")
+    path = peak_cache_file(cache_dir, key, SPEEDUP_CACHE)
+    if path.exists() or path.is_symlink():
+        try:
+            speedup, when = _read_cached(path, key, "speedup")
+            return speedup, f"probe cached from {path}, measured {when}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("WARNING: the cached bfloat16 probe %s cannot be used (%s): measuring it again", path, exc)
+    speedup = probe()
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record = {"key": key, "speedup": speedup, "measured_at": when}
+    if not _write_cache(path, record, "bfloat16 probe's figure", "the next run measures again"):
+        return speedup, "probe measured now, not cached"
+    return speedup, f"probe measured now, cached in {path}"
 
 
 def beaten_peak(
@@ -207,7 +228,7 @@ def beaten_peak(
     path = peak_cache_file(cache_dir, key)
     record = {"key": key, "flops_per_device": best, "probes": probes, "measured_at": when, "beaten_by_a_run": True}
     origin = f"raised at {when}: a run reached {achieved / devices / 1e9:.1f} GFLOP/s per device"
-    if _write_cache(path, record, "raised", "this run still divides by the new figure"):
+    if _write_cache(path, record, "raised peak", "this run still divides by the new figure"):
         origin += f", cached in {path}"
     return Peak(best * devices, peak.source, best, None, origin)
 
