@@ -122,10 +122,12 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def resolve_precision(requested: str = "auto") -> tuple[str, str]:
-    """(policy, reason) as `train.setup.devices` resolves PRECISION on this machine, oneDNN variables included."""
-    from train.setup.hardware import choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
+    """(policy, reason) as `train.training.fit` resolves PRECISION on this machine, oneDNN variables and
+    the bfloat16 probe included (measured here, not read from a cache)."""
+    from train.setup.hardware import choose_precision, cpu_flags, measure_bf16_speedup, onednn_enabled, onednn_max_isa
 
-    return choose_precision(requested, gpu_capabilities(), cpu_flags(), onednn_enabled(), onednn_max_isa())
+    probe = lambda: (measure_bf16_speedup(), "probe measured now")  # noqa: E731
+    return choose_precision(requested, gpu_capabilities(), cpu_flags(), onednn_enabled(), onednn_max_isa(), probe)
 
 
 def cpu_family(flags=None, max_isa: str | None = "unset") -> str:

@@ -137,10 +137,11 @@ def check_precision_fits_isa(
 
 # A CPU's native bfloat16 kernels are not always faster than its float32 ones: on a 2-core Intel
 # Xeon with avx512_bf16 and no AMX (oneDNN's avx512_core_bf16 kernels), the probe's convolution ran
-# at 0.55x float32's and the default training at 0.64x (benchmarks/test_throughput.py), while a Zen 4
-# with the same flag trained 1.48x faster in bfloat16. So `auto` measures: below this ratio, float32.
-# Between it and 1.0 bfloat16 is kept, as before the probe: the probe is one convolution, and
-# bfloat16 also halves the memory traffic of the ops around it.
+# at 0.5-0.6x float32's and the default training at 0.80x (batch 128) and 0.875x (512) of float32's
+# speed (benchmarks/test_throughput.py), while a Zen 4 with the same flag trained 1.48x faster in
+# bfloat16. So `auto` measures: below this ratio, float32. Between it and 1.0 bfloat16 is kept, as
+# before the probe: the probe is one convolution, and bfloat16 also halves the memory traffic of
+# the ops around it.
 BF16_MIN_SPEEDUP = 0.9
 
 
