@@ -214,7 +214,7 @@ def test_a_resume_interrupted_during_start_up_leaves_the_record_as_it_was(tmp_pa
     before = _bytes(run, "config.json", "manifest.json")
     real_setup = devices.setup_devices
 
-    def signalled_setup(settings):
+    def signalled_setup(settings, **_probes):
         os.kill(os.getpid(), signal.SIGTERM)  # `docker stop` while the resume starts up
         return real_setup(settings)
 

@@ -260,6 +260,17 @@ def test_the_probe_runs_only_where_the_cpu_could_run_bfloat16_natively(requested
     assert calls == []
 
 
+def test_a_probe_that_fails_leaves_the_choice_to_the_flags_and_says_why():
+    def probe():
+        raise RuntimeError("could not create a primitive descriptor\nmore lines")
+
+    got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=probe)
+    assert got == "mixed_bfloat16"
+    assert reason == (
+        "CPU has native bfloat16 (avx512_bf16; the probe failed: RuntimeError: could not create a primitive descriptor)"
+    )
+
+
 def test_the_real_probe_measures_both_precisions_on_this_cpu():
     speedup = measure_bf16_speedup(reps=2)
     assert 0.01 < speedup < 100  # a ratio of two timings of the same work, whatever this CPU is

@@ -318,7 +318,7 @@ def test_a_bucket_run_names_its_url_from_its_first_line(tmp_path, s3_server, s3_
         monkeypatch.setenv(key, value)
     settings = tiny_settings(tmp_path, runs_dir=f"s3://{s3_bucket}/runs", store_cache=str(tmp_path / "cache"))
 
-    def signalled_setup(_settings):
+    def signalled_setup(_settings, **_probes):
         os.kill(os.getpid(), signal.SIGTERM)
         return types.SimpleNamespace(strategy=None, replicas=1, describe=lambda: "devices: none (test)")
 

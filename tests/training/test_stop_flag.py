@@ -122,7 +122,7 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
 
     settings = tiny_settings(tmp_path)
 
-    def signalled_setup(_settings):
+    def signalled_setup(_settings, **_probes):
         os.kill(os.getpid(), sig)  # delivered now, while start-up is in progress
         return _NoDevices()
 
@@ -144,7 +144,7 @@ def test_a_stopped_run_ends_with_the_whole_command_that_continues_it(tmp_path, m
     from train.commands import fit as fit_command
     from train.setup import devices
 
-    def signalled_setup(_settings):
+    def signalled_setup(_settings, **_probes):
         os.kill(os.getpid(), signal.SIGTERM)
         return _NoDevices()
 

@@ -92,8 +92,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from train.setup import devices
 real = devices.setup_devices
-def two_replicas(settings, cluster=None):
-    setup = real(settings)
+def two_replicas(settings, cluster=None, **probes):
+    setup = real(settings, **probes)
     setup.strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     setup.replicas = 2
     return setup

@@ -192,7 +192,11 @@ def choose_precision(
             "bfloat16 would be emulated even on this CPU (" + ", ".join(native) + ")"
         )
     if native and bf16_speedup is not None:
-        speedup, origin = bf16_speedup()
+        try:
+            speedup, origin = bf16_speedup()
+        except Exception as exc:  # a probe that cannot run leaves the choice to the flags, and says so
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            return "mixed_bfloat16", f"CPU has native bfloat16 ({', '.join(native)}; the probe failed: {why})"
         measured = f"its bfloat16 convolution ran {speedup:.2f}x float32's ({origin})"
         if speedup < BF16_MIN_SPEEDUP:
             return "float32", f"CPU has native bfloat16 ({', '.join(native)}), but {measured}"
