@@ -71,8 +71,8 @@ def setup_devices(settings, cluster=None, bf16_speedup=None) -> DeviceSetup:
 
     With a multi-worker `cluster` (train.workers.cluster.Cluster) this joins it: it returns once every
     worker has started. `bf16_speedup`: PRECISION=auto's probe on a CPU with native bfloat16
-    (hardware.choose_precision); None, the CPU's flags decide, as on several workers, which must
-    all pick the same precision."""
+    (hardware.choose_precision); None, the CPU's flags decide (a worker other than the chief, which
+    then takes the chief's choice: train.workers.start)."""
     gpus = tf.config.list_physical_devices("GPU")
     if settings.memory_growth:
         _enable_memory_growth(gpus)

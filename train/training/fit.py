@@ -43,9 +43,9 @@ from ..run.manifest import (
     start_manifest,
     update_manifest,
 )
-from ..run.remote import for_run, local_dir, open_runs_dir
+from ..run.remote import for_run, open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
-from ..run.rundir import CACHE_DIR, RunDir
+from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
 from . import flops
 from .callbacks import Callbacks
@@ -249,7 +249,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
         return _stopped_before_training(run_dir, stop)
     from ..setup import devices
 
-    cache = local_dir(settings.runs_dir) / CACHE_DIR  # the machine's measurements, shared by its runs
+    cache = flops.machine_cache(settings.runs_dir)
     setup = setup or devices.setup_devices(settings, bf16_speedup=lambda: flops.cached_bf16_speedup(cache))
     log.info(setup.describe())
     if stop.check() and not several:

@@ -182,6 +182,15 @@ def _write_cache(path: Path, record: dict, what: str, otherwise: str) -> bool:
     return True
 
 
+def machine_cache(runs_dir: str) -> Path:
+    """RUNS_DIR/.cache, where a machine's measurements (the peak, the bfloat16 probe) are shared by its
+    runs; a bucket RUNS_DIR's local staging copy holds it."""
+    from ..run.remote import local_dir
+    from ..run.rundir import CACHE_DIR
+
+    return local_dir(runs_dir) / CACHE_DIR
+
+
 def cached_bf16_speedup(cache_dir: Path, probe: Callable[[], float] = measure_bf16_speedup) -> tuple[float, str]:
     """(bfloat16's speed over float32's on this CPU, where the figure came from), for PRECISION=auto:
     measured once per machine and TensorFlow version and cached under RUNS_DIR/.cache/bf16-speedup/,

@@ -27,8 +27,7 @@ from ..models import entry, monitors
 from ..run import checkpoints
 from ..run.manifest import record_unfinished_epoch, update_manifest
 from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, read_back
-from ..run.remote import local_dir
-from ..run.rundir import CACHE_DIR, RunDir
+from ..run.rundir import RunDir
 from ..run.train_log import end_progress_line, progress_line
 from ..run.weights import save_weights
 from . import flops, profiling
@@ -260,7 +259,7 @@ class EpochLoop:
         tf32 = bool(self.setup.gpus) and tf.config.experimental.tensor_float_32_execution_enabled()
         dtype = flops.compute_dtype(self.setup.precision, tf32)
         where = self.setup.gpus[0] if self.setup.gpus else "CPU"
-        cache = local_dir(self.s.runs_dir) / CACHE_DIR  # one measurement per machine, shared by the runs
+        cache = flops.machine_cache(self.s.runs_dir)  # one measurement per machine, shared by the runs
         self.peak = flops.peak_for(self.s.peak_flops, cache, where, dtype, replicas)
         self._peak_place = (replicas, cache, where, dtype)  # where a peak that a run beats is measured again
         uncounted = ", ".join(self.flop_count.uncounted_layers) or "none"

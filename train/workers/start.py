@@ -29,15 +29,39 @@ def join(settings, stop, epochs: int):
     # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
     wait_for_workers(cluster, settings.join_timeout, stop, cluster.source)
     from ..setup import devices
+    from ..training import flops
     from . import worker
 
-    setup = devices.setup_devices(settings, cluster)  # TensorFlow's join: every worker is up by now
+    # Only the chief measures PRECISION=auto's bfloat16 probe (cached in its RUNS_DIR); the others
+    # take its choice below. TensorFlow's join happens here: every worker is up by now.
+    cache = flops.machine_cache(settings.runs_dir)
+    probe = (lambda: flops.cached_bf16_speedup(cache)) if cluster.is_chief else None
+    setup = devices.setup_devices(settings, cluster, bf16_speedup=probe)
     setup.group = Group(setup)
     worker.route_signals_again()
+    with setup.group.errors():
+        take_the_chiefs_precision(setup)
     if not cluster.is_chief:
         with setup.group.errors():
             return worker.run_worker(settings, setup, stop, epochs)
     return setup
+
+
+def take_the_chiefs_precision(setup) -> None:
+    """Every worker trains in the chief's precision (a collective: each worker calls it at the join):
+    one whose own choice differs, from its CPU's flags or its own PRECISION, takes the chief's before
+    any model is built, and its `devices:` line says so."""
+    import keras
+
+    from .sync import text_from_chief
+
+    chosen = text_from_chief(setup.strategy, setup.precision)
+    if chosen != setup.precision:
+        keras.mixed_precision.set_global_policy(chosen)
+        setup.precision_reason = (
+            f"the chief's choice; this worker alone would run {setup.precision} ({setup.precision_reason})"
+        )
+        setup.precision = chosen
 
 
 class Group:
