@@ -367,3 +367,8 @@ def test_a_corrupt_bf16_probe_cache_is_measured_again_with_a_warning(tmp_path, w
         "measuring it again"
     )
     assert json.loads(path.read_text())["speedup"] == 1.4
+
+
+def test_the_bf16_probe_without_a_cache_folder_is_measured_and_not_cached(tmp_path):
+    probe, calls = probes(0.55)
+    assert flops.cached_bf16_speedup(None, probe) == (0.55, "probe measured now, not cached") and calls == [0.55]

@@ -36,3 +36,18 @@ def test_the_chief_keeps_its_own_choice_and_its_reason():
     start.take_the_chiefs_precision(setup)
     assert (setup.precision, setup.precision_reason) == ("float32", reason)
     assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_only_the_chief_probes_and_a_bucket_runs_dir_not_opened_yet_is_measured_without_the_cache(
+    monkeypatch, tmp_path
+):
+    """`train.train` opens a bucket RUNS_DIR's staging copy after the join: its chief measures, uncached
+    (`python -m train fit` opens it before, and the chief then caches in the staging copy)."""
+    from train.training import flops
+
+    asked = []
+    monkeypatch.setattr(flops, "cached_bf16_speedup", lambda cache: asked.append(cache) or (0.5, "a probe"))
+    assert start.chiefs_probe(SimpleNamespace(runs_dir=str(tmp_path)), is_chief=False) is None
+    assert start.chiefs_probe(SimpleNamespace(runs_dir="s3://bucket/runs"), is_chief=True)() == (0.5, "a probe")
+    assert start.chiefs_probe(SimpleNamespace(runs_dir=str(tmp_path)), is_chief=True)() == (0.5, "a probe")
+    assert asked == [None, tmp_path / ".cache"]

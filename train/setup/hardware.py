@@ -140,9 +140,8 @@ def check_precision_fits_isa(
 # at 0.5-0.6x float32's and the default training at 0.80x (batch 128) and 0.875x (512) of float32's
 # speed (benchmarks/test_throughput.py), while a Zen 4 with the same flag trained 1.48x faster in
 # bfloat16, its forward convolutions 1.64x (docs/performance.md, where a step's time goes). So `auto`
-# measures: below this ratio, float32. Between it and 1.0 bfloat16 is kept, as
-# before the probe: the probe is one convolution, and bfloat16 also halves the memory traffic of
-# the ops around it.
+# measures: below this ratio, float32. Between it and 1.0 bfloat16 is kept, as before the probe: the
+# probe is one convolution, and bfloat16 also halves the memory traffic of the ops around it.
 BF16_MIN_SPEEDUP = 0.9
 
 

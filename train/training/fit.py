@@ -249,8 +249,8 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
         return _stopped_before_training(run_dir, stop)
     from ..setup import devices
 
-    cache = flops.machine_cache(settings.runs_dir)
-    setup = setup or devices.setup_devices(settings, bf16_speedup=lambda: flops.cached_bf16_speedup(cache))
+    probe = lambda: flops.cached_bf16_speedup(flops.machine_cache(settings.runs_dir))  # noqa: E731
+    setup = setup or devices.setup_devices(settings, bf16_speedup=probe)
     log.info(setup.describe())
     if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)

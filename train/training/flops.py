@@ -191,10 +191,13 @@ def machine_cache(runs_dir: str) -> Path:
     return local_dir(runs_dir) / CACHE_DIR
 
 
-def cached_bf16_speedup(cache_dir: Path, probe: Callable[[], float] = measure_bf16_speedup) -> tuple[float, str]:
+def cached_bf16_speedup(cache_dir: Path | None, probe: Callable[[], float] = measure_bf16_speedup) -> tuple[float, str]:
     """(bfloat16's speed over float32's on this CPU, where the figure came from), for PRECISION=auto:
     measured once per machine and TensorFlow version and cached under RUNS_DIR/.cache/bf16-speedup/,
-    as the peak is, so every run on the machine (a resumed one too) makes the same choice."""
+    as the peak is, so every run on the machine (a resumed one too) makes the same choice.
+    `cache_dir` None: measured, not cached (no local RUNS_DIR yet)."""
+    if cache_dir is None:
+        return probe(), "probe measured now, not cached"
     key = machine_key("CPU", "bfloat16 over float32")
     path = peak_cache_file(cache_dir, key, SPEEDUP_CACHE)
     if path.exists() or path.is_symlink():

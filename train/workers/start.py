@@ -29,14 +29,10 @@ def join(settings, stop, epochs: int):
     # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
     wait_for_workers(cluster, settings.join_timeout, stop, cluster.source)
     from ..setup import devices
-    from ..training import flops
     from . import worker
 
-    # Only the chief measures PRECISION=auto's bfloat16 probe (cached in its RUNS_DIR); the others
-    # take its choice below. TensorFlow's join happens here: every worker is up by now.
-    cache = flops.machine_cache(settings.runs_dir)
-    probe = (lambda: flops.cached_bf16_speedup(cache)) if cluster.is_chief else None
-    setup = devices.setup_devices(settings, cluster, bf16_speedup=probe)
+    # TensorFlow's join happens here: every worker is up by now.
+    setup = devices.setup_devices(settings, cluster, bf16_speedup=chiefs_probe(settings, cluster.is_chief))
     setup.group = Group(setup)
     worker.route_signals_again()
     with setup.group.errors():
@@ -45,6 +41,26 @@ def join(settings, stop, epochs: int):
         with setup.group.errors():
             return worker.run_worker(settings, setup, stop, epochs)
     return setup
+
+
+def chiefs_probe(settings, is_chief: bool):
+    """PRECISION=auto's bfloat16 probe, on the chief alone (the others take its choice at the join:
+    take_the_chiefs_precision); None on another worker. Cached in RUNS_DIR/.cache as a single
+    process's is, but for a bucket RUNS_DIR not opened yet: `python -m train fit` opens it before
+    the join, `train.train` only after it."""
+    if not is_chief:
+        return None
+    from ..errors import StorageError
+    from ..training import flops
+
+    def probe():
+        try:
+            cache = flops.machine_cache(settings.runs_dir)
+        except StorageError:  # the store is not open: measured, not cached
+            cache = None
+        return flops.cached_bf16_speedup(cache)
+
+    return probe
 
 
 def take_the_chiefs_precision(setup) -> None:
