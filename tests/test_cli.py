@@ -153,6 +153,15 @@ def test_a_word_that_is_no_command_is_one_line_naming_the_commands(capsys):
     )
 
 
+def test_a_deleted_extras_command_is_not_taken_for_the_other_one(monkeypatch, capsys):
+    """`serve` and `sweep` look alike: in a fork without one, its name is not a misspelling of the other."""
+    for gone in ("serve", "sweep"):
+        monkeypatch.setattr(cli, "COMMANDS", tuple(c for c in cli.COMMANDS if c != gone))
+        assert cli._no_command(gone)
+    monkeypatch.undo()
+    assert not cli._no_command("rnus") and not cli._no_command("reprodce")  # misspellings: fit's to name
+
+
 def test_every_setting_has_a_flag():
     fit = cli.build_parser()._subparsers._group_actions[0].choices["fit"]
     dests = {a.dest for a in fit._actions}

@@ -84,7 +84,8 @@ def _no_command(word: str) -> bool:
     return (
         not word.startswith("-")
         and word not in COMMANDS
-        and not difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+        # 0.7: `serve` and `sweep` are 0.6 alike, and a fork without one must not be told it meant the other.
+        and not difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.7)
     )
 
 

@@ -41,7 +41,17 @@ def test_auto_on_a_bf16_cpu_follows_the_probe_as_in_training(monkeypatch, speedu
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     p = check.precisions(Facts(tf=cpu_tf(bf16_speedup=speedup), cpu_bf16=["avx512_bf16"]))
     assert p["auto"] == auto and p["options"]["mixed_bfloat16"]["sensible"] is (auto == "mixed_bfloat16")
-    assert f"ran {speedup:.2f}x float32's (measured now by this check)" in p["auto_reason"]
+    assert f"ran {speedup:.2f}x float32's (measured now by this check; a run reads" in p["auto_reason"]
+
+
+def test_auto_on_a_bf16_cpu_whose_probe_failed_is_float32_as_in_training(monkeypatch):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    failed = "AbortedError: could not create a primitive descriptor for the convolution"
+    p = check.precisions(Facts(tf=cpu_tf(bf16_probe_error=failed), cpu_bf16=["avx512_bf16"]))
+    assert p["auto"] == "float32" and p["auto_reason"].endswith(
+        f"but the bfloat16 probe failed: RuntimeError: {failed}"
+    )
 
 
 def test_auto_on_a_bf16_cpu_with_onednn_turned_off_is_float32_as_in_training(monkeypatch):

@@ -63,7 +63,7 @@ def test_onednn_off_changes_nothing_on_gpus_or_for_an_explicit_precision():
     assert choose_precision("mixed_bfloat16", [], {"avx512_bf16"}, onednn=False)[0] == "mixed_bfloat16"
 
 
-@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "SSE41"])
+@pytest.mark.parametrize("isa", ["AVX2", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI", "SSE41"])
 def test_auto_on_a_bf16_cpu_with_onednn_capped_below_bf16_is_float32(isa):
     got, reason = choose_precision("auto", [], {"amx_bf16", "avx512_bf16"}, max_isa=isa)
     assert got == "float32"
@@ -137,7 +137,7 @@ def test_cpu_flags_without_a_flags_line_or_file_is_empty(tmp_path):
     assert cpu_flags(tmp_path / "missing") == set()
 
 
-@pytest.mark.parametrize("isa", ["AVX2", "AVX", "SSE41", "AVX2_VNNI"])
+@pytest.mark.parametrize("isa", ["AVX2", "AVX", "SSE41", "AVX2_VNNI", "AVX2_VNNI_2"])
 def test_bfloat16_on_the_cpu_under_a_cap_where_tensorflow_crashes_is_refused(isa):
     with pytest.raises(ConfigError) as caught:
         check_precision_fits_isa("mixed_bfloat16", [], {"avx2", "avx512f", "avx512_bf16"}, isa)
@@ -153,6 +153,7 @@ def test_bfloat16_on_the_cpu_under_a_cap_where_tensorflow_crashes_is_refused(isa
         ("mixed_bfloat16", [], {"avx512f"}, "AVX512_CORE"),  # emulated there, slow but correct
         ("mixed_bfloat16", [], {"avx512f"}, None),
         ("mixed_bfloat16", [], {"avx2", "fma"}, "AVX2"),  # no AVX-512: TensorFlow keeps bf16 off oneDNN
+        ("mixed_bfloat16", [], {"avx512f", "avx_ne_convert"}, "AVX2_VNNI_2"),  # its bfloat16 kernels are there
     ],
 )
 def test_other_precisions_and_caps_pass_the_isa_check(policy, ccs, flags, isa):
@@ -260,17 +261,53 @@ def test_the_probe_runs_only_where_the_cpu_could_run_bfloat16_natively(requested
     assert calls == []
 
 
-def test_a_probe_that_fails_leaves_the_choice_to_the_flags_and_says_why():
+def test_a_probe_that_fails_is_float32_and_says_why():
+    # A bfloat16 convolution that cannot run (oneDNN capped under a name this module does not know):
+    # the model's first convolution would fail the same way.
     def probe():
         raise RuntimeError("could not create a primitive descriptor\nmore lines")
 
     got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=probe)
-    assert got == "mixed_bfloat16"
+    assert got == "float32"
     assert reason == (
-        "CPU has native bfloat16 (avx512_bf16; the probe failed: RuntimeError: could not create a primitive descriptor)"
+        "CPU has native bfloat16 (avx512_bf16), but the bfloat16 probe failed: "
+        "RuntimeError: could not create a primitive descriptor"
     )
+
+
+def test_a_figure_just_below_the_threshold_never_reads_as_it():
+    got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=lambda: (0.8996, "a probe"))
+    assert got == "float32" and "ran 0.89x float32's" in reason
+    got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=lambda: (0.9, "a probe"))
+    assert got == "mixed_bfloat16" and "ran 0.90x float32's" in reason
 
 
 def test_the_real_probe_measures_both_precisions_on_this_cpu():
     speedup = measure_bf16_speedup(reps=2)
     assert 0.01 < speedup < 100  # a ratio of two timings of the same work, whatever this CPU is
+
+
+@pytest.mark.parametrize(
+    "kept, ccs, flags, isa, want",
+    [
+        ("float32", [], {"avx512_bf16"}, None, "float32"),  # kept, though the probe would pick bfloat16
+        ("mixed_bfloat16", [], {"avx512_bf16"}, None, "mixed_bfloat16"),  # kept, though the probe says 0.5x
+        ("mixed_bfloat16", [], {"avx2"}, None, "float32"),  # no native bfloat16 here: picked anew
+        ("mixed_bfloat16", [], {"avx512_bf16"}, "AVX2", "float32"),  # oneDNN capped below it
+        ("mixed_float16", [(8, 0)], set(), None, "mixed_float16"),  # an Ampere has float16 tensor cores too
+        ("mixed_float16", [], {"avx512_bf16"}, None, "mixed_bfloat16"),  # a GPU run resumed on a CPU: picked anew
+        ("mixed_bfloat16", [(7, 5)], set(), None, "mixed_float16"),  # a T4 has no bfloat16 tensor cores
+    ],
+)
+def test_a_resume_keeps_the_runs_precision_where_the_devices_run_it_natively(kept, ccs, flags, isa, want):
+    probe, calls = _probe(0.5 if kept == "mixed_bfloat16" else 1.5)
+    got, reason = choose_precision("auto", ccs, flags, max_isa=isa, bf16_speedup=probe, kept=(kept, "why"))
+    assert got == want
+    assert reason.startswith("the run's own, kept on resume") == (got == kept)
+    assert calls == [] or got != kept  # a kept precision needs no probe
+
+
+def test_a_precision_kept_twice_names_its_first_reason_once():
+    first = choose_precision("auto", [], {"avx2"}, kept=("float32", "CPU has no native bfloat16"))[1]
+    assert choose_precision("auto", [], {"avx2"}, kept=("float32", first))[1] == first
+    assert choose_precision("float32", [], {"avx2"}, kept=("mixed_bfloat16", "x")) == ("float32", "set by PRECISION")

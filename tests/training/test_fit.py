@@ -110,6 +110,44 @@ def test_resume_continues_epochs_and_optimizer_steps(tmp_path):
     assert "restored from checkpoint" in (first.run_dir / "train.log").read_text()
 
 
+def test_a_resume_keeps_auto_s_precision_where_it_runs_natively_and_says_when_it_cannot(tmp_path, monkeypatch):
+    """PRECISION=auto on a resume: the run's own precision, whatever auto would pick now (here a CPU
+    whose probe now favours bfloat16); where these devices cannot run it natively, auto picks anew, a
+    WARNING says the metrics may step, and each segment's precision is in the manifest."""
+    from train import train
+    from train.setup import devices
+    from train.training import flops
+
+    s = tiny_settings(tmp_path, epochs=1, precision="auto")
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2"})
+    first = train(s)
+    manifest = first.run_dir / "manifest.json"
+    assert json.loads(manifest.read_text())["precision"]["policy"] == "float32"
+
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(flops, "cached_bf16_speedup", lambda cache: (1.5, "a probe"))  # auto alone: bfloat16
+    train(s.replace(epochs=2), resume=first.run_dir.name)
+    m = json.loads(manifest.read_text())
+    assert m["precision"]["policy"] == "float32"
+    assert m["precision"]["reason"] == (
+        "the run's own, kept on resume; chosen at its start: CPU has no native bfloat16 "
+        "(no amx_bf16 / avx512_bf16): bf16 would be emulated"
+    )
+    assert [seg["precision"] for seg in m["segments"]] == ["float32", "float32"]
+    assert "WARNING: this run trained in" not in (first.run_dir / "train.log").read_text()
+
+    # Recorded bfloat16 (a run begun on a CPU that has it), resumed on one without: float32, said once.
+    m["precision"]["policy"] = "mixed_bfloat16"
+    manifest.write_text(json.dumps(m))
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2"})
+    train(s.replace(epochs=3), resume=first.run_dir.name)
+    m = json.loads(manifest.read_text())
+    assert m["precision"]["policy"] == "float32" and m["precision"]["reason"].startswith("CPU has no native")
+    assert [seg["precision"] for seg in m["segments"]] == ["float32", "float32", "float32"]
+    log = (first.run_dir / "train.log").read_text()
+    assert log.count("WARNING: this run trained in mixed_bfloat16 until now, and trains on in float32") == 1
+
+
 def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_that_a_resume_exports(
     tmp_path, monkeypatch
 ):

@@ -169,6 +169,8 @@ def test_another_precision_or_tensorflow_version_is_measured_on_its_own(tmp_path
         ('{"key": {}, "flops_per_device": 1e9, "measured_at": "x"}', "another machine"),
         (json.dumps({"key": KEY, "flops_per_device": -5, "measured_at": "x"}), "not a positive number"),
         (json.dumps({"key": KEY, "flops_per_device": "fast", "measured_at": "x"}), "not a positive number"),
+        (f'{{"key": {json.dumps(KEY)}, "flops_per_device": 1{"0" * 400}, "measured_at": "x"}}', "not a positive"),
+        (json.dumps({"key": KEY, "flops_per_device": 1e9, "measured_at": None}), "measured_at is None, not a time"),
         (json.dumps({"key": KEY, "measured_at": "x"}), "flops_per_device"),
         ("[]", "list indices"),
     ],

@@ -10,14 +10,17 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import keras
+import pytest
 from test_sync import ReplicasOfOneWorker
 
+from train.errors import ConfigError
+from train.setup import hardware
 from train.workers import start, sync
 
 
 def _setup(precision: str, reason: str, strategy=None):
     keras.mixed_precision.set_global_policy(precision)
-    return SimpleNamespace(strategy=strategy, precision=precision, precision_reason=reason)
+    return SimpleNamespace(strategy=strategy, precision=precision, precision_reason=reason, compute_capabilities=[])
 
 
 def test_a_worker_whose_own_choice_differs_takes_the_chiefs_and_says_so(monkeypatch):
@@ -28,6 +31,16 @@ def test_a_worker_whose_own_choice_differs_takes_the_chiefs_and_says_so(monkeypa
     assert setup.precision_reason == (
         "the chief's choice; this worker alone would run mixed_bfloat16 (CPU has native bfloat16 (avx512_bf16))"
     )
+
+
+def test_a_worker_whose_onednn_cap_crashes_on_the_chiefs_bfloat16_is_refused(monkeypatch):
+    monkeypatch.setattr(sync, "text_from_chief", lambda strategy, text: "mixed_bfloat16")
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    setup = _setup("float32", "ONEDNN_MAX_CPU_ISA=AVX2 keeps oneDNN below its bfloat16 kernels")
+    with pytest.raises(ConfigError, match="ONEDNN_MAX_CPU_ISA=AVX2"):
+        start.take_the_chiefs_precision(setup)
+    assert keras.mixed_precision.global_policy().name == "float32"
 
 
 def test_the_chief_keeps_its_own_choice_and_its_reason():

@@ -26,14 +26,20 @@ from .tflog import classify_log
 def precisions(facts: Facts) -> dict[str, Any]:
     """Which precisions make sense on the devices TensorFlow will use, and what `auto` picks (train.setup.hardware)."""
     ccs = [tuple(g["compute_capability"]) for g in facts.tf.gpus if g.get("compute_capability")]
-    measured = facts.tf.bf16_speedup
+    measured, failed = facts.tf.bf16_speedup, facts.tf.bf16_probe_error
+
+    def probe() -> tuple[float, str]:
+        if failed:
+            raise RuntimeError(failed)
+        return measured, "measured now by this check; a run reads the figure cached in RUNS_DIR/.cache"
+
     auto, reason = hardware.choose_precision(
         "auto",
         ccs,
         facts.cpu_bf16,
         hardware.onednn_enabled(),
         hardware.onednn_max_isa(),
-        (lambda: (measured, "measured now by this check")) if measured else None,
+        probe if measured or failed else None,
     )
     if facts.tf.gpus:
         cc = min(ccs) if ccs else None

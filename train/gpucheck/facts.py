@@ -49,6 +49,7 @@ class TfFacts:
     memory_growth: dict = field(default_factory=dict)  # {"in_effect", "error", "late_call"}
     matmul: list[dict] = field(default_factory=list)  # {"device", "n", "seconds", "gflops"} or {"device", "error"}
     bf16_speedup: float | None = None  # a CPU with native bfloat16: PRECISION=auto's probe (train.setup.hardware)
+    bf16_probe_error: str | None = None  # that probe's error, when it could not run (auto then picks float32)
     log: list[str] = field(default_factory=list)  # TensorFlow's C++ log lines (stderr of the probe)
     seconds: float = 0.0
 
@@ -212,8 +213,8 @@ def probe_main(skip_matmul: bool) -> None:
     if not skip_matmul and not gpus and hardware.cpu_bf16(hardware.cpu_flags()):
         try:  # what a training run measures once per machine to choose its precision
             out["bf16_speedup"] = round(hardware.measure_bf16_speedup(), 3)
-        except Exception:  # the check then says what the CPU's flags say
-            pass
+        except Exception as exc:  # as a run's probe: float32, and the reason names the error
+            out["bf16_probe_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     print(_MARK + json.dumps(out), flush=True)
 
 

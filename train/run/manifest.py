@@ -281,10 +281,11 @@ def _legacy_segment(previous: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def record_data(path: Path, data: dict[str, Any], precision: dict[str, Any]) -> dict[str, Any]:
-    """The data this segment trains on: the run's `data`, and the open segment's fingerprint."""
+    """The data and precision this segment trains with: the run's `data` and `precision` (the newest
+    segment's), and the open segment's fingerprint and policy (a resume on other devices may differ)."""
     manifest = read_json(path)
     if manifest.get("segments"):
-        manifest["segments"][-1]["data_fingerprint"] = data.get("fingerprint")
+        manifest["segments"][-1].update(data_fingerprint=data.get("fingerprint"), precision=precision.get("policy"))
     manifest.update(data=data, precision=precision)
     write_json(path, manifest)
     return manifest

@@ -66,13 +66,14 @@ def _compute_capability(gpu) -> tuple[int, int] | None:
     return tuple(cc) if cc else None
 
 
-def setup_devices(settings, cluster=None, bf16_speedup=None) -> DeviceSetup:
+def setup_devices(settings, cluster=None, bf16_speedup=None, kept=None) -> DeviceSetup:
     """Apply memory growth, seeds, determinism and the precision policy; pick a strategy.
 
     With a multi-worker `cluster` (train.workers.cluster.Cluster) this joins it: it returns once every
     worker has started. `bf16_speedup`: PRECISION=auto's probe on a CPU with native bfloat16
     (hardware.choose_precision); None, the CPU's flags decide (a worker other than the chief, which
-    then takes the chief's choice: train.workers.start)."""
+    then takes the chief's choice: train.workers.start). `kept`: a resumed run's recorded (policy,
+    reason), which PRECISION=auto keeps where these devices run it natively."""
     gpus = tf.config.list_physical_devices("GPU")
     if settings.memory_growth:
         _enable_memory_growth(gpus)
@@ -84,7 +85,7 @@ def setup_devices(settings, cluster=None, bf16_speedup=None) -> DeviceSetup:
         tf.config.experimental.enable_op_determinism()
     ccs = [cc for cc in (_compute_capability(g) for g in gpus) if cc]
     flags, max_isa = cpu_flags(), onednn_max_isa()
-    policy, reason = choose_precision(settings.precision, ccs, flags, onednn_enabled(), max_isa, bf16_speedup)
+    policy, reason = choose_precision(settings.precision, ccs, flags, onednn_enabled(), max_isa, bf16_speedup, kept)
     check_precision_fits_isa(policy, ccs, flags, max_isa)
     keras.mixed_precision.set_global_policy(policy)
     strategy = multi or (tf.distribute.MirroredStrategy() if len(gpus) > 1 else None)

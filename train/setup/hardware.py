@@ -21,9 +21,10 @@ CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 # still hands bfloat16 work to oneDNN (it decides from the CPU's avx512f flag:
 # IsBF16SupportedByOneDNNOnThisCPU in its mkl_graph_util.h), which has no kernel for it under the
 # cap: a bfloat16 matmul ends the process (SIGSEGV) and a convolution raises "could not create a
-# primitive descriptor" (TensorFlow 2.21, measured with ONEDNN_MAX_CPU_ISA=AVX2). Without avx512f,
-# TensorFlow keeps bfloat16 on its own kernels.
-ISAS_BF16_FAILS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI")
+# primitive descriptor" (TensorFlow 2.21, measured with ONEDNN_MAX_CPU_ISA=AVX2, and AVX2_VNNI_2 on
+# a CPU without avx_ne_convert, the instructions oneDNN's bfloat16 kernels at that level need).
+# Without avx512f, TensorFlow keeps bfloat16 on its own kernels.
+ISAS_BF16_FAILS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
 # The caps that stop oneDNN below its bfloat16 kernels (AVX512_CORE_BF16 and up): there bfloat16 is
 # emulated, or crashes as above, even on a CPU that has it. Any other value (AVX512_CORE_BF16,
 # AVX512_CORE_AMX, ALL, ...) leaves the native kernels in reach.
@@ -67,6 +68,7 @@ _CAPPED = {
     "AVX": "older (no AVX2)",
     "AVX2": "AVX2",
     "AVX2_VNNI": "AVX2",
+    "AVX2_VNNI_2": "AVX2",
     "AVX512_CORE": "AVX-512",
     "AVX512_CORE_VNNI": "AVX-512",
     "AVX512_CORE_BF16": "AVX512-BF16",
@@ -123,8 +125,10 @@ def check_precision_fits_isa(
 ) -> None:
     """Refuse bfloat16 on the CPU under an ONEDNN_MAX_CPU_ISA cap at which TensorFlow crashes, with
     what to change, instead of a segmentation fault at the first step."""
-    on_onednn = bool({"avx512f", "avx_ne_convert"} & set(flags))
-    if policy == "mixed_bfloat16" and not gpu_compute_capabilities and on_onednn and max_isa in ISAS_BF16_FAILS:
+    flags = set(flags)
+    on_onednn = bool({"avx512f", "avx_ne_convert"} & flags)
+    fails = max_isa in ISAS_BF16_FAILS and not (max_isa == "AVX2_VNNI_2" and "avx_ne_convert" in flags)
+    if policy == "mixed_bfloat16" and not gpu_compute_capabilities and on_onednn and fails:
         from ..errors import ConfigError
 
         raise ConfigError(
@@ -145,6 +149,21 @@ def check_precision_fits_isa(
 BF16_MIN_SPEEDUP = 0.9
 
 
+KEPT = "the run's own, kept on resume; chosen at its start: "
+
+
+def runs_natively(
+    policy: str, gpu_compute_capabilities: Sequence[tuple[int, int]], flags: Iterable[str], onednn: bool, max_isa
+) -> bool:
+    """Whether these devices run `policy` at their own speed: float32 anywhere; float16 and bfloat16 on
+    GPUs whose tensor cores have it; bfloat16 on a CPU whose oneDNN kernels have it."""
+    if policy == "float32":
+        return True
+    if gpu_compute_capabilities:
+        return min(gpu_compute_capabilities) >= (BF16_MIN_CC if policy == "mixed_bfloat16" else FP16_MIN_CC)
+    return policy == "mixed_bfloat16" and bool(cpu_bf16(flags)) and onednn and max_isa not in ISAS_WITHOUT_BF16
+
+
 def choose_precision(
     requested: str,
     gpu_compute_capabilities: Sequence[tuple[int, int]],
@@ -152,8 +171,13 @@ def choose_precision(
     onednn: bool = True,
     max_isa: str | None = None,
     bf16_speedup: Callable[[], tuple[float, str]] | None = None,
+    kept: tuple[str, str] | None = None,
 ) -> tuple[str, str]:
     """Return (policy, reason). `requested` other than 'auto' is kept as it is.
+
+    `kept`: a resumed run's recorded (policy, reason). It stays where these devices run it natively,
+    whatever auto would pick now (a probe's new figure, another machine): a run's metrics must not
+    step in the middle of it. Elsewhere auto picks anew, and the run's record says so (train.training.fit).
 
     GPUs: bfloat16 from 8.0 (same range as float32, so no loss scaling), float16 from 7.0,
     float32 below (no tensor cores: mixed precision would only add casts). With several GPUs the
@@ -171,6 +195,8 @@ def choose_precision(
     """
     if requested != "auto":
         return requested, "set by PRECISION"
+    if kept is not None and runs_natively(kept[0], gpu_compute_capabilities, flags, onednn, max_isa):
+        return kept[0], KEPT + kept[1].removeprefix(KEPT)
     if gpu_compute_capabilities:
         cc = min(gpu_compute_capabilities)
         cc_text = f"{cc[0]}.{cc[1]}"
@@ -194,10 +220,12 @@ def choose_precision(
     if native and bf16_speedup is not None:
         try:
             speedup, origin = bf16_speedup()
-        except Exception as exc:  # a probe that cannot run leaves the choice to the flags, and says so
+        except Exception as exc:  # a bfloat16 convolution that cannot run here: the model's would not either
             why = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            return "mixed_bfloat16", f"CPU has native bfloat16 ({', '.join(native)}; the probe failed: {why})"
-        measured = f"its bfloat16 convolution ran {speedup:.2f}x float32's ({origin})"
+            return "float32", f"CPU has native bfloat16 ({', '.join(native)}), but the bfloat16 probe failed: {why}"
+        # Two decimals rounded down, so that a figure just below the threshold never reads as it.
+        shown = math.floor(speedup * 100 + 1e-9) / 100 if math.isfinite(speedup) else speedup
+        measured = f"its bfloat16 convolution ran {shown:.2f}x float32's ({origin})"
         if speedup < BF16_MIN_SPEEDUP:
             return "float32", f"CPU has native bfloat16 ({', '.join(native)}), but {measured}"
         return "mixed_bfloat16", f"CPU has native bfloat16 ({', '.join(native)}); {measured}"

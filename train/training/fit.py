@@ -250,7 +250,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
     from ..setup import devices
 
     probe = lambda: flops.cached_bf16_speedup(flops.machine_cache(settings.runs_dir))  # noqa: E731
-    setup = setup or devices.setup_devices(settings, bf16_speedup=probe)
+    setup = setup or devices.setup_devices(settings, bf16_speedup=probe, kept=_recorded_precision(plan))
     log.info(setup.describe())
     if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)
@@ -291,6 +291,27 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
     loop.callbacks = calls
     # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
+
+
+def _recorded_precision(plan: RunPlan) -> tuple[str, str] | None:
+    """A resumed run's (policy, reason), which PRECISION=auto keeps where the devices run it natively."""
+    recorded = plan.manifest.get("precision") if plan.resumed and not plan.restart else None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("policy"), str):
+        return None
+    return recorded["policy"], str(recorded.get("reason", ""))
+
+
+def _warn_precision_change(plan: RunPlan, setup) -> None:
+    """A resume on devices that cannot run the run's own precision natively trains on in another one."""
+    before = _recorded_precision(plan)
+    if before is not None and before[0] != setup.precision:
+        log.warning(
+            "WARNING: this run trained in %s until now, and trains on in %s (%s): its metrics may step here; "
+            "each segment's precision is in manifest.json",
+            before[0],
+            setup.precision,
+            setup.precision_reason,
+        )
 
 
 def _starting_state(plan: RunPlan, loaded) -> LoopState:
@@ -334,6 +355,7 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
         plan.recorded = True
         plan.write_config()
         _warn_dirty(resumed_manifest)
+        _warn_precision_change(plan, setup)
     record_data(
         manifest_path,
         precision={"policy": setup.precision, "reason": setup.precision_reason, "cpu": setup.cpu},

@@ -142,9 +142,12 @@ def _read_cached(path: Path, key: Mapping, field: str = "flops_per_device") -> t
     value = data[field]
     if data.get("key") != dict(key):
         raise ValueError("it was measured for another machine, precision or TensorFlow version")
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (0 < value < math.inf):
-        raise ValueError(f"{field} is {value!r}, not a positive number")
-    return float(value), str(data["measured_at"])
+    number = float(value) if isinstance(value, float) or (isinstance(value, int) and value < 1e300) else math.nan
+    if isinstance(value, bool) or not (0 < number < math.inf):
+        raise ValueError(f"{field} is {repr(value)[:40]}, not a positive number")
+    if not isinstance(data["measured_at"], str):
+        raise ValueError(f"measured_at is {data['measured_at']!r}, not a time")
+    return number, data["measured_at"]
 
 
 def cached_peak(

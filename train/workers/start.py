@@ -69,10 +69,15 @@ def take_the_chiefs_precision(setup) -> None:
     any model is built, and its `devices:` line says so."""
     import keras
 
+    from ..setup import hardware
     from .sync import text_from_chief
 
     chosen = text_from_chief(setup.strategy, setup.precision)
     if chosen != setup.precision:
+        # The chief's CPU may run bfloat16 where this worker's oneDNN cap crashes on it: refused here.
+        hardware.check_precision_fits_isa(
+            chosen, setup.compute_capabilities, hardware.cpu_flags(), hardware.onednn_max_isa()
+        )
         keras.mixed_precision.set_global_policy(chosen)
         setup.precision_reason = (
             f"the chief's choice; this worker alone would run {setup.precision} ({setup.precision_reason})"
