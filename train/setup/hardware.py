@@ -205,7 +205,11 @@ def choose_precision(
         if cc >= FP16_MIN_CC:
             return "mixed_float16", f"GPU compute capability {cc_text} >= 7.0 has float16 tensor cores"
         return "float32", f"GPU compute capability {cc_text} < 7.0 has no tensor cores"
-    native = cpu_bf16(flags)
+    return _cpu_precision(cpu_bf16(flags), onednn, max_isa, bf16_speedup)
+
+
+def _cpu_precision(native: list[str], onednn: bool, max_isa: str | None, bf16_speedup) -> tuple[str, str]:
+    """choose_precision on a CPU whose bfloat16 features are `native`."""
     if native and not onednn:
         return "float32", (
             "TF_ENABLE_ONEDNN_OPTS turns oneDNN off: without it bfloat16 is emulated even on this CPU ("
