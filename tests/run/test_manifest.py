@@ -151,6 +151,21 @@ def test_a_resume_that_stops_early_keeps_what_the_finished_run_recorded(tmp_path
     assert m["resumed_at"] == [last["started_at"]]
 
 
+def test_a_completed_run_resumed_as_it_was_keeps_the_code_that_trained_it(tmp_path, monkeypatch):
+    """It trains nothing (its test split and export are done again): `reproduce` must still check out
+    the code that made its weights, not a later, dirty tree's. Each segment records its own."""
+    made, later = {"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}
+    monkeypatch.setattr(manifest, "environment_facts", lambda settings: {"host": "h", "git": later, "keras": "9"})
+    path = tmp_path / "manifest.json"
+    manifest.write_json(
+        path, {**FINISHED, "git": made, "keras": "3", "segments": [{"status": "completed", "git": made}]}
+    )
+    m = manifest.open_segment(path, read_json(path), object(), manifest.new_segment(3, 3, "ckpt (epoch 4, step 0)"))
+    assert m["git"] == made and m["keras"] == "3" and m["segments"][-1]["git"] == later
+    m = manifest.open_segment(path, read_json(path), object(), manifest.new_segment(5, 3, "ckpt (epoch 4, step 0)"))
+    assert m["git"] == later and m["keras"] == "9"  # two more epochs: the later code trains them
+
+
 def test_an_old_manifest_becomes_the_first_segment_and_a_forced_data_change_is_recorded(tmp_path, facts):
     path = tmp_path / "manifest.json"
     manifest.write_json(path, FINISHED)  # written before segments existed

@@ -158,6 +158,10 @@ def tf_facts() -> dict[str, Any]:
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "build_info": build}
 
 
+# What made a run's weights: kept by a segment that trains nothing (open_segment).
+CODE_RECORD = ("git", "requirements_lock", "tensorflow", "keras", "build_info", "python")
+
+
 def environment_facts(settings) -> dict[str, Any]:
     """Where and with what this segment runs: versions, host, GPUs, git, lock (the latest segment's)."""
     return {
@@ -214,6 +218,7 @@ def resume_point(checkpoint: str, epochs_done: int, step: int) -> str:
 
 def start_manifest(path: Path, settings, run_id: str, segment: dict[str, Any]) -> dict[str, Any]:
     """A new run's manifest, with its first segment open."""
+    facts = environment_facts(settings)
     manifest = {
         "run_id": run_id,
         "status": "running",
@@ -221,8 +226,8 @@ def start_manifest(path: Path, settings, run_id: str, segment: dict[str, Any]) -
         "resumed_at": [],
         "ended_at": None,
         "error": None,
-        **environment_facts(settings),
-        "segments": [segment],
+        **facts,
+        "segments": [{**segment, "git": facts.get("git")}],
     }
     write_json(path, manifest)
     return manifest
@@ -249,8 +254,14 @@ def open_segment(
                 0.0, round((ended - _dt.datetime.fromisoformat(last["started_at"])).total_seconds(), 2)
             )
             last["seconds_estimated"] = True  # up to its last checkpoint
+    facts = environment_facts(settings)
+    segment = {**segment, "git": facts.get("git")}  # each segment's own code
+    if segment["epoch_from"] >= segment["epochs_planned"] and "git" in previous:
+        # A completed run resumed as it was trains nothing (its test split and export are done
+        # again): its weights are still the earlier code's, whose record `reproduce` checks out.
+        facts = {k: v for k, v in facts.items() if k not in CODE_RECORD}
     manifest.update(
-        environment_facts(settings),
+        facts,
         status="running",
         ended_at=None,
         error=None,
