@@ -84,9 +84,16 @@ def test_an_unknown_run_is_exit_2(tmp_path, capsys, command):
     assert err.startswith("RunNotFound: run '20990101-000000-zzzz' not found") and err.count("\n") == 1
 
 
-def test_runs_lists_an_empty_directory(tmp_path, capsys):
+def test_runs_lists_an_empty_directory_and_names_one_that_does_not_exist(tmp_path, capsys):
     assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
-    assert capsys.readouterr().out.startswith("no runs yet")
+    out, err = capsys.readouterr()
+    assert out.startswith("no runs yet") and err == (
+        f"(RUNS_DIR {tmp_path / 'runs'} does not exist: check its spelling, or train to make it)\n"
+    )
+    (tmp_path / "runs").mkdir()
+    assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("no runs yet") and err == ""
 
 
 def test_debug_adds_the_traceback_and_keeps_the_exit_code(monkeypatch, tmp_path, capsys):

@@ -99,6 +99,17 @@ def test_bad_values_name_setting_value_and_rule(name, value, fragment):
     assert "\n" not in msg
 
 
+def test_a_data_dir_that_is_a_file_names_the_two_ways_to_give_it(tmp_path):
+    npz = tmp_path / "mnist.npz"
+    npz.write_bytes(b"")
+    with pytest.raises(ConfigError) as info:
+        load(env={"DATA_DIR": str(npz)})
+    assert str(info.value) == (
+        f"DATA_DIR={str(npz)!r} is not valid: is a file, not a folder: give the folder that holds it, "
+        "or DATASET=npz:<the file>"
+    )
+
+
 def test_checkpoint_interval_must_fall_on_execution_boundary():
     with pytest.raises(ConfigError, match="CHECKPOINT_EVERY"):
         load(env={"STEPS_PER_EXECUTION": "8", "CHECKPOINT_EVERY": "100"})

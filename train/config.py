@@ -324,6 +324,10 @@ def _check_dirs(s: Settings) -> None:
         value = getattr(s, name)
         if not value.strip():
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
+    if Path(s.data_dir).expanduser().is_file():  # mnist.npz itself, say: the run would look inside it
+        raise ConfigError(
+            "DATA_DIR", s.data_dir, "is a file, not a folder: give the folder that holds it, or DATASET=npz:<the file>"
+        )
 
 
 def _check_runs_dir_path(runs_dir: str) -> None:

@@ -617,6 +617,37 @@ def test_a_dataset_path_that_differs_is_the_same_setting_only_for_the_same_finge
     assert settings["rerun"] == ("differ: dataset" if differs else "same") and settings["same"] is not differs
 
 
+@pytest.mark.parametrize(
+    "config, manifest, flags, want",
+    [
+        ({"precision": "auto"}, {"precision": {"policy": "float32"}}, {"avx512_bf16"}, {"precision": "float32"}),
+        (
+            {"precision": "auto"},
+            {"precision": {"policy": "mixed_bfloat16"}},
+            {"avx512_bf16"},
+            {"precision": "mixed_bfloat16"},
+        ),
+        ({"precision": "auto"}, {"precision": {"policy": "mixed_bfloat16"}}, {"avx2"}, {}),  # not native here
+        ({"precision": "auto"}, {"precision": {"policy": "mixed_float16"}, "gpus": [{"name": "T4"}]}, set(), {}),
+        ({"precision": "float32"}, {"precision": {"policy": "float32"}}, set(), {}),  # given: rerun as given
+        ({"precision": "auto"}, {}, set(), {}),
+    ],
+)
+def test_a_rerun_trains_in_auto_s_recorded_choice_where_this_cpu_runs_it_natively(
+    config, manifest, flags, want, monkeypatch
+):
+    from train.reproduce.rerun import pinned_precision, side_by_side
+    from train.setup import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: flags)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    assert pinned_precision(config, manifest) == want
+    # The pinned choice is the recorded setting, auto, in the side by side: not a setting that differs.
+    settings = side_by_side(manifest, config, manifest, {**config, **want}, Path("."))[4]
+    assert settings["rerun"] == "same"
+
+
 def test_the_recorded_settings_become_the_flags_of_a_fresh_fit(tmp_path):
     from train.reproduce.rerun import as_flags, rerun_flags
 

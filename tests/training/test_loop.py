@@ -1188,3 +1188,13 @@ def test_an_epoch_faster_than_a_peak_measured_under_load_raises_the_peak_and_say
     assert len(raised) == 1 and "measured while the machine was busy" in raised[0]
     peak = json.loads((loop.run_dir / "manifest.json").read_text())["peak"]
     assert peak["origin"].startswith("raised at") and peak["flops"] >= result.history[0]["model_flops_per_second"]
+
+
+def test_a_batch_larger_than_the_training_set_is_said_once_with_the_largest_that_fits(real_loop, caplog):
+    caplog.set_level("WARNING", logger="train")
+    real_loop(batch_size=1024)  # 384 training examples
+    (line,) = [r.getMessage() for r in caplog.records if "BATCH_SIZE" in r.getMessage()]
+    assert line == (
+        "WARNING: BATCH_SIZE=1024 is larger than the 384 training examples: an epoch is one step of 384; "
+        "give a BATCH_SIZE of at most 384"
+    )

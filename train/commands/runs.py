@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from . import add_runs_dir, open_store, runs_settings
 
@@ -22,4 +24,8 @@ def run(args: argparse.Namespace) -> int:
 
     rows = list_runs(settings.runs_dir)
     print(runs_json(rows) if args.json else format_runs(rows))
+    if not rows and remote is None and not Path(settings.runs_dir).expanduser().exists():
+        print(
+            f"(RUNS_DIR {settings.runs_dir} does not exist: check its spelling, or train to make it)", file=sys.stderr
+        )
     return 0

@@ -205,6 +205,19 @@ def _with_absolute_paths(config: dict[str, Any], base: Path) -> dict[str, Any]:
     return values
 
 
+def pinned_precision(config: dict[str, Any], manifest: dict[str, Any]) -> dict[str, str]:
+    """PRECISION=auto's recorded choice on a CPU, for the rerun, where this CPU runs it natively: a new
+    figure of the bfloat16 probe (its cache deleted, another one of the same machines) must not make
+    the rerun train in another precision. Elsewhere auto decides, and the precision row says so."""
+    policy = (manifest.get("precision") or {}).get("policy")
+    if config.get("precision") != "auto" or not isinstance(policy, str) or manifest.get("gpus"):
+        return {}
+    from ..setup import hardware
+
+    flags, onednn, isa = hardware.cpu_flags(), hardware.onednn_enabled(), hardware.onednn_max_isa()
+    return {"precision": policy} if hardware.runs_natively(policy, [], flags, onednn, isa) else {}
+
+
 def rerun_flags(config: dict[str, Any], runs_dir: Path, run_name: str, epochs: int | None, base: Path) -> list[str]:
     """The recorded settings as `fit` flags (paths made absolute), a fresh run under `runs_dir`."""
     return as_flags(dict(_with_absolute_paths(config, base), runs_dir=str(runs_dir)), run_name, epochs)
@@ -309,6 +322,10 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
 
     settings_a = {k: v for k, v in orig_c.items() if k not in NOT_COMPARED and k != "epochs"}
     settings_b = {k: v for k, v in new_c.items() if k not in NOT_COMPARED and k != "epochs"}
+    if settings_a.get("precision") == "auto" and settings_b.get("precision") == (orig_m.get("precision") or {}).get(
+        "policy"
+    ):
+        settings_b["precision"] = "auto"  # auto's recorded choice, given to the rerun (pinned_precision)
     differ = sorted(k for k in set(settings_a) | set(settings_b) if settings_a.get(k) != settings_b.get(k))
     if (
         (orig_m.get("data") or {}).get("fingerprint") == (new_m.get("data") or {}).get("fingerprint")
@@ -429,6 +446,10 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
         host = _with_absolute_paths(orig_c, base)
     host, fingerprint = data_for_rerun(host, orig_m, settings, say, in_image=image is not None)
     say(f"data: fingerprint {fingerprint} as recorded")
+    pinned = pinned_precision(orig_c, orig_m)
+    if pinned:
+        host = {**host, **pinned}
+        say(f"precision: {pinned['precision']}, PRECISION=auto's recorded choice")
     fetched = {k: v for k, v in host.items() if k in ("dataset", "data_dir") and v != orig_c.get(k)}
     name = ("repro-" + run_dir.name)[:64]
     if image is None:
@@ -438,7 +459,7 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
             say(w)
         with worktree(root, commit, stop) as code:
             say(f"rerunning {run_dir.name} with commit {commit[:12]} ...")
-            flags = rerun_flags(dict(orig_c, **fetched), run_dir.parent, name, epochs, base)
+            flags = rerun_flags(dict(orig_c, **fetched, **pinned), run_dir.parent, name, epochs, base)
             new_dir = rerun(code, flags, orig_c, run_dir.parent, stop)
     else:
         new_dir = _rerun_in_image(run_dir, orig_m, host, commit, root, name, epochs, image, say, stop)

@@ -247,6 +247,15 @@ class EpochLoop:
             model.count_params(),
             batch_text(self.state.batch_size, replicas),
         )
+        if self.state.batch_size > self.spec.n_train:
+            log.warning(
+                "WARNING: BATCH_SIZE=%d is larger than the %d training examples: an epoch is one step of %d; "
+                "give a BATCH_SIZE of at most %d",
+                self.state.batch_size,
+                self.spec.n_train,
+                self.spec.n_train,
+                self.spec.n_train,
+            )
         self._measure_limits(replicas)
 
     def _measure_limits(self, replicas: int) -> None:
