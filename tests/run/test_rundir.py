@@ -372,6 +372,14 @@ def test_create_run_dir_that_cannot_be_made_names_it(tmp_path, monkeypatch):
     assert isinstance(info.value.__cause__, FileNotFoundError)
 
 
+def test_a_runs_dir_where_no_folder_can_be_made_names_the_setting(tmp_path):
+    with pytest.raises(StorageError) as info:
+        ensure_writable("/proc/no-runs-here")
+    assert str(info.value) == (
+        "cannot write /proc/no-runs-here: No such file or directory: point RUNS_DIR at a folder that can be made"
+    )
+
+
 def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):
     target = ensure_writable(tmp_path / "a" / "b" / "runs")
     assert target.is_dir() and list(target.iterdir()) == []

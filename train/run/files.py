@@ -226,5 +226,9 @@ def ensure_writable(directory: Path | str, setting: str | None = None) -> Path:
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as exc:
-        raise storage_error(directory, exc, setting=setting) from exc
+        error = storage_error(directory, exc, setting=setting)
+        if exc.errno == errno.ENOENT:  # under /proc or /sys: no folder can be made there
+            setting = setting or _setting_of(directory)
+            error = StorageError(f"{error}: point {setting} at a folder that can be made")
+        raise error from exc
     return directory
