@@ -105,9 +105,13 @@ def test_a_data_dir_that_is_a_file_names_the_two_ways_to_give_it(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(env={"DATA_DIR": str(npz)})
     assert str(info.value) == (
-        f"DATA_DIR={str(npz)!r} is not valid: is a file, not a folder: give the folder that holds it, "
-        "or DATASET=npz:<the file>"
+        f"DATA_DIR={str(npz)!r} is not valid: is not a folder (a file, a device or a broken link): give the "
+        "folder that holds the data, or DATASET=npz:<a file>"
     )
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="is not a folder"):
+        load(env={"DATA_DIR": str(tmp_path / "gone")})
+    assert load(env={"DATA_DIR": str(npz), "DATASET": f"npz:{npz}"}).data_dir == str(npz)  # DATA_DIR unused
 
 
 def test_checkpoint_interval_must_fall_on_execution_boundary():

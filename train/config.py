@@ -316,7 +316,8 @@ def _check_ranges(s: Settings) -> None:
 
 
 def _check_dirs(s: Settings) -> None:
-    """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory.
+    """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory. DATA_DIR, where a
+    built-in data set is read, must be a folder if it exists.
 
     Refused rather than read as unset: a blank line (DATA_DIR=) may as well mean "here" as "the
     default", and a setting that names a folder is never guessed."""
@@ -324,9 +325,14 @@ def _check_dirs(s: Settings) -> None:
         value = getattr(s, name)
         if not value.strip():
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
-    if Path(s.data_dir).expanduser().is_file():  # mnist.npz itself, say: the run would look inside it
+    # mnist.npz itself, say: a built-in data set would be looked for inside it (npz: and images: name their own)
+    data_dir = Path(s.data_dir).expanduser()
+    if ":" not in s.dataset and (data_dir.exists() or data_dir.is_symlink()) and not data_dir.is_dir():
         raise ConfigError(
-            "DATA_DIR", s.data_dir, "is a file, not a folder: give the folder that holds it, or DATASET=npz:<the file>"
+            "DATA_DIR",
+            s.data_dir,
+            "is not a folder (a file, a device or a broken link): give the folder that holds the data, "
+            "or DATASET=npz:<a file>",
         )
 
 

@@ -648,6 +648,23 @@ def test_a_rerun_trains_in_auto_s_recorded_choice_where_this_cpu_runs_it_nativel
     assert settings["rerun"] == "same"
 
 
+def test_a_run_trained_in_two_precisions_is_rerun_in_auto_s_and_said_to_differ(monkeypatch):
+    """A resume on a CPU without bfloat16 trained on in float32: no rerun trains like that, so none is
+    pinned, and the precision row names both (a segment that trained nothing does not count)."""
+    from train.reproduce.rerun import pinned_precision, side_by_side, trained_precisions
+    from train.setup import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512_bf16"})
+    segments = [{"precision": "mixed_bfloat16"}, {"precision": "float32"}, {"precision": "float32", "trains": False}]
+    manifest = {"precision": {"policy": "float32"}, "segments": segments}
+    assert trained_precisions(manifest) == ["mixed_bfloat16", "float32"]
+    assert pinned_precision({"precision": "auto"}, manifest) == {}
+    row = side_by_side(manifest, {}, {"precision": {"policy": "float32"}}, {}, Path("."))[-1]
+    assert row == {"what": "precision", "original": "mixed_bfloat16, float32", "rerun": "float32", "same": False}
+    segments[1]["trains"] = False  # the float32 resume trained nothing: the run is bfloat16's
+    assert pinned_precision({"precision": "auto"}, manifest) == {"precision": "mixed_bfloat16"}
+
+
 def test_the_recorded_settings_become_the_flags_of_a_fresh_fit(tmp_path):
     from train.reproduce.rerun import as_flags, rerun_flags
 

@@ -414,6 +414,16 @@ def test_the_run_table_of_a_manifest_that_records_nothing_says_so_in_every_row()
     ]
 
 
+def test_the_run_table_of_a_manifest_edited_into_other_types_says_unknown_where_it_must():
+    from pathlib import Path
+
+    from train.results.run_records import RunRecords
+
+    odd = {"precision": 5, "git": "abc", "data": [1], "export": 0.5, "build_info": None, "gpus": ["A100"]}
+    rows = dict(report.summary_rows(RunRecords(Path("r"), odd, {})))
+    assert (rows["precision"], rows["commit"], rows["devices"]) == ("?: ?", "unknown", "CPU only")
+
+
 def test_the_run_table_of_a_full_manifest_shows_each_record_escaped():
     from pathlib import Path
 

@@ -151,19 +151,26 @@ def test_a_resume_that_stops_early_keeps_what_the_finished_run_recorded(tmp_path
     assert m["resumed_at"] == [last["started_at"]]
 
 
-def test_a_completed_run_resumed_as_it_was_keeps_the_code_that_trained_it(tmp_path, monkeypatch):
+def test_a_completed_run_resumed_as_it_was_keeps_what_trained_it(tmp_path, monkeypatch):
     """It trains nothing (its test split and export are done again): `reproduce` must still check out
-    the code that made its weights, not a later, dirty tree's. Each segment records its own."""
+    the code that made its weights, not a later, dirty tree's, and name the devices and precision
+    they were trained on. Each segment records its own."""
     made, later = {"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}
-    monkeypatch.setattr(manifest, "environment_facts", lambda settings: {"host": "h", "git": later, "keras": "9"})
+    facts = {"host": "h", "git": later, "keras": "9", "gpus": []}
+    monkeypatch.setattr(manifest, "environment_facts", lambda settings: facts)
     path = tmp_path / "manifest.json"
-    manifest.write_json(
-        path, {**FINISHED, "git": made, "keras": "3", "segments": [{"status": "completed", "git": made}]}
-    )
-    m = manifest.open_segment(path, read_json(path), object(), manifest.new_segment(3, 3, "ckpt (epoch 4, step 0)"))
-    assert m["git"] == made and m["keras"] == "3" and m["segments"][-1]["git"] == later
-    m = manifest.open_segment(path, read_json(path), object(), manifest.new_segment(5, 3, "ckpt (epoch 4, step 0)"))
-    assert m["git"] == later and m["keras"] == "9"  # two more epochs: the later code trains them
+    bf16 = {"policy": "mixed_bfloat16", "reason": "an A100"}
+    start = {**FINISHED, "git": made, "keras": "3", "gpus": [{"name": "A100"}], "precision": bf16}
+    manifest.write_json(path, {**start, "segments": [{"status": "completed", "git": made}]})
+    idle = manifest.new_segment(3, 3, "ckpt (epoch 4, step 0)", trains=False)
+    manifest.open_segment(path, read_json(path), object(), idle)
+    m = manifest.record_data(path, {"fingerprint": "a" * 64}, {"policy": "float32", "reason": "this CPU"})
+    assert (m["git"], m["keras"], m["gpus"], m["precision"]) == (made, "3", [{"name": "A100"}], bf16)
+    assert m["segments"][-1]["git"] == later and m["segments"][-1]["precision"] == "float32"
+    manifest.open_segment(path, read_json(path), object(), manifest.new_segment(5, 3, "ckpt (epoch 4, step 0)"))
+    m = manifest.record_data(path, {"fingerprint": "a" * 64}, {"policy": "float32", "reason": "this CPU"})
+    assert (m["git"], m["keras"], m["gpus"]) == (later, "9", [])  # two more epochs: the later code trains them
+    assert m["precision"]["policy"] == "float32"
 
 
 def test_an_old_manifest_becomes_the_first_segment_and_a_forced_data_change_is_recorded(tmp_path, facts):
@@ -212,3 +219,11 @@ def test_a_run_killed_before_its_manifest_gets_one_when_resumed(tmp_path, facts)
 def test_resumed_from_numbers_epochs_as_the_log_does():
     # state.epoch counts finished epochs; the log says "resuming at epoch <that + 1>, step <step>".
     assert manifest.resume_point("ckpt-000000266.npz", 1, 266) == "ckpt-000000266.npz (epoch 2, step 266)"
+
+
+@pytest.mark.parametrize("segments", ["abc", [1, 2], [{}]])
+def test_segments_edited_into_something_else_are_left_out_when_a_run_resumes(tmp_path, facts, segments):
+    path = tmp_path / "manifest.json"
+    manifest.write_json(path, {**FINISHED, "segments": segments})
+    m = manifest.open_segment(path, read_json(path), object(), manifest.new_segment(5, 3))
+    assert len(m["segments"]) == 1 and m["segments"][0]["epoch_from"] == 3

@@ -378,6 +378,10 @@ def test_a_runs_dir_where_no_folder_can_be_made_names_the_setting(tmp_path):
     assert str(info.value) == (
         "cannot write /proc/no-runs-here: No such file or directory: point RUNS_DIR at a folder that can be made"
     )
+    with pytest.raises(StorageError) as info:  # permission denied there, even to root: no owner to change
+        ensure_writable("/sys/no-runs-here")
+    assert str(info.value).startswith("cannot write /sys/no-runs-here: ")
+    assert str(info.value).endswith(": point RUNS_DIR at a folder that can be made")
 
 
 def test_ensure_writable_creates_missing_parents_and_leaves_no_probe(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from helpers import benchmark_script
 
@@ -275,6 +277,11 @@ def test_a_probe_that_fails_is_float32_and_says_why():
     )
 
 
+def test_a_probe_that_measured_no_figure_is_float32():
+    got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=lambda: (math.nan, "a probe"))
+    assert got == "float32" and reason.endswith("the bfloat16 probe failed: ValueError: the probe measured nanx")
+
+
 def test_a_figure_just_below_the_threshold_never_reads_as_it():
     got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=lambda: (0.8996, "a probe"))
     assert got == "float32" and "ran 0.89x float32's" in reason
@@ -303,7 +310,7 @@ def test_a_resume_keeps_the_runs_precision_where_the_devices_run_it_natively(kep
     probe, calls = _probe(0.5 if kept == "mixed_bfloat16" else 1.5)
     got, reason = choose_precision("auto", ccs, flags, max_isa=isa, bf16_speedup=probe, kept=(kept, "why"))
     assert got == want
-    assert reason.startswith("the run's own, kept on resume") == (got == kept)
+    assert reason.startswith("the precision this run trained in until now, kept on resume") == (got == kept)
     assert calls == [] or got != kept  # a kept precision needs no probe
 
 

@@ -130,7 +130,7 @@ def test_a_resume_keeps_auto_s_precision_where_it_runs_natively_and_says_when_it
     m = json.loads(manifest.read_text())
     assert m["precision"]["policy"] == "float32"
     assert m["precision"]["reason"] == (
-        "the run's own, kept on resume; chosen at its start: CPU has no native bfloat16 "
+        "the precision this run trained in until now, kept on resume; chosen because: CPU has no native bfloat16 "
         "(no amx_bf16 / avx512_bf16): bf16 would be emulated"
     )
     assert [seg["precision"] for seg in m["segments"]] == ["float32", "float32"]
@@ -146,6 +146,26 @@ def test_a_resume_keeps_auto_s_precision_where_it_runs_natively_and_says_when_it
     assert [seg["precision"] for seg in m["segments"]] == ["float32", "float32", "float32"]
     log = (first.run_dir / "train.log").read_text()
     assert log.count("WARNING: this run trained in mixed_bfloat16 until now, and trains on in float32") == 1
+
+    # Resumed as it is, with every epoch done: nothing is trained, so the record of what trained it stays.
+    m["precision"]["policy"] = "mixed_bfloat16"
+    manifest.write_text(json.dumps(m))
+    train(s.replace(epochs=3), resume=first.run_dir.name)
+    m = json.loads(manifest.read_text())
+    assert m["precision"]["policy"] == "mixed_bfloat16"
+    assert (m["segments"][-1]["precision"], m["segments"][-1]["trains"]) == ("float32", False)
+    assert (first.run_dir / "train.log").read_text().count("WARNING: this run trained in") == 1
+
+
+def test_an_early_stopped_run_resumed_as_it_was_trains_nothing_and_says_so_in_its_segment(tmp_path):
+    from train import train
+
+    s = tiny_settings(tmp_path, epochs=5, patience=1, min_delta=10.0)  # no epoch improves by 10
+    first = train(s)
+    assert first.status == "completed" and first.epochs_completed == 2
+    train(s, resume=first.run_dir.name)
+    segments = json.loads((first.run_dir / "manifest.json").read_text())["segments"]
+    assert [(seg["epoch_from"], seg["trains"]) for seg in segments] == [(0, True), (2, False)]
 
 
 def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_that_a_resume_exports(

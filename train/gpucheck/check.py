@@ -29,8 +29,9 @@ def precisions(facts: Facts) -> dict[str, Any]:
     measured, failed = facts.tf.bf16_speedup, facts.tf.bf16_probe_error
 
     def probe() -> tuple[float, str]:
-        if failed:
-            raise RuntimeError(failed)
+        if failed:  # "AbortedError: could not ...": raised again under its own name, as in training
+            name, _, message = failed.partition(": ")
+            raise type(name, (Exception,), {})(message)
         return measured, "measured now by this check; a run reads the figure cached in RUNS_DIR/.cache"
 
     auto, reason = hardware.choose_precision(

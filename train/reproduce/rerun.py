@@ -205,11 +205,25 @@ def _with_absolute_paths(config: dict[str, Any], base: Path) -> dict[str, Any]:
     return values
 
 
+def trained_precisions(manifest: dict[str, Any]) -> list:
+    """The precisions the run's weights were trained in, in order: its segments' that trained (a resume
+    on other devices may have changed it), else the run's one."""
+    segments = [s for s in manifest.get("segments") or [] if isinstance(s, dict)]
+    found = [s["precision"] for s in segments if s.get("precision") and s.get("trains", True)]
+    return list(dict.fromkeys(found)) or [(manifest.get("precision") or {}).get("policy")]
+
+
+def _precision_text(manifest: dict[str, Any]) -> str | None:
+    trained = [p for p in trained_precisions(manifest) if p is not None]
+    return ", ".join(map(str, trained)) or None
+
+
 def pinned_precision(config: dict[str, Any], manifest: dict[str, Any]) -> dict[str, str]:
     """PRECISION=auto's recorded choice on a CPU, for the rerun, where this CPU runs it natively: a new
     figure of the bfloat16 probe (its cache deleted, another one of the same machines) must not make
     the rerun train in another precision. Elsewhere auto decides, and the precision row says so."""
-    policy = (manifest.get("precision") or {}).get("policy")
+    trained = trained_precisions(manifest)
+    policy = trained[0] if len(trained) == 1 else None  # a run trained in several: no rerun trains like it
     if config.get("precision") != "auto" or not isinstance(policy, str) or manifest.get("gpus"):
         return {}
     from ..setup import hardware
@@ -322,9 +336,7 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
 
     settings_a = {k: v for k, v in orig_c.items() if k not in NOT_COMPARED and k != "epochs"}
     settings_b = {k: v for k, v in new_c.items() if k not in NOT_COMPARED and k != "epochs"}
-    if settings_a.get("precision") == "auto" and settings_b.get("precision") == (orig_m.get("precision") or {}).get(
-        "policy"
-    ):
+    if settings_a.get("precision") == "auto" and [settings_b.get("precision")] == trained_precisions(orig_m):
         settings_b["precision"] = "auto"  # auto's recorded choice, given to the rerun (pinned_precision)
     differ = sorted(k for k in set(settings_a) | set(settings_b) if settings_a.get(k) != settings_b.get(k))
     if (
@@ -352,7 +364,7 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
         row("keras", orig_m.get("keras"), new_m.get("keras")),
         row("cuda", _cuda(orig_m), _cuda(new_m)),
         row("device", *_device_kinds(orig_m, new_m)),
-        row("precision", (orig_m.get("precision") or {}).get("policy"), (new_m.get("precision") or {}).get("policy")),
+        row("precision", _precision_text(orig_m), _precision_text(new_m)),
     ]
 
 

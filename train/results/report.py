@@ -240,11 +240,17 @@ def validation_html(ev, records: RunRecords | None = None) -> str:
     return "\n".join(parts)
 
 
+def _mapping(manifest: dict, key: str) -> dict:
+    value = manifest.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
     m = records.manifest
-    git, lock, data = m.get("git") or {}, m.get("requirements_lock") or {}, m.get("data") or {}
-    build, export, precision = m.get("build_info") or {}, m.get("export") or {}, m.get("precision") or {}
-    gpus = [g for g in m.get("gpus") or [] if g.get("name")]
+    # A record edited by hand may hold anything: what is not a mapping reads as unknown ("?").
+    git, lock, data = _mapping(m, "git"), _mapping(m, "requirements_lock"), _mapping(m, "data")
+    build, export, precision = _mapping(m, "build_info"), _mapping(m, "export"), _mapping(m, "precision")
+    gpus = [g for g in m.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
     cuda = ", ".join(
         f"{k.replace('_version', '')} {v}" for k, v in build.items() if k in ("cuda_version", "cudnn_version")
     )

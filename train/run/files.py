@@ -226,9 +226,12 @@ def ensure_writable(directory: Path | str, setting: str | None = None) -> Path:
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as exc:
-        error = storage_error(directory, exc, setting=setting)
-        if exc.errno == errno.ENOENT:  # under /proc or /sys: no folder can be made there
+        # Under /proc or /sys no folder can be made, whoever runs it: not a permission to fix.
+        if exc.errno == errno.ENOENT or directory.absolute().parts[:2] in (("/", "proc"), ("/", "sys")):
             setting = setting or _setting_of(directory)
-            error = StorageError(f"{error}: point {setting} at a folder that can be made")
-        raise error from exc
+            why = exc.strerror or str(exc)
+            raise StorageError(
+                f"cannot write {directory}: {why}: point {setting} at a folder that can be made"
+            ) from exc
+        raise storage_error(directory, exc, setting=setting) from exc
     return directory

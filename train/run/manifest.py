@@ -158,8 +158,8 @@ def tf_facts() -> dict[str, Any]:
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "build_info": build}
 
 
-# What made a run's weights: kept by a segment that trains nothing (open_segment).
-CODE_RECORD = ("git", "requirements_lock", "tensorflow", "keras", "build_info", "python")
+# What made a run's weights: kept by a segment that trains nothing (open_segment, record_data).
+WHAT_TRAINED = ("git", "requirements_lock", "tensorflow", "keras", "build_info", "python", "gpus")
 
 
 def environment_facts(settings) -> dict[str, Any]:
@@ -185,11 +185,13 @@ def new_segment(
     restart: bool = False,
     smoke: bool = False,
     config_sha256: str | None = None,
+    trains: bool = True,
 ) -> dict[str, Any]:
     """One entry of the manifest's `segments`: a stretch of training by one process.
 
     `config_sha256` is config.json as this process wrote or kept it: the next resume refuses a file
-    that differs (train.run.resume.check_config)."""
+    that differs (train.run.resume.check_config). `trains` False: a resume with nothing left to train
+    (every epoch done, or early stopping reached), which keeps the record of what trained the weights."""
     return {
         "started_at": now_iso(),
         "ended_at": None,
@@ -207,6 +209,7 @@ def new_segment(
         "epoch_to": None,
         "data_fingerprint": None,
         "config_sha256": config_sha256,
+        "trains": trains,
     }
 
 
@@ -243,7 +246,8 @@ def open_segment(
     was killed without recording its own.
     """
     manifest = dict(previous)
-    segments = [dict(s) for s in manifest.get("segments") or [_legacy_segment(previous)] if s]
+    found = manifest.get("segments") or [_legacy_segment(previous)]
+    segments = [dict(s) for s in (found if isinstance(found, list) else []) if isinstance(s, dict) and s]
     if segments and segments[-1].get("status") == "running":  # SIGKILL, power cut: it never closed
         last = segments[-1]
         last["status"] = "killed"
@@ -256,10 +260,10 @@ def open_segment(
             last["seconds_estimated"] = True  # up to its last checkpoint
     facts = environment_facts(settings)
     segment = {**segment, "git": facts.get("git")}  # each segment's own code
-    if segment["epoch_from"] >= segment["epochs_planned"] and "git" in previous:
+    if not segment.get("trains", True) and "git" in previous:
         # A completed run resumed as it was trains nothing (its test split and export are done
         # again): its weights are still the earlier code's, whose record `reproduce` checks out.
-        facts = {k: v for k, v in facts.items() if k not in CODE_RECORD}
+        facts = {k: v for k, v in facts.items() if k not in WHAT_TRAINED}
     manifest.update(
         facts,
         status="running",
@@ -292,12 +296,15 @@ def _legacy_segment(previous: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def record_data(path: Path, data: dict[str, Any], precision: dict[str, Any]) -> dict[str, Any]:
-    """The data and precision this segment trains with: the run's `data` and `precision` (the newest
-    segment's), and the open segment's fingerprint and policy (a resume on other devices may differ)."""
+    """The data and precision this segment trains with: the run's `data` and `precision` (those of
+    the newest segment that trains), and the open segment's fingerprint and policy (a resume on
+    other devices may differ)."""
     manifest = read_json(path)
-    if manifest.get("segments"):
-        manifest["segments"][-1].update(data_fingerprint=data.get("fingerprint"), precision=precision.get("policy"))
-    manifest.update(data=data, precision=precision)
+    segments = manifest.get("segments") or [{}]
+    segments[-1].update(data_fingerprint=data.get("fingerprint"), precision=precision.get("policy"))
+    manifest.update(data=data)
+    if segments[-1].get("trains", True) or "precision" not in manifest:
+        manifest.update(precision=precision)
     write_json(path, manifest)
     return manifest
 

@@ -149,7 +149,7 @@ def check_precision_fits_isa(
 BF16_MIN_SPEEDUP = 0.9
 
 
-KEPT = "the run's own, kept on resume; chosen at its start: "
+KEPT = "the precision this run trained in until now, kept on resume; chosen because: "
 
 
 def runs_natively(
@@ -224,11 +224,13 @@ def _cpu_precision(native: list[str], onednn: bool, max_isa: str | None, bf16_sp
     if native and bf16_speedup is not None:
         try:
             speedup, origin = bf16_speedup()
+            if not math.isfinite(speedup):  # a timer that measured nothing: no figure to choose by
+                raise ValueError(f"the probe measured {speedup}x")
         except Exception as exc:  # a bfloat16 convolution that cannot run here: the model's would not either
             why = f"{type(exc).__name__}: {exc}".splitlines()[0]
             return "float32", f"CPU has native bfloat16 ({', '.join(native)}), but the bfloat16 probe failed: {why}"
         # Two decimals rounded down, so that a figure just below the threshold never reads as it.
-        shown = math.floor(speedup * 100 + 1e-9) / 100 if math.isfinite(speedup) else speedup
+        shown = math.floor(speedup * 100 + 1e-9) / 100
         measured = f"its bfloat16 convolution ran {shown:.2f}x float32's ({origin})"
         if speedup < BF16_MIN_SPEEDUP:
             return "float32", f"CPU has native bfloat16 ({', '.join(native)}), but {measured}"

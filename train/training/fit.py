@@ -298,7 +298,8 @@ def _recorded_precision(plan: RunPlan) -> tuple[str, str] | None:
     recorded = plan.manifest.get("precision") if plan.resumed and not plan.restart else None
     if not isinstance(recorded, dict) or not isinstance(recorded.get("policy"), str):
         return None
-    return recorded["policy"], str(recorded.get("reason", ""))
+    reason = recorded.get("reason")
+    return recorded["policy"], reason if isinstance(reason, str) and reason else "no reason recorded"
 
 
 def _warn_precision_change(plan: RunPlan, setup) -> None:
@@ -343,19 +344,18 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
     settings = plan.settings
     if plan.resumed:
         where = resume_point(loaded.path.name, state.epoch, state.step) if loaded else None
+        # The loop's first checks: every epoch done, or early stopping reached already.
+        trains = state.epoch < epochs and not (settings.patience and state.patience_wait >= settings.patience)
+        segment = new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, trains=trains)
         # The segment first, with the sha256 of the config.json it is about to write: a kill between
         # the two leaves a file the next resume still accepts (train.run.resume.check_config).
-        resumed_manifest = open_segment(
-            manifest_path,
-            plan.manifest,
-            settings,
-            new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, plan.config_sha256()),
-            last_write=_last_sign_of_life(plan),
-        )
+        segment["config_sha256"] = plan.config_sha256()
+        resumed_manifest = open_segment(manifest_path, plan.manifest, settings, segment, _last_sign_of_life(plan))
         plan.recorded = True
         plan.write_config()
-        _warn_dirty(resumed_manifest)
-        _warn_precision_change(plan, setup)
+        if trains:  # else the record stays that of the code and devices that trained the weights
+            _warn_dirty(resumed_manifest)
+            _warn_precision_change(plan, setup)
     record_data(
         manifest_path,
         precision={"policy": setup.precision, "reason": setup.precision_reason, "cpu": setup.cpu},

@@ -247,7 +247,7 @@ class EpochLoop:
             model.count_params(),
             batch_text(self.state.batch_size, replicas),
         )
-        if self.state.batch_size > self.spec.n_train:
+        if self.state.batch_size > self.spec.n_train and not self.s.smoke:  # SMOKE's subset is its own
             log.warning(
                 "WARNING: BATCH_SIZE=%d is larger than the %d training examples: an epoch is one step of %d; "
                 "give a BATCH_SIZE of at most %d",
