@@ -147,6 +147,20 @@ def test_bfloat16_on_the_cpu_under_a_cap_where_tensorflow_crashes_is_refused(isa
     assert "PRECISION=float32" in str(caught.value)
 
 
+def test_bfloat16_under_a_crashing_cap_is_refused_before_tensorflow_where_no_gpu_can_be_seen(tmp_path, monkeypatch):
+    from train.setup.hardware import check_precision_fits_isa_now
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text("flags\t\t: avx2 avx512f avx512_bf16\n")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    with pytest.raises(ConfigError, match="ONEDNN_MAX_CPU_ISA=AVX2"):
+        check_precision_fits_isa_now("mixed_bfloat16", tmp_path)
+    check_precision_fits_isa_now("float32", tmp_path)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").touch()  # a GPU may do the bfloat16 work: the device set-up decides
+    check_precision_fits_isa_now("mixed_bfloat16", tmp_path)
+
+
 @pytest.mark.parametrize(
     "policy, ccs, flags, isa",
     [

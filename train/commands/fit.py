@@ -62,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_for(args)
     require_for_training(settings)  # an extra the settings ask for is installed
     require_export_runtimes(settings)  # and the runtimes of the formats it exports
+    from ..setup.hardware import check_precision_fits_isa_now
+
+    check_precision_fits_isa_now(settings.precision)  # bfloat16 under an ONEDNN_MAX_CPU_ISA it crashes at
     open_store(settings)  # RUNS_DIR in a store: it must answer before TensorFlow loads (StorageError, exit 7)
     quiet_tensorflow()
     from .. import train  # TensorFlow is imported from here on

@@ -139,6 +139,14 @@ def check_precision_fits_isa(
         )
 
 
+def check_precision_fits_isa_now(policy: str, root: Path = Path("/")) -> None:
+    """check_precision_fits_isa before TensorFlow, on a machine where no GPU can be visible (no NVIDIA
+    or AMD device node), so a refusal comes before any run directory is made; elsewhere the device
+    set-up checks it with the GPUs TensorFlow sees. Paths under `root`, for the tests."""
+    if not any((root / node).exists() for node in ("dev/nvidiactl", "dev/kfd")):
+        check_precision_fits_isa(policy, [], cpu_flags(root / "proc/cpuinfo"), onednn_max_isa())
+
+
 # A CPU's native bfloat16 kernels are not always faster than its float32 ones: on a 2-core Intel
 # Xeon with avx512_bf16 and no AMX (oneDNN's avx512_core_bf16 kernels), the probe's convolution ran
 # at 0.5-0.6x float32's and the default training at 0.80x (batch 128) and 0.875x (512) of float32's
