@@ -109,8 +109,10 @@ def test_a_data_dir_that_is_a_file_names_the_two_ways_to_give_it(tmp_path):
         "folder that holds the data, or DATASET=npz:<a file>"
     )
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
-    with pytest.raises(ConfigError, match="is not a folder"):
-        load(env={"DATA_DIR": str(tmp_path / "gone")})
+    for below in (tmp_path / "gone", npz / "sub"):
+        with pytest.raises(ConfigError, match="is not a folder"):
+            load(env={"DATA_DIR": str(below)})
+    assert load(env={"DATA_DIR": str(tmp_path / "new" / "data")}).data_dir  # to be made: fine
     assert load(env={"DATA_DIR": str(npz), "DATASET": f"npz:{npz}"}).data_dir == str(npz)  # DATA_DIR unused
 
 

@@ -327,11 +327,14 @@ def _check_dirs(s: Settings) -> None:
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
     # mnist.npz itself, say: a built-in data set would be looked for inside it (npz: and images: name their own)
     data_dir = Path(s.data_dir).expanduser()
-    if ":" not in s.dataset and (data_dir.exists() or data_dir.is_symlink()) and not data_dir.is_dir():
+    # The nearest part that exists must be a folder (DATA_DIR=mnist.npz/sub is below a file).
+    nearest = next((p for p in (data_dir, *data_dir.parents) if p.exists() or p.is_symlink()), data_dir)
+    if ":" not in s.dataset and (nearest.exists() or nearest.is_symlink()) and not nearest.is_dir():
         raise ConfigError(
             "DATA_DIR",
             s.data_dir,
-            "is not a folder (a file, a device or a broken link): give the folder that holds the data, "
+            ("is" if nearest == data_dir else f"is below {nearest}, which is")
+            + " not a folder (a file, a device or a broken link): give the folder that holds the data, "
             "or DATASET=npz:<a file>",
         )
 

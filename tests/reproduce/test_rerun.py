@@ -663,6 +663,8 @@ def test_a_run_trained_in_two_precisions_is_rerun_in_auto_s_and_said_to_differ(m
     assert row == {"what": "precision", "original": "mixed_bfloat16, float32", "rerun": "float32", "same": False}
     segments[1]["trains"] = False  # the float32 resume trained nothing: the run is bfloat16's
     assert pinned_precision({"precision": "auto"}, manifest) == {"precision": "mixed_bfloat16"}
+    segments[1].update(trains=True, restart=True)  # trained again from epoch 1: the earlier weights are gone
+    assert trained_precisions(manifest) == ["float32"]
 
 
 def test_the_recorded_settings_become_the_flags_of_a_fresh_fit(tmp_path):

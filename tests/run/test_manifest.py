@@ -221,9 +221,13 @@ def test_resumed_from_numbers_epochs_as_the_log_does():
     assert manifest.resume_point("ckpt-000000266.npz", 1, 266) == "ckpt-000000266.npz (epoch 2, step 266)"
 
 
-@pytest.mark.parametrize("segments", ["abc", [1, 2], [{}]])
-def test_segments_edited_into_something_else_are_left_out_when_a_run_resumes(tmp_path, facts, segments):
+@pytest.mark.parametrize("segments, summary", [("abc", True), ({"a": 1}, True), ([1, 2], False), ([{}], False)])
+def test_segments_edited_into_something_else_are_left_out_when_a_run_resumes(tmp_path, facts, segments, summary):
+    """What is not a list of segments becomes the run's one summary, as a manifest from before segments."""
     path = tmp_path / "manifest.json"
     manifest.write_json(path, {**FINISHED, "segments": segments})
     m = manifest.open_segment(path, read_json(path), object(), manifest.new_segment(5, 3))
-    assert len(m["segments"]) == 1 and m["segments"][0]["epoch_from"] == 3
+    assert [s.get("note", "") for s in m["segments"][:-1]] == (
+        ["summary of the run before segments were recorded"] if summary else []
+    )
+    assert m["segments"][-1]["epoch_from"] == 3

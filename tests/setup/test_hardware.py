@@ -147,6 +147,16 @@ def test_bfloat16_on_the_cpu_under_a_cap_where_tensorflow_crashes_is_refused(isa
     assert "PRECISION=float32" in str(caught.value)
 
 
+def test_the_refusal_names_the_variable_that_sets_the_cap(monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "avx2")  # oneDNN's older name, still read
+    with pytest.raises(ConfigError) as caught:
+        check_precision_fits_isa("mixed_bfloat16", [], {"avx512f", "avx512_bf16"}, "AVX2")
+    assert str(caught.value).endswith(
+        "crash under DNNL_MAX_CPU_ISA=AVX2: use PRECISION=float32 (or auto), or unset DNNL_MAX_CPU_ISA"
+    )
+
+
 def test_bfloat16_under_a_crashing_cap_is_refused_before_tensorflow_where_no_gpu_can_be_seen(tmp_path, monkeypatch):
     from train.setup.hardware import check_precision_fits_isa_now
 

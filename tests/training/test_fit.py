@@ -163,9 +163,14 @@ def test_an_early_stopped_run_resumed_as_it_was_trains_nothing_and_says_so_in_it
     s = tiny_settings(tmp_path, epochs=5, patience=1, min_delta=10.0)  # no epoch improves by 10
     first = train(s)
     assert first.status == "completed" and first.epochs_completed == 2
-    train(s, resume=first.run_dir.name)
+    config = (first.run_dir / "config.json").read_bytes()
+    train(s.replace(learning_rate=0.05), resume=first.run_dir.name, force=True)
     segments = json.loads((first.run_dir / "manifest.json").read_text())["segments"]
     assert [(seg["epoch_from"], seg["trains"]) for seg in segments] == [(0, True), (2, False)]
+    # What --force accepted trained nothing: config.json stays what trained the weights (reproduce reruns it).
+    assert segments[-1]["forced_changes"] == ["LEARNING_RATE: 0.001 -> 0.05"]
+    assert (first.run_dir / "config.json").read_bytes() == config
+    train(s, resume=first.run_dir.name)  # and the next resume, as the run was, is not refused
 
 
 def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_that_a_resume_exports(

@@ -207,8 +207,10 @@ def _with_absolute_paths(config: dict[str, Any], base: Path) -> dict[str, Any]:
 
 def trained_precisions(manifest: dict[str, Any]) -> list:
     """The precisions the run's weights were trained in, in order: its segments' that trained (a resume
-    on other devices may have changed it), else the run's one."""
+    on other devices may have changed it) since the last --restart, else the run's one."""
     segments = [s for s in manifest.get("segments") or [] if isinstance(s, dict)]
+    restarts = [i for i, s in enumerate(segments) if s.get("restart")]
+    segments = segments[restarts[-1] :] if restarts else segments  # a restart trained from epoch 1 again
     found = [s["precision"] for s in segments if s.get("precision") and s.get("trains", True)]
     return list(dict.fromkeys(found)) or [(manifest.get("precision") or {}).get("policy")]
 

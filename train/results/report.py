@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
-from ..run.manifest import data_version, data_version_text, lock_in_checkout
+from ..run.manifest import data_version, data_version_text, lock_in_checkout, section
 from ..run.rundir import RunDir
 from ..training.test_split import on_test, on_test_summary
 from .html import CSS, escape, img, note, num, table
@@ -199,7 +199,7 @@ def measured_differently(ev, records: RunRecords | None) -> str | None:
     logged = best.get("val_accuracy") if best else None
     if logged is None or abs(logged - ev.accuracy) < 5e-5:
         return None
-    policy = (records.manifest.get("precision") or {}).get("policy") or "its precision policy"
+    policy = section(records.manifest, "precision").get("policy") or "its precision policy"
     return (
         f"training logged val_accuracy {logged:.4f} for these weights (epoch {best['epoch']:.0f}, under {policy}); "
         f"here the same {ev.n} examples are predicted again in float32, hence {ev.accuracy:.4f}"
@@ -240,16 +240,10 @@ def validation_html(ev, records: RunRecords | None = None) -> str:
     return "\n".join(parts)
 
 
-def _mapping(manifest: dict, key: str) -> dict:
-    value = manifest.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
     m = records.manifest
-    # A record edited by hand may hold anything: what is not a mapping reads as unknown ("?").
-    git, lock, data = _mapping(m, "git"), _mapping(m, "requirements_lock"), _mapping(m, "data")
-    build, export, precision = _mapping(m, "build_info"), _mapping(m, "export"), _mapping(m, "precision")
+    git, lock, data = section(m, "git"), section(m, "requirements_lock"), section(m, "data")
+    build, export, precision = section(m, "build_info"), section(m, "export"), section(m, "precision")
     gpus = [g for g in m.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
     cuda = ", ".join(
         f"{k.replace('_version', '')} {v}" for k, v in build.items() if k in ("cuda_version", "cudnn_version")

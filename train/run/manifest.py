@@ -158,6 +158,13 @@ def tf_facts() -> dict[str, Any]:
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "build_info": build}
 
 
+def section(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """`record[key]` where it is a mapping, else {}: a manifest edited by hand may hold anything there,
+    and a reader then finds its fields unknown instead of failing."""
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 # What made a run's weights: kept by a segment that trains nothing (open_segment, record_data).
 WHAT_TRAINED = ("git", "requirements_lock", "tensorflow", "keras", "build_info", "python", "gpus")
 
@@ -246,8 +253,9 @@ def open_segment(
     was killed without recording its own.
     """
     manifest = dict(previous)
-    found = manifest.get("segments") or [_legacy_segment(previous)]
-    segments = [dict(s) for s in (found if isinstance(found, list) else []) if isinstance(s, dict) and s]
+    found = manifest.get("segments")
+    found = found if isinstance(found, list) and found else [_legacy_segment(previous)]
+    segments = [dict(s) for s in found if isinstance(s, dict) and s]
     if segments and segments[-1].get("status") == "running":  # SIGKILL, power cut: it never closed
         last = segments[-1]
         last["status"] = "killed"
@@ -290,7 +298,7 @@ def _legacy_segment(previous: dict[str, Any]) -> dict[str, Any] | None:
         "seconds": previous.get("duration_seconds"),
         "host": previous.get("host"),
         "epoch_to": previous.get("epochs_completed"),
-        "data_fingerprint": (previous.get("data") or {}).get("fingerprint"),
+        "data_fingerprint": section(previous, "data").get("fingerprint"),
         "note": "summary of the run before segments were recorded",
     }
 

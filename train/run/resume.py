@@ -28,6 +28,7 @@ from ..errors import CheckpointError, ConfigError, ResumeMismatchError, RunRecor
 from .files import json_text, storage_error, write_json
 from .find import create_run_dir, list_run_dirs, resolve_run
 from .lock import RunLock
+from .manifest import section
 from .remote import local_dir
 from .rundir import RunDir, read_run_settings, unknown_settings
 
@@ -219,7 +220,7 @@ def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 def check_data(plan: RunPlan, fingerprint: str, source: str, force: bool) -> None:
     """Refuse a resume on data whose bytes changed since the run last trained (unless --force)."""
-    before = (plan.manifest.get("data") or {}).get("fingerprint") if plan.resumed else None
+    before = section(plan.manifest, "data").get("fingerprint") if plan.resumed else None
     if not before or before == fingerprint:
         return
     change = f"DATA: fingerprint {before[:12]}... -> {fingerprint[:12]}... ({source})"

@@ -120,6 +120,16 @@ def onednn_max_isa(environ: Mapping[str, str] | None = None) -> str | None:
     return value or None
 
 
+def isa_variable(environ: Mapping[str, str] | None = None) -> str:
+    """The variable that sets onednn_max_isa's cap, for a message that says which one to unset."""
+    env = os.environ if environ is None else environ
+    return (
+        "DNNL_MAX_CPU_ISA"
+        if env.get("DNNL_MAX_CPU_ISA") and not env.get("ONEDNN_MAX_CPU_ISA")
+        else "ONEDNN_MAX_CPU_ISA"
+    )
+
+
 def check_precision_fits_isa(
     policy: str, gpu_compute_capabilities: Sequence[tuple[int, int]], flags: Iterable[str], max_isa: str | None
 ) -> None:
@@ -134,8 +144,8 @@ def check_precision_fits_isa(
         raise ConfigError(
             "PRECISION",
             policy,
-            f"TensorFlow's bfloat16 CPU kernels crash under ONEDNN_MAX_CPU_ISA={max_isa}: "
-            "use PRECISION=float32 (or auto), or unset ONEDNN_MAX_CPU_ISA",
+            f"TensorFlow's bfloat16 CPU kernels crash under {isa_variable()}={max_isa}: "
+            f"use PRECISION=float32 (or auto), or unset {isa_variable()}",
         )
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from ..config import Settings, redact_uri
 from ..errors import ConfigError, DivergedError, Interrupted, ModelError, OutOfMemoryError, TemplateError
 from ..run.find import is_run_dir
-from ..run.manifest import update_manifest
+from ..run.manifest import section, update_manifest
 from ..run.rundir import RunDir, read_json
 from ..training.stop_flag import StopFlag
 from .space import SweepSpec
@@ -293,7 +293,7 @@ def _ended(manifest: dict, spec: SweepSpec):
 
     if manifest.get("status") == "pruned":
         raise optuna.TrialPruned("its run had been pruned already")
-    best = (manifest.get("best") or {}).get("value")
+    best = section(manifest, "best").get("value")
     if manifest.get("status") == "completed" and isinstance(best, (int, float)):
         return float(best)
     return None

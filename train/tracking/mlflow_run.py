@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from ..errors import first_line
 from ..locations import redact_uri
-from ..run.manifest import lock_in_checkout, update_manifest
+from ..run.manifest import lock_in_checkout, section, update_manifest
 from ..run.rundir import RunDir
 
 log = logging.getLogger("train")
@@ -98,8 +98,8 @@ def tags_from_manifest(manifest: dict[str, Any]) -> dict[str, str]:
         "mlflow.source.git.commit": str(git.get("commit") or ""),
         "lock": lock_in_checkout(lock["file"]) if lock.get("file") else "unknown",
         "lock_sha256": str(lock.get("sha256") or "unknown"),
-        "data_fingerprint": str((manifest.get("data") or {}).get("fingerprint") or "unknown"),
-        "dataset": str((manifest.get("data") or {}).get("dataset") or "unknown"),
+        "data_fingerprint": str(section(manifest, "data").get("fingerprint") or "unknown"),
+        "dataset": str(section(manifest, "data").get("dataset") or "unknown"),
         "image": image_of(manifest),
         "run_dir": str(manifest.get("run_id") or ""),
     }
@@ -109,7 +109,7 @@ def image_of(manifest: dict[str, Any]) -> str:
     """The image a run was made in, as `invoke build` tags it; 'none' for a run from a checkout."""
     if manifest.get("image"):
         return str(manifest["image"])
-    source = (manifest.get("git") or {}).get("source")
+    source = section(manifest, "git").get("source")
     if source == "git" or source is None:
         return "none (a git checkout)"
     from ..reproduce.image import ImageOptions, image_tag

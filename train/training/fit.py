@@ -28,6 +28,7 @@ from typing import Any
 
 from .. import extras, models
 from ..config import Settings, as_given
+from ..digest import sha256_file
 from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..run import checkpoints
@@ -348,12 +349,14 @@ def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopSt
         trains = state.epoch < epochs and not (settings.patience and state.patience_wait >= settings.patience)
         segment = new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, trains=trains)
         # The segment first, with the sha256 of the config.json it is about to write: a kill between
-        # the two leaves a file the next resume still accepts (train.run.resume.check_config).
-        segment["config_sha256"] = plan.config_sha256()
+        # the two leaves a file the next resume still accepts (train.run.resume.check_config). With
+        # nothing to train, config.json stays the settings that trained the weights (what `reproduce`
+        # reruns), whatever --force accepted; the segment's forced_changes still name them.
+        segment["config_sha256"] = plan.config_sha256() if trains else sha256_file(RunDir(plan.run_dir).config)
         resumed_manifest = open_segment(manifest_path, plan.manifest, settings, segment, _last_sign_of_life(plan))
         plan.recorded = True
-        plan.write_config()
-        if trains:  # else the record stays that of the code and devices that trained the weights
+        if trains:  # else the record stays that of the code, devices and settings that trained the weights
+            plan.write_config()
             _warn_dirty(resumed_manifest)
             _warn_precision_change(plan, setup)
     record_data(
