@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import first_line
 from ..setup import hardware
 from . import gpuinfo
 from .gpuinfo import GpuInfo
@@ -214,7 +215,7 @@ def probe_main(skip_matmul: bool) -> None:
         try:  # what a training run measures once per machine to choose its precision
             out["bf16_speedup"] = round(hardware.measure_bf16_speedup(), 3)
         except Exception as exc:  # as a run's probe: float32, and the reason names the error
-            out["bf16_probe_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            out["bf16_probe_error"] = f"{type(exc).__name__}: {first_line(exc, None)}"
     print(_MARK + json.dumps(out), flush=True)
 
 

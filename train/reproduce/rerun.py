@@ -33,7 +33,7 @@ from ..config import of_kind
 from ..errors import ConfigError, DataError, ReproduceError, first_line
 from ..run.files import write_json
 from ..run.find import list_run_dirs
-from ..run.manifest import lock_in_checkout
+from ..run.manifest import lock_in_checkout, section
 from ..run.metrics_files import MEASURED_COLUMNS
 from ..run.rundir import RunDir
 from ..setup.hardware import kernels
@@ -212,7 +212,7 @@ def trained_precisions(manifest: dict[str, Any]) -> list:
     restarts = [i for i, s in enumerate(segments) if s.get("restart")]
     segments = segments[restarts[-1] :] if restarts else segments  # a restart trained from epoch 1 again
     found = [s["precision"] for s in segments if s.get("precision") and s.get("trains", True)]
-    return list(dict.fromkeys(found)) or [(manifest.get("precision") or {}).get("policy")]
+    return list(dict.fromkeys(found)) or [section(manifest, "precision").get("policy")]
 
 
 def _precision_text(manifest: dict[str, Any]) -> str | None:

@@ -54,9 +54,10 @@ class RunPlan:
         if self.saved_config != self.settings.to_dict():
             write_json(RunDir(self.run_dir).config, self.settings.to_dict())
 
-    def config_sha256(self) -> str:
-        """config.json as this start leaves it (once write_config has run), for its manifest segment."""
-        if self.saved_config is not None and self.saved_config != self.settings.to_dict():
+    def config_sha256(self, written: bool = True) -> str:
+        """config.json as this start leaves it (once write_config has run; `written` False: as it is, for a
+        start that does not write it), for its manifest segment."""
+        if written and self.saved_config is not None and self.saved_config != self.settings.to_dict():
             return hashlib.sha256(json_text(self.settings.to_dict()).encode("utf-8")).hexdigest()
         return sha256_file(RunDir(self.run_dir).config)
 

@@ -245,7 +245,9 @@ def _cpu_precision(native: list[str], onednn: bool, max_isa: str | None, bf16_sp
             if not math.isfinite(speedup):  # a timer that measured nothing: no figure to choose by
                 raise ValueError(f"the probe measured {speedup}x")
         except Exception as exc:  # a bfloat16 convolution that cannot run here: the model's would not either
-            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            from ..errors import first_line
+
+            why = f"{type(exc).__name__}: {first_line(exc, None)}"
             return "float32", f"CPU has native bfloat16 ({', '.join(native)}), but the bfloat16 probe failed: {why}"
         # Two decimals rounded down, so that a figure just below the threshold never reads as it.
         shown = math.floor(speedup * 100 + 1e-9) / 100

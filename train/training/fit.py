@@ -28,7 +28,6 @@ from typing import Any
 
 from .. import extras, models
 from ..config import Settings, as_given
-from ..digest import sha256_file
 from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..run import checkpoints
@@ -250,7 +249,7 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
         return _stopped_before_training(run_dir, stop)
     from ..setup import devices
 
-    probe = lambda: flops.cached_bf16_speedup(flops.machine_cache(settings.runs_dir))  # noqa: E731
+    probe = flops.bf16_probe(settings.runs_dir)
     setup = setup or devices.setup_devices(settings, bf16_speedup=probe, kept=_recorded_precision(plan))
     log.info(setup.describe())
     if stop.check() and not several:
@@ -266,8 +265,8 @@ def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup,
         setup.group.send_state(spec, state, loaded is not None)
     _adopt_worker_count(state, loaded is not None, setup.workers if several else 1)
 
-    def record() -> None:  # everything is checked: from here on the run's record changes
-        _record_start(plan, manifest_path, setup, spec, state, loaded, epochs)
+    def record(trains: bool) -> None:  # everything is checked: from here on the run's record changes
+        _record_start(plan, manifest_path, setup, spec, state, loaded, epochs, trains)
 
     try:
         loop = start_loop(
@@ -340,19 +339,19 @@ def _starting_state(plan: RunPlan, loaded) -> LoopState:
     return state
 
 
-def _record_start(plan: RunPlan, manifest_path: Path, setup, spec, state: LoopState, loaded, epochs: int) -> None:
+def _record_start(
+    plan: RunPlan, manifest_path: Path, setup, spec, state: LoopState, loaded, epochs: int, trains: bool = True
+) -> None:
     """The record of a start: config.json and a new manifest segment on a resume, the data, the labels, the split."""
     settings = plan.settings
     if plan.resumed:
         where = resume_point(loaded.path.name, state.epoch, state.step) if loaded else None
-        # The loop's first checks: every epoch done, or early stopping reached already.
-        trains = state.epoch < epochs and not (settings.patience and state.patience_wait >= settings.patience)
         segment = new_segment(epochs, state.epoch, where, plan.forced, plan.restart, settings.smoke, trains=trains)
         # The segment first, with the sha256 of the config.json it is about to write: a kill between
         # the two leaves a file the next resume still accepts (train.run.resume.check_config). With
         # nothing to train, config.json stays the settings that trained the weights (what `reproduce`
         # reruns), whatever --force accepted; the segment's forced_changes still name them.
-        segment["config_sha256"] = plan.config_sha256() if trains else sha256_file(RunDir(plan.run_dir).config)
+        segment["config_sha256"] = plan.config_sha256(written=trains)
         resumed_manifest = open_segment(manifest_path, plan.manifest, settings, segment, _last_sign_of_life(plan))
         plan.recorded = True
         if trains:  # else the record stays that of the code, devices and settings that trained the weights

@@ -217,6 +217,23 @@ def cached_bf16_speedup(cache_dir: Path | None, probe: Callable[[], float] = mea
     return speedup, f"probe measured now, cached in {path}"
 
 
+def bf16_probe(runs_dir: str) -> Callable[[], tuple[float, str]]:
+    """PRECISION=auto's probe for a run under `runs_dir` (train.setup.hardware.choose_precision calls it
+    only where it can matter): cached in RUNS_DIR/.cache, or measured uncached where the store of a
+    bucket RUNS_DIR is not open yet (`train.train` with several workers opens it after their join)."""
+
+    def probe() -> tuple[float, str]:
+        from ..errors import StorageError
+
+        try:
+            cache = machine_cache(runs_dir)
+        except StorageError:
+            cache = None
+        return cached_bf16_speedup(cache)
+
+    return probe
+
+
 def beaten_peak(
     peak: Peak, achieved: float, devices: int, cache_dir: Path, where: str, dtype: str, probe: bool = True
 ) -> Peak | None:

@@ -302,6 +302,10 @@ class EpochLoop:
 
         return strategy.distribute_datasets_from_function(per_process)
 
+    def has_training_left(self) -> bool:
+        """Whether `run` trains any step: an epoch left, and early stopping not reached already."""
+        return self.state.epoch < self.epochs and not self.patience.exhausted(self.state)
+
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> Result:
         if self.chief:  # here, not at build time: a resume that fails its checks must not touch the record
@@ -618,14 +622,15 @@ def start_loop(
     models,
     loaded=None,
     resumed: bool | None = None,
-    record: Callable[[], None] | None = None,
+    record: Callable[[bool], None] | None = None,
 ) -> EpochLoop:
     """The loop with its model built and its starting weights in place, as a run trains it.
 
     A resume restores `loaded`, the chief's newest state; with several workers the chief's
     variables then reach every worker (a worker has no `loaded` and says `resumed=True`).
-    Otherwise the initial weights are saved as the first state. `record()` runs in between: every check has passed and
-    nothing of the run is written yet, so a failed restore leaves the run's record as it was.
+    Otherwise the initial weights are saved as the first state. `record(trains)` runs in between: every check has passed and
+    nothing of the run is written yet, so a failed restore leaves the run's record as it was; `trains` is
+    False when the run has nothing left to train (every epoch done, or early stopping reached).
     """
     resumed = loaded is not None if resumed is None else resumed
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started, stop, chief=chief)
@@ -646,7 +651,7 @@ def start_loop(
                 epochs,
             )
     if record is not None:
-        record()
+        record(loop.has_training_left())
     if not resumed:
         loop.save_initial_state()
     return loop

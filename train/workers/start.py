@@ -50,17 +50,9 @@ def chiefs_probe(settings, is_chief: bool):
     the join, `train.train` only after it."""
     if not is_chief:
         return None
-    from ..errors import StorageError
     from ..training import flops
 
-    def probe():
-        try:
-            cache = flops.machine_cache(settings.runs_dir)
-        except StorageError:  # the store is not open: measured, not cached
-            cache = None
-        return flops.cached_bf16_speedup(cache)
-
-    return probe
+    return flops.bf16_probe(settings.runs_dir)
 
 
 def take_the_chiefs_precision(setup) -> None:
