@@ -130,6 +130,19 @@ def resolve_precision(requested: str = "auto") -> tuple[str, str]:
     return choose_precision(requested, gpu_capabilities(), cpu_flags(), onednn_enabled(), onednn_max_isa(), probe)
 
 
+def as_a_new_run(s):
+    """`s` with the BATCH_SIZE and LEARNING_RATE a new run takes on this machine when it sets neither
+    (train.training.fit; the probe measured here, not read from a cache)."""
+    from train.config import given
+    from train.setup.devices import batch_choice
+    from train.setup.hardware import measure_bf16_speedup
+
+    if {"batch_size", "learning_rate"} & given(s):
+        return s
+    batch, rate, _ = batch_choice(s, lambda: (measure_bf16_speedup(), "probe measured now"))
+    return s.replace(batch_size=batch, learning_rate=rate)
+
+
 def cpu_family(flags=None, max_isa: str | None = "unset") -> str:
     """This machine's CPU family (train.setup.hardware.cpu_family), or that of the flags and cap given."""
     from train.setup import hardware

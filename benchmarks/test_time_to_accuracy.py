@@ -119,7 +119,7 @@ def test_time_to_99(benchmark, mnist, mnist_npz, quick, tmp_path):
             "needs real MNIST: set MNIST_NPZ to a Keras-format mnist.npz (generated data says nothing about 99%)"
         )
     budget = 2 if quick else BUDGET_EPOCHS
-    base = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), seed=SEED)
+    base = common.as_a_new_run(common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), seed=SEED))
     first = 1 if quick else base.epochs
     previous = base.replace(batch_size=128, learning_rate=1e-3, lr_schedule="constant", lr_warmup_epochs=0.0)
     contenders = {

@@ -84,8 +84,19 @@ class CoreSettings:
     # --- model and optimisation ---
     model: str = _f("cnn", models.describe())
     epochs: int = _f(3, "number of epochs", min=1, max=100000, kind="free")
-    batch_size: int = _f(512, "global batch size (split across GPUs when more than one is visible)", min=1, max=1 << 20)
-    learning_rate: float = _f(7e-3, "Adam learning rate (the peak, under a schedule)", min=1e-8, max=10.0)
+    batch_size: int = _f(
+        512,
+        "global batch size (split across GPUs when more than one is visible); with LEARNING_RATE unset too, "
+        "a new run on a CPU training in float32 takes 128 (manifest.json's batch says why)",
+        min=1,
+        max=1 << 20,
+    )
+    learning_rate: float = _f(
+        7e-3,
+        "Adam learning rate (the peak, under a schedule); with BATCH_SIZE unset too, 0.0035 where the batch is 128",
+        min=1e-8,
+        max=10.0,
+    )
     lr_schedule: str = _f("cosine", "constant | cosine (decays to 0 over all EPOCHS)", choices=LR_SCHEDULES)
     lr_warmup_epochs: float = _f(
         0.3,

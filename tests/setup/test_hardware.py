@@ -10,6 +10,7 @@ from helpers import benchmark_script
 from train.errors import ConfigError
 from train.setup.hardware import (
     check_precision_fits_isa,
+    choose_batch,
     choose_precision,
     cpu_bf16,
     cpu_family,
@@ -342,3 +343,15 @@ def test_a_precision_kept_twice_names_its_first_reason_once():
     first = choose_precision("auto", [], {"avx2"}, kept=("float32", "CPU has no native bfloat16"))[1]
     assert choose_precision("auto", [], {"avx2"}, kept=("float32", first))[1] == first
     assert choose_precision("float32", [], {"avx2"}, kept=("mixed_bfloat16", "x")) == ("float32", "set by PRECISION")
+
+
+def test_a_run_that_sets_no_batch_trains_in_batches_of_128_on_a_cpu_in_float32_and_512_elsewhere():
+    """In float32 on a CPU an example costs the same at 128 as at 512 and the more steps learn more an
+    epoch; in 16 bits, or on GPUs, the larger batch runs faster. The rate goes with the batch."""
+    default = (512, 0.007)
+    batch, rate, why = choose_batch("float32", False, default)
+    assert (batch, rate) == (128, 0.0035) and why.startswith("training in float32 on a CPU")
+    assert "0.007 x sqrt(128/512)" in why
+    assert choose_batch("mixed_bfloat16", False, default)[:2] == default
+    assert choose_batch("float32", True, default)[:2] == default  # a GPU without tensor cores: still 512
+    assert "on GPUs" in choose_batch("mixed_float16", True, default)[2]

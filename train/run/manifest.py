@@ -226,8 +226,11 @@ def resume_point(checkpoint: str, epochs_done: int, step: int) -> str:
     return f"{checkpoint} (epoch {epochs_done + 1}, step {step})"
 
 
-def start_manifest(path: Path, settings, run_id: str, segment: dict[str, Any]) -> dict[str, Any]:
-    """A new run's manifest, with its first segment open."""
+def start_manifest(
+    path: Path, settings, run_id: str, segment: dict[str, Any], batch: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A new run's manifest, with its first segment open; `batch`: how BATCH_SIZE and LEARNING_RATE were
+    chosen, for a run that set neither (train.training.fit)."""
     facts = environment_facts(settings)
     manifest = {
         "run_id": run_id,
@@ -237,6 +240,7 @@ def start_manifest(path: Path, settings, run_id: str, segment: dict[str, Any]) -
         "ended_at": None,
         "error": None,
         **facts,
+        **({"batch": batch} if batch else {}),
         "segments": [{**segment, "git": facts.get("git")}],
     }
     write_json(path, manifest)

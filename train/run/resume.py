@@ -33,6 +33,8 @@ from .remote import local_dir
 from .rundir import RunDir, read_run_settings, unknown_settings
 
 log = logging.getLogger("train")
+# Chosen together for a new run that sets neither (train.setup.hardware.choose_batch; its manifest's `batch`).
+BATCH_PAIR = frozenset({"batch_size", "learning_rate"})
 
 
 @dataclass
@@ -48,6 +50,7 @@ class RunPlan:
     manifest: dict[str, Any] = field(default_factory=dict)  # manifest.json as found (resume only)
     forced: list[str] = field(default_factory=list)  # differences accepted with --force
     recorded: bool = False  # this start has changed the run's record (a new run, or a resume's new segment)
+    batch: dict[str, Any] | None = None  # a new run that set neither BATCH_SIZE nor LEARNING_RATE: what was chosen, why
 
     def write_config(self) -> None:
         """config.json changes only when a setting really changed (EPOCHS extended, --force)."""
@@ -81,7 +84,8 @@ def auto_resume(settings: Settings) -> str:
         return ""  # killed before its manifest: nothing was trained
     # An unreadable record is an error, not a reason to start over: auto cannot tell whether
     # that run finished, and the user should know its record is damaged.
-    status = newest.read_manifest().get("status")
+    manifest = newest.read_manifest()
+    status = manifest.get("status")
     saved = read_run_settings(newest.path, warn_unknown=False)
     # "running" is what a SIGKILLed or power-cut run leaves behind (or a run still going: the
     # lock then refuses it).
@@ -90,9 +94,10 @@ def auto_resume(settings: Settings) -> str:
     if status == "running":
         RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
     # RUN_NAME only labels the run: left out, it does not make a new run of the `up` after a stop.
-    differ = diff_settings(saved, settings, RESUME_FREE | ({"run_name"} - given(settings))) + _unknown(
-        newest.read_config()
-    )
+    free = RESUME_FREE | ({"run_name"} - given(settings))
+    if section(manifest, "batch") and not BATCH_PAIR & given(settings):
+        free |= BATCH_PAIR  # chosen for the machine the run started on: left out again, the run's own pair
+    differ = diff_settings(saved, settings, free) + _unknown(newest.read_config())
     if differ:
         log.info(
             "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",

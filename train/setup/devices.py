@@ -17,6 +17,7 @@ import tensorflow as tf
 from ..errors import DeviceSetupError
 from .hardware import (
     check_precision_fits_isa,
+    choose_batch,
     choose_precision,
     cpu_family,
     cpu_flags,
@@ -116,6 +117,18 @@ def setup_devices(settings, cluster=None, bf16_speedup=None, kept=None) -> Devic
         workers=cluster.size if cluster is not None else 1,
         worker_index=cluster.index if cluster is not None else 0,
     )
+
+
+def batch_choice(settings, bf16_speedup=None) -> tuple[int, float, str]:
+    """(BATCH_SIZE, LEARNING_RATE, why) for a new run that sets neither (hardware.choose_batch), by the
+    precision setup_devices will choose here: asked before any device is set up (listing the GPUs
+    leaves them as they are), so that config.json holds the pair from the run's start."""
+    default = (settings.batch_size, settings.learning_rate)
+    if tf.config.list_physical_devices("GPU"):
+        return choose_batch("", True, default)
+    flags, max_isa = cpu_flags(), onednn_max_isa()
+    policy, _ = choose_precision(settings.precision, [], flags, onednn_enabled(), max_isa, bf16_speedup)
+    return choose_batch(policy, False, default)
 
 
 def gpu_memory() -> tuple[float | None, float | None]:

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import extras, models
-from ..config import Settings, as_given
+from ..config import Settings, as_given, given
 from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..run import checkpoints
 from ..run.checkpoints import latest_header, list_states
-from ..run.files import clean_stale_temp, read_json
+from ..run.files import clean_stale_temp, read_json, write_json
 from ..run.manifest import (
     close_segment,
     dirty_warning,
@@ -44,7 +44,7 @@ from ..run.manifest import (
     update_manifest,
 )
 from ..run.remote import for_run, open_runs_dir
-from ..run.resume import RunPlan, check_data, plan_run
+from ..run.resume import BATCH_PAIR, RunPlan, check_data, plan_run
 from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
 from . import flops
@@ -95,9 +95,12 @@ def fit(
             remote.bring(resume)  # the run to resume, from the store into the staging copy
         plan = plan_run(settings, resume, force, restart)
         try:
+            probe = flops.bf16_probe(plan.settings.runs_dir)
+            if setup is None:  # several workers keep the defaults: each loads its own settings
+                _choose_batch(plan, probe)
             own = parts(plan.settings) if parts else ()
             calls = Callbacks([*own, *extras.callbacks(plan.settings), *callbacks])
-            return _train(plan, force, stop, setup, calls, continue_with)
+            return _train(plan, force, stop, setup, calls, continue_with, probe)
         finally:
             plan.release()
 
@@ -116,8 +119,24 @@ def default_continue_command(run_name: str) -> str:
     return f"python -m train fit --resume {run_name}"
 
 
+def _choose_batch(plan: RunPlan, probe) -> None:
+    """A new run that sets neither BATCH_SIZE nor LEARNING_RATE takes the pair this machine trains best
+    with (train.setup.hardware.choose_batch): into config.json before anything reads the settings, so
+    the record, resume and `reproduce` all see the values that trained."""
+    settings = plan.settings
+    if plan.resumed or BATCH_PAIR & given(settings):
+        return
+    from ..setup import devices
+
+    batch, rate, why = devices.batch_choice(settings, probe)
+    plan.batch = {"batch_size": batch, "learning_rate": rate, "reason": why}
+    if (batch, rate) != (settings.batch_size, settings.learning_rate):
+        plan.settings = settings.replace(batch_size=batch, learning_rate=rate)
+        write_json(RunDir(plan.run_dir).config, plan.settings.to_dict())
+
+
 def _train(
-    plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks, continue_with: Callable[[str], str]
+    plan: RunPlan, force: bool, stop: StopFlag, setup, calls: Callbacks, continue_with: Callable[[str], str], probe
 ) -> Result:
     run_dir, settings = plan.run_dir, plan.settings
     _open_log(plan, setup)
@@ -132,12 +151,13 @@ def _train(
                 settings,
                 run_dir.name,
                 new_segment(_epochs(settings), smoke=settings.smoke, config_sha256=plan.config_sha256()),
+                batch=plan.batch,
             )
             plan.recorded = True
             _warn_dirty(started_manifest)
         calls.start(run_dir)
         with setup.group.errors() if setup is not None else contextlib.nullcontext():
-            result = _run(plan, force, manifest_path, stop, setup, calls)
+            result = _run(plan, force, manifest_path, stop, setup, calls, probe)
         status = result.status
         if _identity(run_dir) != identity:
             raise _gone(run_dir)
@@ -242,16 +262,24 @@ def _close(
         log.error("could not update the manifest: %s", exc)
 
 
-def _run(plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup, calls: Callbacks) -> Result:
+def _run(
+    plan: RunPlan, force: bool, manifest_path: Path, stop: StopFlag, setup, calls: Callbacks, probe: Callable
+) -> Result:
     settings, run_dir = plan.settings, plan.run_dir
     several = setup is not None  # joined a cluster: its workers stop together, in the loop
     if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)
     from ..setup import devices
 
-    probe = flops.bf16_probe(settings.runs_dir)
     setup = setup or devices.setup_devices(settings, bf16_speedup=probe, kept=_recorded_precision(plan))
     log.info(setup.describe())
+    if plan.batch is not None:
+        log.info(
+            "batch: %d, learning rate %g (neither was set: %s)",
+            settings.batch_size,
+            settings.learning_rate,
+            plan.batch["reason"],
+        )
     if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)
     spec = data.load_data(settings)

@@ -20,6 +20,7 @@ the MFU divides by and where the measured one came from (`origin`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -220,8 +221,10 @@ def cached_bf16_speedup(cache_dir: Path | None, probe: Callable[[], float] = mea
 def bf16_probe(runs_dir: str) -> Callable[[], tuple[float, str]]:
     """PRECISION=auto's probe for a run under `runs_dir` (train.setup.hardware.choose_precision calls it
     only where it can matter): cached in RUNS_DIR/.cache, or measured uncached where the store of a
-    bucket RUNS_DIR is not open yet (`train.train` with several workers opens it after their join)."""
+    bucket RUNS_DIR is not open yet (`train.train` with several workers opens it after their join).
+    Asked twice (the batch a new run chooses, then its devices' precision), it answers the same."""
 
+    @functools.cache
     def probe() -> tuple[float, str]:
         from ..errors import StorageError
 
