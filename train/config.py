@@ -87,13 +87,13 @@ class CoreSettings:
     batch_size: int = _f(
         512,
         "global batch size (split across GPUs when more than one is visible); with LEARNING_RATE unset too, "
-        "a new run on a CPU training in float32 takes 128 (manifest.json's batch says why)",
+        "a new run on a CPU training in float32 takes 256 (manifest.json's batch says why)",
         min=1,
         max=1 << 20,
     )
     learning_rate: float = _f(
         7e-3,
-        "Adam learning rate (the peak, under a schedule); with BATCH_SIZE unset too, 0.0035 where the batch is 128",
+        "Adam learning rate (the peak, under a schedule); with BATCH_SIZE unset too, 0.005 where the batch is 256",
         min=1e-8,
         max=10.0,
     )

@@ -85,15 +85,15 @@ def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither
     """A run that set neither BATCH_SIZE nor LEARNING_RATE took the pair its machine trains best with
     (its manifest's `batch`); left out again, they are the run's own, on any machine. Given, they count."""
     unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
-    chosen = {"batch_size": 128, "learning_rate": 0.0035, "reason": "training in float32 on a CPU"}
+    chosen = {"batch_size": 256, "learning_rate": 0.005, "reason": "training in float32 on a CPU"}
     run = write_run(
         Path(unset.runs_dir) / "20260102-000000-bbbb",
-        {**unset.to_dict(), "batch_size": 128, "learning_rate": 0.0035},
+        {**unset.to_dict(), "batch_size": 256, "learning_rate": 0.005},
         {"status": "interrupted", "batch": chosen},
         checkpoints=["ckpt-000000004.npz"],
     )
     assert auto_resume(unset) == str(run)
-    assert auto_resume(unset.replace(batch_size=128)) == ""  # given: it must equal the run's, and the rate too
+    assert auto_resume(unset.replace(batch_size=256)) == ""  # given: it must equal the run's, and the rate too
     (run / "manifest.json").write_text(json.dumps({"status": "interrupted"}))  # the pair was given then
     assert auto_resume(unset) == ""
 

@@ -321,7 +321,7 @@ def test_real_mnist_one_epoch_default_settings(tmp_path):
     manifest = json.loads((result.run_dir / "manifest.json").read_text())
     assert manifest["data"]["fingerprint"] == "06af5dfe73b70e3bc1c36439982b18a8d76803db9b544f6fdf838a37fbb01b64"
     float32 = manifest["precision"]["policy"] == "float32"  # as the machine's probe decided
-    assert manifest["batch"]["batch_size"] == (128 if float32 else 512)
+    assert manifest["batch"]["batch_size"] == (256 if float32 else 512)
 
 
 def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finished_one(tmp_path, monkeypatch):
@@ -345,32 +345,41 @@ def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finish
 def test_a_run_that_sets_neither_batch_nor_rate_records_its_machine_s_pair_and_resume_auto_keeps_it(
     tmp_path, monkeypatch
 ):
-    """Neither BATCH_SIZE nor LEARNING_RATE set, in float32 on a CPU: 128 and 0.0035, in config.json from
+    """Neither BATCH_SIZE nor LEARNING_RATE set, in float32 on a CPU: 256 and 0.005, in config.json from
     the start and in the manifest with why; RESUME=auto continues it with neither set. Set: as given."""
     from helpers import tiny_values, write_tiny_npz
 
     from train import train
     from train.config import load_settings
+    from train.setup import devices
     from train.training import stop_flag
 
     values = tiny_values(tmp_path, write_tiny_npz(tmp_path))
     del values["batch_size"], values["learning_rate"]
     s = load_settings({**values, "epochs": 1, "export": False, "resume": "auto"}, env_file=None, environ={})
     done = train(s)
-    assert "batch: 128, learning rate 0.0035 (neither was set: " in (done.run_dir / "train.log").read_text()
+    assert "batch: 256, learning rate 0.005 (neither was set: " in (done.run_dir / "train.log").read_text()
     original = stop_flag.StopFlag.check
     monkeypatch.setattr(stop_flag.StopFlag, "check", lambda self: self.request("test stop") or original(self))
     stopped = train(s)  # stops before training: its record is written
     config = json.loads((stopped.run_dir / "config.json").read_text())
-    assert (config["batch_size"], config["learning_rate"]) == (128, 0.0035)
+    assert (config["batch_size"], config["learning_rate"]) == (256, 0.005)
     chosen = json.loads((stopped.run_dir / "manifest.json").read_text())["batch"]
-    assert chosen["reason"].startswith("training in float32 on a CPU") and chosen["batch_size"] == 128
+    assert chosen["reason"].startswith("training in float32 on a CPU") and chosen["batch_size"] == 256
     monkeypatch.setattr(stop_flag.StopFlag, "check", original)
     resumed = train(s)
     assert resumed.run_dir == stopped.run_dir and resumed.status == "completed"
     given = train(s.replace(batch_size=64, resume=""))
     assert json.loads((given.run_dir / "config.json").read_text())["learning_rate"] == 0.007  # as before
     assert "batch" not in json.loads((given.run_dir / "manifest.json").read_text())
+
+    def unreadable(*_):
+        raise RuntimeError("no driver")
+
+    monkeypatch.setattr(devices, "batch_choice", unreadable)  # then setting the devices up says what is wrong
+    fallback = json.loads((train(s.replace(resume="")).run_dir / "manifest.json").read_text())["batch"]
+    assert (fallback["batch_size"], fallback["learning_rate"]) == (512, 0.007)
+    assert fallback["reason"] == "the defaults: the devices could not be read (RuntimeError: no driver)"
 
 
 @pytest.mark.parametrize("removed", ["run directory", "RUNS_DIR"])

@@ -126,9 +126,14 @@ def _choose_batch(plan: RunPlan, probe) -> None:
     settings = plan.settings
     if plan.resumed or BATCH_PAIR & given(settings):
         return
+    from ..errors import first_line
     from ..setup import devices
 
-    batch, rate, why = devices.batch_choice(settings, probe)
+    try:
+        batch, rate, why = devices.batch_choice(settings, probe)
+    except Exception as exc:  # devices that cannot be read: setting them up says why, in the run's record
+        batch, rate = settings.batch_size, settings.learning_rate
+        why = f"the defaults: the devices could not be read ({type(exc).__name__}: {first_line(exc, None)})"
     plan.batch = {"batch_size": batch, "learning_rate": rate, "reason": why}
     if (batch, rate) != (settings.batch_size, settings.learning_rate):
         plan.settings = settings.replace(batch_size=batch, learning_rate=rate)
