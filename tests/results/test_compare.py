@@ -77,6 +77,15 @@ def test_identical_settings_say_none(tmp_path):
     assert "(none)" in compare.format_comparison([a, b])
 
 
+def test_precision_auto_compares_as_the_policy_it_chose(tmp_path):
+    """A `reproduce` rerun pins what auto chose: the same training, so no row; another choice is one."""
+    auto = load_records(write_run_records(tmp_path / "a", {"precision": "auto"}))
+    pinned = load_records(write_run_records(tmp_path / "b", {"precision": "mixed_bfloat16"}))
+    assert compare.differing_settings([auto, pinned]) == []
+    other = load_records(write_run_records(tmp_path / "c", {"precision": "float32"}))
+    assert compare.differing_settings([auto, other]) == [("PRECISION", ["mixed_bfloat16 (auto)", "float32"])]
+
+
 def test_out_png_is_the_overlaid_curves(runs, tmp_path, capsys):
     from PIL import Image
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..config import of_kind
 from ..errors import ConfigError
-from ..run.manifest import data_version
+from ..run.manifest import data_version, section
 from ..training.test_split import on_test
 from .run_records import RunRecords, duration_text, on_test_text
 
@@ -78,9 +78,19 @@ def differing_settings(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]
     rows = []
     for key in keys:
         values = [_text(r.config.get(key, "-")) for r in runs]
-        if len(set(values)) > 1:
+        if key == "precision":  # what each run trained in: auto's choice is a policy like any other
+            trained = [_trained_in(r, v) for r, v in zip(runs, values)]
+            if len(set(trained)) > 1:
+                rows.append(("PRECISION", [t if t == v else f"{t} ({v})" for t, v in zip(trained, values)]))
+        elif len(set(values)) > 1:
             rows.append((key.upper(), values))
     return rows
+
+
+def _trained_in(run: RunRecords, precision: str) -> str:
+    """PRECISION=auto as the policy the run's manifest says it chose (a `reproduce` rerun pins it)."""
+    policy = section(run.manifest, "precision").get("policy")
+    return policy if precision == "auto" and isinstance(policy, str) else precision
 
 
 def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
