@@ -266,6 +266,12 @@ def given(s: Settings) -> frozenset[str]:
     return frozenset(f.name for f in fields(s) if getattr(s, f.name) != f.default)
 
 
+def knows_given(s: Settings) -> bool:
+    """Whether `s` records which settings the user gave (load_settings, `.replace`); a Settings made in
+    code (`Settings(...)`, `dataclasses.replace`) holds its values only."""
+    return s.__dict__.get("_given") is not None
+
+
 def as_given(s: Settings) -> Settings:
     """The same settings, every one counted as given (a resume then takes them all from `s`)."""
     return _with_given(dataclasses.replace(s), [f.name for f in fields(s)])

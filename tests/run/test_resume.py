@@ -82,9 +82,11 @@ def test_auto_starts_fresh_when_settings_differ(tmp_path, caplog, monkeypatch):
 
 
 def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither_is_set(tmp_path):
-    """A run that set neither BATCH_SIZE nor LEARNING_RATE took the pair its machine trains best with
-    (its manifest's `batch`); left out again, they are the run's own, on any machine. Given, they count."""
+    """Neither BATCH_SIZE nor LEARNING_RATE set: the pair a new run would take here is compared, and a
+    run whose own pair was chosen so (its manifest's `batch`) keeps it, whatever this machine takes."""
     unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+    here = unset.replace(batch_size=256, learning_rate=0.005)  # what a CPU in float32 takes
+    elsewhere = unset.replace(batch_size=512, learning_rate=0.007)  # what a GPU takes
     chosen = {"batch_size": 256, "learning_rate": 0.005, "reason": "training in float32 on a CPU"}
     run = write_run(
         Path(unset.runs_dir) / "20260102-000000-bbbb",
@@ -92,10 +94,16 @@ def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither
         {"status": "interrupted", "batch": chosen},
         checkpoints=["ckpt-000000004.npz"],
     )
-    assert auto_resume(unset) == str(run)
-    assert auto_resume(unset.replace(batch_size=256)) == ""  # given: it must equal the run's, and the rate too
+    assert auto_resume(unset, here) == str(run)
+    assert auto_resume(unset, elsewhere) == str(run)
+    assert auto_resume(unset.replace(batch_size=256)) == ""  # given: both as given, and 0.007 differs
     (run / "manifest.json").write_text(json.dumps({"status": "interrupted"}))  # the pair was given then
-    assert auto_resume(unset) == ""
+    assert auto_resume(unset, here) == str(run)  # what a new run would take here anyway
+    assert auto_resume(unset, elsewhere) == ""
+    forced = {**unset.to_dict(), "batch_size": 64, "learning_rate": 0.005}  # --force'd since it was chosen
+    (run / "config.json").write_text(json.dumps(forced))
+    (run / "manifest.json").write_text(json.dumps({"status": "interrupted", "batch": chosen}))
+    assert auto_resume(unset, here) == ""
 
 
 def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path):

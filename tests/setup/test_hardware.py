@@ -354,4 +354,5 @@ def test_a_run_that_sets_no_batch_trains_in_batches_of_256_on_a_cpu_in_float32_a
     assert "0.007 x sqrt(256/512), rounded" in why
     assert choose_batch("mixed_bfloat16", False, default)[:2] == default
     assert choose_batch("float32", True, default)[:2] == default  # a GPU without tensor cores: still 512
-    assert "on GPUs" in choose_batch("mixed_float16", True, default)[2]
+    assert choose_batch("mixed_float16", True, default)[2] == "the defaults, for training on GPUs"
+    assert choose_batch("mixed_bfloat16", False, default)[2] == "the defaults, for training in mixed_bfloat16"

@@ -361,7 +361,8 @@ def test_a_run_that_sets_neither_batch_nor_rate_records_its_machine_s_pair_and_r
     assert "batch: 256, learning rate 0.005 (neither was set: " in (done.run_dir / "train.log").read_text()
     original = stop_flag.StopFlag.check
     monkeypatch.setattr(stop_flag.StopFlag, "check", lambda self: self.request("test stop") or original(self))
-    stopped = train(s)  # stops before training: its record is written
+    stopped = train(s)  # stops before training: its record is written, its log holds the choice
+    assert "batch: 256, learning rate 0.005 (neither was set: " in (stopped.run_dir / "train.log").read_text()
     config = json.loads((stopped.run_dir / "config.json").read_text())
     assert (config["batch_size"], config["learning_rate"]) == (256, 0.005)
     chosen = json.loads((stopped.run_dir / "manifest.json").read_text())["batch"]
@@ -379,7 +380,15 @@ def test_a_run_that_sets_neither_batch_nor_rate_records_its_machine_s_pair_and_r
     monkeypatch.setattr(devices, "batch_choice", unreadable)  # then setting the devices up says what is wrong
     fallback = json.loads((train(s.replace(resume="")).run_dir / "manifest.json").read_text())["batch"]
     assert (fallback["batch_size"], fallback["learning_rate"]) == (512, 0.007)
-    assert fallback["reason"] == "the defaults: the devices could not be read (RuntimeError: no driver)"
+    assert fallback["reason"] == "the defaults, as the devices could not be read (RuntimeError: no driver)"
+
+
+def test_settings_made_in_code_train_with_the_batch_they_hold():
+    """A Settings made in code records no given settings: its values are the user's, defaults or not."""
+    from train.config import Settings
+    from train.training.fit import _choose_batch
+
+    assert _choose_batch(Settings(), probe=None) is None
 
 
 @pytest.mark.parametrize("removed", ["run directory", "RUNS_DIR"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,12 @@ def has_checkpoints(run_dir: Path) -> bool:
     return bool(list_states(RunDir(run_dir).checkpoints))
 
 
-def auto_resume(settings: Settings) -> str:
-    """RESUME=auto: the newest run, if it did not finish and was started with these settings."""
+def auto_resume(settings: Settings, chosen: Settings | None = None) -> str:
+    """RESUME=auto: the newest run, if it did not finish and was started with these settings.
+
+    `chosen`: the settings with the BATCH_SIZE and LEARNING_RATE a new run would take here (neither
+    given): compared instead, and a run whose own pair was chosen so (its manifest's `batch`, on
+    whichever machine) keeps it."""
     runs = list_run_dirs(settings.runs_dir)
     if not runs:
         return ""
@@ -95,9 +100,9 @@ def auto_resume(settings: Settings) -> str:
         RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
     # RUN_NAME only labels the run: left out, it does not make a new run of the `up` after a stop.
     free = RESUME_FREE | ({"run_name"} - given(settings))
-    if section(manifest, "batch") and not BATCH_PAIR & given(settings):
+    if chosen is not None and _pair_was_chosen(manifest, saved):
         free |= BATCH_PAIR  # chosen for the machine the run started on: left out again, the run's own pair
-    differ = diff_settings(saved, settings, free) + _unknown(newest.read_config())
+    differ = diff_settings(saved, chosen or settings, free) + _unknown(newest.read_config())
     if differ:
         log.info(
             "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
@@ -106,6 +111,12 @@ def auto_resume(settings: Settings) -> str:
         )
         return ""
     return str(newest.path)
+
+
+def _pair_was_chosen(manifest: dict[str, Any], saved: Settings) -> bool:
+    """The run's BATCH_SIZE and LEARNING_RATE are the pair its start chose (not given, not --forced since)."""
+    record = section(manifest, "batch")
+    return (record.get("batch_size"), record.get("learning_rate")) == (saved.batch_size, saved.learning_rate)
 
 
 def _unknown(config: dict[str, Any]) -> list[str]:
@@ -121,10 +132,23 @@ def _trained(run_dir: Path, manifest: dict[str, Any]) -> bool:
     return files.metrics.is_file() or bool(files.weights()) or bool(manifest.get("epochs_completed"))
 
 
-def plan_run(settings: Settings, resume: str | None, force: bool = False, restart: bool = False) -> RunPlan:
-    """Lock the run a fit will write and decide its settings; raise before writing anything."""
+def plan_run(
+    settings: Settings,
+    resume: str | None,
+    force: bool = False,
+    restart: bool = False,
+    choose: Callable[[Settings], tuple[Settings, dict[str, Any]] | None] | None = None,
+) -> RunPlan:
+    """Lock the run a fit will write and decide its settings; raise before writing anything.
+
+    `choose(settings)`: what a new run that leaves settings to the machine takes ((settings, record)
+    for the manifest; None: nothing to choose), asked before a new run's directory exists, so its
+    config.json holds the choice from the first write."""
+    chosen = choose(settings) if choose is not None and resume in (None, "", "auto") else None
     if resume == "auto":
-        resume = auto_resume(settings)
+        resume = auto_resume(settings, chosen[0] if chosen else None)
+    if not resume and chosen:
+        settings = chosen[0]
     if not resume:
         if restart:
             raise ConfigError(
@@ -139,7 +163,7 @@ def plan_run(settings: Settings, resume: str | None, force: bool = False, restar
         except BaseException:
             lock.release()
             raise
-        return RunPlan(run_dir, settings, False, lock)
+        return RunPlan(run_dir, settings, False, lock, batch=chosen[1] if chosen else None)
     run_dir = resolve_run(settings.runs_dir, resume)
     lock = RunLock(run_dir).acquire()
     try:

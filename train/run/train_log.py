@@ -34,10 +34,25 @@ def end_progress_line() -> None:
         print(flush=True)
 
 
-def setup_logging(log_file: Path | None, prefix: str = "") -> None:
+class _Held(logging.Handler):
+    """The lines logged before a run's train.log exists (RESUME=auto's decision, a new run's batch, the
+    probe's warnings): the console shows them at once, train.log gets them when it opens."""
+
+    def __init__(self, records=()) -> None:
+        super().__init__()
+        self.records = list(records)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def setup_logging(log_file: Path | None, prefix: str = "", hold: bool = False) -> None:
     """One format for the console and train.log; replaces handlers from an earlier run in-process.
 
-    `prefix` tells workers apart when several processes train together ("[worker 1] ")."""
+    `prefix` tells workers apart when several processes train together ("[worker 1] "). `hold`: the
+    console only, keeping every line from now on for the train.log a later call opens (which writes
+    them first, at their own times); without a file, lines held so far stay held."""
+    held = [r for h in log.handlers if isinstance(h, _Held) for r in h.records] if not hold else []
     fmt = logging.Formatter(f"%(asctime)s {prefix}%(message)s", "%Y-%m-%d %H:%M:%S")
     for h in list(log.handlers):
         log.removeHandler(h)
@@ -48,7 +63,11 @@ def setup_logging(log_file: Path | None, prefix: str = "") -> None:
     if log_file is not None:
         fh = logging.FileHandler(log_file, encoding="utf-8")
         fh.setFormatter(fmt)
+        for record in held:
+            fh.handle(record)
         log.addHandler(fh)
+    elif hold or held:
+        log.addHandler(_Held(held))
     log.setLevel(logging.INFO)
     log.propagate = False
 

@@ -273,8 +273,7 @@ CPU_FLOAT32_BATCH = (256, 0.005)
 def choose_batch(policy: str, gpus: bool, default: tuple[int, float]) -> tuple[int, float, str]:
     """(BATCH_SIZE, LEARNING_RATE, why) for a run that sets neither, training in `policy`."""
     if gpus or policy != "float32":
-        where = "on GPUs" if gpus else f"in {policy} on a CPU"
-        return default[0], default[1], f"the defaults: training {where}, where a larger batch runs faster"
+        return default[0], default[1], f"the defaults, for training {'on GPUs' if gpus else 'in ' + policy}"
     batch, rate = CPU_FLOAT32_BATCH
     why = (
         f"training in float32 on a CPU, where an example costs about the same at {batch} as at {default[0]} "

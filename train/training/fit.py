@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import extras, models
-from ..config import Settings, as_given, given
+from ..config import Settings, as_given, given, knows_given
 from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..run import checkpoints
 from ..run.checkpoints import latest_header, list_states
-from ..run.files import clean_stale_temp, read_json, write_json
+from ..run.files import clean_stale_temp, read_json
 from ..run.manifest import (
     close_segment,
     dirty_warning,
@@ -88,16 +88,18 @@ def fit(
             # take a left-out one from the run's record, where the other workers cannot see it.
             settings = as_given(settings)
         resume = settings.resume if resume is None else resume
+        if setup is None:  # the console now; train.log, once the run has one, gets these lines first
+            setup_logging(None, hold=True)
         remote = open_runs_dir(settings)  # a store must answer now, before any training (StorageError)
         if remote is not None and resume:
-            if setup is None:
-                setup_logging(None)  # the console, before the run's train.log exists: what came from the store
             remote.bring(resume)  # the run to resume, from the store into the staging copy
-        plan = plan_run(settings, resume, force, restart)
+        probe = flops.bf16_probe(settings.runs_dir)
+        # Several workers keep the defaults: each loads its own settings.
+        choose = (lambda given: _choose_batch(given, probe)) if setup is None else None
+        plan = plan_run(settings, resume, force, restart, choose)
+        if plan.resumed:
+            probe = flops.bf16_probe(plan.settings.runs_dir)  # the run's own RUNS_DIR caches the figure
         try:
-            probe = flops.bf16_probe(plan.settings.runs_dir)
-            if setup is None:  # several workers keep the defaults: each loads its own settings
-                _choose_batch(plan, probe)
             own = parts(plan.settings) if parts else ()
             calls = Callbacks([*own, *extras.callbacks(plan.settings), *callbacks])
             return _train(plan, force, stop, setup, calls, continue_with, probe)
@@ -119,13 +121,12 @@ def default_continue_command(run_name: str) -> str:
     return f"python -m train fit --resume {run_name}"
 
 
-def _choose_batch(plan: RunPlan, probe) -> None:
+def _choose_batch(settings: Settings, probe) -> tuple[Settings, dict[str, Any]] | None:
     """A new run that sets neither BATCH_SIZE nor LEARNING_RATE takes the pair this machine trains best
-    with (train.setup.hardware.choose_batch): into config.json before anything reads the settings, so
-    the record, resume and `reproduce` all see the values that trained."""
-    settings = plan.settings
-    if plan.resumed or BATCH_PAIR & given(settings):
-        return
+    with (train.setup.hardware.choose_batch): its settings and the manifest's record of why, or None
+    where the user set either (or made the settings in code: then they are as they are)."""
+    if not knows_given(settings) or BATCH_PAIR & given(settings):
+        return None
     from ..errors import first_line
     from ..setup import devices
 
@@ -133,11 +134,10 @@ def _choose_batch(plan: RunPlan, probe) -> None:
         batch, rate, why = devices.batch_choice(settings, probe)
     except Exception as exc:  # devices that cannot be read: setting them up says why, in the run's record
         batch, rate = settings.batch_size, settings.learning_rate
-        why = f"the defaults: the devices could not be read ({type(exc).__name__}: {first_line(exc, None)})"
-    plan.batch = {"batch_size": batch, "learning_rate": rate, "reason": why}
-    if (batch, rate) != (settings.batch_size, settings.learning_rate):
-        plan.settings = settings.replace(batch_size=batch, learning_rate=rate)
-        write_json(RunDir(plan.run_dir).config, plan.settings.to_dict())
+        why = f"the defaults, as the devices could not be read ({type(exc).__name__}: {first_line(exc, None)})"
+    log.info("batch: %d, learning rate %g (neither was set: %s)", batch, rate, why)
+    record = {"batch_size": batch, "learning_rate": rate, "reason": why}
+    return settings.replace(batch_size=batch, learning_rate=rate), record
 
 
 def _train(
@@ -278,13 +278,6 @@ def _run(
 
     setup = setup or devices.setup_devices(settings, bf16_speedup=probe, kept=_recorded_precision(plan))
     log.info(setup.describe())
-    if plan.batch is not None:
-        log.info(
-            "batch: %d, learning rate %g (neither was set: %s)",
-            settings.batch_size,
-            settings.learning_rate,
-            plan.batch["reason"],
-        )
     if stop.check() and not several:
         return _stopped_before_training(run_dir, stop)
     spec = data.load_data(settings)
