@@ -370,6 +370,7 @@ def test_a_run_that_sets_neither_batch_nor_rate_records_its_machine_s_pair_and_r
     monkeypatch.setattr(stop_flag.StopFlag, "check", original)
     resumed = train(s)
     assert resumed.run_dir == stopped.run_dir and resumed.status == "completed"
+    assert (stopped.run_dir / "train.log").read_text().count("batch: 256") == 1  # the resume chose nothing
     given = train(s.replace(batch_size=64, resume=""))
     assert json.loads((given.run_dir / "config.json").read_text())["learning_rate"] == 0.007  # as before
     assert "batch" not in json.loads((given.run_dir / "manifest.json").read_text())

@@ -97,6 +97,12 @@ def fit(
         # Several workers keep the defaults: each loads its own settings.
         choose = (lambda given: _choose_batch(given, probe)) if setup is None else None
         plan = plan_run(settings, resume, force, restart, choose)
+        if plan.batch is not None:  # a new run took it (RESUME=auto may have continued another instead)
+            chosen = plan.batch
+            log.info(
+                "batch: %d, learning rate %g (neither was set: %s)",
+                *(chosen[k] for k in ("batch_size", "learning_rate", "reason")),
+            )
         if plan.resumed:
             probe = flops.bf16_probe(plan.settings.runs_dir)  # the run's own RUNS_DIR caches the figure
         try:
@@ -135,7 +141,6 @@ def _choose_batch(settings: Settings, probe) -> tuple[Settings, dict[str, Any]] 
     except Exception as exc:  # devices that cannot be read: setting them up says why, in the run's record
         batch, rate = settings.batch_size, settings.learning_rate
         why = f"the defaults, as the devices could not be read ({type(exc).__name__}: {first_line(exc, None)})"
-    log.info("batch: %d, learning rate %g (neither was set: %s)", batch, rate, why)
     record = {"batch_size": batch, "learning_rate": rate, "reason": why}
     return settings.replace(batch_size=batch, learning_rate=rate), record
 
