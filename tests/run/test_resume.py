@@ -85,8 +85,8 @@ def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither
     """Neither BATCH_SIZE nor LEARNING_RATE set: the pair a new run would take here is compared, and a
     run whose own pair was chosen so (its manifest's `batch`) keeps it, whatever this machine takes."""
     unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
-    here = unset.replace(batch_size=256, learning_rate=0.005)  # what a CPU in float32 takes
-    elsewhere = unset.replace(batch_size=512, learning_rate=0.007)  # what a GPU takes
+    here = lambda: unset.replace(batch_size=256, learning_rate=0.005)  # noqa: E731  what a CPU in float32 takes
+    elsewhere = lambda: unset.replace(batch_size=512, learning_rate=0.007)  # noqa: E731  what a GPU takes
     chosen = {"batch_size": 256, "learning_rate": 0.005, "reason": "training in float32 on a CPU"}
     run = write_run(
         Path(unset.runs_dir) / "20260102-000000-bbbb",
@@ -104,6 +104,25 @@ def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither
     (run / "config.json").write_text(json.dumps(forced))
     (run / "manifest.json").write_text(json.dumps({"status": "interrupted", "batch": chosen}))
     assert auto_resume(unset, here) == ""
+
+
+def test_auto_continues_a_run_from_before_runs_chose_their_batch_at_the_defaults_it_took(tmp_path):
+    """A run interrupted by a version that did not choose (512 and 0.007, no `batch` record) is what
+    that version's invocation with neither set trained: the next `up` continues it on any machine."""
+    unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+    older = _fake_run(unset, "20260102-000000-bbbb", "interrupted")  # its config: the defaults
+    assert auto_resume(unset, lambda: unset.replace(batch_size=256, learning_rate=0.005)) == str(older)
+    _fake_run(unset, "20260103-000000-cccc", "interrupted", batch_size=64)  # given then: compared as ever
+    assert auto_resume(unset, lambda: unset.replace(batch_size=256, learning_rate=0.005)) == ""
+
+
+def test_auto_asks_for_the_choice_only_when_there_is_a_run_to_compare(tmp_path):
+    unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+
+    def never():
+        raise AssertionError("the choice starts TensorFlow: not without a run to compare")
+
+    assert auto_resume(unset, never) == ""
 
 
 def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path):

@@ -26,7 +26,7 @@ from typing import Any
 from ..config import RESUME_FREE, Settings, diff_settings, given, settings_from_dict
 from ..digest import sha256_file
 from ..errors import CheckpointError, ConfigError, ResumeMismatchError, RunRecordError, StorageError
-from .files import json_text, storage_error, write_json
+from .files import ensure_writable, json_text, storage_error, write_json
 from .find import create_run_dir, list_run_dirs, resolve_run
 from .lock import RunLock
 from .manifest import section
@@ -34,6 +34,7 @@ from .remote import local_dir
 from .rundir import RunDir, read_run_settings, unknown_settings
 
 log = logging.getLogger("train")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
 # Chosen together for a new run that sets neither (train.setup.hardware.choose_batch; its manifest's `batch`).
 BATCH_PAIR = frozenset({"batch_size", "learning_rate"})
 
@@ -75,12 +76,12 @@ def has_checkpoints(run_dir: Path) -> bool:
     return bool(list_states(RunDir(run_dir).checkpoints))
 
 
-def auto_resume(settings: Settings, chosen: Settings | None = None) -> str:
+def auto_resume(settings: Settings, chosen: Callable[[], Settings | None] | None = None) -> str:
     """RESUME=auto: the newest run, if it did not finish and was started with these settings.
 
-    `chosen`: the settings with the BATCH_SIZE and LEARNING_RATE a new run would take here (neither
-    given): compared instead, and a run whose own pair was chosen so (its manifest's `batch`, on
-    whichever machine) keeps it."""
+    `chosen()`: the settings with the BATCH_SIZE and LEARNING_RATE a new run would take here (None:
+    either is given), asked only when there is a run to compare: compared instead, and a run whose
+    own pair was chosen so (its manifest's `batch`, on whichever machine) keeps it."""
     runs = list_run_dirs(settings.runs_dir)
     if not runs:
         return ""
@@ -100,9 +101,10 @@ def auto_resume(settings: Settings, chosen: Settings | None = None) -> str:
         RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
     # RUN_NAME only labels the run: left out, it does not make a new run of the `up` after a stop.
     free = RESUME_FREE | ({"run_name"} - given(settings))
-    if chosen is not None and _pair_was_chosen(manifest, saved):
+    here = chosen() if chosen is not None else None
+    if here is not None and _pair_was_chosen(manifest, saved):
         free |= BATCH_PAIR  # chosen for the machine the run started on: left out again, the run's own pair
-    differ = diff_settings(saved, chosen or settings, free) + _unknown(newest.read_config())
+    differ = diff_settings(saved, here or settings, free) + _unknown(newest.read_config())
     if differ:
         log.info(
             "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",
@@ -114,9 +116,13 @@ def auto_resume(settings: Settings, chosen: Settings | None = None) -> str:
 
 
 def _pair_was_chosen(manifest: dict[str, Any], saved: Settings) -> bool:
-    """The run's BATCH_SIZE and LEARNING_RATE are the pair its start chose (not given, not --forced since)."""
+    """The run's BATCH_SIZE and LEARNING_RATE are the pair its start chose (not given, not --forced since),
+    or, for a run without that record (started before runs chose it), the defaults it then took."""
     record = section(manifest, "batch")
-    return (record.get("batch_size"), record.get("learning_rate")) == (saved.batch_size, saved.learning_rate)
+    pair = (saved.batch_size, saved.learning_rate)
+    if "batch" not in manifest:
+        return pair == (_DEFAULTS["batch_size"], _DEFAULTS["learning_rate"])
+    return (record.get("batch_size"), record.get("learning_rate")) == pair
 
 
 def _unknown(config: dict[str, Any]) -> list[str]:
@@ -144,18 +150,27 @@ def plan_run(
     `choose(settings)`: what a new run that leaves settings to the machine takes ((settings, record)
     for the manifest; None: nothing to choose), asked before a new run's directory exists, so its
     config.json holds the choice from the first write."""
-    chosen = choose(settings) if choose is not None and resume in (None, "", "auto") else None
+    if restart and not resume:
+        raise _restart_alone()
+    asked: list = []  # the choice, made once and only where needed (it starts TensorFlow)
+
+    def chosen() -> tuple[Settings, dict[str, Any]] | None:
+        if not asked:
+            asked.append(choose(settings) if choose is not None else None)
+        return asked[0]
+
+    def chosen_settings() -> Settings | None:
+        choice = chosen()
+        return choice[0] if choice else None
+
     if resume == "auto":
-        resume = auto_resume(settings, chosen[0] if chosen else None)
-    if not resume and chosen:
-        settings = chosen[0]
+        resume = auto_resume(settings, chosen_settings)
     if not resume:
         if restart:
-            raise ConfigError(
-                "--restart",
-                True,
-                "needs --resume RUN (it trains that run again from epoch 1 when its checkpoints are gone)",
-            )
+            raise _restart_alone()
+        ensure_writable(local_dir(settings.runs_dir), "RUNS_DIR")  # its refusal before TensorFlow starts
+        choice = chosen()
+        settings = choice[0] if choice else settings
         run_dir = create_run_dir(settings.runs_dir, settings.run_name)
         lock = RunLock(run_dir).acquire()
         try:
@@ -163,7 +178,7 @@ def plan_run(
         except BaseException:
             lock.release()
             raise
-        return RunPlan(run_dir, settings, False, lock, batch=chosen[1] if chosen else None)
+        return RunPlan(run_dir, settings, False, lock, batch=choice[1] if choice else None)
     run_dir = resolve_run(settings.runs_dir, resume)
     lock = RunLock(run_dir).acquire()
     try:
@@ -171,6 +186,12 @@ def plan_run(
     except BaseException:
         lock.release()
         raise
+
+
+def _restart_alone() -> ConfigError:
+    return ConfigError(
+        "--restart", True, "needs --resume RUN (it trains that run again from epoch 1 when its checkpoints are gone)"
+    )
 
 
 def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, restart: bool) -> RunPlan:

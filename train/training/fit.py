@@ -103,8 +103,8 @@ def fit(
                 "batch: %d, learning rate %g (neither was set: %s)",
                 *(chosen[k] for k in ("batch_size", "learning_rate", "reason")),
             )
-        if plan.resumed:
-            probe = flops.bf16_probe(plan.settings.runs_dir)  # the run's own RUNS_DIR caches the figure
+        if plan.settings.runs_dir != settings.runs_dir:  # a run found elsewhere: its own RUNS_DIR caches it
+            probe = flops.bf16_probe(plan.settings.runs_dir)
         try:
             own = parts(plan.settings) if parts else ()
             calls = Callbacks([*own, *extras.callbacks(plan.settings), *callbacks])
