@@ -123,6 +123,9 @@ def test_auto_asks_for_the_choice_only_when_there_is_a_run_to_compare(tmp_path):
         raise AssertionError("the choice starts TensorFlow: not without a run to compare")
 
     assert auto_resume(unset, never) == ""
+    run = _fake_run(unset, "20260102-000000-bbbb", "interrupted", batch_size=64)  # given then: compared
+    with RunLock(run), pytest.raises(RunBusyError):
+        auto_resume(unset, never)  # being resumed or exported: refused first
 
 
 def test_auto_starts_fresh_without_runs_or_with_an_unreadable_one(tmp_path):
@@ -370,7 +373,7 @@ def test_checkpoint_refusals_name_the_checkpoint_directory(tmp_path):
     )
 
 
-def test_auto_checks_the_lock_of_a_running_run_only(tmp_path):
+def test_auto_checks_the_lock_of_the_run_it_would_continue(tmp_path):
     s = _settings(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "running")
     with RunLock(run):
@@ -378,8 +381,9 @@ def test_auto_checks_the_lock_of_a_running_run_only(tmp_path):
             auto_resume(s)  # still going: not a candidate
     assert auto_resume(s) == str(run)  # killed: its lock is free, so it is resumed
     (run / "manifest.json").write_text(json.dumps({"status": "interrupted"}))
-    with RunLock(run):
-        assert auto_resume(s) == str(run)  # stopped cleanly: no lock to check (the plan takes it)
+    with RunLock(run), pytest.raises(RunBusyError):
+        auto_resume(s)  # stopped, and being resumed or exported by another process: refused at once
+    assert auto_resume(s) == str(run)
 
 
 # -- a resume takes only what this invocation gives ------------------------------------------------

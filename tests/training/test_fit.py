@@ -384,12 +384,15 @@ def test_a_run_that_sets_neither_batch_nor_rate_records_its_machine_s_pair_and_r
     assert fallback["reason"] == "the defaults, as the devices could not be read (RuntimeError: no driver)"
 
 
-def test_settings_made_in_code_train_with_the_batch_they_hold():
+def test_settings_made_in_code_or_given_either_value_train_with_the_batch_they_hold():
     """A Settings made in code records no given settings: its values are the user's, defaults or not."""
-    from train.config import Settings
-    from train.training.fit import _choose_batch
+    from train.config import Settings, load_settings
+    from train.training.fit import _leaves_batch
 
-    assert _choose_batch(Settings(), probe=None) is None
+    assert not _leaves_batch(Settings())
+    assert _leaves_batch(load_settings({}, env_file=None, environ={}))
+    for one in ({"batch_size": 512}, {"learning_rate": 0.007}):  # given, even as the defaults: as given
+        assert not _leaves_batch(load_settings(one, env_file=None, environ={}))
 
 
 @pytest.mark.parametrize("removed", ["run directory", "RUNS_DIR"])

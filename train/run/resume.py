@@ -97,14 +97,17 @@ def auto_resume(settings: Settings, chosen: Callable[[], Settings | None] | None
     # lock then refuses it).
     if status not in ("interrupted", "budget", "running"):
         return ""
-    if status == "running":
-        RunLock(newest.path).acquire().release()  # still going (RunBusyError), or killed: then resume it
+    # Still going (RunBusyError), or being resumed or exported: refused before the choice below starts
+    # TensorFlow; killed while "running": then resume it.
+    RunLock(newest.path).acquire().release()
     # RUN_NAME only labels the run: left out, it does not make a new run of the `up` after a stop.
     free = RESUME_FREE | ({"run_name"} - given(settings))
-    here = chosen() if chosen is not None else None
-    if here is not None and _pair_was_chosen(manifest, saved):
+    compared = settings
+    if chosen is not None and _pair_was_chosen(manifest, saved):
         free |= BATCH_PAIR  # chosen for the machine the run started on: left out again, the run's own pair
-    differ = diff_settings(saved, here or settings, free) + _unknown(newest.read_config())
+    elif chosen is not None:
+        compared = chosen() or settings  # the pair a new run would take here
+    differ = diff_settings(saved, compared, free) + _unknown(newest.read_config())
     if differ:
         log.info(
             "RESUME=auto: run %s did not finish but its settings differ (%s); starting a new run",

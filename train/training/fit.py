@@ -95,7 +95,7 @@ def fit(
             remote.bring(resume)  # the run to resume, from the store into the staging copy
         probe = flops.bf16_probe(settings.runs_dir)
         # Several workers keep the defaults: each loads its own settings.
-        choose = (lambda given: _choose_batch(given, probe)) if setup is None else None
+        choose = (lambda given: _choose_batch(given, probe)) if setup is None and _leaves_batch(settings) else None
         plan = plan_run(settings, resume, force, restart, choose)
         if plan.batch is not None:  # a new run took it (RESUME=auto may have continued another instead)
             chosen = plan.batch
@@ -127,12 +127,14 @@ def default_continue_command(run_name: str) -> str:
     return f"python -m train fit --resume {run_name}"
 
 
-def _choose_batch(settings: Settings, probe) -> tuple[Settings, dict[str, Any]] | None:
-    """A new run that sets neither BATCH_SIZE nor LEARNING_RATE takes the pair this machine trains best
-    with (train.setup.hardware.choose_batch): its settings and the manifest's record of why, or None
-    where the user set either (or made the settings in code: then they are as they are)."""
-    if not knows_given(settings) or BATCH_PAIR & given(settings):
-        return None
+def _leaves_batch(settings: Settings) -> bool:
+    """Neither BATCH_SIZE nor LEARNING_RATE was set (settings made in code hold what they hold)."""
+    return knows_given(settings) and not BATCH_PAIR & given(settings)
+
+
+def _choose_batch(settings: Settings, probe) -> tuple[Settings, dict[str, Any]]:
+    """A new run that leaves the pair to the machine takes what it trains best with
+    (train.setup.hardware.choose_batch): its settings and the manifest's record of why."""
     from ..errors import first_line
     from ..setup import devices
 
