@@ -94,6 +94,8 @@ def test_runs_lists_an_empty_directory_and_names_one_that_does_not_exist(tmp_pat
     assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("no runs yet") and err == ""
+    assert cli.main(["runs", "--runs-dir", "/proc/no-runs-here"]) == 0  # training could not make it either
+    assert capsys.readouterr().err.endswith("or point RUNS_DIR at a folder that can be made)\n")
 
 
 def test_debug_adds_the_traceback_and_keeps_the_exit_code(monkeypatch, tmp_path, capsys):

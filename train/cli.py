@@ -149,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print(
-            "Stopped at once (second Ctrl-C): the last saved state is kept; --resume continues from it.",
+            "Stopped at once (second Ctrl-C): the last saved state is kept; a run that saved one continues with "
+            "--resume RUN.",
             file=sys.stderr,
         )
         return 130

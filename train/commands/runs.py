@@ -25,7 +25,10 @@ def run(args: argparse.Namespace) -> int:
     rows = list_runs(settings.runs_dir)
     print(runs_json(rows) if args.json else format_runs(rows))
     if not rows and remote is None and not Path(settings.runs_dir).expanduser().exists():
-        print(
-            f"(RUNS_DIR {settings.runs_dir} does not exist: check its spelling, or train to make it)", file=sys.stderr
+        from ..run.files import in_kernel_files
+
+        fix = (
+            "point RUNS_DIR at a folder that can be made" if in_kernel_files(settings.runs_dir) else "train to make it"
         )
+        print(f"(RUNS_DIR {settings.runs_dir} does not exist: check its spelling, or {fix})", file=sys.stderr)
     return 0

@@ -216,6 +216,11 @@ def shared_writes(directory: Path) -> Iterator[list[Path]]:
         os.close(fd)  # drops the lock
 
 
+def in_kernel_files(path: Path | str) -> bool:
+    """Under /proc or /sys no folder can be made, whoever runs it: not a permission to fix."""
+    return Path(path).expanduser().absolute().parts[:2] in (("/", "proc"), ("/", "sys"))
+
+
 def ensure_writable(directory: Path | str, setting: str | None = None) -> Path:
     """Create the directory and prove it is writable now, before any training time is spent.
     `setting`: the one that chose it, for the fix (see storage_error)."""
@@ -226,8 +231,7 @@ def ensure_writable(directory: Path | str, setting: str | None = None) -> Path:
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as exc:
-        # Under /proc or /sys no folder can be made, whoever runs it: not a permission to fix.
-        if exc.errno == errno.ENOENT or directory.absolute().parts[:2] in (("/", "proc"), ("/", "sys")):
+        if exc.errno == errno.ENOENT or in_kernel_files(directory):
             setting = setting or _setting_of(directory)
             why = exc.strerror or str(exc)
             raise StorageError(
