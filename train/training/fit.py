@@ -88,8 +88,8 @@ def fit(
             # take a left-out one from the run's record, where the other workers cannot see it.
             settings = as_given(settings)
         resume = settings.resume if resume is None else resume
-        if setup is None:  # the console now; train.log, once the run has one, gets these lines first
-            setup_logging(None, hold=True)
+        # The console now; train.log, once the run has one, gets these lines first (the chief's, with several workers).
+        setup_logging(None, prefix="[worker 0] " if setup is not None else "", hold=True)
         remote = open_runs_dir(settings)  # a store must answer now, before any training (StorageError)
         if remote is not None and resume:
             remote.bring(resume)  # the run to resume, from the store into the staging copy
