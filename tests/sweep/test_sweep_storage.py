@@ -189,3 +189,28 @@ def test_a_study_file_this_user_cannot_write_is_one_storage_error_exit_7(tmp_pat
     err = capsys.readouterr().err.strip()
     assert rc == 7 and err.startswith(f"StorageError: cannot write {study}") and "chmod u+w" in err, err
     assert len(err.splitlines()) == 1
+
+
+def test_workers_that_lose_the_race_to_create_the_study_s_tables_open_it_when_they_try_again(monkeypatch):
+    """Two sweeps started at once on an empty PostgreSQL database: one makes Optuna's tables and enum
+    types, the other gets "already exists" and finds them made on its next try."""
+    from train.sweep import storage
+
+    class ProgrammingError(Exception):  # SQLAlchemy's name for psycopg's DuplicateObject
+        pass
+
+    raised = [ProgrammingError('(psycopg.errors.DuplicateObject) type "studydirection" already exists')]
+    made = object()
+
+    def storage_class():
+        def open_(*args, **kwargs):
+            if raised:
+                raise raised.pop()
+            return made
+
+        return open_
+
+    monkeypatch.setattr(storage, "_storage_class", storage_class)
+    monkeypatch.setattr(storage.time, "sleep", lambda s: None)
+    assert storage.open_storage("postgresql://u@127.0.0.1:1/db", 60) is made
+    assert not storage.lost_the_schema_race(ProgrammingError("syntax error at or near"))  # not a race: said at once

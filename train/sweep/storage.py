@@ -81,9 +81,7 @@ def open_storage(url: str, heartbeat: int):
             try:
                 return storage()
             except Exception as exc:
-                # Workers started together on an empty database all create Optuna's tables; the losers
-                # of that race get a unique violation, and find the tables made when they try again.
-                if type(exc).__name__ != "IntegrityError" or attempt == 3:
+                if not lost_the_schema_race(exc) or attempt == 3:
                     raise
                 time.sleep(0.5 * (attempt + 1))
     except ImportError as exc:
@@ -97,6 +95,14 @@ def open_storage(url: str, heartbeat: int):
             f"cannot open the study storage {redact_uri(url)}: {_first_line(scrub(str(exc), with_driver(url)))}; "
             "check that the database is running and reachable, and the URL's user, password and database name"
         ) from None
+
+
+def lost_the_schema_race(exc: Exception) -> bool:
+    """Workers started together on an empty database all create Optuna's tables and types; the losers
+    of that race get a unique violation (IntegrityError) or PostgreSQL's "type ... already exists"
+    (DuplicateObject, a ProgrammingError to SQLAlchemy), and find them made when they try again."""
+    name = type(exc).__name__
+    return name == "IntegrityError" or (name == "ProgrammingError" and "already exists" in str(exc))
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
