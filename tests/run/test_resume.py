@@ -106,6 +106,22 @@ def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither
     assert auto_resume(unset, here) == ""
 
 
+def test_auto_with_a_batch_given_compares_it_with_a_chosen_pair_and_starts_a_new_run(tmp_path):
+    """`fit` offers no choice when BATCH_SIZE or LEARNING_RATE is given: a run whose pair was chosen is
+    then compared as any other (here 64 against its 256), so RESUME=auto starts a new run."""
+    unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+    chosen = {"batch_size": 256, "learning_rate": 0.005, "reason": "training in float32 on a CPU"}
+    run = write_run(
+        Path(unset.runs_dir) / "20260102-000000-bbbb",
+        {**unset.to_dict(), "batch_size": 256, "learning_rate": 0.005},
+        {"status": "interrupted", "batch": chosen},
+        checkpoints=["ckpt-000000004.npz"],
+    )
+    plan = plan_run(unset.replace(batch_size=64), "auto", choose=None)
+    plan.release()
+    assert not plan.resumed and plan.run_dir != run and plan.batch is None
+
+
 def test_auto_continues_a_run_from_before_runs_chose_their_batch_at_the_defaults_it_took(tmp_path):
     """A run interrupted by a version that did not choose (512 and 0.007, no `batch` record) is what
     that version's invocation with neither set trained: the next `up` continues it on any machine."""

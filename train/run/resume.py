@@ -167,7 +167,7 @@ def plan_run(
         return choice[0] if choice else None
 
     if resume == "auto":
-        resume = auto_resume(settings, chosen_settings)
+        resume = auto_resume(settings, chosen_settings if choose is not None else None)
     if not resume:
         if restart:
             raise _restart_alone()
