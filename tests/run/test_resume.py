@@ -81,19 +81,26 @@ def test_auto_starts_fresh_when_settings_differ(tmp_path, caplog, monkeypatch):
     ]
 
 
+CHOSEN = {"batch_size": 256, "learning_rate": 0.005, "reason": "training in float32 on a CPU"}
+
+
+def _chosen_pair_run(settings):
+    """An interrupted run whose start chose 256 and 0.005 (its manifest's `batch`)."""
+    return write_run(
+        Path(settings.runs_dir) / "20260102-000000-bbbb",
+        {**settings.to_dict(), "batch_size": 256, "learning_rate": 0.005},
+        {"status": "interrupted", "batch": CHOSEN},
+        checkpoints=["ckpt-000000004.npz"],
+    )
+
+
 def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither_is_set(tmp_path):
     """Neither BATCH_SIZE nor LEARNING_RATE set: the pair a new run would take here is compared, and a
     run whose own pair was chosen so (its manifest's `batch`) keeps it, whatever this machine takes."""
     unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
     here = lambda: unset.replace(batch_size=256, learning_rate=0.005)  # noqa: E731  what a CPU in float32 takes
     elsewhere = lambda: unset.replace(batch_size=512, learning_rate=0.007)  # noqa: E731  what a GPU takes
-    chosen = {"batch_size": 256, "learning_rate": 0.005, "reason": "training in float32 on a CPU"}
-    run = write_run(
-        Path(unset.runs_dir) / "20260102-000000-bbbb",
-        {**unset.to_dict(), "batch_size": 256, "learning_rate": 0.005},
-        {"status": "interrupted", "batch": chosen},
-        checkpoints=["ckpt-000000004.npz"],
-    )
+    run = _chosen_pair_run(unset)
     assert auto_resume(unset, here) == str(run)
     assert auto_resume(unset, elsewhere) == str(run)
     assert auto_resume(unset.replace(batch_size=256)) == ""  # given: both as given, and 0.007 differs
@@ -102,7 +109,7 @@ def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither
     assert auto_resume(unset, elsewhere) == ""
     forced = {**unset.to_dict(), "batch_size": 64, "learning_rate": 0.005}  # --force'd since it was chosen
     (run / "config.json").write_text(json.dumps(forced))
-    (run / "manifest.json").write_text(json.dumps({"status": "interrupted", "batch": chosen}))
+    (run / "manifest.json").write_text(json.dumps({"status": "interrupted", "batch": CHOSEN}))
     assert auto_resume(unset, here) == ""
 
 
@@ -110,13 +117,7 @@ def test_auto_with_a_batch_given_compares_it_with_a_chosen_pair_and_starts_a_new
     """`fit` offers no choice when BATCH_SIZE or LEARNING_RATE is given: a run whose pair was chosen is
     then compared as any other (here 64 against its 256), so RESUME=auto starts a new run."""
     unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
-    chosen = {"batch_size": 256, "learning_rate": 0.005, "reason": "training in float32 on a CPU"}
-    run = write_run(
-        Path(unset.runs_dir) / "20260102-000000-bbbb",
-        {**unset.to_dict(), "batch_size": 256, "learning_rate": 0.005},
-        {"status": "interrupted", "batch": chosen},
-        checkpoints=["ckpt-000000004.npz"],
-    )
+    run = _chosen_pair_run(unset)
     plan = plan_run(unset.replace(batch_size=64), "auto", choose=None)
     plan.release()
     assert not plan.resumed and plan.run_dir != run and plan.batch is None

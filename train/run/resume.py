@@ -16,6 +16,7 @@ leaves the record as it was.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 from collections.abc import Callable
@@ -76,12 +77,12 @@ def has_checkpoints(run_dir: Path) -> bool:
     return bool(list_states(RunDir(run_dir).checkpoints))
 
 
-def auto_resume(settings: Settings, chosen: Callable[[], Settings | None] | None = None) -> str:
+def auto_resume(settings: Settings, chosen: Callable[[], Settings] | None = None) -> str:
     """RESUME=auto: the newest run, if it did not finish and was started with these settings.
 
-    `chosen()`: the settings with the BATCH_SIZE and LEARNING_RATE a new run would take here (None:
-    either is given), asked only when there is a run to compare: compared instead, and a run whose
-    own pair was chosen so (its manifest's `batch`, on whichever machine) keeps it."""
+    `chosen()` (neither BATCH_SIZE nor LEARNING_RATE given): the settings with the pair a new run would
+    take here, asked only when there is a run to compare: compared instead, and a run whose own pair
+    was chosen so (its manifest's `batch`, on whichever machine) keeps it."""
     runs = list_run_dirs(settings.runs_dir)
     if not runs:
         return ""
@@ -106,7 +107,7 @@ def auto_resume(settings: Settings, chosen: Callable[[], Settings | None] | None
     if chosen is not None and _pair_was_chosen(manifest, saved):
         free |= BATCH_PAIR  # chosen for the machine the run started on: left out again, the run's own pair
     elif chosen is not None:
-        compared = chosen() or settings  # the pair a new run would take here
+        compared = chosen()  # the pair a new run would take here
     differ = diff_settings(saved, compared, free) + _unknown(newest.read_config())
     if differ:
         log.info(
@@ -146,34 +147,24 @@ def plan_run(
     resume: str | None,
     force: bool = False,
     restart: bool = False,
-    choose: Callable[[Settings], tuple[Settings, dict[str, Any]] | None] | None = None,
+    choose: Callable[[Settings], tuple[Settings, dict[str, Any]]] | None = None,
 ) -> RunPlan:
     """Lock the run a fit will write and decide its settings; raise before writing anything.
 
-    `choose(settings)`: what a new run that leaves settings to the machine takes ((settings, record)
-    for the manifest; None: nothing to choose), asked before a new run's directory exists, so its
-    config.json holds the choice from the first write."""
+    `choose(settings)`: what a new run that leaves settings to the machine takes (its settings and the
+    manifest's record of why), asked before a new run's directory exists, so its config.json holds the
+    choice from the first write."""
     if restart and not resume:
         raise _restart_alone()
-    asked: list = []  # the choice, made once and only where needed (it starts TensorFlow)
-
-    def chosen() -> tuple[Settings, dict[str, Any]] | None:
-        if not asked:
-            asked.append(choose(settings) if choose is not None else None)
-        return asked[0]
-
-    def chosen_settings() -> Settings | None:
-        choice = chosen()
-        return choice[0] if choice else None
-
+    # Made once, and only where needed: it starts TensorFlow.
+    choice = functools.cache(lambda: choose(settings)) if choose is not None else None
     if resume == "auto":
-        resume = auto_resume(settings, chosen_settings if choose is not None else None)
+        resume = auto_resume(settings, (lambda: choice()[0]) if choice is not None else None)
     if not resume:
         if restart:
             raise _restart_alone()
         ensure_writable(local_dir(settings.runs_dir), "RUNS_DIR")  # its refusal before TensorFlow starts
-        choice = chosen()
-        settings = choice[0] if choice else settings
+        settings, batch = choice() if choice is not None else (settings, None)
         run_dir = create_run_dir(settings.runs_dir, settings.run_name)
         lock = RunLock(run_dir).acquire()
         try:
@@ -181,7 +172,7 @@ def plan_run(
         except BaseException:
             lock.release()
             raise
-        return RunPlan(run_dir, settings, False, lock, batch=choice[1] if choice else None)
+        return RunPlan(run_dir, settings, False, lock, batch=batch)
     run_dir = resolve_run(settings.runs_dir, resume)
     lock = RunLock(run_dir).acquire()
     try:

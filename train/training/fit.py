@@ -98,11 +98,7 @@ def fit(
         choose = (lambda given: _choose_batch(given, probe)) if setup is None and _leaves_batch(settings) else None
         plan = plan_run(settings, resume, force, restart, choose)
         if plan.batch is not None:  # a new run took it (RESUME=auto may have continued another instead)
-            chosen = plan.batch
-            log.info(
-                "batch: %d, learning rate %g (neither was set: %s)",
-                *(chosen[k] for k in ("batch_size", "learning_rate", "reason")),
-            )
+            log.info("batch: %(batch_size)d, learning rate %(learning_rate)g (neither was set: %(reason)s)", plan.batch)
         if plan.settings.runs_dir != settings.runs_dir:  # a run found elsewhere: its own RUNS_DIR caches it
             probe = flops.bf16_probe(plan.settings.runs_dir)
         try:
