@@ -40,6 +40,21 @@ def test_settings_resolved_uses_env_file_and_environment(tmp_path, capsys, monke
     assert "BATCH_SIZE=64" in out and "SEED=8" in out and len(out) == len(fields(Settings))
 
 
+def test_settings_resolved_leaves_the_chosen_pair_commented_out(tmp_path, capsys, monkeypatch):
+    """Saved as a .env, the output must not fix the pair a new run would choose for its machine."""
+    assert cli.main(["settings"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    pair = [line for line in out if line.startswith(("# BATCH_SIZE=", "# LEARNING_RATE="))]
+    assert [p.split()[1] for p in pair] == ["BATCH_SIZE=512", "LEARNING_RATE=0.007"]
+    assert "a new run chooses" in pair[0] and len(out) == len(fields(Settings))
+    (tmp_path / "saved.env").write_text("\n".join(out) + "\n")
+    assert not config.BATCH_PAIR & config.given(config.load_settings({}, env_file="saved.env"))
+    monkeypatch.setenv("LEARNING_RATE", "0.01")
+    assert cli.main(["settings"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "BATCH_SIZE=512" in out and "LEARNING_RATE=0.01" in out
+
+
 def test_a_bad_setting_value_is_one_line_and_exit_2(capsys):
     assert cli.main(["--batch-size", "abc"]) == 2  # `fit` is the default command
     err = capsys.readouterr().err

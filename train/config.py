@@ -285,6 +285,8 @@ def _with_given(s: Settings, names) -> Settings:
 
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = of_kind("free", "surroundings", "invocation")
+# Chosen together for a new run that sets neither (train.setup.hardware.choose_batch; its manifest's `batch`).
+BATCH_PAIR = frozenset({"batch_size", "learning_rate"})
 
 
 def _coerce(f: dataclasses.Field, raw: Any) -> Any:

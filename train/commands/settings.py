@@ -22,6 +22,18 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "table":
         print(config.settings_table())
     else:
-        for k, v in settings_for(args).to_dict().items():
-            print(f"{k.upper()}={v}")
+        s = settings_for(args)
+        chosen = not config.BATCH_PAIR & config.given(s)
+        for k, v in s.to_dict().items():
+            if chosen and k in config.BATCH_PAIR:
+                # Saved as a .env, the default would be a setting and turn the machine's choice off.
+                print(f"# {k.upper()}={v}  {CHOSEN}")
+            else:
+                print(f"{k.upper()}={v}")
     return 0
+
+
+CHOSEN = (
+    "(not set: a new run chooses the pair, 256 and 0.005 where it trains in float32 on a CPU, "
+    "512 and 0.007 elsewhere; set either to fix both)"
+)

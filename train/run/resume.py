@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import RESUME_FREE, Settings, diff_settings, given, settings_from_dict
+from ..config import BATCH_PAIR, RESUME_FREE, Settings, diff_settings, given, settings_from_dict
 from ..digest import sha256_file
 from ..errors import CheckpointError, ConfigError, ResumeMismatchError, RunRecordError, StorageError
 from .files import ensure_writable, json_text, storage_error, write_json
@@ -36,8 +36,6 @@ from .rundir import RunDir, read_run_settings, unknown_settings
 
 log = logging.getLogger("train")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
-# Chosen together for a new run that sets neither (train.setup.hardware.choose_batch; its manifest's `batch`).
-BATCH_PAIR = frozenset({"batch_size", "learning_rate"})
 
 
 @dataclass

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import extras, models
-from ..config import Settings, as_given, given, knows_given
+from ..config import BATCH_PAIR, Settings, as_given, given, knows_given
 from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..run import checkpoints
@@ -44,7 +44,7 @@ from ..run.manifest import (
     update_manifest,
 )
 from ..run.remote import for_run, open_runs_dir
-from ..run.resume import BATCH_PAIR, RunPlan, check_data, plan_run
+from ..run.resume import RunPlan, check_data, plan_run
 from ..run.rundir import RunDir
 from ..run.train_log import close_logging, setup_logging
 from . import flops
