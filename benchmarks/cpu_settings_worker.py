@@ -13,7 +13,7 @@ the JSON argument:
 - `private_threadpool`, `max_intra_op`: tf.data's own thread pool
   (`tf.data.Options().threading`), added where each pipeline ends;
 - `precision`: PRECISION, when a comparison needs another than what `auto` picks;
-- `settings`: other template settings by name, e.g. {"jit_compile": true, "steps_per_execution": 8}.
+- `settings`: other template settings by name, e.g. {"jit_compile": true, "steps_per_execution": 1}.
 
 Everything else is `train.train` with default settings, as a user runs it. The last line on
 stdout is JSON: each epoch's samples/s, the final validation accuracy, the final weights' hash and

