@@ -126,6 +126,7 @@ class CoreSettings:
         "train steps run per call into TensorFlow (fewer Python round trips; the weights are the same)",
         min=1,
         max=10000,
+        kind="free",
     )
     # --- run directory, checkpoints, stopping ---
     runs_dir: str = _f(

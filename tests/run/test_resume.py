@@ -133,6 +133,13 @@ def test_auto_continues_a_run_from_before_runs_chose_their_batch_at_the_defaults
     assert auto_resume(unset, lambda: unset.replace(batch_size=256, learning_rate=0.005)) == ""
 
 
+def test_auto_continues_a_run_saved_at_one_step_a_call_before_eight_became_the_default(tmp_path):
+    """STEPS_PER_EXECUTION does not change the weights: the `up` after an upgrade continues the run."""
+    s = _settings(tmp_path)
+    older = _fake_run(s, "20260102-000000-bbbb", "interrupted", steps_per_execution=1)
+    assert s.steps_per_execution == 8 and auto_resume(s) == str(older)
+
+
 def test_auto_asks_for_the_choice_only_when_there_is_a_run_to_compare(tmp_path):
     unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
 
@@ -429,6 +436,7 @@ RECORDED_FREE = {
     "export": False,
     "keep_checkpoints": 7,
     "checkpoint_every": 50,
+    "steps_per_execution": 1,  # the default before it was 8
     "memory_growth": False,
     "auto_batch": True,
     "resume": "latest",
