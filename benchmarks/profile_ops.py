@@ -1,6 +1,6 @@
 """Where a training step's time goes, from a profile that PROFILE=steps wrote (docs/performance.md).
 
-    python benchmarks/profile_ops.py RUN/tensorboard [--steps-per-call N] [--top K]
+    python benchmarks/profile_ops.py RUN/tensorboard [--top K]
 
 Reads the newest `plugins/profile/*/*.xplane.pb` under the folder with the protobuf classes that
 ship with TensorFlow (no profiler plugin needed) and prints two markdown tables: the step's time by
@@ -9,8 +9,9 @@ an event's own time is its duration minus that of the events nested in it, so th
 bookkeeping between ops (`ExecutorState::Process` outside any kernel) is counted apart from the
 kernels. The executor threads run ops side by side, so their times add up to more than the wall
 time of a step: a share is of that summed thread time, ms are per step. The wall time per step is
-the traced `_train_loop` calls' time divided by the steps they ran (one a call unless --steps says
-otherwise, e.g. under STEPS_PER_EXECUTION).
+the traced `_train_loop` calls' time divided by the steps each ran (STEPS_PER_EXECUTION, or fewer
+at an edge): every op of the step's graph runs once a step, so a call's step count is how many
+times most of its ops ran.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def own_times(line, names):
     return own
 
 
-def summarise(path: Path, steps_per_call: int = 1) -> dict:
+def summarise(path: Path) -> dict:
     """Per kind of work and per op: ms a step, the median over the traced calls (robust to the
     calls another process slowed down), and the fastest call's."""
     import bisect
@@ -97,6 +98,7 @@ def summarise(path: Path, steps_per_call: int = 1) -> dict:
     starts = [a for a, _ in spans]
     calls = len(spans)
     per_call: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0] * calls)
+    ran = [collections.Counter() for _ in spans]  # op name -> times it ran, per call
     threads = 0
     for line in host.lines:
         if line.name.startswith("tf_Compute"):
@@ -112,23 +114,29 @@ def summarise(path: Path, steps_per_call: int = 1) -> dict:
             elif name.startswith("ExecutorState::") or ":" in name:
                 per_call[("kind", kind_of(name))][i] += ms
                 per_call[("op", name)][i] += ms
+                ran[i][name] += 1
+    # The steps of each call: the count most of its ops share (a few run once a call, outside the loop).
+    steps = [statistics.mode(c.values()) if c else 1 for c in ran]
     wall = [(b - a) / 1e9 for a, b in spans]
-    # Between calls: the Python loop (stop check, reading the step's sums back, checkpoint bookkeeping).
-    between = [(b[0] - a[1]) / 1e9 for a, b in zip(spans, spans[1:])] or [0.0]
-    n = steps_per_call
+    # Between calls: the Python loop (stop check, reading the step's sums back, checkpoint bookkeeping),
+    # spread over the steps of the call it leads to.
+    between = [(b[0] - a[1]) / 1e9 / n for a, b, n in zip(spans, spans[1:], steps[1:])] or [0.0]
+
+    def per_step(values):
+        return [v / n for v, n in zip(values, steps)]
 
     def med(values):
-        return statistics.median(values) / n
+        return statistics.median(per_step(values)), min(per_step(values))
 
     return {
         "calls": calls,
-        "steps": calls * n,
+        "steps": sum(steps),
         "threads": threads,
-        "wall_ms": med(wall),
-        "fastest_wall_ms": min(wall) / n,
-        "between_ms": med(between),
-        "kinds": {k: (med(v), min(v) / n) for (what, k), v in per_call.items() if what == "kind"},
-        "ops": {k: (med(v), min(v) / n) for (what, k), v in per_call.items() if what == "op"},
+        "wall_ms": med(wall)[0],
+        "fastest_wall_ms": med(wall)[1],
+        "between_ms": statistics.median(between),
+        "kinds": {k: med(v) for (what, k), v in per_call.items() if what == "kind"},
+        "ops": {k: med(v) for (what, k), v in per_call.items() if what == "op"},
     }
 
 
@@ -155,12 +163,11 @@ def tables(summary: dict, top: int = 15) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="the run's tensorboard/ folder (or any profile logdir)")
-    parser.add_argument("--steps-per-call", type=int, default=1, help="STEPS_PER_EXECUTION of the run")
     parser.add_argument("--top", type=int, default=15, help="how many ops to list")
     args = parser.parse_args()
     path = newest_profile(args.folder)
     print(path)
-    print(tables(summarise(path, args.steps_per_call), args.top))
+    print(tables(summarise(path), args.top))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,31 @@ def test_profile_steps_writes_a_profile_of_the_range_into_the_tensorboard_folder
     ]
 
 
+def test_calls_of_several_steps_end_on_the_ranges_edges_so_the_profile_holds_just_its_steps(real_loop, train_log):
+    loop = real_loop(epochs=1, profile="steps", profile_steps="2:4", steps_per_execution=8)
+    train, called = loop.steps.train, []
+    loop.steps.train = lambda iterator, n, vote: called.append(int(n)) or train(iterator, n, vote)
+    assert loop.run().status == "completed"
+    assert called == [2, 2, 2]  # 6 steps an epoch: up to the range, the range, the rest
+    said = [line for line in _log_lines(train_log) if line.startswith("profile of")]
+    assert len(said) == 1 and said[0].startswith("profile of steps 2-3 written to ")
+
+
+def test_a_worker_that_writes_no_profile_cuts_its_calls_as_the_chief_does(tmp_path):
+    """Several workers' all-reduces pair up call by call: their calls must be the same sizes."""
+    from train.training.profiling import for_run
+
+    s = load_settings({"profile": "steps", "profile_steps": "10:15"}, env_file=None, environ={})
+    chief, worker = for_run(s, tmp_path), for_run(s, None)
+    assert worker.logdir is None
+    for p in (chief, worker):
+        p.done = 8
+    assert chief.clip(8) == worker.clip(8) == 2
+    off = for_run(load_settings({"profile_steps": "10:15"}, env_file=None, environ={}), tmp_path)
+    off.done = 8
+    assert off.clip(8) == 8
+
+
 def test_profile_off_writes_no_profile(real_loop):
     loop = real_loop(epochs=1, profile="off", profile_steps="2:4")
     loop.run()
@@ -100,15 +125,17 @@ def test_a_profiler_that_cannot_start_is_a_warning_and_training_goes_on(real_loo
     )
 
 
-def test_the_step_summary_reads_the_kinds_of_work_from_a_written_profile(real_loop):
+# Steps 2-4: three calls of one step, or of eight steps a call the two of 2-3 and 4 (CHECKPOINT_EVERY=4 ends one)
+@pytest.mark.parametrize("per_call, calls", [(1, 3), (8, 2)])
+def test_the_step_summary_reads_the_kinds_of_work_from_a_written_profile(real_loop, per_call, calls):
     """benchmarks/profile_ops.py, the table of docs/performance.md, on the profile of the one-layer model."""
     from helpers import benchmark_script
 
     profile_ops = benchmark_script("profile_ops")
-    loop = real_loop(epochs=1, profile="steps", profile_steps="2:5")
+    loop = real_loop(epochs=1, profile="steps", profile_steps="2:5", steps_per_execution=per_call)
     loop.run()
     summary = profile_ops.summarise(profile_ops.newest_profile(loop.run_dir / "tensorboard"))
-    assert (summary["calls"], summary["steps"], summary["threads"] >= 1) == (3, 3, True)
+    assert (summary["calls"], summary["steps"], summary["threads"] >= 1) == (calls, 3, True)
     kinds = summary["kinds"]
     for kind in ("dense layers (matmul), forward + backward", "optimizer (Adam update, float32)", profile_ops.EXECUTOR):
         median, fastest = kinds[kind]

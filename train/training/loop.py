@@ -395,11 +395,13 @@ class EpochLoop:
         totals, iterator = Totals(names), iter(ds)
         try:
             while self.state.step < saver.total:
-                n = steps_until(
-                    saver.total - self.state.step,
-                    self.s.steps_per_execution,
-                    self.state.global_step,
-                    self.s.checkpoint_every,
+                n = self.profiler.clip(
+                    steps_until(
+                        saver.total - self.state.step,
+                        self.s.steps_per_execution,
+                        self.state.global_step,
+                        self.s.checkpoint_every,
+                    )
                 )
                 asked = self.stop.check()
                 if asked and self.setup.workers == 1:

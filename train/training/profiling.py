@@ -24,11 +24,24 @@ log = logging.getLogger("train")
 class StepProfiler:
     """Starts and stops tf.profiler around the compiled calls that hold steps [start, stop)."""
 
-    def __init__(self, logdir: Path | None, start: int, stop: int):
+    def __init__(self, logdir: Path | None, start: int, stop: int, edges: bool = False):
         self.logdir, self.start, self.stop = logdir, start, stop  # logdir None: off
+        # Calls end on the range's edges in every process of a run (PROFILE=steps), writing or not:
+        # workers must run calls of the same sizes, their all-reduces pair up call by call.
+        self.edges = edges
         self.done = 0  # steps this process has run
         self.running, self.first = False, 0
         self.written: Path | None = None
+
+    def clip(self, n: int) -> int:
+        """At most the steps up to the range's next edge: calls of several steps then start and end
+        on its edges, so the profile holds the steps asked for, whatever STEPS_PER_EXECUTION."""
+        if not self.edges:
+            return n
+        for edge in (self.start, self.stop):
+            if self.done < edge < self.done + n:
+                n = edge - self.done
+        return n
 
     def before(self, n: int) -> None:
         """Called before a compiled call of `n` steps."""
@@ -99,4 +112,4 @@ def for_run(settings, tensorboard_dir: Path | None) -> StepProfiler:
 
     start, stop = profile_steps(settings.profile_steps)
     on = settings.profile == "steps" and tensorboard_dir is not None
-    return StepProfiler(tensorboard_dir if on else None, start, stop)
+    return StepProfiler(tensorboard_dir if on else None, start, stop, edges=settings.profile == "steps")
