@@ -37,7 +37,8 @@ def test_settings_resolved_uses_env_file_and_environment(tmp_path, capsys, monke
     monkeypatch.setenv("SEED", "8")
     assert cli.main(["settings", "--env-file", "my.env"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "BATCH_SIZE=64" in out and "SEED=8" in out and len(out) == len(fields(Settings))
+    assert "BATCH_SIZE=64" in out and "SEED=8" in out and len(out) == 1 + len(fields(Settings))
+    assert "# EPOCHS=3" in out and "# RESUME=" in out  # not set: the defaults, commented out
 
 
 def test_settings_resolved_leaves_the_chosen_pair_commented_out(tmp_path, capsys, monkeypatch):
@@ -46,13 +47,16 @@ def test_settings_resolved_leaves_the_chosen_pair_commented_out(tmp_path, capsys
     out = capsys.readouterr().out.splitlines()
     pair = [line for line in out if line.startswith(("# BATCH_SIZE=", "# LEARNING_RATE="))]
     assert [p.split()[1] for p in pair] == ["BATCH_SIZE=512", "LEARNING_RATE=0.007"]
-    assert "a new run chooses" in pair[0] and len(out) == len(fields(Settings))
+    assert "a new run chooses" in pair[0] and len(out) == 1 + len(fields(Settings))
     (tmp_path / "saved.env").write_text("\n".join(out) + "\n")
-    assert not config.BATCH_PAIR & config.given(config.load_settings({}, env_file="saved.env"))
+    assert not config.given(config.load_settings({}, env_file="saved.env"))  # nothing set: RESUME neither
+    # A line uncommented is a valid setting: the note after it is a comment too.
+    (tmp_path / "pinned.env").write_text(pair[0][2:] + "\n")
+    assert config.load_settings({}, env_file="pinned.env").batch_size == 512
     monkeypatch.setenv("LEARNING_RATE", "0.01")
     assert cli.main(["settings"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "BATCH_SIZE=512" in out and "LEARNING_RATE=0.01" in out
+    assert "# BATCH_SIZE=512" in out and "LEARNING_RATE=0.01" in out  # one set: both fixed, 512 its default
 
 
 def test_a_bad_setting_value_is_one_line_and_exit_2(capsys):

@@ -1111,7 +1111,7 @@ def test_the_lines_of_a_stop_mid_epoch_start_lines_of_their_own_after_the_progre
     assert loop.run().status == "interrupted"
     lines = capsys.readouterr().out.replace("\r", "\n").splitlines()
     bars = [i for i, line in enumerate(lines) if "2/6" in line]
-    stop = next(i for i, line in enumerate(lines) if "test stop: finishing the current step" in line)
+    stop = next(i for i, line in enumerate(lines) if "test stop: finishing the current call" in line)
     saved = next(i for i, line in enumerate(lines) if "saved a resumable state at epoch 1 step 2" in line)
     assert bars and max(bars) < stop < saved, lines
     assert not any("/6" in lines[i] for i in (stop, saved)), lines

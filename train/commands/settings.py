@@ -23,17 +23,26 @@ def run(args: argparse.Namespace) -> int:
         print(config.settings_table())
     else:
         s = settings_for(args)
-        chosen = not config.BATCH_PAIR & config.given(s)
+        given = config.given(s)
+        chosen = not config.BATCH_PAIR & given
+        # Saved as a .env, the output must change nothing but what was set: a default written out
+        # would turn off a choice (the batch pair) or a compose default (`RESUME=` is not unset).
+        print(HEADER)
         for k, v in s.to_dict().items():
-            if chosen and k in config.BATCH_PAIR:
-                # Saved as a .env, the default would be a setting and turn the machine's choice off.
-                print(f"# {k.upper()}={v}  {CHOSEN}")
+            line = f"{k.upper()}={v}"
+            if k in given:
+                print(line)
+            elif chosen and k in config.BATCH_PAIR:
+                print(f"# {line}  # {CHOSEN}")
             else:
-                print(f"{k.upper()}={v}")
+                print(f"# {line}")
     return 0
 
 
+HEADER = (
+    "# what is set (a flag, the environment, .env) as NAME=value; every other setting at its default, commented out"
+)
 CHOSEN = (
-    "(not set: a new run chooses the pair, 256 and 0.005 where it trains in float32 on a CPU, "
-    "512 and 0.007 elsewhere; set either to fix both)"
+    "not set: a new run chooses the pair, 256 and 0.005 where it trains in float32 on a CPU, "
+    "512 and 0.007 elsewhere; set either to fix both"
 )

@@ -2,9 +2,8 @@
 
 The first steps of a process trace and compile the step function (and, on a GPU, pick kernels),
 so the profile covers later ones: PROFILE_STEPS=START:STOP, counted over the steps this process
-runs (a resume counts from its own first step, which traces again). The trace starts before the
-compiled call that holds step START and stops after the one that reaches STOP, so with
-STEPS_PER_EXECUTION > 1 it covers whole calls. tf.profiler writes
+runs (a resume counts from its own first step, which traces again). Calls of STEPS_PER_EXECUTION
+steps end at START and at STOP (`StepProfiler.clip`), so the trace holds exactly those steps. tf.profiler writes
 `<logdir>/plugins/profile/<timestamp>/<host>.xplane.pb`; with the run's tensorboard/ folder as
 logdir, `tensorboard --logdir RUN/tensorboard` (with tensorboard-plugin-profile) or `xprof server
 --logdir RUN/tensorboard` opens it, and benchmarks/profile_ops.py reads it as a table. Only the chief profiles: the other workers write nothing, as everywhere.

@@ -29,7 +29,7 @@ class StopFlag:
     def request(self, reason: str, status: str = "interrupted") -> None:
         if self.reason is None:
             self.reason, self.status = reason, status
-            log.info("%s: finishing the current step, then saving", reason)
+            log.info("%s: finishing the current call of steps, then saving", reason)
 
     def check(self) -> bool:
         """True when the loop should stop now (a signal arrived, or the budget is spent)."""
