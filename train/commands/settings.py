@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import config
+from ..setup.hardware import CPU_FLOAT32_BATCH
 from . import add_env_file, settings_for
 
 
@@ -43,6 +44,6 @@ HEADER = (
     "# what is set (a flag, the environment, .env) as NAME=value; every other setting at its default, commented out"
 )
 CHOSEN = (
-    "not set: a new run chooses the pair, 256 and 0.005 where it trains in float32 on a CPU, "
-    "512 and 0.007 elsewhere; set either to fix both"
-)
+    "not set: a new run chooses the pair, {} and {} where it trains in float32 on a CPU, "
+    "{} and {} elsewhere; set either to fix both"
+).format(*CPU_FLOAT32_BATCH, config.Settings.batch_size, config.Settings.learning_rate)

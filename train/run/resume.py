@@ -35,7 +35,6 @@ from .remote import local_dir
 from .rundir import RunDir, read_run_settings, unknown_settings
 
 log = logging.getLogger("train")
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
 
 
 @dataclass
@@ -123,7 +122,7 @@ def _pair_was_chosen(manifest: dict[str, Any], saved: Settings) -> bool:
     record = section(manifest, "batch")
     pair = (saved.batch_size, saved.learning_rate)
     if "batch" not in manifest:
-        return pair == (_DEFAULTS["batch_size"], _DEFAULTS["learning_rate"])
+        return pair == (Settings.batch_size, Settings.learning_rate)  # the class holds the defaults
     return (record.get("batch_size"), record.get("learning_rate")) == pair
 
 

@@ -110,5 +110,5 @@ def for_run(settings, tensorboard_dir: Path | None) -> StepProfiler:
     from ..config import profile_steps
 
     start, stop = profile_steps(settings.profile_steps)
-    on = settings.profile == "steps" and tensorboard_dir is not None
-    return StepProfiler(tensorboard_dir if on else None, start, stop, edges=settings.profile == "steps")
+    steps = settings.profile == "steps"
+    return StepProfiler(tensorboard_dir if steps else None, start, stop, edges=steps)
