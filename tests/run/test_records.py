@@ -139,16 +139,24 @@ def test_changed_data_at_the_same_path_is_refused_unless_forced_and_recorded(tmp
     assert m["segments"][1]["forced_changes"][0].startswith(f"DATA: fingerprint {old[:12]}...")
 
 
-def test_a_smoke_run_records_the_one_epoch_it_trains(tmp_path):
+def test_a_smoke_run_records_the_one_epoch_it_trains_and_says_epochs_is_not_used(tmp_path):
     from train import train
     from train.results.runs_table import format_runs, list_runs
 
     s = tiny_settings(tmp_path, smoke=True, epochs=5, export=False)
     result = train(s)
     assert result.epochs_completed == 1
+    first = (result.run_dir / "train.log").read_text()
+    assert first.count("EPOCHS=5 is not used: a smoke run trains one epoch (leave SMOKE off to train more)") == 1
     assert manifest(result.run_dir)["segments"][0]["epochs_planned"] == 1
     line = format_runs(list_runs(s.runs_dir)).splitlines()[1]
     assert line.split()[1:3] == ["completed", "1/1"] and line.endswith("(smoke)")
+    again = train(s.replace(epochs=6), resume=result.run_dir.name)  # what a larger EPOCHS does: no contradiction
+    assert again.epochs_completed == 1
+    said = (result.run_dir / "train.log").read_text().removeprefix(first)
+    assert "EPOCHS: 5 -> 6 (not used: a smoke run trains one epoch)" in said
+    assert "(to train more, start a run without SMOKE: a smoke run trains one epoch)" in said
+    assert "is not used" not in said  # said once, by the resume's line
 
 
 def test_a_second_fit_on_a_run_in_progress_is_refused_and_a_dead_holder_does_not_block(tmp_path):

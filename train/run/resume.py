@@ -213,6 +213,7 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
         )
     free = [
         f"{k.upper()}: {getattr(saved, k)!r} -> {getattr(asked, k)!r}"
+        + (" (not used: a smoke run trains one epoch)" if k == "epochs" and asked.smoke else "")
         for k in sorted(RESUME_FREE - {"runs_dir", "resume"})
         if getattr(saved, k) != getattr(asked, k)
     ]

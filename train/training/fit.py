@@ -288,6 +288,10 @@ def _run(
         return _stopped_before_training(run_dir, stop)
     check_data(plan, spec.fingerprint, spec.source, force)
     epochs = _epochs(settings)
+    if settings.smoke and settings.epochs != 1 and not plan.resumed and "epochs" in given(settings):
+        log.warning(
+            "EPOCHS=%d is not used: a smoke run trains one epoch (leave SMOKE off to train more)", settings.epochs
+        )
     loaded = None if plan.restart else checkpoints.load_latest(RunDir(run_dir).checkpoints)
     state = _starting_state(plan, loaded)
     if several:

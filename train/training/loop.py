@@ -649,8 +649,11 @@ def start_loop(
         if state.epoch >= epochs:  # a completed run resumed as it was: say so, rather than train nothing in silence
             log.info(
                 "all %d epoch(s) are trained already: nothing to train; the final weights, the test split and the export "
-                "are done again (to train more, resume with a larger EPOCHS)",
+                "are done again (to train more, %s)",
                 epochs,
+                "start a run without SMOKE: a smoke run trains one epoch"
+                if settings.smoke
+                else "resume with a larger EPOCHS",
             )
     if record is not None:
         record(loop.has_training_left())
