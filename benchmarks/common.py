@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -135,12 +136,19 @@ def as_a_new_run(s):
     (train.training.fit; the probe measured here, not read from a cache)."""
     from train.config import given
     from train.setup.devices import batch_choice
-    from train.setup.hardware import measure_bf16_speedup
 
     if {"batch_size", "learning_rate"} & given(s):
         return s
-    batch, rate, _ = batch_choice(s, lambda: (measure_bf16_speedup(), "probe measured now"))
+    batch, rate, _ = batch_choice(s, _bf16_probe)
     return s.replace(batch_size=batch, learning_rate=rate)
+
+
+@functools.cache
+def _bf16_probe() -> tuple[float | None, str]:
+    """The bfloat16 probe, once a benchmark process (each call takes seconds)."""
+    from train.setup.hardware import measure_bf16_speedup
+
+    return measure_bf16_speedup(), "probe measured now"
 
 
 def cpu_family(flags=None, max_isa: str | None = "unset") -> str:

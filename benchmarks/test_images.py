@@ -99,7 +99,7 @@ def test_data_wait_share(benchmark, quick, tmp_path):
 
     per_class = 30 if quick else 250
     root = _image_dir(tmp_path / "images", 4, per_class, seed=1)
-    s = common.settings(dataset=f"images:{root}", runs_dir=str(tmp_path / "runs"))
+    s = common.as_a_new_run(common.settings(dataset=f"images:{root}", runs_dir=str(tmp_path / "runs")))
     spec, model = common.template_parts(s)
     waits, steps = [], []
 
@@ -132,4 +132,5 @@ def test_data_wait_share(benchmark, quick, tmp_path):
         step_ms_median=1000 * common.median(steps),
         model=s.model,
         image_size=s.image_size,
+        batch_size=s.batch_size,
     )

@@ -49,12 +49,14 @@ def test_own_steps_vs_model_fit(benchmark, mnist_npz, quick, tmp_path, steps_per
 
     from train.training.steps import Steps
 
-    s = common.settings(
-        dataset=f"npz:{mnist_npz}",
-        runs_dir=str(tmp_path / "runs"),
-        export=False,
-        steps_per_execution=steps_per_execution,
-        checkpoint_every=0,
+    s = common.as_a_new_run(
+        common.settings(
+            dataset=f"npz:{mnist_npz}",
+            runs_dir=str(tmp_path / "runs"),
+            export=False,
+            steps_per_execution=steps_per_execution,
+            checkpoint_every=0,
+        )
     )
     keras.utils.set_random_seed(s.seed)
     spec, fit_model = common.template_parts(s)
@@ -83,6 +85,7 @@ def test_own_steps_vs_model_fit(benchmark, mnist_npz, quick, tmp_path, steps_per
         value,
         value is not None and value >= GOAL * 0.97,
         n_train=spec.n_train,
+        batch_size=s.batch_size,
         model_fit_samples_per_second=fit_sps,
         steps_samples_per_second=own_sps,
         samples_per_second=got,

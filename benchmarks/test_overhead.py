@@ -19,7 +19,10 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
     from train import train
     from train.inputs.pipeline import train_dataset, val_dataset
 
-    s = common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False, report="off")
+    # The pair a new run takes here, given to both sides (left unset, train() would choose it and the bare side not).
+    s = common.as_a_new_run(
+        common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False, report="off")
+    )
     if quick:
         s = s.replace(epochs=1)
     n = 0
@@ -50,5 +53,6 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
         value,
         value is not None and value <= GOAL,
         epochs=s.epochs,
+        batch_size=s.batch_size,
         seconds=got,
     )
