@@ -41,6 +41,17 @@ def test_settings_resolved_uses_env_file_and_environment(tmp_path, capsys, monke
     assert "# EPOCHS=3" in out and "# RESUME=" in out  # not set: the defaults, commented out
 
 
+def test_settings_resolved_takes_the_setting_flags_fit_takes_and_writes_booleans_as_env_does(capsys, monkeypatch):
+    monkeypatch.setenv("SEED", "8")
+    assert cli.main(["settings", "--seed", "9", "--no-export"]) == 0  # flags win over the environment
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        "SEED=9" in out and "EXPORT=false" in out and "# SMOKE=false" in out and len(out) == 1 + len(fields(Settings))
+    )
+    assert cli.main(["settings", "--seed", "-1"]) == 2  # refused as fit refuses it
+    assert capsys.readouterr().err.startswith("ConfigError: SEED=-1 is not valid")
+
+
 def test_settings_resolved_leaves_the_chosen_pair_commented_out(tmp_path, capsys, monkeypatch):
     """Saved as a .env, the output must not fix the pair a new run would choose for its machine."""
     assert cli.main(["settings"]) == 0
@@ -71,6 +82,16 @@ def test_an_unknown_flag_is_a_usage_error(capsys):
         "UsageError: python -m train fit: unrecognized arguments: --no-such-flag; "
         "`python -m train fit --help` lists what it takes\n"
     )
+
+
+def test_a_value_after_an_on_off_flag_names_the_two_forms(capsys):
+    assert cli.main(["fit", "--export", "false"]) == 2  # the table's true/false are what .env takes
+    assert capsys.readouterr().err == (
+        "UsageError: python -m train fit: unrecognized arguments: false (--export takes no value: give --export or "
+        "--no-export); `python -m train fit --help` lists what it takes\n"
+    )
+    assert cli.main(["fit", "--epochs", "2", "false"]) == 2  # no switch before it: no such hint
+    assert "takes no value" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -264,6 +264,21 @@ def test_a_bad_env_file_line_is_one_error_with_file_and_line(tmp_path):
     )
 
 
+def test_a_bad_value_from_the_env_file_says_it_is_set_there_and_one_given_elsewhere_does_not(tmp_path):
+    env_file = tmp_path / "my.env"
+    env_file.write_text("EPOCHS=abc\n")
+    with pytest.raises(ConfigError) as e:
+        load(env_file=env_file)
+    assert str(e.value) == f"EPOCHS='abc' is not valid: expected a whole number, e.g. 3 (set in {env_file})"
+    env_file.write_text("LR_WARMUP_EPOCHS=5\n")  # refused with the other settings: still the file's value
+    with pytest.raises(ConfigError) as e:
+        load(env_file=env_file)
+    assert str(e.value).endswith(f"give less than 3 (set in {env_file})")
+    with pytest.raises(ConfigError) as e:  # the file's value overridden by a flag: the error is the flag's
+        load({"lr_warmup_epochs": 4}, env_file=env_file)
+    assert "set in" not in str(e.value)
+
+
 def test_debug_is_read_from_an_env_file_that_is_otherwise_bad(tmp_path):
     env_file = tmp_path / "my.env"
     env_file.write_text("DEBUG=1\nNOT A LINE\n")

@@ -42,6 +42,9 @@ def test_download_fetches_once_into_the_cache_and_checks_the_hash(tmp_path):
         assert len(files.requests) == 2
         with pytest.raises(ValueError, match="hash does not match"):
             download(files.url("a.bin"), "0" * 64, cache, subdir="other")
+        with pytest.raises(Exception, match="URL fetch failure"):  # offline, or a file the site lacks
+            download(files.url("missing.bin"), "0" * 64, tmp_path / "fresh" / "data")
+        assert not (tmp_path / "fresh").exists()  # the folders it made for the file are gone with it
 
 
 def test_a_registered_data_set_is_valid_for_the_settings_and_loads_through_a_download(tmp_path, monkeypatch):

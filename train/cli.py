@@ -71,7 +71,7 @@ def run(argv: Sequence[str]) -> int:
     parser = build_parser(argv[0] if argv[0] in COMMANDS else None)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        raise _unrecognized(parser, args.command, unknown)
+        raise _unrecognized(parser, args.command, unknown, argv)
     args.argv = argv  # as given: what `fit` prints to paste, with --resume, after a stop
     return importlib.import_module(_commands()[args.command]).run(args)
 
@@ -89,13 +89,19 @@ def _no_command(word: str) -> bool:
     )
 
 
-def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> UsageError:
+def _unrecognized(
+    parser: argparse.ArgumentParser, command: str, unknown: list[str], argv: Sequence[str] = ()
+) -> UsageError:
     """Name the command the arguments were given to, and the flag a misspelt one probably meant."""
     import difflib
 
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
     flags = [f for f in sub._option_string_actions if f.startswith("--")]
     problem = f"unrecognized arguments: {' '.join(map(_shown_argument, unknown))}"
+    switch = _switch_given_a_value(sub, unknown[0], argv)
+    if switch:  # `--export false`: the table's `true`/`false` are .env values, a flag is on or off
+        name = switch.removeprefix("--no-").removeprefix("--")
+        return UsageError(sub.prog, f"{problem} ({switch} takes no value: give --{name} or --no-{name})")
     first = next((u.split("=", 1)[0] for u in unknown if u.startswith("--")), None)
     # A prefix is what abbreviations would have taken (allow_abbrev is off); else a near spelling.
     meant = sorted((f for f in flags if first and f.startswith(first)), key=len)
@@ -104,6 +110,15 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[s
         # `python -m train rnus`: a word that is no command became an argument of the default `fit`.
         meant = [f"the command {c}" for c in difflib.get_close_matches(unknown[0], COMMANDS, n=1, cutoff=0.6)]
     return UsageError(sub.prog, problem + (f" (did you mean {' or '.join(meant[:3])}?)" if meant else ""))
+
+
+def _switch_given_a_value(sub: argparse.ArgumentParser, word: str, argv: Sequence[str]) -> str | None:
+    """The on/off flag right before `word` in argv when `word` reads as a true/false value."""
+    if word.lower() not in ("true", "false", "yes", "no", "on", "off", "1", "0") or word not in argv[1:]:
+        return None
+    before = argv[argv.index(word, 1) - 1]
+    action = sub._option_string_actions.get(before)
+    return before if isinstance(action, argparse.BooleanOptionalAction) and before.startswith("--") else None
 
 
 def _shown_argument(text: str) -> str:

@@ -7,6 +7,7 @@ and the README table are generated from the same list (`python -m train settings
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import logging
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import datasets, extras, locations, models
-from .errors import ConfigError, StorageError
+from .errors import ConfigError, EnvFileError, StorageError
 from .locations import redact_uri
 from .sections import KINDS
 from .sections import setting as _f
@@ -486,27 +487,45 @@ def load_settings(
     environ = os.environ if environ is None else environ
     _check_override_names(overrides or {})
     layers: list[Mapping[str, Any]] = []
+    from_file: set[str] = set()  # names whose value is the .env file's: an error then says where to fix it
     if env_file:
         path = Path(env_file)
         if path.exists() or path.is_symlink():
             layers.append(read_env_file(path, _names(), warn or log.warning))
+            from_file = set(layers[0])
         elif str(env_file) != ".env":
             raise ConfigError("ENV_FILE", str(env_file), "file does not exist; create it from .env.example")
     layers.append(environ)
     values: dict[str, Any] = {}
-    for f in fields(Settings):
-        for layer in layers:
-            if f.name.upper() in layer:
-                values[f.name] = _coerce(f, layer[f.name.upper()])
-        if overrides and overrides.get(f.name) is not None:
-            values[f.name] = _coerce(f, overrides[f.name])
-    settings = _with_given(validate(Settings(**values)), values)
+    with _naming_the_file(env_file, from_file):
+        for f in fields(Settings):
+            for layer in layers:
+                if f.name.upper() in layer:
+                    values[f.name] = _coerce(f, layer[f.name.upper()])
+            if f.name.upper() in environ or overrides and overrides.get(f.name) is not None:
+                from_file.discard(f.name.upper())
+            if overrides and overrides.get(f.name) is not None:
+                values[f.name] = _coerce(f, overrides[f.name])
+        settings = _with_given(validate(Settings(**values)), values)
     _check_runs_dir_path(settings.runs_dir)
     if check_model and settings.model not in models.MODELS:
         # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
         check_model_spec(settings.model)
     _check_environ(settings, environ)
     return settings
+
+
+@contextlib.contextmanager
+def _naming_the_file(env_file: str | os.PathLike | None, names: set[str]):
+    """A ConfigError about a setting whose value came from the .env file says so (the fix is there)."""
+    try:
+        yield
+    except EnvFileError:
+        raise
+    except ConfigError as exc:
+        if exc.name not in names:
+            raise
+        raise ConfigError(exc.name, exc.value, f"{exc.allowed} (set in {env_file})") from None
 
 
 def _check_environ(settings: Settings, environ: Mapping[str, str]) -> None:
@@ -600,11 +619,15 @@ def diff_settings(old: Settings, new: Settings, ignore: frozenset[str] = RESUME_
     return out
 
 
+def env_text(value: Any) -> str:
+    """A value as it is written in .env (booleans as true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def _default_text(f: dataclasses.Field) -> str:
-    """A default as it is written in .env (booleans as true/false)."""
-    if isinstance(f.default, bool):
-        return "true" if f.default else "false"
-    return str(f.default)
+    return env_text(f.default)
 
 
 def env_example() -> str:
@@ -654,6 +677,8 @@ def settings_table() -> str:
             rows.append(f"| **the {section} extra** | | | {title.replace('|', chr(92) + '|')} |")
         for f in own:
             flag = "--" + f.name.replace("_", "-")
+            if isinstance(f.default, bool):  # a switch: `--export false` is not a flag
+                flag = f"{flag}` / `--no-{flag[2:]}"
             doc = f.metadata["doc"].replace("|", "\\|")
             rows.append(f"| `{f.name.upper()}` | `{flag}` | `{_default_text(f)}` | {doc} |")
     return "\n".join(rows)

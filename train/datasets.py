@@ -95,10 +95,22 @@ def download(url: str, file_hash: str, cache_dir: Path, subdir: str = "datasets"
     downloaded again. Network and hash failures raise (train.inputs.pipeline turns them into a DataError)."""
     import keras
 
+    target = cache_dir / subdir
+    made = [d for d in (target, *target.parents) if not d.exists()]  # deepest first
     cache_dir.mkdir(parents=True, exist_ok=True)  # get_file would use /tmp/.keras for a directory not there yet
-    return Path(
-        keras.utils.get_file(origin=url, file_hash=file_hash, cache_dir=str(cache_dir.resolve()), cache_subdir=subdir)
-    )
+    try:
+        return Path(
+            keras.utils.get_file(
+                origin=url, file_hash=file_hash, cache_dir=str(cache_dir.resolve()), cache_subdir=subdir
+            )
+        )
+    except BaseException:
+        for d in made:  # a failed download leaves no empty folders behind (offline, DATA_DIR mistyped)
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
 
 
 class _ArraysOnly(pickle.Unpickler):

@@ -135,25 +135,28 @@ def test_a_mode_000_image_is_refused(run_dir, tmp_path):
     assert "cannot be read (permission denied)" in str(row["error"])
 
 
-def test_images_of_another_size_or_colour_are_predicted_and_the_conversion_is_said_once(run_dir, tmp_path, capsys):
+def test_images_of_another_size_or_colour_are_predicted_and_each_conversion_is_said_once(run_dir, tmp_path, capsys):
     from train import cli
 
     run, _ = run_dir
     photo = tmp_path / "photo.jpg"
     Image.fromarray(np.full((150, 200, 3), 90, np.uint8)).save(photo)  # 200x150 colour
-    second = tmp_path / "second.png"
-    Image.fromarray(np.full((40, 40, 3), 20, np.uint8)).save(second)
+    again = tmp_path / "again.png"
+    Image.fromarray(np.full((150, 200, 3), 50, np.uint8)).save(again)  # the same conversion
+    small = tmp_path / "small.png"
+    Image.fromarray(np.full((40, 40), 20, np.uint8)).save(small)  # grayscale: resized only
     plain = _png(tmp_path / "plain.png", 100)  # already 28x28 grayscale
     rows = predict_files(run, [str(photo), plain])
     assert rows[0]["converted"] == "200x150 RGB -> 28x28 grayscale" and "converted" not in rows[1]
-    assert cli.main(["predict", run.name, str(photo), str(second), plain, "--runs-dir", str(run.parent)]) == 0
+    argv = ["predict", run.name, str(photo), str(small), str(again), plain, "--runs-dir", str(run.parent)]
+    assert cli.main(argv) == 0
     out, err = capsys.readouterr()
-    assert len(out.splitlines()) == 3
-    (note,) = err.strip().splitlines()
-    assert note == (
-        f"note: {photo} and 1 more converted to the model's input as training decodes images "
-        "(200x150 RGB -> 28x28 grayscale)"
-    )
+    assert len(out.splitlines()) == 4
+    said = "converted to the model's input as training decodes images"
+    assert err.strip().splitlines() == [
+        f"note: {photo} and 1 more {said} (200x150 RGB -> 28x28 grayscale)",
+        f"note: {small} {said} (40x40 L -> 28x28 grayscale)",
+    ]
 
 
 def test_the_command_reports_each_bad_file_and_predicts_the_others_exit_3(run_dir, tmp_path, capsys):

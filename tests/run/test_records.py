@@ -69,7 +69,7 @@ def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_t
     assert (row["epochs"], row["of"]) == (2, 2)
 
 
-def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_were(tmp_path):
+def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_were(tmp_path, capsys):
     from train import train
     from train.errors import CheckpointError
     from train.results.export import rebuild_model
@@ -80,7 +80,10 @@ def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_wer
     with pytest.raises(CheckpointError, match="architecture changed"):
         train(s.replace(model="cnn_bn", epochs=2), resume=run.name, force=True)
     assert _bytes(run, "config.json", "manifest.json", "labels.txt", "metrics.csv") == before
-    assert "resume not started" in (run / "train.log").read_text()
+    logged = (run / "train.log").read_text()
+    assert "resume not started; its config.json and manifest.json are unchanged" in logged
+    assert logged.count("CheckpointError: ") == 1 and "architecture changed" in logged  # the error, once
+    assert "architecture changed" not in capsys.readouterr().out  # the console: the caller's (the CLI's line)
     model, _, _ = rebuild_model(run)  # the run is still usable as it was: the cnn
     assert not any("batch_normalization" in v.path for v in model.variables)
 

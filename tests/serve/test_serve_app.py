@@ -296,7 +296,8 @@ def test_heavy_requests_do_not_delay_a_small_one_and_past_their_lane_are_refused
     refused = [(headers, doc) for status, headers, doc in answers if status == 503]
     assert refused and all(status in (200, 503) for status, _, _ in answers), answers
     assert all(h["retry-after"] == "1" and "busy with large requests" in d["error"] for h, d in refused), refused
-    assert len(answers) - len(refused) <= len(os.sched_getaffinity(0))  # half the cores running, as many waiting
+    running = max(1, len(os.sched_getaffinity(0)) // 2)  # half the cores (one on a single core), as many waiting
+    assert len(answers) - len(refused) <= 2 * running
 
 
 def test_images_declaring_more_pixels_than_the_budget_are_refused_before_any_is_decoded(decoded):

@@ -1202,3 +1202,15 @@ def test_a_batch_larger_than_the_training_set_is_said_once_with_the_largest_that
         "WARNING: BATCH_SIZE=1024 is larger than the 384 training examples: an epoch is one step of 384; "
         "give a BATCH_SIZE of at most 384"
     )
+
+
+def test_a_completed_run_is_told_how_to_train_more_as_its_schedule_allows(tmp_path):
+    from helpers import tiny_settings
+
+    from train.training.loop import _how_to_train_more
+
+    cosine = tiny_settings(tmp_path, lr_schedule="cosine")
+    said = _how_to_train_more(cosine)
+    assert said.startswith("start a new run with a larger EPOCHS: LR_SCHEDULE=cosine decays over EPOCHS")
+    assert _how_to_train_more(cosine.replace(lr_schedule="constant")) == "resume with a larger EPOCHS"
+    assert _how_to_train_more(cosine.replace(smoke=True)).startswith("start a run without SMOKE")

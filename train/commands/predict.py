@@ -25,12 +25,14 @@ def run(args: argparse.Namespace) -> int:
     rows = predict_files(run_dir, args.images)
     if any("error" not in r for r in rows):
         print(format_predictions(rows))
-    if converted := [r for r in rows if r.get("converted")]:  # once: the answers are right, but say why
-        first = converted[0]
-        more = f" and {len(converted) - 1} more" if len(converted) > 1 else ""
+    by_kind: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("converted"):
+            by_kind.setdefault(r["converted"], []).append(r["file"])
+    for kind, files in by_kind.items():  # once a kind of conversion: the answers are right, but say why
+        more = f" and {len(files) - 1} more" if len(files) > 1 else ""
         print(
-            f"note: {first['file']}{more} converted to the model's input as training decodes images "
-            f"({first['converted']})",
+            f"note: {files[0]}{more} converted to the model's input as training decodes images ({kind})",
             file=sys.stderr,
         )
     bad = [r["error"] for r in rows if "error" in r]

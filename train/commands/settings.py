@@ -7,6 +7,7 @@ import argparse
 from .. import config
 from ..setup.hardware import CPU_FLOAT32_BATCH
 from . import add_env_file, settings_for
+from .fit import add_setting_flags
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -15,6 +16,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     add_env_file(st)
     st.add_argument("--format", choices=("resolved", "env-example", "table"), default="resolved")
+    add_setting_flags(st)  # what `fit` with the same flags would train with
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         # would turn off a choice (the batch pair) or a compose default (`RESUME=` is not unset).
         print(HEADER)
         for k, v in s.to_dict().items():
-            line = f"{k.upper()}={v}"
+            line = f"{k.upper()}={config.env_text(v)}"
             if k in given:
                 print(line)
             elif chosen and k in config.BATCH_PAIR:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..config import of_kind
+from ..config import env_text, of_kind
 from ..errors import ConfigError
 from ..run.manifest import data_version, section
 from ..training.test_split import on_test
@@ -180,7 +180,7 @@ def _columns(table: list[list[str]]) -> str:
 
 
 def _text(value) -> str:
-    return str(value) if value != "" else "''"
+    return env_text(value) if value != "" else "''"  # as .env writes it: true/false
 
 
 def num(value) -> str:

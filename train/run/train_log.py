@@ -16,6 +16,8 @@ class _Console(logging.StreamHandler):
     line_open = False  # a progress bar wrote its line without the newline yet (one console per process)
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "file_only", False):  # the command's edge prints it (an error's one line)
+            return
         if _Console.line_open:
             _Console.line_open = False
             self.stream.write("\n")
@@ -70,6 +72,12 @@ def setup_logging(log_file: Path | None, prefix: str = "", hold: bool = False) -
         log.addHandler(_Held(held))
     log.setLevel(logging.INFO)
     log.propagate = False
+
+
+def log_to_file_only(line: str) -> None:
+    """A line for train.log that the console gets from elsewhere: the error a run ended with, which
+    the command line prints once as its last line (an API caller gets the exception)."""
+    log.error("%s", line, extra={"file_only": True})
 
 
 def close_logging() -> None:

@@ -46,7 +46,7 @@ from ..run.manifest import (
 from ..run.remote import for_run, open_runs_dir
 from ..run.resume import RunPlan, check_data, plan_run
 from ..run.rundir import RunDir
-from ..run.train_log import close_logging, setup_logging
+from ..run.train_log import close_logging, log_to_file_only, setup_logging
 from . import flops
 from .callbacks import Callbacks
 from .loop import LoopState, Result, at_new_batch_size, log_distribution, split_of, start_loop
@@ -183,6 +183,8 @@ def _train(
         status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError, Interrupted)) else "failed"
         raise
     finally:
+        if error and status == "failed":
+            log_to_file_only(error)
         if plan.recorded and _identity(run_dir) != identity:
             log.error("run %s ended: %s (its directory is gone, so nothing of it was recorded)", run_dir.name, status)
         elif plan.recorded:
@@ -192,16 +194,19 @@ def _train(
             calls.end(status, stop)
             log.info("run %s ended: %s%s", run_dir.name, status, _continued(run_dir, status, continue_with))
         elif plan.resumed:
-            log.info(
-                "run %s: resume not started (%s); its config.json and manifest.json are unchanged%s",
-                run_dir.name,
-                error or status,
-                _continued(run_dir, status, continue_with),
-            )
+            _not_started(run_dir, status, error, _continued(run_dir, status, continue_with))
         close_logging()
         # After train.log's last line: a RUNS_DIR in a store gets the closed manifest and the whole log
         # (raising StorageError only when nothing else is raised).
         calls.close(stop, error)
+
+
+def _not_started(run_dir: Path, status: str, error: str | None, continued: str) -> None:
+    """A resume that failed before it changed the run's record says so; its error has a line of its own."""
+    why = "" if error and status == "failed" else f" ({status})"
+    log.info(
+        "run %s: resume not started%s; its config.json and manifest.json are unchanged%s", run_dir.name, why, continued
+    )
 
 
 def _open_log(plan: RunPlan, setup) -> None:

@@ -610,6 +610,18 @@ class EpochLoop:
         update_manifest(self.files.manifest, test=test)
 
 
+def _how_to_train_more(s: Settings) -> str:
+    """What trains a completed run further: a resume with a larger EPOCHS only where that is allowed."""
+    if s.smoke:
+        return "start a run without SMOKE: a smoke run trains one epoch"
+    if s.lr_schedule != "constant":  # its decay spans EPOCHS: a larger one is refused on resume
+        return (
+            f"start a new run with a larger EPOCHS: LR_SCHEDULE={s.lr_schedule} decays over EPOCHS, so a resume "
+            "cannot extend it (runs trained with LR_SCHEDULE=constant can)"
+        )
+    return "resume with a larger EPOCHS"
+
+
 def start_loop(
     settings: Settings,
     run_dir: Path | None,
@@ -651,9 +663,7 @@ def start_loop(
                 "all %d epoch(s) are trained already: nothing to train; the final weights, the test split and the export "
                 "are done again (to train more, %s)",
                 epochs,
-                "start a run without SMOKE: a smoke run trains one epoch"
-                if settings.smoke
-                else "resume with a larger EPOCHS",
+                _how_to_train_more(settings),
             )
     if record is not None:
         record(loop.has_training_left())
