@@ -343,6 +343,12 @@ def test_a_precision_kept_twice_names_its_first_reason_once():
     first = choose_precision("auto", [], {"avx2"}, kept=("float32", "CPU has no native bfloat16"))[1]
     assert choose_precision("auto", [], {"avx2"}, kept=("float32", first))[1] == first
     assert choose_precision("float32", [], {"avx2"}, kept=("mixed_bfloat16", "x")) == ("float32", "set by PRECISION")
+    # The start's probe is in the past at a resume; a record from before the wording is not prefixed twice.
+    measured = "float32 (its bfloat16 convolution ran 0.54x float32's (probe measured now, cached in c.json))"
+    kept = choose_precision("auto", [], {"avx2"}, kept=("float32", measured))[1]
+    assert kept.endswith("(probe measured then, cached in c.json))") and "measured now" not in kept
+    older = "the precision this run trained in until now, kept on resume; chosen because: CPU has no native bfloat16"
+    assert choose_precision("auto", [], {"avx2"}, kept=("float32", older))[1] == first
 
 
 def test_a_run_that_sets_no_batch_trains_in_batches_of_256_on_a_cpu_in_float32_and_512_elsewhere():

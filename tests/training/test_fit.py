@@ -130,7 +130,7 @@ def test_a_resume_keeps_auto_s_precision_where_it_runs_natively_and_says_when_it
     m = json.loads(manifest.read_text())
     assert m["precision"]["policy"] == "float32"
     assert m["precision"]["reason"] == (
-        "the precision this run trained in until now, kept on resume; chosen because: CPU has no native bfloat16 "
+        "the precision this run trained in until now, kept on resume; chosen at its start because: CPU has no native bfloat16 "
         "(no amx_bf16 / avx512_bf16): bf16 would be emulated"
     )
     assert [seg["precision"] for seg in m["segments"]] == ["float32", "float32"]

@@ -167,7 +167,8 @@ def check_precision_fits_isa_now(policy: str, root: Path = Path("/")) -> None:
 BF16_MIN_SPEEDUP = 0.9
 
 
-KEPT = "the precision this run trained in until now, kept on resume; chosen because: "
+KEPT = "the precision this run trained in until now, kept on resume; chosen at its start because: "
+_OLD_KEPT = "the precision this run trained in until now, kept on resume; chosen because: "  # records before
 
 
 def runs_natively(
@@ -214,7 +215,9 @@ def choose_precision(
     if requested != "auto":
         return requested, "set by PRECISION"
     if kept is not None and runs_natively(kept[0], gpu_compute_capabilities, flags, onednn, max_isa):
-        return kept[0], KEPT + kept[1].removeprefix(KEPT)
+        # The start's reason, in the past: its "probe measured now" was then, not at this resume.
+        then = kept[1].removeprefix(KEPT).removeprefix(_OLD_KEPT).replace("probe measured now", "probe measured then")
+        return kept[0], KEPT + then
     if gpu_compute_capabilities:
         cc = min(gpu_compute_capabilities)
         cc_text = f"{cc[0]}.{cc[1]}"
