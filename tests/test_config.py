@@ -270,6 +270,11 @@ def test_a_bad_value_from_the_env_file_says_it_is_set_there_and_one_given_elsewh
     with pytest.raises(ConfigError) as e:
         load(env_file=env_file)
     assert str(e.value) == f"EPOCHS='abc' is not valid: expected a whole number, e.g. 3 (set in {env_file})"
+    # Only the value that wins is read: the environment or a flag over a bad line is no error.
+    assert load(env={"EPOCHS": "5"}, env_file=env_file).epochs == load({"epochs": 5}, env_file=env_file).epochs == 5
+    with pytest.raises(ConfigError) as e:  # a bad value from the environment over the file's: not the file's
+        load(env={"EPOCHS": "q"}, env_file=env_file)
+    assert str(e.value) == "EPOCHS='q' is not valid: expected a whole number, e.g. 3"
     env_file.write_text("LR_WARMUP_EPOCHS=5\n")  # refused with the other settings: still the file's value
     with pytest.raises(ConfigError) as e:
         load(env_file=env_file)

@@ -486,31 +486,34 @@ def load_settings(
     """
     environ = os.environ if environ is None else environ
     _check_override_names(overrides or {})
-    layers: list[Mapping[str, Any]] = []
-    from_file: set[str] = set()  # names whose value is the .env file's: an error then says where to fix it
+    file_values: Mapping[str, Any] = {}
     if env_file:
         path = Path(env_file)
         if path.exists() or path.is_symlink():
-            layers.append(read_env_file(path, _names(), warn or log.warning))
-            from_file = set(layers[0])
+            file_values = read_env_file(path, _names(), warn or log.warning)
         elif str(env_file) != ".env":
             raise ConfigError("ENV_FILE", str(env_file), "file does not exist; create it from .env.example")
-    layers.append(environ)
     values: dict[str, Any] = {}
+    from_file: set[str] = set()  # names whose value is the .env file's: an error then says where to fix it
     with _naming_the_file(env_file, from_file):
         for f in fields(Settings):
-            for layer in layers:
-                if f.name.upper() in layer:
-                    values[f.name] = _coerce(f, layer[f.name.upper()])
-            if f.name.upper() in environ or overrides and overrides.get(f.name) is not None:
-                from_file.discard(f.name.upper())
+            name = f.name.upper()
+            # Only the value that wins is read: a bad one in .env that the environment or a flag replaces is no error.
             if overrides and overrides.get(f.name) is not None:
-                values[f.name] = _coerce(f, overrides[f.name])
+                raw = overrides[f.name]
+            elif name in environ:
+                raw = environ[name]
+            elif name in file_values:
+                raw = file_values[name]
+                from_file.add(name)
+            else:
+                continue
+            values[f.name] = _coerce(f, raw)
         settings = _with_given(validate(Settings(**values)), values)
-    _check_runs_dir_path(settings.runs_dir)
-    if check_model and settings.model not in models.MODELS:
-        # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
-        check_model_spec(settings.model)
+        _check_runs_dir_path(settings.runs_dir)
+        if check_model and settings.model not in models.MODELS:
+            # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
+            check_model_spec(settings.model)
     _check_environ(settings, environ)
     return settings
 

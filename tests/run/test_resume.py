@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from builders import write_run
+from builders import write_run, write_tiny_npz
 
 from train.config import Settings, load_settings
 from train.errors import CheckpointError, ConfigError, ResumeMismatchError, RunBusyError, RunRecordError
@@ -294,6 +294,24 @@ def test_a_config_with_an_invalid_value_is_a_run_record_error(tmp_path):
     s = _settings(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted", batch_size=-3)
     with pytest.raises(RunRecordError, match="config.json does not hold valid settings"):
+        plan_run(s, run.name)
+
+
+def test_a_run_whose_data_moved_is_a_data_error_not_a_damaged_record(tmp_path):
+    from train.errors import DataError
+    from train.run.rundir import read_run_settings
+
+    moved = tmp_path / "moved.npz"
+    s = _settings(tmp_path, dataset=f"npz:{write_tiny_npz(tmp_path)}")
+    run = _fake_run(s, "20260102-000000-cccc", "interrupted", dataset=f"npz:{moved}")
+    with pytest.raises(DataError) as e:  # what reads the data (a report's validation part) is told to put it back
+        read_run_settings(run)
+    assert str(e.value) == (
+        f"run {run.name} was trained on DATASET=npz:{moved}, which is not there now (file {moved} does not exist): "
+        "put the data back where it was"
+    )
+    assert read_run_settings(run, need_data=False).dataset == f"npz:{moved}"
+    with pytest.raises(ResumeMismatchError, match="DATASET: "):  # a resume compares it with what is asked
         plan_run(s, run.name)
 
 

@@ -90,7 +90,7 @@ def auto_resume(settings: Settings, chosen: Callable[[], Settings] | None = None
     # that run finished, and the user should know its record is damaged.
     manifest = newest.read_manifest()
     status = manifest.get("status")
-    saved = read_run_settings(newest.path, warn_unknown=False)
+    saved = read_run_settings(newest.path, warn_unknown=False, need_data=False)
     # "running" is what a SIGKILLed or power-cut run leaves behind (or a run still going: the
     # lock then refuses it).
     if status not in ("interrupted", "budget", "running"):
@@ -188,7 +188,7 @@ def _restart_alone() -> ConfigError:
 def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, restart: bool) -> RunPlan:
     files = RunDir(run_dir)
     saved_config = files.read_config()
-    saved = read_run_settings(run_dir, warn_unknown=False)
+    saved = read_run_settings(run_dir, warn_unknown=False, need_data=False)  # checked as asked
     manifest = files.read_manifest(missing_ok=True)
     check_config(run_dir, manifest)
     asked = _asked(run_dir, saved, settings)

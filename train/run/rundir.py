@@ -170,7 +170,8 @@ def read_run_settings(run_dir: Path, warn_unknown: bool = True, need_data: bool 
     (`warn_unknown`); a resume refuses it instead (train.run.resume), as it would train without it.
     `need_data=False`: DATASET's file or folder may have moved (export and predict need none of it)."""
     from ..config import settings_from_dict
-    from ..errors import ConfigError
+    from ..datasets import check_dataset
+    from ..errors import ConfigError, DataError
 
     data = RunDir(run_dir).read_config()
     unknown = unknown_settings(data)
@@ -183,9 +184,18 @@ def read_run_settings(run_dir: Path, warn_unknown: bool = True, need_data: bool 
             ", ".join(unknown),
         )
     try:
-        return settings_from_dict(data, need_data=need_data)
+        settings = settings_from_dict(data, need_data=False)
     except (ConfigError, TypeError, ValueError) as exc:
         raise RunRecordError(
             f"run {Path(run_dir).name}: {RunDir(run_dir).config} does not hold valid settings "
             f"({exc}); restore it from a backup, or move the run directory out of RUNS_DIR"
         ) from None
+    if need_data:  # the record is fine; its data moved or was deleted since
+        try:
+            check_dataset(settings.dataset)
+        except ConfigError as exc:
+            raise DataError(
+                f"run {Path(run_dir).name} was trained on DATASET={settings.dataset}, which is not there now "
+                f"({exc.allowed.split(';')[0]}): put the data back where it was"
+            ) from None
+    return settings
