@@ -50,6 +50,21 @@ def test_settings_resolved_takes_the_setting_flags_fit_takes_and_writes_booleans
     )
     assert cli.main(["settings", "--seed", "-1"]) == 2  # refused as fit refuses it
     assert capsys.readouterr().err.startswith("ConfigError: SEED=-1 is not valid")
+    assert cli.main(["settings", "--format", "table", "--seed", "9"]) == 2  # the defaults' formats: not ignored
+    assert "--format table prints every setting at its default: --seed applies" in capsys.readouterr().err
+
+
+def test_settings_saved_as_an_env_file_read_back_as_they_were_set(tmp_path, capsys):
+    npz = tmp_path / "my data #1.npz"
+    npz.write_bytes(b"")
+    odd = {"dataset": f"npz:{npz}", "data_dir": '"q" it\'s # \\ x', "run_name": "r1"}
+    flags = [x for k, v in odd.items() for x in (f"--{k.replace('_', '-')}", v)]
+    assert cli.main(["settings", *flags, "--runs-dir", "${HOME}/runs"]) == 0
+    (tmp_path / "saved.env").write_text(capsys.readouterr().out)
+    back = config.load_settings({}, env_file=tmp_path / "saved.env", environ={})
+    assert {k: getattr(back, k) for k in odd} == odd
+    assert config.given(back) == set(odd)  # a ${...} is commented out, with why (a masked secret too: tests/sweep)
+    assert "# RUNS_DIR=${HOME}/runs  # a .env would expand its ${...}" in (tmp_path / "saved.env").read_text()
 
 
 def test_settings_resolved_leaves_the_chosen_pair_commented_out(tmp_path, capsys, monkeypatch):
@@ -92,6 +107,10 @@ def test_a_value_after_an_on_off_flag_names_the_two_forms(capsys):
     )
     assert cli.main(["fit", "--epochs", "2", "false"]) == 2  # no switch before it: no such hint
     assert "takes no value" not in capsys.readouterr().err
+    assert cli.main(["fit", "--run-name", "false", "--no-export", "0"]) == 2  # the word after the switch
+    assert "0 (--no-export takes no value: give --export or --no-export)" in capsys.readouterr().err
+    assert cli.main(["fit", "--deterministic=true"]) == 2
+    assert "(an on/off flag takes no value: give --deterministic or --no-deterministic)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

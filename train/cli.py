@@ -36,6 +36,10 @@ class _Parser(argparse.ArgumentParser):
     Every command's parser is one too: add_subparsers makes them of the parser's own class."""
 
     def error(self, message: str):
+        if "ignored explicit argument" in message:  # `--export=false`: an on/off flag takes no value
+            flag = message.split()[1].split("/")[0] if message.startswith("argument --") else ""
+            name = flag.removeprefix("--no-").removeprefix("--")
+            message += f" (an on/off flag takes no value: give --{name} or --no-{name})" if name else ""
         raise UsageError(self.prog, message)
 
 
@@ -98,7 +102,7 @@ def _unrecognized(
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
     flags = [f for f in sub._option_string_actions if f.startswith("--")]
     problem = f"unrecognized arguments: {' '.join(map(_shown_argument, unknown))}"
-    switch = _switch_given_a_value(sub, unknown[0], argv)
+    switch = _switch_given_a_value(sub, argv)
     if switch:  # `--export false`: the table's `true`/`false` are .env values, a flag is on or off
         name = switch.removeprefix("--no-").removeprefix("--")
         return UsageError(sub.prog, f"{problem} ({switch} takes no value: give --{name} or --no-{name})")
@@ -112,13 +116,16 @@ def _unrecognized(
     return UsageError(sub.prog, problem + (f" (did you mean {' or '.join(meant[:3])}?)" if meant else ""))
 
 
-def _switch_given_a_value(sub: argparse.ArgumentParser, word: str, argv: Sequence[str]) -> str | None:
-    """The on/off flag right before `word` in argv when `word` reads as a true/false value."""
-    if word.lower() not in ("true", "false", "yes", "no", "on", "off", "1", "0") or word not in argv[1:]:
-        return None
-    before = argv[argv.index(word, 1) - 1]
-    action = sub._option_string_actions.get(before)
-    return before if isinstance(action, argparse.BooleanOptionalAction) and before.startswith("--") else None
+def _switch_given_a_value(sub: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The first on/off flag in argv followed by a word that reads as a true/false value."""
+    for before, word in zip(argv, argv[1:]):
+        action = sub._option_string_actions.get(before)
+        if isinstance(action, argparse.BooleanOptionalAction) and word.lower() in _TRUE_FALSE:
+            return before
+    return None
+
+
+_TRUE_FALSE = ("true", "false", "yes", "no", "on", "off", "1", "0")
 
 
 def _shown_argument(text: str) -> str:

@@ -141,21 +141,21 @@ def test_images_of_another_size_or_colour_are_predicted_and_each_conversion_is_s
     run, _ = run_dir
     photo = tmp_path / "photo.jpg"
     Image.fromarray(np.full((150, 200, 3), 90, np.uint8)).save(photo)  # 200x150 colour
-    again = tmp_path / "again.png"
-    Image.fromarray(np.full((150, 200, 3), 50, np.uint8)).save(again)  # the same conversion
+    again = tmp_path / "again\nnote: fake.png"  # another size, the same colours; a name that would forge a line
+    Image.fromarray(np.full((60, 50, 3), 50, np.uint8)).save(again, format="PNG")
     small = tmp_path / "small.png"
     Image.fromarray(np.full((40, 40), 20, np.uint8)).save(small)  # grayscale: resized only
     plain = _png(tmp_path / "plain.png", 100)  # already 28x28 grayscale
     rows = predict_files(run, [str(photo), plain])
     assert rows[0]["converted"] == "200x150 RGB -> 28x28 grayscale" and "converted" not in rows[1]
-    argv = ["predict", run.name, str(photo), str(small), str(again), plain, "--runs-dir", str(run.parent)]
+    argv = ["predict", run.name, str(again), str(small), str(photo), plain, "--runs-dir", str(run.parent)]
     assert cli.main(argv) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 4
     said = "converted to the model's input as training decodes images"
     assert err.strip().splitlines() == [
-        f"note: {photo} and 1 more {said} (200x150 RGB -> 28x28 grayscale)",
-        f"note: {small} {said} (40x40 L -> 28x28 grayscale)",
+        f"note: {tmp_path}/again\\nnote: fake.png and 1 more {said} (e.g. 50x60 RGB -> 28x28 grayscale)",
+        f"note: {small} {said} (40x40 grayscale -> 28x28 grayscale)",
     ]
 
 

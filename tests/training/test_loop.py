@@ -318,7 +318,7 @@ def test_a_stop_saves_the_step_reached_and_a_resume_starts_there(real_loop, monk
     assert int(resumed.model.optimizer.iterations.numpy()) == 6
     again = real_loop(resume_from=loop.run_dir)  # the completed run resumed once more: nothing is left
     assert _log_lines(train_log)[-1] == (
-        "all 1 epoch(s) are trained already: nothing to train; the final weights, the test split and the export "
+        "all 1 epoch(s) are trained already: nothing to train; the final weights and the test split "
         "are done again (to train more, resume with a larger EPOCHS)"
     )
     assert again.run().status == "completed" and again.state.global_step == 6
@@ -1207,10 +1207,15 @@ def test_a_batch_larger_than_the_training_set_is_said_once_with_the_largest_that
 def test_a_completed_run_is_told_how_to_train_more_as_its_schedule_allows(tmp_path):
     from helpers import tiny_settings
 
-    from train.training.loop import _how_to_train_more
+    from train.training.loop import _how_to_train_more, _nothing_to_train
 
     cosine = tiny_settings(tmp_path, lr_schedule="cosine")
     said = _how_to_train_more(cosine)
     assert said.startswith("start a new run with a larger EPOCHS: LR_SCHEDULE=cosine decays over EPOCHS")
     assert _how_to_train_more(cosine.replace(lr_schedule="constant")) == "resume with a larger EPOCHS"
     assert _how_to_train_more(cosine.replace(smoke=True)).startswith("start a run without SMOKE")
+    said = _nothing_to_train(cosine.replace(export=False, lr_schedule="constant"), 2, 1)
+    assert said == (
+        "2 epochs, more than EPOCHS=1, are trained already: nothing to train; the final weights and the test split "
+        "are done again (to train more, resume with a larger EPOCHS)"
+    )

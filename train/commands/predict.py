@@ -25,17 +25,26 @@ def run(args: argparse.Namespace) -> int:
     rows = predict_files(run_dir, args.images)
     if any("error" not in r for r in rows):
         print(format_predictions(rows))
-    by_kind: dict[str, list[str]] = {}
-    for r in rows:
-        if r.get("converted"):
-            by_kind.setdefault(r["converted"], []).append(r["file"])
-    for kind, files in by_kind.items():  # once a kind of conversion: the answers are right, but say why
-        more = f" and {len(files) - 1} more" if len(files) > 1 else ""
-        print(
-            f"note: {files[0]}{more} converted to the model's input as training decodes images ({kind})",
-            file=sys.stderr,
-        )
+    _say_conversions(rows)
     bad = [r["error"] for r in rows if "error" in r]
     for exc in bad:  # each bad file is one line; the others are still predicted
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
     return DataError.exit_code if bad else 0
+
+
+def _say_conversions(rows: list[dict]) -> None:
+    """One note for each kind of conversion (the colours from and to; sizes vary from photo to photo):
+    the answers are right, but the user should know the images were not what the model takes."""
+    from ..results.predict import printable
+
+    by_kind: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("converted"):
+            by_kind.setdefault(r["converted"].split(" ", 1)[1], []).append(r)
+    for same in by_kind.values():
+        more = f" and {len(same) - 1} more" if len(same) > 1 else ""
+        what = same[0]["converted"] if len(same) == 1 else f"e.g. {same[0]['converted']}"
+        print(
+            f"note: {printable(same[0]['file'])}{more} converted to the model's input as training decodes images ({what})",
+            file=sys.stderr,
+        )

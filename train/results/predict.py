@@ -169,7 +169,7 @@ def _recorded_file_sha256(export: ExportDir, rel: object, damaged: str, again: s
 
     path = _inside(export.path.resolve(), rel)
     if path is None:
-        shown = _printable(repr(rel))[:200]
+        shown = printable(repr(rel))[:200]
         raise ExportError(f"{damaged}: {export.source} lists {shown}, not a file inside the export folder: {again}")
     try:
         # Resolved already: O_NOFOLLOW refuses a link put in its place since.
@@ -245,7 +245,12 @@ def _conversion(contents: bytes, shape: tuple[int, ...]) -> str | None:
         return None
     if (w, h) == (width, height) and mode == wanted[0]:
         return None
-    return f"{w}x{h} {mode} -> {width}x{height} {wanted[1]}"
+    return f"{w}x{h} {_MODES.get(mode, mode)} -> {width}x{height} {wanted[1]}"
+
+
+# PIL's modes as a person reads them (https://pillow.readthedocs.io/en/stable/handbook/concepts.html#modes).
+_MODES = {"1": "1-bit", "L": "grayscale", "LA": "grayscale+alpha", "P": "palette", "I;16": "16-bit grayscale"}
+_MODES |= {"I": "32-bit grayscale", "F": "float grayscale"}
 
 
 def read_image_file(path: str | os.PathLike) -> tuple[bytes, str]:
@@ -256,7 +261,7 @@ def read_image_file(path: str | os.PathLike) -> tuple[bytes, str]:
     """
     from ..inputs.images import SUPPORTED
 
-    shown = _printable(str(path))  # the error stays one line whatever the name holds
+    shown = printable(str(path))  # the error stays one line whatever the name holds
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
@@ -302,13 +307,13 @@ def format_predictions(rows: list[dict]) -> str:
     rows = [r for r in rows if "error" not in r]
     if not rows:
         return ""
-    names = [_printable(r["file"]) for r in rows]
-    classes = [_printable(str(r["class"])) for r in rows]
+    names = [printable(r["file"]) for r in rows]
+    classes = [printable(str(r["class"])) for r in rows]
     fw, cw = max(map(_width, names)), max(map(_width, classes))
     return "\n".join(f"{_pad(n, fw)}  {_pad(c, cw)}  {r['probability']:.4f}" for n, c, r in zip(names, classes, rows))
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     # A newline or tab in a file name would break the line or the columns: shown escaped instead.
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 

@@ -610,14 +610,23 @@ class EpochLoop:
         update_manifest(self.files.manifest, test=test)
 
 
+def _nothing_to_train(s: Settings, trained: int, epochs: int) -> str:
+    """What a completed run resumed as it was says: what is done again, and how to train it further."""
+    done = f"all {epochs} epoch(s)" if trained == epochs else f"{trained} epochs, more than EPOCHS={epochs},"
+    again = "the final weights, the test split and the export" if s.export else "the final weights and the test split"
+    return (
+        f"{done} are trained already: nothing to train; {again} are done again (to train more, {_how_to_train_more(s)})"
+    )
+
+
 def _how_to_train_more(s: Settings) -> str:
-    """What trains a completed run further: a resume with a larger EPOCHS only where that is allowed."""
+    """What trains a completed run further: a resume with a larger EPOCHS where nothing else changes."""
     if s.smoke:
         return "start a run without SMOKE: a smoke run trains one epoch"
-    if s.lr_schedule != "constant":  # its decay spans EPOCHS: a larger one is refused on resume
+    if s.lr_schedule != "constant":  # its decay spans EPOCHS: a larger one changes the rates to come
         return (
-            f"start a new run with a larger EPOCHS: LR_SCHEDULE={s.lr_schedule} decays over EPOCHS, so a resume "
-            "cannot extend it (runs trained with LR_SCHEDULE=constant can)"
+            f"start a new run with a larger EPOCHS: LR_SCHEDULE={s.lr_schedule} decays over EPOCHS, so a resume with "
+            "a larger one needs --force and trains on at rates no run started with it had"
         )
     return "resume with a larger EPOCHS"
 
@@ -659,12 +668,7 @@ def start_loop(
                 setup.group.share_variables([*loop.model.variables, *loop.model.optimizer.variables])
         log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
         if state.epoch >= epochs:  # a completed run resumed as it was: say so, rather than train nothing in silence
-            log.info(
-                "all %d epoch(s) are trained already: nothing to train; the final weights, the test split and the export "
-                "are done again (to train more, %s)",
-                epochs,
-                _how_to_train_more(settings),
-            )
+            log.info("%s", _nothing_to_train(settings, state.epoch, epochs))
     if record is not None:
         record(loop.has_training_left())
     if not resumed:
