@@ -28,3 +28,27 @@ def test_a_data_set_without_a_separate_test_split_records_no_test(tmp_path):
 
     s = tiny_settings(tmp_path, val_from="test")
     assert evaluate_test(tmp_path, s, data.load_data(s), models=None) is None  # nothing is built or read
+
+
+def test_best_and_final_weights_of_the_same_bytes_take_one_pass_and_a_damaged_copy_is_still_refused(
+    tmp_path, monkeypatch
+):
+    from helpers import tiny_settings
+
+    from train import train
+    from train.errors import WeightsError
+    from train.inputs import pipeline as data
+    from train import models
+    from train.training import test_split
+
+    s = tiny_settings(tmp_path, epochs=1, export=False)
+    run = train(s).run_dir  # one epoch: the best weights are the final ones
+    passes = []
+    real = test_split.mean_metrics
+    monkeypatch.setattr(test_split, "mean_metrics", lambda *a: passes.append(1) or real(*a))
+    spec = data.load_data(s)
+    got = test_split.evaluate_test(run, s, spec, models)
+    assert len(passes) == 1 and got["weights"]["best"] == got["weights"]["final"]
+    (run / "final.weights.h5").write_bytes(b"damaged")  # not loaded, but checked as a load checks it
+    with pytest.raises(WeightsError, match="final.weights.h5"):
+        test_split.evaluate_test(run, s, spec, models)
