@@ -35,10 +35,9 @@ def test_best_and_final_weights_of_the_same_bytes_take_one_pass_and_a_damaged_co
 ):
     from helpers import tiny_settings
 
-    from train import train
+    from train import models, train
     from train.errors import WeightsError
     from train.inputs import pipeline as data
-    from train import models
     from train.training import test_split
 
     s = tiny_settings(tmp_path, epochs=1, export=False)
