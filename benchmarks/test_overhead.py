@@ -12,12 +12,13 @@ GOAL = 1.03
 def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
     """Same settings, model, precision and per-epoch pipelines; export and report off (the bare loop has neither).
 
-    Both sides are timed from settings to trained weights: the template's `train()` call against
-    load_data + build + compile + one `model.fit(validation_data=...)` per epoch + save_weights."""
+    Both sides are timed from settings to trained weights and their test accuracy: the template's
+    `train()` call against load_data + build + compile + one `model.fit(validation_data=...)` per
+    epoch + save_weights + `model.evaluate` on the test split, as the classic recipe ends."""
     import keras
 
     from train import train
-    from train.inputs.pipeline import train_dataset, val_dataset
+    from train.inputs.pipeline import final_test_dataset, train_dataset, val_dataset
 
     # The pair a new run takes here, given to both sides (left unset, train() would choose it and the bare side not).
     s = common.as_a_new_run(
@@ -42,6 +43,7 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
         for epoch in range(s.epochs):
             model.fit(train_dataset(spec, s, epoch, s.batch_size), validation_data=val, epochs=1, verbose=0)
         model.save_weights(str(tmp_path / f"bare{n}.weights.h5"))
+        model.evaluate(final_test_dataset(spec, s.batch_size), verbose=0)
         return time.perf_counter() - t0
 
     got = common.once(benchmark, lambda: common.interleave({"bare": bare, "template": template}, 1 if quick else 2))
