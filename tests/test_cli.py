@@ -109,6 +109,8 @@ def test_a_value_after_an_on_off_flag_names_the_two_forms(capsys):
     assert "takes no value" not in capsys.readouterr().err
     assert cli.main(["fit", "--run-name", "false", "--no-export", "0"]) == 2  # the word after the switch
     assert "0 (--no-export takes no value: give --export or --no-export)" in capsys.readouterr().err
+    assert cli.main(["runs", "--json", "true"]) == 2  # a flag with no --no- form
+    assert "true (--json takes no value: give --json, or leave it out)" in capsys.readouterr().err
     assert cli.main(["fit", "--deterministic=true"]) == 2
     assert "(an on/off flag takes no value: give --deterministic or --no-deterministic)" in capsys.readouterr().err
 

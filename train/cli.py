@@ -105,7 +105,9 @@ def _unrecognized(
     switch = _switch_given_a_value(sub, argv)
     if switch:  # `--export false`: the table's `true`/`false` are .env values, a flag is on or off
         name = switch.removeprefix("--no-").removeprefix("--")
-        return UsageError(sub.prog, f"{problem} ({switch} takes no value: give --{name} or --no-{name})")
+        both = isinstance(sub._option_string_actions[switch], argparse.BooleanOptionalAction)
+        forms = f"give --{name} or --no-{name}" if both else f"give {switch}, or leave it out"
+        return UsageError(sub.prog, f"{problem} ({switch} takes no value: {forms})")
     first = next((u.split("=", 1)[0] for u in unknown if u.startswith("--")), None)
     # A prefix is what abbreviations would have taken (allow_abbrev is off); else a near spelling.
     meant = sorted((f for f in flags if first and f.startswith(first)), key=len)
@@ -120,7 +122,8 @@ def _switch_given_a_value(sub: argparse.ArgumentParser, argv: Sequence[str]) -> 
     """The first on/off flag in argv followed by a word that reads as a true/false value."""
     for before, word in zip(argv, argv[1:]):
         action = sub._option_string_actions.get(before)
-        if isinstance(action, argparse.BooleanOptionalAction) and word.lower() in _TRUE_FALSE:
+        on_off = isinstance(action, (argparse.BooleanOptionalAction, argparse._StoreTrueAction))
+        if on_off and before.startswith("--") and word.lower() in _TRUE_FALSE:
             return before
     return None
 
