@@ -23,7 +23,11 @@ def test_cpu_machine_gets_a_calm_report_exit_0(monkeypatch):
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     facts = Facts(
-        tf=cpu_tf(log=CUINIT_NOISE, matmul=[{"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 70.0}]),
+        tf=cpu_tf(
+            log=CUINIT_NOISE,
+            matmul=[{"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 70.0}],
+            bf16_speedup=1.5,  # measured with the matmul
+        ),
         driver_reason="NVML: NVML Shared Library Not Found",
         cpu_bf16=["avx512_bf16"],
     )
@@ -42,6 +46,13 @@ def test_auto_on_a_bf16_cpu_follows_the_probe_as_in_training(monkeypatch, speedu
     p = check.precisions(Facts(tf=cpu_tf(bf16_speedup=speedup), cpu_bf16=["avx512_bf16"]))
     assert p["auto"] == auto and p["options"]["mixed_bfloat16"]["sensible"] is (auto == "mixed_bfloat16")
     assert f"ran {speedup:.2f}x float32's (measured now by this check; a run reads" in p["auto_reason"]
+
+
+def test_auto_on_a_bf16_cpu_without_the_probe_says_the_probe_decides(monkeypatch):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    p = check.precisions(Facts(tf=cpu_tf(), cpu_bf16=["avx512_bf16"]))  # --skip-matmul: no probe figure
+    assert p["auto"] == "mixed_bfloat16 or float32" and "skipped here with --skip-matmul" in p["auto_reason"]
 
 
 def test_auto_on_a_bf16_cpu_whose_probe_failed_is_float32_as_in_training(monkeypatch):

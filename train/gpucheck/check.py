@@ -42,6 +42,12 @@ def precisions(facts: Facts) -> dict[str, Any]:
         hardware.onednn_max_isa(),
         probe if measured or failed else None,
     )
+    if auto == "mixed_bfloat16" and not ccs and not (measured or failed):  # --skip-matmul skipped the probe too
+        auto = "mixed_bfloat16 or float32"
+        reason += (
+            f"; a run first measures its bfloat16 probe and takes float32 below {hardware.BF16_MIN_SPEEDUP}x "
+            "(skipped here with --skip-matmul: run check without it for the figure)"
+        )
     if facts.tf.gpus:
         cc = min(ccs) if ccs else None
         ok16 = bool(cc and cc >= hardware.FP16_MIN_CC)
@@ -59,7 +65,7 @@ def precisions(facts: Facts) -> dict[str, Any]:
             "mixed_float16": (False, "CPUs have no fast float16 matmuls: slower than float32"),
             # auto's reason: native bfloat16, or what keeps oneDNN from it (TF_ENABLE_ONEDNN_OPTS, ONEDNN_MAX_CPU_ISA)
             "mixed_bfloat16": (
-                auto == "mixed_bfloat16",
+                auto.startswith("mixed_bfloat16"),
                 reason if native else "CPU has no amx_bf16/avx512_bf16: bfloat16 would be emulated, slower",
             ),
         }
