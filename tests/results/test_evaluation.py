@@ -67,6 +67,11 @@ def test_the_class_names_are_the_runs_and_data_with_other_classes_is_refused(tmp
                 r"trained on \(0, 1, 2, 3\): evaluate it on the data",
             ):
                 evaluate_best(run)
+    # The same classes, other examples: the data's fingerprint is not the one the run recorded.
+    recorded = {"class_names": ["0", "1", "2"], "input_shape": [28, 28, 1], "fingerprint": "f" * 64}
+    (run / "manifest.json").write_text(json.dumps({"data": recorded}))
+    with pytest.raises(DataError, match=rf"{npz} is not the data run {run.name} trained on \(fingerprint \w{{12}}, "):
+        evaluate_best(run)
 
 
 def test_best_weights_that_are_not_the_ones_training_recorded_are_not_evaluated(tmp_path):

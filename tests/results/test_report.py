@@ -648,6 +648,7 @@ def test_the_full_report_evaluates_this_run_and_says_why_when_it_cannot(tmp_path
     from train.results import evaluation
 
     run = write_run_records(tmp_path / "r")
+    (run / "best.weights.h5").write_bytes(b"weights of epoch 5")
     calls = _evaluated(monkeypatch)  # an accuracy other than the 0.9300 training logged
     report.write_report(run, full=True)
     assert (
@@ -658,6 +659,13 @@ def test_the_full_report_evaluates_this_run_and_says_why_when_it_cannot(tmp_path
         raise DataError("data/mnist.npz is missing")
 
     monkeypatch.setattr(evaluation, "evaluate_best", moved)
+    written = report.write_report(run, full=True)  # the part computed before for these weights is not lost
+    assert written.missing == [
+        "validation: DataError: data/mnist.npz is missing (the validation part computed before for the same best "
+        "weights is kept)"
+    ]
+    assert "training logged val_accuracy 0.9300 for these weights" in (run / "report.html").read_text()
+    (run / "best.weights.h5").write_bytes(b"weights of a new best epoch")  # nothing computed for these yet
     report.write_report(run, full=True)
     assert (
         '<p class="note">not available: DataError: data/mnist.npz is missing</p>' in (run / "report.html").read_text()

@@ -70,6 +70,7 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
         raise NoWeightsError(f"{weights} is missing: no epoch has finished yet")
     from ..errors import DataError
     from ..inputs import pipeline as data
+    from ..run.manifest import section
     from ..run.rundir import read_run_settings
     from ..run.weights import load_weights
 
@@ -81,6 +82,13 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
         raise DataError(
             f"{spec.source} now holds other classes ({_few(spec.class_names)}) than run "
             f"{Path(run_dir).name} trained on ({_few(class_names)}): evaluate it on the data it trained on"
+        )
+    recorded = section(RunDir(run_dir).read_manifest(missing_ok=True), "data").get("fingerprint")
+    if isinstance(recorded, str) and recorded and spec.fingerprint != recorded:
+        raise DataError(
+            f"{spec.source} is not the data run {Path(run_dir).name} trained on (fingerprint "
+            f"{spec.fingerprint[:12]}, recorded {recorded[:12]}): its validation part would describe other "
+            "examples; put the data it trained on back"
         )
     from .. import models
 

@@ -54,8 +54,12 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
     weights = _weights_signature(files)
     if full:
         validation = _validation_section(records, missing)
+        saved = _saved_section(files, weights) if missing else None
         if not missing:  # only an evaluation is worth keeping, never the reason there is none
             validation = _mark(validation, weights)
+        elif saved is not None:  # computed before for these best weights: never lost to a failed rerun
+            validation = saved
+            missing[-1] = f"{missing[-1]} (the validation part computed before for the same best weights is kept)"
     else:
         validation = _saved_section(files, weights)
         if validation is None:
