@@ -25,6 +25,35 @@ def test_run_lock_refuses_a_second_holder_naming_pid_and_host(tmp_path):
     assert not (tmp_path / "run.lock").exists()  # a run let go of keeps no run.lock
 
 
+def test_a_reader_leaves_a_dead_holders_file_so_the_run_still_reads_as_killed(tmp_path):
+    from train.results.run_records import load_records
+    from train.results.runs_table import list_runs
+    from train.run.manifest import new_segment, start_manifest
+
+    lock = tmp_path / "runs" / "20260101-000000-000001" / "run.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("pid 999999999 on host " + socket.gethostname() + "\n")  # a SIGKILLed fit's
+    (lock.parent / "config.json").write_text("{}")
+    start_manifest(lock.parent / "manifest.json", _settings(tmp_path), lock.parent.name, new_segment(1))
+    assert [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
+    with RunLock(lock.parent, reader=True):  # an export of it
+        pass
+    assert lock.is_file() and [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
+    assert load_records(lock.parent).status == "killed"  # as compare and the report show it
+    with RunLock(lock.parent):  # the fit that resumes it: its own file goes when it ends
+        pass
+    assert not lock.exists()
+    with RunLock(lock.parent, reader=True):  # nothing stale found: a reader removes its own file too
+        pass
+    assert not lock.exists()
+
+
+def _settings(tmp_path):
+    from train.config import load_settings
+
+    return load_settings({"runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+
+
 def test_a_process_that_opened_the_lock_file_as_its_holder_removed_it_locks_the_new_one(tmp_path, monkeypatch):
     import fcntl
 

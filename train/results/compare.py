@@ -96,7 +96,7 @@ def _trained_in(run: RunRecords, precision: str) -> str:
 def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     """Status, epochs, final metrics, best MONITOR and the training time to reach it."""
     rows = [
-        ("status", [str(r.manifest.get("status", "unknown")) for r in runs]),
+        ("status", [r.status for r in runs]),
         ("epochs", [f"{len(r.rows)}/{r.planned_epochs or '?'}" for r in runs]),
     ]
     for key in METRICS:

@@ -63,7 +63,7 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
     else:
         validation = _saved_section(files, weights)
         if validation is None:
-            running = records.manifest.get("status") == "running"
+            running = records.status == "running"
             why = (CHEAP_NOTE if running else ENDED_NOTE).format(run=records.name)
             validation = note(why)
             missing.append("validation: " + why)
@@ -141,7 +141,7 @@ def _guarded(run_dir: Path | None, full: bool, mode: str) -> None:
 
 def render(records: RunRecords, curves: bytes, validation: str) -> str:
     m, c = records.manifest, records.config
-    status = str(m.get("status", "unknown"))
+    status = records.status
     best = records.best_row()
     lead = [
         f"model <b>{escape(c.get('model'))}</b> on <b>{escape(c.get('dataset'))}</b>",
@@ -256,7 +256,7 @@ def summary_rows(records: RunRecords) -> list[tuple[str, str]]:
     if git.get("source") and git.get("source") != "git":
         code += f" from {git['source']}"
     rows = [
-        ("status", f"{m.get('status', 'unknown')}" + (f": {m['error']}" if m.get("error") else "")),
+        ("status", records.status + (f": {m['error']}" if m.get("error") else "")),
         ("ended because", m.get("error") or ended_because(m) or "-"),
         ("started / ended", f"{m.get('started_at', '-')} / {m.get('ended_at') or '-'}"),
         ("resumed", ", ".join(m.get("resumed_at") or []) or "never"),

@@ -45,6 +45,17 @@ class RunRecords:
         return self.run_dir.name
 
     @property
+    def status(self) -> str:
+        """The manifest's status; "killed" for a "running" one whose process is gone (as `runs` says)."""
+        status = str(self.manifest.get("status", "unknown"))
+        if status == "running":
+            from ..run.lock import RunLock
+
+            if RunLock(self.run_dir).abandoned():
+                return "killed"
+        return status
+
+    @property
     def monitor(self) -> str:
         return self.config.get("monitor", "val_accuracy")
 

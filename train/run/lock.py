@@ -29,11 +29,14 @@ class RunLock:
     RUNS_DIR shared over NFS, two hosts are not kept apart.
     """
 
-    def __init__(self, run_dir: Path | str):
+    def __init__(self, run_dir: Path | str, reader: bool = False):
+        """`reader`: a command that only reads the run (export, RESUME=auto's look) leaves the file of a
+        holder that died (a SIGKILLed fit) in place when it lets go, so the run still reads as killed."""
         self.run_dir = Path(run_dir)
         self.path = RunDir(self.run_dir).lock
         self.fd: int | None = None
         self.lease = None  # the lease in the store, for a run of a RUNS_DIR in object storage
+        self.reader, self.found_stale = reader, False
 
     def acquire(self) -> RunLock:
         try:
@@ -54,6 +57,7 @@ class RunLock:
             os.close(fd)
             return self.acquire()
         try:
+            self.found_stale = os.fstat(fd).st_size > 0  # a holder's note and no holder: it died
             os.ftruncate(fd, 0)
             os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
         except OSError as exc:  # a full disk: the lock is held, only the note for others is missing
@@ -114,7 +118,7 @@ class RunLock:
             self.lease = None
         if self.fd is not None:
             try:
-                if _still_at(self.path, self.fd):
+                if _still_at(self.path, self.fd) and not (self.reader and self.found_stale):
                     self.path.unlink()
             except OSError:  # a read-only or vanished folder: the file stays, as after a kill
                 pass

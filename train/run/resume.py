@@ -97,7 +97,7 @@ def auto_resume(settings: Settings, chosen: Callable[[], Settings] | None = None
         return ""
     # Still going (RunBusyError), or being resumed or exported: refused before the choice below starts
     # TensorFlow; killed while "running": then resume it.
-    RunLock(newest.path).acquire().release()
+    RunLock(newest.path, reader=True).acquire().release()
     # RUN_NAME only labels the run: left out, it does not make a new run of the `up` after a stop.
     free = RESUME_FREE | ({"run_name"} - given(settings))
     compared = settings
