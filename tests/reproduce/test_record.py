@@ -173,6 +173,10 @@ def test_each_refusal_of_check_comparable_in_full(tmp_path):
     assert _why(run, stopped, config, None, {}) == (
         f"{j}: status='interrupted' is not 'completed': the run has no final result; it never finished an epoch"
     )
+    killed = dict(manifest, status="running", epochs_completed=None)  # a SIGKILL: only metrics.csv knows
+    assert _why(run, killed, config, None, {1: {}, 2: {}, 3: {}}).endswith(
+        "is not 'completed': the run has no final result; reproduce its first 3 epoch(s) with --epochs 3"
+    )
     # --epochs equal to the run's own is the whole run: its status still counts.
     assert _why(run, dict(stopped, epochs_completed=2), config, 5, {5: {}}).startswith(f"{j}: status='interrupted'")
     assert _why(run, dict(manifest, final_weights_sha256=None), config, None, {}) == (

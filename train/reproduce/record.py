@@ -164,7 +164,13 @@ def check_comparable(
         return
     status, done = manifest.get("status"), manifest.get("epochs_completed")
     if status != "completed":
-        fix = f"reproduce its first {done} epoch(s) with --epochs {done}" if done else "it never finished an epoch"
+        # A killed run ("running") never closed its manifest: metrics.csv has a row for each epoch it finished.
+        trained = max(rows, default=0) if status == "running" else done
+        fix = (
+            f"reproduce its first {trained} epoch(s) with --epochs {trained}"
+            if trained
+            else "it never finished an epoch"
+        )
         raise ReproduceRecordError(
             run.manifest, "status", status, "is not 'completed': the run has no final result", fix
         )

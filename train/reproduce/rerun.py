@@ -459,7 +459,8 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
     else:
         host = _with_absolute_paths(orig_c, base)
     host, fingerprint = data_for_rerun(host, orig_m, settings, say, in_image=image is not None)
-    say(f"data: fingerprint {fingerprint} as recorded")
+    recorded = section(orig_m, "data").get("fingerprint")
+    say(f"data: fingerprint {fingerprint} " + ("as recorded" if recorded else "(the run recorded none: not compared)"))
     pinned = pinned_precision(orig_c, orig_m)
     if pinned:
         host = {**host, **pinned}
