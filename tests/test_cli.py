@@ -157,6 +157,13 @@ def test_runs_lists_an_empty_directory_and_names_one_that_does_not_exist(tmp_pat
     assert out.startswith("no runs yet") and err == ""
     assert cli.main(["runs", "--runs-dir", "/proc/no-runs-here"]) == 0  # training could not make it either
     assert capsys.readouterr().err.endswith("or point RUNS_DIR at a folder that can be made)\n")
+    run = tmp_path / "runs" / "20260101-000000-000001"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    assert cli.main(["runs", "--runs-dir", str(run)]) == 0  # a run given as RUNS_DIR
+    assert capsys.readouterr().err == (
+        f"(RUNS_DIR {run} is a run itself: point RUNS_DIR at the folder that holds it, {run.parent.resolve()})\n"
+    )
 
 
 def test_debug_adds_the_traceback_and_keeps_the_exit_code(monkeypatch, tmp_path, capsys):

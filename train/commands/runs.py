@@ -31,4 +31,10 @@ def run(args: argparse.Namespace) -> int:
             "point RUNS_DIR at a folder that can be made" if in_kernel_files(settings.runs_dir) else "train to make it"
         )
         print(f"(RUNS_DIR {settings.runs_dir} does not exist: check its spelling, or {fix})", file=sys.stderr)
+    elif not rows and remote is None and (Path(settings.runs_dir).expanduser() / "config.json").is_file():
+        above = Path(settings.runs_dir).expanduser().resolve().parent
+        print(
+            f"(RUNS_DIR {settings.runs_dir} is a run itself: point RUNS_DIR at the folder that holds it, {above})",
+            file=sys.stderr,
+        )
     return 0
