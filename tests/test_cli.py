@@ -465,3 +465,15 @@ def test_a_misspelt_flag_never_shows_the_secret_in_the_url_it_was_given(capsys, 
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments" in err and "***@" in err and "Hunt" not in err and "3r@" not in err, err
+
+
+def test_a_name_the_terminal_cannot_encode_is_escaped_not_a_traceback(tmp_path):
+    run = tmp_path / "runs" / "20260101-000000-000001-\u00e9t\u00e9"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "ascii", "RUNS_DIR": str(tmp_path / "runs")}
+    done = subprocess.run(
+        [sys.executable, "-m", "train", "runs"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "20260101-000000-000001-\\xe9t\\xe9" in done.stdout

@@ -156,6 +156,9 @@ def _debug_setting(argv: Sequence[str]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    for stream in (sys.stdout, sys.stderr):  # a run name or class a terminal cannot encode: escaped, not a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         code = run(argv)
         sys.stdout.flush()  # a reader that went away shows here, not in Python's own flush at exit
