@@ -840,7 +840,7 @@ def test_the_data_must_have_the_recorded_fingerprint(tmp_path):
         check_data(settings, {"data": {"fingerprint": "0" * 64}})
     assert str(exc.value) == (
         f"the data differs from the run's: {load_data(settings).source} has fingerprint {fingerprint}, the run "
-        f"recorded {'0' * 64}; restore that data (or point DATA_DIR/DATASET to it)"
+        f"recorded {'0' * 64}; put the run's data back where it read it (a rerun reads the recorded place)"
     )
 
 
@@ -857,7 +857,9 @@ def test_data_not_here_is_one_line_or_the_dvc_extra_s_fetch_when_the_run_recorde
     gone = tmp_path / "gone" / "images"
     values = tiny_values(tmp_path, write_tiny_npz(tmp_path)) | {"dataset": f"images:{gone}"}
     check_config(tmp_path / "config.json", values)  # a path this machine lacks is no damage of the record
-    with pytest.raises(ReproduceError, match=rf"^the run's data is not here: directory {gone} does not exist; "):
+    with pytest.raises(
+        ReproduceError, match=rf"^the run's data is not here: directory {gone} does not exist; put it back where"
+    ):
         data_for_rerun(values, {"data": {"fingerprint": "ab"}}, None, print)
     version = {"tool": "dvc", "path": "images", "commit": "c7" * 20}
     recorded = {"data": {"fingerprint": "ab", "version": version}}

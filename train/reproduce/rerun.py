@@ -134,7 +134,7 @@ def check_data(settings, manifest: dict[str, Any]) -> str:
     if recorded and spec.fingerprint != recorded:
         raise ReproduceError(
             f"the data differs from the run's: {spec.source} has fingerprint {spec.fingerprint}, "
-            f"the run recorded {recorded}; restore that data (or point DATA_DIR/DATASET to it)"
+            f"the run recorded {recorded}; put the run's data back where it read it (a rerun reads the recorded place)"
         )
     return spec.fingerprint
 
@@ -159,7 +159,8 @@ def data_for_rerun(
             raise
         if not isinstance(version, dict) or fetch is None or in_image:
             if isinstance(exc, ConfigError):
-                raise ReproduceError(f"the run's data is not here: {exc.allowed}, or point DATASET to it") from None
+                what = str(exc.allowed).split(";")[0]
+                raise ReproduceError(f"the run's data is not here: {what}; put it back where the run read it") from None
             raise
         say(f"data: {first_line(exc, None)}")
     return fetch.data_version(version, values, settings or Settings(), fingerprint, say)
