@@ -49,26 +49,39 @@ def check_dataset(value: str, exists: bool = True) -> None:
     kind, _, path = value.partition(":")
     if kind not in ("npz", "images") or not path:
         raise ConfigError("DATASET", value, "one of " + ", ".join(DATASETS) + ", npz:<file>, images:<dir>")
-    if not exists:
-        return
-    p = Path(path).expanduser()
+    problem = _path_problem(kind, Path(path).expanduser()) if exists else None
+    if problem is not None:
+        raise ConfigError("DATASET", value, f"{problem[0]}; {problem[1]}")
+
+
+def dataset_missing(value: str) -> str | None:
+    """What keeps DATASET's file or folder from being read here (e.g. "file x.npz does not exist"), or None:
+    for a run's record that is sound but whose data moved (its readers say to put the data back)."""
+    kind, _, path = value.partition(":")
+    if value in DATASETS or kind not in ("npz", "images") or not path:
+        return None
+    problem = _path_problem(kind, Path(path).expanduser())
+    return problem[0] if problem else None
+
+
+def _path_problem(kind: str, p: Path) -> tuple[str, str] | None:
+    """(what is wrong with the npz file or image folder at `p`, the fix for a setting), or None."""
     try:
         mode = p.stat().st_mode  # stat only: a FIFO or /dev/zero given as the data is never opened
     except (FileNotFoundError, NotADirectoryError):
         mode = None
     except OSError as e:
-        raise ConfigError(
-            "DATASET", value, f"{p} cannot be read ({e.strerror}); check the path and its permissions"
-        ) from None
+        return f"{p} cannot be read ({e.strerror})", "check the path and its permissions"
     if kind == "npz" and not (mode is not None and stat.S_ISREG(mode)):
         if mode is None:
             what = f"file {p} does not exist"
         else:
             what = f"{p} is {_file_type(mode)}, not a " + ("file" if stat.S_ISDIR(mode) else "regular file")
-        raise ConfigError("DATASET", value, f"{what}; give the path of an .npz with x_train/y_train/x_test/y_test")
+        return what, "give the path of an .npz with x_train/y_train/x_test/y_test"
     if kind == "images" and not (mode is not None and stat.S_ISDIR(mode)):
         what = f"directory {p} does not exist" if mode is None else f"{p} is {_file_type(mode)}, not a directory"
-        raise ConfigError("DATASET", value, f"{what}; give a directory with one sub-directory per class")
+        return what, "give a directory with one sub-directory per class"
+    return None
 
 
 def _file_type(mode: int) -> str:

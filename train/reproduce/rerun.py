@@ -30,6 +30,7 @@ from typing import Any
 from .. import extras
 from ..config import as_flags as settings_flags
 from ..config import of_kind
+from ..datasets import dataset_missing
 from ..errors import ConfigError, DataError, ReproduceError, first_line
 from ..run.files import write_json
 from ..run.find import list_run_dirs
@@ -159,7 +160,7 @@ def data_for_rerun(
             raise
         if not isinstance(version, dict) or fetch is None or in_image:
             if isinstance(exc, ConfigError):
-                what = str(exc.allowed).split(";")[0]
+                what = dataset_missing(str(exc.value))
                 raise ReproduceError(f"the run's data is not here: {what}; put it back where the run read it") from None
             raise
         say(f"data: {first_line(exc, None)}")

@@ -8,6 +8,7 @@ recorded before segments existed, the resume lines of train.log. Nothing of Tens
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunRecordError
+from ..run.lock import RunLock
 from ..run.metrics_files import read_rows
 from ..run.rundir import RunDir
 from ..training.test_split import finite as _finite
@@ -32,6 +34,16 @@ class Resume:
     at: str  # the train.log timestamp
 
 
+# A manifest still "running" whose lock no process holds (RunLock.abandoned): SIGKILL, a power cut.
+KILLED = "killed"
+
+
+def run_status(run_dir: Path, manifest: dict[str, Any]) -> str:
+    """The manifest's status as every reader shows it: KILLED for a "running" one whose process is gone."""
+    status = str(manifest.get("status") or "unknown")
+    return KILLED if status == "running" and RunLock(run_dir).abandoned() else status
+
+
 @dataclass
 class RunRecords:
     run_dir: Path
@@ -44,16 +56,10 @@ class RunRecords:
     def name(self) -> str:
         return self.run_dir.name
 
-    @property
+    @functools.cached_property
     def status(self) -> str:
-        """The manifest's status; "killed" for a "running" one whose process is gone (as `runs` says)."""
-        status = str(self.manifest.get("status", "unknown"))
-        if status == "running":
-            from ..run.lock import RunLock
-
-            if RunLock(self.run_dir).abandoned():
-                return "killed"
-        return status
+        """run_status, probed once: the report and compare read it several times."""
+        return run_status(self.run_dir, self.manifest)
 
     @property
     def monitor(self) -> str:

@@ -16,14 +16,10 @@ from pathlib import Path
 
 from ..errors import RunRecordError
 from ..run.find import list_run_dirs
-from ..run.lock import RunLock
 from ..run.manifest import data_version
 from ..run.rundir import RunDir
 from ..training.test_split import on_test
-from .run_records import RunRecords, on_test_text, read_metrics
-
-# A manifest still "running" whose lock no process holds (RunLock.abandoned).
-KILLED = "killed"
+from .run_records import KILLED, RunRecords, on_test_text, read_metrics, run_status
 
 
 def list_runs(runs_dir: str | Path) -> list[dict]:
@@ -74,12 +70,9 @@ def _row(path: Path) -> dict:
         duration = _number(m.get("duration_seconds"))
     error = m.get("error")
     recorded_id = m.get("run_id")
-    status = str(m.get("status") or "unknown")
-    if status == "running" and RunLock(path).abandoned():
-        status = KILLED
     return {
         "id": path.name,
-        "status": status,
+        "status": run_status(path, m),
         "epochs": epochs,
         "of": of,
         "monitor": str(cfg.get("monitor", "")),

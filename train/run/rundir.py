@@ -170,7 +170,7 @@ def read_run_settings(run_dir: Path, warn_unknown: bool = True, need_data: bool 
     (`warn_unknown`); a resume refuses it instead (train.run.resume), as it would train without it.
     `need_data=False`: DATASET's file or folder may have moved (export and predict need none of it)."""
     from ..config import settings_from_dict
-    from ..datasets import check_dataset
+    from ..datasets import dataset_missing
     from ..errors import ConfigError, DataError
 
     data = RunDir(run_dir).read_config()
@@ -190,12 +190,10 @@ def read_run_settings(run_dir: Path, warn_unknown: bool = True, need_data: bool 
             f"run {Path(run_dir).name}: {RunDir(run_dir).config} does not hold valid settings "
             f"({exc}); restore it from a backup, or move the run directory out of RUNS_DIR"
         ) from None
-    if need_data:  # the record is fine; its data moved or was deleted since
-        try:
-            check_dataset(settings.dataset)
-        except ConfigError as exc:
-            raise DataError(
-                f"run {Path(run_dir).name} was trained on DATASET={settings.dataset}, which is not there now "
-                f"({exc.allowed.split(';')[0]}): put the data back where it was"
-            ) from None
+    missing = dataset_missing(settings.dataset) if need_data else None  # the record is sound; its data moved
+    if missing:
+        raise DataError(
+            f"run {Path(run_dir).name} was trained on DATASET={settings.dataset}, which is not there now "
+            f"({missing}): put the data back where it was"
+        )
     return settings

@@ -47,13 +47,15 @@ def evaluate_test(run_dir: Path, settings, spec, models) -> dict | None:
         if not path.is_file():
             continue  # no epoch improved MONITOR (a NaN from the start): no best weights to test
         record = records(run_dir).get(path.name) or {}
-        numbers = seen.get(record.get("sha256") or which)
+        key = record.get("sha256") or which
+        numbers = seen.get(key)
         if numbers is not None:
             verify(run_dir, path)  # its bytes are the record's, as a load would check
         else:  # the same bytes give the same numbers: one pass for both files then
             load_weights(model, run_dir, path)
-            numbers = mean_metrics(model, data.final_test_dataset(spec, settings.batch_size), task, per_example)
-            seen[record.get("sha256") or which] = numbers
+            numbers = seen[key] = mean_metrics(
+                model, data.final_test_dataset(spec, settings.batch_size), task, per_example
+            )
         out["weights"][which] = {"epoch": record.get("epoch"), **numbers}
     return out
 
