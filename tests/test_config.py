@@ -227,11 +227,11 @@ def test_runs_dir_that_is_a_file_or_under_one_says_so(tmp_path):
         load(env={"RUNS_DIR": str(tmp_path / "f")})
     assert (
         str(e.value)
-        == f"cannot write {tmp_path / 'f'}: {tmp_path / 'f'} is a file, not a directory; point RUNS_DIR at a directory"
+        == f"RUNS_DIR={tmp_path / 'f'}: {tmp_path / 'f'} is a file, not a directory; point RUNS_DIR at a directory"
     )
     assert e.value.exit_code == 7
     with pytest.raises(
-        StorageError, match=rf"cannot write {tmp_path / 'f' / 'runs'}: {tmp_path / 'f'} is a file, not a directory"
+        StorageError, match=rf"RUNS_DIR={tmp_path / 'f' / 'runs'}: {tmp_path / 'f'} is a file, not a directory"
     ):
         load(env={"RUNS_DIR": str(tmp_path / "f" / "runs")})
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")

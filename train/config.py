@@ -375,9 +375,7 @@ def _check_runs_dir_path(runs_dir: str) -> None:
         if part.exists() or part.is_symlink():
             # A storage problem (exit 7, as a read-only RUNS_DIR), said plainly instead of "File exists".
             what = "a broken link" if not part.exists() else "a file"
-            raise StorageError(
-                f"cannot write {runs_dir}: {part} is {what}, not a directory; point RUNS_DIR at a directory"
-            )
+            raise StorageError(f"RUNS_DIR={runs_dir}: {part} is {what}, not a directory; point RUNS_DIR at a directory")
 
 
 _MODULE_FN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -589,11 +587,36 @@ def _field(name: str) -> dataclasses.Field:
     return next(f for f in fields(Settings) if f.name == name)
 
 
+_JSON_KINDS = {
+    "bool": ((bool,), "true or false"),
+    "int": ((int,), "a whole number"),
+    "float": ((int, float), "a number"),
+}
+
+
+def wrongly_typed(data: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+    """The first saved setting whose JSON value is not of its setting's type, as (key, value, what it
+    must be), e.g. a hand-edited `"batch_size": "64"`, or `"smoke": "false"`, which Python would
+    take as true; None when every one is."""
+    for f in fields(Settings):
+        kinds, what = _JSON_KINDS.get(f.type, ((str,), "text"))
+        value = data.get(f.name, f.default)
+        wrong_bool = isinstance(value, bool) and bool not in kinds
+        if not isinstance(value, kinds) or wrong_bool or (isinstance(value, float) and not math.isfinite(value)):
+            return f.name, value, what
+    return None
+
+
 def settings_from_dict(data: Mapping[str, Any], need_data: bool = True) -> Settings:
     """Rebuild settings saved in a run directory (unknown keys from newer versions are ignored).
 
     `need_data=False`: DATASET's file or folder may be gone (moved since): a command that builds the
     model from the run's record and weights alone (export, predict) has no use for it."""
+    if wrong := wrongly_typed(data):
+        key, value, what = wrong
+        raise ConfigError(
+            key.upper(), value, f"must be {what}" + (", written without quotes" if isinstance(value, str) else "")
+        )
     known = {f.name for f in fields(Settings)}
     values = {k: v for k, v in data.items() if k in known}
     for f in fields(Settings):

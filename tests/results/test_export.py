@@ -132,7 +132,9 @@ def test_export_of_a_run_in_use_is_refused_naming_the_holder(tmp_path, capsys):
     run = _failed_run(tmp_path)
     with RunLock(run):
         assert cli.main(["export", run.name, "--runs-dir", str(run.parent)]) == 4
-    assert capsys.readouterr().err.startswith(f"RunBusyError: run {run.name} is in use by another process (pid ")
+    err = capsys.readouterr().err
+    assert err.startswith(f"RunBusyError: run {run.name} is in use by another process (pid ")
+    assert err.rstrip().endswith("then export again")  # not "then resume": the user was exporting
 
 
 def test_float32_copy_keeps_weights_and_leaves_the_policy(monkeypatch, tmp_path):

@@ -267,7 +267,7 @@ def test_an_export_older_than_the_runs_best_weights_says_so_in_one_warning(run_d
     (line,) = _lines(caplog)
     assert line == (
         f"WARNING: the export of run {run.name} was made from best.weights.h5 of epoch 1, but the run's weights are "
-        f"now best.weights.h5 (epoch 3): these predictions come from the older weights; bring it up to date with "
+        f"now best.weights.h5 (epoch 3): these predictions come from the export's weights, not those; bring it up to date with "
         f"`python -m train export {run.name}`"
     )
     assert "class" in rows[0]  # still answered, from the export

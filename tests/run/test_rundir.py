@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from train.errors import RunRecordError, StorageError
+from train.errors import ReproduceRecordError, RunRecordError, StorageError
 from train.run.files import (
     TMP_MARK,
     atomic_write,
@@ -674,6 +674,32 @@ def test_a_config_key_this_version_does_not_know_is_named_a_warning_when_read_an
     assert "LABEL_SMOOTHING: not a setting of this version (a newer version wrote the run?)" in str(info.value)
     assert "EPOCH (did you mean EPOCHS?): not a setting" in str(info.value) and "--force" in str(info.value)
     assert json.loads((real / "config.json").read_text())["label_smoothing"] == 0.1  # the record is unchanged
+
+
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("batch_size", "64", "BATCH_SIZE='64' is not valid: must be a whole number, written without quotes"),
+        ("smoke", "false", "SMOKE='false' is not valid: must be true or false, written without quotes"),
+        ("learning_rate", True, "LEARNING_RATE=True is not valid: must be a number"),
+        ("model", 3, "MODEL=3 is not valid: must be text"),
+    ],
+)
+def test_a_saved_setting_of_the_wrong_json_type_is_named_by_every_reader(runs_with_strays, key, value, says):
+    """A hand-edited config.json: "false" would read as true in Python, "64" fails deep inside a command."""
+    import json
+
+    from train.reproduce.record import check_config
+    from train.run.rundir import read_run_settings
+
+    _root, real, _ = runs_with_strays
+    config = {**json.loads((real / "config.json").read_text()), key: value}
+    (real / "config.json").write_text(json.dumps(config))
+    with pytest.raises(RunRecordError) as info:
+        read_run_settings(real)
+    assert f"config.json does not hold valid settings ({says}); restore it from a backup" in str(info.value)
+    with pytest.raises(ReproduceRecordError, match=f"{key}={value!r} is not"):  # reproduce names the key as saved
+        check_config(real / "config.json", config)
 
 
 @pytest.mark.parametrize("name, ok", [("界" * 64, True), ("𠀀" * 58, True), ("𠀀" * 64, False), ("é" * 64, True)])

@@ -189,11 +189,12 @@ def test_a_second_writer_is_refused_with_one_line_naming_the_holder(s3_server, s
     store = _store(s3_server, s3_bucket, monkeypatch)
     holder = Lease(store, "run-a/run.lock", "run-a", seconds=15).acquire()
     try:
-        other = Lease(store, "run-a/run.lock", "run-a", seconds=15)
+        other = Lease(store, "run-a/run.lock", "run-a", seconds=15, then="export again")
         other.holder_text = "pid 2 on host elsewhere"
         with pytest.raises(RunBusyError) as err:
             other.acquire()  # refused at the holder's next renewal, a third of 15 s later
         assert holder.holder_text in str(err.value) and "\n" not in str(err.value)
+        assert str(err.value).endswith("then export again")  # what the refused command was doing
     finally:
         holder.release()
     assert "runs/run-a/run.lock" not in s3_server.keys(s3_bucket)  # released: the object is gone

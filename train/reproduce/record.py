@@ -7,9 +7,7 @@ line naming the file, the field and the value, never as a traceback once the rer
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -79,22 +77,13 @@ def check_manifest(path: Path, manifest: dict[str, Any]) -> None:
             raise ReproduceRecordError(path, name, value, f"is not {what}", fix)
 
 
-_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}
-_WHAT = {"bool": "true or false", "int": "a whole number", "float": "a number", "str": "text"}
-
-
 def check_config(path: Path, config: dict[str, Any]) -> None:
     """Each known setting has its type and passes the settings' own rules (unknown keys: a newer version)."""
-    from ..config import Settings, settings_from_dict
+    from ..config import settings_from_dict, wrongly_typed
 
-    for f in fields(Settings):
-        if f.name not in config:
-            continue
-        value, kinds = config[f.name], _TYPES[f.type]
-        wrong_bool = isinstance(value, bool) and bool not in kinds
-        bad_float = isinstance(value, float) and not math.isfinite(value)
-        if not isinstance(value, kinds) or wrong_bool or bad_float:
-            raise ReproduceRecordError(path, f.name, value, f"is not {_WHAT[f.type]}", RESTORE)
+    if wrong := wrongly_typed(config):
+        key, value, what = wrong
+        raise ReproduceRecordError(path, key, value, f"is not {what}", RESTORE)
     try:
         settings_from_dict(config)
     except ConfigError as exc:

@@ -220,7 +220,7 @@ def _warn_if_stale(run_files: RunDir, source: dict, again: str) -> None:
     holds = f" (epoch {epoch})" if epoch else ""
     log.warning(
         "WARNING: the export of run %s was made from %s, but the run's weights are now %s%s: these predictions "
-        "come from the older weights; %s",
+        "come from the export's weights, not those; %s",
         run_files.name,
         made,
         now.name,

@@ -62,7 +62,7 @@ def _row(path: Path) -> dict:
     segments = [s for s in m.get("segments") or [] if isinstance(s, dict)]
     last = segments[-1] if segments else {}
     # What the run really does: a smoke run trains one epoch whatever EPOCHS says.
-    of = _count(last.get("epochs_planned")) or (1 if cfg.get("smoke") else _count(cfg.get("epochs")))
+    of = _count(last.get("epochs_planned")) or (1 if cfg.get("smoke") is True else _count(cfg.get("epochs")))
     seconds = [_number(s.get("seconds")) for s in segments]
     if any(x is not None for x in seconds):
         duration = _number(sum(x for x in seconds if x is not None))
@@ -82,7 +82,7 @@ def _row(path: Path) -> dict:
         "duration": duration,
         "model": str(cfg.get("model", "")),
         "dataset": str(cfg.get("dataset", "")),
-        "smoke": bool(cfg.get("smoke")),
+        "smoke": cfg.get("smoke") is True,  # a hand-edited "false" is not a smoke run
         "reason": None,
         "error": _one_line(error) if error else None,
         # A copy (`base copy.bak`) or a renamed run: listed like any run, and said to be one.

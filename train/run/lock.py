@@ -29,14 +29,15 @@ class RunLock:
     RUNS_DIR shared over NFS, two hosts are not kept apart.
     """
 
-    def __init__(self, run_dir: Path | str, reader: bool = False):
+    def __init__(self, run_dir: Path | str, reader: bool = False, then: str = "resume"):
         """`reader`: a command that only reads the run (export, RESUME=auto's look) leaves the file of a
-        holder that died (a SIGKILLed fit) in place when it lets go, so the run still reads as killed."""
+        holder that died (a SIGKILLed fit) in place when it lets go, so the run still reads as killed.
+        `then`: what to do once the holder is gone, for the message of a busy run."""
         self.run_dir = Path(run_dir)
         self.path = RunDir(self.run_dir).lock
         self.fd: int | None = None
         self.lease = None  # the lease in the store, for a run of a RUNS_DIR in object storage
-        self.reader, self.found_stale = reader, False
+        self.reader, self.found_stale, self.then = reader, False, then
 
     def acquire(self) -> RunLock:
         try:
@@ -51,7 +52,7 @@ class RunLock:
                 raise storage_error(self.path, exc) from exc
             raise RunBusyError(
                 f"run {self.run_dir.name} is in use by another process ({self.holder()}): two processes never "
-                "write one run; wait for it to end or stop it (Ctrl-C, `docker compose stop`), then resume"
+                f"write one run; wait for it to end or stop it (Ctrl-C, `docker compose stop`), then {self.then}"
             ) from None
         if not _still_at(self.path, fd):  # its holder released and removed it between our open and flock
             os.close(fd)
@@ -69,7 +70,7 @@ class RunLock:
         remote = for_run(self.run_dir)
         if remote is not None:
             try:
-                self.lease = remote.lease(self.run_dir).acquire()
+                self.lease = remote.lease(self.run_dir, self.then).acquire()
             except BaseException:
                 self.release()
                 raise

@@ -25,8 +25,9 @@ POLL_SECONDS = 0.5  # how often a newcomer looks at a held lease
 
 
 class Lease:
-    def __init__(self, store: Store, rel: str, run_name: str, seconds: float):
+    def __init__(self, store: Store, rel: str, run_name: str, seconds: float, then: str = "resume"):
         self.store, self.rel, self.run_name, self.seconds = store, rel, run_name, float(seconds)
+        self.then = then  # what to do once the holder is gone, for the message of a busy run
         self.etag: str | None = None
         self.lost: str | None = None  # why the lease is no longer ours (another process took it over)
         # The last renewal of the holder whose lease this one took over (epoch seconds, by its clock):
@@ -83,7 +84,7 @@ class Lease:
                 raise RunBusyError(
                     f"run {self.run_name} is in use by another process ({_parse(_body).get('holder', 'unknown')}, "
                     f"its lease {self.store.url.key(self.rel)} is being renewed): two processes never write one run; "
-                    "wait for it to end or stop it, then resume"
+                    f"wait for it to end or stop it, then {self.then}"
                 )
 
     def _renew(self) -> None:

@@ -84,10 +84,11 @@ class RemoteRuns:
             return False
         return expired(body, self.lease_seconds)
 
-    def lease(self, run_dir: Path) -> Lease:
-        """The run's lease in the store, remembered for its uploads (`Uploads`, the same process)."""
+    def lease(self, run_dir: Path, then: str = "resume") -> Lease:
+        """The run's lease in the store, remembered for its uploads (`Uploads`, the same process);
+        `then` says what to do once a live holder is gone."""
         name = Path(run_dir).name
-        self.leases[name] = Lease(self.store, f"{name}/run.lock", name, self.lease_seconds)
+        self.leases[name] = Lease(self.store, f"{name}/run.lock", name, self.lease_seconds, then)
         return self.leases[name]
 
     def mirror(self, run_dir: Path, lease: Lease | None) -> Mirror:

@@ -159,7 +159,7 @@ def _shown(value) -> str:
 def _smoke(run_dir: Path) -> bool:
     """A trial trained with SMOKE=true (one epoch of a small subset): its value says little, the table says so."""
     try:
-        return bool(RunDir(run_dir).read_config().get("smoke"))
+        return RunDir(run_dir).read_config().get("smoke") is True
     except Exception:  # a run whose record is unreadable: the table still shows the trial
         return False
 
