@@ -203,3 +203,28 @@ def fit_epoch(model, ds, n: int) -> float:
     t0 = time.perf_counter()
     model.fit(ds, epochs=1, verbose=0)
     return n / (time.perf_counter() - t0)
+
+
+def throughput_row(
+    steps_per_second: float,
+    batch_size: int,
+    count,  # train.training.flops.FlopCount
+    device_name: str | None,
+    dtype: str,
+    measured_peak: float | None = None,
+) -> dict:
+    """The GPU benchmark's row beside its steps/s: model FLOP/s, and MFU against the datasheet peak of
+    `device_name` in `dtype` (DATASHEET), else against `measured_peak`; MFU None when neither is known."""
+    from train.training import flops
+
+    achieved = steps_per_second * batch_size * count.train_per_example
+    datasheet = flops.datasheet_peak(device_name, dtype)
+    peak = datasheet or measured_peak
+    return {
+        "steps_per_second": steps_per_second,
+        "model_flops_per_second": achieved,
+        "dtype": dtype,
+        "peak_flops": peak,
+        "peak_source": "datasheet" if datasheet else ("measured" if measured_peak else None),
+        "mfu": achieved / peak if peak else None,
+    }

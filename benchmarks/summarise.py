@@ -39,7 +39,7 @@ def _detail(info: dict) -> str:
 
 
 def gpu_rows(rows: dict) -> str:
-    """The GPU benchmark's rows (train.training.flops.throughput_row) as one line each."""
+    """The GPU benchmark's rows (common.throughput_row) as one line each."""
 
     def mfu(row: dict) -> str:
         if row.get("mfu") is None:

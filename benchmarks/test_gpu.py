@@ -73,5 +73,5 @@ def _rows(steps_per_second: dict, batches: dict, gpu: str | None, precisions: di
         policy = resolve_precision(precisions[name])[0] if name in precisions else "float32"
         dtype = flops.compute_dtype(policy, tf.config.experimental.tensor_float_32_execution_enabled())
         measured = None if flops.datasheet_peak(gpu, dtype) else flops.measure_peak_flops(dtype, "/GPU:0")
-        out[name] = flops.throughput_row(sps, batches[name], count, gpu, dtype, measured)
+        out[name] = common.throughput_row(sps, batches[name], count, gpu, dtype, measured)
     return out

@@ -244,9 +244,11 @@ def test_peak_flops_is_not_a_difference_for_reproduce(tmp_path):
 
 
 def test_a_gpu_benchmark_row_carries_model_flops_and_mfu_against_the_datasheet_peak():
-    from train.models import cnn
-    from train.training.flops import throughput_row
+    from helpers import benchmark_script
 
+    from train.models import cnn
+
+    throughput_row = benchmark_script("common").throughput_row  # the GPU benchmark's
     count = count_flops(cnn((28, 28, 1), 10))  # 15,786,240 FLOPs per training example
     row = throughput_row(1_000.0, 128, count, "NVIDIA A100-SXM4-40GB", "bfloat16", measured_peak=1e12)
     assert row["model_flops_per_second"] == pytest.approx(1_000 * 128 * 15_786_240)  # 2.02 TFLOP/s
@@ -267,11 +269,11 @@ def test_a_gpu_benchmark_row_carries_model_flops_and_mfu_against_the_datasheet_p
 def test_the_benchmark_summary_prints_model_flops_and_mfu_beside_each_steps_per_second():
     from helpers import benchmark_script
 
-    summarise = benchmark_script("summarise")
+    summarise, throughput_row = benchmark_script("summarise"), benchmark_script("common").throughput_row
     count = FlopCount(forward_per_example=5_000_000)  # 15 MFLOP per training example
     rows = {
-        "template default": flops.throughput_row(2_000.0, 128, count, "NVIDIA H100 80GB HBM3", "bfloat16"),
-        "reference": flops.throughput_row(1_000.0, 128, count, "Some GPU", "float32"),
+        "template default": throughput_row(2_000.0, 128, count, "NVIDIA H100 80GB HBM3", "bfloat16"),
+        "reference": throughput_row(1_000.0, 128, count, "Some GPU", "float32"),
     }
     info = {"comparison": "6. GPU", "goal": ">= 1.0x", "ratio": 2.0, "passed": True, "gpu_rows": rows}
     assert summarise._detail(info) == (

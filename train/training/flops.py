@@ -366,26 +366,3 @@ def mfu(
         return None, None
     achieved = samples_per_second * count.train_per_example
     return achieved, achieved / peak_flops
-
-
-def throughput_row(
-    steps_per_second: float,
-    batch_size: int,
-    count: FlopCount,
-    device_name: str | None,
-    dtype: str,
-    measured_peak: float | None = None,
-) -> dict:
-    """A benchmark row beside its steps/s: model FLOP/s, and MFU against the datasheet peak of
-    `device_name` in `dtype` (DATASHEET), else against `measured_peak`; MFU None when neither is known."""
-    achieved = steps_per_second * batch_size * count.train_per_example
-    datasheet = datasheet_peak(device_name, dtype)
-    peak = datasheet or measured_peak
-    return {
-        "steps_per_second": steps_per_second,
-        "model_flops_per_second": achieved,
-        "dtype": dtype,
-        "peak_flops": peak,
-        "peak_source": "datasheet" if datasheet else ("measured" if measured_peak else None),
-        "mfu": achieved / peak if peak else None,
-    }
