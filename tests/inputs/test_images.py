@@ -230,6 +230,22 @@ def test_links_are_followed_and_each_real_file_counts_once(make_image_dir, tmp_p
     assert ("class_0/img_000.png" in rels) != ("class_0/twice.png" in rels)
 
 
+def test_files_not_named_as_images_are_skipped_with_one_warning_counting_them(make_image_dir, caplog):
+    root = make_image_dir(classes=2, per_class=2)
+    (root / "class_0" / "photo.webp").write_bytes((root / "class_0" / "img_000.png").read_bytes())
+    (root / "class_1" / "deeper").mkdir()
+    (root / "class_1" / "deeper" / "notes.txt").write_text("not an image")
+    (root / "class_1" / ".hidden.webp").write_text("skipped unseen: a dot file")
+    with caplog.at_level("WARNING", logger="train"):
+        names, rels, labels = images.list_image_dir(root)
+    assert labels.tolist() == [0, 0, 1, 1]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"{root}: 2 file(s) skipped, not named as JPEG, PNG, GIF (first frame) or BMP (e.g. "
+        f"{root / 'class_0' / 'photo.webp'}); convert the images among them to train on them"
+    ]
+
+
 def test_a_broken_link_is_named(make_image_dir):
     root = make_image_dir(classes=2, per_class=2)
     (root / "class_1" / "gone.png").symlink_to("no-such-file.png")

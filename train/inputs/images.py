@@ -50,7 +50,8 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
     Links are followed (a class folder may be assembled from links to files or folders), but each
     real file counts once and in one class only: a link back to a folder that contains it (a loop),
     or one file reachable from two classes, is an error naming both paths. Names starting with "."
-    (.git, .ipynb_checkpoints, ...) are skipped.
+    (.git, .ipynb_checkpoints, ...) are skipped; other files not named as an image (.webp, .txt, ...)
+    are skipped with one warning that counts them.
     """
     root = Path(root)
     try:
@@ -65,9 +66,10 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
     rels: list[str] = []
     labels: list[int] = []
     owner: dict[tuple[int, int], tuple[str, str]] = {}  # real file -> (its path, its class)
+    skipped: list[str] = []  # files of the class folders that are not named as an image
     for label, name in enumerate(classes):
         found: list[str] = []
-        for path, key in sorted(_walk_class(root / name)):
+        for path, key in sorted(_walk_class(root / name, skipped)):
             if key in owner:
                 first, first_class = owner[key]
                 if first_class != name:
@@ -86,11 +88,20 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
         labels += [label] * len(found)
     if len(classes) < 2:
         raise DataError(f"{root}: only one class sub-directory ({classes[0]}); a classifier needs at least two")
+    if skipped:
+        log.warning(
+            "%s: %d file(s) skipped, not named as %s (e.g. %s); convert the images among them to train on them",
+            root,
+            len(skipped),
+            SUPPORTED,
+            sorted(skipped)[0],
+        )
     return tuple(classes), rels, np.asarray(labels, np.int32)
 
 
-def _walk_class(top: Path):
-    """(path, (device, inode)) of every image file under `top`, following links but never around a loop."""
+def _walk_class(top: Path, skipped: list[str]):
+    """(path, (device, inode)) of every image file under `top`, following links but never around a loop;
+    the paths of the other files are added to `skipped`."""
     chain = [os.path.realpath(top)]  # real paths of the folders from `top` down to the current one
 
     def walk(directory: str):
@@ -124,6 +135,8 @@ def _walk_class(top: Path):
                         f"{e.path} is {describe_file_type(st.st_mode)}, not an image file; remove it from the folder"
                     )
                 yield e.path, (st.st_dev, st.st_ino)
+            else:
+                skipped.append(e.path)
 
     yield from walk(str(top))
 
