@@ -14,6 +14,7 @@ from pathlib import Path
 from ..config import env_text, of_kind
 from ..errors import ConfigError
 from ..run.manifest import data_version, section
+from ..run.metrics_files import METRIC_COLUMNS
 from ..training.test_split import on_test
 from .run_records import RunRecords, duration_text, on_test_text
 
@@ -99,7 +100,7 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
         ("status", [r.status for r in runs]),
         ("epochs", [f"{len(r.rows)}/{r.planned_epochs or '?'}" for r in runs]),
     ]
-    for key in METRICS:
+    for key in metric_keys(runs):
         rows.append((f"final {key}", [num(r.rows[-1].get(key)) if r.rows else "-" for r in runs]))
     bests = [r.best_row() for r in runs]
     rows.append(("best", [f"{r.monitor}={b[r.monitor]:.4f}" if b else "-" for r, b in zip(runs, bests)]))
@@ -119,6 +120,12 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     if any(versions):  # only runs whose data DVC tracks record one
         rows.append(("data version", [_version_cell(v) for v in versions]))
     return rows
+
+
+def metric_keys(runs: Sequence[RunRecords]) -> list[str]:
+    """METRICS, then every metric a run's model adds (`top2`, `val_top2`: its own metrics.csv columns)."""
+    added = [k for r in runs for k in (r.rows[-1] if r.rows else {}) if k not in METRIC_COLUMNS]
+    return [*METRICS, *dict.fromkeys(added)]
 
 
 def _version_cell(version: dict | None) -> str:
