@@ -445,3 +445,24 @@ def test_a_killed_segment_ends_at_its_last_sign_of_life_not_when_its_files_arriv
     if in_a_bucket:
         os.utime(state)
     assert fit._last_sign_of_life(plan) == (1_700_000_300.0 if in_a_bucket else 1_700_000_100.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"image_size": 32, "channels": 3}, ["IMAGE_SIZE=32 is not used: it applies to DATASET=images:<dir> only"]),
+        ({"image_size": 32, "channels": 1}, ["IMAGE_SIZE=32", "CHANNELS=1"]),
+        ({"image_size": 64}, []),  # the default, as a reproduce rerun gives it: nothing to say
+        ({"image_size": 32, "dataset": "images:{tmp}"}, []),
+        ({"smoke": True, "epochs": 5}, ["EPOCHS=5 is not used: a smoke run trains one epoch"]),
+    ],
+)
+def test_a_setting_given_to_a_new_run_that_does_not_act_is_one_warning(tmp_path, caplog, values, said):
+    from train.config import load_settings
+    from train.training.fit import _warn_unused
+
+    values = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in values.items()}
+    with caplog.at_level("WARNING", logger="train"):
+        _warn_unused(load_settings(values, env_file=None, environ={}))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == len(said) and all(w.startswith(s) for w, s in zip(warnings, said))

@@ -293,10 +293,8 @@ def _run(
         return _stopped_before_training(run_dir, stop)
     check_data(plan, spec.fingerprint, spec.source, force)
     epochs = _epochs(settings)
-    if settings.smoke and settings.epochs != 1 and not plan.resumed and "epochs" in given(settings):
-        log.warning(
-            "EPOCHS=%d is not used: a smoke run trains one epoch (leave SMOKE off to train more)", settings.epochs
-        )
+    if not plan.resumed:
+        _warn_unused(settings)
     loaded = None if plan.restart else checkpoints.load_latest(RunDir(run_dir).checkpoints)
     state = _starting_state(plan, loaded)
     if several:
@@ -329,6 +327,24 @@ def _run(
     loop.callbacks = calls
     # A stop requested from here on is seen by the loop before its first step: it saves a state.
     return loop.run()
+
+
+def _warn_unused(settings: Settings) -> None:
+    """A warning line for each setting given to a new run that does not act on it."""
+    if settings.smoke and settings.epochs != 1 and "epochs" in given(settings):
+        log.warning(
+            "EPOCHS=%d is not used: a smoke run trains one epoch (leave SMOKE off to train more)", settings.epochs
+        )
+    if settings.dataset.startswith("images:"):
+        return
+    for name in ("image_size", "channels"):  # a rerun gives every recorded setting: the defaults stay quiet
+        if name in given(settings) and getattr(settings, name) != getattr(Settings, name):
+            log.warning(
+                "%s=%s is not used: it applies to DATASET=images:<dir> only; %s keeps its own images' size",
+                name.upper(),
+                getattr(settings, name),
+                settings.dataset,
+            )
 
 
 def _recorded_precision(plan: RunPlan) -> tuple[str, str] | None:
