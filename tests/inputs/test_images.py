@@ -246,6 +246,21 @@ def test_files_not_named_as_images_are_skipped_with_one_warning_counting_them(ma
     ]
 
 
+def test_files_beside_the_class_folders_are_in_no_class_and_one_warning_says_so(make_image_dir, caplog):
+    root = make_image_dir(classes=2, per_class=2)
+    (root / "stray.png").write_bytes((root / "class_0" / "img_000.png").read_bytes())
+    (root / "labels.csv").write_text("a,b")
+    (root / ".DS_Store").write_text("hidden: not counted")
+    with caplog.at_level("WARNING", logger="train"):
+        names, rels, labels = images.list_image_dir(root)
+    assert names == ("class_0", "class_1") and labels.tolist() == [0, 0, 1, 1]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"{root}: 2 file(s) beside the class sub-directories, in no class, are not used (e.g. {root / 'labels.csv'}); "
+        "move each into the sub-directory of its class"
+    ]
+
+
 def test_a_broken_link_is_named(make_image_dir):
     root = make_image_dir(classes=2, per_class=2)
     (root / "class_1" / "gone.png").symlink_to("no-such-file.png")

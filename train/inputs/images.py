@@ -88,6 +88,13 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
         labels += [label] * len(found)
     if len(classes) < 2:
         raise DataError(f"{root}: only one class sub-directory ({classes[0]}); a classifier needs at least two")
+    _warn_left_out(root, skipped)
+    return tuple(classes), rels, np.asarray(labels, np.int32)
+
+
+def _warn_left_out(root: Path, skipped: list[str]) -> None:
+    """One warning line for the files of the class folders not named as images, one for the files
+    beside the class folders (in no class): neither is trained on."""
     if skipped:
         log.warning(
             "%s: %d file(s) skipped, not named as %s (e.g. %s); convert the images among them to train on them",
@@ -96,7 +103,15 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
             SUPPORTED,
             sorted(skipped)[0],
         )
-    return tuple(classes), rels, np.asarray(labels, np.int32)
+    loose = sorted(e.name for e in root.iterdir() if not e.name.startswith(".") and not e.is_dir())
+    if loose:
+        log.warning(
+            "%s: %d file(s) beside the class sub-directories, in no class, are not used (e.g. %s); "
+            "move each into the sub-directory of its class",
+            root,
+            len(loose),
+            root / loose[0],
+        )
 
 
 def _walk_class(top: Path, skipped: list[str]):
