@@ -180,7 +180,7 @@ def resnet_small(input_shape: tuple, num_classes: int) -> keras.Model:
 # Two 3x3 convolutions and two 2x2 poolings need images of at least 10x10.
 register("cnn", cnn, "the classic Keras MNIST CNN from the TensorFlow quick-start tutorials", min_image_size=10)
 register("cnn_bn", cnn_bn, "CNN with batch norm", min_image_size=10)
-register("resnet_small", resnet_small, "")
+register("resnet_small", resnet_small, "a small ResNet, for larger images from a directory")
 
 
 def get_factory(name: str) -> Factory:
