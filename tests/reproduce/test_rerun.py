@@ -20,7 +20,7 @@ from faults import states, wait_until
 from helpers import clone_of_the_package, git, subprocess_env, train_in
 
 from train.errors import ReproduceError
-from train.reproduce.rerun import Verdict, judge, version_warnings, within_tolerance
+from train.reproduce.rerun import Verdict, check_model_module, judge, version_warnings, within_tolerance
 
 TINY = [
     "--epochs",
@@ -1118,3 +1118,21 @@ def test_a_url_recorded_masked_is_left_out_of_the_rerun_flags():
         "--mlflow-tracking-uri",
         "http://h:5000",
     ]
+
+
+def test_a_model_from_a_module_outside_the_commit_is_refused_before_any_training(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "zoo").mkdir(parents=True)
+    (repo / "zoo" / "__init__.py").write_text("")
+    (repo / "mine.py").write_text("def net(input_shape, num_classes): ...\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "zoo")  # mine.py stays out of the commit
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "zoo")
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    monkeypatch.chdir(repo)  # found here, and on PYTHONPATH, by `fit`; not by the rerun
+    monkeypatch.setenv("PYTHONPATH", str(repo))
+    for model in ("cnn", "zoo.nets:net", "numpy.linalg:norm"):  # built in, committed, installed
+        check_model_module(repo, commit, {"model": model})
+    with pytest.raises(ReproduceError) as e:
+        check_model_module(repo, commit, {"model": "mine:net"})
+    assert str(e.value).startswith(f"MODEL=mine:net: module 'mine' is neither in commit {commit[:12]} nor installed")

@@ -126,6 +126,28 @@ def check_lock(root: Path, commit: str, manifest: dict[str, Any]) -> None:
         )
 
 
+def check_model_module(root: Path, commit: str, config: dict[str, Any]) -> None:
+    """MODEL=package.module:function must be importable by the rerun, which runs the commit's code with
+    PYTHONPATH set to it alone: in the commit, or installed in this environment; else ReproduceError."""
+    model = str(config.get("model") or "")
+    if ":" not in model:
+        return
+    top = model.partition(":")[0].split(".")[0]
+    listed = _git(root, "ls-tree", "--name-only", commit, top, f"{top}.py")
+    if listed.returncode == 0 and listed.stdout.strip():
+        return
+    from importlib.machinery import PathFinder
+
+    own = {os.path.abspath(p) for p in [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)] if p}
+    if PathFinder.find_spec(top, [p for p in sys.path if p and os.path.abspath(p) not in own]) is not None:
+        return  # installed in the environment the rerun runs in
+    raise ReproduceError(
+        f"MODEL={model}: module {top!r} is neither in commit {commit[:12]} nor installed, and the rerun imports "
+        "that commit's code alone (PYTHONPATH is not passed on): commit the module to the repository, train "
+        "again, and reproduce that run"
+    )
+
+
 def check_data(settings, manifest: dict[str, Any]) -> str:
     """Load the data the way training will and compare its fingerprint with the recorded one."""
     from ..inputs.pipeline import load_data
@@ -454,6 +476,7 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
     check_comparable(run_dir, orig_m, orig_c, epochs, rows)
     verdict = Verdict(run_dir.name, None)
     commit = _check_code(root, orig_m, allow_dirty, verdict, say, stop)
+    check_model_module(root, commit, orig_c)
     if image is not None:
         from . import image as ri
 
