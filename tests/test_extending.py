@@ -124,7 +124,7 @@ def test_the_new_model_data_set_and_setting_are_checked_settings(project):
 
 @pytest.mark.slow
 def test_after_the_regeneration_the_doc_asks_for_the_settings_tests_pass_in_the_fork(project):
-    """The new model, data set and setting touch no settings test: only the two generated files change."""
+    """The new model, data set and setting touch no test: only the two generated files change."""
     assert re.search(r"^\$ invoke settings-files$", DOC.read_text(), re.M), (
         "docs/extending.md no longer says how to regenerate .env.example"
     )

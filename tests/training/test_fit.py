@@ -455,6 +455,7 @@ def test_a_killed_segment_ends_at_its_last_sign_of_life_not_when_its_files_arriv
         ({"image_size": 64}, []),  # the default, as a reproduce rerun gives it: nothing to say
         ({"image_size": 32, "dataset": "images:{tmp}"}, []),
         ({"smoke": True, "epochs": 5}, ["EPOCHS=5 is not used: a smoke run trains one epoch"]),
+        ({"smoke": True, "epochs": 3}, []),  # the default, as a reproduce rerun of a smoke run gives it
     ],
 )
 def test_a_setting_given_to_a_new_run_that_does_not_act_is_one_warning(tmp_path, caplog, values, said):

@@ -331,7 +331,8 @@ def _run(
 
 def _warn_unused(settings: Settings) -> None:
     """A warning line for each setting given to a new run that does not act on it."""
-    if settings.smoke and settings.epochs != 1 and "epochs" in given(settings):
+    # The default stays quiet, as a reproduce rerun gives every recorded setting, EPOCHS too.
+    if settings.smoke and settings.epochs not in (1, Settings.epochs) and "epochs" in given(settings):
         log.warning(
             "EPOCHS=%d is not used: a smoke run trains one epoch (leave SMOKE off to train more)", settings.epochs
         )
