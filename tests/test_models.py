@@ -332,3 +332,21 @@ def test_a_stop_while_a_slow_factory_runs_ends_at_once_with_75_and_nothing_train
     assert "stopped before training started" in out and "Traceback" not in out
     run = only_run(tmp_path / "runs")
     assert manifest(run)["status"] == "interrupted" and states(run) == []
+
+
+def test_a_name_registered_twice_is_refused_naming_both_factories(monkeypatch):
+    """A fork's `register("cnn", mine, ...)` would silently replace the built-in model of that name."""
+    from train import models
+
+    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
+
+    def mine(input_shape, num_classes): ...
+
+    with pytest.raises(ValueError) as info:
+        models.register("cnn", mine, "my own")
+    assert str(info.value) == (
+        "MODEL name 'cnn' is registered twice (cnn and test_a_name_registered_twice_is_refused_naming_both_factories."
+        "<locals>.mine): give the new model a name of its own, or remove the other register line"
+    )
+    assert models.register("cnn", models.cnn, "again").build is models.cnn  # the same factory: a module reloaded
+    assert models.MODELS["cnn"].build is models.cnn

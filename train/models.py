@@ -84,6 +84,11 @@ DEFAULT_ENTRY = ModelEntry(build=None, doc="")
 
 
 def register(name: str, build: Factory, doc: str, **kw: Any) -> ModelEntry:
+    if name in MODELS and MODELS[name].build is not build:  # a second line, not a module imported again
+        raise ValueError(
+            f"MODEL name {name!r} is registered twice ({MODELS[name].build.__qualname__} and {build.__qualname__}): "
+            "give the new model a name of its own, or remove the other register line"
+        )
     MODELS[name] = ModelEntry(build, doc, **kw)
     return MODELS[name]
 

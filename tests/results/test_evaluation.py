@@ -37,7 +37,7 @@ def test_no_mistakes_and_an_empty_class():
 
 
 def test_a_run_without_best_weights_says_so(tmp_path):
-    with pytest.raises(NoWeightsError, match="best.weights.h5 is missing: no epoch has finished yet"):
+    with pytest.raises(NoWeightsError, match="best.weights.h5 is missing: the run has no finished epoch"):
         evaluate_best(tmp_path)
 
 

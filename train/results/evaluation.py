@@ -67,7 +67,7 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
 
     weights = RunDir(run_dir).best_weights
     if not weights.is_file():
-        raise NoWeightsError(f"{weights} is missing: no epoch has finished yet")
+        raise NoWeightsError(f"{weights} is missing: the run has no finished epoch")
     from ..errors import DataError
     from ..inputs import pipeline as data
     from ..run.manifest import section
