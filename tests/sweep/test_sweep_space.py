@@ -74,6 +74,12 @@ BAD = {
     "a scalar": ("[space]\nbatch_size = 16\n", "a list of values"),
     "zero trials": ("[study]\ntrials = 0\n[space]\nbatch_size = [16]\n", ">= 1"),
     "bad metric": ('[study]\nmetric = "val_f1"\n[space]\nbatch_size = [16]\n', "metric"),
+    "nan in a list": ("[space]\nlearning_rate = [nan, 0.1]\n", "[space] learning_rate=nan is not valid: LEARNING_RATE"),
+    "inf as a bound": ("[space]\nmin_delta = { low = 0.0, high = inf }\n", "[space] min_delta=inf is not valid"),
+    "a string in a list of numbers": (
+        '[space]\nbatch_size = [64, "a"]\n',
+        "space.toml [space] batch_size='a' is not valid: BATCH_SIZE",
+    ),
 }
 
 

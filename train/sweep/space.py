@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -225,7 +226,10 @@ def _range(f: dataclasses.Field, spec: dict, settings: Settings, label: str) -> 
 
 def _value(f: dataclasses.Field, raw: Any, settings: Settings, label: str) -> Any:
     """One value, coerced and checked as the setting would be (with the other settings fixed)."""
-    value = _coerce(f, raw)
+    try:
+        value = _coerce(f, raw)
+    except ConfigError as exc:
+        raise ConfigError(label, raw, f"{exc}") from None
     want = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(
         f.type if isinstance(f.type, str) else f.type.__name__
     )
@@ -235,6 +239,8 @@ def _value(f: dataclasses.Field, raw: Any, settings: Settings, label: str) -> An
         )
     if f.type in ("float", float):
         value = float(value)
+        if not math.isfinite(value):  # TOML's nan and inf pass every range check (NaN compares False)
+            raise ConfigError(label, raw, f"{f.name.upper()} takes a finite number")
     try:
         settings.replace(**{f.name: value})
     except ConfigError as exc:
