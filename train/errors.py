@@ -83,7 +83,12 @@ class CheckpointError(TemplateError, exit_code=4, kind="checkpoint"):
 
 
 class ResumeMismatchError(CheckpointError, kind="resume"):
-    """Resuming with settings that differ from the run's own."""
+    """Resuming with settings (or data) that differ from the run's own. `change`: what differs, for a
+    caller whose user continues the run some other way than `--force` (a sweep's retried trial)."""
+
+    def __init__(self, message: str, change: str = ""):
+        self.change = change
+        super().__init__(message)
 
 
 class RunRecordError(CheckpointError, kind="record"):

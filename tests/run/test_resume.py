@@ -205,7 +205,7 @@ def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path)
         f"run {run.name} was started with other settings (BATCH_SIZE: 64 -> 32; SEED: 1 -> 42): "
         "resume with the same settings, or pass --force to continue with the new ones"
     )
-    assert info.value.exit_code == 4
+    assert info.value.exit_code == 4 and info.value.change == "BATCH_SIZE: 64 -> 32; SEED: 1 -> 42"  # for a sweep
     assert read_json(run / "config.json")["batch_size"] == 64  # untouched after a refusal
     plan = plan_run(s, run.name, force=True)
     plan.release()

@@ -256,6 +256,34 @@ def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_ag
     assert json.loads((run / "manifest.json").read_text())["sweep"]["retry_of"] == [0]
 
 
+def test_a_retried_trial_whose_run_has_other_settings_says_what_a_sweep_can_do_not_force(tmp_path, monkeypatch):
+    import optuna
+    from builders import write_run_records
+
+    from train.errors import ResumeMismatchError
+    from train.sweep import study as sweep
+
+    study, spec, settings = _study_with(tmp_path, [optuna.trial.TrialState.FAIL])  # trial 0: stopped by SIGTERM
+    run = write_run_records(tmp_path / "runs" / "20261201-000000-000000-s-t0", manifest={"status": "interrupted"})
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[0])
+    study._storage.set_trial_user_attr(study.trials[1]._trial_id, sweep.RUN_ATTR, run.name)
+
+    def other_settings(*_a, **_k):  # what fit's resume says when the sweep is rerun with --epochs 3
+        raise ResumeMismatchError(f"run {run.name} ...: resume ..., or pass --force ...", "EPOCHS: 2 -> 3")
+
+    monkeypatch.setattr("train.train", other_settings)
+    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
+    with pytest.raises(ResumeMismatchError) as err:
+        sweep.run_sweep(spec, settings, url, trials=1)
+    assert str(err.value) == (
+        f"study s: trial 1 continues run {run.name}, which was started with other settings or data (EPOCHS: 2 -> 3): "
+        "rerun the sweep with what that run was started with, or search with the new settings in a new study "
+        "(--study NAME)"
+    )
+    assert err.value.exit_code == 4 and "--force" not in str(err.value)  # `sweep` has no --force
+    assert [t.state.name for t in study.get_trials()] == ["FAIL", "FAIL", "WAITING"]  # queued again, not counted
+
+
 @pytest.mark.slow
 def test_a_trial_reproduces_bit_identical_from_its_own_record(tmp_path):
     import shutil

@@ -196,7 +196,8 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
     if diffs and not force:
         raise ResumeMismatchError(
             f"run {run_dir.name} was started with other settings ({'; '.join(diffs)}): "
-            "resume with the same settings, or pass --force to continue with the new ones"
+            "resume with the same settings, or pass --force to continue with the new ones",
+            "; ".join(diffs),
         )
     ckpt_dir = files.checkpoints
     # A run stopped or killed before its first state never trained: it simply starts at epoch 1.
@@ -271,7 +272,8 @@ def check_data(plan: RunPlan, fingerprint: str, source: str, force: bool) -> Non
         raise ResumeMismatchError(
             f"run {plan.run_dir.name} was trained on other data ({change}): the same path holds new contents; "
             "resume on the run's own data, start a new run, or pass --force to continue on the new data "
-            "(recorded in the manifest's segments)"
+            "(recorded in the manifest's segments)",
+            change,
         )
     plan.forced.append(change)
 

@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings, redact_uri
-from ..errors import ConfigError, DivergedError, Interrupted, ModelError, OutOfMemoryError, TemplateError
+from ..errors import (
+    ConfigError,
+    DivergedError,
+    Interrupted,
+    ModelError,
+    OutOfMemoryError,
+    ResumeMismatchError,
+    TemplateError,
+)
 from ..run.find import is_run_dir
 from ..run.manifest import section, update_manifest
 from ..run.rundir import RunDir, read_json
@@ -254,15 +262,8 @@ def _objective(
         resume="",
         sweep_storage="",
     )
-    from .. import train
-
     observer = TrialObserver(trial, spec, info, 1 if trial_settings.smoke else trial_settings.epochs)
-    result = train(
-        trial_settings,
-        resume=str(run_dir) if run_dir else "",
-        callbacks=[observer],
-        continue_with=lambda _name: command,
-    )
+    result = _train_trial(trial_settings, run_dir, observer, command, f"study {spec.name}: trial {trial.number}")
     if result.status == "pruned":
         raise optuna.TrialPruned(f"run {result.run_dir.name}")
     if result.status != "completed":
@@ -270,6 +271,25 @@ def _objective(
     if result.best is None or not math.isfinite(result.best):
         raise DivergedError(f"trial {trial.number}: {spec.metric} was never measured as a finite number")
     return float(result.best)
+
+
+def _train_trial(settings: Settings, run_dir: Path | None, observer, command: str, which: str):
+    """`train.train` for one trial. A retried trial whose run was started with other fixed settings
+    (or data) is refused in the sweep's words: `sweep` has no --force, and one study's trials share
+    their fixed settings, so the fix is the run's own settings again, or a new study."""
+    from .. import train
+
+    try:
+        return train(settings, resume=str(run_dir or ""), callbacks=[observer], continue_with=lambda _name: command)
+    except ResumeMismatchError as exc:
+        if run_dir is None:
+            raise
+        raise ResumeMismatchError(
+            f"{which} continues run {run_dir.name}, which was started with other settings or data "
+            f"({exc.change}): rerun the sweep with what that run was started with, or search with the "
+            "new settings in a new study (--study NAME)",
+            exc.change,
+        ) from None
 
 
 def _run_name(run_dir: Path) -> str:
