@@ -332,6 +332,24 @@ def test_v2_parameters_that_are_no_object_are_named_by_where_they_are(doc, named
     assert status == 400 and answer["error"].startswith(named + ": "), answer
 
 
+@pytest.mark.parametrize(
+    "doc, named",
+    [
+        ({"parameters": {"binary_data_output": "false"}}, "parameters.binary_data_output (false)"),
+        ({"parameters": {"binary_data_output": 1}}, "parameters.binary_data_output (1)"),
+        (
+            {"outputs": [{"name": "probabilities", "parameters": {"binary_data": "no"}}]},
+            "outputs[0].parameters.binary_data (no)",
+        ),
+    ],
+)
+def test_v2_binary_flags_that_are_no_boolean_are_a_400_not_taken_as_true(doc, named):
+    tensor = {"name": "images", "datatype": "UINT8", "shape": [1, 2, 2, 1], "data": [0, 0, 0, 0]}
+    request = {**doc, "inputs": [tensor]}
+    ((status, answer),) = _serve([("/v2/models/model/infer", json.dumps(request).encode(), "application/json")])
+    assert status == 400 and answer["error"] == f"{named}: true or false (a JSON boolean)", answer
+
+
 def test_a_client_gone_mid_body_is_one_log_line_without_a_traceback_and_the_server_goes_on(caplog):
     state, app = _app()
     body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()

@@ -209,14 +209,14 @@ def v2_request(
     if tensor.get("name") != INPUT:
         raise RequestError("inputs[0].name", tensor.get("name"), f'the model\'s input is "{INPUT}"')
     images = _v2_tensor(tensor, raw, shape, max_batch)
-    binary = bool(_params(doc, "").get("binary_data_output", False))
+    binary = _flag(_params(doc, ""), "binary_data_output", False, "parameters")
     outputs = doc.get("outputs") or []
     if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
         raise RequestError("outputs", None, f'a list of objects such as {{"name": "{output}"}}')
     for i, out in enumerate(outputs):
         if out.get("name") != output:
             raise RequestError("outputs", out.get("name"), f'the model\'s output is "{output}"')
-        binary = bool(_params(out, f"outputs[{i}].").get("binary_data", binary))
+        binary = _flag(_params(out, f"outputs[{i}]."), "binary_data", binary, f"outputs[{i}].parameters")
     return images, {"id": doc.get("id"), "binary": binary}
 
 
@@ -228,6 +228,14 @@ def _params(doc: dict, where: str) -> dict:
     if not isinstance(params, dict):
         raise RequestError(f"{where}parameters", type(params).__name__, "an object of name: value")
     return params
+
+
+def _flag(params: dict, key: str, default: bool, where: str) -> bool:
+    """A boolean parameter: a JSON true or false, never a truthy string ("false" would mean binary)."""
+    value = params.get(key, default)
+    if not isinstance(value, bool):
+        raise RequestError(f"{where}.{key}", value, "true or false (a JSON boolean)")
+    return value
 
 
 def _v2_tensor(tensor: dict, raw: bytes, shape: tuple[int, ...], max_batch: int) -> Pending:
