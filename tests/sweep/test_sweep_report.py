@@ -110,6 +110,27 @@ def test_report_only_writes_the_page_again_and_runs_no_trial(tmp_path, capsys):
     assert len(study.get_trials()) == before
 
 
+def test_report_only_of_a_study_that_is_not_there_is_one_line_and_makes_nothing(tmp_path, capsys):
+    from train.cli import main
+
+    _study(tmp_path)  # study "rep"; this file names another
+    (tmp_path / "other.toml").write_text(SPACE.replace("'rep'", "'other'"))
+    runs, sweeps = tmp_path / "runs", sorted((tmp_path / "runs" / "sweeps").iterdir())
+    flags = ["--report-only", "--runs-dir", str(runs), "--env-file", "/dev/null"]
+    assert main(["sweep", str(tmp_path / "other.toml"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"ConfigError: {tmp_path / 'other.toml'} [study] name='other' is not valid: there is no study other in "
+        f"{default_url(runs, 'other')} to report on: run the sweep first (without --report-only), or check the "
+        "study's name (--study), RUNS_DIR and --storage"
+    )
+    assert sorted((runs / "sweeps").iterdir()) == sweeps  # no other.db, no other/report.html
+    url = default_url(runs, "rep")  # a database that holds other studies: none is created in it
+    assert main(["sweep", str(tmp_path / "space.toml"), "--study", "typo", "--storage", url, *flags]) == 2
+    assert "there is no study typo in" in capsys.readouterr().err
+    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["rep"]
+
+
 def test_every_status_a_run_ends_with_has_a_visible_badge_in_its_report():
     from train.results.report import CSS
 

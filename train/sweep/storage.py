@@ -188,8 +188,19 @@ def _silent_since_start(storage, study_id: int) -> list[int]:
         return [t.trial_id for t in silent if t.datetime_start is not None and t.datetime_start < before]
 
 
-def open_study(storage, spec: SweepSpec, url: str, sampler):
-    """Create the study, or load it and check it is the same search; never changes one that differs."""
+def no_study(spec: SweepSpec, url: str) -> ConfigError:
+    """What `--report-only` says of a study that is not there (a typo in its name, another RUNS_DIR)."""
+    return ConfigError(
+        f"{spec.source} [study] name",
+        spec.name,
+        f"there is no study {spec.name} in {redact_uri(url)} to report on: run the sweep first (without "
+        "--report-only), or check the study's name (--study), RUNS_DIR and --storage",
+    )
+
+
+def open_study(storage, spec: SweepSpec, url: str, sampler, create: bool = True):
+    """Create the study (unless not `create`: then `no_study`), or load it and check it is the same
+    search; never changes one that differs."""
     import optuna
 
     record = spec.space_record()
@@ -208,6 +219,8 @@ def open_study(storage, spec: SweepSpec, url: str, sampler):
                     "give this one another name, or restore the file it was made with",
                 )
             return study
+        if not create:
+            raise no_study(spec, url)
         try:
             study = optuna.create_study(
                 study_name=spec.name,
