@@ -113,6 +113,17 @@ def redact_uri(uri: str) -> str:
     return f"{head}{'***@' if user else ''}{rest[:cut]}{tail}"
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line as a record or a message shows it: each URL in it (`--storage URL`,
+    `--sweep-storage=URL`) through `redact_uri`, so a database password given as a flag is in
+    neither the manifest's `command` nor an instruction to run the command again."""
+    out = []
+    for token in map(str, argv):
+        flag, eq, value = token.partition("=") if token.startswith("--") else ("", "", token)
+        out.append(flag + eq + redact_uri(value) if "://" in value else token)
+    return out
+
+
 def parse_url(text: str) -> StoreURL:
     m = _URL.match(text)
     assert m and not url_problem(text), text  # config validated it

@@ -231,3 +231,23 @@ def test_segments_edited_into_something_else_are_left_out_when_a_run_resumes(tmp
         ["summary of the run before segments were recorded"] if summary else []
     )
     assert m["segments"][-1]["epoch_from"] == 3
+
+
+def test_the_command_recorded_masks_a_database_password_given_as_a_flag(monkeypatch):
+    """`sweep --storage postgresql://user:PASSWORD@...` (or --sweep-storage=...) is the command of each
+    trial's run: the manifest records it with the URL masked, as everywhere a URL is shown."""
+    argv = [
+        "train",
+        "sweep",
+        "s.toml",
+        "--storage",
+        "postgresql://bob:pw@db:5432/o",
+        "--sweep-storage=mysql://b:pw@h/o",
+    ]
+    monkeypatch.setattr(manifest.sys, "argv", [*argv, "--runs-dir", "s3://bucket/runs", "--dataset", "npz:/d/m.npz"])
+    masked = [*argv[:4], "postgresql://***@db:5432/o", "--sweep-storage=mysql://***@h/o"]
+    masked += ["--runs-dir", "s3://bucket/runs", "--dataset", "npz:/d/m.npz"]  # nothing else changes
+    assert manifest.new_segment(1)["command"] == masked
+    monkeypatch.setattr(manifest, "tf_facts", dict)
+    monkeypatch.setattr(manifest, "gpu_facts", list)
+    assert manifest.environment_facts(type("S", (), {"seed": 1})())["command"] == masked

@@ -215,3 +215,30 @@ def test_workers_that_lose_the_race_to_create_the_study_s_tables_open_it_when_th
     monkeypatch.setattr(storage.time, "sleep", lambda s: None)
     assert storage.open_storage("postgresql://u@127.0.0.1:1/db", 60) is made
     assert not storage.lost_the_schema_race(ProgrammingError("syntax error at or near"))  # not a race: said at once
+
+
+def test_a_heartbeat_thread_whose_database_is_gone_is_one_warning_not_a_traceback(monkeypatch, caplog, capsys):
+    import logging
+    import threading
+
+    import sqlalchemy.exc
+
+    from train.sweep.storage import quiet_heartbeats
+
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # put back after the test
+    quiet_heartbeats()
+    quiet_heartbeats()  # a second sweep in the process does not wrap it twice
+
+    def beat():
+        raise sqlalchemy.exc.OperationalError("UPDATE", {}, ConnectionRefusedError("connection refused"))
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        thread = threading.Thread(target=beat, name="Thread-9 (_record_heartbeat)")  # Optuna's thread's name
+        thread.start()
+        thread.join()
+    assert "Traceback" not in capsys.readouterr().err
+    assert [r.getMessage() for r in caplog.records] == [
+        "WARNING: study storage: a trial's heartbeat was not recorded "
+        "((builtins.ConnectionRefusedError) connection refused)"
+    ]

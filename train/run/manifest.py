@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import sha256_file
+from ..locations import redact_argv
 from .files import read_json, write_json
 
 
@@ -176,7 +177,7 @@ def environment_facts(settings) -> dict[str, Any]:
         "host": socket.gethostname(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "command": sys.argv,
+        "command": redact_argv(sys.argv),
         **tf_facts(),
         "gpus": gpu_facts(),
         "git": git_info(),
@@ -206,7 +207,7 @@ def new_segment(
         "error": None,
         "seconds": None,
         "host": socket.gethostname(),
-        "command": sys.argv,
+        "command": redact_argv(sys.argv),
         "resumed_from": resumed_from,
         "forced_changes": list(forced or []),
         "restart": restart,

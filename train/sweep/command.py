@@ -72,10 +72,11 @@ def run(args: argparse.Namespace) -> int:
     import shlex
 
     from ..commands import command_line
+    from ..locations import redact_argv
     from .report import best_trial_test
     from .study import run_sweep
 
-    result = run_sweep(spec, settings, url, args.trials, command=shlex.join(command_line(args)))
+    result = run_sweep(spec, settings, url, args.trials, command=shlex.join(redact_argv(command_line(args))))
     print(f"{finished_line(result)}; report {result.report}")
     if result.best:
         best = result.best

@@ -43,6 +43,56 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
+def storage_failure(exc: BaseException | None) -> BaseException | None:
+    """The database's error behind `exc`, or None. What Optuna raises when its database stops
+    answering is the driver's error, its own StorageInternalError around it, or (when even reading
+    the trial back fails) an UnboundLocalError of its own: the driver's error is in the chain."""
+    found, seen = None, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        module = type(exc).__module__
+        if module.startswith(("sqlalchemy", "psycopg", "pymysql", "MySQLdb", "sqlite3")):
+            return exc  # the outermost driver error: SQLAlchemy's names the driver's own
+        if module.startswith("optuna") and type(exc).__name__ == "StorageInternalError":
+            found = exc
+        exc = exc.__cause__ or exc.__context__
+    return found
+
+
+@contextlib.contextmanager
+def storage_lost(url: str, then: str):
+    """One StorageError line, `then` saying what to do, when the study's database stops answering."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as exc:
+        failure = storage_failure(exc)
+        if failure is None:
+            raise
+        why = _first_line(scrub(str(failure), with_driver(url)))
+        raise StorageError(f"the study storage {redact_uri(url)} stopped answering ({why}): {then}") from None
+
+
+def quiet_heartbeats() -> None:
+    """A heartbeat thread of Optuna's whose database stopped answering: one WARNING line, not a
+    traceback on the console (that trial's heartbeats stop; the sweep's next call says the rest)."""
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "quiets_heartbeats", False):
+        return
+
+    def hook(args):
+        failure = storage_failure(args.exc_value)
+        if failure is None or "heartbeat" not in str(getattr(args.thread, "name", "")):
+            return previous(args)
+        log.warning("WARNING: study storage: a trial's heartbeat was not recorded (%s)", _first_line(str(failure)))
+
+    hook.quiets_heartbeats = True
+    threading.excepthook = hook
+
+
 def with_driver(url: str) -> str:
     """postgresql:// (and postgres://) through psycopg 3, the driver in the lock: SQLAlchemy's default
     for the bare scheme differs between its versions (psycopg2 before 2.1)."""

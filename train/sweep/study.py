@@ -43,7 +43,7 @@ from ..run.manifest import section, update_manifest
 from ..run.rundir import RunDir, read_json
 from ..training.stop_flag import StopFlag
 from .space import SweepSpec
-from .storage import open_storage, open_study
+from .storage import open_storage, open_study, quiet_heartbeats, storage_lost
 from .trials import RUN_ATTR, SURPLUS_ATTR, TrialObserver, best_trial, counted, make_sampler, retry_text, suggest
 
 log = logging.getLogger("train")
@@ -99,7 +99,9 @@ def run_sweep(
     stop = StopFlag()
     ran: list[int] = []
     waited_for: list[int] = []
-    with stop.installed():
+    quiet_heartbeats()
+    then = f"once it answers, run the sweep again ({command}): a trial it cut short is retried on its own run"
+    with stop.installed(), storage_lost(url, then):
         while not stop.check():
             with warnings.catch_warnings():  # experimental in Optuna, and what finds a dead process's trial
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

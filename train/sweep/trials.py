@@ -52,6 +52,7 @@ class TrialObserver:
     def __init__(self, trial, spec: SweepSpec, info: dict[str, Any], epochs: int):
         self.trial, self.spec, self.info, self.epochs = trial, spec, info, epochs
         self.run_dir: Path | None = None
+        self.unreported: list[int] = []  # epochs whose value the study's database did not take
 
     def on_start(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -65,9 +66,25 @@ class TrialObserver:
         value = row.get(self.spec.metric)
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             return None
-        self.trial.report(float(value), epoch)
-        # After the last epoch there is nothing left to save by stopping: the trial is complete.
-        if self.spec.pruner != "none" and epoch < self.epochs and self.trial.should_prune():
+        try:
+            self.trial.report(float(value), epoch)
+            # After the last epoch there is nothing left to save by stopping: the trial is complete.
+            prune = self.spec.pruner != "none" and epoch < self.epochs and self.trial.should_prune()
+        except Exception as exc:  # the database stopped answering: the training is not lost for that
+            from .storage import storage_failure
+
+            if storage_failure(exc) is None:
+                raise
+            if not self.unreported:
+                log.warning(
+                    "WARNING: study storage: epoch %d's %s not reported (%s); the trial trains on, unpruned",
+                    epoch,
+                    self.spec.metric,
+                    str(storage_failure(exc)).strip().splitlines()[0][:300],
+                )
+            self.unreported.append(epoch)
+            return None
+        if prune:
             return "pruned", (
                 f"pruned by the {self.spec.pruner} pruner after epoch {epoch}: {self.spec.metric}={value:.4f} "
                 "is behind the study's other trials at this epoch"
