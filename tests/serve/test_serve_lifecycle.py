@@ -203,6 +203,21 @@ def test_serving_a_run_without_weights_says_to_train_it_not_to_export_it(tmp_pat
     assert err.rstrip().endswith(f"resume it with `python -m train --resume {failed.name}`, or train a new run")
 
 
+def test_a_path_that_is_no_run_and_no_export_is_named_as_the_path_given(tmp_path, capsys):
+    from train.cli import main
+
+    (tmp_path / "empty").mkdir()
+    flags = ["--runs-dir", str(tmp_path / "runs"), "--env-file", ""]
+    for path, what in [
+        (tmp_path / "gone", "does not exist"),
+        (tmp_path / "empty", "is neither a run (no config.json) nor an export (no savedmodel/)"),
+    ]:
+        assert main(["serve", str(path), *flags]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"RunNotFound: {path} {what}: give a run id, `latest`, a run directory or an export folder (RUN/export)"
+        )
+
+
 def test_a_port_in_use_and_a_bad_model_name_are_usage_errors(served_run, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RunNotFound
 from .address import listen_address
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -68,6 +68,13 @@ def run(args: argparse.Namespace) -> int:
     target = Path(args.run)
     if (target / "savedmodel").is_dir():
         model = find_export(target, None, args.model_name)
+    elif os.sep in args.run and not (target / "config.json").is_file():  # a path: not "RUN not in RUNS_DIR"
+        what = (
+            "does not exist"
+            if not target.exists()
+            else "is neither a run (no config.json) nor an export (no savedmodel/)"
+        )
+        raise RunNotFound(f"{target} {what}: give a run id, `latest`, a run directory or an export folder (RUN/export)")
     else:
         from ..commands import resolve
         from ..run.find import EXPORT, WEIGHTS
