@@ -375,6 +375,24 @@ def test_a_run_without_weights_or_status_is_said_to_have_ended_unknown(tmp_path)
     assert "it ended unknown) because" in str(info.value)
 
 
+@pytest.mark.parametrize("command", ["export", "serve"])
+def test_a_run_whose_weights_were_deleted_after_epochs_finished_is_not_said_to_have_finished_none(
+    tmp_path, capsys, command
+):
+    from train import cli
+    from train.config import Settings
+
+    manifest = {"status": "completed", "epochs_completed": 3}
+    run = write_run(tmp_path / "runs" / "20260101-000000-000002", Settings().to_dict(), manifest)
+    assert cli.main([command, run.name, "--runs-dir", str(run.parent), "--env-file", ""]) == 4
+    err = capsys.readouterr().err
+    assert "no epoch finished" not in err and err.count("\n") == 1, err
+    assert err.rstrip().endswith(
+        "although 3 epoch(s) finished: the files were moved or deleted; put them back, or if its checkpoints are "
+        f"there, `python -m train --resume {run.name}` writes final.weights.h5 from the last one"
+    )
+
+
 def test_any_other_failure_removes_the_staging_directory_and_propagates(run_dir, monkeypatch):
     def bug(model, path):
         raise ValueError("not a storage problem")

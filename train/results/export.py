@@ -488,6 +488,18 @@ class _SignalStop:
             stop.immediate = False
 
 
+def no_weights_why(manifest: dict, name: str) -> str:
+    """Why a run has no weights file, and the fix: it never finished an epoch (resume or train), or
+    its manifest counts finished epochs and the files were moved or deleted since."""
+    done = manifest.get("epochs_completed")
+    if type(done) is int and done > 0:
+        return (
+            f"although {done} epoch(s) finished: the files were moved or deleted; put them back, or if its "
+            f"checkpoints are there, `python -m train --resume {name}` writes final.weights.h5 from the last one"
+        )
+    return f"because no epoch finished: resume it with `python -m train --resume {name}`, or train a new run"
+
+
 def rebuild_model(run_dir: Path):
     """The run's model with its best (else final) weights, verified against their recorded sha256.
 
@@ -507,8 +519,7 @@ def rebuild_model(run_dir: Path):
         error = f": {manifest['error']}" if manifest.get("error") else ""
         raise NoWeightsError(
             f"run {run_dir.name} has no weights (no {files.best_weights.name} or {files.final_weights.name}; "
-            f"it ended {ended}{error}) "
-            f"because no epoch finished: resume it with `python -m train --resume {run_dir.name}`, or train a new run"
+            f"it ended {ended}{error}) {no_weights_why(manifest, run_dir.name)}"
         )
     class_names, input_shape = files.data_description()
     previous = keras.mixed_precision.global_policy()

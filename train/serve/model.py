@@ -52,10 +52,10 @@ def find_export(target: Path | None, run_dir: Path | None, name: str) -> ServedM
         if not files.export.savedmodel.is_dir():
             missing = f"run {files.name} has no export ({files.export.savedmodel} is missing)"
             if not files.weights():  # an export is made from weights: this run needs training, not `export`
-                raise NoWeightsError(
-                    f"{missing} and no weights (no epoch finished): resume it with "
-                    f"`python -m train --resume {files.name}`, or train a new run"
-                )
+                from ..results.export import no_weights_why
+
+                why = no_weights_why(files.read_manifest(missing_ok=True), files.name)
+                raise NoWeightsError(f"{missing} and no weights, {why}")
             raise ExportError(f"{missing}: make it with `python -m train export {files.name}`")
         check_export(files)
         return ServedModel(name, files.export, files.name, files.data_description()[0])
