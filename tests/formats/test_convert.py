@@ -229,7 +229,9 @@ def test_a_checker_that_ends_well_without_answers_is_blamed_on_the_setting_not_t
         (lambda y: y * np.nan, "gives NaN/inf probabilities"),
     ],
 )
-def test_a_file_that_disagrees_is_removed_and_the_export_fails_with_exit_8(run_dir, monkeypatch, change, problem):
+def test_a_file_that_disagrees_is_removed_and_the_export_fails_with_exit_8(
+    run_dir, monkeypatch, caplog, change, problem
+):
     real = formats._run
 
     def off(cmd):
@@ -239,10 +241,11 @@ def test_a_file_that_disagrees_is_removed_and_the_export_fails_with_exit_8(run_d
         return proc
 
     monkeypatch.setattr(formats, "_run", off)
-    with pytest.raises(ExportError) as info:
+    with caplog.at_level("WARNING", logger="train"), pytest.raises(ExportError) as info:
         _export(run_dir)
     message = str(info.value)
     assert info.value.exit_code == 8 and "\n" not in message
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # said once: in the error, not before it too
     assert message.startswith(f"onnx: model.onnx {problem}") and "so it was removed" in message
     final = run_dir / "export"
     assert not (final / "model.onnx").exists() and (final / "model.tflite").is_file()

@@ -496,3 +496,14 @@ def test_more_trials_finished_than_asked_is_said_in_words_not_6_of_2():
     assert finished_line(SweepResult("s", "sqlite:///x", 4, 2, None)) == "study s: 2 of 4 trial(s) finished"
     line = finished_line(SweepResult("s", "sqlite:///x", 2, 6, None))
     assert line.startswith("study s: 6 trial(s) finished, more than the 2 asked") and " of 2" not in line, line
+
+
+def test_a_run_name_given_to_a_sweep_is_one_warning_that_says_how_trials_are_named(caplog):
+    from train.sweep.command import _warn_run_name
+
+    with caplog.at_level("WARNING", logger="train"):
+        _warn_run_name(load_settings({"run_name": "mine"}, env_file=None, environ={}))
+        _warn_run_name(load_settings({}, env_file=None, environ={}))
+    assert [r.getMessage() for r in caplog.records] == [
+        "WARNING: RUN_NAME=mine is not used: a sweep names each trial's run <study>-t<trial number>"
+    ]

@@ -86,6 +86,17 @@ def test_scrub_cuts_the_password_out_of_a_driver_message():
     _shows_no_secret(scrub(text, url))
 
 
+def test_scrub_masks_a_short_password_where_it_stands_alone_not_inside_words():
+    url = "postgresql://u:p@127.0.0.1:1/db"
+    text = scrub(
+        f'(psycopg.OperationalError) connection to {url} failed: password "p" for user "u" in /var/run/postgresql', url
+    )
+    assert text == (
+        '(psycopg.OperationalError) connection to postgresql://***@127.0.0.1:1/db failed: password "***" for user "u" '
+        "in /var/run/postgresql"
+    )
+
+
 def test_the_storage_url_is_checked_with_the_settings(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_settings({"sweep_storage": f"ftp://u:{SECRET}@h/x"}, env_file=None, environ={})

@@ -2,7 +2,9 @@
 
 `dvc get REPOSITORY PATH --rev COMMIT -o DEST` reads the tracked path as that commit records it,
 from the DVC remote (a local repository's remote settings as its .dvc/config and config.local have
-them now): never the user's workspace or DVC cache, which may hold other data by now. DEST is DVC_DATA_CACHE/<hash>/<name>, written under a temporary name and renamed
+them now, and a local repository's own DVC cache first: content-addressed, it holds that version or
+nothing); never the user's workspace, which may hold other data by now. DEST is
+DVC_DATA_CACHE/<hash>/<name>, written under a temporary name and renamed
 when complete, so a second reproduce of the same version fetches nothing. The fetched data must
 have the run's fingerprint; every refusal is one line naming what is missing and the command that fixes it.
 """

@@ -233,8 +233,7 @@ def write_formats(
             records[fmt] = _compare(fmt, path, out, reference)
         except ExportError as exc:
             path.unlink(missing_ok=True)  # a refused or half-written file never stays in the export
-            failures.append(exc)
-            log.warning("export: %s", exc)
+            failures.append(exc)  # said once, in the ExportError that names every failure at the end
             continue
         log.info("export: %s (%s, max |diff| %.2e)", path.name, _mb(path), records[fmt]["max_abs_diff"])
         if fmt == "litert" and quantize != "none":
@@ -245,7 +244,6 @@ def write_formats(
             except ExportError as exc:
                 (staging.path / quantized_file(quantize)).unlink(missing_ok=True)
                 failures.append(exc)
-                log.warning("export: %s", exc)
     return records, failures
 
 

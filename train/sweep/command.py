@@ -38,6 +38,17 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     add_setting_flags(sw)
 
 
+def _warn_run_name(settings) -> None:
+    """RUN_NAME (a flag, .env or the environment) names no trial's run: one line, not silence."""
+    if settings.run_name:
+        import logging
+
+        logging.getLogger("train").warning(
+            "WARNING: RUN_NAME=%s is not used: a sweep names each trial's run <study>-t<trial number>",
+            settings.run_name,
+        )
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -64,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from ..run.train_log import setup_logging
 
     setup_logging(None)
+    _warn_run_name(settings)
     if args.report_only:
         from .report import report_only
 

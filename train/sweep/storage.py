@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from urllib.parse import unquote
@@ -38,8 +39,10 @@ def scrub(text: str, url: str) -> str:
     # password, as written and decoded, wherever a driver repeats them.
     user = userinfo(url)
     password = user.partition(":")[2]
+    # Only where it stands on its own (a driver quotes it or puts it after `=` or `:`): a password as
+    # short as `p` must not mask every p of the message.
     for secret in sorted(filter(None, {user, unquote(user), password, unquote(password)}), key=len, reverse=True):
-        text = text.replace(secret, "***")
+        text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", "***", text)
     return text
 
 
