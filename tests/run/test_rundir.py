@@ -232,6 +232,10 @@ def test_resolve_run_by_id_path_and_latest(tmp_path):
     assert resolve_run(root, old.name) == old
     assert resolve_run(tmp_path / "elsewhere", str(new)) == new
     assert resolve_run(root, "latest") == new
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunNotFound) as info:  # any command's RUN, not only fit's --resume
+        resolve_run(tmp_path / "empty", "latest")
+    assert str(info.value) == f"run 'latest': no runs in {tmp_path / 'empty'}; train first or set RUNS_DIR"
 
 
 def test_latest_for_a_command_that_needs_weights_or_an_export_is_the_newest_run_that_has_them(tmp_path):

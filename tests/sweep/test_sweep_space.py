@@ -67,7 +67,10 @@ BAD = {
     "unknown study key": ("[study]\ntrails = 3\n[space]\nbatch_size = [16]\n", "keys:"),
     "unknown pruner": ('[study]\npruner = "sometimes"\n[space]\nbatch_size = [16]\n', "median"),
     "no space": ("[study]\ntrials = 3\n", "at least one setting"),
-    "a where-setting searched": ('[space]\nruns_dir = ["a", "b"]\n', "cannot be searched"),
+    "a where-setting searched": (
+        '[space]\nruns_dir = ["a", "b"]\n',
+        "[space] runs_dir=['a', 'b'] is not valid: says where",
+    ),
     "the validation share searched": ("[space]\nval_split = [0.1, 0.2]\n", "cannot be searched"),
     "validating on the test split searched": ('[space]\nval_from = ["train", "test"]\n', "cannot be searched"),
     "not toml": ("[space\n", "not valid TOML"),

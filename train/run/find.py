@@ -115,7 +115,7 @@ def resolve_run(
     if run == "latest":
         runs = list_run_dirs(root)
         if not runs:
-            raise RunNotFound(f"--resume/RUN 'latest': no runs in {shown(runs_dir)}; train first or set RUNS_DIR")
+            raise RunNotFound(f"run 'latest': no runs in {shown(runs_dir)}; train first or set RUNS_DIR")
         name, line = pick_latest([p.name for p in runs], lambda n, rel: (root / n / rel).is_file(), needs)
         if needs:
             (say or log.info)(line)

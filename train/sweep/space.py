@@ -177,10 +177,12 @@ def _param(key: str, value: Any, settings: Settings, where: str) -> Param:
         close = [g.name for g in fields(Settings) if g.name.startswith(key[:4])][:3]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ConfigError(
-            label, key, f"not a setting{hint}: the keys of [space] are settings, lower case (python -m train settings)"
+            label,
+            value,
+            f"not a setting{hint}: the keys of [space] are settings, lower case (python -m train settings)",
         )
     if key in NOT_SEARCHED:
-        raise ConfigError(label, key, "says where a trial runs or what the study measures, so it cannot be searched")
+        raise ConfigError(label, value, "says where a trial runs or what the study measures, so it cannot be searched")
     if isinstance(value, list):
         if not value:
             raise ConfigError(label, value, "an empty list: give at least one value")
