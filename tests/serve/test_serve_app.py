@@ -368,3 +368,14 @@ def test_a_client_gone_mid_body_is_one_log_line_without_a_traceback_and_the_serv
     assert status == 200
     gone = [r for r in caplog.records if "went away" in r.getMessage()]
     assert len(gone) == 1 and not any(r.exc_info for r in caplog.records), caplog.text
+
+
+def test_v2_classification_output_is_a_400_naming_it_not_ignored():
+    """Triton's top-k-as-text output parameter: refused, rather than answered as if it were not asked for."""
+    tensor = {"name": "images", "datatype": "UINT8", "shape": [1, 2, 2, 1], "data": [0, 0, 0, 0]}
+    request = {"inputs": [tensor], "outputs": [{"name": "probabilities", "parameters": {"classification": 3}}]}
+    ((status, answer),) = _serve([("/v2/models/model/infer", json.dumps(request).encode(), "application/json")])
+    assert status == 400 and answer["error"] == (
+        'outputs[0].parameters.classification (3): not supported here: ask for "probabilities" and take the top '
+        "classes from its probabilities"
+    ), answer

@@ -216,7 +216,14 @@ def v2_request(
     for i, out in enumerate(outputs):
         if out.get("name") != output:
             raise RequestError("outputs", out.get("name"), f'the model\'s output is "{output}"')
-        binary = _flag(_params(out, f"outputs[{i}]."), "binary_data", binary, f"outputs[{i}].parameters")
+        params = _params(out, f"outputs[{i}].")
+        if "classification" in params:  # Triton's top-k labels as text: an answer this server does not give
+            raise RequestError(
+                f"outputs[{i}].parameters.classification",
+                params["classification"],
+                f'not supported here: ask for "{output}" and take the top classes from its probabilities',
+            )
+        binary = _flag(params, "binary_data", binary, f"outputs[{i}].parameters")
     return images, {"id": doc.get("id"), "binary": binary}
 
 
