@@ -379,3 +379,20 @@ def test_v2_classification_output_is_a_400_naming_it_not_ignored():
         'outputs[0].parameters.classification (3): not supported here: ask for "probabilities" and take the top '
         "classes from its probabilities"
     ), answer
+
+
+@pytest.mark.parametrize(
+    "pixel, says",
+    [
+        (300, "pixels outside 0..255"),
+        (10**30, "pixels outside 0..255"),  # beyond int64: not "mixed values"
+        (0.5, "holds floats"),
+        ("a", "holds strings"),
+    ],
+)
+def test_v1_pixels_that_are_no_uint8_are_a_400_saying_what_they_are(pixel, says):
+    image = [[[0], [0]], [[0], [pixel]]]
+    ((status, answer),) = _serve(
+        [("/v1/models/model:predict", json.dumps({"instances": [image]}).encode(), "application/json")]
+    )
+    assert status == 400 and says in answer["error"], answer

@@ -63,6 +63,8 @@ def pixels(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
         array = np.asarray(value)
     except ValueError:  # ragged lists
         raise RequestError(what, None, f"ragged nested lists; each image is {_shape(shape)}") from None
+    if array.dtype.kind == "O" and all(isinstance(v, int) and not isinstance(v, bool) for v in array.flat):
+        raise RequestError(what, None, "pixels outside 0..255; the model takes uint8 pixels")  # beyond int64
     if array.dtype.kind not in "iu" and not (array.dtype.kind == "f" and array.size == 0):
         kind = {"f": "floats", "U": "strings", "b": "booleans", "O": "mixed values"}.get(
             array.dtype.kind, "not integers"
