@@ -537,7 +537,7 @@ def test_runs_dir_under_a_file_is_refused_before_training(tmp_path, data):
     (tmp_path / "afile").write_text("x")
     p = _no_tf(tmp_path, ["fit", *fit_flags(tmp_path, data, runs_dir=tmp_path / "afile" / "runs")])
     assert p.returncode == 7, p.stderr
-    assert "StorageError: cannot write" in p.stderr and "afile" in p.stderr and "Traceback" not in p.stderr
+    assert "StorageError: RUNS_DIR=" in p.stderr and "afile is a file" in p.stderr and "Traceback" not in p.stderr
     assert "tensorflow imported: False" in p.stdout
 
 

@@ -375,7 +375,7 @@ def test_a_run_without_weights_or_status_is_said_to_have_ended_unknown(tmp_path)
     assert "it ended unknown) because" in str(info.value)
 
 
-@pytest.mark.parametrize("command", ["export", "serve"])
+@pytest.mark.parametrize("command", ["export", pytest.param("serve", marks=pytest.mark.extra("serve"))])
 def test_a_run_whose_weights_were_deleted_after_epochs_finished_is_not_said_to_have_finished_none(
     tmp_path, capsys, command
 ):
