@@ -96,3 +96,30 @@ def test_best_weights_that_are_not_the_ones_training_recorded_are_not_evaluated(
     build_model("cnn", (28, 28, 1), 3).save_weights(run / "best.weights.h5")  # other weights, a valid file
     with pytest.raises(WeightsError, match=f"run {run.name}: .*best.weights.h5"):
         evaluate_best(run)
+
+
+def test_the_datas_warnings_said_in_training_are_not_said_again(tmp_path, caplog):
+    """A fit with REPORT=full evaluates after training: the image folder's left-out files are one warning
+    of the training, not a second one from the report."""
+    import json
+
+    from builders import write_image_dir
+
+    from train.config import Settings
+    from train.models import build_model
+    from train.run.weights import save_weights
+
+    root = write_image_dir(tmp_path / "images", classes=2, per_class=8, size=16)
+    (root / "README.md").write_text("beside the class folders")
+    (root / "class_0" / "notes.txt").write_text("not an image")
+    run = tmp_path / "20260101-000000-000001"
+    run.mkdir()
+    settings = Settings(dataset=f"images:{root}", model="cnn", image_size=16, channels=3, batch_size=8)
+    (run / "config.json").write_text(json.dumps(settings.to_dict()))
+    (run / "manifest.json").write_text(
+        json.dumps({"data": {"class_names": ["class_0", "class_1"], "input_shape": [16, 16, 3]}})
+    )
+    save_weights(build_model("cnn", (16, 16, 3), 2), run / "best.weights.h5", epoch=1)
+    with caplog.at_level("INFO", logger="train"):
+        assert evaluate_best(run).n > 0
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -76,7 +76,9 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
 
     settings = read_run_settings(run_dir)
     class_names = RunDir(run_dir).data_description()[0]  # the run's classes, as every reader takes them
-    with _quiet(log):  # the run's log is not the place for a second "data: ..." line
+    # The run's log is not the place for a second "data: ..." line, nor for the data's warnings again
+    # (files an image folder leaves out, VAL_SPLIT's unseen classes): training said them once.
+    with _quiet(log):
         spec = data.load_data(settings)
     if list(spec.class_names) != class_names:
         raise DataError(
@@ -137,7 +139,7 @@ def _top(k, xs, ts, ps, probs, scores):
 @contextlib.contextmanager
 def _quiet(logger: logging.Logger):
     level = logger.level
-    logger.setLevel(logging.WARNING)
+    logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
