@@ -73,7 +73,7 @@ BAD = {
     ),
     "the validation share searched": ("[space]\nval_split = [0.1, 0.2]\n", "cannot be searched"),
     "validating on the test split searched": ('[space]\nval_from = ["train", "test"]\n', "cannot be searched"),
-    "not toml": ("[space\n", "not valid TOML"),
+    "not toml": ("[space\n", "is not valid: not TOML: "),
     "a scalar": ("[space]\nbatch_size = 16\n", "a list of values"),
     "zero trials": ("[study]\ntrials = 0\n[space]\nbatch_size = [16]\n", ">= 1"),
     "bad metric": ('[study]\nmetric = "val_f1"\n[space]\nbatch_size = [16]\n', "metric"),
@@ -81,8 +81,9 @@ BAD = {
     "inf as a bound": ("[space]\nmin_delta = { low = 0.0, high = inf }\n", "[space] min_delta=inf is not valid"),
     "a string in a list of numbers": (
         '[space]\nbatch_size = [64, "a"]\n',
-        "space.toml [space] batch_size='a' is not valid: BATCH_SIZE",
+        "space.toml [space] batch_size='a' is not valid: BATCH_SIZE expected a whole number",
     ),
+    "a list value the setting refuses": ("[space]\nbatch_size = [0, 64]\n", "batch_size=0 is not valid: BATCH_SIZE "),
 }
 
 
@@ -93,6 +94,7 @@ def test_a_bad_file_is_one_config_error(tmp_path, case):
         read_space(_write(tmp_path, text), _settings(tmp_path))
     assert words in str(err.value)
     assert "\n" not in str(err.value)
+    assert str(err.value).count("is not valid") <= 1  # the setting's refusal not wrapped in a second one
 
 
 def _db_digest(runs: Path) -> str:

@@ -99,7 +99,7 @@ def read_space(path: str | Path, settings: Settings) -> SweepSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("SPACE", where, f"cannot be read ({exc}); give a readable UTF-8 TOML file") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("SPACE", where, f"is not valid TOML: {exc}") from None
+        raise ConfigError("SPACE", where, f"not TOML: {exc}") from None
     extra = sorted(set(data) - {"study", "space"})
     if extra:
         raise ConfigError(f"{where} [{extra[0]}]", extra[0], "a space file has only the tables [study] and [space]")
@@ -231,7 +231,7 @@ def _value(f: dataclasses.Field, raw: Any, settings: Settings, label: str) -> An
     try:
         value = _coerce(f, raw)
     except ConfigError as exc:
-        raise ConfigError(label, raw, f"{exc}") from None
+        raise ConfigError(label, raw, _because(exc, f)) from None
     want = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(
         f.type if isinstance(f.type, str) else f.type.__name__
     )
@@ -246,8 +246,14 @@ def _value(f: dataclasses.Field, raw: Any, settings: Settings, label: str) -> An
     try:
         settings.replace(**{f.name: value})
     except ConfigError as exc:
-        raise ConfigError(label, raw, f"{exc}") from None
+        raise ConfigError(label, raw, _because(exc, f)) from None
     return value
+
+
+def _because(exc: ConfigError, f: dataclasses.Field) -> str:
+    """The setting's own refusal of a value, for the space file's: `BATCH_SIZE must be >= 1`, not the
+    value and "is not valid" a second time; another setting's refusal (a rule between two) whole."""
+    return f"{exc.name} {exc.allowed}" if exc.name == f.name.upper() else str(exc)
 
 
 def with_name(spec: SweepSpec, name: str) -> SweepSpec:
