@@ -102,10 +102,11 @@ def test_report_only_writes_the_page_again_and_runs_no_trial(tmp_path, capsys):
 
     study, _spec, runs = _study(tmp_path)
     before = len(study.get_trials())
-    rc = main(
-        ["sweep", str(tmp_path / "space.toml"), "--report-only", "--runs-dir", str(runs), "--env-file", "/dev/null"]
-    )
-    assert rc == 0 and f"wrote {report_path(runs, 'rep')}" in capsys.readouterr().out
+    flags = ["--report-only", "--runs-dir", str(runs), "--env-file", "/dev/null", "--run-name", "mine"]
+    rc = main(["sweep", str(tmp_path / "space.toml"), *flags])
+    out, err = capsys.readouterr()
+    assert rc == 0 and f"wrote {report_path(runs, 'rep')}" in out
+    assert "RUN_NAME" not in out + err  # a report names no trial's run: no warning that RUN_NAME is not used
     assert "best: trial 1" in report_path(runs, "rep").read_text()
     assert len(study.get_trials()) == before
 

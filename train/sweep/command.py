@@ -75,12 +75,12 @@ def run(args: argparse.Namespace) -> int:
     from ..run.train_log import setup_logging
 
     setup_logging(None)
-    _warn_run_name(settings)
-    if args.report_only:
+    if args.report_only:  # names no run: a RUN_NAME (from .env, say) is nothing to warn of here
         from .report import report_only
 
         print(f"wrote {report_only(spec, settings.runs_dir, url)}")
         return 0
+    _warn_run_name(settings)
     import shlex
 
     from ..commands import command_line
