@@ -336,17 +336,47 @@ def test_a_stop_while_a_slow_factory_runs_ends_at_once_with_75_and_nothing_train
 
 def test_a_name_registered_twice_is_refused_naming_both_factories(monkeypatch):
     """A fork's `register("cnn", mine, ...)` would silently replace the built-in model of that name."""
+    import types
+
     from train import models
+    from train.errors import ModelError
 
     monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
 
     def mine(input_shape, num_classes): ...
 
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ModelError) as info:
         models.register("cnn", mine, "my own")
     assert str(info.value) == (
-        "MODEL name 'cnn' is registered twice (cnn and test_a_name_registered_twice_is_refused_naming_both_factories."
+        "MODEL=cnn: registered twice (cnn and test_a_name_registered_twice_is_refused_naming_both_factories."
         "<locals>.mine): give the new model a name of its own, or remove the other register line"
     )
-    assert models.register("cnn", models.cnn, "again").build is models.cnn  # the same factory: a module reloaded
-    assert models.MODELS["cnn"].build is models.cnn
+    # A module reloaded (a notebook's autoreload) registers a new function of the same module and name.
+    reloaded = types.FunctionType(models.cnn.__code__, models.cnn.__globals__, "cnn")
+    reloaded.__qualname__, reloaded.__module__ = models.cnn.__qualname__, models.cnn.__module__
+    assert models.register("cnn", reloaded, "again").build is reloaded
+
+
+@pytest.mark.slow
+def test_a_name_registered_twice_is_one_line_at_the_command_line(tmp_path):
+    """The registry is read when the settings are: the refusal is the command's one line, exit 2."""
+    import subprocess
+    import sys
+
+    from helpers import clone_of_the_package, subprocess_env
+
+    copy = clone_of_the_package(tmp_path / "copy")
+    with (copy / "train" / "models.py").open("a") as f:
+        f.write('\nregister("cnn", cnn_bn, "dup")\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "train", "settings"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(PYTHONPATH=str(copy)),
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "ModelError: MODEL=cnn: registered twice (cnn and cnn_bn): give the new model a name of its own, or remove "
+        "the other register line"
+    ], done.stderr

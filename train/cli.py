@@ -142,7 +142,10 @@ def _shown_argument(text: str) -> str:
 
 def _debug_setting(argv: Sequence[str]) -> bool:
     """DEBUG=1 in the environment or the --env-file (the flag is checked by main itself)."""
-    from .config import debug_requested
+    try:
+        from .config import debug_requested
+    except TemplateError:  # the settings cannot even be imported (a model registered twice): that is the error said
+        return False
 
     env_file = ".env"
     for i, arg in enumerate(argv):

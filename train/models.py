@@ -84,13 +84,19 @@ DEFAULT_ENTRY = ModelEntry(build=None, doc="")
 
 
 def register(name: str, build: Factory, doc: str, **kw: Any) -> ModelEntry:
-    if name in MODELS and MODELS[name].build is not build:  # a second line, not a module imported again
-        raise ValueError(
-            f"MODEL name {name!r} is registered twice ({MODELS[name].build.__qualname__} and {build.__qualname__}): "
-            "give the new model a name of its own, or remove the other register line"
+    if name in MODELS and _origin(MODELS[name].build) != _origin(build):  # not a module imported again
+        raise ModelError(
+            name,
+            f"registered twice ({MODELS[name].build.__qualname__} and {build.__qualname__}): give the new model a "
+            "name of its own, or remove the other register line",
         )
     MODELS[name] = ModelEntry(build, doc, **kw)
     return MODELS[name]
+
+
+def _origin(build: Factory) -> tuple[str, str]:
+    """Where a factory is defined: a module reloaded (autoreload in a notebook) makes a new function there."""
+    return getattr(build, "__module__", ""), getattr(build, "__qualname__", repr(build))
 
 
 def entry(name: str) -> ModelEntry:

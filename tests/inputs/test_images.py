@@ -241,7 +241,7 @@ def test_files_not_named_as_images_are_skipped_with_one_warning_counting_them(ma
     assert labels.tolist() == [0, 0, 1, 1]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings == [
-        f"{root}: 2 file(s) skipped, not named as JPEG, PNG, GIF (first frame) or BMP (e.g. "
+        f"WARNING: {root}: 2 file(s) skipped, not named as JPEG, PNG, GIF (first frame) or BMP (e.g. "
         f"{root / 'class_0' / 'photo.webp'}); convert the images among them to train on them"
     ]
 
@@ -256,7 +256,7 @@ def test_files_beside_the_class_folders_are_in_no_class_and_one_warning_says_so(
     assert names == ("class_0", "class_1") and labels.tolist() == [0, 0, 1, 1]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings == [
-        f"{root}: 2 file(s) beside the class sub-directories, in no class, are not used (e.g. {root / 'labels.csv'}); "
+        f"WARNING: {root}: 2 file(s) beside the class sub-directories, in no class, are not used (e.g. {root / 'labels.csv'}); "
         "move each into the sub-directory of its class"
     ]
 

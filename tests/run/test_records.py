@@ -150,7 +150,9 @@ def test_a_smoke_run_records_the_one_epoch_it_trains_and_says_epochs_is_not_used
     result = train(s)
     assert result.epochs_completed == 1
     first = (result.run_dir / "train.log").read_text()
-    assert first.count("EPOCHS=5 is not used: a smoke run trains one epoch (leave SMOKE off to train more)") == 1
+    assert (
+        first.count("WARNING: EPOCHS=5 is not used: a smoke run trains one epoch (leave SMOKE off to train more)") == 1
+    )
     assert manifest(result.run_dir)["segments"][0]["epochs_planned"] == 1
     line = format_runs(list_runs(s.runs_dir)).splitlines()[1]
     assert line.split()[1:3] == ["completed", "1/1"] and line.endswith("(smoke)")

@@ -218,6 +218,21 @@ def test_a_path_that_is_no_run_and_no_export_is_named_as_the_path_given(tmp_path
         )
 
 
+def test_a_run_named_with_a_slash_is_still_looked_up_in_runs_dir(tmp_path, monkeypatch):
+    """`serve RUN/` (a shell's completion adds the slash) or a path under RUNS_DIR: a run, not "does not exist"."""
+    import argparse
+
+    from builders import write_run
+
+    from train.config import Settings, load_settings
+    from train.serve.command import _run_of
+
+    run = write_run(tmp_path / "runs" / "20260101-000000-000001", Settings().to_dict(), {"status": "completed"})
+    monkeypatch.chdir(tmp_path)  # RUN/ is no folder here
+    settings = load_settings({"runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
+    assert _run_of(argparse.Namespace(run=f"{run.name}/", runs_dir=str(run.parent)), settings) == run
+
+
 def test_a_port_in_use_and_a_bad_model_name_are_usage_errors(served_run, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

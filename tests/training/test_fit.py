@@ -450,11 +450,14 @@ def test_a_killed_segment_ends_at_its_last_sign_of_life_not_when_its_files_arriv
 @pytest.mark.parametrize(
     ("values", "said"),
     [
-        ({"image_size": 32, "channels": 3}, ["IMAGE_SIZE=32 is not used: it applies to DATASET=images:<dir> only"]),
-        ({"image_size": 32, "channels": 1}, ["IMAGE_SIZE=32", "CHANNELS=1"]),
+        (
+            {"image_size": 32, "channels": 3},
+            ["WARNING: IMAGE_SIZE=32 is not used: it applies to DATASET=images:<dir> only"],
+        ),
+        ({"image_size": 32, "channels": 1}, ["WARNING: IMAGE_SIZE=32", "WARNING: CHANNELS=1"]),
         ({"image_size": 64}, []),  # the default, as a reproduce rerun gives it: nothing to say
         ({"image_size": 32, "dataset": "images:{tmp}"}, []),
-        ({"smoke": True, "epochs": 5}, ["EPOCHS=5 is not used: a smoke run trains one epoch"]),
+        ({"smoke": True, "epochs": 5}, ["WARNING: EPOCHS=5 is not used: a smoke run trains one epoch"]),
         ({"smoke": True, "epochs": 3}, []),  # the default, as a reproduce rerun of a smoke run gives it
     ],
 )

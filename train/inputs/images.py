@@ -97,7 +97,7 @@ def _warn_left_out(root: Path, skipped: list[str]) -> None:
     beside the class folders (in no class): neither is trained on."""
     if skipped:
         log.warning(
-            "%s: %d file(s) skipped, not named as %s (e.g. %s); convert the images among them to train on them",
+            "WARNING: %s: %d file(s) skipped, not named as %s (e.g. %s); convert the images among them to train on them",
             root,
             len(skipped),
             SUPPORTED,
@@ -106,7 +106,7 @@ def _warn_left_out(root: Path, skipped: list[str]) -> None:
     loose = sorted(e.name for e in root.iterdir() if not e.name.startswith(".") and not e.is_dir())
     if loose:
         log.warning(
-            "%s: %d file(s) beside the class sub-directories, in no class, are not used (e.g. %s); "
+            "WARNING: %s: %d file(s) beside the class sub-directories, in no class, are not used (e.g. %s); "
             "move each into the sub-directory of its class",
             root,
             len(loose),

@@ -8,6 +8,7 @@ the command runs.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 
 from ..errors import ConfigError, RunNotFound
@@ -38,9 +39,30 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         srv.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=name.upper())
 
 
+def _run_of(args: argparse.Namespace, settings):
+    """The run to serve. `latest`: the newest run with an export, else the newest with weights (its
+    line then says which export command makes one); a store's run comes into the staging copy first.
+    A path that is no run anywhere is named as given, not as a run missing from RUNS_DIR."""
+    from ..commands import resolve
+    from ..run.find import EXPORT, WEIGHTS
+
+    try:
+        return resolve(args, settings, needs=(EXPORT, WEIGHTS))
+    except RunNotFound:
+        if os.sep not in args.run:
+            raise
+        what = (
+            "does not exist"
+            if not os.path.exists(args.run)
+            else "is neither a run (no config.json) nor an export (no savedmodel/)"
+        )
+        raise RunNotFound(
+            f"{args.run} {what}: give a run id, `latest`, a run directory or an export folder (RUN/export)"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
-    import os
     import sys
     from pathlib import Path
 
@@ -68,18 +90,6 @@ def run(args: argparse.Namespace) -> int:
     target = Path(args.run)
     if (target / "savedmodel").is_dir():
         model = find_export(target, None, args.model_name)
-    elif os.sep in args.run and not (target / "config.json").is_file():  # a path: not "RUN not in RUNS_DIR"
-        what = (
-            "does not exist"
-            if not target.exists()
-            else "is neither a run (no config.json) nor an export (no savedmodel/)"
-        )
-        raise RunNotFound(f"{target} {what}: give a run id, `latest`, a run directory or an export folder (RUN/export)")
     else:
-        from ..commands import resolve
-        from ..run.find import EXPORT, WEIGHTS
-
-        # `latest`: the newest run with an export, else the newest with weights (its line then says
-        # which export command makes one). A store's run comes into the staging copy first.
-        model = find_export(None, resolve(args, settings, needs=(EXPORT, WEIGHTS)), args.model_name)
+        model = find_export(None, _run_of(args, settings), args.model_name)
     return serve(model, host, args.port, settings)

@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from ..config import redact_uri
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError, StorageError, first_line
 from ..locations import userinfo
 from ..run.files import ensure_writable, storage_error
 from .space import SweepSpec
@@ -73,7 +73,7 @@ def storage_lost(url: str, then: str):
         failure = storage_failure(exc)
         if failure is None:
             raise
-        why = _first_line(scrub(str(failure), with_driver(url)))
+        why = first_line(scrub(str(failure), with_driver(url)))
         raise StorageError(f"the study storage {redact_uri(url)} stopped answering ({why}): {then}") from None
 
 
@@ -90,7 +90,7 @@ def quiet_heartbeats() -> None:
         failure = storage_failure(args.exc_value)
         if failure is None or "heartbeat" not in str(getattr(args.thread, "name", "")):
             return previous(args)
-        log.warning("WARNING: study storage: a trial's heartbeat was not recorded (%s)", _first_line(str(failure)))
+        log.warning("WARNING: study storage: a trial's heartbeat was not recorded (%s)", first_line(str(failure)))
 
     hook.quiets_heartbeats = True
     threading.excepthook = hook
@@ -145,7 +145,7 @@ def open_storage(url: str, heartbeat: int):
         ) from None
     except Exception as exc:  # sqlalchemy's OperationalError, ArgumentError, ...: no class of ours to catch
         raise StorageError(
-            f"cannot open the study storage {redact_uri(url)}: {_first_line(scrub(str(exc), with_driver(url)))}; "
+            f"cannot open the study storage {redact_uri(url)}: {first_line(scrub(str(exc), with_driver(url)))}; "
             "check that the database is running and reachable, and the URL's user, password and database name"
         ) from None
 
@@ -291,7 +291,7 @@ def open_study(storage, spec: SweepSpec, url: str, sampler, create: bool = True)
     except Exception as exc:
         if type(exc).__module__.startswith(("sqlalchemy", "psycopg", "optuna.exceptions")):
             raise StorageError(
-                f"the study storage {redact_uri(url)} failed: {_first_line(scrub(str(exc), url))}; check the database"
+                f"the study storage {redact_uri(url)} failed: {first_line(scrub(str(exc), url))}; check the database"
             ) from None
         raise
 
@@ -313,7 +313,3 @@ def _difference(saved: str, now: str) -> str:
         return "an unreadable record"
     keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     return ", ".join(f"{k}: {json.dumps(a.get(k))} then, {json.dumps(b.get(k))} now" for k in keys[:1]) or "?"
-
-
-def _first_line(text: str) -> str:
-    return (text.strip().splitlines() or ["(no message)"])[0][:300]

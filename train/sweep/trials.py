@@ -71,6 +71,7 @@ class TrialObserver:
             # After the last epoch there is nothing left to save by stopping: the trial is complete.
             prune = self.spec.pruner != "none" and epoch < self.epochs and self.trial.should_prune()
         except Exception as exc:  # the database stopped answering: the training is not lost for that
+            from ..errors import first_line
             from .storage import storage_failure
 
             if storage_failure(exc) is None:
@@ -80,7 +81,7 @@ class TrialObserver:
                     "WARNING: study storage: epoch %d's %s not reported (%s); the trial trains on, unpruned",
                     epoch,
                     self.spec.metric,
-                    str(storage_failure(exc)).strip().splitlines()[0][:300],
+                    first_line(str(storage_failure(exc))),
                 )
             self.unreported.append(epoch)
             return None

@@ -334,14 +334,15 @@ def _warn_unused(settings: Settings) -> None:
     # The default stays quiet, as a reproduce rerun gives every recorded setting, EPOCHS too.
     if settings.smoke and settings.epochs not in (1, Settings.epochs) and "epochs" in given(settings):
         log.warning(
-            "EPOCHS=%d is not used: a smoke run trains one epoch (leave SMOKE off to train more)", settings.epochs
+            "WARNING: EPOCHS=%d is not used: a smoke run trains one epoch (leave SMOKE off to train more)",
+            settings.epochs,
         )
     if settings.dataset.startswith("images:"):
         return
     for name in ("image_size", "channels"):  # a rerun gives every recorded setting: the defaults stay quiet
         if name in given(settings) and getattr(settings, name) != getattr(Settings, name):
             log.warning(
-                "%s=%s is not used: it applies to DATASET=images:<dir> only; %s keeps its own images' size",
+                "WARNING: %s=%s is not used: it applies to DATASET=images:<dir> only; %s keeps its own images' size",
                 name.upper(),
                 getattr(settings, name),
                 settings.dataset,
