@@ -56,3 +56,83 @@ def test_train_refuses_settings_that_were_not_checked_in_one_line():
         TypeError, match=r"^train\(\) takes checked settings, not dict: pass train.config.load_settings\(yours\)"
     ):
         train.train({"epochs": 3})
+
+
+def test_a_notebook_gets_its_policy_determinism_and_random_generators_back_after_a_run(monkeypatch):
+    """A run sets them for itself (PRECISION, DETERMINISTIC, SEED); the caller's own come back after it."""
+    import random
+
+    import keras
+    import numpy as np
+    from tensorflow.python.framework import config as tf_config
+
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    def fake_fit(settings, *args, **kw):  # what the device set-up does (train.setup.devices)
+        keras.utils.set_random_seed(settings.seed)
+        tf_config.enable_op_determinism()
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        raise KeyboardInterrupt  # and a run stopped by a notebook's interrupt gives them back too
+
+    monkeypatch.setattr(fit, "fit", fake_fit)
+    random.seed(1), np.random.seed(1)
+    expected = random.random(), np.random.rand()
+    random.seed(1), np.random.seed(1)
+    with pytest.raises(KeyboardInterrupt):
+        train.train(Settings(deterministic=True))
+    assert keras.mixed_precision.global_policy().name == "float32"
+    assert not tf_config.is_op_determinism_enabled()
+    assert (random.random(), np.random.rand()) == expected
+
+
+def test_a_second_train_while_another_thread_trains_is_refused_in_one_line(monkeypatch):
+    """Logging, the precision and the seeds are the process's: a second run would cut the first's train.log."""
+    import threading
+
+    import train
+    from train.config import Settings
+    from train.errors import RunBusyError
+    from train.training import fit
+
+    started, release = threading.Event(), threading.Event()
+
+    def fake_fit(*args, **kw):
+        started.set()
+        release.wait(30)
+        return "first"
+
+    monkeypatch.setattr(fit, "fit", fake_fit)
+    box = {}
+    first = threading.Thread(target=lambda: box.update(result=train.train(Settings())))
+    first.start()
+    assert started.wait(30)
+    try:
+        with pytest.raises(RunBusyError, match=r"^a run is already training in this process \(another thread's"):
+            train.train(Settings())
+    finally:
+        release.set()
+        first.join(30)
+    assert box["result"] == "first"
+    assert train.train(Settings()) == "first"  # once it returned, the next run trains
+
+
+def test_train_refuses_a_missing_export_runtime_before_it_trains_as_fit_does(monkeypatch):
+    """From Python too, EXPORT_FORMATS whose runtime is missing stops before training, not at its export."""
+    import train
+    from train.config import Settings
+    from train.errors import ConfigError
+    from train.results import export
+    from train.training import fit
+
+    class Formats:
+        def check(self):
+            raise ConfigError("EXPORT_FORMATS", "savedmodel,litert", "its runtime is missing")
+
+    monkeypatch.setattr(export, "other_formats", lambda settings: Formats())
+    monkeypatch.setattr(fit, "fit", lambda *a, **kw: pytest.fail("trained"))
+    with pytest.raises(ConfigError, match="its runtime is missing"):
+        train.train(Settings())
+    monkeypatch.setattr(fit, "fit", lambda *a, **kw: "trained")
+    assert train.train(Settings(export=False)) == "trained"  # nothing exported: nothing to check

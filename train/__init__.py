@@ -3,8 +3,10 @@
 Importing the package imports no TensorFlow; `train(settings)` does, after the settings are valid.
 """
 
+import contextlib
 import importlib.abc
 import sys
+import threading
 
 __version__ = "0.1.0"
 
@@ -45,9 +47,87 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
             "train.config.load_settings(yours), e.g. train(load_settings({'epochs': 3})); it checks each value "
             "and fills the rest from .env, the environment and the defaults"
         )
+    check_before_training(settings)
     from .training.fit import fit
 
-    return fit(settings, resume, force, restart, callbacks, continue_with, parts=_own_callbacks)
+    with _one_run_at_a_time(), _process_state_kept():
+        return fit(settings, resume, force, restart, callbacks, continue_with, parts=_own_callbacks)
+
+
+def check_before_training(settings) -> None:
+    """What `python -m train fit` refuses before TensorFlow loads, refused for a caller in Python too
+    (one line each): an extra the settings ask for and this environment lacks, an export format whose
+    runtime is missing (else found only after the whole training, at the export), bfloat16 under an
+    ONEDNN_MAX_CPU_ISA that crashes on it."""
+    from .extras import require_for_training
+    from .results.export import other_formats
+    from .setup.hardware import check_precision_fits_isa_now
+
+    require_for_training(settings)
+    if settings.export and (formats := other_formats(settings)) is not None:
+        formats.check()
+    check_precision_fits_isa_now(settings.precision)
+
+
+_TRAINING = threading.Lock()  # held by the one train() of this process
+
+
+@contextlib.contextmanager
+def _one_run_at_a_time():
+    """One train() per process: the console and train.log's handlers, the precision policy, the seeds
+    and the stop signals are the process's, so a second run (a notebook's other thread) would take
+    them from the first (its train.log stops mid-run). Refused in one line, before anything changes."""
+    if not _TRAINING.acquire(blocking=False):
+        from .errors import RunBusyError
+
+        raise RunBusyError(
+            "a run is already training in this process (another thread's train()): one process trains "
+            "one run at a time; wait for it to return (or stop it), then train"
+        )
+    try:
+        yield
+    finally:
+        _TRAINING.release()
+
+
+@contextlib.contextmanager
+def _process_state_kept():
+    """A run sets process-wide state for itself: Keras's global dtype policy (PRECISION), TensorFlow's
+    op determinism (DETERMINISTIC), the Python and NumPy random generators (SEED). A caller who goes
+    on in the same process (a notebook) gets its own back: a model built after a bfloat16 run is
+    float32 again, a run without DETERMINISTIC runs without it. (TensorFlow's global seed stays SEED.)"""
+    import random
+
+    import numpy as np
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    policy, determinism = _policy(), _determinism()
+    try:
+        yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        if "keras" in sys.modules:
+            import keras
+
+            keras.mixed_precision.set_global_policy(policy or keras.config.floatx())
+        if "tensorflow" in sys.modules and _determinism() != determinism:
+            from tensorflow.python.framework import config as tf_config
+
+            (tf_config.enable_op_determinism if determinism else tf_config.disable_op_determinism)()
+
+
+def _policy():
+    """Keras's global dtype policy, None before Keras is imported (then the default, floatx)."""
+    return sys.modules["keras"].mixed_precision.global_policy() if "keras" in sys.modules else None
+
+
+def _determinism() -> bool:
+    if "tensorflow" not in sys.modules:
+        return False
+    from tensorflow.python.framework import config as tf_config
+
+    return tf_config.is_op_determinism_enabled()
 
 
 def _own_callbacks(settings) -> list:

@@ -9,13 +9,11 @@ from dataclasses import fields
 
 from ..config import Settings
 from ..errors import Interrupted
-from ..extras import require_for_training
 from . import (
     add_env_file,
     command_line,
     open_store,
     quiet_tensorflow,
-    require_export_runtimes,
     setting_help,
     settings_for,
 )
@@ -60,14 +58,11 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_for(args)
-    require_for_training(settings)  # an extra the settings ask for is installed
-    require_export_runtimes(settings)  # and the runtimes of the formats it exports
-    from ..setup.hardware import check_precision_fits_isa_now
+    from .. import check_before_training, train
 
-    check_precision_fits_isa_now(settings.precision)  # bfloat16 under an ONEDNN_MAX_CPU_ISA it crashes at
+    check_before_training(settings)  # extras, export runtimes, bfloat16's ISA (train() checks them too)
     open_store(settings)  # RUNS_DIR in a store: it must answer before TensorFlow loads (StorageError, exit 7)
-    quiet_tensorflow()
-    from .. import train  # TensorFlow is imported from here on
+    quiet_tensorflow()  # TensorFlow is imported from here on
 
     given = command_line(args)
     result = train(
