@@ -69,17 +69,6 @@ def resolve(
     return resolve_run(settings.runs_dir, run, needs=needs, say=warn)
 
 
-def require_export_runtimes(settings: Settings) -> None:
-    """A training that exports LiteRT or ONNX has their runtimes for the parity check, said before it
-    trains (one ConfigError line, exit 2) rather than after, when its export would fail (exit 8)."""
-    if not settings.export:
-        return
-    from ..results.export import other_formats
-
-    if (formats := other_formats(settings)) is not None:
-        formats.check()
-
-
 def open_store(settings: Settings):
     """RUNS_DIR's store (train.run.remote.RemoteRuns), opened and answering, or None for a local RUNS_DIR."""
     from ..run.remote import open_runs_dir

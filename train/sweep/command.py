@@ -122,8 +122,9 @@ def finished_line(result) -> str:
 def _checked_settings(args: argparse.Namespace):
     """The sweep's settings, refused before TensorFlow when they cannot work: a bucket RUNS_DIR, a
     missing extra, a missing runtime of an export format."""
-    from ..commands import require_export_runtimes, settings_for
-    from ..extras import require, require_for_training
+    from .. import check_before_training
+    from ..commands import settings_for
+    from ..extras import require
     from ..locations import looks_like_url
 
     settings = settings_for(args)
@@ -138,8 +139,7 @@ def _checked_settings(args: argparse.Namespace):
             "for sweeps yet): give a local folder, e.g. --runs-dir ./runs",
         )
     require("sweep", "sweep", args.space)
-    require_for_training(settings)
-    require_export_runtimes(settings)
+    check_before_training(settings)  # its extras, its export formats' runtimes, bfloat16's ISA
     return settings
 
 
