@@ -55,6 +55,13 @@ def check_model_spec(spec: str) -> None:
 def find_source(spec: str, module: str) -> Path | None:
     """The .py file of `module` (a package's __init__.py), None if it is not plain source."""
     top, *rest = module.split(".")
+    if top == "__main__":  # a function of a notebook or a script: no module a run could import again
+        raise ConfigError(
+            "MODEL",
+            spec,
+            "a function defined in a notebook or script has no module to import it from: register it, "
+            "train.models.register('NAME', function, 'what it is'), and set MODEL=NAME",
+        )
     try:
         found = importlib.util.find_spec(top)  # a top-level name: finds it without running it
     except (ImportError, ValueError):
