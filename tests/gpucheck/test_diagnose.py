@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from check_fakes import CUDA_BUILD, CUINIT_NOISE, DLOPEN_ERRORS, LIBS_OK, codes, cpu_tf, cuda_tf, on, tf_gpus
-from test_gpuinfo import FakeNVML, h100
+from test_gpuinfo import FakeNVML, h100, recorded_smi
 
 from train.gpucheck import check, diagnose, gpuinfo, tflog
 from train.gpucheck.facts import Facts, LibFact, TfFacts
@@ -218,3 +218,34 @@ def test_driver_too_old_from_the_driver_version_or_its_cuda(driver, cuda, too_ol
     assert ("driver_too_old" in found) == too_old
     if too_old:
         assert f"NVIDIA driver {driver} (supports CUDA up to {cuda or '?'})" in found["driver_too_old"]["summary"]
+
+
+@pytest.mark.parametrize("cvd", ["garbage", "2", "-1,0", " -1", "GPU-nosuch"])
+def test_cuda_visible_devices_that_names_no_gpu_first_hides_every_gpu(cvd):
+    # CUDA reads CUDA_VISIBLE_DEVICES up to the first entry that is no GPU index or UUID: not a library problem.
+    r = check.build_report(on("535.129.03_2xa100", cuda_tf(), env={"CUDA_VISIBLE_DEVICES": cvd}))
+    d = codes(r)["gpu_hidden"]
+    assert "gpu_not_visible_to_tf" not in codes(r) and "0-1 here" in d["fix"] and "pip install" not in d["fix"]
+    assert r["verdict"]["status"] == "gpu_not_used" and r["verdict"]["line"].endswith(d["fix"])
+
+
+def test_cuda_visible_devices_by_index_or_uuid_prefix_counts_the_gpus_before_a_bad_entry():
+    gpus = gpuinfo.probe(nvml=None, run=recorded_smi("535.129.03_2xa100")).gpus
+    uuid = gpus[1].uuid[:12]
+    assert [diagnose.cuda_visible(v, gpus) for v in ("0,1", f"{uuid}", "1,x,0", "", "MIG-1/0/0")] == [2, 1, 1, 0, None]
+
+
+@pytest.mark.parametrize(
+    "value, says", [("false", "overrides set_memory_growth"), ("maybe", "'maybe' is ignored"), ("True", "ignored")]
+)
+def test_tf_force_gpu_allow_growth_that_is_not_true_is_a_warning(value, says):
+    mg = {"in_effect": True, "error": None, "late_call": None}
+    facts = on("535.129.03_2xa100", cuda_tf(gpus=tf_gpus(2, (8, 0)), memory_growth=mg))
+    facts.env = {"TF_FORCE_GPU_ALLOW_GROWTH": value}
+    r = check.build_report(facts)
+    d = codes(r)["allow_growth_env"]
+    assert d["severity"] == "warning" and says in d["summary"] and r["verdict"]["status"] == "gpu"
+    assert r["memory_growth"]["in_effect"] is (value != "false")
+    assert ("Memory growth  NOT in effect\n" in check.format_report(r)) is (value == "false")
+    facts.env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert "allow_growth_env" not in codes(check.build_report(facts))

@@ -87,7 +87,7 @@ JSON_FIELDS = {
     "gpus": "[{index, name, uuid, memory_total_mb, memory_used_mb, driver_version, compute_capability, "
     "cuda_driver_version, processes: [{pid, name, used_memory_mb}]}] as the driver reports them",
     "memory_growth": "{in_effect, error, late_call}",
-    "matmul": "[{device, n, seconds, gflops} or {device, error}]",
+    "matmul": "[{device, n, seconds, gflops} or {device, error}], one per device; [] with --skip-matmul",
     "gpu_speedup": "best GPU GFLOP/s divided by CPU GFLOP/s, or null",
     "precision": "{options: {float32|mixed_float16|mixed_bfloat16: {sensible, why}}, auto, auto_reason}",
     "diagnoses": "[{code, severity: info | warning | error, summary, fix, details}]",
@@ -120,6 +120,14 @@ def verdict(facts: Facts, diags: list[Diagnosis], speedup: float | None, auto: s
     else:
         status, line = "cpu", f"running on CPU: no GPU here, and nothing is wrong; precision auto -> {auto}{tail}"
     return {"status": status, "line": line, "usable_gpus": usable}
+
+
+def memory_growth(facts: Facts) -> dict[str, Any]:
+    """The probe's memory growth, off where TF_FORCE_GPU_ALLOW_GROWTH=false overrides set_memory_growth."""
+    mg = dict(facts.tf.memory_growth)
+    if facts.tf.gpus and facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") == "false":
+        mg["in_effect"] = False
+    return mg
 
 
 def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | None = None) -> dict[str, Any]:
@@ -155,7 +163,7 @@ def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | N
             "cuda_version": g0.cuda_driver_version if g0 else None,
         },
         "gpus": [asdict(g) for g in facts.gpus],
-        "memory_growth": facts.tf.memory_growth,
+        "memory_growth": memory_growth(facts),
         "matmul": facts.tf.matmul,
         "gpu_speedup": round(speedup, 1) if speedup else None,
         "precision": prec,
@@ -227,7 +235,7 @@ def _device_rows(r: dict[str, Any]) -> Rows:
     rows.append(("TF sees", ", ".join(g["name"] for g in tf["gpus"]) or "no GPU (runs on the CPU)"))
     mg = r["memory_growth"]
     if tf["gpus"] or mg.get("error"):
-        growth = "on for every GPU" if mg.get("in_effect") else f"NOT in effect {mg.get('error') or ''}"
+        growth = "on for every GPU" if mg.get("in_effect") else f"NOT in effect {mg.get('error') or ''}".rstrip()
         rows.append(("Memory growth", growth))
     return rows
 

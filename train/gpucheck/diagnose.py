@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from .facts import Facts, _major, _version
+from .gpuinfo import GpuInfo
 from .tflog import classify_log
 
 # Minimum Linux driver per CUDA major (CUDA Toolkit release notes, table 3, "minor version
@@ -208,18 +209,38 @@ def _libraries(facts: Facts) -> list[Diagnosis]:
     return out
 
 
+def cuda_visible(cvd: str, gpus: list[GpuInfo]) -> int | None:
+    """How many of the driver's GPUs CUDA shows under CUDA_VISIBLE_DEVICES=cvd (None: MIG, not counted here).
+
+    CUDA reads the comma-separated indices or UUID prefixes up to the first that names no GPU ("-1", an
+    index out of range, a typo): the entries after it are ignored, so "garbage" or "-1,0" hide every GPU.
+    """
+    count = 0
+    for entry in (e.strip() for e in cvd.split(",")):
+        if entry.startswith("MIG-"):
+            return None
+        ok = entry.isdigit() and int(entry) < len(gpus)
+        ok = ok or (entry.startswith("GPU-") and sum(g.uuid.startswith(entry) for g in gpus) == 1)
+        if not ok:
+            break
+        count += 1
+    return count
+
+
 def _not_visible_to_tf(facts: Facts, shown: list[str], explained: bool) -> Diagnosis | None:
     seen, present = len(facts.tf.gpus), len(facts.gpus)
     if not present or seen >= present or not cuda_build(facts):
         return None
     cvd = facts.env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
-        if seen == 0 and cvd.strip() in ("", "-1"):
+        if seen == 0 and cuda_visible(cvd, facts.gpus) == 0:
+            why = "" if cvd.strip() in ("", "-1") else ": CUDA stops at the first entry that is no GPU index or UUID"
             return Diagnosis(
                 "gpu_hidden",
                 "error",
-                f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU from TensorFlow",
-                "unset CUDA_VISIBLE_DEVICES (or set it to the GPU indices to use, e.g. 0)",
+                f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU from TensorFlow{why}",
+                f"unset CUDA_VISIBLE_DEVICES (or set it to the GPU indices to use, 0-{present - 1} here, "
+                "or their UUIDs from `nvidia-smi -L`)",
             )
         if seen:
             return None  # a deliberate subset
@@ -253,6 +274,29 @@ def _memory_growth(facts: Facts) -> Diagnosis | None:
         f'("{mg["error"]}")',
         "call tf.config.experimental.set_memory_growth before anything touches the GPU (the first tensor, "
         "model or tf.config.list_logical_devices()); here train.setup.devices does it before building the model",
+    )
+
+
+def _allow_growth_env(facts: Facts) -> Diagnosis | None:
+    """TF_FORCE_GPU_ALLOW_GROWTH: TensorFlow's GPU allocator reads exactly "true" or "false", ignores the rest."""
+    value = facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH")
+    if value is None or value == "true" or not facts.tf.gpus:
+        return None
+    if value == "false":
+        summary = (
+            "TF_FORCE_GPU_ALLOW_GROWTH=false overrides set_memory_growth: TensorFlow takes nearly all of "
+            "each GPU's memory at start"
+        )
+    else:
+        summary = (
+            f"TF_FORCE_GPU_ALLOW_GROWTH={value!r} is ignored by TensorFlow (it reads only 'true' or 'false', "
+            "lower case, and logs an error for anything else)"
+        )
+    return Diagnosis(
+        "allow_growth_env",
+        "warning",
+        summary,
+        "unset TF_FORCE_GPU_ALLOW_GROWTH (training sets memory growth itself, MEMORY_GROWTH) or set it to true",
     )
 
 
@@ -321,5 +365,6 @@ def diagnose(facts: Facts, own_pids: set[int] | None = None) -> list[Diagnosis]:
     shown, _ = classify_log(tf.log, facts.driver_present)
     explained = any(d.severity == "error" for d in diags)
     diags += [d for d in (_not_visible_to_tf(facts, shown, explained), _memory_growth(facts)) if d]
+    diags += [d for d in (_allow_growth_env(facts),) if d]
     diags += _memory_held(facts, own_pids or set())
     return diags
