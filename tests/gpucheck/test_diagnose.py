@@ -87,6 +87,7 @@ def test_cpu_only_build_on_a_gpu_machine():
         and "tensorflow[and-cuda]==2.21.0" in d["fix"]
         and r["verdict"]["status"] == "gpu_not_used"
     )
+    assert d["fix"].startswith("pip uninstall -y tensorflow-cpu && ")  # one tensorflow/ folder, never both wheels
     assert "gpu_not_visible_to_tf" not in codes(r)  # the build explains it
 
 

@@ -353,7 +353,9 @@ def diagnose(facts: Facts, own_pids: set[int] | None = None) -> list[Diagnosis]:
                 "error" if gpu_here else "info",
                 f"TensorFlow {tf.version} is a CPU-only build"
                 + (" but this machine has a GPU" if gpu_here else " (right for this machine)"),
-                f'pip install "tensorflow[and-cuda]=={tf.version}" (instead of tensorflow-cpu)'
+                # Both wheels are the same tensorflow/ folder: installing over the CPU one mixes them.
+                f'pip uninstall -y tensorflow-cpu && pip install "tensorflow[and-cuda]=={tf.version}" '
+                "(in this template: requirements/gpu.lock, which the GPU image installs)"
                 if gpu_here
                 else "none needed on a CPU machine",
             )
