@@ -85,6 +85,7 @@ def test_require_gpu_on_cpu_exits_1_through_the_cli(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert "VERDICT: NO GPU, and --require-gpu asks for one: this check fails (exit 1)" in out
     assert "nothing is wrong" not in out and err.startswith("NoGPUError: --require-gpu: no usable GPU")
+    assert "none needed to train on the CPU" not in err  # the fix of a check that asked for a GPU
     assert cli.main(["check", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"]["status"] == "cpu"
 

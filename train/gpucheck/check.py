@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import NoGPUError
 from ..setup import hardware
-from .diagnose import GPU_BLOCKING, Diagnosis, cuda_build, diagnose
+from .diagnose import CPU_IS_FINE, GPU_BLOCKING, Diagnosis, cuda_build, diagnose
 from .facts import Facts, collect
 from .tflog import classify_log
 
@@ -271,6 +271,6 @@ def main(json_output: bool = False, require_gpu: bool = False, skip_matmul: bool
             next((d for d in report["diagnoses"] if d["severity"] == "error"), None)
             or (report["diagnoses"] or [None])[0]
         )
-        why = f"{d['summary']}. Fix: {d['fix']}" if d else report["verdict"]["line"]
+        why = f"{d['summary']}. Fix: {d['fix'].removeprefix(CPU_IS_FINE)}" if d else report["verdict"]["line"]
         raise NoGPUError(f"--require-gpu: no usable GPU: {why}")
     return report["exit_code"]

@@ -13,6 +13,9 @@ from .facts import Facts, _major, _version
 from .gpuinfo import GpuInfo
 from .tflog import classify_log
 
+# How a fix begins where the CPU is a fine place to train: --require-gpu, which asks for a GPU, leaves it out.
+CPU_IS_FINE = "none needed to train on the CPU; "
+
 # Minimum Linux driver per CUDA major (CUDA Toolkit release notes, table 3, "minor version
 # compatibility"): any 12.x build runs on >= 525.60.13.
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
@@ -46,7 +49,7 @@ def _no_driver(facts: Facts) -> Diagnosis:
         "devices` entry with `capabilities: [gpu]`), the NVIDIA Container Toolkit installed on the host"
     )
     if not facts.nvidia_pci_devices and facts.in_container:  # likely a CPU host: say so calmly
-        runtime_fix = "none needed to train on the CPU; if the host has a GPU, " + runtime_fix
+        runtime_fix = CPU_IS_FINE + "if the host has a GPU, " + runtime_fix
     if facts.in_container and nvd is None:
         return Diagnosis(
             "no_driver",
@@ -83,7 +86,7 @@ def _no_driver(facts: Facts) -> Diagnosis:
         "no_driver",
         "info",
         "no NVIDIA GPU or driver on this machine: TensorFlow runs on the CPU",
-        "none needed to train on the CPU; for a GPU, run on a machine (or cloud instance) that has one",
+        CPU_IS_FINE + "for a GPU, run on a machine (or cloud instance) that has one",
     )
 
 
