@@ -541,6 +541,16 @@ def test_best_weights_are_those_of_the_best_epoch_not_the_last(real_loop):
         assert not np.array_equal(saved, epoch_4)
 
 
+def test_an_epoch_that_ties_the_best_is_not_marked_best_in_the_log(real_loop, train_log):
+    """The log's "(best)" marks the epochs whose weights went to best.weights.h5: a tie (epoch 4's 0.7)
+    keeps epoch 2's, as the report's star and `compare`'s "best at epoch" say."""
+    loop = real_loop(epochs=4)
+    _fixed_validation(loop, [0.5, 0.7, 0.6, 0.7])
+    loop.run()
+    ends = [line for line in _log_lines(train_log) if line.startswith("epoch ") and ": " in line]
+    assert [line.endswith("(best)") for line in ends] == [True, True, False, False], ends
+
+
 def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(real_loop, train_log):
     """PATIENCE=2 on val_accuracy (larger is better): epochs 3 and 4 do not beat epoch 2, so epoch 5 never
     starts, nor after a resume."""

@@ -508,7 +508,8 @@ class EpochLoop:
         if tb:
             tb.write(epoch, {k: v for k, v in row.items() if k != "epoch"})
         value = logs.get(self.s.monitor)
-        if _improved(value, self.state.best, self.mode):
+        improved = _improved(value, self.state.best, self.mode)  # a tie is no improvement: not "(best)"
+        if improved:
             self.state.best = value
             if self.chief:
                 save_weights(self.model, self.files.best_weights, epoch + 1, size_hint=_weights_bytes(self.model))
@@ -524,7 +525,7 @@ class EpochLoop:
             row["epoch_seconds"],
             row["samples_per_second"] or 0.0,
             f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
-            "  (best)" if self.state.best == value else "",
+            "  (best)" if improved else "",
             self._resumed_part(),
         )
 
