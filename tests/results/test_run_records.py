@@ -43,6 +43,20 @@ def test_best_row_follows_monitor_and_mode_and_keeps_the_first_of_equals(tmp_pat
     assert rec.seconds_to(float("inf")) == 12 and rec.seconds_to(None) is None
 
 
+def test_best_row_is_the_epoch_of_the_saved_best_weights_when_metrics_csv_rounds_two_alike(tmp_path):
+    rows = [
+        {"epoch": 1, "val_loss": 0.0357255, "epoch_seconds": 3},  # as metrics.csv writes 0.03572548 too
+        {"epoch": 2, "val_loss": 0.0357255, "epoch_seconds": 4},
+    ]
+    weights = {"best.weights.h5": {"epoch": 2, "sha256": "ab"}}
+    rec = load_records(
+        write_run_records(tmp_path / "r", {"monitor": "val_loss"}, metrics=rows, manifest={"weights": weights})
+    )
+    assert rec.best_row()["epoch"] == 2  # the loop saw epoch 2 lower, and saved its weights
+    rec = load_records(write_run_records(tmp_path / "s", {"monitor": "val_loss"}, metrics=rows))
+    assert rec.best_row()["epoch"] == 1  # no record of the weights (an older run): the first of equals
+
+
 def test_resumes_come_from_the_manifest_segments_when_it_has_them(tmp_path):
     segments = [
         {"started_at": "2026-11-30T10:00:00+00:00", "resumed_from": None, "epoch_from": 0},

@@ -89,10 +89,16 @@ class RunRecords:
         return [r.get(name) for r in self.rows]
 
     def best_row(self) -> dict[str, float | None] | None:
-        """The epoch with the best MONITOR value (the first of equals: when the best weights were saved)."""
+        """The epoch whose weights are best.weights.h5, as the manifest records it; else the epoch with
+        the best MONITOR value (the first of equals: when the best weights were saved). metrics.csv holds
+        6 significant digits, so two epochs it shows as equal may not have been equal to the loop."""
         scored = [r for r in self.rows if r.get(self.monitor) is not None]
         if not scored:
             return None
+        weights = self.manifest.get("weights")
+        saved = ((weights if isinstance(weights, dict) else {}).get("best.weights.h5") or {}).get("epoch")
+        if (row := next((r for r in scored if r.get("epoch") == saved), None)) is not None:
+            return row
         sign = 1 if self.mode == "max" else -1
         best = max(sign * r[self.monitor] for r in scored)
         return next(r for r in scored if sign * r[self.monitor] == best)

@@ -94,7 +94,8 @@ def _row(path: Path) -> dict:
 def _best_in_metrics(files: RunDir, cfg: dict, m: dict) -> float | None:
     """The best MONITOR value in metrics.csv: a run killed before it closed its manifest recorded none.
 
-    The same rule as the report's (history.RunRecords.best_row): MONITOR_MODE, the first of equals."""
+    The same rule as the report's (RunRecords.best_row): the epoch of the saved best weights, else by
+    MONITOR_MODE, the first of equals."""
     try:
         row = RunRecords(files.path, cfg, m, read_metrics(files.metrics)).best_row()
     except RunRecordError:  # a damaged metrics.csv: the manifest still says the rest
