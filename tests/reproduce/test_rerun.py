@@ -458,6 +458,16 @@ def test_the_tolerance_verdict_names_its_epoch_and_metrics(tmp_path):
     assert v.details["epoch"] == 1
 
 
+def test_a_rerun_that_early_stopped_later_than_the_original_is_judged_where_both_trained(tmp_path):
+    a, b = _two_runs(tmp_path, "epoch,val_accuracy\n1,0.5\n2,0.9\n", "epoch,val_accuracy\n1,0.5\n2,0.9\n3,0.91\n")
+    config = {"deterministic": False, "epochs": 6, "patience": 1}
+    v = judge(
+        Verdict("a", "b", rows=_sha_rows(True)), a, {"epochs_completed": 2}, config, b, {"epochs_completed": 3}, None
+    )
+    assert v.match is True and v.details["epoch"] == 2  # not "no metrics row for epoch 3" in the original
+    assert v.method.endswith("; the original stopped after epoch 2, the rerun after 3")
+
+
 def test_the_same_weights_match_when_the_rerun_has_every_epoch(tmp_path):
     sha = {"final_weights_sha256": "a" * 64}
     a, b = _two_runs(tmp_path, "epoch,val_accuracy\n1,0.5\n", "epoch,val_accuracy\n1,0.6\n")

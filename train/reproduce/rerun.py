@@ -394,6 +394,13 @@ def side_by_side(orig_m: dict, orig_c: dict, new_m: dict, new_c: dict, base: Pat
     ]
 
 
+def _last_common_epoch(orig_m: dict, new_m: dict, orig_c: dict) -> int:
+    """The last epoch both the original and the rerun trained: a rerun that is not bit-identical may
+    stop early (PATIENCE) at another epoch than the original did."""
+    done = [m["epochs_completed"] for m in (orig_m, new_m) if isinstance(m.get("epochs_completed"), int)]
+    return min(done) if done else int(orig_c.get("epochs") or 0)
+
+
 def _metrics_row(run_dir: Path, epoch: int) -> dict[str, float] | None:
     row = read_metrics(RunDir(run_dir).metrics).get(epoch)
     return None if row is None else {k: v for k, v in row.items() if k not in TIMING_COLUMNS}
@@ -425,7 +432,7 @@ def judge(
         verdict.match = bool(a) and a == b
         verdict.details = {"original": a, "rerun": b}
         return verdict
-    epoch = epochs if not full else int(new_m.get("epochs_completed") or orig_c.get("epochs") or 0)
+    epoch = epochs if not full else _last_common_epoch(orig_m, new_m, orig_c)
     a, b = _metrics_row(orig_dir, epoch), _metrics_row(new_dir, epoch)
     if a is None or b is None:
         where = RunDir(orig_dir if a is None else new_dir).metrics
@@ -439,6 +446,9 @@ def judge(
         return verdict
     why = "DETERMINISTIC=false" if not deterministic else "another device kind or precision"
     verdict.method = f"metrics of epoch {epoch} within tolerance ({why}): accuracies ±0.01, losses ±10%"
+    done = (orig_m.get("epochs_completed"), new_m.get("epochs_completed"))
+    if full and all(isinstance(d, int) for d in done) and done[0] != done[1]:  # PATIENCE ended them apart
+        verdict.method += f"; the original stopped after epoch {done[0]}, the rerun after {done[1]}"
     verdict.match, details = within_tolerance(a, b)
     verdict.details = {"epoch": epoch, "metrics": details}
     return verdict
