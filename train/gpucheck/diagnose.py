@@ -369,7 +369,8 @@ def diagnose(facts: Facts, own_pids: set[int] | None = None) -> list[Diagnosis]:
         diags += _libraries(facts)
     shown, _ = classify_log(tf.log, facts.driver_present)
     explained = any(d.severity == "error" for d in diags)
-    diags += [d for d in (_not_visible_to_tf(facts, shown, explained), _memory_growth(facts)) if d]
-    diags += [d for d in (_allow_growth_env(facts),) if d]
+    diags += [
+        d for d in (_not_visible_to_tf(facts, shown, explained), _memory_growth(facts), _allow_growth_env(facts)) if d
+    ]
     diags += _memory_held(facts, own_pids or set())
     return diags

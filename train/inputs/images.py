@@ -55,7 +55,8 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
     """
     root = Path(root)
     try:
-        classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+        entries = [e for e in root.iterdir() if not e.name.startswith(".")]
+        classes = sorted(e.name for e in entries if e.is_dir())
     except OSError as exc:
         raise DataError(f"{root}: cannot read the folder ({exc.strerror}); fix its permissions") from None
     check_class_names(str(root), classes, "class names are the sub-directory names: rename the folder")
@@ -88,11 +89,11 @@ def list_image_dir(root: str | os.PathLike) -> tuple[tuple[str, ...], list[str],
         labels += [label] * len(found)
     if len(classes) < 2:
         raise DataError(f"{root}: only one class sub-directory ({classes[0]}); a classifier needs at least two")
-    _warn_left_out(root, skipped)
+    _warn_left_out(root, skipped, sorted(e.name for e in entries if not e.is_dir()))
     return tuple(classes), rels, np.asarray(labels, np.int32)
 
 
-def _warn_left_out(root: Path, skipped: list[str]) -> None:
+def _warn_left_out(root: Path, skipped: list[str], loose: list[str]) -> None:
     """One warning line for the files of the class folders not named as images, one for the files
     beside the class folders (in no class): neither is trained on."""
     if skipped:
@@ -103,7 +104,6 @@ def _warn_left_out(root: Path, skipped: list[str]) -> None:
             SUPPORTED,
             sorted(skipped)[0],
         )
-    loose = sorted(e.name for e in root.iterdir() if not e.name.startswith(".") and not e.is_dir())
     if loose:
         log.warning(
             "WARNING: %s: %d file(s) beside the class sub-directories, in no class, are not used (e.g. %s); "
