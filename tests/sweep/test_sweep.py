@@ -342,59 +342,6 @@ def test_the_command_a_stop_says_again_masks_the_storage_password(tmp_path, monk
     assert "s3cret" not in "".join(capsys.readouterr())
 
 
-def test_a_study_database_lost_mid_trial_is_a_warning_then_one_storage_error_and_the_run_trains_on(
-    tmp_path, monkeypatch, caplog
-):
-    """The database goes away after the trial's run started: its epoch value is not reported (one
-    WARNING; the training is not failed for it), and telling the result fails: one StorageError
-    line, exit 7, never Optuna's own UnboundLocalError and its chained tracebacks."""
-    import contextlib
-    import logging
-
-    import sqlalchemy.exc
-    from builders import write_run_records
-    from optuna.storages._rdb import storage as rdb
-
-    from train.errors import StorageError
-    from train.sweep import study as sweep
-    from train.training.loop import Result
-
-    study, spec, settings = _study_with(tmp_path, [])
-    url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
-    real, lost = rdb._create_scoped_session, []
-
-    @contextlib.contextmanager
-    def session(*args, **kwargs):  # every call Optuna makes to its database
-        if lost:
-            raise sqlalchemy.exc.OperationalError("SELECT", {}, ConnectionRefusedError("connection refused"))
-        with real(*args, **kwargs) as opened:
-            yield opened
-
-    def trains(s, resume, callbacks, continue_with):
-        run = write_run_records(tmp_path / "runs" / f"20261201-000000-000000-{s.run_name}")
-        for callback in callbacks:
-            callback.on_start(run)
-        lost.append(True)
-        assert [c.on_epoch_end(1, {"val_accuracy": 0.5}, None) for c in callbacks] == [None]
-        return Result(run, "completed", 1, best=0.5)
-
-    monkeypatch.setattr(rdb, "_create_scoped_session", session)
-    monkeypatch.setattr("train.train", trains)
-    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
-    with caplog.at_level(logging.WARNING, logger="train"), pytest.raises(StorageError) as err:
-        sweep.run_sweep(spec, settings, url, trials=1, command="python -m train sweep space.toml")
-    assert str(err.value) == (
-        f"the study storage {url} stopped answering ((builtins.ConnectionRefusedError) connection refused): once it "
-        "answers, run the sweep again (python -m train sweep space.toml): a trial it cut short is retried on its own run"
-    )
-    assert err.value.exit_code == 7
-    said = [r.getMessage() for r in caplog.records]
-    assert said == [
-        "WARNING: study storage: epoch 1's val_accuracy not reported ((builtins.ConnectionRefusedError) connection "
-        "refused); the trial trains on, unpruned"
-    ]
-
-
 def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp_path, monkeypatch):
     import os
     import signal

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 from faults import env
-from servers_pg import PASSWORD
+from servers_pg import PASSWORD, PostgresServer
 from test_sweep_signals import _flags
 
 from train.run.find import list_run_dirs
@@ -78,3 +78,58 @@ def test_a_wrong_password_or_database_is_one_storage_error_exit_7_without_the_pa
     assert rc == 7 and err.startswith("StorageError: cannot open the study storage postgresql://***@127.0.0.1:"), err
     assert len(err.splitlines()) == 1
     assert wrong not in captured.out + captured.err and PASSWORD not in captured.out + captured.err
+
+
+def test_the_study_server_stopped_mid_trial_is_warned_then_one_storage_error_and_the_next_sweep_counts_the_run(
+    tmp_path, capsys, monkeypatch
+):
+    """The real server stops (pg_ctl's fast stop) at the end of a trial's first epoch: the epoch's
+    value is not reported (one WARNING; the training goes on, unpruned), telling the result
+    fails (one StorageError line, exit 7, the finished run kept), and once the server is back the
+    sweep counts that run's result without training it again. A server of its own: the session's
+    is shared by other tests."""
+    import optuna
+
+    import train
+    from train.cli import main
+    from train.sweep.storage import with_driver
+
+    server = PostgresServer()
+    real, stopped = train.train, []
+
+    class StopTheServer:
+        def on_epoch_end(self, epoch, row, state):
+            if epoch == 1:
+                server.stop()
+                stopped.append(epoch)
+
+    def trains(settings, resume="", callbacks=(), **kwargs):  # the real training; the server stopped in it
+        return real(settings, resume=resume, callbacks=[StopTheServer(), *callbacks], **kwargs)
+
+    space = tmp_path / "space.toml"
+    space.write_text("[study]\nname = 'lost'\ntrials = 1\npruner = 'none'\n[space]\nlearning_rate = [0.001, 0.002]\n")
+    sweep = ["sweep", str(space), "--storage", server.url, "--env-file", "/dev/null", *_flags(tmp_path, 2)]
+    try:
+        monkeypatch.setattr("train.train", trains)
+        rc = main(sweep)
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert stopped == [1] and rc == 7, err
+        assert err[-1].startswith("StorageError: the study storage postgresql://***@127.0.0.1:"), err
+        assert "stopped answering" in err[-1] and "run the sweep again" in err[-1], err
+        (warned,) = [line for line in captured.out.splitlines() if "WARNING: study storage" in line]
+        assert "epoch 1's val_accuracy not reported ((psycopg.OperationalError)" in warned, warned
+        assert warned.endswith("the trial trains on, unpruned") and "epoch 2/2: " in captured.out
+        (run,) = list_run_dirs(tmp_path / "runs")
+        assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
+
+        server.start()
+        monkeypatch.setattr("train.train", lambda *a, **k: pytest.fail("a finished run was trained again"))
+        assert main(sweep) == 0
+        (trial,) = optuna.load_study(study_name="lost", storage=with_driver(server.url)).get_trials(
+            states=[optuna.trial.TrialState.COMPLETE]
+        )
+        assert trial.user_attrs["run"] == run.name and list_run_dirs(tmp_path / "runs") == [run]
+        assert PASSWORD not in "".join(capsys.readouterr())
+    finally:
+        server.remove()
