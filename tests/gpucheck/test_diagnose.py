@@ -250,3 +250,74 @@ def test_tf_force_gpu_allow_growth_that_is_not_true_is_a_warning(value, says):
     assert ("Memory growth  NOT in effect\n" in check.format_report(r)) is (value == "false")
     facts.env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     assert "allow_growth_env" not in codes(check.build_report(facts))
+
+
+NO_LIBCUDA = LibFact("cuda", "libcuda.so.1")  # not on disk, not in the loader's cache
+CUINIT_WITH_DRIVER = [
+    "E0000 00:00:1733400000.118211 2450 cuda_executor.cc:1228] INTERNAL: CUDA error: Failed call to cuInit: "
+    "UNKNOWN ERROR (303)",
+    "I0000 00:00:1733400000.118300 2450 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will "
+    "not be used.",
+]
+
+
+@pytest.mark.parametrize("caps", [None, "utility", ""])
+def test_a_container_with_the_driver_but_not_its_compute_capability_is_told_to_ask_for_compute(caps):
+    """nvidia-smi answers (the `utility` capability) but libcuda.so.1 is not mounted: no pip install brings it."""
+    env = {} if caps is None else {"NVIDIA_DRIVER_CAPABILITIES": caps}
+    facts = on("535.129.03_2xa100", cuda_tf(log=CUINIT_WITH_DRIVER), libraries=[NO_LIBCUDA, *LIBS_OK])
+    facts.in_container, facts.env = True, {"NVIDIA_VISIBLE_DEVICES": "all", **env}
+    r = check.build_report(facts)
+    d = codes(r)["libcuda_missing"]
+    given = "NVIDIA_DRIVER_CAPABILITIES unset" if caps is None else f"NVIDIA_DRIVER_CAPABILITIES={caps!r}"
+    assert d["summary"].startswith("the NVIDIA driver answers (2 GPU(s) listed) but its CUDA library libcuda.so.1")
+    assert given in d["summary"] and d["fix"].startswith("start the container with NVIDIA_DRIVER_CAPABILITIES=compute")
+    assert codes(r)["gpu_not_visible_to_tf"]["fix"] == "fix the problem(s) above"  # not a pip install
+    assert "pip install" not in r["verdict"]["line"] and r["verdict"]["line"].endswith(d["fix"])
+    # With a driver, "Could not find cuda drivers" is shown, not counted as start-up noise.
+    assert any(line.startswith("cudart_stub.cc:31] Could not find cuda drivers") for line in r["tf_log"]["shown"])
+    assert "libcuda.so.1 (the driver's): NOT FOUND" in check.format_report(r)
+
+
+def test_a_host_whose_driver_lacks_libcuda_is_told_it_comes_with_the_driver():
+    facts = on("535.129.03_2xa100", cuda_tf(log=CUINIT_WITH_DRIVER), libraries=[NO_LIBCUDA, *LIBS_OK])
+    d = codes(check.build_report(facts))["libcuda_missing"]
+    assert "NVIDIA_DRIVER_CAPABILITIES" not in d["summary"]
+    assert d["fix"].startswith("libcuda.so.1 comes with the NVIDIA driver, not from pip") and "ldconfig" in d["fix"]
+
+
+def test_without_a_driver_a_missing_libcuda_is_no_diagnosis_and_its_log_line_is_noise():
+    facts = Facts(tf=cuda_tf(log=CUINIT_WITH_DRIVER), driver_reason="NVML: Driver Not Loaded", libraries=[NO_LIBCUDA])
+    r = check.build_report(facts)
+    assert "libcuda_missing" not in codes(r) and r["tf_log"]["shown"] == []
+
+
+@pytest.mark.parametrize("pci,severity", [(1, "error"), (0, "info")])
+def test_nvidia_visible_devices_none_mounts_the_driver_with_no_gpu_and_says_so(pci, severity):
+    facts = Facts(
+        tf=cuda_tf(),
+        driver_present=True,
+        driver_reason="nvidia-smi",
+        libraries=LIBS_OK,
+        in_container=True,
+        nvidia_pci_devices=pci,
+        env={"NVIDIA_VISIBLE_DEVICES": "none"},
+    )
+    r = check.build_report(facts)
+    d = codes(r)["no_driver"]
+    assert d["summary"].startswith("no GPU in this container: NVIDIA_VISIBLE_DEVICES='none'")
+    assert d["severity"] == severity and d["fix"].endswith("or start with `docker run --gpus all`")
+    assert r["verdict"]["status"] == ("gpu_not_used" if pci else "cpu")
+
+
+@pytest.mark.parametrize("cvd, warned", [("0,garbage,1", "'garbage'"), ("1,5", "'5'"), ("0,1", None), ("1", None)])
+def test_cuda_visible_devices_cut_short_by_a_bad_entry_is_a_warning_naming_it(cvd, warned):
+    """GPU 0 in use and GPU 1 dropped silently by CUDA: said, while a deliberate subset says nothing."""
+    seen = tf_gpus(len(cvd.split(",")) if warned is None else 1, (8, 0))
+    r = check.build_report(on("535.129.03_2xa100", cuda_tf(gpus=seen), env={"CUDA_VISIBLE_DEVICES": cvd}))
+    d = codes(r).get("gpu_hidden")
+    if warned is None:
+        assert d is None
+    else:
+        assert d["severity"] == "warning" and warned in d["summary"] and "uses the first 1 only" in d["summary"]
+        assert r["verdict"]["status"] == "gpu" and "1 warning(s) below" in r["verdict"]["line"]

@@ -75,3 +75,9 @@ def test_probe_that_crashes_or_hangs_is_a_finding(monkeypatch):
     hung = check_facts.run_probe(skip_matmul=True, timeout=0.1)
     assert "did not finish" in hung.error and hung.log == ["still loading"]
     assert check.build_report(Facts(tf=hung))["exit_code"] == 1
+
+
+def test_a_cuda_build_looks_for_the_drivers_libcuda_first():
+    """libcuda.so.1 comes with the driver (no wheel has it): looked for beside the CUDA wheels' libraries."""
+    wanted = [lib.expected for lib in check_facts.collect_libraries(CUDA_BUILD, {})]
+    assert wanted == ["libcuda.so.1", "libcudart.so.12", "libcublas.so.12", "libcudnn.so.9"]

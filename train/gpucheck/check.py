@@ -211,7 +211,8 @@ def _build_rows(r: dict[str, Any]) -> Rows:
     for lib in r["libraries"]:
         found = f"{lib['path']} ({lib['version'] or 'version unknown'})" if lib["path"] else "NOT FOUND"
         also = f"; also {', '.join(lib['others'])}" if lib["others"] else ""
-        rows.append(("  " + lib["library"], f"{lib['expected']}: {found}{also}"))
+        whose = " (the driver's)" if lib["library"] == "cuda" else ""
+        rows.append(("  " + lib["library"], f"{lib['expected']}{whose}: {found}{also}"))
     return rows
 
 

@@ -90,6 +90,21 @@ def _no_driver(facts: Facts) -> Diagnosis:
     )
 
 
+def _no_gpu_given(facts: Facts) -> Diagnosis | None:
+    """NVIDIA_VISIBLE_DEVICES=none: the NVIDIA runtime mounts the driver (nvidia-smi answers) but no GPU."""
+    nvd = facts.env.get("NVIDIA_VISIBLE_DEVICES")
+    if facts.gpus or nvd is None or nvd.strip().lower() not in HIDE_VALUES:
+        return None
+    return Diagnosis(
+        "no_driver",
+        "error" if facts.nvidia_pci_devices else "info",
+        f"no GPU in this container: NVIDIA_VISIBLE_DEVICES={nvd!r} tells the NVIDIA runtime to mount the "
+        "driver but give it no GPU",
+        ("" if facts.nvidia_pci_devices else CPU_IS_FINE)
+        + "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`",
+    )
+
+
 def _driver_too_old(facts: Facts) -> Diagnosis | None:
     need_cuda = facts.tf.build.get("cuda_version")
     major = _major(need_cuda)
@@ -180,10 +195,42 @@ def _driver_too_old_for_ptx(facts: Facts) -> Diagnosis | None:
     )
 
 
+def _libcuda_missing(facts: Facts) -> Diagnosis | None:
+    """The driver answers (NVML / nvidia-smi) but its CUDA library libcuda.so.1 does not load: no pip
+    wheel brings it. In a container the NVIDIA runtime mounts it only with the `compute` capability
+    (NVIDIA_DRIVER_CAPABILITIES unset or empty means `utility` alone: nvidia-smi and NVML)."""
+    lib = next((lib for lib in facts.libraries if lib.library == "cuda"), None)
+    if lib is None or lib.path is not None or not facts.driver_present:
+        return None
+    caps = facts.env.get("NVIDIA_DRIVER_CAPABILITIES")
+    if facts.in_container:
+        given = f"NVIDIA_DRIVER_CAPABILITIES={caps!r}" if caps is not None else "NVIDIA_DRIVER_CAPABILITIES unset"
+        why = f" ({given}: the NVIDIA runtime mounts libcuda only with the `compute` capability)"
+        fix = (
+            "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (or all) in its environment "
+            "(this template's image sets it; an image or compose file that sets `utility` alone keeps libcuda out)"
+        )
+    else:
+        why = ""
+        fix = (
+            "libcuda.so.1 comes with the NVIDIA driver, not from pip: reinstall the driver's user-space "
+            "libraries (its .run installer, or the distribution's libcuda1 / libnvidia-compute package), "
+            "then `ldconfig`; under WSL add /usr/lib/wsl/lib to LD_LIBRARY_PATH"
+        )
+    return Diagnosis(
+        "libcuda_missing",
+        "error",
+        f"the NVIDIA driver answers ({len(facts.gpus)} GPU(s) listed) but its CUDA library libcuda.so.1 "
+        f"cannot be loaded{why}: TensorFlow uses no GPU without it",
+        fix,
+    )
+
+
 def _libraries(facts: Facts) -> list[Diagnosis]:
-    out = []
+    missing = _libcuda_missing(facts)
+    out = [missing] if missing else []
     fix = f'pip install "tensorflow[and-cuda]=={facts.tf.version}" (brings the CUDA and cuDNN wheels the build expects)'
-    for lib in facts.libraries:
+    for lib in (lib for lib in facts.libraries if lib.library != "cuda"):
         if lib.path is None:
             code = "library_wrong_major" if lib.others else "library_missing"
             found = ", ".join(lib.others) if lib.others else "nothing"
@@ -230,6 +277,21 @@ def cuda_visible(cvd: str, gpus: list[GpuInfo]) -> int | None:
     return count
 
 
+def _cut_short(cvd: str, gpus: list[GpuInfo]) -> Diagnosis | None:
+    """CUDA_VISIBLE_DEVICES=0,garbage,1: GPU 0 is used, and 1 is dropped without a word from CUDA."""
+    entries = [e.strip() for e in cvd.split(",")]
+    count = cuda_visible(cvd, gpus)
+    if count is None or count >= len(entries) or not entries[count]:
+        return None
+    return Diagnosis(
+        "gpu_hidden",
+        "warning",
+        f"CUDA_VISIBLE_DEVICES={cvd!r}: {entries[count]!r} names no GPU, so CUDA ignores it and every entry "
+        f"after it; TensorFlow uses the first {count} only",
+        f"list only GPU indices (0-{len(gpus) - 1} here) or UUIDs from `nvidia-smi -L`",
+    )
+
+
 def _not_visible_to_tf(facts: Facts, shown: list[str], explained: bool) -> Diagnosis | None:
     seen, present = len(facts.tf.gpus), len(facts.gpus)
     if not present or seen >= present or not cuda_build(facts):
@@ -246,7 +308,7 @@ def _not_visible_to_tf(facts: Facts, shown: list[str], explained: bool) -> Diagn
                 "or their UUIDs from `nvidia-smi -L`)",
             )
         if seen:
-            return None  # a deliberate subset
+            return _cut_short(cvd, facts.gpus)  # a deliberate subset, unless a bad entry cut it
     fix = (
         "fix the problem(s) above"
         if explained
@@ -348,6 +410,8 @@ def diagnose(facts: Facts, own_pids: set[int] | None = None) -> list[Diagnosis]:
         ]
     if not facts.driver_present:
         diags.append(_no_driver(facts))
+    elif hidden := _no_gpu_given(facts):
+        diags.append(hidden)
     if not cuda_build(facts):
         gpu_here = bool(facts.gpus)
         diags.append(

@@ -27,7 +27,13 @@ from .gpuinfo import GpuInfo
 
 PROBE_TIMEOUT_S = 180  # the first start of a new GPU can JIT-compile PTX for minutes; a CPU takes ~3 s
 MATMUL = {"GPU": (4096, 20), "CPU": (1024, 3)}  # (n, repetitions) of an n x n float32 matmul
-ENV_VARS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH", "LD_LIBRARY_PATH")
+ENV_VARS = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "CUDA_VISIBLE_DEVICES",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "LD_LIBRARY_PATH",
+)
 _MARK = "@@train-check@@"
 
 
@@ -116,6 +122,8 @@ def library_dirs(environ: Mapping[str, str]) -> list[Path]:
 
 def _library_version(lib: ctypes.CDLL, name: str) -> str | None:
     value = ctypes.c_int()
+    if name == "cuda" and lib.cuDriverGetVersion(ctypes.byref(value)) == 0:
+        return f"{value.value // 1000}.{value.value % 1000 // 10}"
     if name == "cudart" and lib.cudaRuntimeGetVersion(ctypes.byref(value)) == 0:
         return f"{value.value // 1000}.{value.value % 1000 // 10}"
     if name == "cudnn":
@@ -155,7 +163,9 @@ def collect_libraries(build: Mapping[str, Any], environ: Mapping[str, str]) -> l
     if not build.get("is_cuda_build") or cuda is None:
         return []
     dirs = library_dirs(environ)
-    wanted = [("cudart", cuda), ("cublas", cuda)] + ([("cudnn", cudnn)] if cudnn else [])
+    # libcuda.so.1 is the driver's own (never a pip wheel's): a container given only the `utility`
+    # capability has nvidia-smi and NVML but not it, and TensorFlow then sees no GPU.
+    wanted = [("cuda", 1), ("cudart", cuda), ("cublas", cuda)] + ([("cudnn", cudnn)] if cudnn else [])
     return [find_library(name, major, dirs) for name, major in wanted]
 
 

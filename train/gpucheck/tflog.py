@@ -38,17 +38,20 @@ _NOISE = (
     ),
     (re.compile(r"NUMA node"), "NUMA information not readable in a VM or container (harmless)"),
 )
+# Harmless without a driver; with one they say TensorFlow could not reach it.
+_DRIVER_LOOKED = re.compile(r"cuInit|Could not find cuda drivers")
 _PREFIX = re.compile(r"^(?:[IWEF]\d{4} [\d:.]+\s+\d+ |\d{4}-\d\d-\d\d [\d:.]+: [IWEF] (?:\S+/)?)")
 
 
 def classify_log(lines: list[str], driver_present: bool) -> tuple[list[str], dict[str, int]]:
-    """(lines worth showing, {explanation: count} for the noise). cuInit lines matter when a driver is there."""
+    """(lines worth showing, {explanation: count} for the noise). cuInit lines and "Could not find cuda
+    drivers" matter when a driver is there."""
     shown, noise = [], {}
     for raw in lines:
         line = _PREFIX.sub("", raw.strip())
         if not line:
             continue
-        if _RELEVANT.search(line) or (driver_present and "cuInit" in line):
+        if _RELEVANT.search(line) or (driver_present and _DRIVER_LOOKED.search(line)):
             shown.append(line)
             continue
         why = next((text for pattern, text in _NOISE if pattern.search(line)), "other start-up messages")
