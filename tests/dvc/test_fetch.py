@@ -60,6 +60,26 @@ def test_without_a_dvc_command_the_line_names_the_script_that_installs_it(tmp_pa
     assert "scripts/venv-dvc.sh" in str(info.value) and info.value.exit_code == 9
 
 
+@pytest.mark.parametrize(
+    ("script", "mode"),
+    [("exit 0", 0o755), ("echo Python 3.11.7; exit 0", 0o755), ("exit 1", 0o755), ("echo 3.67.1", 0o644)],
+    ids=["silent", "another-program", "failing", "not-executable"],
+)
+def test_a_dvc_command_that_is_not_dvc_is_one_line_naming_it_before_any_fetch(tmp_path, script, mode):
+    # A `get` it ran as its own arguments was a traceback (it wrote nothing, or could not be
+    # started) or its error read as DVC's ("never pushed").
+    fake = tmp_path / "fake-dvc"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "calls"}\n{script}\n')
+    fake.chmod(mode)
+    s = tiny_settings(tmp_path, dvc_command=str(fake), dvc_data_cache=str(tmp_path / "cache"))
+    with pytest.raises(DataVersionError) as info:
+        fetch.fetch(VERSION, s, say=lambda _: None)
+    assert str(info.value).startswith(f"dvc {fake}: is not a working DVC command (") and "\n" not in str(info.value)
+    assert "scripts/venv-dvc.sh" in str(info.value)
+    calls = (tmp_path / "calls").read_text() if (tmp_path / "calls").exists() else ""
+    assert "get" not in calls and not (tmp_path / "cache").exists()
+
+
 def _fetched(tmp_path, version=VERSION):
     """Settings whose DVC_DATA_CACHE already holds the version (so nothing is fetched)."""
     folder = tmp_path / "cache" / "166b92740753f996441b137e01544e50" / "images"

@@ -30,3 +30,13 @@ def test_the_error_line_is_dvc_s_error_without_its_password():
     )
     assert tool.error_line(stderr) == "failed - cannot reach https://***@dvc.example.com/store?***"
     assert tool.error_line("") == "no message"
+
+
+def test_a_command_that_answers_a_version_is_dvc_and_another_is_not(tmp_path):
+    fake = tmp_path / "dvc"
+    fake.write_text("#!/bin/sh\necho 3.67.1\n")
+    fake.chmod(0o755)
+    assert tool.not_dvc(str(fake)) is None
+    fake.write_text("#!/bin/sh\n")
+    assert "not a DVC version" in tool.not_dvc(str(fake))
+    assert "No such file" in tool.not_dvc(str(tmp_path / "missing"))

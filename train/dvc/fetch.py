@@ -75,6 +75,8 @@ def fetch(version: dict[str, Any], settings, say) -> Path:
             f"is not installed here, and {path} is not here as recorded",
             tool.INSTALL,
         )
+    if why := tool.not_dvc(dvc):
+        raise DataVersionError("dvc", dvc, f"is not a working DVC command ({why})", tool.INSTALL)
     repository = _repository(version)
     say(f"data: fetching {path} at commit {commit[:12]} from the DVC remote of {repository} ...")
     place.mkdir(parents=True, exist_ok=True)

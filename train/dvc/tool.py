@@ -27,10 +27,24 @@ def find(setting: str = "") -> str | None:
     return str(own) if own.is_file() else shutil.which("dvc")
 
 
-def run(dvc: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run(dvc: str, *args: str, cwd: Path | None = None, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     """`dvc args...` with no analytics (offline, and nothing about the user's data leaves the machine)."""
     env = dict(os.environ, DVC_NO_ANALYTICS="1")
-    return subprocess.run([dvc, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    return subprocess.run([dvc, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def not_dvc(dvc: str) -> str | None:
+    """Why `dvc` is not a working DVC command, else None. A DVC_COMMAND that names another program
+    (a typo, /bin/true, a Python) would otherwise run `get ...` as its own arguments: a traceback, or
+    an error of that program read as DVC's (a version "never pushed")."""
+    try:
+        done = run(dvc, "--version", timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    answer = (done.stdout.strip().splitlines() or [""])[0].strip()
+    if done.returncode == 0 and re.match(r"\d+\.\d+", answer):
+        return None
+    return f"`{dvc} --version` answered {answer[:60]!r} with exit code {done.returncode}, not a DVC version"
 
 
 def error_line(stderr: str) -> str:
