@@ -80,6 +80,26 @@ def test_a_dvc_command_that_is_not_dvc_is_one_line_naming_it_before_any_fetch(tm
     assert "get" not in calls and not (tmp_path / "cache").exists()
 
 
+def _fake_dvc(tmp_path, monkeypatch, get):
+    """Settings whose dvc command passes as DVC and whose `dvc get` is `get(args)`."""
+    fake = tmp_path / "dvc"
+    fake.write_text("#!/bin/sh\necho 3.67.1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(tool, "run", lambda dvc, *args, **kw: get(args) if args[0] == "get" else None)
+    monkeypatch.setattr(tool, "not_dvc", lambda dvc: None)
+    return tiny_settings(tmp_path, dvc_command=str(fake), dvc_data_cache=str(tmp_path / "cache"))
+
+
+def test_a_dvc_data_cache_that_cannot_be_written_is_one_line_naming_the_setting(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    s = _fake_dvc(tmp_path, monkeypatch, get=lambda args: pytest.fail("fetched"))
+    s = s.replace(dvc_data_cache=str(tmp_path / "a-file" / "cache"))
+    with pytest.raises(DataVersionError) as info:  # was NotADirectoryError, a traceback
+        fetch.fetch(VERSION, s, say=lambda _: None)
+    assert str(info.value).startswith(f"DVC_DATA_CACHE {tmp_path / 'a-file' / 'cache'}: cannot be written (")
+    assert "set DVC_DATA_CACHE to a folder this user can write" in str(info.value)
+
+
 def _fetched(tmp_path, version=VERSION):
     """Settings whose DVC_DATA_CACHE already holds the version (so nothing is fetched)."""
     folder = tmp_path / "cache" / "166b92740753f996441b137e01544e50" / "images"

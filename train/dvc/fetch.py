@@ -79,7 +79,15 @@ def fetch(version: dict[str, Any], settings, say) -> Path:
         raise DataVersionError("dvc", dvc, f"is not a working DVC command ({why})", tool.INSTALL)
     repository = _repository(version)
     say(f"data: fetching {path} at commit {commit[:12]} from the DVC remote of {repository} ...")
-    place.mkdir(parents=True, exist_ok=True)
+    try:
+        place.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataVersionError(
+            "DVC_DATA_CACHE",
+            settings.dvc_data_cache,
+            f"cannot be written ({exc.strerror or exc}: {exc.filename or place})",
+            "set DVC_DATA_CACHE to a folder this user can write, then reproduce again",
+        ) from None
     part = place / f".{dest.name}.part-{os.getpid()}"
     _remove(part)
     done = tool.run(dvc, "get", repository, path, "--rev", commit, "-o", str(part))
