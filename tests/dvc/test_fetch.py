@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from helpers import tiny_settings
 
@@ -98,6 +101,33 @@ def test_a_dvc_data_cache_that_cannot_be_written_is_one_line_naming_the_setting(
         fetch.fetch(VERSION, s, say=lambda _: None)
     assert str(info.value).startswith(f"DVC_DATA_CACHE {tmp_path / 'a-file' / 'cache'}: cannot be written (")
     assert "set DVC_DATA_CACHE to a folder this user can write" in str(info.value)
+
+
+def _partial(args, then: BaseException):
+    """A `dvc get` stopped after writing part of its output."""
+    out = args[args.index("-o") + 1]
+    (Path(out) / "cats").mkdir(parents=True)
+    (Path(out) / "cats" / "1.png").write_bytes(b"part")
+    raise then
+
+
+def test_a_fetch_stopped_part_way_leaves_no_partial_copy(tmp_path, monkeypatch):
+    # Ctrl-C during the fetch: the partial copy, under this process's own name, would stay for good.
+    s = _fake_dvc(tmp_path, monkeypatch, get=lambda args: _partial(args, KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        fetch.fetch(VERSION, s, say=lambda _: None)
+    assert [p.name for p in (tmp_path / "cache").rglob("*")] == ["166b92740753f996441b137e01544e50"]
+
+
+def test_a_fetch_that_times_out_is_one_line_with_the_command_to_run_by_hand(tmp_path, monkeypatch):
+    timeout = subprocess.TimeoutExpired(["dvc", "get"], tool.TIMEOUT)
+    s = _fake_dvc(tmp_path, monkeypatch, get=lambda args: _partial(args, timeout))
+    with pytest.raises(DataVersionError) as info:  # was TimeoutExpired, a traceback
+        fetch.fetch(VERSION, s, say=lambda _: None)
+    dest = tmp_path / "cache" / "166b92740753f996441b137e01544e50" / "images"
+    assert f"did not finish within {tool.TIMEOUT} s" in str(info.value)
+    assert f"`dvc get /data/repo images --rev {VERSION['commit']} -o {dest}`" in str(info.value)
+    assert list(dest.parent.iterdir()) == []
 
 
 def _fetched(tmp_path, version=VERSION):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,19 +89,34 @@ def fetch(version: dict[str, Any], settings, say) -> Path:
             f"cannot be written ({exc.strerror or exc}: {exc.filename or place})",
             "set DVC_DATA_CACHE to a folder this user can write, then reproduce again",
         ) from None
-    part = place / f".{dest.name}.part-{os.getpid()}"
+    _get(dvc, repository, version, dest)
+    return dest
+
+
+def _get(dvc: str, repository: str, version: dict[str, Any], dest: Path) -> None:
+    """`dvc get` into a temporary name beside `dest`, renamed to it when complete."""
+    part = dest.parent / f".{dest.name}.part-{os.getpid()}"
     _remove(part)
-    done = tool.run(dvc, "get", repository, path, "--rev", commit, "-o", str(part))
-    if done.returncode != 0:
-        _remove(part)
-        raise refusal(tool.error_line(done.stderr), version, repository)
     try:
+        done = tool.run(dvc, "get", repository, version["path"], "--rev", version["commit"], "-o", str(part))
+        if done.returncode != 0:
+            raise refusal(tool.error_line(done.stderr), version, repository)
         os.replace(part, dest)
+    except subprocess.TimeoutExpired:
+        command = f"dvc get {repository} {version['path']} --rev {version['commit']}"
+        raise DataVersionError(
+            "dvc get",
+            f"{repository} {version['path']} --rev {str(version['commit'])[:12]}",
+            f"did not finish within {tool.TIMEOUT} s",
+            f"fetch it by hand (no time limit): `{command} -o {dest}`, then reproduce again",
+        ) from None
     except OSError:  # another reproduce fetched the same version meanwhile: its copy is as good
-        _remove(part)
         if not dest.exists():
             raise
-    return dest
+    finally:
+        # A fetch stopped part-way (Ctrl-C, a timeout, a refusal) leaves no partial copy: its name is
+        # this process's own, so no later reproduce would reuse or remove it, and a data set is large.
+        _remove(part)
 
 
 def _remove(path: Path) -> None:
