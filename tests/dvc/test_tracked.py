@@ -123,6 +123,17 @@ def test_the_record_names_commit_path_entry_and_remote_without_credentials(tmp_p
 
 
 @NEEDS_GIT
+def test_a_dvc_command_that_prints_nothing_leaves_the_workspace_unknown(tmp_path):
+    # `dvc status --json` prints `{}` when nothing changed; a program that prints nothing is not DVC.
+    root = _project(tmp_path / "repo")
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    silent.chmod(0o755)
+    version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}", dvc_command=str(silent)))
+    assert version["workspace"] == "unknown" and "printed nothing: is it DVC?" in version["workspace_unknown"]
+
+
+@NEEDS_GIT
 def test_an_uncommitted_dvc_file_warns_once_naming_the_commit_and_what_to_commit(tmp_path):
     root = _project(tmp_path / "repo")
     (root / "images.dvc").write_text(DVC_FILE.replace("166b9274", "99999999"))
