@@ -37,6 +37,13 @@ NO_ENDPOINT = (
     'ERROR: unexpected error - Could not connect to the endpoint URL: "http://u:pw@127.0.0.1:1/dvc/files/md5/b0"'
 )
 
+# The data's repository moved or deleted: never the DVC remote's fault.
+NO_REPOSITORY = "ERROR: failed to get 'images' from '/data/repo' - /data/repo is not a git repository"
+NO_CLONE = (
+    "ERROR: failed to get 'images' - SCM error: Failed to clone repo '/data/repo' to '/tmp/x-clone': "
+    "No git repository was found at /data/repo"
+)
+
 
 @pytest.mark.parametrize(
     ("stderr", "starts", "fix"),
@@ -46,6 +53,8 @@ NO_ENDPOINT = (
         (NO_REVISION, "commit c7d0a16b0065: is not in the data's repository /data/repo", "`git fetch` it into"),
         (FORBIDDEN, "DVC remote s3://bucket/dvc: cannot be reached or refuses the credentials", "AWS_ACCESS_KEY_ID"),
         (NO_ENDPOINT, "DVC remote s3://bucket/dvc: cannot be reached", "check that it answers"),
+        (NO_REPOSITORY, "the data's git repository /data/repo: cannot be read (", "back at /data/repo"),
+        (NO_CLONE, "the data's git repository /data/repo: cannot be read (", "(the run recorded no origin URL)"),
         ("ERROR: something new", "dvc get /data/repo images --rev c7d0a16b0065: failed: something new", "-v"),
     ],
 )
@@ -166,6 +175,19 @@ def test_a_version_that_is_not_the_run_s_data_is_refused_naming_the_dvc_file(tmp
     else:
         assert "the run's data differed from its DVC version when it trained" in line
     assert "`git log -- images.dvc`" in line and "fingerprint 12, the run recorded 34" in line
+
+
+def test_a_git_url_that_does_not_answer_is_not_the_dvc_remote_s_refusal():
+    # "Connection refused" of the git clone read as the DVC remote's: the line named the wrong server.
+    stderr = (
+        "ERROR: failed to get 'images' - SCM error: Failed to clone repo 'https://git.example.com/data.git' to "
+        "'/tmp/x-clone': HTTPSConnectionPool(host='git.example.com'): Failed to establish a new connection: "
+        "[Errno 111] Connection refused"
+    )
+    url = "https://git.example.com/data.git"
+    line = str(fetch.refusal(tool.error_line(stderr), VERSION, url))
+    assert line.startswith(f"the data's git repository {url}: cannot be read (") and "DVC remote" not in line
+    assert f"`git ls-remote {url}`" in line and "put a clone of it at /data/repo" in line
 
 
 def test_the_repository_is_the_recorded_folder_when_here_else_its_origin_without_the_mask(tmp_path):

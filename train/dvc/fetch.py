@@ -22,6 +22,9 @@ from ..errors import DataError, DataVersionError, ReproduceError
 from . import tool
 
 _NO_REVISION = ("unknown git revision", "unknown revision", "bad revision")
+# The git repository itself cannot be read (moved, deleted, its URL down): checked before the DVC
+# remote's words, since a clone that cannot connect says "connection" too.
+_NO_REPOSITORY = ("failed to clone repo", "no git repository was found", "is not a git repository")
 _NOT_PUSHED = (
     "failed to load directory",
     "no storage files",
@@ -152,6 +155,8 @@ def refusal(error: str, version: dict[str, Any], repository: str) -> DataVersion
             f"is not in the data's repository {repository} ({error})",
             f"push that commit to it, or `git fetch` it into {repository}",
         )
+    if any(word in said for word in _NO_REPOSITORY):
+        return _no_repository(error, version, repository)
     if any(word in said for word in _NO_ACCESS):
         return DataVersionError(
             "DVC remote",
@@ -172,6 +177,19 @@ def refusal(error: str, version: dict[str, Any], repository: str) -> DataVersion
         f"{repository} {path} --rev {commit[:12]}",
         f"failed: {error}",
         "run it by hand with -v to see why, mend that, then reproduce again",
+    )
+
+
+def _no_repository(error: str, version: dict[str, Any], repository: str) -> DataVersionError:
+    """The data's git repository cannot be read: the recorded folder is gone (and no URL was recorded),
+    or its URL does not answer."""
+    recorded, commit = version.get("repository"), str(version["commit"])[:12]
+    if repository == recorded:
+        fix = f"put a clone of it that has commit {commit} back at {recorded} (the run recorded no origin URL)"
+    else:
+        fix = f"check that git can read it (`git ls-remote {repository}`), or put a clone of it at {recorded}"
+    return DataVersionError(
+        "the data's git repository", repository, f"cannot be read ({error})", f"{fix}, then reproduce again"
     )
 
 
