@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import git, tiny_settings
+from helpers import PROJECT_ROOT, git, tiny_settings
 
 from train.dvc import tracked
 
@@ -179,3 +180,14 @@ def test_a_git_remote_is_recorded_without_a_password_and_an_ssh_address_whole():
     )
     assert tracked.safe_origin("git@github.com:org/data.git") == "git@github.com:org/data.git"
     assert tracked.safe_origin("/srv/git/data.git") == "/srv/git/data.git"
+
+
+@NEEDS_GIT
+@pytest.mark.skipif(not (PROJECT_ROOT / ".gitignore").is_file(), reason="no .gitignore here (the image has none)")
+def test_a_dvc_file_of_data_in_the_project_s_data_folder_is_not_git_ignored(tmp_path):
+    # `data/*` ignored data/<name>.dvc too: `dvc add data/flowers` refused it ("is git-ignored").
+    shutil.copy(PROJECT_ROOT / ".gitignore", tmp_path / ".gitignore")
+    git(tmp_path, "init", "-q")
+    ignored = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", "-q", "data/flowers.dvc"], check=False)
+    assert ignored.returncode == 1  # not ignored
+    assert git(tmp_path, "check-ignore", "data/flowers", "data/mnist.npz").split() == ["data/flowers", "data/mnist.npz"]
