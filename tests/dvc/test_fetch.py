@@ -159,15 +159,30 @@ def test_a_version_already_fetched_is_read_from_its_folder_and_the_setting_point
     assert values["data_dir"] == str(folder / "cats")
 
 
-@pytest.mark.parametrize("workspace", ["matches", "differs"])
-def test_a_version_that_is_not_the_run_s_data_is_refused_naming_the_dvc_file(tmp_path, workspace):
-    s, _ = _fetched(tmp_path)
+def _other(values):
+    raise ReproduceError("the data differs from the run's: fingerprint 12, the run recorded 34")
 
-    def other(values):
-        raise ReproduceError("the data differs from the run's: fingerprint 12, the run recorded 34")
 
+def test_a_copy_fetched_earlier_that_is_not_the_run_s_data_is_named_to_be_fetched_anew(tmp_path):
+    # A file deleted or edited in DVC_DATA_CACHE: the line blamed the .dvc file, and every reproduce
+    # read the same damaged copy again.
+    s, folder = _fetched(tmp_path)
     with pytest.raises(DataVersionError) as info:
-        fetch.data_version(VERSION | {"workspace": workspace}, {"dataset": "images:/x"}, s, other, lambda _: None)
+        fetch.data_version(VERSION, {"dataset": "images:/x"}, s, _other, lambda _: None)
+    line = str(info.value)
+    assert line.startswith(f"images at commit c7d0a16b0065 (fetched earlier into {folder}): is not the run's data (")
+    assert line.endswith(
+        f"that copy may have been changed since it was fetched; delete {folder} and reproduce again to fetch it anew"
+    )
+    assert "git log" not in line
+
+
+@pytest.mark.parametrize("workspace", ["matches", "differs"])
+def test_a_version_that_is_not_the_run_s_data_is_refused_naming_the_dvc_file(tmp_path, monkeypatch, workspace):
+    s = tiny_settings(tmp_path, dvc_command="/none", dvc_data_cache=str(tmp_path / "cache"))
+    monkeypatch.setattr(fetch, "fetch", lambda version, settings, say: _fetched(tmp_path)[1])  # fetched just now
+    with pytest.raises(DataVersionError) as info:
+        fetch.data_version(VERSION | {"workspace": workspace}, {"dataset": "images:/x"}, s, _other, lambda _: None)
     line = str(info.value)
     assert line.startswith("images at commit c7d0a16b0065 (fetched into ") and "is not the run's data" in line
     if workspace == "matches":

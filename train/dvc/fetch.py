@@ -42,6 +42,7 @@ def data_version(
     version: dict[str, Any], values: dict[str, Any], settings, fingerprint: Callable[[dict[str, Any]], str], say
 ) -> tuple[dict[str, Any], str]:
     """(the run's settings with DATASET or DATA_DIR pointing at the fetched copy, its fingerprint)."""
+    earlier = bool(version.get("path")) and _dest(version, settings).exists()
     folder = fetch(version, settings, say)
     read = folder / version["read"] if version.get("read") else folder
     changed = dict(values)
@@ -53,7 +54,7 @@ def data_version(
     try:
         return changed, fingerprint(changed)
     except (ReproduceError, DataError) as exc:
-        raise _not_the_run_s(version, folder, exc) from None
+        raise _not_the_run_s(version, folder, exc, earlier) from None
 
 
 def fetch(version: dict[str, Any], settings, say) -> Path:
@@ -66,8 +67,8 @@ def fetch(version: dict[str, Any], settings, say) -> Path:
             "names no path or commit",
             "restore manifest.json from a backup",
         )
-    place = Path(settings.dvc_data_cache).expanduser() / _key(version)
-    dest = place / Path(path).name
+    dest = _dest(version, settings)
+    place = dest.parent
     if dest.exists():
         say(f"data: {path} at commit {commit[:12]} is already in {place}")
         return dest
@@ -127,6 +128,11 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def _dest(version: dict[str, Any], settings) -> Path:
+    """Where the version is fetched to: DVC_DATA_CACHE/<hash>/<name of the tracked path>."""
+    return Path(settings.dvc_data_cache).expanduser() / _key(version) / Path(version["path"]).name
 
 
 def _key(version: dict[str, Any]) -> str:
@@ -193,9 +199,20 @@ def _no_repository(error: str, version: dict[str, Any], repository: str) -> Data
     )
 
 
-def _not_the_run_s(version: dict[str, Any], folder: Path, exc: Exception) -> DataVersionError:
-    """The fetched version is not the data the run read: the record's entry names other content."""
+def _not_the_run_s(version: dict[str, Any], folder: Path, exc: Exception, earlier: bool) -> DataVersionError:
+    """The fetched version is not the data the run read: the record's entry names other content, or the
+    copy an earlier reproduce fetched was changed since (a file deleted or edited in DVC_DATA_CACHE)."""
     path, source, commit = version["path"], version.get("dvc_file"), str(version["commit"])[:12]
+    detail = str(exc).split(": ", 1)[-1][:200]
+    if earlier and version.get("workspace") != "differs":
+        # Blaming the .dvc file here sent the user through `git log` while every reproduce kept
+        # reading the same damaged copy: fetching it anew settles which of the two it is.
+        return DataVersionError(
+            path,
+            f"at commit {commit} (fetched earlier into {folder})",
+            f"is not the run's data ({detail}): that copy may have been changed since it was fetched",
+            f"delete {folder} and reproduce again to fetch it anew",
+        )
     if version.get("workspace") == "differs":
         why = "the run's data differed from its DVC version when it trained (its manifest says so): no version holds it"
     else:
@@ -203,6 +220,6 @@ def _not_the_run_s(version: dict[str, Any], folder: Path, exc: Exception) -> Dat
     return DataVersionError(
         path,
         f"at commit {commit} (fetched into {folder})",
-        f"is not the run's data: {why} ({str(exc).split(': ', 1)[-1][:200]})",
+        f"is not the run's data: {why} ({detail})",
         f"find the commit whose {source} holds it (`git log -- {source}`), or point DATASET/DATA_DIR at that data",
     )
