@@ -192,6 +192,23 @@ def test_a_version_that_is_not_the_run_s_data_is_refused_naming_the_dvc_file(tmp
     assert "`git log -- images.dvc`" in line and "fingerprint 12, the run recorded 34" in line
 
 
+@pytest.mark.parametrize("where", ["recorded", "in-config", "relative-in-config"])
+def test_a_folder_remote_that_is_not_here_is_named_not_a_version_never_pushed(tmp_path, where):
+    # An unmounted share: DVC says its files are missing, which read as "never pushed" (and told to push).
+    gone = tmp_path / "share" / "dvc"
+    repository = tmp_path / "repo"
+    (repository / ".dvc").mkdir(parents=True)
+    url = {"recorded": "", "in-config": str(gone), "relative-in-config": "../../share/dvc"}[where]
+    (repository / ".dvc" / "config").write_text(f"[core]\n    remote = store\n['remote \"store\"']\n    url = {url}\n")
+    version = VERSION | {"remote_url": str(gone)}
+    line = str(fetch.refusal(tool.error_line(NOT_PUSHED_FILE), version, str(repository)))
+    assert line.startswith(f"DVC remote {gone}: is a folder that does not exist on this machine"), line
+    assert f"`dvc remote modify --local store url <where it is>` in {repository}" in line
+    assert "never pushed" not in line
+    gone.mkdir(parents=True)  # there, but without the version: never pushed
+    assert "never pushed" in str(fetch.refusal(tool.error_line(NOT_PUSHED_FILE), version, str(repository)))
+
+
 def test_a_git_url_that_does_not_answer_is_not_the_dvc_remote_s_refusal():
     # "Connection refused" of the git clone read as the DVC remote's: the line named the wrong server.
     stderr = (

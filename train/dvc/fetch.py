@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, DataVersionError, ReproduceError
-from . import tool
+from . import tool, tracked
 
 _NO_REVISION = ("unknown git revision", "unknown revision", "bad revision")
 # The git repository itself cannot be read (moved, deleted, its URL down): checked before the DVC
@@ -171,6 +171,16 @@ def refusal(error: str, version: dict[str, Any], repository: str) -> DataVersion
             "set its credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or `dvc remote modify --local "
             f"{version.get('remote') or '<remote>'} ...`) and check that it answers, then reproduce again",
         )
+    if any(word in said for word in _NOT_PUSHED) and (folder := _missing_folder_remote(version, repository)):
+        name, here = version.get("remote") or "<remote>", Path(repository).is_dir()
+        return DataVersionError(
+            "DVC remote",
+            folder,
+            "is a folder that does not exist on this machine (a share not mounted, or moved)",
+            "mount it or put it back there"
+            + (f", or `dvc remote modify --local {name} url <where it is>` in {repository}" if here else "")
+            + ", then reproduce again",
+        )
     if any(word in said for word in _NOT_PUSHED):
         return DataVersionError(
             path,
@@ -184,6 +194,19 @@ def refusal(error: str, version: dict[str, Any], repository: str) -> DataVersion
         f"failed: {error}",
         "run it by hand with -v to see why, mend that, then reproduce again",
     )
+
+
+def _missing_folder_remote(version: dict[str, Any], repository: str) -> str | None:
+    """The DVC remote's folder when it is a path on this machine that does not exist, else None. DVC
+    reports such a remote's files as missing, which read as a version never pushed (and `dvc push`
+    into an unmounted share's mount point is no fix)."""
+    url = version.get("remote_url") or ""
+    if Path(repository).is_dir():  # DVC reads this repository's config as it is now (a relative path: from .dvc/)
+        url = tracked.remote(Path(repository), version.get("remote") or "")[1] or url
+        url = os.path.normpath(Path(repository) / ".dvc" / url) if url and "://" not in url else url
+    if not url or "://" in url or not Path(url).is_absolute() or Path(url).exists():
+        return None
+    return url
 
 
 def _no_repository(error: str, version: dict[str, Any], repository: str) -> DataVersionError:
