@@ -882,8 +882,13 @@ def test_data_not_here_is_one_line_or_the_dvc_extra_s_fetch_when_the_run_recorde
     said = []
     assert data_for_rerun(values, recorded, None, said.append) == (fetched, "c7" * 20)
     assert said == [
-        f"data: DATASET='images:{gone}' is not valid: directory {gone} does not exist; give a directory with one sub-directory per class"
+        f"data: DATASET='images:{gone}': directory {gone} does not exist: fetching the run's DVC version instead"
     ]
+    said.clear()  # other data there: the fingerprints, not "put the run's data back", which the fetch does
+    there = values | {"dataset": f"npz:{write_tiny_npz(tmp_path)}"}
+    assert data_for_rerun(there, recorded, None, said.append) == (fetched, "c7" * 20)
+    assert said[0].startswith("data: the data differs from the run's: ") and "put the run's data back" not in said[0]
+    assert said[0].endswith("the run recorded ab: fetching the run's DVC version instead")
 
 
 def test_each_version_that_differs_is_a_warning_and_an_unknown_one_is_none():

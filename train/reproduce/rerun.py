@@ -148,6 +148,9 @@ def check_model_module(root: Path, commit: str, config: dict[str, Any]) -> None:
     )
 
 
+_PUT_BACK = "; put the run's data back where it read it (a rerun reads the recorded place)"
+
+
 def check_data(settings, manifest: dict[str, Any]) -> str:
     """Load the data the way training will and compare its fingerprint with the recorded one."""
     from ..inputs.pipeline import load_data
@@ -157,7 +160,7 @@ def check_data(settings, manifest: dict[str, Any]) -> str:
     if recorded and spec.fingerprint != recorded:
         raise ReproduceError(
             f"the data differs from the run's: {spec.source} has fingerprint {spec.fingerprint}, "
-            f"the run recorded {recorded}; put the run's data back where it read it (a rerun reads the recorded place)"
+            f"the run recorded {recorded}{_PUT_BACK}"
         )
     return spec.fingerprint
 
@@ -185,7 +188,10 @@ def data_for_rerun(
                 what = dataset_missing(str(exc.value))
                 raise ReproduceError(f"the run's data is not here: {what}; put it back where the run read it") from None
             raise
-        say(f"data: {first_line(exc, None)}")
+        # What is wrong here, without the fix for a run that has no data version: the fetch is the fix.
+        here = dataset_missing(str(exc.value)) if isinstance(exc, ConfigError) else None
+        said = f"DATASET={exc.value!r}: {here}" if here else first_line(exc, None).removesuffix(_PUT_BACK)
+        say(f"data: {said}: fetching the run's DVC version instead")
     return fetch.data_version(version, values, settings or Settings(), fingerprint, say)
 
 
