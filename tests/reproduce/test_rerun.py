@@ -1151,3 +1151,29 @@ def test_a_model_from_a_module_outside_the_commit_is_refused_before_any_training
     with pytest.raises(ReproduceError) as e:
         check_model_module(repo, commit, {"model": "mine:net"})
     assert str(e.value).startswith(f"MODEL=mine:net: module 'mine' is neither in commit {commit[:12]} nor installed")
+
+
+def test_a_built_in_data_set_missing_from_its_tracked_data_dir_is_fetched_never_downloaded_there(tmp_path, monkeypatch):
+    """DATASET=mnist read from a DVC-tracked DATA_DIR: the rerun fetches that version instead of letting
+    Keras download MNIST into the DVC workspace (which would make it differ from its version)."""
+    from types import SimpleNamespace
+
+    from helpers import tiny_values
+
+    from train import datasets, extras
+    from train.reproduce.rerun import data_for_rerun
+
+    tracked = tmp_path / "tracked"  # the DVC workspace the run read; its mnist.npz is gone
+    values = tiny_values(tmp_path, tmp_path / "unused.npz") | {"dataset": "mnist", "data_dir": str(tracked)}
+    version = {"tool": "dvc", "path": "tracked", "commit": "c7" * 20, "setting": "DATA_DIR"}
+    fetched = values | {"data_dir": "/fetched/tracked"}
+    fake = SimpleNamespace(data_version=lambda v, vals, s, fingerprint, say: (fetched, "ab"))
+    monkeypatch.setattr(extras, "part", lambda extra, name: fake if (extra, name) == ("dvc", "fetch") else None)
+    monkeypatch.setattr(datasets, "download", lambda url, *a, **k: pytest.fail(f"downloaded {url}"))
+    said = []
+    assert data_for_rerun(values, {"data": {"fingerprint": "ab", "version": version}}, None, said.append) == (
+        fetched,
+        "ab",
+    )
+    assert said == [f"data: {tracked / 'mnist.npz'} is not here: fetching the run's DVC version instead"]
+    assert not tracked.exists()

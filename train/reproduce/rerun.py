@@ -176,11 +176,14 @@ def data_for_rerun(
     def fingerprint(changed: dict[str, Any]) -> str:
         return check_data(settings_from_dict(changed), manifest)
 
+    version = (manifest.get("data") or {}).get("version")
+    fetch = extras.part("dvc", "fetch")
+    if (missing := _download_instead(values, version)) and fetch is not None and not in_image:
+        say(f"data: {missing} is not here: fetching the run's DVC version instead")
+        return fetch.data_version(version, values, settings or Settings(), fingerprint, say)
     try:
         return values, fingerprint(values)
     except (ReproduceError, DataError, ConfigError) as exc:
-        version = (manifest.get("data") or {}).get("version")
-        fetch = extras.part("dvc", "fetch")
         if isinstance(exc, ConfigError) and not data_not_here(exc):
             raise
         if not isinstance(version, dict) or fetch is None or in_image:
@@ -193,6 +196,18 @@ def data_for_rerun(
         said = f"DATASET={exc.value!r}: {here}" if here else first_line(exc, None).removesuffix(_PUT_BACK)
         say(f"data: {said}: fetching the run's DVC version instead")
     return fetch.data_version(version, values, settings or Settings(), fingerprint, say)
+
+
+def _download_instead(values: dict[str, Any], version: Any) -> Path | None:
+    """DATA_DIR/<name>.npz of a built-in data set whose DATA_DIR the run read as a DVC-tracked folder,
+    when that file is not here: loading it would download the data set into the DVC workspace (making
+    it differ from its version), where the recorded version is to be fetched instead."""
+    from ..datasets import DATASETS
+
+    if not isinstance(version, dict) or version.get("setting") != "DATA_DIR" or values.get("dataset") not in DATASETS:
+        return None
+    npz = Path(str(values.get("data_dir") or "")).expanduser() / f"{values['dataset']}.npz"
+    return None if npz.exists() else npz
 
 
 def installed_versions() -> dict[str, str | None]:
