@@ -136,3 +136,19 @@ def test_train_refuses_a_missing_export_runtime_before_it_trains_as_fit_does(mon
         train.train(Settings())
     monkeypatch.setattr(fit, "fit", lambda *a, **kw: "trained")
     assert train.train(Settings(export=False)) == "trained"  # nothing exported: nothing to check
+
+
+def test_a_refused_train_holds_no_lines_for_a_run_that_never_came(tmp_path):
+    """Lines are held for the train.log a run opens; a start refused before there is a run (here: a
+    resume of a run that is not there) gives them up, so a notebook that goes on does not keep them."""
+    import logging
+
+    import train
+    from train.config import load_settings
+    from train.errors import TemplateError
+    from train.run.train_log import _Held
+
+    settings = load_settings({"runs_dir": str(tmp_path), "resume": "no-such-run"}, env_file=None, environ={})
+    with pytest.raises(TemplateError, match="no-such-run"):
+        train.train(settings)
+    assert not [h for h in logging.getLogger("train").handlers if isinstance(h, _Held)]

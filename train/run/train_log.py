@@ -81,8 +81,9 @@ def log_to_file_only(line: str) -> None:
 
 
 def close_logging() -> None:
+    """train.log closed, and lines no longer held for one: the console alone goes on."""
     for h in list(log.handlers):
         h.flush()
-        if isinstance(h, logging.FileHandler):
+        if isinstance(h, (logging.FileHandler, _Held)):
             log.removeHandler(h)
             h.close()

@@ -90,13 +90,17 @@ def fit(
         resume = settings.resume if resume is None else resume
         # The console now; train.log, once the run has one, gets these lines first (the chief's, with several workers).
         setup_logging(None, prefix="[worker 0] " if setup is not None else "", hold=True)
-        remote = open_runs_dir(settings)  # a store must answer now, before any training (StorageError)
-        if remote is not None and resume:
-            remote.bring(resume)  # the run to resume, from the store into the staging copy
-        probe = flops.bf16_probe(settings.runs_dir)
-        # Several workers keep the defaults: each loads its own settings.
-        choose = (lambda given: _choose_batch(given, probe)) if setup is None and _leaves_batch(settings) else None
-        plan = plan_run(settings, resume, force, restart, choose)
+        try:
+            remote = open_runs_dir(settings)  # a store must answer now, before any training (StorageError)
+            if remote is not None and resume:
+                remote.bring(resume)  # the run to resume, from the store into the staging copy
+            probe = flops.bf16_probe(settings.runs_dir)
+            # Several workers keep the defaults: each loads its own settings.
+            choose = (lambda given: _choose_batch(given, probe)) if setup is None and _leaves_batch(settings) else None
+            plan = plan_run(settings, resume, force, restart, choose)
+        except BaseException:
+            close_logging()  # no run to give the held lines to: a caller that goes on does not keep holding them
+            raise
         if plan.batch is not None:  # a new run took it (RESUME=auto may have continued another instead)
             log.info("batch: %(batch_size)d, learning rate %(learning_rate)g (neither was set: %(reason)s)", plan.batch)
         if plan.settings.runs_dir != settings.runs_dir:  # a run found elsewhere: its own RUNS_DIR caches it
