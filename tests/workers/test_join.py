@@ -161,6 +161,21 @@ def test_a_worker_started_with_another_cluster_is_refused():
     assert f"started with another cluster (127.0.0.1:{p0} is its worker 0)" in str(info.value)
 
 
+def test_workers_started_with_other_settings_both_stop_naming_them():
+    ports = free_local_ports(2)
+    chiefs = {"learning_rate": 0.007, "model": "cnn", "seed": 42}
+    theirs = {"learning_rate": 0.01, "model": "cnn", "seed": 7}
+    t, box = _in_thread(join.wait_for_workers, _cluster(ports, 0), HANG_GUARD, StopFlag(), "WORKERS", chiefs)
+    with pytest.raises(ConfigError) as info:
+        join.wait_for_workers(_cluster(ports, 1), HANG_GUARD, StopFlag(), "WORKERS", theirs)
+    t.join(HANG_GUARD)
+    assert not t.is_alive() and isinstance(box.get("error"), ConfigError), box  # the chief does not wait on
+    for error, value, other in ((info.value, 0.01, 0), (box["error"], 0.007, 1)):
+        assert error.name == "LEARNING_RATE" and error.value == value
+        assert f"worker {other} (127.0.0.1:{ports[other]}) was started with another LEARNING_RATE, SEED:" in str(error)
+        assert "give every worker the same settings" in str(error)
+
+
 # -- through the command line ---------------------------------------------------------------------
 @pytest.fixture
 def started():

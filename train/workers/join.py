@@ -3,9 +3,11 @@
 TensorFlow's own join (building MultiWorkerMirroredStrategy) blocks in C++: a worker that never
 starts keeps it waiting without a word and deaf to SIGTERM/SIGINT. So each worker first holds its
 own port (the one TensorFlow binds a moment later, so a port in use is found here, in one line) and
-exchanges one line with every other worker: `tf-train-join <index> <cluster digest> <address>`. One
-exchange, in either direction, tells both ends that the other is up and has the same cluster. Only
-when every other worker has been met does the port go to TensorFlow, whose join is then short.
+exchanges one line with every other worker: `tf-train-join <index> <cluster digest> <address>
+<settings>`, the last a short hash of each setting every worker must share (train.workers.settings.
+shared). One exchange, in either direction, tells both ends that the other is up and has the same
+cluster and settings; other settings stop both ends with one line naming them. Only when every
+other worker has been met does the port go to TensorFlow, whose join is then short.
 
 While it waits, the worker logs who is missing every JOIN_REPORT_SECONDS, a stop (SIGTERM, Ctrl-C,
 MAX_MINUTES) ends it with `Interrupted` (nothing was trained, nothing is lost), and after
@@ -20,6 +22,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Mapping
 
 from ..errors import ConfigError, Interrupted, PortInUseError, WorkersMissingError
 from .cluster import Cluster
@@ -38,15 +41,37 @@ def digest(cluster: Cluster) -> str:
     return hashlib.sha256("\n".join(cluster.workers).encode()).hexdigest()[:16]
 
 
-def _line(cluster: Cluster) -> bytes:
-    return f"{MAGIC} {cluster.index} {digest(cluster)} {cluster.workers[cluster.index]}\n".encode()
+def settings_token(shared: Mapping[str, object]) -> str:
+    """Six hex digits a setting, in the order of its name: short enough for one line whatever the
+    number of settings, and each setting that differs can still be named."""
+    return "-".join(hashlib.sha256(f"{k}={shared[k]!r}".encode()).hexdigest()[:6] for k in sorted(shared)) or "-"
 
 
-def _parse(raw: bytes) -> tuple[int, str, str] | None:
+def _line(cluster: Cluster, token: str) -> bytes:
+    return f"{MAGIC} {cluster.index} {digest(cluster)} {cluster.workers[cluster.index]} {token}\n".encode()
+
+
+def _parse(raw: bytes) -> tuple[int, str, str, str] | None:
     parts = raw.decode("ascii", "replace").split()
-    if len(parts) != 4 or parts[0] != MAGIC or not parts[1].isdigit():
+    if len(parts) != 5 or parts[0] != MAGIC or not parts[1].isdigit():
         return None
-    return int(parts[1]), parts[2], parts[3]
+    return int(parts[1]), parts[2], parts[3], parts[4]
+
+
+def _other_settings(cluster: Cluster, j: int, shared: Mapping[str, object], theirs: str) -> ConfigError | None:
+    """The error for worker j started with other shared settings than this one (None: the same)."""
+    names, mine = sorted(shared), settings_token(shared).split("-")
+    other = theirs.split("-")
+    differ = [n for n, a, b in zip(names, mine, other) if a != b] if len(other) == len(mine) else names
+    if not differ:
+        return None
+    return ConfigError(
+        differ[0].upper(),
+        shared[differ[0]],
+        f"worker {j} ({cluster.workers[j]}) was started with another {', '.join(n.upper() for n in differ)}: give "
+        "every worker the same settings (only WORKER_INDEX and where its files are, e.g. RUNS_DIR and "
+        "DATA_DIR, may differ; BATCH_SIZE and PRECISION are the chief's)",
+    )
 
 
 def _read_line(conn: socket.socket) -> bytes:
@@ -91,8 +116,9 @@ def _bind(port: int) -> socket.socket:
 class _Listener:
     """This worker's port until TensorFlow takes it: answers every other worker's line with its own."""
 
-    def __init__(self, cluster: Cluster, name: str):
-        self.cluster, self.met = cluster, set()
+    def __init__(self, cluster: Cluster, name: str, shared: Mapping[str, object]):
+        self.cluster, self.met, self.shared = cluster, set(), shared
+        self.refused: ConfigError | None = None  # a worker of this cluster with other settings
         address = cluster.workers[cluster.index]
         try:
             self.sock = _bind(cluster.port)
@@ -118,18 +144,23 @@ class _Listener:
             with conn:
                 try:
                     conn.settimeout(LINE_SECONDS)
-                    conn.sendall(_line(self.cluster))
+                    conn.sendall(_line(self.cluster, settings_token(self.shared)))
                     got = _parse(_read_line(conn))
                     conn.recv(1)  # the other end closes first: no TIME_WAIT left on this port for TensorFlow
                 except OSError:
                     continue
             # A worker of another cluster (another digest) is not one of ours: it refuses itself.
             if got and got[1] == digest(self.cluster) and 0 <= got[0] < len(self.cluster.workers):
+                # Told here too, not only to the worker that called: both ends stop, neither waits on.
+                refused = _other_settings(self.cluster, got[0], self.shared, got[3])
                 with self._lock:
                     self.met.add(got[0])
+                    self.refused = self.refused or refused
 
     def seen(self) -> set[int]:
         with self._lock:
+            if self.refused is not None:
+                raise self.refused
             return set(self.met)
 
     def close(self) -> None:
@@ -138,7 +169,7 @@ class _Listener:
         self._thread.join(timeout=5)
 
 
-def _probe(cluster: Cluster, j: int, name: str) -> str:
+def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object]) -> str:
     """'met' (ours, or TensorFlow's server), 'absent' (nothing listens there yet) or 'foreign'."""
     host, port = cluster.workers[j].rsplit(":", 1)
     try:
@@ -150,7 +181,7 @@ def _probe(cluster: Cluster, j: int, name: str) -> str:
                 # TensorFlow's server: that worker met everyone and is in TensorFlow's join, waiting
                 # for this one (it was restarted since, or met it a moment ago). Anything else is not ours.
                 return "met" if _is_grpc(first) else "foreign"
-            conn.sendall(_line(cluster))
+            conn.sendall(_line(cluster, settings_token(shared)))
     except OSError:  # refused, unreachable, a name that does not resolve (yet), timed out
         return "absent"
     if got[1] != digest(cluster):
@@ -160,6 +191,9 @@ def _probe(cluster: Cluster, j: int, name: str) -> str:
             f"the worker there was started with another cluster ({got[2]} is its worker {got[0]}): "
             f"give every worker the same {name}",
         )
+    refused = _other_settings(cluster, j, shared, got[3])
+    if refused is not None:
+        raise refused
     return "met"
 
 
@@ -167,12 +201,16 @@ def _who(cluster: Cluster, missing: list[int]) -> str:
     return ", ".join(f"worker {j} ({cluster.workers[j]})" for j in missing)
 
 
-def wait_for_workers(cluster: Cluster, timeout: float, stop, name: str) -> None:
+def wait_for_workers(
+    cluster: Cluster, timeout: float, stop, name: str, shared: Mapping[str, object] | None = None
+) -> None:
     """Return once every other worker of `cluster` has started; see the module docstring.
 
     `timeout` in seconds (0: no limit); `stop` a train.training.stop_flag.StopFlag; `name` the setting that
-    made the cluster (WORKERS or TF_CONFIG), for the messages."""
-    listener = _Listener(cluster, name)
+    made the cluster (WORKERS or TF_CONFIG), for the messages; `shared` the settings every worker
+    must have alike, by name."""
+    shared = dict(shared or {})
+    listener = _Listener(cluster, name, shared)
     try:
         started, reported = time.monotonic(), None
         met: set[int] = set()
@@ -181,7 +219,7 @@ def wait_for_workers(cluster: Cluster, timeout: float, stop, name: str) -> None:
             status = {}
             for j in range(len(cluster.workers)):
                 if j != cluster.index and j not in met:
-                    status[j] = _probe(cluster, j, name)
+                    status[j] = _probe(cluster, j, name, shared)
                     if status[j] == "met":
                         met.add(j)
             missing = [j for j in range(len(cluster.workers)) if j != cluster.index and j not in met]

@@ -29,6 +29,22 @@ class Section:
     )
 
 
+# Settings that change what is trained, yet need not match on every worker: a worker takes the
+# chief's BATCH_SIZE (its loop state) and PRECISION (at the join); DATASET may be another path to the
+# same file on another host (the data's fingerprint is compared instead) and CACHE is only how a
+# worker keeps the decoded examples.
+NOT_SHARED = frozenset({"batch_size", "precision", "dataset", "cache"})
+
+
+def shared(settings) -> dict[str, object]:
+    """The settings every worker must be started with alike (compared at the join, before TensorFlow):
+    another SEED or VAL_SPLIT would train on other batches and validate on examples another worker
+    trains on, another LEARNING_RATE or MODEL would let the workers' weights drift apart, all silently."""
+    from ..config import of_kind
+
+    return {name: getattr(settings, name) for name in sorted(of_kind("result") - NOT_SHARED)}
+
+
 def check_environ(settings, environ: Mapping[str, str]):
     """The cluster (TF_CONFIG, WORKERS/WORKER_INDEX or SkyPilot's variables) and the batch it splits,
     checked when the settings are loaded, before TensorFlow is imported; None when nothing asks for

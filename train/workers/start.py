@@ -15,7 +15,7 @@ import os
 
 from ..run.train_log import setup_logging
 from .join import wait_for_workers
-from .settings import check_environ
+from .settings import check_environ, shared
 
 log = logging.getLogger("train")
 
@@ -27,7 +27,7 @@ def join(settings, stop, epochs: int):
     setup_logging(None, prefix=f"[worker {cluster.index}] ")
     log.warning(cluster.exposure_warning())
     # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
-    wait_for_workers(cluster, settings.join_timeout, stop, cluster.source)
+    wait_for_workers(cluster, settings.join_timeout, stop, cluster.source, shared(settings))
     from ..setup import devices
     from . import worker
 
