@@ -48,6 +48,8 @@ def test_tf_config_with_a_chief_job_puts_the_chief_first():
         ("a:1,b:2", -1, "WORKER_INDEX", "0..1"),  # WORKERS without WORKER_INDEX
         ("a:1,b:2", 2, "WORKER_INDEX", "0..1"),  # out of range
         ("a:1,b", 0, "WORKERS", "not host:port"),  # missing port
+        ("::1:2222,::2:2222", 0, "WORKERS", "an IPv6 address in brackets: [::1]:2222"),
+        ("fd00::1,fd00::2", 0, "WORKERS", "an IPv6 address in brackets: [fd00::1]:2222"),  # and no port
         ("a:1,b:99999", 0, "WORKERS", "outside 1..65535"),
         ("a:1,a:1", 0, "WORKERS", "entry 0 (a:1) and entry 1 (a:1) are the same address"),
         ("", 0, "WORKER_INDEX", "only together with WORKERS"),

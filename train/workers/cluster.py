@@ -123,7 +123,11 @@ def _check_unique(name: str, raw: str, addresses: list[str], labels: list[str]) 
 
 def _check_address(name: str, raw: str, address: object) -> str:
     if not isinstance(address, str) or not _ADDRESS.match(address.strip()):
-        raise ConfigError(name, raw, f"{address!r} is not host:port (e.g. 10.0.0.2:2222)")
+        # An IPv6 address has colons of its own: the port can only be told apart with brackets.
+        text = address.strip() if isinstance(address, str) else ""
+        host = next((h for h in (text.rsplit(":", 1)[0], text) if ":" in h and _is_ip(h)), "")
+        hint = f", an IPv6 address in brackets: [{host}]:2222" if host else ""
+        raise ConfigError(name, raw, f"{address!r} is not host:port (e.g. 10.0.0.2:2222{hint})")
     port = int(_ADDRESS.match(address.strip()).group(2))
     if not 1 <= port <= 65535:
         raise ConfigError(name, raw, f"port {port} in {address!r} is outside 1..65535")
