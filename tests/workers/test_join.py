@@ -176,6 +176,27 @@ def test_workers_started_with_other_settings_both_stop_naming_them():
         assert "give every worker the same settings" in str(error)
 
 
+def test_a_worker_started_with_another_workers_index_is_refused_naming_worker_index():
+    p0, p1 = free_local_ports(2)
+    mine = _cluster([p0, p1], 0)
+    # What a worker on another host answers at p1 when it was given WORKER_INDEX=0 as well.
+    impostor = from_workers(f"127.0.0.1:{p0},127.0.0.1:{p1}", 0)
+    with socket.create_server(("127.0.0.1", p1)) as server:
+
+        def answer():
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(join._line(impostor, join.settings_token({})))
+                conn.recv(512)
+
+        threading.Thread(target=answer, daemon=True).start()
+        with pytest.raises(ConfigError) as info:
+            join.wait_for_workers(mine, HANG_GUARD, StopFlag(), "WORKERS")
+    assert info.value.name == "WORKER_INDEX" and info.value.value == 0
+    assert f"the worker at 127.0.0.1:{p1} says it is worker 0 (127.0.0.1:{p0}), not worker 1" in str(info.value)
+    assert "give each worker its own WORKER_INDEX, its place in WORKERS" in str(info.value)
+
+
 # -- through the command line ---------------------------------------------------------------------
 @pytest.fixture
 def started():

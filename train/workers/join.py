@@ -191,10 +191,24 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object]) ->
             f"the worker there was started with another cluster ({got[2]} is its worker {got[0]}): "
             f"give every worker the same {name}",
         )
+    if got[0] != j:
+        # Two workers given one index (a .env copied from host to host) would both enter TensorFlow's
+        # join as that task, where they wait for ever: refused here, on each of them.
+        setting = _INDEX_SETTING.get(name, name)
+        raise ConfigError(
+            setting,
+            cluster.index if setting == "WORKER_INDEX" else cluster.workers[cluster.index],
+            f"the worker at {cluster.workers[j]} says it is worker {got[0]} ({got[2]}), not worker {j}: "
+            f"give each worker its own {setting}, its place in {name}",
+        )
     refused = _other_settings(cluster, j, shared, got[3])
     if refused is not None:
         raise refused
     return "met"
+
+
+# The setting that gives a worker its place in the cluster named by each source.
+_INDEX_SETTING = {"WORKERS": "WORKER_INDEX", "SKYPILOT_NODE_IPS": "SKYPILOT_NODE_RANK"}
 
 
 def _who(cluster: Cluster, missing: list[int]) -> str:
