@@ -60,6 +60,14 @@ def test_every_other_replica_sends_zeros():
     assert sync.from_chief(ReplicasOfOneWorker([0, 1, 2]), values).tolist() == [3.0, 4.0]
 
 
+def test_one_strategy_traces_its_broadcast_once_whatever_the_length():
+    strategy = ReplicasOfOneWorker([0])
+    for n in (128, 3, 1, 40):  # a run id, the loop state, the last wait, some variables
+        assert sync.from_chief(strategy, np.arange(n, dtype=np.float64)).tolist() == list(range(n))
+    assert sync.from_chief(strategy, np.ones((2, 3))).shape == (2, 3)
+    assert sync._broadcast(strategy).experimental_get_tracing_count() == 1
+
+
 def _chief_sends(monkeypatch, array):
     """from_chief stand-in: whatever this process passes, the chief's `array` comes back."""
     seen = []

@@ -205,6 +205,7 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_the_resumed_pair_
     m = manifest(run)
     assert m["status"] == "completed" and len(m["resumed_at"]) == 1
     assert m["final_weights_sha256"] == reference
+    assert "retracing" not in text(procs[0]) + text(procs[1])  # the chief's broadcasts are traced once
 
 
 # The coordination service notices a dead worker when its heartbeats stop: 10 s instead of the

@@ -8,6 +8,7 @@ float64, exact for float32/float16 weights and for integers below 2**53.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -15,19 +16,30 @@ import tensorflow as tf
 RUN_ID_BYTES = 128
 
 
+# One broadcast function a strategy, traced once for every length: a new function at every call
+# (a resume makes a few) has TensorFlow warn of "excessive retracing" on stderr at the run's end.
+_BROADCASTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _broadcast(strategy):
+    if strategy not in _BROADCASTS:
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float64)])
+        def broadcast(local):
+            def replica():
+                ctx = tf.distribute.get_replica_context()
+                return tf.where(tf.equal(ctx.replica_id_in_sync_group, 0), local, tf.zeros_like(local))
+
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica), axis=None)
+
+        _BROADCASTS[strategy] = broadcast
+    return _BROADCASTS[strategy]
+
+
 def from_chief(strategy, values: np.ndarray) -> np.ndarray:
     """`values` as the chief has them (others pass an array of the same shape; its content is ignored)."""
-    local = tf.constant(np.asarray(values, dtype=np.float64))
-
-    @tf.function
-    def broadcast():
-        def replica():
-            ctx = tf.distribute.get_replica_context()
-            return tf.where(tf.equal(ctx.replica_id_in_sync_group, 0), local, tf.zeros_like(local))
-
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica), axis=None)
-
-    return broadcast().numpy()
+    local = np.asarray(values, dtype=np.float64)
+    return _broadcast(strategy)(tf.constant(local.ravel())).numpy().reshape(local.shape)
 
 
 def text_from_chief(strategy, text: str) -> str:
