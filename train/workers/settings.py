@@ -42,7 +42,10 @@ def shared(settings) -> dict[str, object]:
     trains on, another LEARNING_RATE or MODEL would let the workers' weights drift apart, all silently."""
     from ..config import of_kind
 
-    return {name: getattr(settings, name) for name in sorted(of_kind("result") - NOT_SHARED)}
+    # IMAGE_SIZE and CHANNELS shape an image folder's examples only: another value left in one
+    # worker's .env changes nothing for another data set.
+    unused = set() if str(settings.dataset).startswith("images:") else {"image_size", "channels"}
+    return {name: getattr(settings, name) for name in sorted(of_kind("result") - NOT_SHARED - unused)}
 
 
 def check_environ(settings, environ: Mapping[str, str]):
