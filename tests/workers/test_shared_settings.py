@@ -1,4 +1,4 @@
-"""settings: what the workers extra adds to the settings, and which of them every worker must share."""
+"""train/workers/settings.py: what the workers extra adds to the settings, and which of them every worker must share."""
 
 from __future__ import annotations
 
