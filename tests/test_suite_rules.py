@@ -39,3 +39,13 @@ def test_without_it_both_skip(tmp_path):
     proc = _run_suite(tmp_path, REQUIRE_ALL="")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.fullmatch(r"1 passed, 2 skipped in .*", proc.stdout.splitlines()[-1])
+
+
+def test_no_two_test_modules_share_a_file_name():
+    """The test folders are not packages, so pytest imports each file by its name alone: a second
+    test_settings.py in another folder stops the whole run at collection ("import file mismatch")."""
+    from collections import Counter
+
+    tests = Path(__file__).parent
+    names = Counter(p.name for p in tests.rglob("test_*.py") if "fixtures" not in p.parts)
+    assert not [name for name, n in names.items() if n > 1]
