@@ -107,7 +107,11 @@ def test_the_study_server_stopped_mid_trial_is_warned_then_one_storage_error_and
         return real(settings, resume=resume, callbacks=[StopTheServer(), *callbacks], **kwargs)
 
     space = tmp_path / "space.toml"
-    space.write_text("[study]\nname = 'lost'\ntrials = 1\npruner = 'none'\n[space]\nlearning_rate = [0.001, 0.002]\n")
+    # The trial the lost server could not be told of is still running in the study: the next sweep
+    # takes it over once its heartbeat is stale, twice `heartbeat` seconds.
+    space.write_text(
+        "[study]\nname = 'lost'\ntrials = 1\npruner = 'none'\nheartbeat = 1\n[space]\nlearning_rate = [0.001, 0.002]\n"
+    )
     sweep = ["sweep", str(space), "--storage", server.url, "--env-file", "/dev/null", *_flags(tmp_path, 2)]
     try:
         monkeypatch.setattr("train.train", trains)
