@@ -228,7 +228,10 @@ def test_a_sweep_waiting_for_another_process_looks_again_within_seconds_not_a_he
         result = sweep.run_sweep(spec, settings, url, trials=3)
     assert spec.heartbeat == 60 and waits == [sweep.POLL_SECONDS] * 3 and sweep.POLL_SECONDS <= 5
     said = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
-    assert said == ["waiting for trial(s) 2, run by other processes"]  # once, not at every look
+    assert said == [  # once, not at every look
+        "waiting for trial(s) 2, run by other processes (a trial whose process is gone is taken over once it "
+        "has sent no heartbeat for 120 s)"
+    ]
     assert result.finished == 3
 
 

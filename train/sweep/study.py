@@ -119,7 +119,14 @@ def run_sweep(
             if not running:
                 break
             if running != waited_for:
-                log.info("waiting for trial(s) %s, run by other processes", ", ".join(map(str, running)))
+                # Or by a process that is gone (killed, or cut off from the database before it could tell
+                # the result): from here that looks the same until its heartbeat goes stale.
+                log.info(
+                    "waiting for trial(s) %s, run by other processes (a trial whose process is gone is taken "
+                    "over once it has sent no heartbeat for %g s)",
+                    ", ".join(map(str, running)),
+                    2 * spec.heartbeat,
+                )
                 waited_for = running
             # Look again soon: a trial that ends is seen within seconds, not a whole heartbeat later
             # (a dead process's trial still takes the heartbeat's grace to be found stale).
