@@ -119,14 +119,7 @@ def run_sweep(
             if not running:
                 break
             if running != waited_for:
-                # Or by a process that is gone (killed, or cut off from the database before it could tell
-                # the result): from here that looks the same until its heartbeat goes stale.
-                log.info(
-                    "waiting for trial(s) %s, run by other processes (a trial whose process is gone is taken "
-                    "over once it has sent no heartbeat for %g s)",
-                    ", ".join(map(str, running)),
-                    2 * spec.heartbeat,
-                )
+                _say_waiting(running, spec)
                 waited_for = running
             # Look again soon: a trial that ends is seen within seconds, not a whole heartbeat later
             # (a dead process's trial still takes the heartbeat's grace to be found stale).
@@ -159,6 +152,17 @@ def planned_total(spec: SweepSpec, trials: int | None = None) -> int:
     else:
         log.info("study %s: the grid has %d points, so %d trial(s), not %d", spec.name, points, points, total)
     return points
+
+
+def _say_waiting(running: list[int], spec: SweepSpec) -> None:
+    """Other processes' trials, or a process that is gone (killed, or cut off from the database before
+    it could tell its result): from here the two look the same until its heartbeat goes stale."""
+    log.info(
+        "waiting for trial(s) %s, run by other processes (a trial whose process is gone is taken over once "
+        "it has sent no heartbeat for %g s)",
+        ", ".join(map(str, running)),
+        2 * spec.heartbeat,
+    )
 
 
 POLL_SECONDS = 2.0  # how often a sweep with nothing left to start looks at other processes' trials
