@@ -34,6 +34,10 @@ class Section:
 # same file on another host (the data's fingerprint is compared instead) and CACHE is only how a
 # worker keeps the decoded examples.
 NOT_SHARED = frozenset({"batch_size", "precision", "dataset", "cache"})
+# Settings of kind `free` (a resume may change them) that each worker's own loop reads to decide when
+# it checkpoints and stops: another value on one worker has it make a collective call the others
+# never make, and TensorFlow then waits for ever (or aborts with a collective's traceback).
+LOOP = ("epochs", "patience", "min_delta", "checkpoint_every", "steps_per_execution")
 
 
 def shared(settings) -> dict[str, object]:
@@ -45,7 +49,11 @@ def shared(settings) -> dict[str, object]:
     # IMAGE_SIZE and CHANNELS shape an image folder's examples only: another value left in one
     # worker's .env changes nothing for another data set.
     unused = set() if str(settings.dataset).startswith("images:") else {"image_size", "channels"}
-    return {name: getattr(settings, name) for name in sorted(of_kind("result") - NOT_SHARED - unused)}
+    names = sorted((of_kind("result") - NOT_SHARED - unused) | set(LOOP))
+    values = {name: getattr(settings, name) for name in names}
+    if settings.smoke:
+        values["epochs"] = 1  # SMOKE trains one epoch whatever EPOCHS says
+    return values
 
 
 def check_environ(settings, environ: Mapping[str, str]):
