@@ -197,6 +197,27 @@ def test_a_worker_started_with_another_workers_index_is_refused_naming_worker_in
     assert "give each worker its own WORKER_INDEX, its place in WORKERS" in str(info.value)
 
 
+def test_a_worker_of_an_older_version_is_refused_as_such_not_waited_for():
+    """Its line has no settings: it was taken for another program, and both waited out JOIN_TIMEOUT."""
+    p0, p1 = free_local_ports(2)
+    mine, theirs = _cluster([p0, p1], 0), _cluster([p0, p1], 1)
+    older = f"{join.MAGIC} 1 {join.digest(theirs)} 127.0.0.1:{p1}\n".encode()
+    with socket.create_server(("127.0.0.1", p1)) as server:
+
+        def answer():
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(older)
+                conn.recv(512)
+
+        threading.Thread(target=answer, daemon=True).start()
+        with pytest.raises(ConfigError) as info:
+            join.wait_for_workers(mine, HANG_GUARD, StopFlag(), "WORKERS")
+    assert info.value.name == "WORKERS" and info.value.value == f"127.0.0.1:{p1}"
+    assert "worker 1 there runs an older version of this template" in str(info.value)
+    assert "start every worker from the same version" in str(info.value)
+
+
 # -- through the command line ---------------------------------------------------------------------
 @pytest.fixture
 def started():

@@ -52,14 +52,25 @@ def _line(cluster: Cluster, token: str) -> bytes:
 
 
 def _parse(raw: bytes) -> tuple[int, str, str, str] | None:
+    """(index, cluster digest, address, settings token); the token is "" from a version of this
+    template that sent none, which is refused by name rather than taken for another program."""
     parts = raw.decode("ascii", "replace").split()
-    if len(parts) != 5 or parts[0] != MAGIC or not parts[1].isdigit():
+    if len(parts) not in (4, 5) or parts[0] != MAGIC or not parts[1].isdigit():
         return None
-    return int(parts[1]), parts[2], parts[3], parts[4]
+    return int(parts[1]), parts[2], parts[3], parts[4] if len(parts) == 5 else ""
 
 
-def _other_settings(cluster: Cluster, j: int, shared: Mapping[str, object], theirs: str) -> ConfigError | None:
+def _other_settings(
+    cluster: Cluster, j: int, name: str, shared: Mapping[str, object], theirs: str
+) -> ConfigError | None:
     """The error for worker j started with other shared settings than this one (None: the same)."""
+    if not theirs:
+        return ConfigError(
+            name,
+            cluster.workers[j],
+            f"worker {j} there runs an older version of this template, which does not compare the settings "
+            "at the join: start every worker from the same version (commit or image)",
+        )
     names, mine = sorted(shared), settings_token(shared).split("-")
     other = theirs.split("-")
     differ = [n for n, a, b in zip(names, mine, other) if a != b] if len(other) == len(mine) else names
@@ -117,7 +128,7 @@ class _Listener:
     """This worker's port until TensorFlow takes it: answers every other worker's line with its own."""
 
     def __init__(self, cluster: Cluster, name: str, shared: Mapping[str, object]):
-        self.cluster, self.met, self.shared = cluster, set(), shared
+        self.cluster, self.name, self.met, self.shared = cluster, name, set(), shared
         self.refused: ConfigError | None = None  # a worker of this cluster with other settings
         address = cluster.workers[cluster.index]
         try:
@@ -152,7 +163,7 @@ class _Listener:
             # A worker of another cluster (another digest) is not one of ours: it refuses itself.
             if got and got[1] == digest(self.cluster) and 0 <= got[0] < len(self.cluster.workers):
                 # Told here too, not only to the worker that called: both ends stop, neither waits on.
-                refused = _other_settings(self.cluster, got[0], self.shared, got[3])
+                refused = _other_settings(self.cluster, got[0], self.name, self.shared, got[3])
                 with self._lock:
                     self.met.add(got[0])
                     self.refused = self.refused or refused
@@ -201,7 +212,7 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object]) ->
             f"the worker at {cluster.workers[j]} says it is worker {got[0]} ({got[2]}), not worker {j}: "
             f"give each worker its own {setting}, its place in {name}",
         )
-    refused = _other_settings(cluster, j, shared, got[3])
+    refused = _other_settings(cluster, j, name, shared, got[3])
     if refused is not None:
         raise refused
     return "met"
