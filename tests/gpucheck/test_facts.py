@@ -81,3 +81,12 @@ def test_a_cuda_build_looks_for_the_drivers_libcuda_first():
     """libcuda.so.1 comes with the driver (no wheel has it): looked for beside the CUDA wheels' libraries."""
     wanted = [lib.expected for lib in check_facts.collect_libraries(CUDA_BUILD, {})]
     assert wanted == ["libcuda.so.1", "libcudart.so.12", "libcublas.so.12", "libcudnn.so.9"]
+
+
+def test_the_file_a_soname_links_to_is_not_another_library(tmp_path):
+    """The driver's libcuda.so.1 links to libcuda.so.<driver version>: not a second libcuda of another major."""
+    (tmp_path / "libcuda.so.535.129.03").write_bytes(b"not an ELF file")
+    (tmp_path / "libcuda.so.1").symlink_to("libcuda.so.535.129.03")
+    assert check_facts.find_library("cuda", 1, [tmp_path]).others == []
+    (tmp_path / "libcuda.so.1").unlink()  # ldconfig never run: the versioned file alone is worth naming
+    assert check_facts.find_library("cuda", 1, [tmp_path]).others == [str(tmp_path / "libcuda.so.535.129.03")]

@@ -150,6 +150,8 @@ def find_library(name: str, major: int, dirs: list[Path]) -> LibFact:
                 fact.path = str(f)
             elif _major(f.name.split(".so.", 1)[1]) != major and str(f) not in fact.others:
                 fact.others.append(str(f))
+    if fact.path:  # the file the soname links to is the same library (libcuda.so.1 -> libcuda.so.535.129.03)
+        fact.others = [o for o in fact.others if Path(o).resolve() != Path(fact.path).resolve()]
     try:  # the loader's answer: the path found above, or the ldconfig cache
         fact.version = _library_version(ctypes.CDLL(fact.path or soname), name)
         fact.path = fact.path or f"{soname} (loader cache)"
