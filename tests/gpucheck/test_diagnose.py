@@ -321,3 +321,11 @@ def test_cuda_visible_devices_cut_short_by_a_bad_entry_is_a_warning_naming_it(cv
     else:
         assert d["severity"] == "warning" and warned in d["summary"] and "uses the first 1 only" in d["summary"]
         assert r["verdict"]["status"] == "gpu" and "1 warning(s) below" in r["verdict"]["line"]
+
+
+def test_a_cuda_build_on_a_machine_without_a_driver_reports_no_libcuda_calmly():
+    """The GPU image on a CPU machine: no driver, so no libcuda.so.1, and nothing is wrong."""
+    facts = Facts(tf=cuda_tf(log=CUINIT_WITH_DRIVER), driver_reason="nvidia-smi not found", libraries=[NO_LIBCUDA])
+    text = check.format_report(check.build_report(facts))
+    assert "libcuda.so.1 (the driver's): none (it comes with the driver, and there is none here)" in text
+    assert "NOT FOUND" not in text

@@ -210,6 +210,8 @@ def _build_rows(r: dict[str, Any]) -> Rows:
     ]
     for lib in r["libraries"]:
         found = f"{lib['path']} ({lib['version'] or 'version unknown'})" if lib["path"] else "NOT FOUND"
+        if lib["library"] == "cuda" and not lib["path"] and not r["driver"]["present"]:
+            found = "none (it comes with the driver, and there is none here)"  # a CPU machine: nothing wrong
         also = f"; also {', '.join(lib['others'])}" if lib["others"] else ""
         whose = " (the driver's)" if lib["library"] == "cuda" else ""
         rows.append(("  " + lib["library"], f"{lib['expected']}{whose}: {found}{also}"))
