@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -135,8 +136,22 @@ def test_a_fetch_that_times_out_is_one_line_with_the_command_to_run_by_hand(tmp_
         fetch.fetch(VERSION, s, say=lambda _: None)
     dest = tmp_path / "cache" / "166b92740753f996441b137e01544e50" / "images"
     assert f"did not finish within {tool.TIMEOUT} s" in str(info.value)
-    assert f"`dvc get /data/repo images --rev {VERSION['commit']} -o {dest}`" in str(info.value)
+    assert f"`{tmp_path / 'dvc'} get /data/repo images --rev {VERSION['commit']} -o {dest}`" in str(info.value)
     assert list(dest.parent.iterdir()) == []
+
+
+def test_the_command_to_run_by_hand_can_be_pasted_with_spaces_in_its_paths(tmp_path, monkeypatch):
+    """DVC_DATA_CACHE and the data's repository under "My Data": each path one word of the command."""
+    timeout = subprocess.TimeoutExpired(["dvc", "get"], tool.TIMEOUT)
+    s = _fake_dvc(tmp_path, monkeypatch, get=lambda args: _partial(args, timeout))
+    s = s.replace(dvc_data_cache=str(tmp_path / "My Data" / "cache"))
+    with pytest.raises(DataVersionError) as info:
+        fetch.fetch(VERSION | {"repository": "/data/My Repo"}, s, say=lambda _: None)
+    command = str(info.value).split("`")[1]
+    words = shlex.split(command)
+    assert words[words.index("get") + 1] == "/data/My Repo" and words[-1].startswith(str(tmp_path / "My Data"))
+    line = str(fetch.refusal("failed to clone repo", VERSION, "/data/My Repo"))
+    assert "`git ls-remote '/data/My Repo'`" in line
 
 
 def _fetched(tmp_path, version=VERSION):

@@ -12,6 +12,7 @@ have the run's fingerprint; every refusal is one line naming what is missing and
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -107,12 +108,13 @@ def _get(dvc: str, repository: str, version: dict[str, Any], dest: Path) -> None
             raise refusal(tool.error_line(done.stderr), version, repository)
         os.replace(part, dest)
     except subprocess.TimeoutExpired:
-        command = f"dvc get {repository} {version['path']} --rev {version['commit']}"
+        # Pasted into a shell as printed: this DVC (venv-dvc.sh's is not on PATH), paths with spaces quoted.
+        command = shlex.join([dvc, "get", repository, version["path"], "--rev", version["commit"], "-o", str(dest)])
         raise DataVersionError(
             "dvc get",
             f"{repository} {version['path']} --rev {str(version['commit'])[:12]}",
             f"did not finish within {tool.TIMEOUT} s",
-            f"fetch it by hand (no time limit): `{command} -o {dest}`, then reproduce again",
+            f"fetch it by hand (no time limit): `{command}`, then reproduce again",
         ) from None
     except OSError:  # another reproduce fetched the same version meanwhile: its copy is as good
         if not dest.exists():
@@ -216,7 +218,7 @@ def _no_repository(error: str, version: dict[str, Any], repository: str) -> Data
     if repository == recorded:
         fix = f"put a clone of it that has commit {commit} back at {recorded} (the run recorded no origin URL)"
     else:
-        fix = f"check that git can read it (`git ls-remote {repository}`), or put a clone of it at {recorded}"
+        fix = f"check that git can read it (`{shlex.join(['git', 'ls-remote', repository])}`), or put a clone of it at {recorded}"
     return DataVersionError(
         "the data's git repository", repository, f"cannot be read ({error})", f"{fix}, then reproduce again"
     )
