@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 from train.dvc import tool
 
 
@@ -40,3 +42,13 @@ def test_a_command_that_answers_a_version_is_dvc_and_another_is_not(tmp_path):
     fake.write_text("#!/bin/sh\n")
     assert "not a DVC version" in tool.not_dvc(str(fake))
     assert "No such file" in tool.not_dvc(str(tmp_path / "missing"))
+
+
+def test_a_dvc_slow_to_answer_its_version_is_not_called_another_program(monkeypatch):
+    """A timeout said "not a working DVC command" with "install DVC" as the fix, on a loaded machine."""
+
+    def slow(dvc, *args, **kw):
+        raise subprocess.TimeoutExpired([dvc, *args], kw.get("timeout", tool.TIMEOUT))
+
+    monkeypatch.setattr(tool, "run", slow)
+    assert tool.not_dvc("/usr/bin/dvc") is None
