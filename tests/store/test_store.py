@@ -14,9 +14,11 @@ from train.config import load_settings
 from train.errors import ConfigError, RunBusyError, StorageError
 from train.locations import parse_url
 from train.run import remote
+from train.store import remote as remote_store
 from train.store.client import Conflict, Store
 from train.store.lease import Lease
 from train.store.mirror import Mirror
+from train.store.remote import RemoteRuns, Uploads
 
 
 @pytest.fixture(autouse=True)
@@ -338,3 +340,35 @@ def test_a_holder_whose_lease_was_taken_over_uploads_nothing_more(s3_server, s3_
         assert mirror.close(seconds=30) != []  # the run's end says so: exit 7
     finally:
         newcomer.release()
+
+
+def test_a_stop_asked_for_while_the_last_files_wait_for_the_store_cuts_the_wait(monkeypatch, tmp_path):
+    """SIGTERM during the end's flush to a store that does not answer: the wait ends `stop_seconds`
+    after it, not after the whole STORE_FLUSH_SECONDS (compose's stop grace period would run out)."""
+    import time
+    from types import SimpleNamespace
+
+    from train.training.stop_flag import StopFlag
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", dead_endpoint())
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    run = tmp_path / "20261201-000000-000009"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    url = parse_url("s3://some-bucket/runs")
+    uploads = Uploads(RemoteRuns(url, Store(url), tmp_path, lease_seconds=60, flush_seconds=120))
+    uploads.on_start(run)
+    mirror, stop = uploads.mirror, StopFlag()
+    monkeypatch.setattr(remote_store, "STOP_FLUSH_SECONDS", 1.0)
+    signal_later = threading.Timer(0.5, stop.request, args=("received SIGTERM",))
+    signal_later.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageError, match="config.json only in the staging copy"):
+            uploads.on_close(stop, None)
+        assert time.monotonic() - started < 20
+    finally:
+        signal_later.cancel()
+        mirror.lease = SimpleNamespace(lost="the test is over")  # its thread stops trying

@@ -213,8 +213,11 @@ class Mirror:
         # Pointers are compared by content: they are small, and their mtime says nothing here.
         return entry[1:] == [len(data), _digest(data)] or local_md5_bytes(data) == entry[0]
 
-    def close(self, seconds: float) -> list[str]:
-        """Upload what is pending within `seconds`; what did not reach the store ([] when all did)."""
+    def close(self, seconds: float, stop=None, stop_seconds: float | None = None) -> list[str]:
+        """Upload what is pending within `seconds`; what did not reach the store ([] when all did).
+
+        A stop asked for meanwhile (the StopFlag `stop`: SIGTERM, Ctrl-C during this wait) cuts the
+        wait to `stop_seconds` from that moment: the stop grace period must not run out."""
         self._unwatch()
         self._closing.set()
         self._wake.set()
@@ -223,7 +226,14 @@ class Mirror:
             self._thread.start()
         if self.down_since is not None:
             log.info("waiting up to %.0f s for the store %s to take the run's last files", seconds, self.store.url)
-        self._thread.join(seconds)
+        end, cut = time.monotonic() + seconds, stop is None or stop_seconds is None or bool(stop.reason)
+        while self._thread.is_alive():
+            now = time.monotonic()
+            if not cut and stop.reason:
+                end, cut = min(end, now + stop_seconds), True
+            if now >= end:
+                break
+            self._thread.join(min(0.1, end - now))
         if self._thread.is_alive():
             return list(self.pending) or ["the files of the pass under way"]
         return [] if self.lease is None or not self.lease.lost else list(self.pending)

@@ -134,7 +134,8 @@ class Uploads:
         if self.mirror is None:
             return
         mirror, self.mirror = self.mirror, None
-        left = mirror.close(self.remote.flush_seconds_after(stop))
+        remote = self.remote
+        left = mirror.close(remote.flush_seconds_after(stop), stop, min(remote.flush_seconds, STOP_FLUSH_SECONDS))
         if not left:
             if error is None:
                 log.info("run %s: everything is in %s/%s", mirror.name, self.remote.url, mirror.name)
