@@ -1511,3 +1511,32 @@ def test_what_the_tracker_says_about_its_server_shows_the_uri_masked():
     with pytest.raises(TrackingUnavailable) as info:
         check_reachable(uri, timeout=2)
     assert SECRET not in str(info.value) and str(info.value).startswith("http://***@b/health")
+
+
+def _start_against(uri: str, run_dir: Path, experiment: str, previous: dict | None = None):
+    """tracking.start on a run directory whose manifest records `previous` (the MLflow run of an
+    earlier segment), against a real server: the tracker once its start is done."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"run_id": run_dir.name, "git": {"commit": "c0ffee", "source": "git"}}
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, **({"mlflow": previous} if previous else {})}))
+    tracker = tracking.start(uri, experiment, run_dir, {"epochs": 1, "mlflow_tracking_uri": uri})
+    assert tracker._started.wait(120)
+    return tracker
+
+
+def test_a_resume_whose_mlflow_run_was_deleted_starts_a_new_run(mlflow_server, tmp_path, caplog, train_log_propagates):
+    """A deleted run is still found by the server, which refuses every write to it: a new run, as
+    for a run not found, never tracking off for this and every later segment."""
+    client = _client(mlflow_server)
+    experiment_id = client.create_experiment(f"deleted-run-{time.time_ns()}")
+    old = client.create_run(experiment_id).info.run_id
+    client.delete_run(old)
+    previous = {"run_id": old, "experiment_id": experiment_id, "tracking_uri": mlflow_server}
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = _start_against(mlflow_server, tmp_path / "run", client.get_experiment(experiment_id).name, previous)
+        tracker.finish("completed")
+    assert tracker.off is None and tracker.run_id != old
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"WARNING: MLflow: run {old} was deleted at {mlflow_server}: a new MLflow run is started"
+    ]

@@ -417,7 +417,7 @@ def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
         )
         return None
     try:
-        client.get_run(previous["run_id"])
+        found = client.get_run(previous["run_id"])
     except Exception as exc:
         log.warning(
             "WARNING: MLflow: run %s not found at %s (%s): a new MLflow run is started",
@@ -425,6 +425,10 @@ def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
             uri,
             _why(exc),
         )
+        return None
+    # A deleted run is still returned (until `mlflow gc`), but the server refuses every write to it.
+    if getattr(found.info, "lifecycle_stage", "active") == "deleted":
+        log.warning("WARNING: MLflow: run %s was deleted at %s: a new MLflow run is started", previous["run_id"], uri)
         return None
     client.update_run(previous["run_id"], status="RUNNING")
     return previous["run_id"]
