@@ -1540,3 +1540,24 @@ def test_a_resume_whose_mlflow_run_was_deleted_starts_a_new_run(mlflow_server, t
     assert [r.getMessage() for r in caplog.records] == [
         f"WARNING: MLflow: run {old} was deleted at {mlflow_server}: a new MLflow run is started"
     ]
+
+
+def test_a_deleted_experiment_is_one_warning_saying_how_to_restore_it(
+    mlflow_server, tmp_path, caplog, train_log_propagates
+):
+    client = _client(mlflow_server)
+    name = f"deleted-experiment-{time.time_ns()}"
+    experiment_id = client.create_experiment(name)
+    client.delete_experiment(experiment_id)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = _start_against(mlflow_server, tmp_path / "run", name)
+        tracker.finish("completed")
+    why = (
+        f"the experiment {name!r} (id {experiment_id}) is deleted in MLflow: restore it (the UI, or "
+        f"`mlflow experiments restore --experiment-id {experiment_id}`), or set MLFLOW_EXPERIMENT to another name"
+    )
+    assert tracker.off == why
+    assert [r.getMessage() for r in caplog.records] == [
+        f"WARNING: MLflow tracking off for this run: {why} (MLFLOW_TRACKING_URI={mlflow_server}); training goes on"
+    ]
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["mlflow"] == {"tracking": "off", "reason": why}

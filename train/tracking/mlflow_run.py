@@ -436,7 +436,15 @@ def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
 
 def _experiment_id(client, name: str) -> str:
     found = client.get_experiment_by_name(name)
-    return found.experiment_id if found is not None else client.create_experiment(name)
+    if found is None:
+        return client.create_experiment(name)
+    # A deleted experiment keeps its name (until `mlflow gc`), and the server refuses new runs in it.
+    if getattr(found, "lifecycle_stage", "active") == "deleted":
+        raise TrackingUnavailable(
+            f"the experiment {name!r} (id {found.experiment_id}) is deleted in MLflow: restore it (the UI, or "
+            f"`mlflow experiments restore --experiment-id {found.experiment_id}`), or set MLFLOW_EXPERIMENT to another name"
+        )
+    return found.experiment_id
 
 
 def _why(exc: BaseException) -> str:
