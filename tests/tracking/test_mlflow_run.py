@@ -1561,3 +1561,32 @@ def test_a_deleted_experiment_is_one_warning_saying_how_to_restore_it(
         f"WARNING: MLflow tracking off for this run: {why} (MLFLOW_TRACKING_URI={mlflow_server}); training goes on"
     ]
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["mlflow"] == {"tracking": "off", "reason": why}
+
+
+def test_two_runs_starting_at_once_in_a_new_experiment_both_log_into_it(mlflow_server, tmp_path, monkeypatch):
+    """Both find no experiment of that name and both create it; the server refuses the second
+    (RESOURCE_ALREADY_EXISTS), whose run then logs into the one the first made."""
+    from mlflow import MlflowClient
+
+    name, both_looked = f"made-at-once-{time.time_ns()}", threading.Barrier(2, timeout=60)
+    looked = MlflowClient.get_experiment_by_name
+
+    def look_then_wait_for_the_other(self, experiment):
+        found = looked(self, experiment)
+        if threading.current_thread().name == "mlflow-tracking" and found is None and not both_looked.broken:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_looked.wait()
+        return found
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", look_then_wait_for_the_other)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run_dir in runs:
+        run_dir.mkdir()
+        (run_dir / "manifest.json").write_text(json.dumps({"run_id": run_dir.name}))
+    trackers = [tracking.start(mlflow_server, name, d, {"epochs": 1}) for d in runs]
+    for tracker in trackers:
+        assert tracker._started.wait(120)
+        tracker.finish("completed")
+    assert [t.off for t in trackers] == [None, None]
+    experiment_id = _client(mlflow_server).get_experiment_by_name(name).experiment_id
+    assert {t.experiment_id for t in trackers} == {experiment_id}

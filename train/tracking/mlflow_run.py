@@ -437,7 +437,12 @@ def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
 def _experiment_id(client, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is None:
-        return client.create_experiment(name)
+        try:
+            return client.create_experiment(name)
+        except Exception:  # made meanwhile by another run starting at once (RESOURCE_ALREADY_EXISTS)
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
     # A deleted experiment keeps its name (until `mlflow gc`), and the server refuses new runs in it.
     if getattr(found, "lifecycle_stage", "active") == "deleted":
         raise TrackingUnavailable(
