@@ -1363,9 +1363,9 @@ def test_a_resume_continues_the_recorded_run_and_logs_only_the_params_it_lacks(t
     "previous, says",
     [
         (
-            {"run_id": "old", "tracking_uri": "http://elsewhere:5000"},
-            f"WARNING: MLflow: the run was tracked at http://elsewhere:5000, now MLFLOW_TRACKING_URI={URI}: "
-            "a new MLflow run is started there",
+            {"run_id": "gone", "tracking_uri": "http://elsewhere:5000"},
+            f"WARNING: MLflow: run gone (tracked at http://elsewhere:5000) not found at {URI} "
+            "(RESOURCE_DOES_NOT_EXIST: Run 'gone' not found): a new MLflow run is started",
         ),
         (
             {"run_id": "gone", "tracking_uri": URI},
@@ -1590,3 +1590,16 @@ def test_two_runs_starting_at_once_in_a_new_experiment_both_log_into_it(mlflow_s
     assert [t.off for t in trackers] == [None, None]
     experiment_id = _client(mlflow_server).get_experiment_by_name(name).experiment_id
     assert {t.experiment_id for t in trackers} == {experiment_id}
+
+
+def test_a_resume_through_another_name_of_the_same_server_continues_its_mlflow_run(mlflow_server, tmp_path):
+    """Tracked from compose as http://mlflow:5000 and resumed on the host as http://127.0.0.1:5000 (here
+    127.0.0.1 and localhost): the same server, so the same MLflow run, never a second one."""
+    first = _start_against(mlflow_server, tmp_path / "run", "Default")
+    first.finish("interrupted")
+    previous = json.loads((tmp_path / "run" / "manifest.json").read_text())["mlflow"]
+    other_name = mlflow_server.replace("127.0.0.1", "localhost") + "/"
+    resumed = _start_against(other_name, tmp_path / "run", "Default", previous)
+    resumed.finish("completed")
+    assert resumed.off is None and resumed.run_id == first.run_id
+    assert _client(mlflow_server).get_run(first.run_id).info.status == "FINISHED"

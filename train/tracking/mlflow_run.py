@@ -407,21 +407,19 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
 
 
 def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
-    """The recorded MLflow run, marked running again; None when this server does not know it."""
+    """The recorded MLflow run, marked running again; None when this server does not know it.
+
+    Looked up by its id whatever URI it was tracked at: one server has many names (http://mlflow:5000
+    from compose, http://127.0.0.1:5000 on the host, a trailing slash), and a run id is unique."""
     uri = redact_uri(uri)  # as the manifest records it, and as it is shown
-    if previous.get("tracking_uri") not in (None, uri):
-        log.warning(
-            "WARNING: MLflow: the run was tracked at %s, now MLFLOW_TRACKING_URI=%s: a new MLflow run is started there",
-            previous["tracking_uri"],
-            uri,
-        )
-        return None
+    before = previous.get("tracking_uri")
     try:
         found = client.get_run(previous["run_id"])
     except Exception as exc:
         log.warning(
-            "WARNING: MLflow: run %s not found at %s (%s): a new MLflow run is started",
+            "WARNING: MLflow: run %s%s not found at %s (%s): a new MLflow run is started",
             previous["run_id"],
+            f" (tracked at {before})" if before not in (None, uri) else "",
             uri,
             _why(exc),
         )
