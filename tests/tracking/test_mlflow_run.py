@@ -1603,3 +1603,52 @@ def test_a_resume_through_another_name_of_the_same_server_continues_its_mlflow_r
     resumed.finish("completed")
     assert resumed.off is None and resumed.run_id == first.run_id
     assert _client(mlflow_server).get_run(first.run_id).info.status == "FINISHED"
+
+
+class Restarted:
+    """An MLflow client whose server is gone for the first `down` calls of log_batch, then back."""
+
+    def __init__(self, down: int):
+        self.down, self.batches = down, []
+
+    def log_batch(self, run_id, metrics=(), **_):
+        if self.down:
+            self.down -= 1
+            raise ConnectionError("connection refused")
+        self.batches.append(sorted((m.step, m.key, m.value) for m in metrics))
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def test_metrics_a_lost_server_missed_are_sent_with_the_next_epoch_once_it_is_back(
+    tmp_path, caplog, train_log_propagates
+):
+    """A tracking server restarted mid-run: the epochs it missed reach it with the first epoch after,
+    at their own steps, so its curves have no hole."""
+    _run_files(tmp_path)
+    client = Restarted(down=2)
+    with caplog.at_level(logging.INFO, logger="train"):
+        tracker = _tracker(tmp_path, client)
+        for epoch in (1, 2, 3, 4):
+            tracker.log_epoch({"epoch": epoch, "loss": 1.0 / epoch}, 10 * epoch)
+        tracker.finish("completed")
+    assert client.batches == [
+        [(10, "epoch", 1.0), (10, "loss", 1.0), (20, "epoch", 2.0), (20, "loss", 0.5), (30, "epoch", 3.0)]
+        + [(30, "loss", 1 / 3)],
+        [(40, "epoch", 4.0), (40, "loss", 0.25)],
+    ]
+    lines = [r.getMessage() for r in caplog.records]
+    assert "MLflow: metrics of epochs 1-2 sent late, with epoch 3 metrics" in lines
+    assert sum("not logged" in line for line in lines) == 2
+
+
+def test_metrics_kept_for_a_lost_server_are_bounded_by_what_one_call_takes(tmp_path, monkeypatch):
+    _run_files(tmp_path)
+    monkeypatch.setattr(tracking, "LATE_METRICS", 4)
+    client = Restarted(down=3)
+    tracker = _tracker(tmp_path, client)
+    for epoch in (1, 2, 3, 4):
+        tracker.log_epoch({"epoch": epoch, "loss": 1.0}, epoch)
+    tracker.finish("completed")
+    assert [{step for step, _, _ in batch} for batch in client.batches] == [{2, 3, 4}]  # epoch 1 left out

@@ -47,6 +47,9 @@ CLIENT_DEFAULTS = {
 }
 HEALTH_TIMEOUT = 5.0  # seconds for the reachability check at start
 QUEUE_SIZE = 32  # epochs' metrics waiting for a slow server; an epoch past that is not sent (a warning)
+# Metrics a failed call did not log, sent with the next epoch's: at most this many in one call (the
+# server takes 1,000 metrics a request), the oldest epochs left out past it (metrics.csv has them all).
+LATE_METRICS = 900
 FLUSH_SECONDS = 60.0  # at the end: the longest wait for the files and the status to reach the server
 # After SIGTERM (docker stop) or MAX_MINUTES: docker-compose.yml gives 2 minutes before SIGKILL,
 # which must also cover the step in progress, the checkpoint and the report.
@@ -153,6 +156,7 @@ class Tracker:
         self._jobs: deque[tuple[str, Callable[[], Any], bool]] = deque()
         self._pending = [STARTING]  # names of what is queued or being sent
         self._dropped: list[str] = []  # epochs' metrics not queued: the queue was full
+        self._late: list[tuple[str, list]] = []  # (what, metrics) a failed call did not log; the tracking thread's
         self._ending = self._closed = self._upload_failed = False
         self._recorded: tuple | None = None
         self._thread = threading.Thread(target=self._work, args=(open_run,), name="mlflow-tracking", daemon=True)
@@ -168,7 +172,18 @@ class Tracker:
             from mlflow.entities import Metric
 
             metrics = [Metric(k, v, now, global_step) for k, v in values.items()]
-            self.client.log_batch(self.run_id, metrics=metrics, synchronous=True)
+            late, self._late = self._late, []
+            try:
+                self.client.log_batch(
+                    self.run_id, metrics=[m for _, ms in late for m in ms] + metrics, synchronous=True
+                )
+            except Exception:  # kept for the next epoch's call: a server back after a restart gets them all
+                self._late = late + [(what, metrics)]
+                while len(self._late) > 1 and sum(len(ms) for _, ms in self._late) > LATE_METRICS:
+                    self._late.pop(0)
+                raise
+            if late:
+                self._say(logging.INFO, "MLflow: %s sent late, with %s", _names([w for w, _ in late]), what)
 
         if not self._put(what, send, bounded=True):
             self._say(
