@@ -1652,3 +1652,19 @@ def test_metrics_kept_for_a_lost_server_are_bounded_by_what_one_call_takes(tmp_p
         tracker.log_epoch({"epoch": epoch, "loss": 1.0}, epoch)
     tracker.finish("completed")
     assert [{step for step, _, _ in batch} for batch in client.batches] == [{2, 3, 4}]  # epoch 1 left out
+
+
+def test_a_call_the_server_does_not_answer_is_named_by_what_happened(tmp_path, monkeypatch):
+    """The client's error is 300 characters of its request and connection pool before the words that
+    say what happened (Connection refused); the warning keeps those words."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    for key, value in tracking.CLIENT_DEFAULTS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    (port,) = free_local_ports(1)
+    with pytest.raises(Exception) as refused:
+        MlflowClient(f"http://127.0.0.1:{port}").log_batch("run", metrics=[Metric("loss", 1.0, 0, 1)], synchronous=True)
+    assert tracking._why(refused.value) == "no answer from the server: Connection refused"
+    assert tracking._why(RuntimeError("RESOURCE_DOES_NOT_EXIST: Run 'x' not found")).startswith("RESOURCE_DOES")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 import time
 import urllib.error
@@ -465,6 +466,18 @@ def _experiment_id(client, name: str) -> str:
     return found.experiment_id
 
 
+# What the client's error on a server that does not answer ends with, after 300 characters of its
+# request and connection pool: the one part that says what happened.
+_NO_ANSWER = re.compile(
+    r"Connection refused|Connection reset by peer|Read timed out|Connection aborted|No route to host|"
+    r"Name or service not known|Temporary failure in name resolution|Network is unreachable",
+    re.IGNORECASE,
+)
+
+
 def _why(exc: BaseException) -> str:
     """A server's error page or a client's traceback, as one line of our log."""
+    found = _NO_ANSWER.search(str(exc)) if "API request to" in str(exc) else None
+    if found:
+        return f"no answer from the server: {found.group(0)}"
     return first_line(exc, 300) or type(exc).__name__
