@@ -157,6 +157,7 @@ class Tracker:
         self._jobs: deque[tuple[str, Callable[[], Any], bool]] = deque()
         self._pending = [STARTING]  # names of what is queued or being sent
         self._dropped: list[str] = []  # epochs' metrics not queued: the queue was full
+        self._failing: str | None = None  # why the last epoch's metrics were not logged (None: they were)
         self._late: list[tuple[str, list]] = []  # (what, metrics) a failed call did not log; the tracking thread's
         self._ending = self._closed = self._upload_failed = False
         self._recorded: tuple | None = None
@@ -304,17 +305,19 @@ class Tracker:
             self._pending.remove(what)
 
     def _try(self, what: str, call) -> bool:
+        epoch = what.startswith("epoch ")
         try:
             call()
+            if epoch:
+                self._failing = None
             return True
         except Exception as exc:  # tracking must never cost the run
-            self._say(
-                logging.WARNING,
-                "WARNING: MLflow: %s not logged (%s: %s); training goes on",
-                what,
-                type(exc).__name__,
-                _why(exc),
-            )
+            why = f"{type(exc).__name__}: {_why(exc)}"
+            # A server down for many epochs is one warning, not one an epoch; "sent late" says it is back.
+            if not (epoch and why == self._failing):
+                self._say(logging.WARNING, "WARNING: MLflow: %s not logged (%s); training goes on", what, why)
+            if epoch:
+                self._failing = why
             return False
 
     def _say(self, level: int, *args) -> None:
