@@ -1685,3 +1685,30 @@ def test_a_server_down_for_many_epochs_is_one_warning_then_one_line_when_back(tm
         "WARNING: MLflow: epoch 1 metrics not logged (ConnectionError: connection refused); training goes on",
         "MLflow: metrics of epochs 1-5 sent late, with epoch 6 metrics",
     ]
+
+
+class _Refused(Exception):
+    """What the client raises for a request the server refuses for its content (HTTP 400)."""
+
+    def get_http_status_code(self):
+        return 400
+
+
+def test_metrics_the_server_refused_are_not_sent_again_with_the_next_epoch(tmp_path):
+    """Kept for later only when the server may take them later: a batch refused for what it holds
+    would make every later epoch's call fail too."""
+    _run_files(tmp_path)
+    client = Restarted(down=0)
+    refuse_once = [True]
+
+    def log_batch(run_id, metrics=(), **_):
+        if refuse_once.pop() if refuse_once else False:
+            raise _Refused("INVALID_PARAMETER_VALUE: refused")
+        client.batches.append(sorted((m.step, m.key) for m in metrics))
+
+    client.log_batch = log_batch
+    tracker = _tracker(tmp_path, client)
+    for epoch in (1, 2):
+        tracker.log_epoch({"loss": 1.0}, epoch)
+    tracker.finish("completed")
+    assert client.batches == [[(2, "loss")]]

@@ -179,7 +179,9 @@ class Tracker:
                 self.client.log_batch(
                     self.run_id, metrics=[m for _, ms in late for m in ms] + metrics, synchronous=True
                 )
-            except Exception:  # kept for the next epoch's call: a server back after a restart gets them all
+            except Exception as exc:  # kept for the next epoch's call: a server back after a restart gets them all
+                if not _transient(exc):  # refused for what it is (a 4xx): sent again, it would fail every call
+                    raise
                 self._late = late + [(what, metrics)]
                 while len(self._late) > 1 and sum(len(ms) for _, ms in self._late) > LATE_METRICS:
                     self._late.pop(0)
@@ -476,6 +478,19 @@ _NO_ANSWER = re.compile(
     r"Name or service not known|Temporary failure in name resolution|Network is unreachable",
     re.IGNORECASE,
 )
+
+
+def _transient(exc: BaseException) -> bool:
+    """A failed call that may succeed later: no answer, or a server error (5xx, 429), not a refusal of
+    what was sent (4xx). The client reports a connection it could not make as a 500."""
+    status = getattr(exc, "get_http_status_code", None)
+    if callable(status):
+        try:
+            code = int(status())
+        except Exception:
+            return True
+        return code >= 500 or code == 429
+    return isinstance(exc, (OSError, TimeoutError)) or bool(_NO_ANSWER.search(str(exc)))
 
 
 def _why(exc: BaseException) -> str:
