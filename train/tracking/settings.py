@@ -132,6 +132,30 @@ def check(s) -> None:
         raise ConfigError("MLFLOW_EXPERIMENT", s.mlflow_experiment, "an experiment name, e.g. Default")
 
 
+# MLflow's own variables for the experiment, read by its fluent API (mlflow.start_run), never by the
+# client the runs are logged through: set alone, they would be ignored without a word.
+_MLFLOW_OWN = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID")
+
+
+def check_environ(s, environ) -> None:
+    """MLFLOW_EXPERIMENT_NAME / _ID in the environment, with tracking on: the runs would go to
+    MLFLOW_EXPERIMENT, not there; refused unless the name is the same one."""
+    if not s.mlflow_tracking_uri:
+        return
+    for name in _MLFLOW_OWN:
+        value = environ.get(name, "").strip()
+        if value and not (name == "MLFLOW_EXPERIMENT_NAME" and value == s.mlflow_experiment):
+            instead = (
+                f"MLFLOW_EXPERIMENT={value}" if name == "MLFLOW_EXPERIMENT_NAME" else "MLFLOW_EXPERIMENT to its name"
+            )
+            raise ConfigError(
+                name,
+                value,
+                f"MLflow's own variable, which this template does not read (the runs would go to the experiment "
+                f"{s.mlflow_experiment!r} of MLFLOW_EXPERIMENT): set {instead}, and unset {name}",
+            )
+
+
 def saved(values: dict) -> None:
     """A URI with a credential, saved by a version that accepted one: where tracking goes is free on
     resume (the current MLFLOW_TRACKING_URI is used), so it must not make the run unreadable."""
