@@ -175,3 +175,22 @@ def test_the_handler_is_installed_before_the_run_directory_is_made(tmp_path, mon
         fit.fit(tiny_settings(tmp_path))
     assert seen and seen[0] not in (signal.SIG_DFL, signal.SIG_IGN, None)
     assert signal.getsignal(signal.SIGTERM) is not seen[0]  # restored afterwards
+
+
+def test_a_stop_after_training_says_training_is_over_not_that_it_saves_after_a_call_of_steps(tmp_path, capsys):
+    """A SIGTERM while the run's record and uploads are being finished (a store's last files) has no
+    steps left to finish: what it says matches what it does."""
+    from helpers import tiny_settings
+
+    from train import train
+
+    class SignalAtTheEnd:
+        def on_end(self, status, stop):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    result = train(tiny_settings(tmp_path, epochs=1), callbacks=[SignalAtTheEnd()])
+    assert result.status == "completed"
+    said = [line for line in capsys.readouterr().out.splitlines() if "received SIGTERM" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "received SIGTERM: training is over; cutting short what is left of the run's record and uploads"
+    ), said

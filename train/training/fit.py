@@ -187,6 +187,8 @@ def _train(
         status = "interrupted" if isinstance(exc, (KeyboardInterrupt, WorkerLostError, Interrupted)) else "failed"
         raise
     finally:
+        # A stop from here on (the report, the extras, a store's last uploads) cuts their waits short.
+        stop.then = "training is over; cutting short what is left of the run's record and uploads"
         if error and status == "failed":
             log_to_file_only(error)
         if plan.recorded and _identity(run_dir) != identity:

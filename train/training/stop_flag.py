@@ -24,12 +24,14 @@ class StopFlag:
         self.deadline = self.started + max_minutes * 60 if max_minutes else None
         self.reason: str | None = None
         self.status = "interrupted"
+        # What a stop does now, said when it arrives: once training is over there are no steps left.
+        self.then = "finishing the current call of steps, then saving"
         self._installed = False
 
     def request(self, reason: str, status: str = "interrupted") -> None:
         if self.reason is None:
             self.reason, self.status = reason, status
-            log.info("%s: finishing the current call of steps, then saving", reason)
+            log.info("%s: %s", reason, self.then)
 
     def check(self) -> bool:
         """True when the loop should stop now (a signal arrived, or the budget is spent)."""
