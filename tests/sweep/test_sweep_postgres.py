@@ -84,7 +84,7 @@ def test_the_study_server_stopped_mid_trial_is_warned_then_one_storage_error_and
     tmp_path, capsys, monkeypatch
 ):
     """The real server stops (pg_ctl's fast stop) at the end of a trial's first epoch: the epoch's
-    value is not reported (one WARNING; the training goes on, unpruned), telling the result
+    value is not reported (a WARNING line; the training goes on, unpruned), telling the result
     fails (one StorageError line, exit 7, the finished run kept), and once the server is back the
     sweep counts that run's result without training it again. A server of its own: the session's
     is shared by other tests."""
@@ -121,9 +121,14 @@ def test_the_study_server_stopped_mid_trial_is_warned_then_one_storage_error_and
         assert stopped == [1] and rc == 7, err
         assert err[-1].startswith("StorageError: the study storage postgresql://***@127.0.0.1:"), err
         assert "stopped answering" in err[-1] and "run the sweep again" in err[-1], err
-        (warned,) = [line for line in captured.out.splitlines() if "WARNING: study storage" in line]
-        assert "epoch 1's val_accuracy not reported ((psycopg.OperationalError)" in warned, warned
-        assert warned.endswith("the trial trains on, unpruned") and "epoch 2/2: " in captured.out
+        warned = [line for line in captured.out.splitlines() if "WARNING: study storage" in line]
+        (epoch,) = [line for line in warned if "not reported" in line]
+        assert "epoch 1's val_accuracy not reported ((psycopg.OperationalError)" in epoch, warned
+        assert epoch.endswith("the trial trains on, unpruned") and "epoch 2/2: " in captured.out
+        # The trial's heartbeat thread (every second here) may find the server gone first on a slow
+        # machine: one line of its own, never a traceback.
+        assert all("not reported" in w or "a trial's heartbeat was not recorded" in w for w in warned), warned
+        assert "Traceback" not in captured.out + captured.err
         (run,) = list_run_dirs(tmp_path / "runs")
         assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
 
