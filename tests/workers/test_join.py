@@ -128,20 +128,25 @@ GRPC_HELLO = bytes.fromhex(
 )
 
 
+def _answers_once(server: socket.socket, line: bytes, read: int) -> None:
+    """A stand-in peer on `server`: answers the first connection with `line`, then reads the reply."""
+
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(line)
+            conn.recv(read)
+
+    threading.Thread(target=answer, daemon=True).start()
+
+
 def test_a_worker_already_in_tensorflows_join_counts_as_started(train_log):
     # It met this worker's earlier self, which was restarted since: joining it is how the pair recovers.
     ports = free_local_ports(2)
     with socket.socket() as tensorflow:
         tensorflow.bind(("127.0.0.1", ports[0]))
         tensorflow.listen()
-
-        def answer():
-            conn, _ = tensorflow.accept()
-            with conn:
-                conn.sendall(GRPC_HELLO)
-                conn.recv(1)
-
-        threading.Thread(target=answer, daemon=True).start()
+        _answers_once(tensorflow, GRPC_HELLO, 1)
         join.wait_for_workers(_cluster(ports, 1), HANG_GUARD, StopFlag(), "WORKERS")
     assert "joined: every worker of 2 has started" in train_log.text
 
@@ -203,14 +208,7 @@ def test_a_worker_of_an_older_version_is_refused_as_such_not_waited_for():
     mine, theirs = _cluster([p0, p1], 0), _cluster([p0, p1], 1)
     older = f"{join.MAGIC} 1 {join.digest(theirs)} 127.0.0.1:{p1}\n".encode()
     with socket.create_server(("127.0.0.1", p1)) as server:
-
-        def answer():
-            conn, _ = server.accept()
-            with conn:
-                conn.sendall(older)
-                conn.recv(512)
-
-        threading.Thread(target=answer, daemon=True).start()
+        _answers_once(server, older, 512)
         with pytest.raises(ConfigError) as info:
             join.wait_for_workers(mine, HANG_GUARD, StopFlag(), "WORKERS")
     assert info.value.name == "WORKERS" and info.value.value == f"127.0.0.1:{p1}"
