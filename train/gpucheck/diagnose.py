@@ -20,6 +20,7 @@ CPU_IS_FINE = "none needed to train on the CPU; "
 # compatibility"): any 12.x build runs on >= 525.60.13.
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 HIDE_VALUES = ("", "void", "none")  # NVIDIA_VISIBLE_DEVICES values that give a container no GPU
+GIVE_GPUS = "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`"
 # Errors that leave TensorFlow listing a GPU it cannot run a kernel on: the verdict counts none usable.
 GPU_BLOCKING = {"driver_too_old_for_ptx"}
 _PTX_ERROR = re.compile(r"UNSUPPORTED_PTX_VERSION|PTX was compiled with an unsupported toolchain", re.I)
@@ -65,7 +66,7 @@ def _no_driver(facts: Facts) -> Diagnosis:
             severity,
             f"no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES={nvd!r} tells the "
             "NVIDIA runtime to give this container no GPU",
-            "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`",
+            GIVE_GPUS,
         )
     if facts.in_container:
         return Diagnosis(
@@ -100,8 +101,7 @@ def _no_gpu_given(facts: Facts) -> Diagnosis | None:
         "error" if facts.nvidia_pci_devices else "info",
         f"no GPU in this container: NVIDIA_VISIBLE_DEVICES={nvd!r} tells the NVIDIA runtime to mount the "
         "driver but give it no GPU",
-        ("" if facts.nvidia_pci_devices else CPU_IS_FINE)
-        + "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`",
+        ("" if facts.nvidia_pci_devices else CPU_IS_FINE) + GIVE_GPUS,
     )
 
 
