@@ -31,6 +31,46 @@ def test_registered_models_build_with_float32_output_under_mixed_bfloat16(name, 
     np.testing.assert_allclose(np.sum(np.asarray(probs), axis=1), 1.0, rtol=1e-5)
 
 
+def _relu_before_pooling(name: str, shape, classes: int):
+    """The textbook order of `name`: each ReLU before its max pooling (the template pools first)."""
+    from keras import layers
+
+    x = inputs = keras.Input(shape=shape)
+    x = layers.Rescaling(1.0 / 255)(x)
+    for width in (32, 64):
+        x = layers.Conv2D(width, 3, use_bias=name == "cnn")(x)
+        x = layers.BatchNormalization()(x) if name == "cnn_bn" else x
+        x = layers.MaxPooling2D(2)(layers.Activation("relu")(x))
+    x = layers.Dense(128, activation="relu")(layers.Flatten()(x))
+    x = layers.Activation("softmax", dtype="float32")(layers.Dense(classes)(x))
+    return keras.Model(inputs, x)
+
+
+@pytest.mark.parametrize("name", ["cnn", "cnn_bn"])
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_relu_after_pooling_computes_what_relu_before_it_does_bit_for_bit(name, policy):
+    import tensorflow as tf
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        ours, textbook = build_model(name, (28, 28, 1), 10), _relu_before_pooling(name, (28, 28, 1), 10)
+        textbook.set_weights(ours.get_weights())
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, 256, (16, 28, 28, 1)).astype(np.float32)
+        y = rng.integers(0, 10, 16)
+        results = []
+        for model in (ours, textbook):
+            with tf.GradientTape() as tape:
+                probs = model(x, training=True)
+                loss = keras.losses.sparse_categorical_crossentropy(y, probs)
+            results.append([probs, *tape.gradient(loss, model.trainable_variables)])
+        for a, b in zip(*results, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
 USER_MODULE = '''
 import signal
 
