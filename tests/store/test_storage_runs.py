@@ -150,6 +150,7 @@ def test_fit_to_a_bucket_then_runs_report_export_predict_and_resume_from_fresh_m
     )
     assert reported.returncode == 0, reported.stderr
     assert "report.html" in _runs_in(s3_server, s3_bucket)[name]
+    assert f"run {name}: uploaded to s3://{s3_bucket}/runs/{name}/ (the paths printed" in reported.stderr
 
     exported = Machine(tmp_path / "exporter", s3_server).command(
         "export", "latest", "--runs-dir", f"s3://{s3_bucket}/runs"
@@ -404,8 +405,11 @@ def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_say
     finally:
         remote.close_all()
     assert [p.name for p in exported] == [trained] and (exported[0] / "best.weights.h5").read_bytes() == b"weights"
-    line = f"latest: run {trained}, the newest run with weights (newer, without: {failed})"
-    assert capsys.readouterr().err.splitlines() == [line]
+    lines = [
+        f"latest: run {trained}, the newest run with weights (newer, without: {failed})",
+        f"run {trained}: uploaded to s3://{s3_bucket}/runs/{trained}/ (the paths printed are its local staging copy)",
+    ]
+    assert capsys.readouterr().err.splitlines() == lines
 
 
 def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch):

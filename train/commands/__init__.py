@@ -86,10 +86,14 @@ def uploaded(settings: Settings, run_dir: Path) -> Iterator[None]:
 
 
 def upload(settings: Settings, run_dir: Path) -> None:
-    """Every file of `run_dir` that the store lacks is uploaded now; nothing to do for a local RUNS_DIR."""
+    """Every file of `run_dir` that the store lacks is uploaded now; nothing to do for a local RUNS_DIR.
+    A line says where: the paths a command prints are the run's staging copy on this machine."""
     remote = open_store(settings)
     if remote is not None:
         remote.push(run_dir)
+        warn(
+            f"run {run_dir.name}: uploaded to {remote.url}/{run_dir.name}/ (the paths printed are its local staging copy)"
+        )
 
 
 def interpreter(orig_argv: Sequence[str]) -> list[str]:
