@@ -461,7 +461,8 @@ def test_a_run_sends_its_start_each_epoch_its_files_and_its_status_in_that_order
     log = (result.run_dir / "train.log").read_text()
     # The checkout's own state (a working tree with edits) may add its warning; MLflow must add none.
     warnings = [line for line in log.splitlines() if "WARNING" in line and "the checkout has uncommitted" not in line]
-    assert "MLflow: logging to run r1 in experiment 7 at http://127.0.0.1:9" in log and not warnings, warnings
+    line = "MLflow: logging to run r1 in experiment 7 at http://127.0.0.1:9 (in a browser: http://127.0.0.1:9/#/experiments/7/runs/r1)"
+    assert line in log and not warnings, warnings
 
 
 class Silent:
@@ -786,7 +787,7 @@ def _artifacts(client, run_id, path=None) -> set[str]:
 
 
 @pytest.mark.slow
-def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server, tmp_path):
+def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server, tmp_path, capfd):
     from train import train
 
     s = tiny_settings(
@@ -797,6 +798,13 @@ def test_a_run_logs_params_metrics_tags_and_files_to_a_real_server(mlflow_server
     manifest = json.loads((result.run_dir / "manifest.json").read_text())
     run_id = manifest["mlflow"]["run_id"]
     assert manifest["mlflow"]["tracking_uri"] == mlflow_server
+    # The link is train.log's; the client's own "View run" lines would be stdout's only.
+    experiment = manifest["mlflow"]["experiment_id"]
+    assert (
+        f"(in a browser: {mlflow_server}/#/experiments/{experiment}/runs/{run_id})"
+        in (result.run_dir / "train.log").read_text()
+    )
+    assert "View run" not in capfd.readouterr().out
 
     client = _client(mlflow_server)
     run = client.get_run(run_id)
@@ -1329,7 +1337,8 @@ def test_start_makes_a_new_run_in_the_experiment_with_the_params_and_tags(tmp_pa
         ("log_batch", "new-run", {"params": {"epochs": "5", "seed": "1"}, "tags": tags}, True),
         ("get_run", "new-run"),
     ]
-    assert f"MLflow: logging to run new-run in experiment 3 at {URI}" in [r.getMessage() for r in caplog.records]
+    link = f"(in a browser: {URI}/#/experiments/3/runs/new-run)"
+    assert f"MLflow: logging to run new-run in experiment 3 at {URI} {link}" in [r.getMessage() for r in caplog.records]
     recorded = json.loads((tmp_path / "manifest.json").read_text())["mlflow"]
     assert recorded == {"run_id": "new-run", "experiment_id": "3", "tracking_uri": URI, "tracking": "on"}
 
@@ -1356,7 +1365,8 @@ def test_a_resume_continues_the_recorded_run_and_logs_only_the_params_it_lacks(t
         ("get_run", "old"),
     ]
     assert (tracker.run_id, tracker.experiment_id) == ("old", "3")
-    assert f"MLflow: continuing run old in experiment 3 at {URI}" in [r.getMessage() for r in caplog.records]
+    link = f"(in a browser: {URI}/#/experiments/3/runs/old)"
+    assert f"MLflow: continuing run old in experiment 3 at {URI} {link}" in [r.getMessage() for r in caplog.records]
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,8 @@ CLIENT_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
     "MLFLOW_DISABLE_TELEMETRY": "true",
+    # The client's own "View run ... at" lines go to stdout, outside train.log: the start line has the link.
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
 }
 HEALTH_TIMEOUT = 5.0  # seconds for the reachability check at start
 QUEUE_SIZE = 32  # epochs' metrics waiting for a slow server; an epoch past that is not sent (a warning)
@@ -264,7 +266,13 @@ class Tracker:
             self.client, self.run_id, self.experiment_id = opened.client, opened.run_id, opened.experiment_id
             how = "continuing" if opened.resumed else "logging to"
             self._say(
-                logging.INFO, "MLflow: %s run %s in experiment %s at %s", how, self.run_id, self.experiment_id, self.uri
+                logging.INFO,
+                "MLflow: %s run %s in experiment %s at %s%s",
+                how,
+                self.run_id,
+                self.experiment_id,
+                self.uri,
+                _browser_link(self.uri, self.experiment_id, self.run_id),
             )
         except Exception as exc:  # whatever it is (a server error, a refused login, a bug): tracking is off
             self.off = _why(exc) if isinstance(exc, TrackingUnavailable) else f"{type(exc).__name__}: {_why(exc)}"
@@ -347,6 +355,14 @@ class _Deadline:
                 return False
             time.sleep(min(0.05, self.end - now))
         return True
+
+
+def _browser_link(uri: str, experiment_id, run_id) -> str:
+    """' (in a browser: URL)' for a tracking server's web UI, as MLflow's client builds it; '' for a
+    URI without one (a file store, a database)."""
+    if not uri.lower().startswith(("http://", "https://")):
+        return ""
+    return f" (in a browser: {uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id})"
 
 
 def _names(whats: list[str]) -> str:
