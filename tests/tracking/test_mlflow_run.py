@@ -321,18 +321,116 @@ def test_a_closed_port_is_unreachable_at_once():
     tracking.check_reachable("databricks")  # no /health there: checked by use
 
 
-def test_start_against_a_closed_port_is_one_warning_and_the_manifest_says_why(tmp_path, caplog, train_log_propagates):
+def test_a_closed_port_at_the_start_is_tried_again_then_tracking_is_off_and_the_manifest_says_why(
+    tmp_path, caplog, train_log_propagates
+):
     (port,) = free_local_ports(1)
+    uri = f"http://127.0.0.1:{port}"
     (tmp_path / "manifest.json").write_text("{}")
     with caplog.at_level(logging.WARNING, logger="train"):
-        tracker = tracking.start(f"http://127.0.0.1:{port}", "Default", tmp_path, {"epochs": 1})
+        tracker = tracking.start(uri, "Default", tmp_path, {"epochs": 1})
+        assert tracker._started.wait(60)
         tracker.log_epoch({"epoch": 1, "loss": 1.0}, 1)
         tracker.finish("completed")
-    (line,) = [r.getMessage() for r in caplog.records]
-    assert line.startswith("WARNING: MLflow tracking off for this run:") and "training goes on" in line
+    first, last = [r.getMessage() for r in caplog.records]
+    assert first.startswith(f"WARNING: MLflow: {uri}/health cannot be reached (") and first.endswith(
+        f"(MLFLOW_TRACKING_URI={uri}): the run is started in MLflow once it answers, tried at each epoch's end; "
+        "training goes on"
+    )
+    assert last.startswith(f"WARNING: MLflow tracking off for this run: the server never answered ({uri}/health")
     recorded = json.loads((tmp_path / "manifest.json").read_text())["mlflow"]
     assert set(recorded) == {"tracking", "reason"} and recorded["tracking"] == "off"
     assert recorded["reason"].startswith(f"http://127.0.0.1:{port}/health cannot be reached")
+
+
+def test_a_server_down_at_the_start_is_tried_again_each_epoch_and_gets_the_epochs_it_missed(
+    tmp_path, monkeypatch, caplog, train_log_propagates
+):
+    """Down for the start and the first epoch's end, up at the second's: one warning, then the run
+    is made and epoch 1's metrics go with epoch 2's, at their own steps."""
+    import mlflow
+
+    class Metrics(_Client):
+        def log_batch(self, run_id, params=(), tags=(), metrics=(), synchronous=False):
+            super().log_batch(run_id, params, tags, metrics, synchronous)
+            self.calls.append(("metrics", run_id, sorted((m.key, m.step) for m in metrics)))
+
+        def log_artifact(self, run_id, path):
+            self.calls.append(("log_artifact", run_id, Path(path).name))
+
+    answers = iter([False, False])  # /health: refused twice, then it answers
+
+    def reachable(uri):
+        if not next(answers, True):
+            raise tracking.TrackingUnavailable(f"{uri}/health cannot be reached (refused)", later=True)
+
+    monkeypatch.setattr(tracking, "check_reachable", reachable)
+    monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: Metrics(tracking_uri))
+    _Client.made = []
+    (tmp_path / "manifest.json").write_text("{}")
+
+    def sent(what):  # the tracking thread is done with it
+        deadline = time.monotonic() + 60
+        while what in tracker._pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    with caplog.at_level(logging.INFO, logger="train"):
+        tracker = tracking.start(URI, "exp", tmp_path, {"epochs": 2})
+        assert tracker._started.wait(60)
+        tracker.record()
+        assert json.loads((tmp_path / "manifest.json").read_text())["mlflow"]["tracking"] == "off"
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
+        sent("epoch 1 metrics")
+        tracker.log_epoch({"epoch": 2, "loss": 0.5}, 20)
+        sent("epoch 2 metrics")
+        tracker.finish("completed")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == (
+        f"WARNING: MLflow: {URI}/health cannot be reached (refused) (MLFLOW_TRACKING_URI={URI}): the run is "
+        "started in MLflow once it answers, tried at each epoch's end; training goes on"
+    )
+    assert (
+        lines[1].startswith("MLflow: logging to run new-run in experiment new-exp at") and "answered late" in lines[1]
+    )
+    assert lines[2:] == ["MLflow: metrics of epoch 1 sent late, with epoch 2 metrics"]
+    (client,) = _Client.made
+    assert [c for c in client.calls if c[0] == "metrics" and c[2]] == [
+        ("metrics", "new-run", [("epoch", 10), ("epoch", 20), ("loss", 10), ("loss", 20)])
+    ]
+    assert client.calls[-1] == ("set_terminated", "new-run", "FINISHED")
+    assert json.loads((tmp_path / "manifest.json").read_text())["mlflow"]["tracking"] == "on"
+
+
+def test_a_server_back_only_at_the_end_gets_the_run_its_metrics_and_its_status(
+    tmp_path, monkeypatch, caplog, train_log_propagates
+):
+    import mlflow
+
+    answers = iter([False, False])  # /health: refused at the start and at epoch 1's end, then it answers
+
+    def reachable(uri):
+        if not next(answers, True):
+            raise tracking.TrackingUnavailable(f"{uri}/health cannot be reached (refused)", later=True)
+
+    monkeypatch.setattr(tracking, "check_reachable", reachable)
+    clients = []
+    monkeypatch.setattr(
+        mlflow, "MlflowClient", lambda tracking_uri: clients.append(Recording(tracking_uri)) or clients[-1]
+    )
+    (tmp_path / "manifest.json").write_text("{}")
+    with caplog.at_level(logging.INFO, logger="train"):
+        tracker = tracking.start(URI, "exp", tmp_path, {"epochs": 1})
+        assert tracker._started.wait(60)
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
+        deadline = time.monotonic() + 60
+        while "epoch 1 metrics" in tracker._pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        tracker.finish("completed")
+    assert "MLflow: metrics of epoch 1 sent late" in [r.getMessage() for r in caplog.records]
+    (client,) = clients
+    sent = [kw["metrics"] for name, _, kw in client.calls if name == "log_batch" and kw.get("metrics")]
+    assert [{m.key: m.step for m in ms} for ms in sent] == [{"epoch": 10, "loss": 10}]
+    assert client.calls[-1][:2] == ("set_terminated", ("r1", "FINISHED"))
 
 
 @pytest.mark.parametrize("failure", ["refused", "bug"])
@@ -554,7 +652,7 @@ def test_a_server_that_never_answers_costs_the_training_nothing_and_no_credentia
         proc = _fit_against(server, tmp_path, epochs=2, **secrets)
         rc = _ended(proc)
         out = output(proc)
-        assert server.requests == ["GET /health HTTP/1.1"]  # held until the check gave up
+        assert server.requests and set(server.requests) == {"GET /health HTTP/1.1"}  # each held until the check gave up
     assert rc == 0, out[-3000:]
     from faults import manifest, only_run
 
@@ -562,8 +660,10 @@ def test_a_server_that_never_answers_costs_the_training_nothing_and_no_credentia
     recorded = manifest(run_dir)
     assert recorded["status"] == "completed" and recorded["epochs_completed"] == 2
     assert recorded["mlflow"]["tracking"] == "off" and "/health cannot be reached" in recorded["mlflow"]["reason"]
-    (line,) = [line for line in out.splitlines() if "MLflow" in line]
-    assert "WARNING: MLflow tracking off for this run: " in line
+    # One line when the run ended before the first check gave up; two when an epoch ended first (the
+    # start is tried again at each epoch's end, and a last line at the end says tracking was off).
+    lines = [line for line in out.splitlines() if "MLflow" in line]
+    assert len(lines) <= 2 and "WARNING: MLflow tracking off for this run: " in lines[-1], lines
     assert _files_and_output_holding(tmp_path, out, [SECRET]) == []
 
 

@@ -67,7 +67,12 @@ STARTING = "the MLflow run's start"
 
 
 class TrackingUnavailable(Exception):
-    """The tracking server cannot be used now (a warning, never a failed run)."""
+    """The tracking server cannot be used now (a warning, never a failed run). `later`: it did not
+    answer (down, restarting), so the start is tried again at each epoch's end."""
+
+    def __init__(self, why: str, later: bool = False):
+        super().__init__(why)
+        self.later = later
 
 
 class Opened(NamedTuple):
@@ -87,11 +92,11 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT) -> None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (the user's own server)
             response.read(64)
-    except urllib.error.HTTPError as exc:
-        raise TrackingUnavailable(f"{redact_uri(url)} answered HTTP {exc.code}") from None
+    except urllib.error.HTTPError as exc:  # 502-504 from a proxy in front of a server restarting: later
+        raise TrackingUnavailable(f"{redact_uri(url)} answered HTTP {exc.code}", later=exc.code >= 500) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise TrackingUnavailable(f"{redact_uri(url)} cannot be reached ({reason})") from None
+        raise TrackingUnavailable(f"{redact_uri(url)} cannot be reached ({reason})", later=True) from None
 
 
 def tags_from_manifest(manifest: dict[str, Any]) -> dict[str, str]:
@@ -161,7 +166,9 @@ class Tracker:
         self._dropped: list[str] = []  # epochs' metrics not queued: the queue was full
         self._failing: str | None = None  # why the last epoch's metrics were not logged (None: they were)
         self._late: list[tuple[str, list]] = []  # (what, metrics) a failed call did not log; the tracking thread's
+        self._retry: Callable[[], Opened] | None = None  # the start, tried again: the server did not answer
         self._ending = self._closed = self._upload_failed = False
+        self._finishing = False  # finish was called: a start tried again now is the last try
         self._recorded: tuple | None = None
         self._thread = threading.Thread(target=self._work, args=(open_run,), name="mlflow-tracking", daemon=True)
         self._thread.start()
@@ -177,6 +184,9 @@ class Tracker:
 
             metrics = [Metric(k, v, now, global_step) for k, v in values.items()]
             late, self._late = self._late, []
+            if self.client is None:  # the server has not answered the start yet: sent once it does
+                self._keep_late(late + [(what, metrics)])
+                return
             try:
                 self.client.log_batch(
                     self.run_id, metrics=[m for _, ms in late for m in ms] + metrics, synchronous=True
@@ -184,9 +194,7 @@ class Tracker:
             except Exception as exc:  # kept for the next epoch's call: a server back after a restart gets them all
                 if not _transient(exc):  # refused for what it is (a 4xx): sent again, it would fail every call
                     raise
-                self._late = late + [(what, metrics)]
-                while len(self._late) > 1 and sum(len(ms) for _, ms in self._late) > LATE_METRICS:
-                    self._late.pop(0)
+                self._keep_late(late + [(what, metrics)])
                 raise
             if late:
                 self._say(logging.INFO, "MLflow: %s sent late, with %s", _names([w for w, _ in late]), what)
@@ -206,6 +214,7 @@ class Tracker:
         Waits for them at most FLUSH_SECONDS, or STOP_FLUSH_SECONDS when the run stopped or a stop
         (the StopFlag `stop`) is asked for meanwhile; past that, one warning names what was not sent.
         """
+        self._finishing = True
         deadline = _Deadline(status in STOPPED, stop)
         deadline.wait(self._started.is_set)  # first: the manifest uploaded names the MLflow run
         self.record()
@@ -262,26 +271,7 @@ class Tracker:
 
     def _work(self, open_run: Callable[[], Opened]) -> None:
         try:
-            opened = open_run()
-            self.client, self.run_id, self.experiment_id = opened.client, opened.run_id, opened.experiment_id
-            how = "continuing" if opened.resumed else "logging to"
-            self._say(
-                logging.INFO,
-                "MLflow: %s run %s in experiment %s at %s%s",
-                how,
-                self.run_id,
-                self.experiment_id,
-                self.uri,
-                _browser_link(self.uri, self.experiment_id, self.run_id),
-            )
-        except Exception as exc:  # whatever it is (a server error, a refused login, a bug): tracking is off
-            self.off = _why(exc) if isinstance(exc, TrackingUnavailable) else f"{type(exc).__name__}: {_why(exc)}"
-            self._say(
-                logging.WARNING,
-                "WARNING: MLflow tracking off for this run: %s (MLFLOW_TRACKING_URI=%s); training goes on",
-                self.off,
-                self.uri,
-            )
+            self._open(open_run)
         finally:
             self._started.set()
             self._done(STARTING)
@@ -292,11 +282,68 @@ class Tracker:
                 if self._closed or not self._jobs:
                     return
                 what, call, upload = self._jobs.popleft()
+            epoch = what.startswith("epoch ")
+            if self._retry is not None and (epoch or self._finishing):  # at each epoch's end, and once at the end
+                self._open(self._retry)
+                if self.off is None and not epoch and self._late:  # no epoch's call left to carry them
+                    self._try("metrics of the epochs before", self._send_late)
             # After one failed upload the others are not tried: each would wait out its retries.
-            if self.off is None and not (upload and self._upload_failed):
+            if (self.off is None or (epoch and self._retry)) and not (upload and self._upload_failed):
                 if not self._try(what, call) and upload:
                     self._upload_failed = True
             self._done(what)
+
+    def _open(self, open_run: Callable[[], Opened]) -> None:
+        """Create or continue the MLflow run. A server that does not answer is tried again later (the
+        epochs' metrics kept meanwhile); any other failure turns tracking off for this segment."""
+        first = self._retry is None
+        try:
+            opened = open_run()
+        except Exception as exc:  # whatever it is (a server error, a refused login, a bug): never raised
+            why = _why(exc) if isinstance(exc, TrackingUnavailable) else f"{type(exc).__name__}: {_why(exc)}"
+            self.off = why
+            again = isinstance(exc, TrackingUnavailable) and exc.later and not self._finishing
+            self._retry = open_run if again else None
+            if again and first:
+                self._say(
+                    logging.WARNING,
+                    "WARNING: MLflow: %s (MLFLOW_TRACKING_URI=%s): the run is started in MLflow once it answers, "
+                    "tried at each epoch's end; training goes on",
+                    why,
+                    self.uri,
+                )
+            elif not again:
+                self._say(
+                    logging.WARNING,
+                    "WARNING: MLflow tracking off for this run: %s (MLFLOW_TRACKING_URI=%s); training goes on",
+                    why if first else f"the server never answered ({why})",
+                    self.uri,
+                )
+            return
+        self.client, self.run_id, self.experiment_id = opened.client, opened.run_id, opened.experiment_id
+        self.off, self._retry = None, None
+        how = "continuing" if opened.resumed else "logging to"
+        self._say(
+            logging.INFO,
+            "MLflow: %s run %s in experiment %s at %s%s%s",
+            how,
+            self.run_id,
+            self.experiment_id,
+            self.uri,
+            _browser_link(self.uri, self.experiment_id, self.run_id),
+            "" if first else " (the server answered late; the epochs before are sent with the next call)",
+        )
+
+    def _send_late(self) -> None:
+        late, self._late = self._late, []
+        self.client.log_batch(self.run_id, metrics=[m for _, ms in late for m in ms], synchronous=True)
+        self._say(logging.INFO, "MLflow: %s sent late", _names([w for w, _ in late]))
+
+    def _keep_late(self, late: list[tuple[str, list]]) -> None:
+        """Metrics not logged yet, for the next call: the oldest epochs left out past LATE_METRICS."""
+        while len(late) > 1 and sum(len(ms) for _, ms in late) > LATE_METRICS:
+            late.pop(0)
+        self._late = late
 
     def _put(self, what: str, call: Callable[[], Any], bounded: bool = False, upload: bool = False) -> bool:
         with self._cond:
