@@ -200,6 +200,24 @@ def test_a_failed_download_shows_the_first_line_of_its_error_cut_at_200_characte
     assert shown in str(e.value) and "second line" not in str(e.value)
 
 
+def test_offline_in_the_compose_container_the_message_says_where_data_is_on_the_host(monkeypatch):
+    """The path it names is the container's /data: a newcomer puts the file in the host folder behind it."""
+    from train.setup import hardware
+
+    def load(cache):
+        raise OSError("no network")
+
+    _register(monkeypatch, load)
+    monkeypatch.setattr(hardware, "in_container", lambda root=None, orchestrated=False: True)
+    monkeypatch.setenv("DATA_DIR", "/data")  # docker-compose.yml's volume
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(dataset="tiny", data_dir="/data"))
+    assert str(e.value).endswith(
+        "at /data/tiny.npz, or allow network access; "
+        "/data is ./data beside docker-compose.yml on the host (DATA_HOST_DIR in .env moves it)"
+    )
+
+
 @pytest.mark.skipif(REAL_MNIST is None, reason=NO_REAL_MNIST)
 def test_real_mnist(tmp_path):
     src = REAL_MNIST

@@ -175,6 +175,24 @@ def test_the_command_reports_each_bad_file_and_predicts_the_others_exit_3(run_di
     assert errors[1].startswith(f"DataError: {tmp_path / 'text.png'}: not a readable image")
 
 
+def test_in_the_compose_container_a_file_left_on_the_host_is_told_to_go_in_data(run_dir, tmp_path, monkeypatch, capsys):
+    """`docker compose run --rm train predict RUN digit.png` cannot see digit.png beside the compose file."""
+    from train import cli
+    from train.setup import hardware
+
+    run, _ = run_dir
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(hardware, "in_container", lambda root=None, orchestrated=False: True)
+    monkeypatch.setenv("DATA_DIR", "/data")  # docker-compose.yml's volume
+    assert cli.main(["predict", run.name, "digit.png", "--runs-dir", str(run.parent)]) == 3
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DataError: ")]
+    assert errors == [
+        "DataError: digit.png does not exist; give existing image files (JPEG, PNG, GIF (first frame) or BMP); "
+        "the container sees the host only through its volumes: put the file in ./data beside docker-compose.yml "
+        "(DATA_HOST_DIR in .env moves it) and give it as /data/<file>"
+    ]
+
+
 def test_columns_line_up_whatever_the_names():
     rows = [
         {"file": "a.png", "class": "cat", "probability": 0.5},

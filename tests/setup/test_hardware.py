@@ -362,3 +362,19 @@ def test_a_run_that_sets_no_batch_trains_in_batches_of_256_on_a_cpu_in_float32_a
     assert choose_batch("float32", True, default)[:2] == default  # a GPU without tensor cores: still 512
     assert choose_batch("mixed_float16", True, default)[2] == "the defaults, for training on GPUs"
     assert choose_batch("mixed_bfloat16", False, default)[2] == "the defaults, for training in mixed_bfloat16"
+
+
+def test_in_the_compose_container_a_missing_file_is_told_where_it_goes_on_the_host(tmp_path, monkeypatch):
+    from train.setup.hardware import compose_volume_hint
+
+    compose = {"DATA_DIR": "/data", "RUNS_DIR": "/runs"}  # what docker-compose.yml sets
+    assert compose_volume_hint("digit.png", compose, tmp_path) == ""  # no container: the host's own paths
+    (tmp_path / ".dockerenv").touch()
+    assert compose_volume_hint("digit.png", {"DATA_DIR": "./data"}, tmp_path) == ""  # a container of another kind
+    monkeypatch.chdir(tmp_path)  # the image's /app: a file named from there is not on a volume
+    outside = compose_volume_hint("digit.png", compose, tmp_path)
+    assert "put the file in ./data beside docker-compose.yml" in outside and "give it as /data/<file>" in outside
+    assert compose_volume_hint("/data/mnist.npz", compose, tmp_path) == (
+        "/data is ./data beside docker-compose.yml on the host (DATA_HOST_DIR in .env moves it)"
+    )
+    assert compose_volume_hint("/runs/x/a.png", compose, tmp_path).startswith("/runs is ./runs beside")

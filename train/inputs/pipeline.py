@@ -22,6 +22,7 @@ import numpy as np
 from ..datasets import DATASETS
 from ..digest import sha256_file
 from ..errors import DataError, first_line
+from ..setup.hardware import compose_volume_hint
 from . import images
 from .arrays import (
     NPZ_KEYS,
@@ -277,9 +278,11 @@ def _builtin(name: str, data_dir: Path) -> tuple[dict[str, np.ndarray], str, str
         arrays = DATASETS[name].load(cache)
     # get_file raises a bare Exception for network failures, so nothing narrower catches them all.
     except Exception as e:  # noqa: BLE001
+        host = compose_volume_hint(path)  # in the container: where /data is on the host
         raise DataError(
             f"{path} not found and the download of {name} failed ({type(e).__name__}: {first_line(e) or 'no message'}); "
             f"put {name}.npz (Keras format: x_train, y_train, x_test, y_test) at {path}, or allow network access"
+            + (f"; {host}" if host else "")
         ) from None
     h = hashlib.sha256()
     for k in NPZ_KEYS:

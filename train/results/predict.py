@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import DataError, ExportError
 from ..run.rundir import ExportDir, RunDir
+from ..setup.hardware import compose_volume_hint
 
 log = logging.getLogger("train")
 _KINDS = {
@@ -266,7 +267,10 @@ def read_image_file(path: str | os.PathLike) -> tuple[bytes, str]:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         broken = " (a broken link)" if Path(path).is_symlink() else ""
-        raise DataError(f"{shown} does not exist{broken}; give existing image files ({SUPPORTED})") from None
+        host = compose_volume_hint(path)  # in the container: the host's files are seen only through its volumes
+        raise DataError(
+            f"{shown} does not exist{broken}; give existing image files ({SUPPORTED})" + (f"; {host}" if host else "")
+        ) from None
     except PermissionError:
         raise DataError(f"{shown} cannot be read (permission denied): `chmod +r` it or run as its owner") from None
     except OSError as exc:

@@ -342,3 +342,27 @@ def in_container(root: Path = Path("/"), orchestrated: bool = False) -> bool:
         return bool(re.search(r"docker|kubepods|containerd|libpod", (root / "proc/1/cgroup").read_text()))
     except OSError:
         return False
+
+
+# The volumes docker-compose.yml mounts, each a host folder: (the setting in .env that moves it, its
+# default). The image's DATA_DIR and RUNS_DIR are these folders, and so are compose's.
+COMPOSE_VOLUMES = {"/data": ("DATA_HOST_DIR", "./data"), "/runs": ("RUNS_HOST_DIR", "./runs")}
+
+
+def compose_volume_hint(
+    path: str | os.PathLike, environ: Mapping[str, str] | None = None, root: Path = Path("/")
+) -> str:
+    """Where `path`, a file this process cannot find, goes on the host: in a Docker or Podman
+    container of the image (whose DATA_DIR is /data, the volume compose mounts) the host is seen only
+    through the volumes, so a file beside docker-compose.yml is not there. '' elsewhere."""
+    environ = os.environ if environ is None else environ
+    if environ.get("DATA_DIR") != "/data" or not in_container(root):
+        return ""
+    full = os.path.abspath(path)
+    for mount, (setting, default) in COMPOSE_VOLUMES.items():
+        if full.startswith(mount + "/"):
+            return f"{mount} is {default} beside docker-compose.yml on the host ({setting} in .env moves it)"
+    return (
+        "the container sees the host only through its volumes: put the file in ./data beside docker-compose.yml "
+        "(DATA_HOST_DIR in .env moves it) and give it as /data/<file>"
+    )
