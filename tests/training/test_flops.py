@@ -221,6 +221,19 @@ def test_two_runs_in_a_row_divide_by_the_same_peak(tmp_path, monkeypatch):
     assert key["tensorflow"] == tf.__version__ and key["dtype"] == "float32" and key["device"] == "CPU"
 
 
+def test_a_peak_measured_on_fewer_cores_than_this_process_may_use_is_not_read_back(tmp_path, monkeypatch):
+    """`taskset -c 1` (or a container's cpuset) leaves TensorFlow one core of two: a peak or a bfloat16
+    probe measured there is another machine's for a run on both, and the reverse."""
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1}, raising=False)
+    one = flops.machine_key("CPU", "float32")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    both = flops.machine_key("CPU", "float32")
+    assert (one["usable_cpus"], both["usable_cpus"]) == (1, 2)
+    assert flops.peak_cache_file(tmp_path, one) != flops.peak_cache_file(tmp_path, both)
+
+
 @pytest.mark.parametrize("value", ["fast", "0", "-1e9", "nan", "inf", ""])
 def test_peak_flops_accepts_auto_measure_or_a_positive_number(value):
     from train.config import load_settings

@@ -116,8 +116,18 @@ def choose_peak(
     return Peak(None, "unknown: the probe failed", None, None, origin)
 
 
+def usable_cpus() -> int | None:
+    """The CPUs this process may run on (taskset, a container's cpuset), which TensorFlow sizes its
+    thread pools by; os.cpu_count() counts the machine's whatever this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS)
+        return os.cpu_count()
+
+
 def machine_key(where: str, dtype: str, environ: Mapping[str, str] | None = None) -> dict:
-    """What the measured peak depends on: the device, the CPU, the dtype, TensorFlow and oneDNN."""
+    """What the measured peak depends on: the device, the CPU and how many of its cores this process
+    may use, the dtype, TensorFlow and oneDNN."""
     import tensorflow as tf
 
     from ..setup.hardware import cpu_model, onednn_enabled, onednn_max_isa
@@ -125,7 +135,9 @@ def machine_key(where: str, dtype: str, environ: Mapping[str, str] | None = None
     return {
         "device": where,
         "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(),
+        # Once "cpu_count", the machine's, under which a probe pinned to fewer cores was cached: renamed,
+        # so such a cache no longer matches and is measured again.
+        "usable_cpus": usable_cpus(),
         "dtype": dtype,
         "tensorflow": tf.__version__,
         "onednn": onednn_enabled(environ),
