@@ -433,6 +433,109 @@ def test_a_server_back_only_at_the_end_gets_the_run_its_metrics_and_its_status(
     assert client.calls[-1][:2] == ("set_terminated", ("r1", "FINISHED"))
 
 
+def test_a_server_back_only_at_the_end_gets_a_manifest_naming_its_run(tmp_path, monkeypatch):
+    """The start's last try comes before the manifest is recorded and uploaded: the manifest.json
+    artifact names the MLflow run it is in, not tracking off."""
+    import mlflow
+
+    answers = iter([False, False])  # /health: refused at the start and at epoch 1's end, then it answers
+
+    def reachable(uri):
+        if not next(answers, True):
+            raise tracking.TrackingUnavailable(f"{uri}/health cannot be reached (refused)", later=True)
+
+    class Uploads(Recording):
+        uploaded: dict = {}
+
+        def log_artifact(self, run_id, path):
+            Uploads.uploaded[Path(path).name] = Path(path).read_text()
+
+    monkeypatch.setattr(tracking, "check_reachable", reachable)
+    monkeypatch.setattr(mlflow, "MlflowClient", Uploads)
+    (tmp_path / "manifest.json").write_text("{}")
+    tracker = tracking.start(URI, "exp", tmp_path, {"epochs": 1})
+    assert tracker._started.wait(60)
+    tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
+    deadline = time.monotonic() + 60
+    while "epoch 1 metrics" in tracker._pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tracker.finish("completed")
+    expected = {"run_id": "r1", "experiment_id": "7", "tracking_uri": URI, "tracking": "on"}
+    assert json.loads(Uploads.uploaded["manifest.json"])["mlflow"] == expected
+    assert json.loads((tmp_path / "manifest.json").read_text())["mlflow"] == expected
+
+
+def test_epochs_queued_behind_a_slow_try_of_the_start_try_it_once_at_the_newest(
+    tmp_path, monkeypatch, caplog, train_log_propagates
+):
+    """Each try of the start may wait HEALTH_TIMEOUT for a server that accepts and never answers:
+    the epochs that queued meanwhile try it once, at the newest one's end, not once each (their calls
+    would fill the queue, and the epochs past it be lost for a server back later)."""
+    import mlflow
+
+    checks, held, release = [], threading.Event(), threading.Event()
+
+    def reachable(uri):
+        checks.append(uri)
+        if len(checks) == 2:  # the try at epoch 1's end: held, as by a server that never answers
+            held.set()
+            release.wait(60)
+        if len(checks) < 4:  # it answers the start's try at the run's end
+            raise tracking.TrackingUnavailable(f"{uri}/health cannot be reached (timed out)", later=True)
+
+    clients = []
+    monkeypatch.setattr(tracking, "check_reachable", reachable)
+    monkeypatch.setattr(
+        mlflow, "MlflowClient", lambda tracking_uri: clients.append(Recording(tracking_uri)) or clients[-1]
+    )
+    (tmp_path / "manifest.json").write_text("{}")
+    epochs = range(1, tracking.QUEUE_SIZE + 2)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = tracking.start(URI, "exp", tmp_path, {"epochs": len(epochs)})
+        assert tracker._started.wait(60)
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
+        assert held.wait(60)
+        for epoch in epochs[1:]:  # the queue holds them all
+            tracker.log_epoch({"epoch": epoch, "loss": 1.0}, 10 * epoch)
+        release.set()
+        deadline = time.monotonic() + 60
+        while any(w.startswith("epoch ") for w in tracker._pending) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        tracker.finish("completed")
+    assert len(checks) == 4  # the start, epoch 1's end, the newest epoch's end once it was taken, the end
+    assert len(caplog.records) == 1, [r.getMessage() for r in caplog.records]  # the first warning only
+    (client,) = clients
+    sent = [kw["metrics"] for name, _, kw in client.calls if name == "log_batch" and kw.get("metrics")]
+    assert [sorted({m.step for m in ms}) for ms in sent] == [[10 * e for e in epochs]]
+    assert client.calls[-1][:2] == ("set_terminated", ("r1", "FINISHED"))
+
+
+def test_a_server_that_answers_a_later_try_with_a_refusal_is_not_said_never_to_have_answered(
+    tmp_path, caplog, train_log_propagates
+):
+    deleted = "the experiment 'exp' (id 1) is deleted in MLflow: restore it"
+    tries = iter(
+        [
+            tracking.TrackingUnavailable(f"{URI}/health cannot be reached (refused)", later=True),
+            tracking.TrackingUnavailable(deleted),  # it answers, and refuses the run
+        ]
+    )
+
+    def open_run():
+        raise next(tries)
+
+    _run_files(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker = tracking.Tracker(tmp_path, URI, open_run)
+        tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
+        tracker.finish("completed")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[1:] == [
+        f"WARNING: MLflow tracking off for this run: {deleted} (MLFLOW_TRACKING_URI={URI}); training goes on"
+    ]
+    assert json.loads((tmp_path / "manifest.json").read_text())["mlflow"] == {"tracking": "off", "reason": deleted}
+
+
 @pytest.mark.parametrize("failure", ["refused", "bug"])
 def test_any_start_failure_turns_tracking_off_and_never_stops_the_training(
     tmp_path, caplog, train_log_propagates, monkeypatch, failure

@@ -217,6 +217,9 @@ class Tracker:
         self._finishing = True
         deadline = _Deadline(status in STOPPED, stop)
         deadline.wait(self._started.is_set)  # first: the manifest uploaded names the MLflow run
+        if self._retry is not None:  # the start's last try, before the manifest is recorded and uploaded
+            self._put(STARTING, lambda: None)
+            deadline.wait(lambda: not self._is_pending(STARTING))
         self.record()
         for path in (getattr(self.files, name) for name in ARTIFACTS):
             if path.is_file():
@@ -282,8 +285,11 @@ class Tracker:
                 if self._closed or not self._jobs:
                     return
                 what, call, upload = self._jobs.popleft()
+                # The start is tried again at the newest epoch's end (each try may wait HEALTH_TIMEOUT for a
+                # server that accepts and never answers), and once at the end.
+                newer = any(w.startswith("epoch ") for w, _, _ in self._jobs)
             epoch = what.startswith("epoch ")
-            if self._retry is not None and (epoch or self._finishing):  # at each epoch's end, and once at the end
+            if self._retry is not None and ((epoch and not newer) or self._finishing):
                 self._open(self._retry)
                 if self.off is None and not epoch and self._late:  # no epoch's call left to carry them
                     self._try("metrics of the epochs before", self._send_late)
@@ -302,7 +308,8 @@ class Tracker:
         except Exception as exc:  # whatever it is (a server error, a refused login, a bug): never raised
             why = _why(exc) if isinstance(exc, TrackingUnavailable) else f"{type(exc).__name__}: {_why(exc)}"
             self.off = why
-            again = isinstance(exc, TrackingUnavailable) and exc.later and not self._finishing
+            answered = not (isinstance(exc, TrackingUnavailable) and exc.later)  # refused, not unanswered
+            again = not answered and not self._finishing
             self._retry = open_run if again else None
             if again and first:
                 self._say(
@@ -316,7 +323,7 @@ class Tracker:
                 self._say(
                     logging.WARNING,
                     "WARNING: MLflow tracking off for this run: %s (MLFLOW_TRACKING_URI=%s); training goes on",
-                    why if first else f"the server never answered ({why})",
+                    why if first or answered else f"the server never answered ({why})",
                     self.uri,
                 )
             return
@@ -360,6 +367,10 @@ class Tracker:
     def _done(self, what: str) -> None:
         with self._cond:
             self._pending.remove(what)
+
+    def _is_pending(self, what: str) -> bool:
+        with self._cond:
+            return what in self._pending
 
     def _try(self, what: str, call) -> bool:
         epoch = what.startswith("epoch ")
