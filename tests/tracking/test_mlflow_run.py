@@ -343,6 +343,24 @@ def test_a_closed_port_at_the_start_is_tried_again_then_tracking_is_off_and_the_
     assert recorded["reason"].startswith(f"http://127.0.0.1:{port}/health cannot be reached")
 
 
+def _refused_at_first(times: int):
+    """check_reachable for a server down for the start's first `times` tries, then answering."""
+    answers = iter([False] * times)
+
+    def reachable(uri):
+        if not next(answers, True):
+            raise tracking.TrackingUnavailable(f"{uri}/health cannot be reached (refused)", later=True)
+
+    return reachable
+
+
+def _sent(tracker, what: str) -> None:
+    """Wait until the tracking thread is done with `what` (an event, at most a minute)."""
+    deadline = time.monotonic() + 60
+    while what in tracker._pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_server_down_at_the_start_is_tried_again_each_epoch_and_gets_the_epochs_it_missed(
     tmp_path, monkeypatch, caplog, train_log_propagates
 ):
@@ -358,21 +376,10 @@ def test_a_server_down_at_the_start_is_tried_again_each_epoch_and_gets_the_epoch
         def log_artifact(self, run_id, path):
             self.calls.append(("log_artifact", run_id, Path(path).name))
 
-    answers = iter([False, False])  # /health: refused twice, then it answers
-
-    def reachable(uri):
-        if not next(answers, True):
-            raise tracking.TrackingUnavailable(f"{uri}/health cannot be reached (refused)", later=True)
-
-    monkeypatch.setattr(tracking, "check_reachable", reachable)
+    monkeypatch.setattr(tracking, "check_reachable", _refused_at_first(2))  # the start, epoch 1's end
     monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: Metrics(tracking_uri))
     _Client.made = []
     (tmp_path / "manifest.json").write_text("{}")
-
-    def sent(what):  # the tracking thread is done with it
-        deadline = time.monotonic() + 60
-        while what in tracker._pending and time.monotonic() < deadline:
-            time.sleep(0.01)
 
     with caplog.at_level(logging.INFO, logger="train"):
         tracker = tracking.start(URI, "exp", tmp_path, {"epochs": 2})
@@ -380,9 +387,9 @@ def test_a_server_down_at_the_start_is_tried_again_each_epoch_and_gets_the_epoch
         tracker.record()
         assert json.loads((tmp_path / "manifest.json").read_text())["mlflow"]["tracking"] == "off"
         tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
-        sent("epoch 1 metrics")
+        _sent(tracker, "epoch 1 metrics")
         tracker.log_epoch({"epoch": 2, "loss": 0.5}, 20)
-        sent("epoch 2 metrics")
+        _sent(tracker, "epoch 2 metrics")
         tracker.finish("completed")
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0] == (
@@ -406,13 +413,7 @@ def test_a_server_back_only_at_the_end_gets_the_run_its_metrics_and_its_status(
 ):
     import mlflow
 
-    answers = iter([False, False])  # /health: refused at the start and at epoch 1's end, then it answers
-
-    def reachable(uri):
-        if not next(answers, True):
-            raise tracking.TrackingUnavailable(f"{uri}/health cannot be reached (refused)", later=True)
-
-    monkeypatch.setattr(tracking, "check_reachable", reachable)
+    monkeypatch.setattr(tracking, "check_reachable", _refused_at_first(2))  # the start, epoch 1's end
     clients = []
     monkeypatch.setattr(
         mlflow, "MlflowClient", lambda tracking_uri: clients.append(Recording(tracking_uri)) or clients[-1]
@@ -422,9 +423,7 @@ def test_a_server_back_only_at_the_end_gets_the_run_its_metrics_and_its_status(
         tracker = tracking.start(URI, "exp", tmp_path, {"epochs": 1})
         assert tracker._started.wait(60)
         tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
-        deadline = time.monotonic() + 60
-        while "epoch 1 metrics" in tracker._pending and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _sent(tracker, "epoch 1 metrics")
         tracker.finish("completed")
     assert "MLflow: metrics of epoch 1 sent late" in [r.getMessage() for r in caplog.records]
     (client,) = clients
@@ -438,27 +437,19 @@ def test_a_server_back_only_at_the_end_gets_a_manifest_naming_its_run(tmp_path, 
     artifact names the MLflow run it is in, not tracking off."""
     import mlflow
 
-    answers = iter([False, False])  # /health: refused at the start and at epoch 1's end, then it answers
-
-    def reachable(uri):
-        if not next(answers, True):
-            raise tracking.TrackingUnavailable(f"{uri}/health cannot be reached (refused)", later=True)
-
     class Uploads(Recording):
         uploaded: dict = {}
 
         def log_artifact(self, run_id, path):
             Uploads.uploaded[Path(path).name] = Path(path).read_text()
 
-    monkeypatch.setattr(tracking, "check_reachable", reachable)
+    monkeypatch.setattr(tracking, "check_reachable", _refused_at_first(2))  # the start, epoch 1's end
     monkeypatch.setattr(mlflow, "MlflowClient", Uploads)
     (tmp_path / "manifest.json").write_text("{}")
     tracker = tracking.start(URI, "exp", tmp_path, {"epochs": 1})
     assert tracker._started.wait(60)
     tracker.log_epoch({"epoch": 1, "loss": 1.0}, 10)
-    deadline = time.monotonic() + 60
-    while "epoch 1 metrics" in tracker._pending and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _sent(tracker, "epoch 1 metrics")
     tracker.finish("completed")
     expected = {"run_id": "r1", "experiment_id": "7", "tracking_uri": URI, "tracking": "on"}
     assert json.loads(Uploads.uploaded["manifest.json"])["mlflow"] == expected
