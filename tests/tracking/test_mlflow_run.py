@@ -1072,6 +1072,67 @@ def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, mo
     assert [r.info.run_id for r in experiment_runs] == [run_id]  # no second MLflow run
 
 
+def test_a_resume_that_starts_the_mlflow_run_sends_the_epochs_trained_before_it(mlflow_server, tmp_path):
+    """The first segment tracked nowhere (no URI, or a server that never answered): the MLflow run the
+    resume makes holds every epoch, each at the global step it ended on, as an uninterrupted run's."""
+    from train import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False, report="off")
+    first = train(s)
+    assert first.status == "completed" and "mlflow" not in json.loads((first.run_dir / "manifest.json").read_text())
+    resumed = train(s.replace(epochs=2, mlflow_tracking_uri=mlflow_server), resume=first.run_dir.name)
+    assert resumed.status == "completed"
+    run_id = json.loads((first.run_dir / "manifest.json").read_text())["mlflow"]["run_id"]
+    client = _client(mlflow_server)
+    history = client.get_metric_history(run_id, "val_accuracy")
+    assert [m.step for m in history] == [12, 24]  # 384 examples in batches of 32, as the loop counts them
+    csv_rows = (first.run_dir / "metrics.csv").read_text().splitlines()
+    assert [f"{m.value:.6g}" for m in history] == [row.split(",")[4] for row in csv_rows[1:]]
+    started = [line for line in (first.run_dir / "train.log").read_text().splitlines() if "MLflow: logging to" in line]
+    assert len(started) == 1 and started[0].endswith("; metrics of epoch 1 (trained before it) sent from metrics.csv")
+
+
+def _csv(run_dir: Path, rows: list[tuple[int, float, int]]) -> None:
+    lines = ["epoch,loss,accuracy,batch_size"] + [f"{e},{loss},0.5,{b}" for e, loss, b in rows]
+    (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_the_epochs_before_a_segment_are_at_the_steps_their_batch_sizes_make(tmp_path):
+    """A resume that changed BATCH_SIZE: each epoch's steps at its own batch size; rows of the epochs
+    this segment trains again, and every row of a manifest that lacks the counts, are not sent."""
+    run_dir = tmp_path
+    _csv(run_dir, [(1, 0.9, 100), (2, 0.5, 100), (3, 0.4, 64), (4, 0.3, 64)])
+    manifest = {"data": {"n_train": 1000}, "segments": [{"epoch_from": 0}, {"epoch_from": 3}]}
+    assert [(e, step, m["loss"]) for e, step, m in tracking.earlier_epochs(run_dir, manifest)] == [
+        (1, 10, 0.9),
+        (2, 20, 0.5),
+        (3, 36, 0.4),  # ceil(1000 / 64) = 16 steps
+    ]
+    assert tracking.earlier_epochs(run_dir, {"data": {}, "segments": [{"epoch_from": 3}]}) == []
+    assert tracking.earlier_epochs(run_dir, {"data": {"n_train": 1000}, "segments": [{"epoch_from": 0}]}) == []
+
+
+def test_epochs_the_new_run_could_not_take_are_one_warning_and_tracking_goes_on(
+    tmp_path, answering, caplog, train_log_propagates
+):
+    (tmp_path / "metrics.csv").write_text("epoch,loss,batch_size\n1,0.9,32\n")
+    segments = {"data": {"n_train": 64}, "segments": [{"epoch_from": 1}]}
+
+    class _Refusing(_Client):
+        def log_batch(self, run_id, params=(), tags=(), metrics=(), synchronous=False):
+            if metrics:
+                raise RuntimeError("INVALID_PARAMETER_VALUE: no\nthe server's trace")
+            super().log_batch(run_id, params, tags, metrics, synchronous)
+
+    with caplog.at_level(logging.WARNING, logger="train"):
+        tracker, client = answering(tmp_path, experiments={"exp": "3"}, manifest=segments, client=_Refusing)
+    assert tracker.off is None and tracker.run_id == "new-run"
+    assert [r.getMessage() for r in caplog.records] == [
+        "WARNING: MLflow: metrics of epoch 1 trained before this MLflow run not sent "
+        "(INVALID_PARAMETER_VALUE: no); metrics.csv has them"
+    ]
+
+
 @pytest.mark.slow
 def test_with_two_workers_only_the_chief_logs(mlflow_server, tmp_path):
     from builders import write_tiny_npz
@@ -1506,9 +1567,9 @@ def answering(monkeypatch):
     monkeypatch.setattr(tracking, "check_reachable", lambda uri: None)
     _Client.made = []
 
-    def run(run_dir: Path, previous: dict | None = None, uri: str = URI, **answers):
-        monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: _Client(tracking_uri, **answers))
-        manifest = {"run_id": run_dir.name, "git": {"commit": "c0ffee", "source": "git"}}
+    def run(run_dir: Path, previous: dict | None = None, uri: str = URI, manifest=None, client=_Client, **answers):
+        monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: client(tracking_uri, **answers))
+        manifest = {"run_id": run_dir.name, "git": {"commit": "c0ffee", "source": "git"}, **(manifest or {})}
         (run_dir / "manifest.json").write_text(json.dumps({**manifest, **({"mlflow": previous} if previous else {})}))
         tracker = tracking.start(uri, "exp", run_dir, {"epochs": 5, "seed": 1, "mlflow_tracking_uri": uri})
         assert tracker._started.wait(60)

@@ -11,11 +11,14 @@ the end the run's files and status get FLUSH_SECONDS to reach the server (STOP_F
 a stop signal, well inside compose's stop_grace_period); whatever did not is named in one warning
 line, and the process ends anyway.
 
-A resumed run continues the same MLflow run: its id is kept in the manifest (`mlflow.run_id`).
+A resumed run continues the same MLflow run: its id is kept in the manifest (`mlflow.run_id`). A
+resume that starts a new MLflow run (the earlier segments tracked nowhere, or their MLflow run gone)
+sends the epochs trained before it from metrics.csv, so the MLflow run holds the whole training.
 """
 
 from __future__ import annotations
 
+import csv
 import logging
 import math
 import os
@@ -32,6 +35,7 @@ from typing import Any, NamedTuple
 from ..errors import first_line
 from ..locations import redact_uri
 from ..run.manifest import lock_in_checkout, section, update_manifest
+from ..run.metrics_files import read_back, read_rows
 from ..run.rundir import RunDir
 
 log = logging.getLogger("train")
@@ -82,6 +86,7 @@ class Opened(NamedTuple):
     run_id: str
     experiment_id: str
     resumed: bool = False
+    earlier: str = ""  # what the start line says of the epochs sent from metrics.csv (a new run of a resume)
 
 
 def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT) -> None:
@@ -332,12 +337,13 @@ class Tracker:
         how = "continuing" if opened.resumed else "logging to"
         self._say(
             logging.INFO,
-            "MLflow: %s run %s in experiment %s at %s%s%s",
+            "MLflow: %s run %s in experiment %s at %s%s%s%s",
             how,
             self.run_id,
             self.experiment_id,
             self.uri,
             _browser_link(self.uri, self.experiment_id, self.run_id),
+            opened.earlier,
             "" if first else " (the server answered late; the epochs before are sent with the next call)",
         )
 
@@ -472,6 +478,8 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
     except Exception:
         pass  # the thread meets the same error and turns tracking off, saying why
 
+    earlier = [] if isinstance(manifest, Exception) else earlier_epochs(run_dir, manifest)
+
     def open_run() -> Opened:
         if isinstance(manifest, Exception):
             raise manifest
@@ -496,9 +504,49 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
             tags=[RunTag(k, v) for k, v in tags_from_manifest(manifest).items()],
             synchronous=True,
         )
-        return Opened(client, run_id, client.get_run(run_id).info.experiment_id, resumed)
+        sent = "" if resumed or not earlier else _send_earlier(client, run_id, earlier)
+        return Opened(client, run_id, client.get_run(run_id).info.experiment_id, resumed, sent)
 
     return Tracker(run_dir, uri, open_run)
+
+
+def earlier_epochs(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[int, int, dict[str, float]]]:
+    """(epoch, step, metrics) of each metrics.csv row trained before this segment, at the global step
+    its epoch ended on: the steps of each epoch, ceil(n_train / its batch size), added up (as the loop
+    counts them; a batch AUTO_BATCH halved within an epoch counts as the smaller one). Read before the
+    segment's first epoch is written; [] when there are none or the file does not say enough."""
+    segments = manifest.get("segments") or [{}]
+    done, n_train = segments[-1].get("epoch_from"), section(manifest, "data").get("n_train")
+    if not (isinstance(done, int) and done > 0 and isinstance(n_train, int) and n_train > 0):
+        return []
+    try:
+        rows = [read_back(row) for _, row in read_rows(RunDir(run_dir).metrics)[1]]
+    except (OSError, UnicodeError, csv.Error):
+        return []
+    out, step = [], 0
+    for row in rows:
+        epoch, batch = row.get("epoch"), row.get("batch_size")
+        if not (isinstance(epoch, int) and isinstance(batch, int) and batch > 0) or epoch > done:
+            break
+        step += math.ceil(n_train / batch)
+        out.append((epoch, step, epoch_metrics(row)))
+    return out
+
+
+def _send_earlier(client, run_id: str, earlier: list[tuple[int, int, dict[str, float]]]) -> str:
+    """The epochs before this segment into a new MLflow run; what the start line says of them."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, v, now, step) for _, step, values in earlier for k, v in values.items()]
+    what = _names([f"epoch {epoch} metrics" for epoch, _, _ in earlier])
+    try:
+        for i in range(0, len(metrics), LATE_METRICS):
+            client.log_batch(run_id, metrics=metrics[i : i + LATE_METRICS], synchronous=True)
+    except Exception as exc:  # the run is made: tracking goes on without them
+        log.warning("WARNING: MLflow: %s trained before this MLflow run not sent (%s); metrics.csv has them", what, _why(exc))
+        return ""
+    return f"; {what} (trained before it) sent from metrics.csv"
 
 
 def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
