@@ -544,7 +544,9 @@ def _send_earlier(client, run_id: str, earlier: list[tuple[int, int, dict[str, f
         for i in range(0, len(metrics), LATE_METRICS):
             client.log_batch(run_id, metrics=metrics[i : i + LATE_METRICS], synchronous=True)
     except Exception as exc:  # the run is made: tracking goes on without them
-        log.warning("WARNING: MLflow: %s trained before this MLflow run not sent (%s); metrics.csv has them", what, _why(exc))
+        log.warning(
+            "WARNING: MLflow: %s trained before this MLflow run not sent (%s); metrics.csv has them", what, _why(exc)
+        )
         return ""
     return f"; {what} (trained before it) sent from metrics.csv"
 
