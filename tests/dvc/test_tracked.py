@@ -118,9 +118,23 @@ def test_the_record_names_commit_path_entry_and_remote_without_credentials(tmp_p
     assert version["remote"] == "store" and version["remote_url"] == "https://***@dvc.example.com/c"
     assert version["git_remote"] == "https://***@git.example.com/data.git"
     assert "pa55" not in str(version) and "token123" not in str(version)
-    # No dvc command here: the workspace's state is unknown, and says what installs it.
+    # DVC_COMMAND names nothing: the workspace's state is unknown, and the one warning says so.
+    assert version["workspace_unknown"] == f"DVC_COMMAND={tmp_path / 'no-dvc'} is no file and no command on PATH"
+    assert version["dvc_file_committed"] is True and version["warning"] == (
+        f"WARNING: whether images matches its DVC version is unknown ({version['workspace_unknown']}): set "
+        "DVC_COMMAND to a DVC (`dvc --version` answers a version), or leave it empty for .venv-dvc or dvc on PATH"
+    )
+
+
+@NEEDS_GIT
+def test_without_a_dvc_command_the_workspace_is_unknown_saying_what_installs_one_and_no_warning(tmp_path, monkeypatch):
+    # The image tracks no DVC of its own: a run there records its data version without a warning line.
+    root = _project(tmp_path / "repo")
+    monkeypatch.setattr(tracked.tool, "OWN_VENV", tmp_path / "no-venv")
+    monkeypatch.setattr(tracked.tool.shutil, "which", lambda name: None)  # and none on PATH
+    version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}"))
     assert version["workspace"] == "unknown" and "scripts/venv-dvc.sh" in version["workspace_unknown"]
-    assert version["dvc_file_committed"] is True and version["warning"] is None
+    assert version["warning"] is None
 
 
 @NEEDS_GIT
@@ -132,6 +146,7 @@ def test_a_dvc_command_that_prints_nothing_leaves_the_workspace_unknown(tmp_path
     silent.chmod(0o755)
     version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}", dvc_command=str(silent)))
     assert version["workspace"] == "unknown" and "printed nothing: is it DVC?" in version["workspace_unknown"]
+    assert version["warning"].startswith("WARNING: whether images matches its DVC version is unknown (dvc status: ")
 
 
 @NEEDS_GIT

@@ -133,7 +133,7 @@ def record(settings) -> dict[str, Any] | None:
         "dvc_file_committed": _git(top, "status", "--porcelain", "--", str(source)) == "",
         **workspace(settings.dvc_command, root, source, stage),
     }
-    version["warning"] = warning(version)
+    version["warning"] = warning(version, settings.dvc_command)
     return version
 
 
@@ -147,7 +147,10 @@ def workspace(command: str, root: Path, source: Path, stage: str) -> dict[str, s
     """{"workspace": matches | differs | unknown} as `dvc status` sees the entry (and why when unknown)."""
     dvc = tool.find(command)
     if dvc is None:
-        return {"workspace": "unknown", "workspace_unknown": f"no dvc command: {tool.INSTALL}"}
+        why = (
+            f"DVC_COMMAND={command} is no file and no command on PATH" if command else f"no dvc command: {tool.INSTALL}"
+        )
+        return {"workspace": "unknown", "workspace_unknown": why}
     target = f"{(source.parent / 'dvc.yaml').relative_to(root).as_posix()}:{stage}" if stage else str(source)
     try:
         done = tool.run(dvc, "status", "--json", target, cwd=root)
@@ -168,8 +171,9 @@ def _changed(state: Any) -> bool:
     return any(word in text for word in ('"modified"', '"deleted"', '"new"', '"changed checksum"'))
 
 
-def warning(version: dict[str, Any]) -> str | None:
-    """One line when the data the run reads is not the version its commit records: nothing could fetch it again."""
+def warning(version: dict[str, Any], command: str = "") -> str | None:
+    """One line when the data the run reads is not the version its commit records (nothing could fetch
+    it again), or when the DVC_COMMAND given (`command`) could not say whether it is."""
     path, source, commit = version["path"], version["dvc_file"], str(version.get("commit"))[:12]
     if version.get("workspace") == "differs":
         return (
@@ -181,5 +185,11 @@ def warning(version: dict[str, Any]) -> str | None:
         return (
             f"WARNING: {source} has changes not committed to git: commit {commit} does not record this run's data "
             f"version; commit {source} (and `dvc push`), then train"
+        )
+    if command and version.get("workspace") == "unknown":
+        # Given, so meant: without this line a typo shows only in the manifest, until reproduce refuses it.
+        return (
+            f"WARNING: whether {path} matches its DVC version is unknown ({version.get('workspace_unknown')}): "
+            "set DVC_COMMAND to a DVC (`dvc --version` answers a version), or leave it empty for .venv-dvc or dvc on PATH"
         )
     return None
