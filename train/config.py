@@ -271,6 +271,14 @@ def given(s: Settings) -> frozenset[str]:
     return frozenset(f.name for f in fields(s) if getattr(s, f.name) != f.default)
 
 
+def unused_settings(values: dict[str, Any]) -> frozenset[str]:
+    """The settings (by field name) that do nothing in a run of `values` (a config.json's): the image
+    folder's size and channels for the other data sets, DATA_DIR for a DATASET that names its own path."""
+    dataset = str(values.get("dataset", ""))
+    folder = frozenset() if dataset.startswith("images:") else frozenset({"image_size", "channels"})
+    return folder | ({"data_dir"} if dataset.startswith(("images:", "npz:")) else set())
+
+
 def knows_given(s: Settings) -> bool:
     """Whether `s` records which settings the user gave (load_settings, `.replace`); a Settings made in
     code (`Settings(...)`, `dataclasses.replace`) holds its values only."""

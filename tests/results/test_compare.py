@@ -86,6 +86,30 @@ def test_precision_auto_compares_as_the_policy_it_chose(tmp_path):
     assert compare.differing_settings([auto, other]) == [("PRECISION", ["mixed_bfloat16 (auto)", "float32"])]
 
 
+def test_a_setting_that_did_nothing_in_a_run_is_shown_as_not_used(tmp_path):
+    """IMAGE_SIZE between two MNIST runs, DATA_DIR between two image-folder runs: no difference; beside
+    a run it acted in, the cell says it did nothing."""
+    mnist = [
+        load_records(write_run_records(tmp_path / n, {"dataset": "mnist", "image_size": size, "channels": 1}))
+        for n, size in (("a", 64), ("b", 32))
+    ]
+    assert compare.differing_settings(mnist) == []
+    folders = [
+        load_records(write_run_records(tmp_path / n, {"dataset": f"images:{tmp_path}", "data_dir": d}))
+        for n, d in (("c", "./data"), ("d", "/elsewhere"))
+    ]
+    assert compare.differing_settings(folders) == []
+    npz = load_records(
+        write_run_records(tmp_path / "e", {"dataset": f"npz:{tmp_path}/x.npz", "data_dir": "/elsewhere"})
+    )
+    assert dict(compare.differing_settings([mnist[0], folders[1], npz])) == {
+        "CHANNELS": ["(not used)", "3", "(not used)"],
+        "DATASET": ["mnist", f"images:{tmp_path}", f"npz:{tmp_path}/x.npz"],
+        "DATA_DIR": ["./data", "(not used)", "(not used)"],
+        "IMAGE_SIZE": ["(not used)", "64", "(not used)"],
+    }
+
+
 def test_out_png_is_the_overlaid_curves(runs, tmp_path, capsys):
     from PIL import Image
 

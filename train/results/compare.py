@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..config import env_text, of_kind
+from ..config import env_text, of_kind, unused_settings
 from ..errors import ConfigError
 from ..run.manifest import data_version, section
 from ..run.metrics_files import METRIC_COLUMNS
@@ -21,6 +21,7 @@ from .run_records import RunRecords, duration_text, on_test_text
 # Settings that say how a run was driven, not what it learned: listing them is noise.
 NOT_COMPARED = of_kind("invocation")
 OUT_SUFFIXES = (".png", ".html")
+UNUSED = "(not used)"
 METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
 
@@ -75,10 +76,13 @@ def check_distinct(run_dirs: Sequence[Path], names: Sequence[str]) -> None:
 
 
 def differing_settings(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
+    """The settings whose values differ, a value that did nothing in its run (IMAGE_SIZE for MNIST)
+    shown as such: runs that differ only there trained the same way."""
     keys = sorted(set().union(*(r.config for r in runs)) - NOT_COMPARED)
+    unused = [unused_settings(r.config) for r in runs]
     rows = []
     for key in keys:
-        values = [_text(r.config.get(key, "-")) for r in runs]
+        values = [UNUSED if key in u else _text(r.config.get(key, "-")) for r, u in zip(runs, unused)]
         if key == "precision":  # what each run trained in: auto's choice is a policy like any other
             trained = [_trained_in(r, v) for r, v in zip(runs, values)]
             if len(set(trained)) > 1:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import extras, models
-from ..config import BATCH_PAIR, Settings, as_given, given, knows_given
+from ..config import BATCH_PAIR, Settings, as_given, given, knows_given, unused_settings
 from ..errors import Interrupted, ModelInterrupted, StorageError, WorkerLostError
 from ..inputs import pipeline as data
 from ..run import checkpoints
@@ -343,10 +343,9 @@ def _warn_unused(settings: Settings) -> None:
             "WARNING: EPOCHS=%d is not used: a smoke run trains one epoch (leave SMOKE off to train more)",
             settings.epochs,
         )
-    if settings.dataset.startswith("images:"):
-        return
+    unused = unused_settings(settings.to_dict())
     for name in ("image_size", "channels"):  # a rerun gives every recorded setting: the defaults stay quiet
-        if name in given(settings) and getattr(settings, name) != getattr(Settings, name):
+        if name in unused and name in given(settings) and getattr(settings, name) != getattr(Settings, name):
             log.warning(
                 "WARNING: %s=%s is not used: it applies to DATASET=images:<dir> only; %s keeps its own images' size",
                 name.upper(),
