@@ -341,3 +341,10 @@ def sigmoid(input_shape, num_classes):
     inputs = keras.Input(shape=input_shape, name="image")
     x = keras.layers.Flatten()(keras.layers.Rescaling(1.0 / 255)(inputs))
     return keras.Model(inputs, keras.layers.Dense(num_classes, activation="sigmoid")(x))
+
+
+def compiled(input_shape, num_classes):
+    """Compiled as the Keras examples do: its optimizer and loss would be replaced by the template's."""
+    model = dense16(input_shape, num_classes)
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model

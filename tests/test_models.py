@@ -277,6 +277,7 @@ def test_the_exported_model_is_compiled_only_with_metrics_keras_knows():
         ("subclassed_built", "returned a Classifier whose inputs and outputs Keras does not know"),
         ("image_grid_output", "the model's output has shape (None, 28, 28, 4); the template needs (batch, 4)"),
         ("fixed_input_size", "the model takes inputs of shape (32, 32, 3) but the images are (28, 28, 1)"),
+        ("compiled", "compiled((28, 28, 1), 4) returned a compiled model (its optimizer SGD)"),
     ],
 )
 def test_a_model_the_template_cannot_train_is_a_one_line_model_error(factory, words):
@@ -331,6 +332,7 @@ def tiny_npz(tmp_path_factory):
         ("logits", "the model's outputs are not probabilities"),
         ("two_outputs", "2 output(s)"),
         ("subclassed", "inputs and outputs Keras does not know"),
+        ("compiled", "remove the compile() call"),
     ],
 )
 def test_a_factory_that_exits_or_returns_what_cannot_be_trained_is_exit_2_and_recorded(

@@ -8,7 +8,8 @@ become a ModelError naming it, and SIGTERM/SIGINT stop it at once (ModelInterrup
 What it returns must be what the loop, the checkpoints and the export work with: a keras.Model
 with one image input and one output of shape (batch, num_classes) that, for the template's
 classification loss, holds probabilities (checked on a probe batch: logits would train silently
-to nonsense).
+to nonsense), and not compiled (the loop compiles it with the loss, metrics and optimizer of its
+MODEL entry: the factory's own compile() would be replaced without a word).
 """
 
 from __future__ import annotations
@@ -106,6 +107,15 @@ def check_model(spec: str, call: str, model, shape: tuple, classes: int, probabi
     if not inputs or not outputs:
         raise ModelError(
             spec, f"{call} returned a {type(model).__name__} whose inputs and outputs Keras does not know; {SUPPORTED}"
+        )
+    if getattr(model, "compiled", False):  # a Keras example's make_model: its compile() would be replaced silently
+        optimizer = type(getattr(model, "optimizer", None)).__name__
+        raise ModelError(
+            spec,
+            f"{call} returned a compiled model (its optimizer {optimizer}); the template compiles it with the loss, "
+            "metrics and optimizer of its MODEL entry, which would replace yours: remove the compile() call "
+            "(another optimizer or loss: register(..., optimizer=..., loss=...) in train/models.py, "
+            "docs/extending.md)",
         )
     if len(inputs) != 1 or len(outputs) != 1:
         raise ModelError(
