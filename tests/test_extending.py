@@ -122,6 +122,31 @@ def test_the_new_model_data_set_and_setting_are_checked_settings(project):
     assert "| `WEIGHT_DECAY` | `--weight-decay` | `0.0` | AdamW weight decay (0: none) |" in table
 
 
+def test_a_section_whose_example_changes_the_settings_files_says_how_to_regenerate_them(tmp_path):
+    """A reader follows one section alone: where its example changes what `settings` prints (a name in
+    MODEL's or DATASET's help, a new setting), the committed .env.example and README table go stale and
+    tests/test_config.py fails, so that section itself names the command that rewrites them."""
+    text = DOC.read_text()
+    sections = {m[1]: m[2] for m in re.finditer(r"^## ([^\n]+)\n(.*?)(?=^## |\Z)", text, re.M | re.S)}
+    committed, blocks = (PROJECT_ROOT / ".env.example").read_text(), doc_blocks(text)
+    changed = []
+    for section in sorted({b.section for b in blocks}):
+        fork = tmp_path / re.sub(r"\W+", "-", section)
+        shutil.copytree(PROJECT_ROOT / "train", fork / "train", ignore=shutil.ignore_patterns("__pycache__"))
+        for block in blocks:
+            if block.section == section and block.path.startswith("train/"):
+                apply(fork, block)
+        proc = run(fork, "-m", "train", "settings", "--format", "env-example")
+        assert proc.returncode == 0, proc.stderr
+        if proc.stdout != committed:
+            changed.append(section)
+            assert "invoke settings-files" in sections[section], (
+                f"docs/extending.md, {section}: its example changes .env.example, and the section does not say "
+                "to run `invoke settings-files`"
+            )
+    assert {"Add a model", "Add a data set", "Add a setting"} <= set(changed)
+
+
 @pytest.mark.slow
 def test_after_the_regeneration_the_doc_asks_for_the_settings_tests_pass_in_the_fork(project):
     """The new model, data set and setting touch no test: only the two generated files change."""
