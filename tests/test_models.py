@@ -399,8 +399,51 @@ def test_a_name_registered_twice_is_refused_naming_both_factories(monkeypatch):
     assert models.register("cnn", reloaded, "again").build is reloaded
 
 
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"metric": {"accuracy": "correct"}}, "register() has no metric= (did you mean metrics=?)"),
+        ({"metrics": ["accuracy", "top2"]}, "metrics= maps each name to a function of (labels, outputs)"),
+        ({"metrics": {"accuracy": "accuracy"}}, "metrics= maps each name to a function of (labels, outputs)"),
+        ({"loss": "sparse_categorical_crossentropy"}, "loss= is a function loss(reduction)"),
+        ({"loss": lambda y_true, y_pred: y_pred}, "loss= is a function loss(reduction)"),
+        ({"optimizer": "sgd"}, "optimizer= is a function optimizer(learning_rate, settings)"),
+        ({"min_image_size": "32"}, "min_image_size= is a whole number of pixels"),
+    ],
+)
+def test_a_register_line_the_loop_cannot_use_is_refused_when_it_runs(monkeypatch, kw, words):
+    """A Keras habit in a fork's register(...) (metrics=["accuracy"], a loss or optimizer object or name,
+    a misspelt keyword) would otherwise be a traceback at import, or mid-run after the data loaded."""
+    from train import models
+
+    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
+
+    def mine(input_shape, num_classes): ...
+
+    with pytest.raises(ModelError) as info:
+        models.register("mine", mine, "my own", **kw)
+    assert str(info.value).startswith("MODEL=mine: ") and words in str(info.value), str(info.value)
+    assert "mine" not in models.MODELS
+    models.register("mine", mine, "my own", loss=models.sparse_crossentropy, metrics={"acc": models.correct})
+
+
 @pytest.mark.slow
-def test_a_name_registered_twice_is_one_line_at_the_command_line(tmp_path):
+@pytest.mark.parametrize(
+    "line, error",
+    [
+        (
+            'register("cnn", cnn_bn, "dup")',
+            "ModelError: MODEL=cnn: registered twice (cnn and cnn_bn): give the new model a name of its own, or "
+            "remove the other register line",
+        ),
+        (
+            'register("mlp", cnn_bn, "a baseline", metric={"accuracy": correct})',
+            "ModelError: MODEL=mlp: register() has no metric= (did you mean metrics=?); it takes min_image_size=, "
+            "loss=, metrics=, optimizer= (docs/extending.md)",
+        ),
+    ],
+)
+def test_a_register_line_refused_is_one_line_at_the_command_line(tmp_path, line, error):
     """The registry is read when the settings are: the refusal is the command's one line, exit 2."""
     import subprocess
     import sys
@@ -409,7 +452,7 @@ def test_a_name_registered_twice_is_one_line_at_the_command_line(tmp_path):
 
     copy = clone_of_the_package(tmp_path / "copy")
     with (copy / "train" / "models.py").open("a") as f:
-        f.write('\nregister("cnn", cnn_bn, "dup")\n')
+        f.write(f"\n{line}\n")
     done = subprocess.run(
         [sys.executable, "-m", "train", "settings"],
         cwd=copy,
@@ -418,7 +461,4 @@ def test_a_name_registered_twice_is_one_line_at_the_command_line(tmp_path):
         env=subprocess_env(PYTHONPATH=str(copy)),
         timeout=120,
     )
-    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "ModelError: MODEL=cnn: registered twice (cnn and cnn_bn): give the new model a name of its own, or remove "
-        "the other register line"
-    ], done.stderr
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [error], done.stderr

@@ -18,6 +18,7 @@ the settings check reads this registry before TensorFlow loads.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
@@ -90,8 +91,65 @@ def register(name: str, build: Factory, doc: str, **kw: Any) -> ModelEntry:
             f"registered twice ({MODELS[name].build.__qualname__} and {build.__qualname__}): give the new model a "
             "name of its own, or remove the other register line",
         )
+    problem = _entry_problem(kw)
+    if problem:  # found when train.models is imported: one line, not a traceback now or mid-run
+        raise ModelError(name, f"{problem} (docs/extending.md)")
     MODELS[name] = ModelEntry(build, doc, **kw)
     return MODELS[name]
+
+
+_FIELDS = ("min_image_size", "loss", "metrics", "optimizer")
+
+
+def _entry_problem(kw: Mapping[str, Any]) -> str | None:
+    """What in register()'s keywords the loop cannot use (Keras habits: metrics=["accuracy"], a loss
+    object), or None."""
+    for key in kw:
+        if key not in _FIELDS:
+            near = difflib.get_close_matches(key, _FIELDS, 1)
+            hint = f" (did you mean {near[0]}=?)" if near else ""
+            return f"register() has no {key}={hint}; it takes " + ", ".join(f"{f}=" for f in _FIELDS)
+    size = kw.get("min_image_size", 0)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"min_image_size= is a whole number of pixels (0: any), not {size!r}"
+    metrics = kw.get("metrics", {})
+    if not isinstance(metrics, Mapping) or not all(
+        isinstance(k, str) and _takes(f, None, None) for k, f in metrics.items()
+    ):
+        return (
+            "metrics= maps each name to a function of (labels, outputs) giving one value per example, e.g. "
+            f'metrics={{"accuracy": correct, "top2": top2}}; not {_short(metrics)}'
+        )
+    if "loss" in kw and not (_takes(kw["loss"]) and _takes(kw["loss"], reduction=None)):
+        return (
+            "loss= is a function loss(reduction) that returns a Keras loss, e.g. "
+            f"lambda reduction=None: keras.losses.MeanSquaredError(reduction=reduction); not {_short(kw['loss'])}"
+        )
+    if "optimizer" in kw and not _takes(kw["optimizer"], None, None):
+        return (
+            "optimizer= is a function optimizer(learning_rate, settings) that returns a Keras optimizer; "
+            f"not {_short(kw['optimizer'])}"
+        )
+    return None
+
+
+def _takes(fn: Any, *args: Any, **kwargs: Any) -> bool:
+    """Whether `fn` can be called with these arguments (a callable without a signature: assumed so)."""
+    if not callable(fn):
+        return False
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    except ValueError:
+        pass
+    return True
+
+
+def _short(value: Any) -> str:
+    text = getattr(value, "__qualname__", None) if callable(value) else None
+    text = text or repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _origin(build: Factory) -> tuple[str, str]:
