@@ -308,6 +308,33 @@ def test_a_model_with_its_own_loss_is_not_held_to_probabilities(monkeypatch):
     build_model("scores", (28, 28, 1), 4)  # a fork's regression or logits loss: its outputs are its own
 
 
+def _top2(labels, probs):
+    return keras.metrics.sparse_top_k_categorical_accuracy(labels, probs, k=2)
+
+
+@pytest.mark.parametrize(
+    "metric, words",
+    [
+        (lambda labels, probs: probs, "metric 'mine' gives shape (4, 4) for a batch of 4"),
+        (keras.metrics.SparseTopKCategoricalAccuracy(k=2), "metric 'mine' gives shape () for a batch of 4"),
+        (lambda labels, probs: labels + probs, "metric 'mine' raised InvalidArgumentError"),
+    ],
+)
+def test_a_metric_that_is_not_one_value_per_example_is_a_one_line_model_error(monkeypatch, metric, words):
+    """The loop sums a metric over the examples and divides by their number: a value per class or a Keras
+    Metric object's running mean would be averaged into metrics.csv as if it were right."""
+    from train import models
+
+    entry = models.ModelEntry(get_factory("faults:dense16"), "", metrics={"accuracy": models.correct, "mine": metric})
+    monkeypatch.setitem(models.MODELS, "measured", entry)
+    with pytest.raises(ModelError) as info:
+        build_model("measured", (28, 28, 1), 4)
+    assert info.value.exit_code == 2 and words in str(info.value) and "\n" not in str(info.value), str(info.value)
+    good = models.ModelEntry(entry.build, "", metrics={"accuracy": models.correct, "top2": _top2})
+    monkeypatch.setitem(models.MODELS, "measured", good)
+    build_model("measured", (28, 28, 1), 4)
+
+
 def test_a_factory_calling_sys_exit_is_a_model_error_naming_it():
     for factory, code in (("sys_exit_3", 3), ("sys_exit_7", 7)):
         with pytest.raises(ModelError) as info:

@@ -318,7 +318,8 @@ def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
         raise ModelError(name, f"{call} raised {_error_text(exc)}{hint}") from exc
     if not isinstance(model, keras.Model):
         raise ModelError(name, f"{call} returned {type(model).__name__}, expected a keras.Model")
-    check_model(name, call, model, shape, classes, probabilities=entry(name).loss is sparse_crossentropy)
+    task = entry(name)
+    check_model(name, call, model, shape, classes, task.loss is sparse_crossentropy, task.metrics)
     return model
 
 

@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Mapping
 
 from ..errors import ModelError, ModelInterrupted
 
@@ -98,7 +99,9 @@ def _route_signals(spec: str, signalled: list[int], active: list[bool]):
     return restore
 
 
-def check_model(spec: str, call: str, model, shape: tuple, classes: int, probabilities: bool) -> None:
+def check_model(
+    spec: str, call: str, model, shape: tuple, classes: int, probabilities: bool, metrics: Mapping | None = None
+) -> None:
     """ModelError unless `model` is what the template trains (see the module docstring)."""
     try:
         inputs, outputs = list(model.inputs), list(model.outputs)
@@ -138,10 +141,37 @@ def check_model(spec: str, call: str, model, shape: tuple, classes: int, probabi
             "build it on keras.Input(shape=input_shape)",
         )
     if probabilities:
-        _check_probabilities(spec, model, shape, classes)
+        probs = _check_probabilities(spec, model, shape, classes)
+        _check_metrics(spec, metrics or {}, probs)
 
 
-def _check_probabilities(spec: str, model, shape: tuple, classes: int) -> None:
+def _check_metrics(spec: str, metrics: Mapping, probs) -> None:
+    """Each metric gives one value per example (the loop sums them and divides by the examples): checked on
+    the probe batch's probabilities, with class ids as labels (int32, as the data pipeline gives them)."""
+    import numpy as np
+    import tensorflow as tf
+
+    labels = tf.constant(np.arange(len(probs)) % probs.shape[-1], tf.int32)
+    outputs = tf.constant(probs, tf.float32)
+    for name, fn in metrics.items():
+        try:
+            value = np.asarray(fn(labels, outputs))
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise ModelError(
+                spec,
+                f"metric {name!r} raised {type(exc).__name__} on a probe batch of labels and probabilities: {first}",
+            ) from exc
+        if value.shape != (len(probs),):
+            raise ModelError(
+                spec,
+                f"metric {name!r} gives shape {value.shape} for a batch of {len(probs)}; a metric is a function of "
+                "(labels, probabilities) giving one value per example, which the loop averages (not a keras.metrics "
+                "object, not one value per class)",
+            )
+
+
+def _check_probabilities(spec: str, model, shape: tuple, classes: int):
     import numpy as np
 
     # Raw pixel values, as the data pipeline feeds them; a generator of its own leaves the seeds alone.
@@ -157,7 +187,7 @@ def _check_probabilities(spec: str, model, shape: tuple, classes: int) -> None:
         ) from exc
     sums = probs.sum(axis=-1)
     if np.isfinite(probs).all() and probs.min() >= -1e-6 and np.abs(sums - 1).max() <= 1e-2:
-        return
+        return probs
     worst = float(sums[np.argmax(np.abs(sums - 1))]) if np.isfinite(sums).all() else float("nan")
     raise ModelError(
         spec,
