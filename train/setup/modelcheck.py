@@ -116,9 +116,9 @@ def check_model(
         raise ModelError(
             spec,
             f"{call} returned a compiled model (its optimizer {optimizer}); the template compiles it with the loss, "
-            "metrics and optimizer of its MODEL entry, which would replace yours: remove the compile() call "
-            "(another optimizer or loss: register(..., optimizer=..., loss=...) in train/models.py, "
-            "docs/extending.md)",
+            "metrics and optimizer of its MODEL entry, which would replace yours: remove the compile() call, or "
+            "load a saved model with keras.models.load_model(path, compile=False) (another optimizer or loss: "
+            "register(..., optimizer=..., loss=...) in train/models.py, docs/extending.md)",
         )
     if len(inputs) != 1 or len(outputs) != 1:
         raise ModelError(
