@@ -984,6 +984,23 @@ def test_epoch_time_speed_and_mfu_come_from_the_clock_around_training(real_loop,
     )
 
 
+def test_samples_per_second_counts_the_examples_of_the_epochs_short_last_batch(real_loop, monkeypatch):
+    """384 examples at batch 100: four steps, the last of 84 examples; the rate counts 384, not 400 (a
+    tiny data set at a large batch would otherwise pass the machine's peak, and raise its cached figure)."""
+    from train.training import loop as loop_module
+
+    ticks = iter([100.0, 100.00384, 200.0, 200.00184])  # the first epoch whole, the second from its third step
+    monkeypatch.setattr(loop_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    loop = real_loop(epochs=1, batch_size=100)
+    _fixed_validation(loop, [0.5])
+    assert loop.run().history[0]["samples_per_second"] == pytest.approx(1e5)
+    resumed = real_loop(epochs=2, batch_size=100)
+    resumed.state.epoch, resumed.state.step, resumed.state.global_step = 1, 2, 6
+    _fixed_validation(resumed, [0.5])
+    row = resumed.run().history[-1]  # steps 3-4 of the second epoch: 100 + 84 examples in 1.84 ms
+    assert row["samples_per_second"] == pytest.approx(1e5)
+
+
 def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
     """Stopped after the epoch's last step, before validation: the resume trains nothing and ends the epoch."""
     loop = real_loop(epochs=1)

@@ -483,7 +483,11 @@ class EpochLoop:
 
         used, peak = gpu_memory()
         batch = self.state.batch_size
-        speed = (steps_run * batch / seconds) if seconds else None
+        # The examples those steps trained: the epoch's last batch holds only what is left of the data
+        # (a data set of 81 at batch 512 is one step of 81, not of 512).
+        start = getattr(self, "_epoch_from_step", 0) * batch
+        examples = min(self.spec.n_train, start + steps_run * batch) - start
+        speed = (examples / seconds) if seconds else None
         achieved, fraction = mfu(speed, self.flop_count, self.peak.flops)
         if fraction is not None and fraction > 1 and (raised := self._raise_peak(achieved)):
             achieved, fraction = mfu(speed, self.flop_count, raised.flops)
