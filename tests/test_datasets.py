@@ -77,6 +77,25 @@ def test_an_unknown_data_set_lists_the_registered_ones(monkeypatch):
         datasets.check_dataset("mnst")
 
 
+def _own_mnist(cache_dir: Path) -> dict:
+    return {}
+
+
+def test_a_name_registered_twice_is_refused_naming_both_loaders(monkeypatch):
+    """A fork's own `mnist` would otherwise replace the built-in one without a word; the same loader
+    registered again (a module imported again) is not a second registration."""
+    monkeypatch.setattr(datasets, "DATASETS", dict(datasets.DATASETS))
+    with pytest.raises(ConfigError) as info:
+        datasets.register(Dataset("mnist", (28, 28, 1), ("a", "b"), _own_mnist))
+    assert str(info.value) == (
+        "DATASET='mnist' is not valid: registered twice (_mnist and _own_mnist): give the new data set a name of "
+        "its own, or remove the other register line"
+    )
+    assert datasets.DATASETS["mnist"].load is datasets._mnist
+    again = Dataset("mnist", (28, 28, 1), tuple(str(i) for i in range(10)), datasets._mnist)
+    assert datasets.register(again) is again
+
+
 def test_dataset_help_names_every_registered_data_set():
     doc = next(f for f in config.fields(Settings) if f.name == "dataset").metadata["doc"]
     assert doc.startswith(" | ".join(datasets.DATASETS) + " | npz:<file>")

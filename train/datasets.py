@@ -37,8 +37,22 @@ DATASETS: dict[str, Dataset] = {}
 
 
 def register(dataset: Dataset) -> Dataset:
+    """Add a data set; a name already taken by another loader is refused (as a model's name is): a
+    fork's own `mnist` would otherwise replace the built-in one without a word."""
+    before = DATASETS.get(dataset.name)
+    if before is not None and _origin(before.load) != _origin(dataset.load):  # not a module imported again
+        raise ConfigError(
+            "DATASET",
+            dataset.name,
+            f"registered twice ({_origin(before.load)[1]} and {_origin(dataset.load)[1]}): give the new data set a "
+            "name of its own, or remove the other register line",
+        )
     DATASETS[dataset.name] = dataset
     return dataset
+
+
+def _origin(load: Callable) -> tuple[str, str]:
+    return getattr(load, "__module__", ""), getattr(load, "__qualname__", repr(load))
 
 
 def check_dataset(value: str, exists: bool = True) -> None:
