@@ -150,6 +150,27 @@ def test_a_dvc_command_that_prints_nothing_leaves_the_workspace_unknown(tmp_path
 
 
 @NEEDS_GIT
+def test_a_dvc_command_relative_to_the_working_directory_answers_from_the_data_s_project(tmp_path, monkeypatch):
+    """`dvc status` runs in the DVC project: a DVC_COMMAND relative to where the run starts was "no such
+    file" there, and a working DVC read as another program, with a warning to set DVC_COMMAND."""
+    root = _project(tmp_path / "repo")
+    (tmp_path / "bin").mkdir()
+    dvc = tmp_path / "bin" / "dvc"
+    dvc.write_text("#!/bin/sh\necho '{}'\n")  # what DVC prints when nothing changed
+    dvc.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}", dvc_command="bin/dvc"))
+    assert version["workspace"] == "matches" and version["warning"] is None
+
+
+@NEEDS_GIT
+def test_a_dvc_command_that_prints_no_json_is_named_as_not_dvc(tmp_path):
+    root = _project(tmp_path / "repo")
+    version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}", dvc_command="/bin/echo"))
+    assert version["workspace_unknown"] == "dvc status: /bin/echo printed no JSON: is it DVC?"
+
+
+@NEEDS_GIT
 def test_an_uncommitted_dvc_file_warns_once_naming_the_commit_and_what_to_commit(tmp_path):
     root = _project(tmp_path / "repo")
     (root / "images.dvc").write_text(DVC_FILE.replace("166b9274", "99999999"))

@@ -20,9 +20,12 @@ _URL = re.compile(r"[a-zA-Z][\w+.-]*://\S+")
 
 
 def find(setting: str = "") -> str | None:
-    """DVC_COMMAND when given (a path or a name on PATH), else .venv-dvc/bin/dvc, else dvc on PATH."""
+    """DVC_COMMAND when given (a path or a name on PATH), else .venv-dvc/bin/dvc, else dvc on PATH.
+
+    Absolute: DVC runs in the data's project folder, where a path relative to here names nothing."""
     if setting:
-        return shutil.which(setting) or (setting if Path(setting).is_file() else None)
+        found = shutil.which(setting) or (setting if Path(setting).is_file() else None)
+        return os.path.abspath(found) if found else None
     own = OWN_VENV / "bin" / "dvc"
     return str(own) if own.is_file() else shutil.which("dvc")
 

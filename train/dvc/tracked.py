@@ -154,9 +154,12 @@ def workspace(command: str, root: Path, source: Path, stage: str) -> dict[str, s
     target = f"{(source.parent / 'dvc.yaml').relative_to(root).as_posix()}:{stage}" if stage else str(source)
     try:
         done = tool.run(dvc, "status", "--json", target, cwd=root)
-        state = json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         return {"workspace": "unknown", "workspace_unknown": f"dvc status: {exc}"}
+    try:
+        state = json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
+    except ValueError:  # DVC_COMMAND=/bin/echo: its arguments back, not DVC's JSON
+        return {"workspace": "unknown", "workspace_unknown": f"dvc status: {dvc} printed no JSON: is it DVC?"}
     if state is None and done.returncode == 0:
         # DVC prints `{}` when nothing changed: silence is another program (DVC_COMMAND=/bin/true), not "matches".
         return {"workspace": "unknown", "workspace_unknown": f"dvc status: {dvc} printed nothing: is it DVC?"}
