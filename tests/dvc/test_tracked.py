@@ -164,6 +164,23 @@ def test_a_dvc_command_relative_to_the_working_directory_answers_from_the_data_s
 
 
 @NEEDS_GIT
+def test_a_dvc_whose_status_fails_is_told_to_fix_what_dvc_says_not_to_change_dvc_command(tmp_path):
+    """A real DVC that cannot answer (a broken .dvc/config): its own error, and no advice to replace it."""
+    root = _project(tmp_path / "repo")
+    dvc = tmp_path / "dvc"
+    dvc.write_text(
+        '#!/bin/sh\nif [ "$1" = --version ]; then echo 3.59.1; exit 0; fi\n'
+        "echo 'ERROR: configuration error - config file error: Invalid line' >&2\nexit 251\n"
+    )
+    dvc.chmod(0o755)
+    version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}", dvc_command=str(dvc)))
+    assert version["warning"] == (
+        "WARNING: whether images matches its DVC version is unknown (dvc status: configuration error - config "
+        f"file error: Invalid line): run `dvc status` in {root.resolve()} and fix what it says"
+    )
+
+
+@NEEDS_GIT
 def test_a_dvc_command_that_prints_no_json_is_named_as_not_dvc(tmp_path):
     root = _project(tmp_path / "repo")
     version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}", dvc_command="/bin/echo"))

@@ -191,8 +191,10 @@ def warning(version: dict[str, Any], command: str = "") -> str | None:
         )
     if command and version.get("workspace") == "unknown":
         # Given, so meant: without this line a typo shows only in the manifest, until reproduce refuses it.
-        return (
-            f"WARNING: whether {path} matches its DVC version is unknown ({version.get('workspace_unknown')}): "
-            "set DVC_COMMAND to a DVC (`dvc --version` answers a version), or leave it empty for .venv-dvc or dvc on PATH"
-        )
+        dvc = tool.find(command)
+        if dvc is not None and tool.not_dvc(dvc) is None:  # DVC itself failed (its config, its lock): not the setting
+            fix = f"run `dvc status` in {version['repository']} and fix what it says"
+        else:
+            fix = "set DVC_COMMAND to a DVC (`dvc --version` answers a version), or leave it empty for .venv-dvc or dvc on PATH"
+        return f"WARNING: whether {path} matches its DVC version is unknown ({version.get('workspace_unknown')}): {fix}"
     return None
