@@ -1112,6 +1112,37 @@ def test_the_epochs_before_a_segment_are_at_the_steps_their_batch_sizes_make(tmp
     assert tracking.earlier_epochs(run_dir, {"data": {"n_train": 1000}, "segments": [{"epoch_from": 0}]}) == []
 
 
+def test_a_batch_size_changed_within_an_epoch_puts_the_epochs_where_the_loop_counted_them(tmp_path):
+    """BATCH_SIZE 128 -> 256 (--force) at step 72 of epoch 3 (step 36 in batches of 256), as a real run
+    recorded it: the loop ended epoch 3 at global step 844 + 72 + 175 = 1091, not 844 + 211, and the
+    segment after epoch 4 starts at 1302; epochs 1-2 stay where they ended."""
+    _csv(tmp_path, [(1, 0.9, 128), (2, 0.5, 128), (3, 0.4, 256), (4, 0.3, 256)])
+    manifest = {
+        "data": {"n_train": 54001},
+        "segments": [
+            {"epoch_from": 0},
+            {"epoch_from": 2, "resumed_from": "ckpt-000000916.npz (epoch 3, step 36)"},
+            {"epoch_from": 4, "resumed_from": "ckpt-000001302.npz (epoch 5, step 0)"},
+        ],
+        "distribution": [{"from_global_step": 0}, {"from_global_step": 916}, {"from_global_step": 1302}],
+    }
+    assert [(e, step) for e, step, _ in tracking.earlier_epochs(tmp_path, manifest)] == [
+        (1, 422),
+        (2, 844),
+        (3, 1091),
+        (4, 1302),
+    ]
+
+
+def test_rows_repeated_or_missing_in_metrics_csv_end_the_epochs_sent(tmp_path):
+    """An edited metrics.csv: epoch 2 twice put epoch 3 at the step the segment logs epoch 4 at."""
+    manifest = {"data": {"n_train": 1000}, "segments": [{"epoch_from": 0}, {"epoch_from": 3}]}
+    _csv(tmp_path, [(1, 0.9, 100), (2, 0.5, 100), (2, 0.5, 100), (3, 0.4, 100)])
+    assert [(e, step) for e, step, _ in tracking.earlier_epochs(tmp_path, manifest)] == [(1, 10), (2, 20)]
+    _csv(tmp_path, [(1, 0.9, 100), (3, 0.4, 100)])
+    assert [(e, step) for e, step, _ in tracking.earlier_epochs(tmp_path, manifest)] == [(1, 10)]
+
+
 def test_epochs_the_new_run_could_not_take_are_one_warning_and_tracking_goes_on(
     tmp_path, answering, caplog, train_log_propagates
 ):

@@ -513,7 +513,11 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
 def earlier_epochs(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[int, int, dict[str, float]]]:
     """(epoch, step, metrics) of each metrics.csv row trained before this segment, at the global step
     its epoch ended on: the steps of each epoch, ceil(n_train / its batch size), added up (as the loop
-    counts them; a batch AUTO_BATCH halved within an epoch counts as the smaller one). Read before the
+    counts them). A batch size changed within an epoch (--force mid-epoch, AUTO_BATCH) makes that epoch
+    other steps: the difference from where this segment starts (the manifest's `distribution`, less the
+    steps of the epoch it resumes within) is put on the last epoch whose batch size changed, so the rows
+    line up with the ones this segment logs. Only rows numbered 1, 2, 3... in order: a row repeated or
+    missing (an edited file) ends them, as it would put two epochs at one step. Read before the
     segment's first epoch is written; [] when there are none or the file does not say enough."""
     segments = manifest.get("segments") or [{}]
     done, n_train = segments[-1].get("epoch_from"), section(manifest, "data").get("n_train")
@@ -523,14 +527,32 @@ def earlier_epochs(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[int, i
         rows = [read_back(row) for _, row in read_rows(RunDir(run_dir).metrics)[1]]
     except (OSError, UnicodeError, csv.Error):
         return []
-    out, step = [], 0
+    out, step, batches = [], 0, []
     for row in rows:
         epoch, batch = row.get("epoch"), row.get("batch_size")
-        if not (isinstance(epoch, int) and isinstance(batch, int) and batch > 0) or epoch > done:
+        if not (isinstance(epoch, int) and isinstance(batch, int) and batch > 0) or epoch != len(out) + 1 or epoch > done:
             break
         step += math.ceil(n_train / batch)
         out.append((epoch, step, epoch_metrics(row)))
+        batches.append(batch)
+    start = _start_step(manifest, segments[-1])
+    changed = [i for i in range(1, len(batches)) if batches[i] != batches[i - 1]]
+    if out and out[-1][0] == done and start is not None and start != step and changed:
+        i, off = changed[-1], start - step
+        if out[i][1] + off > out[i - 1][1]:
+            out = out[:i] + [(epoch, at + off, values) for epoch, at, values in out[i:]]
     return out
+
+
+def _start_step(manifest: dict[str, Any], segment: dict[str, Any]) -> int | None:
+    """The global step the epoch before this segment ended on: where it starts, less the steps of the
+    epoch it resumes within (`resumed_from`: "... (epoch N, step S)"); None when not recorded."""
+    spread = manifest.get("distribution")
+    start = spread[-1].get("from_global_step") if isinstance(spread, list) and spread and isinstance(spread[-1], dict) else None
+    within = re.search(r"step (\d+)\)$", str(segment.get("resumed_from") or ""))
+    if not isinstance(start, int) or isinstance(start, bool) or within is None:
+        return None
+    return start - int(within.group(1))
 
 
 def _send_earlier(client, run_id: str, earlier: list[tuple[int, int, dict[str, float]]]) -> str:
