@@ -1092,6 +1092,22 @@ def test_a_resume_that_starts_the_mlflow_run_sends_the_epochs_trained_before_it(
     assert len(started) == 1 and started[0].endswith("; metrics of epoch 1 (trained before it) sent from metrics.csv")
 
 
+def test_a_continued_mlflow_run_gets_the_epochs_of_a_segment_tracked_nowhere(mlflow_server, tmp_path):
+    """Epoch 2 trained with MLFLOW_TRACKING_URI unset: the run continued at epoch 3 had a hole at its
+    step; only the missing epoch is sent, nothing twice."""
+    from train import train
+
+    s = tiny_settings(tmp_path, epochs=1, export=False, report="off", mlflow_tracking_uri=mlflow_server)
+    first = train(s)
+    assert train(s.replace(epochs=2, mlflow_tracking_uri=""), resume=first.run_dir.name).status == "completed"
+    assert train(s.replace(epochs=3), resume=first.run_dir.name).status == "completed"
+    run_id = json.loads((first.run_dir / "manifest.json").read_text())["mlflow"]["run_id"]
+    history = _client(mlflow_server).get_metric_history(run_id, "epoch")
+    assert sorted((m.step, m.value) for m in history) == [(12, 1.0), (24, 2.0), (36, 3.0)]
+    started = [line for line in (first.run_dir / "train.log").read_text().splitlines() if "MLflow: continuing" in line]
+    assert len(started) == 1 and started[0].endswith("; metrics of epoch 2 (missing from it) sent from metrics.csv")
+
+
 def _csv(run_dir: Path, rows: list[tuple[int, float, int]]) -> None:
     lines = ["epoch,loss,accuracy,batch_size"] + [f"{e},{loss},0.5,{b}" for e, loss, b in rows]
     (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")

@@ -479,6 +479,8 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
         pass  # the thread meets the same error and turns tracking off, saying why
 
     earlier = [] if isinstance(manifest, Exception) else earlier_epochs(run_dir, manifest)
+    # Their time: before this segment's first epoch, which may end before the server answers the start.
+    before = int(time.time() * 1000)
 
     def open_run() -> Opened:
         if isinstance(manifest, Exception):
@@ -504,7 +506,10 @@ def start(uri: str, experiment: str, run_dir: Path, settings: dict[str, Any]) ->
             tags=[RunTag(k, v) for k, v in tags_from_manifest(manifest).items()],
             synchronous=True,
         )
-        sent = "" if resumed or not earlier else _send_earlier(client, run_id, earlier)
+        if resumed and earlier:  # a segment tracked nowhere, or epochs its server never got: only those
+            sent = _send_earlier(client, run_id, _not_in(client, run_id, earlier), before, "missing from it")
+        else:
+            sent = _send_earlier(client, run_id, earlier, before) if earlier else ""
         return Opened(client, run_id, client.get_run(run_id).info.experiment_id, resumed, sent)
 
     return Tracker(run_dir, uri, open_run)
@@ -555,11 +560,23 @@ def _start_step(manifest: dict[str, Any], segment: dict[str, Any]) -> int | None
     return start - int(within.group(1))
 
 
-def _send_earlier(client, run_id: str, earlier: list[tuple[int, int, dict[str, float]]]) -> str:
-    """The epochs before this segment into a new MLflow run; what the start line says of them."""
+def _not_in(client, run_id: str, earlier: list[tuple[int, int, dict[str, float]]]) -> list:
+    """The epochs of `earlier` the continued MLflow run has no `epoch` metric of ([] when it cannot say:
+    nothing is sent twice)."""
+    try:
+        logged = {int(m.value) for m in client.get_metric_history(run_id, "epoch")}
+    except Exception:
+        return []
+    return [e for e in earlier if e[0] not in logged]
+
+
+def _send_earlier(client, run_id: str, earlier: list, now: int, said: str = "trained before it") -> str:
+    """The epochs before this segment, (epoch, step, metrics) at time `now`, into the MLflow run; what
+    the start line says of them."""
+    if not earlier:
+        return ""
     from mlflow.entities import Metric
 
-    now = int(time.time() * 1000)
     metrics = [Metric(k, v, now, step) for _, step, values in earlier for k, v in values.items()]
     what = _names([f"epoch {epoch} metrics" for epoch, _, _ in earlier])
     try:
@@ -567,10 +584,13 @@ def _send_earlier(client, run_id: str, earlier: list[tuple[int, int, dict[str, f
             client.log_batch(run_id, metrics=metrics[i : i + LATE_METRICS], synchronous=True)
     except Exception as exc:  # the run is made: tracking goes on without them
         log.warning(
-            "WARNING: MLflow: %s trained before this MLflow run not sent (%s); metrics.csv has them", what, _why(exc)
+            "WARNING: MLflow: %s %s not sent (%s); metrics.csv has them",
+            what,
+            said.replace(" it", " this MLflow run"),
+            _why(exc),
         )
         return ""
-    return f"; {what} (trained before it) sent from metrics.csv"
+    return f"; {what} ({said}) sent from metrics.csv"
 
 
 def _continue(client, previous: dict[str, Any], uri: str) -> str | None:
