@@ -535,7 +535,11 @@ def earlier_epochs(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[int, i
     out, step, batches = [], 0, []
     for row in rows:
         epoch, batch = row.get("epoch"), row.get("batch_size")
-        if not (isinstance(epoch, int) and isinstance(batch, int) and batch > 0) or epoch != len(out) + 1 or epoch > done:
+        if (
+            not (isinstance(epoch, int) and isinstance(batch, int) and batch > 0)
+            or epoch != len(out) + 1
+            or epoch > done
+        ):
             break
         step += math.ceil(n_train / batch)
         out.append((epoch, step, epoch_metrics(row)))
@@ -553,7 +557,11 @@ def _start_step(manifest: dict[str, Any], segment: dict[str, Any]) -> int | None
     """The global step the epoch before this segment ended on: where it starts, less the steps of the
     epoch it resumes within (`resumed_from`: "... (epoch N, step S)"); None when not recorded."""
     spread = manifest.get("distribution")
-    start = spread[-1].get("from_global_step") if isinstance(spread, list) and spread and isinstance(spread[-1], dict) else None
+    start = (
+        spread[-1].get("from_global_step")
+        if isinstance(spread, list) and spread and isinstance(spread[-1], dict)
+        else None
+    )
     within = re.search(r"step (\d+)\)$", str(segment.get("resumed_from") or ""))
     if not isinstance(start, int) or isinstance(start, bool) or within is None:
         return None
