@@ -17,7 +17,8 @@ KINDS = {
     "free": "does not change the result (EPOCHS, PATIENCE, ...): a resume may change it; still listed when compared",
     "surroundings": "where the run lives and what is around training (RUNS_DIR, the budget, the export): "
     "free on resume, and a rerun by reproduce does not compare it",
-    "label": "the run's own name: reproduce does not compare it (the rerun has its own)",
+    "label": "the run's own name: reproduce and compare do not compare it (the rerun has its own; compare's "
+    "columns are named by it)",
     "invocation": "how this start was asked for (RESUME, PROGRESS, DEBUG): free on resume, compared nowhere",
 }
 

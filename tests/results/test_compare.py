@@ -77,6 +77,12 @@ def test_identical_settings_say_none(tmp_path):
     assert "(none)" in compare.format_comparison([a, b])
 
 
+def test_the_runs_own_names_are_the_columns_not_a_setting_that_differs(tmp_path):
+    a = load_records(write_run_records(tmp_path / "a", {"run_name": "baseline"}))
+    b = load_records(write_run_records(tmp_path / "b", {"run_name": "wider"}))
+    assert compare.differing_settings([a, b]) == []
+
+
 def test_precision_auto_compares_as_the_policy_it_chose(tmp_path):
     """A `reproduce` rerun pins what auto chose: the same training, so no row; another choice is one."""
     auto = load_records(write_run_records(tmp_path / "a", {"precision": "auto"}))

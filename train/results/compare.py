@@ -18,8 +18,9 @@ from ..run.metrics_files import METRIC_COLUMNS
 from ..training.test_split import on_test
 from .run_records import RunRecords, duration_text, on_test_text
 
-# Settings that say how a run was driven, not what it learned: listing them is noise.
-NOT_COMPARED = of_kind("invocation")
+# Settings that say how a run was driven, not what it learned, and the run's own name (each column's
+# header already): listing them is noise.
+NOT_COMPARED = of_kind("invocation", "label")
 OUT_SUFFIXES = (".png", ".html")
 UNUSED = "(not used)"
 METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")

@@ -44,12 +44,11 @@ def shared(settings) -> dict[str, object]:
     """The settings every worker must be started with alike (compared at the join, before TensorFlow):
     another SEED or VAL_SPLIT would train on other batches and validate on examples another worker
     trains on, another LEARNING_RATE or MODEL would let the workers' weights drift apart, all silently."""
-    from ..config import of_kind
+    from ..config import of_kind, unused_settings
 
-    # IMAGE_SIZE and CHANNELS shape an image folder's examples only: another value left in one
-    # worker's .env changes nothing for another data set.
-    unused = set() if str(settings.dataset).startswith("images:") else {"image_size", "channels"}
-    names = sorted((of_kind("result") - NOT_SHARED - unused) | set(LOOP))
+    # A setting that does nothing for this data set (IMAGE_SIZE for MNIST) may differ: another value
+    # left in one worker's .env changes nothing.
+    names = sorted((of_kind("result") - NOT_SHARED - unused_settings(settings.to_dict())) | set(LOOP))
     values = {name: getattr(settings, name) for name in names}
     if settings.smoke:
         values["epochs"] = 1  # SMOKE trains one epoch whatever EPOCHS says
