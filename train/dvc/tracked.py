@@ -189,9 +189,11 @@ def warning(version: dict[str, Any], command: str = "") -> str | None:
             f"WARNING: {source} has changes not committed to git: commit {commit} does not record this run's data "
             f"version; commit {source} (and `dvc push`), then train"
         )
-    if command and version.get("workspace") == "unknown":
-        # Given, so meant: without this line a typo shows only in the manifest, until reproduce refuses it.
-        dvc = tool.find(command)
+    dvc = tool.find(command) if version.get("workspace") == "unknown" else None
+    # Silent only where no DVC is found and none was named: an image without DVC still trains. A DVC_COMMAND
+    # given is meant, and a DVC found that fails is broken: without this line either shows only in the
+    # manifest, until reproduce refuses it.
+    if version.get("workspace") == "unknown" and (command or dvc is not None):
         if dvc is not None and tool.not_dvc(dvc) is None:  # DVC itself failed (its config, its lock): not the setting
             fix = f"run `dvc status` in {version['repository']} and fix what it says"
         else:
