@@ -348,6 +348,27 @@ def test_a_run_that_beats_a_measured_peak_replaces_it_so_mfu_never_passes_one(tm
     assert flops.beaten_peak(raised, 32e9, 2, tmp_path, "CPU", "float32", probe=False).measured_per_device == 16e9
 
 
+def test_a_peak_an_older_version_raised_is_measured_again_once(tmp_path, warnings):
+    """Such a version counted an epoch's short last batch as a full one: a small data set at a large batch
+    raised the cached peak past the machine's. A record it wrote is measured again; a raised one written
+    now is kept."""
+    import json
+
+    key = flops.machine_key("CPU", "float32")
+    path = flops.peak_cache_file(tmp_path, key)
+    path.parent.mkdir(parents=True)
+    old = {"key": key, "flops_per_device": 99e9, "probes": [10e9], "measured_at": "2026-12-05", "beaten_by_a_run": True}
+    path.write_text(json.dumps(old))
+    assert flops.cached_peak(tmp_path, key, lambda: 12e9, rounds=1)[0] == 12e9
+    assert warnings() == [
+        f"WARNING: the cached peak {path} cannot be used (it was raised by a run of an older version, which could "
+        "overstate a run's speed): measuring it again"
+    ]
+    peak = flops.peak_for("auto", tmp_path, "CPU", "float32", devices=1)
+    flops.beaten_peak(peak, 20e9, 1, tmp_path, "CPU", "float32", probe=False)
+    assert flops.cached_peak(tmp_path, key, lambda: pytest.fail("measured again"))[0] == 20e9
+
+
 def test_a_datasheet_or_given_peak_is_never_raised(tmp_path):
     given = flops.peak_for("2.5e11", tmp_path, "CPU", "float32", devices=1)
     sheet = flops.choose_peak(1e12, 312e12, 1, "NVIDIA A100-SXM4-80GB", "bfloat16")

@@ -160,6 +160,10 @@ def _read_cached(path: Path, key: Mapping, field: str = "flops_per_device") -> t
         raise ValueError(f"{field} is {repr(value)[:40]}, not a positive number")
     if not isinstance(data["measured_at"], str):
         raise ValueError(f"measured_at is {data['measured_at']!r}, not a time")
+    if data.get("beaten_by_a_run") and not data.get("short_batches_counted"):
+        # Raised by a run of a version that counted an epoch's short last batch as a full one: a small
+        # data set at a large batch "beat" the true peak.
+        raise ValueError("it was raised by a run of an older version, which could overstate a run's speed")
     return number, data["measured_at"]
 
 
@@ -274,6 +278,7 @@ def beaten_peak(
     key = machine_key(where, dtype)
     path = peak_cache_file(cache_dir, key)
     record = {"key": key, "flops_per_device": best, "probes": probes, "measured_at": when, "beaten_by_a_run": True}
+    record["short_batches_counted"] = True  # samples/s counts an epoch's short last batch as what it holds
     origin = f"raised at {when}: a run reached {achieved / devices / 1e9:.1f} GFLOP/s per device"
     if _write_cache(path, record, "raised peak", "this run still divides by the new figure"):
         origin += f", cached in {path}"
