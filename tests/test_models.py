@@ -435,6 +435,11 @@ def test_a_name_registered_twice_is_refused_naming_both_factories(monkeypatch):
         ({"loss": "sparse_categorical_crossentropy"}, "loss= is a function loss(reduction)"),
         ({"loss": lambda y_true, y_pred: y_pred}, "loss= is a function loss(reduction)"),
         ({"optimizer": "sgd"}, "optimizer= is a function optimizer(learning_rate, settings)"),
+        # Keras' classes bind (learning_rate, settings) too: the settings would be SGD's momentum, Adam's beta_1.
+        ({"optimizer": keras.optimizers.SGD}, "lambda learning_rate, settings: keras.optimizers.SGD(learning_rate)"),
+        ({"optimizer": keras.optimizers.Adam}, "optimizer= is a function optimizer(learning_rate, settings)"),
+        ({"metrics": {"acc": keras.metrics.SparseCategoricalAccuracy}}, "not a keras.metrics class or object"),
+        ({"metrics": {"acc": keras.metrics.SparseCategoricalAccuracy()}}, "not a keras.metrics class or object"),
         ({"min_image_size": "32"}, "min_image_size= is a whole number of pixels"),
     ],
 )
@@ -452,6 +457,37 @@ def test_a_register_line_the_loop_cannot_use_is_refused_when_it_runs(monkeypatch
     assert str(info.value).startswith("MODEL=mine: ") and words in str(info.value), str(info.value)
     assert "mine" not in models.MODELS
     models.register("mine", mine, "my own", loss=models.sparse_crossentropy, metrics={"acc": models.correct})
+
+
+class _Adam(keras.optimizers.Adam):
+    """A fork's optimizer class that takes what the loop gives: register(..., optimizer=_Adam) is right."""
+
+    def __init__(self, learning_rate, settings):
+        super().__init__(learning_rate)
+
+
+def test_what_the_loop_can_call_is_registered_whatever_its_form(monkeypatch):
+    """A partial, an object with __call__, a Keras function or loss class, a fork's own optimizer class."""
+    import functools
+
+    from train import models
+
+    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
+
+    def mine(input_shape, num_classes): ...
+
+    models.register(
+        "mine",
+        mine,
+        "my own",
+        loss=keras.losses.SparseCategoricalCrossentropy,
+        metrics={
+            "top2": functools.partial(keras.metrics.sparse_top_k_categorical_accuracy, k=2),
+            "accuracy": keras.metrics.sparse_categorical_accuracy,
+            "xent": keras.losses.SparseCategoricalCrossentropy(reduction=None),  # one value per example
+        },
+        optimizer=_Adam,
+    )
 
 
 @pytest.mark.slow

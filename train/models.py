@@ -114,21 +114,24 @@ def _entry_problem(kw: Mapping[str, Any]) -> str | None:
         return f"min_image_size= is a whole number of pixels (0: any), not {size!r}"
     metrics = kw.get("metrics", {})
     if not isinstance(metrics, Mapping) or not all(
-        isinstance(k, str) and _takes(f, None, None) for k, f in metrics.items()
+        isinstance(k, str) and _takes(f, None, None) and not _keras_metric(f) for k, f in metrics.items()
     ):
         return (
             "metrics= maps each name to a function of (labels, outputs) giving one value per example, e.g. "
-            f'metrics={{"accuracy": correct, "top2": top2}}; not {_short(metrics)}'
+            f'metrics={{"accuracy": correct, "top2": top2}} (not a keras.metrics class or object, whose '
+            f"running mean is not one value per example); not {_short(metrics)}"
         )
     if "loss" in kw and not (_takes(kw["loss"]) and _takes(kw["loss"], reduction=None)):
         return (
             "loss= is a function loss(reduction) that returns a Keras loss, e.g. "
             f"lambda reduction=None: keras.losses.MeanSquaredError(reduction=reduction); not {_short(kw['loss'])}"
         )
-    if "optimizer" in kw and not _takes(kw["optimizer"], None, None):
+    optimizer = kw.get("optimizer", adam)
+    # A Keras optimizer class binds (learning_rate, settings) too, the settings becoming its momentum or beta_1.
+    if not _takes(optimizer, None, None) or _keras_own(optimizer):
         return (
-            "optimizer= is a function optimizer(learning_rate, settings) that returns a Keras optimizer; "
-            f"not {_short(kw['optimizer'])}"
+            "optimizer= is a function optimizer(learning_rate, settings) that returns a Keras optimizer, e.g. "
+            f"lambda learning_rate, settings: keras.optimizers.SGD(learning_rate); not {_short(optimizer)}"
         )
     return None
 
@@ -144,6 +147,20 @@ def _takes(fn: Any, *args: Any, **kwargs: Any) -> bool:
     except ValueError:
         pass
     return True
+
+
+_KERAS = ("keras", "tf_keras")
+
+
+def _keras_own(fn: Any) -> bool:
+    """A class whose constructor is Keras' own (keras.optimizers.SGD), not a fork's subclass with its own."""
+    return inspect.isclass(fn) and getattr(fn.__init__, "__module__", "").partition(".")[0] in _KERAS
+
+
+def _keras_metric(fn: Any) -> bool:
+    """A keras.metrics.Metric class or object: its call keeps a running mean, not one value per example."""
+    cls = fn if inspect.isclass(fn) else type(fn)
+    return any(c.__name__ == "Metric" and c.__module__.partition(".")[0] in _KERAS for c in cls.__mro__)
 
 
 def _short(value: Any) -> str:
