@@ -121,7 +121,7 @@ def _entry_problem(kw: Mapping[str, Any]) -> str | None:
             f'metrics={{"accuracy": correct, "top2": top2}} (not a keras.metrics class or object, whose '
             f"running mean is not one value per example); not {_short(metrics)}"
         )
-    if "loss" in kw and not (_takes(kw["loss"]) and _takes(kw["loss"], reduction=None)):
+    if "loss" in kw and not _takes(kw["loss"], reduction=None):  # the loop passes reduction= always
         return (
             "loss= is a function loss(reduction) that returns a Keras loss, e.g. "
             f"lambda reduction=None: keras.losses.MeanSquaredError(reduction=reduction); not {_short(kw['loss'])}"

@@ -607,6 +607,23 @@ def test_a_models_own_metrics_are_trained_validated_and_recorded(real_loop, monk
     assert {"hparams/wrong", "hparams/val_wrong", "hparams/best_val_wrong"} <= set(hparams)
 
 
+def test_a_registered_loss_of_reduction_without_a_default_trains(real_loop, monkeypatch):
+    """`loss(reduction)` as docs/extending.md writes it, with no default: registered, and the model is
+    compiled with it (loss() alone was a TypeError mid-run, after register() had refused it at import)."""
+    import keras
+
+    from train import models
+
+    def crossentropy(reduction):
+        return keras.losses.SparseCategoricalCrossentropy(reduction=reduction)
+
+    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
+    models.register("tiny_own_loss", models.cnn, "", loss=crossentropy)
+    loop = real_loop(epochs=1, model="tiny_own_loss")
+    assert loop.model.loss.reduction == "sum_over_batch_size"  # what the exported model is compiled with
+    assert math.isfinite(loop.run().history[-1]["loss"])
+
+
 def _oom_at_call(loop, bad_call: int) -> dict:
     """Make the loop's `bad_call`-th compiled train call run out of memory; returns what was seen:
     the newest checkpoint at that moment, and the model's weights and optimizer step at the next call."""

@@ -237,7 +237,8 @@ class EpochLoop:
             # compile() only attaches the optimizer (wrapped in a LossScaleOptimizer under
             # mixed_float16), the loss and the metrics for export; training runs train.training.steps.
             optimizer = self.task.optimizer(lr, self.s)
-            model.compile(optimizer=optimizer, loss=self.task.loss(), metrics=self.task.compiled_metrics())
+            loss = self.task.loss(reduction="sum_over_batch_size")  # loss(reduction), as docs/extending.md has it
+            model.compile(optimizer=optimizer, loss=loss, metrics=self.task.compiled_metrics())
         self.model = model
         self.steps = Steps(model, self.setup.strategy, jit_compile=self.s.jit_compile, task=self.task)
         replicas = self.strategy.num_replicas_in_sync
