@@ -426,6 +426,25 @@ def test_a_name_registered_twice_is_refused_naming_both_factories(monkeypatch):
     assert models.register("cnn", reloaded, "again").build is reloaded
 
 
+def test_a_partial_registered_twice_is_one_line_and_again_from_a_reload_is_not(monkeypatch):
+    """A functools.partial has no __qualname__ (the refusal was an AttributeError traceback at import),
+    and its repr holds an address (a notebook cell run again was refused as another factory)."""
+    import functools
+
+    from train import models
+
+    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
+    models.register("wide", functools.partial(models.cnn_bn), "my own")
+    again = functools.partial(models.cnn_bn)  # the same cell run again
+    assert models.register("wide", again, "my own").build is again
+    with pytest.raises(ModelError) as info:
+        models.register("wide", functools.partial(models.cnn, name="x"), "another")
+    assert str(info.value) == (
+        "MODEL=wide: registered twice (partial(cnn_bn) and partial(cnn, name='x')): give the new model a name of "
+        "its own, or remove the other register line"
+    )
+
+
 @pytest.mark.parametrize(
     "kw, words",
     [

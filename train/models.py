@@ -19,6 +19,7 @@ the settings check reads this registry before TensorFlow loads.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
@@ -88,7 +89,7 @@ def register(name: str, build: Factory, doc: str, **kw: Any) -> ModelEntry:
     if name in MODELS and _origin(MODELS[name].build) != _origin(build):  # not a module imported again
         raise ModelError(
             name,
-            f"registered twice ({MODELS[name].build.__qualname__} and {build.__qualname__}): give the new model a "
+            f"registered twice ({_origin(MODELS[name].build)[1]} and {_origin(build)[1]}): give the new model a "
             "name of its own, or remove the other register line",
         )
     problem = _entry_problem(kw)
@@ -170,7 +171,12 @@ def _short(value: Any) -> str:
 
 
 def _origin(build: Factory) -> tuple[str, str]:
-    """Where a factory is defined: a module reloaded (autoreload in a notebook) makes a new function there."""
+    """Where a factory is defined: a module reloaded (autoreload in a notebook) makes a new function there.
+    A functools.partial (no __qualname__; its repr holds an address) is its function and arguments."""
+    if isinstance(build, functools.partial):
+        module, name = _origin(build.func)
+        given = [*map(repr, build.args), *(f"{k}={v!r}" for k, v in build.keywords.items())]
+        return module, f"partial({', '.join([name, *given])})"
     return getattr(build, "__module__", ""), getattr(build, "__qualname__", repr(build))
 
 
