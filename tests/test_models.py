@@ -335,6 +335,15 @@ def test_a_metric_that_is_not_one_value_per_example_is_a_one_line_model_error(mo
     build_model("measured", (28, 28, 1), 4)
 
 
+def test_a_metric_of_one_value_per_example_in_a_column_is_accepted(monkeypatch):
+    """Shape (batch, 1) is one value per example too: the steps and the test split sum it to the right mean."""
+    from train import models
+
+    column = {"accuracy": models.correct, "col": lambda labels, probs: models.correct(labels, probs)[:, None]}
+    monkeypatch.setitem(models.MODELS, "measured", models.ModelEntry(get_factory("faults:dense16"), "", metrics=column))
+    build_model("measured", (28, 28, 1), 4)
+
+
 def test_a_factory_calling_sys_exit_is_a_model_error_naming_it():
     for factory, code in (("sys_exit_3", 3), ("sys_exit_7", 7)):
         with pytest.raises(ModelError) as info:

@@ -162,7 +162,7 @@ def _check_metrics(spec: str, metrics: Mapping, probs) -> None:
                 spec,
                 f"metric {name!r} raised {type(exc).__name__} on a probe batch of labels and probabilities: {first}",
             ) from exc
-        if value.shape != (len(probs),):
+        if value.ndim < 1 or value.shape[0] != len(probs) or value.size != len(probs):  # (batch,) or (batch, 1)
             raise ModelError(
                 spec,
                 f"metric {name!r} gives shape {value.shape} for a batch of {len(probs)}; a metric is a function of "
