@@ -1018,6 +1018,19 @@ def test_samples_per_second_counts_the_examples_of_the_epochs_short_last_batch(r
     assert row["samples_per_second"] == pytest.approx(1e5)
 
 
+def test_the_test_split_runs_in_the_batch_training_last_ran(real_loop, monkeypatch):
+    """AUTO_BATCH halved BATCH_SIZE 64 to 32 (the device ran out of memory): the float32 copy that
+    evaluates the test split takes 32 too, not the 64 that did not fit."""
+    from train.inputs import pipeline
+
+    asked, real = [], pipeline.final_test_dataset
+    monkeypatch.setattr(pipeline, "final_test_dataset", lambda spec, batch: asked.append(batch) or real(spec, batch))
+    loop = real_loop(epochs=1)
+    loop.state.batch_size, loop.state.batch_halvings = 32, 1
+    loop.run()
+    assert asked == [32] and loop.s.batch_size == 64
+
+
 def test_a_state_saved_after_the_last_step_only_validates(real_loop, train_log):
     """Stopped after the epoch's last step, before validation: the resume trains nothing and ends the epoch."""
     loop = real_loop(epochs=1)

@@ -27,7 +27,7 @@ def test_a_data_set_without_a_separate_test_split_records_no_test(tmp_path):
     from train.training.test_split import evaluate_test
 
     s = tiny_settings(tmp_path, val_from="test")
-    assert evaluate_test(tmp_path, s, data.load_data(s), models=None) is None  # nothing is built or read
+    assert evaluate_test(tmp_path, s, data.load_data(s), None, s.batch_size) is None  # nothing is built or read
 
 
 def test_best_and_final_weights_of_the_same_bytes_take_one_pass_and_a_damaged_copy_is_still_refused(
@@ -46,8 +46,8 @@ def test_best_and_final_weights_of_the_same_bytes_take_one_pass_and_a_damaged_co
     real = test_split.mean_metrics
     monkeypatch.setattr(test_split, "mean_metrics", lambda *a: passes.append(1) or real(*a))
     spec = data.load_data(s)
-    got = test_split.evaluate_test(run, s, spec, models)
+    got = test_split.evaluate_test(run, s, spec, models, s.batch_size)
     assert len(passes) == 1 and got["weights"]["best"] == got["weights"]["final"]
     (run / "final.weights.h5").write_bytes(b"damaged")  # not loaded, but checked as a load checks it
     with pytest.raises(WeightsError, match="final.weights.h5"):
-        test_split.evaluate_test(run, s, spec, models)
+        test_split.evaluate_test(run, s, spec, models, s.batch_size)

@@ -609,7 +609,10 @@ class EpochLoop:
         plain float32 copy of the model (no collective: the other workers wait for the chief as it is)."""
         from .test_split import evaluate_test, final_test_line
 
-        test = evaluate_test(self.run_dir, self.s, self.spec, self._models)
+        # One device's share of the batch training last ran (AUTO_BATCH may have halved it): a float32
+        # copy on one device at the whole BATCH_SIZE could run out of the memory training fitted in.
+        batch = max(1, self.state.batch_size // self.strategy.num_replicas_in_sync)
+        test = evaluate_test(self.run_dir, self.s, self.spec, self._models, batch)
         if test is None:
             return
         log.info("%s", final_test_line(test))

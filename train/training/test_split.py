@@ -27,10 +27,10 @@ def float32_model(models, settings, spec):
         keras.mixed_precision.set_global_policy(previous)
 
 
-def evaluate_test(run_dir: Path, settings, spec, models) -> dict | None:
+def evaluate_test(run_dir: Path, settings, spec, models, batch: int) -> dict | None:
     """The test split through the best and the final weights, one pass each (one for both when they
-    are the same bytes); None when the data set has no test split apart from validation (an image
-    folder, or VAL_FROM=test)."""
+    are the same bytes), in batches of `batch`; None when the data set has no test split apart from
+    validation (an image folder, or VAL_FROM=test)."""
     if spec.n_test == 0:
         return None
     from ..inputs import pipeline as data
@@ -53,9 +53,7 @@ def evaluate_test(run_dir: Path, settings, spec, models) -> dict | None:
             verify(run_dir, path)  # its bytes are the record's, as a load would check
         else:  # the same bytes give the same numbers: one pass for both files then
             load_weights(model, run_dir, path)
-            numbers = seen[key] = mean_metrics(
-                model, data.final_test_dataset(spec, settings.batch_size), task, per_example
-            )
+            numbers = seen[key] = mean_metrics(model, data.final_test_dataset(spec, batch), task, per_example)
         out["weights"][which] = {"epoch": record.get("epoch"), **numbers}
     return out
 
