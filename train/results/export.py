@@ -37,6 +37,7 @@ from ..errors import ExportError, Interrupted, NoWeightsError
 from ..run.files import TMP_MARK, make_temp_dir, storage_error
 from ..run.manifest import now_iso, update_manifest
 from ..run.rundir import ExportDir, RunDir, labels_text, read_run_settings
+from ..training.test_split import float32_policy
 
 log = logging.getLogger("train")
 TOLERANCE = 1e-5
@@ -134,16 +135,10 @@ def float32_copy(model, model_name: str):
     in float32: model.keras then never carries the training optimizer, whose learning-rate
     schedule (train.training.schedules) only this package could load.
     """
-    import keras
-
     from ..models import build_model
 
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy("float32")
-    try:
+    with float32_policy():
         copy = build_model(model_name, tuple(model.inputs[0].shape[1:]), int(model.outputs[0].shape[-1]))
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
     copy.set_weights(model.get_weights())
     return copy
 
@@ -505,8 +500,6 @@ def rebuild_model(run_dir: Path):
 
     Returns (model, class names, source): source is {"file", "sha256", "epoch"} of the weights loaded.
     """
-    import keras
-
     from ..models import build_model
     from ..run.weights import load_weights
 
@@ -522,12 +515,8 @@ def rebuild_model(run_dir: Path):
             f"it ended {ended}{error}) {no_weights_why(manifest, run_dir.name)}"
         )
     class_names, input_shape = files.data_description()
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy("float32")  # see float32_copy: the export serves in float32
-    try:
+    with float32_policy():  # see float32_copy: the export serves in float32
         model = build_model(settings.model, input_shape, len(class_names))
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
     source = load_weights(model, run_dir, weights[0])
     return model, class_names, source
 
