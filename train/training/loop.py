@@ -336,7 +336,7 @@ class EpochLoop:
                         break
                     logs.update(self._validate())
                     self._check_finite(logs, epoch)
-                    self._end_epoch(epoch, logs, seconds, steps_run, tb)
+                    self._end_epoch(epoch, self._epoch_row(epoch, logs, seconds, steps_run), logs, tb)
                     ending = self.callbacks.epoch_end(epoch + 1, self.history[-1], self.state)
                     if ending:
                         status, ended = ending
@@ -472,10 +472,6 @@ class EpochLoop:
     def _check_finite(self, logs: dict[str, float], epoch: int) -> None:
         check_finite(logs, epoch, self.files.checkpoints if self.files else None, self.s.learning_rate)
 
-    def _end_epoch(self, epoch, logs, seconds, steps_run, tb) -> None:
-        row = self._epoch_row(epoch, logs, seconds, steps_run)
-        self._act_on(epoch, row, logs, tb)
-
     def _epoch_row(self, epoch: int, logs: dict[str, float], seconds: float, steps_run: int) -> dict[str, Any]:
         """The epoch's row of metrics.csv: its metrics, then the rate, the learning rate and the devices."""
         import keras
@@ -505,7 +501,7 @@ class EpochLoop:
             gpu_memory_peak_mb=peak,
         )
 
-    def _act_on(self, epoch: int, row: dict[str, Any], logs: dict[str, float], tb) -> None:
+    def _end_epoch(self, epoch: int, row: dict[str, Any], logs: dict[str, float], tb) -> None:
         """What an epoch's row leads to: the files, the best weights, the patience count, the state saved."""
         if self.metrics:
             self.metrics.append(row)
