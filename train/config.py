@@ -356,7 +356,7 @@ def _check_dirs(s: Settings) -> None:
     for name in ("runs_dir", "data_dir"):
         value = getattr(s, name)
         if not value.strip():
-            raise ConfigError(name.upper(), value, f"must not be empty (the default is {_default_text(_field(name))})")
+            raise ConfigError(name.upper(), value, f"must not be empty (the default is {_field(name).default})")
     # mnist.npz itself, say: a built-in data set would be looked for inside it (npz: and images: name their own)
     data_dir = Path(s.data_dir).expanduser()
     # The nearest part that exists must be a folder (DATA_DIR=mnist.npz/sub is below a file).
@@ -660,10 +660,6 @@ def env_text(value: Any) -> str:
     return str(value)
 
 
-def _default_text(f: dataclasses.Field) -> str:
-    return env_text(f.default)
-
-
 def env_example() -> str:
     """The text of `.env.example`: every setting with its default and a one-line comment."""
     # Every line commented out: a copied file changes nothing, on the host or in the container (where
@@ -678,7 +674,7 @@ def env_example() -> str:
         if section:
             lines += [f"# ---- the {section} extra: {title} ----", ""]
         for f in own:
-            lines += [f"# {f.metadata['doc']}", f"# {f.name.upper()}={_default_text(f)}", ""]
+            lines += [f"# {f.metadata['doc']}", f"# {f.name.upper()}={env_text(f.default)}", ""]
     return "\n".join(lines)
 
 
@@ -714,5 +710,5 @@ def settings_table() -> str:
             if isinstance(f.default, bool):  # a switch: `--export false` is not a flag
                 flag = f"{flag}` / `--no-{flag[2:]}"
             doc = f.metadata["doc"].replace("|", "\\|")
-            rows.append(f"| `{f.name.upper()}` | `{flag}` | `{_default_text(f)}` | {doc} |")
+            rows.append(f"| `{f.name.upper()}` | `{flag}` | `{env_text(f.default)}` | {doc} |")
     return "\n".join(rows)
