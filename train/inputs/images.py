@@ -188,9 +188,7 @@ def read_image_bytes(path: str | os.PathLike) -> bytes:
     """The bytes of an image file, or DataError naming it (no permission, a FIFO, gone)."""
     try:
         mode = os.stat(path).st_mode  # before opening: opening a FIFO blocks until someone writes to it
-        if stat.S_ISDIR(mode):
-            raise DataError(f"{path} is a directory, not an image file; give the image files ({SUPPORTED})")
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(mode):  # a directory too: describe_file_type says "a directory"
             raise DataError(
                 f"{path} is {describe_file_type(mode)}, not an image file; give the image files ({SUPPORTED})"
             )
