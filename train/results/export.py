@@ -97,7 +97,7 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
             capture_output=True,
             text=True,
             timeout=600,
-            env=_quiet_env(),
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
     if -proc.returncode in _SignalStop.SIGNALS:
         # Ctrl-C or `timeout` signals the whole process group: the check's process died of the stop
@@ -118,12 +118,6 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
                 f"{out.size} values): its weights are damaged or diverged; export a run whose weights are finite"
             )
     return float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
-
-
-def _quiet_env() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def float32_copy(model, model_name: str):
