@@ -12,7 +12,6 @@ Writing a report never changes a run's outcome: the hooks log a warning and carr
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import re
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
-from ..run.manifest import data_version, data_version_text, lock_in_checkout, section
+from ..run.manifest import data_version, data_version_text, lock_in_checkout, now_iso, section
 from ..run.rundir import RunDir
 from ..training.test_split import on_test, on_test_summary
 from .html import CSS, escape, img, note, num, table
@@ -160,7 +159,7 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
     error = f'<p class="error">{escape(m["error"])}</p>' if m.get("error") else ""
     if ended_because(m) and not m.get("error"):
         lead.append(f"ended: {escape(ended_because(m))}")
-    updated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    updated = now_iso()
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(records.name)}: {escape(status)}</title>
 <style>{CSS}</style></head><body>

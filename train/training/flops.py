@@ -28,9 +28,9 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
+from ..run.manifest import now_iso
 from ..setup.hardware import PROBE_N, measure_bf16_speedup, measure_peak_flops
 
 log = logging.getLogger("train")
@@ -182,7 +182,7 @@ def cached_peak(
             log.warning("WARNING: the cached peak %s cannot be used (%s): measuring it again", path, exc)
     probes = [probe() for _ in range(rounds)]
     best = max(probes)
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    when = now_iso()
     record = {"key": dict(key), "flops_per_device": best, "probes": probes, "measured_at": when}
     if not _write_cache(path, record, "measured peak", "the next run measures again"):
         return best, f"measured now (best of {rounds} probes; not cached)"
@@ -227,7 +227,7 @@ def cached_bf16_speedup(cache_dir: Path | None, probe: Callable[[], float] = mea
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("WARNING: the cached bfloat16 probe %s cannot be used (%s): measuring it again", path, exc)
     speedup = probe()
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    when = now_iso()
     record = {"key": key, "speedup": speedup, "measured_at": when}
     if not _write_cache(path, record, "bfloat16 probe's figure", "the next run measures again"):
         return speedup, "probe measured now, not cached"
@@ -274,7 +274,7 @@ def beaten_peak(
     except Exception:  # the run's own rate is still a floor of the peak
         probes = []
     best = max([achieved / devices, *probes])
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    when = now_iso()
     key = machine_key(where, dtype)
     path = peak_cache_file(cache_dir, key)
     record = {"key": key, "flops_per_device": best, "probes": probes, "measured_at": when, "beaten_by_a_run": True}
