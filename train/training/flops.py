@@ -27,7 +27,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..run.manifest import now_iso
@@ -84,13 +84,7 @@ class Peak:
     origin: str = ""  # where measured_per_device comes from: "measured now ...", "cached from FILE (DATE)", ...
 
     def to_dict(self) -> dict:
-        return {
-            "flops": self.flops,
-            "source": self.source,
-            "measured_per_device": self.measured_per_device,
-            "datasheet_per_device": self.datasheet_per_device,
-            "origin": self.origin,
-        }
+        return asdict(self)
 
 
 def choose_peak(
@@ -264,9 +258,7 @@ def beaten_peak(
     (a run that beats the peak it raised itself). None when the peak is not a measurement
     (a datasheet's or PEAK_FLOPS's: beating those means a wrong FLOP count or setting, not a busy probe)
     or when nothing was beaten."""
-    if not peak.flops or achieved <= peak.flops or peak.measured_per_device is None:
-        return None
-    if peak.datasheet_per_device:
+    if not peak.flops or achieved <= peak.flops or peak.measured_per_device is None or peak.datasheet_per_device:
         return None
     device = "/CPU:0" if where == "CPU" else "/GPU:0"
     try:
