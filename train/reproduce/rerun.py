@@ -22,7 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -53,22 +53,14 @@ TIMING_COLUMNS = {"epoch", *MEASURED_COLUMNS}
 class Verdict:
     original: str
     rerun: str | None
+    match: bool = False
+    method: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    method: str = ""
-    match: bool = False
-    details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "original": self.original,
-            "rerun": self.rerun,
-            "match": self.match,
-            "method": self.method,
-            "details": self.details,
-            "rows": self.rows,
-            "warnings": self.warnings,
-        }
+        return asdict(self)
 
 
 # -- reading the record --------------------------------------------------------------------------
