@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -39,7 +38,7 @@ from ..run.metrics_files import MEASURED_COLUMNS
 from ..run.rundir import RunDir
 from ..setup.hardware import kernels
 from .record import check_comparable, check_record, data_not_here, read_metrics
-from .worktree import Stop, clean_stale_worktrees, run_child, stop_on_signals, worktree
+from .worktree import Stop, _git, clean_stale_worktrees, run_child, stop_on_signals, worktree
 
 # Without determinism a rerun differs in the last bits; these are the agreed bounds for "the same
 # result": accuracies within one percentage point, losses within 10 % of the original.
@@ -72,10 +71,6 @@ def read_record(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         return RunDir(run_dir).read_manifest(), RunDir(run_dir).read_config()
     except RunRecordError as exc:
         raise ReproduceError(f"{exc}: the run cannot be reproduced from it") from None
-
-
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60)
 
 
 def check_commit(root: Path, manifest: dict[str, Any], allow_dirty: bool) -> str:
