@@ -305,7 +305,5 @@ def _asked(run_dir: Path, saved: Settings, settings: Settings) -> Settings:
 def _holds(runs_dir: str, run_dir: Path) -> bool:
     try:
         return local_dir(runs_dir).expanduser().resolve() == run_dir.resolve().parent
-    except StorageError:
-        return False  # a store this process did not open
-    except (OSError, RuntimeError):
+    except (StorageError, OSError, RuntimeError):  # a store this process did not open, a path that cannot resolve
         return False
