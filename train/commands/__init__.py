@@ -16,6 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..config import Settings, load_settings
+from ..run.remote import open_runs_dir
 
 
 def setting_help(doc: str) -> str:
@@ -58,7 +59,7 @@ def resolve(
     brought into the local staging copy (its checkpoints only when asked for: reproduce needs
     them, a report does not)."""
     settings = settings or runs_settings(args)
-    remote = open_store(settings)
+    remote = open_runs_dir(settings)
     run = args.run
     if remote is not None:
         # The store chose among its runs; the staging copy may hold others, or fewer of their files.
@@ -67,13 +68,6 @@ def resolve(
 
     quiet_tensorflow()
     return resolve_run(settings.runs_dir, run, needs=needs, say=warn)
-
-
-def open_store(settings: Settings):
-    """RUNS_DIR's store (train.run.remote.RemoteRuns), opened and answering, or None for a local RUNS_DIR."""
-    from ..run.remote import open_runs_dir
-
-    return open_runs_dir(settings)
 
 
 @contextmanager
@@ -88,7 +82,7 @@ def uploaded(settings: Settings, run_dir: Path) -> Iterator[None]:
 def upload(settings: Settings, run_dir: Path) -> None:
     """Every file of `run_dir` that the store lacks is uploaded now; nothing to do for a local RUNS_DIR.
     A line says where: the paths a command prints are the run's staging copy on this machine."""
-    remote = open_store(settings)
+    remote = open_runs_dir(settings)
     if remote is not None:
         remote.push(run_dir)
         warn(

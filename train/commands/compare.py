@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_runs_dir, open_store, runs_settings
+from . import add_runs_dir, open_runs_dir, runs_settings
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = runs_settings(args)
-    remote = open_store(settings)
+    remote = open_runs_dir(settings)
     if remote is not None:  # the records of every run, and the curves' files of these
         remote.bring_all_records()
         for name in args.runs:

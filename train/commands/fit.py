@@ -12,7 +12,7 @@ from ..errors import Interrupted
 from . import (
     add_env_file,
     command_line,
-    open_store,
+    open_runs_dir,
     quiet_tensorflow,
     setting_help,
     settings_for,
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import check_before_training, train
 
     check_before_training(settings)  # extras, export runtimes, bfloat16's ISA (train() checks them too)
-    open_store(settings)  # RUNS_DIR in a store: it must answer before TensorFlow loads (StorageError, exit 7)
+    open_runs_dir(settings)  # RUNS_DIR in a store: it must answer before TensorFlow loads (StorageError, exit 7)
     quiet_tensorflow()  # TensorFlow is imported from here on
 
     given = command_line(args)

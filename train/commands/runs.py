@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import add_runs_dir, open_store, runs_settings
+from . import add_runs_dir, open_runs_dir, runs_settings
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = runs_settings(args)
-    remote = open_store(settings)
+    remote = open_runs_dir(settings)
     if remote is not None:  # the runs' records (no checkpoints) into the staging copy
         remote.bring_all_records()
     from ..results.runs_table import format_runs, list_runs, runs_json
