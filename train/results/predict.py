@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, ExportError
+from ..errors import DataError, ExportError, first_line
 from ..run.rundir import ExportDir, RunDir
 from ..setup.hardware import compose_volume_hint
 
@@ -91,9 +91,9 @@ def open_savedmodel(export: ExportDir, name: str, labels: list[str]):
         shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
         width = next(iter(serve.structured_outputs.values())).shape[-1]
     except Exception as exc:  # a damaged SavedModel: OSError, IndexError, KeyError, DataLossError...
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ExportError(
-            f"the export of run {name} ({export.savedmodel}) does not load ({type(exc).__name__}: {first}): {again}"
+            f"the export of run {name} ({export.savedmodel}) does not load ({type(exc).__name__}: "
+            f"{first_line(exc)}): {again}"
         ) from None
     if width != len(labels):
         raise ExportError(

@@ -20,7 +20,7 @@ import signal
 import threading
 from collections.abc import Mapping
 
-from ..errors import ModelError, ModelInterrupted
+from ..errors import ModelError, ModelInterrupted, first_line
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SUPPORTED = (
@@ -157,10 +157,10 @@ def _check_metrics(spec: str, metrics: Mapping, probs) -> None:
         try:
             value = np.asarray(fn(labels, outputs))
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
             raise ModelError(
                 spec,
-                f"metric {name!r} raised {type(exc).__name__} on a probe batch of labels and probabilities: {first}",
+                f"metric {name!r} raised {type(exc).__name__} on a probe batch of labels and probabilities: "
+                + first_line(exc),
             ) from exc
         if value.ndim < 1 or value.shape[0] != len(probs) or value.size != len(probs):  # (batch,) or (batch, 1)
             raise ModelError(
@@ -181,9 +181,8 @@ def _check_probabilities(spec: str, model, shape: tuple, classes: int):
     except Exception as exc:
         if type(exc).__name__ == "ResourceExhaustedError":
             raise  # out of memory: the loop's own message and exit code
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ModelError(
-            spec, f"calling the model on a batch of {shape} images raised {type(exc).__name__}: {first}"
+            spec, f"calling the model on a batch of {shape} images raised {type(exc).__name__}: {first_line(exc)}"
         ) from exc
     sums = probs.sum(axis=-1)
     if np.isfinite(probs).all() and probs.min() >= -1e-6 and np.abs(sums - 1).max() <= 1e-2:
