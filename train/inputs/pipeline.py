@@ -207,19 +207,8 @@ def _sliced_pipeline(
                 (tf.gather(paths, idx), tf.gather(info, idx)),
                 fn_output_signature=tf.TensorSpec(shape, tf.uint8),
             )
-    elif isinstance(split.x, np.memmap):
-        x_mm = split.x
-
-        def gather(idx):
-            x = tf.numpy_function(lambda i: x_mm[np.asarray(i)], [idx], tf.uint8, stateful=False)
-            return tf.ensure_shape(x, (None, *shape))
     else:
-        if which not in spec._tensors:
-            spec._tensors[which] = tf.convert_to_tensor(split.x)
-        x_t = spec._tensors[which]
-
-        def gather(idx):
-            return tf.gather(x_t, idx)
+        gather = _cached_gather(spec, which, split.x)
 
     ds = index_ds.map(
         lambda i, b: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i), b),
@@ -242,21 +231,7 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
         # keeps the batches in order by construction.
         ds = ds.map(lambda x, y: (tf.cast(x, tf.float32), y))
         return released_at_once(ds.prefetch(tf.data.AUTOTUNE))
-    if isinstance(split.x, np.memmap):  # CACHE=file: gather each batch from the memory-mapped .npy
-        x_mm = split.x
-
-        def gather(idx):
-            x = tf.numpy_function(lambda i: x_mm[np.asarray(i)], [idx], tf.uint8, stateful=False)
-            return tf.ensure_shape(x, (None, *shape))
-    else:  # in memory: one tensor per process, gathered batch by batch
-        if which not in spec._tensors:
-            spec._tensors[which] = tf.convert_to_tensor(split.x)
-        x_t = spec._tensors[which]
-
-        def gather(idx):
-            return tf.gather(x_t, idx)
-
-    y_t = tf.convert_to_tensor(split.y)
+    gather, y_t = _cached_gather(spec, which, split.x), tf.convert_to_tensor(split.y)
     ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).batch(batch_size)
     ds = ds.map(
         lambda i: (tf.cast(gather(i), tf.float32), tf.gather(y_t, i)),
@@ -264,6 +239,24 @@ def _pipeline(spec: DataSpec, which: str, order: np.ndarray, batch_size: int):
         deterministic=True,
     )
     return released_at_once(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _cached_gather(spec: DataSpec, which: str, x):
+    """gather(indices) -> the uint8 images of split `which`, cached as `x`: from the memory-mapped .npy
+    (CACHE=file), or from one tensor per process, made on first use (in memory)."""
+    import tensorflow as tf
+
+    if isinstance(x, np.memmap):
+
+        def gather(idx):
+            out = tf.numpy_function(lambda i: x[np.asarray(i)], [idx], tf.uint8, stateful=False)
+            return tf.ensure_shape(out, (None, *spec.input_shape))
+
+        return gather
+    if which not in spec._tensors:
+        spec._tensors[which] = tf.convert_to_tensor(x)
+    x_t = spec._tensors[which]
+    return lambda idx: tf.gather(x_t, idx)
 
 
 # --- .npz and built-in data sets -----------------------------------------------------------------
