@@ -9,11 +9,8 @@ from pathlib import Path
 
 
 def sha256_file(path: Path | str) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return sha256_fd(fh.fileno())
 
 
 def sha256_fd(fd: int) -> str:
