@@ -487,9 +487,5 @@ def _last_sign_of_life(plan: RunPlan) -> float | None:
     lease = plan.lock.lease
     if lease is not None:
         return lease.taken_from
-    return _last_write(RunDir(plan.run_dir).checkpoints)
-
-
-def _last_write(ckpt_dir: Path) -> float | None:
-    states = list_states(ckpt_dir)
+    states = list_states(RunDir(plan.run_dir).checkpoints)
     return states[0].stat().st_mtime if states else None
