@@ -54,10 +54,6 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _cuda_text(version: int) -> str:
-    return f"{version // 1000}.{version % 1000 // 10}"  # NVML: 12040 -> "12.4"
-
-
 def _from_nvml(nvml: Any) -> Probe:
     try:
         nvml.nvmlInit()
@@ -66,7 +62,8 @@ def _from_nvml(nvml: Any) -> Probe:
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         try:
-            cuda: str | None = _cuda_text(int(nvml.nvmlSystemGetCudaDriverVersion()))
+            version = int(nvml.nvmlSystemGetCudaDriverVersion())
+            cuda: str | None = f"{version // 1000}.{version % 1000 // 10}"  # NVML: 12040 -> "12.4"
         except Exception:
             cuda = None
         gpus = []
