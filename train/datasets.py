@@ -149,17 +149,13 @@ class _ArraysOnly(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a data file")
 
 
-def _unpickle(archive: tarfile.TarFile, member: str) -> dict:
-    with archive.extractfile(member) as fh:
-        return {k.decode(): v for k, v in _ArraysOnly(fh, encoding="bytes").load().items()}
-
-
 def read_cifar(path: Path, folder: str, train: list[str], test: str, label_key: str) -> Arrays:
     """The python version of CIFAR-10/100 (a .tar.gz of pickled batches), read without unpacking it."""
     import numpy as np
 
     def batch(archive, member):
-        d = _unpickle(archive, f"{folder}/{member}")
+        with archive.extractfile(f"{folder}/{member}") as fh:
+            d = {k.decode(): v for k, v in _ArraysOnly(fh, encoding="bytes").load().items()}
         x = np.asarray(d["data"], np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
         return x, np.asarray(d[label_key], np.uint8)  # uint8, as Keras loads them (the same fingerprint)
 
