@@ -128,12 +128,8 @@ def _driver_too_old(facts: Facts) -> Diagnosis | None:
 
 def _archs(build: dict, prefix: str) -> list[tuple[int, int]]:
     """("sm_89", "compute_90") in the build info -> [(8, 9)] for prefix "sm", [(9, 0)] for "compute"."""
-    out = []
-    for arch in build.get("cuda_compute_capabilities") or []:
-        m = re.fullmatch(prefix + r"_(\d+)(\d)a?", str(arch))
-        if m:
-            out.append((int(m.group(1)), int(m.group(2))))
-    return out
+    found = (re.fullmatch(prefix + r"_(\d+)(\d)a?", str(arch)) for arch in build.get("cuda_compute_capabilities") or [])
+    return [(int(m.group(1)), int(m.group(2))) for m in found if m]
 
 
 def needs_ptx(build: dict, cc: tuple[int, int]) -> bool:
