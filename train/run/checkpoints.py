@@ -122,12 +122,10 @@ def load_latest(ckpt_dir: Path) -> Loaded | None:
     problems = []
     for path in states:
         try:
-            loaded = read_state(path)
+            return read_state(path)
         except CheckpointError as exc:
             log.warning("WARNING: %s; falling back to an older checkpoint", exc)
             problems.append(path.name)
-            continue
-        return loaded
     raise CheckpointError(
         f"no valid checkpoint in {ckpt_dir} (unreadable: {', '.join(problems)}); "
         "start a new run without --resume, or restore the files from a backup"
