@@ -115,9 +115,7 @@ def at_new_batch_size(saved: LoopState, new_batch: int) -> LoopState:
 def position_after_halving(saved: LoopState, old_batch: int, halvings: int) -> LoopState:
     """AUTO_BATCH: the state to continue from with half the batch, from the last saved state
     (whose step counts batches of its own batch size)."""
-    new_batch = old_batch // 2
-    step = step_at_batch_size(saved.step, saved.batch_size, new_batch)
-    return dataclasses.replace(saved, batch_size=new_batch, step=step, batch_halvings=halvings)
+    return dataclasses.replace(at_new_batch_size(saved, old_batch // 2), batch_halvings=halvings)
 
 
 def steps_until(n_left: int, per_execution: int, global_step: int, every: int) -> int:
