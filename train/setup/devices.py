@@ -59,12 +59,11 @@ def _enable_memory_growth(gpus: list) -> None:
             ) from None
 
 
-def _compute_capability(gpu) -> tuple[int, int] | None:
+def _details(gpu) -> dict[str, Any]:
     try:
-        cc = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+        return dict(tf.config.experimental.get_device_details(gpu))
     except Exception:  # details are best-effort: an unknown device never blocks training
-        return None
-    return tuple(cc) if cc else None
+        return {}
 
 
 def setup_devices(settings, cluster=None, bf16_speedup=None, kept=None) -> DeviceSetup:
@@ -84,7 +83,7 @@ def setup_devices(settings, cluster=None, bf16_speedup=None, kept=None) -> Devic
     keras.utils.set_random_seed(settings.seed)
     if settings.deterministic:
         tf.config.experimental.enable_op_determinism()
-    ccs = [cc for cc in (_compute_capability(g) for g in gpus) if cc]
+    ccs = [tuple(cc) for cc in (_details(g).get("compute_capability") for g in gpus) if cc]
     flags, max_isa = cpu_flags(), onednn_max_isa()
     policy, reason = choose_precision(settings.precision, ccs, flags, onednn_enabled(), max_isa, bf16_speedup, kept)
     check_precision_fits_isa(policy, ccs, flags, max_isa)
@@ -99,12 +98,7 @@ def setup_devices(settings, cluster=None, bf16_speedup=None, kept=None) -> Devic
             settings.batch_size,
             f"the global batch is split across {replicas} replicas: use a multiple of {replicas}",
         )
-    names = []
-    for g in gpus:
-        try:
-            names.append(tf.config.experimental.get_device_details(g).get("device_name", g.name))
-        except Exception:
-            names.append(g.name)
+    names = [_details(g).get("device_name", g.name) for g in gpus]
     return DeviceSetup(
         precision=policy,
         precision_reason=reason,
