@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, origin
 
 Arrays = dict  # {"x_train", "y_train", "x_test", "y_test"} -> numpy array
 
@@ -40,19 +40,15 @@ def register(dataset: Dataset) -> Dataset:
     """Add a data set; a name already taken by another loader is refused (as a model's name is): a
     fork's own `mnist` would otherwise replace the built-in one without a word."""
     before = DATASETS.get(dataset.name)
-    if before is not None and _origin(before.load) != _origin(dataset.load):  # not a module imported again
+    if before is not None and origin(before.load) != origin(dataset.load):  # not a module imported again
         raise ConfigError(
             "DATASET",
             dataset.name,
-            f"registered twice ({_origin(before.load)[1]} and {_origin(dataset.load)[1]}): give the new data set a "
+            f"registered twice ({origin(before.load)[1]} and {origin(dataset.load)[1]}): give the new data set a "
             "name of its own, or remove the other register line",
         )
     DATASETS[dataset.name] = dataset
     return dataset
-
-
-def _origin(load: Callable) -> tuple[str, str]:
-    return getattr(load, "__module__", ""), getattr(load, "__qualname__", repr(load))
 
 
 def check_dataset(value: str, exists: bool = True) -> None:

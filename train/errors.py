@@ -6,6 +6,8 @@ code raises and never exits. The exit codes are part of the public interface (RE
 
 from __future__ import annotations
 
+import functools
+
 
 class TemplateError(Exception):
     """Base class: an expected failure with a one-line message and a documented exit code.
@@ -217,6 +219,17 @@ class RequestError(TemplateError):
         self.retry_after = retry_after  # seconds, sent as Retry-After: a refusal that passes with time (503)
         shown = "" if value is None else f" ({str(value)[:80]})"
         super().__init__(f"{name}{shown}: {fix}")
+
+
+def origin(fn) -> tuple[str, str]:
+    """(module, name) of a registered function, as a "registered twice" line names it: a module reloaded
+    (autoreload in a notebook) makes a new function of the same origin. A functools.partial (no
+    __qualname__; its repr holds an address) is its function and arguments."""
+    if isinstance(fn, functools.partial):
+        module, name = origin(fn.func)
+        given = [*map(repr, fn.args), *(f"{k}={v!r}" for k, v in fn.keywords.items())]
+        return module, f"partial({', '.join([name, *given])})"
+    return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn))
 
 
 def first_line(exc: BaseException | str, limit: int | None = 200) -> str:

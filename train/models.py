@@ -18,15 +18,15 @@ the settings check reads this registry before TensorFlow loads.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-import functools
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ModelError, TemplateError, first_line
+from .errors import ModelError, TemplateError, first_line, origin
 from .setup.modelcheck import check_model, user_code
 
 if TYPE_CHECKING:
@@ -86,10 +86,10 @@ DEFAULT_ENTRY = ModelEntry(build=None, doc="")
 
 
 def register(name: str, build: Factory, doc: str, **kw: Any) -> ModelEntry:
-    if name in MODELS and _origin(MODELS[name].build) != _origin(build):  # not a module imported again
+    if name in MODELS and origin(MODELS[name].build) != origin(build):  # not a module imported again
         raise ModelError(
             name,
-            f"registered twice ({_origin(MODELS[name].build)[1]} and {_origin(build)[1]}): give the new model a "
+            f"registered twice ({origin(MODELS[name].build)[1]} and {origin(build)[1]}): give the new model a "
             "name of its own, or remove the other register line",
         )
     problem = _entry_problem(kw)
@@ -168,16 +168,6 @@ def _short(value: Any) -> str:
     text = getattr(value, "__qualname__", None) if callable(value) else None
     text = text or repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _origin(build: Factory) -> tuple[str, str]:
-    """Where a factory is defined: a module reloaded (autoreload in a notebook) makes a new function there.
-    A functools.partial (no __qualname__; its repr holds an address) is its function and arguments."""
-    if isinstance(build, functools.partial):
-        module, name = _origin(build.func)
-        given = [*map(repr, build.args), *(f"{k}={v!r}" for k, v in build.keywords.items())]
-        return module, f"partial({', '.join([name, *given])})"
-    return getattr(build, "__module__", ""), getattr(build, "__qualname__", repr(build))
 
 
 def entry(name: str) -> ModelEntry:
@@ -309,6 +299,20 @@ def get_factory(name: str) -> Factory:
     except ValueError:
         pass  # no signature to inspect (a builtin or C callable): the call itself will tell
     return factory
+
+
+@contextlib.contextmanager
+def float32_policy():
+    """Inside, models are built under Keras's float32 policy (the test split's and the export's copies);
+    the policy before is restored after."""
+    import keras
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
 
 
 def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:

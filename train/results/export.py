@@ -37,7 +37,6 @@ from ..errors import ExportError, Interrupted, NoWeightsError
 from ..run.files import TMP_MARK, make_temp_dir, storage_error
 from ..run.manifest import now_iso, update_manifest
 from ..run.rundir import ExportDir, RunDir, labels_text, read_run_settings
-from ..training.test_split import float32_policy
 
 log = logging.getLogger("train")
 TOLERANCE = 1e-5
@@ -129,7 +128,7 @@ def float32_copy(model, model_name: str):
     in float32: model.keras then never carries the training optimizer, whose learning-rate
     schedule (train.training.schedules) only this package could load.
     """
-    from ..models import build_model
+    from ..models import build_model, float32_policy
 
     with float32_policy():
         copy = build_model(model_name, tuple(model.inputs[0].shape[1:]), int(model.outputs[0].shape[-1]))
@@ -494,7 +493,7 @@ def rebuild_model(run_dir: Path):
 
     Returns (model, class names, source): source is {"file", "sha256", "epoch"} of the weights loaded.
     """
-    from ..models import build_model
+    from ..models import build_model, float32_policy
     from ..run.weights import load_weights
 
     files = RunDir(run_dir)

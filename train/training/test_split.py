@@ -8,29 +8,17 @@ with a plain float32 copy of the network; the manifest's `test` section holds th
 
 from __future__ import annotations
 
-import contextlib
 import math
 from pathlib import Path
 from typing import Any
-
-
-@contextlib.contextmanager
-def float32_policy():
-    """Inside, models are built under Keras's float32 policy; the policy before is restored after."""
-    import keras
-
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy("float32")
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
 
 
 def float32_model(models, settings, spec):
     """The run's network from `models` (the registry, or what the loop was given), built outside any
     distribution strategy, in float32: a copy that predicts the same on any device and that one
     process can run alone (no collective waits for the other workers)."""
+    from ..models import float32_policy
+
     with float32_policy():
         return models.build_model(settings.model, spec.input_shape, spec.num_classes)
 
