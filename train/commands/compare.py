@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_runs_dir, open_runs_dir, runs_settings
+from ..run.remote import open_runs_dir
+from . import add_runs_dir, runs_settings
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:

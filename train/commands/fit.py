@@ -9,10 +9,10 @@ from dataclasses import fields
 
 from ..config import Settings
 from ..errors import Interrupted
+from ..run.remote import open_runs_dir
 from . import (
     add_env_file,
     command_line,
-    open_runs_dir,
     quiet_tensorflow,
     setting_help,
     settings_for,

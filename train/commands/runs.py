@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import add_runs_dir, open_runs_dir, runs_settings
+from ..run.remote import open_runs_dir
+from . import add_runs_dir, runs_settings
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
