@@ -19,7 +19,7 @@ from helpers import LocalFiles
 from train import config, datasets
 from train.config import Settings, validate
 from train.datasets import Dataset, download, read_cifar, read_idx
-from train.errors import ConfigError, DataError
+from train.errors import ConfigError, DataError, RegisterError
 from train.inputs import pipeline as data
 
 
@@ -85,10 +85,10 @@ def test_a_name_registered_twice_is_refused_naming_both_loaders(monkeypatch):
     """A fork's own `mnist` would otherwise replace the built-in one without a word; the same loader
     registered again (a module imported again) is not a second registration."""
     monkeypatch.setattr(datasets, "DATASETS", dict(datasets.DATASETS))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RegisterError) as info:
         datasets.register(Dataset("mnist", (28, 28, 1), ("a", "b"), _own_mnist))
     assert str(info.value) == (
-        "DATASET='mnist' is not valid: registered twice (_mnist and _own_mnist): give the new data set a name of "
+        "data set 'mnist': registered twice (_mnist and _own_mnist): give the new data set a name of "
         "its own, or remove the other register line"
     )
     assert datasets.DATASETS["mnist"].load is datasets._mnist

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from train.errors import ModelError
+from train.errors import ModelError, RegisterError
 from train.models import MODELS, build_model, get_factory
 
 
@@ -417,16 +417,15 @@ def test_a_name_registered_twice_is_refused_naming_both_factories(monkeypatch):
     import types
 
     from train import models
-    from train.errors import ModelError
 
     monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
 
     def mine(input_shape, num_classes): ...
 
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(RegisterError) as info:
         models.register("cnn", mine, "my own")
     assert str(info.value) == (
-        "MODEL=cnn: registered twice (cnn and test_a_name_registered_twice_is_refused_naming_both_factories."
+        "model 'cnn': registered twice (cnn and test_a_name_registered_twice_is_refused_naming_both_factories."
         "<locals>.mine): give the new model a name of its own, or remove the other register line"
     )
     # A module reloaded (a notebook's autoreload) registers a new function of the same module and name.
@@ -446,10 +445,10 @@ def test_a_partial_registered_twice_is_one_line_and_again_from_a_reload_is_not(m
     models.register("wide", functools.partial(models.cnn_bn), "my own")
     again = functools.partial(models.cnn_bn)  # the same cell run again
     assert models.register("wide", again, "my own").build is again
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(RegisterError) as info:
         models.register("wide", functools.partial(models.cnn, name="x"), "another")
     assert str(info.value) == (
-        "MODEL=wide: registered twice (partial(cnn_bn) and partial(cnn, name='x')): give the new model a name of "
+        "model 'wide': registered twice (partial(cnn_bn) and partial(cnn, name='x')): give the new model a name of "
         "its own, or remove the other register line"
     )
 
@@ -480,9 +479,9 @@ def test_a_register_line_the_loop_cannot_use_is_refused_when_it_runs(monkeypatch
 
     def mine(input_shape, num_classes): ...
 
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(RegisterError) as info:
         models.register("mine", mine, "my own", **kw)
-    assert str(info.value).startswith("MODEL=mine: ") and words in str(info.value), str(info.value)
+    assert str(info.value).startswith("model 'mine': ") and words in str(info.value), str(info.value)
     assert "mine" not in models.MODELS
     models.register("mine", mine, "my own", loss=models.sparse_crossentropy, metrics={"acc": models.correct})
 
@@ -524,12 +523,12 @@ def test_what_the_loop_can_call_is_registered_whatever_its_form(monkeypatch):
     [
         (
             'register("cnn", cnn_bn, "dup")',
-            "ModelError: MODEL=cnn: registered twice (cnn and cnn_bn): give the new model a name of its own, or "
+            "RegisterError: model 'cnn': registered twice (cnn and cnn_bn): give the new model a name of its own, or "
             "remove the other register line",
         ),
         (
             'register("mlp", cnn_bn, "a baseline", metric={"accuracy": correct})',
-            "ModelError: MODEL=mlp: register() has no metric= (did you mean metrics=?); it takes min_image_size=, "
+            "RegisterError: model 'mlp': register() has no metric= (did you mean metrics=?); it takes min_image_size=, "
             "loss=, metrics=, optimizer= (docs/extending.md)",
         ),
     ],

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError, origin
+from .errors import ConfigError, refuse_second
 
 Arrays = dict  # {"x_train", "y_train", "x_test", "y_test"} -> numpy array
 
@@ -39,14 +39,7 @@ DATASETS: dict[str, Dataset] = {}
 def register(dataset: Dataset) -> Dataset:
     """Add a data set; a name already taken by another loader is refused (as a model's name is): a
     fork's own `mnist` would otherwise replace the built-in one without a word."""
-    before = DATASETS.get(dataset.name)
-    if before is not None and origin(before.load) != origin(dataset.load):  # not a module imported again
-        raise ConfigError(
-            "DATASET",
-            dataset.name,
-            f"registered twice ({origin(before.load)[1]} and {origin(dataset.load)[1]}): give the new data set a "
-            "name of its own, or remove the other register line",
-        )
+    refuse_second("data set", dataset.name, getattr(DATASETS.get(dataset.name), "load", None), dataset.load)
     DATASETS[dataset.name] = dataset
     return dataset
 

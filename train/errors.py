@@ -221,6 +221,28 @@ class RequestError(TemplateError):
         super().__init__(f"{name}{shown}: {fix}")
 
 
+class RegisterError(ConfigError):
+    """A register() line of the models or data sets that cannot be used (a name another function has,
+    an argument the loop cannot use): found when its module is imported, whatever MODEL or DATASET is."""
+
+    def __init__(self, what: str, name: str, problem: str):
+        self.name, self.value, self.allowed = what, name, problem
+        TemplateError.__init__(self, f"{what} {name!r}: {problem}")
+
+
+def refuse_second(what: str, name: str, before, new) -> None:
+    """RegisterError if `name` is already registered to another function than `new` (a fork's own
+    `mnist` or `cnn` would replace the built-in one without a word); the same function again (its
+    module imported again) is no second registration."""
+    if before is not None and origin(before) != origin(new):
+        raise RegisterError(
+            what,
+            name,
+            f"registered twice ({origin(before)[1]} and {origin(new)[1]}): give the new {what} a name of its own, "
+            "or remove the other register line",
+        )
+
+
 def origin(fn) -> tuple[str, str]:
     """(module, name) of a registered function, as a "registered twice" line names it: a module reloaded
     (autoreload in a notebook) makes a new function of the same origin. A functools.partial (no

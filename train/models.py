@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ModelError, TemplateError, first_line, origin
+from .errors import ModelError, RegisterError, TemplateError, first_line, refuse_second
 from .setup.modelcheck import check_model, user_code
 
 if TYPE_CHECKING:
@@ -86,15 +86,10 @@ DEFAULT_ENTRY = ModelEntry(build=None, doc="")
 
 
 def register(name: str, build: Factory, doc: str, **kw: Any) -> ModelEntry:
-    if name in MODELS and origin(MODELS[name].build) != origin(build):  # not a module imported again
-        raise ModelError(
-            name,
-            f"registered twice ({origin(MODELS[name].build)[1]} and {origin(build)[1]}): give the new model a "
-            "name of its own, or remove the other register line",
-        )
+    refuse_second("model", name, getattr(MODELS.get(name), "build", None), build)
     problem = _entry_problem(kw)
     if problem:  # found when train.models is imported: one line, not a traceback now or mid-run
-        raise ModelError(name, f"{problem} (docs/extending.md)")
+        raise RegisterError("model", name, f"{problem} (docs/extending.md)")
     MODELS[name] = ModelEntry(build, doc, **kw)
     return MODELS[name]
 
