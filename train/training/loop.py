@@ -301,10 +301,6 @@ class EpochLoop:
 
         return strategy.distribute_datasets_from_function(per_process)
 
-    def has_training_left(self) -> bool:
-        """Whether `run` trains any step: an epoch left, and early stopping not reached already."""
-        return self.state.epoch < self.epochs and not self.patience.exhausted(self.state)
-
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> Result:
         if self.chief:  # here, not at build time: a resume that fails its checks must not touch the record
@@ -673,7 +669,7 @@ def start_loop(
         if state.epoch >= epochs:  # a completed run resumed as it was: say so, rather than train nothing in silence
             log.info("%s", _nothing_to_train(settings, state.epoch, epochs))
     if record is not None:
-        record(loop.has_training_left())
+        record(loop.state.epoch < epochs and not loop.patience.exhausted(loop.state))
     if not resumed:
         loop.save_initial_state()
     return loop
