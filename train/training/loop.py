@@ -568,13 +568,6 @@ class EpochLoop:
         except Exception as exc:  # a dashboard must never cost a run
             log.warning("WARNING: TensorBoard HParams not written: %s: %s", type(exc).__name__, exc)
 
-    def save_initial_state(self) -> None:
-        """The initial weights as a state: a run killed before its first interval resumes from
-        exactly these, and AUTO_BATCH always has a state to go back to (a worker only builds)."""
-        with self.strategy.scope():
-            self.model.optimizer.build(self.model.trainable_variables)
-            self._save("initial state")
-
     def _save(self, why: str) -> None:
         if not self.chief:
             return
@@ -671,7 +664,11 @@ def start_loop(
     if record is not None:
         record(loop.state.epoch < epochs and not loop.patience.exhausted(loop.state))
     if not resumed:
-        loop.save_initial_state()
+        # The initial weights as a state: a run killed before its first interval resumes from
+        # exactly these, and AUTO_BATCH always has a state to go back to (a worker only builds).
+        with loop.strategy.scope():
+            loop.model.optimizer.build(loop.model.trainable_variables)
+            loop._save("initial state")
     return loop
 
 
