@@ -329,7 +329,7 @@ class EpochLoop:
                         log.info("saved a resumable state at epoch %d step %d%s", epoch + 1, self.state.step, where)
                         break
                     logs.update(self._validate())
-                    self._check_finite(logs, epoch)
+                    check_finite(logs, epoch, self.files.checkpoints if self.files else None, self.s.learning_rate)
                     self._end_epoch(epoch, self._epoch_row(epoch, logs, seconds, steps_run), logs, tb)
                     ending = self.callbacks.epoch_end(epoch + 1, self.history[-1], self.state)
                     if ending:
@@ -462,9 +462,6 @@ class EpochLoop:
         iteration = int(self.model.optimizer.iterations.numpy())
         per_epoch = steps_per_epoch(self.spec, self.state.batch_size)
         self.schedule.begin(self.state.epoch, self.state.step, per_epoch, iteration)
-
-    def _check_finite(self, logs: dict[str, float], epoch: int) -> None:
-        check_finite(logs, epoch, self.files.checkpoints if self.files else None, self.s.learning_rate)
 
     def _epoch_row(self, epoch: int, logs: dict[str, float], seconds: float, steps_run: int) -> dict[str, Any]:
         """The epoch's row of metrics.csv: its metrics, then the rate, the learning rate and the devices."""
