@@ -41,7 +41,9 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     """One row per file: {"file", "class", "index", "probability"}, or {"file", "error": DataError}."""
     run_files = RunDir(run_dir)
     if run_files.export.savedmodel.is_dir():
-        labels, shape, run = _from_export(run_files)
+        check_export(run_files)
+        labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
+        shape, run = open_savedmodel(run_files.export, run_files.name, labels)
     else:
         from .export import rebuild_model
 
@@ -68,14 +70,6 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
         k = int(np.argmax(p))
         row.update({"class": labels[k] if k < len(labels) else str(k), "index": k, "probability": float(p[k])})
     return rows
-
-
-def _from_export(run_files: RunDir):
-    export = run_files.export
-    check_export(run_files)
-    labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
-    shape, run = open_savedmodel(export, run_files.name, labels)
-    return labels, shape, run
 
 
 def open_savedmodel(export: ExportDir, name: str, labels: list[str]):
