@@ -74,7 +74,7 @@ def read_env_file(
         if warn is not None:
             if key in seen:
                 warn(f"WARNING: {path}, line {line}: {key} is set again (first on line {seen[key]}); line {line} wins")
-            elif key not in names and not _other_tool(key):
+            elif key not in names and key not in OTHER_TOOLS and not key.startswith(OTHER_PREFIXES):
                 warn(f"WARNING: {path}, line {line}: {key} is not a setting and is ignored{_suggest(key, names)}")
         seen.setdefault(key, line)
     # The checks above leave only lines python-dotenv reads without a warning: it does the values.
@@ -164,10 +164,6 @@ def _read_at_most(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
-
-
-def _other_tool(key: str) -> bool:
-    return key in OTHER_TOOLS or key.startswith(OTHER_PREFIXES)
 
 
 def _suggest(key: str, names: set[str]) -> str:
