@@ -74,7 +74,7 @@ def fit(
     `continue_with(run name)`: the command a user pastes to continue a run that stopped with a
     resumable state, said in its last line (default `python -m train fit --resume NAME`).
     """
-    continue_with = continue_with or default_continue_command
+    continue_with = continue_with or (lambda name: f"python -m train fit --resume {name}")
     # SIGTERM/SIGINT are routed to the stop flag from the first moment of the run: a `docker stop`
     # during start-up (TensorFlow import, data loading, model build) must still end with a finished
     # manifest and exit 75, never with the default action's silent death.
@@ -121,10 +121,6 @@ def _join(settings: Settings, stop: StopFlag):
 
 
 RESUMABLE = ("interrupted", "budget")  # the statuses of a run that stopped with its state saved
-
-
-def default_continue_command(run_name: str) -> str:
-    return f"python -m train fit --resume {run_name}"
 
 
 def _leaves_batch(settings: Settings) -> bool:
