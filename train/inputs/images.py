@@ -324,23 +324,31 @@ def _decode(contents, channels: int, info):
     return _orient(image, info[0])
 
 
-def load_image_file(
-    path: str | os.PathLike, input_shape: tuple[int, int, int], max_pixels: int | None = Settings.max_image_pixels
+def decode_image_bytes(
+    raw: bytes, shown: str | os.PathLike, shape: tuple[int, ...], max_pixels: int | None = Settings.max_image_pixels
 ) -> np.ndarray:
-    """One file as uint8 (H, W, C), decoded and resized exactly as the training pipeline does.
+    """Encoded image bytes as uint8 (H, W, C), decoded and resized exactly as the training pipeline does;
+    DataError naming `shown` otherwise.
 
-    `max_pixels` (predict: the default MAX_IMAGE_PIXELS) refuses an oversized image before decoding.
+    `max_pixels` (predict, serve: the default MAX_IMAGE_PIXELS) refuses an oversized image before decoding.
     """
     import tensorflow as tf
 
-    raw = read_image_bytes(path)
-    info = image_info(raw, path, max_pixels)
+    # The header pass training runs: the size limit before decoding, then the EXIF orientation.
+    info = image_info(raw, shown, max_pixels)
     try:
-        return decode_tensor(tf.constant(raw), tuple(input_shape), tf.constant(info)).numpy()
-    except (tf.errors.OpError, ValueError) as e:
+        return decode_tensor(tf.constant(raw), tuple(shape), tf.constant(info)).numpy()
+    except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
         raise DataError(
-            f"{path}: not a readable image ({tf_message(e)}); the formats read are {SUPPORTED}: convert or remove it"
+            f"{shown}: not a readable image ({tf_message(e)}); the formats read are {SUPPORTED}: convert or remove it"
         ) from None
+
+
+def load_image_file(
+    path: str | os.PathLike, input_shape: tuple[int, int, int], max_pixels: int | None = Settings.max_image_pixels
+) -> np.ndarray:
+    """One file as decode_image_bytes decodes its bytes."""
+    return decode_image_bytes(read_image_bytes(path), path, input_shape, max_pixels)
 
 
 def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int], info: np.ndarray | None = None):

@@ -53,6 +53,8 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
         def run(batch):
             return np.asarray(model(batch.astype(np.float32), training=False))
 
+    from ..inputs.images import decode_image_bytes
+
     rows: list[dict] = [{"file": str(f)} for f in files]  # in the order given, bad files in their place
     good, images = [], []
     for row, f in zip(rows, files):
@@ -281,23 +283,6 @@ def read_image_file(path: str | os.PathLike) -> tuple[bytes, str]:
     finally:
         os.close(fd)
     return contents, shown
-
-
-def decode_image_bytes(contents: bytes, shown: str, shape: tuple[int, ...]) -> np.ndarray:
-    """Encoded image bytes as training decodes them (uint8, `shape`); DataError naming `shown` otherwise."""
-    import tensorflow as tf
-
-    from ..config import Settings
-    from ..inputs.images import SUPPORTED, decode_tensor, image_info, tf_message
-
-    # The header pass training runs: the size limit before decoding, then the EXIF orientation.
-    info = image_info(contents, shown, Settings.max_image_pixels)
-    try:
-        return decode_tensor(tf.constant(contents), tuple(shape), tf.constant(info)).numpy()
-    except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
-        raise DataError(
-            f"{shown}: not a readable image ({tf_message(e)}); the formats read are {SUPPORTED}: convert or remove it"
-        ) from None
 
 
 def format_predictions(rows: list[dict]) -> str:

@@ -6,7 +6,7 @@ image files; JSON or the binary-data extension tritonclient sends by default) an
 Each reader returns the request's images as `Pending`: parsed and counted, image files still
 encoded, with the pixels their headers declare, so that what decoding will cost is known before it
 starts (train.serve.work decides where and whether it runs). Image files are decoded as training
-decodes them (train.results.predict.decode_image_bytes), in memory: nothing here opens a path.
+decodes them (train.inputs.images.decode_image_bytes), in memory: nothing here opens a path.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, RequestError
-from ..inputs.images import SUPPORTED, declared_pixels
-from ..results.predict import decode_image_bytes
+from ..inputs.images import SUPPORTED, declared_pixels, decode_image_bytes
 
 INPUT = "images"  # the serving signature's one input (train.results.export.write_savedmodel)
 
