@@ -33,7 +33,7 @@ from .arrays import (
     released_at_once,
     split_indices,
 )
-from .images import _DECODED, load_image_file  # noqa: F401  (public: `predict` decodes files with it; tests clear _DECODED)
+from .images import _DECODED  # noqa: F401  (tests clear it through this module)
 
 log = logging.getLogger("train")
 
