@@ -16,7 +16,7 @@ from .rundir import RunDir
 log = logging.getLogger("train")
 
 
-def list_run_dirs(runs_dir: str | Path, warn: Callable[[str], None] | None = None) -> list[Path]:
+def list_run_dirs(runs_dir: str | Path) -> list[Path]:
     """The run directories under RUNS_DIR, oldest first (by creation, not by name).
 
     An entry that cannot be looked into (mode 000, another user's folder, `lost+found` on a
@@ -25,7 +25,7 @@ def list_run_dirs(runs_dir: str | Path, warn: Callable[[str], None] | None = Non
     """
     runs, unreadable = scan_run_dirs(runs_dir)
     for path, reason in unreadable:
-        (warn or log.warning)(
+        log.warning(
             f"WARNING: {path} in RUNS_DIR cannot be read ({reason}): left out; make it readable "
             "(chmod, or chown to this user) or move it out of RUNS_DIR"
         )
