@@ -262,8 +262,7 @@ def run_probe(skip_matmul: bool, timeout: float = PROBE_TIMEOUT_S) -> TfFacts:
     return TfFacts(**{k: v for k, v in data.items() if k in TfFacts.__dataclass_fields__}, log=log, seconds=seconds)
 
 
-def collect(skip_matmul: bool = False, environ: Mapping[str, str] | None = None) -> Facts:
-    environ = os.environ if environ is None else environ
+def collect(skip_matmul: bool = False) -> Facts:
     g = gpuinfo.probe()  # before the probe starts, so every process listed is someone else's
     tf = run_probe(skip_matmul)
     return Facts(
@@ -271,8 +270,8 @@ def collect(skip_matmul: bool = False, environ: Mapping[str, str] | None = None)
         driver_present=g.driver_present,
         driver_reason=g.reason,
         gpus=g.gpus,
-        libraries=collect_libraries(tf.build, environ),
-        env={k: environ.get(k) for k in ENV_VARS},
+        libraries=collect_libraries(tf.build, os.environ),
+        env={k: os.environ.get(k) for k in ENV_VARS},
         in_container=hardware.in_container(orchestrated=True),
         nvidia_pci_devices=nvidia_pci_devices(),
         cpu_bf16=hardware.cpu_bf16(hardware.cpu_flags()),
