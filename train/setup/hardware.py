@@ -120,16 +120,6 @@ def onednn_max_isa(environ: Mapping[str, str] | None = None) -> str | None:
     return value or None
 
 
-def isa_variable(environ: Mapping[str, str] | None = None) -> str:
-    """The variable that sets onednn_max_isa's cap, for a message that says which one to unset."""
-    env = os.environ if environ is None else environ
-    return (
-        "DNNL_MAX_CPU_ISA"
-        if env.get("DNNL_MAX_CPU_ISA") and not env.get("ONEDNN_MAX_CPU_ISA")
-        else "ONEDNN_MAX_CPU_ISA"
-    )
-
-
 def check_precision_fits_isa(
     policy: str, gpu_compute_capabilities: Sequence[tuple[int, int]], flags: Iterable[str], max_isa: str | None
 ) -> None:
@@ -141,11 +131,14 @@ def check_precision_fits_isa(
     if policy == "mixed_bfloat16" and not gpu_compute_capabilities and on_onednn and fails:
         from ..errors import ConfigError
 
+        # The variable that set the cap (onednn_max_isa), to say which one to unset.
+        older = os.environ.get("DNNL_MAX_CPU_ISA") and not os.environ.get("ONEDNN_MAX_CPU_ISA")
+        variable = "DNNL_MAX_CPU_ISA" if older else "ONEDNN_MAX_CPU_ISA"
         raise ConfigError(
             "PRECISION",
             policy,
-            f"TensorFlow's bfloat16 CPU kernels crash under {isa_variable()}={max_isa}: "
-            f"use PRECISION=float32 (or auto), or unset {isa_variable()}",
+            f"TensorFlow's bfloat16 CPU kernels crash under {variable}={max_isa}: "
+            f"use PRECISION=float32 (or auto), or unset {variable}",
         )
 
 
