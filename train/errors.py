@@ -204,15 +204,12 @@ class StackError(TemplateError):
     not match its row (train.gpucheck.stack)."""
 
 
-class RequestError(TemplateError):
+class RequestError(TemplateError, exit_code=2, kind="request"):
     """`serve`: a request the server refuses, answered with its HTTP status and {"error": message}.
 
     Never an exit code: the server answers it and lives on. `name` is what in the request is wrong
     (a field, a header, a tensor), `value` what it held, `fix` what to send instead.
     """
-
-    exit_code = 2
-    kind = "request"
 
     def __init__(self, name: str, value: object, fix: str, status: int = 400, retry_after: int | None = None):
         self.name, self.value, self.fix, self.status = name, value, fix, status
