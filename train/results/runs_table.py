@@ -14,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-from ..errors import RunRecordError
+from ..errors import RunRecordError, first_line
 from ..run.find import list_run_dirs
 from ..run.manifest import data_version
 from ..run.rundir import RunDir
@@ -116,7 +116,7 @@ def _count(v) -> int | None:
 def _one_line(text, limit: int = 300) -> str:
     """The error's first line, its middle cut when it is long: its start says what failed and its end
     how to fix it (the package's messages end with the fix), and one row's note never fills the screen."""
-    first = str(text).strip().splitlines()[0] if str(text).strip() else str(text)
+    first = first_line(text, None) or str(text)
     if len(first) <= limit:
         return first
     keep = (limit - 5) // 2

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import sha256_file
-from ..errors import WeightsError
+from ..errors import WeightsError, first_line
 from .files import atomic_write, read_json, write_json
 from .manifest import now_iso
 from .rundir import RunDir
@@ -136,7 +136,7 @@ def load_weights(model, run_dir: Path, path: Path) -> dict[str, Any]:
     try:
         model.load_weights(path)
     except Exception as exc:  # h5py and Keras raise OSError, ValueError, KeyError... for a damaged file
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        first = first_line(exc) or type(exc).__name__
         raise WeightsError(
             f"run {Path(run_dir).name}: {path} does not load: {describe(path)} ({type(exc).__name__}: {first}); "
             f"{fallback(run_dir, path)}"
