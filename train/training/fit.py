@@ -219,15 +219,11 @@ def _open_log(plan: RunPlan, setup) -> None:
         setup.group.share_name(run_dir.name)
     # Temporary files left by a SIGKILL during a write (the export's staging folders are the export's).
     removed = clean_stale_temp(run_dir)
-    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", _where(run_dir))
+    remote = for_run(run_dir)  # a RUNS_DIR in a store: the run's URL there, and its staging copy here
+    where = f"{remote.url}/{run_dir.name} (staged in {run_dir})" if remote is not None else str(run_dir)
+    log.info("run %s: %s%s", run_dir.name, "resuming " if plan.resumed else "", where)
     for p in removed:
         log.info("removed a temp file left by an interrupted write: %s", p.name)
-
-
-def _where(run_dir: Path) -> str:
-    """Where the run is: its folder, or for a RUNS_DIR in a store its URL there and its staging copy."""
-    remote = for_run(run_dir)
-    return f"{remote.url}/{run_dir.name} (staged in {run_dir})" if remote is not None else str(run_dir)
 
 
 def _continued(run_dir: Path, status: str, continue_with: Callable[[str], str]) -> str:
