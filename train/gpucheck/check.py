@@ -122,14 +122,6 @@ def verdict(facts: Facts, diags: list[Diagnosis], speedup: float | None, auto: s
     return {"status": status, "line": line, "usable_gpus": usable}
 
 
-def memory_growth(facts: Facts) -> dict[str, Any]:
-    """The probe's memory growth, off where TF_FORCE_GPU_ALLOW_GROWTH=false overrides set_memory_growth."""
-    mg = dict(facts.tf.memory_growth)
-    if facts.tf.gpus and facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") == "false":
-        mg["in_effect"] = False
-    return mg
-
-
 def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | None = None) -> dict[str, Any]:
     diags = diagnose(facts, own_pids)
     prec = precisions(facts)
@@ -146,6 +138,9 @@ def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | N
     shown, noise = classify_log(facts.tf.log, facts.driver_present)
     exit_code = 1 if v["status"] == "no_tensorflow" or (require_gpu and not v["usable_gpus"]) else 0
     g0 = facts.gpus[0] if facts.gpus else None
+    growth = dict(facts.tf.memory_growth)  # the probe's, off where TF_FORCE_GPU_ALLOW_GROWTH=false overrides it
+    if facts.tf.gpus and facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") == "false":
+        growth["in_effect"] = False
     return {
         "verdict": v,
         "exit_code": exit_code,
@@ -163,7 +158,7 @@ def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | N
             "cuda_version": g0.cuda_driver_version if g0 else None,
         },
         "gpus": [asdict(g) for g in facts.gpus],
-        "memory_growth": memory_growth(facts),
+        "memory_growth": growth,
         "matmul": facts.tf.matmul,
         "gpu_speedup": round(speedup, 1) if speedup else None,
         "precision": prec,
