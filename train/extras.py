@@ -32,9 +32,7 @@ from .locations import redact_uri
 
 @dataclass(frozen=True)
 class Extra:
-    modules: tuple[
-        str, ...
-    ]  # the top-level modules it brings (requirements/<extra>.in, pyproject's optional-dependencies)
+    modules: tuple[str, ...]  # the top-level modules it brings (requirements/<extra>.in, optional-dependencies)
     package: str = ""  # its folder (settings.py, command.py, ...)
     tool: str = ""  # a command it runs from an environment of its own (scripts/venv-<extra>.sh), never in this one
 
