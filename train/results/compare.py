@@ -105,7 +105,9 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
         ("status", [r.status for r in runs]),
         ("epochs", [f"{len(r.rows)}/{r.planned_epochs or '?'}" for r in runs]),
     ]
-    for key in metric_keys(runs):
+    # METRICS, then every metric a run's model adds (`top2`, `val_top2`: its own metrics.csv columns).
+    added = [k for r in runs for k in (r.rows[-1] if r.rows else {}) if k not in METRIC_COLUMNS]
+    for key in [*METRICS, *dict.fromkeys(added)]:
         rows.append((f"final {key}", [num(r.rows[-1].get(key)) if r.rows else "-" for r in runs]))
     bests = [r.best_row() for r in runs]
     rows.append(("best", [f"{r.monitor}={b[r.monitor]:.4f}" if b else "-" for r, b in zip(runs, bests)]))
@@ -125,12 +127,6 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     if any(versions):  # only runs whose data DVC tracks record one
         rows.append(("data version", [_version_cell(v) for v in versions]))
     return rows
-
-
-def metric_keys(runs: Sequence[RunRecords]) -> list[str]:
-    """METRICS, then every metric a run's model adds (`top2`, `val_top2`: its own metrics.csv columns)."""
-    added = [k for r in runs for k in (r.rows[-1] if r.rows else {}) if k not in METRIC_COLUMNS]
-    return [*METRICS, *dict.fromkeys(added)]
 
 
 def _version_cell(version: dict | None) -> str:
