@@ -12,22 +12,19 @@ import functools
 class TemplateError(Exception):
     """Base class: an expected failure with a one-line message and a documented exit code.
 
-    A subclass declares its exit code and kind on its class line,
-    `class DataError(TemplateError, exit_code=3, kind="data")`; left out, they are the parent's.
+    A subclass declares its exit code on its class line, `class DataError(TemplateError, exit_code=3)`;
+    left out, it is the parent's.
     """
 
     exit_code = 1
-    kind = "error"
 
-    def __init_subclass__(cls, exit_code: int | None = None, kind: str | None = None, **kw):
+    def __init_subclass__(cls, exit_code: int | None = None, **kw):
         super().__init_subclass__(**kw)
         if exit_code is not None:
             cls.exit_code = exit_code
-        if kind is not None:
-            cls.kind = kind
 
 
-class ConfigError(TemplateError, ValueError, exit_code=2, kind="config"):
+class ConfigError(TemplateError, ValueError, exit_code=2):
     """A setting has a value that is not allowed. Raised before TensorFlow is imported."""
 
     def __init__(self, name: str, value: object, allowed: str):
@@ -55,7 +52,7 @@ class PortInUseError(ConfigError):
         TemplateError.__init__(self, f"{name}: this worker's address {address}: {self.allowed}")
 
 
-class UsageError(TemplateError, exit_code=2, kind="usage"):
+class UsageError(TemplateError, exit_code=2):
     """The command line itself is wrong: an unknown or misspelt flag, a missing argument, a refused choice."""
 
     def __init__(self, command: str, problem: str):
@@ -63,7 +60,7 @@ class UsageError(TemplateError, exit_code=2, kind="usage"):
         super().__init__(f"{command}: {problem}; `{command} --help` lists what it takes")
 
 
-class ModelError(TemplateError, exit_code=2, kind="model"):
+class ModelError(TemplateError, exit_code=2):
     """The MODEL factory cannot build a model for the data: it fails to import, raises, has the wrong
     signature, returns something else, or the images are too small for it.
 
@@ -76,15 +73,15 @@ class ModelError(TemplateError, exit_code=2, kind="model"):
         super().__init__(f"MODEL={spec}: {problem}")
 
 
-class DataError(TemplateError, exit_code=3, kind="data"):
+class DataError(TemplateError, exit_code=3):
     """The data set is missing, empty, corrupt or of the wrong shape."""
 
 
-class CheckpointError(TemplateError, exit_code=4, kind="checkpoint"):
+class CheckpointError(TemplateError, exit_code=4):
     """No valid checkpoint to resume from, or a checkpoint that does not fit the model."""
 
 
-class ResumeMismatchError(CheckpointError, kind="resume"):
+class ResumeMismatchError(CheckpointError):
     """Resuming with settings (or data) that differ from the run's own. `change`: what differs, for a
     caller whose user continues the run some other way than `--force` (a sweep's retried trial)."""
 
@@ -93,36 +90,36 @@ class ResumeMismatchError(CheckpointError, kind="resume"):
         super().__init__(message)
 
 
-class RunRecordError(CheckpointError, kind="record"):
+class RunRecordError(CheckpointError):
     """A run's config.json or manifest.json is missing, truncated or not what it should be."""
 
 
-class RunBusyError(CheckpointError, kind="busy"):
+class RunBusyError(CheckpointError):
     """Another live process holds the run's lock: two processes never write one run directory."""
 
 
-class NoWeightsError(CheckpointError, kind="no-weights"):
+class NoWeightsError(CheckpointError):
     """export / predict on a run that never saved weights (it failed or stopped before an epoch ended)."""
 
 
-class WeightsError(CheckpointError, kind="weights"):
+class WeightsError(CheckpointError):
     """A weights file (best/final.weights.h5) whose bytes differ from the sha256 recorded when it was
     written, or that does not load (empty, truncated, text): never loaded, the fix names a fallback."""
 
 
-class DivergedError(TemplateError, exit_code=5, kind="diverged"):
+class DivergedError(TemplateError, exit_code=5):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-class OutOfMemoryError(TemplateError, exit_code=6, kind="oom"):
+class OutOfMemoryError(TemplateError, exit_code=6):
     """The accelerator ran out of memory (TensorFlow's ResourceExhaustedError)."""
 
 
-class StorageError(TemplateError, exit_code=7, kind="storage"):
+class StorageError(TemplateError, exit_code=7):
     """The runs directory cannot be written: read-only, missing permissions or disk full."""
 
 
-class ExportError(TemplateError, exit_code=8, kind="export"):
+class ExportError(TemplateError, exit_code=8):
     """The exported model could not be written, or its predictions differ from the model's."""
 
 
@@ -134,11 +131,11 @@ class ConversionError(ExportError):
         super().__init__(f"{fmt}: {what}: {fix}")
 
 
-class NoGPUError(TemplateError, exit_code=1, kind="gpu"):
+class NoGPUError(TemplateError, exit_code=1):
     """`check --require-gpu` found no usable GPU."""
 
 
-class ReproduceError(TemplateError, exit_code=9, kind="reproduce"):
+class ReproduceError(TemplateError, exit_code=9):
     """A run cannot be reproduced from its record: missing commit, dirty tree, other lock or data."""
 
 
@@ -164,11 +161,11 @@ class DataVersionError(ReproduceError):
         super().__init__(f"{name} {value}: {problem}; {fix}")
 
 
-class ReproduceMismatch(TemplateError, exit_code=10, kind="reproduce"):
+class ReproduceMismatch(TemplateError, exit_code=10):
     """The rerun finished but its result differs from the original's (the verdict says how)."""
 
 
-class WorkerLostError(TemplateError, exit_code=11, kind="cluster"):
+class WorkerLostError(TemplateError, exit_code=11):
     """Training with several workers: another worker died, its host was lost or it stopped answering."""
 
 
@@ -176,7 +173,7 @@ class WorkersMissingError(WorkerLostError):
     """Several workers: the others did not all start within JOIN_TIMEOUT."""
 
 
-class Interrupted(TemplateError, exit_code=75, kind="interrupted"):
+class Interrupted(TemplateError, exit_code=75):
     """SIGTERM/SIGINT or MAX_MINUTES: the run saved a resumable state and stopped early.
 
     Exit code 75 (EX_TEMPFAIL, "try again later"): `--resume` continues it.
@@ -191,11 +188,11 @@ class ModelInterrupted(Interrupted):
         super().__init__(f"MODEL={spec}: stopped while the model was being built ({signal_name}); nothing was trained")
 
 
-class RunNotFound(TemplateError, exit_code=2, kind="config"):
+class RunNotFound(TemplateError, exit_code=2):
     """The run named on the command line does not exist (a usage error: exit 2)."""
 
 
-class DeviceSetupError(TemplateError, exit_code=1, kind="devices"):
+class DeviceSetupError(TemplateError, exit_code=1):
     """A device setting could not be applied (usually: set after the GPU was initialised)."""
 
 
@@ -204,10 +201,10 @@ class StackError(TemplateError):
     not match its row (train.gpucheck.stack)."""
 
 
-class RequestError(TemplateError, exit_code=2, kind="request"):
+class RequestError(TemplateError, exit_code=2):
     """`serve`: a request the server refuses, answered with its HTTP status and {"error": message}.
 
-    Never an exit code: the server answers it and lives on. `name` is what in the request is wrong
+    The server answers it and lives on (exit_code is never a process's). `name` is what in the request is wrong
     (a field, a header, a tensor), `value` what it held, `fix` what to send instead.
     """
 
