@@ -56,6 +56,54 @@ def test_an_override_that_is_no_setting_is_refused_naming_the_closest_one():
     assert load({"epochs": 1, "batch_size": None}).epochs == 1  # None: not given
 
 
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("epochs", 3.5, "EPOCHS=3.5 is not valid: expected a whole number, e.g. 3"),
+        ("seed", 1.7, "SEED=1.7 is not valid: expected a whole number, e.g. 42"),
+        ("batch_size", True, "BATCH_SIZE=True is not valid: expected a whole number, e.g. 512"),
+        ("epochs", [3], "EPOCHS=[3] is not valid: expected a whole number, e.g. 3"),
+        ("learning_rate", float("nan"), "LEARNING_RATE=nan is not valid: expected a finite number"),
+        ("learning_rate", "0.01", None),
+        ("smoke", 2, "SMOKE=2 is not valid: expected True or False"),
+        ("dataset", 5, "DATASET='5' is not valid: one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir>"),
+        ("dataset", ["mnist"], "DATASET=['mnist'] is not valid: expected text (a str), e.g. 'mnist'"),
+        ("runs_dir", None, None),
+        ("run_name", True, "RUN_NAME=True is not valid: expected text (a str), e.g. ''"),
+    ],
+)
+def test_an_override_of_the_wrong_python_type_is_refused_in_one_line(key, value, message):
+    """load_settings({...}) from a notebook: 3.5 epochs or a NaN rate were kept as given (and failed
+    mid-run, or never), a list as DATASET or a number as PROFILE_STEPS failed with a TypeError/AttributeError."""
+    if message is None:
+        load({key: value})  # text is read as a flag's; None is not given
+        return
+    with pytest.raises(ConfigError) as info:
+        load({key: value})
+    assert str(info.value) == message
+    with pytest.raises(ConfigError):
+        load().replace(**{key: value})  # and so does .replace(...)
+
+
+def test_python_values_are_kept_as_the_settings_own_types(tmp_path):
+    """A NumPy integer (config.json could not hold it), 0/1 and NumPy bools, a Path, a number as PEAK_FLOPS."""
+    import numpy as np
+
+    s = load(
+        {
+            "epochs": np.int64(2),
+            "learning_rate": 1,
+            "smoke": np.bool_(True),
+            "deterministic": 0,
+            "runs_dir": tmp_path / "runs",
+            "peak_flops": 2.5e11,
+        }
+    )
+    values = (s.epochs, s.learning_rate, s.smoke, s.deterministic, s.runs_dir, s.peak_flops)
+    assert values == (2, 1.0, True, False, str(tmp_path / "runs"), "250000000000.0")
+    assert [type(v) for v in values] == [int, float, bool, bool, str, str]
+
+
 def test_missing_named_env_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="ENV_FILE"):
         load(env_file=tmp_path / "nope.env")
@@ -507,7 +555,7 @@ def test_a_warm_up_must_end_before_the_training_does():
     with pytest.raises(ConfigError) as e:
         load_settings({"epochs": 2, "lr_warmup_epochs": 2}, env_file=None, environ={})
     assert str(e.value) == (
-        "LR_WARMUP_EPOCHS=2 is not valid: the warm-up must end before the training does (EPOCHS=2): give less than 2"
+        "LR_WARMUP_EPOCHS=2.0 is not valid: the warm-up must end before the training does (EPOCHS=2): give less than 2"
     )
     assert load_settings({"epochs": 2, "lr_warmup_epochs": 1.5}, env_file=None, environ={}).lr_warmup_epochs == 1.5
 

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import logging
 import math
+import numbers
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -211,6 +212,8 @@ class CoreSettings:
         return values
 
     def replace(self, **changes: Any) -> Settings:
+        own = {f.name: f for f in fields(self)}
+        changes = {k: v if isinstance(v, str) or k not in own else _typed(own[k], v) for k, v in changes.items()}
         return _with_given(validate(dataclasses.replace(self, **changes)), given(self) | set(changes))
 
 
@@ -306,7 +309,7 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
     """Turn a string from .env / environment / a flag into the field's type, or raise ConfigError."""
     name = f.name.upper()
     if not isinstance(raw, str):
-        return raw
+        return _typed(f, raw)
     text = raw.strip()
     if f.type in ("bool", bool):
         low = text.lower()
@@ -329,6 +332,33 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
             raise ConfigError(name, raw, "expected a finite number")
         return value
     return text
+
+
+def _typed(f: dataclasses.Field, raw: Any) -> Any:
+    """A value given in Python (`load_settings({"epochs": 3})`) as the field's own type, or ConfigError:
+    never kept as it came (3.5 epochs, a NaN rate, `True` as a batch size, a NumPy integer that
+    config.json cannot hold, a number where a path goes that fails later with a traceback)."""
+    name = f.name.upper()
+    if f.type in ("bool", bool):
+        numpy_bool = type(raw).__module__ == "numpy" and type(raw).__name__ in ("bool", "bool_")
+        if (isinstance(raw, numbers.Integral) or numpy_bool) and raw in (0, 1):
+            return bool(raw)
+        raise ConfigError(name, raw, "expected True or False")
+    if f.type in ("int", int):
+        if isinstance(raw, numbers.Integral) and not isinstance(raw, bool):
+            return int(raw)
+        raise ConfigError(name, raw, "expected a whole number, e.g. " + str(f.default))
+    if f.type in ("float", float):
+        if isinstance(raw, numbers.Real) and not isinstance(raw, bool):
+            if not math.isfinite(raw):
+                raise ConfigError(name, raw, "expected a finite number")
+            return float(raw)
+        raise ConfigError(name, raw, "expected a number, e.g. " + str(f.default))
+    if isinstance(raw, os.PathLike):
+        return os.fspath(raw)  # RUNS_DIR=Path(...): a path is the text it spells
+    if isinstance(raw, numbers.Real) and not isinstance(raw, bool):
+        return str(raw)  # PEAK_FLOPS=2.5e11: the text a flag would give, checked as such
+    raise ConfigError(name, raw, f"expected text (a str), e.g. {f.default!r}")
 
 
 def _check_ranges(s: Settings) -> None:

@@ -56,7 +56,10 @@ BAD = {
     "empty range": ("[space]\nlearning_rate = { low = 1e-2, high = 1e-3 }\n", "empty range"),
     "equal bounds": ("[space]\nlearning_rate = { low = 1e-2, high = 1e-2 }\n", "empty range"),
     "empty list": ("[space]\nbatch_size = []\n", "empty list"),
-    "float for a whole number": ("[space]\nbatch_size = { low = 8.5, high = 64 }\n", "takes a int"),
+    "float for a whole number": (
+        "[space]\nbatch_size = { low = 8.5, high = 64 }\n",
+        "batch_size=8.5 is not valid: BATCH_SIZE expected a whole number",
+    ),
     "log range from 0": ("[space]\nlearning_rate = { low = 0.0, high = 1e-2, log = true }\n", "must be between"),
     "grid with a continuous range": (
         '[study]\nsampler = "grid"\n[space]\nlearning_rate = { low = 1e-4, high = 1e-2 }\n',
