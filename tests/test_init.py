@@ -152,3 +152,22 @@ def test_a_refused_train_holds_no_lines_for_a_run_that_never_came(tmp_path):
     with pytest.raises(TemplateError, match="no-such-run"):
         train.train(settings)
     assert not [h for h in logging.getLogger("train").handlers if isinstance(h, _Held)]
+
+
+def test_a_run_stopped_under_train_is_continued_by_the_python_call_not_a_shell_command(monkeypatch):
+    """Its last line said `python -m train fit --resume RUN`: pasted in a shell, that looks in the shell's
+    RUNS_DIR (./runs), not in the one the notebook gave (RunNotFound), with none of its settings."""
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    told = []
+    monkeypatch.setattr(fit, "fit", lambda settings, resume, force, *args, **kw: told.append(args[2]("RUN-1")))
+    train.train(Settings())
+    train.train(Settings(), force=True)
+    train.train(Settings(), continue_with=lambda name: f"mine {name}")
+    assert told == [
+        "train(settings, resume='RUN-1'), with this call's settings",
+        "train(settings, resume='RUN-1', force=True), with this call's settings",
+        "mine RUN-1",
+    ]

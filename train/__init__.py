@@ -50,8 +50,15 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
     check_before_training(settings)
     from .training.fit import fit
 
+    continue_with = continue_with or (lambda name: python_continue(name, force))
     with _one_run_at_a_time(), _process_state_kept():
         return fit(settings, resume, force, restart, callbacks, continue_with, parts=_own_callbacks)
+
+
+def python_continue(run_name: str, force: bool = False) -> str:
+    """What a caller in Python is told continues a stopped run: the same call with `resume=` the run (a
+    `python -m train fit --resume NAME` would look for it in the shell's RUNS_DIR, with its settings)."""
+    return f"train(settings, resume={run_name!r}{', force=True' if force else ''}), with this call's settings"
 
 
 def check_before_training(settings) -> None:
