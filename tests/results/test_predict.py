@@ -384,3 +384,20 @@ def test_a_source_json_that_leaves_the_savedmodel_unrecorded_is_refused(tmp_path
         verify_export_files(exp, "r")
     _write_files(exp, files)
     assert verify_export_files(exp, "r") == {}
+
+
+def test_an_image_over_the_pixel_limit_is_told_to_shrink_not_to_raise_a_setting_predict_ignores(
+    run_dir, tmp_path, monkeypatch
+):
+    """predict (and serve) read with MAX_IMAGE_PIXELS's default: `raise MAX_IMAGE_PIXELS`, as training says,
+    changed nothing here (MAX_IMAGE_PIXELS=500000000 python -m train predict ... gave the same line)."""
+    run, _ = run_dir
+    monkeypatch.setattr(Settings, "max_image_pixels", 100)  # the default, lowered: a 28x28 image is over it
+    monkeypatch.setenv("MAX_IMAGE_PIXELS", "1000000")
+    big = _png(tmp_path / "big.png", 10)
+    (row,) = predict_files(run, [big])
+    assert str(row["error"]) == (
+        f"{big}: 28x28 is 0 million pixels, more than MAX_IMAGE_PIXELS=100 (decoding it would take about 0.0 GB); "
+        "shrink the image (the model takes 28x28; this limit is MAX_IMAGE_PIXELS's default, which no setting "
+        "changes here)"
+    )

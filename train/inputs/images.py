@@ -203,12 +203,13 @@ def read_image_bytes(path: str | os.PathLike) -> bytes:
 _ORIENTATION = 0x0112  # the EXIF tag: how the camera was held, 1 (upright) .. 8
 
 
-def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None) -> tuple[int, int]:
+def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None, fix: str | None = None) -> tuple[int, int]:
     """(EXIF orientation 1..8, 1 if CMYK else 0) of an encoded image, from its header only (PIL).
 
     DataError when the header declares more than `max_pixels` (width x height, times the frames of a
-    GIF: TensorFlow decodes them all to keep the first). A file PIL cannot parse gets (1, 0) and is
-    left to the decoder, whose error names it.
+    GIF: TensorFlow decodes them all to keep the first), ending with `fix` (default: shrink it or
+    raise MAX_IMAGE_PIXELS, for a reader whose limit is that setting). A file PIL cannot parse gets
+    (1, 0) and is left to the decoder, whose error names it.
     """
     from PIL import Image
 
@@ -232,8 +233,8 @@ def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None) -> t
         shown = f"{frames} frames of {width}x{height}" if frames > 1 else f"{width}x{height}"
         raise DataError(
             f"{path}: {shown} is {pixels / 1e6:,.0f} million pixels, more than MAX_IMAGE_PIXELS={max_pixels:,} "
-            f"(decoding it would take about {pixels * 3 / 1e9:.1f} GB); shrink the image (it is resized to "
-            "IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS"
+            f"(decoding it would take about {pixels * 3 / 1e9:.1f} GB); "
+            + (fix or "shrink the image (it is resized to IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS")
         )
     return (orientation if 1 <= orientation <= 8 else 1), cmyk
 
@@ -334,8 +335,10 @@ def decode_image_bytes(
     """
     import tensorflow as tf
 
-    # The header pass training runs: the size limit before decoding, then the EXIF orientation.
-    info = image_info(raw, shown, max_pixels)
+    # The header pass training runs: the size limit before decoding, then the EXIF orientation. The
+    # limit is the default one (predict and serve read no MAX_IMAGE_PIXELS), so the fix is a smaller image.
+    fix = f"shrink the image (the model takes {shape[1]}x{shape[0]}; this limit is MAX_IMAGE_PIXELS's default, which no setting changes here)"
+    info = image_info(raw, shown, max_pixels, fix)
     try:
         return decode_tensor(tf.constant(raw), tuple(shape), tf.constant(info)).numpy()
     except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
