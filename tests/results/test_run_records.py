@@ -89,6 +89,12 @@ def test_a_run_without_epochs_has_no_best(tmp_path):
         ("metrics.csv", "loss,accuracy\n0.5,0.9\n", "line 2: not the metrics.csv layout"),
         ("metrics.csv", "epoch,loss\n1,0.5,7\n", "line 2: not the metrics.csv layout"),
         ("metrics.csv", "epoch,loss\n,0.5\n", "line 2: the epoch is empty"),
+        # cut short mid-row (a partial copy): was read as an epoch whose metrics were missing
+        (
+            "metrics.csv",
+            "epoch,loss,val_loss,mfu\n1,0.5,0.4,0.1\n2,0.3",
+            "line 3: the row ends before its val_loss, mfu",
+        ),
         ("config.json", "{not json", "config.json is unreadable (JSONDecodeError"),
         ("manifest.json", "[1, 2]", "manifest.json holds list, not a JSON object"),
         ("metrics.csv", b"\xff\xfe\x00bad", "metrics.csv is unreadable (UnicodeDecodeError"),

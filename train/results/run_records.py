@@ -169,6 +169,12 @@ def read_metrics(path: Path) -> list[dict[str, float | None]]:
             raise RunRecordError(
                 f"{path}, line {line}: not the metrics.csv layout (an 'epoch' column, one value per column)"
             )
+        if None in r.values():  # fewer values than columns: the file was cut short (a partial copy), or edited
+            missing = [key for key, value in r.items() if value is None]
+            raise RunRecordError(
+                f"{path}, line {line}: the row ends before its {', '.join(missing[:2])}{' ...' if len(missing) > 2 else ''} "
+                "column(s) (the file is cut short); restore it from a copy of the run"
+            )
         row = {}
         for key, value in r.items():
             try:
