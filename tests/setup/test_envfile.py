@@ -157,3 +157,29 @@ def test_dev_null_as_the_settings_file_reads_as_no_settings(tmp_path):
     link = tmp_path / "none.env"
     link.symlink_to("/dev/null")
     assert read_env_file(link, NAMES) == {}
+
+
+def test_a_variable_that_reads_as_empty_or_stays_as_written_warns_with_the_line(tmp_path, monkeypatch):
+    """RUNS_DIR=${NOPE}/runs was silently /runs, RUNS_DIR=$HOME/runs a folder named `$HOME`."""
+    monkeypatch.setenv("TPL_SET", "/srv")
+    monkeypatch.delenv("TPL_NOPE", raising=False)
+    warnings: list[str] = []
+    content = (
+        "RUN_NAME=r${TPL_NOPE}\n"  # unset: empty
+        "SEED=${TPL_NOPE:-7}\n"  # a default: meant
+        "EPOCHS=${SEED}\n"  # set above in the file
+        "BATCH_SIZE=$TPL_SET\n"  # no braces: kept as written
+        "DEBUG=$TPL_NOPE\n"  # no braces, but no such variable either: a literal $ (a password's), left alone
+        "SWEEP_STORAGE=postgresql://u:pa$TPL_SET@h/db\n"  # in a URL: never said (it would tell the password)
+        "HOST_UID=${TPL_NOPE}\n"  # compose's: compose expands it
+    )
+    path = tmp_path / "x.env"
+    path.write_text(content)
+    values = read_env_file(path, NAMES | {"SWEEP_STORAGE"}, warnings.append)
+    assert values["RUN_NAME"] == "r" and values["SEED"] == "7" and values["BATCH_SIZE"] == "$TPL_SET"
+    assert warnings == [
+        f"WARNING: {path}, line 1: RUN_NAME uses ${{TPL_NOPE}}, which is not set (in the environment or above in "
+        "the file), so it reads as empty there: set TPL_NOPE, or write the value out",
+        f"WARNING: {path}, line 4: BATCH_SIZE holds $TPL_SET as written (a settings file expands ${{TPL_SET}} only): "
+        "write ${TPL_SET} to use its value",
+    ]

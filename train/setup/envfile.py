@@ -12,12 +12,13 @@ from __future__ import annotations
 import difflib
 import io
 import os
+import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ..errors import EnvFileError
-from ..locations import redact_uri
+from ..locations import looks_like_url, redact_uri
 
 # Read from .env by docker-compose.yml and tasks.py, not by `python -m train` (a test keeps this
 # list in step with docker-compose.yml), and prefixes of other tools' variables.
@@ -76,9 +77,38 @@ def read_env_file(
                 warn(f"WARNING: {path}, line {line}: {key} is set again (first on line {seen[key]}); line {line} wins")
             elif key not in names and key not in OTHER_TOOLS and not key.startswith(OTHER_PREFIXES):
                 warn(f"WARNING: {path}, line {line}: {key} is not a setting and is ignored{_suggest(key, names)}")
+            if key in names and "$" in binding.value:
+                for problem in _variables(binding.value, seen):
+                    warn(f"WARNING: {path}, line {line}: {key} {problem}")
         seen.setdefault(key, line)
     # The checks above leave only lines python-dotenv reads without a warning: it does the values.
     return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
+
+
+_BRACED = re.compile(r"\$\{([^}:]*)(:-[^}]*)?\}")  # what python-dotenv expands, as its own pattern reads it
+_BARE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _variables(value: str, above: Mapping[str, int]) -> list[str]:
+    """What a value's variables do that its writer likely did not mean, as the ends of warning lines:
+    a ${NAME} set neither in the environment nor above in the file reads as empty (RUNS_DIR=${NOPE}/runs
+    is /runs), and a $NAME without braces, when NAME is set, stays as written (RUNS_DIR=$HOME/runs is a
+    folder named $HOME; not looked for in a URL). Only the names are shown, never the value."""
+    out = []
+    for m in _BRACED.finditer(value):
+        if m.group(2) is None and m.group(1) not in os.environ and m.group(1) not in above:
+            out.append(
+                f"uses ${{{m.group(1)}}}, which is not set (in the environment or above in the file), so it "
+                f"reads as empty there: set {m.group(1)}, or write the value out"
+            )
+    # Not in a URL: a $ there is likely a password's, and a warning would tell what follows it.
+    for m in () if looks_like_url(value) else _BARE.finditer(_BRACED.sub("", value)):
+        if m.group(1) in os.environ or m.group(1) in above:
+            out.append(
+                f"holds ${m.group(1)} as written (a settings file expands ${{{m.group(1)}}} only): "
+                f"write ${{{m.group(1)}}} to use its value"
+            )
+    return out
 
 
 # A settings file is a few lines of NAME=value: a larger one is another file, named by mistake.
