@@ -183,3 +183,17 @@ def test_a_variable_that_reads_as_empty_or_stays_as_written_warns_with_the_line(
         f"WARNING: {path}, line 4: BATCH_SIZE holds $TPL_SET as written (a settings file expands ${{TPL_SET}} only): "
         "write ${TPL_SET} to use its value",
     ]
+
+
+def test_a_key_with_an_invisible_character_is_shown_escaped(tmp_path):
+    """Two files joined (the second's byte-order mark), a zero-width space pasted from a page: the
+    warning read `EPOCHS is not a setting and is ignored (did you mean EPOCHS?)`."""
+    warnings: list[str] = []
+    path, values = read(tmp_path, "SEED=1\n\ufeffEPOCHS=2\n\u200bBATCH_SIZE=8\n", warnings)
+    assert "EPOCHS" not in values and "BATCH_SIZE" not in values
+    assert warnings == [
+        f"WARNING: {path}, line 2: '\\ufeffEPOCHS' (with U+FEFF, an invisible or non-ASCII character: type the name "
+        "again) is not a setting and is ignored (did you mean EPOCHS?)",
+        f"WARNING: {path}, line 3: '\\u200bBATCH_SIZE' (with U+200B, an invisible or non-ASCII character: type the "
+        "name again) is not a setting and is ignored (did you mean BATCH_SIZE?)",
+    ]

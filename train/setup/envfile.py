@@ -76,7 +76,7 @@ def read_env_file(
             if key in seen:
                 warn(f"WARNING: {path}, line {line}: {key} is set again (first on line {seen[key]}); line {line} wins")
             elif key not in names and key not in OTHER_TOOLS and not key.startswith(OTHER_PREFIXES):
-                warn(f"WARNING: {path}, line {line}: {key} is not a setting and is ignored{_suggest(key, names)}")
+                warn(f"WARNING: {path}, line {line}: {_key(key)} is not a setting and is ignored{_suggest(key, names)}")
             if key in names and "$" in binding.value:
                 for problem in _variables(binding.value, seen):
                     warn(f"WARNING: {path}, line {line}: {key} {problem}")
@@ -194,6 +194,16 @@ def _read_at_most(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+def _key(key: str) -> str:
+    """A key as a warning shows it: escaped, and the character named, when it holds one that is not
+    printable ASCII (a byte-order mark where two files were joined, a zero-width space pasted from a
+    page), else `\ufeffEPOCHS is not a setting (did you mean EPOCHS?)` reads as EPOCHS twice."""
+    odd = [ch for ch in key if not (ch.isascii() and ch.isprintable())]
+    if not odd:
+        return key
+    return f"{ascii(key)} (with U+{ord(odd[0]):04X}, an invisible or non-ASCII character: type the name again)"
 
 
 def _suggest(key: str, names: set[str]) -> str:
