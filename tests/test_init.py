@@ -171,3 +171,21 @@ def test_a_run_stopped_under_train_is_continued_by_the_python_call_not_a_shell_c
         "train(settings, resume='RUN-1', force=True), with this call's settings",
         "mine RUN-1",
     ]
+
+
+def test_a_keras_callback_is_refused_before_the_run_starts(monkeypatch):
+    """callbacks=[keras.callbacks.EarlyStopping()] trained an epoch, then failed the run with `TypeError:
+    EarlyStopping.on_epoch_end() takes from 2 to 3 positional arguments but 4 were given`."""
+    import keras
+
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    monkeypatch.setattr(fit, "fit", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(
+        TypeError,
+        match=r"^train\(callbacks=\.\.\.\) takes the template's callbacks, not Keras callbacks: EarlyStopping is a "
+        r"keras\.callbacks\.Callback, .*\(early stopping: PATIENCE; TensorBoard logs are in RUN/tensorboard\)$",
+    ):
+        train.train(Settings(), callbacks=[object(), keras.callbacks.EarlyStopping()])

@@ -47,6 +47,7 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
             "train.config.load_settings(yours), e.g. train(load_settings({'epochs': 3})); it checks each value "
             "and fills the rest from .env, the environment and the defaults"
         )
+    _check_callbacks(callbacks)
     check_before_training(settings)
     from .training.fit import fit
 
@@ -59,6 +60,20 @@ def python_continue(run_name: str, force: bool = False) -> str:
     """What a caller in Python is told continues a stopped run: the same call with `resume=` the run (a
     `python -m train fit --resume NAME` would look for it in the shell's RUNS_DIR, with its settings)."""
     return f"train(settings, resume={run_name!r}{', force=True' if force else ''}), with this call's settings"
+
+
+def _check_callbacks(callbacks) -> None:
+    """A Keras callback is refused before the run starts: its on_epoch_end(epoch, logs) would fail the run
+    with a TypeError at the end of its first epoch (the loop calls on_epoch_end(epoch, row, state))."""
+    keras = sys.modules.get("keras")  # not imported: no Keras callback can have been made
+    for c in callbacks or ():
+        if keras is not None and isinstance(c, keras.callbacks.Callback):
+            raise TypeError(
+                f"train(callbacks=...) takes the template's callbacks, not Keras callbacks: {type(c).__name__} is a "
+                "keras.callbacks.Callback, whose methods take other arguments; write an object with the methods "
+                "train.training.callbacks lists (on_epoch_end(epoch, row, state), ...), or use the setting that "
+                "does it (early stopping: PATIENCE; TensorBoard logs are in RUN/tensorboard)"
+            )
 
 
 def check_before_training(settings) -> None:
