@@ -197,3 +197,16 @@ def test_a_key_with_an_invisible_character_is_shown_escaped(tmp_path):
         f"WARNING: {path}, line 3: '\\u200bBATCH_SIZE' (with U+200B, an invisible or non-ASCII character: type the "
         "name again) is not a setting and is ignored (did you mean BATCH_SIZE?)",
     ]
+
+
+def test_a_broken_link_as_the_settings_file_is_named_as_one(tmp_path):
+    """A .env linked to a shared file that was moved said `cannot be read (No such file or directory);
+    check its permissions`."""
+    gone, looped = tmp_path / "gone.env", tmp_path / "loop.env"
+    gone.symlink_to(tmp_path / "moved.env")
+    looped.symlink_to(looped)
+    for path, why in ((gone, "No such file or directory"), (looped, "Too many levels of symbolic links")):
+        with pytest.raises(EnvFileError) as e:
+            read_env_file(path, NAMES)
+        target = tmp_path / ("moved.env" if path == gone else "loop.env")
+        assert str(e.value) == f"{path}: is a broken link (to {target}: {why}): point it at the file, or remove it"

@@ -10,6 +10,7 @@ warning (the file is shared with docker compose, whose own variables are known a
 from __future__ import annotations
 
 import difflib
+import errno
 import io
 import os
 import re
@@ -134,6 +135,12 @@ def _read_text(path: Path) -> str:
     except IsADirectoryError:
         raise EnvFileError(path, None, _DIRECTORY) from None
     except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP) and path.is_symlink():  # a link to nothing, or to itself
+            raise EnvFileError(
+                path,
+                None,
+                f"is a broken link (to {os.readlink(path)}: {exc.strerror}): point it at the file, or remove it",
+            ) from None
         raise EnvFileError(path, None, f"cannot be read ({exc.strerror}); check its permissions") from None
     try:
         _check_kind(path, os.fstat(fd).st_mode)
