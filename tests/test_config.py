@@ -104,6 +104,18 @@ def test_python_values_are_kept_as_the_settings_own_types(tmp_path):
     assert [type(v) for v in values] == [int, float, bool, bool, str, str]
 
 
+def test_overrides_that_are_not_a_dict_are_one_type_error_naming_env_file_for_a_path():
+    """load_settings("my.env") (the file meant as env_file) failed with `string indices must be integers`."""
+    with pytest.raises(TypeError) as info:
+        load_settings("my.env", environ={})
+    assert str(info.value) == (
+        "load_settings() takes the settings to set as a dict by their lower-case names, e.g. {'epochs': 3}, "
+        "not str: a settings file is env_file=, load_settings(env_file='my.env')"
+    )
+    with pytest.raises(TypeError, match=r"e\.g\. \{'epochs': 3\}, not list$"):
+        load_settings([("epochs", 3)], environ={})
+
+
 def test_missing_named_env_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="ENV_FILE"):
         load(env_file=tmp_path / "nope.env")

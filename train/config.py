@@ -521,6 +521,13 @@ def load_settings(
     `check_model=False` skips looking for a MODEL=module:function (commands that build no model).
     """
     environ = os.environ if environ is None else environ
+    if overrides is not None and not isinstance(overrides, Mapping):
+        file = isinstance(overrides, (str, os.PathLike))  # load_settings("my.env"): a settings file, meant as env_file
+        raise TypeError(
+            f"load_settings() takes the settings to set as a dict by their lower-case names, e.g. {{'epochs': 3}}, "
+            f"not {type(overrides).__name__}"
+            + (f": a settings file is env_file=, load_settings(env_file={os.fspath(overrides)!r})" if file else "")
+        )
     _check_override_names(overrides or {})
     file_values: Mapping[str, Any] = {}
     if env_file:
