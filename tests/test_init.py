@@ -189,3 +189,25 @@ def test_a_keras_callback_is_refused_before_the_run_starts(monkeypatch):
         r"keras\.callbacks\.Callback, .*\(early stopping: PATIENCE; TensorBoard logs are in RUN/tensorboard\)$",
     ):
         train.train(Settings(), callbacks=[object(), keras.callbacks.EarlyStopping()])
+
+
+def test_resume_that_names_no_run_is_one_type_error(monkeypatch):
+    """train(settings, resume=True) failed with `unsupported operand type(s) for /: 'PosixPath' and 'bool'`."""
+    from pathlib import Path
+
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    seen = []
+    monkeypatch.setattr(fit, "fit", lambda settings, resume, *a, **k: seen.append(resume))
+    for wrong in (True, 3):
+        with pytest.raises(TypeError) as info:
+            train.train(Settings(), resume=wrong)
+        assert str(info.value) == (
+            "train(resume=...) names the run to continue, as RESUME does: its id or path, 'latest' or 'auto' (text "
+            f"or a Path), not {type(wrong).__name__} {wrong!r}; e.g. train(settings, resume='latest')"
+        )
+    train.train(Settings(), resume=Path("runs/x"))
+    train.train(Settings(), resume="latest")
+    assert seen == [Path("runs/x"), "latest"]

@@ -5,6 +5,7 @@ Importing the package imports no TensorFlow; `train(settings)` does, after the s
 
 import contextlib
 import importlib.abc
+import os
 import sys
 import threading
 
@@ -46,6 +47,11 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
             f"train() takes checked settings, not {type(settings).__name__}: pass "
             "train.config.load_settings(yours), e.g. train(load_settings({'epochs': 3})); it checks each value "
             "and fills the rest from .env, the environment and the defaults"
+        )
+    if resume is not None and not isinstance(resume, (str, os.PathLike)):  # resume=True: which run?
+        raise TypeError(
+            f"train(resume=...) names the run to continue, as RESUME does: its id or path, 'latest' or 'auto' "
+            f"(text or a Path), not {type(resume).__name__} {resume!r}; e.g. train(settings, resume='latest')"
         )
     _check_callbacks(callbacks)
     check_before_training(settings)
