@@ -238,6 +238,23 @@ def test_resolve_run_by_id_path_and_latest(tmp_path):
     assert str(info.value) == f"run 'latest': no runs in {tmp_path / 'empty'}; train first or set RUNS_DIR"
 
 
+def test_a_file_named_as_the_run_says_so(tmp_path):
+    """`predict a.png b.png` (the run left out) and `--resume RUN/config.json` said `run ... not found in ./runs`."""
+    root = tmp_path / "runs"
+    run = _run(root, "20260101-000000-aaaa")
+    image = tmp_path / "a.png"
+    image.write_bytes(b"png")
+    with pytest.raises(RunNotFound) as info:
+        resolve_run(root, str(image))
+    assert str(info.value) == (
+        f"run '{image}' is a file, not a run: name the run by its id, its folder or latest (predict takes it before "
+        f"the images: `python -m train predict latest {image}`)"
+    )
+    with pytest.raises(RunNotFound) as info:
+        resolve_run(root, str(run / "config.json"))
+    assert str(info.value) == f"run '{run / 'config.json'}' is a file, not a run: name its folder, {run}"
+
+
 def test_latest_for_a_command_that_needs_weights_or_an_export_is_the_newest_run_that_has_them(tmp_path):
     from train.run.find import EXPORT, WEIGHTS, WEIGHTS_OR_EXPORT
 
