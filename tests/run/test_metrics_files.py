@@ -137,3 +137,19 @@ def test_every_reader_starts_from_the_same_rows_with_their_line_numbers(tmp_path
         (3, {"epoch": "2", "loss": "0.4", None: ["extra"]}),  # a cell the header lacks
         (4, {"epoch": "3", "loss": None}),  # a cell the row lacks
     ]
+
+
+def test_a_file_saved_again_by_a_spreadsheet_with_a_byte_order_mark_reads_as_written(tmp_path):
+    """Excel's "CSV UTF-8" puts a byte-order mark first: its first column was '\\ufeffepoch', so a resume
+    failed with `KeyError: 'epoch'` (a traceback) and report/compare said there was no 'epoch' column."""
+    from train.results.run_records import read_metrics
+
+    path = tmp_path / "metrics.csv"
+    m = MetricsFile(path)
+    for epoch in (1, 2):
+        m.append({"epoch": epoch, "loss": 0.5 / epoch})
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    again = MetricsFile(path)
+    again.truncate_from(2)
+    assert [r["epoch"] for r in again.rows] == ["1"]
+    assert [r["epoch"] for r in read_metrics(path)] == [1.0, 2.0]

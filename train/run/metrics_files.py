@@ -27,10 +27,12 @@ def read_rows(path: Path, errors: str = "strict") -> tuple[list[str], list[tuple
     """metrics.csv as written: its header and each row with its line number (a cell beyond the header
     under the key None, a missing one None); ([], []) when there is none. Every reader of the file
     starts here; what a row must hold is the reader's to say (the runs table names a damaged file,
-    reproduce refuses the cell)."""
+    reproduce refuses the cell). A byte-order mark before the header is skipped."""
     if not path.is_file():
         return [], []
-    with open(path, newline="", encoding="utf-8", errors=errors) as fh:
+    # utf-8-sig: a file saved again by a spreadsheet (Excel's "CSV UTF-8") starts with a byte-order mark,
+    # which would make the first column '\ufeffepoch'.
+    with open(path, newline="", encoding="utf-8-sig", errors=errors) as fh:
         reader = csv.DictReader(fh)
         rows = [(reader.line_num, row) for row in reader]
         return list(reader.fieldnames or []), rows
