@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import logging
 
+import pytest
+
 from train.run.files import TMP_MARK
 from train.run.metrics_files import METRIC_COLUMNS, MetricsFile, read_back
 from train.run.train_log import close_logging, setup_logging
@@ -153,3 +155,25 @@ def test_a_file_saved_again_by_a_spreadsheet_with_a_byte_order_mark_reads_as_wri
     again.truncate_from(2)
     assert [r["epoch"] for r in again.rows] == ["1"]
     assert [r["epoch"] for r in read_metrics(path)] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b"\xff\xfe garbage", "metrics.csv is unreadable (UnicodeDecodeError: "),
+        (b"foo,bar\n1,2,3,4\n", "metrics.csv has no 'epoch' column (its header: foo, bar); "),
+        (b"epoch,loss\n1,0.5\nx,0.4\n", "metrics.csv, line 3: epoch='x' is not a whole number; "),
+    ],
+)
+def test_a_damaged_file_a_resume_goes_on_from_is_one_run_record_error(tmp_path, content, says):
+    """A resume of a run whose metrics.csv is damaged failed with a KeyError or UnicodeDecodeError traceback."""
+    from train.errors import RunRecordError
+
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(content)
+    with pytest.raises(RunRecordError) as info:
+        MetricsFile(path)
+    assert says in str(info.value) and str(info.value).startswith(str(tmp_path))
+    assert str(info.value).endswith(
+        "restore it from a copy of the run, or move it out of the run to go on without the rows it held"
+    )

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..errors import RunRecordError, first_line
 from .files import write_text
 
 # Columns that measure the machine (time, speed, memory), not what the model computed: a rerun of
@@ -51,7 +52,7 @@ class MetricsFile:
 
     def __init__(self, path: Path, columns: list[str] = METRIC_COLUMNS):
         self.path, self.columns = path, columns
-        self.rows: list[dict[str, Any]] = [row for _, row in read_rows(path)[1]]
+        self.rows: list[dict[str, Any]] = _rows_to_keep(path)
 
     def truncate_from(self, epoch: int) -> None:
         """Drop rows of epochs that will be trained again after a resume (1-based epoch numbers)."""
@@ -64,6 +65,25 @@ class MetricsFile:
         writer.writeheader()
         writer.writerows(self.rows)
         write_text(self.path, buf.getvalue())
+
+
+def _rows_to_keep(path: Path) -> list[dict[str, Any]]:
+    """The rows a resumed run goes on from, each with its epoch; RunRecordError naming the file when it
+    cannot be read as metrics.csv (a traceback before: a KeyError, a UnicodeDecodeError), before anything
+    of the run's record changed."""
+    fix = "restore it from a copy of the run, or move it out of the run to go on without the rows it held"
+    try:
+        header, rows = read_rows(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise RunRecordError(f"{path} is unreadable ({type(exc).__name__}: {first_line(exc)}); {fix}") from None
+    if rows and "epoch" not in header:
+        raise RunRecordError(f"{path} has no 'epoch' column (its header: {', '.join(header)[:80]}); {fix}")
+    for line, row in rows:
+        try:
+            int(row["epoch"])
+        except (TypeError, ValueError):
+            raise RunRecordError(f"{path}, line {line}: epoch={row['epoch']!r} is not a whole number; {fix}") from None
+    return [row for _, row in rows]
 
 
 def read_back(row: dict[str, Any]) -> dict[str, Any]:
