@@ -97,6 +97,29 @@ def test_console_and_log_file_get_the_same_lines(tmp_path, capsys):
         log.propagate = True
 
 
+def test_a_handler_of_the_callers_own_on_the_logger_stays_and_gets_the_lines(tmp_path, capsys):
+    """A notebook's own handler on logging.getLogger("train") (a FileHandler collecting every run's lines)
+    was removed by the first run's set-up, or closed at its end."""
+    log = logging.getLogger("train")
+    mine = logging.FileHandler(tmp_path / "mine.log", encoding="utf-8")
+    log.addHandler(mine)
+    try:
+        setup_logging(tmp_path / "train.log")
+        log.info("first run")
+        close_logging()
+        setup_logging(tmp_path / "train.log")
+        log.info("second run")
+        close_logging()
+        assert mine in log.handlers and mine.stream is not None and not mine.stream.closed
+        mine.flush()
+        assert (tmp_path / "mine.log").read_text().splitlines() == ["first run", "second run"]
+    finally:
+        for h in list(log.handlers):
+            log.removeHandler(h)
+            h.close()
+        log.propagate = True
+
+
 def test_hparams_summary_carries_the_settings_and_final_metrics(tmp_path):
     """What TensorBoard's HParams dashboard reads: a session summary with the settings, metric scalars."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -36,6 +36,10 @@ def end_progress_line() -> None:
         print(flush=True)
 
 
+class _File(logging.FileHandler):
+    """train.log: the run's own file handler (a handler someone else put on the logger is left alone)."""
+
+
 class _Held(logging.Handler):
     """The lines logged before a run's train.log exists (RESUME=auto's decision, a new run's batch, the
     probe's warnings): the console shows them at once, train.log gets them when it opens."""
@@ -57,13 +61,14 @@ def setup_logging(log_file: Path | None, prefix: str = "", hold: bool = False) -
     held = [r for h in log.handlers if isinstance(h, _Held) for r in h.records] if not hold else []
     fmt = logging.Formatter(f"%(asctime)s {prefix}%(message)s", "%Y-%m-%d %H:%M:%S")
     for h in list(log.handlers):
-        log.removeHandler(h)
-        h.close()
+        if isinstance(h, (_Console, _File, _Held)):  # a notebook's own handler on "train" stays, and gets the lines
+            log.removeHandler(h)
+            h.close()
     console = _Console(sys.stdout)
     console.setFormatter(fmt)
     log.addHandler(console)
     if log_file is not None:
-        fh = logging.FileHandler(log_file, encoding="utf-8")
+        fh = _File(log_file, encoding="utf-8")
         fh.setFormatter(fmt)
         for record in held:
             fh.handle(record)
@@ -84,6 +89,6 @@ def close_logging() -> None:
     """train.log closed, and lines no longer held for one: the console alone goes on."""
     for h in list(log.handlers):
         h.flush()
-        if isinstance(h, (logging.FileHandler, _Held)):
+        if isinstance(h, (_File, _Held)):
             log.removeHandler(h)
             h.close()
