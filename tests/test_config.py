@@ -116,6 +116,34 @@ def test_overrides_that_are_not_a_dict_are_one_type_error_naming_env_file_for_a_
         load_settings([("epochs", 3)], environ={})
 
 
+@pytest.mark.parametrize(
+    "name, value, shown",
+    [
+        (
+            "RUNS_DIR",
+            "~runs_nobody_has",
+            "~runs_nobody_has is the home folder of a user named 'runs_nobody_has', unknown here: write ~/runs_nobody_has for",
+        ),
+        (
+            "DATA_DIR",
+            "~nobody_here/data",
+            "~nobody_here is the home folder of a user named 'nobody_here', unknown here: write ~/nobody_here/data for",
+        ),
+        (
+            "DATASET",
+            "npz:~nobody_here/x.npz",
+            "~nobody_here is the home folder of a user named 'nobody_here', unknown here: write ~/nobody_here/x.npz for",
+        ),
+    ],
+)
+def test_a_home_folder_of_an_unknown_user_is_one_config_error(name, value, shown):
+    """RUNS_DIR=~runs (the slash left out) failed in every command with `RuntimeError: Could not determine
+    home directory.` and a traceback."""
+    with pytest.raises(ConfigError) as info:
+        load(env={name: value})
+    assert str(info.value) == f"{name}={value!r} is not valid: {shown} a folder in your own home, or a full path"
+
+
 def test_missing_named_env_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="ENV_FILE"):
         load(env_file=tmp_path / "nope.env")

@@ -387,6 +387,8 @@ def _check_dirs(s: Settings) -> None:
         value = getattr(s, name)
         if not value.strip():
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {_field(name).default})")
+        if problem := locations.home_problem(value):
+            raise ConfigError(name.upper(), value, problem)
     # mnist.npz itself, say: a built-in data set would be looked for inside it (npz: and images: name their own)
     data_dir = Path(s.data_dir).expanduser()
     # The nearest part that exists must be a folder (DATA_DIR=mnist.npz/sub is below a file).

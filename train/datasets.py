@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, refuse_second
+from .locations import home_problem
 
 Arrays = dict  # {"x_train", "y_train", "x_test", "y_test"} -> numpy array
 
@@ -52,6 +53,8 @@ def check_dataset(value: str, exists: bool = True) -> None:
     kind, _, path = value.partition(":")
     if kind not in ("npz", "images") or not path:
         raise ConfigError("DATASET", value, "one of " + ", ".join(DATASETS) + ", npz:<file>, images:<dir>")
+    if home := home_problem(path):
+        raise ConfigError("DATASET", value, home)
     problem = _path_problem(kind, Path(path).expanduser()) if exists else None
     if problem is not None:
         raise ConfigError("DATASET", value, f"{problem[0]}; {problem[1]}")
@@ -63,6 +66,8 @@ def dataset_missing(value: str) -> str | None:
     kind, _, path = value.partition(":")
     if value in DATASETS or kind not in ("npz", "images") or not path:
         return None
+    if home := home_problem(path):
+        return home
     problem = _path_problem(kind, Path(path).expanduser())
     return problem[0] if problem else None
 

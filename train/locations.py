@@ -139,6 +139,25 @@ _ID = re.compile(r"^(\d{8}-\d{6})-([0-9a-f]{4}|\d{6})(?:-|$)")
 ID_LENGTH = len("20261130-061959-483920-")  # what new_run_id puts before RUN_NAME
 
 
+def home_problem(path: str) -> str | None:
+    """What is wrong with a leading `~` that cannot be expanded here (Path.expanduser's RuntimeError, a
+    traceback wherever the path is used), with the fix; None when there is none or it expands.
+    `~runs` (the slash left out) names the home folder of a user called runs."""
+    if not path.startswith("~"):
+        return None
+    try:
+        Path(path).expanduser()
+        return None
+    except RuntimeError:
+        user, _, rest = path[1:].partition("/")
+        if not user:
+            return "~ is the home folder, which cannot be found here (HOME is not set): give a full path"
+        return (
+            f"~{user} is the home folder of a user named {user!r}, unknown here: write ~/{user}"
+            f"{'/' + rest if rest else ''} for a folder in your own home, or a full path"
+        )
+
+
 def name_max(directory: Path | str) -> int:
     """The longest file name, in bytes, the file system of `directory` (or of its nearest existing
     parent: RUNS_DIR may not exist yet) allows; 255 where it does not say."""
