@@ -211,3 +211,29 @@ def test_resume_that_names_no_run_is_one_type_error(monkeypatch):
     train.train(Settings(), resume=Path("runs/x"))
     train.train(Settings(), resume="latest")
     assert seen == [Path("runs/x"), "latest"]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"epochs": 0}, "EPOCHS=0 is not valid: must be a positive whole number (at most 100000)"),
+        ({"batch_size": 0}, "BATCH_SIZE=0 is not valid: must be a positive whole number (at most 1048576)"),
+        (
+            {"epochs": "2"},
+            "EPOCHS='2' is not valid: must be a whole number (load_settings({...}) converts and checks the values it "
+            "is given)",
+        ),
+    ],
+)
+def test_settings_made_in_code_are_checked_before_the_run_starts(monkeypatch, changes, message):
+    """train(Settings(epochs=0)) "completed" a run of no epochs; a batch of 0 failed with ZeroDivisionError,
+    epochs="2" with a TypeError: each after making a run directory."""
+    import train
+    from train.config import Settings
+    from train.errors import ConfigError
+    from train.training import fit
+
+    monkeypatch.setattr(fit, "fit", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(ConfigError) as info:
+        train.train(Settings(**changes))
+    assert str(info.value) == message

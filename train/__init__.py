@@ -54,6 +54,7 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
             f"(text or a Path), not {type(resume).__name__} {resume!r}; e.g. train(settings, resume='latest')"
         )
     _check_callbacks(callbacks)
+    _check_values(settings)
     check_before_training(settings)
     from .training.fit import fit
 
@@ -66,6 +67,23 @@ def python_continue(run_name: str, force: bool = False) -> str:
     """What a caller in Python is told continues a stopped run: the same call with `resume=` the run (a
     `python -m train fit --resume NAME` would look for it in the shell's RUNS_DIR, with its settings)."""
     return f"train(settings, resume={run_name!r}{', force=True' if force else ''}), with this call's settings"
+
+
+def _check_values(settings) -> None:
+    """Every value checked as load_settings checks it, for settings made in code (`Settings(epochs=0)`,
+    `dataclasses.replace`), which nothing checked: 0 epochs "completed" an empty run, a batch of 0 failed
+    with a ZeroDivisionError, epochs="2" with a TypeError, each after making a run directory."""
+    import dataclasses
+
+    from .config import validate, wrongly_typed
+    from .errors import ConfigError
+
+    if wrong := wrongly_typed(dataclasses.asdict(settings)):
+        key, value, what = wrong
+        raise ConfigError(
+            key.upper(), value, f"must be {what} (load_settings({{...}}) converts and checks the values it is given)"
+        )
+    validate(settings)
 
 
 def _check_callbacks(callbacks) -> None:
