@@ -237,3 +237,17 @@ def test_settings_made_in_code_are_checked_before_the_run_starts(monkeypatch, ch
     with pytest.raises(ConfigError) as info:
         train.train(Settings(**changes))
     assert str(info.value) == message
+
+
+def test_settings_made_before_a_reload_of_the_config_are_told_so():
+    """After importlib.reload(train.config) (a notebook's autoreload) the settings made before are of the old
+    Settings class: the refusal said `train() takes checked settings, not Settings`."""
+    import train
+
+    stale = type("Settings", (), {"__module__": "train.config"})()  # what the class before the reload makes
+    with pytest.raises(TypeError) as info:
+        train.train(stale)
+    assert str(info.value) == (
+        "train() takes settings of this train.config, and these were made before it was loaded again (a reload, "
+        "e.g. a notebook's autoreload after an edit): make them again with load_settings(...)"
+    )

@@ -43,6 +43,11 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
     from .config import Settings
 
     if not isinstance(settings, Settings):  # a dict of settings, a path to a .env: not checked, so refused
+        if type(settings).__name__ == "Settings" and type(settings).__module__ == Settings.__module__:
+            raise TypeError(  # a notebook's autoreload (importlib.reload) made a new class since
+                "train() takes settings of this train.config, and these were made before it was loaded again "
+                "(a reload, e.g. a notebook's autoreload after an edit): make them again with load_settings(...)"
+            )
         raise TypeError(
             f"train() takes checked settings, not {type(settings).__name__}: pass "
             "train.config.load_settings(yours), e.g. train(load_settings({'epochs': 3})); it checks each value "
