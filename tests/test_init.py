@@ -251,3 +251,19 @@ def test_settings_made_before_a_reload_of_the_config_are_told_so():
         "train() takes settings of this train.config, and these were made before it was loaded again (a reload, "
         "e.g. a notebook's autoreload after an edit): make them again with load_settings(...)"
     )
+
+
+def test_one_callback_not_in_a_list_is_one_type_error(monkeypatch):
+    """callbacks=Mine() (not [Mine()]) failed with `'Mine' object is not iterable`."""
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    class Mine:
+        def on_epoch_end(self, epoch, row, state):
+            return None
+
+    monkeypatch.setattr(fit, "fit", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(TypeError) as info:
+        train.train(Settings(), callbacks=Mine())
+    assert str(info.value) == "train(callbacks=...) takes a list of callbacks, not one Mine: callbacks=[yours]"

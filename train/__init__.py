@@ -94,6 +94,10 @@ def _check_values(settings) -> None:
 def _check_callbacks(callbacks) -> None:
     """A Keras callback is refused before the run starts: its on_epoch_end(epoch, logs) would fail the run
     with a TypeError at the end of its first epoch (the loop calls on_epoch_end(epoch, row, state))."""
+    if not isinstance(callbacks, (list, tuple)) and any(hasattr(callbacks, h) for h in ("on_epoch_end", "on_start")):
+        raise TypeError(
+            f"train(callbacks=...) takes a list of callbacks, not one {type(callbacks).__name__}: callbacks=[yours]"
+        )
     keras = sys.modules.get("keras")  # not imported: no Keras callback can have been made
     for c in callbacks or ():
         if keras is not None and isinstance(c, keras.callbacks.Callback):
