@@ -253,6 +253,15 @@ def test_a_file_named_as_the_run_says_so(tmp_path):
     with pytest.raises(RunNotFound) as info:
         resolve_run(root, str(run / "config.json"))
     assert str(info.value) == f"run '{run / 'config.json'}' is a file, not a run: name its folder, {run}"
+    (root / "20260102-000000-bbbb").write_text(
+        "a file where a run folder was"
+    )  # said `not found`, though `ls` shows it
+    with pytest.raises(RunNotFound) as info:
+        resolve_run(root, "20260102-000000-bbbb")
+    assert str(info.value) == (
+        f"run '20260102-000000-bbbb' is a file, not a run: a run is a folder of {root} with a config.json; "
+        "`python -m train runs` lists them"
+    )
 
 
 def test_latest_for_a_command_that_needs_weights_or_an_export_is_the_newest_run_that_has_them(tmp_path):

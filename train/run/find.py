@@ -129,17 +129,16 @@ def resolve_run(
                 f"run {run!r}: {candidate} cannot be read ({exc.strerror or exc}); make it readable "
                 "(chmod, or chown to this user) or run as its owner"
             ) from None
-    if Path(run).is_file():  # a run's config.json, or `predict a.png b.png`: the run left out, an image taken for it
-        folder = Path(run).parent
-        raise RunNotFound(
-            f"run {run!r} is a file, not a run: "
-            + (
-                f"name its folder, {folder}"
-                if is_run_dir(folder)
-                else "name the run by its id, its folder or latest (predict takes it before the images: "
-                f"`python -m train predict latest {run}`)"
-            )
-        )
+    # A run's config.json, `predict a.png b.png` (the run left out, an image taken for it), a file in RUNS_DIR.
+    file = next((c for c in (root / run, Path(run)) if c.is_file()), None)
+    if file is not None:
+        if is_run_dir(file.parent):
+            fix = f"name its folder, {file.parent}"
+        elif file.parent == root:
+            fix = f"a run is a folder of {shown(runs_dir)} with a config.json; `python -m train runs` lists them"
+        else:
+            fix = f"name the run by its id, its folder or latest (predict takes it before the images: `python -m train predict latest {run}`)"
+        raise RunNotFound(f"run {run!r} is a file, not a run: {fix}")
     raise RunNotFound(
         f"run {run!r} not found in {shown(runs_dir)} (no {RunDir(run).config.name}){_did_you_mean(root, run)}; "
         "`python -m train runs` lists the runs"
