@@ -176,6 +176,27 @@ def test_a_user_module_that_fails_to_import_is_named(tmp_path, monkeypatch, sour
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_user_module_edited_between_two_runs_of_one_process_is_imported_again(tmp_path, monkeypatch):
+    """A notebook: train, edit the model file, train again. The second run took the module from
+    sys.modules: it trained the old code, or (a function renamed) said `module m has no function 'make2'`
+    though MODEL's check of the file had just found it."""
+    import sys
+
+    from train.models import get_factory
+
+    name = "edited_models_for_test"
+    path = tmp_path / f"{name}.py"
+    path.write_text("def make(input_shape, num_classes):\n    return 'first'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc of the same second and size to load instead
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    assert get_factory(f"{name}:make")((8, 8, 1), 4) == "first"
+    assert get_factory(f"{name}:make")((8, 8, 1), 4) == "first"  # unchanged: the module as imported
+    path.write_text("def make2(input_shape, num_classes):\n    return 'second, renamed'\n")
+    assert get_factory(f"{name}:make2")((8, 8, 1), 4) == "second, renamed"
+    monkeypatch.delitem(sys.modules, name)
+
+
 @pytest.mark.parametrize("name", sorted(n for n in MODELS if MODELS[n].min_image_size))
 def test_builtin_minimum_image_sizes_are_exact(name):
     n = MODELS[name].min_image_size

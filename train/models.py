@@ -22,10 +22,13 @@ import contextlib
 import difflib
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .digest import sha256_file
 from .errors import ModelError, RegisterError, TemplateError, first_line, refuse_second
 from .setup.modelcheck import check_model, user_code
 
@@ -276,7 +279,7 @@ def get_factory(name: str) -> Factory:
     module_name, _, func_name = name.partition(":")
     try:
         with user_code(name, f"importing module {module_name}"):
-            module = importlib.import_module(module_name)
+            module = _import_as_saved(module_name)
     except TemplateError:
         raise
     except Exception as exc:  # their module's own code runs here: anything it raises is theirs to fix
@@ -294,6 +297,31 @@ def get_factory(name: str) -> Factory:
     except ValueError:
         pass  # no signature to inspect (a builtin or C callable): the call itself will tell
     return factory
+
+
+_SOURCES: dict[str, str] = {}  # a user's model module -> sha256 of its file when this process last imported it
+
+
+def _import_as_saved(module_name: str):
+    """The module as its file is now: in a long-lived process (a notebook) a module edited since the
+    last run is imported again, not taken from sys.modules (the run trained the old code, or said the
+    new function did not exist although MODEL's check had just found it in the file)."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        module = importlib.import_module(module_name)
+    elif _SOURCES.get(module_name, _source_digest(module)) != _source_digest(module):
+        module = importlib.reload(module)
+    if (digest := _source_digest(module)) is not None:
+        _SOURCES[module_name] = digest
+    return module
+
+
+def _source_digest(module) -> str | None:
+    path = getattr(module, "__file__", None) or ""
+    try:
+        return sha256_file(Path(path)) if path.endswith(".py") else None
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
