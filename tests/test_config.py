@@ -66,7 +66,7 @@ def test_an_override_that_is_no_setting_is_refused_naming_the_closest_one():
         ("learning_rate", float("nan"), "LEARNING_RATE=nan is not valid: expected a finite number"),
         ("learning_rate", "0.01", None),
         ("smoke", 2, "SMOKE=2 is not valid: expected True or False"),
-        ("dataset", 5, "DATASET='5' is not valid: one of mnist, fashion_mnist, cifar10, npz:<file>, images:<dir>"),
+        ("dataset", 5, f"DATASET='5' is not valid: one of {', '.join(datasets.DATASETS)}, npz:<file>, images:<dir>"),
         ("dataset", ["mnist"], "DATASET=['mnist'] is not valid: expected text (a str), e.g. 'mnist'"),
         ("runs_dir", None, None),
         ("run_name", True, "RUN_NAME=True is not valid: expected text (a str), e.g. ''"),

@@ -391,13 +391,25 @@ def test_an_image_over_the_pixel_limit_is_told_to_shrink_not_to_raise_a_setting_
 ):
     """predict (and serve) read with MAX_IMAGE_PIXELS's default: `raise MAX_IMAGE_PIXELS`, as training says,
     changed nothing here (MAX_IMAGE_PIXELS=500000000 python -m train predict ... gave the same line)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
     run, _ = run_dir
-    monkeypatch.setattr(Settings, "max_image_pixels", 100)  # the default, lowered: a 28x28 image is over it
-    monkeypatch.setenv("MAX_IMAGE_PIXELS", "1000000")
-    big = _png(tmp_path / "big.png", 10)
-    (row,) = predict_files(run, [big])
+    monkeypatch.setenv("MAX_IMAGE_PIXELS", "500000000")
+    big = tmp_path / "big.png"  # a header declaring 20000x20000 grayscale pixels, four rows of them held
+    ihdr = struct.pack(">IIBBBBB", 20000, 20000, 8, 0, 0, 0, 0)
+    big.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 20001 * 4))
+        + chunk(b"IEND", b"")
+    )
+    (row,) = predict_files(run, [str(big)])
     assert str(row["error"]) == (
-        f"{big}: 28x28 is 0 million pixels, more than MAX_IMAGE_PIXELS=100 (decoding it would take about 0.0 GB); "
-        "shrink the image (the model takes 28x28; this limit is MAX_IMAGE_PIXELS's default, which no setting "
+        f"{big}: 20000x20000 is 400 million pixels, more than MAX_IMAGE_PIXELS=50,000,000 (decoding it would take "
+        "about 1.2 GB); shrink the image (the model takes 28x28; this limit is MAX_IMAGE_PIXELS's default, which no setting "
         "changes here)"
     )
