@@ -228,6 +228,38 @@ def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
     assert second == sha256_file(run / "config.json") != first
 
 
+def test_a_run_stopped_inside_an_epoch_is_not_ended_before_it_by_a_lower_epochs(tmp_path, monkeypatch):
+    """Resumed with EPOCHS below the epoch it stopped in, it "completed" as nothing to train, its final
+    weights those of a part of the next epoch, recorded as the last whole epoch's."""
+    from train import train
+    from train.errors import ResumeMismatchError
+    from train.training import stop_flag
+
+    s = tiny_settings(tmp_path, export=False, steps_per_execution=1)  # 2 epochs of 12 steps
+    calls = {"n": 0}
+    original = stop_flag.StopFlag.check
+
+    def stop_in_epoch_2(self):
+        calls["n"] += 1
+        if calls["n"] == 20:
+            self.request("test stop")
+        return original(self)
+
+    monkeypatch.setattr(stop_flag.StopFlag, "check", stop_in_epoch_2)
+    stopped = train(s)
+    monkeypatch.setattr(stop_flag.StopFlag, "check", original)
+    record = (stopped.run_dir / "manifest.json").read_bytes()
+    with pytest.raises(ResumeMismatchError) as info:
+        train(s.replace(epochs=1), resume=stopped.run_dir.name)
+    assert re.fullmatch(
+        r"EPOCHS=1: this run stopped inside its epoch 2 \(after \d+ of its steps\), so ending it at epoch 1 would keep "
+        r"weights of no epoch's end; resume with EPOCHS=2 or more to finish that epoch",
+        str(info.value),
+    )
+    assert (stopped.run_dir / "manifest.json").read_bytes() == record  # nothing of the run changed
+    assert train(s, resume=stopped.run_dir.name).status == "completed"
+
+
 def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
     """In-process version of the guarantee: stop at a step boundary, resume, same final weights."""
     from train import train

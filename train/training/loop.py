@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..errors import DivergedError, OutOfMemoryError
+from ..errors import DivergedError, OutOfMemoryError, ResumeMismatchError
 from ..inputs.pipeline import steps_per_epoch
 from ..models import entry, monitors
 from ..run import checkpoints
@@ -645,6 +645,12 @@ def start_loop(
     False when the run has nothing left to train (every epoch done, or early stopping reached).
     """
     resumed = loaded is not None if resumed is None else resumed
+    if state.epoch >= epochs and state.step:  # its weights have moved past the end of the last epoch EPOCHS keeps
+        raise ResumeMismatchError(
+            f"EPOCHS={epochs}: this run stopped inside its epoch {state.epoch + 1} (after {state.step} of its steps), "
+            f"so ending it at epoch {epochs} would keep weights of no epoch's end; resume with EPOCHS="
+            f"{state.epoch + 1} or more to finish that epoch"
+        )
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started, stop, chief=chief)
     loop.build_model(models)
     if resumed:
