@@ -396,3 +396,20 @@ def test_v1_pixels_that_are_no_uint8_are_a_400_saying_what_they_are(pixel, says)
         [("/v1/models/model:predict", json.dumps({"instances": [image]}).encode(), "application/json")]
     )
     assert status == 400 and says in answer["error"], answer
+
+
+def test_an_image_within_a_raised_serve_max_pixels_is_decoded_whatever_max_image_pixels_default_is():
+    """SERVE_MAX_PIXELS bounds the request; a raised one let an 8000x8000 image through to the decoder,
+    which refused it at MAX_IMAGE_PIXELS's default (50,000,000), a setting serve does not read."""
+    import struct
+    import zlib
+
+    from train.serve.payloads import image_file
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", 8000, 8000, 8, 0, 0, 0, 0)  # 64 million grayscale pixels, all zero
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 8001 * 8000))
+    image = image_file(png + chunk(b"IEND", b""), (2, 2, 1), "file 0")
+    assert image.shape == (2, 2, 1) and not image.any()

@@ -107,7 +107,9 @@ class Pending:
 
 def image_file(raw: bytes, shape: tuple[int, ...], what: str) -> np.ndarray:
     try:
-        return decode_image_bytes(raw, what, shape)
+        # No limit of its own: SERVE_MAX_PIXELS has bounded what the request's headers declare (work.py),
+        # and a raised one let an image over MAX_IMAGE_PIXELS's default through, to be refused here.
+        return decode_image_bytes(raw, what, shape, None)
     except DataError as exc:
         raise RequestError(what, None, f"not an image the model reads ({str(exc).split(': ', 1)[-1]})") from None
 
