@@ -15,6 +15,17 @@ def test_an_empty_data_cache_is_refused_naming_the_default(tmp_path):
     assert tiny_settings(tmp_path).dvc_command == ""  # found by itself: .venv-dvc, then PATH
 
 
+@pytest.mark.parametrize("name", ["dvc_data_cache"])
+def test_a_cache_in_the_home_of_an_unknown_user_is_one_config_error(tmp_path, name):
+    """~nouser/cache (a user unknown here): RuntimeError: Could not determine home directory, where it was used."""
+    with pytest.raises(ConfigError) as info:
+        validate(tiny_settings(tmp_path, **{name: "~nouser-x/cache"}))
+    assert str(info.value) == (
+        f"{name.upper()}='~nouser-x/cache' is not valid: ~nouser-x is the home folder of a user named 'nouser-x', "
+        "unknown here: write ~/nouser-x/cache for a folder in your own home, or a full path"
+    )
+
+
 def test_the_extra_is_turned_on_only_for_data_inside_a_dvc_project(tmp_path):
     from train.dvc import settings as section
 

@@ -83,6 +83,16 @@ def test_a_credential_in_the_runs_dir_url_is_refused(tmp_path, value):
     assert "credential" in text and "AWS_ACCESS_KEY_ID" in text
 
 
+def test_a_store_cache_in_the_home_of_an_unknown_user_is_one_config_error(tmp_path):
+    """STORE_CACHE=~nouser/cache: RuntimeError: Could not determine home directory, where the runs were staged."""
+    with pytest.raises(ConfigError) as err:
+        _settings(tmp_path, store_cache="~nouser-x/cache")
+    assert str(err.value) == (
+        "STORE_CACHE='~nouser-x/cache' is not valid: ~nouser-x is the home folder of a user named 'nouser-x', "
+        "unknown here: write ~/nouser-x/cache for a folder in your own home, or a full path"
+    )
+
+
 def test_a_local_folder_with_a_colon_is_still_a_folder(tmp_path):
     s = _settings(tmp_path, runs_dir=str(tmp_path / "runs:old"))
     assert s.runs_dir.endswith("runs:old")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..locations import home_problem
 from ..sections import setting
 from .place import data_path, dvc_root
 
@@ -33,6 +34,8 @@ def check(settings) -> None:
     """DVC_DATA_CACHE must not be empty: a blank line in an env file would fetch into the working directory."""
     if not settings.dvc_data_cache.strip():
         raise ConfigError("DVC_DATA_CACHE", settings.dvc_data_cache, f"must not be empty (the default is {DATA_CACHE})")
+    if problem := home_problem(settings.dvc_data_cache):  # ~name of a user unknown here: a traceback where it is used
+        raise ConfigError("DVC_DATA_CACHE", settings.dvc_data_cache, problem)
 
 
 def turned_on(s) -> str:

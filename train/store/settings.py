@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..locations import looks_like_url
+from ..locations import home_problem, looks_like_url
 from ..sections import setting
 
 CACHE = "~/.cache/tf-train-template/runs"
@@ -42,6 +42,8 @@ def check(settings) -> None:
     in the working directory, as likely meant "the default" as "here"; a folder is never guessed."""
     if not settings.store_cache.strip():
         raise ConfigError("STORE_CACHE", settings.store_cache, f"must not be empty (the default is {CACHE})")
+    if problem := home_problem(settings.store_cache):  # ~name of a user unknown here: a traceback where it is used
+        raise ConfigError("STORE_CACHE", settings.store_cache, problem)
 
 
 def turned_on(settings) -> str:
