@@ -113,6 +113,7 @@ PERMISSION = "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR 
         (errno.EROFS, "the file system is read-only: mount the runs volume read-write or set RUNS_DIR"),
         (errno.EACCES, PERMISSION),
         (errno.EPERM, PERMISSION),
+        (errno.EISDIR, "a folder stands where this file is written: move the folder out of the way"),
     ],
 )
 def test_storage_error_explains_each_errno(code, reason):

@@ -68,6 +68,7 @@ def storage_error(
         errno.ENAMETOOLONG: f"a name in the path is longer than the file system allows: shorten RUN_NAME or {setting}",
         errno.EACCES: permission,
         errno.EPERM: permission,
+        errno.EISDIR: "a folder stands where this file is written: move the folder out of the way",
     }.get(exc.errno, exc.strerror or str(exc))
     if setting != "RUNS_DIR" and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
         reason = f"{reason} ({setting}: the local staging copy of a RUNS_DIR in object storage)"
