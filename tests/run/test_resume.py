@@ -357,6 +357,8 @@ def test_changed_data_is_refused_unless_forced_and_then_recorded(tmp_path):
         (("metrics.csv",), {}, True),
         (("best.weights.h5",), {}, True),
         (("final.weights.h5",), {}, True),
+        # a state saved mid-way through epoch 1 (a stop, CHECKPOINT_EVERY), recorded by the loop
+        ((), {"epochs_completed": 0, "trained_state_saved": True}, True),
     ],
 )
 def test_a_run_counts_as_trained_by_its_files_or_its_manifest(tmp_path, files, manifest, trained):

@@ -722,6 +722,32 @@ def test_a_stop_records_the_training_time_of_the_unfinished_epoch_for_time_to_be
     assert records.seconds_to(1) == pytest.approx(row["epoch_seconds"] + part["train_seconds"])
 
 
+def test_a_state_saved_mid_epoch_one_makes_a_resume_without_checkpoints_refuse(real_loop):
+    """Stopped in epoch 1 after 3 steps (no epoch finished, no weights, no metrics.csv): the manifest
+    records that a state with trained steps was saved, so once the checkpoints are gone, --resume
+    refuses instead of training the run again from step 0 (docs/reliability.md); the initial state alone
+    (step 0, nothing trained) records nothing."""
+    import json
+    import shutil
+
+    from train.errors import CheckpointError
+    from train.run.resume import plan_run
+
+    loop = real_loop()
+    (loop.run_dir / "config.json").write_text(json.dumps(loop.s.to_dict()))  # as fit writes them
+    manifest = loop.run_dir / "manifest.json"
+    manifest.write_text(json.dumps({"segments": [{"status": "running"}]}))
+    loop._save("initial state")  # what start_loop saves for a new run, before any step
+    assert "trained_state_saved" not in json.loads(manifest.read_text())
+    _stop_after_steps(loop, 3)
+    assert loop.run().status == "interrupted"
+    assert json.loads(manifest.read_text())["trained_state_saved"] is True
+    assert not (loop.run_dir / "metrics.csv").exists() and not list(loop.run_dir.glob("*.weights.h5"))
+    shutil.rmtree(loop.run_dir / "checkpoints")
+    with pytest.raises(CheckpointError, match="has no checkpoint in .*Pass --restart"):
+        plan_run(loop.s, loop.run_dir.name)
+
+
 def test_a_cosine_schedule_still_spans_all_epochs_after_auto_batch_halves_the_batch(real_loop):
     """Out of memory in step 6 of batch 64: epoch 1 ends halfway down the cosine and epoch 2 at
     zero, though an epoch now takes 12 optimizer steps instead of 6 (counted in steps, the rate

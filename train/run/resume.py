@@ -134,9 +134,15 @@ def _unknown(config: dict[str, Any]) -> list[str]:
 
 
 def _trained(run_dir: Path, manifest: dict[str, Any]) -> bool:
-    """Whether the run ever got as far as a finished epoch (then it had checkpoints)."""
+    """Whether the run ever saved a state holding trained steps: a finished epoch (then it had checkpoints),
+    or a state saved mid-epoch (every CHECKPOINT_EVERY steps, or at a stop) that the manifest records."""
     files = RunDir(run_dir)
-    return files.metrics.is_file() or bool(files.weights()) or bool(manifest.get("epochs_completed"))
+    return (
+        files.metrics.is_file()
+        or bool(files.weights())
+        or bool(manifest.get("epochs_completed"))
+        or manifest.get("trained_state_saved") is True
+    )
 
 
 def plan_run(

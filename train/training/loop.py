@@ -210,6 +210,7 @@ class EpochLoop:
         self.schedule = None  # a schedules.OverTraining when the rate moves (cosine, warm-up), set by build_model
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
         self._peak_place, self._peak_raised = None, False  # where the peak was measured; beaten once already
+        self._saved_trained = False  # the manifest says a state with trained steps was saved (see _save)
         self.profiler = profiling.for_run(settings, self.files.tensorboard if chief else None)
 
     @property
@@ -570,6 +571,11 @@ class EpochLoop:
             return
         path = checkpoints.save_state(self.files.checkpoints, self.model, self.state.to_dict(), self.s.keep_checkpoints)
         log.debug("checkpoint %s (%s)", path.name, why)
+        if self.state.global_step > 0 and not self._saved_trained and self.files.manifest.is_file():
+            # Once per process: a state holding trained steps exists, so a resume that finds the
+            # checkpoints gone refuses (train.run.resume) rather than train the run again from step 0.
+            update_manifest(self.files.manifest, trained_state_saved=True)
+            self._saved_trained = True
 
     def _finish(self, result: Result) -> Result:
         save_weights(self.model, self.files.final_weights, self.state.epoch, size_hint=_weights_bytes(self.model))
