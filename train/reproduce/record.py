@@ -77,8 +77,11 @@ def check_manifest(path: Path, manifest: dict[str, Any]) -> None:
             raise ReproduceRecordError(path, name, value, f"is not {what}", fix)
 
 
-def check_config(path: Path, config: dict[str, Any]) -> None:
-    """Each known setting has its type and passes the settings' own rules (unknown keys: a newer version)."""
+def check_config(path: Path, config: dict[str, Any], commit: Any = None) -> None:
+    """Each known setting has its type and passes the settings' own rules (unknown keys: a newer version).
+
+    `commit`: the run's (manifest), named in the fix for a MODEL or DATASET name this checkout does not
+    register: a name the run's commit registered and the checkout has dropped or renamed since."""
     from ..config import settings_from_dict, wrongly_typed
 
     if wrong := wrongly_typed(config):
@@ -89,7 +92,14 @@ def check_config(path: Path, config: dict[str, Any]) -> None:
     except ConfigError as exc:
         if data_not_here(exc):
             return  # the record is sound; whether the data can be had is the data check's (train.reproduce.rerun)
-        raise ReproduceRecordError(path, exc.name.lower(), exc.value, f"is not valid: {exc.allowed}", RESTORE) from None
+        fix = RESTORE
+        if exc.name in ("MODEL", "DATASET") and ":" not in str(exc.value):
+            at = f"commit {commit}" if _matches(COMMIT, commit) else "commit"
+            fix = (
+                f"not registered in this checkout, whose code checks the record and the data: if the run's {at} "
+                "registers it, run reproduce from a checkout of that commit; else restore the file from a backup"
+            )
+        raise ReproduceRecordError(path, exc.name.lower(), exc.value, f"is not valid: {exc.allowed}", fix) from None
 
 
 def data_not_here(exc: ConfigError) -> bool:
@@ -130,7 +140,7 @@ def check_record(run_dir: Path, manifest: dict[str, Any], config: dict[str, Any]
     """Every file of the record, field by field; the metrics rows by epoch."""
     run = RunDir(run_dir)
     check_manifest(run.manifest, manifest)
-    check_config(run.config, config)
+    check_config(run.config, config, _lookup(manifest, "git.commit"))
     return read_metrics(run.metrics)
 
 
