@@ -76,7 +76,10 @@ class CoreSettings:
         kind="free",
     )
     cache: str = _f(
-        "memory", "memory | file (RUNS_DIR/.cache, shared by runs) | none: cache decoded examples", choices=CACHE_MODES
+        "memory",
+        "images:<dir> only: memory | file (RUNS_DIR/.cache, shared by runs) | none: cache decoded examples (the same batches either way)",
+        choices=CACHE_MODES,
+        kind="free",
     )
     shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
     smoke: bool = _f(
@@ -276,9 +279,10 @@ def given(s: Settings) -> frozenset[str]:
 
 def unused_settings(values: dict[str, Any]) -> frozenset[str]:
     """The settings (by field name) that do nothing in a run of `values` (a config.json's): the image
-    folder's size and channels for the other data sets, DATA_DIR for a DATASET that names its own path."""
+    folder's size, channels and decode cache for the other data sets (arrays, held in memory), DATA_DIR
+    for a DATASET that names its own path."""
     dataset = str(values.get("dataset", ""))
-    folder = frozenset() if dataset.startswith("images:") else frozenset({"image_size", "channels"})
+    folder = frozenset() if dataset.startswith("images:") else frozenset({"image_size", "channels", "cache"})
     return folder | ({"data_dir"} if dataset.startswith(("images:", "npz:")) else set())
 
 

@@ -93,11 +93,13 @@ def test_precision_auto_compares_as_the_policy_it_chose(tmp_path):
 
 
 def test_a_setting_that_did_nothing_in_a_run_is_shown_as_not_used(tmp_path):
-    """IMAGE_SIZE between two MNIST runs, DATA_DIR between two image-folder runs: no difference; beside
-    a run it acted in, the cell says it did nothing."""
+    """IMAGE_SIZE and CACHE between two MNIST runs, DATA_DIR between two image-folder runs: no difference;
+    beside a run it acted in, the cell says it did nothing."""
     mnist = [
-        load_records(write_run_records(tmp_path / n, {"dataset": "mnist", "image_size": size, "channels": 1}))
-        for n, size in (("a", 64), ("b", 32))
+        load_records(
+            write_run_records(tmp_path / n, {"dataset": "mnist", "image_size": size, "channels": 1, "cache": cache})
+        )
+        for n, size, cache in (("a", 64, "memory"), ("b", 32, "file"))
     ]
     assert compare.differing_settings(mnist) == []
     folders = [
@@ -109,6 +111,7 @@ def test_a_setting_that_did_nothing_in_a_run_is_shown_as_not_used(tmp_path):
         write_run_records(tmp_path / "e", {"dataset": f"npz:{tmp_path}/x.npz", "data_dir": "/elsewhere"})
     )
     assert dict(compare.differing_settings([mnist[0], folders[1], npz])) == {
+        "CACHE": ["(not used)", "memory", "(not used)"],
         "CHANNELS": ["(not used)", "3", "(not used)"],
         "DATASET": ["mnist", f"images:{tmp_path}", f"npz:{tmp_path}/x.npz"],
         "DATA_DIR": ["./data", "(not used)", "(not used)"],

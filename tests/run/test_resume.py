@@ -466,6 +466,7 @@ RECORDED_FREE = {
     "mlflow_tracking_uri": "http://127.0.0.1:5999",
     "mlflow_experiment": "recorded",
     "max_image_pixels": 1000,
+    "cache": "file",  # the same batches in every mode (tests/inputs/test_images.py)
     "join_timeout": 5.0,
     "peak_flops": "1e12",
     "export_formats": "savedmodel,onnx",

@@ -488,6 +488,8 @@ def test_a_killed_segment_ends_at_its_last_sign_of_life_not_when_its_files_arriv
         ),
         ({"image_size": 32, "channels": 1}, ["WARNING: IMAGE_SIZE=32", "WARNING: CHANNELS=1"]),
         ({"image_size": 64}, []),  # the default, as a reproduce rerun gives it: nothing to say
+        ({"cache": "file"}, ["WARNING: CACHE=file is not used: it applies to DATASET=images:<dir> only; mnist holds"]),
+        ({"cache": "file", "dataset": "images:{tmp}"}, []),
         ({"image_size": 32, "dataset": "images:{tmp}"}, []),
         ({"smoke": True, "epochs": 5}, ["WARNING: EPOCHS=5 is not used: a smoke run trains one epoch"]),
         ({"smoke": True, "epochs": 3}, []),  # the default, as a reproduce rerun of a smoke run gives it

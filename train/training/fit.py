@@ -336,13 +336,15 @@ def _warn_unused(settings: Settings) -> None:
             settings.epochs,
         )
     unused = unused_settings(settings.to_dict())
-    for name in ("image_size", "channels"):  # a rerun gives every recorded setting: the defaults stay quiet
+    for name in ("image_size", "channels", "cache"):  # a rerun gives every recorded setting: the defaults stay quiet
         if name in unused and name in given(settings) and getattr(settings, name) != getattr(Settings, name):
+            keeps = "holds its arrays in memory" if name == "cache" else "keeps its own images' size"
             log.warning(
-                "WARNING: %s=%s is not used: it applies to DATASET=images:<dir> only; %s keeps its own images' size",
+                "WARNING: %s=%s is not used: it applies to DATASET=images:<dir> only; %s %s",
                 name.upper(),
                 getattr(settings, name),
                 settings.dataset,
+                keeps,
             )
 
 
