@@ -38,15 +38,17 @@ PY = shlex.quote(sys.executable)  # the interpreter invoke runs in: the project'
 # --- preconditions -------------------------------------------------------------------------------
 
 
-def _require_docker(c: Context) -> None:
+def _require_docker(c: Context, local: bool = True) -> None:
+    """`local`: the task has --local (on this host, without Docker), which either refusal then names."""
+    or_local = ", or use --local" if local else ""
     if shutil.which("docker") is None:
         raise Exit(
-            "Docker is not installed: install Docker Engine (https://docs.docker.com/engine/install/) or use --local"
+            f"Docker is not installed: install Docker Engine (https://docs.docker.com/engine/install/){or_local}"
         )
     if not c.run("docker info --format '{{.ServerVersion}}'", hide=True, warn=True).ok:
         raise Exit(
             "the Docker engine is not reachable: start it (sudo systemctl start docker) and make sure "
-            "you may use it (sudo usermod -aG docker $USER, then log in again)"
+            f"you may use it (sudo usermod -aG docker $USER, then log in again){or_local}"
         )
 
 
@@ -72,9 +74,9 @@ def _require_gpu(c: Context) -> None:
         )
 
 
-def _compose(c: Context, cpu: bool, gpu_needed: bool = True) -> str:
+def _compose(c: Context, cpu: bool, gpu_needed: bool = True, local: bool = True) -> str:
     """Check what the compose command needs; return it with the host user's ids in front."""
-    _require_docker(c)
+    _require_docker(c, local)
     if not cpu and gpu_needed:
         _require_gpu(c)
     ids = f"HOST_UID={os.getuid()} HOST_GID={os.getgid()}"  # compose cannot see the shell's $UID
@@ -124,7 +126,7 @@ def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", netw
         raise Exit(f"--target {target!r} is not valid: gpu or cpu")
     if ca_bundle and not Path(ca_bundle).is_file():
         raise Exit(f"--ca-bundle {ca_bundle!r} is not a file: give the path of a PEM bundle")
-    _require_docker(c)
+    _require_docker(c, local=False)
     commit, dirty = git_commit(c)
     args = ["--target runtime", f"--build-arg VARIANT={target}", f"--build-arg UID={uid}", f"--build-arg GID={gid}"]
     if commit:  # baked into the image as BUILD_COMMIT, recorded in every run's manifest
@@ -575,7 +577,10 @@ def clean(c, images=False, cpu=False):
         echo=True,
     )
     if shutil.which("docker") is not None:
-        c.run(f"{_compose(c, cpu, gpu_needed=False)} down --remove-orphans{' --rmi all' if images else ''}", echo=True)
+        c.run(
+            f"{_compose(c, cpu, gpu_needed=False, local=False)} down --remove-orphans{' --rmi all' if images else ''}",
+            echo=True,
+        )
 
 
 @task(

@@ -152,8 +152,11 @@ def test_missing_tools_stop_with_one_line(monkeypatch, missing, message):
 
 def test_engine_not_running_stops_with_one_line():
     c = ctx(**{"docker info --format '{{.ServerVersion}}'": Result("", exited=1)})
-    with pytest.raises(Exit, match="the Docker engine is not reachable: start it"):
-        tasks.build(c)
+    with pytest.raises(Exit, match=r"the Docker engine is not reachable: start it .*log in again\)$"):
+        tasks.build(c)  # no --local: building is Docker's alone
+    # a host with the docker CLI and no engine, as one without Docker: the task's --local is the way on
+    with pytest.raises(Exit, match=r"log in again\), or use --local$"):
+        tasks.report(c)
 
 
 def test_missing_nvidia_runtime_names_the_toolkit(monkeypatch):
