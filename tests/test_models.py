@@ -182,7 +182,7 @@ def test_a_user_module_edited_between_two_runs_of_one_process_is_imported_again(
     though MODEL's check of the file had just found it."""
     import sys
 
-    from train.models import get_factory
+    from train.models import get_factory, start_of_run
 
     name = "edited_models_for_test"
     path = tmp_path / f"{name}.py"
@@ -190,10 +190,37 @@ def test_a_user_module_edited_between_two_runs_of_one_process_is_imported_again(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc of the same second and size to load instead
     monkeypatch.delitem(sys.modules, name, raising=False)
+    start_of_run()
     assert get_factory(f"{name}:make")((8, 8, 1), 4) == "first"
+    start_of_run()
     assert get_factory(f"{name}:make")((8, 8, 1), 4) == "first"  # unchanged: the module as imported
     path.write_text("def make2(input_shape, num_classes):\n    return 'second, renamed'\n")
+    start_of_run()
     assert get_factory(f"{name}:make2")((8, 8, 1), 4) == "second, renamed"
+    monkeypatch.delitem(sys.modules, name)
+
+
+def test_a_user_module_edited_during_a_run_gives_the_runs_later_copies_its_first_code(tmp_path, monkeypatch):
+    """The model file saved mid-training (the next experiment's change): the test split's and the
+    export's copies at the run's end were built from the edited file, a different network, and the run
+    failed with `best.weights.h5 does not load ... damaged` (or exported a model it never trained).
+    The next run takes the file as it is then."""
+    import sys
+
+    from train.models import get_factory, start_of_run
+
+    name = "edited_mid_run_models_for_test"
+    path = tmp_path / f"{name}.py"
+    path.write_text("def make(input_shape, num_classes):\n    return 'trained'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    start_of_run()
+    assert get_factory(f"{name}:make")((8, 8, 1), 4) == "trained"
+    path.write_text("def make(input_shape, num_classes):\n    return 'edited meanwhile'\n")
+    assert get_factory(f"{name}:make")((8, 8, 1), 4) == "trained"  # the export's copy, same run
+    start_of_run()
+    assert get_factory(f"{name}:make")((8, 8, 1), 4) == "edited meanwhile"
     monkeypatch.delitem(sys.modules, name)
 
 

@@ -61,10 +61,12 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
     _check_callbacks(callbacks)
     _check_values(settings)
     check_before_training(settings)
+    from .models import start_of_run
     from .training.fit import fit
 
     continue_with = continue_with or (lambda name: python_continue(name, force))
     with _one_run_at_a_time(), _process_state_kept():
+        start_of_run()  # MODEL's module as its file is now, then that code for the whole run
         return fit(settings, resume, force, restart, callbacks, continue_with, parts=_own_callbacks)
 
 

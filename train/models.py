@@ -300,19 +300,32 @@ def get_factory(name: str) -> Factory:
 
 
 _SOURCES: dict[str, str] = {}  # a user's model module -> sha256 of its file when this process last imported it
+_THIS_RUN: set[str] = set()  # the modules this run has taken: it builds every copy of its model from the same code
+
+
+def start_of_run() -> None:
+    """train() starts a run: a model module edited since the last run is imported again at this run's
+    first use of it, and only then (the test split's and the export's copies at the end are built from
+    the code the run trained, whatever was saved to the file meanwhile)."""
+    _THIS_RUN.clear()
 
 
 def _import_as_saved(module_name: str):
     """The module as its file is now: in a long-lived process (a notebook) a module edited since the
     last run is imported again, not taken from sys.modules (the run trained the old code, or said the
-    new function did not exist although MODEL's check had just found it in the file)."""
+    new function did not exist although MODEL's check had just found it in the file). Within one run,
+    the module it started with: a file edited during training (the next experiment's) would give the
+    export a different network, whose weights then fail to load into it."""
     module = sys.modules.get(module_name)
     if module is None:
         module = importlib.import_module(module_name)
-    elif _SOURCES.get(module_name, _source_digest(module)) != _source_digest(module):
+        _SOURCES.pop(module_name, None)
+    elif module_name not in _THIS_RUN and _SOURCES.get(module_name, _source_digest(module)) != _source_digest(module):
         module = importlib.reload(module)
-    if (digest := _source_digest(module)) is not None:
+        _SOURCES.pop(module_name, None)
+    if module_name not in _SOURCES and (digest := _source_digest(module)) is not None:
         _SOURCES[module_name] = digest
+    _THIS_RUN.add(module_name)
     return module
 
 
