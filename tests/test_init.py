@@ -267,3 +267,21 @@ def test_one_callback_not_in_a_list_is_one_type_error(monkeypatch):
     with pytest.raises(TypeError) as info:
         train.train(Settings(), callbacks=Mine())
     assert str(info.value) == "train(callbacks=...) takes a list of callbacks, not one Mine: callbacks=[yours]"
+
+
+def test_callbacks_given_as_a_generator_reach_the_run(monkeypatch):
+    """callbacks=(c for c in mine): the check for Keras callbacks read the generator, and the run got none
+    of them (no error: the caller's callbacks were simply never called)."""
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    class Mine:
+        def on_epoch_end(self, epoch, row, state):
+            return None
+
+    mine = [Mine(), Mine()]
+    seen = []
+    monkeypatch.setattr(fit, "fit", lambda settings, resume, force, restart, callbacks, *a, **k: seen.extend(callbacks))
+    train.train(Settings(), callbacks=(c for c in mine))
+    assert seen == mine

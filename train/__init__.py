@@ -58,7 +58,7 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
             f"train(resume=...) names the run to continue, as RESUME does: its id or path, 'latest' or 'auto' "
             f"(text or a Path), not {type(resume).__name__} {resume!r}; e.g. train(settings, resume='latest')"
         )
-    _check_callbacks(callbacks)
+    callbacks = _checked_callbacks(callbacks)
     _check_values(settings)
     check_before_training(settings)
     from .models import start_of_run
@@ -93,15 +93,17 @@ def _check_values(settings) -> None:
     validate(settings)
 
 
-def _check_callbacks(callbacks) -> None:
-    """A Keras callback is refused before the run starts: its on_epoch_end(epoch, logs) would fail the run
+def _checked_callbacks(callbacks) -> list:
+    """The callbacks as a list, read once (a generator checked here would reach the run empty); a Keras
+    callback is refused before the run starts: its on_epoch_end(epoch, logs) would fail the run
     with a TypeError at the end of its first epoch (the loop calls on_epoch_end(epoch, row, state))."""
     if not isinstance(callbacks, (list, tuple)) and any(hasattr(callbacks, h) for h in ("on_epoch_end", "on_start")):
         raise TypeError(
             f"train(callbacks=...) takes a list of callbacks, not one {type(callbacks).__name__}: callbacks=[yours]"
         )
+    callbacks = list(callbacks or ())
     keras = sys.modules.get("keras")  # not imported: no Keras callback can have been made
-    for c in callbacks or ():
+    for c in callbacks:
         if keras is not None and isinstance(c, keras.callbacks.Callback):
             raise TypeError(
                 f"train(callbacks=...) takes the template's callbacks, not Keras callbacks: {type(c).__name__} is a "
@@ -109,6 +111,7 @@ def _check_callbacks(callbacks) -> None:
                 "train.training.callbacks lists (on_epoch_end(epoch, row, state), ...), or use the setting that "
                 "does it (early stopping: PATIENCE; TensorBoard logs are in RUN/tensorboard)"
             )
+    return callbacks
 
 
 def check_before_training(settings) -> None:
