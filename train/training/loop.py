@@ -655,7 +655,8 @@ def start_loop(
         raise ResumeMismatchError(
             f"EPOCHS={epochs}: this run stopped inside its epoch {state.epoch + 1} (after {state.step} of its steps), "
             f"so ending it at epoch {epochs} would keep weights of no epoch's end; resume with EPOCHS="
-            f"{state.epoch + 1} or more to finish that epoch"
+            f"{state.epoch + 1} or more to finish that epoch, or start a new run instead (no --resume; RESUME= empty "
+            "where RESUME=auto chose this run)"
         )
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started, stop, chief=chief)
     loop.build_model(models)
