@@ -104,6 +104,18 @@ def test_python_values_are_kept_as_the_settings_own_types(tmp_path):
     assert [type(v) for v in values] == [int, float, bool, bool, str, str]
 
 
+def test_a_numpy_float32_rate_is_the_number_written_not_its_binary_neighbour():
+    """np.float32(0.001) (a value from a float32 array) became 0.0010000000474974513: config.json, the report
+    and RESUME=auto's comparison with LEARNING_RATE=0.001 in .env (`LEARNING_RATE: 0.0010000000474974513 ->
+    0.001`: a new run instead of the resume) all saw that number."""
+    import numpy as np
+
+    s = load({"learning_rate": np.float32(0.001), "val_split": np.float16(0.1)})
+    assert (s.learning_rate, s.val_split) == (0.001, 0.1)
+    assert load().replace(learning_rate=np.float32(0.003)).learning_rate == 0.003
+    assert load({"learning_rate": np.float64(0.001)}).learning_rate == 0.001
+
+
 def test_overrides_that_are_not_a_dict_are_one_type_error_naming_env_file_for_a_path():
     """load_settings("my.env") (the file meant as env_file) failed with `string indices must be integers`."""
     with pytest.raises(TypeError) as info:

@@ -356,6 +356,8 @@ def _typed(f: dataclasses.Field, raw: Any) -> Any:
         if isinstance(raw, numbers.Real) and not isinstance(raw, bool):
             if not math.isfinite(raw):
                 raise ConfigError(name, raw, "expected a finite number")
+            if getattr(getattr(raw, "dtype", None), "kind", "") == "f" and raw.dtype.itemsize < 8:
+                return float(str(raw))  # np.float32(0.001): 0.001 as written, not 0.0010000000474974513
             return float(raw)
         raise ConfigError(name, raw, "expected a number, e.g. " + str(f.default))
     if isinstance(raw, os.PathLike):
