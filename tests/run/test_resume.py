@@ -277,6 +277,28 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_epoch_1(tmp_path
         plan_run(s, "auto")
 
 
+def test_auto_refusing_a_run_whose_checkpoints_are_gone_names_resume_empty_for_a_new_run(tmp_path):
+    """RESUME=auto (docker compose's default) chose a run stopped mid-way through epoch 1, whose
+    checkpoints were then removed: no --resume was given, so the line names RESUME= empty, not
+    `without --resume`, for a new run (as the EPOCHS refusal does); an explicit --resume keeps its words."""
+    import json
+
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", checkpoint=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "trained_state_saved": True}))
+    assert auto_resume(s) == str(run)
+    with pytest.raises(CheckpointError) as info:
+        plan_run(s, "auto")
+    assert str(info.value).endswith(
+        "Pass --restart to train it again from epoch 1 in the same directory, or start a new run instead "
+        "(RESUME= empty: RESUME=auto chose this run)"
+    )
+    with pytest.raises(CheckpointError) as info:
+        plan_run(s, run.name)
+    assert str(info.value).endswith("or start a new run without --resume")
+
+
 @pytest.mark.parametrize("name", ["config.json", "manifest.json"])
 @pytest.mark.parametrize("content", [b'{"status": "compl', b"[1, 2]", b"\xff\xfe\x00"])
 def test_a_corrupt_record_is_a_run_record_error_for_resume_and_auto(tmp_path, name, content):

@@ -161,7 +161,8 @@ def plan_run(
         raise _restart_alone()
     # Made once, and only where needed: it starts TensorFlow.
     choice = functools.cache(lambda: choose(settings)) if choose is not None else None
-    if resume == "auto":
+    auto = resume == "auto"
+    if auto:
         resume = auto_resume(settings, (lambda: choice()[0]) if choice is not None else None)
     if not resume:
         if restart:
@@ -179,7 +180,7 @@ def plan_run(
     run_dir = resolve_run(settings.runs_dir, resume)
     lock = RunLock(run_dir).acquire()
     try:
-        return _plan_resume(run_dir, lock, settings, force, restart)
+        return _plan_resume(run_dir, lock, settings, force, restart, auto)
     except BaseException:
         lock.release()
         raise
@@ -191,7 +192,10 @@ def _restart_alone() -> ConfigError:
     )
 
 
-def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, restart: bool) -> RunPlan:
+def _plan_resume(
+    run_dir: Path, lock: RunLock, settings: Settings, force: bool, restart: bool, auto: bool = False
+) -> RunPlan:
+    """`auto`: RESUME=auto chose the run (no --resume was given: a new run is RESUME= empty)."""
     files = RunDir(run_dir)
     saved_config = files.read_config()
     saved = read_run_settings(run_dir, warn_unknown=False, need_data=False)  # checked as asked
@@ -216,7 +220,7 @@ def _plan_resume(run_dir: Path, lock: RunLock, settings: Settings, force: bool, 
         raise CheckpointError(
             f"run {run_dir.name} has no checkpoint in {ckpt_dir} (deleted or never written): there is nothing to "
             f"resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new run "
-            "without --resume"
+            + ("instead (RESUME= empty: RESUME=auto chose this run)" if auto else "without --resume")
         )
     free = [
         f"{k.upper()}: {getattr(saved, k)!r} -> {getattr(asked, k)!r}"
