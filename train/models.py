@@ -317,14 +317,15 @@ def _import_as_saved(module_name: str):
     the module it started with: a file edited during training (the next experiment's) would give the
     export a different network, whose weights then fail to load into it."""
     module = sys.modules.get(module_name)
+    if module is not None and module_name in _THIS_RUN:
+        return module
     if module is None:
         module = importlib.import_module(module_name)
-        _SOURCES.pop(module_name, None)
-    elif module_name not in _THIS_RUN and _SOURCES.get(module_name, _source_digest(module)) != _source_digest(module):
+        now = _source_digest(module)
+    elif _SOURCES.get(module_name, now := _source_digest(module)) != now:
         module = importlib.reload(module)
-        _SOURCES.pop(module_name, None)
-    if module_name not in _SOURCES and (digest := _source_digest(module)) is not None:
-        _SOURCES[module_name] = digest
+    if now is not None:
+        _SOURCES[module_name] = now  # the file as imported
     _THIS_RUN.add(module_name)
     return module
 
