@@ -79,12 +79,15 @@ def python_continue(run_name: str, force: bool = False) -> str:
 def _check_values(settings) -> None:
     """Every value checked as load_settings checks it, for settings made in code (`Settings(epochs=0)`,
     `dataclasses.replace`), which nothing checked: 0 epochs "completed" an empty run, a batch of 0 failed
-    with a ZeroDivisionError, epochs="2" with a TypeError, each after making a run directory."""
+    with a ZeroDivisionError, epochs="2" with a TypeError, each after making a run directory. Settings of
+    load_settings or `.replace` were checked when made: not again."""
     import dataclasses
 
-    from .config import validate, wrongly_typed
+    from .config import knows_given, validate, wrongly_typed
     from .errors import ConfigError
 
+    if knows_given(settings):
+        return
     if wrong := wrongly_typed(dataclasses.asdict(settings)):
         key, value, what = wrong
         raise ConfigError(
