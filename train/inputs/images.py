@@ -331,12 +331,13 @@ def decode_image_bytes(
     """Encoded image bytes as uint8 (H, W, C), decoded and resized exactly as the training pipeline does;
     DataError naming `shown` otherwise.
 
-    `max_pixels` (predict, serve: the default MAX_IMAGE_PIXELS) refuses an oversized image before decoding.
+    `max_pixels` (predict: the default MAX_IMAGE_PIXELS) refuses an oversized image before decoding; None
+    where the caller bounded the pixels itself (training's scan, serve's SERVE_MAX_PIXELS).
     """
     import tensorflow as tf
 
     # The header pass training runs: the size limit before decoding, then the EXIF orientation. The
-    # limit is the default one (predict and serve read no MAX_IMAGE_PIXELS), so the fix is a smaller image.
+    # limit is the default one (predict reads no MAX_IMAGE_PIXELS), so the fix is a smaller image.
     fix = f"shrink the image (the model takes {shape[1]}x{shape[0]}; this limit is MAX_IMAGE_PIXELS's default, which no setting changes here)"
     info = image_info(raw, shown, max_pixels, fix)
     try:
