@@ -317,3 +317,23 @@ def batch(probs, labels):
     x = np.zeros((len(labels), 2, 3, 1), np.float32)
     x[:, 0, :, 0] = np.asarray(probs) * 255.0
     return x, np.asarray(labels)
+
+
+def stop_at_check(monkeypatch, n):
+    """Request a stop at the n-th stop check of the epoch loop (a step boundary; start-up's checks not counted)."""
+    import sys
+
+    from train.training import stop_flag
+
+    original, calls = stop_flag.StopFlag.check, {"n": 0}
+
+    def check(self):
+        if sys._getframe(1).f_code.co_filename.endswith("fit.py"):
+            return original(self)
+        calls["n"] += 1
+        if calls["n"] == n:
+            self.request("test stop")
+        return original(self)
+
+    monkeypatch.setattr(stop_flag.StopFlag, "check", check)
+    return lambda: monkeypatch.setattr(stop_flag.StopFlag, "check", original)

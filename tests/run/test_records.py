@@ -9,33 +9,13 @@ import signal
 import pytest
 from builders import write_tiny_npz
 from faults import fit_flags, kill_after_new_checkpoint, manifest, only_run, output, run_fit, start_fit, wait_until
-from helpers import tiny_settings
+from helpers import stop_at_check, tiny_settings
 
 pytestmark = pytest.mark.slow
 
 
 def _bytes(run, *names):
     return {n: (run / n).read_bytes() for n in names}
-
-
-def _stop_at_check(monkeypatch, n):
-    """Request a stop at the n-th stop check of the epoch loop (a step boundary; start-up's checks not counted)."""
-    import sys
-
-    from train.training import stop_flag
-
-    original, calls = stop_flag.StopFlag.check, {"n": 0}
-
-    def check(self):
-        if sys._getframe(1).f_code.co_filename.endswith("fit.py"):
-            return original(self)
-        calls["n"] += 1
-        if calls["n"] == n:
-            self.request("test stop")
-        return original(self)
-
-    monkeypatch.setattr(stop_flag.StopFlag, "check", check)
-    return lambda: monkeypatch.setattr(stop_flag.StopFlag, "check", original)
 
 
 def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_total_time(tmp_path, monkeypatch):
@@ -46,7 +26,7 @@ def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_t
     first = train(s)
     done = manifest(first.run_dir)
     assert done["export"] and done["best"]["value"] is not None and done["final_weights_sha256"]
-    restore = _stop_at_check(monkeypatch, 3)
+    restore = stop_at_check(monkeypatch, 3)
     stopped = train(s.replace(epochs=2), resume=first.run_dir.name)
     restore()
     assert stopped.status == "interrupted"

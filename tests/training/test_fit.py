@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import NO_REAL_MNIST, PROJECT_ROOT, REAL_MNIST, subprocess_env, tiny_settings
+from helpers import NO_REAL_MNIST, PROJECT_ROOT, REAL_MNIST, stop_at_check, subprocess_env, tiny_settings
 
 pytestmark = pytest.mark.slow
 
@@ -233,21 +233,11 @@ def test_a_run_stopped_inside_an_epoch_is_not_ended_before_it_by_a_lower_epochs(
     weights those of a part of the next epoch, recorded as the last whole epoch's."""
     from train import train
     from train.errors import ResumeMismatchError
-    from train.training import stop_flag
 
     s = tiny_settings(tmp_path, export=False, steps_per_execution=1)  # 2 epochs of 12 steps
-    calls = {"n": 0}
-    original = stop_flag.StopFlag.check
-
-    def stop_in_epoch_2(self):
-        calls["n"] += 1
-        if calls["n"] == 20:
-            self.request("test stop")
-        return original(self)
-
-    monkeypatch.setattr(stop_flag.StopFlag, "check", stop_in_epoch_2)
+    restore = stop_at_check(monkeypatch, 16)  # in epoch 2
     stopped = train(s)
-    monkeypatch.setattr(stop_flag.StopFlag, "check", original)
+    restore()
     record = (stopped.run_dir / "manifest.json").read_bytes()
     # RESUME=auto (docker compose's default) takes the run too, EPOCHS being free under a constant rate:
     # a user who meant a new, shorter run is told how to start one.
