@@ -74,8 +74,8 @@ def median(values) -> float:
     return float(statistics.median(values))
 
 
-def ratio(a: float, b: float) -> float | None:
-    return round(a / b, 3) if b else None
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
 
 
 def interleave(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
