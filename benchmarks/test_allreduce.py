@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+import time
 
 import common
 
@@ -19,6 +20,11 @@ sys.path.insert(0, str(common.ROOT / "tests"))  # helpers: free ports for the tw
 from helpers import free_local_ports  # noqa: E402
 
 GLOBAL_BATCH = 128
+HANG = 3600  # seconds: a pair of workers that has not ended by then hangs
+# A worker's port taken by another process between its choice and the worker's bind (PortInUseError):
+# the pair starts again on new ports, up to this many times.
+PORT_ATTEMPTS = 3
+PORT_TAKEN = "is in use by another process"
 
 
 def _env(threads: int, **extra: str) -> dict[str, str]:
@@ -69,6 +75,42 @@ def _ms_per_step(runs, n_train: int) -> float:
     return float(rows[-1]["epoch_seconds"]) / steps * 1000
 
 
+def _start_pair(npz, runs, other_runs, logs) -> list[subprocess.Popen]:
+    """The two workers on ports free now, each writing its output to its log."""
+    workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(2))
+    procs = []
+    for i, log in enumerate(logs):
+        with open(log, "wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "train", *_flags(npz, runs if i == 0 else other_runs)],
+                    env=_env(1, WORKERS=workers, WORKER_INDEX=str(i)),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    return procs
+
+
+def _pair(procs: list[subprocess.Popen]) -> list[int]:
+    """The workers' exit codes, once both have ended. One that fails ends the other (which would wait
+    JOIN_TIMEOUT or a collective's timeout for it)."""
+    deadline = time.monotonic() + HANG
+    while None in (codes := [p.poll() for p in procs]):  # each polled: any() would stop at the first running
+        assert time.monotonic() < deadline, f"the two workers did not end in {HANG} s"
+        if any(code not in (None, 0) for code in codes):
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+                    try:
+                        p.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+        time.sleep(0.5)
+    return codes
+
+
 def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, quick, tmp_path):
     n_train = len(mnist[0]["y_train"])
     rounds = {"one": 0, "two": 0}
@@ -87,19 +129,17 @@ def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, quick, tmp_path):
 
     def two_workers() -> float:
         rounds["two"] += 1
-        runs = tmp_path / f"two{rounds['two']}"
-        workers = ",".join(f"127.0.0.1:{p}" for p in free_local_ports(2))
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "train", *_flags(mnist_npz, runs if i == 0 else tmp_path / "none")],
-                env=_env(1, WORKERS=workers, WORKER_INDEX=str(i)),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+        attempt = 0
+        while True:
+            attempt += 1
+            runs = tmp_path / f"two{rounds['two']}.{attempt}"
+            logs = [tmp_path / f"two{rounds['two']}.{attempt}-worker{i}.log" for i in range(2)]
+            if _pair(_start_pair(mnist_npz, runs, tmp_path / "none", logs)) == [0, 0]:
+                return _ms_per_step(runs, n_train)
+            text = [log.read_text(errors="replace") for log in logs]
+            assert attempt < PORT_ATTEMPTS and any(PORT_TAKEN in t for t in text), "the two workers failed:\n" + (
+                "\n".join(t[-3000:] for t in text)
             )
-            for i in range(2)
-        ]
-        assert [p.wait(timeout=3600) for p in procs] == [0, 0]
-        return _ms_per_step(runs, n_train)
 
     got = common.once(
         benchmark,
