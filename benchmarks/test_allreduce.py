@@ -118,13 +118,14 @@ def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, quick, tmp_path):
     def one_process() -> float:
         rounds["one"] += 1
         runs = tmp_path / f"one{rounds['one']}"
-        subprocess.run(
+        proc = subprocess.run(
             [sys.executable, "-m", "train", *_flags(mnist_npz, runs)],
             env=_env(2),
-            check=True,
             capture_output=True,
-            timeout=3600,
+            text=True,
+            timeout=HANG,
         )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return _ms_per_step(runs, n_train)
 
     def two_workers() -> float:
