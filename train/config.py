@@ -392,7 +392,7 @@ def _check_dirs(s: Settings) -> None:
     for name in ("runs_dir", "data_dir"):
         value = getattr(s, name)
         if not value.strip():
-            raise ConfigError(name.upper(), value, f"must not be empty (the default is {_field(name).default})")
+            raise ConfigError(name.upper(), value, f"must not be empty (the default is {getattr(Settings, name)})")
         if problem := locations.home_problem(value):
             raise ConfigError(name.upper(), value, problem)
     # mnist.npz itself, say: a built-in data set would be looked for inside it (npz: and images: name their own)
@@ -634,10 +634,6 @@ def _check_override_names(overrides: Mapping[str, Any]) -> None:
         f"not a setting: {hint}overrides are named as the settings in lower case, e.g. 'batch_size' "
         "(python -m train settings lists them)",
     )
-
-
-def _field(name: str) -> dataclasses.Field:
-    return next(f for f in fields(Settings) if f.name == name)
 
 
 _JSON_KINDS = {

@@ -521,7 +521,7 @@ def test_every_free_setting_has_a_recorded_value_here():
 
 @pytest.mark.parametrize("name", sorted(RECORDED_FREE))
 def test_a_free_setting_left_out_keeps_the_runs_value_and_given_takes_the_new_one(tmp_path, name):
-    from train.config import Settings, _field, env_text
+    from train.config import Settings, env_text
 
     s = _settings(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted", **{name: RECORDED_FREE[name]})
@@ -529,7 +529,7 @@ def test_a_free_setting_left_out_keeps_the_runs_value_and_given_takes_the_new_on
     plan = plan_run(load_settings(left_out, env_file=None, environ={}), run.name)
     plan.release()
     assert getattr(plan.settings, name) == RECORDED_FREE[name]
-    given = {**left_out, name: env_text(_field(name).default)}  # given, as a flag, with the default's value
+    given = {**left_out, name: env_text(getattr(Settings, name))}  # given, as a flag, with the default's value
     plan = plan_run(load_settings(given, env_file=None, environ={}), run.name)
     plan.release()
     assert getattr(plan.settings, name) == getattr(Settings(), name)
