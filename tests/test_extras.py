@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -175,9 +176,14 @@ WITH_FOLDERS = sorted(name for name, extra in extras.EXTRAS.items() if extra.pac
 OWN_TEST_FOLDERS = {extras.EXTRAS[name].package.rpartition(".")[2] for name in WITH_FOLDERS}  # tests/<folder>/
 
 
+def _settings_of(extra: str) -> list[str]:
+    """The settings the extra declares (its section's fields), by field name."""
+    return sorted(f.name for f in fields(extras.sections_by_name()[extra].Section))
+
+
 @pytest.mark.parametrize("extra", each_extra(WITH_FOLDERS))
 def test_deleting_an_extra_leaves_no_setting_command_or_generated_line_of_it(tmp_path, extra):
-    from train.config import SECTION_OF
+    from train.config import Settings
 
     copy = clone_of_the_package(tmp_path / "copy")
     _delete_extras(copy, [extra])
@@ -191,10 +197,11 @@ def test_deleting_an_extra_leaves_no_setting_command_or_generated_line_of_it(tmp
     )
     assert done.returncode == 0, done.stderr
     after = json.loads(done.stdout)
-    own = sorted(name for name, section in SECTION_OF.items() if section == extra)
+    own = _settings_of(extra)
     assert own, f"the {extra} extra declares no setting"
     assert extra not in after["extras"] and extra not in after["commands"]
-    assert sorted(set(SECTION_OF) - set(after["fields"])) == own  # its settings, and only its, are gone
+    gone = {f.name for f in fields(Settings)} - set(after["fields"])
+    assert sorted(gone) == own  # its settings, and only its
     assert not [name for name in own if name.upper() in after["generated"]]
     assert f"the {extra} extra" not in after["generated"]
 
@@ -223,9 +230,7 @@ def test_a_template_without_any_extra_folder_trains(tmp_path):
 def _names_of(extra: str) -> set[str]:
     """What a test that uses the extra mentions: its settings (ENV_NAME, and field_name when that is
     not a plain word), its package, and its command."""
-    from train.config import SECTION_OF
-
-    own = [field for field, section in SECTION_OF.items() if section == extra]
+    own = _settings_of(extra)
     names = {field.upper() for field in own} | {field for field in own if "_" in field}
     command = {f'"{extra}"'} if extra in extras.commands() else set()
     return names | {extras.EXTRAS[extra].package} | command

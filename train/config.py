@@ -233,12 +233,6 @@ def _join_sections() -> type:
 _SETTINGS_DOC = "The resolved configuration of one run. Field names map to UPPER_CASE variables."
 Settings = _join_sections()
 
-# Which section a setting is declared in: "" for the core's, else the extra's name.
-SECTION_OF = {f.name: "" for f in fields(CoreSettings)} | {
-    f.name: name for name, section in extras.sections_by_name().items() for f in fields(section.Section)
-}
-
-
 # The settings whose value is a URL, which may carry a credential (`url=True` on the field): every
 # message and every dump shows them through redact_uri.
 URL_SETTINGS = frozenset(f.name for f in fields(Settings) if f.metadata.get("url"))
