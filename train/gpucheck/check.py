@@ -78,24 +78,6 @@ def precisions(facts: Facts) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- report
 
-JSON_FIELDS = {
-    "verdict": "{status: gpu | cpu | gpu_not_used | no_tensorflow, line, usable_gpus}",
-    "exit_code": "0, or 1 with --require-gpu and no usable GPU (or when TensorFlow cannot start)",
-    "tensorflow": "{version, error, build: tf.sysconfig.get_build_info(), gpus: [{name, device_name, compute_capability}]}",
-    "libraries": "[{library, expected, path, version, others, error}]: CUDA/cuDNN the build needs, as found on disk",
-    "driver": "{present, reason, version, cuda_version}",
-    "gpus": "[{index, name, uuid, memory_total_mb, memory_used_mb, driver_version, compute_capability, "
-    "cuda_driver_version, processes: [{pid, name, used_memory_mb}]}] as the driver reports them",
-    "memory_growth": "{in_effect, error, late_call}",
-    "matmul": "[{device, n, seconds, gflops} or {device, error}], one per device; [] with --skip-matmul",
-    "gpu_speedup": "best GPU GFLOP/s divided by CPU GFLOP/s, or null",
-    "precision": "{options: {float32|mixed_float16|mixed_bfloat16: {sensible, why}}, auto, auto_reason}",
-    "diagnoses": "[{code, severity: info | warning | error, summary, fix, details}]",
-    "tf_log": "{shown: lines that explain a failure, noise: {explanation: count}}",
-    "environment": "{in_container, nvidia_pci_devices, cpu_bf16, NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, ...}",
-    "seconds": "how long the TensorFlow probe took",
-}
-
 
 def verdict(facts: Facts, diags: list[Diagnosis], speedup: float | None, auto: str) -> dict[str, Any]:
     errors = [d for d in diags if d.severity == "error"]
