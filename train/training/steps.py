@@ -103,17 +103,15 @@ class Steps:
 
     # -- n steps, one call --------------------------------------------------------------------------
     def _train_loop(self, iterator, n, stop_vote):
-        def replica(x, y, count, vote):
-            return tf.concat([self._replica_train(x, y, count), [vote]], axis=0)
-
-        return self._loop(iterator, n, replica, stop_vote)
+        return self._loop(iterator, n, self._replica_train, stop_vote)
 
     def _eval_loop(self, iterator, n):
-        return self._loop(
-            iterator, n, lambda x, y, count, vote: tf.concat([self._forward(x, y, count), [vote]], 0), tf.constant(0.0)
-        )
+        return self._loop(iterator, n, self._forward, tf.constant(0.0))
 
-    def _loop(self, iterator, n, replica, vote):
+    def _loop(self, iterator, n, sums, vote):
+        def replica(x, y, count, vote):
+            return tf.concat([sums(x, y, count), [vote]], axis=0)
+
         def step(i, total):
             x, y, count = next(iterator)
             per_replica = self.strategy.run(replica, args=(x, y, count, vote))
