@@ -138,18 +138,13 @@ def _version_cell(version: dict | None) -> str:
 
 
 def format_comparison(runs: Sequence[RunRecords]) -> str:
-    header = ["", *[r.name for r in runs]]
-    settings = differing_settings(runs)
+    names = [r.name for r in runs]
+    settings = [[k, *v] for k, v in differing_settings(runs)] or [["(none)", *["" for _ in runs]]]
     blocks = [
-        _columns(
-            [
-                ["settings that differ", *header[1:]],
-                *([[k, *v] for k, v in settings] or [["(none)", *["" for _ in runs]]]),
-            ]
-        ),
-        _columns([["metrics", *header[1:]], *[[k, *v] for k, v in metric_rows(runs)]]),
+        _columns([["settings that differ", *names], *settings]),
+        _columns([["metrics", *names], *[[k, *v] for k, v in metric_rows(runs)]]),
+        "time to best: training seconds of every segment (validation excluded) until the best epoch ended",
     ]
-    blocks.append("time to best: training seconds of every segment (validation excluded) until the best epoch ended")
     return "\n\n".join(blocks)
 
 
