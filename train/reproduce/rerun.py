@@ -271,17 +271,15 @@ def rerun_flags(config: dict[str, Any], runs_dir: Path, run_name: str, epochs: i
     return as_flags(dict(_with_absolute_paths(config, base), runs_dir=str(runs_dir)), run_name, epochs)
 
 
-def _unmasked(values: dict[str, Any]) -> dict[str, Any]:
-    """The recorded settings without a URL recorded masked (***): it cannot be given again, and such a
-    setting (tracking, a sweep's database) is around training, not part of its result: left at its default."""
+def as_flags(values: dict[str, Any], run_name: str, epochs: int | None) -> list[str]:
+    """Settings as `fit` flags for a fresh run (never a resume) named `run_name`.
+
+    A URL recorded masked (***) is left out, at its default: it cannot be given again, and such a
+    setting (tracking, a sweep's database) is around training, not part of its result."""
     from ..config import URL_SETTINGS
 
-    return {k: v for k, v in values.items() if k not in URL_SETTINGS or "***" not in str(v)}
-
-
-def as_flags(values: dict[str, Any], run_name: str, epochs: int | None) -> list[str]:
-    """Settings as `fit` flags for a fresh run (never a resume) named `run_name`."""
-    values = dict(_unmasked(values), run_name=run_name, resume="")
+    values = {k: v for k, v in values.items() if k not in URL_SETTINGS or "***" not in str(v)}
+    values = dict(values, run_name=run_name, resume="")
     if epochs:
         values["epochs"] = epochs
     return settings_flags(values)
