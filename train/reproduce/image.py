@@ -43,17 +43,13 @@ def image_tag(manifest: dict[str, Any], options: ImageOptions) -> tuple[str, str
     return f"{options.image}:{target}-{sha[:12]}-{commit[:8]}", target
 
 
-def _docker(options: ImageOptions, *args: str, **kw) -> subprocess.CompletedProcess:
+def have_image(tag: str, options: ImageOptions) -> bool:
     try:
-        return subprocess.run([options.docker, *args], **kw)
+        return subprocess.run([options.docker, "image", "inspect", tag], capture_output=True).returncode == 0
     except FileNotFoundError:
         raise ReproduceError(
             f"{options.docker!r} is not installed: install Docker, or reproduce with --local"
         ) from None
-
-
-def have_image(tag: str, options: ImageOptions) -> bool:
-    return _docker(options, "image", "inspect", tag, capture_output=True).returncode == 0
 
 
 def _target_args(variant: str, context: Path) -> list[str]:
