@@ -141,7 +141,7 @@ def check_model(
             "build it on keras.Input(shape=input_shape)",
         )
     if probabilities:
-        probs = _check_probabilities(spec, model, shape, classes)
+        probs = _check_probabilities(spec, model, shape)
         _check_metrics(spec, metrics or {}, probs)
 
 
@@ -171,7 +171,7 @@ def _check_metrics(spec: str, metrics: Mapping, probs) -> None:
             )
 
 
-def _check_probabilities(spec: str, model, shape: tuple, classes: int):
+def _check_probabilities(spec: str, model, shape: tuple):
     import numpy as np
 
     # Raw pixel values, as the data pipeline feeds them; a generator of its own leaves the seeds alone.
