@@ -30,7 +30,7 @@ def test_auto_precision_on_cpu_follows_the_cpu_flags(monkeypatch, flags, policy)
     setup = devices.setup_devices(Settings(precision="auto"))
     assert setup.precision == policy
     assert keras.mixed_precision.global_policy().name == policy
-    assert (setup.gpus, setup.strategy, setup.replicas, setup.memory_growth) == ([], None, 1, False)
+    assert (setup.gpus, setup.strategy, setup.replicas) == ([], None, 1)
     assert setup.describe().startswith(f"devices: CPU; precision {policy} (CPU has")
     assert setup.cpu["family"] == ("AVX512-BF16" if "avx512_bf16" in flags else "AVX2")  # what the manifest records
 

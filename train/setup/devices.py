@@ -35,7 +35,6 @@ class DeviceSetup:
     precision_reason: str
     gpus: list[str] = field(default_factory=list)
     compute_capabilities: list[tuple[int, int]] = field(default_factory=list)
-    memory_growth: bool = False
     strategy: tf.distribute.Strategy | None = None
     replicas: int = 1
     workers: int = 1  # processes in the cluster (MultiWorkerMirroredStrategy when > 1)
@@ -105,7 +104,6 @@ def setup_devices(settings, cluster=None, bf16_speedup=None, kept=None) -> Devic
         cpu={"model": cpu_model(), "family": cpu_family(flags, max_isa)},
         gpus=names,
         compute_capabilities=ccs,
-        memory_growth=bool(gpus) and settings.memory_growth,
         strategy=strategy,
         replicas=replicas,
         workers=cluster.size if cluster is not None else 1,
