@@ -69,7 +69,7 @@ def curves_figure(records: RunRecords):
     """Loss and accuracy (train vs validation), learning rate, samples/s and GPU memory if any."""
     from matplotlib.figure import Figure
 
-    gpu = any(v is not None for v in records.column("gpu_memory_used_mb") + records.column("gpu_memory_peak_mb"))
+    gpu = any(r.get(k) is not None for r in records.rows for k in ("gpu_memory_used_mb", "gpu_memory_peak_mb"))
     fig = Figure(figsize=(12, 7.2), dpi=90)
     grid = fig.add_gridspec(2, 6, left=0.06, right=0.98, top=0.9, bottom=0.08, wspace=0.9, hspace=0.45)
     done = len(records.rows)

@@ -85,9 +85,6 @@ class RunRecords:
         epochs = self.config.get("epochs")
         return epochs if _whole(epochs) else None
 
-    def column(self, name: str) -> list[float | None]:
-        return [r.get(name) for r in self.rows]
-
     def best_row(self) -> dict[str, float | None] | None:
         """The epoch whose weights are best.weights.h5, as the manifest records it; else the epoch with
         the best MONITOR value (the first of equals: when the best weights were saved). metrics.csv holds
