@@ -47,8 +47,8 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
         ) from None
 
 
-def check_npz_headers(path: Path, available: int | None = None) -> int:
-    """The bytes the arrays of the .npz declare (their .npy headers, read without loading any data).
+def check_npz_headers(path: Path) -> None:
+    """The arrays of the .npz as their .npy headers declare them, read without loading any data.
 
     An array of Python objects (stored as a pickle, which can run code when loaded) is refused with
     its name, and so is a file whose arrays would take more than half the memory available (the
@@ -76,7 +76,7 @@ def check_npz_headers(path: Path, available: int | None = None) -> int:
             size = int(np.prod(shape, dtype=object)) * dtype.itemsize
             total += size
             arrays.append((size, name, shape, dtype))
-    limit = (available_memory() if available is None else available) // 2
+    limit = available_memory() // 2
     if total > limit:
         size, name, shape, dtype = max(arrays)
         raise DataError(
@@ -84,7 +84,6 @@ def check_npz_headers(path: Path, available: int | None = None) -> int:
             f"more than half the {_gb(2 * limit)} of memory available; use a smaller file or more memory "
             "(a compressed file that declares more than it holds is a decompression bomb)"
         )
-    return total
 
 
 def _gb(n: int) -> str:
