@@ -86,10 +86,10 @@ def _major(text: Any) -> int | None:
 # ---------------------------------------------------------------- collection (reads the machine)
 
 
-def nvidia_pci_devices(sysfs: Path = Path("/sys/bus/pci/devices")) -> int:
+def nvidia_pci_devices() -> int:
     """NVIDIA (vendor 0x10de) display or 3D controllers: a GPU is there even when no driver is."""
     count = 0
-    for dev in sysfs.glob("*"):
+    for dev in Path("/sys/bus/pci/devices").glob("*"):
         try:
             if (dev / "vendor").read_text().strip() == "0x10de" and (dev / "class").read_text().startswith("0x03"):
                 count += 1

@@ -169,9 +169,9 @@ def check_locks(
     return stack, problems
 
 
-def describe(gpu_lock: str | Path = GPU_LOCK) -> str:
+def describe() -> str:
     """One line: the locked TensorFlow, CUDA and cuDNN and what they need from the host."""
-    gpu = locked_versions(gpu_lock)
+    gpu = locked_versions(GPU_LOCK)
     s = stack_for(gpu["tensorflow"])
     return (
         f"TensorFlow {gpu['tensorflow']} | CUDA {s.cuda} ({CUDA_WHEEL} {gpu.get(CUDA_WHEEL)}) | "
