@@ -30,16 +30,6 @@ def watch_writes(callback: Callable[[Path], None]) -> Callable[[], None]:
     return lambda: _WATCHERS.remove(callback) if callback in _WATCHERS else None
 
 
-def _permission_hint(in_docker: bool) -> str:
-    if in_docker:  # RUNS_DIR is the /runs volume there; what decides is who owns its host folder
-        return (
-            "permission denied: the container runs as HOST_UID:HOST_GID, which must own the host folder "
-            "mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and "
-            "put HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)"
-        )
-    return "permission denied: run as the owner of RUNS_DIR or point RUNS_DIR at a folder you can write"
-
-
 def storage_error(
     path: Path | str, exc: OSError, in_docker: bool | None = None, setting: str | None = None
 ) -> StorageError:
@@ -50,11 +40,13 @@ def storage_error(
     if in_docker is None:
         in_docker = in_container()
     setting = setting or _setting_of(path)
-    permission = (
-        _permission_hint(in_docker)
-        if setting == "RUNS_DIR"
-        else f"permission denied: run as the owner of {setting} or point {setting} at a folder you can write"
-    )
+    permission = f"permission denied: run as the owner of {setting} or point {setting} at a folder you can write"
+    if setting == "RUNS_DIR" and in_docker:  # the /runs volume: what decides is who owns its host folder
+        permission = (
+            "permission denied: the container runs as HOST_UID:HOST_GID, which must own the host folder "
+            "mounted at /runs (RUNS_HOST_DIR, default ./runs): create it as yourself (`mkdir -p runs`) and "
+            "put HOST_UID=<`id -u`> and HOST_GID=<`id -g`> in .env (`invoke train` passes them)"
+        )
     reason = {
         errno.ENOSPC: f"the disk is full: free space or point {setting} at a larger volume",
         errno.EDQUOT: f"the disk quota is exceeded: free space or point {setting} elsewhere",
