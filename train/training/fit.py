@@ -53,7 +53,6 @@ from .loop import LoopState, Result, at_new_batch_size, log_distribution, split_
 from .stop_flag import StopFlag
 
 log = logging.getLogger("train")
-__all__ = ["Result", "fit"]
 
 
 def fit(
