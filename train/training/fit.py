@@ -79,8 +79,11 @@ def fit(
     # manifest and exit 75, never with the default action's silent death.
     stop = StopFlag(settings.max_minutes)
     with stop.installed():
-        setup = _join(settings, stop)
-        if isinstance(setup, Result):  # a worker other than the chief: it trained along with the chief
+        # Several workers (the workers extra): the chief's joined device set-up, another worker's Result
+        # once it has trained along with the chief; None for one process (or a template without the extra).
+        start = extras.part("workers", "start")
+        setup = start.join(settings, stop, _epochs(settings)) if start is not None else None
+        if isinstance(setup, Result):
             return setup
         if setup is not None:
             # Every worker trains with its own invocation's settings: on a resume the chief must not
@@ -110,13 +113,6 @@ def fit(
             return _train(plan, force, stop, setup, calls, continue_with, probe)
         finally:
             plan.release()
-
-
-def _join(settings: Settings, stop: StopFlag):
-    """Several workers (the workers extra): the chief's joined device set-up, another worker's
-    Result once it has trained along; None for one process (or a template without the extra)."""
-    start = extras.part("workers", "start")
-    return start.join(settings, stop, _epochs(settings)) if start is not None else None
 
 
 RESUMABLE = ("interrupted", "budget")  # the statuses of a run that stopped with its state saved
