@@ -203,10 +203,6 @@ def _check_npz_magic(path: Path) -> None:
     try:
         with open(path, "rb") as fh:
             head = fh.read(64)
-    except IsADirectoryError:
-        raise DataError(
-            f"{path} is a directory, not a file; give the path of an .npz file (or use images:<dir>)"
-        ) from None
     except OSError as e:
         raise DataError(f"{path}: cannot read it ({e.strerror}); check the path and its permissions") from None
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
