@@ -132,8 +132,6 @@ def _read_text(path: Path) -> str:
     try:
         # Non-blocking, and checked again on the open file: a named pipe would block the open and the read.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except IsADirectoryError:
-        raise EnvFileError(path, None, _DIRECTORY) from None
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ELOOP) and path.is_symlink():  # a link to nothing, or to itself
             raise EnvFileError(
