@@ -28,9 +28,9 @@ def batches(ds):
 
 @pytest.fixture(autouse=True)
 def fresh_memory_cache():
-    data._DECODED.clear()
+    images._DECODED.clear()
     yield
-    data._DECODED.clear()
+    images._DECODED.clear()
 
 
 def test_png_and_jpeg_class_dirs(make_image_dir, tmp_path):
@@ -111,7 +111,7 @@ def test_resume_mid_epoch_gives_identical_batches(make_image_dir, tmp_path):
     s = settings(root, tmp_path, seed=5)
     spec = data.load_data(s)
     full_x, full_y = batches(data.train_dataset(spec, s, epoch=1, batch_size=8))
-    data._DECODED.clear()  # a fresh process
+    images._DECODED.clear()  # a fresh process
     spec2 = data.load_data(s)
     tail_x, tail_y = batches(data.train_dataset(spec2, s, epoch=1, batch_size=8, start_step=3))
     np.testing.assert_array_equal(tail_x, full_x[24:])
@@ -167,7 +167,7 @@ def test_file_cache_removes_a_temp_file_left_by_a_killed_writer(make_image_dir, 
         p.unlink()
     stale = folder / f"0123456789abcdef{TMP_MARK}dead.npy"  # what a kill during the decode leaves
     stale.write_bytes(b"half an array")
-    data._DECODED.clear()
+    images._DECODED.clear()
     data.load_data(s)
     assert not stale.exists() and len(list(folder.glob("*.npy"))) == 2
 

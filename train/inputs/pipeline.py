@@ -33,7 +33,6 @@ from .arrays import (
     released_at_once,
     split_indices,
 )
-from .images import _DECODED  # noqa: F401  (tests clear it through this module)
 
 log = logging.getLogger("train")
 
