@@ -30,14 +30,6 @@ from .setup.modelspec import check_model_spec
 
 log = logging.getLogger("train")
 
-PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
-CACHE_MODES = ("memory", "file", "none")
-PROGRESS_MODES = ("auto", "bar", "line")
-MONITOR_MODES = ("auto", "max", "min")
-REPORT_MODES = ("full", "quick", "off")
-LR_SCHEDULES = ("constant", "cosine")
-PROFILE_MODES = ("off", "steps")
-VAL_SOURCES = ("train", "test")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -66,7 +58,7 @@ class CoreSettings:
         "train",
         "train: validation is VAL_SPLIT of the training data, and a data set's test split is evaluated once, at "
         "the end | test: validation is the test split (how runs recorded before the split trained; kept to resume them)",
-        choices=VAL_SOURCES,
+        choices=("train", "test"),
         recorded_before="test",
     )
     max_image_pixels: int = _f(
@@ -78,7 +70,7 @@ class CoreSettings:
     cache: str = _f(
         "memory",
         "images:<dir> only: memory | file (RUNS_DIR/.cache, shared by runs) | none: cache decoded examples (the same batches either way)",
-        choices=CACHE_MODES,
+        choices=("memory", "file", "none"),
         kind="free",
     )
     shuffle_buffer: int = _f(0, "shuffle buffer size; 0 = the whole training set (a true shuffle)", min=0)
@@ -102,7 +94,7 @@ class CoreSettings:
         min=1e-8,
         max=10.0,
     )
-    lr_schedule: str = _f("cosine", "constant | cosine (decays to 0 over all EPOCHS)", choices=LR_SCHEDULES)
+    lr_schedule: str = _f("cosine", "constant | cosine (decays to 0 over all EPOCHS)", choices=("constant", "cosine"))
     lr_warmup_epochs: float = _f(
         0.3,
         "epochs over which the learning rate rises linearly from a tenth of LEARNING_RATE to it; 0 = none",
@@ -116,7 +108,9 @@ class CoreSettings:
     )
     # --- devices ---
     precision: str = _f(
-        "auto", "auto | float32 | mixed_float16 | mixed_bfloat16 (auto picks from the hardware)", choices=PRECISIONS
+        "auto",
+        "auto | float32 | mixed_float16 | mixed_bfloat16 (auto picks from the hardware)",
+        choices=("auto", "float32", "mixed_float16", "mixed_bfloat16"),
     )
     memory_growth: bool = _f(True, "let GPU memory grow as needed instead of taking it all at start", kind="free")
     jit_compile: bool = _f(False, "compile the train step with XLA")
@@ -157,7 +151,9 @@ class CoreSettings:
         "metric that decides the best weights: val_accuracy, val_loss, accuracy or loss "
         "(or val_<name>/<name> of a metric the model adds)",
     )
-    monitor_mode: str = _f("auto", "auto | max | min: whether a larger MONITOR is better", choices=MONITOR_MODES)
+    monitor_mode: str = _f(
+        "auto", "auto | max | min: whether a larger MONITOR is better", choices=("auto", "max", "min")
+    )
     patience: int = _f(
         0,
         "early stopping: end the run after this many epochs without an improvement of MONITOR by more than MIN_DELTA (0: off)",
@@ -180,13 +176,13 @@ class CoreSettings:
     report: str = _f(
         "full",
         "report.html: full (at the end also the validation set: confusion matrix, most wrong images) | quick (curves and summary only) | off",
-        choices=REPORT_MODES,
+        choices=("full", "quick", "off"),
         kind="free",
     )
     progress: str = _f(
         "auto",
         "auto | bar | line: Keras progress bar on a terminal, one line per epoch otherwise",
-        choices=PROGRESS_MODES,
+        choices=("auto", "bar", "line"),
         kind="invocation",
     )
     debug: bool = _f(False, "show Python tracebacks for expected errors", kind="invocation")
@@ -195,7 +191,7 @@ class CoreSettings:
         "off",
         "off | steps: write a TensorFlow profile of the training steps PROFILE_STEPS into RUN/tensorboard "
         "(TensorBoard's Profile tab; only the chief profiles); it does not change what is trained",
-        choices=PROFILE_MODES,
+        choices=("off", "steps"),
         kind="invocation",
     )
     profile_steps: str = _f(
