@@ -25,6 +25,8 @@ from .files import atomic_write, write_text
 log = logging.getLogger("train")
 LATEST = "LATEST"
 _NAME = re.compile(r"^ckpt-(\d{9})\.npz$")
+# What reading a damaged state raises: a truncated or bit-flipped zip, a header that is not JSON text.
+_UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
 
 @dataclass
@@ -77,15 +79,7 @@ def read_state(path: Path) -> Loaded:
             meta = json.loads(npz["__meta__"].tobytes().decode())
             names = sorted(k for k in npz.files if k != "__meta__")
             data = {k: npz[k] for k in names}  # reading every member checks its CRC
-    except (
-        OSError,
-        ValueError,
-        KeyError,
-        EOFError,
-        zipfile.BadZipFile,
-        json.JSONDecodeError,
-        UnicodeDecodeError,
-    ) as exc:
+    except _UNREADABLE as exc:
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc})") from None
     model_arrays = [data[k] for k in names if k.startswith("m")]
     opt_arrays = [data[k] for k in names if k.startswith("o")]
@@ -102,7 +96,7 @@ def latest_header(ckpt_dir: Path) -> dict[str, Any] | None:
         try:
             with np.load(path, allow_pickle=False) as npz:
                 return json.loads(npz["__meta__"].tobytes().decode())
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError):
+        except _UNREADABLE:
             continue
     return None
 
