@@ -51,6 +51,31 @@ def test_sweep_storage_is_masked_in_every_settings_dump(tmp_path, capsys):
     _shows_no_secret(out)
 
 
+def test_a_resume_given_a_storage_url_logs_the_new_value_without_the_password(tmp_path, caplog):
+    """A fit resumed with SWEEP_STORAGE set (a trial continued by hand): the run's config.json holds
+    it masked, so it reads as changed, and the line that says so shows it masked too."""
+    import logging
+    from pathlib import Path
+
+    from builders import write_run
+    from helpers import tiny_settings
+
+    from train.run.resume import plan_run
+
+    s = tiny_settings(tmp_path, lr_schedule="constant")
+    run = write_run(
+        Path(s.runs_dir) / "20260102-000000-bbbb",
+        s.to_dict(),
+        {"status": "interrupted"},
+        checkpoints=["ckpt-000000004.npz"],
+    )
+    with caplog.at_level(logging.INFO, logger="train"):
+        plan_run(s.replace(sweep_storage=URL.format(port=5432)), run.name).release()
+    (line,) = [r.getMessage() for r in caplog.records if "resumes with new values" in r.getMessage()]
+    assert "SWEEP_STORAGE: '' -> 'postgresql://***@127.0.0.1:5432/optuna'" in line
+    _shows_no_secret(caplog.text)
+
+
 def test_an_unreachable_database_is_one_storage_error_exit_7_without_the_password(tmp_path, capsys):
     url = URL.format(port=_closed_port())
     rc = _sweep(tmp_path, url)

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import BATCH_PAIR, RESUME_FREE, Settings, diff_settings, given, settings_from_dict
+from ..config import BATCH_PAIR, RESUME_FREE, URL_SETTINGS, Settings, diff_settings, given, settings_from_dict
 from ..digest import sha256_file
 from ..errors import CheckpointError, ConfigError, ResumeMismatchError, RunRecordError, StorageError
+from ..locations import redact_uri
 from .files import ensure_writable, json_text, storage_error, write_json
 from .find import create_run_dir, list_run_dirs, resolve_run
 from .lock import RunLock
@@ -222,11 +223,15 @@ def _plan_resume(
             f"resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new run "
             + ("instead (RESUME= empty: RESUME=auto chose this run)" if auto else "without --resume")
         )
-    free = [
-        f"{k.upper()}: {getattr(saved, k)!r} -> {getattr(asked, k)!r}"
-        + (" (not used: a smoke run trains one epoch)" if k == "epochs" and asked.smoke else "")
+    shown = {  # a URL (MLFLOW_TRACKING_URI, ...) through redact_uri: its credential stays out of the log
+        k: [redact_uri(v) if k in URL_SETTINGS else v for v in (getattr(saved, k), getattr(asked, k))]
         for k in sorted(RESUME_FREE - {"runs_dir", "resume"})
-        if getattr(saved, k) != getattr(asked, k)
+    }
+    free = [
+        f"{k.upper()}: {old!r} -> {new!r}"
+        + (" (not used: a smoke run trains one epoch)" if k == "epochs" and asked.smoke else "")
+        for k, (old, new) in shown.items()
+        if old != new
     ]
     if free:
         log.info("run %s resumes with new values of: %s", run_dir.name, "; ".join(free))
