@@ -27,12 +27,14 @@ import time
 
 import common
 import numpy as np
+import pytest
 
 GOAL = 3.0
 CLIENTS = (1, 8, 32)
 BAD = 7  # clients sending heavy requests without pause
 UNDER_LOAD_GOAL = 5.0  # valid-request latency under the bad stream, as a multiple of its idle value
 HANG = 600  # seconds without an answer to a bad request: the server hangs (a loaded machine answers in fewer)
+TIMEOUT = 120  # seconds a client waits for the answer to one request
 
 
 class Server:
@@ -61,27 +63,41 @@ class Server:
 
 
 def _load(port: int, clients: int, total: int, limit: float, body: bytes) -> dict:
-    """Up to `total` requests from `clients` threads, stopped at `limit` seconds; rps and latencies."""
+    """Up to `total` requests from `clients` threads, stopped at `limit` seconds; rps and latencies.
+
+    A client whose request gets no answer in TIMEOUT stops (counted in `timeouts`: a machine that
+    busy); any other failure (an answer other than 200, a refused or reset connection) fails the
+    benchmark: in a thread of its own it would only be printed, and the level would read as unanswered."""
     latencies: list[float] = []
+    failures: list[BaseException] = []
+    timeouts = [0]
     lock = threading.Lock()
     left = [total]
     stop_at = time.perf_counter() + limit
 
     def client():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        while time.perf_counter() < stop_at:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        try:
+            while time.perf_counter() < stop_at:
+                with lock:
+                    if left[0] == 0:
+                        break
+                    left[0] -= 1
+                t0 = time.perf_counter()
+                conn.request("POST", "/v2/models/model/infer", body, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+                assert resp.status == 200, f"a valid request was answered {resp.status}"
+                with lock:
+                    latencies.append(time.perf_counter() - t0)
+        except TimeoutError:
             with lock:
-                if left[0] == 0:
-                    break
-                left[0] -= 1
-            t0 = time.perf_counter()
-            conn.request("POST", "/v2/models/model/infer", body, {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            resp.read()
-            assert resp.status == 200
+                timeouts[0] += 1
+        except BaseException as exc:  # noqa: BLE001  (raised again below, in the benchmark's thread)
             with lock:
-                latencies.append(time.perf_counter() - t0)
-        conn.close()
+                failures.append(exc)
+        finally:
+            conn.close()
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -90,9 +106,12 @@ def _load(port: int, clients: int, total: int, limit: float, body: bytes) -> dic
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    if failures:
+        raise failures[0]
     ms = np.asarray(latencies) * 1000
-    return {  # no request answered within the limit (a machine that busy): no latency, not a failure
+    return {  # no request answered within TIMEOUT (a machine that busy): no latency, not a failure
         "requests": len(latencies),
+        "timeouts": timeouts[0],
         "rps": len(latencies) / wall,
         "p50_ms": float(np.percentile(ms, 50)) if len(ms) else None,
         "p99_ms": float(np.percentile(ms, 99)) if len(ms) else None,
@@ -161,7 +180,7 @@ def _bad_stream(port: int, clients: int, png: bytes, stop: threading.Event) -> d
     lock = threading.Lock()
 
     def client():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
         while not stop.is_set():
             try:
                 conn.request("POST", "/predict", png, {"Content-Type": "image/png"})
@@ -174,7 +193,7 @@ def _bad_stream(port: int, clients: int, png: bytes, stop: threading.Event) -> d
                 statuses[status] = statuses.get(status, 0) + 1
             if close:
                 conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
         conn.close()
 
     for _ in range(clients):
@@ -225,3 +244,55 @@ def test_valid_request_latency_while_bad_requests_arrive(benchmark, quick, tmp_p
         note="clients and servers on the same (shared) machine",
         **figures,
     )
+
+
+# -- the clients themselves, against a stand-in server (no TensorFlow): what they count as an answer --
+
+
+class _StandIn:
+    """An HTTP server on 127.0.0.1 that answers every POST with `status`, after `delay` seconds."""
+
+    def __init__(self, status: int = 200, delay: float = 0.0):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                time.sleep(delay)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_level_whose_requests_are_answered_with_an_error_fails_the_benchmark():
+    with _StandIn(status=500) as server, pytest.raises(AssertionError, match="a valid request was answered 500"):
+        _load(server.port, 2, 8, 5.0, b"{}")
+
+
+def test_a_level_whose_requests_get_no_answer_in_time_has_no_latency(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "TIMEOUT", 0.3)
+    with _StandIn(delay=3.0) as server:
+        got = _load(server.port, 1, 4, 5.0, b"{}")
+    assert (got["requests"], got["timeouts"], got["p50_ms"]) == (0, 1, None)
+
+
+def test_a_level_answered_gives_its_latencies():
+    with _StandIn() as server:
+        got = _load(server.port, 2, 8, 5.0, b"{}")
+    assert (got["requests"], got["timeouts"]) == (8, 0) and got["p50_ms"] > 0
