@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +36,8 @@ BAD = 7  # clients sending heavy requests without pause
 UNDER_LOAD_GOAL = 5.0  # valid-request latency under the bad stream, as a multiple of its idle value
 HANG = 600  # seconds without an answer to a bad request: the server hangs (a loaded machine answers in fewer)
 TIMEOUT = 120  # seconds a client waits for the answer to one request
+# What a bad request can meet that is no answer of the server: nothing listens (it is gone), or TIMEOUT.
+NO_ANSWER = ("ConnectionRefusedError", "TimeoutError")
 
 
 class Server:
@@ -174,9 +177,11 @@ def test_serving_throughput_with_and_without_batching(benchmark, quick, tmp_path
     )
 
 
-def _bad_stream(port: int, clients: int, png: bytes, stop: threading.Event) -> dict[int, int]:
-    """`clients` threads posting `png` to /predict until `stop`; started, and the count of each status."""
-    statuses: dict[int, int] = {}
+def _bad_stream(port: int, clients: int, png: bytes, stop: threading.Event) -> dict[int | str, int]:
+    """`clients` threads posting `png` to /predict until `stop`; started, and the count of each status
+    (or of each error's name: a reset is the server's answer too, NO_ANSWER's are not). A client that
+    finds nothing listening stops: the server is gone, and it would only spin."""
+    statuses: dict[int | str, int] = {}
     lock = threading.Lock()
 
     def client():
@@ -191,6 +196,8 @@ def _bad_stream(port: int, clients: int, png: bytes, stop: threading.Event) -> d
                 status, close = type(exc).__name__, True
             with lock:
                 statuses[status] = statuses.get(status, 0) + 1
+            if status == "ConnectionRefusedError":
+                break
             if close:
                 conn.close()
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
@@ -199,6 +206,11 @@ def _bad_stream(port: int, clients: int, png: bytes, stop: threading.Event) -> d
     for _ in range(clients):
         threading.Thread(target=client, daemon=True).start()
     return statuses
+
+
+def _answered(statuses: dict[int | str, int]) -> int:
+    """The bad requests the server answered (a status or a reset), of those `_bad_stream` counts."""
+    return sum(n for k, n in list(statuses.items()) if k not in NO_ANSWER)  # list(): a copy, at once
 
 
 def test_valid_request_latency_while_bad_requests_arrive(benchmark, quick, tmp_path):
@@ -220,8 +232,9 @@ def test_valid_request_latency_while_bad_requests_arrive(benchmark, quick, tmp_p
             figures = {"idle": _load(server.port, 1, total, limit, body)}
             statuses = _bad_stream(server.port, BAD, png, stop)
             deadline = time.monotonic() + HANG  # waits for the event; the cap only catches a hang
-            while sum(statuses.values()) < BAD:  # answers to bad requests: the stream is flowing
-                assert time.monotonic() < deadline, f"{BAD} bad requests got no answer in {HANG} s"
+            while _answered(statuses) < BAD:  # answers to bad requests: the stream is flowing
+                assert server.proc.poll() is None, f"serve exited ({server.proc.returncode}) under the bad stream"
+                assert time.monotonic() < deadline, f"{BAD} bad requests got no answer in {HANG} s: {statuses}"
                 time.sleep(0.05)
             figures["under_bad_stream"] = _load(server.port, 1, total, limit, body)
             stop.set()
@@ -296,3 +309,34 @@ def test_a_level_answered_gives_its_latencies():
     with _StandIn() as server:
         got = _load(server.port, 2, 8, 5.0, b"{}")
     assert (got["requests"], got["timeouts"]) == (8, 0) and got["p50_ms"] > 0
+
+
+def test_a_bad_request_meeting_no_server_or_no_answer_is_not_counted_as_answered(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "TIMEOUT", 0.3)
+    stop = threading.Event()
+    try:
+        with _StandIn(delay=30.0) as hung:
+            silent = _bad_stream(hung.port, 2, b"png", stop)
+            with socket.socket() as sock:  # a port where nothing listens once it is closed
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            gone = _bad_stream(port, 2, b"png", stop)
+            time.sleep(1.5)  # several TIMEOUTs
+            assert _answered(silent) == 0 and silent.get("TimeoutError", 0) >= 2, silent
+            assert gone == {"ConnectionRefusedError": 2}, "each client stops at the first refusal"
+    finally:
+        stop.set()
+
+
+def test_bad_requests_answered_with_a_refusal_count():
+    stop = threading.Event()
+    try:
+        with _StandIn(status=413) as server:
+            statuses = _bad_stream(server.port, 2, b"png", stop)
+            deadline = time.monotonic() + 60
+            while _answered(statuses) < 4:
+                assert time.monotonic() < deadline, statuses
+                time.sleep(0.05)
+    finally:
+        stop.set()
+    assert set(statuses) == {413}
