@@ -259,13 +259,14 @@ def test_valid_request_latency_while_bad_requests_arrive(benchmark, quick, tmp_p
     )
 
 
-# -- the clients themselves, against a stand-in server (no TensorFlow): what they count as an answer --
+# -- the clients themselves, against stand-in servers (no TensorFlow): what they count as an answer.
+# Each waits for what it checks (an answer, a timeout, a refusal), HANG seconds at most.
 
 
 class _StandIn:
-    """An HTTP server on 127.0.0.1 that answers every POST with `status`, after `delay` seconds."""
+    """An HTTP server on 127.0.0.1 that answers every POST with `status`."""
 
-    def __init__(self, status: int = 200, delay: float = 0.0):
+    def __init__(self, status: int = 200):
         import http.server
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -273,7 +274,6 @@ class _StandIn:
 
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                time.sleep(delay)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -293,21 +293,35 @@ class _StandIn:
         self.server.server_close()
 
 
+def _silent_port(sock: socket.socket) -> int:
+    """A port that takes connections (the kernel's backlog) and never answers: `sock` never accepts."""
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    return sock.getsockname()[1]
+
+
+def _until(done, what) -> None:
+    deadline = time.monotonic() + HANG
+    while not done():
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.05)
+
+
 def test_a_level_whose_requests_are_answered_with_an_error_fails_the_benchmark():
     with _StandIn(status=500) as server, pytest.raises(AssertionError, match="a valid request was answered 500"):
-        _load(server.port, 2, 8, 5.0, b"{}")
+        _load(server.port, 2, 8, HANG, b"{}")
 
 
 def test_a_level_whose_requests_get_no_answer_in_time_has_no_latency(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "TIMEOUT", 0.3)
-    with _StandIn(delay=3.0) as server:
-        got = _load(server.port, 1, 4, 5.0, b"{}")
+    with socket.socket() as sock:
+        got = _load(_silent_port(sock), 1, 4, HANG, b"{}")
     assert (got["requests"], got["timeouts"], got["p50_ms"]) == (0, 1, None)
 
 
 def test_a_level_answered_gives_its_latencies():
     with _StandIn() as server:
-        got = _load(server.port, 2, 8, 5.0, b"{}")
+        got = _load(server.port, 2, 8, HANG, b"{}")
     assert (got["requests"], got["timeouts"]) == (8, 0) and got["p50_ms"] > 0
 
 
@@ -315,17 +329,15 @@ def test_a_bad_request_meeting_no_server_or_no_answer_is_not_counted_as_answered
     monkeypatch.setattr(sys.modules[__name__], "TIMEOUT", 0.3)
     stop = threading.Event()
     try:
-        with _StandIn(delay=30.0) as hung:
-            silent = _bad_stream(hung.port, 2, b"png", stop)
-            with socket.socket() as sock:  # a port where nothing listens once it is closed
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            gone = _bad_stream(port, 2, b"png", stop)
-            time.sleep(1.5)  # several TIMEOUTs
-            assert _answered(silent) == 0 and silent.get("TimeoutError", 0) >= 2, silent
-            assert gone == {"ConnectionRefusedError": 2}, "each client stops at the first refusal"
+        with socket.socket() as hung, socket.socket() as closed:
+            silent = _bad_stream(_silent_port(hung), 2, b"png", stop)
+            closed.bind(("127.0.0.1", 0))  # bound, never listening: a connection is refused
+            gone = _bad_stream(closed.getsockname()[1], 2, b"png", stop)
+            _until(lambda: silent.get("TimeoutError", 0) >= 2 and sum(gone.values()) >= 2, lambda: (silent, gone))
+            assert _answered(silent) == 0, silent
     finally:
         stop.set()
+    assert gone == {"ConnectionRefusedError": 2}, "each client stops at the first refusal"
 
 
 def test_bad_requests_answered_with_a_refusal_count():
@@ -333,10 +345,7 @@ def test_bad_requests_answered_with_a_refusal_count():
     try:
         with _StandIn(status=413) as server:
             statuses = _bad_stream(server.port, 2, b"png", stop)
-            deadline = time.monotonic() + 60
-            while _answered(statuses) < 4:
-                assert time.monotonic() < deadline, statuses
-                time.sleep(0.05)
+            _until(lambda: _answered(statuses) >= 4, lambda: statuses)
     finally:
         stop.set()
     assert set(statuses) == {413}
