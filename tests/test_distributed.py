@@ -29,9 +29,9 @@ def two_replicas(settings, **probes):
 devices.setup_devices = two_replicas
 from helpers import tiny_settings
 from train import train
-s = tiny_settings(Path(tempfile.mkdtemp()), epochs=1, export=True)
+s = tiny_settings(Path(tempfile.mkdtemp()), epochs=1)  # the export checked is the resumed run's
 first = train(s)
-again = train(s.replace(epochs=2), resume=first.run_dir.name)
+again = train(s.replace(epochs=2, export=True), resume=first.run_dir.name)
 log = (first.run_dir / "train.log").read_text()
 print("RESULT", again.status, again.epochs_completed, int(again.model.optimizer.iterations.numpy()),
       "16 per replica x 2" in log, again.export["max_abs_diff"])
