@@ -249,7 +249,7 @@ def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
     # What a user keeps in .env; the first run adds flags, as `scripts/train --epochs 5 ...` does.
     (tmp_path / ".env").write_text(
         f"DATASET=npz:{npz}\nRUNS_DIR={tmp_path / 'runs'}\nDATA_DIR={tmp_path / 'data'}\nBATCH_SIZE=32\n"
-        "CHECKPOINT_EVERY=4\nPRECISION=float32\nPROGRESS=line\nEXPORT=false\n"
+        "CHECKPOINT_EVERY=4\nPRECISION=float32\nPROGRESS=line\nEXPORT=false\nREPORT=off\nPEAK_FLOPS=1e12\n"
     )
 
     def under_way():
