@@ -6,6 +6,7 @@ of its own is deleted by removing that folder and its one line in train/extras.p
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -257,6 +258,26 @@ def _tests_naming_an_extra(root: Path) -> list[str]:
     return found
 
 
+# The fork's pytest plugin (-p fork_select): every collected id to FORK_COLLECTED, then only the
+# tests of FORK_SELECT kept (a file, or a test function with all its parameters).
+_FORK_SELECT = """
+import json, os
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    with open(os.environ["FORK_COLLECTED"], "w") as f:
+        json.dump([item.nodeid for item in items], f)
+    chosen = set(json.loads(os.environ["FORK_SELECT"]))
+    keep, drop = [], []
+    for item in items:
+        picked = item.nodeid.split("::")[0] in chosen or item.nodeid.split("[")[0] in chosen
+        (keep if picked else drop).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+"""
+
+
 @pytest.mark.slow
 def test_a_fork_without_every_extra_collects_and_passes_the_tests_that_name_one(tmp_path):
     """Each extra's folder and line deleted at once, as a fork would (its tests' folder left in place:
@@ -274,17 +295,6 @@ def test_a_fork_without_every_extra_collects_and_passes_the_tests_that_name_one(
     (copy / "docker-compose.multiworker.yml").unlink(missing_ok=True)
     _delete_extras(copy, WITH_FOLDERS)
     write_generated_settings_files(copy)
-    env = subprocess_env(PYTHONPATH=str(copy), REQUIRE_ALL="1")
-
-    def in_fork(*args: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, *args]
-        return subprocess.run(cmd, cwd=copy, capture_output=True, text=True, env=env, timeout=600)
-
-    collected = in_fork("-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider")
-    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
-    ids = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert ids and not [i for i in ids if i.split("/")[1] in OWN_TEST_FOLDERS]
-
     chosen = _tests_naming_an_extra(PROJECT_ROOT)
     # (the scan finds what names a setting: SWEEP_STORAGE here, in a template that has the sweep extra)
     assert (
@@ -293,10 +303,30 @@ def test_a_fork_without_every_extra_collects_and_passes_the_tests_that_name_one(
         in chosen
     )
     files = ["tests/test_config.py", "tests/test_docs.py", "tests/test_extras.py", "tests/test_layers.py"]
-    done = in_fork(
-        "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not docker and not gpu", *files, *chosen
+    # One pytest in the fork: it collects the whole suite (a collection error fails it), writes every id
+    # collected, then runs only the chosen tests (one start and one collection instead of two).
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "fork_select.py").write_text(_FORK_SELECT)
+    collected = tmp_path / "collected.json"
+    env = subprocess_env(
+        PYTHONPATH=f"{copy}{os.pathsep}{plugin}",
+        REQUIRE_ALL="1",
+        FORK_SELECT=json.dumps([*files, *chosen]),
+        FORK_COLLECTED=str(collected),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fork_select"]
+        + ["-m", "not slow and not docker and not gpu"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    ids = json.loads(collected.read_text())
+    assert ids and not [i for i in ids if i.split("/")[1] in OWN_TEST_FOLDERS]
     assert " passed" in done.stdout.splitlines()[-1] and "failed" not in done.stdout.splitlines()[-1]
 
 
