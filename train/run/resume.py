@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import BATCH_PAIR, RESUME_FREE, URL_SETTINGS, Settings, diff_settings, given, settings_from_dict
+from ..config import BATCH_PAIR, RESUME_FREE, Settings, diff_settings, given, settings_from_dict
 from ..digest import sha256_file
 from ..errors import CheckpointError, ConfigError, ResumeMismatchError, RunRecordError, StorageError
-from ..locations import redact_uri
 from .files import ensure_writable, json_text, storage_error, write_json
 from .find import create_run_dir, list_run_dirs, resolve_run
 from .lock import RunLock
@@ -223,15 +222,11 @@ def _plan_resume(
             f"resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new run "
             + ("instead (RESUME= empty: RESUME=auto chose this run)" if auto else "without --resume")
         )
-    shown = {  # a URL (MLFLOW_TRACKING_URI, ...) through redact_uri: its credential stays out of the log
-        k: [redact_uri(v) if k in URL_SETTINGS else v for v in (getattr(saved, k), getattr(asked, k))]
-        for k in sorted(RESUME_FREE - {"runs_dir", "resume"})
-    }
+    # diff_settings shows a URL setting (SWEEP_STORAGE, ...) masked: its credential stays out of the log.
+    told = RESUME_FREE - {"runs_dir", "resume"}
     free = [
-        f"{k.upper()}: {old!r} -> {new!r}"
-        + (" (not used: a smoke run trains one epoch)" if k == "epochs" and asked.smoke else "")
-        for k, (old, new) in shown.items()
-        if old != new
+        line + (" (not used: a smoke run trains one epoch)" if line.startswith("EPOCHS:") and asked.smoke else "")
+        for line in diff_settings(saved, asked, ignore=frozenset(f.name for f in dataclasses.fields(Settings)) - told)
     ]
     if free:
         log.info("run %s resumes with new values of: %s", run_dir.name, "; ".join(free))
