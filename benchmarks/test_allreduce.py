@@ -94,21 +94,26 @@ def _start_pair(npz, runs, other_runs, logs) -> list[subprocess.Popen]:
 
 def _pair(procs: list[subprocess.Popen]) -> list[int]:
     """The workers' exit codes, once both have ended. One that fails ends the other (which would wait
-    JOIN_TIMEOUT or a collective's timeout for it)."""
+    JOIN_TIMEOUT or a collective's timeout for it); a pair that hangs is ended before the test fails."""
     deadline = time.monotonic() + HANG
     while None in (codes := [p.poll() for p in procs]):  # each polled: any() would stop at the first running
-        assert time.monotonic() < deadline, f"the two workers did not end in {HANG} s"
-        if any(code not in (None, 0) for code in codes):
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-                    try:
-                        p.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+        hung = time.monotonic() >= deadline
+        if hung or any(code not in (None, 0) for code in codes):
+            _end(procs)
+        assert not hung, f"the two workers did not end in {HANG} s"
         time.sleep(0.5)
     return codes
+
+
+def _end(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, quick, tmp_path):
