@@ -124,11 +124,12 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def resolve_precision(requested: str = "auto") -> tuple[str, str]:
     """(policy, reason) as `train.training.fit` resolves PRECISION on this machine, oneDNN variables and
-    the bfloat16 probe included (measured here, not read from a cache)."""
-    from train.setup.hardware import choose_precision, cpu_flags, measure_bf16_speedup, onednn_enabled, onednn_max_isa
+    the bfloat16 probe included (measured in this process, not read from a run directory's cache). One
+    probe a process: every side of a comparison trains in the same precision, even where a loaded
+    machine would make two probes disagree."""
+    from train.setup.hardware import choose_precision, cpu_flags, onednn_enabled, onednn_max_isa
 
-    probe = lambda: (measure_bf16_speedup(), "probe measured now")  # noqa: E731
-    return choose_precision(requested, gpu_capabilities(), cpu_flags(), onednn_enabled(), onednn_max_isa(), probe)
+    return choose_precision(requested, gpu_capabilities(), cpu_flags(), onednn_enabled(), onednn_max_isa(), _bf16_probe)
 
 
 def as_a_new_run(s):

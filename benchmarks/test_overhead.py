@@ -20,10 +20,12 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
     from train import train
     from train.inputs.pipeline import final_test_dataset, train_dataset, val_dataset
 
-    # The pair a new run takes here, given to both sides (left unset, train() would choose it and the bare side not).
+    # The pair a new run takes here, and the precision auto picks, given to both sides (left unset, train()
+    # would choose them from its own probe, which a loaded machine can make disagree with the bare side's).
     s = common.as_a_new_run(
         common.settings(dataset=f"npz:{mnist_npz}", runs_dir=str(tmp_path / "runs"), export=False, report="off")
     )
+    s = s.replace(precision=common.resolve_precision(s.precision)[0])
     if quick:
         s = s.replace(epochs=1)
     n = 0
@@ -56,5 +58,6 @@ def test_fit_loop_overhead(benchmark, mnist_npz, quick, tmp_path):
         value is not None and value <= GOAL,
         epochs=s.epochs,
         batch_size=s.batch_size,
+        precision=s.precision,
         seconds=got,
     )
