@@ -229,7 +229,7 @@ def test_unreadable_states_are_named_in_the_warning_and_the_error(tmp_path, capl
         load_latest(tmp_path)
     assert str(info.value) == (
         f"no valid checkpoint in {tmp_path} (unreadable: ckpt-000000012.npz, ckpt-000000008.npz, ckpt-000000004.npz); "
-        "start a new run without --resume, or restore the files from a backup"
+        "start a new run without --resume (resume=None in train()), or restore the files from a backup"
     )
     # The template's own lines (TensorFlow may warn about retracing in the same test: its logger is not ours)
     ours = [r for r in caplog.records if r.name == "train"]

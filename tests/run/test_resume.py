@@ -203,7 +203,7 @@ def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path)
         prepare_run_dir(s, run.name, force=False)
     assert str(info.value) == (
         f"run {run.name} was started with other settings (BATCH_SIZE: 64 -> 32; SEED: 1 -> 42): "
-        "resume with the same settings, or pass --force to continue with the new ones"
+        "resume with the same settings, or pass --force (force=True in train()) to continue with the new ones"
     )
     assert info.value.exit_code == 4 and info.value.change == "BATCH_SIZE: 64 -> 32; SEED: 1 -> 42"  # for a sweep
     assert read_json(run / "config.json")["batch_size"] == 64  # untouched after a refusal
@@ -212,6 +212,17 @@ def test_prepare_refuses_differing_settings_listing_them_unless_forced(tmp_path)
     assert plan.resumed and plan.settings == s
     assert plan.forced == ["BATCH_SIZE: 64 -> 32", "SEED: 1 -> 42"]
     assert read_json(run / "config.json")["batch_size"] == 64  # fit writes it once the resume is checked
+
+
+def test_a_python_caller_resuming_with_a_changed_setting_is_told_force_true(tmp_path):
+    """The refusal said only `pass --force`: a notebook's train() takes force=True, not a flag."""
+    import train
+
+    s = _settings(tmp_path, seed=42)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", seed=1)
+    with pytest.raises(ResumeMismatchError, match=r"SEED: 1 -> 42\).*force=True in train\(\)"):
+        train.train(s, resume=run.name)  # refused as the run is planned, before TensorFlow is needed
+    assert read_json(run / "config.json")["seed"] == 1
 
 
 def test_prepare_unknown_run_is_run_not_found(tmp_path):
@@ -251,7 +262,9 @@ def test_resume_without_checkpoints_is_an_error_naming_the_run_and_the_fix(tmp_p
 def test_restart_is_refused_when_checkpoints_exist_or_without_resume(tmp_path):
     s = _settings(tmp_path)
     run = _fake_run(s, "20260102-000000-bbbb", "interrupted")
-    with pytest.raises(CheckpointError, match="--restart is only for a run whose checkpoints are gone"):
+    with pytest.raises(
+        CheckpointError, match=r"--restart \(restart=True in train\(\)\) is only for a run whose checkpoints are gone"
+    ):
         plan_run(s, run.name, restart=True)
     with pytest.raises(ConfigError, match="--restart"):
         plan_run(s, None, restart=True)
@@ -291,12 +304,12 @@ def test_auto_refusing_a_run_whose_checkpoints_are_gone_names_resume_empty_for_a
     with pytest.raises(CheckpointError) as info:
         plan_run(s, "auto")
     assert str(info.value).endswith(
-        "Pass --restart to train it again from epoch 1 in the same directory, or start a new run instead "
-        "(RESUME= empty: RESUME=auto chose this run)"
+        "Pass --restart (restart=True in train()) to train it again from epoch 1 in the same directory, or start a "
+        "new run instead (RESUME= empty: RESUME=auto chose this run)"
     )
     with pytest.raises(CheckpointError) as info:
         plan_run(s, run.name)
-    assert str(info.value).endswith("or start a new run without --resume")
+    assert str(info.value).endswith("or start a new run without --resume (resume=None in train())")
 
 
 @pytest.mark.parametrize("name", ["config.json", "manifest.json"])
@@ -364,7 +377,7 @@ def test_changed_data_is_refused_unless_forced_and_then_recorded(tmp_path):
     assert str(info.value) == (
         f"run {plan.run_dir.name} was trained on other data (DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... "
         "(x.npz)): the same path holds new contents; resume on the run's own data, start a new run, or pass --force "
-        "to continue on the new data (recorded in the manifest's segments)"
+        "(force=True in train()) to continue on the new data (recorded in the manifest's segments)"
     )
     check_data(plan, "b" * 64, "x.npz", force=True)
     assert plan.forced == ["DATA: fingerprint aaaaaaaaaaaa... -> bbbbbbbbbbbb... (x.npz)"]
@@ -406,8 +419,8 @@ def test_a_new_run_is_not_resumed_and_restart_needs_a_run(tmp_path):
     with pytest.raises(ConfigError) as info:
         plan_run(s, None, restart=True)
     assert info.value.name == "--restart" and str(info.value) == (
-        "--restart=True is not valid: needs --resume RUN (it trains that run again from epoch 1 when its checkpoints "
-        "are gone)"
+        "--restart=True is not valid: needs --resume RUN (resume=RUN in train()), the run it trains again from epoch 1 "
+        "when its checkpoints are gone"
     )
 
 
@@ -427,15 +440,15 @@ def test_checkpoint_refusals_name_the_checkpoint_directory(tmp_path):
         plan_run(s, trained.name)
     assert str(info.value) == (
         f"run {trained.name} has no checkpoint in {trained / 'checkpoints'} (deleted or never written): there is "
-        "nothing to resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new "
-        "run without --resume"
+        "nothing to resume from. Pass --restart (restart=True in train()) to train it again from epoch 1 in the same "
+        "directory, or start a new run without --resume (resume=None in train())"
     )
     kept = _fake_run(s, "20260103-000000-cccc", "interrupted")
     with pytest.raises(CheckpointError) as info:
         plan_run(s, kept.name, restart=True)
     assert str(info.value) == (
-        f"run {kept.name} has checkpoints in {kept / 'checkpoints'}: --restart is only for a run whose checkpoints "
-        "are gone; resume it without --restart"
+        f"run {kept.name} has checkpoints in {kept / 'checkpoints'}: --restart (restart=True in train()) is only for "
+        "a run whose checkpoints are gone; leave it out to resume the run"
     )
 
 

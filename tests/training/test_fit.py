@@ -247,7 +247,7 @@ def test_a_run_stopped_inside_an_epoch_is_not_ended_before_it_by_a_lower_epochs(
         assert re.fullmatch(
             r"EPOCHS=1: this run stopped inside its epoch 2 \(after \d+ of its steps\), so ending it at epoch 1 would "
             r"keep weights of no epoch's end; resume with EPOCHS=2 or more to finish that epoch, or start a new run "
-            r"instead \(no --resume; RESUME= empty where RESUME=auto chose this run\)",
+            r"instead \(no --resume, resume=None in train\(\); RESUME= empty where RESUME=auto chose this run\)",
             str(info.value),
         )
     assert (stopped.run_dir / "manifest.json").read_bytes() == record  # nothing of the run changed

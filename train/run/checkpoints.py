@@ -122,7 +122,7 @@ def load_latest(ckpt_dir: Path) -> Loaded | None:
             problems.append(path.name)
     raise CheckpointError(
         f"no valid checkpoint in {ckpt_dir} (unreadable: {', '.join(problems)}); "
-        "start a new run without --resume, or restore the files from a backup"
+        "start a new run without --resume (resume=None in train()), or restore the files from a backup"
     )
 
 

@@ -188,7 +188,9 @@ def plan_run(
 
 def _restart_alone() -> ConfigError:
     return ConfigError(
-        "--restart", True, "needs --resume RUN (it trains that run again from epoch 1 when its checkpoints are gone)"
+        "--restart",
+        True,
+        "needs --resume RUN (resume=RUN in train()), the run it trains again from epoch 1 when its checkpoints are gone",
     )
 
 
@@ -206,21 +208,26 @@ def _plan_resume(
     if diffs and not force:
         raise ResumeMismatchError(
             f"run {run_dir.name} was started with other settings ({'; '.join(diffs)}): "
-            "resume with the same settings, or pass --force to continue with the new ones",
+            "resume with the same settings, or pass --force (force=True in train()) to continue with the new ones",
             "; ".join(diffs),
         )
     ckpt_dir = files.checkpoints
     # A run stopped or killed before its first state never trained: it simply starts at epoch 1.
     if restart and has_checkpoints(run_dir):
         raise CheckpointError(
-            f"run {run_dir.name} has checkpoints in {ckpt_dir}: --restart is only for a run whose "
-            "checkpoints are gone; resume it without --restart"
+            f"run {run_dir.name} has checkpoints in {ckpt_dir}: --restart (restart=True in train()) is only for a run "
+            "whose checkpoints are gone; leave it out to resume the run"
         )
     if not restart and not has_checkpoints(run_dir) and _trained(run_dir, manifest):
         raise CheckpointError(
             f"run {run_dir.name} has no checkpoint in {ckpt_dir} (deleted or never written): there is nothing to "
-            f"resume from. Pass --restart to train it again from epoch 1 in the same directory, or start a new run "
-            + ("instead (RESUME= empty: RESUME=auto chose this run)" if auto else "without --resume")
+            f"resume from. Pass --restart (restart=True in train()) to train it again from epoch 1 in the same "
+            "directory, or start a new run "
+            + (
+                "instead (RESUME= empty: RESUME=auto chose this run)"
+                if auto
+                else "without --resume (resume=None in train())"
+            )
         )
     # diff_settings shows a URL setting (SWEEP_STORAGE, ...) masked: its credential stays out of the log.
     told = RESUME_FREE - {"runs_dir", "resume"}
@@ -268,7 +275,8 @@ def check_config(run_dir: Path, manifest: dict[str, Any]) -> None:
         raise RunRecordError(
             f"run {run_dir.name}: {files.config} was changed after the run wrote it (sha256 {actual[:12]}..., "
             f"the manifest's last segment recorded {str(recorded)[:12]}...): restore the file, or start a new "
-            "run; a setting is changed on resume by giving it, with --force when it changes the result"
+            "run; a setting is changed on resume by giving it, with --force (force=True in train()) when it changes "
+            "the result"
         )
 
 
@@ -281,7 +289,8 @@ def check_data(plan: RunPlan, fingerprint: str, source: str, force: bool) -> Non
     if not force:
         raise ResumeMismatchError(
             f"run {plan.run_dir.name} was trained on other data ({change}): the same path holds new contents; "
-            "resume on the run's own data, start a new run, or pass --force to continue on the new data "
+            "resume on the run's own data, start a new run, or pass --force (force=True in train()) to continue on "
+            "the new data "
             "(recorded in the manifest's segments)",
             change,
         )

@@ -102,8 +102,8 @@ class RemoteRuns:
         shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
         return (
             f"run {run_dir.name}: the newest state did not reach {self.url} ({why}): {shown} only in the staging "
-            f"copy {run_dir}; once the store answers, `--resume {run_dir.name}` on this machine (same STORE_CACHE) "
-            "uploads them"
+            f"copy {run_dir}; once the store answers, `--resume {run_dir.name}` (resume={run_dir.name!r} in "
+            "train()) on this machine (same STORE_CACHE) uploads them"
         )
 
     def push(self, run_dir: Path) -> None:

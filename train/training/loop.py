@@ -621,7 +621,7 @@ def _how_to_train_more(s: Settings) -> str:
     if s.lr_schedule != "constant":  # its decay spans EPOCHS: a larger one changes the rates to come
         return (
             f"start a new run with a larger EPOCHS: LR_SCHEDULE={s.lr_schedule} decays over EPOCHS, so a resume with "
-            "a larger one needs --force and trains on at rates no run started with it had"
+            "a larger one needs --force (force=True in train()) and trains on at rates no run started with it had"
         )
     return "resume with a larger EPOCHS"
 
@@ -655,8 +655,8 @@ def start_loop(
         raise ResumeMismatchError(
             f"EPOCHS={epochs}: this run stopped inside its epoch {state.epoch + 1} (after {state.step} of its steps), "
             f"so ending it at epoch {epochs} would keep weights of no epoch's end; resume with EPOCHS="
-            f"{state.epoch + 1} or more to finish that epoch, or start a new run instead (no --resume; RESUME= empty "
-            "where RESUME=auto chose this run)"
+            f"{state.epoch + 1} or more to finish that epoch, or start a new run instead (no --resume, resume=None in "
+            "train(); RESUME= empty where RESUME=auto chose this run)"
         )
     loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started, stop, chief=chief)
     loop.build_model(models)
