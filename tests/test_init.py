@@ -41,7 +41,7 @@ def test_train_tells_the_report_then_the_export_then_the_extras_then_the_callers
         seen.update(own=parts(settings.replace(report="quick", export=False)), callbacks=list(callbacks))
 
     monkeypatch.setattr(fit, "fit", fake_fit)
-    mine = object()
+    mine = type("Mine", (), {"on_end": lambda self, status, stop: None})()
     train.train(Settings(), callbacks=[mine])
     report, export = seen["own"]
     assert isinstance(report, ReportCallback) and report.mode == "quick"
@@ -285,3 +285,32 @@ def test_callbacks_given_as_a_generator_reach_the_run(monkeypatch):
     monkeypatch.setattr(fit, "fit", lambda settings, resume, force, restart, callbacks, *a, **k: seen.extend(callbacks))
     train.train(Settings(), callbacks=(c for c in mine))
     assert seen == mine
+
+
+def test_a_callback_class_or_an_object_with_no_hook_is_refused_before_the_run(monkeypatch):
+    """callbacks=[Mine] (the class) trained an epoch, then failed the run with `on_epoch_end() missing 1
+    required positional argument`; a function, or each letter of callbacks="mine", was never called."""
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    class Mine:
+        def on_epoch_end(self, epoch, row, state):
+            return None
+
+    def on_epoch_end(epoch, row, state):
+        return None
+
+    monkeypatch.setattr(fit, "fit", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(TypeError) as info:
+        train.train(Settings(), callbacks=[Mine])
+    assert str(info.value) == "train(callbacks=...) takes callback objects, not the class Mine: callbacks=[Mine()]"
+    hooks = "on_start, on_train_begin, on_epoch_end, on_complete, on_end, on_close"
+    for wrong, shown in (([on_epoch_end], "function <function"), ("mine", "str 'm'"), ([1], "int 1")):
+        with pytest.raises(TypeError) as info:
+            train.train(Settings(), callbacks=wrong)
+        assert str(info.value).startswith(f"train(callbacks=...): {shown}"), info.value
+        assert str(info.value).endswith(
+            f"has none of a callback's methods ({hooks}), so the run would never call it; write an object with "
+            "them, e.g. on_epoch_end(epoch, row, state)"
+        )

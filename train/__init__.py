@@ -114,7 +114,25 @@ def _checked_callbacks(callbacks) -> list:
                 "train.training.callbacks lists (on_epoch_end(epoch, row, state), ...), or use the setting that "
                 "does it (early stopping: PATIENCE; TensorBoard logs are in RUN/tensorboard)"
             )
+    for c in callbacks:
+        _check_callback(c)
     return callbacks
+
+
+def _check_callback(c) -> None:
+    """A class given for its instance failed the run at its first epoch's end (`on_epoch_end() missing 1
+    required positional argument`); an object with no hook (a function, a misspelt method) was never called."""
+    from .training.callbacks import HOOKS
+
+    if isinstance(c, type) and any(hasattr(c, h) for h in HOOKS):
+        raise TypeError(
+            f"train(callbacks=...) takes callback objects, not the class {c.__name__}: callbacks=[{c.__name__}()]"
+        )
+    if c is not None and not any(hasattr(c, h) for h in HOOKS):
+        raise TypeError(
+            f"train(callbacks=...): {type(c).__name__} {c!r:.60} has none of a callback's methods ({', '.join(HOOKS)}), "
+            "so the run would never call it; write an object with them, e.g. on_epoch_end(epoch, row, state)"
+        )
 
 
 def check_before_training(settings) -> None:

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+HOOKS = ("on_start", "on_train_begin", "on_epoch_end", "on_complete", "on_end", "on_close")  # as listed above
+
 
 class Callbacks:
     def __init__(self, items: Iterable[Any] = ()):
