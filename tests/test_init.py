@@ -314,3 +314,19 @@ def test_a_callback_class_or_an_object_with_no_hook_is_refused_before_the_run(mo
             f"has none of a callback's methods ({hooks}), so the run would never call it; write an object with "
             "them, e.g. on_epoch_end(epoch, row, state)"
         )
+
+
+def test_a_continue_with_that_is_not_a_function_is_refused_before_the_run(monkeypatch):
+    """continue_with="mine" was taken, and a run stopped by a signal or MAX_MINUTES failed with `'str' object
+    is not callable` as it wrote its last line."""
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    monkeypatch.setattr(fit, "fit", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(TypeError) as info:
+        train.train(Settings(), continue_with="mine")
+    assert str(info.value) == (
+        "train(continue_with=...) takes a function of the run's name that returns the line to continue it, not str "
+        "'mine'; e.g. continue_with=lambda name: f'... {name}'"
+    )

@@ -58,6 +58,11 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
             f"train(resume=...) names the run to continue, as RESUME does: its id or path, 'latest' or 'auto' "
             f"(text or a Path), not {type(resume).__name__} {resume!r}; e.g. train(settings, resume='latest')"
         )
+    if continue_with is not None and not callable(continue_with):  # else a TypeError as a stopped run ends
+        raise TypeError(
+            f"train(continue_with=...) takes a function of the run's name that returns the line to continue it, "
+            f"not {type(continue_with).__name__} {continue_with!r:.60}; e.g. continue_with=lambda name: f'... {{name}}'"
+        )
     callbacks = _checked_callbacks(callbacks)
     _check_values(settings)
     check_before_training(settings)
