@@ -330,3 +330,21 @@ def test_a_continue_with_that_is_not_a_function_is_refused_before_the_run(monkey
         "train(continue_with=...) takes a function of the run's name that returns the line to continue it, not str "
         "'mine'; e.g. continue_with=lambda name: f'... {name}'"
     )
+
+
+def test_force_or_restart_other_than_true_or_false_is_refused_before_the_run(monkeypatch):
+    """force="no" is truthy: a resume with changed settings was forced, the opposite of what was written."""
+    import numpy as np
+
+    import train
+    from train.config import Settings
+    from train.training import fit
+
+    monkeypatch.setattr(fit, "fit", lambda *a, **k: "trained")
+    for name in ("force", "restart"):
+        for wrong in ("no", "False", None, 2):
+            with pytest.raises(TypeError) as info:
+                train.train(Settings(), **{name: wrong})
+            assert str(info.value) == f"train({name}=...) is True or False, not {type(wrong).__name__} {wrong!r}"
+        for right in (True, False, 1, 0, np.True_):
+            assert train.train(Settings(), **{name: right}) == "trained"

@@ -58,6 +58,9 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
             f"train(resume=...) names the run to continue, as RESUME does: its id or path, 'latest' or 'auto' "
             f"(text or a Path), not {type(resume).__name__} {resume!r}; e.g. train(settings, resume='latest')"
         )
+    for name, value in (("force", force), ("restart", restart)):
+        if value not in (True, False):  # force="no" is truthy: it would have forced a changed resume
+            raise TypeError(f"train({name}=...) is True or False, not {type(value).__name__} {value!r:.60}")
     if continue_with is not None and not callable(continue_with):  # else a TypeError as a stopped run ends
         raise TypeError(
             f"train(continue_with=...) takes a function of the run's name that returns the line to continue it, "
