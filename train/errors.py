@@ -201,20 +201,6 @@ class StackError(TemplateError):
     not match its row (train.gpucheck.stack)."""
 
 
-class RequestError(TemplateError, exit_code=2):
-    """`serve`: a request the server refuses, answered with its HTTP status and {"error": message}.
-
-    The server answers it and lives on (exit_code is never a process's). `name` is what in the request is wrong
-    (a field, a header, a tensor), `value` what it held, `fix` what to send instead.
-    """
-
-    def __init__(self, name: str, value: object, fix: str, status: int = 400, retry_after: int | None = None):
-        self.name, self.value, self.fix, self.status = name, value, fix, status
-        self.retry_after = retry_after  # seconds, sent as Retry-After: a refusal that passes with time (503)
-        shown = "" if value is None else f" ({str(value)[:80]})"
-        super().__init__(f"{name}{shown}: {fix}")
-
-
 class RegisterError(ConfigError):
     """A register() line of the models or data sets that cannot be used (a name another function has,
     an argument the loop cannot use): found when its module is imported, whatever MODEL or DATASET is."""

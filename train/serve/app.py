@@ -24,10 +24,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .. import __version__
-from ..errors import RequestError
 from . import payloads
 from .batcher import Batcher
 from .model import ServedModel
+from .payloads import RequestError
 from .work import Decoder
 
 log = logging.getLogger("train")

@@ -23,10 +23,24 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, RequestError
+from ..errors import DataError, TemplateError
 from ..inputs.images import SUPPORTED, declared_pixels, decode_image_bytes
 
 INPUT = "images"  # the serving signature's one input (train.results.export.write_savedmodel)
+
+
+class RequestError(TemplateError, exit_code=2):
+    """`serve`: a request the server refuses, answered with its HTTP status and {"error": message}.
+
+    The server answers it and lives on (exit_code is never a process's). `name` is what in the request is wrong
+    (a field, a header, a tensor), `value` what it held, `fix` what to send instead.
+    """
+
+    def __init__(self, name: str, value: object, fix: str, status: int = 400, retry_after: int | None = None):
+        self.name, self.value, self.fix, self.status = name, value, fix, status
+        self.retry_after = retry_after  # seconds, sent as Retry-After: a refusal that passes with time (503)
+        shown = "" if value is None else f" ({str(value)[:80]})"
+        super().__init__(f"{name}{shown}: {fix}")
 
 
 def parse_json(body: bytes) -> Any:

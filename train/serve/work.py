@@ -23,8 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..errors import RequestError
-from .payloads import Pending
+from .payloads import Pending, RequestError
 
 T = TypeVar("T")
 LIGHT_BYTES = 1_000_000  # a JSON body this size parses in about 20 ms
