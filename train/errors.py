@@ -123,14 +123,6 @@ class ExportError(TemplateError, exit_code=8):
     """The exported model could not be written, or its predictions differ from the model's."""
 
 
-class ConversionError(ExportError):
-    """A converter (LiteRT, ONNX) cannot express the model: names the format, the op or layer, and the fix."""
-
-    def __init__(self, fmt: str, what: str, fix: str):
-        self.format, self.what, self.fix = fmt, what, fix
-        super().__init__(f"{fmt}: {what}: {fix}")
-
-
 class NoGPUError(TemplateError, exit_code=1):
     """`check --require-gpu` found no usable GPU."""
 

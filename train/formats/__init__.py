@@ -10,3 +10,13 @@ litert.py         the SavedModel to model.tflite (float or quantised), with Tens
 onnx_export.py    the serving function to model.onnx, with tf2onnx
 runtime_check.py  runs a .tflite / .onnx with numpy and its runtime only, in a fresh process
 """
+
+from ..errors import ExportError
+
+
+class ConversionError(ExportError):
+    """A converter (LiteRT, ONNX) cannot express the model: names the format, the op or layer, and the fix."""
+
+    def __init__(self, fmt: str, what: str, fix: str):
+        self.format, self.what, self.fix = fmt, what, fix
+        super().__init__(f"{fmt}: {what}: {fix}")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConversionError
+from . import ConversionError
 
 _UNSUPPORTED = re.compile(r"'(tf\.\w+)' op is neither a custom op nor a flex op")
 _WHERE = re.compile(r'fused\["(\w+):", "([^"@]+)@')

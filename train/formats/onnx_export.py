@@ -18,7 +18,7 @@ import io
 import logging
 from pathlib import Path
 
-from ..errors import ConversionError
+from . import ConversionError
 
 OPSET = 17  # ONNX Runtime 1.14 and later run it; tf2onnx 1.17 supports up to 18
 
