@@ -36,27 +36,24 @@ BF16_MIN_CC = (8, 0)
 
 def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
     """The CPU feature flags; empty when they cannot be read (non-Linux): then auto stays float32."""
-    try:
-        text = Path(cpuinfo).read_text(errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags") and ":" in line:
-            return set(line.split(":", 1)[1].split())
-    return set()
+    return set((_cpuinfo_value("flags", cpuinfo) or "").split())
 
 
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     """The CPU's model name ("AMD EPYC 9R14 ..."), else the processor platform reports; "" if neither."""
-    try:
-        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
-            if line.startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     import platform
 
-    return platform.processor()
+    model = _cpuinfo_value("model name", cpuinfo)
+    return model.strip() if model is not None else platform.processor()
+
+
+def _cpuinfo_value(key: str, cpuinfo: str | Path) -> str | None:
+    """The text after the colon of `cpuinfo`'s first line starting with `key`; None without one (or the file)."""
+    try:
+        lines = Path(cpuinfo).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1] for line in lines if line.startswith(key) and ":" in line), None)
 
 
 # The CPU families oneDNN's kernels differ by, strongest first: bit-identical results hold within one
