@@ -49,6 +49,11 @@ def _xy(records: RunRecords, key: str) -> tuple[list[float], list[float]]:
     return [e for e, _ in pairs], [v for _, v in pairs]
 
 
+def _marker(x: list) -> str | None:
+    """Each point marked while there are few enough (40) to tell apart."""
+    return "o" if len(x) <= 40 else None
+
+
 def _epoch_axis(ax, records: RunRecords) -> None:
     from matplotlib.ticker import MaxNLocator
 
@@ -100,7 +105,7 @@ def _metric_panel(ax, records: RunRecords, metric: str, best: dict | None) -> No
     for key, colour, label in ((metric, TRAIN, "train"), ("val_" + metric, VAL, "validation")):
         x, y = _xy(records, key)
         if x:
-            ax.plot(x, y, color=colour, marker="o" if len(x) <= 40 else None, markersize=4, label=label)
+            ax.plot(x, y, color=colour, marker=_marker(x), markersize=4, label=label)
     if best is not None and records.monitor in (metric, "val_" + metric):
         ax.plot(
             [best["epoch"]],
@@ -124,18 +129,11 @@ def _measure_panel(ax, records: RunRecords, key: str, title: str, second: str | 
     ax.set_title(title)
     x, y = _xy(records, key)
     if x:
-        ax.plot(
-            x,
-            y,
-            color=TRAIN,
-            marker="o" if len(x) <= 40 else None,
-            markersize=3,
-            label="used (driver)" if second else None,
-        )
+        ax.plot(x, y, color=TRAIN, marker=_marker(x), markersize=3, label="used (driver)" if second else None)
     if second:
         x2, y2 = _xy(records, second)
         if x2:
-            ax.plot(x2, y2, color=VAL, marker="o" if len(x2) <= 40 else None, markersize=3, label="peak (TensorFlow)")
+            ax.plot(x2, y2, color=VAL, marker=_marker(x2), markersize=3, label="peak (TensorFlow)")
         ax.legend(loc="best", fontsize=8)
     _plain_numbers(ax, y)
     _epoch_axis(ax, records)
@@ -287,19 +285,12 @@ def compare_figure(runs: Sequence[RunRecords]):
             for key, style in (("val_" + metric, "-"), (metric, "--")):
                 x, y = _xy(rec, key)
                 if x:
-                    ax.plot(
-                        x,
-                        y,
-                        linestyle=style,
-                        color=colour,
-                        marker="o" if len(x) <= 40 else None,
-                        markersize=3,
-                        label=rec.name if key.startswith("val_") else None,
-                    )
+                    label = rec.name if key.startswith("val_") else None
+                    ax.plot(x, y, linestyle=style, color=colour, marker=_marker(x), markersize=3, label=label)
         x, y = _xy(rec, rec.monitor)
         if x:
             secs = [rec.seconds_to(e) for e in x]
-            axes[2].plot(secs, y, color=colour, marker="o" if len(x) <= 40 else None, markersize=3)
+            axes[2].plot(secs, y, color=colour, marker=_marker(x), markersize=3)
             best = rec.best_row()
             if best is not None:  # where each run reached its best: the time-to-best column of the table
                 axes[2].plot(
