@@ -49,7 +49,7 @@ from ..run.rundir import RunDir
 from ..run.train_log import close_logging, log_to_file_only, setup_logging
 from . import flops
 from .callbacks import Callbacks
-from .loop import LoopState, Result, at_new_batch_size, log_distribution, split_of, start_loop
+from .loop import LoopState, Result, at_new_batch_size, log_distribution, start_loop
 from .stop_flag import StopFlag
 
 log = logging.getLogger("train")
@@ -432,13 +432,12 @@ def _record_start(
 
 def _record_distribution(manifest_path: Path, setup, state: LoopState) -> None:
     """The manifest says how the run was split; a resume on another worker count is appended."""
-    replicas, n_workers, index = split_of(setup)
     now = {
-        "workers": n_workers,
-        "worker_index": index,
-        "replicas": replicas,
+        "workers": setup.workers,
+        "worker_index": setup.worker_index,
+        "replicas": setup.replicas,
         "global_batch": state.batch_size,
-        "per_replica_batch": state.batch_size // replicas,
+        "per_replica_batch": state.batch_size // setup.replicas,
         "from_global_step": state.global_step,
     }
     history = read_json(manifest_path).get("distribution", []) if manifest_path.is_file() else []

@@ -133,20 +133,14 @@ def batch_text(batch: int, replicas: int) -> str:
 
 
 def log_distribution(setup, state: LoopState) -> None:
-    replicas, workers, index = split_of(setup)
     log.info(
         "distribution: %d worker(s), this is worker %d, %d replica(s) in sync, global batch %d, %d per replica",
-        workers,
-        index,
-        replicas,
+        setup.workers,
+        setup.worker_index,
+        setup.replicas,
         state.batch_size,
-        state.batch_size // replicas,
+        state.batch_size // setup.replicas,
     )
-
-
-def split_of(setup) -> tuple[int, int, int]:
-    """(replicas, workers, this worker's index) of a device set-up."""
-    return getattr(setup, "replicas", 1), getattr(setup, "workers", 1), getattr(setup, "worker_index", 0)
 
 
 def progress_verbose(progress: str, isatty: bool) -> int:
@@ -351,7 +345,7 @@ class EpochLoop:
         )
         if status == "completed" and self.chief:
             result = self._finish(result)
-        if getattr(self.setup, "group", None) is not None:  # several workers (train.workers)
+        if self.setup.group is not None:  # several workers (train.workers)
             # The others wait here for the chief's final weights and export, so no worker leaves
             # while the chief still counts on it (the coordination service would report it lost).
             self.setup.group.wait_for_chief()
@@ -666,7 +660,7 @@ def start_loop(
                 checkpoints.restore(loop.model, loaded)
             else:
                 loop.model.optimizer.build(loop.model.trainable_variables)
-            if getattr(setup, "group", None) is not None:
+            if setup.group is not None:
                 setup.group.share_variables([*loop.model.variables, *loop.model.optimizer.variables])
         log.info("resuming at epoch %d, step %d (global step %d)", state.epoch + 1, state.step, state.global_step)
         if state.epoch >= epochs:  # a completed run resumed as it was: say so, rather than train nothing in silence
