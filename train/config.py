@@ -306,11 +306,8 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
         return _typed(f, raw)
     text = raw.strip()
     if f.type in ("bool", bool):
-        low = text.lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
+        if text.lower() in _TRUE | _FALSE:
+            return text.lower() in _TRUE
         raise ConfigError(name, raw, "expected true/false (1/0, yes/no, on/off)")
     if f.type in ("int", int):
         try:
@@ -322,7 +319,7 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
             value = float(text)
         except ValueError:
             raise ConfigError(name, raw, "expected a number, e.g. " + str(f.default)) from None
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise ConfigError(name, raw, "expected a finite number")
         return value
     return text
