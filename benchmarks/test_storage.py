@@ -32,10 +32,9 @@ def s3(tmp_path_factory):
 
 def test_object_storage_against_local_disk(benchmark, s3, mnist, quick, tmp_path, monkeypatch):
     from train import train
-    from train.locations import parse_url
     from train.run import remote
     from train.run.files import atomic_write
-    from train.store.client import Store
+    from train.store.client import Store, parse_url
 
     for name, value in s3.env().items():
         monkeypatch.setenv(name, value)

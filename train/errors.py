@@ -142,27 +142,12 @@ class ReproduceRecordError(ReproduceError):
         super().__init__(f"{path}: {field}={value!r} {problem}; {fix}")
 
 
-class DataVersionError(ReproduceError):
-    """The DVC version of a run's data cannot be had (train.dvc): no dvc command, no access to its remote,
-    a commit or a version that is not there, or a version that is not the data the run trained on.
-
-    `name` is what is missing or wrong, `value` what the record holds, `fix` the command that mends it."""
-
-    def __init__(self, name: str, value: object, problem: str, fix: str):
-        self.name, self.value, self.fix = name, value, fix
-        super().__init__(f"{name} {value}: {problem}; {fix}")
-
-
 class ReproduceMismatch(TemplateError, exit_code=10):
     """The rerun finished but its result differs from the original's (the verdict says how)."""
 
 
 class WorkerLostError(TemplateError, exit_code=11):
     """Training with several workers: another worker died, its host was lost or it stopped answering."""
-
-
-class WorkersMissingError(WorkerLostError):
-    """Several workers: the others did not all start within JOIN_TIMEOUT."""
 
 
 class Interrupted(TemplateError, exit_code=75):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 SCHEMES = ("s3", "gs", "az")
@@ -22,20 +21,6 @@ def looks_like_url(text: str) -> bool:
     """Whether RUNS_DIR names a store, or tries to: `scheme://...`, or `s3:`/`gs:`/`az:` without the slashes."""
     m = _URL.match(str(text))
     return bool(m) and (bool(m.group(2)) or m.group(1).lower() in SCHEMES)
-
-
-@dataclass(frozen=True)
-class StoreURL:
-    scheme: str
-    bucket: str
-    prefix: str  # no leading or trailing slash; "" for the bucket's top
-
-    def __str__(self) -> str:
-        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
-
-    def key(self, rel: str) -> str:
-        """The object name of `rel` (a path inside RUNS_DIR)."""
-        return f"{self.prefix}/{rel}" if self.prefix else rel
 
 
 def url_problem(text: str) -> str | None:
@@ -122,13 +107,6 @@ def redact_argv(argv: list[str]) -> list[str]:
         flag, eq, value = token.partition("=") if token.startswith("--") else ("", "", token)
         out.append(flag + eq + redact_uri(value) if "://" in value else token)
     return out
-
-
-def parse_url(text: str) -> StoreURL:
-    m = _URL.match(text)
-    assert m and not url_problem(text), text  # config validated it
-    bucket, _, prefix = m.group(3).partition("/")
-    return StoreURL(m.group(1).lower(), bucket, "/".join(p for p in prefix.split("/") if p))
 
 
 # 20261130-061959-483920[-name]: date, time, microseconds. Ids made before the microseconds

@@ -10,7 +10,8 @@ import pytest
 from helpers import tiny_settings
 
 from train.dvc import fetch, tool
-from train.errors import DataVersionError, ReproduceError
+from train.dvc.fetch import DataVersionError
+from train.errors import ReproduceError
 
 VERSION = {
     "tool": "dvc",

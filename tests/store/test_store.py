@@ -12,10 +12,9 @@ from servers_s3 import dead_endpoint
 
 from train.config import load_settings
 from train.errors import ConfigError, RunBusyError, StorageError
-from train.locations import parse_url
 from train.run import remote
 from train.store import remote as remote_store
-from train.store.client import Conflict, Store
+from train.store.client import Conflict, Store, parse_url
 from train.store.lease import Lease
 from train.store.mirror import Mirror
 from train.store.remote import RemoteRuns, Uploads

@@ -20,10 +20,11 @@ import pytest
 from faults import env
 from helpers import free_local_ports
 
-from train.errors import ConfigError, Interrupted, PortInUseError, WorkersMissingError
+from train.errors import ConfigError, Interrupted, PortInUseError
 from train.training.stop_flag import StopFlag
 from train.workers import join
 from train.workers.cluster import from_workers
+from train.workers.join import WorkersMissingError
 
 HANG_GUARD = 120  # seconds: only reached when something hangs
 

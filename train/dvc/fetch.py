@@ -19,8 +19,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError, DataVersionError, ReproduceError
+from ..errors import DataError, ReproduceError
 from . import tool, tracked
+
+
+class DataVersionError(ReproduceError):
+    """The DVC version of a run's data cannot be had (train.dvc): no dvc command, no access to its remote,
+    a commit or a version that is not there, or a version that is not the data the run trained on.
+
+    `name` is what is missing or wrong, `value` what the record holds, `fix` the command that mends it."""
+
+    def __init__(self, name: str, value: object, problem: str, fix: str):
+        self.name, self.value, self.fix = name, value, fix
+        super().__init__(f"{name} {value}: {problem}; {fix}")
+
 
 _NO_REVISION = ("unknown git revision", "unknown revision", "bad revision")
 # The git repository itself cannot be read (moved, deleted, its URL down): checked before the DVC

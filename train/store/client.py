@@ -15,10 +15,33 @@ import datetime as _dt
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, StorageError
-from ..locations import StoreURL, redact_uri
+from ..locations import redact_uri, url_problem
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    scheme: str
+    bucket: str
+    prefix: str  # no leading or trailing slash; "" for the bucket's top
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def key(self, rel: str) -> str:
+        """The object name of `rel` (a path inside RUNS_DIR)."""
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+
+def parse_url(text: str) -> StoreURL:
+    assert not url_problem(text), text  # config validated it: `scheme://BUCKET[/PREFIX]`
+    scheme, _, rest = text.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    return StoreURL(scheme.lower(), bucket, "/".join(p for p in prefix.split("/") if p))
+
 
 # Short network waits: the uploads retry on their own schedule (train.store.mirror), and a start-up
 # check must say "the store does not answer" in seconds, not minutes.

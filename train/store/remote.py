@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import StorageError
-from ..locations import StoreURL, creation_key, parse_url
+from ..locations import creation_key
 from ..run.files import ensure_writable
 from ..run.find import Need, pick_latest
-from .client import Store
+from .client import Store, StoreURL, parse_url
 from .lease import Lease, expired
 from .mirror import Mirror, pull
 

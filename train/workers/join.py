@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ..errors import ConfigError, Interrupted, PortInUseError, WorkersMissingError
+from ..errors import ConfigError, Interrupted, PortInUseError, WorkerLostError
 from .cluster import Cluster
 
 log = logging.getLogger("train")
@@ -34,6 +34,10 @@ JOIN_REPORT_SECONDS = 30  # how often the missing workers are logged (the first 
 CONNECT_SECONDS = 1.0  # one connection attempt to another worker
 LINE_SECONDS = 3.0  # for the other end's line, once connected
 POLL_SECONDS = 0.5  # between rounds: a stop request is seen within this
+
+
+class WorkersMissingError(WorkerLostError):
+    """Several workers: the others did not all start within JOIN_TIMEOUT."""
 
 
 def digest(cluster: Cluster) -> str:
