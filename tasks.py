@@ -83,6 +83,15 @@ def _compose(c: Context, cpu: bool, gpu_needed: bool = True, local: bool = True)
     return f"{ids} docker compose" + (f" {CPU_COMPOSE}" if cpu else "")
 
 
+def _words(option: str, text: str) -> str:
+    """`text` split like a shell would, each word quoted again: c.run hands its line to a shell, and a `;`,
+    `|` or `$(...)` in --args must reach the command as an argument, never run as a shell command."""
+    try:
+        return shlex.join(shlex.split(text))
+    except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
+        raise Exit(f"{option} {text!r}: {error}: close the quote, or escape it with a backslash") from None
+
+
 def _volumes() -> None:
     # Created here, as you, so the daemon does not create them as root (compose refuses missing ones).
     for name in ("runs", "data"):
@@ -178,6 +187,7 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
     """Train with .env's settings, in the container with the GPU.
 
     The settings from .env plus --args; the container gets the GPU and the runs/ and data/ volumes."""
+    args = _words("--args", args)
     _volumes()
     if workers > 1:
         _train_workers(c, workers, local, detach, args)
@@ -291,8 +301,11 @@ def compare(c, runs, out=""):
     """Compare runs on this host (no container, no TensorFlow).
 
     Runs `python -m train compare RUN RUN ...`."""
-    names = " ".join(shlex.quote(r) for r in shlex.split(runs))
-    c.run(f"{PY} -m train compare {names}" + (f" --out {shlex.quote(out)}" if out else ""), echo=True, pty=True)
+    c.run(
+        f"{PY} -m train compare {_words('--runs', runs)}" + (f" --out {shlex.quote(out)}" if out else ""),
+        echo=True,
+        pty=True,
+    )
 
 
 @task(
@@ -376,7 +389,7 @@ def test(c, args="", all=False):
 
     Runs `python -m pytest -q -n auto -m "<fast tier>"`, or without the -m with --all."""
     tier = "" if all else f" -m {shlex.quote(FAST_TIER)}"
-    c.run(f"{PY} -m pytest -q -n auto{tier} {args}".rstrip(), echo=True, pty=True)
+    c.run(f"{PY} -m pytest -q -n auto{tier} {_words('--args', args)}".rstrip(), echo=True, pty=True)
 
 
 @task(
@@ -391,6 +404,7 @@ def bench(c, json=".benchmarks/latest.json", args="", quick=False):
 
     pytest-benchmark's timing tables first, then benchmarks/summarise.py's table of the ratios
     against the reference recipe (the one in docs/performance.md), from the JSON report."""
+    args = _words("--args", args)
     report = Path(json)
     report.parent.mkdir(parents=True, exist_ok=True)
     before = report.stat().st_mtime_ns if report.is_file() else None
@@ -625,6 +639,7 @@ def sweep(c, space, trials=0, storage="", local=False, workers=1, cpu=False, arg
 
     --local runs `python -m train sweep` here; otherwise N workers of the compose `sweep` profile
     share one study in its PostgreSQL service (docs/sweeps.md)."""
+    args = _words("--args", args)
     flags = (f" --trials {int(trials)}" if trials else "") + (f" {args}" if args else "")
     if local:
         flags += f" --storage {shlex.quote(storage)}" if storage else ""

@@ -18,7 +18,7 @@ if not (ROOT / "tasks.py").is_file():
     pytest.skip("tasks.py is a host-side file (not in the image)", allow_module_level=True)
 invoke = pytest.importorskip("invoke")
 sys.path.insert(0, str(ROOT))
-from invoke import Exit, MockContext, Result  # noqa: E402
+from invoke import Config, Context, Exit, MockContext, Result  # noqa: E402
 
 import tasks  # noqa: E402
 
@@ -134,6 +134,43 @@ def test_train_local_and_detached_local():
     assert echoed(c) == [f"{tasks.PY} -m train fit --smoke", f"nohup {tasks.PY} -m train fit > runs/nohup.out 2>&1 &"]
     assert c.run.call_args_list[-1].kwargs["disown"] is True
     assert not any(cmd.startswith("docker") for cmd in commands(c))
+
+
+def shell() -> Context:
+    """A context whose commands really run in a shell (stdin left alone: pytest captures it)."""
+    return Context(Config(overrides={"run": {"in_stream": False, "hide": True}}))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda args: tasks.train(shell(), local=True, args=args),
+        lambda args: tasks.train(shell(), local=True, workers=2, args=args),
+        lambda args: tasks.sweep(shell(), space="space.toml", local=True, args=args),
+        lambda args: tasks.test(shell(), args=args),
+        lambda args: tasks.bench(shell(), json=str(tasks.ROOT / "r.json"), args=args),
+        lambda args: tasks.compare(shell(), runs=args),
+    ],
+    ids=["train", "train-workers", "sweep", "test", "bench", "compare"],
+)
+def test_args_reach_the_command_as_words_and_never_run_in_the_shell(monkeypatch, tmp_path, call):
+    monkeypatch.setattr(tasks, "PY", "true")  # a real shell runs the line; `true` stands for python
+    pwned = tmp_path / "pwned"
+    call(f"--smoke; touch {pwned} && touch {pwned}-2 $(touch {pwned}-3)")
+    assert list(tmp_path.glob("pwned*")) == []
+
+
+@pytest.mark.parametrize("task", [tasks.train, tasks.test, tasks.bench])
+def test_args_with_an_unclosed_quote_stop_with_one_line_before_running_anything(task):
+    c = ctx()
+    with pytest.raises(Exit, match=r"^--args \"--epochs '5\": No closing quotation: close the quote"):
+        task(c, args="--epochs '5")
+    assert commands(c) == []
+
+
+def test_compare_with_an_unclosed_quote_names_the_runs():
+    with pytest.raises(Exit, match=r"^--runs \"a 'b\": No closing quotation"):
+        tasks.compare(ctx(), runs="a 'b")
 
 
 @pytest.mark.parametrize(
