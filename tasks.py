@@ -92,6 +92,12 @@ def _words(option: str, text: str) -> str:
         raise Exit(f"{option} {text!r}: {error}: close the quote, or escape it with a backslash") from None
 
 
+def _at_least_one(option: str, value: int) -> None:
+    """A count of processes: below 1, compose would scale to none and train --local would start one."""
+    if value < 1:
+        raise Exit(f"{option} {value}: give 1 or more")
+
+
 def _volumes() -> None:
     # Created here, as you, so the daemon does not create them as root (compose refuses missing ones).
     for name in ("runs", "data"):
@@ -188,6 +194,7 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
 
     The settings from .env plus --args; the container gets the GPU and the runs/ and data/ volumes."""
     args = _words("--args", args)
+    _at_least_one("--workers", workers)
     _volumes()
     if workers > 1:
         _train_workers(c, workers, local, detach, args)
@@ -483,6 +490,7 @@ def mutate(c, modules="", workers=1, results=False):
     """Mutation testing of train/ with the fast tests (not in CI).
 
     The modules and tests are configured in [tool.mutmut] in pyproject.toml."""
+    _at_least_one("--workers", workers)
     wanted = [m.strip() for m in modules.split(",") if m.strip()]
     unknown = [m for m in wanted if not _module_or_package(m)]
     if unknown:
@@ -640,6 +648,7 @@ def sweep(c, space, trials=0, storage="", local=False, workers=1, cpu=False, arg
     --local runs `python -m train sweep` here; otherwise N workers of the compose `sweep` profile
     share one study in its PostgreSQL service (docs/sweeps.md)."""
     args = _words("--args", args)
+    _at_least_one("--workers", workers)
     flags = (f" --trials {int(trials)}" if trials else "") + (f" {args}" if args else "")
     if local:
         flags += f" --storage {shlex.quote(storage)}" if storage else ""

@@ -507,6 +507,24 @@ def test_train_with_workers_refuses_what_it_cannot_do(kw, words):
     assert words in str(info.value)
 
 
+@pytest.mark.parametrize("workers", [0, -1])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c, n: tasks.train(c, workers=n),
+        lambda c, n: tasks.train(c, local=True, workers=n),
+        lambda c, n: tasks.sweep(c, space="space.toml", workers=n),
+        lambda c, n: tasks.mutate(c, workers=n),
+    ],
+    ids=["train", "train-local", "sweep", "mutate"],
+)
+def test_workers_below_one_are_refused_before_anything_runs(call, workers):
+    c = ctx()
+    with pytest.raises(Exit, match=f"^--workers {workers}: give 1 or more$"):
+        call(c, workers)
+    assert commands(c) == []
+
+
 LIST_WIDTH = 60  # `invoke --list` wraps at the terminal's width: 80 columns leave 63 beside the names
 
 
