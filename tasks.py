@@ -98,6 +98,13 @@ def _at_least_one(option: str, value: int) -> None:
         raise Exit(f"{option} {value}: give 1 or more")
 
 
+def _published(port: int) -> int:
+    """A port compose publishes on 127.0.0.1: with 0 Docker would pick one that the task cannot print."""
+    if not 1 <= port <= 65535:
+        raise Exit(f"--port {port}: give a port number from 1 to 65535 (--local takes 0: any free port)")
+    return port
+
+
 def _volumes() -> None:
     # Created here, as you, so the daemon does not create them as root (compose refuses missing ones).
     for name in ("runs", "data"):
@@ -345,6 +352,7 @@ def tensorboard(c, local=False, port=6006, cpu=False, stop=False):
     if local:
         c.run(f"{PY} -m tensorboard.main --logdir runs --host 127.0.0.1 --port {int(port)}", echo=True, pty=True)
         return
+    port = _published(port)
     _volumes()
     compose = _compose(c, cpu, gpu_needed=False)
     if stop:
@@ -371,6 +379,7 @@ def serve(c, run="latest", local=False, port=8501, model_name="model", cpu=False
     if local:
         c.run(f"{PY} -m train serve {args} --port {int(port)}", echo=True, pty=True)
         return
+    port = _published(port)
     _volumes()
     compose = _compose(c, cpu, gpu_needed=False)
     c.run(

@@ -674,6 +674,15 @@ def test_serve_runs_the_command_locally_or_the_compose_profile():
     ]
 
 
+@pytest.mark.parametrize("port", [0, -1, 65536, 70000])
+@pytest.mark.parametrize("task", [tasks.serve, tasks.tensorboard])
+def test_a_port_compose_cannot_publish_is_refused_before_docker(task, port):
+    c = ctx()
+    with pytest.raises(Exit, match=f"^--port {port}: give a port number from 1 to 65535"):
+        task(c, port=port)
+    assert commands(c) == []
+
+
 def test_sweep_runs_the_package_command_here_or_n_workers_of_the_compose_profile(tmp_path):
     c = ctx()
     tasks.sweep(c, space="space.toml", local=True, trials=4, storage="postgresql://db/x", args="--epochs 2")
