@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from invoke import Collection, Context, Exit, task
@@ -422,7 +423,7 @@ def bench(c, json=".benchmarks/latest.json", args="", quick=False):
     against the reference recipe (the one in docs/performance.md), from the JSON report."""
     args = _words("--args", args)
     report = Path(json)
-    report.parent.mkdir(parents=True, exist_ok=True)
+    _writable_folder("--json", report)
     before = report.stat().st_mtime_ns if report.is_file() else None
     flags = " --bench-quick" if quick else ""
     result = c.run(
@@ -438,6 +439,18 @@ def bench(c, json=".benchmarks/latest.json", args="", quick=False):
             print("--quick: tiny data, so these ratios only show that the benchmarks run")
     if not result.ok:
         raise Exit(code=result.exited)
+
+
+def _writable_folder(option: str, path: Path) -> None:
+    """Make `path`'s folder and write a file in it: a report that cannot be written should stop the task
+    before minutes of benchmarks, not after them (pytest-benchmark then ends in a traceback)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path.parent).close()
+    except OSError as error:
+        raise Exit(
+            f"{option} {str(path)!r}: cannot write in {path.parent} ({error.strerror}): give a folder you can write"
+        ) from None
 
 
 MUTMUT = "mutmut==3.8.1"

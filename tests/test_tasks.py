@@ -337,6 +337,25 @@ def test_bench_shows_the_ratios_of_a_failed_run_but_not_an_old_report_and_keeps_
     assert failed.value.code == 2 and echoed(old) == [echoed(c)[0]]
 
 
+@pytest.mark.parametrize(
+    "where, why",
+    [
+        ("a-file/r.json", "File exists"),
+        ("a-file/deeper/r.json", "Not a directory"),
+        pytest.param(
+            "/proc/r.json", "", marks=pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="Linux /proc")
+        ),
+    ],
+)
+def test_bench_refuses_a_report_it_cannot_write_before_running_the_benchmarks(tmp_path, where, why):
+    (tmp_path / "a-file").write_text("kept\n")
+    report = str(tmp_path / where)  # an absolute `where` stays itself
+    c = ctx()
+    with pytest.raises(Exit, match=f"^--json {re.escape(repr(report))}: .*{why}"):
+        tasks.bench(c, json=report)
+    assert commands(c) == [] and (tmp_path / "a-file").read_text() == "kept\n"
+
+
 def test_lock_compiles_everything_together_then_each_lock_held_to_it_then_checks_the_stack(monkeypatch):
     c = ctx()
     tasks.lock(c, package="numpy")
