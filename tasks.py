@@ -11,6 +11,7 @@ A task's first docstring line is what `invoke --list` shows: one sentence of at 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -600,9 +601,21 @@ def settings_files(c):
             f"{readme}: no settings table between `{TABLE_START} ...-->` and `{TABLE_END}`: put the two markers back"
         )
     body = text.index("-->", start) + len("-->")
-    (ROOT / ".env.example").write_text(env_example)
-    readme.write_text(f"{text[:body]}\n\n{table}\n\n{text[end:]}")
+    _write_all({readme: f"{text[:body]}\n\n{table}\n\n{text[end:]}", ROOT / ".env.example": env_example})
     print(f"wrote {ROOT / '.env.example'} and the settings table of {readme}")
+
+
+def _write_all(files: dict[Path, str]) -> None:
+    """Open every file before writing any (in order: the existing ones first), so that one that cannot be
+    written leaves all of them as they were instead of half the pair new."""
+    with contextlib.ExitStack() as stack:
+        try:  # "a": creates a missing file and truncates nothing yet
+            handles = {path: stack.enter_context(path.open("a")) for path in files}
+        except OSError as error:
+            raise Exit(f"{error.filename}: {error.strerror}; make it writable (nothing was written)") from None
+        for path, handle in handles.items():
+            handle.truncate(0)  # in "a" mode every write goes to the end: after this, to the start
+            handle.write(files[path])
 
 
 @task(

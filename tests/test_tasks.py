@@ -731,6 +731,17 @@ def test_settings_files_writes_env_example_and_replaces_only_the_readme_table(tm
     )
 
 
+def test_settings_files_that_cannot_write_one_file_writes_neither(tmp_path):
+    readme = "<!-- settings-table:start -->\n\n| old |\n\n<!-- settings-table:end -->\n"
+    (tmp_path / "README.md").write_text(readme)
+    (tmp_path / ".env.example").mkdir()  # stands for a read-only file (root may write those)
+    settings = f"{tasks.PY} -m train settings --format"
+    c = ctx(**{f"{settings} env-example": Result("# EPOCHS=3\n"), f"{settings} table": Result("| `EPOCHS` |\n")})
+    with pytest.raises(Exit, match=r"\.env\.example: Is a directory; make it writable \(nothing was written\)$"):
+        tasks.settings_files(c)
+    assert (tmp_path / "README.md").read_text() == readme
+
+
 def test_settings_files_without_the_markers_says_so_and_writes_nothing(tmp_path):
     (tmp_path / "README.md").write_text("# T\n| old |\n")
     with pytest.raises(Exit, match="no settings table between .* put the two markers back"):
