@@ -334,6 +334,10 @@ def compare(c, runs, out=""):
 def logs(c, follow=False, local=False, cpu=False):
     """Show the log of the training started with --detach."""
     if local:
+        if not (ROOT / "runs" / "nohup.out").is_file():
+            raise Exit(
+                "runs/nohup.out does not exist: no training was started here with `invoke train --local --detach`"
+            )
         c.run(f"tail -n 100 {'-f ' if follow else ''}runs/nohup.out", echo=True, pty=True)
         return
     c.run(f"{_compose(c, cpu, gpu_needed=False)} logs {'-f ' if follow else ''}train".rstrip(), echo=True, pty=True)

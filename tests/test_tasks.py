@@ -241,6 +241,7 @@ def test_export_logs_tensorboard():
     tasks.export(c, run="20240101-000000 x")
     tasks.export(c, local=True)
     tasks.logs(c, follow=True)
+    (tasks.ROOT / "runs" / "nohup.out").write_text("")  # what `invoke train --local --detach` writes
     tasks.logs(c, local=True)
     tasks.tensorboard(c, port=7007, cpu=True)
     tasks.tensorboard(c, stop=True)
@@ -254,6 +255,13 @@ def test_export_logs_tensorboard():
         f"TENSORBOARD_PORT=7007 {cpu} up --detach tensorboard",
         f"{compose} stop tensorboard",
     ]
+
+
+def test_local_logs_without_a_detached_local_training_say_how_to_start_one():
+    c = ctx()
+    with pytest.raises(Exit, match=r"^runs/nohup.out does not exist: .*`invoke train --local --detach`$"):
+        tasks.logs(c, local=True, follow=True)
+    assert commands(c) == []
 
 
 def test_report_and_compare():
