@@ -694,7 +694,9 @@ def sweep(c, space, trials=0, storage="", local=False, workers=1, cpu=False, arg
         c.run(f"{PY} -m train sweep {shlex.quote(space)}{flags}", echo=True, pty=True)
         return
     path = Path(space)
-    if path.parent.resolve() != (ROOT / "sweeps").resolve() or not (ROOT / "sweeps" / path.name).is_file():
+    if not path.is_file():
+        raise Exit(f"{space}: no such file; write one like sweeps/example.toml (docs/sweeps.md)")
+    if path.parent.resolve() != (ROOT / "sweeps").resolve():
         raise Exit(f"{space}: in the container a space file must be in ./sweeps (mounted as /sweeps): copy it there")
     if storage:
         raise Exit("--storage is for --local: the compose profile keeps the study in its PostgreSQL service")

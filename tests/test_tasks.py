@@ -722,8 +722,12 @@ def test_sweep_runs_the_package_command_here_or_n_workers_of_the_compose_profile
         f"SWEEP_SPACE=lr.toml HOST_UID=1234 HOST_GID=567 docker compose {tasks.CPU_COMPOSE} "
         "--profile sweep up --detach --scale sweep=3 sweep"
     )
+    (tmp_path / "elsewhere.toml").write_text("")
     with pytest.raises(Exit, match="must be in ./sweeps"):
-        tasks.sweep(ctx(), space="elsewhere.toml")
+        tasks.sweep(ctx(), space=str(tmp_path / "elsewhere.toml"))
+    for missing in (tmp_path / "sweeps" / "nosuch.toml", tmp_path / "nosuch.toml"):
+        with pytest.raises(Exit, match=f"^{re.escape(str(missing))}: no such file; write one like sweeps/example.toml"):
+            tasks.sweep(ctx(), space=str(missing))
 
 
 def test_settings_files_writes_env_example_and_replaces_only_the_readme_table(tmp_path):
