@@ -12,9 +12,11 @@ A task's first docstring line is what `invoke --list` shows: one sentence of at 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import importlib.util
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -544,6 +546,26 @@ def mutate(c, modules="", workers=1, results=False):
     c.run(f"{mutmut} run --max-children {int(workers)} {names}".rstrip(), echo=True, pty=True)
 
 
+def _normal(name: str) -> str:
+    """A package name as the locks compare it (PEP 503): Typing_Extensions is typing-extensions."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _check_locked(package: str) -> None:
+    """uv's --upgrade-package takes a name that no lock holds without a word: every lock would be compiled
+    again (minutes, on the network), nothing upgraded, and the task end with exit 0."""
+    locks = sorted((ROOT / REQ).glob("*.lock"))
+    pinned = {_normal(m) for lock in locks for m in re.findall(r"^([A-Za-z0-9][\w.-]*)==", lock.read_text(), re.M)}
+    name = _normal(re.split(r"[<>=!~;\[ ]", package, maxsplit=1)[0])  # uv also takes "numpy<2"
+    if locks and name not in pinned:
+        close = difflib.get_close_matches(name, sorted(pinned), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise Exit(
+            f"--package {package!r} is in none of the locks ({REQ}/*.lock): {hint}a new package goes into a .in "
+            "file first, then `invoke lock`"
+        )
+
+
 @task(
     help={
         "upgrade": "move every package to the newest version the inputs allow (default: keep current pins)",
@@ -556,6 +578,8 @@ def lock(c, upgrade=False, package=""):
     all.lock first (GPU TensorFlow, the core and every extra resolved together), then the locks held
     to it: gpu.lock and cpu.lock (the core), test.lock and each extra's; then the tools that live in
     environments of their own: mlflow-server.lock, skypilot.lock, runtime-check.lock and dvc.lock."""
+    if package:
+        _check_locked(package)
     if shutil.which("uv") is None:
         raise Exit("uv is not installed: `pip install uv` (it resolves one lock for Python 3.10-3.13)")
     flags = "--universal --python-version 3.10 --generate-hashes --custom-compile-command 'invoke lock' -q"

@@ -365,6 +365,7 @@ def test_bench_refuses_a_report_it_cannot_write_before_running_the_benchmarks(tm
 
 
 def test_lock_compiles_everything_together_then_each_lock_held_to_it_then_checks_the_stack(monkeypatch):
+    (tasks.ROOT / "requirements" / "all.lock").write_text("numpy==2.3.4 \\\n    --hash=sha256:0\n")
     c = ctx()
     tasks.lock(c, package="numpy")
     every, gpu, cpu, test, *rest = echoed(c)
@@ -392,6 +393,16 @@ def test_lock_compiles_everything_together_then_each_lock_held_to_it_then_checks
     tasks.lock(c, package="numpy")
     again = [every, gpu, cpu, test, *extras, server, sky, runtime, dvc]
     assert echoed(c)[-len(again) :] == again and len(echoed(c)) == 2 * len(again) + len(check)
+
+
+def test_lock_refuses_a_package_no_lock_holds_before_compiling_anything():
+    (tasks.ROOT / "requirements" / "all.lock").write_text("typing-extensions==4.15.0 \\\n    --hash=sha256:0\n")
+    c = ctx()
+    with pytest.raises(Exit, match=r"^--package 'typing-extension' is in none .* did you mean 'typing-extensions'\?"):
+        tasks.lock(c, package="typing-extension")
+    assert commands(c) == []
+    tasks.lock(c, package="Typing_Extensions<5")  # the name as pip compares it, and a bound uv accepts
+    assert "--upgrade-package 'Typing_Extensions<5'" in echoed(c)[0]
 
 
 def test_lock_without_uv_says_how_to_get_it(monkeypatch):
