@@ -521,6 +521,10 @@ def mutate(c, modules="", workers=1, results=False):
     The modules and tests are configured in [tool.mutmut] in pyproject.toml."""
     _at_least_one("--workers", workers)
     wanted = [m.strip() for m in modules.split(",") if m.strip()]
+    if modules.strip() and not wanted:  # "," or " , ": not the empty default, which mutates everything
+        raise Exit(
+            f"--modules {modules!r} names no module: give names such as run.rundir,reproduce, or leave it out for all"
+        )
     unknown = [m for m in wanted if not _module_or_package(m)]
     if unknown:
         path = unknown[0].replace(".", "/")

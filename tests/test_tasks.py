@@ -479,6 +479,14 @@ def _project_layout(tmp_path: Path) -> None:
         (tmp_path / path).write_text("")
 
 
+@pytest.mark.parametrize("modules", [",", " , ,"])
+def test_mutate_with_modules_that_name_nothing_refuses_instead_of_mutating_everything(tmp_path, modules):
+    c = ctx()
+    with pytest.raises(Exit, match=f"^--modules {re.escape(repr(modules))} names no module: "):
+        tasks.mutate(c, modules=modules)
+    assert commands(c) == [] and not (tmp_path / ".venv-mutmut").exists()
+
+
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="reads pyproject.toml with tomllib (Python 3.11+)")
 def test_mutate_takes_the_modules_and_packages_of_each_checked_area(tmp_path):
     _project_layout(tmp_path)
