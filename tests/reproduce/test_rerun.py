@@ -12,6 +12,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -378,6 +380,48 @@ def _start_long_reproduce(original, tmp_path):
             env=subprocess_env(PYTHONPATH=str(repo), TMPDIR=str(tmp)),
         )
     return repo, copy, tmp, proc
+
+
+RERUN = """
+import signal, sys, time
+from pathlib import Path
+runs, code = Path(sys.argv[1]), int(sys.argv[2])
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(code))  # 0: the signal came after its last step
+(runs / "20240101-000000-000001-repro").mkdir()
+(runs / "20240101-000000-000001-repro" / "config.json").write_text("{}")
+(runs.parent / "ready").write_text("")
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("code", [0, 75])
+def test_a_rerun_that_completed_despite_the_signal_gets_its_verdict_an_unfinished_one_does_not(tmp_path, code):
+    from train.errors import Interrupted
+    from train.reproduce.rerun import run_and_find
+    from train.reproduce.worktree import stop_on_signals
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def send_when_ready():
+        end = time.monotonic() + 120
+        while not (tmp_path / "ready").exists() and time.monotonic() < end:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=send_when_ready)
+    with stop_on_signals() as stop:
+        sender.start()
+        try:
+            found = run_and_find([sys.executable, "-c", RERUN, str(runs), str(code)], runs, stop)
+        except Interrupted as exc:
+            found = exc
+        finally:
+            sender.join()
+    if code == 0:  # a completed rerun is not "unfinished, keeps its saved state": it is judged
+        assert found == runs / "20240101-000000-000001-repro" and stop.signum is None
+    else:
+        assert "the unfinished rerun 20240101-000000-000001-repro keeps its saved state" in str(found)
 
 
 @pytest.mark.slow

@@ -311,6 +311,10 @@ def run_and_find(cmd: list[str], runs_dir: Path, stop: Stop, code: Path | None =
     before = set(list_run_dirs(runs_dir))
     returncode = run_child(cmd, stop, code, **kw)
     new = [p for p in list_run_dirs(runs_dir) if p not in before]  # oldest first
+    if stop.signum is not None and returncode == 0:
+        # The signal came after the rerun's last step: it completed, as any run does then, so its
+        # verdict is due; "keeps its saved state, --resume it" would name a finished run unfinished.
+        stop.signum = None
     if stop.signum is not None:
         raise stop.interrupted(new[-1] if new else None)
     if returncode != 0:
