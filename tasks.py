@@ -213,7 +213,9 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
     if local:
         cmd = f"{PY} -m train fit {args}".rstrip()
         if detach:  # a plain `nohup ... &`: survives the terminal; the run's own log is train.log
-            c.run(f"nohup {cmd} > runs/nohup.out 2>&1 &", echo=True, disown=True)
+            # Appended, not truncated: a second detached run would otherwise cut the file under the
+            # first, whose next lines land after a run of NUL bytes, and lose the earlier output.
+            c.run(f"nohup {cmd} >> runs/nohup.out 2>&1 &", echo=True, disown=True)
             print("training in the background; follow it with: invoke logs --local -f")
         else:
             c.run(cmd, echo=True, pty=True)

@@ -131,7 +131,8 @@ def test_train_local_and_detached_local():
     c = ctx()
     tasks.train(c, local=True, args="--smoke")
     tasks.train(c, local=True, detach=True)
-    assert echoed(c) == [f"{tasks.PY} -m train fit --smoke", f"nohup {tasks.PY} -m train fit > runs/nohup.out 2>&1 &"]
+    # appended (>>): a second detached run keeps the first's output and does not cut the file under it
+    assert echoed(c) == [f"{tasks.PY} -m train fit --smoke", f"nohup {tasks.PY} -m train fit >> runs/nohup.out 2>&1 &"]
     assert c.run.call_args_list[-1].kwargs["disown"] is True
     assert not any(cmd.startswith("docker") for cmd in commands(c))
 
