@@ -270,10 +270,11 @@ def given(s: Settings) -> frozenset[str]:
 def unused_settings(values: dict[str, Any]) -> frozenset[str]:
     """The settings (by field name) that do nothing in a run of `values` (a config.json's): the image
     folder's size, channels and decode cache for the other data sets (arrays, held in memory), DATA_DIR
-    for a DATASET that names its own path."""
+    for a DATASET that names its own path, EPOCHS for a smoke run (it trains one epoch)."""
     dataset = str(values.get("dataset", ""))
     folder = frozenset() if dataset.startswith("images:") else frozenset({"image_size", "channels", "cache"})
-    return folder | ({"data_dir"} if dataset.startswith(("images:", "npz:")) else set())
+    own_path = {"data_dir"} if dataset.startswith(("images:", "npz:")) else set()
+    return folder | own_path | ({"epochs"} if values.get("smoke") else set())
 
 
 def knows_given(s: Settings) -> bool:

@@ -119,6 +119,20 @@ def test_a_setting_that_did_nothing_in_a_run_is_shown_as_not_used(tmp_path):
     }
 
 
+def test_epochs_of_a_smoke_run_is_not_used(tmp_path):
+    """A smoke run trains one epoch whatever EPOCHS says: two of them differ in nothing, and beside a run
+    of one real epoch its EPOCHS reads as doing nothing rather than as 3 against 1."""
+    smoke = [
+        load_records(write_run_records(tmp_path / n, {"smoke": True, "epochs": e})) for n, e in (("a", 3), ("b", 5))
+    ]
+    assert compare.differing_settings(smoke) == []
+    one = load_records(write_run_records(tmp_path / "c", {"smoke": False, "epochs": 1}))
+    assert dict(compare.differing_settings([smoke[0], one])) == {
+        "EPOCHS": ["(not used)", "1"],
+        "SMOKE": ["true", "false"],
+    }
+
+
 def test_out_png_is_the_overlaid_curves(runs, tmp_path, capsys):
     from PIL import Image
 
