@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import types
@@ -12,7 +13,7 @@ import pytest
 
 from train import cli, config
 from train.config import Settings
-from train.errors import EXIT_CODES, ModelError
+from train.errors import EXIT_CODES, ModelError, SecondInterrupt
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -477,3 +478,23 @@ def test_a_name_the_terminal_cannot_encode_is_escaped_not_a_traceback(tmp_path):
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "20260101-000000-000001-\\xe9t\\xe9" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "interrupt, line",
+    [
+        (KeyboardInterrupt, "Stopped (Ctrl-C): the command did not finish; run it again"),
+        (SecondInterrupt, "Stopped at once (second Ctrl-C): the last saved state is kept;"),
+    ],
+)
+def test_a_first_ctrl_c_of_a_command_without_a_run_is_not_called_a_second_one(monkeypatch, capsys, interrupt, line):
+    """`report`, `predict`, `runs`, `compare` route no signal to a save: Python's KeyboardInterrupt ends
+    them at the first Ctrl-C, which must not read "second Ctrl-C ... --resume RUN"."""
+
+    class CtrlCWhilePrinting(io.StringIO):
+        def write(self, text):
+            raise interrupt  # what a Ctrl-C landing while the command prints raises there
+
+    monkeypatch.setattr(sys, "stdout", CtrlCWhilePrinting())
+    assert cli.main(["settings"]) == 130
+    assert capsys.readouterr().err.startswith(line)

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 
 from . import extras
-from .errors import EXIT_CODES, TemplateError, UsageError
+from .errors import EXIT_CODES, SecondInterrupt, TemplateError, UsageError
 
 # Commands that live in a subpackage of their own, by name: module with add_command(sub) and run(args):
 # the GPU check (drop it from a fork by deleting train/gpucheck/ and its entry here), then each extra's
@@ -156,6 +156,17 @@ def _debug_setting(argv: Sequence[str]) -> bool:
     return "--no-debug" not in argv and debug_requested(env_file)
 
 
+def _stopped_line(exc: KeyboardInterrupt) -> str:
+    if isinstance(exc, SecondInterrupt):
+        return (
+            "Stopped at once (second Ctrl-C): the last saved state is kept; a run that saved one continues with "
+            "--resume RUN."
+        )
+    # The first Ctrl-C of a command that routes no signal to a save (report, predict, runs, compare):
+    # calling it a second one, and pointing at --resume, would send the reader after a run that is not there.
+    return "Stopped (Ctrl-C): the command did not finish; run it again"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
@@ -178,10 +189,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc(file=sys.stderr)
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(
-            "Stopped at once (second Ctrl-C): the last saved state is kept; a run that saved one continues with "
-            "--resume RUN.",
-            file=sys.stderr,
-        )
+    except KeyboardInterrupt as exc:
+        print(_stopped_line(exc), file=sys.stderr)
         return 130

@@ -165,6 +165,13 @@ class ModelInterrupted(Interrupted):
         super().__init__(f"MODEL={spec}: stopped while the model was being built ({signal_name}); nothing was trained")
 
 
+class SecondInterrupt(KeyboardInterrupt):
+    """A second Ctrl-C while a run saves after the first: it stops at once, without that save (exit 130).
+
+    A KeyboardInterrupt of its own so the CLI can tell it from a first Ctrl-C of a command with no
+    run to save (report, predict, runs, compare), which Python's default also ends."""
+
+
 class RunNotFound(TemplateError, exit_code=2):
     """The run named on the command line does not exist (a usage error: exit 2)."""
 
@@ -236,5 +243,6 @@ EXIT_CODES = {
     10: "reproduce: the rerun does not match the original",
     11: "several workers: another worker died, stopped answering or never started (JOIN_TIMEOUT); restart all of them with RESUME=auto",
     75: "interrupted (SIGTERM/SIGINT) or MAX_MINUTES reached: state saved, resume with --resume",
-    130: "a second Ctrl-C: stopped at once, without the save; the last saved state is kept",
+    130: "a second Ctrl-C: stopped at once, without the save; the last saved state is kept / "
+    "a Ctrl-C of a command that saves no run (report, predict, runs, compare)",
 }

@@ -15,6 +15,8 @@ import signal
 import threading
 import time
 
+from ..errors import SecondInterrupt
+
 log = logging.getLogger("train")
 
 
@@ -49,7 +51,7 @@ class StopFlag:
         def handler(signum, _frame):
             name = signal.Signals(signum).name
             if self.reason is not None and signum == signal.SIGINT:
-                raise KeyboardInterrupt  # second Ctrl-C: stop at once
+                raise SecondInterrupt  # second Ctrl-C: stop at once
             self.request(f"received {name}")
 
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
