@@ -195,3 +195,22 @@ def test_a_stop_after_training_says_training_is_over_not_that_it_saves_after_a_c
     assert len(said) == 1 and said[0].endswith(
         "received SIGTERM: training is over; cutting short what is left of the run's record and uploads"
     ), said
+
+
+def test_a_stop_once_every_epoch_is_trained_says_what_still_finishes_not_a_call_of_steps(tmp_path, capsys):
+    """A Ctrl-C during the test split or the export: no steps are left and nothing is saved for a
+    resume; the line says what still finishes (the export too, when EXPORT is on)."""
+    from helpers import tiny_settings
+
+    from train import train
+
+    class SignalOnComplete:
+        def on_complete(self, result):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    result = train(tiny_settings(tmp_path, epochs=1, export=False), callbacks=[SignalOnComplete()])
+    assert result.status == "completed"
+    said = [line for line in capsys.readouterr().out.splitlines() if "received SIGTERM" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "received SIGTERM: training is over; the final weights and the test split still finish"
+    ), said

@@ -344,6 +344,8 @@ class EpochLoop:
             self.run_dir, status, self.state.epoch, self.history, self.state.best, final_sha, None, self.model
         )
         if status == "completed" and self.chief:
+            # A stop from here on has no call of steps to finish and nothing to save: what is left runs.
+            self.stop.then = f"training is over; {_what_is_left(self.s)} still finish"
             result = self._finish(result)
         if self.setup.group is not None:  # several workers (train.workers)
             # The others wait here for the chief's final weights and export, so no worker leaves
@@ -599,10 +601,15 @@ class EpochLoop:
         update_manifest(self.files.manifest, test=test)
 
 
+def _what_is_left(s: Settings) -> str:
+    """What a completed training still writes: the final weights, the test split, the export."""
+    return "the final weights, the test split and the export" if s.export else "the final weights and the test split"
+
+
 def _nothing_to_train(s: Settings, trained: int, epochs: int) -> str:
     """What a completed run resumed as it was says: what is done again, and how to train it further."""
     done = f"all {epochs} epoch(s)" if trained == epochs else f"{trained} epochs, more than EPOCHS={epochs},"
-    again = "the final weights, the test split and the export" if s.export else "the final weights and the test split"
+    again = _what_is_left(s)
     return (
         f"{done} are trained already: nothing to train; {again} are done again (to train more, {_how_to_train_more(s)})"
     )
