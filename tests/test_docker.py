@@ -250,10 +250,14 @@ def _quick_start(doc: str) -> list[str]:
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/container.md"])
 def test_the_quick_starts_env_lines_can_be_run_twice(doc, tmp_path):
-    """Pasting the block again (a newcomer does) adds no line to .env twice; the CPU line is shown
-    commented out, to be run on a CPU-only host, and is just as safe to repeat."""
-    lines = [line.lstrip("# ").split("  #")[0] for line in _quick_start(doc) if ">> .env" in line]
+    """Pasting the block again (a newcomer does) adds no line to .env twice and keeps the .env there
+    (the copy of .env.example must not replace it); the CPU line is shown commented out, to be run on
+    a CPU-only host, and is just as safe to repeat."""
+    shown = [line.lstrip("# ").split("  #")[0] for line in _quick_start(doc)]
+    lines = [line for line in shown if ">> .env" in line or ".env.example" in line]
     assert any("HOST_UID=" in line for line in lines) and any("COMPOSE_FILE=" in line for line in lines)
+    assert any(".env.example" in line for line in lines)
+    shutil.copy(ROOT / ".env.example", tmp_path / ".env.example")
     (tmp_path / ".env").write_text("# HOST_UID=1000   (commented out, as in .env.example)\nEPOCHS=2\n")
     for _ in range(2):
         for line in lines:
