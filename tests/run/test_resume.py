@@ -60,12 +60,23 @@ def test_auto_resumes_the_newest_unfinished_run_with_equal_settings(tmp_path, st
     assert auto_resume(s) == str(newest)
 
 
-@pytest.mark.parametrize("status", ["completed", "failed", "diverged"])
-def test_auto_starts_fresh_after_a_finished_or_failed_run(tmp_path, status):
+@pytest.mark.parametrize(
+    "status, why",
+    [
+        ("completed", "completed"),
+        ("failed", "ended with status 'failed' (auto continues only a stopped or killed run)"),
+        ("diverged", "ended with status 'diverged' (auto continues only a stopped or killed run)"),
+    ],
+)
+def test_auto_starts_fresh_after_a_finished_or_failed_run_and_says_which(tmp_path, caplog, monkeypatch, status, why):
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)  # setup_logging may have turned it off
+    monkeypatch.setattr(logging.getLogger("train"), "handlers", [])  # and earlier tests may have left theirs
     s = _settings(tmp_path)
     _fake_run(s, "20260101-000000-aaaa", "interrupted")  # an older unfinished run is not picked
     _fake_run(s, "20260102-000000-bbbb", status)
-    assert auto_resume(s) == ""
+    with caplog.at_level("INFO", logger="train"):
+        assert auto_resume(s) == ""
+    assert caplog.messages == [f"RESUME=auto: run 20260102-000000-bbbb {why}; starting a new run"]
 
 
 def test_auto_starts_fresh_when_settings_differ(tmp_path, caplog, monkeypatch):

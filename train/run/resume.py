@@ -94,6 +94,7 @@ def auto_resume(settings: Settings, chosen: Callable[[], Settings] | None = None
     # "running" is what a SIGKILLed or power-cut run leaves behind (or a run still going: the
     # lock then refuses it).
     if status not in ("interrupted", "budget", "running"):
+        log.info("RESUME=auto: run %s %s; starting a new run", newest.name, _not_continued(status))
         return ""
     # Still going (RunBusyError), or being resumed or exported: refused before the choice below starts
     # TensorFlow; killed while "running": then resume it.
@@ -114,6 +115,13 @@ def auto_resume(settings: Settings, chosen: Callable[[], Settings] | None = None
         )
         return ""
     return str(newest.path)
+
+
+def _not_continued(status: Any) -> str:
+    """Why RESUME=auto passes over a run that ended: said at start, or a new run begins without a word."""
+    if status == "completed":
+        return "completed"
+    return f"ended with status {status!r} (auto continues only a stopped or killed run)"
 
 
 def _pair_was_chosen(manifest: dict[str, Any], saved: Settings) -> bool:
