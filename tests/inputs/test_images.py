@@ -191,10 +191,23 @@ def test_smoke_on_images(make_image_dir, tmp_path):
     assert (spec.n_train, spec.n_val) == (512, 225)
 
 
+def test_a_file_in_no_image_format_is_named_with_the_formats_read_here_only(tmp_path):
+    text = tmp_path / "file.txt"
+    text.write_text("hello")
+    with pytest.raises(DataError) as e:
+        images.load_image_file(text, (32, 32, 3))
+    # TensorFlow's own list (JPEG XL, WebP, ...) is not the formats read here.
+    assert str(e.value) == (
+        f"{text}: not a readable image; the formats read are JPEG, PNG, GIF (first frame) or BMP: convert or remove it"
+    )
+
+
 def test_load_image_file_names_a_bad_file(tmp_path):
     bad = tmp_path / "x.jpg"
-    bad.write_bytes(b"\xff\xd8 truncated")
-    with pytest.raises(DataError, match=r"x.jpg: not a readable image \(.*\); the formats read are JPEG, PNG, GIF"):
+    bad.write_bytes(b"\xff\xd8\xff truncated")  # a JPEG's signature: TensorFlow's reason is said
+    with pytest.raises(
+        DataError, match=r"x.jpg: not a readable image \(.*JPEG data.*\); the formats read are JPEG, PNG"
+    ):
         images.load_image_file(bad, (32, 32, 3))
 
 

@@ -172,7 +172,10 @@ def test_the_command_reports_each_bad_file_and_predicts_the_others_exit_3(run_di
     errors = [line for line in err.splitlines() if line.startswith("DataError: ")]
     assert len(errors) == 2
     assert errors[0].startswith(f"DataError: {tmp_path / 'missing.png'} does not exist")
-    assert errors[1].startswith(f"DataError: {tmp_path / 'text.png'}: not a readable image")
+    assert errors[1] == (
+        f"DataError: {tmp_path / 'text.png'}: not a readable image; the formats read are JPEG, PNG, GIF (first frame) "
+        "or BMP: convert or remove it"
+    )
 
 
 def test_in_the_compose_container_a_file_left_on_the_host_is_told_to_go_in_data(run_dir, tmp_path, monkeypatch, capsys):

@@ -344,8 +344,15 @@ def decode_image_bytes(
         return decode_tensor(tf.constant(raw), tuple(shape), tf.constant(info)).numpy()
     except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
         raise DataError(
-            f"{shown}: not a readable image ({tf_message(e)}); the formats read are {SUPPORTED}: convert or remove it"
+            f"{shown}: not a readable image{_why_unreadable(e)}; the formats read are {SUPPORTED}: convert or remove it"
         ) from None
+
+
+def _why_unreadable(e: BaseException) -> str:
+    """TensorFlow's reason in brackets, but not for bytes in no format it knows: that reason lists TensorFlow's
+    formats (JPEG XL, WebP, ...) beside the ones read here, which the message names."""
+    text = tf_message(e)
+    return "" if text.startswith("Unknown image file format") else f" ({text})"
 
 
 def load_image_file(
