@@ -160,6 +160,23 @@ def test_a_stopped_run_ends_with_the_whole_command_that_continues_it(tmp_path, m
     )
 
 
+def test_a_budget_stop_ends_with_the_command_and_the_budget_it_gives(tmp_path, monkeypatch):
+    from helpers import tiny_settings
+
+    from train import cli
+    from train.commands import fit as fit_command
+
+    # A budget spent before training starts: the same record and last line as one spent mid-epoch.
+    monkeypatch.setattr(fit_command, "settings_for", lambda _args: tiny_settings(tmp_path, max_minutes=1e-6))
+    assert cli.main(["fit", "--max-minutes", "1e-06"]) == 75
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
+    last = (run / "train.log").read_text().splitlines()[-1]
+    assert last.endswith(
+        f" run {run.name} ended: budget; to continue it: python -m train fit --max-minutes 1e-06 --resume {run.name} "
+        "(for another 1e-06 minutes: MAX_MINUTES counts from each start; set another, or 0 for no limit)"
+    )
+
+
 def test_the_handler_is_installed_before_the_run_directory_is_made(tmp_path, monkeypatch):
     from helpers import tiny_settings
 

@@ -189,9 +189,9 @@ def _train(
             # The report first, then the extras (MLflow uploads the manifest, report and export as
             # artifacts, waiting for its server with a deadline); none of them raises.
             calls.end(status, stop)
-            log.info("run %s ended: %s%s", run_dir.name, status, _continued(run_dir, status, continue_with))
+            log.info("run %s ended: %s%s", run_dir.name, status, _continued(plan, status, continue_with))
         elif plan.resumed:
-            _not_started(run_dir, status, error, _continued(run_dir, status, continue_with))
+            _not_started(run_dir, status, error, _continued(plan, status, continue_with))
         close_logging()
         # After train.log's last line: a RUNS_DIR in a store gets the closed manifest and the whole log
         # (raising StorageError only when nothing else is raised).
@@ -221,9 +221,14 @@ def _open_log(plan: RunPlan, setup) -> None:
         log.info("removed a temp file left by an interrupted write: %s", p.name)
 
 
-def _continued(run_dir: Path, status: str, continue_with: Callable[[str], str]) -> str:
-    """The end of a stopped run's last line: the whole command that continues it, to paste."""
-    return f"; to continue it: {continue_with(run_dir.name)}" if status in RESUMABLE else ""
+def _continued(plan: RunPlan, status: str, continue_with: Callable[[str], str]) -> str:
+    """The end of a stopped run's last line: the whole command that continues it, to paste; after a budget
+    stop, what budget that command has (the same again: MAX_MINUTES counts from each start)."""
+    if status not in RESUMABLE:
+        return ""
+    minutes = plan.settings.max_minutes
+    budget = f" (for another {minutes:g} minutes: MAX_MINUTES counts from each start; set another, or 0 for no limit)"
+    return f"; to continue it: {continue_with(plan.run_dir.name)}{budget if status == 'budget' else ''}"
 
 
 def _warn_dirty(manifest: dict) -> None:
