@@ -426,3 +426,28 @@ def test_the_metrics_a_model_adds_are_compared_too(tmp_path):
     assert table["final top2"] == ["0.9700", "-"] and table["final val_top2"] == ["0.9600", "-"]
     assert list(table).index("final val_accuracy") < list(table).index("final top2")
     assert "final top2" not in dict(compare.metric_rows([b, b]))
+
+
+def test_compare_shows_the_digits_the_training_log_showed(tmp_path):
+    """float32 0.90825 is 0.9082499...: the log rounded it to 0.9082 while compare read "0.90825" from
+    metrics.csv and showed 0.9083. Both round the number the file keeps."""
+    from train.run.metrics_files import METRIC_COLUMNS, MetricsFile, read_back
+    from train.training.loop import epoch_metrics
+
+    logs = {
+        "loss": float(np.float32(0.31245)),
+        "accuracy": 0.9,
+        "val_loss": 0.4,
+        "val_accuracy": float(np.float32(0.90825)),
+    }
+    run = write_run_records(tmp_path / "a", metrics=[])  # metrics.csv as the loop writes it, below
+    file = MetricsFile(run / "metrics.csv", METRIC_COLUMNS)
+    file.append({"epoch": 1, **logs, "learning_rate": 0.001, "epoch_seconds": 1.0})
+    table = dict(compare.metric_rows([load_records(run)]))
+    assert epoch_metrics(logs) == "accuracy=0.9000  loss=0.3125  val_accuracy=0.9083  val_loss=0.4000"
+    assert (table["final loss"], table["final val_accuracy"], table["best"]) == (
+        ["0.3125"],
+        ["0.9083"],
+        ["val_accuracy=0.9083"],
+    )
+    assert read_back(file.rows[0])["val_accuracy"] == 0.90825

@@ -548,8 +548,8 @@ def test_the_page_holds_each_part_of_the_records_in_its_place():
         "</table></details>",
         "<h2>Epochs</h2>",
         "<details open><summary>metrics.csv (2 rows)</summary><table><tr><th>epoch</th><th>val_accuracy</th>"
-        '<th>epoch_seconds</th></tr><tr><td class="num">1</td><td class="num">0.8</td><td class="num">10</td></tr>'
-        '<tr><td class="num">2</td><td class="num">0.9</td><td class="num">10</td></tr></table></details>',
+        '<th>epoch_seconds</th></tr><tr><td class="num">1</td><td class="num">0.8000</td><td class="num">10</td></tr>'
+        '<tr><td class="num">2</td><td class="num">0.9000</td><td class="num">10</td></tr></table></details>',
         "</body></html>",
     ]
 
@@ -573,7 +573,7 @@ def test_the_page_of_a_failed_resumed_run_leads_with_its_error_not_why_its_segme
     )
     assert lines[-2] == (
         "<details open><summary>metrics.csv (1 rows)</summary><table><tr><th>epoch</th><th>loss</th></tr>"
-        '<tr><td class="num">1</td><td class="num">1e+09</td></tr></table></details>'
+        '<tr><td class="num">1</td><td class="num">1000000000.0000</td></tr></table></details>'
     )
     manifest.update(error=None, ended_because=None)  # neither: the lead says nothing of an end
     assert _page_lines(report.render(records, b"", ""))[4] == (

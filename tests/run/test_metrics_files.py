@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from train.run.files import TMP_MARK
-from train.run.metrics_files import METRIC_COLUMNS, MetricsFile, read_back
+from train.run.metrics_files import METRIC_COLUMNS, MetricsFile, read_back, read_rows
 from train.run.train_log import close_logging, setup_logging
 
 
@@ -200,3 +200,19 @@ def test_a_damaged_file_a_resume_goes_on_from_is_one_run_record_error(tmp_path, 
     assert str(info.value).endswith(
         "restore it from a copy of the run, or move it out of the run to go on without the rows it held"
     )
+
+
+def test_a_metric_shows_the_digits_of_the_number_metrics_csv_keeps(tmp_path):
+    """A value half-way between two 4-decimal numbers (an accuracy of n/20000) is rounded once, from the
+    six digits the file keeps: the log and a reader of the file show the same."""
+    import numpy as np
+
+    from train.run.metrics_files import metric_text
+
+    values = [float(np.float32(n / 20000)) for n in range(18000, 18400)]
+    file = MetricsFile(tmp_path / "metrics.csv")
+    for epoch, value in enumerate(values, start=1):
+        file.append({"epoch": epoch, "val_accuracy": value})
+    kept = [read_back(row)["val_accuracy"] for _, row in read_rows(tmp_path / "metrics.csv")[1]]
+    assert [metric_text(v) for v in values] == [f"{v:.4f}" for v in kept]
+    assert metric_text(np.float32(0.90825)) == "0.9083"  # the float32 itself is 0.9082499...

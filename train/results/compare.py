@@ -14,7 +14,7 @@ from pathlib import Path
 from ..config import env_text, of_kind, unused_settings
 from ..errors import ConfigError
 from ..run.manifest import data_version, section
-from ..run.metrics_files import METRIC_COLUMNS
+from ..run.metrics_files import METRIC_COLUMNS, metric_text
 from ..training.test_split import on_test
 from .run_records import RunRecords, duration_text, on_test_text
 
@@ -110,7 +110,7 @@ def metric_rows(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     for key in [*METRICS, *dict.fromkeys(added)]:
         rows.append((f"final {key}", [num(r.rows[-1].get(key)) if r.rows else "-" for r in runs]))
     bests = [r.best_row() for r in runs]
-    rows.append(("best", [f"{r.monitor}={b[r.monitor]:.4f}" if b else "-" for r, b in zip(runs, bests)]))
+    rows.append(("best", [f"{r.monitor}={metric_text(b[r.monitor])}" if b else "-" for r, b in zip(runs, bests)]))
     rows.append(("best at epoch", [f"{b['epoch']:.0f}" if b else "-" for b in bests]))
     # The test split, evaluated once at the end of each run: apart from the validation value that chose the weights.
     for which in ("best", "final"):
@@ -187,7 +187,7 @@ def _text(value) -> str:
 
 
 def num(value) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    return "-" if value is None else metric_text(value)
 
 
 def compare_runs(runs_dir: str | Path, names: Sequence[str], out: str | None = None) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
 from ..run.manifest import data_version, data_version_text, lock_in_checkout, now_iso, section
+from ..run.metrics_files import is_metric, metric_text
 from ..run.rundir import RunDir
 from ..training.test_split import on_test, on_test_summary
 from .html import CSS, escape, img, note, num, table
@@ -148,7 +149,7 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
     ]
     if best is not None:
         lead.append(
-            f"best {escape(records.monitor)} <b>{best[records.monitor]:.4f}</b> at epoch {best['epoch']:.0f} "
+            f"best {escape(records.monitor)} <b>{metric_text(best[records.monitor])}</b> at epoch {best['epoch']:.0f} "
             f"after {duration_text(records.seconds_to(best['epoch']))} of training"
         )
     tested = on_test_text(on_test(m))
@@ -204,7 +205,7 @@ def measured_differently(ev, records: RunRecords | None) -> str | None:
         return None
     policy = section(records.manifest, "precision").get("policy") or "its precision policy"
     return (
-        f"training logged val_accuracy {logged:.4f} for these weights (epoch {best['epoch']:.0f}, under {policy}); "
+        f"training logged val_accuracy {metric_text(logged)} for these weights (epoch {best['epoch']:.0f}, under {policy}); "
         f"here the same {ev.n} examples are predicted again in float32, hence {ev.accuracy:.4f}"
     )
 
@@ -327,8 +328,13 @@ def _metricstable(records: RunRecords) -> str:
     if not records.rows:
         return note("no epoch finished yet")
     keys = [k for k in records.rows[0] if any(r.get(k) is not None for r in records.rows)]
-    body = [tuple(f'<td class="num">{num(r.get(k))}' for k in keys) for r in records.rows]
+    # A metric with the digits of the log and compare; the other columns (seconds, rates) as numbers.
+    body = [tuple(f'<td class="num">{_cell(k, r.get(k))}' for k in keys) for r in records.rows]
     return table(body, tuple(keys))
+
+
+def _cell(key: str, value) -> str:
+    return metric_text(value) if is_metric(key) and isinstance(value, (int, float)) else num(value)
 
 
 def _compact(value) -> str:

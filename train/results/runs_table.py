@@ -17,6 +17,7 @@ from pathlib import Path
 from ..errors import RunRecordError, first_line
 from ..run.find import list_run_dirs
 from ..run.manifest import data_version
+from ..run.metrics_files import metric_text
 from ..run.rundir import RunDir
 from ..training.test_split import on_test
 from .run_records import KILLED, RunRecords, on_test_text, read_metrics, run_status
@@ -130,7 +131,7 @@ def format_runs(rows: list[dict]) -> str:
     table = [header]
     notes = []
     for r in rows:
-        best = f"{r['monitor']}={r['best']:.4f}" if isinstance(r["best"], (int, float)) else "-"
+        best = f"{r['monitor']}={metric_text(r['best'])}" if isinstance(r["best"], (int, float)) else "-"
         dur = f"{r['duration']:.0f}s" if isinstance(r["duration"], (int, float)) else "-"
         epochs = f"{r['epochs'] if r['epochs'] is not None else '-'}/{r['of'] or '-'}"
         dataset = f"{r['dataset']} (smoke)" if r.get("smoke") else r["dataset"]

@@ -101,6 +101,18 @@ def read_back(row: dict[str, Any]) -> dict[str, Any]:
     return {k: number(k, v) for k, v in row.items()}
 
 
+def metric_text(value: float) -> str:
+    """A metric as the log, compare, the report and `runs` show it: four decimals of the number metrics.csv
+    keeps (six significant digits). Rounding the float32 itself rounds a tie the other way from a reader of
+    the file: float32 0.90825 (0.9082499...) showed 0.9082 in the log, 0.9083 in compare (from "0.90825")."""
+    return f"{float(_fmt(float(value))):.4f}"
+
+
+def is_metric(column: str) -> bool:
+    """A column the model computed (loss, accuracy, a metric it adds), not the epoch, rate, batch or a measurement."""
+    return column != "epoch" and column not in _AFTER
+
+
 def _fmt(value: Any) -> Any:
     if value is None:
         return ""  # e.g. GPU memory on a CPU: recorded empty, never fatal

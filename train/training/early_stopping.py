@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..run.metrics_files import metric_text
+
 log = logging.getLogger("train")
 
 
@@ -54,7 +56,7 @@ class Patience:
 
 
 def _fmt(value) -> str:
-    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+    return metric_text(value) if isinstance(value, (int, float)) else "-"
 
 
 def record_ending(manifest_path: Path, reason: str) -> None:

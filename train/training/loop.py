@@ -26,7 +26,7 @@ from ..inputs.pipeline import steps_per_epoch
 from ..models import entry, monitors
 from ..run import checkpoints
 from ..run.manifest import record_unfinished_epoch, update_manifest
-from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, read_back
+from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, metric_text, read_back
 from ..run.rundir import RunDir
 from ..run.train_log import end_progress_line, progress_line
 from ..run.weights import save_weights
@@ -510,7 +510,7 @@ class EpochLoop:
             "epoch %d/%d: %s  %.1fs  %.0f samples/s%s%s%s",
             epoch + 1,
             self.epochs,
-            "  ".join(f"{k}={logs[k]:.4f}" for k in sorted(logs)),
+            epoch_metrics(logs),
             row["epoch_seconds"],
             row["samples_per_second"] or 0.0,
             f"  {achieved / 1e9:.1f} GFLOP/s = MFU {fraction:.1%}" if fraction is not None else "",
@@ -705,3 +705,8 @@ class StepSaver:
         every = self.loop.s.checkpoint_every
         if every and state.global_step % every == 0 and state.step < self.total:
             self.loop._save(f"every {every} steps")
+
+
+def epoch_metrics(logs: dict[str, float]) -> str:
+    """An epoch's metrics in its log line, with the digits compare and the report read back from metrics.csv."""
+    return "  ".join(f"{k}={metric_text(logs[k])}" for k in sorted(logs))
