@@ -668,10 +668,11 @@ def clean(c, images=False, cpu=False):
         echo=True,
     )
     if shutil.which("docker") is not None:
-        c.run(
-            f"{_compose(c, cpu, gpu_needed=False, local=False)} down --remove-orphans{' --rmi all' if images else ''}",
-            echo=True,
-        )
+        try:
+            compose = _compose(c, cpu, gpu_needed=False, local=False)
+        except Exit as refusal:  # the caches are gone already: say so, and what was left
+            raise Exit(f"caches removed; the containers were not: {refusal.message}") from None
+        c.run(f"{compose} down --remove-orphans{' --rmi all' if images else ''}", echo=True)
 
 
 @task(

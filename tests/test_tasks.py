@@ -419,6 +419,13 @@ def test_clean_never_touches_runs_or_data():
     assert echoed(c)[-1] == "HOST_UID=1234 HOST_GID=567 docker compose down --remove-orphans --rmi all"
 
 
+def test_clean_with_the_engine_stopped_says_the_caches_went_and_the_containers_did_not():
+    c = ctx(**{"docker info --format '{{.ServerVersion}}'": Result("", exited=1)})
+    with pytest.raises(Exit, match=r"^caches removed; the containers were not: the Docker engine is not reachable"):
+        tasks.clean(c)
+    assert echoed(c)[0].startswith("rm -rf .pytest_cache")
+
+
 def test_every_task_argument_has_help():
     for name, t in tasks.ns.tasks.items():
         params = [p for p in t.get_arguments() if p.name not in ("help",)]
