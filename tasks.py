@@ -21,6 +21,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 from invoke import Collection, Context, Exit, task
@@ -37,6 +38,24 @@ MULTIWORKER_SERVICES = 2  # worker0 and worker1 in docker-compose.multiworker.ym
 CPU_HINT = f"or add --cpu (the CPU image; without invoke: docker compose {CPU_COMPOSE} ...)"
 TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
 PY = shlex.quote(sys.executable)  # the interpreter invoke runs in: the project's venv
+
+
+def _number_refused(kind, error, tb) -> None:
+    """invoke casts a number option's text with int() while it parses the command line, and a word there
+    (`--workers abc`) ends in its traceback: said in one line instead, naming the option (exit 1)."""
+    frames = [f.filename for f in traceback.extract_tb(tb)]
+    if kind is ValueError and any(f.endswith(os.path.join("invoke", "parser", "argument.py")) for f in frames):
+        bad = re.search(r"'(.*)'$", str(error))
+        value = bad.group(1) if bad else "?"
+        given = [a for a, b in zip(sys.argv, sys.argv[1:]) if b == value and a.startswith("-")]
+        given += [a.split("=", 1)[0] for a in sys.argv if a.startswith("-") and a.endswith(f"={value}")]
+        option = given[0] if given else "an option"
+        print(f"{option} {value!r}: give a whole number (invoke --help TASK lists the options)", file=sys.stderr)
+        return
+    _other_errors(kind, error, tb)
+
+
+_other_errors, sys.excepthook = sys.excepthook, _number_refused
 
 
 # --- preconditions -------------------------------------------------------------------------------

@@ -795,3 +795,24 @@ def test_settings_files_with_refused_settings_names_them_and_writes_nothing(tmp_
     with pytest.raises(Exit, match=r"^python -m train settings: ConfigError: EPOCHS=0 .*; nothing was written$"):
         tasks.settings_files(ctx(**{f"{tasks.PY} -m train settings --format env-example": refused}))
     assert not (tmp_path / ".env.example").exists()
+
+
+def test_a_word_for_a_number_option_is_one_line_naming_the_option(monkeypatch, capsys):
+    """invoke int()s a number option while it parses: `--workers abc` ended in its traceback."""
+    from invoke.parser import Argument
+
+    passed_on = []
+    monkeypatch.setattr(tasks, "_other_errors", lambda *exc: passed_on.append(exc[0]))
+    for argv in (["invoke", "train", "--workers", "abc"], ["invoke", "train", "--workers=abc"]):
+        monkeypatch.setattr(tasks.sys, "argv", argv)
+        with pytest.raises(ValueError) as info:
+            Argument(name="workers", kind=int).value = "abc"
+        tasks._number_refused(ValueError, info.value, info.tb)
+        assert (
+            capsys.readouterr().err == "--workers 'abc': give a whole number (invoke --help TASK lists the options)\n"
+        )
+    try:
+        int("abc")  # the same error from anywhere else keeps Python's traceback
+    except ValueError as error:
+        tasks._number_refused(ValueError, error, error.__traceback__)
+    assert passed_on == [ValueError] and capsys.readouterr().err == ""
