@@ -420,6 +420,40 @@ def test_a_stopped_trial_gives_one_instruction_and_its_retry_is_numbered_so_a_us
     assert "<td>1 (a retry of trial 0) (best)</td>" in result.report.read_text()
 
 
+@pytest.mark.slow
+def test_sigterm_once_a_trials_training_is_over_ends_the_sweep_before_the_next_trial(tmp_path, monkeypatch):
+    """The signal comes during the trial's test split (one epoch trains fast; the test and the export
+    take longer): the run's own handler takes it and the run completes, and the sweep must still stop."""
+    import os
+    import signal
+
+    import train as package
+    from train.sweep import study as sweep
+    from train.sweep.space import read_space
+    from train.sweep.storage import default_url
+
+    real_train = package.train
+
+    class SignalOnComplete:
+        def on_complete(self, result):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def train_then_signal(settings, **kwargs):
+        kwargs["callbacks"] = [*kwargs.get("callbacks", ()), SignalOnComplete()]
+        return real_train(settings, **kwargs)
+
+    monkeypatch.setattr(package, "train", train_then_signal)
+    npz = write_tiny_npz(tmp_path, n_train=48, n_test=16, size=8)
+    fixed = {"dataset": f"npz:{npz}", "model": "faults:dense16", "epochs": 1, "export": False, "report": "off"}
+    settings = load_settings({"runs_dir": str(tmp_path / "runs"), **fixed}, env_file=None, environ={})
+    spec = read_space(_space(tmp_path, "batch_size = [8, 16]\n"), settings)
+    with pytest.raises(sweep.SweepInterrupted, match="between trials") as err:
+        sweep.run_sweep(spec, settings, default_url(tmp_path / "runs", spec.name), trials=3)
+    assert err.value.exit_code == 75
+    (run,) = list_run_dirs(tmp_path / "runs")
+    assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
+
+
 def test_a_space_of_one_point_is_one_trial_said_once_not_the_same_training_again_and_again(tmp_path, caplog):
     from train.sweep.space import read_space
     from train.sweep.study import planned_total

@@ -88,6 +88,19 @@ def test_second_sigterm_only_keeps_the_flag():
     assert flag.reason == "received SIGTERM"
 
 
+def test_a_signal_a_flag_inside_another_takes_is_passed_on_to_the_outer_one(capsys):
+    """A sweep's flag around its trial's run: the run's flag takes the signal, and the sweep must hear
+    of it too, or it starts its next trial after the run finished. Said once, by the run."""
+    outer = StopFlag()
+    with outer.installed():
+        inner = StopFlag()
+        with inner.installed():
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert inner.reason == outer.reason == "received SIGTERM" and outer.status == "interrupted"
+        assert outer.check()
+    assert capsys.readouterr().out.count("received SIGTERM") <= 1
+
+
 def test_outside_the_main_thread_nothing_is_installed():
     before = signal.getsignal(signal.SIGTERM)
     seen = []

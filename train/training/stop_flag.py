@@ -4,7 +4,9 @@ The handler is installed when a run starts (before the run directory, TensorFlow
 a signal at any moment only sets the flag: start-up checks it between its parts, the training step
 in progress finishes, a resumable state is saved when there is a model to save, and the run returns
 with status 'interrupted' or 'budget' (exit code 75 at the CLI). A second SIGINT falls back to
-Python's default (KeyboardInterrupt) for a user who really means it.
+Python's default (KeyboardInterrupt) for a user who really means it. A flag installed inside
+another's (a sweep's trial runs with its own) passes a signal on to the outer one, which would
+otherwise never hear of it: the sweep must not start its next trial after its run took a SIGTERM.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ class StopFlag:
             self.reason, self.status = reason, status
             log.info("%s: %s", reason, self.then)
 
+    def passed_on(self, reason: str) -> None:
+        """A signal that a flag installed inside this one took: set, without saying it a second time."""
+        if self.reason is None:
+            self.reason, self.status = reason, "interrupted"
+
     def check(self) -> bool:
         """True when the loop should stop now (a signal arrived, or the budget is spent)."""
         if self.reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
@@ -53,8 +60,14 @@ class StopFlag:
             if self.reason is not None and signum == signal.SIGINT:
                 raise SecondInterrupt  # second Ctrl-C: stop at once
             self.request(f"received {name}")
+            outer = getattr(previous.get(signum), "stop_flag", None)
+            if outer is not None:
+                outer.passed_on(f"received {name}")
 
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+        handler.stop_flag = self  # type: ignore[attr-defined]  (how a flag installed inside this one finds it)
+        previous: dict = {}  # filled as each is replaced: a signal may come between the two
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
         self._installed = True
         try:
             yield self
