@@ -55,6 +55,11 @@ BAD = {
     "bad choice": ('[space]\nmodel = ["cnn", "nope"]\n', "MODEL"),
     "empty range": ("[space]\nlearning_rate = { low = 1e-2, high = 1e-3 }\n", "empty range"),
     "equal bounds": ("[space]\nlearning_rate = { low = 1e-2, high = 1e-2 }\n", "empty range"),
+    "a step over the range": ("[space]\nbatch_size = { low = 16, high = 32, step = 100 }\n", "leaves one value"),
+    "a float step over the range": (
+        "[space]\nlearning_rate = { low = 1e-3, high = 1e-2, step = 0.5 }\n",
+        "a step over high - low (0.009) leaves one value",
+    ),
     "empty list": ("[space]\nbatch_size = []\n", "empty list"),
     "float for a whole number": (
         "[space]\nbatch_size = { low = 8.5, high = 64 }\n",

@@ -223,6 +223,10 @@ def _range(f: dataclasses.Field, spec: dict, settings: Settings, label: str) -> 
             raise ConfigError(label, spec, "step must be a positive number (a whole number for whole-number settings)")
         if log:
             raise ConfigError(label, spec, "a range has either log = true or a step, not both")
+        if step > high - low:  # the range holds low alone: every trial would train the same value
+            raise ConfigError(
+                label, spec, f"a step over high - low ({high - low:g}) leaves one value, low; for one value use a list"
+            )
     return Param(f.name, low=low, high=high, log=log, step=step, integer=integer)
 
 
