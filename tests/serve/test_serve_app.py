@@ -318,6 +318,21 @@ def test_get_on_a_predict_path_is_a_405_not_a_model_named_model_predict():
 
 
 @pytest.mark.parametrize(
+    "method, path, allow",
+    [
+        ("PUT", "/v1/models/model:predict", {"POST"}),
+        ("OPTIONS", "/v2/health/ready", {"GET", "HEAD"}),
+        ("PUT", "/predict", {"POST"}),
+    ],
+)
+def test_a_405_says_in_its_allow_header_which_methods_the_path_takes(method, path, allow):
+    state, app = _app()
+    status, headers, doc = asyncio.run(_exchange(app, path, b"", "application/json", method=method))
+    taken = set(headers.get("allow", "").split(", ")) - {""}  # Starlette lists them in no fixed order
+    assert status == 405 and taken == allow and doc["error"].startswith(f"method ({method})"), headers
+
+
+@pytest.mark.parametrize(
     "doc, named",
     [
         ({"parameters": 7}, "parameters (int)"),

@@ -122,11 +122,16 @@ def build_app(state: State) -> Starlette:
     app = Starlette(routes=routes, middleware=[Middleware(Drain, state=state)])
 
     async def not_found(request, exc):
-        # Starlette's own 404/405 answer as every other refusal: one JSON error.
+        # Starlette's own 404/405 answer as every other refusal: one JSON error. A 405 keeps the
+        # Allow header Starlette gives it (HTTP requires it: what the path takes).
         status = getattr(exc, "status_code", 404)
         what = "method" if status == 405 else "path"
         value = request.method if status == 405 else request.url.path
-        return JSONResponse({"error": f"{what} ({value}): not served here; see docs/serving.md"}, status_code=status)
+        return JSONResponse(
+            {"error": f"{what} ({value}): not served here; see docs/serving.md"},
+            status_code=status,
+            headers=getattr(exc, "headers", None),
+        )
 
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(405, not_found)
