@@ -332,6 +332,13 @@ def test_a_405_says_in_its_allow_header_which_methods_the_path_takes(method, pat
     assert status == 405 and taken == allow and doc["error"].startswith(f"method ({method})"), headers
 
 
+def test_an_unknown_path_is_named_cut_short_not_echoed_whole():
+    state, app = _app()
+    path = "/" + "a" * 100_000
+    status, _, doc = asyncio.run(_exchange(app, path, b"", "application/json", method="GET"))
+    assert status == 404 and len(doc["error"]) < 200 and doc["error"].startswith("path (/aaa"), doc["error"][:300]
+
+
 @pytest.mark.parametrize(
     "doc, named",
     [
