@@ -306,6 +306,25 @@ def test_an_export_that_records_no_source_is_used_with_one_warning(run_dir, tmp_
     assert line.startswith(f"WARNING: the export of run {run.name} does not record the weights it was made from")
 
 
+def test_an_export_whose_source_json_was_deleted_is_refused_not_served_unchecked(run_dir, tmp_path, capsys):
+    """The manifest records the export, which wrote source.json: its absence is damage (or tampering),
+    not an export older than source.json, and the files it would have checked are not used."""
+    from train import cli
+    from train.run.manifest import update_manifest
+
+    run, model = run_dir
+    exp = _export(run, model)
+    update_manifest(run / "manifest.json", export={"savedmodel": str(exp.savedmodel), "source": {"file": None}})
+    exp.source.unlink()
+    assert cli.main(["predict", run.name, _png(tmp_path / "a.png", 0), "--runs-dir", str(run.parent)]) == 8
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"ExportError: the export of run {run.name} is damaged: {exp.source} is missing, though the run's manifest "
+        f"records an export that wrote it, so its files cannot be checked: export it again with "
+        f"`python -m train export {run.name}`"
+    )
+
+
 @pytest.mark.parametrize(
     "content", [b"", b"weights\n", b"\x89HDF\r\n\x1a\n" + b"\0" * 40], ids=["empty", "text", "cut"]
 )

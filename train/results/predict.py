@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, ExportError, first_line
+from ..run.manifest import section
 from ..run.rundir import ExportDir, RunDir
 from ..setup.hardware import compose_volume_hint
 
@@ -105,9 +106,23 @@ def open_savedmodel(export: ExportDir, name: str, labels: list[str]):
 
 def check_export(run_files: RunDir) -> None:
     """Refuse an export whose files differ from its source.json; warn when it is not from the run's weights now."""
+    _require_source_json(run_files)
     source = verify_export_files(run_files.export, run_files.name)
     if source is not None:
         _warn_if_stale(run_files, source, f"export it again with `python -m train export {run_files.name}`")
+
+
+def _require_source_json(run_files: RunDir) -> None:
+    """ExportError when source.json is gone from an export the manifest says wrote one: without it the
+    export's files would go unchecked, with only the warning meant for exports older than source.json."""
+    export = run_files.export
+    if export.source.exists() or "source" not in section(run_files.read_manifest(missing_ok=True), "export"):
+        return
+    raise ExportError(
+        f"the export of run {run_files.name} is damaged: {export.source} is missing, though the run's manifest "
+        f"records an export that wrote it, so its files cannot be checked: export it again with "
+        f"`python -m train export {run_files.name}`"
+    )
 
 
 def verify_export_files(export: ExportDir, name: str, copied: bool = False) -> dict | None:
