@@ -126,6 +126,22 @@ def test_a_trial_behind_the_others_is_pruned_and_the_sweep_exits_0(tmp_path, cap
 
 
 @pytest.mark.slow
+def test_a_trial_that_diverges_fails_says_why_and_the_study_goes_on(tmp_path, capsys):
+    space = tmp_path / "space.toml"
+    space.write_text(
+        "[study]\nname = 'd'\ntrials = 2\npruner = 'none'\nsampler = 'grid'\n"
+        "[space]\nmodel = ['faults:nan_after_10_steps', 'faults:dense16']\n"
+    )
+    assert main(["sweep", str(space), *_flags(tmp_path, batch_size=4)]) == 0  # 12 steps: NaN from the 11th
+    by_model = {m["sweep"]["params"]["model"]: m for m in _manifests(tmp_path / "runs")}
+    assert by_model["faults:nan_after_10_steps"]["status"] == "failed"
+    assert by_model["faults:dense16"]["status"] == "completed"
+    diverged = by_model["faults:nan_after_10_steps"]["sweep"]["trial"]
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if f" trial {diverged}: fail" in x]
+    assert line.split(f" trial {diverged}: ")[1].startswith("fail (DivergedError: loss is nan in epoch 1"), line
+
+
+@pytest.mark.slow
 def test_with_pruner_none_no_trial_is_pruned(tmp_path):
     space = tmp_path / "space.toml"
     space.write_text(

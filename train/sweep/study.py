@@ -37,6 +37,7 @@ from ..errors import (
     OutOfMemoryError,
     ResumeMismatchError,
     TemplateError,
+    first_line,
 )
 from ..run.find import is_run_dir
 from ..run.manifest import section, update_manifest
@@ -179,10 +180,15 @@ def _one_trial(
 ) -> int | None:
     """Start (or resume) one trial through Optuna's own loop, which sends its heartbeats."""
     numbers: list[int] = []
+    failed: list[BaseException] = []  # why the trial failed: Optuna keeps it only in a log line it is told not to write
 
     def objective(trial):
         numbers.append(trial.number)
-        return _objective(trial, study, spec, settings, shown, total, stop, command)
+        try:
+            return _objective(trial, study, spec, settings, shown, total, stop, command)
+        except TRIAL_FAILURES as exc:
+            failed.append(exc)
+            raise
 
     try:
         study.optimize(objective, n_trials=1, catch=TRIAL_FAILURES)
@@ -206,10 +212,11 @@ def _one_trial(
     if numbers:
         t = _frozen(study, numbers[-1])
         log.info(
-            "trial %d: %s%s",
+            "trial %d: %s%s%s",
             t.number,
             t.state.name.lower(),
             f" {spec.metric}={t.value:.4f}" if t.value is not None else "",
+            f" ({type(failed[-1]).__name__}: {first_line(failed[-1])})" if failed else "",
         )
     return numbers[-1] if numbers else None
 
