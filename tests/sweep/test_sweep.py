@@ -507,3 +507,21 @@ def test_a_run_name_given_to_a_sweep_is_one_warning_that_says_how_trials_are_nam
     assert [r.getMessage() for r in caplog.records] == [
         "WARNING: RUN_NAME=mine is not used: a sweep names each trial's run <study>-t<trial number>"
     ]
+
+
+def test_a_pruned_trial_names_its_metric_with_the_digits_compare_reads(tmp_path):
+    """The log, compare and the report round the number metrics.csv keeps; the pruner's line rounded the
+    float32 itself, so a tie (float32 0.90825, 0.90824997...) read 0.9082 here and 0.9083 in compare."""
+    import types
+
+    import numpy as np
+    import optuna
+
+    from train.sweep.trials import TrialObserver
+
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=0.95))
+    spec = types.SimpleNamespace(pruner="threshold", metric="val_accuracy")
+    observer = TrialObserver(study.ask(), spec, {}, epochs=3)
+    ending = observer.on_epoch_end(1, {"val_accuracy": float(np.float32(0.90825))}, None)
+    assert ending is not None and ending[0] == "pruned"
+    assert "val_accuracy=0.9083 is behind" in ending[1], ending[1]

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..run.metrics_files import metric_text
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -92,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{finished_line(result)}; report {result.report}")
     if result.best:
         best = result.best
-        print(f"best: trial {best['trial']} {spec.metric}={best['value']:.4f} {best['params']} (run {best['run']})")
+        print(
+            f"best: trial {best['trial']} {spec.metric}={metric_text(best['value'])} {best['params']} (run {best['run']})"
+        )
         tested = best_trial_test(settings.runs_dir, str(best["run"])) if best.get("run") else None
         if tested:  # chosen on validation; the test split says how it does on data nothing was chosen by
             print(f"  test: {tested} (its best weights, the test split evaluated once; not what the study optimised)")

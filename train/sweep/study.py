@@ -41,6 +41,7 @@ from ..errors import (
 )
 from ..run.find import is_run_dir
 from ..run.manifest import section, update_manifest
+from ..run.metrics_files import metric_text
 from ..run.rundir import RunDir, read_json
 from ..training.stop_flag import StopFlag
 from .space import SweepSpec
@@ -215,7 +216,7 @@ def _one_trial(
             "trial %d: %s%s%s",
             t.number,
             t.state.name.lower(),
-            f" {spec.metric}={t.value:.4f}" if t.value is not None else "",
+            f" {spec.metric}={metric_text(t.value)}" if t.value is not None else "",
             f" ({type(failed[-1]).__name__}: {first_line(failed[-1])})" if failed else "",
         )
     return numbers[-1] if numbers else None

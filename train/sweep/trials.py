@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..run.manifest import update_manifest
+from ..run.metrics_files import metric_text
 from ..run.rundir import RunDir
 from .space import Param, SweepSpec
 
@@ -87,7 +88,7 @@ class TrialObserver:
             return None
         if prune:
             return "pruned", (
-                f"pruned by the {self.spec.pruner} pruner after epoch {epoch}: {self.spec.metric}={value:.4f} "
+                f"pruned by the {self.spec.pruner} pruner after epoch {epoch}: {self.spec.metric}={metric_text(value)} "
                 "is behind the study's other trials at this epoch"
             )
         return None
