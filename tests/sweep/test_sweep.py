@@ -525,3 +525,18 @@ def test_a_pruned_trial_names_its_metric_with_the_digits_compare_reads(tmp_path)
     ending = observer.on_epoch_end(1, {"val_accuracy": float(np.float32(0.90825))}, None)
     assert ending is not None and ending[0] == "pruned"
     assert "val_accuracy=0.9083 is behind" in ending[1], ending[1]
+
+
+@pytest.mark.slow
+def test_a_pair_of_values_refused_only_together_fails_its_trial_and_the_study_goes_on(tmp_path, capsys):
+    """LR_WARMUP_EPOCHS=1.5 is valid with EPOCHS=2 and not with 1: the space is taken, that trial fails."""
+    space = tmp_path / "space.toml"
+    space.write_text(
+        "[study]\nname = 'pair'\ntrials = 2\npruner = 'none'\nsampler = 'grid'\n"
+        "[space]\nepochs = [1, 2]\nlr_warmup_epochs = [1.5]\n"
+    )
+    assert main(["sweep", str(space), *_flags(tmp_path, lr_schedule="cosine")]) == 0
+    out = capsys.readouterr().out
+    assert [m["sweep"]["params"]["epochs"] for m in _manifests(tmp_path / "runs")] == [2]
+    (failed,) = [x for x in out.splitlines() if ": fail (ConfigError: " in x]
+    assert "the warm-up must end before the training does (EPOCHS=1)" in failed, failed

@@ -181,3 +181,16 @@ def test_a_sweep_on_runs_dir_in_object_storage_is_refused_in_one_line(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "RUNS_DIR='s3://bucket/runs'" in err[0] and "local folder" in err[0]
     assert not (tmp_path / "s3:").exists()
+
+
+def test_a_value_valid_beside_another_searched_setting_is_taken_and_one_valid_with_none_is_refused(tmp_path):
+    """LR_WARMUP_EPOCHS=5 was refused against the fixed EPOCHS=3 although EPOCHS was searched from 6: a pair
+    refused only together fails its trial; a value no searched value makes valid is refused at once."""
+    searched = "[space]\nepochs = { low = 6, high = 10 }\nlr_warmup_epochs = [0, 5]\n"
+    spec = read_space(_write(tmp_path, searched), _settings(tmp_path))
+    assert [p.choices for p in spec.params if p.name == "lr_warmup_epochs"] == [(0.0, 5.0)]
+    never = "[space]\nepochs = [4, 6]\nlr_warmup_epochs = [0, 7]\n"  # 7 is not below any EPOCHS searched
+    with pytest.raises(
+        ConfigError, match=r"lr_warmup_epochs=7 is not valid: .*the warm-up must end before the training does"
+    ):
+        read_space(_write(tmp_path, never), _settings(tmp_path))

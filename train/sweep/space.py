@@ -8,6 +8,7 @@ Every value of the space is coerced and validated as the setting it is, so a lea
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -20,6 +21,8 @@ import tomllib
 
 from ..config import Settings, _coerce
 from ..errors import ConfigError
+
+Others = tuple[tuple[str, list[Any]], ...]  # (setting, its searched values), each other searched setting
 
 PRUNERS = ("median", "hyperband", "none")
 SAMPLERS = ("tpe", "random", "grid")
@@ -133,7 +136,7 @@ def read_space(path: str | Path, settings: Settings) -> SweepSpec:
         raise ConfigError(
             f"{where} [space]", "{}", "list at least one setting to search, e.g. learning_rate = [1e-3, 1e-2]"
         )
-    params = tuple(_param(key, value, metric_settings, where) for key, value in space.items())
+    params = tuple(_param(key, value, metric_settings, where, _others(space, key)) for key, value in space.items())
     if sampler == "grid":
         ranged = next((p for p in params if p.choices is None), None)
         if ranged:
@@ -170,7 +173,7 @@ def _field(name: str) -> dataclasses.Field | None:
     return next((f for f in fields(Settings) if f.name == name), None)
 
 
-def _param(key: str, value: Any, settings: Settings, where: str) -> Param:
+def _param(key: str, value: Any, settings: Settings, where: str, others: Others = ()) -> Param:
     label = f"{where} [space] {key}"
     f = _field(key)
     if f is None:
@@ -186,23 +189,23 @@ def _param(key: str, value: Any, settings: Settings, where: str) -> Param:
     if isinstance(value, list):
         if not value:
             raise ConfigError(label, value, "an empty list: give at least one value")
-        choices = tuple(_value(f, v, settings, label) for v in value)
+        choices = tuple(_value(f, v, settings, label, others) for v in value)
         if len(set(choices)) != len(choices):
             raise ConfigError(label, value, "a value is listed twice: list each once")
         return Param(key, choices=choices)
     if isinstance(value, dict):
-        return _range(f, value, settings, label)
+        return _range(f, value, settings, label, others)
     raise ConfigError(label, value, "a list of values [a, b, ...] or a range { low = ..., high = ... }")
 
 
-def _range(f: dataclasses.Field, spec: dict, settings: Settings, label: str) -> Param:
+def _range(f: dataclasses.Field, spec: dict, settings: Settings, label: str, others: Others = ()) -> Param:
     extra = sorted(set(spec) - {"low", "high", "log", "step"})
     if extra or "low" not in spec or "high" not in spec:
         raise ConfigError(label, spec, "a range is { low = ..., high = ..., log = true|false, step = ... }")
     integer = f.type in ("int", int)
     if not integer and f.type not in ("float", float):
         raise ConfigError(label, spec, f"{f.name.upper()} is not a number: list its values instead")
-    low, high = (_value(f, spec[k], settings, label) for k in ("low", "high"))
+    low, high = (_value(f, spec[k], settings, label, others) for k in ("low", "high"))
     if not low < high:
         raise ConfigError(
             label, spec, f"an empty range (low {low} must be below high {high}); for one value use a list"
@@ -230,8 +233,24 @@ def _range(f: dataclasses.Field, spec: dict, settings: Settings, label: str) -> 
     return Param(f.name, low=low, high=high, log=log, step=step, integer=integer)
 
 
-def _value(f: dataclasses.Field, raw: Any, settings: Settings, label: str) -> Any:
-    """One value, coerced and checked as the setting would be (with the other settings fixed)."""
+def _others(space: dict, key: str) -> Others:
+    """The other searched settings' values (a list's, a range's ends) that a value of `key` may meet in a trial."""
+    found = []
+    for name, given in space.items():
+        f = _field(name)
+        ends = [given[end] for end in ("low", "high") if end in given] if isinstance(given, dict) else []
+        values = []
+        for raw in (given if isinstance(given, list) else ends) if f is not None and name != key else ():
+            with contextlib.suppress(ConfigError):  # a value refused in its own place, with its own line
+                values.append(_coerce(f, raw))
+        found.append((name, values))
+    return tuple(found)
+
+
+def _value(f: dataclasses.Field, raw: Any, settings: Settings, label: str, others: Others = ()) -> Any:
+    """One value, coerced and checked as the setting would be: with the other settings fixed, or with one
+    other searched setting at one of its values (EPOCHS searched from 6 lets LR_WARMUP_EPOCHS be 5: a trial
+    whose pair is refused fails alone, as docs/sweeps.md says)."""
     try:
         value = _coerce(f, raw)
     except ConfigError as exc:
@@ -250,8 +269,17 @@ def _value(f: dataclasses.Field, raw: Any, settings: Settings, label: str) -> An
     try:
         settings.replace(**{f.name: value})
     except ConfigError as exc:
-        raise ConfigError(label, raw, _because(exc, f)) from None
+        if not any(_valid(settings, {f.name: value, name: v}) for name, values in others for v in values):
+            raise ConfigError(label, raw, _because(exc, f)) from None
     return value
+
+
+def _valid(settings: Settings, values: dict[str, Any]) -> bool:
+    try:
+        settings.replace(**values)
+    except ConfigError:
+        return False
+    return True
 
 
 def _because(exc: ConfigError, f: dataclasses.Field) -> str:
