@@ -25,10 +25,10 @@ async def _send(app, path: str, body: bytes, content_type: str, headers=()) -> t
 
 
 async def _exchange(
-    app, path: str, body: bytes, content_type: str, headers=(), method="POST", cut_short=False
+    app, path: str, body: bytes, content_type: str, headers=(), method="POST", cut_short=False, stall=False
 ) -> tuple[int, dict, dict]:
     """(status, response headers, JSON body) of one request; `cut_short`: the client goes away after
-    half its body."""
+    half its body; `stall`: it sends half its body, then nothing more and stays."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -49,10 +49,12 @@ async def _exchange(
     }
     sent: list[dict] = []
     messages = [{"type": "http.request", "body": body, "more_body": False}]
-    if cut_short:
+    if cut_short or stall:
         messages = [{"type": "http.request", "body": body[: len(body) // 2], "more_body": True}]
 
     async def receive():
+        if stall and not messages:
+            await asyncio.Event().wait()  # never set: the rest of the body never comes
         return messages.pop(0) if messages else {"type": "http.disconnect"}
 
     async def send(message):
@@ -390,6 +392,29 @@ def test_a_client_gone_mid_body_is_one_log_line_without_a_traceback_and_the_serv
     assert status == 200
     gone = [r for r in caplog.records if "went away" in r.getMessage()]
     assert len(gone) == 1 and not any(r.exc_info for r in caplog.records), caplog.text
+
+
+def test_a_client_that_stops_sending_its_body_is_answered_408_and_let_go(monkeypatch):
+    """It held its connection and the bytes it sent for as long as it liked, and a SIGTERM's whole drain."""
+    from train.serve import app as app_module
+
+    monkeypatch.setattr(app_module, "BODY_IDLE_SECONDS", 0.2)
+    state, app = _app()
+    body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()
+
+    async def scenario():
+        state.batcher = Batcher(state.model.run, 4, 0)
+        state.batcher.start()
+        try:
+            return await _exchange(app, "/v1/models/model:predict", body, "application/json", stall=True)
+        finally:
+            await state.batcher.stop()
+
+    status, _, answer = asyncio.run(scenario())
+    assert status == 408, answer
+    assert answer["error"] == (
+        f"body ({len(body) // 2} bytes): no byte came for 0.2 s; send the whole body without pausing"
+    ), answer
 
 
 def test_v2_classification_output_is_a_400_naming_it_not_ignored():

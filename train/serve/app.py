@@ -32,6 +32,9 @@ from .work import Decoder
 
 log = logging.getLogger("train")
 VERSION = "1"  # an export is one model version; TF Serving numbers a single version 1 as well
+# A client that stops sending its body (or never starts it) would hold its connection and the bytes it sent
+# for as long as it likes, and a SIGTERM's whole drain: let go once no byte came for this long (408).
+BODY_IDLE_SECONDS = 30.0
 
 
 class _Segment(Convertor):
@@ -191,7 +194,15 @@ async def read_body(state: State, request: Request) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError("body", f"{int(declared)} bytes", fix, status=413)
     chunks, size = [], 0
-    async for chunk in request.stream():
+    stream = aiter(request.stream())
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(stream), BODY_IDLE_SECONDS)
+        except StopAsyncIteration:
+            break
+        except asyncio.TimeoutError:
+            why = f"no byte came for {BODY_IDLE_SECONDS:g} s"
+            raise RequestError("body", f"{size} bytes", f"{why}; send the whole body without pausing", 408) from None
         size += len(chunk)
         if size > limit:
             raise RequestError("body", f"over {limit} bytes", fix, status=413)
