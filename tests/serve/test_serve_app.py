@@ -72,6 +72,16 @@ async def _exchange(
     )
 
 
+async def _with_batcher(state, call):
+    """`call()`'s result with the model's batcher running, as a ready server has it."""
+    state.batcher = Batcher(state.model.run, 4, 0)
+    state.batcher.start()
+    try:
+        return await call()
+    finally:
+        await state.batcher.stop()
+
+
 def test_a_failing_model_call_is_a_json_500_and_the_server_goes_on():
     calls = []
 
@@ -379,16 +389,11 @@ def test_a_client_gone_mid_body_is_one_log_line_without_a_traceback_and_the_serv
     body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()
 
     async def scenario():
-        state.batcher = Batcher(state.model.run, 4, 0)
-        state.batcher.start()
-        try:
-            await _exchange(app, "/v1/models/model:predict", body, "application/json", cut_short=True)
-            return await _send(app, "/v1/models/model:predict", body, "application/json")
-        finally:
-            await state.batcher.stop()
+        await _exchange(app, "/v1/models/model:predict", body, "application/json", cut_short=True)
+        return await _send(app, "/v1/models/model:predict", body, "application/json")
 
     with caplog.at_level("INFO", logger="train"):
-        status, _ = asyncio.run(scenario())
+        status, _ = asyncio.run(_with_batcher(state, scenario))
     assert status == 200
     gone = [r for r in caplog.records if "went away" in r.getMessage()]
     assert len(gone) == 1 and not any(r.exc_info for r in caplog.records), caplog.text
@@ -401,16 +406,8 @@ def test_a_client_that_stops_sending_its_body_is_answered_408_and_let_go(monkeyp
     monkeypatch.setattr(app_module, "BODY_IDLE_SECONDS", 0.2)
     state, app = _app()
     body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()
-
-    async def scenario():
-        state.batcher = Batcher(state.model.run, 4, 0)
-        state.batcher.start()
-        try:
-            return await _exchange(app, "/v1/models/model:predict", body, "application/json", stall=True)
-        finally:
-            await state.batcher.stop()
-
-    status, _, answer = asyncio.run(scenario())
+    stalled = _exchange(app, "/v1/models/model:predict", body, "application/json", stall=True)
+    status, _, answer = asyncio.run(_with_batcher(state, lambda: stalled))
     assert status == 408, answer
     assert answer["error"] == (
         f"body ({len(body) // 2} bytes): no byte came for 0.2 s; send the whole body without pausing"
