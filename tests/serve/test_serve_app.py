@@ -25,10 +25,19 @@ async def _send(app, path: str, body: bytes, content_type: str, headers=()) -> t
 
 
 async def _exchange(
-    app, path: str, body: bytes, content_type: str, headers=(), method="POST", cut_short=False, stall=False
+    app,
+    path: str,
+    body: bytes,
+    content_type: str,
+    headers=(),
+    method="POST",
+    cut_short=False,
+    stall=False,
+    asked: list | None = None,
 ) -> tuple[int, dict, dict]:
     """(status, response headers, JSON body) of one request; `cut_short`: the client goes away after
-    half its body; `stall`: it sends half its body, then nothing more and stays."""
+    half its body; `stall`: it sends half its body, then nothing more and stays; `asked` notes each
+    time the server asks for the body."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -53,6 +62,8 @@ async def _exchange(
         messages = [{"type": "http.request", "body": body[: len(body) // 2], "more_body": True}]
 
     async def receive():
+        if asked is not None:
+            asked.append("body")
         if stall and not messages:
             await asyncio.Event().wait()  # never set: the rest of the body never comes
         return messages.pop(0) if messages else {"type": "http.disconnect"}
@@ -310,6 +321,40 @@ def test_heavy_requests_do_not_delay_a_small_one_and_past_their_lane_are_refused
     assert all(h["retry-after"] == "1" and "busy with large requests" in d["error"] for h, d in refused), refused
     running = max(1, len(os.sched_getaffinity(0)) // 2)  # half the cores (one on a single core), as many waiting
     assert len(answers) - len(refused) <= 2 * running
+
+
+def test_large_bodies_past_their_reading_slots_are_refused_unread():
+    """Each large body was read whole before its lane could refuse it: 40 clients posting 15 MB at once
+    took the server from 537 MB to 1.8 GB. Clients holding every slot (and every place in line) with a
+    large body they are still sending: one more large request is refused with 503 before a byte is read."""
+    import os
+    import time
+
+    state, app = _app()
+    body = b"0" * 3_000_000  # over a light request's 1 MB
+    slots = 2 * max(1, len(os.sched_getaffinity(0)) // 2)  # twice the heavy lane's, as many more waiting
+    asked: list[str] = []
+
+    async def scenario():
+        stalled = [
+            asyncio.ensure_future(_exchange(app, "/predict", body, "application/octet-stream", stall=True))
+            for _ in range(2 * slots)
+        ]
+        deadline = time.monotonic() + 60
+        try:
+            while state.decoder.reading._waiting < slots:  # every slot taken and every place in line
+                assert not any(s.done() for s in stalled), [s.result() for s in stalled if s.done()]
+                assert time.monotonic() < deadline, "the stalled clients never took the reading slots"
+                await asyncio.sleep(0.01)
+            return await _exchange(app, "/predict", body, "application/octet-stream", asked=asked)
+        finally:
+            for s in stalled:
+                s.cancel()
+            await asyncio.gather(*stalled, return_exceptions=True)
+
+    status, headers, answer = asyncio.run(_with_batcher(state, scenario))
+    assert status == 503 and headers["retry-after"] == "1", answer
+    assert "busy with large requests" in answer["error"] and asked == [], (answer, asked)
 
 
 def test_images_declaring_more_pixels_than_the_budget_are_refused_before_any_is_decoded(decoded):

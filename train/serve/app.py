@@ -3,7 +3,7 @@
 One Starlette app around one ServedModel and its Batcher. Every refused request is a RequestError
 answered as {"error": "..."} with its status (400, 404 for an unknown model or version, 413 for a
 body over SERVE_MAX_BODY_MB or images over SERVE_MAX_PIXELS, 503 before the model is ready or
-while the decoding threads are busy); the body is read in chunks and refused as soon as it passes
+while the decoding threads, or the slots a large body is read in, are busy); the body is read in chunks and refused as soon as it passes
 the limit, never read whole first. Parsing and image decoding run in the Decoder's threads
 (train.serve.work), the model in the Batcher's: the event loop only moves bytes. Every request in
 flight is known (Drain), so that when the server stops it can answer each one as JSON.
@@ -12,6 +12,7 @@ flight is known (Drain), so that when the server stops it can answer each one as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 
@@ -28,7 +29,7 @@ from . import payloads
 from .batcher import Batcher
 from .model import ServedModel
 from .payloads import RequestError
-from .work import Decoder
+from .work import LIGHT_BYTES, Decoder
 
 log = logging.getLogger("train")
 VERSION = "1"  # an export is one model version; TF Serving numbers a single version 1 as well
@@ -187,27 +188,40 @@ def _require_ready(state: State) -> Batcher:
 
 
 async def read_body(state: State, request: Request) -> bytes:
-    """The body, refused with 413 once it passes the limit: by its Content-Length before reading, else while read."""
+    """The body, refused with 413 once it passes the limit: by its Content-Length before reading, else while
+    read. A heavy body is read in a slot of the decoder's `reading` lane (503 when none is free): taken by its
+    Content-Length before a byte is read, or when a chunked body passes LIGHT_BYTES."""
     limit = state.max_body
     fix = f"the limit is SERVE_MAX_BODY_MB ({limit / 1e6:g} MB); send fewer or smaller images"
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError("body", f"{int(declared)} bytes", fix, status=413)
-    chunks, size = [], 0
-    stream = aiter(request.stream())
-    while True:
-        try:
-            chunk = await asyncio.wait_for(anext(stream), BODY_IDLE_SECONDS)
-        except StopAsyncIteration:
-            break
-        except asyncio.TimeoutError:
-            why = f"no byte came for {BODY_IDLE_SECONDS:g} s"
-            raise RequestError("body", f"{size} bytes", f"{why}; send the whole body without pausing", 408) from None
-        size += len(chunk)
-        if size > limit:
-            raise RequestError("body", f"over {limit} bytes", fix, status=413)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    declared = int(declared) if declared is not None and declared.isdigit() else None
+    if declared is not None and declared > limit:
+        raise RequestError("body", f"{declared} bytes", fix, status=413)
+    async with contextlib.AsyncExitStack() as held:
+        heavy = False
+        if declared is not None and declared > LIGHT_BYTES:
+            await held.enter_async_context(state.decoder.reading.slot())
+            heavy = True
+        chunks, size = [], 0
+        stream = aiter(request.stream())
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(stream), BODY_IDLE_SECONDS)
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                why = f"no byte came for {BODY_IDLE_SECONDS:g} s"
+                raise RequestError(
+                    "body", f"{size} bytes", f"{why}; send the whole body without pausing", 408
+                ) from None
+            size += len(chunk)
+            if size > limit:
+                raise RequestError("body", f"over {limit} bytes", fix, status=413)
+            chunks.append(chunk)
+            if size > LIGHT_BYTES and not heavy:
+                await held.enter_async_context(state.decoder.reading.slot())
+                heavy = True
+        return b"".join(chunks)
 
 
 async def _predict(state: State, images: np.ndarray) -> np.ndarray:

@@ -8,6 +8,11 @@ cores), with as many more waiting. Past that a request is refused at once with 5
 never queued without end; a request whose files declare more than SERVE_MAX_PIXELS in all is
 refused (413) before any of it is decoded. Each request runs in one thread at a time.
 
+A heavy body is only read with a slot of its own (twice the heavy lane's, as many more waiting), taken
+by its Content-Length before a byte is read, or once a chunked body passes LIGHT_BYTES: past that a
+large upload is refused (503) unread, so many clients posting large bodies at once cannot take the
+server's memory with bodies its heavy lane would refuse anyway.
+
 Every call's thread is counted until it returns, even after its request was answered: a decode or
 a model call cannot be interrupted, so the server knows what it would wait for when it stops.
 """
@@ -84,6 +89,7 @@ class Decoder:
         self.light = Lane(light, LIGHT_WAITING, f"{LIGHT_WAITING} requests waiting")
         large = f"large requests (over {LIGHT_BYTES // 1_000_000} MB or {LIGHT_PIXELS // 1_000_000} million pixels)"
         self.heavy = Lane(heavy, heavy, large)
+        self.reading = Lane(2 * heavy, 2 * heavy, large)
 
     async def images(self, size: int, parse: Callable[[], tuple[Pending, T]]) -> tuple[np.ndarray, T]:
         """(images, what else `parse` returns): `parse` (of a body of `size` bytes) and the decoding in
