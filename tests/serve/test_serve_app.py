@@ -429,6 +429,21 @@ def test_v2_binary_flags_that_are_no_boolean_are_a_400_not_taken_as_true(doc, na
     assert status == 400 and answer["error"] == f"{named}: true or false (a JSON boolean)", answer
 
 
+@pytest.mark.parametrize(
+    "request_id, answered", [("r-1", 200), (None, 200), (7, 400), ({"a": 1}, 400), ([], 400), (0, 400)]
+)
+def test_a_v2_id_is_a_string_echoed_back_anything_else_a_400(request_id, answered):
+    """The protocol's id is a string a client matches answers by: a number or an object was echoed back."""
+    tensor = {"name": "images", "datatype": "UINT8", "shape": [1, 2, 2, 1], "data": [0, 0, 0, 0]}
+    request = json.dumps({"id": request_id, "inputs": [tensor]}).encode()
+    ((status, answer),) = _serve([("/v2/models/model/infer", request, "application/json")])
+    assert status == answered, answer
+    if answered == 200:
+        assert answer.get("id") == request_id  # null: as if left out
+    else:
+        assert answer["error"] == f"id ({json.dumps(request_id)}): a string, or left out", answer
+
+
 def test_a_client_gone_mid_body_is_one_log_line_without_a_traceback_and_the_server_goes_on(caplog):
     state, app = _app()
     body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()

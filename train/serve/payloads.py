@@ -222,6 +222,8 @@ def v2_request(
         raise RequestError("body", None, 'an inference request is a JSON object with an "inputs" list')
     if len(doc["inputs"]) != 1 or not isinstance(doc["inputs"][0], dict):
         raise RequestError("inputs", len(doc["inputs"]), f'send exactly one input tensor, "{INPUT}"')
+    if doc.get("id") is not None and not isinstance(doc["id"], str):  # echoed back, where a client reads a string
+        raise RequestError("id", json.dumps(doc["id"]), "a string, or left out")
     tensor = doc["inputs"][0]
     if tensor.get("name") != INPUT:
         raise RequestError("inputs[0].name", tensor.get("name"), f'the model\'s input is "{INPUT}"')
