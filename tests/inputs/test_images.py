@@ -198,8 +198,21 @@ def test_a_file_in_no_image_format_is_named_with_the_formats_read_here_only(tmp_
         images.load_image_file(text, (32, 32, 3))
     # TensorFlow's own list (JPEG XL, WebP, ...) is not the formats read here.
     assert str(e.value) == (
-        f"{text}: not a readable image; the formats read are JPEG, PNG, GIF (first frame) or BMP: convert or remove it"
+        f"{text}: not a readable image; the formats read are JPEG, PNG, GIF (first frame) or BMP "
+        "(of 8, 24 or 32 bits a pixel): convert or remove it"
     )
+
+
+def test_a_one_bit_bmp_is_named_with_the_bmp_depths_read(tmp_path):
+    """TensorFlow's reason ("... must be 1, 3 or 4, was 0") beside a list naming BMP did not say what to change."""
+    from PIL import Image
+
+    path = tmp_path / "scan.bmp"
+    Image.new("1", (8, 8)).save(path)
+    with pytest.raises(
+        DataError, match=r"scan\.bmp: not a readable image .*BMP \(of 8, 24 or 32 bits a pixel\): convert"
+    ):
+        images.load_image_file(path, (8, 8, 1))
 
 
 def test_load_image_file_names_a_bad_file(tmp_path):

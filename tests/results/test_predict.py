@@ -174,7 +174,7 @@ def test_the_command_reports_each_bad_file_and_predicts_the_others_exit_3(run_di
     assert errors[0].startswith(f"DataError: {tmp_path / 'missing.png'} does not exist")
     assert errors[1] == (
         f"DataError: {tmp_path / 'text.png'}: not a readable image; the formats read are JPEG, PNG, GIF (first frame) "
-        "or BMP: convert or remove it"
+        "or BMP (of 8, 24 or 32 bits a pixel): convert or remove it"
     )
 
 

@@ -344,7 +344,9 @@ def decode_image_bytes(
         return decode_tensor(tf.constant(raw), tuple(shape), tf.constant(info)).numpy()
     except Exception as e:  # tf.errors.OpError, ValueError: not an image TensorFlow reads
         raise DataError(
-            f"{shown}: not a readable image{_why_unreadable(e)}; the formats read are {SUPPORTED}: convert or remove it"
+            # TensorFlow decodes no BMP of 1 or 4 bits a pixel, and says so as "0 channels".
+            f"{shown}: not a readable image{_why_unreadable(e)}; the formats read are {SUPPORTED} "
+            "(of 8, 24 or 32 bits a pixel): convert or remove it"
         ) from None
 
 
