@@ -40,18 +40,6 @@ class EnvFileError(ConfigError):
         TemplateError.__init__(self, f"{path}{f', line {line}' if line else ''}: {problem}")
 
 
-class PortInUseError(ConfigError):
-    """This worker's port (its entry in WORKERS / TF_CONFIG) is already bound by another process."""
-
-    def __init__(self, name: str, address: str, port: int):
-        self.name, self.value, self.port = name, address, port
-        self.allowed = (
-            f"port {port} is in use by another process on this host (another training, or a stale worker): stop it, "
-            f"or give this worker a free port in {name} on every worker"
-        )
-        TemplateError.__init__(self, f"{name}: this worker's address {address}: {self.allowed}")
-
-
 class UsageError(TemplateError, exit_code=2):
     """The command line itself is wrong: an unknown or misspelt flag, a missing argument, a refused choice."""
 

@@ -20,9 +20,9 @@ import pytest
 from faults import env
 from helpers import free_local_ports
 
-from train.errors import ConfigError, Interrupted, PortInUseError
+from train.errors import ConfigError, Interrupted
 from train.training.stop_flag import StopFlag
-from train.workers import join
+from train.workers import PortInUseError, join
 from train.workers.cluster import from_workers
 from train.workers.join import WorkersMissingError
 
@@ -303,7 +303,7 @@ def test_a_port_in_use_exits_2_with_one_line_before_tensorflow(tmp_path):
 TAKEN_AFTER_THE_JOIN = """
 import socket, sys
 from train.workers.cluster import from_workers
-from train.errors import PortInUseError
+from train.workers import PortInUseError
 cluster = from_workers(sys.argv[1], 0)
 other = socket.socket()
 other.bind(("127.0.0.1", cluster.port))

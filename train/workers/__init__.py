@@ -12,3 +12,17 @@ worker.py     a worker other than the chief: the chief's state received, a lost 
 
 A fork that trains on one machine deletes this folder and its line in train/extras.py.
 """
+
+from ..errors import ConfigError, TemplateError
+
+
+class PortInUseError(ConfigError):
+    """This worker's port (its entry in WORKERS / TF_CONFIG) is already bound by another process."""
+
+    def __init__(self, name: str, address: str, port: int):
+        self.name, self.value, self.port = name, address, port
+        self.allowed = (
+            f"port {port} is in use by another process on this host (another training, or a stale worker): stop it, "
+            f"or give this worker a free port in {name} on every worker"
+        )
+        TemplateError.__init__(self, f"{name}: this worker's address {address}: {self.allowed}")

@@ -24,7 +24,8 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ..errors import ConfigError, Interrupted, PortInUseError, WorkerLostError
+from ..errors import ConfigError, Interrupted, WorkerLostError
+from . import PortInUseError
 from .cluster import Cluster
 
 log = logging.getLogger("train")

@@ -6,7 +6,7 @@ import logging
 
 import tensorflow as tf
 
-from ..errors import PortInUseError
+from . import PortInUseError
 
 log = logging.getLogger("train")
 
