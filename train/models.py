@@ -75,11 +75,10 @@ class ModelEntry:
 
         known = []
         for name in self.metrics:
-            try:
+            # ValueError: a metric of this project only; the exported model is compiled without it.
+            with contextlib.suppress(ValueError):
                 keras.metrics.get(name)
                 known.append(name)
-            except ValueError:
-                pass  # a metric of this project only: the exported model is compiled without it
         return known
 
 

@@ -8,6 +8,7 @@ feed recorded nvidia-smi outputs or an NVML stand-in.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -91,10 +92,8 @@ def _from_nvml(nvml: Any) -> Probe:
     except Exception as exc:
         return Probe([], True, f"NVML: driver loaded but the query failed: {exc}")
     finally:
-        try:
+        with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def _nvml_processes(nvml: Any, handle: Any) -> list[GpuProcess]:

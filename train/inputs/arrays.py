@@ -10,6 +10,7 @@ can declare gigabytes of zeros), and class names are checked before they become 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import unicodedata
@@ -120,14 +121,11 @@ def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgro
 def _fields(path: str) -> dict[str, int]:
     """'name value' lines of a /proc or cgroup file as {name: value}; {} when it cannot be read."""
     out = {}
-    try:
-        with open(path) as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 2 and parts[1].isdigit():
-                    out[parts[0]] = int(parts[1])
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(path) as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                out[parts[0]] = int(parts[1])
     return out
 
 

@@ -9,6 +9,7 @@ which keeps out a process on another machine.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -118,11 +119,9 @@ class RunLock:
             self.lease.release()
             self.lease = None
         if self.fd is not None:
-            try:
+            with contextlib.suppress(OSError):  # a read-only or vanished folder: the file stays, as after a kill
                 if _still_at(self.path, self.fd) and not (self.reader and self.found_stale):
                     self.path.unlink()
-            except OSError:  # a read-only or vanished folder: the file stays, as after a kill
-                pass
             os.close(self.fd)
             self.fd = None
 

@@ -7,6 +7,7 @@ recorded as null with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import platform
@@ -44,7 +45,7 @@ def file_sha256(path: Path) -> str | None:
 def git_info(root: Path | None = None) -> dict[str, Any]:
     """Commit and dirty flag from git; inside the image (no .git) from the BUILD_COMMIT file baked at build."""
     root = root or project_root()
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
         )
@@ -56,8 +57,6 @@ def git_info(root: Path | None = None) -> dict[str, Any]:
                 timeout=5,
             )
             return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "source": "git"}
-    except (OSError, subprocess.SubprocessError):
-        pass
     baked = root / "BUILD_COMMIT"
     if baked.is_file():
         commit = baked.read_text().strip() or None
