@@ -299,3 +299,35 @@ def test_a_name_whose_address_is_every_interface_is_refused_once_bound():
     assert bound_everywhere("any.example", "::ffff:0.0.0.0")
     assert not bound_everywhere("0.0.0.0", "0.0.0.0") and not bound_everywhere("::", "::")
     assert not bound_everywhere("localhost", "127.0.0.1") and not bound_everywhere("::1", "::1")
+
+
+def test_a_connection_whose_request_headers_do_not_come_whole_is_closed_and_the_others_are_served(monkeypatch):
+    """uvicorn waits for a request's headers without end: clients that connect and send nothing, or
+    half a request line, each held a connection and its file descriptor for as long as they liked."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from train.serve import server as server_module
+
+    monkeypatch.setattr(server_module, "HEADERS_SECONDS", 0.5)
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    sock = server_module.bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, http=server_module._Protocol, log_config=None, lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        _until(lambda: server.started, "the server started")
+        silent = socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE)
+        half = socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE)
+        half.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # no blank line: the headers never end
+        whole = socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE)
+        whole.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert whole.makefile("rb").read().startswith(b"HTTP/1.1 200 OK")
+        assert silent.recv(1) == b"" and half.recv(1) == b""  # closed by the server (a timeout here: held)
+    finally:
+        server.should_exit = True
+        thread.join(_DEADLINE)

@@ -20,7 +20,9 @@ import os
 import socket
 import sys
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import ConfigError, TemplateError
 from .address import bound_everywhere, listen_address, url_host
@@ -31,6 +33,43 @@ from .work import Pool
 
 log = logging.getLogger("train")
 BACKSTOP = 5  # seconds past the drain before uvicorn cancels what our cut-off did not end (a stuck send)
+HEADERS_SECONDS = 30.0  # a request's headers come whole within this long of the connection or their first byte
+
+
+class _Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose request headers do not come whole within
+    HEADERS_SECONDS. uvicorn waits for them without end (its keep-alive timeout starts only after a
+    response, and stops at the next byte): a client that connects and sends nothing, or a byte now
+    and then, would hold its connection and file descriptor as long as it likes. (No answer is sent:
+    HTTP has none before a request's headers; the body's own wait is the app's 408.)"""
+
+    _late: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._await_headers()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE:  # a request's headers begun, not yet whole
+            self._await_headers()
+        elif self._late is not None:
+            self._late.cancel()
+            self._late = None
+
+    def connection_lost(self, exc) -> None:
+        if self._late is not None:
+            self._late.cancel()
+        super().connection_lost(exc)
+
+    def _await_headers(self) -> None:
+        if self._late is None:
+            self._late = self.loop.call_later(HEADERS_SECONDS, self._headers_late)
+
+    def _headers_late(self) -> None:
+        self._late = None
+        if self.conn.their_state is h11.IDLE:
+            self.transport.close()
 
 
 class _Server(uvicorn.Server):
@@ -130,6 +169,7 @@ def serve(model: ServedModel, host: str, port: int, settings) -> int:
         access_log=False,
         lifespan="on",
         server_header=False,
+        http=_Protocol,
     )
     server = _Server(config, state, drain)
     server.run(sockets=[sock])
