@@ -436,6 +436,22 @@ def test_commands_that_build_no_model_do_not_look_for_the_model_module(tmp_path,
     assert "cannot find module 'not_here_xyz'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["runs", "report latest", "compare a b", "predict latest a.png", "export latest"])
+def test_commands_that_read_runs_ignore_a_bad_training_setting_but_not_a_bad_runs_dir(
+    tmp_path, monkeypatch, capsys, command
+):
+    monkeypatch.setenv("EPOCHS", "x")  # for the next `fit`: these commands take a run's own settings
+    (tmp_path / "runs").mkdir()
+    code = cli.main([*command.split(), "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert "EPOCHS" not in err and code == (0 if command == "runs" else 2)  # the others: no run yet
+    (tmp_path / "file").write_text("")
+    assert cli.main([*command.split(), "--runs-dir", str(tmp_path / "file" / "runs")]) == 7
+    assert capsys.readouterr().err.startswith(f"StorageError: RUNS_DIR={tmp_path / 'file' / 'runs'}: ")
+    assert cli.main(["settings"]) == 2  # a command that shows or trains with it still refuses it
+    assert capsys.readouterr().err == "ConfigError: EPOCHS='x' is not valid: expected a whole number, e.g. 3\n"
+
+
 @pytest.mark.parametrize("fmt", ["table", "env-example"])
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, fmt):
     """`python -m train settings | head -1`: no traceback, the status of a tool that SIGPIPE ended."""

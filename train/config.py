@@ -15,7 +15,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -294,6 +294,13 @@ def _with_given(s: Settings, names) -> Settings:
     return s
 
 
+# What a command that reads runs (runs, report, compare, predict, export, reproduce, serve) reads from
+# its flags, .env and the environment: RUNS_DIR and the extras' settings (a store's staging copy, the
+# export formats, the server's limits). A run's training settings are its own config.json's, so a bad
+# EPOCHS or MODEL meant for the next `fit` is no reason to refuse listing the runs.
+READ_BY_RUNS_COMMANDS = frozenset({"runs_dir"}) | frozenset(
+    f.name for f in fields(Settings) if f.name not in {c.name for c in fields(CoreSettings)}
+)
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = of_kind("free", "surroundings", "invocation")
 # Chosen together for a new run that sets neither (train.setup.hardware.choose_batch; its manifest's `batch`).
@@ -508,6 +515,7 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
     warn: Callable[[str], None] | None = None,
     check_model: bool = True,
+    only: Collection[str] | None = None,
 ) -> Settings:
     """Resolve the settings: defaults < .env file < environment < `overrides` (command-line flags).
 
@@ -515,6 +523,7 @@ def load_settings(
     A missing default `.env` is fine; an explicitly named one that does not exist is an error.
     `warn(line)` gets the warnings about the .env file (unknown or repeated keys); default: logged.
     `check_model=False` skips looking for a MODEL=module:function (commands that build no model).
+    `only`: the settings (field names) read at all; the others keep their defaults (READ_BY_RUNS_COMMANDS).
     """
     environ = os.environ if environ is None else environ
     if overrides is not None and not isinstance(overrides, Mapping):
@@ -537,6 +546,8 @@ def load_settings(
     with _naming_the_file(env_file, from_file):
         for f in fields(Settings):
             name = f.name.upper()
+            if only is not None and f.name not in only:
+                continue
             # Only the value that wins is read: a bad one in .env that the environment or a flag replaces is no error.
             if overrides and overrides.get(f.name) is not None:
                 raw = overrides[f.name]

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
-from ..config import Settings, load_settings
+from ..config import READ_BY_RUNS_COMMANDS, Settings, load_settings
 from ..run.remote import open_runs_dir
 
 
@@ -44,9 +44,16 @@ def settings_for(args: argparse.Namespace) -> Settings:
     return load_settings(overrides, env_file=args.env_file, warn=warn)
 
 
-def runs_settings(args: argparse.Namespace) -> Settings:
-    """Settings for a command that reads runs; the model of a run comes from its own config.json, not from MODEL."""
-    return load_settings({"runs_dir": args.runs_dir}, env_file=args.env_file, warn=warn, check_model=False)
+def runs_settings(args: argparse.Namespace, given: dict | None = None) -> Settings:
+    """Settings for a command that reads runs: RUNS_DIR and the extras' (READ_BY_RUNS_COMMANDS), and the
+    flags `given` of those. The model and training settings of a run come from its own config.json."""
+    return load_settings(
+        {"runs_dir": args.runs_dir, **(given or {})},
+        env_file=args.env_file,
+        warn=warn,
+        check_model=False,
+        only=READ_BY_RUNS_COMMANDS,
+    )
 
 
 def resolve(

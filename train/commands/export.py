@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .. import extras
-from ..config import load_settings
 from ..errors import ConfigError
-from . import add_run, add_runs_dir, resolve, setting_help, uploaded, warn
+from . import add_run, add_runs_dir, resolve, runs_settings, setting_help, uploaded
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -25,9 +24,7 @@ def run(args: argparse.Namespace) -> int:
     flags = {name: flag for flag, (name, _) in extras.flags("export").items() if getattr(args, name) is not None}
     given = {name: getattr(args, name) for name in flags}
     try:
-        settings = load_settings(
-            {"runs_dir": args.runs_dir, **given}, env_file=args.env_file, warn=warn, check_model=False
-        )
+        settings = runs_settings(args, given)
     except ConfigError as exc:  # a value typed as a flag: the message names the flag
         if exc.name.lower() not in flags:
             raise

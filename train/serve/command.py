@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from ..config import load_settings
+    from ..config import READ_BY_RUNS_COMMANDS, load_settings
     from ..extras import require
 
     host = listen_address(args.host)
@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         env_file=args.env_file,
         warn=lambda line: print(line, file=sys.stderr),
         check_model=False,
+        only=READ_BY_RUNS_COMMANDS,
     )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # The training log's format, for the server's lines and uvicorn's alike (train.serve.server)
