@@ -232,9 +232,14 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
     if local:
         cmd = f"{PY} -m train fit {args}".rstrip()
         if detach:  # a plain `nohup ... &`: survives the terminal; the run's own log is train.log
+            out = _nohup_out()
+            try:
+                (ROOT / out).parent.mkdir(parents=True, exist_ok=True)  # the shell's >> makes no folder
+            except OSError as exc:
+                raise Exit(f"cannot write {out} (RUNS_DIR): {exc.strerror}; point RUNS_DIR at a folder") from None
             # Appended, not truncated: a second detached run would otherwise cut the file under the
             # first, whose next lines land after a run of NUL bytes, and lose the earlier output.
-            c.run(f"nohup {cmd} >> runs/nohup.out 2>&1 &", echo=True, disown=True)
+            c.run(f"nohup {cmd} >> {shlex.quote(str(out))} 2>&1 &", echo=True, disown=True)
             print("training in the background; follow it with: invoke logs --local -f")
         else:
             c.run(cmd, echo=True, pty=True)
@@ -249,6 +254,25 @@ def train(c, local=False, detach=False, cpu=False, args="", workers=1):
     c.run(f"{extra}{_compose(c, cpu)} up {mode} train", echo=True, pty=not detach)
     if detach:
         print("training in the background; follow it with: invoke logs -f; stop (and save) with: docker compose stop")
+
+
+def _nohup_out() -> Path:
+    """Where `train --local --detach` appends its console output and `logs --local` reads it: nohup.out in
+    RUNS_DIR as `python -m train` here reads it (the environment, else .env), beside the runs. A RUNS_DIR
+    in object storage (s3://...) is no folder a shell can append to: ./runs on this machine then."""
+    from train.config import load_settings
+    from train.errors import TemplateError
+    from train.locations import looks_like_url
+
+    env_file = ROOT / ".env"
+    try:
+        # The .env file's warnings (an unknown name) are the fit's to say, once.
+        quiet = {"warn": lambda _line: None, "only": {"runs_dir"}}
+        settings = load_settings(env_file=env_file if env_file.is_file() else None, **quiet)
+    except TemplateError as exc:
+        raise Exit(f"{type(exc).__name__}: {exc}") from None
+    runs_dir = "runs" if looks_like_url(settings.runs_dir) else settings.runs_dir
+    return Path(runs_dir).expanduser() / "nohup.out"
 
 
 def free_ports(n: int) -> list[int]:
@@ -350,18 +374,17 @@ def compare(c, runs, out=""):
 @task(
     help={
         "follow": "keep printing new lines (-f)",
-        "local": "show runs/nohup.out of `invoke train --local --detach` instead of the container's log",
+        "local": "show RUNS_DIR/nohup.out of `invoke train --local --detach` instead of the container's log",
         "cpu": "the training was started with --cpu",
     }
 )
 def logs(c, follow=False, local=False, cpu=False):
     """Show the log of the training started with --detach."""
     if local:
-        if not (ROOT / "runs" / "nohup.out").is_file():
-            raise Exit(
-                "runs/nohup.out does not exist: no training was started here with `invoke train --local --detach`"
-            )
-        c.run(f"tail -n 100 {'-f ' if follow else ''}runs/nohup.out", echo=True, pty=True)
+        out = _nohup_out()
+        if not (ROOT / out).is_file():
+            raise Exit(f"{out} does not exist: no training was started here with `invoke train --local --detach`")
+        c.run(f"tail -n 100 {'-f ' if follow else ''}{shlex.quote(str(out))}", echo=True, pty=True)
         return
     c.run(f"{_compose(c, cpu, gpu_needed=False)} logs {'-f ' if follow else ''}train".rstrip(), echo=True, pty=True)
 

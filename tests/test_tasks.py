@@ -265,6 +265,25 @@ def test_local_logs_without_a_detached_local_training_say_how_to_start_one():
     assert commands(c) == []
 
 
+def test_a_detached_local_training_writes_its_output_under_runs_dir_and_local_logs_read_it_there(monkeypatch):
+    monkeypatch.delenv("RUNS_DIR", raising=False)
+    (tasks.ROOT / ".env").write_text(f"RUNS_DIR={tasks.ROOT / 'elsewhere'}\n")  # as `python -m train` reads it
+    monkeypatch.setenv("RUNS_DIR", str(tasks.ROOT / "mine"))  # the environment before .env, as there
+    c = ctx()
+    tasks.train(c, local=True, detach=True)
+    out = tasks.ROOT / "mine" / "nohup.out"
+    out.write_text("")  # what the shell's >> makes, in the folder the task made for it
+    tasks.logs(c, local=True)
+    assert echoed(c) == [f"nohup {tasks.PY} -m train fit >> {out} 2>&1 &", f"tail -n 100 {out}"]
+    monkeypatch.delenv("RUNS_DIR")
+    with pytest.raises(Exit, match=f"^{tasks.ROOT / 'elsewhere' / 'nohup.out'} does not exist: "):
+        tasks.logs(c, local=True)
+    # A bucket is no folder to append to: the output stays on this machine, in ./runs.
+    monkeypatch.setenv("RUNS_DIR", "s3://bucket/runs")
+    tasks.train(c, local=True, detach=True)
+    assert echoed(c)[-1] == f"nohup {tasks.PY} -m train fit >> runs/nohup.out 2>&1 &"
+
+
 def test_report_and_compare():
     c = ctx()
     tasks.report(c, run="20240101-000000 x")
