@@ -253,20 +253,43 @@ def test_settings_made_before_a_reload_of_the_config_are_told_so():
     )
 
 
-def test_one_callback_not_in_a_list_is_one_type_error(monkeypatch):
-    """callbacks=Mine() (not [Mine()]) failed with `'Mine' object is not iterable`."""
+class _OnEpochEnd:
+    def on_epoch_end(self, epoch, row, state):
+        return None
+
+
+class _OnEnd:  # a hook other than on_epoch_end and on_start
+    def on_end(self, status, stop):
+        return None
+
+
+def _a_function(epoch, row, state):
+    return None
+
+
+@pytest.mark.parametrize(
+    "given, instead",
+    [
+        (_OnEpochEnd(), "one _OnEpochEnd: callbacks=[yours]"),
+        (_OnEnd(), "one _OnEnd: callbacks=[yours]"),
+        (_OnEnd, "the class _OnEnd: callbacks=[_OnEnd()]"),
+        (
+            _a_function,
+            "a function: a callback is an object with on_epoch_end(epoch, row, state) or another of its methods",
+        ),
+        (3, "one int: callbacks=[yours]"),
+    ],
+)
+def test_one_callback_not_in_a_list_is_one_type_error(monkeypatch, given, instead):
+    """callbacks=Mine() (not [Mine()]), or a function, failed with `'Mine' object is not iterable`."""
     import train
     from train.config import Settings
     from train.training import fit
 
-    class Mine:
-        def on_epoch_end(self, epoch, row, state):
-            return None
-
     monkeypatch.setattr(fit, "fit", lambda *a, **k: pytest.fail("the run started"))
     with pytest.raises(TypeError) as info:
-        train.train(Settings(), callbacks=Mine())
-    assert str(info.value) == "train(callbacks=...) takes a list of callbacks, not one Mine: callbacks=[yours]"
+        train.train(Settings(), callbacks=given)
+    assert str(info.value) == f"train(callbacks=...) takes a list of callbacks, not {instead}"
 
 
 def test_callbacks_given_as_a_generator_reach_the_run(monkeypatch):

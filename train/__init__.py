@@ -108,10 +108,14 @@ def _checked_callbacks(callbacks) -> list:
     """The callbacks as a list, read once (a generator checked here would reach the run empty); a Keras
     callback is refused before the run starts: its on_epoch_end(epoch, logs) would fail the run
     with a TypeError at the end of its first epoch (the loop calls on_epoch_end(epoch, row, state))."""
-    if not isinstance(callbacks, (list, tuple)) and any(hasattr(callbacks, h) for h in ("on_epoch_end", "on_start")):
-        raise TypeError(
-            f"train(callbacks=...) takes a list of callbacks, not one {type(callbacks).__name__}: callbacks=[yours]"
-        )
+    from collections.abc import Iterable
+
+    from .training.callbacks import HOOKS
+
+    # One callback, its class or a function given as the list: Python's own "not iterable" said none of that.
+    one = any(hasattr(callbacks, h) for h in HOOKS) or not isinstance(callbacks, Iterable)
+    if callbacks is not None and not isinstance(callbacks, (list, tuple)) and one:
+        raise TypeError(f"train(callbacks=...) takes a list of callbacks, not {_one_callback(callbacks)}")
     callbacks = list(callbacks or ())
     keras = sys.modules.get("keras")  # not imported: no Keras callback can have been made
     for c in callbacks:
@@ -125,6 +129,17 @@ def _checked_callbacks(callbacks) -> list:
     for c in callbacks:
         _check_callback(c)
     return callbacks
+
+
+def _one_callback(given) -> str:
+    """What was given instead of the list, and the list to give."""
+    from .training.callbacks import HOOKS
+
+    if isinstance(given, type):
+        return f"the class {given.__name__}: callbacks=[{given.__name__}()]"
+    if callable(given) and not any(hasattr(given, h) for h in HOOKS):
+        return "a function: a callback is an object with on_epoch_end(epoch, row, state) or another of its methods"
+    return f"one {type(given).__name__}: callbacks=[yours]"
 
 
 def _check_callback(c) -> None:
