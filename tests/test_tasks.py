@@ -54,6 +54,7 @@ def host(monkeypatch, tmp_path):
     """Docker and nvidia-smi on PATH; runs/ and data/ created in a temporary root."""
     monkeypatch.setattr(tasks.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(tasks, "ROOT", tmp_path)
+    monkeypatch.delenv("RUNS_DIR", raising=False)  # where a detached local training writes: ./runs here
     for lock in tasks.LOCKS.values():
         (tmp_path / lock).parent.mkdir(exist_ok=True)
         (tmp_path / lock).write_text(f"# {lock}\n")
@@ -266,7 +267,6 @@ def test_local_logs_without_a_detached_local_training_say_how_to_start_one():
 
 
 def test_a_detached_local_training_writes_its_output_under_runs_dir_and_local_logs_read_it_there(monkeypatch):
-    monkeypatch.delenv("RUNS_DIR", raising=False)
     (tasks.ROOT / ".env").write_text(f"RUNS_DIR={tasks.ROOT / 'elsewhere'}\n")  # as `python -m train` reads it
     monkeypatch.setenv("RUNS_DIR", str(tasks.ROOT / "mine"))  # the environment before .env, as there
     c = ctx()
