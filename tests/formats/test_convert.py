@@ -127,6 +127,13 @@ def test_the_export_command_names_the_flag_or_the_setting_the_formats_came_from(
     monkeypatch.chdir(tmp_path)
     assert cli.main(["export", "latest", "--runs-dir", str(tmp_path), "--format", "litert"]) == 2
     assert capsys.readouterr().err.startswith("ConfigError: --format='litert' is not valid: litert is checked")
+    # litert that only the quantisation asks for: the flag typed is what to change, not EXPORT_FORMATS.
+    assert cli.main(["export", "latest", "--runs-dir", str(tmp_path), "--quantize", "int8"]) == 2
+    assert capsys.readouterr().err.startswith("ConfigError: --quantize='int8' is not valid: litert is checked")
+    monkeypatch.setenv("EXPORT_QUANTIZE", "dynamic")
+    assert cli.main(["export", "latest", "--runs-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("ConfigError: EXPORT_QUANTIZE='dynamic' is not valid: litert is checked")
+    monkeypatch.delenv("EXPORT_QUANTIZE")
     monkeypatch.setenv("EXPORT_FORMATS", "litert")
     assert cli.main(["export", "latest", "--runs-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("ConfigError: EXPORT_FORMATS='litert' is not valid: litert is checked")

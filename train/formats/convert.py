@@ -82,8 +82,13 @@ class Formats:
     def check(self, given_as: Mapping[str, str] | None = None) -> None:
         """Refuse EXPORT_FORMATS now, before anything is trained or converted, when a runtime is missing;
         `given_as`: setting -> the command-line flag it came from (the message names what was typed)."""
-        name = (given_as or {}).get("export_formats", "EXPORT_FORMATS")
-        require_runtimes(parity_python(self.check_python), self.wanted, name, self.given)
+        given_as, python = given_as or {}, parity_python(self.check_python)
+        # litert asked for by EXPORT_QUANTIZE alone is named as that: EXPORT_FORMATS=savedmodel is not what to fix.
+        named = wanted(self.given) if self.given else self.wanted
+        implied = tuple(f for f in self.wanted if f not in named)
+        asked = tuple(f for f in self.wanted if f not in implied)
+        require_runtimes(python, asked, given_as.get("export_formats", "EXPORT_FORMATS"), self.given)
+        require_runtimes(python, implied, given_as.get("export_quantize", "EXPORT_QUANTIZE"), self.quantize)
 
     def write(
         self, model, staging: ExportDir, work: Path, *, serving, at_once
