@@ -321,6 +321,36 @@ def test_pointers_reach_the_store_only_after_what_they_point_to(s3_server, s3_bu
         mirror.stop_watching()
 
 
+def test_a_run_deleted_from_the_bucket_by_hand_is_uploaded_whole_again(s3_server, s3_bucket, monkeypatch, tmp_path):
+    """The staging copy's state says every file was uploaded: a later command's mirror (an export, a
+    resume on this machine) must not trust it for objects the store no longer has."""
+    from minio.deleteobjects import DeleteObject
+
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    run = tmp_path / "20261201-000000-000004"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "best.weights.h5").write_bytes(b"weights")
+    (run / "checkpoints" / "ckpt-000000004.npz").write_bytes(b"state 4")
+    (run / "checkpoints" / "LATEST").write_text("ckpt-000000004.npz\n")
+    (run / "manifest.json").write_text('{"status": "completed"}')
+    first = Mirror(store, tmp_path, run)
+    try:
+        assert first.sync_once()
+    finally:
+        first.stop_watching()
+    uploaded = set(s3_server.names(s3_bucket, f"runs/{run.name}/"))
+    client = s3_server.client()
+    assert not list(client.remove_objects(s3_bucket, [DeleteObject(name) for name in uploaded]))
+    (run / "manifest.json").write_text('{"status": "completed", "export": {}}')  # what `export` changes
+    again = Mirror(store, tmp_path, run)
+    try:
+        assert again.sync_once()
+    finally:
+        again.stop_watching()
+    assert set(s3_server.names(s3_bucket, f"runs/{run.name}/")) == uploaded
+
+
 def test_a_store_whose_client_cannot_be_set_up_is_one_storage_error(monkeypatch):
     for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_CONNECTION_STRING"):
         monkeypatch.delenv(name, raising=False)

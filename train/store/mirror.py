@@ -113,6 +113,7 @@ class Mirror:
         self.pending: list[str] = []  # what the last pass could not upload
         self.down_since: float | None = None
         self.last_error: StorageError | None = None
+        self._checked_store = False  # whether the state was compared with the store's listing (`_forget_missing`)
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="store-uploads", daemon=True)
@@ -178,13 +179,10 @@ class Mirror:
                 pointers[rel] = (self.run_dir / rel).read_bytes()
             except FileNotFoundError:
                 pass
-        files = sorted(
-            (rel for rel in _walk(self.run_dir) if rel not in POINTERS and rel not in SKIP),
-            key=lambda rel: (rel not in FIRST, rel),
-        )
-        todo = [rel for rel in files if not self.state.unchanged_here(rel, self.run_dir / rel)]
-        pointer_todo = [rel for rel in pointers if not self._same_pointer(rel, pointers[rel])]
-        self.pending = todo + pointer_todo
+        todo, pointer_todo = self._changed(pointers)
+        if not self._checked_store:  # once `pending` names the files, for a store that does not answer
+            self._forget_missing()
+            todo, pointer_todo = self._changed(pointers)
         for rel in todo:
             self._upload(rel)
         for rel in pointer_todo:
@@ -197,6 +195,29 @@ class Mirror:
             del self.state.files[rel]
         if todo or pointer_todo or gone:
             self.state.save()
+
+    def _changed(self, pointers: dict[str, bytes]) -> tuple[list[str], list[str]]:
+        """(files, pointers) that differ from what the store holds, as the state says; `pending` until sent."""
+        files = sorted(
+            (rel for rel in _walk(self.run_dir) if rel not in POINTERS and rel not in SKIP),
+            key=lambda rel: (rel not in FIRST, rel),
+        )
+        todo = [rel for rel in files if not self.state.unchanged_here(rel, self.run_dir / rel)]
+        pointer_todo = [rel for rel in pointers if not self._same_pointer(rel, pointers[rel])]
+        self.pending = todo + pointer_todo
+        return todo, pointer_todo
+
+    def _forget_missing(self) -> None:
+        """Forget the files this machine uploaded that the store no longer holds, so this pass uploads them again.
+
+        A run folder deleted from the bucket by hand (or objects removed by a lifecycle rule) is still in
+        the state as uploaded: a pass would send only what changed here since, and leave in the store a run
+        without its config.json, weights or checkpoints while the run's end said everything was there.
+        One listing, at the first pass of each mirror."""
+        held = self.store.list(self.name)
+        for rel in [rel for rel in self.state.files if f"{self.name}/{rel}" not in held]:
+            del self.state.files[rel]
+        self._checked_store = True
 
     def _upload(self, rel: str) -> None:
         local = self.run_dir / rel
