@@ -412,6 +412,43 @@ def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_say
     assert capsys.readouterr().err.splitlines() == lines
 
 
+def test_export_of_a_run_another_machine_writes_is_refused_and_uploads_nothing(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """The holder's lease renewed by this test; this machine's staging copy holds a file the store lacks
+    (a checkpoint from before the other took the run over): a refused export must not send it into that run."""
+    from builders import write_run_records
+
+    from train.cli import main
+    from train.run import remote
+    from train.store.client import Store, parse_url
+    from train.store.lease import Lease
+
+    name = "20261201-100000-000001-base"
+    client = s3_server.client()
+    made = write_run_records(tmp_path / "made" / name)
+    (made / "best.weights.h5").write_bytes(b"weights")
+    for path in made.rglob("*"):
+        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    staged = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name
+    (staged / "checkpoints").mkdir(parents=True)
+    (staged / "checkpoints" / "ckpt-000000004.npz").write_bytes(
+        b"a state of this machine's, before the other took over"
+    )
+    holder = Lease(Store(parse_url(f"s3://{s3_bucket}/runs")), f"{name}/run.lock", name, seconds=6).acquire()
+    try:
+        assert main(["export", name, "--runs-dir", f"s3://{s3_bucket}/runs"]) == 4
+    finally:
+        holder.release()
+        remote.close_all()
+    assert not any(rel.startswith("checkpoints/") for rel in _runs_in(s3_server, s3_bucket)[name])
+    (line,) = capsys.readouterr().err.splitlines()  # and no line saying it was uploaded
+    assert line.startswith(f"RunBusyError: run {name} is in use by another process"), line
+
+
 def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch):
     """In this process, the rerun itself replaced: what is uploaded is the command's to decide."""
     from builders import write_run_records

@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
         formats.check(flags)  # their runtimes, named as the user gave them (a flag or its setting)
     run_dir = resolve(args, settings, needs=(WEIGHTS,))
 
-    # The run's lock as a reader: never while a fit writes the same run.
-    with uploaded(settings, run_dir), RunLock(run_dir, reader=True, then="export again"):
+    # The run's lock as a reader: never while a fit writes the same run. The upload inside it: a process
+    # refused the lock (another machine writes the run) must not send this staging copy into that run.
+    with RunLock(run_dir, reader=True, then="export again"), uploaded(settings, run_dir):
         report = export_run(run_dir, settings=settings)
     print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
     for fmt, record in report.get("formats", {}).items():
