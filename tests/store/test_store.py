@@ -323,7 +323,7 @@ def test_pointers_reach_the_store_only_after_what_they_point_to(s3_server, s3_bu
 
 def test_a_run_deleted_from_the_bucket_by_hand_is_uploaded_whole_again(s3_server, s3_bucket, monkeypatch, tmp_path):
     """The staging copy's state says every file was uploaded: a later command's mirror (an export, a
-    resume on this machine) must not trust it for objects the store no longer has."""
+    resume on this machine) must not trust it for a run the store no longer has."""
     from minio.deleteobjects import DeleteObject
 
     store = _store(s3_server, s3_bucket, monkeypatch)
@@ -341,13 +341,23 @@ def test_a_run_deleted_from_the_bucket_by_hand_is_uploaded_whole_again(s3_server
         first.stop_watching()
     uploaded = set(s3_server.names(s3_bucket, f"runs/{run.name}/"))
     client = s3_server.client()
-    assert not list(client.remove_objects(s3_bucket, [DeleteObject(name) for name in uploaded]))
-    (run / "manifest.json").write_text('{"status": "completed", "export": {}}')  # what `export` changes
-    again = Mirror(store, tmp_path, run)
-    try:
-        assert again.sync_once()
-    finally:
-        again.stop_watching()
+
+    def sync_again():
+        mirror = Mirror(store, tmp_path, run)
+        try:
+            assert mirror.sync_once()
+        finally:
+            mirror.stop_watching()
+
+    # An old checkpoint deleted by another machine that continued the run stays deleted.
+    old = f"runs/{run.name}/checkpoints/ckpt-000000004.npz"
+    client.remove_object(s3_bucket, old)
+    sync_again()
+    assert set(s3_server.names(s3_bucket, f"runs/{run.name}/")) == uploaded - {old}
+    # The whole run deleted: all of it comes back, not only what `export` changed.
+    assert not list(client.remove_objects(s3_bucket, [DeleteObject(name) for name in uploaded - {old}]))
+    (run / "manifest.json").write_text('{"status": "completed", "export": {}}')
+    sync_again()
     assert set(s3_server.names(s3_bucket, f"runs/{run.name}/")) == uploaded
 
 

@@ -208,15 +208,15 @@ class Mirror:
         return todo, pointer_todo
 
     def _forget_missing(self) -> None:
-        """Forget the files this machine uploaded that the store no longer holds, so this pass uploads them again.
+        """Forget what this machine uploaded when the store no longer holds the run, so this pass uploads it whole.
 
-        A run folder deleted from the bucket by hand (or objects removed by a lifecycle rule) is still in
-        the state as uploaded: a pass would send only what changed here since, and leave in the store a run
-        without its config.json, weights or checkpoints while the run's end said everything was there.
-        One listing, at the first pass of each mirror."""
-        held = self.store.list(self.name)
-        for rel in [rel for rel in self.state.files if f"{self.name}/{rel}" not in held]:
-            del self.state.files[rel]
+        A run folder deleted from the bucket by hand is still in the state as uploaded: a pass would send
+        only what changed here since, and leave in the store a run without its config.json, weights or
+        checkpoints while the run's end said everything was there. Only a run gone as a whole (no
+        config.json): single objects gone are old checkpoints another machine continuing the run deleted,
+        which must not come back. One listing, at the first pass of each mirror."""
+        if f"{self.name}/config.json" not in self.store.list(self.name):
+            self.state.files.clear()
         self._checked_store = True
 
     def _upload(self, rel: str) -> None:
