@@ -449,6 +449,43 @@ def test_export_of_a_run_another_machine_writes_is_refused_and_uploads_nothing(
     assert line.startswith(f"RunBusyError: run {name} is in use by another process"), line
 
 
+def test_an_export_that_fails_keeps_its_own_error_when_the_store_then_does_not_answer(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """In this process, the export replaced by one that fails once the store is gone: the user sees why the
+    export failed and its exit code (8), and one warning that the store did not take what it wrote."""
+    from builders import write_run_records
+
+    import train.results.export
+    from train.cli import main
+    from train.errors import ExportError
+    from train.run import remote
+
+    name = "20261201-100000-000001-base"
+    client = s3_server.client()
+    made = write_run_records(tmp_path / "made" / name)
+    (made / "best.weights.h5").write_bytes(b"weights")
+    for path in made.rglob("*"):
+        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+
+    def failing_export(_run_dir, **_kw):
+        remote.close_all()  # the store this command opened is forgotten, and at its address now
+        monkeypatch.setenv("AWS_ENDPOINT_URL", dead_endpoint())  # nothing answers
+        raise ExportError("max |diff| 1.0e-03 above 1e-05")
+
+    monkeypatch.setattr(train.results.export, "export_run", failing_export)
+    try:
+        assert main(["export", name, "--runs-dir", f"s3://{s3_bucket}/runs"]) == 8
+    finally:
+        remote.close_all()
+    warning, error = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"WARNING: StorageError: RUNS_DIR s3://{s3_bucket}/runs: the store at "), warning
+    assert error == "ExportError: max |diff| 1.0e-03 above 1e-05"
+
+
 def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch):
     """In this process, the rerun itself replaced: what is uploaded is the command's to decide."""
     from builders import write_run_records

@@ -79,11 +79,21 @@ def resolve(
 
 @contextmanager
 def uploaded(settings: Settings, run_dir: Path) -> Iterator[None]:
-    """What the command writes into the run (report.html, export/) reaches the store after it."""
+    """What the command writes into the run (report.html, export/) reaches the store after it.
+
+    After a failure too (an export swapped in without its failed format), but then a store that does not
+    take it is one warning: the command's own error says what went wrong, and its exit code stays."""
+    from ..errors import StorageError
+
     try:
         yield
-    finally:
-        upload(settings, run_dir)
+    except BaseException:
+        try:
+            upload(settings, run_dir)
+        except StorageError as exc:
+            warn(f"WARNING: {type(exc).__name__}: {exc}")
+        raise
+    upload(settings, run_dir)
 
 
 def upload(settings: Settings, run_dir: Path) -> None:
