@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -74,6 +75,25 @@ def test_a_writer_failure_removes_the_staging_directory(run_dir, monkeypatch):
         export.export_model(_tiny_model(), run_dir, ["a", "b"])
     assert str(run_dir / "export") in str(info.value) and info.value.exit_code == 7
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+
+
+@pytest.mark.parametrize("kind, says", [("file", "is a file"), ("link", "is a link to")])
+def test_an_export_path_that_is_a_file_or_a_link_is_refused_and_left_as_it_was(
+    run_dir, tmp_path, monkeypatch, kind, says
+):
+    monkeypatch.setattr(export, "check_parity", lambda *a: 0.0)
+    final = run_dir / "export"
+    shutil.rmtree(final)
+    if kind == "file":
+        final.write_text("notes\n")
+    else:  # a serving folder elsewhere, linked: the export would replace the link, not fill the folder
+        (tmp_path / "serving").mkdir()
+        final.symlink_to(tmp_path / "serving")
+    with pytest.raises(ExportError, match=says) as info:
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert info.value.exit_code == 8 and str(final) in str(info.value)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+    assert final.is_symlink() if kind == "link" else final.read_text() == "notes\n"
 
 
 def test_parity_batch_is_fixed_uint8():

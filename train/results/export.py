@@ -155,6 +155,7 @@ def export_model(
     failures: list[ExportError] = []
     others = formats is not None and bool(formats.wanted)
     owned = formats.files if formats is not None else ()  # the extra's files a previous export may hold
+    _refuse_other_than_a_folder(final)
     with _SignalStop() as stop:
         # A staging folder with the export's layout, swapped into place when complete.
         try:
@@ -372,6 +373,20 @@ def _swap_into_place(staging: Path, final: Path) -> None:
             shutil.rmtree(previous, ignore_errors=True)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def _refuse_other_than_a_folder(final: Path) -> None:
+    """ExportError when run_dir/export is a link or a file: the swap would move it aside under a staging
+    name that nothing shows or cleans, and a link's target (a serving folder, say) would silently never
+    get the new export."""
+    if final.is_symlink():
+        raise ExportError(
+            f"{final} is a link to {os.readlink(final)}: export writes a folder of its own there and would "
+            "replace the link, leaving its target as it is; remove the link, export, then copy the folder "
+            "where the link pointed"
+        )
+    if final.exists() and not final.is_dir():
+        raise ExportError(f"{final} is a file, not the folder export writes: move it aside and export again")
 
 
 def _previous(final: Path) -> Path:
