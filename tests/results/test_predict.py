@@ -43,6 +43,32 @@ def test_predict_from_best_weights_matches_the_model(run_dir, tmp_path):
     assert [r["file"] for r in rows] == files
 
 
+def test_many_files_are_predicted_a_batch_at_a_time_with_the_same_answers(run_dir, tmp_path, monkeypatch):
+    """Every file was decoded and given to the model in one batch: memory grew with the number of files."""
+    from train.results import export, predict
+
+    run, model = run_dir
+    files = [_png(tmp_path / f"{i}.png", 40 * i) for i in range(5)]
+    files[2] = str(tmp_path / "missing.png")  # a bad file takes no place in its batch
+    batches: list[int] = []
+
+    class Counted:
+        inputs = model.inputs
+
+        def __call__(self, batch, training):
+            batches.append(len(batch))
+            return model(batch, training=training)
+
+    monkeypatch.setattr(export, "rebuild_model", lambda path: (Counted(), ["cat", "dog", "eel"], None))
+    monkeypatch.setattr(predict, "BATCH", 2)
+    rows = predict_files(run, files)
+    assert batches == [2, 1, 1]
+    expected = np.asarray(model(np.stack([np.full((28, 28, 1), 40 * i, np.float32) for i in (0, 1, 3, 4)])))
+    answered = [r for r in rows if "error" not in r]
+    assert [r["file"] for r in answered] == [files[i] for i in (0, 1, 3, 4)] and "error" in rows[2]
+    assert [r["index"] for r in answered] == [int(np.argmax(p)) for p in expected]
+
+
 def test_format_predictions_aligns_the_columns():
     out = format_predictions(
         [

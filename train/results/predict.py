@@ -29,6 +29,9 @@ from ..run.rundir import ExportDir, RunDir
 from ..setup.hardware import compose_volume_hint
 
 log = logging.getLogger("train")
+# Images decoded and predicted at once: memory bounded however many files are given (thousands of
+# 224x224 images in one batch took gigabytes, as pixels and again as the model's activations).
+BATCH = 64
 _KINDS = {
     stat.S_IFDIR: "a directory",
     stat.S_IFIFO: "a named pipe (FIFO)",
@@ -54,13 +57,20 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
         def run(batch):
             return np.asarray(model(batch.astype(np.float32), training=False))
 
+    rows: list[dict] = [{"file": str(f)} for f in files]  # in the order given, bad files in their place
+    for start in range(0, len(files), BATCH):
+        _predict_batch(rows[start : start + BATCH], shape, run, labels)
+    return rows
+
+
+def _predict_batch(rows: list[dict], shape: tuple[int, ...], run, labels: list[str]) -> None:
+    """Decode and predict the files of `rows` (at most BATCH), each row filled in place."""
     from ..inputs.images import decode_image_bytes
 
-    rows: list[dict] = [{"file": str(f)} for f in files]  # in the order given, bad files in their place
     good, images = [], []
-    for row, f in zip(rows, files):
+    for row in rows:
         try:
-            contents, shown = read_image_file(f)
+            contents, shown = read_image_file(row["file"])
             images.append(decode_image_bytes(contents, shown, shape))
             good.append(row)
         except DataError as exc:
@@ -72,7 +82,6 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     for row, p in zip(good, probs):
         k = int(np.argmax(p))
         row.update({"class": labels[k] if k < len(labels) else str(k), "index": k, "probability": float(p[k])})
-    return rows
 
 
 def open_savedmodel(export: ExportDir, name: str, labels: list[str]):
