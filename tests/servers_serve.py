@@ -43,10 +43,11 @@ class ServeProcess:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def _drain(self) -> None:
-        for line in self.proc.stderr:
-            with self._new_line:
-                self.lines.append(line.rstrip("\n"))
-                self._new_line.notify_all()
+        with self.proc.stderr:  # closed once the process ends it: no unclosed file left to the collector
+            for line in self.proc.stderr:
+                with self._new_line:
+                    self.lines.append(line.rstrip("\n"))
+                    self._new_line.notify_all()
         with self._new_line:
             self._new_line.notify_all()
 

@@ -321,13 +321,13 @@ def test_a_connection_whose_request_headers_do_not_come_whole_is_closed_and_the_
     thread.start()
     try:
         _until(lambda: server.started, "the server started")
-        silent = socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE)
-        half = socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE)
-        half.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # no blank line: the headers never end
-        whole = socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE)
-        whole.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        assert whole.makefile("rb").read().startswith(b"HTTP/1.1 200 OK")
-        assert silent.recv(1) == b"" and half.recv(1) == b""  # closed by the server (a timeout here: held)
+        connect = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) for _ in range(3)]
+        with connect[0] as silent, connect[1] as half, connect[2] as whole:
+            half.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # no blank line: the headers never end
+            whole.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            with whole.makefile("rb") as answer:
+                assert answer.read().startswith(b"HTTP/1.1 200 OK")
+            assert silent.recv(1) == b"" and half.recv(1) == b""  # closed by the server (a timeout here: held)
     finally:
         server.should_exit = True
         thread.join(_DEADLINE)
