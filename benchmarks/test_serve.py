@@ -12,6 +12,10 @@ at 1 client (one by one). Clients and servers share this machine's cores: the fi
 alone and while BAD clients keep sending 34 KB PNGs that declare 36 million pixels each (what once
 held every decoding thread: 20.9 s for a request answered in 12 ms alone); the ratio is the p50
 under that stream over the p50 alone.
+
+13. Memory under large uploads: LARGE clients each post a JSON body of 15 MB (pixel lists, under the
+default SERVE_MAX_BODY_MB of 16) at once; the ratio is the server's peak memory growth (VmHWM over
+its resident size once ready) over the bytes posted. Every body read whole and parsed took 1.7x.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ GOAL = 3.0
 CLIENTS = (1, 8, 32)
 BAD = 7  # clients sending heavy requests without pause
 UNDER_LOAD_GOAL = 5.0  # valid-request latency under the bad stream, as a multiple of its idle value
+LARGE = 40  # clients posting a large body each, at once
+MEMORY_GOAL = 0.5  # the server's peak growth, as a fraction of the bytes they post
 HANG = 600  # seconds without an answer to a bad request: the server hangs (a loaded machine answers in fewer)
 TIMEOUT = 120  # seconds a client waits for the answer to one request
 # What a bad request can meet that is no answer of the server: nothing listens (it is gone), or TIMEOUT.
@@ -255,6 +261,57 @@ def test_valid_request_latency_while_bad_requests_arrive(benchmark, quick, tmp_p
         cpus=os.cpu_count(),
         bad_clients=BAD,
         note="clients and servers on the same (shared) machine",
+        **figures,
+    )
+
+
+def _memory_kb(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (the peak) of a process, in kB (Linux)."""
+    with open(f"/proc/{pid}/status") as fh:
+        return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in fh) if k in ("VmRSS", "VmHWM")}
+
+
+def test_server_memory_while_many_clients_post_large_bodies(benchmark, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    run, _, _ = _exported_run(tmp_path)
+    row = json.dumps([[[0]] * 28] * 28)  # one 28x28x1 image as pixel lists
+    body = ('{"instances": [' + ",".join([row] * (15_000_000 // len(row))) + "]}").encode()
+
+    def post(port: int) -> int | str:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        try:
+            conn.request("POST", "/v1/models/model:predict", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status
+        except (OSError, http.client.HTTPException) as exc:  # a reset is an answer too
+            return type(exc).__name__
+        finally:
+            conn.close()
+
+    def measure():
+        server = Server(run, {})
+        try:
+            ready = _memory_kb(server.proc.pid)
+            with ThreadPoolExecutor(LARGE) as pool:
+                statuses = list(pool.map(post, [server.port] * LARGE))
+            after = _memory_kb(server.proc.pid)
+        finally:
+            server.stop()
+        counts = {str(k): statuses.count(k) for k in sorted(set(statuses), key=str)}
+        return {"ready_mb": ready["VmRSS"] / 1024, "peak_mb": after["VmHWM"] / 1024, "answers": counts}
+
+    figures = common.once(benchmark, measure)
+    posted_mb = LARGE * len(body) / 2**20
+    value = common.ratio(figures["peak_mb"] - figures["ready_mb"], posted_mb)
+    common.record(
+        benchmark,
+        f"13. serving memory: peak growth while {LARGE} clients post {len(body) / 1e6:.0f} MB of JSON at once / posted",
+        f"<= {MEMORY_GOAL}x",
+        value,
+        value is not None and value <= MEMORY_GOAL,
+        posted_mb=posted_mb,
         **figures,
     )
 

@@ -357,6 +357,25 @@ def test_large_bodies_past_their_reading_slots_are_refused_unread():
     assert "busy with large requests" in answer["error"] and asked == [], (answer, asked)
 
 
+@pytest.mark.parametrize("path", ["/v1/models/model:predict", "/v2/models/model/infer"])
+def test_json_with_more_values_than_a_full_batch_holds_is_refused_before_it_is_parsed(path, monkeypatch):
+    """16 MB of small nested lists parsed into about 500 MB of Python objects before the batch was counted."""
+    from train.serve import payloads
+
+    parsed, loads = [], json.loads
+    monkeypatch.setattr(payloads.json, "loads", lambda body: parsed.append(body) or loads(body))
+    values = [[[0]] * 2] * 2  # one 2x2x1 image of _app's model; 4 a batch (SERVE_MAX_BATCH), 1,016 commas at most
+    rows = [values] * 300
+    tensor = {"name": "images", "datatype": "UINT8", "shape": [300, 2, 2, 1], "data": rows}
+    doc = {"instances": rows} if path.startswith("/v1") else {"inputs": [tensor]}
+    body = json.dumps(doc).encode()
+    ((status, answer),) = _serve([(path, body, "application/json")])
+    assert status == 400 and body not in parsed, answer  # (the answer itself is parsed by the test)
+    assert answer["error"] == (
+        "body (over 1,016 values): more than SERVE_MAX_BATCH=4 images of 2x2x1 hold; split the request"
+    ), answer
+
+
 def test_images_declaring_more_pixels_than_the_budget_are_refused_before_any_is_decoded(decoded):
     # 2 images of 1,000 x 1,000 declare 2,000,000 pixels: over SERVE_MAX_PIXELS=1,000,000 of _app.
     image = {"b64": base64.b64encode(_png(1000)).decode()}

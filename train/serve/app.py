@@ -270,7 +270,10 @@ async def tf_predict(state: State, request: Request) -> Response:
     _require_ready(state)
     body = await read_body(state, request)
     images, columnar = await state.decoder.images(
-        len(body), lambda: payloads.tf_serving_images(payloads.parse_json(body), model.shape, state.max_batch)
+        len(body),
+        lambda: payloads.tf_serving_images(
+            payloads.parse_json(body, model.shape, state.max_batch), model.shape, state.max_batch
+        ),
     )
     probs = (await _predict(state, images)).tolist()
     return JSONResponse({"outputs": probs} if columnar else {"predictions": probs})
