@@ -477,5 +477,5 @@ def test_files_of_another_format_that_would_not_fit_are_named_when_left_out(
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [
         f"export: model.int8.tflite, model.tflite of the previous export {why} and are not "
-        "in the new one; export RUN --format litert --quantize int8 makes them from these weights"
+        f"in the new one; export {run_dir.name} --format litert --quantize int8 makes them from these weights"
     ]

@@ -654,7 +654,7 @@ def test_a_signal_during_the_export_removes_the_staging_folder(run_dir, monkeypa
     monkeypatch.setattr(export, "check_parity", terminated)
     with pytest.raises(Interrupted, match="export stopped by SIGTERM: the previous export is unchanged") as info:
         export.export_model(_tiny_model(), run_dir, ["a", "b"])
-    assert info.value.exit_code == 75
+    assert info.value.exit_code == 75 and str(info.value).endswith(f"run `python -m train export {run_dir.name}` again")
     assert _tree(run_dir / "export") == before
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -100,9 +100,10 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
     if -proc.returncode in _SignalStop.SIGNALS:
         # Ctrl-C or `timeout` signals the whole process group: the check's process died of the stop
         # meant for this one, which says nothing about the SavedModel.
+        again = _SignalStop.active.again if _SignalStop.active else _again("RUN")
         raise Interrupted(
             f"export stopped by {signal.Signals(-proc.returncode).name} during its parity check: the previous "
-            "export is unchanged; run `python -m train export RUN` again"
+            f"export is unchanged; {again}"
         )
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -156,7 +157,7 @@ def export_model(
     others = formats is not None and bool(formats.wanted)
     owned = formats.files if formats is not None else ()  # the extra's files a previous export may hold
     _refuse_other_than_a_folder(final)
-    with _SignalStop() as stop:
+    with _SignalStop(_again(run_dir.name)) as stop:
         # A staging folder with the export's layout, swapped into place when complete.
         try:
             staging = ExportDir(make_temp_dir(run_dir, final.name))  # readable by others as the umask allows
@@ -262,7 +263,7 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=
     why = "were made from other weights" if not same else "differ from what its source.json records"
     return kept, (
         f"{', '.join(dropped)} of the previous export {why} and are not in the new one; "
-        f"export RUN {formats.again(dropped)} makes them from these weights"
+        f"export {previous.path.parent.name} {formats.again(dropped)} makes them from these weights"
     )
 
 
@@ -427,6 +428,10 @@ def clean_stale_exports(run_dir: Path) -> list[Path]:
     return removed
 
 
+def _again(run: str) -> str:
+    return f"run `python -m train export {run}` again"
+
+
 class _SignalStop:
     """SIGTERM, SIGHUP and SIGINT end the `export` command by an exception, so its staging folder goes.
 
@@ -442,7 +447,8 @@ class _SignalStop:
     SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
     active: _SignalStop | None = None  # the one installed, for at_once()
 
-    def __init__(self) -> None:
+    def __init__(self, again: str) -> None:
+        self.again = again  # what the stopped export's message ends with: the command to run again
         self.signum: int | None = None
         self.immediate = False
         self.previous: dict[int, Any] = {}
@@ -470,8 +476,7 @@ class _SignalStop:
     def check(self) -> None:
         if self.signum is not None:
             raise Interrupted(
-                f"export stopped by {signal.Signals(self.signum).name}: the previous export is unchanged; "
-                "run `python -m train export RUN` again"
+                f"export stopped by {signal.Signals(self.signum).name}: the previous export is unchanged; {self.again}"
             )
 
     @staticmethod
