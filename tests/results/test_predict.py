@@ -204,6 +204,29 @@ def test_the_command_reports_each_bad_file_and_predicts_the_others_exit_3(run_di
     )
 
 
+def test_a_jpeg_cut_short_is_one_data_error_line_and_nothing_else_on_stderr(run_dir, tmp_path, capfd):
+    """TensorFlow's libjpeg wrote "Improper call to JPEG library in state 201" (cut in the header) or
+    "Premature end of JPEG data" (cut in the pixels) to stderr from C, before the DataError line."""
+    import io
+
+    from train import cli
+
+    run, _ = run_dir
+    noise = np.random.default_rng(0).integers(0, 256, (200, 200, 3), np.uint8)
+    encoded = io.BytesIO()
+    Image.fromarray(noise).save(encoded, format="JPEG")
+    whole = encoded.getvalue()
+    header, pixels = tmp_path / "header.jpg", tmp_path / "pixels.jpg"
+    header.write_bytes(whole[:300])  # inside the quantization and Huffman tables
+    pixels.write_bytes(whole[: len(whole) // 2])
+    capfd.readouterr()
+    assert cli.main(["predict", run.name, str(header), str(pixels), "--runs-dir", str(run.parent)]) == 3
+    out, err = capfd.readouterr()
+    assert out == ""
+    said = "not a readable image (JPEG data cut short or damaged); copy the whole file again, or remove it"
+    assert err.splitlines() == [f"DataError: {header}: {said}", f"DataError: {pixels}: {said}"]
+
+
 def test_in_the_compose_container_a_file_left_on_the_host_is_told_to_go_in_data(run_dir, tmp_path, monkeypatch, capsys):
     """`docker compose run --rm train predict RUN digit.png` cannot see digit.png beside the compose file."""
     from train import cli

@@ -208,8 +208,8 @@ def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None, fix:
 
     DataError when the header declares more than `max_pixels` (width x height, times the frames of a
     GIF: TensorFlow decodes them all to keep the first), ending with `fix` (default: shrink it or
-    raise MAX_IMAGE_PIXELS, for a reader whose limit is that setting). A file PIL cannot parse gets
-    (1, 0) and is left to the decoder, whose error names it.
+    raise MAX_IMAGE_PIXELS, for a reader whose limit is that setting), and when a JPEG is cut short or
+    damaged. Any other file PIL cannot parse gets (1, 0) and is left to the decoder, whose error names it.
     """
     from PIL import Image
 
@@ -227,6 +227,7 @@ def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None, fix:
                 exif = im.getexif()
             orientation, cmyk = int(exif.get(_ORIENTATION, 1)), int(im.mode == "CMYK")
     except Exception:  # noqa: BLE001  (PIL raises many types for files it cannot parse)
+        _check_jpeg_whole(raw, path)  # a JPEG cut inside its header
         return 1, 0
     pixels = width * height * frames
     if max_pixels is not None and pixels > max_pixels:
@@ -236,7 +237,29 @@ def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None, fix:
             f"(decoding it would take about {pixels * 3 / 1e9:.1f} GB); "
             + (fix or "shrink the image (it is resized to IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS")
         )
+    _check_jpeg_whole(raw, path)
     return (orientation if 1 <= orientation <= 8 else 1), cmyk
+
+
+def _check_jpeg_whole(raw: bytes, path: str | os.PathLike) -> None:
+    """DataError when a JPEG (by its first bytes) cannot be decoded whole: cut short, or damaged.
+
+    TensorFlow refuses such a file too, but its libjpeg first writes its own line to stderr from C
+    ("Improper call to JPEG library in state 201", "Premature end of JPEG data"), which no log
+    level hides. A whole JPEG ends with its end-of-image marker: only a file that does not (cut
+    short, or bytes appended after the image) is decoded here, by PIL, whose libjpeg prints nothing.
+    """
+    if not raw.startswith(b"\xff\xd8\xff") or raw.endswith(b"\xff\xd9"):
+        return
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            im.load()
+    except Exception:  # noqa: BLE001  (PIL raises OSError, SyntaxError, ... for broken data; its words vary by version)
+        raise DataError(
+            f"{path}: not a readable image (JPEG data cut short or damaged); copy the whole file again, or remove it"
+        ) from None
 
 
 def declared_pixels(raw: bytes) -> int | None:
