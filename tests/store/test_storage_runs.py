@@ -373,6 +373,44 @@ def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_
     ]
 
 
+def test_runs_marks_a_run_only_in_this_machines_staging_copy_and_its_upload_puts_it_back(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """One run in the bucket; one in the staging copy only (deleted from the bucket, or its upload failed):
+    both listed, the second with a line saying where it is and what uploads it."""
+    from builders import write_run_records
+
+    from train.cli import main
+    from train.run import remote
+
+    stored, local = "20261201-100000-000001-stored", "20261201-110000-000002-local"
+    made = write_run_records(tmp_path / "made" / stored)
+    client = s3_server.client()
+    for path in made.rglob("*"):
+        client.fput_object(s3_bucket, f"runs/{stored}/{path.relative_to(made).as_posix()}", str(path))
+    staging = tmp_path / "cache" / "s3" / s3_bucket / "runs"
+    write_run_records(staging / local)
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    url = f"s3://{s3_bucket}/runs"
+    try:
+        assert main(["runs", "--runs-dir", url]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert [line.split()[0] for line in out[1:3]] == [stored, local], out
+        assert out[3:] == [
+            f"{local}: only in this machine's staging copy {staging / local}, not in {url} (deleted from the store, "
+            f"or never uploaded): `python -m train report {local} --runs-dir {url}` on this machine uploads it whole; "
+            "delete that folder to forget it"
+        ]
+        assert main(["runs", "--json", "--runs-dir", url]) == 0
+        assert [r.get("staged_only") for r in json.loads(capsys.readouterr().out)] == [None, True]
+        assert main(["report", local, "--runs-dir", url]) == 0  # what the line says uploads it
+    finally:
+        remote.close_all()
+    assert {"config.json", "manifest.json", "metrics.csv", "report.html"} <= set(_runs_in(s3_server, s3_bucket)[local])
+
+
 def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_says_which(
     tmp_path, s3_server, s3_bucket, monkeypatch, capsys
 ):

@@ -19,11 +19,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = runs_settings(args)
     remote = open_runs_dir(settings)
-    if remote is not None:  # the runs' records (no checkpoints) into the staging copy
-        remote.bring_all_records()
+    # The runs' records (no checkpoints) into the staging copy, and which runs the store has.
+    stored = remote.bring_all_records() if remote is not None else None
     from ..results.runs_table import format_runs, list_runs, runs_json
 
     rows = list_runs(settings.runs_dir)
+    for row in rows if stored is not None else ():
+        if row["id"] not in stored:  # listed still: it may be a run whose upload failed, and must not look lost
+            row["staged_only"] = remote.only_staged(row["id"])
     print(runs_json(rows) if args.json else format_runs(rows))
     if not rows and remote is None and not Path(settings.runs_dir).expanduser().exists():
         from ..run.files import in_kernel_files

@@ -145,6 +145,8 @@ def format_runs(rows: list[dict]) -> str:
                 f"{r['id']}: killed: its process ended without closing the run (SIGKILL, out of memory, the "
                 f"machine went down); `python -m train fit --resume {r['id']}` continues it"
             )
+        if r.get("staged_only"):  # a RUNS_DIR in object storage: a run the store does not have (train/run/remote.py)
+            notes.append(f"{r['id']}: {r['staged_only']}")
         if r.get("copy_of"):
             notes.append(
                 f"{r['id']}: its manifest.json says it is run {r['copy_of']}: a copy or a renamed folder; "
@@ -186,6 +188,8 @@ def runs_json(rows: list[dict]) -> str:
             "copy_of": r.get("copy_of"),
             # Where DVC keeps the run's data (only a run that recorded one): train.run.manifest.data_version.
             **({"data_version": _version_fields(r["data_version"])} if r.get("data_version") else {}),
+            # RUNS_DIR in object storage: a run in this machine's staging copy only (the store does not have it).
+            **({"staged_only": True} if r.get("staged_only") else {}),
         }
         for r in rows
     ]

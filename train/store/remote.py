@@ -69,10 +69,21 @@ class RemoteRuns:
             log.info("run %s: %d files downloaded from %s to %s", name, got, self.url, self.root / name)
         return name
 
-    def bring_all_records(self) -> None:
-        """The small files of every run (for `runs` and `compare`): no checkpoints, weights or exports."""
-        for name in self.run_names():
+    def bring_all_records(self) -> set[str]:
+        """The small files of every run (for `runs` and `compare`): no checkpoints, weights or exports;
+        the names of the runs in the store."""
+        names = self.run_names()
+        for name in names:
             pull(self.store, self.root, name, _is_record)
+        return set(names)
+
+    def only_staged(self, name: str) -> str:
+        """What `runs` says under the table of a run in the staging copy that the store does not have."""
+        return (
+            f"only in this machine's staging copy {self.root / name}, not in {self.url} (deleted from the store, or "
+            f"never uploaded): `python -m train report {name} --runs-dir {self.url}` on this machine uploads it "
+            "whole; delete that folder to forget it"
+        )
 
     def lease_expired(self, run_dir: Path) -> bool:
         """Whether the run's lease in the store expired: its holder stopped renewing it (SIGKILL, a
