@@ -450,11 +450,13 @@ def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_say
     assert capsys.readouterr().err.splitlines() == lines
 
 
-def test_export_of_a_run_another_machine_writes_is_refused_and_uploads_nothing(
-    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_export_or_report_of_a_run_another_machine_writes_is_refused_and_uploads_nothing(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys, command
 ):
     """The holder's lease renewed by this test; this machine's staging copy holds a file the store lacks
-    (a checkpoint from before the other took the run over): a refused export must not send it into that run."""
+    (a checkpoint from before the other took the run over): a refused export or report (which writes
+    report.html and curves.png into the run) must not send it into that run."""
     from builders import write_run_records
 
     from train.cli import main
@@ -478,7 +480,7 @@ def test_export_of_a_run_another_machine_writes_is_refused_and_uploads_nothing(
     )
     holder = Lease(Store(parse_url(f"s3://{s3_bucket}/runs")), f"{name}/run.lock", name, seconds=6).acquire()
     try:
-        assert main(["export", name, "--runs-dir", f"s3://{s3_bucket}/runs"]) == 4
+        assert main([command, name, "--runs-dir", f"s3://{s3_bucket}/runs"]) == 4
     finally:
         holder.release()
         remote.close_all()
@@ -524,7 +526,9 @@ def test_an_export_that_fails_keeps_its_own_error_when_the_store_then_does_not_a
     assert error == "ExportError: max |diff| 1.0e-03 above 1e-05"
 
 
-def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch):
+def test_reproduce_uploads_the_rerun_with_its_verdict_and_nothing_of_the_run_it_read(
+    tmp_path, s3_server, s3_bucket, monkeypatch
+):
     """In this process, the rerun itself replaced: what is uploaded is the command's to decide."""
     from builders import write_run_records
 
@@ -538,6 +542,12 @@ def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3
     made = write_run_records(tmp_path / "made" / name)
     for path in made.rglob("*"):
         client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+
+    # A checkpoint the bucket lacks, from before another machine took the run over: reproduce only reads the
+    # run, and must not send it into the run the other machine trains.
+    staged = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name / "checkpoints"
+    staged.mkdir(parents=True)
+    (staged / "ckpt-000000004.npz").write_bytes(b"a state of this machine's, before the other took over")
 
     def rerun(run_dir, *_args, **_kw):
         again = write_run_records(run_dir.parent / f"repro-{run_dir.name}")
@@ -555,3 +565,4 @@ def test_reproduce_uploads_the_rerun_with_its_verdict_to_the_bucket(tmp_path, s3
     stored = _runs_in(s3_server, s3_bucket)
     assert stored[f"repro-{name}"]["reproduce.json"] == b'{"match": true}\n'
     assert "config.json" in stored[f"repro-{name}"]  # a whole run of the bucket, listed by `runs`
+    assert not any(rel.startswith("checkpoints/") for rel in stored[name])

@@ -25,9 +25,12 @@ def run(args: argparse.Namespace) -> int:
     settings = runs_settings(args)
     run_dir = resolve(args, settings)
     from ..results.report import write_report
+    from ..run.lock import RunLock
     from ..run.rundir import RunDir
 
-    with uploaded(settings, run_dir):
+    # The run's lock as a reader, as export takes it: report.html and curves.png are not written while a fit
+    # writes them, and a process refused the lock (another machine trains the run) sends nothing into it.
+    with RunLock(run_dir, reader=True, then="report again"), uploaded(settings, run_dir):
         written = write_report(run_dir, full=not args.quick)
     print(f"wrote {written.path} and {RunDir(run_dir).curves}")
     for part in written.missing:

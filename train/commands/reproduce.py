@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..errors import ReproduceMismatch
-from . import add_run, add_runs_dir, resolve, runs_settings, upload, uploaded
+from . import add_run, add_runs_dir, resolve, runs_settings, upload
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -45,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
     from ..run.manifest import project_root
 
     image = _image_options(args) if args.container else None
-    with uploaded(settings, run_dir):
-        verdict = reproduce(
-            run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image, settings=settings
-        )
+    # Nothing is written into the run reproduced (only read), so nothing of it is uploaded: its staging copy may
+    # hold older files of a run another machine now trains.
+    verdict = reproduce(
+        run_dir, project_root(), allow_dirty=args.allow_dirty, epochs=args.epochs, image=image, settings=settings
+    )
     print(format_verdict(verdict))
     if verdict.rerun:
         # The rerun is a run of RUNS_DIR written into its staging copy: it goes to the store, with its

@@ -1,8 +1,9 @@
 """One writer per run directory: `run.lock`, an exclusive flock held for the run's life.
 
-`fit` holds it from the moment it picks a run (new or resumed) until it ends, `export` while it
-exports: a second `fit` on a run in progress (a second `docker compose up`, a `--resume` of a
-running run, RESUME=auto picking it) is refused with RunBusyError naming the holder. For a run
+`fit` holds it from the moment it picks a run (new or resumed) until it ends, `export` and
+`report` while they write into the run: a second `fit` on a run in progress (a second `docker
+compose up`, a `--resume` of a running run, RESUME=auto picking it) is refused with RunBusyError
+naming the holder. For a run
 of a RUNS_DIR in object storage the lock is also the run's lease object there (train.store.lease),
 which keeps out a process on another machine.
 """
