@@ -526,6 +526,47 @@ def test_an_export_that_fails_keeps_its_own_error_when_the_store_then_does_not_a
     assert error == "ExportError: max |diff| 1.0e-03 above 1e-05"
 
 
+def test_an_export_done_when_the_store_then_does_not_answer_says_where_it_is_and_what_uploads_it(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """In this process, the export replaced by one that succeeds, then the store gone: exit 7 with the store's
+    message, after one line saying the export is complete on this machine and the command that uploads it."""
+    from builders import write_run_records
+
+    import train.results.export
+    from train.cli import main
+    from train.run import remote
+
+    name = "20261201-100000-000001-base"
+    client = s3_server.client()
+    made = write_run_records(tmp_path / "made" / name)
+    (made / "best.weights.h5").write_bytes(b"weights")
+    for path in made.rglob("*"):
+        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+
+    def export_then_store_gone(_run_dir, **_kw):
+        remote.close_all()  # the store this command opened is forgotten, and at its address now
+        monkeypatch.setenv("AWS_ENDPOINT_URL", dead_endpoint())  # nothing answers
+        return {"savedmodel": "s", "max_abs_diff": 0.0}
+
+    monkeypatch.setattr(train.results.export, "export_run", export_then_store_gone)
+    url = f"s3://{s3_bucket}/runs"
+    try:
+        assert main(["export", "latest", "--runs-dir", url]) == 7
+    finally:
+        remote.close_all()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-2] == (
+        f"run {name}: the export is complete in this machine's staging copy, "
+        f"{tmp_path / 'cache' / 's3' / s3_bucket / 'runs' / name / 'export'}, but not in the store: once the store "
+        f"answers, `python -m train export {name} --runs-dir {url}` on this machine exports and uploads it"
+    ), lines
+    assert lines[-1].startswith(f"StorageError: RUNS_DIR {url}: the store at "), lines
+
+
 def test_reproduce_uploads_the_rerun_with_its_verdict_and_nothing_of_the_run_it_read(
     tmp_path, s3_server, s3_bucket, monkeypatch
 ):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..config import READ_BY_RUNS_COMMANDS, Settings, load_settings
+from ..locations import redact_argv
 from ..run.remote import open_runs_dir
 
 
@@ -78,11 +80,13 @@ def resolve(
 
 
 @contextmanager
-def uploaded(settings: Settings, run_dir: Path) -> Iterator[None]:
+def uploaded(settings: Settings, run_dir: Path, kept: str = "") -> Iterator[None]:
     """What the command writes into the run (report.html, export/) reaches the store after it.
 
     After a failure too (an export swapped in without its failed format), but then a store that does not
-    take it is one warning: the command's own error says what went wrong, and its exit code stays."""
+    take it is one warning: the command's own error says what went wrong, and its exit code stays. After
+    a success, a store that does not take it is the command's error (StorageError, exit 7), after the line
+    `kept`: what is done all the same, on this machine, and how to upload it."""
     from ..errors import StorageError
 
     try:
@@ -93,7 +97,12 @@ def uploaded(settings: Settings, run_dir: Path) -> Iterator[None]:
         except StorageError as exc:
             warn(f"WARNING: {type(exc).__name__}: {exc}")
         raise
-    upload(settings, run_dir)
+    try:
+        upload(settings, run_dir)
+    except StorageError:
+        if kept:
+            warn(kept)
+        raise
 
 
 def upload(settings: Settings, run_dir: Path) -> None:
@@ -105,6 +114,17 @@ def upload(settings: Settings, run_dir: Path) -> None:
         warn(
             f"run {run_dir.name}: uploaded to {remote.url}/{run_dir.name}/ (the paths printed are its local staging copy)"
         )
+
+
+def same_command(args: argparse.Namespace, run_dir: Path) -> str:
+    """The command as the user gave it, the run named by its id: `latest` may be another run by then."""
+    given = redact_argv(command_line(args))
+    start = len(given) - len(getattr(args, "argv", None) or [args.command])
+    for i in range(start, len(given)):
+        if given[i] == args.run:
+            given[i] = run_dir.name
+            break
+    return shlex.join(given)
 
 
 def interpreter(orig_argv: Sequence[str]) -> list[str]:

@@ -6,7 +6,7 @@ import argparse
 
 from .. import extras
 from ..errors import ConfigError
-from . import add_run, add_runs_dir, resolve, runs_settings, setting_help, uploaded
+from . import add_run, add_runs_dir, resolve, runs_settings, same_command, setting_help, uploaded
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..results.export import export_run, other_formats
     from ..run.find import WEIGHTS
     from ..run.lock import RunLock
+    from ..run.rundir import RunDir
 
     if (formats := other_formats(settings)) is not None:
         formats.check(flags)  # their runtimes, named as the user gave them (a flag or its setting)
@@ -40,7 +41,11 @@ def run(args: argparse.Namespace) -> int:
 
     # The run's lock as a reader: never while a fit writes the same run. The upload inside it: a process
     # refused the lock (another machine writes the run) must not send this staging copy into that run.
-    with RunLock(run_dir, reader=True, then="export again"), uploaded(settings, run_dir):
+    kept = (
+        f"run {run_dir.name}: the export is complete in this machine's staging copy, {RunDir(run_dir).export.path}, but not "
+        f"in the store: once the store answers, `{same_command(args, run_dir)}` on this machine exports and uploads it"
+    )
+    with RunLock(run_dir, reader=True, then="export again"), uploaded(settings, run_dir, kept):
         report = export_run(run_dir, settings=settings)
     print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
     for fmt, record in report.get("formats", {}).items():
