@@ -14,6 +14,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import extras
 from .errors import EXIT_CODES, SecondInterrupt, TemplateError, UsageError
@@ -192,3 +193,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(_stopped_line(exc), file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        if (exc.name or "train").partition(".")[0] == "train":  # a module of ours gone: a bug, its traceback
+            raise
+        if debug or _debug_setting(argv):
+            traceback.print_exc(file=sys.stderr)
+        print(f"ModuleNotFoundError: {exc}: {_install_line(exc.name)}", file=sys.stderr)
+        return 1
+
+
+def _install_line(module: str) -> str:
+    """What installs a package this Python cannot import. Nearly always `python -m train` typed into a
+    Python other than the clone's .venv (the README's commands assume an activated one), which gets as
+    far as the first command that needs numpy or TensorFlow."""
+    for name, extra in extras.EXTRAS.items():
+        if module.partition(".")[0] in extra.modules:
+            return f"it comes with the {name} extra: `scripts/venv.sh --extra {name}` installs it into .venv"
+    if Path(sys.prefix).name == ".venv":
+        return f"{sys.prefix} lacks a package of its lock: delete it and run scripts/venv.sh to make it again"
+    return (
+        f"this Python ({sys.executable}) is not the template's environment: run scripts/venv.sh once "
+        "(scripts/train does it too), then .venv/bin/python -m train ..., or source .venv/bin/activate first"
+    )

@@ -217,7 +217,7 @@ def first_line(exc: BaseException | str, limit: int | None = 200) -> str:
 
 EXIT_CODES = {
     0: "success",
-    1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU",
+    1: "unexpected error (a bug: rerun with DEBUG=1 for the traceback) / check --require-gpu: no usable GPU / a Python without the packages (run scripts/venv.sh)",
     2: "invalid setting or command line (found before TensorFlow is imported), or a MODEL that cannot be built for the data (found after)",
     3: "data set missing, empty, unreadable, corrupt, too large or of the wrong shape",
     4: "checkpoint or run problem (no valid checkpoint or weights, weights whose sha256 differs from the record, model, settings or data differ, "
