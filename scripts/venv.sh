@@ -43,7 +43,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 hash16() { cat "$@" | sha256sum | cut -c1-16; }
-count() { grep -c '^[A-Za-z0-9].*==' "$1" || true; }
+# Packages, not pins: a lock pins some once per Python version (numpy ; python_version < "3.11" ...).
+count() { sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*\)==.*/\1/p' "$1" | sort -u | wc -l; }
 runtime_stamp=.venv/.lock-runtime-$(hash16 "$LOCK")
 if command -v uv >/dev/null 2>&1; then
     # --compile-bytecode: pip's default; without it every process compiles what it imports

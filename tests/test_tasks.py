@@ -679,6 +679,17 @@ def test_scripts_train_installs_only_the_runtime_lock_and_says_so_first(clone):
     assert venv_sh(clone) == ([], "")  # stamped: nothing to do
 
 
+def test_the_count_said_is_of_packages_not_of_pins_a_lock_repeats_per_python_version(clone):
+    """The real cpu.lock pins 58 lines for 48 packages (numpy once per Python version): the line said
+    before a long install counts what it installs, as the README does."""
+    (clone / "requirements/cpu.lock").write_text(
+        'numpy==2.2 ; python_version < "3.11" \\\n    --hash=sha256:aa\n'
+        'numpy==2.3 ; python_version >= "3.11" \\\n    --hash=sha256:bb\ntensorflow-cpu==2.21\n'
+    )
+    _, said = venv_sh(clone)
+    assert said.startswith("scripts/venv.sh: installing the 2 pinned packages of requirements/cpu.lock into .venv")
+
+
 def test_scripts_train_asks_for_the_runtime_only_and_scripts_test_for_the_test_tools():
     assert "\nscripts/venv.sh\n" in (ROOT / "scripts" / "train").read_text()
     assert "\nscripts/venv.sh --test\n" in (ROOT / "scripts" / "test").read_text()
