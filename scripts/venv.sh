@@ -53,8 +53,30 @@ else
     install=(.venv/bin/python -m pip install --disable-pip-version-check)
 fi
 
+# The Pythons the locks hold wheels for, pyproject.toml's requires-python (">=3.10,<3.14"): with another,
+# pip fails on the first package, and the .venv it leaves would be reused by every later run.
+requires=$(sed -n 's/^requires-python = "\(.*\)"$/\1/p' pyproject.toml 2>/dev/null || true)
+venv_version() { sed -n 's/^version *= *//p' .venv/pyvenv.cfg 2>/dev/null; }
+python_supported() {  # .venv's version against ">=3.LO,<3.HI"; true when either cannot be read
+    local lo hi major minor
+    read -r lo hi < <(sed -n 's/^>=3\.\([0-9]*\),<3\.\([0-9]*\)$/\1 \2/p' <<<"$requires")
+    IFS=. read -r major minor _ < <(venv_version)
+    [ -z "$lo" ] || [ -z "$minor" ] || { [ "$major" = 3 ] && [ "$minor" -ge "$lo" ] && [ "$minor" -lt "$hi" ]; }
+}
+refuse_python() {  # what, its version, the fix
+    echo "scripts/venv.sh: $1 is Python $2, which TensorFlow has no wheels for (pyproject.toml: requires-python" \
+        "$requires); $3, e.g. PYTHON=python3.12 scripts/train" >&2
+    exit 2
+}
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
+    if ! python_supported; then
+        version=$(venv_version)
+        rm -rf .venv  # made just now, by this Python: nothing of the user's is in it
+        refuse_python "PYTHON=$PYTHON" "$version" "set PYTHON to a supported one"
+    fi
+elif ! python_supported; then
+    refuse_python .venv "$(venv_version)" "delete .venv and run again with PYTHON set to a supported one"
 fi
 if [ ! -f "$runtime_stamp" ]; then
     # pip prints nothing for minutes while it downloads TensorFlow unless told: say what and why first.

@@ -649,17 +649,22 @@ def clone(tmp_path, request):
     return tmp_path
 
 
+def venv_env(clone: Path) -> dict[str, str]:
+    """PYTHON the clone's fake; PATH the system's tools and the clone's bin (a fake uv, or none), never
+    this machine's own uv."""
+    import os
+
+    return {**os.environ, "PYTHON": str(clone / "fakepython"), "PATH": f"{clone / 'bin'}:/usr/bin:/bin"}
+
+
 def venv_sh(clone: Path, *args: str) -> tuple[list[str], str]:
     """Run the copied scripts/venv.sh; return the pip commands it ran (this time) and what it printed."""
-    import os
     import subprocess
 
     log = clone / "pip.log"
     log.unlink(missing_ok=True)
-    # PATH: the system's tools and the clone's bin (a fake uv, or none), never this machine's own uv
-    env = {**os.environ, "PYTHON": str(clone / "fakepython"), "PATH": f"{clone / 'bin'}:/usr/bin:/bin"}
     done = subprocess.run(
-        ["bash", "scripts/venv.sh", *args], cwd=clone, env=env, capture_output=True, text=True, check=True
+        ["bash", "scripts/venv.sh", *args], cwd=clone, env=venv_env(clone), capture_output=True, text=True, check=True
     )
     with_uv = (clone / "bin" / "uv").exists()
     prefix = "pip install --quiet --python .venv/bin/python --compile-bytecode " if with_uv else "-m pip install "
@@ -718,6 +723,33 @@ def test_an_extra_is_installed_on_top_of_the_core_once_and_an_unknown_one_is_ref
     assert venv_sh(clone, "--extra", "all") == ([], "")
     done = subprocess.run(["bash", "scripts/venv.sh", "--extra", "sotre"], cwd=clone, capture_output=True, text=True)
     assert done.returncode == 2 and "'sotre' is not an extra" in done.stderr and "one of: store or all" in done.stderr
+
+
+@pytest.mark.parametrize("version, refused", [("3.9.18", True), ("3.14.0", True), ("3.10.4", False), ("3.13.1", False)])
+def test_a_python_the_locks_have_no_wheels_for_is_refused_before_pip_and_leaves_no_venv(clone, version, refused):
+    """pip would fail on the first package, and the .venv left behind would be reused by every later
+    run, whatever PYTHON then says: the version is checked first, against pyproject's requires-python."""
+    import shutil
+    import subprocess
+
+    shutil.copy(ROOT / "pyproject.toml", clone / "pyproject.toml")
+    fake = clone / "fakepython"
+    fake.write_text(fake.read_text() + f"printf 'home = /usr/bin\\nversion = {version}\\n' > .venv/pyvenv.cfg\n")
+    done = subprocess.run(["bash", "scripts/venv.sh"], cwd=clone, env=venv_env(clone), capture_output=True, text=True)
+    assert (done.returncode == 2) == refused, done.stderr
+    if not refused:
+        return
+    assert done.stderr == (
+        f"scripts/venv.sh: PYTHON={fake} is Python {version}, which TensorFlow has no wheels for (pyproject.toml: "
+        "requires-python >=3.10,<3.14); set PYTHON to a supported one, e.g. PYTHON=python3.12 scripts/train\n"
+    )
+    assert not (clone / ".venv").exists() and not (clone / "pip.log").exists()
+    (clone / ".venv" / "bin").mkdir(parents=True)  # one made before this check existed: kept, and named
+    shutil.copy(fake, clone / ".venv" / "bin" / "python")
+    (clone / ".venv" / "pyvenv.cfg").write_text(f"version = {version}\n")
+    done = subprocess.run(["bash", "scripts/venv.sh"], cwd=clone, env=venv_env(clone), capture_output=True, text=True)
+    assert done.returncode == 2 and "scripts/venv.sh: .venv is Python " + version in done.stderr
+    assert "delete .venv and run again with PYTHON set to a supported one" in done.stderr
 
 
 def test_a_changed_runtime_lock_installs_it_again_and_the_test_tools_with_it(clone):
