@@ -179,6 +179,18 @@ def test_debug_adds_the_traceback_and_keeps_the_exit_code(monkeypatch, tmp_path,
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv", [["export", "nope"], ["predict", "nope", "a.png"], ["report", "nope"], ["reproduce", "nope", "--local"]]
+)
+def test_every_command_that_reads_runs_takes_debug_as_the_exit_codes_say(tmp_path, capsys, argv):
+    argv = [*argv, "--runs-dir", str(tmp_path)]
+    assert cli.main([*argv, "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "\nRunNotFound: run 'nope' not found" in err
+    assert cli.main([*argv, "--no-debug"]) == 2
+    assert capsys.readouterr().err.startswith("RunNotFound: run 'nope' not found")
+
+
 def test_debug_from_the_env_file_even_when_another_setting_is_invalid(tmp_path, capsys):
     (tmp_path / "dbg.env").write_text("DEBUG=true\nBATCH_SIZE=abc\n")
     assert cli.main(["fit", "--env-file", "dbg.env"]) == 2

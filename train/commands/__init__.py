@@ -31,9 +31,16 @@ def add_env_file(p: argparse.ArgumentParser) -> None:
 
 
 def add_runs_dir(p: argparse.ArgumentParser) -> None:
-    """--env-file and --runs-dir: where a command that reads runs finds them."""
+    """--env-file and --runs-dir: where a command that reads runs finds them; and --debug, which fit
+    and settings have as a setting's flag: every command takes it (train.cli.main reads it itself)."""
     add_env_file(p)
     p.add_argument("--runs-dir", default=None, help="where the runs are (default: RUNS_DIR)")
+    p.add_argument(
+        "--debug",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the Python traceback of an expected error too, as DEBUG=true (default: DEBUG)",
+    )
 
 
 def add_run(p: argparse.ArgumentParser) -> None:
