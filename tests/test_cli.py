@@ -538,20 +538,22 @@ def test_a_first_ctrl_c_of_a_command_without_a_run_is_not_called_a_second_one(mo
 )
 def test_a_python_without_the_packages_is_one_line_naming_the_set_up(tmp_path, folder, fix):
     """`python -m train export latest` typed outside the clone's .venv: a real environment without the
-    packages gets as far as the first import of numpy, which must be a line saying what to run."""
+    packages gets as far as the first import of numpy (python-dotenv with a .env to read), which must
+    be a line saying what to run."""
     import venv
 
     venv.create(tmp_path / folder, with_pip=False)
-    done = subprocess.run(
-        [str(tmp_path / folder / "bin" / "python"), "-m", "train", "export", "latest"],
-        cwd=PROJECT_ROOT,
-        env={"PATH": "/usr/bin:/bin", "RUNS_DIR": str(tmp_path / "runs")},
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 1, done.stderr
-    assert done.stderr.startswith("ModuleNotFoundError: No module named '") and done.stderr.count("\n") == 1
-    assert fix in done.stderr
+    for env_file in ("", "EPOCHS=2\n"):
+        (tmp_path / ".env").write_text(env_file)
+        done = subprocess.run(
+            [str(tmp_path / folder / "bin" / "python"), "-m", "train", "export", "latest"],
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROJECT_ROOT), "RUNS_DIR": str(tmp_path / "runs")},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith("ModuleNotFoundError: No module named '") and done.stderr.count("\n") == 1
+        assert fix in done.stderr
 
 
 def test_a_missing_module_of_an_extra_names_the_extra():

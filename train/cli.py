@@ -154,7 +154,10 @@ def _debug_setting(argv: Sequence[str]) -> bool:
             env_file = argv[i + 1]
         elif arg.startswith("--env-file="):
             env_file = arg.split("=", 1)[1]
-    return "--no-debug" not in argv and debug_requested(env_file)
+    try:
+        return "--no-debug" not in argv and debug_requested(env_file)
+    except ModuleNotFoundError:  # python-dotenv is not installed: the error being reported, said once
+        return False
 
 
 def _stopped_line(exc: KeyboardInterrupt) -> str:
