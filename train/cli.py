@@ -213,7 +213,10 @@ def _install_line(module: str) -> str:
         if module.partition(".")[0] in extra.modules:
             return f"it comes with the {name} extra: `scripts/venv.sh --extra {name}` installs it into .venv"
     if Path(sys.prefix).name == ".venv":
-        return f"{sys.prefix} lacks a package of its lock: delete it and run scripts/venv.sh to make it again"
+        return (
+            f"{sys.prefix} lacks a package of its lock: delete it and run scripts/venv.sh to make it again "
+            "(a package your own code imports goes in requirements/core.in, then `invoke lock`: docs/tooling.md)"
+        )
     return (
         f"this Python ({sys.executable}) is not the template's environment: run scripts/venv.sh once "
         "(scripts/train does it too), then .venv/bin/python -m train ..., or source .venv/bin/activate first"
