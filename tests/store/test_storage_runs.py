@@ -84,6 +84,24 @@ def _checkpoint_in_bucket(server, bucket):
     return _in_bucket(server, bucket, "checkpoints/ckpt-*.npz")
 
 
+def _in_the_bucket(tmp_path: Path, server, bucket: str, monkeypatch, *names: str, weights=True) -> Path:
+    """Runs' records (and best weights, with `weights`) put in the bucket under runs/, this process's store
+    set to it with a staging cache in tmp_path; the staging copy's runs folder (empty until a command)."""
+    from builders import write_run_records
+
+    client = server.client()
+    for name in names:
+        made = write_run_records(tmp_path / "made" / name)
+        if weights:
+            (made / "best.weights.h5").write_bytes(b"weights")
+        for path in made.rglob("*"):
+            client.fput_object(bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "cache" / "s3" / bucket / "runs"
+
+
 def _staging(machine: Machine, bucket: str) -> Path:
     return machine.home / ".cache/tf-train-template/runs/s3" / bucket / "runs"
 
@@ -415,23 +433,14 @@ def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_say
     tmp_path, s3_server, s3_bucket, monkeypatch, capsys
 ):
     """In this process, the export itself replaced: which run `latest` brings is the store's to decide."""
-    from builders import write_run_records
 
     import train.results.export
     from train.cli import main
     from train.run import remote
 
     trained, failed = "20261201-100000-000001-base", "20261201-110000-000002-wide"
-    client = s3_server.client()
-    for name in (trained, failed):
-        made = write_run_records(tmp_path / "made" / name)
-        if name == trained:
-            (made / "best.weights.h5").write_bytes(b"weights")
-        for path in made.rglob("*"):
-            client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
-    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
+    _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, trained)
+    _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, failed, weights=False)
     exported = []
     monkeypatch.setattr(
         train.results.export,
@@ -457,7 +466,6 @@ def test_export_or_report_of_a_run_another_machine_writes_is_refused_and_uploads
     """The holder's lease renewed by this test; this machine's staging copy holds a file the store lacks
     (a checkpoint from before the other took the run over): a refused export or report (which writes
     report.html and curves.png into the run) must not send it into that run."""
-    from builders import write_run_records
 
     from train.cli import main
     from train.run import remote
@@ -465,14 +473,7 @@ def test_export_or_report_of_a_run_another_machine_writes_is_refused_and_uploads
     from train.store.lease import Lease
 
     name = "20261201-100000-000001-base"
-    client = s3_server.client()
-    made = write_run_records(tmp_path / "made" / name)
-    (made / "best.weights.h5").write_bytes(b"weights")
-    for path in made.rglob("*"):
-        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
-    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
+    _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
     staged = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name
     (staged / "checkpoints").mkdir(parents=True)
     (staged / "checkpoints" / "ckpt-000000004.npz").write_bytes(
@@ -494,7 +495,6 @@ def test_an_export_that_fails_keeps_its_own_error_when_the_store_then_does_not_a
 ):
     """In this process, the export replaced by one that fails once the store is gone: the user sees why the
     export failed and its exit code (8), and one warning that the store did not take what it wrote."""
-    from builders import write_run_records
 
     import train.results.export
     from train.cli import main
@@ -502,14 +502,7 @@ def test_an_export_that_fails_keeps_its_own_error_when_the_store_then_does_not_a
     from train.run import remote
 
     name = "20261201-100000-000001-base"
-    client = s3_server.client()
-    made = write_run_records(tmp_path / "made" / name)
-    (made / "best.weights.h5").write_bytes(b"weights")
-    for path in made.rglob("*"):
-        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
-    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
+    _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
 
     def failing_export(_run_dir, **_kw):
         remote.close_all()  # the store this command opened is forgotten, and at its address now
@@ -531,21 +524,13 @@ def test_an_export_done_when_the_store_then_does_not_answer_says_where_it_is_and
 ):
     """In this process, the export replaced by one that succeeds, then the store gone: exit 7 with the store's
     message, after one line saying the export is complete on this machine and the command that uploads it."""
-    from builders import write_run_records
 
     import train.results.export
     from train.cli import main
     from train.run import remote
 
     name = "20261201-100000-000001-base"
-    client = s3_server.client()
-    made = write_run_records(tmp_path / "made" / name)
-    (made / "best.weights.h5").write_bytes(b"weights")
-    for path in made.rglob("*"):
-        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
-    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
+    _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
 
     def export_then_store_gone(_run_dir, **_kw):
         remote.close_all()  # the store this command opened is forgotten, and at its address now
@@ -579,14 +564,9 @@ def test_reproduce_uploads_the_rerun_with_its_verdict_and_nothing_of_the_run_it_
     from train.run import remote
 
     name = "20261201-100000-000001-base"
-    client = s3_server.client()
-    made = write_run_records(tmp_path / "made" / name)
-    for path in made.rglob("*"):
-        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
-
     # A checkpoint the bucket lacks, from before another machine took the run over: reproduce only reads the
     # run, and must not send it into the run the other machine trains.
-    staged = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name / "checkpoints"
+    staged = _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name, weights=False) / name / "checkpoints"
     staged.mkdir(parents=True)
     (staged / "ckpt-000000004.npz").write_bytes(b"a state of this machine's, before the other took over")
 
@@ -595,9 +575,6 @@ def test_reproduce_uploads_the_rerun_with_its_verdict_and_nothing_of_the_run_it_
         (again / "reproduce.json").write_text('{"match": true}\n')
         return Verdict(run_dir.name, again.name, method="final weights sha256", match=True)
 
-    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(train.reproduce.rerun, "reproduce", rerun)
     try:
         assert main(["reproduce", name, "--local", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
