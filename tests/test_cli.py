@@ -191,6 +191,17 @@ def test_every_command_that_reads_runs_takes_debug_as_the_exit_codes_say(tmp_pat
     assert capsys.readouterr().err.startswith("RunNotFound: run 'nope' not found")
 
 
+def test_every_command_takes_debug_and_no_debug_as_the_readme_says():
+    """The GPU check too: `check --require-gpu --debug` shows the traceback of the NoGPUError it exits with."""
+    import argparse
+
+    parser = cli.build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(cli.COMMANDS)
+    for name, command in sub.choices.items():
+        assert {"--debug", "--no-debug"} <= set(command._option_string_actions), name
+
+
 def test_debug_from_the_env_file_even_when_another_setting_is_invalid(tmp_path, capsys):
     (tmp_path / "dbg.env").write_text("DEBUG=true\nBATCH_SIZE=abc\n")
     assert cli.main(["fit", "--env-file", "dbg.env"]) == 2

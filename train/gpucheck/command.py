@@ -14,6 +14,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     chk.add_argument("--json", action="store_true", help="print the report as JSON")
     chk.add_argument("--require-gpu", action="store_true", help="exit 1 when no usable GPU is found")
     chk.add_argument("--skip-matmul", action="store_true", help="skip the timed matmul benchmark")
+    # As train.commands.add_runs_dir adds it to the commands that read runs (train.cli.main reads it
+    # itself); written out here, since this folder sits below train.commands and must not import it.
+    chk.add_argument(
+        "--debug",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the Python traceback of an expected error too (--require-gpu's), as DEBUG=true (default: DEBUG)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
