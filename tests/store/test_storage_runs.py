@@ -552,6 +552,50 @@ def test_an_export_done_when_the_store_then_does_not_answer_says_where_it_is_and
     assert lines[-1].startswith(f"StorageError: RUNS_DIR {url}: the store at "), lines
 
 
+def test_a_report_written_when_the_store_then_does_not_answer_says_where_it_is_and_what_uploads_it(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """In this process, the real quick report, then the store gone: exit 7 with the store's message, after one
+    line saying report.html is written on this machine and the command that uploads it (as export says)."""
+    from builders import write_run_records
+
+    import train.results.report
+    from train.cli import main
+    from train.run import remote
+
+    name = "20261201-100000-000001-base"
+    client = s3_server.client()
+    made = write_run_records(tmp_path / "made" / name)
+    for path in made.rglob("*"):
+        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
+    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    write_report = train.results.report.write_report
+
+    def report_then_store_gone(run_dir, **kw):
+        written = write_report(run_dir, **kw)
+        remote.close_all()  # the store this command opened is forgotten, and at its address now
+        monkeypatch.setenv("AWS_ENDPOINT_URL", dead_endpoint())  # nothing answers
+        return written
+
+    monkeypatch.setattr(train.results.report, "write_report", report_then_store_gone)
+    url = f"s3://{s3_bucket}/runs"
+    try:
+        assert main(["report", "latest", "--quick", "--runs-dir", url]) == 7
+    finally:
+        remote.close_all()
+    report = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name / "report.html"
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-2] == (
+        f"run {name}: the report is written in this machine's staging copy, {report}, but not in the store: once "
+        f"the store answers, `python -m train report {name} --quick --runs-dir {url}` on this machine writes and "
+        "uploads it"
+    ), lines
+    assert lines[-1].startswith(f"StorageError: RUNS_DIR {url}: the store at "), lines
+    assert report.is_file() and f"runs/{name}/report.html" not in s3_server.names(s3_bucket, "runs/")
+
+
 def test_reproduce_uploads_the_rerun_with_its_verdict_and_nothing_of_the_run_it_read(
     tmp_path, s3_server, s3_bucket, monkeypatch
 ):

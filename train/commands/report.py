@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_run, add_runs_dir, resolve, runs_settings, uploaded
+from . import add_run, add_runs_dir, resolve, runs_settings, same_command, uploaded
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,11 @@ def run(args: argparse.Namespace) -> int:
 
     # The run's lock as a reader, as export takes it: report.html and curves.png are not written while a fit
     # writes them, and a process refused the lock (another machine trains the run) sends nothing into it.
-    with RunLock(run_dir, reader=True, then="report again"), uploaded(settings, run_dir):
+    kept = (
+        f"run {run_dir.name}: the report is written in this machine's staging copy, {RunDir(run_dir).report}, but "
+        f"not in the store: once the store answers, `{same_command(args, run_dir)}` on this machine writes and uploads it"
+    )
+    with RunLock(run_dir, reader=True, then="report again"), uploaded(settings, run_dir, kept):
         written = write_report(run_dir, full=not args.quick)
     print(f"wrote {written.path} and {RunDir(run_dir).curves}")
     for part in written.missing:
