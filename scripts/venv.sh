@@ -68,8 +68,24 @@ refuse_python() {  # what, its version, the fix
         "$requires); $3, e.g. PYTHON=python3.12 scripts/train" >&2
     exit 2
 }
+make_venv() {
+    local said package
+    said=$("$PYTHON" -m venv .venv 2>&1) && return 0
+    # Half made (a python without pip): every later run would take it as made and fail in pip, even once
+    # the cause is fixed. Made just now, by this Python: nothing of the user's is in it.
+    rm -rf .venv
+    if grep -q ensurepip <<<"$said"; then  # Debian/Ubuntu without python3-venv: ten lines, said in one
+        package=$(sed -n 's/.*apt install \(python3[0-9.]*-venv\).*/\1/p' <<<"$said")
+        echo "scripts/venv.sh: PYTHON=$PYTHON cannot put pip into a new .venv (it has no ensurepip):" \
+            "\`sudo apt install ${package:-python3-venv}\` (Debian/Ubuntu) and run again, or set PYTHON to a" \
+            "Python that has ensurepip" >&2
+        exit 2
+    fi
+    printf '%s\n' "$said" >&2
+    exit 1
+}
 if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+    make_venv
     if ! python_supported; then
         version=$(venv_version)
         rm -rf .venv  # made just now, by this Python: nothing of the user's is in it

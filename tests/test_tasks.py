@@ -752,6 +752,39 @@ def test_a_python_the_locks_have_no_wheels_for_is_refused_before_pip_and_leaves_
     assert "delete .venv and run again with PYTHON set to a supported one" in done.stderr
 
 
+@pytest.mark.parametrize("debian", [True, False], ids=["debian", "upstream"])
+def test_a_python_without_ensurepip_is_one_line_naming_the_fix_and_leaves_no_venv_a_later_run_reuses(clone, debian):
+    """`python3 -m venv` without ensurepip (Debian or Ubuntu without python3-venv) makes .venv, then fails
+    putting pip into it. That .venv, python and no pip, would be taken as made by every later run, and
+    pip fail in it even once python3-venv is installed: it is removed, and the cause said in one line."""
+    import subprocess
+
+    fake = clone / "fakepython"
+    good = fake.read_text()
+    debian_said = (  # its own words, on stdout
+        "The virtual environment was not created successfully because ensurepip is not\navailable.  On "
+        "Debian/Ubuntu systems, you need to install the python3-venv\npackage using the following command.\n\n"
+        "    apt install python3.11-venv\n\nFailing command: $PWD/.venv/bin/python3\n"
+    )
+    upstream_said = "Error: Command '['$PWD/.venv/bin/python3', '-m', 'ensurepip', '--upgrade', '--default-pip']' "
+    said = (
+        f"cat <<EOF\n{debian_said}EOF\n"
+        if debian
+        else f"cat >&2 <<EOF\n{upstream_said}returned non-zero exit status 1.\nEOF\n"
+    )
+    fake.write_text(good + said + "exit 1\n")
+    done = subprocess.run(["bash", "scripts/venv.sh"], cwd=clone, env=venv_env(clone), capture_output=True, text=True)
+    package = "python3.11-venv" if debian else "python3-venv"
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"scripts/venv.sh: PYTHON={fake} cannot put pip into a new .venv (it has no ensurepip): `sudo apt install "
+        f"{package}` (Debian/Ubuntu) and run again, or set PYTHON to a Python that has ensurepip\n"
+    )
+    assert not (clone / ".venv").exists() and not (clone / "pip.log").exists()
+    fake.write_text(good)  # python3-venv installed: the next run makes .venv anew and installs into it
+    assert venv_sh(clone)[0] == ["--require-hashes -r requirements/cpu.lock", "--no-deps -e ."]
+
+
 def test_a_changed_runtime_lock_installs_it_again_and_the_test_tools_with_it(clone):
     assert venv_sh(clone, "--test")[0] == [
         "--require-hashes -r requirements/cpu.lock",
