@@ -475,6 +475,48 @@ def test_commands_that_read_runs_ignore_a_bad_training_setting_but_not_a_bad_run
     assert capsys.readouterr().err == "ConfigError: EPOCHS='x' is not valid: expected a whole number, e.g. 3\n"
 
 
+THREE_WORKERS = '{"cluster": {"worker": ["a:1", "b:2", "c:3"]}, "task": {"type": "worker", "index": 0}}'
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        pytest.param("WORKERS", "garbage", marks=pytest.mark.extra("workers")),
+        pytest.param("WORKER_INDEX", "x", marks=pytest.mark.extra("workers")),
+        pytest.param("MLFLOW_TRACKING_URI", "garbage", marks=pytest.mark.extra("mlflow")),
+        pytest.param("SWEEP_STORAGE", "garbage", marks=pytest.mark.extra("sweep")),
+        ("TF_CONFIG", "garbage"),  # refused by `fit` with the workers extra or without it
+        ("TF_CONFIG", THREE_WORKERS),  # BATCH_SIZE 512 is no multiple of 3: a training's concern
+    ],
+)
+def test_commands_that_read_runs_ignore_an_extras_setting_meant_for_a_training_or_another_command(
+    tmp_path, monkeypatch, capsys, name, value
+):
+    monkeypatch.setenv(name, value)
+    (tmp_path / "runs").mkdir()
+    assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0, capsys.readouterr().err
+    assert name not in capsys.readouterr().err
+    assert cli.main(["settings"]) == 2  # a command that shows or trains with it still refuses it
+    assert capsys.readouterr().err.startswith("ConfigError: ")
+
+
+@pytest.mark.parametrize(
+    "name, argv",
+    [
+        # where a store's runs are staged, for every command that reads runs
+        pytest.param("STORE_CACHE", ["runs"], marks=pytest.mark.extra("store")),
+        pytest.param("EXPORT_FORMATS", ["export", "latest"], marks=pytest.mark.extra("onnx")),
+        # where reproduce puts a run's data version it fetches
+        pytest.param("DVC_DATA_CACHE", ["reproduce", "latest", "--local"], marks=pytest.mark.extra("dvc")),
+        pytest.param("SERVE_MAX_BATCH", ["serve", "latest"], marks=pytest.mark.extra("serve")),  # its flags' settings
+    ],
+)
+def test_commands_that_read_runs_still_refuse_a_bad_setting_they_use(tmp_path, monkeypatch, capsys, name, argv):
+    monkeypatch.setenv(name, "" if name.endswith("CACHE") else "0")
+    assert cli.main([*argv, "--runs-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(f"ConfigError: {name}=")
+
+
 @pytest.mark.parametrize("fmt", ["table", "env-example"])
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, fmt):
     """`python -m train settings | head -1`: no traceback, the status of a tool that SIGPIPE ended."""

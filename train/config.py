@@ -295,11 +295,13 @@ def _with_given(s: Settings, names) -> Settings:
 
 
 # What a command that reads runs (runs, report, compare, predict, export, reproduce, serve) reads from
-# its flags, .env and the environment: RUNS_DIR and the extras' settings (a store's staging copy, the
-# export formats, the server's limits). A run's training settings are its own config.json's, so a bad
-# EPOCHS or MODEL meant for the next `fit` is no reason to refuse listing the runs.
-READ_BY_RUNS_COMMANDS = frozenset({"runs_dir"}) | frozenset(
-    f.name for f in fields(Settings) if f.name not in {c.name for c in fields(CoreSettings)}
+# its flags, .env and the environment: RUNS_DIR and the extras' settings of kind `surroundings`, where
+# runs live and what is made around them (a store's staging copy, the export formats, DVC's data cache);
+# a command of its own adds its flags' (serve's limits). A run's training settings are its own
+# config.json's, and an extra's other kinds set up a training (WORKERS, MLFLOW_*) or another command
+# (SWEEP_STORAGE), so a bad value meant for the next `fit` is no reason to refuse listing the runs.
+READ_BY_RUNS_COMMANDS = frozenset({"runs_dir"}) | (
+    of_kind("surroundings") - frozenset(f.name for f in fields(CoreSettings))
 )
 # Settings that may differ on resume without changing the result of training.
 RESUME_FREE = of_kind("free", "surroundings", "invocation")
@@ -523,7 +525,8 @@ def load_settings(
     A missing default `.env` is fine; an explicitly named one that does not exist is an error.
     `warn(line)` gets the warnings about the .env file (unknown or repeated keys); default: logged.
     `check_model=False` skips looking for a MODEL=module:function (commands that build no model).
-    `only`: the settings (field names) read at all; the others keep their defaults (READ_BY_RUNS_COMMANDS).
+    `only`: the settings (field names) read at all; the others keep their defaults (READ_BY_RUNS_COMMANDS),
+    and the environment's own checks (a cluster's TF_CONFIG, MLflow's variables), a training's, are not made.
     """
     environ = os.environ if environ is None else environ
     if overrides is not None and not isinstance(overrides, Mapping):
@@ -564,7 +567,8 @@ def load_settings(
         if check_model and settings.model not in models.MODELS:
             # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
             check_model_spec(settings.model)
-    _check_environ(settings, environ)
+    if only is None:
+        _check_environ(settings, environ)
     return settings
 
 

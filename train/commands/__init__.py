@@ -54,8 +54,9 @@ def settings_for(args: argparse.Namespace) -> Settings:
 
 
 def runs_settings(args: argparse.Namespace, given: dict | None = None) -> Settings:
-    """Settings for a command that reads runs: RUNS_DIR and the extras' (READ_BY_RUNS_COMMANDS), and the
-    flags `given` of those. The model and training settings of a run come from its own config.json."""
+    """Settings for a command that reads runs: RUNS_DIR and the extras' where runs live and what is made
+    around them (READ_BY_RUNS_COMMANDS), and the flags `given` of those. The model and training settings
+    of a run come from its own config.json."""
     return load_settings(
         {"runs_dir": args.runs_dir, **(given or {})},
         env_file=args.env_file,

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         env_file=args.env_file,
         warn=lambda line: print(line, file=sys.stderr),
         check_model=False,
-        only=READ_BY_RUNS_COMMANDS,
+        only=READ_BY_RUNS_COMMANDS | set(SETTINGS),  # its flags, which SERVE_* in .env set too
     )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # The training log's format, for the server's lines and uvicorn's alike (train.serve.server)
