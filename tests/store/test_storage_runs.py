@@ -402,15 +402,8 @@ def test_runs_marks_a_run_only_in_this_machines_staging_copy_and_its_upload_puts
     from train.run import remote
 
     stored, local = "20261201-100000-000001-stored", "20261201-110000-000002-local"
-    made = write_run_records(tmp_path / "made" / stored)
-    client = s3_server.client()
-    for path in made.rglob("*"):
-        client.fput_object(s3_bucket, f"runs/{stored}/{path.relative_to(made).as_posix()}", str(path))
-    staging = tmp_path / "cache" / "s3" / s3_bucket / "runs"
+    staging = _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, stored, weights=False)
     write_run_records(staging / local)
-    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
     url = f"s3://{s3_bucket}/runs"
     try:
         assert main(["runs", "--runs-dir", url]) == 0
@@ -557,20 +550,12 @@ def test_a_report_written_when_the_store_then_does_not_answer_says_where_it_is_a
 ):
     """In this process, the real quick report, then the store gone: exit 7 with the store's message, after one
     line saying report.html is written on this machine and the command that uploads it (as export says)."""
-    from builders import write_run_records
-
     import train.results.report
     from train.cli import main
     from train.run import remote
 
     name = "20261201-100000-000001-base"
-    client = s3_server.client()
-    made = write_run_records(tmp_path / "made" / name)
-    for path in made.rglob("*"):
-        client.fput_object(s3_bucket, f"runs/{name}/{path.relative_to(made).as_posix()}", str(path))
-    for key, value in {**s3_server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
+    staging = _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name, weights=False)
     write_report = train.results.report.write_report
 
     def report_then_store_gone(run_dir, **kw):
@@ -585,7 +570,7 @@ def test_a_report_written_when_the_store_then_does_not_answer_says_where_it_is_a
         assert main(["report", "latest", "--quick", "--runs-dir", url]) == 7
     finally:
         remote.close_all()
-    report = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name / "report.html"
+    report = staging / name / "report.html"
     lines = capsys.readouterr().err.splitlines()
     assert lines[-2] == (
         f"run {name}: the report is written in this machine's staging copy, {report}, but not in the store: once "
