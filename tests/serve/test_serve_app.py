@@ -325,7 +325,7 @@ def test_heavy_requests_do_not_delay_a_small_one_and_past_their_lane_are_refused
 
 def test_large_bodies_past_their_reading_slots_are_refused_unread():
     """Each large body was read whole before its lane could refuse it: 40 clients posting 15 MB at once
-    took the server from 537 MB to 1.8 GB. Clients holding every slot (and every place in line) with a
+    took the server's peak from 528 MB to 1,529 MB. Clients holding every slot (and every place in line) with a
     large body they are still sending: one more large request is refused with 503 before a byte is read."""
     import time
 
