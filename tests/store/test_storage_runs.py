@@ -404,6 +404,7 @@ def test_runs_marks_a_run_only_in_this_machines_staging_copy_and_its_upload_puts
     stored, local = "20261201-100000-000001-stored", "20261201-110000-000002-local"
     staging = _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, stored, weights=False)
     write_run_records(staging / local)
+    (staging / local / "best.weights.h5").write_bytes(b"weights")  # trained here: more than `runs` brings
     url = f"s3://{s3_bucket}/runs"
     try:
         assert main(["runs", "--runs-dir", url]) == 0
@@ -420,6 +421,34 @@ def test_runs_marks_a_run_only_in_this_machines_staging_copy_and_its_upload_puts
     finally:
         remote.close_all()
     assert {"config.json", "manifest.json", "metrics.csv", "report.html"} <= set(_runs_in(s3_server, s3_bucket)[local])
+
+
+def test_a_run_deleted_from_the_bucket_whose_records_only_runs_brought_is_not_offered_for_upload(
+    tmp_path, s3_server, s3_bucket, monkeypatch, capsys
+):
+    """`runs` brings every run's records into the staging copy: after the run is deleted from the bucket,
+    its note said `report` uploads it whole, which would put back a run without weights or checkpoints."""
+    from minio.deleteobjects import DeleteObject
+
+    from train.cli import main
+    from train.run import remote
+
+    name = "20261201-100000-000001-gone"
+    staging = _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
+    url = f"s3://{s3_bucket}/runs"
+    try:
+        assert main(["runs", "--runs-dir", url]) == 0  # its records only, into the staging copy
+        client = s3_server.client()
+        gone = [DeleteObject(key) for key in s3_server.names(s3_bucket, f"runs/{name}/")]
+        assert not list(client.remove_objects(s3_bucket, gone))
+        capsys.readouterr()
+        assert main(["runs", "--runs-dir", url]) == 0
+    finally:
+        remote.close_all()
+    assert capsys.readouterr().out.splitlines()[2:] == [
+        f"{name}: only its records are in this machine's staging copy {staging / name}, not in {url} (deleted "
+        "from the store; an earlier `runs` brought them): delete that folder to forget it"
+    ]
 
 
 def test_export_latest_in_a_bucket_is_the_newest_run_with_weights_and_a_line_says_which(

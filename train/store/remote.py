@@ -78,9 +78,19 @@ class RemoteRuns:
         return set(names)
 
     def only_staged(self, name: str) -> str:
-        """What `runs` says under the table of a run in the staging copy that the store does not have."""
+        """What `runs` says under the table of a run in the staging copy that the store does not have.
+
+        A copy holding only the records an earlier `runs` brought (no weights, no checkpoints) is a run
+        deleted from the store: uploading it would put back a run that lists as trained and has nothing
+        to export or resume, so only forgetting it is offered."""
+        staged = self.root / name
+        if all(_is_record(p.relative_to(staged).as_posix()) for p in staged.rglob("*") if p.is_file()):
+            return (
+                f"only its records are in this machine's staging copy {staged}, not in {self.url} (deleted from the "
+                "store; an earlier `runs` brought them): delete that folder to forget it"
+            )
         return (
-            f"only in this machine's staging copy {self.root / name}, not in {self.url} (deleted from the store, or "
+            f"only in this machine's staging copy {staged}, not in {self.url} (deleted from the store, or "
             f"never uploaded): `python -m train report {name} --runs-dir {self.url}` on this machine uploads it "
             "whole; delete that folder to forget it"
         )
