@@ -145,7 +145,8 @@ def format_runs(rows: list[dict]) -> str:
                 f"{r['id']}: killed: its process ended without closing the run (SIGKILL, out of memory, the "
                 f"machine went down); `python -m train fit --resume {r['id']}` continues it"
             )
-        if r.get("staged_only"):  # a RUNS_DIR in object storage: a run the store does not have (train/run/remote.py)
+        # A RUNS_DIR in object storage: a run the store does not have (train/store/remote.py, only_staged).
+        if r.get("staged_only"):
             notes.append(f"{r['id']}: {r['staged_only']}")
         if r.get("copy_of"):
             notes.append(
