@@ -215,6 +215,28 @@ def test_a_one_bit_bmp_is_named_with_the_bmp_depths_read(tmp_path):
         images.load_image_file(path, (8, 8, 1))
 
 
+def test_a_whole_jpeg_with_a_cameras_trailer_is_not_decoded_twice(tmp_path, monkeypatch):
+    """A JPEG cut short is decoded by PIL in the header pass to refuse it there; one whose end-of-image marker is
+    followed by a camera's data (Samsung's "SEFT" trailer) is whole, and was decoded there too: a second decode
+    of every photo of such a data set."""
+    import io
+
+    from PIL import Image, ImageFile
+
+    noise = np.random.default_rng(0).integers(0, 256, (400, 400, 3), np.uint8)
+    encoded = io.BytesIO()
+    Image.fromarray(noise).save(encoded, format="JPEG", quality=95)
+    raw = encoded.getvalue() + b"\x00" * 1000 + b"SEFH" + b"\x01" * 100 + b"SEFT"
+    assert len(encoded.getvalue()) > 70_000  # its pixel data past the first 64 KB, where a thumbnail may be
+    loads = []
+    real = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda im: loads.append(im) or real(im))
+    assert images.image_info(raw, "photo.jpg", None) == (1, 0) and loads == []
+    with pytest.raises(DataError, match="JPEG data cut short or damaged"):
+        images.image_info(raw[: len(raw) // 2], "cut.jpg", None)  # cut: decoded, and refused
+    assert len(loads) == 1
+
+
 def test_load_image_file_names_a_bad_file(tmp_path):
     bad = tmp_path / "x.jpg"
     bad.write_bytes(b"\xff\xd8\xff truncated")  # a JPEG's signature: refused before TensorFlow's libjpeg prints

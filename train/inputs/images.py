@@ -241,15 +241,20 @@ def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None, fix:
     return (orientation if 1 <= orientation <= 8 else 1), cmyk
 
 
+_EXIF_END = 2 + 65_537  # after the start marker, the most an APP1 segment (EXIF and its thumbnail) can hold
+
+
 def _check_jpeg_whole(raw: bytes, path: str | os.PathLike) -> None:
     """DataError when a JPEG (by its first bytes) cannot be decoded whole: cut short, or damaged.
 
     TensorFlow refuses such a file too, but its libjpeg first writes its own line to stderr from C
     ("Improper call to JPEG library in state 201", "Premature end of JPEG data"), which no log
-    level hides. A whole JPEG ends with its end-of-image marker: only a file that does not (cut
-    short, or bytes appended after the image) is decoded here, by PIL, whose libjpeg prints nothing.
+    level hides. A whole JPEG has its end-of-image marker (FF D9) at its end or, when a camera appends
+    data after the image, somewhere past its headers (in the pixel data FF is never followed by D9):
+    only a file without one is decoded here, by PIL, whose libjpeg prints nothing. Past its headers:
+    an EXIF thumbnail, itself a JPEG with its own marker, sits in the first 64 KB.
     """
-    if not raw.startswith(b"\xff\xd8\xff") or raw.endswith(b"\xff\xd9"):
+    if not raw.startswith(b"\xff\xd8\xff") or raw.endswith(b"\xff\xd9") or raw.find(b"\xff\xd9", _EXIF_END) >= 0:
         return
     from PIL import Image
 
