@@ -614,3 +614,19 @@ def test_a_missing_module_of_an_extra_names_the_extra():
         cli._install_line("obstore")
         == "it comes with the store extra: `scripts/venv.sh --extra store` installs it into .venv"
     )
+
+
+def test_a_command_stopped_by_ctrl_c_or_a_signal_waits_for_no_upload_on_its_way_out(monkeypatch):
+    """What a command wrote went to the store after any failure: after a stop too, which against a store
+    that does not answer could outlast the grace period of the `docker stop` that sent it."""
+    from pathlib import Path
+
+    from train import commands
+    from train.errors import ExportError, Interrupted
+
+    uploads = []
+    monkeypatch.setattr(commands, "upload", lambda settings, run_dir: uploads.append(run_dir))
+    for stop in (KeyboardInterrupt(), Interrupted("export stopped by SIGTERM"), ExportError("max |diff| 1e-3")):
+        with pytest.raises(type(stop)), commands.uploaded(None, Path("run")):
+            raise stop
+    assert uploads == [Path("run")]  # the failed export's only: what it wrote still reaches the store

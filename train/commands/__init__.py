@@ -95,10 +95,12 @@ def uploaded(settings: Settings, run_dir: Path, kept: str = "") -> Iterator[None
     take it is one warning: the command's own error says what went wrong, and its exit code stays. After
     a success, a store that does not take it is the command's error (StorageError, exit 7), after the line
     `kept`: what is done all the same, on this machine, and how to upload it."""
-    from ..errors import StorageError
+    from ..errors import Interrupted, StorageError
 
     try:
         yield
+    except (KeyboardInterrupt, Interrupted):
+        raise  # stopped: waits for no store (a docker stop's grace); the next command writing the run uploads it
     except BaseException:
         try:
             upload(settings, run_dir)
