@@ -277,7 +277,7 @@ def _a_function(epoch, row, state):
             _a_function,
             "a function: a callback is an object with on_epoch_end(epoch, row, state) or another of its methods",
         ),
-        (3, "one int: callbacks=[yours]"),
+        (3, "int 3: a callback is an object with on_epoch_end(epoch, row, state) or another of its methods"),
     ],
 )
 def test_one_callback_not_in_a_list_is_one_type_error(monkeypatch, given, instead):

@@ -137,8 +137,10 @@ def _one_callback(given) -> str:
 
     if isinstance(given, type):
         return f"the class {given.__name__}: callbacks=[{given.__name__}()]"
-    if callable(given) and not any(hasattr(given, h) for h in HOOKS):
-        return "a function: a callback is an object with on_epoch_end(epoch, row, state) or another of its methods"
+    hooked = any(hasattr(given, h) for h in HOOKS)
+    if not hooked:  # a function, a number, ...: no callback at all
+        what = "a function" if callable(given) else f"{type(given).__name__} {str(given)[:40]}"
+        return f"{what}: a callback is an object with on_epoch_end(epoch, row, state) or another of its methods"
     return f"one {type(given).__name__}: callbacks=[yours]"
 
 
