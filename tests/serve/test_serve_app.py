@@ -345,7 +345,8 @@ def test_large_bodies_past_their_reading_slots_are_refused_unread():
                 assert not any(s.done() for s in stalled), [s.result() for s in stalled if s.done()]
                 assert time.monotonic() < deadline, "the stalled clients never took the reading slots"
                 await asyncio.sleep(0.01)
-            return await _exchange(app, "/predict", body, "application/octet-stream", asked=asked)
+            one_more = _exchange(app, "/predict", body, "application/octet-stream", asked=asked)
+            return await asyncio.wait_for(one_more, 60)  # not refused: it waits for a slot, a failure not a hang
         finally:
             for s in stalled:
                 s.cancel()
