@@ -516,7 +516,6 @@ def load_settings(
     env_file: str | os.PathLike | None = ".env",
     environ: Mapping[str, str] | None = None,
     warn: Callable[[str], None] | None = None,
-    check_model: bool = True,
     only: Collection[str] | None = None,
 ) -> Settings:
     """Resolve the settings: defaults < .env file < environment < `overrides` (command-line flags).
@@ -524,9 +523,9 @@ def load_settings(
     `overrides` uses field names (`batch_size`); files and the environment use UPPER_CASE names.
     A missing default `.env` is fine; an explicitly named one that does not exist is an error.
     `warn(line)` gets the warnings about the .env file (unknown or repeated keys); default: logged.
-    `check_model=False` skips looking for a MODEL=module:function (commands that build no model).
     `only`: the settings (field names) read at all; the others keep their defaults (READ_BY_RUNS_COMMANDS),
-    and the environment's own checks (a cluster's TF_CONFIG, MLflow's variables), a training's, are not made.
+    and a training's own checks are not made: MODEL=module:function is not looked for (a command that reads
+    runs builds a run's model from its config.json), nor the environment's (a cluster's TF_CONFIG, MLflow's).
     """
     environ = os.environ if environ is None else environ
     if overrides is not None and not isinstance(overrides, Mapping):
@@ -564,7 +563,7 @@ def load_settings(
             values[f.name] = _coerce(f, raw)
         settings = _with_given(validate(Settings(**values)), values)
         _check_runs_dir_path(settings.runs_dir)
-        if check_model and settings.model not in models.MODELS:
+        if settings.model not in models.MODELS:  # with `only`, MODEL keeps its default, a registered name
             # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
             check_model_spec(settings.model)
     if only is None:

@@ -61,7 +61,6 @@ def runs_settings(args: argparse.Namespace, given: dict | None = None) -> Settin
         {"runs_dir": args.runs_dir, **(given or {})},
         env_file=args.env_file,
         warn=warn,
-        check_model=False,
         only=READ_BY_RUNS_COMMANDS,
     )
 

@@ -79,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
         {"runs_dir": args.runs_dir, **{name: getattr(args, name) for name in SETTINGS}},
         env_file=args.env_file,
         warn=lambda line: print(line, file=sys.stderr),
-        check_model=False,
         only=READ_BY_RUNS_COMMANDS | set(SETTINGS),  # its flags, which SERVE_* in .env set too
     )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
