@@ -179,9 +179,8 @@ class Mirror:
                 pointers[rel] = (self.run_dir / rel).read_bytes()
             except FileNotFoundError:
                 pass
-        todo, pointer_todo = self._changed(pointers)
-        if not self._checked_store:  # once `pending` names the files, for a store that does not answer
-            self._forget_missing()
+        todo, pointer_todo = self._changed(pointers)  # first: `pending` names them if the store does not answer
+        if not self._checked_store and self._forget_missing():
             todo, pointer_todo = self._changed(pointers)
         for rel in todo:
             self._upload(rel)
@@ -207,17 +206,19 @@ class Mirror:
         self.pending = todo + pointer_todo
         return todo, pointer_todo
 
-    def _forget_missing(self) -> None:
+    def _forget_missing(self) -> bool:
         """Forget what this machine uploaded when the store no longer holds the run, so this pass uploads it whole.
 
         A run folder deleted from the bucket by hand is still in the state as uploaded: a pass would send
         only what changed here since, and leave in the store a run without its config.json, weights or
         checkpoints while the run's end said everything was there. Only a run gone as a whole (no
         config.json): single objects gone are old checkpoints another machine continuing the run deleted,
-        which must not come back. One listing, at the first pass of each mirror."""
-        if f"{self.name}/config.json" not in self.store.list(self.name):
+        which must not come back. One listing, at the first pass of each mirror; True when it forgot."""
+        gone = f"{self.name}/config.json" not in self.store.list(self.name)
+        if gone:
             self.state.files.clear()
         self._checked_store = True
+        return gone
 
     def _upload(self, rel: str) -> None:
         local = self.run_dir / rel
