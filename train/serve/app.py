@@ -3,10 +3,11 @@
 One Starlette app around one ServedModel and its Batcher. Every refused request is a RequestError
 answered as {"error": "..."} with its status (400, 404 for an unknown model or version, 413 for a
 body over SERVE_MAX_BODY_MB or images over SERVE_MAX_PIXELS, 503 before the model is ready or
-while the decoding threads, or the slots a large body is read in, are busy); the body is read in chunks and refused as soon as it passes
-the limit, never read whole first. Parsing and image decoding run in the Decoder's threads
-(train.serve.work), the model in the Batcher's: the event loop only moves bytes. Every request in
-flight is known (Drain), so that when the server stops it can answer each one as JSON.
+while the decoding threads, or the slots a large body is read in, are busy); the body is read in
+chunks and refused as soon as it passes the limit, never read whole first. Parsing and image
+decoding run in the Decoder's threads (train.serve.work), the model in the Batcher's: the event loop
+only moves bytes. Every request in flight is known (Drain), so that when the server stops it can
+answer each one as JSON.
 """
 
 from __future__ import annotations

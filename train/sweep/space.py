@@ -238,9 +238,12 @@ def _others(space: dict, key: str) -> Others:
     found = []
     for name, given in space.items():
         f = _field(name)
-        ends = [given[end] for end in ("low", "high") if end in given] if isinstance(given, dict) else []
+        if f is None or name == key:
+            continue
+        if isinstance(given, dict):  # a range: its ends
+            given = [given[end] for end in ("low", "high") if end in given]
         values = []
-        for raw in (given if isinstance(given, list) else ends) if f is not None and name != key else ():
+        for raw in given if isinstance(given, list) else ():  # anything else is refused in its own place
             with contextlib.suppress(ConfigError):  # a value refused in its own place, with its own line
                 values.append(_coerce(f, raw))
         found.append((name, values))
