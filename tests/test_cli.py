@@ -459,6 +459,14 @@ def test_commands_that_build_no_model_do_not_look_for_the_model_module(tmp_path,
     assert "cannot find module 'not_here_xyz'" in capsys.readouterr().err
 
 
+def test_commands_that_read_runs_ignore_a_file_where_the_default_data_dir_would_be(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").write_text("")  # ./data, DATA_DIR's default: no folder, but no run reads its data there
+    assert cli.main(["runs"]) == 0
+    assert cli.main(["settings"]) == 2
+    assert "DATA_DIR='./data' is not valid: is not a folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", ["runs", "report latest", "compare a b", "predict latest a.png", "export latest"])
 def test_commands_that_read_runs_ignore_a_bad_training_setting_but_not_a_bad_runs_dir(
     tmp_path, monkeypatch, capsys, command

@@ -214,6 +214,8 @@ def test_a_data_dir_that_is_a_file_names_the_two_ways_to_give_it(tmp_path):
             load(env={"DATA_DIR": str(below)})
     assert load(env={"DATA_DIR": str(tmp_path / "new" / "data")}).data_dir  # to be made: fine
     assert load(env={"DATA_DIR": str(npz), "DATASET": f"npz:{npz}"}).data_dir == str(npz)  # DATA_DIR unused
+    # A run's saved settings: its data may have moved, and a file may stand where its DATA_DIR was.
+    assert settings_from_dict({"data_dir": str(npz)}, need_data=False).data_dir == str(npz)
 
 
 def test_a_checkpoint_interval_need_not_be_a_multiple_of_the_steps_per_call():

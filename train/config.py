@@ -380,9 +380,9 @@ def _check_ranges(s: Settings) -> None:
             raise ConfigError(name, value, rule)
 
 
-def _check_dirs(s: Settings) -> None:
+def _check_dirs(s: Settings, data: bool) -> None:
     """RUNS_DIR and DATA_DIR must not be empty: that would be the working directory. DATA_DIR, where a
-    built-in data set is read, must be a folder if it exists.
+    built-in data set is read, must be a folder if it exists (when the data is read: `data`).
 
     Refused rather than read as unset: a blank line (DATA_DIR=) may as well mean "here" as "the
     default", and a setting that names a folder is never guessed."""
@@ -392,6 +392,8 @@ def _check_dirs(s: Settings) -> None:
             raise ConfigError(name.upper(), value, f"must not be empty (the default is {getattr(Settings, name)})")
         if problem := locations.home_problem(value):
             raise ConfigError(name.upper(), value, problem)
+    if not data:
+        return
     # mnist.npz itself, say: a built-in data set would be looked for inside it (npz: and images: name their own)
     data_dir = Path(s.data_dir).expanduser()
     # The nearest part that exists must be a folder (DATA_DIR=mnist.npz/sub is below a file).
@@ -439,7 +441,8 @@ def _check_peak_flops(value: str) -> None:
 
 def validate(s: Settings, data: bool = True) -> Settings:
     """Check every rule that does not need TensorFlow; return the settings unchanged or raise.
-    `data`: whether DATASET's file or folder must be there (see settings_from_dict)."""
+    `data`: whether the data will be read: DATASET's file or folder must be there and DATA_DIR no file
+    (see settings_from_dict)."""
     try:
         return _validate(s, data)
     except ConfigError as exc:
@@ -450,7 +453,7 @@ def validate(s: Settings, data: bool = True) -> Settings:
 def _validate(s: Settings, data: bool = True) -> Settings:
     _check_ranges(s)
     _check_peak_flops(s.peak_flops)
-    _check_dirs(s)
+    _check_dirs(s, data)
     if locations.looks_like_url(s.runs_dir) and (problem := locations.url_problem(s.runs_dir)):
         raise ConfigError("RUNS_DIR", s.runs_dir, problem)  # validate() masks it, as every URL setting
     datasets.check_dataset(s.dataset, exists=data)
@@ -561,7 +564,7 @@ def load_settings(
             else:
                 continue
             values[f.name] = _coerce(f, raw)
-        settings = _with_given(validate(Settings(**values)), values)
+        settings = _with_given(validate(Settings(**values), data=only is None), values)
         _check_runs_dir_path(settings.runs_dir)
         if settings.model not in models.MODELS:  # with `only`, MODEL keeps its default, a registered name
             # Found, parsed and defining the function: checked here, before TensorFlow, where it can be.
