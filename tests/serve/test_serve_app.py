@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 
 import numpy as np
 import pytest
@@ -33,11 +34,12 @@ async def _exchange(
     method="POST",
     cut_short=False,
     stall=False,
+    trickle=0.0,
     asked: list | None = None,
 ) -> tuple[int, dict, dict]:
     """(status, response headers, JSON body) of one request; `cut_short`: the client goes away after
-    half its body; `stall`: it sends half its body, then nothing more and stays; `asked` notes each
-    time the server asks for the body."""
+    half its body; `stall`: it sends half its body, then nothing more and stays; `trickle`: it sends
+    a byte each so many seconds; `asked` notes each time the server asks for the body."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -60,10 +62,15 @@ async def _exchange(
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     if cut_short or stall:
         messages = [{"type": "http.request", "body": body[: len(body) // 2], "more_body": True}]
+    if trickle:
+        messages = [{"type": "http.request", "body": body[i : i + 1], "more_body": True} for i in range(len(body))]
+        messages[-1]["more_body"] = False
 
     async def receive():
         if asked is not None:
             asked.append("body")
+        if trickle and messages:
+            await asyncio.sleep(trickle)
         if stall and not messages:
             await asyncio.Event().wait()  # never set: the rest of the body never comes
         return messages.pop(0) if messages else {"type": "http.disconnect"}
@@ -490,6 +497,23 @@ def test_a_client_that_stops_sending_its_body_is_answered_408_and_let_go(monkeyp
     assert status == 408, answer
     assert answer["error"] == (
         f"body ({len(body) // 2} bytes): no byte came for 0.2 s; send the whole body without pausing"
+    ), answer
+
+
+def test_a_client_that_sends_its_body_a_byte_now_and_then_is_answered_408(monkeypatch):
+    """A byte within each pause allowed held a large body's reading slot as long as the client liked."""
+    from train.serve import app as app_module
+
+    monkeypatch.setattr(app_module, "BODY_IDLE_SECONDS", 1.0)
+    monkeypatch.setattr(app_module, "BODY_MIN_RATE", 1000)  # the client: 20 bytes a second
+    state, app = _app()
+    body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()
+    slow = _exchange(app, "/v1/models/model:predict", body, "application/json", trickle=0.05)
+    status, _, answer = asyncio.run(_with_batcher(state, lambda: slow))
+    assert status == 408, answer
+    assert re.fullmatch(
+        r"body \(\d+ bytes\): it came at under 1 kB/s past its first 1 s; send the whole body without pausing",
+        answer["error"],
     ), answer
 
 

@@ -37,6 +37,9 @@ VERSION = "1"  # an export is one model version; TF Serving numbers a single ver
 # A client that stops sending its body (or never starts it) would hold its connection and the bytes it sent
 # for as long as it likes, and a SIGTERM's whole drain: let go once no byte came for this long (408).
 BODY_IDLE_SECONDS = 30.0
+# Nor may it send a byte now and then: a large body holds one of few reading slots. As Apache's
+# mod_reqtimeout does, each BODY_MIN_RATE bytes that came buy one more second past BODY_IDLE_SECONDS.
+BODY_MIN_RATE = 50_000  # bytes a second: a 15 MB body may take 330 s
 
 
 class _Segment(Convertor):
@@ -205,13 +208,20 @@ async def read_body(state: State, request: Request) -> bytes:
             heavy = True
         chunks, size = [], 0
         stream = aiter(request.stream())
+        clock = asyncio.get_running_loop().time
+        start = clock()
         while True:
+            left = start + BODY_IDLE_SECONDS + size / BODY_MIN_RATE - clock()
             try:
-                chunk = await asyncio.wait_for(anext(stream), BODY_IDLE_SECONDS)
+                chunk = await asyncio.wait_for(anext(stream), min(BODY_IDLE_SECONDS, max(left, 0)))
             except StopAsyncIteration:
                 break
             except asyncio.TimeoutError:
-                why = f"no byte came for {BODY_IDLE_SECONDS:g} s"
+                why = (
+                    f"no byte came for {BODY_IDLE_SECONDS:g} s"
+                    if left >= BODY_IDLE_SECONDS
+                    else f"it came at under {BODY_MIN_RATE / 1000:g} kB/s past its first {BODY_IDLE_SECONDS:g} s"
+                )
                 raise RequestError(
                     "body", f"{size} bytes", f"{why}; send the whole body without pausing", 408
                 ) from None
