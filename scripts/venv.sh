@@ -94,6 +94,11 @@ if [ ! -x .venv/bin/python ]; then
 elif ! python_supported; then
     refuse_python .venv "$(venv_version)" "delete .venv and run again with PYTHON set to a supported one"
 fi
+if [ "${install[0]}" != uv ] && [ ! -x .venv/bin/pip ]; then
+    # Made without pip (by uv, --without-pip, or a Python without ensurepip): pip would fail on every run.
+    echo "scripts/venv.sh: .venv has no pip (made without it): delete .venv and run again, or put uv on PATH" >&2
+    exit 2
+fi
 if [ ! -f "$runtime_stamp" ]; then
     # pip prints nothing for minutes while it downloads TensorFlow unless told: say what and why first.
     echo "scripts/venv.sh: installing the $(count "$LOCK") pinned packages of $LOCK into .venv" \

@@ -640,6 +640,7 @@ def clone(tmp_path, request):
     fake = tmp_path / "fakepython"
     fake.write_text(
         f"#!/bin/sh\nmkdir -p .venv/bin\nprintf %s {shlex.quote(recorder)} > .venv/bin/python\nchmod +x .venv/bin/python\n"
+        "touch .venv/bin/pip\nchmod +x .venv/bin/pip\n"
     )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     (tmp_path / "bin").mkdir()
@@ -783,6 +784,24 @@ def test_a_python_without_ensurepip_is_one_line_naming_the_fix_and_leaves_no_ven
     assert not (clone / ".venv").exists() and not (clone / "pip.log").exists()
     fake.write_text(good)  # python3-venv installed: the next run makes .venv anew and installs into it
     assert venv_sh(clone)[0] == ["--require-hashes -r requirements/cpu.lock", "--no-deps -e ."]
+
+
+def test_a_venv_without_pip_is_one_line_naming_the_fix_unless_uv_installs(clone):
+    """A .venv made by `uv venv` or `--without-pip`: pip failed in it on every run, "No module named pip"."""
+    import subprocess
+
+    venv_sh(clone)
+    (clone / ".venv" / "bin" / "pip").unlink()
+    (clone / "requirements/cpu.lock").write_text("numpy==2.1\n")  # something to install
+    done = subprocess.run(["bash", "scripts/venv.sh"], cwd=clone, env=venv_env(clone), capture_output=True, text=True)
+    if (clone / "bin" / "uv").exists():  # uv needs no pip in .venv
+        assert done.returncode == 0, done.stderr
+        return
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "scripts/venv.sh: .venv has no pip (made without it): delete .venv and run again, or put uv on PATH\n"
+    )
+    assert (clone / ".venv" / "bin" / "python").exists()  # the user's: left as it was
 
 
 def test_a_changed_runtime_lock_installs_it_again_and_the_test_tools_with_it(clone):
