@@ -143,7 +143,8 @@ def _read_text(path: Path) -> str:
     try:
         _check_kind(path, os.fstat(fd).st_mode)
         os.set_blocking(fd, True)
-        raw = _read_at_most(fd, MAX_BYTES + 1)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(MAX_BYTES + 1)  # a buffered read of n bytes stops only at n or at the end
     except OSError as exc:
         raise EnvFileError(path, None, f"cannot be read ({exc.strerror}); check its permissions") from None
     finally:
@@ -188,17 +189,6 @@ _DIRECTORY = (
     "is a directory, not a file (docker creates one when it mounts a file "
     "that does not exist): remove it, or create the file from .env.example"
 )
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 16, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _key(key: str) -> str:
