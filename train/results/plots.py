@@ -37,7 +37,7 @@ def plain_text(draw: Callable) -> Callable:
 
 
 @plain_text
-def _png(fig) -> bytes:
+def png_bytes(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", facecolor="white")
     return buf.getvalue()
@@ -66,7 +66,7 @@ def _epoch_axis(ax, records: RunRecords) -> None:
 
 
 def curves_png(records: RunRecords) -> bytes:
-    return _png(curves_figure(records))
+    return png_bytes(curves_figure(records))
 
 
 @plain_text
@@ -150,7 +150,7 @@ def _plain_numbers(ax, y: list[float]) -> None:
 
 
 def confusion_png(matrix: np.ndarray, class_names: Sequence[str]) -> bytes:
-    return _png(confusion_figure(matrix, class_names))
+    return png_bytes(confusion_figure(matrix, class_names))
 
 
 @plain_text
@@ -262,11 +262,11 @@ def grid_png(
             fontsize=9,
             color="#b00000",
         )
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def compare_png(runs: Sequence[RunRecords]) -> bytes:
-    return _png(compare_figure(runs))
+    return png_bytes(compare_figure(runs))
 
 
 @plain_text

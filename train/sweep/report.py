@@ -10,14 +10,13 @@ and by `python -m train sweep SPACE.toml --report-only`.
 from __future__ import annotations
 
 import html
-import io
 import logging
 import math
 import os
 from pathlib import Path
 
 from ..results.html import CSS, img, note, num, table
-from ..results.plots import plain_text
+from ..results.plots import plain_text, png_bytes
 from ..run.files import ensure_writable
 from ..run.rundir import RunDir, write_text
 from .space import SweepSpec
@@ -179,13 +178,6 @@ def _figure(width: float = 7.0, height: float = 3.2):
 
 
 @plain_text
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", facecolor="white")
-    return buf.getvalue()
-
-
-@plain_text
 def history_png(spec: SweepSpec, trials) -> bytes:
     fig = _figure()
     ax = fig.add_subplot()
@@ -205,7 +197,7 @@ def history_png(spec: SweepSpec, trials) -> bytes:
     ax.set_xlabel("trial")
     ax.set_ylabel(spec.metric)
     ax.grid(True, alpha=0.3)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 @plain_text
@@ -231,7 +223,7 @@ def param_png(spec: SweepSpec, trials, name: str) -> bytes:
     ax.set_xlabel(name)
     ax.set_ylabel(spec.metric)
     ax.grid(True, alpha=0.3)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 @plain_text
@@ -241,4 +233,4 @@ def importance_png(importances: dict[str, float]) -> bytes:
     names = list(importances)[::-1]
     ax.barh(names, [importances[n] for n in names], color="#2ca02c")
     ax.set_xlabel("importance")
-    return _png(fig)
+    return png_bytes(fig)
