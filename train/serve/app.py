@@ -236,7 +236,6 @@ async def read_body(state: State, request: Request) -> bytes:
 
 
 async def _predict(state: State, images: np.ndarray) -> np.ndarray:
-    payloads.check_batch(images, state.max_batch)
     return await _require_ready(state).predict(images)
 
 

@@ -64,11 +64,6 @@ def parse_json(body: bytes, shape: tuple[int, ...], max_batch: int) -> Any:
         ) from None
 
 
-def check_batch(images: np.ndarray, max_batch: int) -> np.ndarray:
-    check_count(len(images), max_batch)
-    return images
-
-
 def check_count(count: int, max_batch: int, what: str = "batch") -> int:
     """Refuse a request of no image or of more than SERVE_MAX_BATCH: called with the count a request
     declares (its rows, shape[0], its parts) before any image is decoded, so an oversized request
