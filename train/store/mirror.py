@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from pathlib import Path
 
 from ..errors import StorageError
@@ -186,7 +187,7 @@ class Mirror:
             self._upload(rel)
         for rel in pointer_todo:
             etag = self.store.put(f"{self.name}/{rel}", pointers[rel])
-            self.state.files[rel] = [etag, len(pointers[rel]), _digest(pointers[rel])]
+            self.state.files[rel] = [etag, len(pointers[rel]), zlib.crc32(pointers[rel])]
             self.pending.remove(rel)
         gone = [rel for rel in self.state.files if rel not in pointers and not (self.run_dir / rel).is_file()]
         for rel in gone:
@@ -233,7 +234,7 @@ class Mirror:
         if entry is None:
             return False
         # Pointers are compared by content: they are small, and their mtime says nothing here.
-        return entry[1:] == [len(data), _digest(data)] or local_md5_bytes(data) == entry[0]
+        return entry[1:] == [len(data), zlib.crc32(data)] or local_md5_bytes(data) == entry[0]
 
     def close(self, seconds: float, stop=None, stop_seconds: float | None = None) -> list[str]:
         """Upload what is pending within `seconds`; what did not reach the store ([] when all did).
@@ -265,12 +266,6 @@ def local_md5_bytes(data: bytes) -> str:
     import hashlib
 
     return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
-
-
-def _digest(data: bytes) -> int:
-    import zlib
-
-    return zlib.crc32(data)
 
 
 def _walk(run_dir: Path) -> list[str]:
