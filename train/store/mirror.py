@@ -270,10 +270,5 @@ def local_md5_bytes(data: bytes) -> str:
 
 def _walk(run_dir: Path) -> list[str]:
     """Every file of the run directory as a path inside it, temp files of writes in progress left out."""
-    out = []
-    for p in run_dir.rglob("*"):
-        rel = p.relative_to(run_dir).as_posix()
-        if TMP_MARK in rel or not p.is_file():
-            continue
-        out.append(rel)
-    return out
+    found = ((p, p.relative_to(run_dir).as_posix()) for p in run_dir.rglob("*"))
+    return [rel for p, rel in found if TMP_MARK not in rel and p.is_file()]
