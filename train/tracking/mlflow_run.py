@@ -37,6 +37,7 @@ from ..locations import redact_uri
 from ..run.manifest import lock_in_checkout, section, update_manifest
 from ..run.metrics_files import read_back, read_rows
 from ..run.rundir import RunDir
+from ..training.test_split import finite
 
 log = logging.getLogger("train")
 
@@ -142,12 +143,7 @@ def params_from_settings(settings: dict[str, Any]) -> dict[str, str]:
 
 def epoch_metrics(row: dict[str, Any]) -> dict[str, float]:
     """The numbers of one metrics.csv row (empty and non-finite values left out)."""
-    out = {}
-    for key, value in row.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            continue
-        out[key] = float(value)
-    return out
+    return {key: float(value) for key, value in row.items() if finite(value)}
 
 
 class Tracker:
