@@ -17,9 +17,8 @@ from typing import Any
 
 from ..errors import RunRecordError
 from ..run.lock import RunLock
-from ..run.metrics_files import read_rows
+from ..run.metrics_files import finite, read_rows
 from ..run.rundir import RunDir
-from ..training.test_split import finite as _finite
 
 # Written by fit when a run continues from a state ("resuming at epoch 4, step 12 (global step 84)").
 _RESUME_LINE = re.compile(r"^(\S+ \S+) resuming at epoch (\d+), step (\d+)")
@@ -214,7 +213,7 @@ def on_test_text(numbers: dict[str, Any] | None) -> str | None:
     got = numbers or {}
     name = "accuracy" if "accuracy" in got else "loss"
     value = got.get(name)
-    if not _finite(value):
+    if not finite(value):
         return None
     return f"{name}={value:.4f}"
 

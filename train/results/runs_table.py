@@ -11,13 +11,12 @@ shown as `-` (null in JSON), and a run that failed has its error on a line under
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from ..errors import RunRecordError, first_line
 from ..run.find import list_run_dirs
 from ..run.manifest import data_version
-from ..run.metrics_files import metric_text
+from ..run.metrics_files import finite, metric_text
 from ..run.rundir import RunDir
 from ..training.test_split import on_test
 from .run_records import KILLED, RunRecords, on_test_text, read_metrics, run_status
@@ -106,7 +105,7 @@ def _best_in_metrics(files: RunDir, cfg: dict, m: dict) -> float | None:
 
 def _number(v) -> float | None:
     """A finite number, else None: NaN and Infinity are valid in Python's JSON but in no one else's."""
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    return v if finite(v) else None
 
 
 def _count(v) -> int | None:

@@ -108,6 +108,11 @@ def metric_text(value: float) -> str:
     return f"{float(_fmt(float(value))):.4f}"
 
 
+def finite(v) -> bool:
+    """A number (not a bool) that is neither NaN nor infinite: what a metric, a JSON field or a tracker takes."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def is_metric(column: str) -> bool:
     """A column the model computed (loss, accuracy, a metric it adds), not the epoch, rate, batch or a measurement."""
     return column != "epoch" and column not in _AFTER
@@ -160,6 +165,6 @@ def write_hparams(logdir: Path, settings: dict[str, Any], metrics: dict[str, Any
     with writer.as_default():
         hp.hparams(values, trial_id=logdir.parent.name)
         for name, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            if finite(value):
                 tf.summary.scalar(f"hparams/{name}", value, step=step)
     writer.close()

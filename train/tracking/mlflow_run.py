@@ -35,9 +35,8 @@ from typing import Any, NamedTuple
 from ..errors import first_line
 from ..locations import redact_uri
 from ..run.manifest import lock_in_checkout, section, update_manifest
-from ..run.metrics_files import read_back, read_rows
+from ..run.metrics_files import finite, read_back, read_rows
 from ..run.rundir import RunDir
-from ..training.test_split import finite
 
 log = logging.getLogger("train")
 

@@ -8,9 +8,10 @@ with a plain float32 copy of the network; the manifest's `test` section holds th
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
+
+from ..run.metrics_files import finite
 
 
 def float32_model(models, settings, spec):
@@ -115,7 +116,3 @@ def on_test_summary(manifest: dict[str, Any]) -> str | None:
         numbers = " ".join(f"{k}={v:.4f}" for k, v in sorted(got.items(), key=lambda kv: kv[0] == "loss") if finite(v))
         parts.append(f"{numbers} ({which} weights, epoch {epoch if epoch is not None else '?'})")
     return "; ".join(parts) or None
-
-
-def finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
