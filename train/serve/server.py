@@ -25,7 +25,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import ConfigError, TemplateError
-from .address import bound_everywhere, listen_address, url_host
+from .address import bound_everywhere, url_host
 from .app import State, build_app
 from .batcher import Batcher
 from .model import ServedModel
@@ -109,7 +109,7 @@ class _Server(uvicorn.Server):
 
 
 def bind(host: str, port: int) -> socket.socket:
-    host = listen_address(host)  # never every interface by an empty or shorthand value
+    """A socket listening on `host`, an address as listen_address gives it (the command checked --host), and `port`."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without
     # it a response's second small write waits for the client's delayed ACK (about 40 ms a request).
@@ -137,7 +137,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(model: ServedModel, host: str, port: int, settings) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean drain, the error's exit code when the model fails to load."""
-    host = listen_address(host)
     sock = bind(host, port)
     body = int(settings.serve_max_body_mb * 1e6)
     state = State(model, settings.serve_max_batch, settings.serve_max_wait_ms, body, settings.serve_max_pixels)
