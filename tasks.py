@@ -19,6 +19,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -56,6 +57,16 @@ def _number_refused(kind, error, tb) -> None:
 
 
 _other_errors, sys.excepthook = sys.excepthook, _number_refused
+
+
+def _terminated(signum, frame) -> None:
+    """invoke hands a Ctrl-C on to the command it runs (training stops and saves), but a SIGTERM (`kill`,
+    a cancelled CI job, systemd) ends invoke itself, and the command's terminal with it: the training
+    then dies of SIGHUP without saving, its manifest left `running`. A SIGTERM is handed on as a Ctrl-C."""
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGTERM, _terminated)
 
 
 # --- preconditions -------------------------------------------------------------------------------

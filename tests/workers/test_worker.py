@@ -6,6 +6,7 @@ Each worker gets its own working directory and RUNS_DIR (no shared disk). Waits 
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -268,3 +269,29 @@ def test_a_worker_lost_while_the_model_is_built_is_a_lost_worker_not_a_model_err
     procs[1].wait(timeout=HANG_GUARD)
     chief = text(procs[0])
     assert "WorkerLostError: worker 1 of 2 " in chief and "ModelError" not in chief and "Traceback" not in chief
+
+
+def test_sigterm_to_invoke_train_with_local_workers_stops_and_saves_both(data, tmp_path):
+    """`kill` of `invoke train --local --workers 2` (a cancelled CI job, systemd) stops both workers as a
+    Ctrl-C does: invoke alone would die, and its terminal with it would take the workers unsaved."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "tasks.py").is_file():
+        pytest.skip("tasks.py is a host-side file (not in the image)")
+    pytest.importorskip("invoke")
+    flags = shlex.join(fit_flags(tmp_path, data, **{**RUN, "epochs": 50}))
+    out = tmp_path / "out.txt"
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "invoke", "-r", str(root), "train", "--local", "--workers", "2", "--args", flags],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env(),
+        )
+    assert wait_until(lambda: "[worker 0] epoch 1/" in out.read_text(errors="replace"), proc, HANG_GUARD)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=HANG_GUARD) == 75, out.read_text(errors="replace")[-3000:]
+    said = out.read_text(errors="replace")
+    assert all(f"[worker {i}] received SIGINT" in said for i in (0, 1)) and "Traceback" not in said, said[-3000:]
+    assert manifest(only_run(tmp_path / "runs"))["status"] == "interrupted"
