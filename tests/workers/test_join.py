@@ -123,6 +123,16 @@ def test_another_program_on_a_workers_port_is_not_taken_for_the_worker(train_log
     assert f"another program answers at worker 1 (127.0.0.1:{ports[1]})" in train_log.text
 
 
+def test_a_host_name_that_does_not_resolve_is_said_while_waiting_and_at_the_timeout(train_log):
+    """A typo in WORKERS is not a late worker: both lines name the host that does not resolve."""
+    (port,) = free_local_ports(1)
+    cluster = from_workers(f"127.0.0.1:{port},no-such-worker.invalid:2222", 0)
+    with pytest.raises(WorkersMissingError) as info:
+        join.wait_for_workers(cluster, 0.3, StopFlag(), "WORKERS")
+    assert "JOIN_TIMEOUT=0.3 s (no-such-worker.invalid does not resolve here (yet): check WORKERS)" in str(info.value)
+    assert "; no-such-worker.invalid does not resolve here (yet): check WORKERS" in train_log.text
+
+
 # The first bytes TensorFlow's gRPC server sends on a new connection (an HTTP/2 SETTINGS frame).
 GRPC_HELLO = bytes.fromhex(
     "000018040000000000000400400000000500400000000600004000fe0300000001000004080000000000003f0001"

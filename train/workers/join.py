@@ -186,7 +186,8 @@ class _Listener:
 
 
 def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object]) -> str:
-    """'met' (ours, or TensorFlow's server), 'absent' (nothing listens there yet) or 'foreign'."""
+    """'met' (ours, or TensorFlow's server), 'absent' (nothing listens there yet), 'unresolved' (the
+    host name does not resolve) or 'foreign'."""
     host, port = cluster.workers[j].rsplit(":", 1)
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS) as conn:
@@ -198,7 +199,9 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object]) ->
                 # for this one (it was restarted since, or met it a moment ago). Anything else is not ours.
                 return "met" if _is_grpc(first) else "foreign"
             conn.sendall(_line(cluster, settings_token(shared)))
-    except OSError:  # refused, unreachable, a name that does not resolve (yet), timed out
+    except socket.gaierror:  # a name no resolver knows: a typo, or a pod's DNS name not published yet
+        return "unresolved"
+    except OSError:  # refused, unreachable, timed out
         return "absent"
     if got[1] != digest(cluster):
         raise ConfigError(
@@ -229,6 +232,15 @@ _INDEX_SETTING = {"WORKERS": "WORKER_INDEX", "SKYPILOT_NODE_IPS": "SKYPILOT_NODE
 
 def _who(cluster: Cluster, missing: list[int]) -> str:
     return ", ".join(f"worker {j} ({cluster.workers[j]})" for j in missing)
+
+
+def _unresolved(cluster: Cluster, missing: list[int], status: Mapping[int, str], name: str) -> str:
+    """What the wait and its timeout add for a missing worker whose host name does not resolve here: a
+    typo in WORKERS would otherwise be waited for as a worker that is late, for all of JOIN_TIMEOUT."""
+    hosts = [cluster.workers[j].rsplit(":", 1)[0] for j in missing if status.get(j) == "unresolved"]
+    if not hosts:
+        return ""
+    return f"{', '.join(hosts)} {'does' if len(hosts) == 1 else 'do'} not resolve here (yet): check {name}"
 
 
 def wait_for_workers(
@@ -262,20 +274,23 @@ def wait_for_workers(
                     "is lost; start every worker again"
                 )
             waited = time.monotonic() - started
+            unresolved = _unresolved(cluster, missing, status, name)
             if timeout and waited >= timeout:
                 raise WorkersMissingError(
-                    f"{_who(cluster, missing)} did not start within JOIN_TIMEOUT={timeout:g} s: start "
+                    f"{_who(cluster, missing)} did not start within JOIN_TIMEOUT={timeout:g} s"
+                    f"{f' ({unresolved})' if unresolved else ''}: start "
                     f"{'it' if len(missing) == 1 else 'them'} with the same {name}, check the host:port and that "
                     "it is reachable from here, or raise JOIN_TIMEOUT"
                 )
             if reported is None or time.monotonic() - reported >= JOIN_REPORT_SECONDS:
                 foreign = [j for j in missing if status.get(j) == "foreign"]
                 log.info(
-                    "waiting for %s to start (%.0f s%s)%s",
+                    "waiting for %s to start (%.0f s%s)%s%s",
                     _who(cluster, missing),
                     waited,
                     f" of JOIN_TIMEOUT={timeout:g} s" if timeout else "",
                     f"; another program answers at {_who(cluster, foreign)}" if foreign else "",
+                    f"; {unresolved}" if unresolved else "",
                 )
                 reported = time.monotonic()
             time.sleep(POLL_SECONDS)
