@@ -773,6 +773,11 @@ def sweep(c, space, trials=0, storage="", local=False, workers=1, cpu=False, arg
     args = _words("--args", args)
     _at_least_one("--workers", workers)
     flags = (f" --trials {int(trials)}" if trials else "") + (f" {args}" if args else "")
+    if local and workers > 1:  # one process here: the count would be dropped without a word
+        raise Exit(
+            f"--workers {workers} is for the compose profile: with --local, run `invoke sweep {space} --local` "
+            "in that many terminals on one study (the same --storage; docs/sweeps.md)"
+        )
     if local:
         flags += f" --storage {shlex.quote(storage)}" if storage else ""
         c.run(f"{PY} -m train sweep {shlex.quote(space)}{flags}", echo=True, pty=True)

@@ -871,6 +871,15 @@ def test_sweep_runs_the_package_command_here_or_n_workers_of_the_compose_profile
             tasks.sweep(ctx(), space=str(missing))
 
 
+def test_sweep_local_refuses_a_worker_count_it_would_drop():
+    c = ctx()
+    with pytest.raises(
+        Exit, match=r"^--workers 3 is for the compose profile: with --local, run `invoke sweep s.toml --local`"
+    ):
+        tasks.sweep(c, space="s.toml", local=True, workers=3)
+    assert commands(c) == []
+
+
 def test_settings_files_writes_env_example_and_replaces_only_the_readme_table(tmp_path):
     (tmp_path / "README.md").write_text(
         "# T\n\n<!-- settings-table:start (generated) -->\n\n| old |\n\n<!-- settings-table:end -->\n\nafter\n"
