@@ -130,6 +130,9 @@ def test_the_exposure_warning_says_every_interface_for_loopback_and_network_clus
     assert "port 5001 of every network interface" in local.exposure_warning()
     assert "loopback addresses, but" in local.exposure_warning()
     assert "over the network" in remote.exposure_warning() and "port 2222" in remote.exposure_warning()
+    # The setting that named them: a launcher's TF_CONFIG holds no WORKERS to look for.
+    tf_config = read_cluster("", -1, {"TF_CONFIG": _tf_config(["127.0.0.1:5000", "127.0.0.1:5001"], 0)})
+    assert tf_config.exposure_warning().startswith("WARNING: TF_CONFIG names loopback addresses, but")
 
 
 def test_tf_config_and_workers_together_are_refused():

@@ -79,7 +79,11 @@ class Cluster:
 
     def exposure_warning(self) -> str:
         """One line for the log: TensorFlow's training server cannot be bound to the address given."""
-        where = "WORKERS names loopback addresses, but" if self.on_loopback else "the workers talk over the network and"
+        where = (
+            f"{self.source} names loopback addresses, but"
+            if self.on_loopback
+            else "the workers talk over the network and"
+        )
         return (
             f"WARNING: {where} TensorFlow's training server (gRPC, no authentication) listens on port "
             f"{self.port} of every network interface of this host: keep these ports reachable only by the other "
