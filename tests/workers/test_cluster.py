@@ -123,6 +123,12 @@ def test_a_duplicate_address_exits_2_in_one_line_naming_both_entries(tmp_path):
     assert line.startswith("ConfigError: WORKERS=") and "entry 0 (localhost:2222) and entry 1 (LOCALHOST:2222)" in line
 
 
+def test_workers_of_commas_only_is_refused_as_workers_not_as_worker_index():
+    with pytest.raises(ConfigError) as info:
+        from_workers(" , ", 0)
+    assert info.value.name == "WORKERS" and "lists no host:port" in str(info.value)
+
+
 def test_the_exposure_warning_says_every_interface_for_loopback_and_network_clusters():
     local = from_workers("127.0.0.1:5000,localhost:5001", 1)
     remote = from_workers("10.0.0.1:2222,10.0.0.2:2222", 0)

@@ -145,6 +145,8 @@ def from_workers(workers: str, worker_index: int) -> Cluster:
             raise ConfigError("WORKER_INDEX", worker_index, "set only together with WORKERS=host:port,host:port,...")
         return Cluster()
     addresses = [_check_address("WORKERS", workers, a) for a in workers.split(",") if a.strip()]
+    if not addresses:  # only commas: "0..-1" for WORKER_INDEX would name the wrong setting
+        raise ConfigError("WORKERS", workers, "lists no host:port: give host:port,host:port,... or leave it empty")
     _check_unique("WORKERS", workers, addresses, [f"entry {i}" for i in range(len(addresses))])
     if worker_index < 0:
         raise ConfigError(
