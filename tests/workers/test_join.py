@@ -227,6 +227,25 @@ def test_a_worker_of_an_older_version_is_refused_as_such_not_waited_for():
     assert "start every worker from the same version" in str(info.value)
 
 
+def test_a_worker_that_compares_other_settings_is_refused_as_another_version_on_both_ends():
+    """A version that added a shared setting: listing every setting as different would mislead."""
+    ports = free_local_ports(2)
+    chiefs = {"learning_rate": 0.01, "seed": 7}
+    theirs = {**chiefs, "new_setting": 1}
+    t, box = _in_thread(join.wait_for_workers, _cluster(ports, 0), HANG_GUARD, StopFlag(), "WORKERS", chiefs)
+    with pytest.raises(ConfigError) as info:
+        join.wait_for_workers(_cluster(ports, 1), HANG_GUARD, StopFlag(), "WORKERS", theirs)
+    t.join(HANG_GUARD)
+    assert not t.is_alive() and isinstance(box.get("error"), ConfigError), box
+    for error, other, counts in (
+        (info.value, 0, "2 settings at the join, this one 3"),
+        (box["error"], 1, "3 settings at the join, this one 2"),
+    ):
+        assert error.name == "WORKERS" and error.value == f"127.0.0.1:{ports[other]}"
+        assert f"worker {other} there compares {counts}: it runs another version" in str(error)
+        assert "LEARNING_RATE" not in str(error)
+
+
 # -- through the command line ---------------------------------------------------------------------
 @pytest.fixture
 def started():

@@ -78,7 +78,16 @@ def _other_settings(
         )
     names, mine = sorted(shared), settings_token(shared).split("-")
     other = theirs.split("-")
-    differ = [n for n, a, b in zip(names, mine, other) if a != b] if len(other) == len(mine) else names
+    if len(other) != len(mine):
+        # Another version of the template compares other settings: naming every setting as different
+        # would send the user to compare settings that are all the same.
+        return ConfigError(
+            name,
+            cluster.workers[j],
+            f"worker {j} there compares {len(other)} settings at the join, this one {len(mine)}: it runs another "
+            "version of this template; start every worker from the same version (commit or image)",
+        )
+    differ = [n for n, a, b in zip(names, mine, other) if a != b]
     if not differ:
         return None
     return ConfigError(
