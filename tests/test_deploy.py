@@ -221,6 +221,14 @@ def test_every_kubernetes_manifest_has_its_network_policy():
         assert "NetworkPolicy" in kinds, path.name
 
 
+def test_every_file_with_the_placeholder_image_says_to_replace_it():
+    """Applied as it is, a manifest pulls registry.example.com's image and waits in ImagePullBackOff."""
+    for path in sorted((ROOT / "deploy").rglob("*.yaml")):
+        text = path.read_text()
+        if IMAGE in text:
+            assert "Replace the image with the one you pushed" in text, path.name
+
+
 @WORKERS
 def test_documented_exit_codes_match_the_package():
     from train.errors import WorkerLostError
