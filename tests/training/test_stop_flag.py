@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -99,6 +100,44 @@ def test_a_signal_a_flag_inside_another_takes_is_passed_on_to_the_outer_one(caps
         assert inner.reason == outer.reason == "received SIGTERM" and outer.status == "interrupted"
         assert outer.check()
     assert capsys.readouterr().out.count("received SIGTERM") <= 1
+
+
+class _OneLineAtATime(logging.Handler):
+    """A stream as io's buffered writers are: a write begun inside another write is refused. The line
+    "writing" is where the signal lands, as Ctrl-C lands in whatever line a busy terminal is taking."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines, self.inside, self.reentered = [], False, False
+
+    def emit(self, record):
+        self.reentered |= self.inside
+        self.inside = True
+        try:
+            if record.getMessage() == "writing":
+                os.kill(os.getpid(), signal.SIGINT)
+            self.lines.append(record.getMessage())
+        finally:
+            self.inside = False
+
+
+def test_a_signal_that_lands_inside_a_log_line_is_said_after_it_not_inside_it():
+    """Written from inside the line in progress, the signal's line made a "Logging error" traceback on a
+    terminal (two workers of `invoke train --local --workers 2` share one)."""
+    logger, handler = logging.getLogger("train"), _OneLineAtATime()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        flag = StopFlag()
+        with flag.installed():
+            logger.info("writing")
+            assert flag.check()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not handler.reentered
+    assert handler.lines == ["writing", f"received SIGINT: {flag.then}"]
 
 
 def test_outside_the_main_thread_nothing_is_installed():

@@ -31,11 +31,19 @@ class StopFlag:
         # What a stop does now, said when it arrives: once training is over there are no steps left.
         self.then = "finishing the current call of steps, then saving"
         self._installed = False
+        self._saying: threading.Thread | None = None  # a signal's line, said from a thread of its own
 
-    def request(self, reason: str, status: str = "interrupted") -> None:
+    def request(self, reason: str, status: str = "interrupted", from_handler: bool = False) -> None:
         if self.reason is None:
             self.reason, self.status = reason, status
-            log.info("%s: %s", reason, self.then)
+            if not from_handler:
+                log.info("%s: %s", reason, self.then)
+                return
+            # A signal can land while this thread is inside a log line's write: writing another line to
+            # the same stream from there is refused ("reentrant call"), and logging prints that error
+            # with its traceback. A thread of its own waits for the line in progress to end instead.
+            self._saying = threading.Thread(target=log.info, args=("%s: %s", reason, self.then), name="stop-line")
+            self._saying.start()
 
     def passed_on(self, reason: str) -> None:
         """A signal that a flag installed inside this one took: set, without saying it a second time."""
@@ -46,6 +54,9 @@ class StopFlag:
         """True when the loop should stop now (a signal arrived, or the budget is spent)."""
         if self.reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
             self.request("MAX_MINUTES reached", status="budget")
+        if self._saying is not None:  # the signal's line comes before whatever the stop does next
+            self._saying.join()
+            self._saying = None
         return self.reason is not None
 
     @contextlib.contextmanager
@@ -59,7 +70,7 @@ class StopFlag:
             name = signal.Signals(signum).name
             if self.reason is not None and signum == signal.SIGINT:
                 raise SecondInterrupt  # second Ctrl-C: stop at once
-            self.request(f"received {name}")
+            self.request(f"received {name}", from_handler=True)
             outer = getattr(previous.get(signum), "stop_flag", None)
             if outer is not None:
                 outer.passed_on(f"received {name}")
