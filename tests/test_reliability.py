@@ -186,6 +186,55 @@ def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once
     assert _restored_step(out) == newest["global_step"]
 
 
+def test_a_terminal_that_hangs_up_mid_training_stops_the_run_as_sigterm_does(tmp_path, data):
+    """An SSH connection that drops: the kernel hangs up the run's terminal (SIGHUP, and every later write
+    to it fails with EIO). The run died unsaved, its manifest left "running"; now it saves and exits 75."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import termios
+    import threading
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "train", "fit", *fit_flags(tmp_path, data, **GUARANTEE)],
+        cwd=tmp_path,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # the pty is its terminal, as a login's is
+    )
+    os.close(slave)
+    shown, done = [], threading.Event()
+
+    def drain():  # the terminal's reader: a full pty would hold the run in its next write
+        while not done.is_set():
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    shown.append(os.read(master, 65536))
+                except OSError:
+                    return
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        assert wait_until(_has_state(tmp_path / "runs", min_step=8), proc), b"".join(shown)[-3000:]
+    finally:
+        done.set()
+        reader.join()
+        os.close(master)  # the terminal goes away
+    assert proc.wait(timeout=180) == 75, b"".join(shown)[-3000:]
+    run = only_run(tmp_path / "runs")
+    assert manifest(run)["status"] == "interrupted"
+    log = (run / "train.log").read_text()
+    assert "received SIGHUP: finishing the current call of steps, then saving" in log, log[-3000:]
+    assert re.search(r"saved a resumable state at epoch \d+ step \d+", log) and "Error" not in log, log[-3000:]
+
+
 SLOW_STOP_SAVE = """
 import sys, time
 from train.training import loop

@@ -283,3 +283,23 @@ def test_a_stop_once_every_epoch_is_trained_says_what_still_finishes_not_a_call_
     assert len(said) == 1 and said[0].endswith(
         "received SIGTERM: training is over; the final weights and the test split still finish"
     ), said
+
+
+def test_a_hangup_stops_the_run_but_under_nohup_stays_ignored(monkeypatch):
+    """SIGHUP is a terminal that went away (an SSH connection dropped); nohup's ignoring it is kept, so a
+    run started with nohup (`invoke train --detach`) goes on when its terminal closes."""
+    gone = []  # this process's own stdout and stderr stay where they are (tests/test_reliability.py: a real one)
+    monkeypatch.setattr(stop_flag, "terminal_gone", lambda: gone.append(True))
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with StopFlag().installed() as flag:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert not flag.check()
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with StopFlag().installed() as flag:
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert flag.check() and flag.reason == "received SIGHUP" and gone == [True]
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -18,10 +22,14 @@ class _Console(logging.StreamHandler):
     def emit(self, record: logging.LogRecord) -> None:
         if getattr(record, "file_only", False):  # the command's edge prints it (an error's one line)
             return
+        super().emit(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        # Here, not in emit: StreamHandler.emit handles a failed write (a console that hung up) for it.
         if _Console.line_open:
             _Console.line_open = False
-            self.stream.write("\n")
-        super().emit(record)
+            return "\n" + super().format(record)
+        return super().format(record)
 
 
 def progress_line(is_open: bool) -> None:
@@ -33,7 +41,34 @@ def end_progress_line() -> None:
     """End a progress bar's line left open (a stop or an error before the epoch's last step)."""
     if _Console.line_open:
         _Console.line_open = False
-        print(flush=True)
+        with on_the_console():
+            print(flush=True)
+
+
+@contextlib.contextmanager
+def on_the_console():
+    """Writes to the console, which may have hung up (its SSH connection dropped): then every write
+    to it fails (EIO) until the SIGHUP that follows stops the run, and the run must not fail while it
+    saves. Such a console is let go (terminal_gone); train.log has every line."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.EIO:
+            raise
+        terminal_gone()
+
+
+def terminal_gone() -> None:
+    """Point stdout and stderr, where they are a terminal, at /dev/null: it hung up. (A character
+    device: a terminal that hung up is no tty to isatty any more; a pipe or a file is left as it is.)"""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):  # closed: nothing to point anywhere
+                if stat.S_ISCHR(os.fstat(fd).st_mode):
+                    os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 class _File(logging.FileHandler):

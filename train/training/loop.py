@@ -28,7 +28,7 @@ from ..run import checkpoints
 from ..run.manifest import record_unfinished_epoch, update_manifest
 from ..run.metrics_files import MetricsFile, TensorBoardWriter, metric_columns, metric_text, read_back
 from ..run.rundir import RunDir
-from ..run.train_log import end_progress_line, progress_line
+from ..run.train_log import end_progress_line, on_the_console, progress_line
 from ..run.weights import save_weights
 from . import flops, profiling
 from .callbacks import Callbacks
@@ -407,10 +407,11 @@ class EpochLoop:
                     self.stop.request("another worker was asked to stop")
                 saver.after(n, stopping)
                 if bar:
-                    bar.update(self.state.step, list(totals.logs().items()))
-                    # The bar ends its line only at the epoch's last step: until then a log line
-                    # (a stop's, an error's) must start a line of its own.
-                    progress_line(self.state.step < saver.total)
+                    with on_the_console():
+                        bar.update(self.state.step, list(totals.logs().items()))
+                        # The bar ends its line only at the epoch's last step: until then a log line
+                        # (a stop's, an error's) must start a line of its own.
+                        progress_line(self.state.step < saver.total)
                 if stopping:
                     break
         finally:

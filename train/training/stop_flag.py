@@ -1,4 +1,4 @@
-"""A stop flag raised by SIGTERM/SIGINT or by the MAX_MINUTES budget, checked at step boundaries.
+"""A stop flag raised by SIGTERM/SIGINT/SIGHUP or by the MAX_MINUTES budget, checked at step boundaries.
 
 The handler is installed when a run starts (before the run directory, TensorFlow and the data), so
 a signal at any moment only sets the flag: start-up checks it between its parts, the training step
@@ -18,6 +18,7 @@ import threading
 import time
 
 from ..errors import SecondInterrupt
+from ..run.train_log import terminal_gone
 
 log = logging.getLogger("train")
 
@@ -61,7 +62,7 @@ class StopFlag:
 
     @contextlib.contextmanager
     def installed(self):
-        """Route SIGTERM/SIGINT to the flag while training (only possible in the main thread)."""
+        """Route SIGTERM/SIGINT/SIGHUP to the flag while training (only possible in the main thread)."""
         if self._installed or threading.current_thread() is not threading.main_thread():
             yield self  # already routed (the run installs it first, the loop again), or not possible
             return
@@ -70,6 +71,8 @@ class StopFlag:
             name = signal.Signals(signum).name
             if self.reason is not None and signum == signal.SIGINT:
                 raise SecondInterrupt  # second Ctrl-C: stop at once
+            if signum == signal.SIGHUP:
+                terminal_gone()  # the terminal hung up: writing to it would fail the run
             self.request(f"received {name}", from_handler=True)
             outer = getattr(previous.get(signum), "stop_flag", None)
             if outer is not None:
@@ -77,8 +80,10 @@ class StopFlag:
 
         handler.stop_flag = self  # type: ignore[attr-defined]  (how a flag installed inside this one finds it)
         previous: dict = {}  # filled as each is replaced: a signal may come between the two
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, handler)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            # SIGHUP: the terminal went away (an SSH connection dropped). Under nohup it stays ignored.
+            if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, handler)
         self._installed = True
         try:
             yield self
