@@ -295,3 +295,24 @@ def test_sigterm_to_invoke_train_with_local_workers_stops_and_saves_both(data, t
     said = out.read_text(errors="replace")
     assert all(f"[worker {i}] received SIGINT" in said for i in (0, 1)) and "Traceback" not in said, said[-3000:]
     assert manifest(only_run(tmp_path / "runs"))["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    "tasks, who",
+    [
+        ("/job:worker/replica:0/task:0", "worker 0 of 2 (the chief: its own log says why it stopped) is unreachable"),
+        ("/job:worker/replica:0/task:1", "worker 1 of 2 is unreachable"),
+    ],
+)
+def test_a_lost_chief_is_named_as_the_chief_whose_log_says_why(tasks, who):
+    """It may have stopped on an error of its own (a --resume of a run that is not there): the worker's
+    line sent the user to restart every worker, with nothing to say the chief's log holds the cause."""
+    from train.workers.worker import describe_lost
+
+    said = describe_lost(
+        f"Collective ops is aborted by: ... Additional GRPC error information from remote target {tasks}", 2
+    )
+    assert said == (
+        f"{who}; training stopped. The chief's last checkpoint is kept: restart every worker with RESUME=auto "
+        "to continue from it"
+    )

@@ -65,8 +65,10 @@ def describe_lost(message: str, workers: int) -> str:
     else:
         why = "is unreachable"
     who = ("worker " + ", ".join(map(str, tasks))) if tasks else "a worker"
+    # The chief may have stopped on an error of its own (a run to resume that is not there): its log says.
+    chief = " (the chief: its own log says why it stopped)" if tasks == [0] else ""
     return (
-        f"{who} of {workers} {why}; training stopped. The chief's last checkpoint is kept: restart every "
+        f"{who} of {workers}{chief} {why}; training stopped. The chief's last checkpoint is kept: restart every "
         "worker with RESUME=auto to continue from it"
     )
 
