@@ -66,7 +66,9 @@ def _terminated(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-signal.signal(signal.SIGTERM, _terminated)
+# Only in invoke's own process: a program that imports this file (the tests) keeps its SIGTERM.
+if Path(sys.argv[0]).name in ("invoke", "inv") or Path(sys.argv[0]).parent.name == "invoke":  # or python -m invoke
+    signal.signal(signal.SIGTERM, _terminated)
 
 
 # --- preconditions -------------------------------------------------------------------------------

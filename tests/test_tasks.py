@@ -939,3 +939,13 @@ def test_a_word_for_a_number_option_is_one_line_naming_the_option(monkeypatch, c
     except ValueError as error:
         tasks._number_refused(ValueError, error, error.__traceback__)
     assert passed_on == [ValueError] and capsys.readouterr().err == ""
+
+
+def test_importing_the_tasks_leaves_the_importers_sigterm_alone():
+    """Only invoke's own process hands a SIGTERM on as a Ctrl-C: a pytest worker that imported tasks.py
+    turned the next test's SIGTERM into a KeyboardInterrupt that ended the whole session."""
+    import signal
+
+    import tasks
+
+    assert signal.getsignal(signal.SIGTERM) is not tasks._terminated

@@ -490,6 +490,7 @@ def test_a_client_that_stops_sending_its_body_is_answered_408_and_let_go(monkeyp
     from train.serve import app as app_module
 
     monkeypatch.setattr(app_module, "BODY_IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(app_module, "BODY_MIN_RATE", 1e-9)  # the pause alone, not the rate: it sent 20 bytes at once
     state, app = _app()
     body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()
     stalled = _exchange(app, "/v1/models/model:predict", body, "application/json", stall=True)

@@ -211,15 +211,15 @@ async def read_body(state: State, request: Request) -> bytes:
         clock = asyncio.get_running_loop().time
         start = clock()
         while True:
-            left = start + BODY_IDLE_SECONDS + size / BODY_MIN_RATE - clock()
+            wait = min(BODY_IDLE_SECONDS, max(start + BODY_IDLE_SECONDS + size / BODY_MIN_RATE - clock(), 0))
             try:
-                chunk = await asyncio.wait_for(anext(stream), min(BODY_IDLE_SECONDS, max(left, 0)))
+                chunk = await asyncio.wait_for(anext(stream), wait)
             except StopAsyncIteration:
                 break
             except asyncio.TimeoutError:
                 why = (
                     f"no byte came for {BODY_IDLE_SECONDS:g} s"
-                    if left >= BODY_IDLE_SECONDS
+                    if wait == BODY_IDLE_SECONDS  # else the average rate's deadline came first
                     else f"it came at under {BODY_MIN_RATE / 1000:g} kB/s past its first {BODY_IDLE_SECONDS:g} s"
                 )
                 raise RequestError(
