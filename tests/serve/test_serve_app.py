@@ -36,10 +36,12 @@ async def _exchange(
     stall=False,
     trickle=0.0,
     asked: list | None = None,
+    length: str | None = "",
 ) -> tuple[int, dict, dict]:
     """(status, response headers, JSON body) of one request; `cut_short`: the client goes away after
     half its body; `stall`: it sends half its body, then nothing more and stays; `trickle`: it sends
-    a byte each so many seconds; `asked` notes each time the server asks for the body."""
+    a byte each so many seconds; `asked` notes each time the server asks for the body; `length`: the
+    Content-Length sent ("": the body's, None: none, as a chunked body has)."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -52,7 +54,7 @@ async def _exchange(
         "query_string": b"",
         "headers": [
             (b"content-type", content_type.encode()),
-            (b"content-length", str(len(body)).encode()),
+            *([(b"content-length", (length or str(len(body))).encode())] if length is not None else []),
             *((k.encode(), v.encode()) for k, v in headers),
         ],
         "client": ("127.0.0.1", 1),
@@ -561,3 +563,166 @@ def test_an_image_within_a_raised_serve_max_pixels_is_decoded_whatever_max_image
     png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 8001 * 8000))
     image = image_file(png + chunk(b"IEND", b""), (2, 2, 1), "file 0")
     assert image.shape == (2, 2, 1) and not image.any()
+
+
+# -- the model a path names, and the body's limits -------------------------------------------------------
+def _get(state, app, path: str) -> tuple[int, dict, dict]:
+    return asyncio.run(_exchange(app, path, b"", "application/json", method="GET"))
+
+
+def test_status_and_metadata_answer_for_the_model_and_its_one_version():
+    state, app = _app()
+    loading = {"version": "1", "state": "LOADING", "status": {"error_code": "OK", "error_message": ""}}
+    assert _get(state, app, "/v1/models/model")[::2] == (200, {"model_version_status": [loading]})
+    assert _get(state, app, "/v2/models/model/versions/1/ready")[::2] == (503, {"name": "model", "ready": False})
+    assert _get(state, app, "/v2/health/ready")[::2] == (503, {"ready": False})
+    state.batcher = Batcher(state.model.run, 4, 0)  # ready (never started: these calls do not run the model)
+    available = {**loading, "state": "AVAILABLE"}
+    assert _get(state, app, "/v1/models/model/versions/1")[::2] == (200, {"model_version_status": [available]})
+    assert _get(state, app, "/v2/models/model/ready")[::2] == (200, {"name": "model", "ready": True})
+    assert _get(state, app, "/v2/health/ready")[::2] == (200, {"ready": True})
+    assert _get(state, app, "/v2/health/live")[::2] == (200, {"live": True})
+    from train import __version__
+
+    server = {"name": "train-serve", "version": __version__, "extensions": ["binary_tensor_data"]}
+    assert _get(state, app, "/v2")[::2] == (200, server)
+    assert _get(state, app, "/v2/models/model")[::2] == (
+        200,
+        {
+            "name": "model",
+            "versions": ["1"],
+            "platform": "tensorflow_savedmodel",
+            "inputs": [{"name": "images", "datatype": "UINT8", "shape": [-1, 2, 2, 1]}],
+            "outputs": [{"name": "probabilities", "datatype": "FP32", "shape": [-1, 2]}],
+        },
+    )
+
+    def tensor(name, dtype, dims):
+        return {
+            "dtype": dtype,
+            "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in dims], "unknown_rank": False},
+            "name": name,
+        }
+
+    signature = {
+        "inputs": {"images": tensor("serving_default_images:0", "DT_UINT8", [-1, 2, 2, 1])},
+        "outputs": {"probabilities": tensor("StatefulPartitionedCall:0", "DT_FLOAT", [-1, 2])},
+        "method_name": "tensorflow/serving/predict",
+    }
+    assert _get(state, app, "/v1/models/model/versions/1/metadata")[::2] == (
+        200,
+        {
+            "model_spec": {"name": "model", "signature_name": "", "version": "1"},
+            "metadata": {"signature_def": {"signature_def": {"serving_default": signature}}},
+        },
+    )
+
+
+MODEL_PATHS = [
+    ("GET", "/v1/models/{}"),
+    ("GET", "/v1/models/{}/metadata"),
+    ("POST", "/v1/models/{}:predict"),
+    ("GET", "/v2/models/{}"),
+    ("GET", "/v2/models/{}/ready"),
+    ("POST", "/v2/models/{}/infer"),
+]
+
+
+@pytest.mark.parametrize("method, path", MODEL_PATHS)
+def test_another_model_or_version_is_a_404_naming_the_one_served(method, path):
+    state, app = _app()
+    state.batcher = Batcher(state.model.run, 4, 0)  # ready: the name is checked first all the same
+    status, headers, doc = asyncio.run(_exchange(app, path.format("other"), b"{}", "application/json", method=method))
+    assert (status, doc) == (404, {"error": 'model (other): not served here; the model is "model"'})
+    versioned = path.format("model/versions/2")
+    status, headers, doc = asyncio.run(_exchange(app, versioned, b"{}", "application/json", method=method))
+    assert (status, doc) == (404, {"error": "version (2): not served here; the one version is 1"})
+    assert "retry-after" not in headers
+
+
+@pytest.mark.parametrize("method, path", [*MODEL_PATHS[1:4], MODEL_PATHS[5], ("POST", "/predict")])
+def test_before_the_model_is_ready_its_endpoints_answer_503_without_reading_the_body(method, path):
+    state, app = _app()
+    asked: list[str] = []
+    status, headers, doc = asyncio.run(
+        _exchange(app, path.format("model"), b"{}", "application/json", method=method, asked=asked)
+    )
+    assert (status, doc) == (503, {"error": "model (model): still loading; retry when /v2/health/ready answers 200"})
+    assert "retry-after" not in headers and asked == []
+
+
+def _read(body: bytes, max_body: int, **kwargs) -> tuple[int, dict, dict]:
+    """One plain upload of `body` to a ready app whose SERVE_MAX_BODY_MB is `max_body` bytes."""
+    state, app = _app()
+    state.max_body = max_body
+    return asyncio.run(_with_batcher(state, lambda: _exchange(app, "/predict", body, "image/png", **kwargs)))
+
+
+def test_a_body_up_to_the_limit_is_read_one_byte_more_is_a_413_before_or_while_it_is_read():
+    png = _png()
+    for length in ("", None):  # declared, or chunked
+        status, _, doc = _read(png, len(png), length=length)
+        assert status == 200 and doc["predictions"][0]["file"] == "body", doc
+    fix = "the limit is SERVE_MAX_BODY_MB (0.0012 MB); send fewer or smaller images"
+    asked: list[str] = []
+    status, _, doc = _read(png + b"\0" * (1201 - len(png)), 1200, asked=asked)
+    assert (status, doc, asked) == (413, {"error": f"body (1201 bytes): {fix}"}, [])
+    status, _, doc = _read(png + b"\0" * (1201 - len(png)), 1200, length=None)
+    assert (status, doc) == (413, {"error": f"body (over 1200 bytes): {fix}"})
+
+
+@pytest.mark.parametrize("length", ["-5", "12abc", "1e3"])
+def test_a_content_length_that_is_no_number_is_not_trusted_and_the_body_is_counted(length):
+    png = _png()
+    status, _, doc = _read(png, len(png), length=length)
+    assert status == 200 and doc["predictions"][0]["file"] == "body", doc
+    status, _, doc = _read(png + b"\0", len(png), length=length)
+    fix = f"the limit is SERVE_MAX_BODY_MB ({len(png) / 1e6:g} MB); send fewer or smaller images"
+    assert (status, doc) == (413, {"error": f"body (over {len(png)} bytes): {fix}"})
+
+
+def test_only_a_body_over_light_bytes_waits_for_a_reading_slot():
+    """Every reading slot and place in line held: a body of LIGHT_BYTES is still read (and refused as no
+    image), one byte more is refused 503: unread when it declares its length, once past LIGHT_BYTES when
+    chunked."""
+    from train.serve.work import LIGHT_BYTES
+
+    state, app = _app()
+    lane = state.decoder.reading
+
+    async def scenario():
+        go = asyncio.Event()
+
+        async def hold():
+            async with lane.slot():
+                await go.wait()
+
+        held = [asyncio.ensure_future(hold()) for _ in range(2 * lane.limit)]
+        while lane._waiting < lane.limit:
+            await asyncio.sleep(0.01)
+        answers = []
+        try:
+            for size, length in (
+                (LIGHT_BYTES, ""),
+                (LIGHT_BYTES, None),
+                (LIGHT_BYTES + 1, ""),
+                (LIGHT_BYTES + 1, None),
+            ):
+                asked: list[str] = []
+                status, headers, doc = await _exchange(
+                    app, "/predict", b"0" * size, "application/octet-stream", asked=asked, length=length
+                )
+                answers.append((status, headers.get("retry-after"), doc, len(asked)))
+        finally:
+            go.set()
+            await asyncio.gather(*held)
+        return answers
+
+    no_image = {"error": "body: not an image the model reads (send JPEG, PNG, GIF (first frame) or BMP)"}
+    busy = {"error": "server: busy with large requests (over 1 MB or 4 million pixels); retry in a second"}
+    assert asyncio.run(_with_batcher(state, scenario)) == [
+        (400, None, no_image, 1),
+        (400, None, no_image, 1),
+        (503, "1", busy, 0),
+        (503, "1", busy, 1),
+    ]
