@@ -197,8 +197,8 @@ def test_a_file_whose_header_cannot_be_read_is_refused_before_it_is_decoded():
 
 def test_an_image_file_the_decoder_refuses_is_a_400_with_its_reason():
     cut = _png()[:-20]  # a readable header, no image data
-    message, status = _refused(payloads.image_file, cut, SHAPE, "inputs[0]")
-    assert status == 400 and message.startswith("inputs[0]: not an image the model reads (not a readable image")
+    message, status = _refused(payloads.image_file, cut, SHAPE, "my cat.png")  # a name with a space
+    assert status == 400 and message.startswith("my cat.png: not an image the model reads (not a readable image")
     assert message.endswith(
         "; the formats read are JPEG, PNG, GIF (first frame) or BMP (of 8, 24 or 32 bits a pixel): convert or remove it)"
     )
@@ -519,6 +519,10 @@ def _tensor(**changes):
         (_tensor(shape=[4]), "inputs[0].shape ([4]): UINT8 images are [N, 2, 2, 1]"),
         (_tensor(datatype="FP32"), "inputs[0].datatype (FP32): UINT8 (pixels) or BYTES (PNG/JPEG files)"),
         (_tensor(datatype=None), "inputs[0].datatype: UINT8 (pixels) or BYTES (PNG/JPEG files)"),
+        (
+            _tensor(parameters={"binary_data_size": 4}),
+            "binary_data_size (4): the binary part after the JSON holds 0 bytes",
+        ),
         (_tensor(data=[0, 1, 2]), "inputs[0].data (3 values): the shape given needs 4"),
         (_tensor(data=None), "inputs[0].data (0 values): the shape given needs 4"),
         (_tensor(data=[[0, 1], [2]]), "inputs[0].data: ragged nested lists"),
