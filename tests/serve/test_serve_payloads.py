@@ -86,8 +86,6 @@ def test_a_body_that_is_no_json_is_a_400_saying_why(body, says):
 
 # -- the count of a request ------------------------------------------------------------------------------
 def test_a_batch_of_one_to_max_batch_images_passes_as_it_is():
-    images = np.zeros((4, *SHAPE), np.uint8)
-    assert payloads.check_batch(images, 4) is images
     assert payloads.check_count(1, 4) == 1 and payloads.check_count(4, 4, "parts") == 4
 
 
@@ -102,9 +100,8 @@ def test_a_batch_of_one_to_max_batch_images_passes_as_it_is():
 )
 def test_no_image_or_more_than_max_batch_is_a_400_naming_the_count(count, what, says):
     assert _refused(payloads.check_count, count, 4, what) == (says, 400)
-    if what == "batch":  # the default name, and a batch of pixels counted the same
+    if what == "batch":  # the default name
         assert _refused(payloads.check_count, count, 4) == (says, 400)
-        assert _refused(payloads.check_batch, np.zeros((count, *SHAPE)), 4) == (says, 400)
 
 
 # -- pixels --------------------------------------------------------------------------------------------
