@@ -726,3 +726,54 @@ def test_only_a_body_over_light_bytes_waits_for_a_reading_slot():
         (503, "1", busy, 0),
         (503, "1", busy, 1),
     ]
+
+
+def _read_in_chunks(state, chunks: list[bytes], length: int | None = None):
+    """read_body of a request whose body comes in `chunks`: (the body or the refusal's (message, status),
+    the reading slots it took)."""
+    from starlette.requests import Request
+
+    from train.serve.app import read_body
+    from train.serve.payloads import RequestError
+
+    headers = [] if length is None else [(b"content-length", str(length).encode())]
+    scope = {"type": "http", "method": "POST", "path": "/predict", "headers": headers, "query_string": b""}
+    messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+
+    async def receive():
+        return messages.pop(0)
+
+    taken, slot = [], state.decoder.reading.slot
+
+    def counted():
+        taken.append(1)
+        assert len(taken) == 1, "a second reading slot for the same body"  # would wait for itself
+        return slot()
+
+    state.decoder.reading.slot = counted
+
+    async def read():
+        try:
+            return await read_body(state, Request(scope, receive))
+        except RequestError as exc:
+            return str(exc), exc.status
+
+    return asyncio.run(read()), len(taken)
+
+
+def test_a_large_body_in_many_chunks_takes_one_reading_slot_whether_its_length_is_declared_or_not():
+    from train.serve.work import LIGHT_BYTES
+
+    chunks = [b"0" * LIGHT_BYTES] * 3
+    for length in (None, 3 * LIGHT_BYTES):
+        body, slots = _read_in_chunks(_app()[0], chunks, length)
+        assert (len(body), slots) == (3 * LIGHT_BYTES, 1)
+
+
+def test_a_body_over_the_limit_in_small_chunks_is_refused_once_their_sum_passes_it():
+    state, _ = _app()
+    state.max_body = 100
+    assert _read_in_chunks(state, [b"0" * 60] * 3) == (
+        ("body (over 100 bytes): the limit is SERVE_MAX_BODY_MB (0.0001 MB); send fewer or smaller images", 413),
+        0,
+    )
