@@ -286,6 +286,8 @@ def test_tf_serving_rows_and_columns_of_pixels_and_files():
         ({"a": 1, "b": 2}, 'body (a, b): no "instances" or "inputs": send one of them'),
         ({"inputs": {"image": [IMAGE]}}, 'inputs (image): the model has one input, "images"'),
         ({"inputs": {"images": [IMAGE], "x": 1}}, 'inputs (images, x): the model has one input, "images"'),
+        ({"inputs": {}}, 'inputs ({}): the model has one input, "images"'),
+        ({"instances": [{}]}, 'instances[0] ({}): the model has one input, "images"'),
         ({"inputs": {"b64": "eA==", "x": 1}}, 'inputs (b64, x): an image is nested pixel lists or {"b64": "..."}'),
         ({"inputs": []}, "batch (0): no image in the request; send at least one"),
         ({"inputs": [IMAGE] * 5}, "batch (5): more images than SERVE_MAX_BATCH=4; split the request"),
@@ -382,7 +384,7 @@ def test_v2_binary_data_after_the_json_part():
     assert _v2({"inputs": [TENSOR]}, str(len(json.dumps({"inputs": [TENSOR]}))))[0] == [IMAGE]
 
 
-@pytest.mark.parametrize("header", ["abc", "-1", "1e3", ""])
+@pytest.mark.parametrize("header", ["abc", "-1", "1e3", "", "+5", " 5", "5_0", "\u0665"])  # int() took the last four
 def test_an_inference_header_length_that_is_no_length_within_the_body_is_a_400(header):
     body = json.dumps({"inputs": [TENSOR]}).encode()
     assert _v2_refused(body, header) == (

@@ -167,7 +167,7 @@ def tf_serving_images(doc: Any, shape: tuple[int, ...], max_batch: int) -> tuple
     column = doc["inputs"]
     if isinstance(column, dict) and "b64" not in column:
         if set(column) != {INPUT}:
-            raise RequestError("inputs", ", ".join(map(str, column)), f'the model has one input, "{INPUT}"')
+            raise RequestError("inputs", ", ".join(map(str, column)) or "{}", f'the model has one input, "{INPUT}"')
         column = column[INPUT]
     if isinstance(column, dict):  # one {"b64": ...}: a batch of one image
         return Pending([_one(column, "inputs", shape)], shape), True
@@ -181,7 +181,7 @@ def tf_serving_images(doc: Any, shape: tuple[int, ...], max_batch: int) -> tuple
 def _named(row: Any, what: str, shape) -> np.ndarray | tuple[str, bytes]:
     if isinstance(row, dict) and "b64" not in row:
         if set(row) != {INPUT}:
-            raise RequestError(what, ", ".join(map(str, row)), f'the model has one input, "{INPUT}"')
+            raise RequestError(what, ", ".join(map(str, row)) or "{}", f'the model has one input, "{INPUT}"')
         row = row[INPUT]
     return _one(row, what, shape)
 
@@ -213,14 +213,12 @@ def v2_request(
     shape[0] is counted against `max_batch` before any element is read."""
     raw = b""
     if header_length is not None:
-        try:
-            n = int(header_length)
-            if not 0 <= n <= len(body):
-                raise ValueError
-        except ValueError:
+        # Digits only, as Content-Length: int() would take "+5", " 5" and "5_0" too.
+        if not (header_length.isascii() and header_length.isdigit() and int(header_length) <= len(body)):
             raise RequestError(
                 "Inference-Header-Content-Length", header_length, f"must be the JSON part's length, 0..{len(body)}"
-            ) from None
+            )
+        n = int(header_length)
         body, raw = body[:n], body[n:]
     doc = parse_json(body, shape, max_batch)
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
