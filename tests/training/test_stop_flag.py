@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import pty
 import signal
+import subprocess
 import threading
 
 import pytest
+from helpers import PYTHON, subprocess_env
 
 from train.errors import SecondInterrupt
 from train.training import stop_flag
@@ -303,3 +306,37 @@ def test_a_hangup_stops_the_run_but_under_nohup_stays_ignored(monkeypatch):
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+HANGUP_BY_HAND = """
+import os, signal
+from train.training.stop_flag import StopFlag
+with StopFlag().installed() as flag:
+    os.kill(os.getpid(), signal.SIGHUP)
+    assert flag.check()
+print("the stop's lines still shown", flush=True)
+"""
+
+
+def test_a_hangup_sent_by_hand_leaves_a_terminal_that_is_still_there_its_lines():
+    """`kill -HUP` to a run in a live terminal stops it as a hangup does, but the terminal did not go away:
+    pointed at /dev/null, it showed nothing more, not the line with the command that resumes the run."""
+    master, slave = pty.openpty()
+    try:
+        try:
+            proc = subprocess.run(
+                [PYTHON, "-c", HANGUP_BY_HAND], stdout=slave, stderr=subprocess.PIPE, env=subprocess_env(), timeout=60
+            )
+        finally:
+            os.close(slave)
+        shown, chunk = b"", b"-"
+        while chunk:  # what the terminal got: reading fails (EIO) once it is empty and no one holds it
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                chunk = b""
+            shown += chunk
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, proc.stderr
+    assert b"the stop's lines still shown" in shown, shown

@@ -59,13 +59,14 @@ def on_the_console():
 
 
 def terminal_gone() -> None:
-    """Point stdout and stderr, where they are a terminal, at /dev/null: it hung up. (A character
-    device: a terminal that hung up is no tty to isatty any more; a pipe or a file is left as it is.)"""
+    """Point stdout and stderr, where they are a terminal that hung up, at /dev/null. (A character
+    device that is no tty to isatty any more; a pipe or a file is left as it is, and so is a terminal
+    still there: a SIGHUP sent by hand, `kill -HUP`, stops the run, and its lines must still be shown.)"""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         for fd in (1, 2):
             with contextlib.suppress(OSError):  # closed: nothing to point anywhere
-                if stat.S_ISCHR(os.fstat(fd).st_mode):
+                if stat.S_ISCHR(os.fstat(fd).st_mode) and not os.isatty(fd):
                     os.dup2(devnull, fd)
     finally:
         os.close(devnull)
