@@ -301,6 +301,56 @@ def test_a_name_whose_address_is_every_interface_is_refused_once_bound():
     assert not bound_everywhere("localhost", "127.0.0.1") and not bound_everywhere("::1", "::1")
 
 
+def test_a_408_closes_the_connection_of_a_client_that_goes_on_trickling_its_body(monkeypatch):
+    """Answered 408, a client that sent on a byte now and then kept its connection as long as it liked:
+    uvicorn read on, and each byte stopped its keep-alive timer."""
+    import uvicorn
+
+    from train.serve import app as app_module
+    from train.serve import server as server_module
+    from train.serve.app import State, build_app
+    from train.serve.batcher import Batcher
+    from train.serve.model import ServedModel
+
+    monkeypatch.setattr(app_module, "BODY_IDLE_SECONDS", 0.3)
+    model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), lambda b: np.tile([0.5, 0.5], (len(b), 1)))
+    state = State(model, max_batch=4, max_wait_ms=0, max_body=1_000_000, max_pixels=1_000_000)
+    state.batcher = Batcher(model.run, 4, 0)  # ready: the body is read (never predicted on, never started)
+    app = build_app(state)
+    sock = server_module.bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    keep_alive = 0.5  # uvicorn's idle connection timeout, short: the client outlives it many times over
+    config = uvicorn.Config(
+        app, http=server_module._Protocol, log_config=None, lifespan="off", timeout_keep_alive=keep_alive
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        _until(lambda: server.started, "the server started")
+        with socket.create_connection(("127.0.0.1", port), timeout=0.1) as client:
+            client.sendall(
+                b"POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100000\r\n\r\n{"
+            )
+            answer, closed, until = b"", False, time.monotonic() + 10 * keep_alive
+            while not closed and time.monotonic() < until:
+                try:
+                    client.sendall(b" ")  # a byte each tenth of a second, the 408 or not
+                    got = client.recv(65536)
+                    answer, closed = answer + got, got == b""
+                except TimeoutError:
+                    continue
+                except (ConnectionResetError, BrokenPipeError):
+                    closed = True
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert closed, f"the connection was held {10 * keep_alive:g} s past its 408"
+        assert b"\r\nconnection: close\r\n" in answer.lower(), answer  # the client is told, too
+    finally:
+        server.should_exit = True
+        thread.join(_DEADLINE)
+
+
 def test_a_connection_whose_request_headers_do_not_come_whole_is_closed_and_the_others_are_served(monkeypatch):
     """uvicorn waits for a request's headers without end: clients that connect and send nothing, or
     half a request line, each held a connection and its file descriptor for as long as they liked."""

@@ -88,14 +88,23 @@ class State:
         return self.batcher is not None
 
 
+def _error_headers(exc: RequestError) -> dict[str, str]:
+    """Retry-After for a refusal that passes with time (503). A 408 closes the connection (RFC 9110
+    15.5.9): uvicorn would go on reading the rest of the body the client stalled or trickled, on the
+    same connection and for as long as it sends (each byte stops uvicorn's keep-alive timer)."""
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
+    if exc.status == 408:
+        headers["Connection"] = "close"
+    return headers
+
+
 def build_app(state: State) -> Starlette:
     def route(path, fn, methods=("GET",)):
         async def endpoint(request: Request) -> Response:
             try:
                 return await fn(state, request)
             except RequestError as exc:
-                headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-                return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
+                return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=_error_headers(exc))
             except ClientDisconnect:  # gone before its body was whole: no one to answer, nothing failed here
                 log.info("%s %s: the client went away before sending its whole body", request.method, request.url.path)
                 return Response(status_code=400)
