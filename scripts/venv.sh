@@ -94,12 +94,16 @@ if [ ! -x .venv/bin/python ]; then
 elif ! python_supported; then
     refuse_python .venv "$(venv_version)" "delete .venv and run again with PYTHON set to a supported one"
 fi
-if [ "${install[0]}" != uv ] && [ ! -x .venv/bin/pip ]; then
-    # Made without pip (by uv, --without-pip, or a Python without ensurepip): pip would fail on every run.
-    echo "scripts/venv.sh: .venv has no pip (made without it): delete .venv and run again, or put uv on PATH" >&2
-    exit 2
-fi
+# Before an install only: a .venv with every lock installed (by uv, on PATH then) runs as it is.
+need_pip() {
+    if [ "${install[0]}" != uv ] && [ ! -x .venv/bin/pip ]; then
+        # Made without pip (by uv, --without-pip, or a Python without ensurepip): pip would fail on every run.
+        echo "scripts/venv.sh: .venv has no pip (made without it): delete .venv and run again, or put uv on PATH" >&2
+        exit 2
+    fi
+}
 if [ ! -f "$runtime_stamp" ]; then
+    need_pip
     # pip prints nothing for minutes while it downloads TensorFlow unless told: say what and why first.
     echo "scripts/venv.sh: installing the $(count "$LOCK") pinned packages of $LOCK into .venv" \
         "(TensorFlow alone is hundreds of MB: a few minutes the first time, then only when the lock changes)" >&2
@@ -113,6 +117,7 @@ for name in $(printf '%s\n' "${extras[@]+"${extras[@]}"}" | sort -u); do
     extra_lock=requirements/$name.lock
     stamp=.venv/.lock-$name-$(hash16 "$LOCK" "$extra_lock")  # the runtime lock's pins hold the extra's
     if [ ! -f "$stamp" ]; then
+        need_pip
         echo "scripts/venv.sh: installing the $(count "$extra_lock") pinned packages of $extra_lock into .venv" >&2
         "${install[@]}" --require-hashes -r "$extra_lock"
         rm -f .venv/.lock-"$name"-*

@@ -787,11 +787,13 @@ def test_a_python_without_ensurepip_is_one_line_naming_the_fix_and_leaves_no_ven
 
 
 def test_a_venv_without_pip_is_one_line_naming_the_fix_unless_uv_installs(clone):
-    """A .venv made by `uv venv` or `--without-pip`: pip failed in it on every run, "No module named pip"."""
+    """A .venv made by `uv venv` or `--without-pip`: pip failed in it on every run, "No module named pip".
+    With every lock installed already (by uv, on PATH then), it is used as it is: `scripts/train` trains."""
     import subprocess
 
     venv_sh(clone)
     (clone / ".venv" / "bin" / "pip").unlink()
+    assert venv_sh(clone) == ([], "")  # nothing to install: pip is not needed
     (clone / "requirements/cpu.lock").write_text("numpy==2.1\n")  # something to install
     done = subprocess.run(["bash", "scripts/venv.sh"], cwd=clone, env=venv_env(clone), capture_output=True, text=True)
     if (clone / "bin" / "uv").exists():  # uv needs no pip in .venv
