@@ -97,26 +97,43 @@ CHILD = """
 import signal, sys, time
 from pathlib import Path
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))
+signal.signal(signal.SIGHUP, lambda *a: sys.exit(75))
 Path(sys.argv[1]).write_text("ready")
 time.sleep(120)  # not forwarded: it ends by itself, with 0
 """
 
 
-def test_sigterm_is_forwarded_to_the_child_which_is_waited_for(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_is_forwarded_to_the_child_which_is_waited_for(tmp_path, sig):
+    """SIGHUP: the terminal hung up. The child, in a session of its own, trained on to its end after the
+    command died of it, its worktree left behind."""
     ready = tmp_path / "ready"
 
     def send_when_ready():
         end = time.monotonic() + 120
         while not ready.exists() and time.monotonic() < end:
             time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), sig)
 
     sender = threading.Thread(target=send_when_ready)
-    with stop_on_signals() as stop:
-        sender.start()
-        code = run_child([sys.executable, "-c", CHILD, str(ready)], stop)
+    before = signal.signal(signal.SIGHUP, lambda *a: None)  # not routed, a SIGHUP must not end pytest
+    try:
+        with stop_on_signals() as stop:
+            sender.start()
+            code = run_child([sys.executable, "-c", CHILD, str(ready)], stop)
+    finally:
+        signal.signal(signal.SIGHUP, before)
     sender.join()
-    assert code == 75 and stop.signum == signal.SIGTERM and stop.child is None
+    assert code == 75 and stop.signum == sig and stop.child is None
+
+
+def test_a_hangup_stays_ignored_under_nohup():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stop_on_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_only_the_src_folder_of_a_reproduce_folder_is_taken_for_a_stale_worktree(tmp_path):

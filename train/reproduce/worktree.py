@@ -1,6 +1,6 @@
 """The temporary git worktree a rerun trains from, and the child process that trains: neither outlives `reproduce`.
 
-SIGTERM/SIGINT during a reproduce are passed on to the training child (which saves a resumable
+SIGTERM/SIGINT/SIGHUP during a reproduce are passed on to the training child (which saves a resumable
 state and stops, as any run does), the worktree and its `git worktree` registration are removed,
 and the command ends with Interrupted (exit 75). A reproduce killed outright (SIGKILL) cannot clean
 up: each worktree carries a lock file held by its reproduce and by the child that runs its code, and
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import Interrupted, ReproduceError
+from ..run.train_log import terminal_gone
 
 PREFIX = "reproduce-"  # the temporary folder: <tmp>/reproduce-XXXX/{src,owner.lock}
 OWNER = "owner.lock"
@@ -32,7 +33,7 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 class Stop:
-    """SIGTERM/SIGINT while reproducing: forwarded to the running child, else the command stops here."""
+    """SIGTERM/SIGINT/SIGHUP while reproducing: forwarded to the running child, else the command stops here."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -40,6 +41,8 @@ class Stop:
         self.deferred = 0  # > 0 while cleaning up: a signal then only ends the command afterwards
 
     def handle(self, signum: int, _frame) -> None:
+        if signum == signal.SIGHUP:
+            terminal_gone()  # the terminal hung up: the command's last line must not fail writing to it
         first = self.signum is None
         self.signum = self.signum or signum
         if self.child is not None and self.child.poll() is None:
@@ -73,7 +76,10 @@ def stop_on_signals() -> Iterator[Stop]:
     if threading.current_thread() is not threading.main_thread():
         yield stop  # signals reach only the main thread: nothing to route
         return
-    previous = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP: the terminal hung up. The child, in a session of its own, hears of it only from here, and
+    # would train on to its end after this command died of it. Under nohup it stays ignored.
+    hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+    previous = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGTERM, signal.SIGINT, *hangup)}
     try:
         yield stop
     finally:
