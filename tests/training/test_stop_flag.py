@@ -340,3 +340,18 @@ def test_a_hangup_sent_by_hand_leaves_a_terminal_that_is_still_there_its_lines()
         os.close(master)
     assert proc.returncode == 0, proc.stderr
     assert b"the stop's lines still shown" in shown, shown
+
+
+def test_a_sigterm_then_one_ctrl_c_still_saves():
+    """systemd signals every process of a service: the run gets SIGTERM, then the Ctrl-C invoke makes of
+    its own SIGTERM. That is one Ctrl-C, not a second: stopping at once there lost the save."""
+    flag = StopFlag()
+    with flag.installed():
+        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except SecondInterrupt:
+            pytest.fail("one Ctrl-C after a SIGTERM stopped the run at once")
+        assert flag.check() and flag.reason == "received SIGTERM"
+        with pytest.raises(SecondInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)

@@ -32,6 +32,7 @@ class StopFlag:
         # What a stop does now, said when it arrives: once training is over there are no steps left.
         self.then = "finishing the current call of steps, then saving"
         self._installed = False
+        self._interrupts = 0  # Ctrl-Cs received
         self._saying: threading.Thread | None = None  # a signal's line, said from a thread of its own
 
     def request(self, reason: str, status: str = "interrupted", from_handler: bool = False) -> None:
@@ -69,8 +70,12 @@ class StopFlag:
 
         def handler(signum, _frame):
             name = signal.Signals(signum).name
-            if self.reason is not None and signum == signal.SIGINT:
-                raise SecondInterrupt  # second Ctrl-C: stop at once
+            if signum == signal.SIGINT:
+                # Only a second Ctrl-C stops at once: a SIGTERM to a whole service (systemd signals every
+                # process) reaches the run, then the Ctrl-C that invoke makes of its own SIGTERM.
+                self._interrupts += 1
+                if self._interrupts > 1:
+                    raise SecondInterrupt
             if signum == signal.SIGHUP:
                 terminal_gone()  # the terminal hung up: writing to it would fail the run
             self.request(f"received {name}", from_handler=True)
