@@ -77,12 +77,13 @@ def test_not_ready_until_warmed_up_then_sigterm_finishes_the_request_in_flight_a
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signals, drain", [(1, "1"), (2, "600")])
+@pytest.mark.parametrize("sig, signals, drain", [(signal.SIGHUP, 1, "1"), (signal.SIGTERM, 2, "600")])
 def test_a_request_still_running_when_the_drain_ends_is_answered_503_and_serve_exits_0_without_waiting_for_it(
-    tmp_path, start_server, signals, drain
+    tmp_path, start_server, sig, signals, drain
 ):
     """The model call is held for good (a decode or a model call that outlasts the drain): the drain's
-    end, or a second signal, answers it as JSON and the process ends, its thread not waited for."""
+    end, or a second signal, answers it as JSON and the process ends, its thread not waited for.
+    SIGHUP (the terminal of a serve started by hand went away) drains as SIGTERM does."""
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "warm").touch()
@@ -93,10 +94,10 @@ def test_a_request_still_running_when_the_drain_ends_is_answered_503_and_serve_e
     client = threading.Thread(target=lambda: answers.append(request(url, held, {"Content-Type": "application/json"})))
     client.start()
     _until((gate / "started").exists, "the held request reaching the model")
-    server.proc.send_signal(signal.SIGTERM)
+    server.proc.send_signal(sig)
     if signals == 2:
         server.wait_for_line(r"Waiting for connections to close")
-        server.proc.send_signal(signal.SIGTERM)
+        server.proc.send_signal(sig)
     client.join(_DEADLINE)
     ((status, headers, body),) = answers
     assert status == 503 and {k.lower(): v for k, v in headers.items()}["retry-after"] == "1", body

@@ -2,7 +2,8 @@
 
 The socket is bound before anything loads, so a port in use fails at once (exit 2). The server
 then answers /v2/health/live at once and /v2/health/ready with 503 until the model is loaded and
-warmed up in a worker thread. SIGTERM or SIGINT stops accepting connections and lets the requests
+warmed up in a worker thread. SIGTERM, SIGINT or SIGHUP (the terminal of a `serve` started by hand
+went away; under nohup it stays ignored) stops accepting connections and lets the requests
 in flight finish for up to SERVE_DRAIN_SECONDS; those still running then are answered 503 (JSON), at
 once on a second signal. The process then exits 0, what `docker stop` and Kubernetes expect, without
 waiting for a decode or a model call still running in a thread: none can be interrupted, and Python
@@ -17,6 +18,7 @@ import contextlib
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
 
@@ -25,6 +27,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import ConfigError, TemplateError
+from ..run.train_log import terminal_gone
 from .address import bound_everywhere, url_host
 from .app import State, build_app
 from .batcher import Batcher
@@ -92,8 +95,24 @@ class _Server(uvicorn.Server):
             # with a traceback. Ours waits for nothing (the batcher's call is not waited for).
             await self.lifespan.shutdown()
 
+    @contextlib.contextmanager
+    def capture_signals(self):
+        # uvicorn's own are SIGINT and SIGTERM. Without SIGHUP, an SSH connection that drops kills a
+        # `serve` started by hand at once, the requests in flight cut off; nohup's SIG_IGN is kept.
+        with super().capture_signals():
+            if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+                yield
+                return
+            previous = signal.signal(signal.SIGHUP, self.handle_exit)
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGHUP, previous)
+
     def handle_exit(self, sig, frame) -> None:
         # A signal handler: the loop is reached through its thread-safe door, and logs from there.
+        if sig == signal.SIGHUP:
+            terminal_gone()  # every write to a terminal that hung up fails: the drain's lines go nowhere
         second = self.should_exit
         self.force_exit = self.force_exit or second
         self.should_exit = True
