@@ -228,8 +228,8 @@ def gpu_check(c, local=False, cpu=False):
         "detach": "return at once and keep training in the background (follow with `invoke logs -f`)",
         "cpu": "use the CPU image and no GPU reservation (docker-compose.cpu.yml)",
         "args": 'extra arguments for `python -m train fit`, e.g. "--epochs 5 --model cnn_bn"',
-        "workers": "train with N worker processes on this host (MultiWorkerMirroredStrategy; with --local any N, "
-        "else the 2 services of docker-compose.multiworker.yml)",
+        "workers": "train with N worker processes on this host (MultiWorkerMirroredStrategy; with --local up to "
+        "the host's cores, else the 2 services of docker-compose.multiworker.yml)",
     }
 )
 def train(c, local=False, detach=False, cpu=False, args="", workers=1):
@@ -302,6 +302,18 @@ def free_ports(n: int) -> list[int]:
             sock.close()
 
 
+def _fits_this_host(n: int) -> None:
+    """Local workers are one TensorFlow process each (threads, memory): past this host's cores they
+    only share them, and a typo (`--workers 20` for 2) would start that many at once."""
+    cores = len(os.sched_getaffinity(0))
+    most = max(2, cores)  # two workers try the several-machines path even on one core
+    if n > most:
+        raise Exit(
+            f"--workers {n}: more TensorFlow processes than this host's {cores} cores can run; give at "
+            f"most {most}, or start the workers on several machines (docs/distributed.md)"
+        )
+
+
 def _train_workers(c: Context, n: int, local: bool, detach: bool, args: str) -> None:
     """Several workers on this host: local processes, or the multi-worker compose file."""
     from importlib.util import find_spec
@@ -311,6 +323,7 @@ def _train_workers(c: Context, n: int, local: bool, detach: bool, args: str) -> 
     if detach:
         raise Exit("--workers and --detach: start the workers in the foreground (Ctrl-C stops and saves them all)")
     if local:
+        _fits_this_host(n)
         addresses = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
         fit = f"{PY} -m train fit {args}".rstrip()
         # Workers 1..n-1 in the background (their lines carry "[worker i]"), the chief in the

@@ -540,6 +540,7 @@ def test_mutate_refuses_a_module_mutmut_is_not_configured_for_naming_the_configu
 
 
 def test_train_with_workers_local_starts_one_cluster_chief_in_the_foreground(monkeypatch):
+    monkeypatch.setattr(tasks.os, "sched_getaffinity", lambda _pid: set(range(4)))  # a host of 4 cores
     monkeypatch.setattr(tasks, "free_ports", lambda n: [5000 + i for i in range(n)])
     c = ctx()
     tasks.train(c, local=True, workers=3, args="--smoke")
@@ -596,6 +597,24 @@ def test_workers_below_one_are_refused_before_anything_runs(call, workers):
     with pytest.raises(Exit, match=f"^--workers {workers}: give 1 or more$"):
         call(c, workers)
     assert commands(c) == []
+
+
+@pytest.mark.parametrize("cores, most", [(1, 2), (4, 4)])
+def test_more_local_workers_than_the_hosts_cores_are_refused_before_anything_runs(monkeypatch, cores, most):
+    """Each local worker is a TensorFlow process: `--workers 20` for 2 started twenty of them. Two are
+    let through on one core, to try the several-machines path."""
+    monkeypatch.setattr(tasks.os, "sched_getaffinity", lambda _pid: set(range(cores)))
+    monkeypatch.setattr(tasks, "free_ports", lambda n: [5000 + i for i in range(n)])
+    c = ctx()
+    with pytest.raises(Exit) as info:
+        tasks.train(c, local=True, workers=most + 1)
+    assert str(info.value) == (
+        f"--workers {most + 1}: more TensorFlow processes than this host's {cores} cores can run; give at "
+        f"most {most}, or start the workers on several machines (docs/distributed.md)"
+    )
+    assert commands(c) == []
+    tasks.train(c, local=True, workers=most)
+    assert len(commands(c)) == 1
 
 
 LIST_WIDTH = 60  # `invoke --list` wraps at the terminal's width: 80 columns leave 63 beside the names
