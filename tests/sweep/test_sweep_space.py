@@ -183,6 +183,46 @@ def test_a_sweep_on_runs_dir_in_object_storage_is_refused_in_one_line(tmp_path, 
     assert not (tmp_path / "s3:").exists()
 
 
+@pytest.mark.extra("workers")
+@pytest.mark.parametrize(
+    "flags, environ, name, fix",
+    [
+        (["--workers", "127.0.0.1:5001,127.0.0.1:5002", "--worker-index", "0"], {}, "WORKERS", "unset it"),
+        (
+            [],
+            {"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}'},
+            "TF_CONFIG",
+            "unset it",
+        ),
+        (
+            [],
+            {"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NODE_RANK": "0"},
+            "SKYPILOT_NODE_IPS",
+            "launch one node a sweep",
+        ),
+    ],
+    ids=["WORKERS", "TF_CONFIG", "SkyPilot"],
+)
+def test_a_sweep_in_a_cluster_is_refused_before_its_first_trial_waits_for_the_others(
+    tmp_path, capsys, monkeypatch, flags, environ, name, fix
+):
+    """Each trial waited up to JOIN_TIMEOUT for its other workers, whose own sweeps propose other parameters."""
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    space = tmp_path / "s.toml"
+    space.write_text("[study]\ntrials = 1\n[space]\nlearning_rate = [0.01, 0.02]\n")
+    # A short JOIN_TIMEOUT: without the refusal, the first trial fails soon instead of waiting 900 s.
+    argv = ["sweep", str(space), "--env-file", "/dev/null", "--runs-dir", str(tmp_path / "runs"), "--join-timeout", "5"]
+    rc = main([*argv, *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith(f"ConfigError: {name}=") and err[0].endswith(
+        f"is not valid: names 2 workers, but a sweep trains each trial in this one process: {fix}, and start a "
+        "sweep on each machine against one SWEEP_STORAGE instead (docs/sweeps.md)"
+    ), err[0]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_value_valid_beside_another_searched_setting_is_taken_and_one_valid_with_none_is_refused(tmp_path):
     """LR_WARMUP_EPOCHS=5 was refused against the fixed EPOCHS=3 although EPOCHS was searched from 6: a pair
     refused only together fails its trial; a value no searched value makes valid is refused at once."""

@@ -142,8 +142,31 @@ def _checked_settings(args: argparse.Namespace):
             "for sweeps yet): give a local folder, e.g. --runs-dir ./runs",
         )
     require("sweep", "sweep", args.space)
+    _one_process(settings)
     check_before_training(settings)  # its extras, its export formats' runtimes, bfloat16's ISA
     return settings
+
+
+def _one_process(settings) -> None:
+    """A cluster (WORKERS, TF_CONFIG, several SkyPilot nodes) is refused: each trial would wait for its
+    other workers, whose own sweeps propose other parameters. A study spreads over machines instead."""
+    from .. import extras
+
+    cluster = extras.part("workers", "cluster")
+    if cluster is None:  # no workers extra: the core refuses a launcher's cluster already
+        return
+    import os
+
+    found = cluster.read_cluster(settings.workers, settings.worker_index, os.environ)
+    if found.multi:
+        value = settings.workers if found.source == "WORKERS" else os.environ[found.source]
+        fix = "launch one node a sweep" if found.source == "SKYPILOT_NODE_IPS" else "unset it"
+        raise ConfigError(
+            found.source,
+            value[:80],
+            f"names {found.size} workers, but a sweep trains each trial in this one process: {fix}, and "
+            "start a sweep on each machine against one SWEEP_STORAGE instead (docs/sweeps.md)",
+        )
 
 
 def _runs_dir_flag(runs_dir: str) -> str:
