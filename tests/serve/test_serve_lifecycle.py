@@ -3,6 +3,7 @@ the body limit, nothing written, start-up errors with their exit codes."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -305,35 +306,14 @@ def test_a_name_whose_address_is_every_interface_is_refused_once_bound():
 def test_a_408_closes_the_connection_of_a_client_that_goes_on_trickling_its_body(monkeypatch):
     """Answered 408, a client that sent on a byte now and then kept its connection as long as it liked:
     uvicorn read on, and each byte stopped its keep-alive timer."""
-    import uvicorn
-
     from train.serve import app as app_module
-    from train.serve import server as server_module
-    from train.serve.app import State, build_app
-    from train.serve.batcher import Batcher
-    from train.serve.model import ServedModel
 
     monkeypatch.setattr(app_module, "BODY_IDLE_SECONDS", 0.3)
-    model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), lambda b: np.tile([0.5, 0.5], (len(b), 1)))
-    state = State(model, max_batch=4, max_wait_ms=0, max_body=1_000_000, max_pixels=1_000_000)
-    state.batcher = Batcher(model.run, 4, 0)  # ready: the body is read (never predicted on, never started)
-    app = build_app(state)
-    sock = server_module.bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
+    app = _serve_app(ready=True)  # the body is read (never predicted on)
     keep_alive = 0.5  # uvicorn's idle connection timeout, short: the client outlives it many times over
-    config = uvicorn.Config(
-        app, http=server_module._Protocol, log_config=None, lifespan="off", timeout_keep_alive=keep_alive
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        _until(lambda: server.started, "the server started")
+    with _uvicorn(app, timeout_keep_alive=keep_alive) as port:
         with socket.create_connection(("127.0.0.1", port), timeout=0.1) as client:
-            client.sendall(
-                b"POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 100000\r\n\r\n{"
-            )
+            client.sendall(PREDICT + b"Content-Length: 100000\r\n\r\n{")
             answer, closed, until = b"", False, time.monotonic() + 10 * keep_alive
             while not closed and time.monotonic() < until:
                 try:
@@ -344,18 +324,99 @@ def test_a_408_closes_the_connection_of_a_client_that_goes_on_trickling_its_body
                     continue
                 except (ConnectionResetError, BrokenPipeError):
                     closed = True
-        assert answer.startswith(b"HTTP/1.1 408"), answer
-        assert closed, f"the connection was held {10 * keep_alive:g} s past its 408"
-        assert b"\r\nconnection: close\r\n" in answer.lower(), answer  # the client is told, too
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert closed, f"the connection was held {10 * keep_alive:g} s past its 408"
+    assert b"\r\nconnection: close\r\n" in answer.lower(), answer  # the client is told, too
+
+
+@contextlib.contextmanager
+def _uvicorn(app, **config):
+    """`app` on a real uvicorn with serve's protocol, in a thread; yields its port."""
+    import uvicorn
+
+    from train.serve import server as server_module
+
+    sock = server_module.bind("127.0.0.1", 0)
+    server = uvicorn.Server(
+        uvicorn.Config(app, http=server_module._Protocol, log_config=None, lifespan="off", **config)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        _until(lambda: server.started, "the server started")
+        yield sock.getsockname()[1]
     finally:
         server.should_exit = True
         thread.join(_DEADLINE)
 
 
+def _serve_app(ready: bool = False):
+    """serve's app; still loading, it answers a prediction 503 before its body is read."""
+    from train.serve.app import State, build_app
+    from train.serve.batcher import Batcher
+    from train.serve.model import ServedModel
+
+    model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), lambda b: np.tile([0.5, 0.5], (len(b), 1)))
+    state = State(model, max_batch=4, max_wait_ms=0, max_body=1_000_000, max_pixels=1_000_000)
+    if ready:
+        state.batcher = Batcher(model.run, 4, 0)  # never started: nothing here is predicted on
+    return build_app(state)
+
+
+PREDICT = b"POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+def test_a_client_answered_before_its_body_was_read_is_let_go_however_it_trickles_the_rest(monkeypatch):
+    """A 503 (or 404, or 413) answers before the body is read; uvicorn reads the rest and drops it, and
+    each byte stopped its keep-alive timer: a client trickling it held its connection as long as it liked."""
+    from train.serve import server as server_module
+
+    monkeypatch.setattr(server_module, "LINGER_SECONDS", 0.5)
+    with _uvicorn(_serve_app()) as port, socket.create_connection(("127.0.0.1", port), timeout=0.1) as client:
+        client.sendall(PREDICT + b"Content-Length: 100000\r\n\r\n{")
+        answer, closed, until = b"", False, time.monotonic() + 20 * server_module.LINGER_SECONDS
+        while not closed and time.monotonic() < until:
+            try:
+                client.sendall(b" ")  # a byte each tenth of a second
+                got = client.recv(65536)
+                answer, closed = answer + got, got == b""
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                closed = True
+    assert answer.startswith(b"HTTP/1.1 503"), answer
+    assert closed, f"the connection was held {20 * server_module.LINGER_SECONDS:g} s past its answer"
+
+
+def test_a_client_answered_before_its_body_was_read_keeps_its_connection_once_the_body_has_come(monkeypatch):
+    from train.serve import server as server_module
+
+    monkeypatch.setattr(server_module, "LINGER_SECONDS", 0.2)
+    with _uvicorn(_serve_app(), timeout_keep_alive=600) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) as client:
+            client.sendall(PREDICT + b"Content-Length: 2\r\n\r\n{")
+            with client.makefile("rb") as answer:
+                assert _response(answer).startswith(b"HTTP/1.1 503")
+                client.sendall(b"}")  # the body's rest: the answered request is over
+                # Past the linger a timer not stopped would have closed the connection (a negative: it
+                # takes a wait; the timer is due long before the next request is read).
+                time.sleep(3 * server_module.LINGER_SECONDS)
+                client.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert _response(answer).startswith(b"HTTP/1.1 200 OK"), "closed before the next request"
+
+
+def _response(answer) -> bytes:
+    """One HTTP/1.1 response read whole from a socket's file (its body by Content-Length)."""
+    head = [answer.readline()]
+    while head[-1] not in (b"\r\n", b""):
+        head.append(answer.readline())
+    length = next((int(h.split(b":")[1]) for h in head if h.lower().startswith(b"content-length:")), 0)
+    return b"".join(head) + answer.read(length)
+
+
 def test_a_connection_whose_request_headers_do_not_come_whole_is_closed_and_the_others_are_served(monkeypatch):
     """uvicorn waits for a request's headers without end: clients that connect and send nothing, or
     half a request line, each held a connection and its file descriptor for as long as they liked."""
-    import uvicorn
     from starlette.applications import Starlette
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
@@ -363,15 +424,7 @@ def test_a_connection_whose_request_headers_do_not_come_whole_is_closed_and_the_
     from train.serve import server as server_module
 
     monkeypatch.setattr(server_module, "HEADERS_SECONDS", 0.5)
-    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
-    sock = server_module.bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http=server_module._Protocol, log_config=None, lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        _until(lambda: server.started, "the server started")
+    with _uvicorn(Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])) as port:
         connect = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) for _ in range(3)]
         with connect[0] as silent, connect[1] as half, connect[2] as whole:
             half.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # no blank line: the headers never end
@@ -379,6 +432,3 @@ def test_a_connection_whose_request_headers_do_not_come_whole_is_closed_and_the_
             with whole.makefile("rb") as answer:
                 assert answer.read().startswith(b"HTTP/1.1 200 OK")
             assert silent.recv(1) == b"" and half.recv(1) == b""  # closed by the server (a timeout here: held)
-    finally:
-        server.should_exit = True
-        thread.join(_DEADLINE)

@@ -37,16 +37,23 @@ from .work import Pool
 log = logging.getLogger("train")
 BACKSTOP = 5  # seconds past the drain before uvicorn cancels what our cut-off did not end (a stuck send)
 HEADERS_SECONDS = 30.0  # a request's headers come whole within this long of the connection or their first byte
+LINGER_SECONDS = 30.0  # answered before its body was read: the rest may come this long, then the connection closes
 
 
 class _Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, closing a connection whose request headers do not come whole within
-    HEADERS_SECONDS. uvicorn waits for them without end (its keep-alive timeout starts only after a
-    response, and stops at the next byte): a client that connects and sends nothing, or a byte now
-    and then, would hold its connection and file descriptor as long as it likes. (No answer is sent:
-    HTTP has none before a request's headers; the body's own wait is the app's 408.)"""
+    """uvicorn's HTTP/1.1 protocol, with two waits bounded that uvicorn leaves without end (its
+    keep-alive timeout starts only after a response, and stops at the next byte):
+    - a request's headers must come whole within HEADERS_SECONDS, else the connection is closed: a
+      client that connects and sends nothing, or a byte now and then, would hold its connection and
+      file descriptor as long as it likes. (No answer is sent: HTTP has none before a request's headers.)
+    - a request answered before its body was read (a 404, a 413 by Content-Length, a 503 before the
+      model is ready) has the rest of its body read and dropped for LINGER_SECONDS at most, as nginx's
+      lingering close does, then the connection is closed: a client trickling the rest held it. Closing
+      at once instead would drop the answer of a client still uploading (a reset before it reads it).
+    The body's own wait, in a request that reads it, is the app's 408."""
 
     _late: asyncio.TimerHandle | None = None
+    _linger: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -60,9 +67,17 @@ class _Protocol(H11Protocol):
             self._late.cancel()
             self._late = None
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._body_unread() and not self.transport.is_closing():
+            if self._linger is not None:
+                self._linger.cancel()
+            self._linger = self.loop.call_later(LINGER_SECONDS, self._linger_over)
+
     def connection_lost(self, exc) -> None:
-        if self._late is not None:
-            self._late.cancel()
+        for timer in (self._late, self._linger):
+            if timer is not None:
+                timer.cancel()
         super().connection_lost(exc)
 
     def _await_headers(self) -> None:
@@ -72,6 +87,14 @@ class _Protocol(H11Protocol):
     def _headers_late(self) -> None:
         self._late = None
         if self.conn.their_state is h11.IDLE:
+            self.transport.close()
+
+    def _body_unread(self) -> bool:
+        return self.conn.our_state is h11.DONE and self.conn.their_state is h11.SEND_BODY
+
+    def _linger_over(self) -> None:
+        self._linger = None
+        if self._body_unread():  # else the rest came in time: the connection lives on
             self.transport.close()
 
 
