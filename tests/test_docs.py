@@ -1,7 +1,7 @@
 """The README and docs/: every relative link and #anchor points at a file and a heading that exist,
 every `invoke` command shown is one invoke's own parser accepts for tasks.py, the README names
-every invoke task and every `python -m train` command, and the README's metrics.csv columns are the
-ones the training writes.
+every invoke task and every `python -m train` command, the README's metrics.csv columns are the
+ones the training writes, and an exit code quoted beside an error's name is the one train/errors.py gives it.
 
 Fast and offline: links to other sites are not followed. Anchors follow GitHub's rule for heading
 ids (lowercase; punctuation other than '-' and '_' dropped; each space becomes '-'; a repeated
@@ -209,6 +209,33 @@ def test_the_invoke_checker_refuses_unknown_tasks_and_options_and_accepts_real_o
         "README.md:5: invoke publish",
         "README.md:6: invoke serve web --no-upgrade",
     ]
+
+
+# "`RunBusyError`, exit 4", "ExportError (exit 8)": a name, then "exit N" within the same clause.
+QUOTED_EXIT = re.compile(r"\b([A-Z]\w+)\b`?[^.;`]{0,60}?\bexit (\d+)")
+
+
+def wrong_exit_codes(text: str) -> list[str]:
+    """Every "<error>, exit N" of a doc where train/errors.py gives that error another code."""
+    from train import errors
+
+    wrong = []
+    for m in QUOTED_EXIT.finditer(text):
+        error = getattr(errors, m[1], None)
+        if isinstance(error, type) and issubclass(error, errors.TemplateError) and error.exit_code != int(m[2]):
+            line = text.count("\n", 0, m.start()) + 1
+            wrong.append(f"line {line}: {m[1]}, exit {m[2]} (train/errors.py: exit {error.exit_code})")
+    return wrong
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: p.name)
+def test_every_exit_code_quoted_beside_an_error_is_the_errors_own(path):
+    assert wrong_exit_codes(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_exit_code_checker_finds_a_code_the_error_does_not_have():
+    text = "`RunBusyError`, exit 4; `Mismatch` exit 3.\nthe file is gone: `ExportError` (exit 4)."
+    assert wrong_exit_codes(text) == ["line 2: ExportError, exit 4 (train/errors.py: exit 8)"]
 
 
 def test_the_readmes_metrics_csv_columns_are_the_ones_written():
