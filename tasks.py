@@ -273,9 +273,16 @@ def _nohup_out() -> Path:
     """Where `train --local --detach` appends its console output and `logs --local` reads it: nohup.out in
     RUNS_DIR as `python -m train` here reads it (the environment, else .env), beside the runs. A RUNS_DIR
     in object storage (s3://...) is no folder a shell can append to: ./runs on this machine then."""
+    from train.locations import looks_like_url
+
+    runs_dir = _runs_dir()
+    return Path("runs" if looks_like_url(runs_dir) else runs_dir).expanduser() / "nohup.out"
+
+
+def _runs_dir() -> str:
+    """RUNS_DIR as `python -m train` here reads it: the environment, else .env."""
     from train.config import load_settings
     from train.errors import TemplateError
-    from train.locations import looks_like_url
 
     env_file = ROOT / ".env"
     try:
@@ -284,8 +291,7 @@ def _nohup_out() -> Path:
         settings = load_settings(env_file=env_file if env_file.is_file() else None, **quiet)
     except TemplateError as exc:
         raise Exit(f"{type(exc).__name__}: {exc}") from None
-    runs_dir = "runs" if looks_like_url(settings.runs_dir) else settings.runs_dir
-    return Path(runs_dir).expanduser() / "nohup.out"
+    return settings.runs_dir
 
 
 def free_ports(n: int) -> list[int]:
@@ -424,11 +430,20 @@ def logs(c, follow=False, local=False, cpu=False):
     }
 )
 def tensorboard(c, local=False, port=6006, cpu=False, stop=False):
-    """Serve TensorBoard for every run under runs/.
+    """Serve TensorBoard for every run in RUNS_DIR.
 
     On http://127.0.0.1:PORT: this machine only (TensorBoard has no authentication)."""
     if local:
-        c.run(f"{PY} -m tensorboard.main --logdir runs --host 127.0.0.1 --port {int(port)}", echo=True, pty=True)
+        from train.locations import looks_like_url
+
+        runs_dir = _runs_dir()
+        if looks_like_url(runs_dir):
+            raise Exit(
+                f"RUNS_DIR {runs_dir} is in object storage, which TensorBoard cannot read: set RUNS_DIR to a "
+                "folder for this command (the runs trained on this machine are in STORE_CACHE: docs/storage.md)"
+            )
+        logdir = shlex.quote(str(Path(runs_dir).expanduser()))
+        c.run(f"{PY} -m tensorboard.main --logdir {logdir} --host 127.0.0.1 --port {int(port)}", echo=True, pty=True)
         return
     port = _published(port)
     _volumes()

@@ -284,6 +284,28 @@ def test_a_detached_local_training_writes_its_output_under_runs_dir_and_local_lo
     assert echoed(c)[-1] == f"nohup {tasks.PY} -m train fit >> runs/nohup.out 2>&1 &"
 
 
+def test_local_tensorboard_reads_runs_dir_as_python_m_train_does(monkeypatch):
+    """It read ./runs whatever RUNS_DIR said."""
+    (tasks.ROOT / ".env").write_text("RUNS_DIR=/data/my runs\n")
+    c = ctx()
+    tasks.tensorboard(c, local=True)
+    tb = f"{tasks.PY} -m tensorboard.main --logdir"
+    monkeypatch.setenv("RUNS_DIR", "s3://bucket/runs")
+    with pytest.raises(Exit) as info:
+        tasks.tensorboard(c, local=True, port=7007)
+    assert str(info.value) == (
+        "RUNS_DIR s3://bucket/runs is in object storage, which TensorBoard cannot read: set RUNS_DIR to a "
+        "folder for this command (the runs trained on this machine are in STORE_CACHE: docs/storage.md)"
+    )
+    (tasks.ROOT / ".env").unlink()
+    monkeypatch.delenv("RUNS_DIR")
+    tasks.tensorboard(c, local=True, port=7007)
+    assert echoed(c) == [
+        f"{tb} '/data/my runs' --host 127.0.0.1 --port 6006",
+        f"{tb} runs --host 127.0.0.1 --port 7007",
+    ]
+
+
 def test_report_and_compare():
     c = ctx()
     tasks.report(c, run="20240101-000000 x")
