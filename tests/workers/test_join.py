@@ -192,6 +192,40 @@ def test_workers_started_with_other_settings_both_stop_naming_them():
         assert "give every worker the same settings" in str(error)
 
 
+def test_workers_of_other_commits_both_stop_naming_them():
+    """Same settings, other code (a host left at an older checkout): the join let them train together."""
+    ports = free_local_ports(2)
+    ours, theirs = "a" * 40, "b" * 40
+    args = (HANG_GUARD, StopFlag(), "WORKERS", {"seed": 7})
+    t, box = _in_thread(join.wait_for_workers, _cluster(ports, 0), *args, ours)
+    with pytest.raises(ConfigError) as info:
+        join.wait_for_workers(_cluster(ports, 1), *args, theirs)
+    t.join(HANG_GUARD)
+    assert not t.is_alive() and isinstance(box.get("error"), ConfigError), box  # the chief does not wait on
+    for error, other, commits in (
+        (info.value, 0, "aaaaaaaaaaaa, this one bbbbbbbbbbbb"),
+        (box["error"], 1, "bbbbbbbbbbbb, this one aaaaaaaaaaaa"),
+    ):
+        assert error.name == "WORKERS" and error.value == f"127.0.0.1:{ports[other]}"
+        assert str(error).endswith(
+            f"worker {other} there runs commit {commits}: the same settings can train another model or read the "
+            "data otherwise; start every worker from the same commit (or image)"
+        ), str(error)
+
+
+@pytest.mark.parametrize("commits", [("a" * 40, None), (None, "a" * 40), ("a" * 40, "a" * 40)])
+def test_workers_of_one_commit_or_where_one_does_not_know_its_own_join(commits):
+    """An image built without GIT_COMMIT knows no commit: it is not refused beside a git checkout."""
+    ports = free_local_ports(2)
+    runs = [
+        _in_thread(join.wait_for_workers, _cluster(ports, i), HANG_GUARD, StopFlag(), "WORKERS", {}, commits[i])
+        for i in range(2)
+    ]
+    for t, box in runs:
+        t.join(HANG_GUARD)
+        assert not t.is_alive() and "error" not in box, box
+
+
 def test_a_worker_started_with_another_workers_index_is_refused_naming_worker_index():
     p0, p1 = free_local_ports(2)
     mine = _cluster([p0, p1], 0)

@@ -4,9 +4,11 @@ TensorFlow's own join (building MultiWorkerMirroredStrategy) blocks in C++: a wo
 starts keeps it waiting without a word and deaf to SIGTERM/SIGINT. So each worker first holds its
 own port (the one TensorFlow binds a moment later, so a port in use is found here, in one line) and
 exchanges one line with every other worker: `tf-train-join <index> <cluster digest> <address>
-<settings>`, the last a short hash of each setting every worker must share (train.workers.settings.
-shared). One exchange, in either direction, tells both ends that the other is up and has the same
-cluster and settings; other settings stop both ends with one line naming them. Only when every
+<settings> <commit>`, the settings a short hash of each setting every worker must share
+(train.workers.settings.shared), the commit the code's ("-" when neither git nor the image knows it).
+One exchange, in either direction, tells both ends that the other is up and has the same cluster,
+settings and code; other settings, or another commit where both know theirs, stop both ends with
+one line naming them. Only when every
 other worker has been met does the port go to TensorFlow, whose join is then short.
 
 While it waits, the worker logs who is missing every JOIN_REPORT_SECONDS, a stop (SIGTERM, Ctrl-C,
@@ -52,17 +54,32 @@ def settings_token(shared: Mapping[str, object]) -> str:
     return "-".join(hashlib.sha256(f"{k}={shared[k]!r}".encode()).hexdigest()[:6] for k in sorted(shared)) or "-"
 
 
-def _line(cluster: Cluster, token: str) -> bytes:
-    return f"{MAGIC} {cluster.index} {digest(cluster)} {cluster.workers[cluster.index]} {token}\n".encode()
+def _line(cluster: Cluster, token: str, commit: str | None = None) -> bytes:
+    me = f"{cluster.index} {digest(cluster)} {cluster.workers[cluster.index]} {token} {commit or '-'}"
+    return f"{MAGIC} {me}\n".encode()
 
 
-def _parse(raw: bytes) -> tuple[int, str, str, str] | None:
-    """(index, cluster digest, address, settings token); the token is "" from a version of this
-    template that sent none, which is refused by name rather than taken for another program."""
+def _parse(raw: bytes) -> tuple[int, str, str, str, str] | None:
+    """(index, cluster digest, address, settings token, commit); the token is "" from a version of
+    this template that sent none, which is refused by name rather than taken for another program; the
+    commit "-" when unknown there (or from a version that sent none)."""
     parts = raw.decode("ascii", "replace").split()
-    if len(parts) not in (4, 5) or parts[0] != MAGIC or not parts[1].isdigit():
+    if len(parts) not in (4, 5, 6) or parts[0] != MAGIC or not parts[1].isdigit():
         return None
-    return int(parts[1]), parts[2], parts[3], parts[4] if len(parts) == 5 else ""
+    return int(parts[1]), parts[2], parts[3], parts[4] if len(parts) > 4 else "", parts[5] if len(parts) > 5 else "-"
+
+
+def _other_code(cluster: Cluster, j: int, name: str, mine: str | None, theirs: str) -> ConfigError | None:
+    """The error for worker j running another commit (None: the same, or either does not know its own:
+    an image built without GIT_COMMIT beside a git checkout is not refused)."""
+    if not mine or theirs == "-" or theirs == mine:
+        return None
+    return ConfigError(
+        name,
+        cluster.workers[j],
+        f"worker {j} there runs commit {theirs[:12]}, this one {mine[:12]}: the same settings can train "
+        "another model or read the data otherwise; start every worker from the same commit (or image)",
+    )
 
 
 def _other_settings(
@@ -141,8 +158,8 @@ def _bind(port: int) -> socket.socket:
 class _Listener:
     """This worker's port until TensorFlow takes it: answers every other worker's line with its own."""
 
-    def __init__(self, cluster: Cluster, name: str, shared: Mapping[str, object]):
-        self.cluster, self.name, self.met, self.shared = cluster, name, set(), shared
+    def __init__(self, cluster: Cluster, name: str, shared: Mapping[str, object], commit: str | None):
+        self.cluster, self.name, self.met, self.shared, self.commit = cluster, name, set(), shared, commit
         self.refused: ConfigError | None = None  # a worker of this cluster with other settings
         address = cluster.workers[cluster.index]
         try:
@@ -169,7 +186,7 @@ class _Listener:
             with conn:
                 try:
                     conn.settimeout(LINE_SECONDS)
-                    conn.sendall(_line(self.cluster, settings_token(self.shared)))
+                    conn.sendall(_line(self.cluster, settings_token(self.shared), self.commit))
                     got = _parse(_read_line(conn))
                     conn.recv(1)  # the other end closes first: no TIME_WAIT left on this port for TensorFlow
                 except OSError:
@@ -177,7 +194,9 @@ class _Listener:
             # A worker of another cluster (another digest) is not one of ours: it refuses itself.
             if got and got[1] == digest(self.cluster) and 0 <= got[0] < len(self.cluster.workers):
                 # Told here too, not only to the worker that called: both ends stop, neither waits on.
-                refused = _other_settings(self.cluster, got[0], self.name, self.shared, got[3])
+                refused = _other_settings(self.cluster, got[0], self.name, self.shared, got[3]) or _other_code(
+                    self.cluster, got[0], self.name, self.commit, got[4]
+                )
                 with self._lock:
                     self.met.add(got[0])
                     self.refused = self.refused or refused
@@ -194,7 +213,7 @@ class _Listener:
         self._thread.join(timeout=5)
 
 
-def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object]) -> str:
+def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], commit: str | None) -> str:
     """'met' (ours, or TensorFlow's server), 'absent' (nothing listens there yet), 'unresolved' (the
     host name does not resolve) or 'foreign'."""
     host, port = cluster.workers[j].rsplit(":", 1)
@@ -207,7 +226,7 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object]) ->
                 # TensorFlow's server: that worker met everyone and is in TensorFlow's join, waiting
                 # for this one (it was restarted since, or met it a moment ago). Anything else is not ours.
                 return "met" if _is_grpc(first) else "foreign"
-            conn.sendall(_line(cluster, settings_token(shared)))
+            conn.sendall(_line(cluster, settings_token(shared), commit))
     except socket.gaierror:  # a name no resolver knows: a typo, or a pod's DNS name not published yet
         return "unresolved"
     except OSError:  # refused, unreachable, timed out
@@ -229,7 +248,7 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object]) ->
             f"the worker at {cluster.workers[j]} says it is worker {got[0]} ({got[2]}), not worker {j}: "
             f"give each worker its own {setting}, its place in {name}",
         )
-    refused = _other_settings(cluster, j, name, shared, got[3])
+    refused = _other_settings(cluster, j, name, shared, got[3]) or _other_code(cluster, j, name, commit, got[4])
     if refused is not None:
         raise refused
     return "met"
@@ -253,15 +272,20 @@ def _unresolved(cluster: Cluster, missing: list[int], status: Mapping[int, str],
 
 
 def wait_for_workers(
-    cluster: Cluster, timeout: float, stop, name: str, shared: Mapping[str, object] | None = None
+    cluster: Cluster,
+    timeout: float,
+    stop,
+    name: str,
+    shared: Mapping[str, object] | None = None,
+    commit: str | None = None,
 ) -> None:
     """Return once every other worker of `cluster` has started; see the module docstring.
 
     `timeout` in seconds (0: no limit); `stop` a train.training.stop_flag.StopFlag; `name` the setting that
     made the cluster (WORKERS or TF_CONFIG), for the messages; `shared` the settings every worker
-    must have alike, by name."""
+    must have alike, by name; `commit` this worker's code (None: unknown, compared with none)."""
     shared = dict(shared or {})
-    listener = _Listener(cluster, name, shared)
+    listener = _Listener(cluster, name, shared, commit)
     try:
         started, reported = time.monotonic(), None
         met: set[int] = set()
@@ -270,7 +294,7 @@ def wait_for_workers(
             status = {}
             for j in range(len(cluster.workers)):
                 if j != cluster.index and j not in met:
-                    status[j] = _probe(cluster, j, name, shared)
+                    status[j] = _probe(cluster, j, name, shared, commit)
                     if status[j] == "met":
                         met.add(j)
             missing = [j for j in range(len(cluster.workers)) if j != cluster.index and j not in met]

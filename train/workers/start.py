@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 
+from ..run.manifest import git_info
 from ..run.train_log import setup_logging
 from .join import wait_for_workers
 from .settings import check_environ, shared
@@ -27,7 +28,8 @@ def join(settings, stop, epochs: int):
     setup_logging(None, prefix=f"[worker {cluster.index}] ")
     log.warning(cluster.exposure_warning())
     # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
-    wait_for_workers(cluster, settings.join_timeout, stop, cluster.source, shared(settings))
+    commit = git_info().get("commit")  # workers of other code are refused where both know theirs
+    wait_for_workers(cluster, settings.join_timeout, stop, cluster.source, shared(settings), commit)
     from ..setup import devices
     from . import worker
 
