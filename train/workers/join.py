@@ -8,8 +8,8 @@ exchanges one line with every other worker: `tf-train-join <index> <cluster dige
 (train.workers.settings.shared), the commit the code's ("-" when neither git nor the image knows it).
 One exchange, in either direction, tells both ends that the other is up and has the same cluster,
 settings and code; other settings, or another commit where both know theirs, stop both ends with
-one line naming them. Only when every
-other worker has been met does the port go to TensorFlow, whose join is then short.
+one line naming them. Only when every other worker has been met does the port go to TensorFlow,
+whose join is then short.
 
 While it waits, the worker logs who is missing every JOIN_REPORT_SECONDS, a stop (SIGTERM, Ctrl-C,
 MAX_MINUTES) ends it with `Interrupted` (nothing was trained, nothing is lost), and after
@@ -285,6 +285,7 @@ def wait_for_workers(
     made the cluster (WORKERS or TF_CONFIG), for the messages; `shared` the settings every worker
     must have alike, by name; `commit` this worker's code (None: unknown, compared with none)."""
     shared = dict(shared or {})
+    commit = "".join((commit or "").split()) or None  # one word of the line, whatever GIT_COMMIT was at build
     listener = _Listener(cluster, name, shared, commit)
     try:
         started, reported = time.monotonic(), None
