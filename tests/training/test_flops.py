@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -410,3 +411,345 @@ def test_a_corrupt_bf16_probe_cache_is_measured_again_with_a_warning(tmp_path, w
 def test_the_bf16_probe_without_a_cache_folder_is_measured_and_not_cached(tmp_path):
     probe, calls = probes(0.55)
     assert flops.cached_bf16_speedup(None, probe) == (0.55, "probe measured now, not cached") and calls == [0.55]
+
+
+# --- each layer kind, each peak and each message, whole ----------------------------------------
+
+
+def _one_layer(shape, layer, dtype="float32"):
+    import keras
+
+    inputs = keras.Input(shape, dtype=dtype)
+    return keras.Model(inputs, layer(inputs))
+
+
+def _layer_cases():
+    import keras
+
+    L = keras.layers
+    return [
+        # (input shape, layer, forward FLOPs per example by hand, counted)
+        ((10, 3), L.Conv1D(4, 3, name="k"), 2 * (8 * 4) * (3 * 3), ("k",)),
+        ((4, 4, 4, 2), L.Conv3D(3, 2, name="k"), 2 * (3 * 3 * 3 * 3) * (2 * 2 * 2 * 2), ("k",)),
+        # groups=2: each output channel sees half the input channels
+        ((6, 6, 4), L.Conv2D(4, 3, groups=2, name="k"), 2 * (4 * 4 * 4) * (3 * 3 * 2), ("k",)),
+        ((8, 4), L.DepthwiseConv1D(3, name="k"), 2 * (6 * 4) * 3, ("k",)),
+        ((8, 4), L.SeparableConv1D(5, 3, name="k"), 2 * 6 * 4 * 3 + 2 * (6 * 5) * 4, ("k",)),
+        # depth_multiplier=2: 3 input channels make 6 depthwise ones, each fed to the pointwise step
+        ((6, 6, 3), L.SeparableConv2D(4, 3, depth_multiplier=2, name="k"), 2 * 16 * 6 * 9 + 2 * (16 * 4) * 6, ("k",)),
+        ((4, 5), L.Dense(3, name="k"), 2 * (4 * 3) * 5, ("k",)),
+        ((4, 5), L.LayerNormalization(name="k"), 0, ()),
+        ((4, 5), L.BatchNormalization(name="k"), 0, ()),
+        ((4, 5), L.Normalization(mean=0.0, variance=1.0, name="k"), 0, ()),
+        ((4, 5), L.Normalization(axis=-1, name="k"), 0, ()),
+        ((4, 5), L.Flatten(name="k"), 0, ()),
+    ]
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_each_layer_kind_is_counted_as_by_hand(case):
+    shape, layer, forward, counted = _layer_cases()[case]
+    if type(layer).__name__ == "Normalization" and layer.axis == (-1,) and layer.input_mean is None:
+        layer.build((None, *shape))  # adapt()'s mean and variance: weights, and still no matmul
+        assert layer.weights
+    count = count_flops(_one_layer(shape, layer))
+    assert (count.forward_per_example, count.counted_layers, count.uncounted_layers) == (forward, counted, ())
+
+
+def test_an_embedding_is_a_lookup_not_a_matmul():
+    import keras
+
+    count = count_flops(_one_layer((5,), keras.layers.Embedding(10, 4, name="emb"), dtype="int32"))
+    assert (count.forward_per_example, count.counted_layers, count.uncounted_layers) == (0, (), ())
+
+
+def test_the_flop_count_recorded_in_the_manifest_is_whole():
+    count = FlopCount(1_000, ("conv1", "logits"), ("einsum",))
+    assert count.to_dict() == {
+        "train_per_example": 3_000,
+        "forward_per_example": 1_000,
+        "convention": "matmul and convolution multiply-adds x2, training = 3x forward",
+        "counted_layers": ["conv1", "logits"],
+        "uncounted_layers": ["einsum"],
+    }
+    assert FlopCount(7).to_dict()["counted_layers"] == [] and FlopCount(7).uncounted_layers == ()
+
+
+def test_each_peak_chosen_is_recorded_whole():
+    from train.training.flops import Peak, choose_peak
+
+    sheet = choose_peak(600e12, 989e12, 2, "NVIDIA H100 80GB HBM3", "bfloat16", "cached from x")
+    assert sheet == Peak(
+        2 * 989e12, "datasheet: 989 TFLOP/s bfloat16 per NVIDIA H100 80GB HBM3, x2", 600e12, 989e12, "cached from x"
+    )
+    assert choose_peak(70e9, None, 3, "CPU", "float32", "measured now") == Peak(
+        210e9, "measured: 1024x1024 float32 matmul on CPU, x3", 70e9, None, "measured now"
+    )
+    assert choose_peak(None, None, 1, "CPU", "float32", "the probe failed") == Peak(
+        None, "unknown: the probe failed", None, None, "the probe failed"
+    )
+    assert choose_peak(70e9, None, 1, "CPU", "float32").to_dict() == {
+        "flops": 70e9,
+        "source": "measured: 1024x1024 float32 matmul on CPU, x1",
+        "measured_per_device": 70e9,
+        "datasheet_per_device": None,
+        "origin": "",
+    }
+
+
+def test_a_device_without_a_name_has_no_datasheet_peak():
+    assert flops.datasheet_peak(None, "float32") is None and flops.datasheet_peak("", "bfloat16") is None
+
+
+def test_the_machine_key_holds_everything_the_peak_depends_on(monkeypatch):
+    import tensorflow as tf
+
+    from train.setup.hardware import cpu_model
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    environ = {"TF_ENABLE_ONEDNN_OPTS": "0", "ONEDNN_MAX_CPU_ISA": "avx2"}
+    assert flops.machine_key("CPU", "float32", environ) == {
+        "device": "CPU",
+        "cpu": cpu_model(),
+        "usable_cpus": 3,
+        "dtype": "float32",
+        "tensorflow": tf.__version__,
+        "onednn": False,
+        "onednn_max_isa": "AVX2",
+    }
+
+
+def test_the_cache_file_is_named_by_a_short_digest_of_the_key_in_any_order(tmp_path):
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(KEY, sort_keys=True).encode()).hexdigest()[:16]
+    assert flops.peak_cache_file(tmp_path, KEY) == tmp_path / "peak-flops" / f"{digest}.json"
+    assert (
+        flops.peak_cache_file(tmp_path, dict(reversed(KEY.items())), "other") == tmp_path / "other" / f"{digest}.json"
+    )
+
+
+@pytest.mark.parametrize(
+    "record, why",
+    [
+        ({"flops_per_device": True}, "flops_per_device is True, not a positive number"),
+        ({"flops_per_device": 0}, "flops_per_device is 0, not a positive number"),
+        ({"flops_per_device": float("inf")}, "flops_per_device is inf, not a positive number"),
+        ({"flops_per_device": 10**400}, f"flops_per_device is {'1' + '0' * 39}, not a positive number"),
+        ({"flops_per_device": 1e9, "measured_at": 5}, "measured_at is 5, not a time"),
+        ({"measured_at": None, "flops_per_device": 1e9}, "measured_at is None, not a time"),
+        ({"key": {**KEY, "dtype": "bfloat16"}}, "it was measured for another machine, precision or TensorFlow version"),
+        (
+            {"beaten_by_a_run": True, "short_batches_counted": False},
+            "it was raised by a run of an older version, which could overstate a run's speed",
+        ),
+    ],
+)
+def test_each_unusable_cached_peak_says_why_whole(tmp_path, warnings, record, why):
+    path = flops.peak_cache_file(tmp_path, KEY)
+    path.parent.mkdir(parents=True)
+    good = {"key": KEY, "flops_per_device": 2e9, "probes": [2e9], "measured_at": "2026-01-01T00:00:00+00:00"}
+    path.write_text(json.dumps({**good, **record}))
+    assert flops.cached_peak(tmp_path, KEY, lambda: 3e9, rounds=2) == (
+        3e9,
+        f"measured now (best of 2 probes), cached in {path}",
+    )
+    assert warnings() == [f"WARNING: the cached peak {path} cannot be used ({why}): measuring it again"]
+
+
+def test_a_cached_peak_raised_by_a_run_of_this_version_is_read_back(tmp_path, warnings):
+    path = flops.peak_cache_file(tmp_path, KEY)
+    path.parent.mkdir(parents=True)
+    when = "2026-01-01T00:00:00+00:00"
+    record = {"key": KEY, "flops_per_device": 20e9, "measured_at": when, "beaten_by_a_run": True}
+    path.write_text(json.dumps({**record, "short_batches_counted": True}))
+    assert flops.cached_peak(tmp_path, KEY, lambda: pytest.fail("measured again")) == (
+        20e9,
+        f"cached from {path} (measured {when})",
+    )
+    assert warnings() == []
+
+
+def test_a_cache_file_that_is_a_dangling_link_is_measured_again_with_a_warning(tmp_path, warnings):
+    path = flops.peak_cache_file(tmp_path, KEY)
+    path.parent.mkdir(parents=True)
+    path.symlink_to(tmp_path / "gone.json")
+    assert flops.cached_peak(tmp_path, KEY, lambda: 3e9, rounds=1)[0] == 3e9
+    assert warnings() == [
+        f"WARNING: the cached peak {path} cannot be used ([Errno 2] No such file or directory: '{path}'): "
+        "measuring it again"
+    ]
+
+
+def test_an_unwritable_cache_is_one_whole_warning(tmp_path, warnings):
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache folder would be")
+    path = flops.peak_cache_file(blocked, KEY)
+    assert flops.cached_peak(blocked, KEY, lambda: 1e9, rounds=1) == (
+        1e9,
+        "measured now (best of 1 probes; not cached)",
+    )
+    assert warnings() == [
+        f"WARNING: the measured peak cannot be cached in {path} (cannot write {path.parent}: Not a directory): "
+        "the next run measures again"
+    ]
+
+
+class _Probe:
+    """measure_peak_flops as a run calls it: each call's dtype and device, answering `flops`."""
+
+    def __init__(self, flops: float | Exception):
+        self.flops, self.calls = flops, []
+
+    def __call__(self, dtype, device):
+        self.calls.append((dtype, device))
+        if isinstance(self.flops, Exception):
+            raise self.flops
+        return self.flops
+
+
+def test_peak_for_measures_five_probes_on_the_device_it_names_and_caches_them(tmp_path, monkeypatch):
+    probe = _Probe(5e9)
+    monkeypatch.setattr(flops, "measure_peak_flops", probe)
+    peak = flops.peak_for("auto", tmp_path, "Some GPU", "bfloat16", devices=2)
+    path = flops.peak_cache_file(tmp_path, flops.machine_key("Some GPU", "bfloat16"))
+    assert probe.calls == [("bfloat16", "/GPU:0")] * 5
+    assert peak == flops.Peak(
+        10e9,
+        "measured: 1024x1024 bfloat16 matmul on Some GPU, x2",
+        5e9,
+        None,
+        f"measured now (best of 5 probes), cached in {path}",
+    )
+    probe.calls.clear()
+    assert flops.peak_for("auto", tmp_path, "CPU", "float32", devices=1).flops == 5e9
+    assert probe.calls == [("float32", "/CPU:0")] * 5
+
+
+def test_peak_flops_measure_probes_again_though_a_peak_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(flops, "measure_peak_flops", _Probe(5e9))
+    flops.peak_for("auto", tmp_path, "CPU", "float32", devices=1)
+    probe = _Probe(6e9)
+    monkeypatch.setattr(flops, "measure_peak_flops", probe)
+    assert flops.peak_for("auto", tmp_path, "CPU", "float32", devices=1).flops == 5e9 and probe.calls == []
+    assert flops.peak_for("measure", tmp_path, "CPU", "float32", devices=1).flops == 6e9 and len(probe.calls) == 5
+
+
+def test_a_given_peak_is_recorded_as_given(tmp_path):
+    assert flops.peak_for("2.5e11", tmp_path, "NVIDIA A100-SXM4-80GB", "bfloat16", devices=2) == flops.Peak(
+        5e11, "PEAK_FLOPS: 250 GFLOP/s per NVIDIA A100-SXM4-80GB, x2", None, None, "PEAK_FLOPS"
+    )
+
+
+def test_a_probe_that_fails_leaves_the_peak_unknown_with_one_warning(tmp_path, monkeypatch, warnings):
+    monkeypatch.setattr(flops, "measure_peak_flops", _Probe(RuntimeError("no device")))
+    peak = flops.peak_for("auto", tmp_path, "CPU", "float32", devices=1)
+    assert peak == flops.Peak(None, "unknown: the probe failed", None, None, "the probe failed")
+    assert warnings() == ["WARNING: the peak FLOP/s probe failed (RuntimeError: no device): no MFU for this run"]
+
+
+def test_a_beaten_peak_is_raised_to_the_best_of_five_probes_on_its_device_and_recorded_whole(tmp_path, monkeypatch):
+    peak = flops.choose_peak(10e9, None, 2, "Some GPU", "float16", "measured now")
+    probe = _Probe(12e9)
+    monkeypatch.setattr(flops, "measure_peak_flops", probe)
+    assert flops.beaten_peak(peak, 20e9, 2, tmp_path, "Some GPU", "float16") is None  # equal: not beaten
+    raised = flops.beaten_peak(peak, 30e9, 2, tmp_path, "Some GPU", "float16")
+    assert probe.calls == [("float16", "/GPU:0")] * 5
+    key = flops.machine_key("Some GPU", "float16")
+    path = flops.peak_cache_file(tmp_path, key)
+    record = json.loads(path.read_text())
+    when = record["measured_at"]
+    assert record == {
+        "key": key,
+        "flops_per_device": 15e9,
+        "probes": [12e9] * 5,
+        "measured_at": when,
+        "beaten_by_a_run": True,
+        "short_batches_counted": True,
+    }
+    assert raised == flops.Peak(
+        30e9, peak.source, 15e9, None, f"raised at {when}: a run reached 15.0 GFLOP/s per device, cached in {path}"
+    )
+    probe.calls.clear()
+    flops.beaten_peak(raised, 40e9, 2, tmp_path, "CPU", "float16", probe=False)
+    assert probe.calls == []
+
+
+def test_a_beaten_peak_whose_probe_fails_or_cache_is_unwritable_is_still_raised_to_the_run_s_rate(
+    tmp_path, monkeypatch, warnings
+):
+    peak = flops.choose_peak(10e9, None, 1, "CPU", "float32")
+    monkeypatch.setattr(flops, "measure_peak_flops", _Probe(RuntimeError("busy")))
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache folder would be")
+    raised = flops.beaten_peak(peak, 11e9, 1, blocked, "CPU", "float32")
+    assert flops.measure_peak_flops.calls == [("float32", "/CPU:0")]  # the first probe failed: no more
+    assert (raised.flops, raised.measured_per_device, raised.source) == (11e9, 11e9, peak.source)
+    assert raised.origin.endswith(": a run reached 11.0 GFLOP/s per device")
+    path = flops.peak_cache_file(blocked, flops.machine_key("CPU", "float32"))
+    assert warnings() == [
+        f"WARNING: the raised peak cannot be cached in {path} (cannot write {path.parent}: Not a directory): "
+        "this run still divides by the new figure"
+    ]
+
+
+def test_a_peak_with_no_figure_or_none_measured_is_never_raised(tmp_path):
+    unknown = flops.Peak(None, "unknown: the probe failed")
+    given = flops.Peak(1e9, "PEAK_FLOPS: 1 GFLOP/s per CPU, x1", origin="PEAK_FLOPS")
+    assert flops.beaten_peak(unknown, 1e9, 1, tmp_path, "CPU", "float32") is None
+    assert flops.beaten_peak(given, 2e9, 1, tmp_path, "CPU", "float32") is None
+    assert not (tmp_path / "peak-flops").exists()
+
+
+def test_a_beaten_peak_on_the_cpu_is_probed_on_the_cpu(tmp_path, monkeypatch):
+    probe = _Probe(4e9)
+    monkeypatch.setattr(flops, "measure_peak_flops", probe)
+    peak = flops.choose_peak(1e9, None, 1, "CPU", "bfloat16")
+    assert flops.beaten_peak(peak, 2e9, 1, tmp_path, "CPU", "bfloat16").flops == 4e9
+    assert probe.calls == [("bfloat16", "/CPU:0")] * 5
+
+
+def test_on_a_gpu_with_a_datasheet_peak_the_mfu_divides_by_it_and_the_measured_one_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(flops, "measure_peak_flops", _Probe(100e12))
+    where = "NVIDIA A100-SXM4-80GB"
+    peak = flops.peak_for("auto", tmp_path, where, "bfloat16", devices=4)
+    path = flops.peak_cache_file(tmp_path, flops.machine_key(where, "bfloat16"))
+    assert peak == flops.Peak(
+        4 * 312e12,
+        f"datasheet: 312 TFLOP/s bfloat16 per {where}, x4",
+        100e12,
+        312e12,
+        f"measured now (best of 5 probes), cached in {path}",
+    )
+
+
+def test_the_machine_cache_is_under_a_local_runs_dir(tmp_path):
+    assert flops.machine_cache(str(tmp_path / "runs")) == tmp_path / "runs" / ".cache"
+
+
+def test_the_bf16_probe_is_cached_under_this_cpu_s_key_whole(tmp_path):
+    flops.cached_bf16_speedup(tmp_path, probes(0.55)[0])
+    key = flops.machine_key("CPU", "bfloat16 over float32")
+    path = flops.peak_cache_file(tmp_path, key, "bf16-speedup")
+    record = json.loads(path.read_text())
+    assert record == {"key": key, "speedup": 0.55, "measured_at": record["measured_at"]}
+
+
+def test_a_bf16_probe_that_cannot_be_cached_is_one_whole_warning(tmp_path, warnings):
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache folder would be")
+    path = flops.peak_cache_file(blocked, flops.machine_key("CPU", "bfloat16 over float32"), "bf16-speedup")
+    assert flops.cached_bf16_speedup(blocked, probes(0.55)[0]) == (0.55, "probe measured now, not cached")
+    assert warnings() == [
+        f"WARNING: the bfloat16 probe's figure cannot be cached in {path} (cannot write {path.parent}: Not a "
+        "directory): the next run measures again"
+    ]
+
+
+def test_an_open_dimension_counts_once():
+    """A model built for any length (Input((None, 3))) is counted per position: each open dimension is 1."""
+    import keras
+
+    inputs = keras.Input((None, 3))
+    count = count_flops(keras.Model(inputs, keras.layers.Conv1D(4, 1, name="k")(inputs)))
+    assert count.forward_per_example == 2 * 4 * 3
