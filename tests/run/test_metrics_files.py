@@ -216,3 +216,127 @@ def test_a_metric_shows_the_digits_of_the_number_metrics_csv_keeps(tmp_path):
     kept = [read_back(row)["val_accuracy"] for _, row in read_rows(tmp_path / "metrics.csv")[1]]
     assert [metric_text(v) for v in values] == [f"{v:.4f}" for v in kept]
     assert metric_text(np.float32(0.90825)) == "0.9083"  # the float32 itself is 0.9082499...
+
+
+def test_epoch_and_batch_size_read_back_whole_and_the_rest_as_floats():
+    row = read_back({"epoch": "2", "batch_size": "64", "loss": "1", "learning_rate": "", "mfu": None})
+    assert row == {"epoch": 2, "batch_size": 64, "loss": 1.0, "learning_rate": None, "mfu": None}
+    assert [type(row[k]) for k in ("epoch", "batch_size", "loss")] == [int, int, float]
+
+
+def test_finite_takes_numbers_that_are_neither_nan_nor_infinite_nor_bools():
+    from train.run.metrics_files import finite
+
+    assert [finite(v) for v in (0, -3, 0.5, 1e308)] == [True] * 4
+    assert [finite(v) for v in (float("nan"), float("inf"), -float("inf"), True, False, "1", None)] == [False] * 7
+
+
+def test_a_metric_is_a_column_the_model_computed():
+    from train.run.metrics_files import is_metric
+
+    computed = ["loss", "accuracy", "val_loss", "val_accuracy", "mae"]
+    assert [c for c in [*METRIC_COLUMNS, "mae"] if is_metric(c)] == computed
+
+
+def test_a_long_header_without_epoch_is_cut_in_the_message(tmp_path):
+    from train.errors import RunRecordError
+
+    path = tmp_path / "metrics.csv"
+    columns = [f"column{i:02d}" for i in range(12)]
+    path.write_text(",".join(columns) + "\n" + ",".join("1" * 12) + "\n")
+    with pytest.raises(RunRecordError) as info:
+        MetricsFile(path)
+    assert str(info.value) == (
+        f"{path} has no 'epoch' column (its header: {', '.join(columns)[:80]}); restore it from a copy of the run, "
+        "or move it out of the run to go on without the rows it held"
+    )
+    assert len(", ".join(columns)) > 80
+
+
+def test_a_header_without_epoch_and_no_rows_starts_empty(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("loss,accuracy\n")
+    assert MetricsFile(path).rows == []
+
+
+def test_an_unreadable_file_is_named_with_the_first_line_of_why(tmp_path):
+    from train.errors import RunRecordError
+
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(b"epoch\n\xff\n")
+    with pytest.raises(RunRecordError) as info:
+        MetricsFile(path)
+    assert str(info.value) == (
+        f"{path} is unreadable (UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 6: invalid "
+        "start byte); restore it from a copy of the run, or move it out of the run to go on without the rows it held"
+    )
+    assert read_rows(path, errors="replace") == (["epoch"], [(2, {"epoch": "\ufffd"})])
+
+
+def test_a_row_without_an_epoch_cell_is_named_by_its_line(tmp_path):
+    from train.errors import RunRecordError
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("loss,epoch\n0.5,1\n0.4\n")
+    with pytest.raises(RunRecordError) as info:
+        MetricsFile(path)
+    assert str(info.value) == (
+        f"{path}, line 3: epoch=None is not a whole number; restore it from a copy of the run, or move it out of "
+        "the run to go on without the rows it held"
+    )
+
+
+def test_the_file_holds_exactly_the_rows_appended(tmp_path):
+    path = tmp_path / "metrics.csv"
+    m = MetricsFile(path, ["epoch", "loss", "note"])
+    m.append({"epoch": 1, "loss": 2.0 / 3, "note": "a,b"})
+    m.append({"epoch": 2, "loss": None, "note": 5})
+    assert path.read_bytes() == b'epoch,loss,note\r\n1,0.666667,"a,b"\r\n2,,5\r\n'
+
+
+def test_epoch_scalars_go_to_train_and_validation_as_keras_lays_them_out(tmp_path):
+    import tensorflow as tf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from train.run.metrics_files import TensorBoardWriter
+
+    writer = TensorBoardWriter(tmp_path)
+    writer.write(3, {"loss": 0.5, "accuracy": 1, "val_loss": 0.25, "mfu": None, "note": "x", "flag": True})
+    writer.write(4, {"loss": 0.4})
+    writer.close()
+
+    def scalars(folder):
+        acc = EventAccumulator(str(tmp_path / folder), size_guidance={"tensors": 0})
+        acc.Reload()
+        return {
+            tag: [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+            for tag in acc.Tags()["tensors"]
+        }
+
+    assert scalars("train") == {
+        "epoch_loss": [(3, 0.5), (4, pytest.approx(0.4))],
+        "epoch_accuracy": [(3, 1.0)],
+        "epoch_flag": [(3, 1.0)],
+    }
+    assert scalars("validation") == {"epoch_loss": [(3, 0.25)]}
+
+
+def test_the_hparams_session_holds_every_plain_setting_and_each_finite_metric_alone(tmp_path):
+    import tensorflow as tf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from train.run.metrics_files import write_hparams
+
+    logdir = tmp_path / "run-7" / "tensorboard"
+    settings = {"lr": 0.5, "epochs": 2, "model": "cnn", "smoke": False, "shape": [1, 2], "none": None}
+    write_hparams(logdir, settings, {"acc": 0.75, "inf": float("inf"), "word": "x", "flag": True}, step=9)
+    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+    acc.Reload()
+    content = acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    assert start.group_name == "run-7"
+    assert sorted(start.hparams) == ["epochs", "lr", "model", "smoke"]
+    assert [t for t in acc.Tags()["tensors"] if t.startswith("hparams/")] == ["hparams/acc"]
+    (event,) = acc.Tensors("hparams/acc")
+    assert (event.step, float(tf.make_ndarray(event.tensor_proto))) == (9, 0.75)
