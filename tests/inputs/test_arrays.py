@@ -338,3 +338,412 @@ def test_under_a_container_memory_limit_only_anonymous_memory_counts_as_used(tmp
     assert available_memory(str(tmp_path / "meminfo"), str(cgroup)) == 7_500_000_000
     (cgroup / "memory.max").write_text("max\n")  # no limit: the kernel's figure
     assert available_memory(str(tmp_path / "meminfo"), str(cgroup)) == 20_000_000 * 1024
+
+
+# --- each refusal's whole message, called directly ------------------------------------------------
+
+
+def test_an_empty_zip_archive_is_an_npz_missing_every_array(tmp_path):
+    import zipfile
+
+    path = tmp_path / "empty.npz"
+    zipfile.ZipFile(path, "w").close()  # no member: the archive starts with its end record, PK\x05\x06
+    with pytest.raises(DataError) as e:
+        read_npz(path)
+    assert str(e.value) == (
+        f"{path}: missing array(s) x_train, y_train, x_test, y_test; an .npz needs x_train, y_train, x_test, "
+        "y_test (Keras layout)"
+    )
+
+
+def test_a_truncated_npz_is_called_corrupt_with_the_reason_and_the_fix(make_npz):
+    path = make_npz()
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DataError) as e:
+        read_npz(path)
+    assert re.fullmatch(
+        rf"{re.escape(str(path))} is corrupt or truncated \((BadZipFile|EOFError|ValueError|OSError|error): .+\); "
+        "replace it with a good copy",
+        str(e.value),
+    ), str(e.value)
+
+
+def test_an_object_array_is_refused_with_the_whole_message(tmp_path):
+    path = tmp_path / "pickled.npz"
+    np.savez(path, x_train=np.zeros((2, 4, 4), np.uint8), y_train=np.array([None, 1], dtype=object))
+    with pytest.raises(DataError) as e:
+        read_npz(path)
+    assert str(e.value) == (
+        f"{path}: y_train is an array of Python objects (dtype object, stored as a pickle, which is never loaded: "
+        "unpickling can run code); save plain arrays: uint8 images, integer labels, class_names as strings "
+        "(numpy.array(names, dtype=str))"
+    )
+
+
+def test_an_object_array_the_run_does_not_use_is_never_read(tmp_path):
+    path = write_npz(tmp_path / "notes.npz", n_train=20, n_test=10, notes=np.array([None, "a note"], dtype=object))
+    assert sorted(read_npz(path)) == ["x_test", "x_train", "y_test", "y_train"]
+
+
+def _bomb(path, shapes: dict) -> None:
+    """An .npz whose members are .npy headers declaring `shapes` ({name: (shape, descr)}), and no data,
+    after a member that is no array (the check reads on past it)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("README.txt", b"not an array")
+        for name, (shape, descr) in shapes.items():
+            with z.open(f"{name}.npy", "w") as fh:
+                np.lib.format.write_array_header_1_0(fh, {"descr": descr, "fortran_order": False, "shape": shape})
+
+
+def test_the_declared_size_counts_the_bytes_of_each_element_and_names_the_largest_array(tmp_path, monkeypatch):
+    from train.inputs import arrays
+
+    path = tmp_path / "wide.npz"
+    big, small = ((1000, 1000, 1000), "<u2"), ((1000,), "<u2")
+    _bomb(path, {"x_train": small, "y_train": small, "x_test": big, "y_test": small})
+    monkeypatch.setattr(arrays, "available_memory", lambda: 1_000_000_000)
+    with pytest.raises(DataError) as e:
+        read_npz(path)
+    assert str(e.value) == (
+        f"{path}: its arrays declare 2.0 GB once uncompressed (x_test: (1000, 1000, 1000) uint16, 2.0 GB), more than "
+        "half the 1.0 GB of memory available; use a smaller file or more memory (a compressed file that declares "
+        "more than it holds is a decompression bomb)"
+    )
+
+
+def test_a_declared_size_past_64_bits_is_counted_whole(tmp_path):
+    path = tmp_path / "huge.npz"
+    tiny = ((2,), "|u1")
+    _bomb(path, {"x_train": ((1 << 32, 1 << 32), "|u1"), "y_train": tiny, "x_test": tiny, "y_test": tiny})
+    with pytest.raises(
+        DataError, match=re.escape("declare 18446744073.7 GB once uncompressed (x_train: (4294967296, ")
+    ):
+        read_npz(path)
+
+
+def test_an_npz_of_version_2_npy_headers_is_read(tmp_path):
+    import io
+    import zipfile
+
+    path = tmp_path / "v2.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, array in _arrays().items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, array, version=(2, 0))
+            z.writestr(f"{name}.npy", buffer.getvalue())
+    got = read_npz(path)
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in _arrays().items()}
+
+
+def test_arrays_that_fill_exactly_half_the_memory_available_are_read(make_npz, monkeypatch):
+    from train.inputs import arrays
+
+    path = make_npz(n_train=20, n_test=10)
+    total = sum(a.nbytes for a in np.load(path).values())
+    monkeypatch.setattr(arrays, "available_memory", lambda: 2 * total)
+    assert sorted(read_npz(path)) == ["x_test", "x_train", "y_test", "y_train"]
+    monkeypatch.setattr(arrays, "available_memory", lambda: 2 * total - 2)
+    with pytest.raises(DataError, match=rf"declare {total / 1e6:.1f} MB once uncompressed"):
+        read_npz(path)
+
+
+def test_sizes_are_shown_in_gb_from_a_tenth_of_one_and_in_mb_below():
+    from train.inputs.arrays import _gb
+
+    assert (_gb(100_000_000), _gb(99_999_999), _gb(2_345_678)) == ("0.1 GB", "100.0 MB", "2.3 MB")
+    assert (_gb(1_050_000_001), _gb(1_050_001)) == ("1.1 GB", "1.1 MB")  # a GB is 10^9 bytes, an MB 10^6
+
+
+def test_under_a_cgroup_v1_memory_limit_only_its_resident_memory_counts_as_used(tmp_path):
+    from train.inputs.arrays import available_memory
+
+    (tmp_path / "meminfo").write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
+    v1 = tmp_path / "cgroup" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("4000000000\n")
+    (v1 / "memory.stat").write_text("cache 2500000000\nrss 900000000\ntotal_rss 1000000000\n")
+    assert available_memory(str(tmp_path / "meminfo"), str(tmp_path / "cgroup")) == 3_000_000_000
+    (v1 / "memory.stat").write_text("cache 2500000000\ntotal_rss 5000000000\n")  # over the limit: none left
+    assert available_memory(str(tmp_path / "meminfo"), str(tmp_path / "cgroup")) == 0
+
+
+def test_without_memavailable_or_a_cgroup_the_free_pages_are_counted(tmp_path):
+    import os
+
+    from train.inputs.arrays import available_memory
+
+    (tmp_path / "meminfo").write_text("MemTotal:       24000000 kB\n")  # a kernel older than 3.14
+    page = os.sysconf("SC_PAGE_SIZE")
+    free = os.sysconf("SC_AVPHYS_PAGES") * page
+    got = available_memory(str(tmp_path / "meminfo"), str(tmp_path / "no-cgroup"))
+    assert got % page == 0 and free / 2 < got < free * 2  # free memory moves between the two readings
+
+
+def test_a_cgroup_limit_without_its_memory_stat_is_not_counted(tmp_path):
+    from train.inputs.arrays import available_memory
+
+    (tmp_path / "meminfo").write_text("MemAvailable:   20000000 kB\nbroken line\nHugePages: many\n")
+    (tmp_path / "memory.max").write_text("1000\n")
+    assert available_memory(str(tmp_path / "meminfo"), str(tmp_path)) == 20_000_000 * 1024
+
+
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        (["a", "b\n"], "w: class 1 name 'b\\n' holds the control character '\\n'; FIX"),
+        (["a", "b\u2028c"], "w: class 1 name 'b\\u2028c' holds the control character '\\u2028'; FIX"),  # line separator
+        (["a", "b\u2029c"], "w: class 1 name 'b\\u2029c' holds the control character '\\u2029'; FIX"),  # paragraph sep.
+        (["a", ""], "w: class 1 name '' is empty; FIX"),
+        (["a", " \t"], "w: class 1 name ' \\t' is only whitespace; FIX"),
+        (["a ", "b"], "w: class 0 name 'a ' has leading or trailing whitespace; FIX"),
+        (["a", "caf\udce9"], "w: class 1 name 'caf\\udce9' is not valid UTF-8; FIX"),
+        (["a", "b", "a"], "w: classes 0 and 2 are both named 'a'; class names must be unique: FIX"),
+        (
+            ["caf\u00e9", "cafe\u0301"],
+            "w: classes 0 and 1 are both named 'cafe\u0301'; class names must be unique: FIX",
+        ),
+    ],
+)
+def test_each_class_name_refusal_names_the_place_the_class_and_the_fix(names, message):
+    from train.inputs.arrays import check_class_names
+
+    with pytest.raises(DataError) as e:
+        check_class_names("w", names, "FIX")
+    assert str(e.value) == message
+
+
+def test_valid_class_names_come_back_as_given():
+    from train.inputs.arrays import check_class_names
+
+    assert check_class_names("w", iter(["cat", "caf\u00e9", "a b"]), "FIX") == ("cat", "caf\u00e9", "a b")
+
+
+NAMES_FIX = (
+    "store class_names as a 1-d array of distinct, printable strings, one per class (numpy.array(names, dtype=str))"
+)
+
+
+@pytest.mark.parametrize(
+    "names, problem",
+    [
+        (np.array([["a"], ["b"]]), "class_names has shape (2, 1)"),
+        (np.array([1.0, 2.0]), "class_names has dtype float64"),
+        (np.array([b"caf\xe9", b"b"]), "class_names holds bytes that are not UTF-8"),
+        (np.array([b"a", b"a"]), "classes 0 and 1 are both named 'a'; class names must be unique:"),
+    ],
+)
+def test_an_npz_class_names_refusal_says_how_to_store_them(names, problem):
+    from train.inputs.arrays import npz_class_names
+
+    with pytest.raises(DataError) as e:
+        npz_class_names("w", names)
+    assert str(e.value) == f"w: {problem}; {NAMES_FIX}".replace(":;", ":")
+
+
+# --- what the file is, when it is not an .npz: the whole message -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content, what",
+    [
+        (b"a b\tc\r\n", "it is text ('a b\\tc'...)"),  # a space, a tab, CR LF: text
+        (b"abc\x7f", "it does not start like a zip archive"),  # DEL is not text
+        (b"abc\x1f", "it does not start like a zip archive"),  # nor is any other control character
+        (b"PK\x03\x03", "it does not start like a zip archive"),
+    ],
+)
+def test_a_file_that_is_not_an_npz_gets_the_whole_message(tmp_path, content, what):
+    path = tmp_path / "data.npz"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as e:
+        read_npz(path)
+    assert str(e.value) == (
+        f"{path} is not an .npz file ({what}); save the arrays with "
+        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)"
+    )
+
+
+def test_a_long_text_file_shows_its_first_24_characters(tmp_path):
+    path = tmp_path / "data.npz"
+    path.write_bytes(b"0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqr\xff")  # the 65th is never read
+    with pytest.raises(DataError, match=re.escape("(it is text ('0123456789abcdefghijklmn'...))")):
+        read_npz(path)
+
+
+def test_a_directory_or_fifo_given_as_npz_gets_the_whole_message(tmp_path):
+    import os
+
+    with pytest.raises(DataError) as e:
+        read_npz(tmp_path)
+    assert str(e.value) == f"{tmp_path} is a directory, not a file; give the path of an .npz file (or use images:<dir>)"
+    fifo = tmp_path / "data.npz"
+    os.mkfifo(fifo)
+    error = returns_without_blocking(lambda: read_npz(fifo), fifo)
+    assert str(error) == (
+        f"{fifo} is a FIFO (named pipe), not a regular file (it is never read: it could block or never end); "
+        "give the path of an .npz file"
+    )
+
+
+def test_a_missing_npz_is_named_with_the_reason(tmp_path):
+    path = tmp_path / "gone.npz"
+    with pytest.raises(DataError) as e:
+        read_npz(path)
+    assert str(e.value) == f"{path}: cannot read it (No such file or directory); check the path and its permissions"
+
+
+# --- the arrays: each refusal's whole message, what is accepted and how it is converted -------------------
+
+
+def _arrays(**changed) -> dict:
+    x, y = np.zeros((4, 8, 8), np.uint8), np.array([0, 1, 0, 1], np.uint8)
+    return {"x_train": x, "y_train": y, "x_test": x[:2], "y_test": y[:2]} | changed
+
+
+@pytest.mark.parametrize(
+    "changed, message",
+    [
+        (
+            {"x_train": np.zeros((4, 8, 8, 2), np.uint8)},
+            "x_train has shape (4, 8, 8, 2); expected (N, H, W) or (N, H, W, 1|3) with N > 0",
+        ),
+        (
+            {"x_test": np.zeros((0, 8, 8), np.uint8)},
+            "x_test has shape (0, 8, 8, 1); expected (N, H, W) or (N, H, W, 1|3) with N > 0",
+        ),
+        (
+            {"x_train": np.zeros((4, 64), np.uint8)},
+            "x_train has shape (4, 64); expected (N, H, W) or (N, H, W, 1|3) with N > 0",
+        ),
+        ({"x_train": np.zeros((4, 8, 8), bool)}, "x_train has dtype bool; expected uint8 pixel values 0..255"),
+        ({"x_train": np.zeros((4, 8, 8), "<U1")}, "x_train has dtype <U1; expected uint8 pixel values 0..255"),
+        (
+            {"x_test": np.full((2, 8, 8), 256, np.int16)},
+            "x_test holds values outside whole numbers 0..255; store raw uint8 pixels (the model rescales)",
+        ),
+        (
+            {"x_test": np.full((2, 8, 8), -1, np.int16)},
+            "x_test holds values outside whole numbers 0..255; store raw uint8 pixels (the model rescales)",
+        ),
+        (
+            {"x_train": np.full((4, 8, 8), 0.5)},
+            "x_train holds values outside whole numbers 0..255; store raw uint8 pixels (the model rescales)",
+        ),
+        (
+            {"x_train": np.full((4, 8, 8), np.nan)},
+            "x_train holds values outside whole numbers 0..255; store raw uint8 pixels (the model rescales)",
+        ),
+        (
+            {"y_train": np.zeros((4, 2), np.int64)},
+            "y_train has shape (4, 2) and dtype int64; expected integer class ids of shape (N,)",
+        ),
+        (
+            {"y_test": np.zeros(2, np.float32)},
+            "y_test has shape (2,) and dtype float32; expected integer class ids of shape (N,)",
+        ),
+        ({"y_test": np.zeros(3, np.uint8)}, "x_test has 2 examples but y_test has 3"),
+        ({"x_test": np.zeros((2, 8, 8, 3), np.uint8)}, "x_train images are (8, 8, 1) but x_test images are (8, 8, 3)"),
+        ({"y_train": np.array([0, 1, -1, 1], np.int8)}, "y_train has labels -1..1; expected 0..1"),
+        (
+            {"y_train": np.array([1, 2, 1, 2])},
+            "y_train has no example of class 0 (labels found: 1..2); labels must be 0..K-1 with every class present: "
+            "renumber them, or remove the stray labels",
+        ),
+        (
+            {"y_train": np.zeros(4, np.uint8), "y_test": np.zeros(2, np.uint8)},
+            "a single class (every label is 0); a classifier needs at least two",
+        ),
+        (
+            {"y_test": np.array([2**64 - 1, 0], np.uint64)},
+            "y_test has labels 0..18446744073709551615 (dtype uint64); labels must be class ids 0..K-1: renumber them, or remove the stray labels",
+        ),
+    ],
+)
+def test_each_array_refusal_names_the_array_and_what_is_expected(changed, message):
+    from train.inputs.arrays import check_arrays
+
+    with pytest.raises(DataError) as e:
+        check_arrays("w", _arrays(**changed), None)
+    assert str(e.value) == f"w: {message}"
+
+
+def test_whole_numbers_from_0_to_255_of_any_numeric_type_are_read_as_uint8_pixels():
+    from train.inputs.arrays import check_arrays
+
+    pixels = np.array([0.0, 1.0, 254.0, 255.0]).reshape(4, 1, 1, 1).repeat(3, axis=3)
+    labels = np.array([[0], [1], [0], [1]], np.int64)  # cifar10 keeps labels as (N, 1)
+    got = check_arrays("w", _arrays(x_train=pixels, y_train=labels, x_test=pixels[:2].astype(np.int16)), None)
+    x_train, y_train, x_test, y_test, classes = got
+    assert (x_train.dtype, x_train.shape, x_train[:, 0, 0, 0].tolist()) == (np.uint8, (4, 1, 1, 3), [0, 1, 254, 255])
+    assert (x_test.dtype, x_test[:, 0, 0, 0].tolist()) == (np.uint8, [0, 1])
+    assert (y_train.dtype, y_train.tolist(), y_test.dtype, y_test.tolist(), classes) == (
+        np.int32,
+        [0, 1, 0, 1],
+        np.int32,
+        [0, 1],
+        2,
+    )
+
+
+def test_a_uint64_label_that_fits_is_read_and_a_given_num_classes_bounds_the_labels_and_wants_each_class():
+    from train.inputs.arrays import check_arrays
+
+    got = check_arrays(
+        "w", _arrays(y_train=np.array([0, 1, 2, 1], np.uint64), y_test=np.array([0, 0], np.uint64)), None
+    )
+    assert (got[1].tolist(), got[3].tolist(), got[4]) == ([0, 1, 2, 1], [0, 0], 3)
+    with pytest.raises(DataError) as e:  # the largest label int64 holds: named as the label it is, a stray one
+        check_arrays("w", _arrays(y_train=np.array([0, 1, 2**63 - 1, 1], np.uint64)), None)
+    assert str(e.value).startswith("w: y_train has no example of class 2..")
+    assert "(labels found: 0..1, 9223372036854775807)" in str(e.value)
+    with pytest.raises(DataError) as e:
+        check_arrays("w", _arrays(y_test=np.array([0, 2])), 2)
+    assert str(e.value) == "w: y_test has labels 0..2; expected 0..1"
+    with pytest.raises(DataError) as e:
+        check_arrays("w", _arrays(), 3)  # 10 classes expected of a built-in set, here 3: class 2 never seen
+    assert str(e.value) == (
+        "w: y_train has no example of class 2 (labels found: 0..1); labels must be 0..K-1 with every class present: "
+        "renumber them, or remove the stray labels"
+    )
+
+
+def test_a_pickled_member_named_without_npy_is_never_unpickled(tmp_path):
+    """numpy also reads a member named `x_train` (no .npy) as the array x_train; the header check looks at .npy
+    members only, so it is numpy's allow_pickle=False that keeps such a pickle from running."""
+    import io
+    import zipfile
+
+    pickled = io.BytesIO()
+    np.save(pickled, np.array([None, "code could run here"], dtype=object), allow_pickle=True)
+    path = tmp_path / "sneaky.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("x_train", pickled.getvalue())
+        for name, array in _arrays().items():
+            if name != "x_train":
+                buffer = io.BytesIO()
+                np.save(buffer, array)
+                z.writestr(f"{name}.npy", buffer.getvalue())
+    with pytest.raises(DataError) as e:
+        read_npz(path)
+    assert str(e.value) == (
+        f"{path} is corrupt or truncated (ValueError: Object arrays cannot be loaded when allow_pickle=False); "
+        "replace it with a good copy"
+    )
+
+
+# --- the validation split ------------------------------------------------------------------------------
+
+
+def test_the_split_is_stratified_seeded_sorted_and_leaves_each_class_an_image_to_train_on():
+    from train.inputs.arrays import split_indices
+
+    labels = np.array([0, 1, 0, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0])  # 10, 3 and 1 images of classes 0, 1, 2
+    train, val = split_indices(labels, 0.2, 7)
+    # round(10 * 0.2) = 2 and round(3 * 0.2) = 1 validate; the class of one image trains. The same SEED must
+    # give the same split in every version: a resumed or reproduced run relies on it.
+    assert (train.tolist(), val.tolist()) == ([1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 13], [0, 5, 12])
+    assert split_indices(labels, 0.2, 8)[1].tolist() == [0, 5, 11]  # another seed, other images
+    for val_split in (0.5, 1.0):  # never every image of a class
+        assert [a.tolist() for a in split_indices(np.array([0, 0, 1, 1]), val_split, 0)] == [[1, 3], [0, 2]]
