@@ -560,6 +560,18 @@ def test_the_exif_orientation_is_applied_as_pil_exif_transpose_does(tmp_path, or
     np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("orientation", [3, 6])
+def test_the_exif_orientation_is_applied_for_a_grayscale_model_too(tmp_path, orientation):
+    from PIL import Image, ImageOps
+
+    path = tmp_path / "photo.png"
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(_pattern()[..., 0]).save(path, exif=exif)  # a gray image: decoded as it is
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(path)))[..., None]
+    np.testing.assert_array_equal(images.load_image_file(path, expected.shape), expected)
+
+
 @pytest.mark.parametrize("cache", ["memory", "file", "none"])
 def test_a_phone_photo_held_sideways_trains_upright_as_predict_reads_it(tmp_path, cache):
     from PIL import Image
@@ -727,3 +739,475 @@ def test_no_image_pipeline_starts_tf_datas_autotuning_thread(make_image_dir, tmp
         data.replica_dataset(spec, s, "train", epoch=0, batch_size=16, replicas=2, local_replicas=2),
     ):
         assert ds.options().autotune.enabled is False
+
+
+# --- the folder scan: each refusal's whole message, what is listed and in which order ------------------
+
+
+def test_a_folder_without_class_folders_or_with_only_one_is_refused_with_the_whole_message(tmp_path):
+    root = tmp_path / "images"
+    (root / ".git").mkdir(parents=True)  # hidden: not a class
+    (root / ".git" / "a.png").write_bytes(b"x")
+    with pytest.raises(DataError) as e:
+        images.list_image_dir(root)
+    assert str(e.value) == (
+        f"{root}: no class sub-directories; put the images in one sub-directory per class, e.g. {root}/cats/001.jpg"
+    )
+    (root / "cats").mkdir()
+    (root / "cats" / "a.png").write_bytes(b"x")
+    with pytest.raises(DataError) as e:
+        images.list_image_dir(root)
+    assert str(e.value) == f"{root}: only one class sub-directory (cats); a classifier needs at least two"
+    (root / "dogs").mkdir()
+    with pytest.raises(DataError) as e:
+        images.list_image_dir(root)
+    assert str(e.value) == (
+        f"{root / 'dogs'}: class directory has no images (JPEG, PNG, GIF (first frame) or BMP); add some or "
+        "remove the directory"
+    )
+
+
+def test_every_image_extension_in_any_case_is_listed_in_the_order_of_the_paths(tmp_path):
+    root = tmp_path / "images"
+    names = {
+        "cats": ["e.gif", "a.JPG", "c.Png", "b.jpeg", "d.bmp", "f.webp", ".ipynb_checkpoints/a.png"],
+        "dogs": ["sub/h.png", "g.jpg", "sub/deeper/i.png"],  # folders in folders: each walked
+    }
+    for cls, files in names.items():
+        for name in files:
+            (root / cls / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / cls / name).write_bytes(b"listed, never read here")
+    classes, rels, labels = images.list_image_dir(root)
+    assert classes == ("cats", "dogs")
+    assert rels == [
+        "cats/a.JPG",
+        "cats/b.jpeg",
+        "cats/c.Png",
+        "cats/d.bmp",
+        "cats/e.gif",
+        "dogs/g.jpg",
+        "dogs/sub/deeper/i.png",
+        "dogs/sub/h.png",
+    ]
+    assert labels.dtype == np.int32 and labels.tolist() == [0, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_a_file_linked_twice_in_its_class_counts_once_and_the_files_after_it_still_count(tmp_path):
+    root = tmp_path / "images"
+    for cls in ("cats", "dogs"):
+        (root / cls).mkdir(parents=True)
+        for name in ("1.png", "3.png"):
+            (root / cls / name).write_bytes(b"x")
+    (root / "cats" / "2.png").symlink_to("1.png")  # sorted between the two files: 3.png comes after it
+    assert images.list_image_dir(root)[1] == ["cats/1.png", "cats/3.png", "dogs/1.png", "dogs/3.png"]
+
+
+def test_a_link_to_a_folder_whose_path_only_starts_like_the_class_folder_is_no_loop(tmp_path):
+    root = tmp_path / "data"
+    for cls in ("cats", "dogs"):
+        (root / cls).mkdir(parents=True)
+        (root / cls / "1.png").write_bytes(b"x")
+    (tmp_path / "data" / "cats-extra").mkdir()  # a third class, whose path starts with cats' path
+    (tmp_path / "data" / "cats-extra" / "2.png").write_bytes(b"x")
+    (root / "dogs" / "more").symlink_to(root / "cats-extra")  # dogs/more is cats-extra: the same file twice
+    with pytest.raises(DataError) as e:
+        images.list_image_dir(root)
+    assert str(e.value) == (
+        f"{root}/cats-extra/2.png (class cats-extra) and {root}/dogs/more/2.png (class dogs) are the same file; an "
+        "image belongs to one class only: remove one of them (or the link that leads to it)"
+    )
+    (root / "dogs" / "more").unlink()
+    elsewhere = tmp_path / "d"  # a prefix of the path of data/cats, not a folder holding it
+    elsewhere.mkdir()
+    (elsewhere / "3.png").write_bytes(b"x")
+    (root / "cats" / "more").symlink_to(elsewhere)
+    assert images.list_image_dir(root)[1] == ["cats/1.png", "cats/more/3.png", "cats-extra/2.png", "dogs/1.png"]
+
+
+@pytest.mark.parametrize("target", ["..", "."])
+def test_a_link_to_its_own_folder_or_one_above_is_a_loop_with_the_whole_message(make_image_dir, target):
+    root = make_image_dir(classes=2, per_class=1)
+    (root / "class_0" / "up").symlink_to(target)
+    with pytest.raises(DataError) as e:
+        images.list_image_dir(root)
+    real = (root / "class_0" / target).resolve()
+    assert str(e.value) == (
+        f"{root / 'class_0' / 'up'} links to {real}, a folder that contains it: the images would be read round a "
+        "loop; remove the link"
+    )
+
+
+def test_a_link_up_to_a_folder_whose_name_ends_in_a_space_is_a_loop(tmp_path):
+    root = tmp_path / "my images "
+    for cls in ("cats", "dogs"):
+        (root / cls).mkdir(parents=True)
+        (root / cls / "1.png").write_bytes(b"x")
+    (root / "cats" / "up").symlink_to("..")
+    with pytest.raises(DataError) as e:
+        images.list_image_dir(root)
+    assert str(e.value) == (
+        f"{root}/cats/up links to {root}, a folder that contains it: the images would be read round a loop; "
+        "remove the link"
+    )
+
+
+def test_an_image_in_a_folder_that_can_be_listed_but_not_entered_is_named(shared_dir):
+    root = shared_dir / "images"
+    for cls in ("cats", "dogs"):
+        (root / cls).mkdir(parents=True)
+        (root / cls / "1.png").write_bytes(b"x")
+    (root / "dogs").chmod(0o444)  # its names can be read, its files not reached
+    with pytest.raises(DataError) as e:
+        as_another_user(lambda: images.list_image_dir(root))
+    assert str(e.value) == f"{root}/dogs/1.png: Permission denied; fix or remove it"
+
+
+def test_a_broken_link_or_a_fifo_among_the_images_is_named_with_the_whole_message(make_image_dir):
+    import os
+
+    root = make_image_dir(classes=2, per_class=1)
+    (root / "class_1" / "gone.png").symlink_to("no-such-file.png")
+    with pytest.raises(DataError) as e:
+        images.list_image_dir(root)
+    assert (
+        str(e.value) == f"{root}/class_1/gone.png: a broken link ('no-such-file.png' does not exist); fix or remove it"
+    )
+    with pytest.raises(DataError) as e:
+        images.load_image_file(root / "class_1" / "gone.png", (8, 8, 3))
+    assert str(e.value) == f"{root}/class_1/gone.png does not exist (a broken link)"
+    (root / "class_1" / "gone.png").unlink()
+    os.mkfifo(root / "class_1" / "pipe.png")
+    with pytest.raises(DataError) as e:
+        images.list_image_dir(root)
+    assert (
+        str(e.value) == f"{root}/class_1/pipe.png is a FIFO (named pipe), not an image file; remove it from the folder"
+    )
+    with pytest.raises(DataError) as e:
+        images.load_image_file(root, (8, 8, 3))
+    assert str(e.value) == (
+        f"{root} is a directory, not an image file; give the image files (JPEG, PNG, GIF (first frame) or BMP)"
+    )
+
+
+# --- the header pass: fingerprint, EXIF orientation, CMYK, the size limit ---------------------------------
+
+
+def _jpeg(path, orientation: int = 1, cmyk: bool = False) -> Path:
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    image = Image.fromarray(_pattern())
+    (image.convert("CMYK") if cmyk else image).save(path, exif=exif)
+    return path
+
+
+def test_the_scan_fingerprints_paths_and_bytes_and_reads_each_files_header_past_a_chunk_of_128(tmp_path):
+    import hashlib
+
+    from PIL import Image
+
+    root = tmp_path / "images"
+    (root / "a").mkdir(parents=True)
+    Image.new("L", (2, 2)).save(root / "a" / "000.png")
+    rels = [f"a/{i:03d}.png" for i in range(130)]
+    for i, rel in enumerate(rels[1:], 1):  # each file's bytes differ: a PNG with its number as text
+        Image.new("L", (2, 2)).save(root / rel, pnginfo=_text(str(i)))
+    rels[128], rels[129] = "a/128.jpg", "a/129.jpg"
+    _jpeg(root / rels[128], cmyk=True)
+    _jpeg(root / rels[129], orientation=6)
+    fingerprint, info = images.scan_files(root, rels, None)
+    outer = hashlib.sha256()
+    for rel in rels:
+        outer.update(rel.encode() + b"\0" + hashlib.sha256((root / rel).read_bytes()).digest())
+    assert fingerprint == outer.hexdigest()
+    assert info.dtype == np.int32 and info.tolist() == [[1, 0]] * 128 + [[1, 1], [6, 0]]
+    assert images.files_info([str(root / r) for r in rels[127:]]).tolist() == [[1, 0], [1, 1], [6, 0]]
+    assert images.files_info([]).shape == (0, 2)
+
+
+def _text(value: str):
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("n", value)
+    return info
+
+
+@pytest.mark.parametrize("orientation", [0, 9, 255])
+def test_an_exif_orientation_outside_1_to_8_is_read_as_upright(tmp_path, orientation):
+    raw = _jpeg(tmp_path / "odd.jpg", orientation=orientation).read_bytes()
+    assert images.image_info(raw, "odd.jpg", None) == (1, 0)
+
+
+def test_the_size_limit_counts_width_times_height_and_refuses_only_above_it(tmp_path):
+    raw = _png(30000, 20000, rows=1)
+    assert images.image_info(raw, "wide.png", 600_000_000) == (1, 0)  # exactly at the limit: read
+    with pytest.raises(DataError) as e:
+        images.image_info(raw, "wide.png", 599_999_999)
+    assert str(e.value) == (
+        "wide.png: 30000x20000 is 600 million pixels, more than MAX_IMAGE_PIXELS=599,999,999 (decoding it would "
+        "take about 1.8 GB); shrink the image (it is resized to IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS"
+    )
+    (tmp_path / "wide.png").write_bytes(raw)
+    with pytest.raises(DataError) as e:
+        images.load_image_file(tmp_path / "wide.png", (8, 16, 3))  # predict: the default limit, its own fix
+    assert str(e.value) == (
+        f"{tmp_path / 'wide.png'}: 30000x20000 is 600 million pixels, more than MAX_IMAGE_PIXELS=50,000,000 "
+        "(decoding it would take about 1.8 GB); shrink the image (the model takes 16x8; this limit is "
+        "MAX_IMAGE_PIXELS's default, which no setting changes here)"
+    )
+
+
+def test_every_frame_of_a_gif_counts_and_the_message_says_how_many(tmp_path):
+    from PIL import Image
+
+    frames = [Image.new("RGB", (40, 30), (i * 80, 0, 0)) for i in range(2)]
+    buffer = tmp_path / "anim.gif"
+    frames[0].save(buffer, save_all=True, append_images=frames[1:])
+    raw = buffer.read_bytes()
+    assert images.declared_pixels(raw) == 2400 and images.image_info(raw, "anim.gif", 2400) == (1, 0)
+    with pytest.raises(DataError) as e:
+        images.image_info(raw, "anim.gif", 2399)
+    assert str(e.value).startswith(
+        "anim.gif: 2 frames of 40x30 is 0 million pixels, more than MAX_IMAGE_PIXELS=2,399 (decoding it would take "
+        "about 0.0 GB); shrink the image"
+    )
+    frames[0].save(tmp_path / "anim.png", save_all=True, append_images=frames[1:])  # APNG: one image decoded
+    assert images.declared_pixels((tmp_path / "anim.png").read_bytes()) == 1200
+    assert images.declared_pixels(_png(30000, 20000, rows=1)) == 600_000_000  # past PIL's own limit
+    assert images.declared_pixels(b"not an image") is None
+
+
+def test_the_size_in_the_message_is_rounded_to_millions_of_pixels_and_tenths_of_a_gb():
+    for (width, height), shown in (((3500, 1000), "4 million pixels"), ((35000, 10000), "about 1.1 GB")):
+        with pytest.raises(DataError) as e:
+            images.image_info(_png(width, height, rows=1), "big.png", 1)
+        assert shown in str(e.value)
+
+
+def test_a_png_is_never_decoded_for_its_exif_and_a_file_pil_cannot_parse_is_upright_colour(monkeypatch):
+    import struct
+    import zlib
+
+    from PIL import ImageFile
+
+    loads = []
+    real = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda im: loads.append(im) or real(im))
+    exif = b"MM\x00\x2a\x00\x00\x00\x08\x00\x01\x01\x12\x00\x03\x00\x00\x00\x01\x00\x06\x00\x00\x00\x00\x00\x00"
+    chunk = struct.pack(">I", len(exif)) + b"eXIf" + exif + struct.pack(">I", zlib.crc32(b"eXIf" + exif))
+    raw = _png(20000, 20000, rows=1)
+    late = raw[:-12] + chunk + raw[-12:]  # the eXIf chunk after the pixel data, before IEND
+    assert images.image_info(late, "late.png", None) == (1, 0) and loads == []  # getexif would decode it whole
+    assert images.image_info(b"not an image at all", "x.png", None) == (1, 0)
+
+
+def test_a_jpeg_without_its_end_marker_is_whole_only_with_one_past_its_first_64_kb(tmp_path, monkeypatch):
+    """Only a JPEG with no end marker past its first 64 KB (where an EXIF thumbnail's own may sit) is decoded
+    by PIL in the header pass; a marker there is a camera's trailer after a whole image."""
+    import io
+
+    from PIL import Image, ImageFile
+
+    noise = np.random.default_rng(0).integers(0, 256, (400, 400, 3), np.uint8)
+    encoded = io.BytesIO()
+    Image.fromarray(noise).save(encoded, format="JPEG", quality=95)
+    cut = bytearray(encoded.getvalue()[:70_000])  # pixel data cut short: no FF D9 at all
+    assert b"\xff\xd9" not in cut
+    loads = []
+    real = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda im: loads.append(im) or real(im))
+    first_trusted = 2 + 65_537
+    marked = cut[:]
+    marked[first_trusted : first_trusted + 2] = b"\xff\xd9"  # where a camera's trailer may start: trusted
+    assert images.image_info(bytes(marked), "a.jpg", None) == (1, 0) and loads == []
+    marked = cut[:]
+    marked[first_trusted - 1 : first_trusted + 1] = b"\xff\xd9"  # inside an EXIF thumbnail's reach: decoded
+    assert images.image_info(bytes(marked), "a.jpg", None) == (1, 0) and len(loads) == 1
+    with pytest.raises(DataError) as e:
+        images.image_info(bytes(cut), "a.jpg", None)  # no marker: decoded, and refused
+    assert len(loads) == 2 and str(e.value) == (
+        "a.jpg: not a readable image (JPEG data cut short or damaged); copy the whole file again, or remove it"
+    )
+
+
+# --- the decode: exact pixels ----------------------------------------------------------------------------
+
+
+def _gray(path, rows) -> Path:
+    from PIL import Image
+
+    Image.fromarray(np.asarray(rows, np.uint8)).save(path)
+    return path
+
+
+def test_shrinking_averages_every_pixel_and_growing_interpolates(tmp_path):
+    column = _gray(tmp_path / "column.png", [[0, 255, 0]] * 3)
+    row = _gray(tmp_path / "row.png", [[0] * 3, [255] * 3, [0] * 3])
+    dot = _gray(tmp_path / "dot.png", [[0, 0, 0], [0, 255, 0], [0, 0, 0]])
+    pair = _gray(tmp_path / "pair.png", [[0, 255]])
+    strip = _gray(tmp_path / "strip.png", [[0, 255, 0]])
+    got = {
+        "column to 3x1": images.load_image_file(column, (3, 1, 1))[..., 0].tolist(),  # as tall: still "area"
+        "row to 1x3": images.load_image_file(row, (1, 3, 1))[..., 0].tolist(),  # as wide: still "area"
+        "dot to 1x1": images.load_image_file(dot, (1, 1, 1))[..., 0].tolist(),
+        "pair to 1x4": images.load_image_file(pair, (1, 4, 1))[..., 0].tolist(),  # as tall, wider: bilinear
+        "strip to 2x1": images.load_image_file(strip, (2, 1, 1))[..., 0].tolist(),  # taller, narrower: bilinear
+    }
+    assert got == {
+        "column to 3x1": [[85], [85], [85]],
+        "row to 1x3": [[85, 85, 85]],
+        "dot to 1x1": [[28]],  # 255 / 9 = 28.3; bilinear would sample the centre, 255
+        "pair to 1x4": [[0, 64, 191, 255]],  # 63.75 and 191.25 rounded; "area" would give 0, 0, 255, 255
+        "strip to 2x1": [[255], [255]],  # the centre sampled; "area" would give 85
+    }
+
+
+def test_a_grayscale_model_reads_a_png_with_its_own_gray_and_a_gif_bmp_or_cmyk_jpeg_through_rgb(tmp_path):
+    from PIL import Image
+
+    yellow = Image.new("RGB", (4, 4), (255, 255, 0))
+    for fmt in ("png", "gif", "bmp"):
+        yellow.save(tmp_path / f"yellow.{fmt}")
+    yellow.convert("CMYK").save(tmp_path / "yellow.jpg", quality=100)
+    Image.new("RGBA", (4, 4), (255, 255, 0, 128)).save(tmp_path / "yellow32.bmp")  # 32 bits a pixel
+    formats = ("png", "gif", "bmp", "jpg", "32.bmp")
+    got = {
+        fmt: images.load_image_file(tmp_path / f"yellow{'' if fmt[0].isdigit() else '.'}{fmt}", (4, 4, 1))
+        for fmt in formats
+    }
+    # libpng's own gray of yellow is 225; TensorFlow's rgb_to_grayscale gives 226.
+    assert {fmt: (x.shape, int(x.min()), int(x.max())) for fmt, x in got.items()} == {
+        "png": ((4, 4, 1), 225, 225),
+        "gif": ((4, 4, 1), 226, 226),
+        "bmp": ((4, 4, 1), 226, 226),
+        "jpg": ((4, 4, 1), 226, 226),
+        "32.bmp": ((4, 4, 1), 226, 226),
+    }
+
+
+def test_a_colour_model_reads_a_gray_or_a_transparent_png_as_three_channels(tmp_path):
+    from PIL import Image
+
+    Image.new("L", (4, 4), 77).save(tmp_path / "gray.png")
+    Image.new("RGBA", (4, 4), (10, 20, 30, 40)).save(tmp_path / "rgba.png")
+    gray, rgba = (images.load_image_file(tmp_path / name, (4, 4, 3)) for name in ("gray.png", "rgba.png"))
+    assert (gray.shape, gray[0, 0].tolist(), rgba.shape, rgba[0, 0].tolist()) == (
+        (4, 4, 3),
+        [77, 77, 77],
+        (4, 4, 3),
+        [10, 20, 30],  # the alpha channel dropped
+    )
+
+
+def test_decode_files_fills_each_row_in_order_over_several_batches_and_names_a_bad_file_in_a_later_one(tmp_path):
+    shades = [_gray(tmp_path / f"{v}.png", [[v, v], [v, v]]) for v in (10, 20, 30)]
+    paths = [str(shades[i % 3]) for i in range(2 * images._DECODE_BATCH + 7)]
+    out = np.zeros((len(paths), 2, 2, 1), np.uint8)
+    images.decode_files(paths, (2, 2, 1), out)
+    assert out[:, 0, 0, 0].tolist() == [(10, 20, 30)[i % 3] for i in range(len(paths))]
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a PNG")
+    paths[2 * images._DECODE_BATCH + 3] = str(bad)  # in the third batch
+    with pytest.raises(DataError) as e:
+        images.decode_files(paths, (2, 2, 1), out)
+    assert str(e.value) == (
+        f"{bad}: not a readable image; the formats read are JPEG, PNG, GIF (first frame) or BMP (of 8, 24 or 32 "
+        "bits a pixel): convert or remove it"
+    )
+
+
+# --- the split's checks, called directly --------------------------------------------------------------
+
+
+def test_the_split_refusals_name_the_classes_and_the_smallest_class(tmp_path, caplog):
+    names = ["a", "b", "c"]
+    with pytest.raises(DataError) as e:
+        images._check_split(tmp_path, names, np.array([0, 0, 1, 2]), np.array([0]), 0.5)
+    assert str(e.value) == (
+        f"{tmp_path / 'b'}: class 'b' has a single image (and 1 more classes); with VAL_SPLIT=0.5 a class needs at "
+        "least 2 (one to train on, one to validate): add images, remove the folder, or set VAL_SPLIT=0"
+    )
+    with pytest.raises(DataError) as e:
+        images._check_split(tmp_path, names, np.array([0] * 4 + [1] * 6 + [2] * 5), np.array([], np.int64), 0.1)
+    assert str(e.value) == (
+        f"{tmp_path}: VAL_SPLIT=0.1 of 4 images in the smallest class leaves no image for validation; raise "
+        "VAL_SPLIT or add images"
+    )
+    many = [f"c{i}" for i in range(8)]
+    labels = np.array([0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7])
+    with caplog.at_level("WARNING", logger="train"):
+        images._check_split(tmp_path, many, labels, np.array([0, 2]), 0.2)  # c2..c7 validate nothing
+        images._check_split(tmp_path, many, labels, np.array([0, 2, 4, 6, 8, 10]), 0.2)  # c6, c7
+        images._check_split(tmp_path, many, labels, np.arange(0, 16, 2), 0.2)  # every class: no warning
+    assert _warnings(caplog) == [
+        f"WARNING: {tmp_path}: VAL_SPLIT=0.2 leaves 6 of 8 classes without a validation image ('c2', 'c3', 'c4', "
+        "'c5', 'c6', ...): their accuracy is never measured; raise VAL_SPLIT or add images",
+        f"WARNING: {tmp_path}: VAL_SPLIT=0.2 leaves 2 of 8 classes without a validation image ('c6', 'c7'): their "
+        "accuracy is never measured; raise VAL_SPLIT or add images",
+    ]
+
+
+# --- CACHE=file: each reason a cache is not trusted, in its warning ----------------------------------
+
+
+def test_each_reason_a_file_cache_is_not_trusted_is_the_whole_warning(tmp_path, caplog):
+    import json
+
+    from train.digest import sha256_file
+
+    path = tmp_path / "cache.npy"
+    record = tmp_path / "cache.json"
+    shape = (2, 4, 4, 1)
+
+    def check(expected_problem):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="train"):
+            assert images._verified_cache(path, shape, "fp") is None
+        if expected_problem is None:
+            assert _warnings(caplog) == []
+        else:
+            assert _warnings(caplog) == [
+                f"WARNING: decode cache {path} does not match the data: {expected_problem}; decoding the images again"
+            ]
+
+    def write(array, fingerprint="fp", digest=None):
+        np.save(path, array)
+        record.write_text(json.dumps({"fingerprint": fingerprint, "sha256": digest or sha256_file(path)}))
+
+    check(None)  # no cache yet: silently none
+    np.save(path, np.zeros(shape, np.uint8))
+    check("its record cache.json is missing or unreadable (FileNotFoundError)")
+    record.write_text("[1, 2]")
+    check("its record cache.json is missing or unreadable (ValueError)")
+    record.write_text("{not json")
+    check("its record cache.json is missing or unreadable (JSONDecodeError)")
+    write(np.zeros(shape, np.uint8), fingerprint="other")
+    check("it was decoded from other data (its record holds another data fingerprint)")
+    write(np.zeros(shape, np.uint8), digest="0" * 64)
+    check("its bytes changed since it was written")
+    write(np.zeros((2, 4, 4, 3), np.uint8))
+    check("it holds uint8 (2, 4, 4, 3), not uint8 (2, 4, 4, 1)")
+    write(np.zeros(shape, np.float32))
+    check("it holds float32 (2, 4, 4, 1), not uint8 (2, 4, 4, 1)")
+    path.write_bytes(b"not an array")
+    record.write_text(json.dumps({"fingerprint": "fp", "sha256": sha256_file(path)}))
+    check(  # numpy's words for bytes that are no .npy
+        "it cannot be read (ValueError: This file contains pickled (object) data. If you trust the file you can "
+        "load it unsafely using the `allow_pickle=` keyword argument or `pickle.load()`.)"
+    )
+    path.unlink()
+    check(f"it cannot be read (FileNotFoundError: [Errno 2] No such file or directory: '{path}')")
+    write(np.full(shape, 7, np.uint8))
+    assert images._verified_cache(path, shape, "fp").tolist() == np.full(shape, 7).tolist()
+
+
+def test_tf_message_keeps_what_went_wrong_and_drops_the_op_and_function_names():
+    class OpError(Exception):
+        message = "{{function_node __wrapped__DecodeImage}} Unknown image file format [Op:DecodeImage] name: x\nmore"
+
+    assert images.tf_message(OpError()) == "Unknown image file format"
+    assert images.tf_message(ValueError("first line\nsecond")) == "first line"
+    assert images.tf_message(ValueError("x" * 300)) == "x" * 200
+    assert images.tf_message(ValueError("")) == "ValueError"
