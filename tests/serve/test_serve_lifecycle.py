@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -403,6 +404,18 @@ def test_a_client_answered_before_its_body_was_read_keeps_its_connection_once_th
                 time.sleep(3 * server_module.LINGER_SECONDS)
                 client.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
                 assert _response(answer).startswith(b"HTTP/1.1 200 OK"), "closed before the next request"
+
+
+def test_a_client_that_asked_to_close_gets_the_answer_given_before_its_body_was_read():
+    """urllib sends `Connection: close` and its whole body before it reads: uvicorn closed the
+    connection once the 503 was sent, the body's rest reset it, and the client lost its answer."""
+    body = b" " * 32_000_000  # more than the sockets' buffers hold: the client is still sending when answered
+    with _uvicorn(_serve_app()) as port:
+        url = f"http://127.0.0.1:{port}/v1/models/model:predict"
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=_DEADLINE)
+    assert answered.value.code == 503, answered.value
+    assert b"still loading" in answered.value.read()
 
 
 def _response(answer) -> bytes:

@@ -50,22 +50,35 @@ class _Protocol(H11Protocol):
       model is ready) has the rest of its body read and dropped for LINGER_SECONDS at most, as nginx's
       lingering close does, then the connection is closed: a client trickling the rest held it. Closing
       at once instead would drop the answer of a client still uploading (a reset before it reads it).
+      A request that asked to close (`Connection: close`, as urllib sends, or HTTP/1.0), which uvicorn
+      closes at once after its answer, lingers too: its body's rest is dropped unread until the
+      client closes, stays silent for uvicorn's keep-alive timeout, or LINGER_SECONDS have passed.
     The body's own wait, in a request that reads it, is the app's 408."""
 
     _late: asyncio.TimerHandle | None = None
     _linger: asyncio.TimerHandle | None = None
+    _dropping = False  # answered, closing: what the client still sends is dropped unread
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
+        if self._dropping:
+            self._unset_keepalive_if_required()  # still sending: uvicorn's idle timeout is for silence
+            return
         super().data_received(data)
         if self.conn.their_state is h11.IDLE:  # a request's headers begun, not yet whole
             self._await_headers()
         elif self._late is not None:
             self._late.cancel()
             self._late = None
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # a new request: uvicorn's close after its answer goes through ours
+            self.cycle.transport = _ClosedByAnswer(self)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -96,6 +109,37 @@ class _Protocol(H11Protocol):
         self._linger = None
         if self._body_unread():  # else the rest came in time: the connection lives on
             self.transport.close()
+
+    def close_after_answer(self) -> None:
+        """uvicorn closing once an answer is sent: at once, unless the client is still sending the body
+        of a request that asked to close. (Not when the server stops, its `keep_alive` then off, nor
+        when the app's answer closes a request that kept alive: a 408's client is trickling.)"""
+        still_sending = self.conn.their_state is h11.SEND_BODY and self.cycle.response_complete
+        asked = still_sending and self.cycle.keep_alive and _asked_to_close(self.cycle.scope)
+        if asked and not self.transport.is_closing():
+            self._dropping = True
+            self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        else:
+            self.transport.close()
+
+
+def _asked_to_close(scope) -> bool:
+    """The request's own `Connection: close`, or HTTP/1.0 (h11 keeps no HTTP/1.0 connection open)."""
+    tokens = b",".join(value for name, value in scope["headers"] if name == b"connection").lower().split(b",")
+    return scope["http_version"] == "1.0" or b"close" in (token.strip() for token in tokens)
+
+
+class _ClosedByAnswer:
+    """The transport as a request's cycle holds it: its close is _Protocol.close_after_answer."""
+
+    def __init__(self, protocol: _Protocol):
+        self._protocol = protocol
+
+    def close(self) -> None:
+        self._protocol.close_after_answer()
+
+    def __getattr__(self, name: str):
+        return getattr(self._protocol.transport, name)
 
 
 class _Server(uvicorn.Server):
