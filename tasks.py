@@ -311,7 +311,9 @@ def free_ports(n: int) -> list[int]:
 def _fits_this_host(n: int) -> None:
     """Local workers are one TensorFlow process each (threads, memory): past this host's cores they
     only share them, and a typo (`--workers 20` for 2) would start that many at once."""
-    cores = len(os.sched_getaffinity(0))
+    from train.training.flops import usable_cpus  # the machine's count where no affinity is known (macOS)
+
+    cores = usable_cpus() or 1
     most = max(2, cores)  # two workers try the several-machines path even on one core
     if n > most:
         raise Exit(

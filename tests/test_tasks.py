@@ -639,6 +639,18 @@ def test_more_local_workers_than_the_hosts_cores_are_refused_before_anything_run
     assert len(commands(c)) == 1
 
 
+def test_local_workers_are_counted_against_the_machines_cores_where_no_affinity_is_known(monkeypatch):
+    """macOS has no os.sched_getaffinity: `invoke train --local --workers 2` ended in an AttributeError."""
+    monkeypatch.delattr(tasks.os, "sched_getaffinity")
+    monkeypatch.setattr(tasks.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(tasks, "free_ports", lambda n: [5000 + i for i in range(n)])
+    c = ctx()
+    with pytest.raises(Exit, match=r"^--workers 4: more TensorFlow processes than this host's 3 cores can run"):
+        tasks.train(c, local=True, workers=4)
+    tasks.train(c, local=True, workers=3)
+    assert len(commands(c)) == 1
+
+
 LIST_WIDTH = 60  # `invoke --list` wraps at the terminal's width: 80 columns leave 63 beside the names
 
 
