@@ -264,6 +264,23 @@ def test_a_worker_of_an_older_version_is_refused_as_such_not_waited_for():
     assert "start every worker from the same version" in str(info.value)
 
 
+def test_a_worker_of_a_version_that_sends_no_commit_is_refused_as_such_not_joined():
+    """Its line has the settings but no commit: it was taken as a worker whose commit is unknown, and
+    the two trained together, one of them on code without the commit check (a host left behind)."""
+    p0, p1 = free_local_ports(2)
+    mine, theirs = _cluster([p0, p1], 0), _cluster([p0, p1], 1)
+    older = f"{join.MAGIC} 1 {join.digest(theirs)} 127.0.0.1:{p1} {join.settings_token({})}\n".encode()
+    with socket.create_server(("127.0.0.1", p1)) as server:
+        _answers_once(server, older, 512)
+        with pytest.raises(ConfigError) as info:
+            join.wait_for_workers(mine, HANG_GUARD, StopFlag(), "WORKERS", {}, "a" * 40)
+    assert info.value.name == "WORKERS" and info.value.value == f"127.0.0.1:{p1}"
+    assert str(info.value).endswith(
+        "worker 1 there runs an older version of this template, which does not compare the commits at the "
+        "join: start every worker from the same version (commit or image)"
+    ), str(info.value)
+
+
 def test_a_worker_that_compares_other_settings_is_refused_as_another_version_on_both_ends():
     """A version that added a shared setting: listing every setting as different would mislead."""
     ports = free_local_ports(2)

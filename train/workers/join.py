@@ -59,19 +59,26 @@ def _line(cluster: Cluster, token: str, commit: str | None = None) -> bytes:
     return f"{MAGIC} {me}\n".encode()
 
 
-def _parse(raw: bytes) -> tuple[int, str, str, str, str] | None:
-    """(index, cluster digest, address, settings token, commit); the token is "" from a version of
-    this template that sent none, which is refused by name rather than taken for another program; the
-    commit "-" when unknown there (or from a version that sent none)."""
+def _parse(raw: bytes) -> tuple[int, str, str, str, str | None] | None:
+    """(index, cluster digest, address, settings token, commit); the token is "" and the commit None
+    from a version of this template that sent none, which is refused by name rather than taken for
+    another program; the commit "-" when unknown there."""
     parts = raw.decode("ascii", "replace").split()
     if len(parts) not in (4, 5, 6) or parts[0] != MAGIC or not parts[1].isdigit():
         return None
-    return int(parts[1]), parts[2], parts[3], parts[4] if len(parts) > 4 else "", parts[5] if len(parts) > 5 else "-"
+    return int(parts[1]), parts[2], parts[3], parts[4] if len(parts) > 4 else "", parts[5] if len(parts) > 5 else None
 
 
-def _other_code(cluster: Cluster, j: int, name: str, mine: str | None, theirs: str) -> ConfigError | None:
+def _other_code(cluster: Cluster, j: int, name: str, mine: str | None, theirs: str | None) -> ConfigError | None:
     """The error for worker j running another commit (None: the same, or either does not know its own:
     an image built without GIT_COMMIT beside a git checkout is not refused)."""
+    if theirs is None:  # a version from before the commit was sent: it is other code whatever its commit
+        return ConfigError(
+            name,
+            cluster.workers[j],
+            f"worker {j} there runs an older version of this template, which does not compare the commits at "
+            "the join: start every worker from the same version (commit or image)",
+        )
     if not mine or theirs == "-" or theirs == mine:
         return None
     return ConfigError(
