@@ -418,6 +418,29 @@ def test_a_client_that_asked_to_close_gets_the_answer_given_before_its_body_was_
     assert b"still loading" in answered.value.read()
 
 
+def test_the_server_run_in_another_thread_than_the_main_one_sets_no_signal_handler():
+    """uvicorn's server runs in any thread, with no handlers; SIGHUP's was set in every one, and
+    Python allows that in the main thread only: a ValueError before anything was served."""
+    import uvicorn
+
+    from train.serve import server as server_module
+
+    server = server_module._Server(uvicorn.Config(_serve_app()), None, drain=1.0)
+    before, box = signal.getsignal(signal.SIGHUP), {}
+
+    def capture():
+        try:
+            with server.capture_signals():
+                box["inside"] = signal.getsignal(signal.SIGHUP)
+        except ValueError as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=capture)
+    thread.start()
+    thread.join(_DEADLINE)
+    assert box == {"inside": before}, box
+
+
 def _response(answer) -> bytes:
     """One HTTP/1.1 response read whole from a socket's file (its body by Content-Length)."""
     head = [answer.readline()]

@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 
 import h11
 import uvicorn
@@ -165,9 +166,11 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self):
         # uvicorn's own are SIGINT and SIGTERM. Without SIGHUP, an SSH connection that drops kills a
-        # `serve` started by hand at once, the requests in flight cut off; nohup's SIG_IGN is kept.
+        # `serve` started by hand at once, the requests in flight cut off; nohup's SIG_IGN is kept. Only
+        # the main thread may set a handler: run in another, uvicorn sets none, and neither does this.
         with super().capture_signals():
-            if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+            elsewhere = threading.current_thread() is not threading.main_thread()
+            if elsewhere or signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
                 yield
                 return
             previous = signal.signal(signal.SIGHUP, self.handle_exit)
