@@ -317,7 +317,7 @@ def _fits_this_host(n: int) -> None:
     most = max(2, cores)  # two workers try the several-machines path even on one core
     if n > most:
         raise Exit(
-            f"--workers {n}: more TensorFlow processes than this host's {cores} cores can run; give at "
+            f"--workers {n}: more TensorFlow processes than this host's {cores} core{'s' * (cores != 1)} can run; give at "
             f"most {most}, or start the workers on several machines (docs/distributed.md)"
         )
 

@@ -621,8 +621,8 @@ def test_workers_below_one_are_refused_before_anything_runs(call, workers):
     assert commands(c) == []
 
 
-@pytest.mark.parametrize("cores, most", [(1, 2), (4, 4)])
-def test_more_local_workers_than_the_hosts_cores_are_refused_before_anything_runs(monkeypatch, cores, most):
+@pytest.mark.parametrize("cores, most, count", [(1, 2, "1 core"), (4, 4, "4 cores")])
+def test_more_local_workers_than_the_hosts_cores_are_refused_before_anything_runs(monkeypatch, cores, most, count):
     """Each local worker is a TensorFlow process: `--workers 20` for 2 started twenty of them. Two are
     let through on one core, to try the several-machines path."""
     monkeypatch.setattr(tasks.os, "sched_getaffinity", lambda _pid: set(range(cores)))
@@ -631,7 +631,7 @@ def test_more_local_workers_than_the_hosts_cores_are_refused_before_anything_run
     with pytest.raises(Exit) as info:
         tasks.train(c, local=True, workers=most + 1)
     assert str(info.value) == (
-        f"--workers {most + 1}: more TensorFlow processes than this host's {cores} cores can run; give at "
+        f"--workers {most + 1}: more TensorFlow processes than this host's {count} can run; give at "
         f"most {most}, or start the workers on several machines (docs/distributed.md)"
     )
     assert commands(c) == []

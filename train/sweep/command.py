@@ -160,7 +160,7 @@ def _one_process(settings) -> None:
     found = cluster.read_cluster(settings.workers, settings.worker_index, os.environ)
     if found.multi:
         value = settings.workers if found.source == "WORKERS" else os.environ[found.source]
-        fix = "launch one node a sweep" if found.source == "SKYPILOT_NODE_IPS" else "unset it"
+        fix = "launch each sweep on one node" if found.source == "SKYPILOT_NODE_IPS" else "unset it"
         raise ConfigError(
             found.source,
             value[:80],
