@@ -214,11 +214,12 @@ def test_workers_of_other_commits_both_stop_naming_them():
 
 
 @pytest.mark.parametrize(
-    "commits", [("a" * 40, None), (None, "a" * 40), ("a" * 40, "a" * 40), ("built by hand", "built by hand")]
+    "commits",
+    [("a" * 40, None), (None, "a" * 40), ("a" * 40, "a" * 40), ("built by hand", "built by hand"), ("a" * 40, "a" * 7)],
 )
 def test_workers_of_one_commit_or_where_one_does_not_know_its_own_join(commits):
     """An image built without GIT_COMMIT knows no commit: it is not refused beside a git checkout. A
-    GIT_COMMIT of several words stays one word of the join's line."""
+    GIT_COMMIT of several words stays one word of the join's line; a short hash is its commit's."""
     ports = free_local_ports(2)
     runs = [
         _in_thread(join.wait_for_workers, _cluster(ports, i), HANG_GUARD, StopFlag(), "WORKERS", {}, commits[i])

@@ -79,8 +79,8 @@ def _other_code(cluster: Cluster, j: int, name: str, mine: str | None, theirs: s
             f"worker {j} there runs an older version of this template, which does not compare the commits at "
             "the join: start every worker from the same version (commit or image)",
         )
-    if not mine or theirs == "-" or theirs == mine:
-        return None
+    if not mine or theirs == "-" or theirs.startswith(mine) or mine.startswith(theirs):
+        return None  # one may be short: an image built with GIT_COMMIT=$(git rev-parse --short HEAD)
     return ConfigError(
         name,
         cluster.workers[j],
