@@ -313,21 +313,28 @@ def test_a_408_closes_the_connection_of_a_client_that_goes_on_trickling_its_body
     app = _serve_app(ready=True)  # the body is read (never predicted on)
     keep_alive = 0.5  # uvicorn's idle connection timeout, short: the client outlives it many times over
     with _uvicorn(app, timeout_keep_alive=keep_alive) as port:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.1) as client:
-            client.sendall(PREDICT + b"Content-Length: 100000\r\n\r\n{")
-            answer, closed, until = b"", False, time.monotonic() + 10 * keep_alive
-            while not closed and time.monotonic() < until:
-                try:
-                    client.sendall(b" ")  # a byte each tenth of a second, the 408 or not
-                    got = client.recv(65536)
-                    answer, closed = answer + got, got == b""
-                except TimeoutError:
-                    continue
-                except (ConnectionResetError, BrokenPipeError):
-                    closed = True
+        answer, closed = _trickle(port, 10 * keep_alive)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert closed, f"the connection was held {10 * keep_alive:g} s past its 408"
     assert b"\r\nconnection: close\r\n" in answer.lower(), answer  # the client is told, too
+
+
+def _trickle(port: int, seconds: float) -> tuple[bytes, bool]:
+    """A prediction of 100,000 bytes whose body comes a byte each tenth of a second, whatever the
+    answer, for up to `seconds`: (what came back, whether the server closed the connection)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=0.1) as client:
+        client.sendall(PREDICT + b"Content-Length: 100000\r\n\r\n{")
+        answer, closed, until = b"", False, time.monotonic() + seconds
+        while not closed and time.monotonic() < until:
+            try:
+                client.sendall(b" ")
+                got = client.recv(65536)
+                answer, closed = answer + got, got == b""
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                closed = True
+    return answer, closed
 
 
 @contextlib.contextmanager
@@ -373,18 +380,8 @@ def test_a_client_answered_before_its_body_was_read_is_let_go_however_it_trickle
     from train.serve import server as server_module
 
     monkeypatch.setattr(server_module, "LINGER_SECONDS", 0.5)
-    with _uvicorn(_serve_app()) as port, socket.create_connection(("127.0.0.1", port), timeout=0.1) as client:
-        client.sendall(PREDICT + b"Content-Length: 100000\r\n\r\n{")
-        answer, closed, until = b"", False, time.monotonic() + 20 * server_module.LINGER_SECONDS
-        while not closed and time.monotonic() < until:
-            try:
-                client.sendall(b" ")  # a byte each tenth of a second
-                got = client.recv(65536)
-                answer, closed = answer + got, got == b""
-            except TimeoutError:
-                continue
-            except (ConnectionResetError, BrokenPipeError):
-                closed = True
+    with _uvicorn(_serve_app()) as port:
+        answer, closed = _trickle(port, 20 * server_module.LINGER_SECONDS)
     assert answer.startswith(b"HTTP/1.1 503"), answer
     assert closed, f"the connection was held {20 * server_module.LINGER_SECONDS:g} s past its answer"
 
