@@ -709,9 +709,9 @@ def test_a_uint64_label_that_fits_is_read_and_a_given_num_classes_bounds_the_lab
     )
 
 
-def test_a_pickled_member_named_without_npy_is_never_unpickled(tmp_path):
-    """numpy also reads a member named `x_train` (no .npy) as the array x_train; the header check looks at .npy
-    members only, so it is numpy's allow_pickle=False that keeps such a pickle from running."""
+def test_a_pickled_member_named_without_npy_is_refused_as_a_pickle(tmp_path):
+    """numpy also reads a member named `x_train` (no .npy) as the array x_train; the header check looked at
+    .npy members only, so such a pickle (or a decompression bomb) passed it and was called corrupt."""
     import io
     import zipfile
 
@@ -728,8 +728,9 @@ def test_a_pickled_member_named_without_npy_is_never_unpickled(tmp_path):
     with pytest.raises(DataError) as e:
         read_npz(path)
     assert str(e.value) == (
-        f"{path} is corrupt or truncated (ValueError: Object arrays cannot be loaded when allow_pickle=False); "
-        "replace it with a good copy"
+        f"{path}: x_train is an array of Python objects (dtype object, stored as a pickle, which is never loaded: "
+        "unpickling can run code); save plain arrays: uint8 images, integer labels, class_names as strings "
+        "(numpy.array(names, dtype=str))"
     )
 
 

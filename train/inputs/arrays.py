@@ -59,8 +59,9 @@ def check_npz_headers(path: Path) -> None:
     total, arrays = 0, []
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
-            name = info.filename[: -len(".npy")]
-            if not info.filename.endswith(".npy") or name not in _MEMBERS:
+            # numpy's name for a member: `x_train.npy` or `x_train` itself (np.load reads either as x_train)
+            name = info.filename.removesuffix(".npy")
+            if name not in _MEMBERS:
                 continue  # never read
             with archive.open(info) as fh:
                 version = np.lib.format.read_magic(fh)
