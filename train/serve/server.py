@@ -84,9 +84,7 @@ class _Protocol(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if self._body_unread() and not self.transport.is_closing():
-            if self._linger is not None:
-                self._linger.cancel()
-            self._linger = self.loop.call_later(LINGER_SECONDS, self._linger_over)
+            self._linger_then(self._linger_over)
 
     def connection_lost(self, exc) -> None:
         for timer in (self._late, self._linger):
@@ -102,6 +100,12 @@ class _Protocol(H11Protocol):
         self._late = None
         if self.conn.their_state is h11.IDLE:
             self.transport.close()
+
+    def _linger_then(self, callback) -> None:
+        """`callback` LINGER_SECONDS from now, in place of any linger still pending on this connection."""
+        if self._linger is not None:
+            self._linger.cancel()
+        self._linger = self.loop.call_later(LINGER_SECONDS, callback)
 
     def _body_unread(self) -> bool:
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.SEND_BODY
@@ -119,7 +123,7 @@ class _Protocol(H11Protocol):
         asked = still_sending and self.cycle.keep_alive and _asked_to_close(self.cycle.scope)
         if asked and not self.transport.is_closing():
             self._dropping = True
-            self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+            self._linger_then(self.transport.close)
         else:
             self.transport.close()
 

@@ -69,6 +69,14 @@ def _parse(raw: bytes) -> tuple[int, str, str, str, str | None] | None:
     return int(parts[1]), parts[2], parts[3], parts[4] if len(parts) > 4 else "", parts[5] if len(parts) > 5 else None
 
 
+def _refusal(
+    cluster: Cluster, j: int, name: str, shared: Mapping[str, object], commit: str | None, got: tuple
+) -> ConfigError | None:
+    """Worker j's line `got` (as _parse reads it) against this worker's settings and commit: the error
+    that stops both ends, or None when they may train together."""
+    return _other_settings(cluster, j, name, shared, got[3]) or _other_code(cluster, j, name, commit, got[4])
+
+
 def _other_code(cluster: Cluster, j: int, name: str, mine: str | None, theirs: str | None) -> ConfigError | None:
     """The error for worker j running another commit (None: the same, or either does not know its own:
     an image built without GIT_COMMIT beside a git checkout is not refused)."""
@@ -201,9 +209,7 @@ class _Listener:
             # A worker of another cluster (another digest) is not one of ours: it refuses itself.
             if got and got[1] == digest(self.cluster) and 0 <= got[0] < len(self.cluster.workers):
                 # Told here too, not only to the worker that called: both ends stop, neither waits on.
-                refused = _other_settings(self.cluster, got[0], self.name, self.shared, got[3]) or _other_code(
-                    self.cluster, got[0], self.name, self.commit, got[4]
-                )
+                refused = _refusal(self.cluster, got[0], self.name, self.shared, self.commit, got)
                 with self._lock:
                     self.met.add(got[0])
                     self.refused = self.refused or refused
@@ -255,7 +261,7 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], co
             f"the worker at {cluster.workers[j]} says it is worker {got[0]} ({got[2]}), not worker {j}: "
             f"give each worker its own {setting}, its place in {name}",
         )
-    refused = _other_settings(cluster, j, name, shared, got[3]) or _other_code(cluster, j, name, commit, got[4])
+    refused = _refusal(cluster, j, name, shared, commit, got)
     if refused is not None:
         raise refused
     return "met"
