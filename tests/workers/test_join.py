@@ -230,6 +230,51 @@ def test_workers_of_one_commit_or_where_one_does_not_know_its_own_join(commits):
         assert not t.is_alive() and "error" not in box, box
 
 
+@pytest.mark.parametrize(
+    "changes, told",
+    [
+        (("clean", "0123456789ab"), ("uncommitted changes 0123456789ab", "no uncommitted changes")),
+        (("0123456789ab", "ba9876543210"), ("uncommitted changes ba9876543210", "uncommitted changes 0123456789ab")),
+    ],
+)
+def test_workers_of_one_commit_with_other_uncommitted_changes_both_stop_naming_them(changes, told):
+    """One commit, a model edited on one host and not committed: the join let them train together."""
+    ports = free_local_ports(2)
+    args = (HANG_GUARD, StopFlag(), "WORKERS", {"seed": 7}, "a" * 40)
+    t, box = _in_thread(join.wait_for_workers, _cluster(ports, 0), *args, changes[0])
+    with pytest.raises(ConfigError) as info:
+        join.wait_for_workers(_cluster(ports, 1), *args, changes[1])
+    t.join(HANG_GUARD)
+    assert not t.is_alive() and isinstance(box.get("error"), ConfigError), box  # the chief does not wait on
+    for error, other, (theirs, mine) in ((info.value, 0, told[::-1]), (box["error"], 1, told)):
+        assert error.name == "WORKERS" and error.value == f"127.0.0.1:{ports[other]}"
+        assert str(error).endswith(
+            f"worker {other} there runs commit aaaaaaaaaaaa with {theirs}, this one with {mine}: the same settings "
+            "can train another model or read the data otherwise; commit the changes and start every worker from "
+            "that commit (or image)"
+        ), str(error)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        (("a" * 40, "clean"), ("a" * 40, "clean")),
+        (("a" * 40, "0123456789ab"), ("a" * 40, "0123456789ab")),
+        (("a" * 40, "0123456789ab"), ("a" * 40, "?")),  # an image: its build context's changes unknown
+        (("a" * 40, "0123456789ab"), (None, "clean")),
+    ],
+)
+def test_workers_of_the_same_changes_or_where_one_does_not_know_them_join(code):
+    ports = free_local_ports(2)
+    runs = [
+        _in_thread(join.wait_for_workers, _cluster(ports, i), HANG_GUARD, StopFlag(), "WORKERS", {}, *code[i])
+        for i in range(2)
+    ]
+    for t, box in runs:
+        t.join(HANG_GUARD)
+        assert not t.is_alive() and "error" not in box, box
+
+
 def test_a_worker_started_with_another_workers_index_is_refused_naming_worker_index():
     p0, p1 = free_local_ports(2)
     mine = _cluster([p0, p1], 0)

@@ -7,13 +7,16 @@ of test_worker.py; here a stand-in strategy of one worker's replicas (test_sync.
 
 from __future__ import annotations
 
+import shutil
 from types import SimpleNamespace
 
 import keras
 import pytest
+from helpers import git
 from test_sync import ReplicasOfOneWorker
 
 from train.errors import ConfigError
+from train.run.manifest import git_info
 from train.setup import hardware
 from train.workers import start, sync
 
@@ -64,3 +67,29 @@ def test_only_the_chief_probes_and_a_bucket_runs_dir_not_opened_yet_is_measured_
     assert start.chiefs_probe(SimpleNamespace(runs_dir="s3://bucket/runs"), is_chief=True)() == (0.5, "a probe")
     assert start.chiefs_probe(SimpleNamespace(runs_dir=str(tmp_path)), is_chief=True)() == (0.5, "a probe")
     assert asked == [None, tmp_path / ".cache"]
+
+
+def _checkout(path, text: str):
+    path.mkdir()
+    (path / "model.py").write_text("units = 1\n")
+    git(path, "init", "-q")
+    git(path, "add", "model.py")
+    git(path, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "c")
+    (path / "model.py").write_text(text)
+    return path
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
+def test_the_uncommitted_changes_are_one_hash_alike_for_the_same_edit_on_two_hosts(tmp_path):
+    """What the join compares: the same commit with one edit on one host and not on the other trained
+    together (a model changed on one machine)."""
+    edits = {"one": "units = 2\n", "two": "units = 2\n", "other": "units = 3\n", "clean": "units = 1\n"}
+    hashes = {}
+    for name, text in edits.items():
+        path = _checkout(tmp_path / name, text)
+        hashes[name] = start.changes(git_info(path), path)
+    assert hashes["clean"] == "clean"
+    assert hashes["one"] == hashes["two"] and len(hashes["one"]) == 12, hashes
+    assert hashes["other"] not in (hashes["one"], "clean", "?"), hashes
+    # An image's commit comes with no dirty flag: its build context may have held changes, unknown.
+    assert start.changes({"commit": "abc123", "dirty": None}) == "?"

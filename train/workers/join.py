@@ -4,11 +4,12 @@ TensorFlow's own join (building MultiWorkerMirroredStrategy) blocks in C++: a wo
 starts keeps it waiting without a word and deaf to SIGTERM/SIGINT. So each worker first holds its
 own port (the one TensorFlow binds a moment later, so a port in use is found here, in one line) and
 exchanges one line with every other worker: `tf-train-join <index> <cluster digest> <address>
-<settings> <commit>`, the settings a short hash of each setting every worker must share
-(train.workers.settings.shared), the commit the code's ("-" when neither git nor the image knows it).
-One exchange, in either direction, tells both ends that the other is up and has the same cluster,
-settings and code; other settings, or another commit where both know theirs, stop both ends with
-one line naming them. Only when every other worker has been met does the port go to TensorFlow,
+<settings> <commit> <changes>`, the settings a short hash of each setting every worker must share
+(train.workers.settings.shared), the commit the code's ("-" when neither git nor the image knows it),
+the changes a short hash of the checkout's uncommitted changes ("clean" when it has none, "?" when
+unknown: an image). One exchange, in either direction, tells both ends that the other is up and has
+the same cluster, settings and code; other settings, or another commit or other uncommitted changes
+where both know theirs, stop both ends with one line naming them. Only when every other worker has been met does the port go to TensorFlow,
 whose join is then short.
 
 While it waits, the worker logs who is missing every JOIN_REPORT_SECONDS, a stop (SIGTERM, Ctrl-C,
@@ -54,27 +55,37 @@ def settings_token(shared: Mapping[str, object]) -> str:
     return "-".join(hashlib.sha256(f"{k}={shared[k]!r}".encode()).hexdigest()[:6] for k in sorted(shared)) or "-"
 
 
-def _line(cluster: Cluster, token: str, commit: str | None = None) -> bytes:
-    me = f"{cluster.index} {digest(cluster)} {cluster.workers[cluster.index]} {token} {commit or '-'}"
+Code = tuple  # (commit or None, changes): this worker's code as its line tells it
+UNKNOWN_CODE: Code = (None, "?")
+
+
+def _line(cluster: Cluster, token: str, code: Code = UNKNOWN_CODE) -> bytes:
+    commit, changes = code
+    me = f"{cluster.index} {digest(cluster)} {cluster.workers[cluster.index]} {token} {commit or '-'} {changes}"
     return f"{MAGIC} {me}\n".encode()
 
 
-def _parse(raw: bytes) -> tuple[int, str, str, str, str | None] | None:
-    """(index, cluster digest, address, settings token, commit); the token is "" and the commit None
-    from a version of this template that sent none, which is refused by name rather than taken for
-    another program; the commit "-" when unknown there."""
+def _parse(raw: bytes) -> tuple[int, str, str, str, str | None, str] | None:
+    """(index, cluster digest, address, settings token, commit, changes); the token is "" and the
+    commit None from a version of this template that sent none, which is refused by name rather than
+    taken for another program; the commit "-" when unknown there, the changes "?"."""
     parts = raw.decode("ascii", "replace").split()
-    if len(parts) not in (4, 5, 6) or parts[0] != MAGIC or not parts[1].isdigit():
+    if len(parts) not in (4, 5, 6, 7) or parts[0] != MAGIC or not parts[1].isdigit():
         return None
-    return int(parts[1]), parts[2], parts[3], parts[4] if len(parts) > 4 else "", parts[5] if len(parts) > 5 else None
+    parts += [""] * (7 - len(parts))
+    return int(parts[1]), parts[2], parts[3], parts[4], parts[5] or None, parts[6] or "?"
 
 
 def _refusal(
-    cluster: Cluster, j: int, name: str, shared: Mapping[str, object], commit: str | None, got: tuple
+    cluster: Cluster, j: int, name: str, shared: Mapping[str, object], code: Code, got: tuple
 ) -> ConfigError | None:
-    """Worker j's line `got` (as _parse reads it) against this worker's settings and commit: the error
+    """Worker j's line `got` (as _parse reads it) against this worker's settings and code: the error
     that stops both ends, or None when they may train together."""
-    return _other_settings(cluster, j, name, shared, got[3]) or _other_code(cluster, j, name, commit, got[4])
+    return (
+        _other_settings(cluster, j, name, shared, got[3])
+        or _other_code(cluster, j, name, code[0], got[4])
+        or _other_changes(cluster, j, name, code, got[4:])
+    )
 
 
 def _other_code(cluster: Cluster, j: int, name: str, mine: str | None, theirs: str | None) -> ConfigError | None:
@@ -94,6 +105,24 @@ def _other_code(cluster: Cluster, j: int, name: str, mine: str | None, theirs: s
         cluster.workers[j],
         f"worker {j} there runs commit {theirs[:12]}, this one {mine[:12]}: the same settings can train "
         "another model or read the data otherwise; start every worker from the same commit (or image)",
+    )
+
+
+def _other_changes(cluster: Cluster, j: int, name: str, mine: Code, theirs: tuple) -> ConfigError | None:
+    """The error for worker j whose checkout has other uncommitted changes on the same commit (None:
+    the same, or either does not know: an image built from a checkout that may have had some)."""
+    if not mine[0] or theirs[0] in (None, "-") or "?" in (mine[1], theirs[1]) or mine[1] == theirs[1]:
+        return None
+
+    def told(changes: str) -> str:
+        return "no uncommitted changes" if changes == "clean" else f"uncommitted changes {changes}"
+
+    return ConfigError(
+        name,
+        cluster.workers[j],
+        f"worker {j} there runs commit {mine[0][:12]} with {told(theirs[1])}, this one with {told(mine[1])}: the "
+        "same settings can train another model or read the data otherwise; commit the changes and start every "
+        "worker from that commit (or image)",
     )
 
 
@@ -173,8 +202,8 @@ def _bind(port: int) -> socket.socket:
 class _Listener:
     """This worker's port until TensorFlow takes it: answers every other worker's line with its own."""
 
-    def __init__(self, cluster: Cluster, name: str, shared: Mapping[str, object], commit: str | None):
-        self.cluster, self.name, self.met, self.shared, self.commit = cluster, name, set(), shared, commit
+    def __init__(self, cluster: Cluster, name: str, shared: Mapping[str, object], code: Code):
+        self.cluster, self.name, self.met, self.shared, self.code = cluster, name, set(), shared, code
         self.refused: ConfigError | None = None  # a worker of this cluster with other settings
         address = cluster.workers[cluster.index]
         try:
@@ -201,7 +230,7 @@ class _Listener:
             with conn:
                 try:
                     conn.settimeout(LINE_SECONDS)
-                    conn.sendall(_line(self.cluster, settings_token(self.shared), self.commit))
+                    conn.sendall(_line(self.cluster, settings_token(self.shared), self.code))
                     got = _parse(_read_line(conn))
                     conn.recv(1)  # the other end closes first: no TIME_WAIT left on this port for TensorFlow
                 except OSError:
@@ -209,7 +238,7 @@ class _Listener:
             # A worker of another cluster (another digest) is not one of ours: it refuses itself.
             if got and got[1] == digest(self.cluster) and 0 <= got[0] < len(self.cluster.workers):
                 # Told here too, not only to the worker that called: both ends stop, neither waits on.
-                refused = _refusal(self.cluster, got[0], self.name, self.shared, self.commit, got)
+                refused = _refusal(self.cluster, got[0], self.name, self.shared, self.code, got)
                 with self._lock:
                     self.met.add(got[0])
                     self.refused = self.refused or refused
@@ -226,7 +255,7 @@ class _Listener:
         self._thread.join(timeout=5)
 
 
-def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], commit: str | None) -> str:
+def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], code: Code) -> str:
     """'met' (ours, or TensorFlow's server), 'absent' (nothing listens there yet), 'unresolved' (the
     host name does not resolve) or 'foreign'."""
     host, port = cluster.workers[j].rsplit(":", 1)
@@ -239,7 +268,7 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], co
                 # TensorFlow's server: that worker met everyone and is in TensorFlow's join, waiting
                 # for this one (it was restarted since, or met it a moment ago). Anything else is not ours.
                 return "met" if _is_grpc(first) else "foreign"
-            conn.sendall(_line(cluster, settings_token(shared), commit))
+            conn.sendall(_line(cluster, settings_token(shared), code))
     except socket.gaierror:  # a name no resolver knows: a typo, or a pod's DNS name not published yet
         return "unresolved"
     except OSError:  # refused, unreachable, timed out
@@ -261,10 +290,22 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], co
             f"the worker at {cluster.workers[j]} says it is worker {got[0]} ({got[2]}), not worker {j}: "
             f"give each worker its own {setting}, its place in {name}",
         )
-    refused = _refusal(cluster, j, name, shared, commit, got)
+    refused = _refusal(cluster, j, name, shared, code, got)
     if refused is not None:
         raise refused
     return "met"
+
+
+def _log_waiting(cluster: Cluster, missing: list[int], status, waited: float, timeout: float, unresolved: str):
+    foreign = [j for j in missing if status.get(j) == "foreign"]
+    log.info(
+        "waiting for %s to start (%.0f s%s)%s%s",
+        _who(cluster, missing),
+        waited,
+        f" of JOIN_TIMEOUT={timeout:g} s" if timeout else "",
+        f"; another program answers at {_who(cluster, foreign)}" if foreign else "",
+        f"; {unresolved}" if unresolved else "",
+    )
 
 
 # The setting that gives a worker its place in the cluster named by each source.
@@ -291,15 +332,17 @@ def wait_for_workers(
     name: str,
     shared: Mapping[str, object] | None = None,
     commit: str | None = None,
+    changes: str = "?",
 ) -> None:
     """Return once every other worker of `cluster` has started; see the module docstring.
 
     `timeout` in seconds (0: no limit); `stop` a train.training.stop_flag.StopFlag; `name` the setting that
     made the cluster (WORKERS or TF_CONFIG), for the messages; `shared` the settings every worker
-    must have alike, by name; `commit` this worker's code (None: unknown, compared with none)."""
+    must have alike, by name; `commit` this worker's code (None: unknown, compared with none), `changes`
+    its uncommitted changes ("clean", a short hash of them, or "?": unknown, compared with none)."""
     shared = dict(shared or {})
-    commit = "".join((commit or "").split()) or None  # one word of the line, whatever GIT_COMMIT was at build
-    listener = _Listener(cluster, name, shared, commit)
+    code = ("".join((commit or "").split()) or None, changes)  # one word of the line, whatever GIT_COMMIT was
+    listener = _Listener(cluster, name, shared, code)
     try:
         started, reported = time.monotonic(), None
         met: set[int] = set()
@@ -308,7 +351,7 @@ def wait_for_workers(
             status = {}
             for j in range(len(cluster.workers)):
                 if j != cluster.index and j not in met:
-                    status[j] = _probe(cluster, j, name, shared, commit)
+                    status[j] = _probe(cluster, j, name, shared, code)
                     if status[j] == "met":
                         met.add(j)
             missing = [j for j in range(len(cluster.workers)) if j != cluster.index and j not in met]
@@ -330,15 +373,7 @@ def wait_for_workers(
                     "it is reachable from here, or raise JOIN_TIMEOUT"
                 )
             if reported is None or time.monotonic() - reported >= JOIN_REPORT_SECONDS:
-                foreign = [j for j in missing if status.get(j) == "foreign"]
-                log.info(
-                    "waiting for %s to start (%.0f s%s)%s%s",
-                    _who(cluster, missing),
-                    waited,
-                    f" of JOIN_TIMEOUT={timeout:g} s" if timeout else "",
-                    f"; another program answers at {_who(cluster, foreign)}" if foreign else "",
-                    f"; {unresolved}" if unresolved else "",
-                )
+                _log_waiting(cluster, missing, status, waited, timeout, unresolved)
                 reported = time.monotonic()
             time.sleep(POLL_SECONDS)
     finally:

@@ -10,10 +10,12 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
+import subprocess
 
-from ..run.manifest import git_info
+from ..run.manifest import git_info, project_root
 from ..run.train_log import setup_logging
 from .join import wait_for_workers
 from .settings import check_environ, shared
@@ -28,8 +30,10 @@ def join(settings, stop, epochs: int):
     setup_logging(None, prefix=f"[worker {cluster.index}] ")
     log.warning(cluster.exposure_warning())
     # Before TensorFlow: its own join cannot be interrupted, reports nothing and never gives up.
-    commit = git_info().get("commit")  # workers of other code are refused where both know theirs
-    wait_for_workers(cluster, settings.join_timeout, stop, cluster.source, shared(settings), commit)
+    git = git_info()  # workers of other code are refused where both know theirs
+    wait_for_workers(
+        cluster, settings.join_timeout, stop, cluster.source, shared(settings), git.get("commit"), changes(git)
+    )
     from ..setup import devices
     from . import worker
 
@@ -43,6 +47,25 @@ def join(settings, stop, epochs: int):
         with setup.group.errors():
             return worker.run_worker(settings, setup, stop, epochs)
     return setup
+
+
+def changes(git: dict, root=None) -> str:
+    """The checkout's uncommitted changes to tracked files, as the join compares them: "clean", a short
+    hash of `git diff HEAD` (the same edits give the same hash on every host), or "?" where unknown
+    (an image, whose build context may have held some; git failing)."""
+    if git.get("dirty") is False:
+        return "clean"
+    if not git.get("dirty"):
+        return "?"
+    try:
+        diff = subprocess.run(
+            ["git", "-C", str(root or project_root()), "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff"],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return hashlib.sha256(diff.stdout).hexdigest()[:12] if diff.returncode == 0 else "?"
 
 
 def chiefs_probe(settings, is_chief: bool):
