@@ -157,8 +157,8 @@ def test_compose_config_accepts_both_variants(files):
     assert "host_ip: 127.0.0.1" in out.stdout and out.stdout.count("target: 6006") == 1  # TensorBoard: local only
 
 
-def _config_in_copy(tmp_path, dot_env: str, **env: str) -> str:
-    """`docker compose config` (both variants) of a copy of the compose files with this .env."""
+def _config_in_copy(tmp_path, dot_env: str, *args: str, **env: str) -> str:
+    """`docker compose [args] config` (both variants) of a copy of the compose files with this .env."""
     compose = _compose()
     if compose is None:
         pytest.skip("no Docker Compose v2 binary (docker compose / docker-compose) installed")
@@ -166,7 +166,7 @@ def _config_in_copy(tmp_path, dot_env: str, **env: str) -> str:
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / ".env").write_text(dot_env)
     out = subprocess.run(
-        [*compose, "config"],
+        [*compose, *args, "config"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -184,6 +184,17 @@ def test_a_copied_env_example_keeps_the_volumes_and_resume_auto(tmp_path):
     assert "RUNS_DIR: /runs" in out and "DATA_DIR: /data" in out and "./runs" not in out.split("x-volumes")[0]
     assert "RESUME: auto" in out
     assert 'CUDA_VISIBLE_DEVICES: "1"' in out  # the documented way to pick GPUs reaches the container
+
+
+@pytest.mark.docker
+def test_a_host_set_up_as_a_worker_trains_in_its_cluster_and_sweeps_alone(tmp_path):
+    """WORKERS in .env is for `train`: the sweep refuses a cluster, so `up sweep` on such a host failed."""
+    dot_env = "WORKERS=10.0.0.1:2222,10.0.0.2:2222\nWORKER_INDEX=1\nTF_CONFIG={}\n"
+    config = _config_in_copy(tmp_path, dot_env, "--profile", "sweep")
+    services = dict(re.findall(r"^  (\w+):\n(.*?)(?=^  \w+:\n|^\S)", config, re.M | re.S))
+    train, sweep = services["train"], services["sweep"]
+    assert "WORKERS: 10.0.0.1:2222,10.0.0.2:2222" in train and 'WORKER_INDEX: "1"' in train, train
+    assert 'WORKERS: ""' in sweep and 'WORKER_INDEX: "-1"' in sweep and 'TF_CONFIG: ""' in sweep, sweep
 
 
 @pytest.mark.docker
