@@ -351,6 +351,17 @@ def test_the_command_that_continues_a_stopped_run_is_the_same_command_with_resum
     assert continue_command(interpreter(["/usr/bin/pytest", "-q"]) + argv, "R") == command
 
 
+def test_under_resume_auto_the_line_to_continue_also_says_the_same_command_again_continues():
+    """Compose sets RESUME=auto: its user typed `docker compose up`, not the image's `python -m train fit`,
+    and that same `up` again is what continues the run."""
+    from train.commands.fit import continue_command
+
+    assert continue_command(["python", "-m", "train", "fit"], "R", "auto") == (
+        "python -m train fit --resume R (or the same command again: RESUME=auto continues this run)"
+    )
+    assert continue_command(["python", "-m", "train", "fit"], "R", "latest") == "python -m train fit --resume R"
+
+
 def test_the_command_to_continue_starts_with_the_python_the_user_started():
     from train.commands import interpreter
 

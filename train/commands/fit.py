@@ -66,15 +66,20 @@ def run(args: argparse.Namespace) -> int:
 
     given = command_line(args)
     result = train(
-        settings, force=args.force, restart=args.restart, continue_with=lambda name: continue_command(given, name)
+        settings,
+        force=args.force,
+        restart=args.restart,
+        continue_with=lambda name: continue_command(given, name, settings.resume),
     )
     return 0 if result.status == "completed" else EXIT_CODES_BY_STATUS.get(result.status, 1)
 
 
-def continue_command(given: Sequence[str], run_name: str) -> str:
+def continue_command(given: Sequence[str], run_name: str, resume: str = "") -> str:
     """The command a user pastes to continue `run_name`: the same command (`given`, train.commands.command_line),
     its own --resume and --restart replaced by `--resume run_name` (the run's settings are in its
-    config.json, so the same flags agree with them)."""
+    config.json, so the same flags agree with them). Under RESUME=auto (`resume`), which compose sets,
+    the same command again continues it too: in the container that is `docker compose up`, while the
+    `python -m train` line is the image's own command, which a compose user never typed."""
     kept, skip = [], False
     for arg in given:
         if skip:
@@ -83,4 +88,7 @@ def continue_command(given: Sequence[str], run_name: str) -> str:
             skip = True  # and its value
         elif arg != "--restart" and not arg.startswith("--resume="):
             kept.append(arg)
-    return shlex.join([*kept, "--resume", run_name])
+    command = shlex.join([*kept, "--resume", run_name])
+    if resume == "auto":
+        return f"{command} (or the same command again: RESUME=auto continues this run)"
+    return command
