@@ -757,7 +757,11 @@ def clean(c, images=False, cpu=False):
             compose = _compose(c, cpu, gpu_needed=False, local=False)
         except Exit as refusal:  # the caches are gone already: say so, and what was left
             raise Exit(f"caches removed; the containers were not: {refusal.message}") from None
-        c.run(f"{compose} down --remove-orphans{' --rmi all' if images else ''}", echo=True)
+        # A plain `down` leaves the containers of the services in a profile (tensorboard, serve, sweep,
+        # mlflow, postgres) unless it is active (https://github.com/docker/compose/issues/11884): '*' is every one.
+        c.run(f"{compose} --profile '*' down --remove-orphans", echo=True)
+        if images:  # the image compose builds for train (tensorboard and sweep use it); not the pulled ones
+            c.run(f"{compose} down --rmi all", echo=True)
 
 
 @task(

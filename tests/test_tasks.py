@@ -457,7 +457,15 @@ def test_clean_never_touches_runs_or_data():
     c = ctx()
     tasks.clean(c, images=True)
     assert all("runs" not in cmd and "data" not in cmd for cmd in echoed(c))
-    assert echoed(c)[-1] == "HOST_UID=1234 HOST_GID=567 docker compose down --remove-orphans --rmi all"
+    assert echoed(c)[-1] == "HOST_UID=1234 HOST_GID=567 docker compose down --rmi all"
+
+
+def test_clean_removes_the_containers_of_every_profile_too():
+    """`invoke tensorboard --stop` leaves a stopped container of the tensorboard profile, which a plain
+    `docker compose down` does not see."""
+    c = ctx()
+    tasks.clean(c)
+    assert echoed(c)[-1] == "HOST_UID=1234 HOST_GID=567 docker compose --profile '*' down --remove-orphans"
 
 
 def test_clean_with_the_engine_stopped_says_the_caches_went_and_the_containers_did_not():
