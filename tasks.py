@@ -113,10 +113,24 @@ def _require_gpu(c: Context) -> None:
 def _compose(c: Context, cpu: bool, gpu_needed: bool = True, local: bool = True) -> str:
     """Check what the compose command needs; return it with the host user's ids in front."""
     _require_docker(c, local)
-    if not cpu and gpu_needed:
+    chosen = _cpu_by_compose_file()
+    if not (cpu or chosen) and gpu_needed:
         _require_gpu(c)
     ids = f"HOST_UID={os.getuid()} HOST_GID={os.getgid()}"  # compose cannot see the shell's $UID
-    return f"{ids} docker compose" + (f" {CPU_COMPOSE}" if cpu else "")
+    # With COMPOSE_FILE naming the CPU file compose adds it itself; a -f would replace COMPOSE_FILE's list.
+    return f"{ids} docker compose" + (f" {CPU_COMPOSE}" if cpu and not chosen else "")
+
+
+def _cpu_by_compose_file() -> bool:
+    """Whether COMPOSE_FILE, as docker compose reads it here (the environment, else .env), adds the CPU
+    file: the README's quick start puts it in .env on a host without a GPU, and that is --cpu's choice."""
+    value = os.environ.get("COMPOSE_FILE")
+    if value is None and (ROOT / ".env").is_file():
+        from dotenv import dotenv_values
+
+        value = dotenv_values(ROOT / ".env").get("COMPOSE_FILE")
+    separator = os.environ.get("COMPOSE_PATH_SEPARATOR", os.pathsep)
+    return any(Path(name).name == "docker-compose.cpu.yml" for name in (value or "").split(separator))
 
 
 def _words(option: str, text: str) -> str:
@@ -167,7 +181,8 @@ def image_tag(target: str, commit: str, dirty: bool) -> str:
 
 @task(
     help={
-        "target": "gpu (CUDA wheels, default) or cpu (tensorflow-cpu, no CUDA download)",
+        "target": "gpu (CUDA wheels, default) or cpu (tensorflow-cpu, no CUDA download; the default when "
+        "COMPOSE_FILE adds docker-compose.cpu.yml)",
         "uid": "user id of the image's default user (default 1000; compose runs as your HOST_UID anyway)",
         "gid": "group id of the image's default user (default 1000)",
         "base_image": "replace the Dockerfile's pinned base image (a mirror or an internal image)",
@@ -176,10 +191,11 @@ def image_tag(target: str, commit: str, dirty: bool) -> str:
         "no_cache": "rebuild every layer (the pip download cache mount is still used)",
     }
 )
-def build(c, target="gpu", uid=1000, gid=1000, base_image="", ca_bundle="", network="", no_cache=False):
+def build(c, target="", uid=1000, gid=1000, base_image="", ca_bundle="", network="", no_cache=False):
     """Build the image, tagged with its lock's hash and the commit.
 
     Tags IMAGE:<target> and IMAGE:<target>-<lock hash>-<commit>."""
+    target = target or ("cpu" if _cpu_by_compose_file() else "gpu")  # the image compose will run
     if target not in LOCKS:
         raise Exit(f"--target {target!r} is not valid: gpu or cpu")
     if ca_bundle and not Path(ca_bundle).is_file():
@@ -219,6 +235,7 @@ def gpu_check(c, local=False, cpu=False):
         c.run(f"{PY} -m train check --require-gpu", echo=True, pty=True)
         return
     _volumes()
+    cpu = cpu or _cpu_by_compose_file()
     c.run(f"{_compose(c, cpu)} run --rm train check" + ("" if cpu else " --require-gpu"), echo=True, pty=True)
 
 

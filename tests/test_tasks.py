@@ -55,6 +55,7 @@ def host(monkeypatch, tmp_path):
     monkeypatch.setattr(tasks.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(tasks, "ROOT", tmp_path)
     monkeypatch.delenv("RUNS_DIR", raising=False)  # where a detached local training writes: ./runs here
+    monkeypatch.delenv("COMPOSE_FILE", raising=False)  # a GPU host's compose files unless a test says otherwise
     for lock in tasks.LOCKS.values():
         (tmp_path / lock).parent.mkdir(exist_ok=True)
         (tmp_path / lock).write_text(f"# {lock}\n")
@@ -120,6 +121,34 @@ def test_train_cpu_detached_uses_the_cpu_override_and_needs_no_gpu():
         "-f docker-compose.cpu.yml up --detach train"
     ]
     assert not any("nvidia-smi" in cmd for cmd in commands(c))
+
+
+@pytest.mark.parametrize("where", ["env", ".env"])
+def test_a_compose_file_that_adds_the_cpu_file_is_the_cpu_choice_without_cpu(monkeypatch, where):
+    """The quick start's CPU line puts COMPOSE_FILE in .env: the tasks refused such a host for its
+    missing GPU until --cpu was added, and --cpu's -f files replaced COMPOSE_FILE's own list."""
+    value = "docker-compose.yml:docker-compose.cpu.yml:compose.mine.yml"
+    if where == "env":
+        monkeypatch.setenv("COMPOSE_FILE", value)
+    else:
+        (tasks.ROOT / ".env").write_text(f"EPOCHS=2\nCOMPOSE_FILE={value}\n")
+    c = ctx(**{"nvidia-smi -L": Result("", exited=1)})
+    tasks.train(c)
+    tasks.train(c, cpu=True)
+    tasks.gpu_check(c)
+    tasks.build(c)
+    compose = "HOST_UID=1234 HOST_GID=567 docker compose"
+    assert echoed(c)[:3] == [f"GIT_COMMIT={COMMIT} {compose} up --exit-code-from train train"] * 2 + [
+        f"{compose} run --rm train check"
+    ]
+    assert "--build-arg VARIANT=cpu" in echoed(c)[3] and "-t tf-train-template:cpu " in echoed(c)[3]
+    assert not any("nvidia-smi" in cmd for cmd in commands(c))
+
+
+def test_a_compose_file_without_the_cpu_file_still_needs_the_gpu(monkeypatch):
+    monkeypatch.setenv("COMPOSE_FILE", "docker-compose.yml:docker-compose.cpu.yml.orig")
+    with pytest.raises(Exit, match="no NVIDIA GPU found on this host"):
+        tasks.train(ctx(**{"nvidia-smi -L": Result("", exited=1)}))
 
 
 def test_train_outside_git_passes_no_commit():
