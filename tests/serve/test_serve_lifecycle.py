@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import re
 import shutil
 import signal
@@ -358,8 +359,8 @@ def _uvicorn(app, **config):
         thread.join(_DEADLINE)
 
 
-def _serve_app(ready: bool = False):
-    """serve's app; still loading, it answers a prediction 503 before its body is read."""
+def _serve_app(ready: bool = False, with_state: bool = False):
+    """serve's app (and its State, `with_state`); still loading, it answers a prediction 503 before its body is read."""
     from train.serve.app import State, build_app
     from train.serve.batcher import Batcher
     from train.serve.model import ServedModel
@@ -368,7 +369,7 @@ def _serve_app(ready: bool = False):
     state = State(model, max_batch=4, max_wait_ms=0, max_body=1_000_000, max_pixels=1_000_000)
     if ready:
         state.batcher = Batcher(model.run, 4, 0)  # never started: nothing here is predicted on
-    return build_app(state)
+    return (build_app(state), state) if with_state else build_app(state)
 
 
 PREDICT = b"POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -465,3 +466,186 @@ def test_a_connection_whose_request_headers_do_not_come_whole_is_closed_and_the_
             with whole.makefile("rb") as answer:
                 assert answer.read().startswith(b"HTTP/1.1 200 OK")
             assert silent.recv(1) == b"" and half.recv(1) == b""  # closed by the server (a timeout here: held)
+
+
+LIVE = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def test_a_kept_alive_connection_is_not_closed_by_the_wait_for_its_first_request_headers(monkeypatch):
+    """The wait for a request's headers stops once they come whole: left running, it closed a connection
+    kept alive between two requests HEADERS_SECONDS after it was made, as the client sent its next one."""
+    from train.serve import server as server_module
+
+    monkeypatch.setattr(server_module, "HEADERS_SECONDS", 0.3)
+    with _uvicorn(_serve_app(), timeout_keep_alive=600) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) as kept, kept.makefile("rb") as answer:
+            kept.sendall(LIVE)
+            assert _response(answer).startswith(b"HTTP/1.1 200 OK")
+            # A connection made after it and silent is closed HEADERS_SECONDS after it was made: by then the
+            # first connection's wait, had it gone on, was over too (the event loop runs its timers in order).
+            with socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) as silent:
+                assert silent.recv(1) == b""
+            kept.sendall(LIVE)
+            assert _response(answer).startswith(b"HTTP/1.1 200 OK"), "closed between two requests"
+
+
+def test_a_request_whose_headers_come_in_two_parts_is_served():
+    """The wait for headers is set again while they are not whole, and a request split across reads
+    (long headers, a slow client) is still served."""
+    with _uvicorn(_serve_app()) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) as split:
+            split.sendall(b"GET /v2/health/live HTTP/1.1\r\n")
+            # Another connection's whole answer: by then the server has read the first part (it came first).
+            with socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) as other, other.makefile("rb") as a:
+                other.sendall(LIVE)
+                assert _response(a).startswith(b"HTTP/1.1 200 OK")
+            split.sendall(b"Host: x\r\n\r\n")
+            with split.makefile("rb") as answer:
+                assert _response(answer).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_linger_over_closes_no_later_request_whose_body_is_still_coming(monkeypatch):
+    """A request answered before its body was read lingers; its body's rest came, the connection lived
+    on and carried another request whose body the app is reading when the first linger's time is up:
+    that request is no longer answered-and-unread, and its connection stays open."""
+    from train.serve import server as server_module
+
+    monkeypatch.setattr(server_module, "LINGER_SECONDS", 0.3)
+    nowhere = b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{"
+    with _uvicorn(_serve_app(ready=True), timeout_keep_alive=600) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) as kept, kept.makefile("rb") as answer:
+            kept.sendall(nowhere)
+            assert _response(answer).startswith(b"HTTP/1.1 404")
+            kept.sendall(b"}" + PREDICT + b"Content-Length: 2\r\n\r\n{")  # the rest, then a body half sent
+            # Another connection answered before its body was read, after the first, closes at its own
+            # linger's end: the first's was over before.
+            with socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE) as other:
+                other.sendall(nowhere)
+                assert other.recv(65536).startswith(b"HTTP/1.1 404")
+                while other.recv(65536):
+                    pass
+            kept.sendall(b"}")
+            assert _response(answer).startswith(b"HTTP/1.1 400"), "closed while its body was coming"
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+def test_a_request_that_asked_to_close_and_was_read_whole_is_closed_at_once(monkeypatch, version):
+    """Only a client still sending its body is waited for after an answer that closes; one whose request
+    was read whole (or had none) reads to the connection's end and is let go at once."""
+    from train.serve import server as server_module
+
+    monkeypatch.setattr(server_module, "LINGER_SECONDS", 600.0)
+    with _uvicorn(_serve_app(), timeout_keep_alive=600) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as client, client.makefile("rb") as answer:
+            close = "" if version == "1.0" else "Connection: close\r\n"
+            client.sendall(f"GET /v2/health/live HTTP/{version}\r\nHost: x\r\n{close}\r\n".encode())
+            assert answer.read().startswith(b"HTTP/1.1 200 OK")  # to its end: closed (held, a timeout)
+
+
+@pytest.mark.parametrize("signals, drain", [(1, 0.3), (2, 600.0)])
+def test_a_signal_to_the_server_drains_for_its_seconds_and_a_second_one_cuts_off_at_once(caplog, signals, drain):
+    """serve's own server, in this process: the first signal stops it taking connections and answers
+    what is still in flight 503 once the drain is over, a second one at once; the socket it was given is closed.
+    (The handler is called as the signal would call it: only the main thread may set one.)"""
+    import uvicorn
+
+    from train.serve import server as server_module
+
+    app, state = _serve_app(ready=True, with_state=True)
+    sock = server_module.bind("127.0.0.1", 0)
+    config = uvicorn.Config(app, http=server_module._Protocol, log_config=None, lifespan="off")
+    config.timeout_graceful_shutdown = 600  # uvicorn's own cut-off never comes first
+    server = server_module._Server(config, state, drain)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    with caplog.at_level(logging.INFO, logger="train"):
+        thread.start()
+        _until(lambda: server.started, "the server started")
+        with socket.create_connection(sock.getsockname(), timeout=60) as client, client.makefile("rb") as answer:
+            client.sendall(PREDICT + b"Content-Length: 2\r\n\r\n{")  # its body never whole: in flight for good
+            _until(lambda: state.in_flight, "the request in flight")
+            start = time.monotonic()
+            server.handle_exit(signal.SIGTERM, None)
+            assert (server.should_exit, server.force_exit) == (True, False)
+            if signals == 2:
+                _until(lambda: any("stopping" in r.getMessage() for r in caplog.records), "the first signal handled")
+                server.handle_exit(signal.SIGTERM, None)
+                assert (server.should_exit, server.force_exit) == (True, True)
+            got = _response(answer)
+            waited = time.monotonic() - start
+        thread.join(_DEADLINE)
+    assert got.startswith(b"HTTP/1.1 503") and b"\r\nretry-after: 1\r\n" in got.lower(), got
+    assert got.endswith(b'"server: stopping before this request was done; send it again (to another replica)"}')
+    assert waited >= drain if signals == 1 else waited < drain
+    assert not thread.is_alive() and sock.fileno() == -1
+    stopping = [r.getMessage() for r in caplog.records if r.name == "train" and "stopping" in r.getMessage()]
+    assert stopping[0] == f"stopping: requests in flight get up to {drain:g} s (a second signal stops at once)"
+
+
+def test_a_client_that_asked_to_close_and_stops_sending_its_body_is_let_go_at_the_linger_end(monkeypatch):
+    """Answered before its body was read, a request that asked to close lingers for the body's rest: a
+    client that then sends nothing more is closed LINGER_SECONDS later, not held to uvicorn's keep-alive."""
+    from train.serve import server as server_module
+
+    monkeypatch.setattr(server_module, "LINGER_SECONDS", 0.3)
+    with _uvicorn(_serve_app(), timeout_keep_alive=600) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as client, client.makefile("rb") as answer:
+            client.sendall(PREDICT + b"Connection: close\r\nContent-Length: 100\r\n\r\n{")
+            assert answer.read().startswith(b"HTTP/1.1 503")  # to its end: closed (held, a timeout)
+
+
+@pytest.mark.parametrize(
+    "version, connection, asked",
+    [
+        ("1.1", [b"close"], True),
+        ("1.1", [b"keep-alive,close"], True),  # tokens without a space after the comma
+        ("1.1", [b"Keep-Alive, CLOSE "], True),
+        ("1.1", [b"keep-alive", b"close"], True),  # in a header of its own
+        ("1.0", [], True),  # h11 keeps no HTTP/1.0 connection open
+        ("1.1", [], False),
+        ("1.1", [b"keep-alive"], False),
+        ("1.1", [b"closed, xclose"], False),
+    ],
+)
+def test_a_request_asked_to_close_by_a_connection_token_or_by_http_1_0(version, connection, asked):
+    from train.serve import server as server_module
+
+    headers = [(b"host", b"x"), (b"x-connection", b"close"), *((b"connection", value) for value in connection)]
+    assert server_module._asked_to_close({"http_version": version, "headers": headers}) is asked
+
+
+def test_the_port_is_bound_listening_tcp_and_reusable_on_the_address_family_of_the_host():
+    from train.serve.server import bind
+
+    for host, family in [("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)]:
+        with bind(host, 0) as sock:
+            assert (sock.family, sock.type, sock.proto) == (family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+            socket.create_connection(sock.getsockname()[:2], timeout=_DEADLINE).close()  # waits in the backlog
+
+
+def test_a_port_in_use_an_address_not_of_this_host_and_a_name_for_every_interface_are_refused_by_name():
+    from train.errors import ConfigError
+    from train.serve.server import bind
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as refused:
+            bind("127.0.0.1", port)
+    assert str(refused.value) == (
+        f"--port={port!r} is not valid: in use on 127.0.0.1 by another process: stop it or give another --port"
+    )
+    with pytest.raises(ConfigError) as refused:
+        bind("192.0.2.1", 0)  # TEST-NET-1: an address of no host here
+    assert str(refused.value) == (
+        "--host='192.0.2.1' is not valid: cannot listen there (Cannot assign requested address): "
+        "give an address of this host"
+    )
+    with pytest.raises(ConfigError) as refused:
+        bind("0", 0)  # what the command refuses first; a host name can stand for 0.0.0.0 too
+    assert str(refused.value) == (
+        "--host='0' is not valid: its address is every interface (0.0.0.0 or ::): give 0.0.0.0 or :: itself if "
+        "that is meant"
+    )
