@@ -613,10 +613,23 @@ def test_a_request_asked_to_close_by_a_connection_token_or_by_http_1_0(version, 
     assert server_module._asked_to_close({"http_version": version, "headers": headers}) is asked
 
 
+def _ipv6_loopback() -> bool:
+    """Whether ::1 can be bound here (a container or host with IPv6 turned off has none)."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
 def test_the_port_is_bound_listening_tcp_and_reusable_on_the_address_family_of_the_host():
     from train.serve.server import bind
 
-    for host, family in [("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)]:
+    families = [("127.0.0.1", socket.AF_INET)] + ([("::1", socket.AF_INET6)] if _ipv6_loopback() else [])
+    with bind("0.0.0.0", 0) as everywhere:  # every interface, given as such: taken, not refused
+        assert everywhere.getsockname()[0] == "0.0.0.0"
+    for host, family in families:
         with bind(host, 0) as sock:
             assert (sock.family, sock.type, sock.proto) == (family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
