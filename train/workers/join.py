@@ -9,8 +9,8 @@ exchanges one line with every other worker: `tf-train-join <index> <cluster dige
 the changes a short hash of the checkout's uncommitted changes ("clean" when it has none, "?" when
 unknown: an image). One exchange, in either direction, tells both ends that the other is up and has
 the same cluster, settings and code; other settings, or another commit or other uncommitted changes
-where both know theirs, stop both ends with one line naming them. Only when every other worker has been met does the port go to TensorFlow,
-whose join is then short.
+where both know theirs, stop both ends with one line naming them. Only when every other worker has
+been met does the port go to TensorFlow, whose join is then short.
 
 While it waits, the worker logs who is missing every JOIN_REPORT_SECONDS, a stop (SIGTERM, Ctrl-C,
 MAX_MINUTES) ends it with `Interrupted` (nothing was trained, nothing is lost), and after

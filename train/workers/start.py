@@ -14,7 +14,9 @@ import hashlib
 import logging
 import os
 import subprocess
+from pathlib import Path
 
+from ..digest import sha256_file
 from ..run.manifest import git_info, project_root
 from ..run.train_log import setup_logging
 from .join import wait_for_workers
@@ -51,21 +53,29 @@ def join(settings, stop, epochs: int):
 
 def changes(git: dict, root=None) -> str:
     """The checkout's uncommitted changes to tracked files, as the join compares them: "clean", a short
-    hash of `git diff HEAD` (the same edits give the same hash on every host), or "?" where unknown
-    (an image, whose build context may have held some; git failing)."""
+    hash of each changed file's path and content, or "?" where unknown (an image, whose build context
+    may have held some; git failing). Contents, not `git diff`'s text, which each host's git config
+    (diff algorithm, prefixes, abbreviated hashes) writes otherwise: the same edits, the same hash."""
     if git.get("dirty") is False:
         return "clean"
     if not git.get("dirty"):
         return "?"
+    root = Path(root or project_root())
     try:
-        diff = subprocess.run(
-            ["git", "-C", str(root or project_root()), "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff"],
+        names = subprocess.run(
+            ["git", "-C", str(root), "diff", "HEAD", "--name-only", "--no-renames", "-z"],
             capture_output=True,
             timeout=30,
         )
+        if names.returncode != 0:
+            return "?"
+        h = hashlib.sha256()
+        for name in sorted(filter(None, names.stdout.split(b"\0"))):
+            path = root / os.fsdecode(name)
+            h.update(name + b"\0" + (sha256_file(path).encode() if path.is_file() else b"deleted") + b"\0")
     except (OSError, subprocess.SubprocessError):
         return "?"
-    return hashlib.sha256(diff.stdout).hexdigest()[:12] if diff.returncode == 0 else "?"
+    return h.hexdigest()[:12]
 
 
 def chiefs_probe(settings, is_chief: bool):
