@@ -29,7 +29,7 @@ async def _exchange(
     app,
     path: str,
     body: bytes,
-    content_type: str,
+    content_type: str | None,
     headers=(),
     method="POST",
     cut_short=False,
@@ -37,11 +37,13 @@ async def _exchange(
     trickle=0.0,
     asked: list | None = None,
     length: str | None = "",
+    raw: bool = False,
 ) -> tuple[int, dict, dict]:
     """(status, response headers, JSON body) of one request; `cut_short`: the client goes away after
     half its body; `stall`: it sends half its body, then nothing more and stays; `trickle`: it sends
     a byte each so many seconds; `asked` notes each time the server asks for the body; `length`: the
-    Content-Length sent ("": the body's, None: none, as a chunked body has)."""
+    Content-Length sent ("": the body's, None: none, as a chunked body has); `content_type` None: none sent;
+    `raw`: the body's bytes, not parsed."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -53,7 +55,7 @@ async def _exchange(
         "root_path": "",
         "query_string": b"",
         "headers": [
-            (b"content-type", content_type.encode()),
+            *([(b"content-type", content_type.encode())] if content_type is not None else []),
             *([(b"content-length", (length or str(len(body))).encode())] if length is not None else []),
             *((k.encode(), v.encode()) for k, v in headers),
         ],
@@ -83,6 +85,8 @@ async def _exchange(
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     answer = {k.decode(): v.decode() for k, v in start["headers"]}
+    if raw:
+        return start["status"], answer, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     if not any(m.get("body") for m in sent):
         return start["status"], answer, {}
     return (
@@ -161,8 +165,8 @@ def test_accepted_connections_send_small_writes_at_once():
 
 
 # -- a request is counted before any of it is decoded ------------------------------------------------
-def _app(max_batch=4, max_pixels=1_000_000):
-    model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), lambda b: np.tile([0.5, 0.5], (len(b), 1)))
+def _app(max_batch=4, max_pixels=1_000_000, probs=(0.5, 0.5)):
+    model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), lambda b: np.tile(probs, (len(b), 1)))
     state = State(model, max_batch=max_batch, max_wait_ms=0, max_body=64_000_000, max_pixels=max_pixels)
     return state, build_app(state)
 
@@ -399,7 +403,7 @@ def test_get_on_a_predict_path_is_a_405_not_a_model_named_model_predict():
     state, app = _app()
     for path in ("/v1/models/model:predict", "/v1/models/model/versions/1:predict"):
         status, _, doc = asyncio.run(_exchange(app, path, b"", "application/json", method="GET"))
-        assert status == 405 and doc["error"].startswith("method (GET)"), (path, doc)
+        assert (status, doc) == (405, {"error": "method (GET): not served here; see docs/serving.md"}), path
 
 
 @pytest.mark.parametrize(
@@ -421,7 +425,9 @@ def test_an_unknown_path_is_named_cut_short_not_echoed_whole():
     state, app = _app()
     path = "/" + "a" * 100_000
     status, _, doc = asyncio.run(_exchange(app, path, b"", "application/json", method="GET"))
-    assert status == 404 and len(doc["error"]) < 200 and doc["error"].startswith("path (/aaa"), doc["error"][:300]
+    assert status == 404 and doc["error"] == f"path (/{'a' * 79}): not served here; see docs/serving.md", doc["error"][
+        :300
+    ]
 
 
 @pytest.mark.parametrize(
@@ -477,14 +483,15 @@ def test_a_client_gone_mid_body_is_one_log_line_without_a_traceback_and_the_serv
     body = json.dumps({"instances": [np.zeros((2, 2, 1), int).tolist()]}).encode()
 
     async def scenario():
-        await _exchange(app, "/v1/models/model:predict", body, "application/json", cut_short=True)
-        return await _send(app, "/v1/models/model:predict", body, "application/json")
+        gone = await _exchange(app, "/v1/models/model:predict", body, "application/json", cut_short=True)
+        return gone[0], (await _send(app, "/v1/models/model:predict", body, "application/json"))[0]
 
     with caplog.at_level("INFO", logger="train"):
-        status, _ = asyncio.run(_with_batcher(state, scenario))
-    assert status == 200
-    gone = [r for r in caplog.records if "went away" in r.getMessage()]
-    assert len(gone) == 1 and not any(r.exc_info for r in caplog.records), caplog.text
+        gone_status, status = asyncio.run(_with_batcher(state, scenario))
+    assert (gone_status, status) == (400, 200)  # 400 in uvicorn's access line: no one reads it
+    gone = [r.getMessage() for r in caplog.records if "went away" in r.getMessage()]
+    assert gone == ["POST /v1/models/model:predict: the client went away before sending its whole body"]
+    assert not any(r.exc_info for r in caplog.records), caplog.text
 
 
 def test_a_client_that_stops_sending_its_body_is_answered_408_and_let_go(monkeypatch):
@@ -777,3 +784,108 @@ def test_a_body_over_the_limit_in_small_chunks_is_refused_once_their_sum_passes_
         ("body (over 100 bytes): the limit is SERVE_MAX_BODY_MB (0.0001 MB); send fewer or smaller images", 413),
         0,
     )
+
+
+# -- each answer whole, and a failure's -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "message, shown",
+    [("", ""), ("\n  out of memory\nmore lines", "out of memory"), ("x" * 300, "x" * 200)],
+)
+def test_a_failing_model_call_names_the_first_line_of_its_error_cut_to_200_characters_and_logs_the_traceback(
+    message, shown, caplog
+):
+    def run(batch):
+        raise RuntimeError(message)
+
+    model = ServedModel("model", None, "run", ["a", "b"], (2, 2, 1), run)
+    state = State(model, max_batch=4, max_wait_ms=0, max_body=10_000, max_pixels=1_000_000)
+    request = {"instances": [np.zeros((2, 2, 1), int).tolist()]}
+    with caplog.at_level("ERROR", logger="train"):
+        status, doc = asyncio.run(
+            _with_batcher(state, lambda: _call(build_app(state), "/v1/models/model:predict", request))
+        )
+    error = f"the server failed on this request (RuntimeError: {shown}); its log has the traceback"
+    assert (status, doc) == (500, {"error": error})
+    logged = [(r.getMessage(), r.exc_info[0]) for r in caplog.records if r.name == "train"]
+    assert logged == [("POST /v1/models/model:predict failed", RuntimeError)]
+
+
+def test_each_protocol_answers_its_whole_document_with_its_content_type():
+    """Rows or columns as asked (TF Serving), binary outputs with their header length (v2), and /predict's
+    rows naming the likeliest class, for an upload of files or one image file sent with no Content-Type."""
+    state, app = _app(probs=(0.25, 0.75))
+    image = np.zeros((2, 2, 1), int).tolist()
+    tensor = {"name": "images", "datatype": "UINT8", "shape": [1, 2, 2, 1], "data": [0, 0, 0, 0]}
+    binary = {"inputs": [tensor], "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}}]}
+    form, form_type = _multipart([("file", "a.png", _png())])
+    requests = [
+        ("/v1/models/model:predict", json.dumps({"instances": [image]}).encode(), "application/json"),
+        ("/v1/models/model:predict", json.dumps({"inputs": [image]}).encode(), "application/json"),
+        ("/v2/models/model/infer", json.dumps({"inputs": [tensor]}).encode(), "application/json"),
+        ("/v2/models/model/infer", json.dumps(binary).encode(), "application/json"),
+        ("/predict", form, form_type),
+        ("/predict", _png(), None),
+    ]
+
+    async def scenario():
+        return [await _exchange(app, *r, raw=True) for r in requests]
+
+    answers = asyncio.run(_with_batcher(state, scenario))
+    assert [status for status, _, _ in answers] == [200] * 6, answers
+    types = [headers["content-type"] for _, headers, _ in answers]
+    assert types == ["application/json"] * 3 + ["application/octet-stream"] + ["application/json"] * 2
+    docs = [json.loads(body) for _, _, body in answers[:3]]
+    assert docs[0] == {"predictions": [[0.25, 0.75]]} and docs[1] == {"outputs": [[0.25, 0.75]]}
+    assert docs[2]["outputs"] == [{"name": "probabilities", "datatype": "FP32", "shape": [1, 2], "data": [0.25, 0.75]}]
+    _, headers, body = answers[3]
+    head = int(headers["inference-header-content-length"])
+    assert np.frombuffer(body[head:], "<f4").tolist() == [0.25, 0.75]
+    row = {"class": "b", "index": 1, "probability": 0.75, "probabilities": {"a": 0.25, "b": 0.75}}
+    assert json.loads(answers[4][2]) == {"predictions": [{"file": "a.png", **row}]}
+    assert json.loads(answers[5][2]) == {"predictions": [{"file": "body", **row}]}
+
+
+# -- the drain: each request in flight is known, and answered 503 once cut off ----------------------------
+def _scope(path: str = "/v2/health/live") -> dict:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+    }
+
+
+def test_a_request_is_in_flight_while_it_is_answered_and_no_longer_once_answered():
+    state, app = _app()
+    seen = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        seen.append(state.in_flight == {asyncio.current_task()})
+
+    asyncio.run(app(_scope(), receive, send))
+    assert seen == [True, True] and state.in_flight == set()
+
+
+def test_a_lifespan_passes_the_drain_to_starlette_and_is_no_request_in_flight():
+    """serve runs its model's loading in the app's lifespan: the drain must hand it on untouched."""
+    state, app = _app()
+    events, sent, in_flight = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}], [], []
+
+    async def receive():
+        in_flight.append(len(state.in_flight))
+        return events.pop(0)
+
+    async def send(message):
+        sent.append(message["type"])
+
+    asyncio.run(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send))
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"] and in_flight == [0, 0]
