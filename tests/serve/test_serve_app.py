@@ -889,3 +889,39 @@ def test_a_lifespan_passes_the_drain_to_starlette_and_is_no_request_in_flight():
 
     asyncio.run(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send))
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"] and in_flight == [0, 0]
+
+
+@pytest.mark.parametrize("held", ["http.response.start", "http.response.body"])
+def test_a_request_cut_off_while_its_answer_waits_for_the_client_gets_a_503_only_if_none_was_started(held):
+    """uvicorn's send waits while the client reads nothing before it writes anything: cut off there, the
+    answer's start was never written and the 503 is, but a body cut off after its start gets no second start."""
+    state, app = _app()
+    written: list[dict] = []
+
+    async def scenario():
+        waiting, once = asyncio.Event(), []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            if message["type"] == held and not once:
+                once.append(message)
+                waiting.set()
+                await asyncio.Event().wait()  # the client reads nothing: cancelled here by the cut-off
+            written.append(message)
+
+        task = asyncio.create_task(app(_scope(), receive, send))
+        await waiting.wait()
+        assert state.in_flight == {task}  # else the cut-off below reaches nothing and this waits for good
+        state.cut_off()
+        await task  # answered, not cancelled: the drain ends the cancellation
+
+    asyncio.run(scenario())
+    starts = [(m["status"], dict(m["headers"])) for m in written if m["type"] == "http.response.start"]
+    if held == "http.response.body":
+        assert [status for status, _ in starts] == [200] and len(written) == 1, written
+        return
+    error = b'{"error":"server: stopping before this request was done; send it again (to another replica)"}'
+    assert [(status, headers[b"retry-after"]) for status, headers in starts] == [(503, b"1")], written
+    assert written[1] == {"type": "http.response.body", "body": error}

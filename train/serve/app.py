@@ -168,8 +168,10 @@ class Drain:
 
         async def sending(message) -> None:
             nonlocal started
-            started = started or message["type"] == "http.response.start"
             await send(message)
+            # Only once sent: uvicorn's send first waits while a client reads nothing, and a cancellation
+            # there leaves the answer unstarted, to be answered 503 below (else uvicorn's plain-text 500).
+            started = started or message["type"] == "http.response.start"
 
         self.state.in_flight.add(task)
         try:
