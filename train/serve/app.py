@@ -142,11 +142,11 @@ def build_app(state: State) -> Starlette:
         # Starlette's own 404/405 answer as every other refusal: one JSON error. A 405 keeps the
         # Allow header Starlette gives it (HTTP requires it: what the path takes). The path is shown
         # as a RequestError shows a value, cut short: a URL of 100 KB is not echoed whole.
-        status = getattr(exc, "status_code", 404)
+        status = exc.status_code  # Starlette's HTTPException: status_code and headers
         what = "method" if status == 405 else "path"
         value = request.method if status == 405 else request.url.path
         error = RequestError(what, value, "not served here; see docs/serving.md", status)
-        return JSONResponse({"error": str(error)}, status_code=status, headers=getattr(exc, "headers", None))
+        return JSONResponse({"error": str(error)}, status_code=status, headers=exc.headers)
 
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(405, not_found)
