@@ -158,7 +158,7 @@ def test_file_cache_is_reused_by_the_next_run(make_image_dir, tmp_path, monkeypa
     assert len(batches(data.train_dataset(spec, s, epoch=0, batch_size=16))[0]) == 45
 
 
-def test_file_cache_removes_a_temp_file_left_by_a_killed_writer(make_image_dir, tmp_path):
+def test_file_cache_removes_a_temp_file_left_by_a_killed_writer(make_image_dir, tmp_path, caplog):
     root = make_image_dir()
     s = settings(root, tmp_path, cache="file")
     data.load_data(s)
@@ -168,8 +168,11 @@ def test_file_cache_removes_a_temp_file_left_by_a_killed_writer(make_image_dir, 
     stale = folder / f"0123456789abcdef{TMP_MARK}dead.npy"  # what a kill during the decode leaves
     stale.write_bytes(b"half an array")
     images._DECODED.clear()
-    data.load_data(s)
+    with caplog.at_level("INFO", logger="train"):
+        data.load_data(s)
     assert not stale.exists() and len(list(folder.glob("*.npy"))) == 2
+    removed = [r.getMessage() for r in caplog.records if "temp file" in r.getMessage()]
+    assert removed == [f"removed a temp file left by an interrupted cache write: {stale}"]  # once: train's write
 
 
 def test_file_cache_on_a_full_disk_is_a_storage_error_before_writing(make_image_dir, tmp_path, monkeypatch):
@@ -182,6 +185,21 @@ def test_file_cache_on_a_full_disk_is_a_storage_error_before_writing(make_image_
     with pytest.raises(StorageError, match="the disk is full"):
         data.load_data(settings(root, tmp_path, cache="file"))
     assert not [p for p in (tmp_path / "runs" / ".cache").rglob("*") if p.is_file() and p.suffix == ".npy"]
+
+
+def test_file_cache_needs_room_for_the_pixels_and_64_kb_more_before_it_writes(make_image_dir, tmp_path, monkeypatch):
+    """64 KB for the .npy header and the record: a memory-mapped write past the disk's end dies of SIGBUS."""
+    import types
+
+    from train.run import files as rundir
+
+    s = settings(make_image_dir(classes=2, per_class=3, size=10), tmp_path, cache="file", image_size=10)
+    needed = 4 * 10 * 10 * 3 + 65_536  # the training split's pixels (the larger split) and the margin
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=needed - 1))
+    with pytest.raises(StorageError, match="the disk is full"):
+        data.load_data(s)
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=needed))
+    assert data.load_data(s).n_train == 4
 
 
 def test_smoke_on_images(make_image_dir, tmp_path):
@@ -1116,6 +1134,78 @@ def test_decode_files_fills_each_row_in_order_over_several_batches_and_names_a_b
         f"{bad}: not a readable image; the formats read are JPEG, PNG, GIF (first frame) or BMP (of 8, 24 or 32 "
         "bits a pixel): convert or remove it"
     )
+
+
+def test_the_search_for_the_file_that_failed_a_decode_pass_applies_no_size_limit(tmp_path):
+    """The scan checked MAX_IMAGE_PIXELS, which may be raised above its default: when a pass fails, the search for
+    its bad file must not refuse a photo for predict's default limit and name it instead of the file that failed."""
+    big = tmp_path / "big.png"
+    big.write_bytes(_png(8000, 8000, rows=8000))  # 64 million black pixels; the default limit is 50 million
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a PNG")
+    with pytest.raises(DataError) as e:
+        images.decode_files([str(big), str(bad)], (2, 2, 1))
+    assert str(e.value) == (
+        f"{bad}: not a readable image; the formats read are JPEG, PNG, GIF (first frame) or BMP (of 8, 24 or 32 "
+        "bits a pixel): convert or remove it"
+    )
+
+
+def test_a_decode_pass_that_fails_though_each_of_its_files_decodes_alone_names_its_images_and_the_reason(
+    tmp_path, monkeypatch
+):
+    """Python opens "file://img.png" as the file img.png in the folder "file:"; TensorFlow reads it as a URI, finds
+    no file there, and the pass fails. The search then finds no bad file: the message says which images the pass
+    held and why it failed."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file:").mkdir()
+    _gray(tmp_path / "file:" / "img.png", [[9]])
+    assert images.load_image_file("file://img.png", (1, 1, 1)).tolist() == [[[9]]]
+    with pytest.raises(DataError) as e:
+        images.decode_files(["file://img.png"], (1, 1, 1))
+    assert str(e.value) == "decoding images 0..256 of 1 failed (file://img.png; No such file or directory)"
+
+
+# --- where each CACHE keeps the decoded images --------------------------------------------------------
+
+
+def _small_dir(make_image_dir, tmp_path, cache):
+    """settings of a folder of 2 classes of 3 tiny images: 2 x 2 to train on, 2 x 1 to validate."""
+    return settings(make_image_dir(classes=2, per_class=3, size=10), tmp_path, cache=cache, image_size=10)
+
+
+@pytest.mark.parametrize("cache", ["none", "memory", "file"])
+def test_each_cache_keeps_the_decoded_images_where_it_says_and_nowhere_else(make_image_dir, tmp_path, cache):
+    spec = data.load_data(_small_dir(make_image_dir, tmp_path, cache))
+    kept = [spec._train.x, spec._val.x]
+    written = sorted(p.relative_to(tmp_path / "runs") for p in (tmp_path / "runs").rglob("*") if p.is_file())
+    if cache == "none":  # each file decoded once to check it, then read again at each epoch
+        assert (kept, images._DECODED, written) == ([None, None], {}, [])
+        return
+    assert [(type(x), x.dtype, x.shape) for x in kept] == [
+        (np.ndarray if cache == "memory" else np.memmap, np.uint8, (n, 10, 10, 3)) for n in (4, 2)
+    ]
+    if cache == "memory":  # kept for the process, on no disk
+        assert [id(x) for x in images._DECODED.values()] == [id(x) for x in kept] and written == []
+        return
+    # On disk, in one folder named after the data's fingerprint: each split's array and its record.
+    (folder,) = {p.parent for p in written}
+    assert folder.parent == Path(".cache") and spec.fingerprint.startswith(folder.name) and images._DECODED == {}
+    keys = [p.stem for p in written if p.suffix == ".npy"]
+    assert len(keys) == 2 and sorted(p.name for p in written) == sorted(
+        [".writers.lock", *(k + e for k in keys for e in (".json", ".npy"))]
+    )
+
+
+@pytest.mark.parametrize("cache", ["none", "memory", "file"])
+def test_the_decode_takes_each_files_orientation_from_the_scan_and_never_reads_the_files_again_for_it(
+    make_image_dir, tmp_path, monkeypatch, cache
+):
+    """The scan read each file's header; reading them again (`files_info`, for a decode given no info) reads every
+    file of the data set a second time, whole, in one Python thread."""
+    monkeypatch.setattr(images, "files_info", lambda paths: pytest.fail(f"{len(paths)} files read again"))
+    spec = data.load_data(_small_dir(make_image_dir, tmp_path, cache))
+    assert (spec.n_train, spec.n_val) == (4, 2)
 
 
 # --- the split's checks, called directly --------------------------------------------------------------
