@@ -255,6 +255,20 @@ def test_a_whole_jpeg_with_a_cameras_trailer_is_not_decoded_twice(tmp_path, monk
     assert len(loads) == 1
 
 
+def test_a_whole_jpeg_under_64_kb_is_not_decoded_in_the_header_pass(monkeypatch):
+    """Its end-of-image marker is its last two bytes: nothing past 64 KB is needed to know it is whole."""
+    import io
+
+    from PIL import Image, ImageFile
+
+    encoded = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(encoded, format="JPEG")
+    loads = []
+    real = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda im: loads.append(im) or real(im))
+    assert images.image_info(encoded.getvalue(), "small.jpg", None) == (1, 0) and loads == []
+
+
 def test_load_image_file_names_a_bad_file(tmp_path):
     bad = tmp_path / "x.jpg"
     bad.write_bytes(b"\xff\xd8\xff truncated")  # a JPEG's signature: refused before TensorFlow's libjpeg prints
@@ -262,6 +276,9 @@ def test_load_image_file_names_a_bad_file(tmp_path):
         DataError, match=r"x.jpg: not a readable image \(JPEG data cut short or damaged\); copy the whole file again"
     ):
         images.load_image_file(bad, (32, 32, 3))
+    with pytest.raises(DataError) as e:  # a decode given no header info reads it first
+        images.decode_files([str(bad)], (32, 32, 3))
+    assert str(e.value).startswith(f"{bad}: not a readable image (JPEG data cut short or damaged)")
 
 
 # --- links: followed, each real file once and in one class only ----------------------------------
@@ -1230,12 +1247,15 @@ def test_the_split_refusals_name_the_classes_and_the_smallest_class(tmp_path, ca
     with caplog.at_level("WARNING", logger="train"):
         images._check_split(tmp_path, many, labels, np.array([0, 2]), 0.2)  # c2..c7 validate nothing
         images._check_split(tmp_path, many, labels, np.array([0, 2, 4, 6, 8, 10]), 0.2)  # c6, c7
+        images._check_split(tmp_path, many, labels, np.array([0, 2, 4]), 0.2)  # five, all named: c3..c7
         images._check_split(tmp_path, many, labels, np.arange(0, 16, 2), 0.2)  # every class: no warning
     assert _warnings(caplog) == [
         f"WARNING: {tmp_path}: VAL_SPLIT=0.2 leaves 6 of 8 classes without a validation image ('c2', 'c3', 'c4', "
         "'c5', 'c6', ...): their accuracy is never measured; raise VAL_SPLIT or add images",
         f"WARNING: {tmp_path}: VAL_SPLIT=0.2 leaves 2 of 8 classes without a validation image ('c6', 'c7'): their "
         "accuracy is never measured; raise VAL_SPLIT or add images",
+        f"WARNING: {tmp_path}: VAL_SPLIT=0.2 leaves 5 of 8 classes without a validation image ('c3', 'c4', 'c5', "
+        "'c6', 'c7'): their accuracy is never measured; raise VAL_SPLIT or add images",
     ]
 
 
