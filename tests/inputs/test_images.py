@@ -1180,7 +1180,7 @@ def test_a_decode_pass_that_fails_though_each_of_its_files_decodes_alone_names_i
     assert images.load_image_file("file://img.png", (1, 1, 1)).tolist() == [[[9]]]
     with pytest.raises(DataError) as e:
         images.decode_files(["file://img.png"], (1, 1, 1))
-    assert str(e.value) == "decoding images 0..256 of 1 failed (file://img.png; No such file or directory)"
+    assert str(e.value) == "decoding images 1 to 1 of 1 failed (file://img.png; No such file or directory)"
 
 
 # --- where each CACHE keeps the decoded images --------------------------------------------------------

@@ -432,9 +432,8 @@ def decode_files(
         # With deterministic=True the error surfaces at the batch holding the file: find it there.
         for path in paths[done : done + _DECODE_BATCH]:
             load_image_file(path, input_shape, max_pixels=None)
-        raise DataError(
-            f"decoding images {done}..{done + _DECODE_BATCH} of {len(paths)} failed ({tf_message(e)})"
-        ) from None
+        last = min(done + _DECODE_BATCH, len(paths))  # the batch that failed; the last one may be short
+        raise DataError(f"decoding images {done + 1} to {last} of {len(paths)} failed ({tf_message(e)})") from None
 
 
 def _check_split(root: Path, class_names, labels: np.ndarray, val: np.ndarray, val_split: float) -> None:
