@@ -126,9 +126,13 @@ def _cpu_by_compose_file() -> bool:
     file: the README's quick start puts it in .env on a host without a GPU, and that is --cpu's choice."""
     value = os.environ.get("COMPOSE_FILE")
     if value is None and (ROOT / ".env").is_file():
-        from dotenv import dotenv_values
+        from train.errors import TemplateError
+        from train.setup.envfile import read_env_file
 
-        value = dotenv_values(ROOT / ".env").get("COMPOSE_FILE")
+        try:
+            value = read_env_file(ROOT / ".env", ()).get("COMPOSE_FILE")
+        except TemplateError as exc:  # not UTF-8, a line that is not NAME=value: one line, not a traceback
+            raise Exit(f"{type(exc).__name__}: {exc}") from None
     separator = os.environ.get("COMPOSE_PATH_SEPARATOR", os.pathsep)
     return any(Path(name).name == "docker-compose.cpu.yml" for name in (value or "").split(separator))
 

@@ -145,6 +145,14 @@ def test_a_compose_file_that_adds_the_cpu_file_is_the_cpu_choice_without_cpu(mon
     assert not any("nvidia-smi" in cmd for cmd in commands(c))
 
 
+def test_a_dot_env_that_cannot_be_read_for_compose_file_is_one_line_naming_it():
+    (tasks.ROOT / ".env").write_bytes(b"EPOCHS=2\n\xff\n")
+    with pytest.raises(
+        Exit, match=r"^EnvFileError: .*\.env, line 2: byte 0xff is not UTF-8 text; save the file as UTF-8$"
+    ):
+        tasks.train(ctx())
+
+
 def test_a_compose_file_without_the_cpu_file_still_needs_the_gpu(monkeypatch):
     monkeypatch.setenv("COMPOSE_FILE", "docker-compose.yml:docker-compose.cpu.yml.orig")
     with pytest.raises(Exit, match="no NVIDIA GPU found on this host"):
