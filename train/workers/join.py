@@ -111,7 +111,8 @@ def _other_code(cluster: Cluster, j: int, name: str, mine: str | None, theirs: s
 def _other_changes(cluster: Cluster, j: int, name: str, mine: Code, theirs: tuple) -> ConfigError | None:
     """The error for worker j whose checkout has other uncommitted changes on the same commit (None:
     the same, or either does not know: an image built from a checkout that may have had some)."""
-    if not mine[0] or theirs[0] in (None, "-") or "?" in (mine[1], theirs[1]) or mine[1] == theirs[1]:
+    # Reached only when _other_code let the commits pass: the same, or one unknown ("-" there, None here).
+    if not mine[0] or theirs[0] == "-" or "?" in (mine[1], theirs[1]) or mine[1] == theirs[1]:
         return None
 
     def told(changes: str) -> str:
