@@ -113,17 +113,21 @@ def _require_gpu(c: Context) -> None:
 def _compose(c: Context, cpu: bool, gpu_needed: bool = True, local: bool = True) -> str:
     """Check what the compose command needs; return it with the host user's ids in front."""
     _require_docker(c, local)
-    chosen = _cpu_by_compose_file()
+    files = _compose_file()
+    chosen = _adds_cpu_file(files)
     if not (cpu or chosen) and gpu_needed:
         _require_gpu(c)
-    ids = f"HOST_UID={os.getuid()} HOST_GID={os.getgid()}"  # compose cannot see the shell's $UID
-    # With COMPOSE_FILE naming the CPU file compose adds it itself; a -f would replace COMPOSE_FILE's list.
-    return f"{ids} docker compose" + (f" {CPU_COMPOSE}" if cpu and not chosen else "")
+    env = f"HOST_UID={os.getuid()} HOST_GID={os.getgid()}"  # compose cannot see the shell's $UID
+    if not cpu or chosen:  # COMPOSE_FILE that names the CPU file: compose adds it itself
+        return f"{env} docker compose"
+    if files is not None:  # a -f would replace COMPOSE_FILE's list (and the user's overrides in it): extend it
+        separator = os.environ.get("COMPOSE_PATH_SEPARATOR", os.pathsep)
+        return f"COMPOSE_FILE={shlex.quote(files + separator + 'docker-compose.cpu.yml')} {env} docker compose"
+    return f"{env} docker compose {CPU_COMPOSE}"
 
 
-def _cpu_by_compose_file() -> bool:
-    """Whether COMPOSE_FILE, as docker compose reads it here (the environment, else .env), adds the CPU
-    file: the README's quick start puts it in .env on a host without a GPU, and that is --cpu's choice."""
+def _compose_file() -> str | None:
+    """COMPOSE_FILE as docker compose reads it here: the environment, else .env; None when neither sets it."""
     value = os.environ.get("COMPOSE_FILE")
     if value is None and (ROOT / ".env").is_file():
         from train.errors import TemplateError
@@ -133,8 +137,18 @@ def _cpu_by_compose_file() -> bool:
             value = read_env_file(ROOT / ".env", ()).get("COMPOSE_FILE")
         except TemplateError as exc:  # not UTF-8, a line that is not NAME=value: one line, not a traceback
             raise Exit(f"{type(exc).__name__}: {exc}") from None
+    return value or None
+
+
+def _adds_cpu_file(files: str | None) -> bool:
+    """Whether a COMPOSE_FILE list adds the CPU file: the README's quick start puts it in .env on a host
+    without a GPU, and that is --cpu's choice."""
     separator = os.environ.get("COMPOSE_PATH_SEPARATOR", os.pathsep)
-    return any(Path(name).name == "docker-compose.cpu.yml" for name in (value or "").split(separator))
+    return any(Path(name).name == "docker-compose.cpu.yml" for name in (files or "").split(separator))
+
+
+def _cpu_by_compose_file() -> bool:
+    return _adds_cpu_file(_compose_file())
 
 
 def _words(option: str, text: str) -> str:

@@ -159,6 +159,22 @@ def test_a_compose_file_without_the_cpu_file_still_needs_the_gpu(monkeypatch):
         tasks.train(ctx(**{"nvidia-smi -L": Result("", exited=1)}))
 
 
+@pytest.mark.parametrize("where", ["env", ".env"])
+def test_cpu_adds_the_cpu_file_to_a_compose_file_list_instead_of_replacing_it(monkeypatch, where):
+    """`-f` files replace COMPOSE_FILE's list: an override the user listed there was dropped by --cpu."""
+    value = "docker-compose.yml:compose.mine.yml"
+    if where == "env":
+        monkeypatch.setenv("COMPOSE_FILE", value)
+    else:
+        (tasks.ROOT / ".env").write_text(f"COMPOSE_FILE={value}\n")
+    c = ctx(**{"nvidia-smi -L": Result("", exited=1)})
+    tasks.train(c, cpu=True)
+    assert echoed(c) == [
+        f"GIT_COMMIT={COMMIT} COMPOSE_FILE=docker-compose.yml:compose.mine.yml:docker-compose.cpu.yml "
+        "HOST_UID=1234 HOST_GID=567 docker compose up --exit-code-from train train"
+    ]
+
+
 def test_train_outside_git_passes_no_commit():
     c = ctx(**{"git rev-parse HEAD": Result("", exited=128)})
     tasks.train(c, cpu=True)
