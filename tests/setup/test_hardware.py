@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -25,6 +26,7 @@ from train.setup.hardware import (
     "ccs, policy, cc_text",
     [
         ([(6, 1)], "float32", "6.1"),
+        ([(7, 0)], "mixed_float16", "7.0"),  # a V100: float16 tensor cores from 7.0 on
         ([(7, 5)], "mixed_float16", "7.5"),
         ([(8, 0)], "mixed_bfloat16", "8.0"),
         ([(9, 0)], "mixed_bfloat16", "9.0"),
@@ -133,6 +135,22 @@ def test_cpu_flags_reads_the_first_flags_line(tmp_path):
     assert cpu_flags(info) == {"fpu", "sse", "avx512_bf16", "amx_bf16"}
 
 
+def test_cpuinfo_is_read_whole_lines_past_bytes_that_are_not_utf8_and_colons_in_the_value(tmp_path):
+    from train.setup.hardware import cpu_model
+
+    info = tmp_path / "cpuinfo"
+    info.write_bytes(b"model name\t: Caf\xe9 CPU: rev 2\nflags\t\t: fpu avx2\n")
+    assert cpu_model(info) == "Caf\ufffd CPU: rev 2"
+    assert cpu_flags(info) == {"fpu", "avx2"}
+
+
+def test_cpu_flags_and_model_read_this_machines_cpuinfo_by_default():
+    assert cpu_flags() == cpu_flags("/proc/cpuinfo")
+    from train.setup.hardware import cpu_model
+
+    assert cpu_model() == cpu_model("/proc/cpuinfo")
+
+
 def test_cpu_flags_without_a_flags_line_or_file_is_empty(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nFeatures\t: neon\n")  # e.g. ARM: no `flags` line
@@ -145,7 +163,21 @@ def test_bfloat16_on_the_cpu_under_a_cap_where_tensorflow_crashes_is_refused(isa
     with pytest.raises(ConfigError) as caught:
         check_precision_fits_isa("mixed_bfloat16", [], {"avx2", "avx512f", "avx512_bf16"}, isa)
     assert caught.value.name == "PRECISION" and f"ONEDNN_MAX_CPU_ISA={isa}" in str(caught.value)
-    assert "PRECISION=float32" in str(caught.value)
+    assert caught.value.value == "mixed_bfloat16" and "PRECISION=float32" in str(caught.value)
+
+
+def test_bfloat16_on_a_cpu_with_avx_ne_convert_and_no_avx512_under_the_avx2_cap_is_refused():
+    # TensorFlow hands bfloat16 to oneDNN on avx512f or avx_ne_convert (an AVX2 core of a newer Intel CPU).
+    with pytest.raises(ConfigError, match="ONEDNN_MAX_CPU_ISA=AVX2"):
+        check_precision_fits_isa("mixed_bfloat16", [], {"avx2", "avx_ne_convert"}, "AVX2")
+
+
+def test_the_refusal_names_onednn_max_cpu_isa_where_both_names_are_set(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # read first (onednn_max_isa)
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
+    with pytest.raises(ConfigError) as caught:
+        check_precision_fits_isa("mixed_bfloat16", [], {"avx512f", "avx512_bf16"}, "AVX2")
+    assert str(caught.value).endswith("or unset ONEDNN_MAX_CPU_ISA")
 
 
 def test_the_refusal_names_the_variable_that_sets_the_cap(monkeypatch):
@@ -168,7 +200,10 @@ def test_bfloat16_under_a_crashing_cap_is_refused_before_tensorflow_where_no_gpu
         check_precision_fits_isa_now("mixed_bfloat16", tmp_path)
     check_precision_fits_isa_now("float32", tmp_path)
     (tmp_path / "dev").mkdir()
-    (tmp_path / "dev" / "nvidiactl").touch()  # a GPU may do the bfloat16 work: the device set-up decides
+    (tmp_path / "dev" / "kfd").touch()  # an AMD GPU may do the bfloat16 work: the device set-up decides
+    check_precision_fits_isa_now("mixed_bfloat16", tmp_path)
+    (tmp_path / "dev" / "kfd").unlink()
+    (tmp_path / "dev" / "nvidiactl").touch()  # and an NVIDIA one
     check_precision_fits_isa_now("mixed_bfloat16", tmp_path)
 
 
@@ -205,6 +240,21 @@ def test_the_peak_probe_measures_a_matmul(monkeypatch):
     assert peak == pytest.approx(2 * 64**3 / 0.25)  # the best repetition
 
 
+def test_the_peak_probe_runs_on_the_device_and_in_the_type_asked(monkeypatch):
+    import tensorflow as tf
+
+    from train.setup import hardware
+
+    devices, types, device = [], [], tf.device
+    monkeypatch.setattr(tf, "device", lambda name: devices.append(name) or device(name))
+    matmul = tf.matmul
+    monkeypatch.setattr(tf, "matmul", lambda a, b: types.append(a.dtype.name) or matmul(a, b))
+    hardware.measure_peak_flops("bfloat16", "/CPU:0", n=8, reps=1)
+    hardware.measure_peak_flops("tfloat32", n=8, reps=1)  # TF32 is how float32 runs on a GPU
+    assert devices == ["/CPU:0"]  # the default device: no device scope
+    assert types == ["bfloat16", "bfloat16", "float32", "float32"]  # the warm-up and the timed one
+
+
 def test_in_container_reads_the_engines_marker_files_and_on_request_the_runtime_in_the_cgroup(tmp_path):
     from train.setup.hardware import in_container
 
@@ -220,6 +270,21 @@ def test_in_container_reads_the_engines_marker_files_and_on_request_the_runtime_
     (tmp_path / "run" / ".containerenv").unlink()
     (tmp_path / ".dockerenv").touch()
     assert in_container(tmp_path) and in_container(tmp_path, orchestrated=True)
+
+
+@pytest.mark.parametrize("runtime", ["docker", "kubepods", "containerd", "libpod"])
+def test_in_an_orchestrated_container_each_runtime_in_the_cgroup_is_read(tmp_path, runtime):
+    from train.setup.hardware import in_container
+
+    (tmp_path / "proc" / "1").mkdir(parents=True)
+    (tmp_path / "proc" / "1" / "cgroup").write_text(f"0::/system.slice/{runtime}-abcd.scope\n")
+    assert in_container(tmp_path, orchestrated=True)
+
+
+def test_without_a_cgroup_file_no_container_is_seen(tmp_path):
+    from train.setup.hardware import in_container
+
+    assert not in_container(tmp_path, orchestrated=True)  # e.g. macOS: no /proc
 
 
 @pytest.mark.parametrize(
@@ -245,6 +310,23 @@ def test_in_container_reads_the_engines_marker_files_and_on_request_the_runtime_
 def test_the_cpu_family_is_the_strongest_kernels_oneDNN_may_use_and_a_capped_cpu_a_stand_in(flags, cap, family):
     assert cpu_family(flags, cap) == family
     assert benchmark_script("common").cpu_family(flags, cap) == family  # the benchmarks' goals follow it
+
+
+def test_the_kernels_of_a_family_are_its_whole_name_and_those_of_a_stand_in_the_capped_ones():
+    from train.setup.hardware import kernels
+
+    older = cpu_family({"sse4_2"}, None)
+    assert kernels(older) == older == "older (no AVX2)"
+    assert kernels(cpu_family({"avx2", "avx512f"}, "AVX")) == "older (no AVX2)"
+    assert kernels(cpu_family({"avx2", "avx512f", "amx_bf16"}, "AVX512_CORE")) == "AVX-512"
+
+
+def test_the_benchmarks_family_reads_this_machines_flags_and_cap_unless_given(monkeypatch):
+    common = benchmark_script("common")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "sse41")
+    assert common.cpu_family() == cpu_family(cpu_flags(), "SSE41")
+    assert common.cpu_family({"avx2"}) == "older (no AVX2) (stand-in: AVX2 CPU with ONEDNN_MAX_CPU_ISA=SSE41)"
+    assert common.cpu_family({"avx2"}, None) == "AVX2"  # None: no cap, whatever the environment says
 
 
 def _probe(speedup: float):
@@ -302,6 +384,48 @@ def test_a_probe_that_fails_is_float32_and_says_why():
     )
 
 
+def test_a_probe_that_fails_is_quoted_whole_however_long_its_first_line():
+    def probe():
+        raise RuntimeError("x" * 300)
+
+    assert choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=probe)[1].endswith("RuntimeError: " + "x" * 300)
+
+
+BOTH = "amx_bf16, avx512_bf16"
+
+
+@pytest.mark.parametrize(
+    "onednn, isa, probe, reason",
+    [
+        (
+            False,
+            None,
+            None,
+            f"TF_ENABLE_ONEDNN_OPTS turns oneDNN off: without it bfloat16 is emulated even on this CPU ({BOTH})",
+        ),
+        (
+            True,
+            "AVX2",
+            None,
+            "ONEDNN_MAX_CPU_ISA=AVX2 keeps oneDNN below its bfloat16 kernels (AVX512_CORE_BF16): "
+            f"bfloat16 would be emulated even on this CPU ({BOTH})",
+        ),
+        (True, None, None, f"CPU has native bfloat16 ({BOTH})"),
+        (True, None, 0.5, f"CPU has native bfloat16 ({BOTH}), but its bfloat16 convolution ran 0.50x float32's (p)"),
+        (True, None, 1.5, f"CPU has native bfloat16 ({BOTH}); its bfloat16 convolution ran 1.50x float32's (p)"),
+        (True, None, "fails", f"CPU has native bfloat16 ({BOTH}), but the bfloat16 probe failed: OSError: no"),
+    ],
+)
+def test_each_reason_of_auto_on_a_cpu_with_native_bfloat16_is_exact(onednn, isa, probe, reason):
+    def bf16_speedup():
+        if probe == "fails":
+            raise OSError("no")
+        return probe, "p"
+
+    speedup = None if probe is None else bf16_speedup
+    assert choose_precision("auto", [], {"avx512_bf16", "amx_bf16"}, onednn, isa, speedup)[1] == reason
+
+
 def test_a_probe_that_measured_no_figure_is_float32():
     got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=lambda: (math.nan, "a probe"))
     assert got == "float32" and reason.endswith("the bfloat16 probe failed: ValueError: the probe measured nanx")
@@ -312,6 +436,36 @@ def test_a_figure_just_below_the_threshold_never_reads_as_it():
     assert got == "float32" and "ran 0.89x float32's" in reason
     got, reason = choose_precision("auto", [], {"avx512_bf16"}, bf16_speedup=lambda: (0.9, "a probe"))
     assert got == "mixed_bfloat16" and "ran 0.90x float32's" in reason
+
+
+def test_the_bf16_probe_times_the_default_cnns_second_convolution_in_both_types_the_best_of_five(monkeypatch):
+    import tensorflow as tf
+
+    from train.setup import hardware
+
+    traced = []
+
+    def conv2d(x, k, strides, padding):  # traced once a type: the shapes the probe measures
+        traced.append((x.dtype.name, x.shape.as_list(), k.shape.as_list(), strides, padding))
+        return tf.reduce_sum(x) + tf.reduce_sum(k)
+
+    monkeypatch.setattr(tf.nn, "conv2d", conv2d)
+    calls, function = [], tf.function
+
+    def counted(step):  # each timed call runs the compiled convolution
+        compiled = function(step)
+        return lambda *args: calls.append(len(args)) or compiled(*args)
+
+    monkeypatch.setattr(tf, "function", counted)
+    # Interleaved, float32 first: float32 takes 5, 5, 5, 5 then 2 s, bfloat16 4, 4, 4, 4 then 1 s.
+    took = [d for pair in zip([5, 5, 5, 5, 2], [4, 4, 4, 4, 1]) for d in pair]
+    ticks = iter(t for d, end in zip(took, itertools.accumulate(took)) for t in (end - d, end))
+    monkeypatch.setattr(hardware.time, "perf_counter", lambda: next(ticks))
+    assert hardware.measure_bf16_speedup() == 2.0  # float32's best over bfloat16's
+    assert next(ticks, None) is None  # five repetitions each, no more
+    layer = ([256, 26, 26, 32], [3, 3, 32, 64], 1, "VALID")
+    assert traced == [("float32", *layer), ("bfloat16", *layer)]
+    assert len(calls) == 2 * (1 + 5)  # a warm-up and five timed calls each
 
 
 def test_the_real_probe_measures_both_precisions_on_this_cpu():
@@ -329,6 +483,9 @@ def test_the_real_probe_measures_both_precisions_on_this_cpu():
         ("mixed_float16", [(8, 0)], set(), None, "mixed_float16"),  # an Ampere has float16 tensor cores too
         ("mixed_float16", [], {"avx512_bf16"}, None, "mixed_bfloat16"),  # a GPU run resumed on a CPU: picked anew
         ("mixed_bfloat16", [(7, 5)], set(), None, "mixed_float16"),  # a T4 has no bfloat16 tensor cores
+        ("mixed_float16", [(7, 5)], set(), None, "mixed_float16"),  # a T4 keeps float16, though not bfloat16's 8.0
+        ("mixed_float16", [(7, 0)], set(), None, "mixed_float16"),  # from 7.0 on, as auto picks it
+        ("mixed_bfloat16", [(8, 0)], set(), None, "mixed_bfloat16"),  # from 8.0 on
     ],
 )
 def test_a_resume_keeps_the_runs_precision_where_the_devices_run_it_natively(kept, ccs, flags, isa, want):
@@ -356,8 +513,10 @@ def test_a_run_that_sets_no_batch_trains_in_batches_of_256_on_a_cpu_in_float32_a
     epoch; in 16 bits, or on GPUs, the larger batch runs faster. The rate goes with the batch."""
     default = (512, 0.007)
     batch, rate, why = choose_batch("float32", False, default)
-    assert (batch, rate) == (256, 0.005) and why.startswith("training in float32 on a CPU")
-    assert "0.007 x sqrt(256/512), rounded" in why
+    assert (batch, rate) == (256, 0.005) and why == (
+        "training in float32 on a CPU, where an example costs about the same at 256 as at 512 and the more steps "
+        "an epoch reach the accuracy in fewer epochs; LEARNING_RATE 0.007 x sqrt(256/512), rounded"
+    )
     assert choose_batch("mixed_bfloat16", False, default)[:2] == default
     assert choose_batch("float32", True, default)[:2] == default  # a GPU without tensor cores: still 512
     assert choose_batch("mixed_float16", True, default)[2] == "the defaults, for training on GPUs"
