@@ -305,6 +305,19 @@ def test_without_a_cgroup_file_no_container_is_seen(tmp_path):
             "AVX512_CORE",
             "AVX-512 (stand-in: AVX512-BF16 CPU with ONEDNN_MAX_CPU_ISA=AVX512_CORE)",
         ),
+        # The caps between the bfloat16 kernels and AMX (one level, two names) leave an AMX CPU without AMX.
+        (
+            {"avx2", "avx512f", "avx512_bf16", "amx_bf16"},
+            "avx10_1_512",
+            "AVX512-BF16 (stand-in: AMX CPU with ONEDNN_MAX_CPU_ISA=AVX10_1_512)",
+        ),
+        (
+            {"avx2", "avx512f", "avx512_bf16", "amx_bf16"},
+            "AVX512_CORE_FP16",
+            "AVX512-BF16 (stand-in: AMX CPU with ONEDNN_MAX_CPU_ISA=AVX512_CORE_FP16)",
+        ),
+        ({"avx2", "avx512f", "avx512_bf16"}, "AVX10_1_512", "AVX512-BF16"),
+        ({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}, "AVX10_1_512_AMX", "AMX"),
     ],
 )
 def test_the_cpu_family_is_the_strongest_kernels_oneDNN_may_use_and_a_capped_cpu_a_stand_in(flags, cap, family):

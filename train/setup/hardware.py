@@ -69,6 +69,9 @@ _CAPPED = {
     "AVX512_CORE": "AVX-512",
     "AVX512_CORE_VNNI": "AVX-512",
     "AVX512_CORE_BF16": "AVX512-BF16",
+    # The level above the bfloat16 kernels and below AMX: AVX10_1_512, AVX512_CORE_FP16 before oneDNN renamed it.
+    "AVX512_CORE_FP16": "AVX512-BF16",
+    "AVX10_1_512": "AVX512-BF16",
 }
 
 
