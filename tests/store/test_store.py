@@ -321,6 +321,46 @@ def test_pointers_reach_the_store_only_after_what_they_point_to(s3_server, s3_bu
         mirror.stop_watching()
 
 
+def test_a_checkpoint_deleted_during_a_pass_stays_in_the_store_while_the_uploaded_pointer_names_it(
+    s3_server, s3_bucket, monkeypatch, tmp_path
+):
+    """KEEP_CHECKPOINTS=1: while a pass uploads the state LATEST named when the pass began, the run
+    saves the next state, moves LATEST and deletes the first. The pass uploads LATEST as it read it:
+    deleting the first state's object too would leave the store without any state to resume from."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    run = tmp_path / "20261201-000000-000005"
+    ckpts = run / "checkpoints"
+
+    class RunMovesOn(Store):
+        def put(self, rel, data):
+            etag = super().put(rel, data)
+            if rel.endswith("ckpt-000000004.npz") and not (ckpts / "ckpt-000000008.npz").exists():
+                (ckpts / "ckpt-000000008.npz").write_bytes(b"state 8")
+                (ckpts / "LATEST").write_text("ckpt-000000008.npz\n")
+                (ckpts / "ckpt-000000004.npz").unlink()
+            return etag
+
+    ckpts.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (ckpts / "ckpt-000000004.npz").write_bytes(b"state 4")
+    (ckpts / "LATEST").write_text("ckpt-000000004.npz\n")
+    mirror = Mirror(RunMovesOn(parse_url(f"s3://{s3_bucket}/runs")), tmp_path, run)
+    prefix = f"runs/{run.name}/checkpoints/"
+    try:
+        assert mirror.sync_once()
+        keys = s3_server.keys(s3_bucket, prefix)
+        assert keys[prefix + "LATEST"] == b"ckpt-000000004.npz\n"
+        assert keys.get(prefix + "ckpt-000000004.npz") == b"state 4", sorted(keys)
+        assert mirror.sync_once()  # the next pass: the new state, its pointer, then the old one's deletion
+        assert s3_server.keys(s3_bucket, prefix) == {
+            prefix + "LATEST": b"ckpt-000000008.npz\n",
+            prefix + "ckpt-000000008.npz": b"state 8",
+        }
+    finally:
+        mirror.stop_watching()
+
+
 def test_a_run_deleted_from_the_bucket_by_hand_is_uploaded_whole_again(s3_server, s3_bucket, monkeypatch, tmp_path):
     """The staging copy's state says every file was uploaded: a later command's mirror (an export, a
     resume on this machine) must not trust it for a run the store no longer has."""

@@ -8,7 +8,8 @@ an interruption at any moment:
 2. every other changed file is uploaded, each as one whole object (a reader sees the old one or the
    new one, never half), config.json first: it is what makes a folder a run;
 3. only then the pointers as read in 1: what they point to is already in the store;
-4. objects of files the run deleted (old checkpoints) go last.
+4. objects of files the run deleted (old checkpoints) before 1 go last: one deleted since may be
+   what a pointer as read names, and waits for the next pass.
 
 A failed pass is retried with backoff; the first failure is one warning line, the return of the
 store one info line. `close` flushes what is pending before a deadline and says what is not.
@@ -174,6 +175,9 @@ class Mirror:
         return True
 
     def _pass(self) -> None:
+        # Only files deleted before the pointers are read are deleted from the store (step 4): one
+        # deleted later may be what the pointers as read name (an old state, once the run moved on).
+        deleted = [rel for rel in self.state.files if not (self.run_dir / rel).is_file()]
         pointers = {}
         for rel in POINTERS:  # read before anything else (module doc, step 1)
             try:
@@ -189,7 +193,11 @@ class Mirror:
             etag = self.store.put(f"{self.name}/{rel}", pointers[rel])
             self.state.files[rel] = [etag, len(pointers[rel]), zlib.crc32(pointers[rel])]
             self.pending.remove(rel)
-        gone = [rel for rel in self.state.files if rel not in pointers and not (self.run_dir / rel).is_file()]
+        gone = [
+            rel
+            for rel in deleted
+            if rel in self.state.files and rel not in pointers and not (self.run_dir / rel).is_file()
+        ]
         for rel in gone:
             self.store.delete(f"{self.name}/{rel}")
             del self.state.files[rel]
