@@ -401,6 +401,40 @@ def test_a_run_deleted_from_the_bucket_by_hand_is_uploaded_whole_again(s3_server
     assert set(s3_server.names(s3_bucket, f"runs/{run.name}/")) == uploaded
 
 
+def test_a_pull_keeps_a_file_changed_here_and_brings_a_file_changed_in_the_store(
+    s3_server, s3_bucket, monkeypatch, tmp_path
+):
+    """A resume on the machine that trained the run: its train.log grew while the store was down (not
+    uploaded yet), and another machine replaced metrics.csv in the store meanwhile."""
+    import io
+
+    from train.store.mirror import pull
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    store = Recording(parse_url(f"s3://{s3_bucket}/runs"))
+    run, client = "20261201-000000-000006", s3_server.client()
+
+    def put(rel: str, data: bytes) -> None:
+        client.put_object(s3_bucket, f"runs/{run}/{rel}", io.BytesIO(data), len(data))
+
+    for rel, data in (("config.json", b"{}"), ("metrics.csv", b"epoch\n1\n"), ("train.log", b"one\n")):
+        put(rel, data)
+    assert pull(store, tmp_path, run) == 3
+    assert pull(store, tmp_path, run) == 0
+    mirror = Mirror(store, tmp_path, tmp_path / run)  # what the pull brought is known to be in the store
+    try:
+        assert mirror.sync_once() and store.order == []
+    finally:
+        mirror.stop_watching()
+    with open(tmp_path / run / "train.log", "ab") as log:
+        log.write(b"two\n")
+    put("metrics.csv", b"epoch\n1\n2\n")
+    assert pull(store, tmp_path, run) == 1
+    assert (tmp_path / run / "train.log").read_bytes() == b"one\ntwo\n"
+    assert (tmp_path / run / "metrics.csv").read_bytes() == b"epoch\n1\n2\n"
+
+
 def test_a_store_whose_client_cannot_be_set_up_is_one_storage_error(monkeypatch):
     for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_CONNECTION_STRING"):
         monkeypatch.delenv(name, raising=False)
