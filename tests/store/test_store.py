@@ -495,3 +495,27 @@ def test_a_stop_asked_for_while_the_last_files_wait_for_the_store_cuts_the_wait(
     finally:
         signal_later.cancel()
         mirror.lease = SimpleNamespace(lost="the test is over")  # its thread stops trying
+
+
+def test_the_line_of_files_not_uploaded_says_why_names_three_and_counts_the_rest(tmp_path):
+    """The exit-7 line of a run whose last files stayed in the staging copy: the store's error, or the
+    lost lease when there is one; three files named, the others counted; the command that uploads them."""
+    from types import SimpleNamespace
+
+    url = parse_url("s3://bucket/runs")
+    runs = RemoteRuns(url, None, tmp_path, lease_seconds=60, flush_seconds=120)
+    run = tmp_path / "20261201-000000-000007"
+    down = StorageError("the store does not answer")
+    held, lost = SimpleNamespace(lost=None), SimpleNamespace(lost="the lease was taken over")
+
+    def line(files, lease):
+        return runs.not_uploaded(run, files, SimpleNamespace(lease=lease, last_error=down))
+
+    fix = (
+        f"only in the staging copy {run}; once the store answers, `--resume {run.name}` (resume='{run.name}' in "
+        "train()) on this machine (same STORE_CACHE) uploads them"
+    )
+    start = f"run {run.name}: the newest state did not reach s3://bucket/runs"
+    assert line(["a", "b", "c", "d", "e"], None) == f"{start} (the store does not answer): a, b, c and 2 more {fix}"
+    assert line(["a", "b", "c", "d"], held) == f"{start} (the store does not answer): a, b, c and 1 more {fix}"
+    assert line(["a", "b", "c"], lost) == f"{start} (the lease was taken over): a, b, c {fix}"
