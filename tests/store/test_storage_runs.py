@@ -428,6 +428,8 @@ def test_a_run_deleted_from_the_bucket_whose_records_only_runs_brought_is_not_of
 ):
     """`runs` brings every run's records into the staging copy: after the run is deleted from the bucket,
     its note said `report` uploads it whole, which would put back a run without weights or checkpoints."""
+    import io
+
     from minio.deleteobjects import DeleteObject
 
     from train.cli import main
@@ -436,9 +438,12 @@ def test_a_run_deleted_from_the_bucket_whose_records_only_runs_brought_is_not_of
     name = "20261201-100000-000001-gone"
     staging = _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
     url = f"s3://{s3_bucket}/runs"
+    client = s3_server.client()
+    client.put_object(s3_bucket, f"runs/{name}/checkpoints/ckpt-000000004.npz", io.BytesIO(b"state"), 5)
     try:
         assert main(["runs", "--runs-dir", url]) == 0  # its records only, into the staging copy
-        client = s3_server.client()
+        assert not (staging / name / "checkpoints" / "ckpt-000000004.npz").exists()
+        assert not (staging / name / "best.weights.h5").exists()
         gone = [DeleteObject(key) for key in s3_server.names(s3_bucket, f"runs/{name}/")]
         assert not list(client.remove_objects(s3_bucket, gone))
         capsys.readouterr()
