@@ -408,7 +408,7 @@ def test_a_pull_keeps_a_file_changed_here_and_brings_a_file_changed_in_the_store
     uploaded yet), and another machine replaced metrics.csv in the store meanwhile."""
     import io
 
-    from train.store.mirror import pull
+    from train.store.mirror import pull, state_path
 
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
@@ -421,6 +421,8 @@ def test_a_pull_keeps_a_file_changed_here_and_brings_a_file_changed_in_the_store
     for rel, data in (("config.json", b"{}"), ("metrics.csv", b"epoch\n1\n"), ("train.log", b"one\n")):
         put(rel, data)
     assert pull(store, tmp_path, run) == 3
+    assert pull(store, tmp_path, run) == 0
+    state_path(tmp_path, run).unlink()  # a staging copy made by hand: the same bytes are not brought again
     assert pull(store, tmp_path, run) == 0
     mirror = Mirror(store, tmp_path, tmp_path / run)  # what the pull brought is known to be in the store
     try:
