@@ -467,6 +467,32 @@ def test_a_holder_whose_lease_was_taken_over_uploads_nothing_more(s3_server, s3_
         newcomer.release()
 
 
+def test_a_lease_gone_from_a_store_that_answers_404_to_if_match_is_lost_not_renewed(
+    s3_server, s3_bucket, monkeypatch, tmp_path
+):
+    """Taken over and released by another process: SeaweedFS answers the renewal's If-Match with 412,
+    Amazon S3 with 404 (no such object), which read as a store that is down kept the uploads going."""
+
+    class Answers404(Store):  # the real server, with Amazon's answer to If-Match on a missing object
+        def replace(self, rel, data, etag):
+            self.get(rel)  # FileNotFoundError when the object is gone
+            return super().replace(rel, data, etag)
+
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    store.__class__ = Answers404
+    run = "20261201-000000-000006"
+    holder = Lease(store, f"{run}/run.lock", run, seconds=60).acquire()
+    holder._stop.set()
+    holder._thread.join()
+    store.delete(f"{run}/run.lock")  # what the other process's release leaves
+    assert holder.renew_once() is False
+    assert (
+        holder.lost
+        == f"the lease {store.url.key(run + '/run.lock')} is gone from the store: another process took the run over and ended, or it was deleted"
+    )
+    assert f"runs/{run}/run.lock" not in s3_server.names(s3_bucket)  # not created again
+
+
 def test_a_stop_asked_for_while_the_last_files_wait_for_the_store_cuts_the_wait(monkeypatch, tmp_path):
     """SIGTERM during the end's flush to a store that does not answer: the wait ends `stop_seconds`
     after it, not after the whole STORE_FLUSH_SECONDS (compose's stop grace period would run out)."""

@@ -100,12 +100,21 @@ class Lease:
                 f"the lease {self.store.url.key(self.rel)} was taken over by another process while this one "
                 f"could not renew it for {self.seconds:.0f} s (STORE_LEASE_SECONDS)"
             )
-            log.warning("WARNING: run %s: %s; nothing more is uploaded from here", self.run_name, self.lost)
-            return False
-        except (StorageError, FileNotFoundError) as exc:
-            # The store is down (the uploads say so, once) or the object is gone: try again next time.
+        except FileNotFoundError:
+            # A store may answer If-Match on a missing object with 404 rather than 412 (Amazon S3 does): the
+            # lease is gone, taken over and released by another process (or deleted), and re-creating it
+            # would write over what that process wrote.
+            self.lost = (
+                f"the lease {self.store.url.key(self.rel)} is gone from the store: another process took the run "
+                "over and ended, or it was deleted"
+            )
+        except StorageError as exc:  # the store is down (the uploads say so, once): try again next time
             log.debug("lease renewal failed: %s", exc)
-        return True
+            return True
+        else:
+            return True
+        log.warning("WARNING: run %s: %s; nothing more is uploaded from here", self.run_name, self.lost)
+        return False
 
     def release(self) -> None:
         self._stop.set()
