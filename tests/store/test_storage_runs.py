@@ -387,7 +387,7 @@ def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_
     assert status == {killed: "killed", alive: "running"}, out
     assert out[3:] == [
         f"{killed}: killed: its process ended without closing the run (SIGKILL, out of memory, the machine went "
-        f"down); `python -m train fit --resume {killed}` continues it"
+        f"down); `python -m train fit --resume {killed} --runs-dir s3://{s3_bucket}/runs` continues it"
     ]
 
 

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     for row in rows if stored is not None else ():
         if row["id"] not in stored:  # listed still: it may be a run whose upload failed, and must not look lost
             row["staged_only"] = remote.only_staged(row["id"])
-    print(runs_json(rows) if args.json else format_runs(rows))
+    print(runs_json(rows) if args.json else format_runs(rows, settings.runs_dir))
     if not rows and remote is None and not Path(settings.runs_dir).expanduser().exists():
         from ..run.files import in_kernel_files
 

@@ -11,6 +11,7 @@ shown as `-` (null in JSON), and a run that failed has its error on a line under
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from ..errors import RunRecordError, first_line
@@ -123,7 +124,7 @@ def _one_line(text, limit: int = 300) -> str:
     return f"{first[:keep]} ... {first[-keep:]}"
 
 
-def format_runs(rows: list[dict]) -> str:
+def format_runs(rows: list[dict], runs_dir: str = "./runs") -> str:
     if not rows:
         return "no runs yet (train with `python -m train`)"
     header = ("ID", "STATUS", "EPOCHS", "BEST", "TEST", "DURATION", "MODEL", "DATASET")
@@ -142,7 +143,7 @@ def format_runs(rows: list[dict]) -> str:
         if r["status"] == KILLED:
             notes.append(
                 f"{r['id']}: killed: its process ended without closing the run (SIGKILL, out of memory, the "
-                f"machine went down); `python -m train fit --resume {r['id']}` continues it"
+                f"machine went down); `python -m train fit --resume {r['id']}{_runs_dir_flag(runs_dir)}` continues it"
             )
         # A RUNS_DIR in object storage: a run the store does not have (train/store/remote.py, only_staged).
         if r.get("staged_only"):
@@ -155,6 +156,11 @@ def format_runs(rows: list[dict]) -> str:
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     return "\n".join(lines + notes)
+
+
+def _runs_dir_flag(runs_dir: str) -> str:
+    # The line is pasted as it is: a --runs-dir given to `runs` must be in it, or `fit` looks in RUNS_DIR.
+    return "" if str(runs_dir) == "./runs" else f" --runs-dir {shlex.quote(str(runs_dir))}"
 
 
 VERSION_FIELDS = ("tool", "repository", "git_remote", "commit", "path", "dvc_file", "hash", "remote_url", "workspace")
