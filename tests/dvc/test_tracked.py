@@ -164,6 +164,23 @@ def test_a_dvc_command_relative_to_the_working_directory_answers_from_the_data_s
 
 
 @NEEDS_GIT
+def test_a_version_missing_from_the_dvc_cache_leaves_the_workspace_unknown_not_matching(tmp_path):
+    """With the version not in the project's DVC cache (pruned, a clone never pulled), DVC 3 answers
+    "not in cache" whether or not the data differs: that is no "matches", and the one warning says so."""
+    root = _project(tmp_path / "repo")
+    dvc = tmp_path / "dvc"
+    dvc.write_text("""#!/bin/sh\necho '{"images.dvc": [{"changed outs": {"images": "not in cache"}}]}'\n""")
+    dvc.chmod(0o755)
+    version = tracked.record(tiny_settings(tmp_path, dataset=f"images:{root / 'images'}", dvc_command=str(dvc)))
+    assert version["workspace"] == "unknown"
+    assert (
+        version["workspace_unknown"]
+        == f"dvc status: images.dvc's version is not in the DVC cache of {root}; `dvc fetch images.dvc` there"
+    )
+    assert version["warning"].startswith("WARNING: whether images matches its DVC version is unknown (dvc status: ")
+
+
+@NEEDS_GIT
 @pytest.mark.parametrize("named", [True, False])
 def test_a_dvc_whose_status_fails_is_told_to_fix_what_dvc_says_not_to_change_dvc_command(tmp_path, monkeypatch, named):
     """The real DVC on a broken .dvc/config, named by DVC_COMMAND or found by default (.venv-dvc): its own

@@ -165,7 +165,13 @@ def workspace(command: str, root: Path, source: Path, stage: str) -> dict[str, s
         return {"workspace": "unknown", "workspace_unknown": f"dvc status: {dvc} printed nothing: is it DVC?"}
     if state is None:
         return {"workspace": "unknown", "workspace_unknown": f"dvc status: {tool.error_line(done.stderr)}"}
-    return {"workspace": "differs" if _changed(state) else "matches"}
+    if _changed(state):
+        return {"workspace": "differs"}
+    if "not in cache" in json.dumps(state):  # DVC compares nothing then: data that differs says only this too
+        named = target if stage else source.relative_to(root).as_posix()
+        why = f"dvc status: {named}'s version is not in the DVC cache of {root}; `dvc fetch {named}` there"
+        return {"workspace": "unknown", "workspace_unknown": why}
+    return {"workspace": "matches"}
 
 
 def _changed(state: Any) -> bool:
