@@ -99,3 +99,14 @@ def test_the_uncommitted_changes_are_one_hash_alike_for_the_same_edit_on_two_hos
     assert len({hashes["one"], hashes["other"], hashes["gone"], "clean", "?"}) == 5, hashes
     # An image's commit comes with no dirty flag: its build context may have held changes, unknown.
     assert start.changes({"commit": "abc123", "dirty": None}) == "?"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (the image has none)")
+def test_an_edit_staged_then_undone_in_the_files_is_no_uncommitted_change(tmp_path):
+    """git status calls such a checkout dirty, but its files are the commit's: a worker there was refused
+    beside a clean one, for changes `git diff HEAD` does not show."""
+    path = _checkout(tmp_path / "undone", "units = 2\n")
+    git(path, "add", "model.py")
+    (path / "model.py").write_text("units = 1\n")
+    assert git_info(path)["dirty"] is True
+    assert start.changes(git_info(path), path) == "clean"

@@ -69,8 +69,11 @@ def changes(git: dict, root=None) -> str:
         )
         if names.returncode != 0:
             return "?"
+        changed = sorted(filter(None, names.stdout.split(b"\0")))
+        if not changed:  # an edit staged, then undone in the files: git status says dirty, the files are HEAD's
+            return "clean"
         h = hashlib.sha256()
-        for name in sorted(filter(None, names.stdout.split(b"\0"))):
+        for name in changed:
             path = root / os.fsdecode(name)
             h.update(name + b"\0" + (sha256_file(path).encode() if path.is_file() else b"deleted") + b"\0")
     except (OSError, subprocess.SubprocessError):
