@@ -42,41 +42,91 @@ def test_tf_config_with_a_chief_job_puts_the_chief_first():
     assert from_tf_config(_tf_config(["w0:1"], 0, chief=["c:1"], kind="chief")).is_chief
 
 
+def test_tensorflow_is_given_a_launchers_tf_config_as_it_came_and_one_built_from_workers():
+    """Rebuilt, a launcher's chief job would become a worker: TensorFlow would name its tasks otherwise."""
+    raw = _tf_config(["w0:1"], 0, chief=["c:1"])
+    assert read_cluster("", -1, {"TF_CONFIG": raw}).tf_config_for({"TF_CONFIG": raw}) == raw
+    workers = read_cluster("c:1,w0:1", 1, {})
+    assert workers.tf_config_for({}) == workers.tf_config()
+
+
+def test_the_log_line_names_this_worker_the_source_and_the_chief():
+    assert Cluster().describe() == "cluster: one process"
+    assert from_workers("a:1,b:2,c:3", 2).describe() == "cluster: worker 2 of 3 (WORKERS), chief a:1"
+
+
 @pytest.mark.parametrize(
-    "workers, index, name, words",
+    "workers, index, name, allowed",
     [
-        ("a:1,b:2", -1, "WORKER_INDEX", "0..1"),  # WORKERS without WORKER_INDEX
-        ("a:1,b:2", 2, "WORKER_INDEX", "0..1"),  # out of range
-        ("a:1,b", 0, "WORKERS", "not host:port"),  # missing port
-        ("::1:2222,::2:2222", 0, "WORKERS", "an IPv6 address in brackets: [::1]:2222"),
-        ("fd00::1,fd00::2", 0, "WORKERS", "an IPv6 address in brackets: [fd00::1]:2222"),  # and no port
-        ("a:1,b:99999", 0, "WORKERS", "outside 1..65535"),
-        ("a:1,a:1", 0, "WORKERS", "entry 0 (a:1) and entry 1 (a:1) are the same address"),
-        ("", 0, "WORKER_INDEX", "only together with WORKERS"),
+        ("a:1,b:2", -1, "WORKER_INDEX", "WORKERS lists 2 workers: set WORKER_INDEX to this worker's place, 0..1"),
+        ("a:1,b:2", 2, "WORKER_INDEX", "WORKERS lists 2 workers: 0..1"),  # out of range
+        ("a:1,b", 0, "WORKERS", "'b' is not host:port (e.g. 10.0.0.2:2222)"),  # missing port: no IPv6 hint
+        (
+            "::1:2222,::2:2222",
+            0,
+            "WORKERS",
+            "'::1:2222' is not host:port (e.g. 10.0.0.2:2222, an IPv6 address in brackets: [::1]:2222)",
+        ),
+        (  # and no port
+            "fd00::1,fd00::2",
+            0,
+            "WORKERS",
+            "'fd00::1' is not host:port (e.g. 10.0.0.2:2222, an IPv6 address in brackets: [fd00::1]:2222)",
+        ),
+        ("a:1,b:99999", 0, "WORKERS", "port 99999 in 'b:99999' is outside 1..65535"),
+        ("a:1,b:65536", 0, "WORKERS", "port 65536 in 'b:65536' is outside 1..65535"),
+        (
+            "a:1,a:1",
+            0,
+            "WORKERS",
+            "entry 0 (a:1) and entry 1 (a:1) are the same address: give each worker its own host:port",
+        ),
+        (" , ", 0, "WORKERS", "lists no host:port: give host:port,host:port,... or leave it empty"),  # not WORKER_INDEX
+        ("", 0, "WORKER_INDEX", "set only together with WORKERS=host:port,host:port,..."),
     ],
 )
-def test_bad_workers_name_the_setting(workers, index, name, words):
+def test_bad_workers_name_the_setting(workers, index, name, allowed):
     with pytest.raises(ConfigError) as info:
         from_workers(workers, index)
-    assert info.value.name == name and words in str(info.value)
+    assert (info.value.name, info.value.value) == (name, index if name == "WORKER_INDEX" else workers)
+    assert info.value.allowed == allowed
+
+
+def test_the_ports_1_and_65535_are_allowed():
+    assert from_workers("a:1,a:65535", 0).workers == ("a:1", "a:65535")
+
+
+def _tf_cluster(cluster, task=None):
+    return json.dumps({"cluster": cluster, "task": task or {"type": "worker", "index": 0}})
+
+
+TASK = 'task must be {"type": "worker" or "chief", "index": N}'
 
 
 @pytest.mark.parametrize(
-    "raw, words",
+    "raw, allowed",
     [
-        ('{"cluster": {"worker": ["a:1"]', "not valid JSON"),
-        ('["a:1"]', "expected {"),
-        (_tf_config(["a:1", "b:1"], 2), "index 2 is out of range"),
-        (_tf_config(["a:1", "b"], 0), "not host:port"),
-        (json.dumps({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}, "task": {"type": "worker", "index": 0}}), "ps"),
-        (json.dumps({"cluster": {"worker": ["a:1"]}}), "task must be"),
-        (_tf_config([], 0), "no worker"),
+        ('{"cluster": {"worker": ["a:1"]', "not valid JSON (Expecting ',' delimiter at character 30)"),
+        ('["a:1"]', 'expected {"cluster": {"worker": ["host:port", ...]}, "task": {...}}'),
+        (_tf_config(["a:1", "b:1"], 2), "task index 2 is out of range: cluster.worker has 2 entries"),
+        (_tf_config(["a:1", "b"], 0), "'b' is not host:port (e.g. 10.0.0.2:2222)"),
+        (_tf_config(["a:1", 5], 0), "5 is not host:port (e.g. 10.0.0.2:2222)"),
+        (_tf_cluster({"worker": "a:1"}), 'cluster.worker must be a list of "host:port"'),
+        (
+            _tf_cluster({"worker": ["a:1"], "ps": ["p:1"], "evaluator": ["e:1"]}),
+            "job(s) evaluator, ps are not supported: use chief and worker only",
+        ),
+        (_tf_cluster({"worker": ["a:1"], "chief": ["c:1", "d:1"]}), "at most one chief"),
+        (json.dumps({"cluster": {"worker": ["a:1"]}}), TASK),
+        (_tf_cluster({"worker": ["a:1"]}, {"type": "worker", "index": True}), TASK),
+        (_tf_cluster({"worker": ["a:1"]}, {"type": "evaluator", "index": 0}), TASK),
+        (_tf_config([], 0), "the cluster lists no worker"),
     ],
 )
-def test_bad_tf_config_names_it(raw, words):
+def test_bad_tf_config_names_it(raw, allowed):
     with pytest.raises(ConfigError) as info:
         from_tf_config(raw)
-    assert info.value.name == "TF_CONFIG" and words in str(info.value)
+    assert (info.value.name, info.value.value, info.value.allowed) == ("TF_CONFIG", raw, allowed)
 
 
 @pytest.mark.parametrize(
@@ -88,6 +138,9 @@ def test_bad_tf_config_names_it(raw, words):
         ("10.0.0.1:1,[::1]:7,127.0.0.2:7", "[::1]:7", "127.0.0.2:7"),
         ("a:1,Host.Example.:5,host.example:5", "Host.Example.:5", "host.example:5"),  # a final dot
         ("[::ffff:10.0.0.1]:3,[::FFFF:a00:1]:3", "[::ffff:10.0.0.1]:3", "[::FFFF:a00:1]:3"),  # one IPv6 address
+        ("127.0.0.1:7,localhost.localdomain:7", "127.0.0.1:7", "localhost.localdomain:7"),  # /etc/hosts' names
+        ("[::1]:7,IP6-localhost:7", "[::1]:7", "IP6-localhost:7"),
+        ("ip6-loopback:7,localhost:7", "ip6-loopback:7", "localhost:7"),
     ],
 )
 def test_one_address_written_two_ways_is_refused_naming_both_entries(workers, first, second):
@@ -100,12 +153,15 @@ def test_one_address_written_two_ways_is_refused_naming_both_entries(workers, fi
 
 def test_other_hosts_or_ports_are_not_duplicates():
     assert from_workers("10.0.0.1:2222,10.0.0.2:2222,127.0.0.1:2223,hostA:2222", 0).size == 4
+    # Only the brackets and a final dot are dropped from a name, no other letter.
+    assert from_workers("Xnode:1,nodeX:1,node:1", 0).size == 3
 
 
 def test_the_chief_listed_again_as_a_worker_in_tf_config_is_refused():
+    raw = _tf_config(["w0:1", "C:1"], 0, chief=["c:1"])
     with pytest.raises(ConfigError) as info:
-        from_tf_config(_tf_config(["w0:1", "C:1"], 0, chief=["c:1"]))
-    assert info.value.name == "TF_CONFIG"
+        from_tf_config(raw)
+    assert (info.value.name, info.value.value) == ("TF_CONFIG", raw)
     assert "cluster.chief[0] (c:1) and cluster.worker[1] (C:1) are the same address" in str(info.value)
 
 
@@ -123,19 +179,17 @@ def test_a_duplicate_address_exits_2_in_one_line_naming_both_entries(tmp_path):
     assert line.startswith("ConfigError: WORKERS=") and "entry 0 (localhost:2222) and entry 1 (LOCALHOST:2222)" in line
 
 
-def test_workers_of_commas_only_is_refused_as_workers_not_as_worker_index():
-    with pytest.raises(ConfigError) as info:
-        from_workers(" , ", 0)
-    assert info.value.name == "WORKERS" and "lists no host:port" in str(info.value)
-
-
 def test_the_exposure_warning_says_every_interface_for_loopback_and_network_clusters():
     local = from_workers("127.0.0.1:5000,localhost:5001", 1)
     remote = from_workers("10.0.0.1:2222,10.0.0.2:2222", 0)
     assert local.on_loopback and not remote.on_loopback
     assert "port 5001 of every network interface" in local.exposure_warning()
     assert "loopback addresses, but" in local.exposure_warning()
-    assert "over the network" in remote.exposure_warning() and "port 2222" in remote.exposure_warning()
+    assert remote.exposure_warning() == (
+        "WARNING: the workers talk over the network and TensorFlow's training server (gRPC, no authentication) "
+        "listens on port 2222 of every network interface of this host: keep these ports reachable only by the "
+        "other workers (firewall, private network; docs/distributed.md#network)"
+    )
     # The setting that named them: a launcher's TF_CONFIG holds no WORKERS to look for.
     tf_config = read_cluster("", -1, {"TF_CONFIG": _tf_config(["127.0.0.1:5000", "127.0.0.1:5001"], 0)})
     assert tf_config.exposure_warning().startswith("WARNING: TF_CONFIG names loopback addresses, but")
@@ -144,7 +198,17 @@ def test_the_exposure_warning_says_every_interface_for_loopback_and_network_clus
 def test_tf_config_and_workers_together_are_refused():
     with pytest.raises(ConfigError) as info:
         read_cluster("a:1,b:1", -1, {"TF_CONFIG": _tf_config(["a:1", "b:1"], 0)})
-    assert info.value.name == "WORKERS"
+    assert (info.value.name, info.value.value) == ("WORKERS", "a:1,b:1")
+    assert (
+        info.value.allowed == "TF_CONFIG is set too: use one of them (TF_CONFIG wins in most launchers; unset WORKERS)"
+    )
+
+
+def test_tf_config_and_worker_index_together_are_refused():
+    with pytest.raises(ConfigError) as info:
+        read_cluster("", 0, {"TF_CONFIG": _tf_config(["a:1", "b:1"], 1)})
+    assert (info.value.name, info.value.value) == ("WORKER_INDEX", 0)
+    assert info.value.allowed == "TF_CONFIG names this worker's index already: unset WORKER_INDEX"
 
 
 def test_settings_check_the_cluster_and_that_the_batch_divides_by_the_workers():
@@ -210,9 +274,10 @@ def test_tf_config_or_workers_win_over_skypilots_variables():
     raw = _tf_config(["c:1", "d:1"], 1)
     assert read_cluster("", -1, {**sky, "TF_CONFIG": raw}) == Cluster(("c:1", "d:1"), 1, "TF_CONFIG")
     assert Cluster(("c:1", "d:1"), 1, "TF_CONFIG").tf_config_for({"TF_CONFIG": raw}) == raw
-    with pytest.raises(ConfigError) as info:  # WORKER_INDEX alone is still refused, SkyPilot or not
-        read_cluster("", 1, sky)
-    assert info.value.name == "WORKER_INDEX"
+    for index in (0, 1):
+        with pytest.raises(ConfigError) as info:  # WORKER_INDEX alone is still refused, SkyPilot or not
+            read_cluster("", index, sky)
+        assert (info.value.name, info.value.value) == ("WORKER_INDEX", index)
 
 
 @pytest.mark.parametrize(
@@ -236,6 +301,7 @@ def test_bad_skypilot_variables_name_the_variable(ips, rank, name, words):
     with pytest.raises(ConfigError) as info:
         read_cluster("", -1, env)
     assert info.value.name == name and words in str(info.value)
+    assert info.value.value == (ips if name == "SKYPILOT_NODE_IPS" else rank or "")
     assert "\n" not in str(info.value)  # the IPs' newlines are shown escaped: one line
 
 
