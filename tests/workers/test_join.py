@@ -346,6 +346,16 @@ def test_a_worker_that_compares_other_settings_is_refused_as_another_version_on_
         assert "LEARNING_RATE" not in str(error)
 
 
+def test_each_length_of_line_a_version_sent_is_read_with_what_it_lacks_unknown():
+    """Settings from the 5th word on, the commit from the 6th, the uncommitted changes from the 7th."""
+    head = f"{join.MAGIC} 1 d 127.0.0.1:5"
+    assert join._parse(f"{head}\n".encode()) == (1, "d", "127.0.0.1:5", "", None, "?")
+    assert join._parse(f"{head} s\n".encode()) == (1, "d", "127.0.0.1:5", "s", None, "?")
+    assert join._parse(f"{head} s c\n".encode()) == (1, "d", "127.0.0.1:5", "s", "c", "?")
+    assert join._parse(f"{head} s c clean\n".encode()) == (1, "d", "127.0.0.1:5", "s", "c", "clean")
+    assert join._parse(f"{head} s c clean more\n".encode()) is None
+
+
 # -- through the command line ---------------------------------------------------------------------
 @pytest.fixture
 def started():
