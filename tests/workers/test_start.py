@@ -46,6 +46,17 @@ def test_a_worker_whose_onednn_cap_crashes_on_the_chiefs_bfloat16_is_refused(mon
     assert keras.mixed_precision.global_policy().name == "float32"
 
 
+def test_a_worker_with_a_gpu_takes_the_chiefs_bfloat16_whatever_its_cpus_onednn_cap(monkeypatch):
+    """The GPU runs bfloat16: the CPU's cap is no reason to refuse it."""
+    monkeypatch.setattr(sync, "text_from_chief", lambda strategy, text: "mixed_bfloat16")
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    setup = _setup("float32", "the GPU's own choice")
+    setup.compute_capabilities = [(8, 0)]
+    start.take_the_chiefs_precision(setup)
+    assert setup.precision == "mixed_bfloat16"
+
+
 def test_the_chief_keeps_its_own_choice_and_its_reason():
     reason = "CPU has native bfloat16 (avx512_bf16), but its bfloat16 convolution ran 0.55x float32's (a probe)"
     setup = _setup("float32", reason, ReplicasOfOneWorker([0]))  # replica 0: the chief's own text comes back
@@ -110,3 +121,10 @@ def test_an_edit_staged_then_undone_in_the_files_is_no_uncommitted_change(tmp_pa
     (path / "model.py").write_text("units = 1\n")
     assert git_info(path)["dirty"] is True
     assert start.changes(git_info(path), path) == "clean"
+
+
+def test_uncommitted_changes_are_unknown_where_git_cannot_list_them(tmp_path, monkeypatch):
+    dirty = {"commit": "a" * 40, "dirty": True}
+    assert start.changes(dirty, tmp_path) == "?"  # not a checkout: git diff fails
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git at all
+    assert start.changes(dirty, tmp_path) == "?"
