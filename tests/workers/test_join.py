@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -366,6 +367,65 @@ def test_a_worker_that_compares_other_settings_is_refused_as_another_version_on_
         assert error.name == "WORKERS" and error.value == f"127.0.0.1:{ports[other]}"
         assert f"worker {other} there compares {counts}: it runs another version" in str(error)
         assert "LEARNING_RATE" not in str(error)
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_workers_at_ipv6_addresses_join():
+    ports = free_local_ports(2)  # free on IPv4: each worker binds both families
+    cluster = [from_workers(",".join(f"[::1]:{p}" for p in ports), i) for i in range(2)]
+    runs = [_in_thread(join.wait_for_workers, c, HANG_GUARD, StopFlag(), "WORKERS") for c in cluster]
+    for t, box in runs:
+        t.join(HANG_GUARD)
+        assert not t.is_alive() and "error" not in box, box
+
+
+def _call(port: int, line: bytes) -> bytes:
+    """What a worker's probe does: connect once the port listens, read its line, send `line`."""
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
+        try:
+            conn = socket.create_connection(("127.0.0.1", port), timeout=HANG_GUARD)
+            break
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline, f"nothing listens on {port}"
+            threading.Event().wait(0.05)
+    with conn:
+        got = join._read_line(conn)
+        conn.sendall(line)
+    return got
+
+
+def test_a_worker_is_met_when_only_the_other_one_reaches_it_after_an_empty_and_a_reset_caller():
+    """Worker 0 reaches worker 1, not the other way round (one host's firewall): worker 1 meets it when
+    it calls, also after a caller that closed without a line and one that reset its connection."""
+    p0, p1 = free_local_ports(2)
+    t, box = _in_thread(join.wait_for_workers, _cluster([p0, p1], 1), HANG_GUARD, StopFlag(), "WORKERS")
+    _call(p1, b"")  # closes without a line
+    reset = socket.create_connection(("127.0.0.1", p1), timeout=HANG_GUARD)
+    reset.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    reset.close()
+    got = _call(p1, join._line(_cluster([p0, p1], 0), join.settings_token({})))
+    assert got.startswith(f"{join.MAGIC} 1 ".encode())
+    t.join(HANG_GUARD)
+    assert not t.is_alive() and "error" not in box, box
+
+
+def test_a_worker_of_another_cluster_calling_is_not_counted_as_one_of_ours():
+    p0, p1, p2 = free_local_ports(3)
+    theirs = _cluster([p2, p0], 1)  # it calls p0 as its worker 1
+    t, box = _in_thread(join.wait_for_workers, _cluster([p0, p1], 0), 1.5, StopFlag(), "WORKERS")
+    _call(p0, join._line(theirs, join.settings_token({})))
+    t.join(HANG_GUARD)
+    assert isinstance(box.get("error"), WorkersMissingError), box
 
 
 def test_each_length_of_line_a_version_sent_is_read_with_what_it_lacks_unknown():
