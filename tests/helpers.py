@@ -61,6 +61,16 @@ def free_local_ports(n: int = 1) -> list[int]:
             sock.close()
 
 
+def ipv6_loopback() -> bool:
+    """Whether ::1 can be bound here (a container or host with IPv6 turned off has none)."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
 # Why a test of an extra is skipped in a fork that deleted it (allowed under REQUIRE_ALL: tests/conftest.py).
 EXTRA_SKIP = "in this template (train/extras.py)"
 

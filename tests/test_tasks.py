@@ -123,15 +123,19 @@ def test_train_cpu_detached_uses_the_cpu_override_and_needs_no_gpu():
     assert not any("nvidia-smi" in cmd for cmd in commands(c))
 
 
-@pytest.mark.parametrize("where", ["env", ".env"])
-def test_a_compose_file_that_adds_the_cpu_file_is_the_cpu_choice_without_cpu(monkeypatch, where):
-    """The quick start's CPU line puts COMPOSE_FILE in .env: the tasks refused such a host for its
-    missing GPU until --cpu was added, and --cpu's -f files replaced COMPOSE_FILE's own list."""
-    value = "docker-compose.yml:docker-compose.cpu.yml:compose.mine.yml"
+def _compose_file_in(where: str, value: str, monkeypatch) -> None:
+    """COMPOSE_FILE in the environment, or in .env beside another setting, as compose reads either."""
     if where == "env":
         monkeypatch.setenv("COMPOSE_FILE", value)
     else:
         (tasks.ROOT / ".env").write_text(f"EPOCHS=2\nCOMPOSE_FILE={value}\n")
+
+
+@pytest.mark.parametrize("where", ["env", ".env"])
+def test_a_compose_file_that_adds_the_cpu_file_is_the_cpu_choice_without_cpu(monkeypatch, where):
+    """The quick start's CPU line puts COMPOSE_FILE in .env: the tasks refused such a host for its
+    missing GPU until --cpu was added, and --cpu's -f files replaced COMPOSE_FILE's own list."""
+    _compose_file_in(where, "docker-compose.yml:docker-compose.cpu.yml:compose.mine.yml", monkeypatch)
     c = ctx(**{"nvidia-smi -L": Result("", exited=1)})
     tasks.train(c)
     tasks.train(c, cpu=True)
@@ -162,11 +166,7 @@ def test_a_compose_file_without_the_cpu_file_still_needs_the_gpu(monkeypatch):
 @pytest.mark.parametrize("where", ["env", ".env"])
 def test_cpu_adds_the_cpu_file_to_a_compose_file_list_instead_of_replacing_it(monkeypatch, where):
     """`-f` files replace COMPOSE_FILE's list: an override the user listed there was dropped by --cpu."""
-    value = "docker-compose.yml:compose.mine.yml"
-    if where == "env":
-        monkeypatch.setenv("COMPOSE_FILE", value)
-    else:
-        (tasks.ROOT / ".env").write_text(f"COMPOSE_FILE={value}\n")
+    _compose_file_in(where, "docker-compose.yml:compose.mine.yml", monkeypatch)
     c = ctx(**{"nvidia-smi -L": Result("", exited=1)})
     tasks.train(c, cpu=True)
     assert echoed(c) == [

@@ -20,7 +20,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from helpers import PYTHON, subprocess_env
+from helpers import PYTHON, ipv6_loopback, subprocess_env
 from PIL import Image
 from servers_serve import SHAPE, get, make_gated_run, post_json, request
 
@@ -613,20 +613,10 @@ def test_a_request_asked_to_close_by_a_connection_token_or_by_http_1_0(version, 
     assert server_module._asked_to_close({"http_version": version, "headers": headers}) is asked
 
 
-def _ipv6_loopback() -> bool:
-    """Whether ::1 can be bound here (a container or host with IPv6 turned off has none)."""
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
 def test_the_port_is_bound_listening_tcp_and_reusable_on_the_address_family_of_the_host():
     from train.serve.server import bind
 
-    families = [("127.0.0.1", socket.AF_INET)] + ([("::1", socket.AF_INET6)] if _ipv6_loopback() else [])
+    families = [("127.0.0.1", socket.AF_INET)] + ([("::1", socket.AF_INET6)] if ipv6_loopback() else [])
     with bind("0.0.0.0", 0) as everywhere:  # every interface, given as such: taken, not refused
         assert everywhere.getsockname()[0] == "0.0.0.0"
     for host, family in families:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from faults import env
-from helpers import free_local_ports
+from helpers import free_local_ports, ipv6_loopback
 
 from train.errors import ConfigError, Interrupted
 from train.training.stop_flag import StopFlag
@@ -369,16 +369,7 @@ def test_a_worker_that_compares_other_settings_is_refused_as_another_version_on_
         assert "LEARNING_RATE" not in str(error)
 
 
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
 def test_workers_at_ipv6_addresses_join():
     ports = free_local_ports(2)  # free on IPv4: each worker binds both families
     cluster = [from_workers(",".join(f"[::1]:{p}" for p in ports), i) for i in range(2)]
