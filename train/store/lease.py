@@ -95,6 +95,7 @@ class Lease:
         """One renewal; False once the lease is lost (another process took it over meanwhile)."""
         try:
             self.etag = self.store.replace(self.rel, self._body(), self.etag or "")
+            return True
         except Conflict:
             self.lost = (
                 f"the lease {self.store.url.key(self.rel)} was taken over by another process while this one "
@@ -110,8 +111,6 @@ class Lease:
             )
         except StorageError as exc:  # the store is down (the uploads say so, once): try again next time
             log.debug("lease renewal failed: %s", exc)
-            return True
-        else:
             return True
         log.warning("WARNING: run %s: %s; nothing more is uploaded from here", self.run_name, self.lost)
         return False
