@@ -542,7 +542,7 @@ def test(c, args="", all=False):
     help={
         "json": "where to write pytest-benchmark's JSON report (the ratio table is read from it)",
         "args": 'extra pytest arguments, e.g. "-k pipeline"',
-        "quick": "tiny data and budgets (about 30 s): checks that the benchmarks run; the ratios mean nothing",
+        "quick": "tiny data and budgets (about 3 minutes on 2 cores): checks that the benchmarks run; the ratios mean nothing",
     }
 )
 def bench(c, json=".benchmarks/latest.json", args="", quick=False):
