@@ -188,6 +188,9 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
     (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]  # .cache holds the measured peak
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and manifest["ended_at"]
+    # Why it ended is in the run's record, as for a stop mid-training (runs, the report's header).
+    why = f"stopped before training started (received {sig.name}): resumable"
+    assert manifest["ended_because"] == manifest["segments"][-1]["ended_because"] == why
     log = (run / "train.log").read_text()
     assert f"received {sig.name}" in log and "stopped before training started" in log
     assert "Stopped at once" not in capsys.readouterr().err  # one Ctrl-C is a clean stop, not exit 130

@@ -49,6 +49,7 @@ from ..run.rundir import RunDir
 from ..run.train_log import close_logging, log_to_file_only, setup_logging
 from . import flops
 from .callbacks import Callbacks
+from .early_stopping import record_ending
 from .loop import LoopState, Result, at_new_batch_size, log_distribution, start_loop
 from .stop_flag import StopFlag
 
@@ -279,16 +280,16 @@ def _run(
     settings, run_dir = plan.settings, plan.run_dir
     several = setup is not None  # joined a cluster: its workers stop together, in the loop
     if stop.check() and not several:
-        return _stopped_before_training(run_dir, stop)
+        return _stopped_before_training(plan, stop)
     from ..setup import devices
 
     setup = setup or devices.setup_devices(settings, bf16_speedup=probe, kept=_recorded_precision(plan))
     log.info(setup.describe())
     if stop.check() and not several:
-        return _stopped_before_training(run_dir, stop)
+        return _stopped_before_training(plan, stop)
     spec = data.load_data(settings)
     if stop.check() and not several:
-        return _stopped_before_training(run_dir, stop)
+        return _stopped_before_training(plan, stop)
     check_data(plan, spec.fingerprint, spec.source, force)
     epochs = _epochs(settings)
     if not plan.resumed:
@@ -320,7 +321,7 @@ def _run(
     except ModelInterrupted:
         if several:
             raise
-        return _stopped_before_training(run_dir, stop)  # a stop during the factory ends it at once
+        return _stopped_before_training(plan, stop)  # a stop during the factory ends it at once
     calls.train_begin(run_dir)  # only the chief gets here: the record is written
     loop.callbacks = calls
     # A stop requested from here on is seen by the loop before its first step: it saves a state.
@@ -464,10 +465,13 @@ def _adopt_worker_count(state: LoopState, resumed: bool, workers: int) -> None:
     state.workers = workers
 
 
-def _stopped_before_training(run_dir: Path, stop: StopFlag) -> Result:
+def _stopped_before_training(plan: RunPlan, stop: StopFlag) -> Result:
     """A stop before there is a model: nothing new to save, whatever was saved before is untouched."""
-    log.info("stopped before training started (%s): nothing new to save", stop.reason)
-    return Result(run_dir, stop.status, 0)
+    ended = f"stopped before training started ({stop.reason})"
+    log.info("%s: nothing new to save", ended)
+    if plan.recorded:  # a resume not yet checked keeps its record as it was
+        record_ending(RunDir(plan.run_dir).manifest, f"{ended}: resumable")  # `runs` and the report say why
+    return Result(plan.run_dir, stop.status, 0)
 
 
 def _last_sign_of_life(plan: RunPlan) -> float | None:
