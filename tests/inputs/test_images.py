@@ -565,7 +565,7 @@ def test_max_image_pixels_is_a_setting_counting_every_frame_of_a_gif(make_image_
     gif = root / "class_1" / "anim.gif"
     frames[0].save(gif, save_all=True, append_images=frames[1:])  # 3 x 1600 pixels decoded
     with pytest.raises(
-        DataError, match=r"anim.gif: 3 frames of 40x40 is 0 million pixels, more than MAX_IMAGE_PIXELS=2,304"
+        DataError, match=r"anim.gif: 3 frames of 40x40 is 4,800 pixels, more than MAX_IMAGE_PIXELS=2,304"
     ):
         data.load_data(settings(root, tmp_path, max_image_pixels=2304))
 
@@ -1005,8 +1005,8 @@ def test_every_frame_of_a_gif_counts_and_the_message_says_how_many(tmp_path):
     with pytest.raises(DataError) as e:
         images.image_info(raw, "anim.gif", 2399)
     assert str(e.value).startswith(
-        "anim.gif: 2 frames of 40x30 is 0 million pixels, more than MAX_IMAGE_PIXELS=2,399 (decoding it would take "
-        "about 0.0 GB); shrink the image"
+        "anim.gif: 2 frames of 40x30 is 2,400 pixels, more than MAX_IMAGE_PIXELS=2,399 (decoding it would take "
+        "about 7.2 kB); shrink the image"
     )
     frames[0].save(tmp_path / "anim.png", save_all=True, append_images=frames[1:])  # APNG: one image decoded
     assert images.declared_pixels((tmp_path / "anim.png").read_bytes()) == 1200
@@ -1014,8 +1014,10 @@ def test_every_frame_of_a_gif_counts_and_the_message_says_how_many(tmp_path):
     assert images.declared_pixels(b"not an image") is None
 
 
-def test_the_size_in_the_message_is_rounded_to_millions_of_pixels_and_tenths_of_a_gb():
-    for (width, height), shown in (((3500, 1000), "4 million pixels"), ((35000, 10000), "about 1.1 GB")):
+def test_the_size_in_the_message_is_rounded_to_millions_of_pixels_and_tenths_of_a_gb_never_to_zero():
+    cases = [((3500, 1000), "4 million pixels"), ((35000, 10000), "about 1.1 GB"), ((3000, 1000), "about 9.0 MB")]
+    cases += [((999, 1000), "is 999,000 pixels, more than MAX_IMAGE_PIXELS=1 ")]  # a limit set low: not "1 million"
+    for (width, height), shown in cases:
         with pytest.raises(DataError) as e:
             images.image_info(_png(width, height, rows=1), "big.png", 1)
         assert shown in str(e.value)

@@ -233,12 +233,24 @@ def image_info(raw: bytes, path: str | os.PathLike, max_pixels: int | None, fix:
     if max_pixels is not None and pixels > max_pixels:
         shown = f"{frames} frames of {width}x{height}" if frames > 1 else f"{width}x{height}"
         raise DataError(
-            f"{path}: {shown} is {pixels / 1e6:,.0f} million pixels, more than MAX_IMAGE_PIXELS={max_pixels:,} "
-            f"(decoding it would take about {pixels * 3 / 1e9:.1f} GB); "
+            f"{path}: {shown} is {_pixels_text(pixels)}, more than MAX_IMAGE_PIXELS={max_pixels:,} "
+            f"(decoding it would take about {_bytes_text(pixels * 3)}); "
             + (fix or "shrink the image (it is resized to IMAGE_SIZE anyway) or raise MAX_IMAGE_PIXELS")
         )
     _check_jpeg_whole(raw, path)
     return (orientation if 1 <= orientation <= 8 else 1), cmyk
+
+
+def _pixels_text(pixels: int) -> str:
+    """Millions where they are many; a limit set below a million is shown an exact count, never "0 million"."""
+    return f"{pixels / 1e6:,.0f} million pixels" if pixels >= 1_000_000 else f"{pixels:,} pixels"
+
+
+def _bytes_text(size: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if size >= scale / 10:  # "0.1 GB" at least, never "0.0 GB"
+            return f"{size / scale:.1f} {unit}"
+    return f"{size / 1e3:.1f} kB"
 
 
 _EXIF_END = 2 + 65_537  # after the start marker, the most an APP1 segment (EXIF and its thumbnail) can hold
