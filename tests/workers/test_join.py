@@ -137,6 +137,18 @@ def test_another_program_on_a_workers_port_is_not_taken_for_the_worker(train_log
     assert f"another program answers at worker 1 (127.0.0.1:{ports[1]})" in train_log.text
 
 
+def test_a_silent_program_on_a_workers_port_is_named_too(train_log, monkeypatch):
+    """An HTTP server waits for the client to speak; a worker and TensorFlow's server speak first."""
+    monkeypatch.setattr(join, "LINE_SECONDS", 0.2)
+    ports = free_local_ports(2)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", ports[1]))
+        other.listen()
+        with pytest.raises(WorkersMissingError):
+            join.wait_for_workers(_cluster(ports, 0), 1, StopFlag(), "WORKERS")
+    assert f"another program answers at worker 1 (127.0.0.1:{ports[1]})" in train_log.text
+
+
 def test_a_host_name_that_does_not_resolve_is_said_while_waiting_and_at_the_timeout(train_log):
     """A typo in WORKERS is not a late worker: both lines name the host that does not resolve."""
     (port,) = free_local_ports(1)

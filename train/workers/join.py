@@ -261,7 +261,13 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], co
     host name does not resolve) or 'foreign'."""
     host, port = cluster.workers[j].rsplit(":", 1)
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS) as conn:
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS)
+    except socket.gaierror:  # a name no resolver knows: a typo, or a pod's DNS name not published yet
+        return "unresolved"
+    except OSError:  # refused, unreachable, timed out
+        return "absent"
+    try:
+        with conn:
             conn.settimeout(LINE_SECONDS)
             first = _read_line(conn)
             got = _parse(first)
@@ -270,9 +276,9 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], co
                 # for this one (it was restarted since, or met it a moment ago). Anything else is not ours.
                 return "met" if _is_grpc(first) else "foreign"
             conn.sendall(_line(cluster, settings_token(shared), code))
-    except socket.gaierror:  # a name no resolver knows: a typo, or a pod's DNS name not published yet
-        return "unresolved"
-    except OSError:  # refused, unreachable, timed out
+    except TimeoutError:  # connected, then silence: ours and TensorFlow's server speak first, an HTTP server waits
+        return "foreign"
+    except OSError:  # reset or closed on the way
         return "absent"
     if got[1] != digest(cluster):
         raise ConfigError(
