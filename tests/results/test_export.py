@@ -113,7 +113,7 @@ def test_rebuild_needs_weights_then_data(tmp_path):
     run = _failed_run(tmp_path)
     with pytest.raises(NoWeightsError) as info:
         export.rebuild_model(run)
-    assert "has no weights" in str(info.value) and "it ended failed: DataError: x_train is empty" in str(info.value)
+    assert "has no weights" in str(info.value) and "its status: failed: DataError: x_train is empty" in str(info.value)
     assert f"--resume {run.name}" in str(info.value) and info.value.exit_code == 4
     build_model("cnn", (28, 28, 1), 2).save_weights(run / "final.weights.h5")
     with pytest.raises(RunRecordError, match="no data description"):
@@ -387,12 +387,12 @@ def test_the_parity_batch_spans_every_pixel_value():
     assert x.min() == 0 and x.max() == 255
 
 
-def test_a_run_without_weights_or_status_is_said_to_have_ended_unknown(tmp_path):
+def test_a_run_without_weights_or_status_is_said_to_have_the_status_unknown(tmp_path):
     run = _failed_run(tmp_path)
     (run / "manifest.json").write_text("{}")
     with pytest.raises(NoWeightsError) as info:
         export.rebuild_model(run)
-    assert "it ended unknown) because" in str(info.value)
+    assert "its status: unknown) because" in str(info.value)
 
 
 @pytest.mark.parametrize("command", ["export", pytest.param("serve", marks=pytest.mark.extra("serve"))])

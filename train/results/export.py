@@ -524,7 +524,7 @@ def rebuild_model(run_dir: Path):
         error = f": {manifest['error']}" if manifest.get("error") else ""
         raise NoWeightsError(
             f"run {run_dir.name} has no weights (no {files.best_weights.name} or {files.final_weights.name}; "
-            f"it ended {ended}{error}) {no_weights_why(manifest, run_dir.name)}"
+            f"its status: {ended}{error}) {no_weights_why(manifest, run_dir.name)}"
         )
     class_names, input_shape = files.data_description()
     with float32_policy():  # see float32_copy: the export serves in float32
