@@ -249,6 +249,7 @@ def test_a_sweep_waiting_for_another_process_looks_again_within_seconds_not_a_he
         "has sent no heartbeat for 120 s)"
     ]
     assert result.finished == 3
+    assert f"study s in {url}: 3 trial(s) in total, 3 counted so far" in caplog.messages  # the other's running one too
 
 
 def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_again(tmp_path, monkeypatch):

@@ -230,7 +230,265 @@ def test_a_value_valid_beside_another_searched_setting_is_taken_and_one_valid_wi
     spec = read_space(_write(tmp_path, searched), _settings(tmp_path))
     assert [p.choices for p in spec.params if p.name == "lr_warmup_epochs"] == [(0.0, 5.0)]
     never = "[space]\nepochs = [4, 6]\nlr_warmup_epochs = [0, 7]\n"  # 7 is not below any EPOCHS searched
+    ranged = "[space]\nepochs = [6, 8]\nlr_warmup_epochs = { low = 4, high = 5 }\n"  # a range's ends alike
+    assert [(p.low, p.high) for p in read_space(_write(tmp_path, ranged), _settings(tmp_path)).params] == [
+        (None, None),
+        (4.0, 5.0),
+    ]
+    # EPOCHS=3 is valid only beside the low end of the warm-up's range, LR_WARMUP_EPOCHS=6 only beside the high end of EPOCHS'.
+    ends = "[space]\nepochs = [3, 10]\nlr_warmup_epochs = { low = 2, high = 5 }\n"
+    assert read_space(_write(tmp_path, ends), _settings(tmp_path, epochs=10, lr_warmup_epochs=4)).params[0].choices == (
+        3,
+        10,
+    )
+    ends = "[space]\nepochs = { low = 4, high = 8 }\nlr_warmup_epochs = [6]\n"
+    assert read_space(_write(tmp_path, ends), _settings(tmp_path)).params[1].choices == (6.0,)
     with pytest.raises(
         ConfigError, match=r"lr_warmup_epochs=7 is not valid: .*the warm-up must end before the training does"
     ):
         read_space(_write(tmp_path, never), _settings(tmp_path))
+
+
+def test_the_record_kept_with_a_study_is_this_exact_json_so_a_study_made_before_compares_equal(tmp_path):
+    text = GOOD + 'model = ["cnn", "resnet_small"]\nepochs = { low = 2, high = 8, step = 2 }\n'
+    spec = read_space(_write(tmp_path, text), _settings(tmp_path, epochs=10))
+    assert spec.space_record() == (
+        '{"direction": "maximize", "metric": "val_accuracy", "pruner": "median", "sampler": "tpe", "space": ['
+        '{"high": 0.01, "log": true, "low": 0.0001, "name": "learning_rate"}, '
+        '{"choices": [16, 32], "name": "batch_size"}, '
+        '{"choices": ["cnn", "resnet_small"], "name": "model"}, '
+        '{"high": 8, "integer": true, "low": 2, "name": "epochs", "step": 2}]}'
+    )
+    # A grid's points: a list's values, none for a range (the grid sampler refuses ranges anyway).
+    assert spec.grid() == {"learning_rate": [], "batch_size": [16, 32], "model": ["cnn", "resnet_small"], "epochs": []}
+
+
+# Each refusal of a space file, the whole line: (file, message with {where} for its path).
+WHOLE = {
+    "not toml": (
+        "[space\n",
+        "SPACE='{where}' is not valid: not TOML: Expected ']' at the end of a table declaration (at line 1, column 7)",
+    ),
+    "other tables": (
+        "[space]\nbatch_size = [8]\n[zeta]\n[extra]\n",
+        "{where} [extra]='extra' is not valid: a space file has only the tables [study] and [space]",
+    ),
+    "study not a table": (
+        "study = 3\n[space]\nbatch_size = [8]\n",
+        "{where} study=3 is not valid: must be a table: [study]",
+    ),
+    "space not a table": (
+        "space = [1]\n",
+        "{where} space=[1] is not valid: must be a table: [space]",
+    ),
+    "unknown study keys": (
+        "[study]\ntrails = 3\nzz = 1\n[space]\nbatch_size = [8]\n",
+        "{where} [study] trails=3 is not valid: keys: name, trials, metric, pruner, sampler, startup_trials, heartbeat",
+    ),
+    "name not a string": (
+        "[study]\nname = 3\n[space]\nbatch_size = [8]\n",
+        "{where} [study] name=3 is not valid: letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)",
+    ),
+    "name too long": (
+        "[study]\nname = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'\n[space]\nbatch_size = [8]\n",
+        "{where} [study] name='aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' is not valid: letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)",
+    ),
+    "name with a slash": (
+        "[study]\nname = 'a/b'\n[space]\nbatch_size = [8]\n",
+        "{where} [study] name='a/b' is not valid: no path separators: letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)",
+    ),
+    "bad metric": (
+        "[study]\nmetric = 'val_f1'\n[space]\nbatch_size = [8]\n",
+        "{where} [study] metric='val_f1' is not valid: one of val_accuracy, val_loss, accuracy, loss",
+    ),
+    "trials true": (
+        "[study]\ntrials = true\n[space]\nbatch_size = [8]\n",
+        "{where} [study] trials=True is not valid: a whole number >= 1",
+    ),
+    "trials a string": (
+        "[study]\ntrials = '3'\n[space]\nbatch_size = [8]\n",
+        "{where} [study] trials='3' is not valid: a whole number >= 1",
+    ),
+    "startup below 0": (
+        "[study]\nstartup_trials = -1\n[space]\nbatch_size = [8]\n",
+        "{where} [study] startup_trials=-1 is not valid: a whole number >= 0",
+    ),
+    "heartbeat 0": (
+        "[study]\nheartbeat = 0\n[space]\nbatch_size = [8]\n",
+        "{where} [study] heartbeat=0 is not valid: a whole number >= 1",
+    ),
+    "bad pruner": (
+        "[study]\npruner = 'x'\n[space]\nbatch_size = [8]\n",
+        "{where} [study] pruner='x' is not valid: one of median, hyperband, none",
+    ),
+    "bad sampler": (
+        "[study]\nsampler = 'cmaes'\n[space]\nbatch_size = [8]\n",
+        "{where} [study] sampler='cmaes' is not valid: one of tpe, random, grid",
+    ),
+    "no space": (
+        "[study]\ntrials = 3\n",
+        "{where} [space]='{}' is not valid: list at least one setting to search, e.g. learning_rate = [1e-3, 1e-2]",
+    ),
+    "grid with a range": (
+        "[study]\nsampler = 'grid'\n[space]\nbatch_size = [8]\nlearning_rate = { low = 1e-4, high = 1e-2 }\n",
+        '{where} [space] learning_rate={\'low\': 0.0001, \'high\': 0.01} is not valid: sampler = "grid" needs a list of values for every setting: give a list, or use sampler = "tpe" or "random"',
+    ),
+    "not a setting, close": (
+        "[space]\nlearn = [0.1]\n",
+        "{where} [space] learn=[0.1] is not valid: not a setting (did you mean learning_rate?): the keys of [space] are settings, lower case (python -m train settings)",
+    ),
+    "not a setting, three close ones": (
+        "[space]\nexpox = [1]\n",
+        "{where} [space] expox=[1] is not valid: not a setting (did you mean export, export_formats, export_quantize?): "
+        "the keys of [space] are settings, lower case (python -m train settings)",
+    ),
+    "not a setting": (
+        "[space]\nzzz = [1]\n",
+        "{where} [space] zzz=[1] is not valid: not a setting: the keys of [space] are settings, lower case (python -m train settings)",
+    ),
+    "not searched": (
+        "[space]\nmonitor = ['val_loss']\n",
+        "{where} [space] monitor=['val_loss'] is not valid: says where a trial runs or what the study measures, so it cannot be searched",
+    ),
+    "empty list": (
+        "[space]\nbatch_size = []\n",
+        "{where} [space] batch_size=[] is not valid: an empty list: give at least one value",
+    ),
+    "twice": (
+        "[space]\nbatch_size = [8, 16, 8]\n",
+        "{where} [space] batch_size=[8, 16, 8] is not valid: a value is listed twice: list each once",
+    ),
+    "scalar": (
+        "[space]\nbatch_size = 8\n",
+        "{where} [space] batch_size=8 is not valid: a list of values [a, b, ...] or a range { low = ..., high = ... }",
+    ),
+    "range extra key": (
+        "[space]\nbatch_size = { low = 8, high = 16, by = 2 }\n",
+        "{where} [space] batch_size={'low': 8, 'high': 16, 'by': 2} is not valid: a range is { low = ..., high = ..., log = true|false, step = ... }",
+    ),
+    "range without high": (
+        "[space]\nbatch_size = { low = 8 }\n",
+        "{where} [space] batch_size={'low': 8} is not valid: a range is { low = ..., high = ..., log = true|false, step = ... }",
+    ),
+    "range without low": (
+        "[space]\nbatch_size = { high = 8 }\n",
+        "{where} [space] batch_size={'high': 8} is not valid: a range is { low = ..., high = ..., log = true|false, step = ... }",
+    ),
+    "range of a word": (
+        "[space]\nmodel = { low = 1, high = 2 }\n",
+        "{where} [space] model={'low': 1, 'high': 2} is not valid: MODEL is not a number: list its values instead",
+    ),
+    "empty range": (
+        "[space]\nbatch_size = { low = 16, high = 8 }\n",
+        "{where} [space] batch_size={'low': 16, 'high': 8} is not valid: an empty range (low 16 must be below high 8); for one value use a list",
+    ),
+    "log not bool": (
+        "[space]\nlearning_rate = { low = 1e-4, high = 1e-2, log = 1 }\n",
+        "{where} [space] learning_rate={'low': 0.0001, 'high': 0.01, 'log': 1} is not valid: log is true or false",
+    ),
+    "log from 0": (
+        "[space]\nmin_delta = { low = 0.0, high = 0.5, log = true }\n",
+        "{where} [space] min_delta={'low': 0.0, 'high': 0.5, 'log': True} is not valid: a log range needs low > 0",
+    ),
+    "step bool": (
+        "[space]\nbatch_size = { low = 8, high = 16, step = true }\n",
+        "{where} [space] batch_size={'low': 8, 'high': 16, 'step': True} is not valid: step must be a positive number (a whole number for whole-number settings)",
+    ),
+    "step a string": (
+        "[space]\nbatch_size = { low = 8, high = 16, step = '2' }\n",
+        "{where} [space] batch_size={'low': 8, 'high': 16, 'step': '2'} is not valid: step must be a positive number (a whole number for whole-number settings)",
+    ),
+    "step 0": (
+        "[space]\nlearning_rate = { low = 0.1, high = 0.2, step = 0 }\n",
+        "{where} [space] learning_rate={'low': 0.1, 'high': 0.2, 'step': 0} is not valid: step must be a positive number (a whole number for whole-number settings)",
+    ),
+    "step float for int": (
+        "[space]\nbatch_size = { low = 8, high = 16, step = 2.0 }\n",
+        "{where} [space] batch_size={'low': 8, 'high': 16, 'step': 2.0} is not valid: step must be a positive number (a whole number for whole-number settings)",
+    ),
+    "log and step": (
+        "[space]\nlearning_rate = { low = 0.1, high = 0.5, log = true, step = 0.1 }\n",
+        "{where} [space] learning_rate={'low': 0.1, 'high': 0.5, 'log': True, 'step': 0.1} is not valid: a range has either log = true or a step, not both",
+    ),
+    "step over": (
+        "[space]\nbatch_size = { low = 8, high = 16, step = 9 }\n",
+        "{where} [space] batch_size={'low': 8, 'high': 16, 'step': 9} is not valid: a step over high - low (8) leaves one value, low; for one value use a list",
+    ),
+    "coerce fails": (
+        "[space]\nbatch_size = ['a']\n",
+        "{where} [space] batch_size='a' is not valid: BATCH_SIZE expected a whole number, e.g. 512",
+    ),
+    "wrong type": (
+        "[space]\nbatch_size = [8.0]\n",
+        "{where} [space] batch_size=8.0 is not valid: BATCH_SIZE expected a whole number, e.g. 512",
+    ),
+    "bool for int": (
+        "[space]\nbatch_size = [true]\n",
+        "{where} [space] batch_size=True is not valid: BATCH_SIZE expected a whole number, e.g. 512",
+    ),
+    "inf": (
+        "[space]\nlearning_rate = [inf]\n",
+        "{where} [space] learning_rate=inf is not valid: LEARNING_RATE expected a finite number",
+    ),
+    "refused": (
+        "[space]\nbatch_size = [0]\n",
+        "{where} [space] batch_size=0 is not valid: BATCH_SIZE must be a positive whole number (at most 1048576)",
+    ),
+    "refused with others": (
+        "[space]\nepochs = [4, 6]\nlr_warmup_epochs = [7]\n",
+        "{where} [space] lr_warmup_epochs=7 is not valid: LR_WARMUP_EPOCHS the warm-up must end before the training does (EPOCHS=3): give less than 3",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WHOLE))
+def test_each_refusal_of_a_space_file_is_this_whole_line(tmp_path, case):
+    text, line = WHOLE[case]
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        read_space(path, _settings(tmp_path))
+    assert str(err.value) == line.replace("{where}", str(path))
+
+
+def test_a_space_file_missing_or_not_utf8_is_named_with_the_fix(tmp_path):
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError) as err:
+        read_space(missing, _settings(tmp_path))
+    assert str(err.value) == f"SPACE='{missing}' is not valid: file does not exist; write one like docs/sweeps.md shows"
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b"[space]\nmodel = ['\xe9']\n")
+    with pytest.raises(ConfigError) as err:
+        read_space(latin, _settings(tmp_path))
+    assert str(err.value) == (
+        f"SPACE='{latin}' is not valid: cannot be read ('utf-8' codec can't decode byte 0xe9 in position 18: "
+        "invalid continuation byte); give a readable UTF-8 TOML file"
+    )
+
+
+def test_study_flag_names_are_checked_as_the_file_s_and_replace_it(tmp_path):
+    from train.sweep.space import with_name
+
+    spec = read_space(_write(tmp_path, GOOD), _settings(tmp_path))
+    assert with_name(spec, "lr_2-b") == read_space(
+        _write(tmp_path, GOOD.replace('"s"', '"lr_2-b"')), _settings(tmp_path)
+    )
+    rule = "letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)"
+    for name, why in (("a\\b", "no path separators: "), ("a/b", "no path separators: "), ("a b", "")):
+        with pytest.raises(ConfigError) as err:
+            with_name(spec, name)
+        assert str(err.value) == f"--study={name!r} is not valid: {why}{rule}"
+
+
+def test_the_study_s_defaults_and_each_key_given_are_read(tmp_path):
+    spec = read_space(_write(tmp_path, "[space]\nbatch_size = [8]\n", "plain.toml"), _settings(tmp_path))
+    assert (spec.name, spec.trials, spec.startup_trials, spec.heartbeat, spec.pruner, spec.sampler) == (
+        "plain",
+        20,
+        5,
+        60,
+        "median",
+        "tpe",
+    )
+    given = '[study]\ntrials = 1\nstartup_trials = 0\nheartbeat = 1\npruner = "none"\nsampler = "grid"\n'
+    spec = read_space(_write(tmp_path, given + "[space]\nbatch_size = [8, 16]\n"), _settings(tmp_path))
+    assert (spec.trials, spec.startup_trials, spec.heartbeat, spec.pruner, spec.sampler) == (1, 0, 1, "none", "grid")

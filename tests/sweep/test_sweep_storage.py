@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
 import pytest
 
 from train.cli import main
 from train.config import load_settings
-from train.errors import ConfigError
+from train.errors import ConfigError, StorageError
 from train.sweep.storage import default_url, scrub
 
 SECRET = "s3cr%40t-pw"  # percent-encoded: the decoded form must not show either
@@ -248,9 +249,18 @@ def test_workers_that_lose_the_race_to_create_the_study_s_tables_open_it_when_th
         return open_
 
     monkeypatch.setattr(storage, "_storage_class", storage_class)
-    monkeypatch.setattr(storage.time, "sleep", lambda s: None)
+    slept = []
+    monkeypatch.setattr(storage.time, "sleep", slept.append)
     assert storage.open_storage("postgresql://u@127.0.0.1:1/db", 60) is made
     assert not storage.lost_the_schema_race(ProgrammingError("syntax error at or near"))  # not a race: said at once
+    IntegrityError = type("IntegrityError", (Exception,), {})  # a unique violation: the other worker's row
+    assert storage.lost_the_schema_race(IntegrityError("duplicate key value violates unique constraint"))
+    assert not storage.lost_the_schema_race(ValueError("type already exists"))
+    # Four tries, a little longer apart each time; a race lost every time is the error of the last.
+    raised[:] = [ProgrammingError(f'type "studydirection" already exists ({n})') for n in range(4)]
+    with pytest.raises(StorageError, match=r"already exists \(0\); check that the database is running"):
+        storage.open_storage("postgresql://u@127.0.0.1:1/db", 60)
+    assert slept == [0.5, 0.5, 1.0, 1.5]
 
 
 def test_a_heartbeat_thread_whose_database_is_gone_is_one_warning_not_a_traceback(monkeypatch, caplog, capsys):
@@ -261,20 +271,211 @@ def test_a_heartbeat_thread_whose_database_is_gone_is_one_warning_not_a_tracebac
 
     from train.sweep.storage import quiet_heartbeats
 
-    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # put back after the test
+    handed_on = []
+    # Its own hook to start from: one a sweep run in this process installed would already quiet heartbeats.
+    monkeypatch.setattr(threading, "excepthook", lambda args: handed_on.append((args.thread.name, args.exc_type)))
     quiet_heartbeats()
+    hook = threading.excepthook
     quiet_heartbeats()  # a second sweep in the process does not wrap it twice
+    assert threading.excepthook is hook
 
-    def beat():
+    def gone():
         raise sqlalchemy.exc.OperationalError("UPDATE", {}, ConnectionRefusedError("connection refused"))
+
+    def bug():
+        raise KeyError("a bug, not the database")
 
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
     with caplog.at_level(logging.WARNING, logger="train"):
-        thread = threading.Thread(target=beat, name="Thread-9 (_record_heartbeat)")  # Optuna's thread's name
-        thread.start()
-        thread.join()
+        for target, name in ((gone, "Thread-9 (_record_heartbeat)"), (bug, "Thread-8 (_record_heartbeat)")):
+            thread = threading.Thread(target=target, name=name)  # Optuna's heartbeat thread's name
+            thread.start()
+            thread.join()
+        other = threading.Thread(target=gone, name="Thread-7 (report)")  # not a heartbeat: as before
+        other.start()
+        other.join()
     assert "Traceback" not in capsys.readouterr().err
     assert [r.getMessage() for r in caplog.records] == [
         "WARNING: study storage: a trial's heartbeat was not recorded "
         "((builtins.ConnectionRefusedError) connection refused)"
     ]
+    assert handed_on == [
+        ("Thread-8 (_record_heartbeat)", KeyError),
+        ("Thread-7 (report)", sqlalchemy.exc.OperationalError),
+    ]
+
+
+def test_the_database_error_found_is_the_outermost_drivers_through_causes_contexts_and_a_cycle():
+    import sqlite3
+
+    import optuna
+    import psycopg
+
+    from train.sweep.storage import storage_failure
+
+    def chained(outer: BaseException, inner: BaseException, how: str) -> BaseException:
+        setattr(outer, how, inner)
+        return outer
+
+    class MySQLError(Exception):  # what the MySQL drivers raise, not installed here
+        pass
+
+    for module in ("pymysql.err", "MySQLdb._exceptions"):
+        MySQLError.__module__ = module
+        error = MySQLError("gone")
+        assert storage_failure(chained(RuntimeError("x"), error, "__context__")) is error
+    for error in (psycopg.OperationalError("gone"), sqlite3.OperationalError("locked")):
+        assert storage_failure(chained(ValueError("x"), error, "__cause__")) is error
+    internal = optuna.exceptions.StorageInternalError("commit failed")
+    driver = psycopg.OperationalError("server closed the connection")
+    # Optuna's own error stands in only when no driver error is behind it; the outermost driver error wins.
+    assert storage_failure(chained(UnboundLocalError("x"), internal, "__context__")) is internal
+    assert storage_failure(chained(internal, driver, "__cause__")) is driver
+    assert storage_failure(chained(driver, sqlite3.OperationalError("inner"), "__cause__")) is driver
+    # Another error of Optuna's, or a class of that name from elsewhere, is not the database's.
+    assert storage_failure(optuna.exceptions.DuplicatedStudyError("s")) is None
+    assert storage_failure(type("StorageInternalError", (Exception,), {})()) is None
+    assert storage_failure(None) is None
+    # An error its own context (a handler that raised what it caught): the walk ends.
+    looped = KeyError("k")
+    looped.__context__ = chained(ValueError("v"), looped, "__context__")
+    assert storage_failure(looped) is None
+
+
+def test_a_postgres_url_gets_the_psycopg_driver_and_any_other_url_is_left_as_it_is():
+    from train.sweep.storage import with_driver
+
+    assert with_driver("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
+    assert with_driver("postgres://u:p@h/db?x=a://b") == "postgresql+psycopg://u:p@h/db?x=a://b"
+    for url in ("postgresql+psycopg2://u@h/db", "sqlite:///x/postgresql.db", "postgresql", "mysql://u@h/postgres"):
+        assert with_driver(url) == url
+
+
+def test_scrub_masks_the_whole_user_part_before_its_password_and_a_password_holding_a_colon():
+    # The longest first: "alice:b" whole, not "alice:***" after its password "b" alone.
+    assert scrub("for alice:b at h", "postgresql://alice:b@h/db") == "for *** at h"
+    url = "postgresql://u:pa:ss@h/db"  # the password is all after the user's first colon
+    assert scrub('password "pa:ss" rejected', url) == 'password "***" rejected'
+
+
+def test_the_storage_is_optunas_with_heartbeats_their_grace_the_retry_and_a_pre_ping_for_a_server(
+    tmp_path, monkeypatch
+):
+    import warnings
+
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    from train.sweep import storage
+
+    made = []
+
+    def storage_class():
+        def make(url, **kwargs):
+            warnings.warn("a warning of the driver's own", UserWarning, stacklevel=2)
+            made.append((url, kwargs))
+            return kwargs
+
+        return make
+
+    monkeypatch.setattr(storage, "_storage_class", storage_class)
+    sqlite = f"sqlite:///{tmp_path / 'sweeps' / 's.db'}"
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        storage.open_storage("postgresql://u:p@127.0.0.1:1/db", 7)
+        storage.open_storage(sqlite, 3)
+    # Only Optuna's "experimental" warning is silenced, not what the driver says.
+    assert [str(w.message) for w in warned] == ["a warning of the driver's own"] * 2
+    (pg_url, pg), (lite_url, lite) = made
+    assert (pg_url, lite_url) == ("postgresql+psycopg://u:p@127.0.0.1:1/db", sqlite)
+    assert isinstance(pg.pop("heartbeat_stale_trial_callback"), RetryHeartbeatStaleTrialCallback)
+    assert pg == {"engine_kwargs": {"pool_pre_ping": True}, "heartbeat_interval": 7, "grace_period": 14}
+    lite.pop("heartbeat_stale_trial_callback")
+    assert lite == {"engine_kwargs": None, "heartbeat_interval": 3, "grace_period": 6}
+
+
+def test_each_sqlite_file_refused_is_named_whole_and_one_with_optunas_tables_or_none_is_taken(tmp_path):
+    import sqlite3
+
+    from train.errors import StorageError
+    from train.sweep.storage import SQLITE_HEADER, check_sqlite_file
+
+    fix = "give SWEEP_STORAGE / --storage a new file (or a study's .db), or move this one away"
+
+    def refusal(path):
+        with pytest.raises((ConfigError, StorageError)) as err:
+            check_sqlite_file(f"sqlite:///{path}")
+        return str(err.value)
+
+    folder = tmp_path / "folder.db"
+    folder.mkdir()
+    assert (
+        refusal(folder)
+        == f"cannot write {folder}: a folder stands where this file is written: move the folder out of the way"
+    )
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"hello")
+    assert refusal(junk) == f"SWEEP_STORAGE='sqlite:///{junk}' is not valid: {junk} is not a SQLite database: {fix}"
+    cut = tmp_path / "cut.db"
+    cut.write_bytes(SQLITE_HEADER + bytes(200))
+    assert refusal(cut) == (
+        f"SWEEP_STORAGE='sqlite:///{cut}' is not valid: {cut} cannot be read as SQLite (file is not a database): {fix}"
+    )
+    other, some, empty, study = (tmp_path / f"{n}.db" for n in ("other", "some", "empty", "study"))
+    for path, tables in (
+        (other, "zeta alpha mid beta"),
+        (some, "studies trials"),
+        (empty, ""),
+        (study, "studies trials version_info x"),
+    ):
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            for table in tables.split():
+                db.execute(f"CREATE TABLE {table} (x)")
+            db.execute("CREATE VIEW v AS SELECT 1")  # only tables count
+    assert refusal(other) == (
+        f"SWEEP_STORAGE='sqlite:///{other}' is not valid: {other} is a SQLite database of something else "
+        f"(tables alpha, beta, mid), not a study's: {fix}"
+    )
+    assert "(tables studies, trials), not a study's" in refusal(some)
+    check_sqlite_file(f"sqlite:///{empty}")
+    check_sqlite_file(f"sqlite:///{study}")
+
+
+def _spec(tmp_path, text=SPACE):
+    from train.sweep.space import read_space
+
+    space = tmp_path / "space.toml"
+    space.write_text(text)
+    return read_space(space, load_settings({"runs_dir": str(tmp_path / "runs")}, env_file=None, environ={}))
+
+
+def test_the_pruner_waits_for_the_study_s_startup_trials_and_hyperband_starts_at_one_epoch(tmp_path):
+    from train.sweep.storage import make_pruner
+
+    median = make_pruner(_spec(tmp_path, SPACE.replace("trials = 1", "trials = 1\nstartup_trials = 3")))
+    assert (median._n_startup_trials, median._n_warmup_steps) == (3, 0)
+    assert make_pruner(_spec(tmp_path, SPACE.replace("trials = 1", "pruner = 'hyperband'")))._min_resource == 1
+
+
+def test_a_study_made_with_another_search_is_refused_naming_the_first_difference_and_one_not_there_too(tmp_path):
+    from train.sweep.storage import _difference, open_storage, open_study
+
+    url = "postgresql://u:pw@127.0.0.1:1/x"  # shown masked, never opened: the study is in `storage`
+    before = _spec(tmp_path)
+    storage = open_storage(default_url(tmp_path / "runs", "s"), 60)
+    with pytest.raises(ConfigError) as err:
+        open_study(storage, before, url, None, create=False)
+    assert str(err.value) == (
+        f"{before.source} [study] name='s' is not valid: there is no study s in postgresql://***@127.0.0.1:1/x to "
+        "report on: run the sweep first (without --report-only), or check the study's name (--study), RUNS_DIR and --storage"
+    )
+    made = open_study(storage, before, url, None)
+    assert open_study(storage, before, url, None, create=False)._study_id == made._study_id
+    after = _spec(tmp_path, SPACE.replace("[8, 16]", "[8, 32]").replace("[study]", "[study]\nsampler = 'random'"))
+    with pytest.raises(ConfigError) as err:
+        open_study(storage, after, url, None)
+    assert str(err.value) == (
+        f"{after.source} [study] name='s' is not valid: study s in postgresql://***@127.0.0.1:1/x was made with another "
+        'search (sampler: "tpe" then, "random" now); give this one another name, or restore the file it was made with'
+    )
+    assert _difference("{", "{}") == "an unreadable record" and _difference('{"a": 1}', '{"a": 1}') == "?"
+    assert _difference('{"b": [1]}', '{"a": 2, "b": [1]}') == "a: null then, 2 now"
