@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 
 import helpers
@@ -63,8 +64,12 @@ def _process_state_as_a_fresh_process_has_it():
       attaches its capture handlers to that logger too, so that a later test turning `propagate`
       back on saw each of its lines twice;
     - Keras's global dtype policy: a run in mixed precision sets it, and a model a later test builds
-      would be in bfloat16 (LiteRT then refuses its ops)."""
+      would be in bfloat16 (LiteRT then refuses its ops);
+    - `threading.excepthook`: a sweep wraps it once per process (heartbeat errors become one warning),
+      and a later test of that wrapping would find it done already."""
+    excepthook = threading.excepthook
     yield
+    threading.excepthook = excepthook
     keras = sys.modules.get("keras")
     if keras is not None:
         keras.mixed_precision.set_global_policy("float32")
