@@ -1,4 +1,4 @@
-"""Benchmarks: `pytest benchmarks/` (CI: add --bench-quick or BENCH_QUICK=1; `invoke bench` for figures).
+"""Benchmarks: `pytest benchmarks/` (`--bench-quick` or BENCH_QUICK=1: only that they run; `invoke bench` for figures).
 
 Each benchmark compares two things side by side in one process, interleaved, and records the
 figures and the ratio in `benchmark.extra_info`; goals are reported (summarise.py), not asserted.
@@ -24,6 +24,14 @@ def pytest_addoption(parser):
         action="store_true",
         default=False,
         help="tiny data and budgets: check the benchmarks run (same as BENCH_QUICK=1)",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "processes: starts TensorFlow processes or servers of its own, each a few seconds of CPU even in quick "
+        "mode; CI's quick pass leaves these out (-m 'not processes'), `invoke bench --quick` runs them",
     )
 
 

@@ -15,6 +15,7 @@ import sys
 import time
 
 import common
+import pytest
 
 sys.path.insert(0, str(common.ROOT / "tests"))  # helpers: free ports for the two workers
 from helpers import free_local_ports  # noqa: E402
@@ -116,6 +117,7 @@ def _end(procs: list[subprocess.Popen]) -> None:
                 p.wait()
 
 
+@pytest.mark.processes
 def test_allreduce_cost_per_step(benchmark, mnist, mnist_npz, quick, tmp_path):
     n_train = len(mnist[0]["y_train"])
     rounds = {"one": 0, "two": 0}

@@ -35,6 +35,7 @@ import time
 
 import common
 import numpy as np
+import pytest
 
 WORKER = common.ROOT / "benchmarks" / "cpu_settings_worker.py"
 # Variables that would change the baseline if the caller's environment had them.
@@ -205,6 +206,7 @@ def markdown(summary: dict[str, dict], noise: float) -> str:
     return "\n".join(rows) + "\n"
 
 
+@pytest.mark.processes
 def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
     arrays, what = mnist
     n_train = int(os.environ.get("BENCH_CPU_EXAMPLES", 2048 if quick else 15360))

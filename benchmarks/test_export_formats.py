@@ -39,6 +39,7 @@ def _speed(python: str, fmt: str, path, x_path, seconds: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.processes
 def test_export_formats_size_load_and_speed(benchmark, quick, mnist_npz, tmp_path):
     from train import train
     from train.results.export import export_run

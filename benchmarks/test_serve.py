@@ -144,6 +144,7 @@ def _exported_run(tmp_path):
     return run, json.dumps({"inputs": [tensor]}).encode(), pixels
 
 
+@pytest.mark.processes
 def test_serving_throughput_with_and_without_batching(benchmark, quick, tmp_path):
     from PIL import Image
 
@@ -219,6 +220,7 @@ def _answered(statuses: dict[int | str, int]) -> int:
     return sum(n for k, n in list(statuses.items()) if k not in NO_ANSWER)  # list(): a copy, at once
 
 
+@pytest.mark.processes
 def test_valid_request_latency_while_bad_requests_arrive(benchmark, quick, tmp_path):
     import io
 
@@ -271,6 +273,7 @@ def _memory_kb(pid: int) -> dict[str, int]:
         return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in fh) if k in ("VmRSS", "VmHWM")}
 
 
+@pytest.mark.processes
 def test_server_memory_while_many_clients_post_large_bodies(benchmark, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 import common
+import pytest
 
 GOAL_REJECT_S = 1.0
 GOAL_CHECK_S = 30.0
@@ -28,6 +29,7 @@ def _run(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     return time.perf_counter() - t0, proc
 
 
+@pytest.mark.processes
 def test_bad_setting_rejected_fast(benchmark, quick):
     """`python -m train fit --batch-size 0` against `python -c 'import tensorflow'` (what it avoids)."""
     bad = ["-X", "importtime", "-m", "train", "fit", "--batch-size", "0"]
@@ -63,6 +65,7 @@ def test_bad_setting_rejected_fast(benchmark, quick):
     )
 
 
+@pytest.mark.processes
 def test_tensorflow_start_without_kerass_matplotlib(benchmark, quick):
     """TensorFlow started the way every `python -m train` starts it (the package imported first, so
     Keras's plotting helpers do not import matplotlib) against a plain `import tensorflow`."""
@@ -89,6 +92,7 @@ def test_tensorflow_start_without_kerass_matplotlib(benchmark, quick):
     )
 
 
+@pytest.mark.processes
 def test_check_on_cpu(benchmark, quick):
     """`python -m train check` end to end (it probes TensorFlow in a subprocess)."""
     seconds_list = []
@@ -111,6 +115,7 @@ def test_check_on_cpu(benchmark, quick):
     )
 
 
+@pytest.mark.processes
 def test_peak_probe_cost(benchmark, quick):
     """One MFU peak probe (the first run on a machine makes PROBE_ROUNDS), against `import tensorflow`."""
     from train.training.flops import measure_peak_flops

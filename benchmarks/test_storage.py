@@ -30,6 +30,7 @@ def s3(tmp_path_factory):
     server.stop()
 
 
+@pytest.mark.processes
 def test_object_storage_against_local_disk(benchmark, s3, mnist, quick, tmp_path, monkeypatch):
     from train import train
     from train.run import remote

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import common
+import pytest
 
 LEARNING_RATES = (1e-3, 2e-3, 3e-3, 5e-3, 7e-3, 1e-2)
 
@@ -66,6 +67,7 @@ def _small_npz(tmp_path: Path, quick: bool) -> Path:
     return common.write_npz(arrays, tmp_path / "small.npz")
 
 
+@pytest.mark.processes
 def test_sweep_trials_per_hour_against_a_loop_of_fit_processes(benchmark, quick, tmp_path):
     rates = LEARNING_RATES[: 1 if quick else len(LEARNING_RATES)]
     npz = _small_npz(tmp_path, quick)
@@ -121,6 +123,7 @@ def _time_to_best(db: Path, study: str) -> tuple[float, float, int]:
     return best.value, (best.datetime_complete - start).total_seconds(), len(trials)
 
 
+@pytest.mark.processes
 def test_time_to_best_val_accuracy_tpe_against_random_at_one_budget(benchmark, quick, tmp_path):
     trials = 2 if quick else 20
     npz = _small_npz(tmp_path, quick)
