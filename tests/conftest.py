@@ -56,6 +56,33 @@ def make_image_dir(tmp_path):
     return lambda name="images", **kw: write_image_dir(tmp_path / name, **kw)
 
 
+@pytest.fixture(scope="session")
+def one_epoch_run(tmp_path_factory):
+    """A finished one-epoch run of helpers.tiny_settings, trained once for every test that only
+    needs such a run to resume, damage or refuse: (its data set, its run directory). Never changed:
+    tests take a copy (one_epoch_copy)."""
+    from train import train
+
+    tmp = tmp_path_factory.mktemp("one-epoch")
+    result = train(helpers.tiny_settings(tmp, epochs=1))
+    assert result.status == "completed", result.status
+    return tmp / "tiny.npz", result.run_dir
+
+
+@pytest.fixture
+def one_epoch_copy(tmp_path, one_epoch_run):
+    """A copy of one_epoch_run in tmp_path/runs, and the settings it was trained with there (its
+    RUNS_DIR and DATA_DIR under tmp_path, its data set the shared one, which no test may change)."""
+    import shutil
+
+    from train.config import load_settings
+
+    npz, run = one_epoch_run
+    shutil.copytree(run.parent, tmp_path / "runs")
+    values = {**helpers.tiny_values(tmp_path, npz), "epochs": 1}
+    return load_settings(values, env_file=None, environ={}), tmp_path / "runs" / run.name
+
+
 @pytest.fixture(autouse=True)
 def _process_state_as_a_fresh_process_has_it():
     """After each test, what a run trained in-process leaves behind for the next test of this worker,

@@ -49,13 +49,12 @@ def test_extending_a_completed_run_and_stopping_early_keeps_its_record_and_the_t
     assert (row["epochs"], row["of"]) == (2, 2)
 
 
-def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_were(tmp_path, capsys):
+def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_were(one_epoch_copy, capsys):
     from train import train
     from train.errors import CheckpointError
     from train.results.export import rebuild_model
 
-    s = tiny_settings(tmp_path, epochs=1, export=False)
-    run = train(s).run_dir
+    s, run = one_epoch_copy
     before = _bytes(run, "config.json", "manifest.json", "labels.txt", "metrics.csv")
     with pytest.raises(CheckpointError, match="architecture changed"):
         train(s.replace(model="cnn_bn", epochs=2), resume=run.name, force=True)
@@ -70,17 +69,15 @@ def test_a_forced_model_change_that_fails_leaves_config_and_manifest_as_they_wer
 
 @pytest.mark.parametrize("deleted", ["the files", "the folders"])
 def test_resume_after_the_checkpoints_were_deleted_is_exit_4_then_restart_is_explicit(
-    tmp_path, monkeypatch, capsys, deleted
+    tmp_path, one_epoch_run, one_epoch_copy, monkeypatch, capsys, deleted
 ):
     import shutil
 
     from train import cli
 
     monkeypatch.chdir(tmp_path)
-    npz = write_tiny_npz(tmp_path)
-    flags = fit_flags(tmp_path, npz, epochs=1, export=False)
-    assert cli.main(flags) == 0
-    run = only_run(tmp_path / "runs")
+    flags = fit_flags(tmp_path, one_epoch_run[0], epochs=1, export=False)
+    _, run = one_epoch_copy
     if deleted == "the files":
         for p in (run / "checkpoints").iterdir():
             p.unlink()
@@ -177,14 +174,14 @@ def test_a_second_fit_on_a_run_in_progress_is_refused_and_a_dead_holder_does_not
 
 
 @pytest.mark.parametrize("name", ["config.json", "manifest.json"])
-def test_a_damaged_record_stops_resume_and_auto_with_one_line(tmp_path, name, monkeypatch, capsys):
+def test_a_damaged_record_stops_resume_and_auto_with_one_line(
+    tmp_path, one_epoch_run, one_epoch_copy, name, monkeypatch, capsys
+):
     from train import cli
 
     monkeypatch.chdir(tmp_path)  # through the CLI's edge in this process: the damage is in a file
-    npz = write_tiny_npz(tmp_path)
-    flags = fit_flags(tmp_path, npz, epochs=1, export=False)
-    assert cli.main(flags) == 0, capsys.readouterr().err[-3000:]
-    run = only_run(tmp_path / "runs")
+    flags = fit_flags(tmp_path, one_epoch_run[0], epochs=1, export=False)
+    _, run = one_epoch_copy
     text = (run / name).read_text()
     (run / name).write_text(text[: len(text) // 2])  # truncated
     for extra in (["--resume", run.name], ["--resume", "auto"]):
@@ -196,14 +193,13 @@ def test_a_damaged_record_stops_resume_and_auto_with_one_line(tmp_path, name, mo
     assert (run / name).read_text() == text[: len(text) // 2]
 
 
-def test_a_resume_interrupted_during_start_up_leaves_the_record_as_it_was(tmp_path, monkeypatch):
+def test_a_resume_interrupted_during_start_up_leaves_the_record_as_it_was(one_epoch_copy, monkeypatch):
     import os
 
     from train import train
     from train.setup import devices
 
-    s = tiny_settings(tmp_path, epochs=1, export=False)
-    run = train(s).run_dir
+    s, run = one_epoch_copy
     before = _bytes(run, "config.json", "manifest.json")
     real_setup = devices.setup_devices
 
