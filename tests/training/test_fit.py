@@ -94,20 +94,22 @@ def test_savedmodel_serves_raw_uint8_with_plain_tensorflow(finished):
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
 
 
-def test_resume_continues_epochs_and_optimizer_steps(tmp_path):
+def test_resume_continues_epochs_and_optimizer_steps(one_epoch_copy):
+    from faults import optimizer_iterations
+
     from train import train
 
-    s = tiny_settings(tmp_path, epochs=1)
-    first = train(s)
-    steps = int(first.model.optimizer.iterations.numpy())
-    again = train(s.replace(epochs=2), resume=first.run_dir.name)
+    s, run = one_epoch_copy
+    steps = optimizer_iterations(run / "checkpoints" / (run / "checkpoints" / "LATEST").read_text().strip())
+    assert steps == 12  # 384 examples in batches of 32: the first epoch's, as its checkpoint holds them
+    again = train(s.replace(epochs=2), resume=run.name)
     assert again.epochs_completed == 2
     assert int(again.model.optimizer.iterations.numpy()) == 2 * steps
-    rows = list(csv.DictReader(open(first.run_dir / "metrics.csv")))
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
     assert [r["epoch"] for r in rows] == ["1", "2"]
-    manifest = json.loads((first.run_dir / "manifest.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
     assert len(manifest["resumed_at"]) == 1 and manifest["status"] == "completed"
-    assert "restored from checkpoint" in (first.run_dir / "train.log").read_text()
+    assert "restored from checkpoint" in (run / "train.log").read_text()
 
 
 def test_a_resume_keeps_auto_s_precision_where_it_runs_natively_and_says_when_it_cannot(tmp_path, monkeypatch):
@@ -195,12 +197,11 @@ def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_th
     assert again.status == "completed" and (run / "export" / "savedmodel" / "saved_model.pb").is_file()
 
 
-def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
+def test_resume_with_other_settings_is_refused_unless_forced(one_epoch_copy):
     from train import train
     from train.errors import ResumeMismatchError
 
-    s = tiny_settings(tmp_path, epochs=1, export=False)
-    run = train(s).run_dir
+    s, run = one_epoch_copy
     with pytest.raises(ResumeMismatchError) as info:
         train(s.replace(learning_rate=0.01, batch_size=16), resume="latest")
     assert "BATCH_SIZE: 32 -> 16" in str(info.value) and "LEARNING_RATE: 0.001 -> 0.01" in str(info.value)
@@ -208,13 +209,12 @@ def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
     assert forced.run_dir == run and forced.epochs_completed == 2
 
 
-def test_a_forced_new_batch_size_is_recorded_and_trained_alike(tmp_path):
+def test_a_forced_new_batch_size_is_recorded_and_trained_alike(one_epoch_copy):
     """config.json, the manifest and metrics.csv all say the batch size the resumed epochs trained with."""
     from train import train
     from train.digest import sha256_file
 
-    s = tiny_settings(tmp_path, epochs=1, export=False)
-    run = train(s).run_dir
+    s, run = one_epoch_copy
     train(s.replace(batch_size=16, epochs=2), resume=run.name, force=True)
     config = json.loads((run / "config.json").read_text())
     manifest = json.loads((run / "manifest.json").read_text())
