@@ -720,15 +720,10 @@ def test_a_staging_folder_left_by_sigkill_is_removed_by_the_next_export(recorded
 
 
 @pytest.mark.slow
-def test_fit_removes_staging_folders_left_in_its_run(tmp_path):
-    from helpers import tiny_settings
-
+def test_fit_removes_staging_folders_left_in_its_run(one_epoch_copy):
     from train import train
-    from train.run.find import list_run_dirs
 
-    settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
-    train(settings)
-    (run,) = list_run_dirs(tmp_path / "runs")
+    settings, run = one_epoch_copy
     stale = run / f"export{TMP_MARK}0badf00d"
     (stale / "savedmodel").mkdir(parents=True)
     train(settings, resume=run.name)
