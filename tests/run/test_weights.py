@@ -182,21 +182,16 @@ def test_the_weights_the_loop_writes_are_recorded(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_checkpoint_fallback_the_message_gives_works(tmp_path):
+def test_the_checkpoint_fallback_the_message_gives_works(one_epoch_copy):
     """Both weights files damaged: doing what the message says writes intact final weights again."""
     import re
     import shlex
     import subprocess
 
-    from helpers import tiny_settings
-
     from train import train
     from train.results.export import rebuild_model
-    from train.run.find import list_run_dirs
 
-    settings = tiny_settings(tmp_path, epochs=1, export=False, report="off")
-    train(settings)
-    (run,) = list_run_dirs(tmp_path / "runs")
+    settings, run = one_epoch_copy
     (run / "best.weights.h5").write_text("overwritten\n")
     (run / "final.weights.h5").write_bytes(b"")
     with pytest.raises(WeightsError) as info:
