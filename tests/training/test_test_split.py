@@ -31,17 +31,14 @@ def test_a_data_set_without_a_separate_test_split_records_no_test(tmp_path):
 
 
 def test_best_and_final_weights_of_the_same_bytes_take_one_pass_and_a_damaged_copy_is_still_refused(
-    tmp_path, monkeypatch
+    one_epoch_copy, monkeypatch
 ):
-    from helpers import tiny_settings
-
-    from train import models, train
+    from train import models
     from train.errors import WeightsError
     from train.inputs import pipeline as data
     from train.training import test_split
 
-    s = tiny_settings(tmp_path, epochs=1, export=False)
-    run = train(s).run_dir  # one epoch: the best weights are the final ones
+    s, run = one_epoch_copy  # one epoch: the best weights are the final ones
     passes = []
     real = test_split.mean_metrics
     monkeypatch.setattr(test_split, "mean_metrics", lambda *a: passes.append(1) or real(*a))
