@@ -33,15 +33,19 @@ s = tiny_settings(Path(tempfile.mkdtemp()), epochs=1)  # the export checked is t
 first = train(s)
 again = train(s.replace(epochs=2, export=True), resume=first.run_dir.name)
 log = (first.run_dir / "train.log").read_text()
-print("RESULT", again.status, again.epochs_completed, int(again.model.optimizer.iterations.numpy()),
+print("RESUMED", again.status, again.epochs_completed, int(again.model.optimizer.iterations.numpy()),
       "16 per replica x 2" in log, again.export["max_abs_diff"])
+r = train(tiny_settings(Path(tempfile.mkdtemp()), epochs=2, lr_schedule="cosine", export=False))
+print("COSINE", r.status, *[row["learning_rate"] for row in r.history])
 """
 
 
-def _result(script: str) -> list[str]:
-    """Run `script` in a fresh Python (two logical CPUs need a process of their own); its last RESULT line, split."""
+@pytest.fixture(scope="module")
+def lines():
+    """SCRIPT's lines, by their first word: one fresh Python (two logical CPUs need a process of their
+    own) serves both tests, as a TensorFlow start is most of what it costs."""
     proc = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", SCRIPT],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -49,21 +53,19 @@ def _result(script: str) -> list[str]:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1].split()
+    return {
+        line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.startswith(("RESUMED", "COSINE"))
+    }
 
 
-def test_two_replicas_train_resume_and_export():
-    line = _result(SCRIPT)
+def test_two_replicas_train_resume_and_export(lines):
+    line = lines["RESUMED"]
     # completed, 2 epochs, 12 steps each of 32 global (384 examples), the split stated in the log
     assert line[1:5] == ["completed", "2", "24", "True"], line
     assert float(line[5]) <= 1e-5
 
 
-def test_two_replicas_follow_a_cosine_schedule_to_zero():
+def test_two_replicas_follow_a_cosine_schedule_to_zero(lines):
     """The schedule's position lives in plain variables that every replica's compiled step reads."""
-    line = _result(
-        SCRIPT.split("first = train(s)")[0]
-        + "r = train(s.replace(epochs=2, lr_schedule='cosine', export=False))\n"
-        + "print('RESULT', r.status, *[row['learning_rate'] for row in r.history])\n"
-    )
+    line = lines["COSINE"]
     assert line[1] == "completed" and [float(v) for v in line[2:]] == pytest.approx([5e-4, 0.0], abs=1e-9)
