@@ -1,7 +1,7 @@
 """The GPU check (train/gpucheck/) is optional: a fork that deletes the folder and its CLI entry
 still trains, and the training loop never reaches into it.
 
-Each test runs Python in a subprocess whose import system refuses train.gpucheck, as if the folder
+The tests run Python in a subprocess whose import system refuses train.gpucheck, as if the folder
 were gone, and records who asked for it."""
 
 from __future__ import annotations
@@ -43,36 +43,43 @@ def _run(script: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
-def test_the_package_imports_and_records_no_gpus_without_it():
-    out = _run("""
+# One subprocess serves both tests (a TensorFlow start is most of what each costs): the package's
+# commands and GPU facts first, then a training. The training test reads every attempt of the
+# process, so an import at a module's top (made before the training began) is still its failure.
+BOTH = """
 import argparse
+from pathlib import Path
 from train.setup import devices
 from train.training import fit, loop
 from train.run import manifest
 code = cli.main(["settings", "--format", "table"])
 commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-print(json.dumps({"code": code, "gpus": manifest.gpu_facts(), "memory": devices.gpu_memory(),
-                  "check": "check" in commands, "fit": "fit" in commands}))
-""")
-    assert out == {"code": 0, "gpus": [], "memory": [None, None], "check": False, "fit": True}
-
-
-@pytest.mark.slow
-def test_training_never_reaches_into_the_gpu_check(tmp_path):
-    out = _run(
-        """
+package = {"code": code, "gpus": manifest.gpu_facts(), "memory": devices.gpu_memory(),
+           "check": "check" in commands, "fit": "fit" in commands}
 sys.path.insert(0, sys.argv[1])
-from pathlib import Path
 from helpers import tiny_settings
 from train import train
 result = train(tiny_settings(Path(sys.argv[2])))
 rows = (result.run_dir / "metrics.csv").read_text().splitlines()
-print(json.dumps({"status": result.status, "rows": len(rows) - 1, "attempts": attempts}))
-""",
-        str(PROJECT_ROOT / "tests"),
-        str(tmp_path),
-    )
+print(json.dumps({"package": package, "training": {"status": result.status, "rows": len(rows) - 1,
+                                                   "attempts": attempts}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def without_it(tmp_path_factory):
+    return _run(BOTH, str(PROJECT_ROOT / "tests"), str(tmp_path_factory.mktemp("run")))
+
+
+@pytest.mark.slow
+def test_the_package_imports_and_records_no_gpus_without_it(without_it):
+    out = without_it["package"]
+    assert out == {"code": 0, "gpus": [], "memory": [None, None], "check": False, "fit": True}
+
+
+@pytest.mark.slow
+def test_training_never_reaches_into_the_gpu_check(without_it):
+    out = without_it["training"]
     assert out["status"] == "completed" and out["rows"] == 2
     # The manifest may ask once per start (and records no GPUs); the epoch loop must never ask.
     from_loop = [
