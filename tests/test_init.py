@@ -8,23 +8,50 @@ import subprocess
 import sys
 
 import pytest
-from helpers import subprocess_env
+from helpers import PROJECT_ROOT, extra_present, subprocess_env
 
+# One TensorFlow start checks what a start imports and what a run without tracking imports: the
+# fresh process is all either needs, and TensorFlow's import is most of its cost.
 CHILD = """
-import json, sys
+import importlib.util, json, sys
+from pathlib import Path
 import train, tensorflow, keras
 at_start = sorted(m for m in sys.modules if m.split(".")[0] == "matplotlib")
+sys.path.insert(0, "tests")
+from helpers import tiny_settings
+r = train.train(tiny_settings(Path(sys.argv[1]), epochs=1, export=False, report="quick"))
+mlflow = sorted(m for m in sys.modules if m.split(".")[0] == "mlflow" or m == "train.tracking.mlflow_run")
 import matplotlib.pyplot as plt  # a user's own code (a model factory, a notebook) imports it as usual
-print(json.dumps({"at_start": at_start, "pyplot": plt.__name__, "keras": keras.__version__}))
+print(json.dumps({"at_start": at_start, "pyplot": plt.__name__, "keras": keras.__version__, "status": r.status,
+                  "mlflow": mlflow, "mlflow_installed": importlib.util.find_spec("mlflow") is not None}))
 """
 
 
+@pytest.fixture(scope="module")
+def child(tmp_path_factory):
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path_factory.mktemp("run"))],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=PROJECT_ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
-def test_tensorflow_starts_without_matplotlib_and_user_code_still_imports_it():
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=subprocess_env())
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["at_start"] == [] and out["pyplot"] == "matplotlib.pyplot"
+def test_tensorflow_starts_without_matplotlib_and_user_code_still_imports_it(child):
+    assert child["at_start"] == [] and child["pyplot"] == "matplotlib.pyplot"
+
+
+@pytest.mark.slow
+def test_a_run_without_tracking_imports_nothing_of_mlflow(child):
+    """The tracking module and the client are imported only by a run that tracks (the tracking extra's
+    own tests run it with a server)."""
+    assert child["status"] == "completed" and child["mlflow"] == []
+    if extra_present("mlflow"):  # the client is in the lock: nothing kept it out but the setting being off
+        assert child["mlflow_installed"]
 
 
 def test_train_tells_the_report_then_the_export_then_the_extras_then_the_callers_own(monkeypatch):
