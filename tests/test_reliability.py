@@ -41,12 +41,22 @@ def data(tmp_path_factory):
     return write_tiny_npz(tmp_path_factory.mktemp("data"))
 
 
+def _fit_in_this_process(tmp, flags) -> None:
+    """`python -m train fit FLAGS` in this process, from tmp (as _fit_here, for a module's fixture): a run
+    the tests only read needs no TensorFlow start of its own."""
+    from train.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)
+        assert main(["fit", *flags]) == 0
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, data):
-    """The reference: the same configuration run straight through."""
+    """The reference: the same configuration run straight through (in this process: the resumes of
+    the killed runs, each in a process of its own, must end on its very weights)."""
     tmp = tmp_path_factory.mktemp("straight")
-    rc, out = run_fit(fit_flags(tmp, data, **GUARANTEE), tmp)
-    assert rc == 0, out[-3000:]
+    _fit_in_this_process(tmp, fit_flags(tmp, data, **GUARANTEE))
     run = only_run(tmp / "runs")
     return run, manifest(run)["final_weights_sha256"]
 
@@ -130,10 +140,11 @@ def _has_state(runs_dir, min_step=0):
     return check
 
 
-def _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted):
+def _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted, monkeypatch, capsys):
+    """The resume in this process: what the stop left on disk is the test's, not the process that resumes."""
     from train.run.checkpoints import LATEST
 
-    rc, out = run_fit(flags + ["--resume", run.name], tmp_path)
+    rc, out = _fit_here(tmp_path, monkeypatch, capsys, flags + ["--resume", run.name])
     assert rc == 0, out[-3000:]
     final = run / "checkpoints" / (run / "checkpoints" / LATEST).read_text().strip()
     assert optimizer_iterations(final) == GUARANTEE["epochs"] * STEPS_PER_EPOCH
@@ -150,7 +161,9 @@ START_UP_POINTS = {
 
 
 @pytest.mark.parametrize("point", START_UP_POINTS)
-def test_sigterm_at_any_moment_of_start_up_exits_75_with_the_manifest_finished(tmp_path, data, uninterrupted, point):
+def test_sigterm_at_any_moment_of_start_up_exits_75_with_the_manifest_finished(
+    tmp_path, data, uninterrupted, point, monkeypatch, capsys
+):
     flags = fit_flags(tmp_path, data, **GUARANTEE)
     proc = start_fit(flags, tmp_path)
     assert _signal_when(proc, START_UP_POINTS[point](tmp_path / "runs")), output(proc)[-3000:]
@@ -160,10 +173,12 @@ def test_sigterm_at_any_moment_of_start_up_exits_75_with_the_manifest_finished(t
     run = only_run(tmp_path / "runs")
     record = manifest(run)
     assert record["status"] == "interrupted" and record["ended_at"]
-    _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted)
+    _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted, monkeypatch, capsys)
 
 
-def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once(tmp_path, data, uninterrupted):
+def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once(
+    tmp_path, data, uninterrupted, monkeypatch, capsys
+):
     from train.run.checkpoints import LATEST, read_state
 
     flags = fit_flags(tmp_path, data, **GUARANTEE)
@@ -181,7 +196,7 @@ def test_sigterm_saves_at_the_next_step_exits_75_and_resume_runs_every_step_once
     newest = read_state(run / "checkpoints" / (run / "checkpoints" / LATEST).read_text().strip()).meta
     assert (newest["epoch"] + 1, newest["step"]) == (int(saved.group(1)), int(saved.group(2)))
     assert newest["global_step"] >= 8
-    out = _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted)
+    out = _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted, monkeypatch, capsys)
     # Every step runs once: the resumed segment starts exactly where the stop saved.
     assert _restored_step(out) == newest["global_step"]
 
@@ -302,7 +317,7 @@ sys.exit(main(sys.argv[2:]))
 
 
 def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_are_cleaned(
-    tmp_path, data, uninterrupted
+    tmp_path, data, uninterrupted, monkeypatch, capsys
 ):
     import subprocess
     import sys
@@ -333,7 +348,7 @@ def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_ar
         except CheckpointError:
             continue
         loadable += pointed.path == load_latest(ckpts).path
-    rc, out = run_fit(flags + ["--resume", only_run(runs).name], tmp_path)
+    rc, out = _fit_here(tmp_path, monkeypatch, capsys, flags + ["--resume", only_run(runs).name])  # in this process
     assert rc == 0, out[-3000:]
     run = only_run(runs)
     assert "removed a temp file left by an interrupted write" in (run / "train.log").read_text()
@@ -350,9 +365,7 @@ def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_ar
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("small")
-    flags = fit_flags(tmp, data, epochs=1, model="faults:dense16", export=False)
-    rc, out = run_fit(flags, tmp)
-    assert rc == 0, out[-3000:]
+    _fit_in_this_process(tmp, fit_flags(tmp, data, epochs=1, model="faults:dense16", export=False))
     return tmp, only_run(tmp / "runs")
 
 
