@@ -241,6 +241,19 @@ def runtime_check_python() -> str:
 
 
 # -- a throw-away git repository holding the package (reproduce, sweeps) -------------------------
+def fit_here(cwd: Path, monkeypatch, capsys, flags: list[str]) -> tuple[int, str]:
+    """`python -m train fit FLAGS` through the CLI's edge in this process, from `cwd`: (exit code,
+    console). For a run the test only reads, whose faults are in files rather than in the process:
+    no TensorFlow start of its own."""
+    from train.cli import main
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    rc = main(["fit", *flags])
+    captured = capsys.readouterr()
+    return rc, captured.out + captured.err
+
+
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 

@@ -28,6 +28,7 @@ from faults import (
     step_of,
     wait_until,
 )
+from helpers import fit_here
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def data(tmp_path_factory):
 
 
 def _fit_in_this_process(tmp, flags) -> None:
-    """`python -m train fit FLAGS` in this process, from tmp (as _fit_here, for a module's fixture): a run
+    """`python -m train fit FLAGS` in this process, from tmp (as fit_here, for a module's fixture): a run
     the tests only read needs no TensorFlow start of its own."""
     from train.cli import main
 
@@ -144,7 +145,7 @@ def _resume_matches_uninterrupted(tmp_path, flags, run, uninterrupted, monkeypat
     """The resume in this process: what the stop left on disk is the test's, not the process that resumes."""
     from train.run.checkpoints import LATEST
 
-    rc, out = _fit_here(tmp_path, monkeypatch, capsys, flags + ["--resume", run.name])
+    rc, out = fit_here(tmp_path, monkeypatch, capsys, flags + ["--resume", run.name])
     assert rc == 0, out[-3000:]
     final = run / "checkpoints" / (run / "checkpoints" / LATEST).read_text().strip()
     assert optimizer_iterations(final) == GUARANTEE["epochs"] * STEPS_PER_EPOCH
@@ -348,7 +349,7 @@ def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_ar
         except CheckpointError:
             continue
         loadable += pointed.path == load_latest(ckpts).path
-    rc, out = _fit_here(tmp_path, monkeypatch, capsys, flags + ["--resume", only_run(runs).name])  # in this process
+    rc, out = fit_here(tmp_path, monkeypatch, capsys, flags + ["--resume", only_run(runs).name])  # in this process
     assert rc == 0, out[-3000:]
     run = only_run(runs)
     assert "removed a temp file left by an interrupted write" in (run / "train.log").read_text()
@@ -382,25 +383,13 @@ def small_copy(tmp_path, small_run, data):
     )
 
 
-def _fit_here(tmp, monkeypatch, capsys, flags) -> tuple[int, str]:
-    """`python -m train fit FLAGS` in this process, through the CLI's edge (exit code, console): the
-    faults below are in files, not in the process, so they need no TensorFlow start of their own."""
-    from train.cli import main
-
-    monkeypatch.chdir(tmp)
-    capsys.readouterr()
-    rc = main(["fit", *flags])
-    captured = capsys.readouterr()
-    return rc, captured.out + captured.err
-
-
 # -- 4. corrupt latest checkpoint ------------------------------------------------------------------
 def test_corrupt_latest_checkpoint_falls_back_with_a_warning_naming_it(small_copy, monkeypatch, capsys):
     tmp, run, flags = small_copy
     names = states(run)
     assert names == ["ckpt-000000004.npz", "ckpt-000000008.npz", "ckpt-000000012.npz"]
     (run / "checkpoints" / names[-1]).write_bytes(b"garbage" * 100)
-    rc, out = _fit_here(tmp, monkeypatch, capsys, flags + ["--epochs", "2", "--resume", run.name])
+    rc, out = fit_here(tmp, monkeypatch, capsys, flags + ["--epochs", "2", "--resume", run.name])
     assert rc == 0, out[-3000:]
     assert re.search(r"WARNING: checkpoint \S*ckpt-000000012\.npz is unreadable", out)
     assert _restored_step(out) == 8
@@ -411,7 +400,7 @@ def test_no_valid_checkpoint_is_an_error_never_a_fresh_start(small_copy, monkeyp
     for name in states(run):
         p = run / "checkpoints" / name
         p.write_bytes(p.read_bytes()[: p.stat().st_size // 3])  # truncated
-    rc, out = _fit_here(tmp, monkeypatch, capsys, flags + ["--epochs", "2", "--resume", run.name])
+    rc, out = fit_here(tmp, monkeypatch, capsys, flags + ["--epochs", "2", "--resume", run.name])
     assert rc == 4, out[-3000:]
     assert "CheckpointError: no valid checkpoint" in out and "Traceback" not in out
     assert "epoch 2/2" not in out and len(states(run)) == 3
@@ -420,7 +409,7 @@ def test_no_valid_checkpoint_is_an_error_never_a_fresh_start(small_copy, monkeyp
 # -- 8. architecture changed on resume -------------------------------------------------------------
 def test_resume_with_a_different_architecture_is_refused_naming_the_layer_and_shapes(small_copy, monkeypatch, capsys):
     tmp, run, flags = small_copy
-    rc, out = _fit_here(
+    rc, out = fit_here(
         tmp,
         monkeypatch,
         capsys,
@@ -438,13 +427,13 @@ def test_resume_with_a_different_architecture_is_refused_naming_the_layer_and_sh
 # -- 9. settings changed on resume -----------------------------------------------------------------
 def test_changed_settings_are_refused_listing_differences_unless_forced(small_copy, monkeypatch, capsys):
     tmp, run, flags = small_copy
-    rc, out = _fit_here(
+    rc, out = fit_here(
         tmp, monkeypatch, capsys, flags + ["--learning-rate", "0.01", "--batch-size", "16", "--resume", run.name]
     )
     assert rc == 4, out[-3000:]
     assert "ResumeMismatchError" in out and "LEARNING_RATE: 0.001 -> 0.01" in out and "BATCH_SIZE: 32 -> 16" in out
     assert "--force" in out and "Traceback" not in out
-    rc, out = _fit_here(
+    rc, out = fit_here(
         tmp, monkeypatch, capsys, flags + ["--learning-rate", "0.01", "--epochs", "2", "--resume", run.name, "--force"]
     )
     assert rc == 0, out[-3000:]
@@ -456,7 +445,7 @@ def test_nan_loss_exits_5_keeps_the_last_good_checkpoint_and_says_what_to_change
     from train.run.checkpoints import load_latest
 
     flags = fit_flags(tmp_path, data, epochs=1, model="faults:nan_after_10_steps", export=False)
-    rc, out = _fit_here(tmp_path, monkeypatch, capsys, flags)
+    rc, out = fit_here(tmp_path, monkeypatch, capsys, flags)
     assert rc == 5, out[-3000:]
     assert "DivergedError" in out and "LEARNING_RATE" in out and "Traceback" not in out
     run = only_run(tmp_path / "runs")

@@ -9,7 +9,7 @@ import signal
 import pytest
 from builders import write_tiny_npz
 from faults import fit_flags, kill_after_new_checkpoint, manifest, only_run, output, run_fit, start_fit, wait_until
-from helpers import stop_at_check, tiny_settings
+from helpers import fit_here, stop_at_check, tiny_settings
 
 pytestmark = pytest.mark.slow
 
@@ -141,17 +141,6 @@ def test_a_smoke_run_records_the_one_epoch_it_trains_and_says_epochs_is_not_used
     assert "is not used" not in said  # said once, by the resume's line
 
 
-def _fit_here(tmp_path, monkeypatch, capsys, flags) -> tuple[int, str]:
-    """`python -m train fit FLAGS` through the CLI's edge in this process: (exit code, console)."""
-    from train.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    rc = main(["fit", *flags])
-    captured = capsys.readouterr()
-    return rc, captured.out + captured.err
-
-
 def test_a_second_fit_on_a_run_in_progress_is_refused_and_a_dead_holder_does_not_block(tmp_path, monkeypatch, capsys):
     """The holder and the refused fits are processes of their own (the refusals come before TensorFlow
     loads); the resume after the holder's death, which the test only reads the record of, runs in this one."""
@@ -180,7 +169,7 @@ def test_a_second_fit_on_a_run_in_progress_is_refused_and_a_dead_holder_does_not
             first.wait()
     assert f"pid {first.pid}" in (run / "run.lock").read_text()  # the dead holder's lock file remains
     monkeypatch.setenv("GATE_FILE", str(gate))
-    rc, out = _fit_here(tmp_path, monkeypatch, capsys, flags + ["--resume", run.name, "--epochs", "1"])
+    rc, out = fit_here(tmp_path, monkeypatch, capsys, flags + ["--resume", run.name, "--epochs", "1"])
     assert rc == 0, out[-3000:]
     m = manifest(run)
     assert [g["status"] for g in m["segments"]] == ["killed", "completed"]
