@@ -254,6 +254,15 @@ def fit_here(cwd: Path, monkeypatch, capsys, flags: list[str]) -> tuple[int, str
     return rc, captured.out + captured.err
 
 
+def fit_in_process(cwd: Path, flags: list[str]) -> int:
+    """fit_here for a fixture or a test without monkeypatch: the working directory is put back after."""
+    from train.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        return main(["fit", *flags])
+
+
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 

@@ -28,7 +28,7 @@ from faults import (
     step_of,
     wait_until,
 )
-from helpers import fit_here
+from helpers import fit_here, fit_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -42,22 +42,12 @@ def data(tmp_path_factory):
     return write_tiny_npz(tmp_path_factory.mktemp("data"))
 
 
-def _fit_in_this_process(tmp, flags) -> None:
-    """`python -m train fit FLAGS` in this process, from tmp (as fit_here, for a module's fixture): a run
-    the tests only read needs no TensorFlow start of its own."""
-    from train.cli import main
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(tmp)
-        assert main(["fit", *flags]) == 0
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, data):
     """The reference: the same configuration run straight through (in this process: the resumes of
     the killed runs, each in a process of its own, must end on its very weights)."""
     tmp = tmp_path_factory.mktemp("straight")
-    _fit_in_this_process(tmp, fit_flags(tmp, data, **GUARANTEE))
+    assert fit_in_process(tmp, fit_flags(tmp, data, **GUARANTEE)) == 0
     run = only_run(tmp / "runs")
     return run, manifest(run)["final_weights_sha256"]
 
@@ -366,7 +356,7 @@ def test_kill_during_checkpoint_writes_leaves_a_loadable_state_and_temp_files_ar
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("small")
-    _fit_in_this_process(tmp, fit_flags(tmp, data, epochs=1, model="faults:dense16", export=False))
+    assert fit_in_process(tmp, fit_flags(tmp, data, epochs=1, model="faults:dense16", export=False)) == 0
     return tmp, only_run(tmp / "runs")
 
 

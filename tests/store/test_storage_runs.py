@@ -270,13 +270,10 @@ def test_machine_lost_mid_epoch_a_fresh_machine_continues_from_the_bucket_bit_id
     # The reference: the same settings, uninterrupted, on a local disk, in this process (only its
     # final weights are read: no TensorFlow start of its own).
     from faults import only_run
-
-    from train.cli import main
+    from helpers import fit_in_process
 
     straight_dir = tmp_path_factory.mktemp("straight")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(straight_dir)
-        assert main(["fit", *fit_flags(straight_dir, data, **RUN)]) == 0
+    assert fit_in_process(straight_dir, fit_flags(straight_dir, data, **RUN)) == 0
 
     reference = json.loads((only_run(straight_dir / "runs") / "manifest.json").read_text())["final_weights_sha256"]
 
