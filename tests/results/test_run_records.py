@@ -86,8 +86,8 @@ def test_a_run_without_epochs_has_no_best(tmp_path):
     "name, content, expected",
     [
         ("metrics.csv", "epoch,loss\n1,0.5\n2,abc\n", "line 3: loss='abc' is not a number"),
-        ("metrics.csv", "loss,accuracy\n0.5,0.9\n", "line 2: not the metrics.csv layout"),
-        ("metrics.csv", "epoch,loss\n1,0.5,7\n", "line 2: not the metrics.csv layout"),
+        ("metrics.csv", "loss,accuracy\n0.5,0.9\n", "line 1: no 'epoch' column (its header: loss, accuracy); restore"),
+        ("metrics.csv", "epoch,loss\n1,0.5,7\n", "line 2: more values than the header has columns"),
         ("metrics.csv", "epoch,loss\n,0.5\n", "line 2: the epoch is empty"),
         # cut short mid-row (a partial copy): was read as an epoch whose metrics were missing
         (

@@ -154,16 +154,22 @@ def resumes_from_segments(manifest: dict[str, Any]) -> list[Resume] | None:
 def read_metrics(path: Path) -> list[dict[str, float | None]]:
     """metrics.csv as numbers (an empty cell, e.g. GPU memory on a CPU, is None); none yet: []."""
     try:
-        _, raw = read_rows(path)
+        header, raw = read_rows(path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise RunRecordError(
             f"{path} is unreadable ({type(exc).__name__}: {exc}); restore it from a copy of the run"
         ) from None
+    if raw and "epoch" not in header:  # the header's fault, not the first row's
+        raise RunRecordError(
+            f"{path}, line 1: no 'epoch' column (its header: {', '.join(header)[:80]}); "
+            "restore the file from a copy of the run"
+        )
     rows = []
     for line, r in raw:
-        if "epoch" not in r or None in r:
+        if None in r:
             raise RunRecordError(
-                f"{path}, line {line}: not the metrics.csv layout (an 'epoch' column, one value per column)"
+                f"{path}, line {line}: more values than the header has columns (not the metrics.csv layout); "
+                "restore the file from a copy of the run"
             )
         if None in r.values():  # fewer values than columns: the file was cut short (a partial copy), or edited
             missing = [key for key, value in r.items() if value is None]
