@@ -362,7 +362,8 @@ def test_the_command_a_stop_says_again_masks_the_storage_password(tmp_path, monk
     assert "s3cret" not in "".join(capsys.readouterr())
 
 
-def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp_path, monkeypatch):
+def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp_path, monkeypatch, caplog):
+    import logging
     import os
     import signal
 
@@ -377,10 +378,15 @@ def test_sigterm_between_trials_ends_the_sweep_with_75_before_the_next_trial(tmp
 
     monkeypatch.setattr("train.train", trains_then_is_stopped)
     url = f"sqlite:///{tmp_path / 'runs' / 'sweeps' / 's.db'}"
-    with pytest.raises(sweep.SweepInterrupted, match="between trials") as err:
+    with (
+        caplog.at_level(logging.INFO, logger="train"),
+        pytest.raises(sweep.SweepInterrupted, match="between trials") as err,
+    ):
         sweep.run_sweep(spec, settings, url, trials=3)
     assert err.value.exit_code == 75
     assert [(t.number, t.state.name) for t in study.get_trials()] == [(0, "COMPLETE")]
+    # What the stop does, said when it arrives: no run of the sweep's own has steps to finish.
+    assert "received SIGTERM: stopping before another trial starts" in caplog.messages, caplog.messages
 
 
 def test_a_stopped_trial_gives_one_instruction_and_its_retry_is_numbered_so_a_user_can_follow_it(

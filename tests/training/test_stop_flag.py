@@ -192,7 +192,9 @@ def test_a_signal_during_start_up_finishes_the_manifest_and_exits_75(tmp_path, m
     why = f"stopped before training started (received {sig.name}): resumable"
     assert manifest["ended_because"] == manifest["segments"][-1]["ended_because"] == why
     log = (run / "train.log").read_text()
-    assert f"received {sig.name}" in log and "stopped before training started" in log
+    # What the stop does, said when the signal arrives: no steps run yet, so none to finish.
+    assert f"received {sig.name}: stopping before training starts\n" in log, log
+    assert "stopped before training started" in log and "call of steps" not in log
     assert "Stopped at once" not in capsys.readouterr().err  # one Ctrl-C is a clean stop, not exit 130
 
 

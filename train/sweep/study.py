@@ -99,6 +99,7 @@ def run_sweep(
         "study %s in %s: %d trial(s) in total, %d counted so far", spec.name, shown, total, len(counted(study.trials))
     )
     stop = StopFlag()
+    stop.then = "stopping before another trial starts"  # in a trial, the trial's own flag says what it does
     ran: list[int] = []
     waited_for: list[int] = []
     quiet_heartbeats()

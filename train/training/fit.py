@@ -51,7 +51,7 @@ from . import flops
 from .callbacks import Callbacks
 from .early_stopping import record_ending
 from .loop import LoopState, Result, at_new_batch_size, log_distribution, start_loop
-from .stop_flag import StopFlag
+from .stop_flag import TRAINING, StopFlag
 
 log = logging.getLogger("train")
 
@@ -279,6 +279,8 @@ def _run(
 ) -> Result:
     settings, run_dir = plan.settings, plan.run_dir
     several = setup is not None  # joined a cluster: its workers stop together, in the loop
+    if several:
+        stop.then = TRAINING  # at their first call of steps
     if stop.check() and not several:
         return _stopped_before_training(plan, stop)
     from ..setup import devices

@@ -34,7 +34,7 @@ from . import flops, profiling
 from .callbacks import Callbacks
 from .early_stopping import Patience, record_ending
 from .flops import FlopCount, Peak, mfu
-from .stop_flag import StopFlag
+from .stop_flag import TRAINING, StopFlag
 
 log = logging.getLogger("train")
 MAX_BATCH_HALVINGS = 3
@@ -305,6 +305,7 @@ class EpochLoop:
         self._align_schedule()  # the optimizer's step is the restored one by now
         try:
             with self.stop.installed():
+                self.stop.then = TRAINING  # start-up's "before training starts" no longer holds
                 while self.state.epoch < self.epochs:
                     epoch = self.state.epoch
                     # Also right after a resume: the count was saved. Every worker sees the same

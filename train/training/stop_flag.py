@@ -22,6 +22,9 @@ from ..run.train_log import terminal_gone
 
 log = logging.getLogger("train")
 
+STARTING = "stopping before training starts"
+TRAINING = "finishing the current call of steps, then saving"
+
 
 class StopFlag:
     def __init__(self, max_minutes: float = 0.0, started: float | None = None):
@@ -29,8 +32,9 @@ class StopFlag:
         self.deadline = self.started + max_minutes * 60 if max_minutes else None
         self.reason: str | None = None
         self.status = "interrupted"
-        # What a stop does now, said when it arrives: once training is over there are no steps left.
-        self.then = "finishing the current call of steps, then saving"
+        # What a stop does now, said when it arrives: start-up stops at its next check, with nothing
+        # trained (the loop says "steps" once it runs them); once training is over no steps are left.
+        self.then = STARTING
         self._installed = False
         self._interrupts = 0  # Ctrl-Cs received
         self._saying: threading.Thread | None = None  # a signal's line, said from a thread of its own
