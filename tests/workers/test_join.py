@@ -422,13 +422,34 @@ def test_a_worker_is_met_when_only_the_other_one_reaches_it_after_an_empty_and_a
     assert not t.is_alive() and "error" not in box, box
 
 
-def test_a_worker_of_another_cluster_calling_is_not_counted_as_one_of_ours():
+def test_a_worker_of_another_cluster_calling_is_not_counted_as_one_of_ours_but_named(caplog):
+    """It refuses itself and exits; this one waits on for its own worker, but says who called and why it
+    was not counted, at once and in the timeout's line (the wait alone would say nothing of it)."""
     p0, p1, p2 = free_local_ports(3)
     theirs = _cluster([p2, p0], 1)  # it calls p0 as its worker 1
-    t, box = _in_thread(join.wait_for_workers, _cluster([p0, p1], 0), 1.5, StopFlag(), "WORKERS")
-    _call(p0, join._line(theirs, join.settings_token({})))
-    t.join(HANG_GUARD)
+    called = threading.Event()
+
+    class HeldUntilCalled(StopFlag):  # the wait's first round holds until the calls are in: no race with its timeout
+        def check(self):
+            called.wait(HANG_GUARD)
+            return super().check()
+
+    t, box = _in_thread(join.wait_for_workers, _cluster([p0, p1], 0), 1.5, HeldUntilCalled(), "WORKERS")
+    with caplog.at_level(logging.INFO, logger="train"):
+        _call(p0, join._line(theirs, join.settings_token({})))
+        _call(p0, join._line(theirs, join.settings_token({})))  # said once per caller; the first is recorded by now
+        called.set()
+        t.join(HANG_GUARD)
+    stranger = (
+        f"a worker of another cluster called from 127.0.0.1:{p0} (its worker 1, with another WORKERS); "
+        "it stops itself: give every worker the same WORKERS"
+    )
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [stranger]
     assert isinstance(box.get("error"), WorkersMissingError), box
+    assert str(box["error"]) == (
+        f"worker 1 (127.0.0.1:{p1}) did not start within JOIN_TIMEOUT=1.5 s ({stranger}): start it with the "
+        "same WORKERS, check the host:port and that it is reachable from here, or raise JOIN_TIMEOUT"
+    )
 
 
 def test_each_length_of_line_a_version_sent_is_read_with_what_it_lacks_unknown():

@@ -206,6 +206,9 @@ class _Listener:
     def __init__(self, cluster: Cluster, name: str, shared: Mapping[str, object], code: Code):
         self.cluster, self.name, self.met, self.shared, self.code = cluster, name, set(), shared, code
         self.refused: ConfigError | None = None  # a worker of this cluster with other settings
+        # Callers of another cluster, by address: that worker refuses itself and exits, while this one
+        # would wait out JOIN_TIMEOUT for a worker that will never come without a word of why.
+        self.strangers: dict[str, int] = {}
         address = cluster.workers[cluster.index]
         try:
             self.sock = _bind(cluster.port)
@@ -237,12 +240,26 @@ class _Listener:
                 except OSError:
                     continue
             # A worker of another cluster (another digest) is not one of ours: it refuses itself.
-            if got and got[1] == digest(self.cluster) and 0 <= got[0] < len(self.cluster.workers):
+            if got and got[1] != digest(self.cluster) and got[2] not in self.strangers:
+                with self._lock:
+                    self.strangers[got[2]] = got[0]
+                log.warning("%s", self.stranger_line(got[2]))
+            elif got and got[1] == digest(self.cluster) and 0 <= got[0] < len(self.cluster.workers):
                 # Told here too, not only to the worker that called: both ends stop, neither waits on.
                 refused = _refusal(self.cluster, got[0], self.name, self.shared, self.code, got)
                 with self._lock:
                     self.met.add(got[0])
                     self.refused = self.refused or refused
+
+    def stranger_line(self, address: str) -> str:
+        return (
+            f"a worker of another cluster called from {address} (its worker {self.strangers[address]}, with "
+            f"another {self.name}); it stops itself: give every worker the same {self.name}"
+        )
+
+    def stranger_lines(self) -> list[str]:
+        with self._lock:
+            return [self.stranger_line(address) for address in self.strangers]
 
     def seen(self) -> set[int]:
         with self._lock:
@@ -373,9 +390,10 @@ def wait_for_workers(
             waited = time.monotonic() - started
             unresolved = _unresolved(cluster, missing, status, name)
             if timeout and waited >= timeout:
+                why = "; ".join(filter(None, [unresolved, *listener.stranger_lines()]))
                 raise WorkersMissingError(
                     f"{_who(cluster, missing)} did not start within JOIN_TIMEOUT={timeout:g} s"
-                    f"{f' ({unresolved})' if unresolved else ''}: start "
+                    f"{f' ({why})' if why else ''}: start "
                     f"{'it' if len(missing) == 1 else 'them'} with the same {name}, check the host:port and that "
                     "it is reachable from here, or raise JOIN_TIMEOUT"
                 )
