@@ -36,10 +36,14 @@ def pytest_configure(config):
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    """The CPU family the goals are chosen by (common.cpu_family), in the report summarise.py prints."""
+    """The CPU family the goals are chosen by (common.cpu_family), in the report summarise.py prints, and
+    the cores this process may use: the machine's count (cpu.count) says nothing of `taskset -c 0`."""
+    import os
+
     import common
 
     machine_info["cpu_family"] = common.cpu_family()
+    machine_info["usable_cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
 def pytest_collection_modifyitems(config, items):

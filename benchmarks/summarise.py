@@ -52,11 +52,17 @@ def gpu_rows(rows: dict) -> str:
     )
 
 
+def _cores(machine: dict) -> str:
+    """The machine's cores, and how many the benchmarks could use when fewer (`taskset`, a container's cpuset)."""
+    count, usable = machine.get("cpu", {}).get("count", "?"), machine.get("usable_cores")
+    return f"{count} cores" if usable in (None, count) else f"{count} cores, {usable} of them usable here"
+
+
 def table(report: dict) -> str:
     machine = report.get("machine_info", {})
     cpu = machine.get("cpu", {}).get("brand_raw") or machine.get("processor") or "?"
     lines = [
-        f"Measured {report.get('datetime', '?')[:19]} on {cpu} ({machine.get('cpu', {}).get('count', '?')} cores), "
+        f"Measured {report.get('datetime', '?')[:19]} on {cpu} ({_cores(machine)}), "
         f"Python {machine.get('python_version', '?')}.",
         f"CPU family: {machine.get('cpu_family', '?')} (the goals below are this family's).",
         "",

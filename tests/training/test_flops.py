@@ -296,6 +296,21 @@ def test_the_benchmark_summary_prints_model_flops_and_mfu_beside_each_steps_per_
     )
 
 
+@pytest.mark.parametrize(
+    "machine, said",
+    [
+        ({"cpu": {"count": 2}, "usable_cores": 1}, "(2 cores, 1 of them usable here)"),  # under taskset -c 0
+        ({"cpu": {"count": 2}, "usable_cores": 2}, "(2 cores)"),
+        ({"cpu": {"count": 2}}, "(2 cores)"),  # a report written before the usable count was recorded
+    ],
+)
+def test_the_benchmark_summary_says_how_many_cores_the_benchmarks_could_use(machine, said):
+    from helpers import benchmark_script
+
+    first = benchmark_script("summarise").table({"datetime": "2026-12-07T07:00:00", "machine_info": machine})
+    assert first.splitlines()[0] == f"Measured 2026-12-07T07:00:00 on ? {said}, Python ?."
+
+
 def _si(x: float) -> str:
     """3 significant figures with k / M."""
     for unit, scale in (("M", 1e6), ("k", 1e3)):
