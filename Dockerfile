@@ -4,7 +4,7 @@
 # builds without a registry.
 
 # Pinned by tag and digest (refresh both together). Another base (a mirror, an internal image)
-# needs bash, python3 3.10-3.13 with venv, and useradd.
+# needs bash, python3 3.10-3.13 with venv, useradd, and tini or apt-get to install it.
 ARG BASE_IMAGE=python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
 ARG VARIANT=gpu
 # The extras the image carries on top of the core, each from requirements/<name>.lock: what a run in
@@ -20,7 +20,9 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # the build as soon as a security update replaces it.
 # hadolint ignore=DL3008
 RUN command -v tini >/dev/null \
-    || { apt-get update \
+    || { command -v apt-get >/dev/null \
+         || { echo "BASE_IMAGE has neither tini nor apt-get to install it: use a base image with tini installed, or a Debian/Ubuntu one" >&2; exit 1; }; \
+         apt-get update \
          && apt-get install -y --no-install-recommends tini \
          && rm -rf /var/lib/apt/lists/*; }
 

@@ -75,6 +75,37 @@ def test_pip_uses_the_build_cache_mount():
     assert len(mounts) == 4 and installs == mounts
 
 
+def _run_instruction(start: str) -> str:
+    """The shell script of the RUN instruction that begins with `start`, its continuation lines joined."""
+    lines = DOCKERFILE.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith(start))
+    script = []
+    while True:
+        line = lines[i]
+        script.append(line.removesuffix("\\"))
+        if not line.endswith("\\"):
+            break
+        i += 1
+    return " ".join(script).removeprefix("RUN ")
+
+
+def test_a_base_image_without_tini_or_apt_get_stops_the_build_with_one_line_naming_both(tmp_path):
+    """A replacement base (BASE_IMAGE) without tini must say what it lacks, not `apt-get: command not found`."""
+    script = _run_instruction("RUN command -v tini")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    result = subprocess.run(
+        ["/bin/bash", "-o", "pipefail", "-c", script], env={"PATH": str(empty)}, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert all(word in result.stderr for word in ("tini", "apt-get", "BASE_IMAGE")), result.stderr
+    tini = empty / "tini"  # a base that has tini: nothing to install
+    tini.write_text("#!/bin/sh\n")
+    tini.chmod(0o755)
+    assert subprocess.run(["/bin/bash", "-o", "pipefail", "-c", script], env={"PATH": str(empty)}).returncode == 0
+
+
 def test_gpu_target_exposes_the_driver_capabilities_it_needs():
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in DOCKERFILE and "TF_CPP_MIN_LOG_LEVEL=2" in DOCKERFILE
 
