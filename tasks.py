@@ -28,7 +28,7 @@ from pathlib import Path
 from invoke import Collection, Context, Exit, task
 
 ROOT = Path(__file__).resolve().parent
-IMAGE = os.environ.get("IMAGE", "tf-train-template")
+IMAGE = "tf-train-template"  # the image's name when IMAGE is set neither in the environment nor in .env
 REQ = "requirements"  # every .in file and its lock
 LOCKS = {"cpu": f"{REQ}/cpu.lock", "gpu": f"{REQ}/gpu.lock"}
 # The optional parts with packages of their own: requirements/<name>.in, its lock, pip install -e .[name].
@@ -126,18 +126,22 @@ def _compose(c: Context, cpu: bool, gpu_needed: bool = True, local: bool = True)
     return f"{env} docker compose {CPU_COMPOSE}"
 
 
-def _compose_file() -> str | None:
-    """COMPOSE_FILE as docker compose reads it here: the environment, else .env; None when neither sets it."""
-    value = os.environ.get("COMPOSE_FILE")
+def _compose_setting(name: str) -> str | None:
+    """A variable as docker compose reads it here: the environment, else .env; None when neither sets it."""
+    value = os.environ.get(name)
     if value is None and (ROOT / ".env").is_file():
         from train.errors import TemplateError
         from train.setup.envfile import read_env_file
 
         try:
-            value = read_env_file(ROOT / ".env", ()).get("COMPOSE_FILE")
+            value = read_env_file(ROOT / ".env", ()).get(name)
         except TemplateError as exc:  # not UTF-8, a line that is not NAME=value: one line, not a traceback
             raise Exit(f"{type(exc).__name__}: {exc}") from None
     return value or None
+
+
+def _compose_file() -> str | None:
+    return _compose_setting("COMPOSE_FILE")
 
 
 def _adds_cpu_file(files: str | None) -> bool:
@@ -231,7 +235,8 @@ def build(c, target="", uid=1000, gid=1000, base_image="", ca_bundle="", network
         args.append(f"--network {shlex.quote(network)}")
     if no_cache:
         args.append("--no-cache")
-    tags = f"-t {IMAGE}:{target} -t {IMAGE}:{image_tag(target, commit, dirty)}"
+    image = _compose_setting("IMAGE") or IMAGE  # the name compose runs (${IMAGE:-tf-train-template})
+    tags = f"-t {image}:{target} -t {image}:{image_tag(target, commit, dirty)}"
     c.run(f"DOCKER_BUILDKIT=1 docker build {' '.join(args)} {tags} .", echo=True, pty=True)
 
 
@@ -245,10 +250,11 @@ def build(c, target="", uid=1000, gid=1000, base_image="", ca_bundle="", network
     }
 )
 def gpu_check(c, local=False, cpu=False):
-    """Diagnose the GPU set-up; exits 1 on a host without a GPU.
+    """Diagnose the GPU set-up; exits 1 when no GPU is usable (not with the CPU image).
 
-    Runs `python -m train check --require-gpu` in the image, or on this host with --local; --cpu checks
-    the CPU image and requires no GPU."""
+    Runs `python -m train check --require-gpu` in the image, or on this host with --local; with the CPU
+    image (--cpu, or COMPOSE_FILE naming docker-compose.cpu.yml) it reports why no GPU is used and
+    requires none."""
     if local:
         c.run(f"{PY} -m train check --require-gpu", echo=True, pty=True)
         return

@@ -56,6 +56,7 @@ def host(monkeypatch, tmp_path):
     monkeypatch.setattr(tasks, "ROOT", tmp_path)
     monkeypatch.delenv("RUNS_DIR", raising=False)  # where a detached local training writes: ./runs here
     monkeypatch.delenv("COMPOSE_FILE", raising=False)  # a GPU host's compose files unless a test says otherwise
+    monkeypatch.delenv("IMAGE", raising=False)  # the default image name unless a test sets one
     for lock in tasks.LOCKS.values():
         (tmp_path / lock).parent.mkdir(exist_ok=True)
         (tmp_path / lock).write_text(f"# {lock}\n")
@@ -76,6 +77,21 @@ def test_build_tags_with_lock_hash_and_commit():
         f"--build-arg GIT_COMMIT=abc12345{'0' * 32} "
     )
     assert f"-t tf-train-template:cpu -t tf-train-template:cpu-{lock_hash}-abc12345 ." in cmd
+
+
+@pytest.mark.parametrize("where", ["env", ".env"])
+def test_build_tags_the_image_compose_runs_when_image_is_set_in_the_environment_or_in_dot_env(monkeypatch, where):
+    """docker-compose.yml names ${IMAGE:-tf-train-template}, which compose also reads from .env."""
+    if where == "env":
+        monkeypatch.setenv("IMAGE", "registry.example/team/tpl")
+    else:
+        (tasks.ROOT / ".env").write_text("EPOCHS=2\nIMAGE=registry.example/team/tpl\n")
+    c = ctx()
+    tasks.build(c, target="cpu")
+    (cmd,) = echoed(c)
+    assert (
+        " -t registry.example/team/tpl:cpu -t registry.example/team/tpl:cpu-" in cmd and "tf-train-template" not in cmd
+    )
 
 
 def test_build_marks_a_dirty_tree_and_passes_base_ca_and_network(tmp_path):
