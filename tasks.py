@@ -250,7 +250,7 @@ def build(c, target="", uid=1000, gid=1000, base_image="", ca_bundle="", network
     }
 )
 def gpu_check(c, local=False, cpu=False):
-    """Diagnose the GPU set-up; exits 1 when no GPU is usable (not with the CPU image).
+    """Diagnose the GPU set-up; exits 1 if no GPU is usable.
 
     Runs `python -m train check --require-gpu` in the image, or on this host with --local; with the CPU
     image (--cpu, or COMPOSE_FILE naming docker-compose.cpu.yml) it reports why no GPU is used and
