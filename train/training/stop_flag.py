@@ -32,8 +32,8 @@ class StopFlag:
         self.deadline = self.started + max_minutes * 60 if max_minutes else None
         self.reason: str | None = None
         self.status = "interrupted"
-        # What a stop does now, said when it arrives: start-up stops at its next check, with nothing
-        # trained (the loop says "steps" once it runs them); once training is over no steps are left.
+        # What a stop does now, said when it arrives: start-up stops at its next check, before any step
+        # of this start (the loop says "steps" once it runs them); once training is over none are left.
         self.then = STARTING
         self._installed = False
         self._interrupts = 0  # Ctrl-Cs received
