@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -211,3 +213,155 @@ def test_a_run_without_records_gets_one_warning_for_all_its_weights(run, warning
     assert [r["file"] for r in weights.verify_all(run)] == ["best.weights.h5", "final.weights.h5"]
     (line,) = {id(r): r.getMessage() for r in warnings.records}.values()
     assert "best.weights.h5 and final.weights.h5 have no recorded sha256" in line and "they are used" in line
+
+
+def test_one_run_without_records_warns_once_naming_its_one_file_exactly(run, warnings):
+    weights.save_weights(_model(1), run / "final.weights.h5", epoch=2)
+    _model(0).save_weights(run / "best.weights.h5")
+    assert [r["epoch"] for r in weights.verify_all(run)] == [None, 2]
+    assert [r.getMessage() for r in warnings.records] == [
+        f"WARNING: run {run.name}: best.weights.h5 has no recorded sha256 (written before hashes were kept), "
+        "so it is used unverified"
+    ]
+
+
+def test_two_files_without_records_are_one_warning_naming_both_exactly(run, warnings):
+    _model(0).save_weights(run / "best.weights.h5")
+    _model(1).save_weights(run / "final.weights.h5")
+    weights.verify_all(run)
+    assert [r.getMessage() for r in warnings.records] == [
+        f"WARNING: run {run.name}: best.weights.h5 and final.weights.h5 have no recorded sha256 (written before "
+        "hashes were kept), so they are used unverified"
+    ]
+
+
+def test_a_run_without_a_manifest_has_its_weights_used_unverified(run):
+    (run / "manifest.json").unlink()
+    best = run / "best.weights.h5"
+    _model().save_weights(best)
+    assert weights.records(run) == {}
+    assert weights.verify(run, best) == {"file": best.name, "sha256": weights.sha256_file(best), "epoch": None}
+
+
+def test_the_first_write_into_a_run_without_a_manifest_creates_one_holding_the_whole_record(run, monkeypatch):
+    (run / "manifest.json").unlink()
+    monkeypatch.setattr(weights, "now_iso", lambda: "2026-01-01T00:00:00+00:00")
+    best = run / "best.weights.h5"
+    entry = weights.save_weights(_model(), best, epoch=2)
+    assert entry == {
+        "sha256": weights.sha256_file(best),
+        "bytes": best.stat().st_size,
+        "epoch": 2,
+        "written_at": "2026-01-01T00:00:00+00:00",
+    }
+    assert read_json(run / "manifest.json") == {"weights": {"best.weights.h5": entry}}
+
+
+def test_a_recorded_file_deleted_since_is_no_previous_of_the_next_write(run):
+    best = run / "best.weights.h5"
+    weights.save_weights(_model(0), best, epoch=1)
+    best.unlink()
+    second = weights.save_weights(_model(1), best, epoch=2)
+    assert "previous" not in second and weights.verify(run, best)["epoch"] == 2
+
+
+def test_the_older_file_a_kill_left_is_the_previous_of_the_next_write(run, monkeypatch):
+    best = run / "best.weights.h5"
+    first = weights.save_weights(_model(0), best, epoch=1)
+    replace = os.replace
+
+    def killed(src, dst):
+        if str(dst).endswith(".weights.h5"):
+            raise OSError(5, "Input/output error")
+        replace(src, dst)
+
+    monkeypatch.setattr("train.run.files.os.replace", killed)
+    with pytest.raises(StorageError):
+        weights.save_weights(_model(1), best, epoch=2)
+    monkeypatch.undo()
+    third = weights.save_weights(_model(2), best, epoch=3)  # the file on disk is the first: the record's previous
+    assert third["previous"] == {"sha256": first["sha256"], "bytes": first["bytes"], "epoch": 1}
+
+
+def test_a_disk_without_room_for_the_size_hint_is_refused_before_anything_is_written(run, monkeypatch):
+    from collections import namedtuple
+
+    from train.run.files import storage_error
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr("train.run.files.shutil.disk_usage", lambda p: usage(10_000, 9_000, 1_000))
+    best = run / "best.weights.h5"
+    with pytest.raises(StorageError) as info:
+        weights.save_weights(_model(), best, epoch=1, size_hint=1_001)
+    assert str(info.value) == str(storage_error(best, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
+    assert not best.exists() and "weights" not in read_json(run / "manifest.json")
+
+
+def _unreadable(monkeypatch, path):
+    real = weights.sha256_file
+
+    def denied(p):
+        if p == path:
+            raise PermissionError(13, "Permission denied")
+        return real(p)
+
+    monkeypatch.setattr(weights, "sha256_file", denied)
+
+
+def test_an_unreadable_file_beside_an_intact_one_is_one_exact_line_naming_both(run, monkeypatch):
+    best, final = run / "best.weights.h5", run / "final.weights.h5"
+    weights.save_weights(_model(0), best, epoch=1)
+    weights.save_weights(_model(1), final, epoch=2)
+    _unreadable(monkeypatch, best)
+    with pytest.raises(WeightsError) as info:
+        weights.verify(run, best)
+    assert str(info.value) == (
+        f"run {run.name}: {best} cannot be read (Permission denied): give the user running this read access to it; "
+        f"move it aside (`mv {best} {best}.damaged`) and run the command again to use final.weights.h5 (epoch 2), "
+        "which is intact"
+    )
+
+
+def test_a_changed_file_beside_an_intact_one_is_one_exact_line_naming_both(run):
+    best, final = run / "best.weights.h5", run / "final.weights.h5"
+    written = weights.save_weights(_model(0), best, epoch=1)
+    weights.save_weights(_model(1), final, epoch=2)
+    _flip_a_bit(best)
+    with pytest.raises(WeightsError) as info:
+        weights.verify(run, best)
+    assert str(info.value) == (
+        f"run {run.name}: {best} has sha256 {weights.sha256_file(best)} but {written['sha256']} was recorded when "
+        "it was written (epoch 1): the file changed on disk (bit rot, a bad copy); move it aside "
+        f"(`mv {best} {best}.damaged`) and run the command again to use final.weights.h5 (epoch 2), which is intact"
+    )
+
+
+def test_describe_names_a_missing_file_by_its_error(tmp_path):
+    assert weights.describe(tmp_path / "gone.weights.h5") == "it cannot be read (No such file or directory)"
+
+
+def test_describe_looks_at_the_first_512_bytes_only(tmp_path):
+    path = tmp_path / "x.weights.h5"
+    path.write_bytes(b"a" * 512 + b"\xff" * 100)
+    assert weights.describe(path) == "it is text, not an HDF5 weights file (612 bytes)"
+
+
+@pytest.mark.parametrize(
+    "error, shown",
+    [(ValueError("bad layer\nsecond line"), "ValueError: bad layer"), (KeyError(), "KeyError: KeyError")],
+)
+def test_a_load_error_is_shown_by_its_type_and_first_line(run, monkeypatch, error, shown):
+    best = run / "best.weights.h5"
+    weights.save_weights(_model(), best, epoch=1)
+    model = _model()
+
+    def fails(path):
+        raise error
+
+    monkeypatch.setattr(model, "load_weights", fails)
+    with pytest.raises(WeightsError) as info:
+        weights.load_weights(model, run, best)
+    assert str(info.value) == (
+        f"run {run.name}: {best} does not load: it is an HDF5 file that does not load "
+        f"({best.stat().st_size} bytes: truncated or damaged) ({shown}); restore it from a backup, or train the run again"
+    )
