@@ -346,6 +346,12 @@ def test_describe_looks_at_the_first_512_bytes_only(tmp_path):
     assert weights.describe(path) == "it is text, not an HDF5 weights file (612 bytes)"
 
 
+def test_describe_calls_text_cut_in_a_character_at_512_bytes_text(tmp_path):
+    path = tmp_path / "x.weights.h5"
+    path.write_bytes(b"a" * 511 + "é".encode() * 10)
+    assert weights.describe(path) == "it is text, not an HDF5 weights file (531 bytes)"
+
+
 @pytest.mark.parametrize(
     "error, shown",
     [(ValueError("bad layer\nsecond line"), "ValueError: bad layer"), (KeyError(), "KeyError: KeyError")],

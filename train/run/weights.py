@@ -11,6 +11,7 @@ warning line.
 
 from __future__ import annotations
 
+import codecs
 import logging
 from pathlib import Path
 from typing import Any
@@ -123,8 +124,8 @@ def describe(path: Path) -> str:
         return "it is empty (0 bytes)"
     if head.startswith(HDF5_SIGNATURE):
         return f"it is an HDF5 file that does not load ({size} bytes: truncated or damaged)"
-    try:
-        head.decode("utf-8")
+    try:  # incremental: a character cut at the head's end is not a decode error
+        codecs.getincrementaldecoder("utf-8")().decode(head)
         return f"it is text, not an HDF5 weights file ({size} bytes)"
     except UnicodeDecodeError:
         return f"it is not an HDF5 weights file ({size} bytes)"
