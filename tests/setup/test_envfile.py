@@ -210,3 +210,101 @@ def test_a_broken_link_as_the_settings_file_is_named_as_one(tmp_path):
             read_env_file(path, NAMES)
         target = tmp_path / ("moved.env" if path == gone else "loop.env")
         assert str(e.value) == f"{path}: is a broken link (to {target}: {why}): point it at the file, or remove it"
+
+
+def test_a_bad_line_after_a_comment_is_still_refused(tmp_path):
+    with pytest.raises(EnvFileError) as e:
+        read(tmp_path, "# settings\nSEED=1\nEPOCHS 5\n")
+    assert str(e.value) == (
+        f"{tmp_path / 'x.env'}, line 3: cannot read 'EPOCHS 5': write NAME=value, one per line, with any quotes closed"
+    )
+
+
+def test_a_settings_file_of_exactly_1_mib_is_read(tmp_path):
+    path = tmp_path / "full.env"
+    head = "SEED=1\n"
+    path.write_text(head + "#" * ((1 << 20) - len(head) - 1) + "\n")
+    assert path.stat().st_size == 1 << 20
+    assert read_env_file(path, NAMES) == {"SEED": "1"}
+
+
+def test_a_settings_file_under_a_file_is_one_exact_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "file" / "x.env"
+    with pytest.raises(EnvFileError) as e:
+        read_env_file(path, NAMES)
+    assert str(e.value) == f"{path}: cannot be read (Not a directory); check its permissions"
+
+
+def test_a_settings_file_that_fails_once_open_is_one_exact_error(tmp_path, monkeypatch):
+    import os
+
+    path = tmp_path / "x.env"
+    path.write_text("SEED=1\n")
+
+    def fails(fd, blocking):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "set_blocking", fails)
+    with pytest.raises(EnvFileError) as e:
+        read_env_file(path, NAMES)
+    assert str(e.value) == f"{path}: cannot be read (Input/output error); check its permissions"
+
+
+@pytest.mark.parametrize(
+    "kind, what",
+    [("fifo", "a named pipe"), ("socket", "a socket"), ("/dev/zero", "a character device")],
+)
+def test_a_special_file_is_refused_in_one_exact_line_before_it_is_opened(tmp_path, kind, what):
+    import os
+    import socket
+
+    path = tmp_path / "settings.env"
+    if kind == "fifo":
+        os.mkfifo(path)  # nobody writes it: an open would block
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+    else:
+        path.symlink_to(kind)
+    with pytest.raises(EnvFileError) as e:
+        read_env_file(path, NAMES)
+    assert str(e.value) == (
+        f"{path}: is {what}, not a regular file (reading it could block or never end): make it a file of "
+        "NAME=value lines, or pass --env-file '' (or /dev/null) to read no settings file"
+    )
+
+
+def test_a_file_of_a_kind_without_a_name_is_a_special_file(tmp_path):
+    from train.setup.envfile import _check_kind
+
+    with pytest.raises(EnvFileError) as e:
+        _check_kind(tmp_path / "x.env", 0)  # no file-type bits: none of the kinds named
+    assert str(e.value).startswith(f"{tmp_path / 'x.env'}: is a special file, not a regular file (")
+
+
+def test_a_key_with_a_printable_character_that_is_not_ascii_is_shown_escaped(tmp_path):
+    warnings: list[str] = []
+    path, _ = read(tmp_path, "\u00c9POCHS=2\n", warnings)
+    assert warnings == [
+        f"WARNING: {path}, line 1: '\\xc9POCHS' (with U+00C9, an invisible or non-ASCII character: type the name "
+        "again) is not a setting and is ignored (did you mean EPOCHS?)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "line, shown",
+    [
+        ('S="' + "a" * 37, "'S=\"" + "a" * 37 + "'"),  # 40 characters: whole
+        ('S="' + "a" * 38, "'S=\"" + "a" * 34 + "...'"),  # 41: cut to 37 and ...
+        # The value is the text after the first '=': a '=' in the URL's query must not show the password.
+        ('SWEEP_STORAGE="postgresql://u:Hunt3r@h/db?sslmode=require', "'SWEEP_STORAGE=***@h/db?***'"),
+    ],
+    ids=["40", "41", "query"],
+)
+def test_a_line_that_does_not_parse_is_shown_cut_at_40_characters_with_its_value_masked(tmp_path, line, shown):
+    with pytest.raises(EnvFileError) as e:
+        read(tmp_path, line + "\n")
+    assert str(e.value) == (
+        f"{tmp_path / 'x.env'}, line 1: cannot read {shown}: write NAME=value, one per line, with any quotes closed"
+    )
