@@ -251,6 +251,18 @@ def test_a_settings_file_that_fails_once_open_is_one_exact_error(tmp_path, monke
     assert str(e.value) == f"{path}: cannot be read (Input/output error); check its permissions"
 
 
+def test_a_bare_variable_right_before_a_braced_one_is_named_alone(tmp_path, monkeypatch):
+    """`$TPL_SET${SEED}x` holds $TPL_SET as written: the braced part removed, it read as `$TPL_SETx`."""
+    monkeypatch.setenv("TPL_SET", "/srv")
+    warnings: list[str] = []
+    path, values = read(tmp_path, "SEED=1\nRUN_NAME=$TPL_SET${SEED}x\n", warnings)
+    assert values["RUN_NAME"] == "$TPL_SET1x"
+    assert warnings == [
+        f"WARNING: {path}, line 2: RUN_NAME holds $TPL_SET as written (a settings file expands ${{TPL_SET}} only): "
+        "write ${TPL_SET} to use its value"
+    ]
+
+
 @pytest.mark.parametrize(
     "kind, what",
     [("fifo", "a named pipe"), ("socket", "a socket"), ("/dev/zero", "a character device")],

@@ -102,8 +102,9 @@ def _variables(value: str, above: Mapping[str, int]) -> list[str]:
                 f"uses ${{{m.group(1)}}}, which is not set (in the environment or above in the file), so it "
                 f"reads as empty there: set {m.group(1)}, or write the value out"
             )
-    # Not in a URL: a $ there is likely a password's, and a warning would tell what follows it.
-    for m in () if looks_like_url(value) else _BARE.finditer(_BRACED.sub("", value)):
+    # Not in a URL: a $ there is likely a password's, and a warning would tell what follows it. A
+    # braced variable becomes a space, which ends a name: `$A${B}C` holds $A, not $AC.
+    for m in () if looks_like_url(value) else _BARE.finditer(_BRACED.sub(" ", value)):
         if m.group(1) in os.environ or m.group(1) in above:
             out.append(
                 f"holds ${m.group(1)} as written (a settings file expands ${{{m.group(1)}}} only): "
