@@ -188,3 +188,9 @@ def test_real_gpu_is_listed():
     gpus = gpuinfo.query_gpus()
     assert gpus, f"the driver is loaded but lists no GPU ({reason})"
     assert all(g.memory_total_mb > 0 and g.driver_version for g in gpus)
+
+
+def test_an_nvml_error_without_a_message_is_named_by_its_type():
+    nvml = FakeNVML()
+    nvml.nvmlInit = lambda: (_ for _ in ()).throw(FakeNVML.NVMLError())
+    assert gpuinfo.probe(nvml=nvml) == gpuinfo.Probe([], False, "NVML: NVMLError")

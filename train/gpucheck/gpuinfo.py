@@ -59,7 +59,7 @@ def _from_nvml(nvml: Any) -> Probe:
     try:
         nvml.nvmlInit()
     except Exception as exc:  # pynvml.NVMLError_LibraryNotFound / _DriverNotLoaded / ...: no driver here
-        return Probe([], False, f"NVML: {exc or type(exc).__name__}")
+        return Probe([], False, f"NVML: {str(exc) or type(exc).__name__}")
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         try:
