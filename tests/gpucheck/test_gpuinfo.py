@@ -194,3 +194,168 @@ def test_an_nvml_error_without_a_message_is_named_by_its_type():
     nvml = FakeNVML()
     nvml.nvmlInit = lambda: (_ for _ in ()).throw(FakeNVML.NVMLError())
     assert gpuinfo.probe(nvml=nvml) == gpuinfo.Probe([], False, "NVML: NVMLError")
+
+
+H100_UUID = "GPU-7c1f3a9e-52d4-8b6a-0f3e-91d2c4a6b8e0"
+QUERY_GPU = ["nvidia-smi", f"--query-gpu={gpuinfo.SMI_GPU_FIELDS}", "--format=csv,noheader,nounits"]
+QUERY_APPS = [
+    "nvidia-smi",
+    "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+    "--format=csv,noheader,nounits",
+]
+
+
+def test_smi_whole_answer_and_the_commands_asked(monkeypatch):
+    monkeypatch.setattr(gpuinfo, "_cuda_cache", {})
+    run = recorded_smi("550.54.15_h100")
+    assert gpuinfo.probe(nvml=None, run=run) == gpuinfo.Probe(
+        [
+            gpuinfo.GpuInfo(
+                0,
+                "NVIDIA H100 80GB HBM3",
+                H100_UUID,
+                81559.0,
+                61447.0,
+                "550.54.15",
+                (9, 0),
+                "12.4",
+                [GpuProcess(48213, "python3", 58880.0), GpuProcess(51007, "/opt/conda/bin/python", 2048.0)],
+            )
+        ],
+        True,
+        "nvidia-smi: driver 550.54.15, CUDA 12.4, 1 GPU(s)",
+    )
+    assert run.calls == [QUERY_GPU, ["nvidia-smi"], QUERY_APPS]
+
+
+def test_smi_of_an_old_driver_is_asked_again_without_compute_cap(monkeypatch):
+    monkeypatch.setattr(gpuinfo, "_cuda_cache", {})
+    recorded = recorded_smi("470.223.02_v100")
+
+    def run(args):  # any failing status, not only nvidia-smi's 2
+        rc, out = recorded(args)
+        return (1 if rc else 0), out
+
+    p = gpuinfo.probe(nvml=None, run=run)
+    assert [g.compute_capability for g in p.gpus] == [
+        None
+    ] and p.reason == "nvidia-smi: driver 470.223.02, CUDA 11.4, 1 GPU(s)"
+    assert recorded.calls[:2] == [
+        QUERY_GPU,
+        [
+            "nvidia-smi",
+            "--query-gpu=index,name,uuid,memory.total,memory.used,driver_version",
+            "--format=csv,noheader,nounits",
+        ],
+    ]
+
+
+def test_smi_whose_header_and_process_list_fail_still_lists_the_gpus(monkeypatch):
+    monkeypatch.setattr(gpuinfo, "_cuda_cache", {})
+    calls = []
+
+    def run(args):
+        calls.append(list(args))
+        if args == QUERY_GPU:
+            return 0, "0, NVIDIA L4, GPU-1, [N/A], [N/A], 550.54.15, 8.9\n"
+        return 6, "CUDA Version: 12.4\nGPU-1, 4242, python, 100\n"  # an error status: what it printed is not read
+
+    p = gpuinfo.probe(nvml=None, run=run)
+    assert p == gpuinfo.Probe(
+        [gpuinfo.GpuInfo(0, "NVIDIA L4", "GPU-1", 0.0, 0.0, "550.54.15", (8, 9), None)],
+        True,
+        "nvidia-smi: driver 550.54.15, CUDA ?, 1 GPU(s)",
+    )
+    assert gpuinfo._cuda_cache == {"550.54.15": None} and calls == [QUERY_GPU, ["nvidia-smi"], QUERY_APPS]
+
+
+def test_smi_without_gpus_or_without_output():
+    assert gpuinfo.probe(nvml=None, run=lambda args: (0, "\n")) == gpuinfo.Probe(
+        [], True, "nvidia-smi: driver loaded, no GPU listed"
+    )
+    assert gpuinfo.probe(nvml=None, run=lambda args: (9, " \n\n")) == gpuinfo.Probe(
+        [], False, "nvidia-smi: exit status 9"
+    )
+    assert gpuinfo.probe(nvml=None, run=lambda args: (9, "\n  NVIDIA-SMI has failed  \nmore")) == gpuinfo.Probe(
+        [], False, "nvidia-smi: NVIDIA-SMI has failed"
+    )
+
+
+def test_a_failing_back_end_is_a_reason_not_an_exception():
+    def run(args):
+        raise ValueError("bad answer")
+
+    assert gpuinfo.probe(nvml=None, run=run) == gpuinfo.Probe([], False, "GPU query failed: ValueError: bad answer")
+
+
+def test_the_cuda_version_is_read_from_the_header():
+    version = gpuinfo.parse_cuda_version
+    assert version("| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4     |") == "12.4"
+    assert version("| Driver Version: 396.26   CUDA Version: 9.2 |") == "9.2"
+    assert version("CUDA Version: 12.2 | CUDA Version: 11.0 |") == "12.2"
+    assert [
+        version(h) for h in ("Driver Version: 550.54.15", "CUDA Version: N/A |", "CUDA Version:", "cuda version: 12.4")
+    ] == [None] * 4
+
+
+def test_query_gpu_lines_that_are_not_a_gpu_are_skipped():
+    text = "Failed to read one field\n0, Tesla\n0, NVIDIA T4, GPU-t4, 15360, [Not Supported], 525.60.13, 7.x\n1, NVIDIA T4, GPU-t4b, 15360, 5, 525.60.13, 7.5.1\n"
+    assert gpuinfo.parse_query_gpu(text, "12.0") == [
+        gpuinfo.GpuInfo(0, "NVIDIA T4", "GPU-t4", 15360.0, 0.0, "525.60.13", None, "12.0"),
+        gpuinfo.GpuInfo(1, "NVIDIA T4", "GPU-t4b", 15360.0, 5.0, "525.60.13", None, "12.0"),
+    ]
+
+
+def test_compute_apps_lines_that_are_not_a_process_are_skipped():
+    text = "No running processes found\nGPU-1, 12, python\nGPU-1, 13, python, [N/A]\nGPU-2, 14, trainer, 512\n"
+    assert gpuinfo.parse_compute_apps(text) == {
+        "GPU-1": [GpuProcess(13, "python", None)],
+        "GPU-2": [GpuProcess(14, "trainer", 512.0)],
+    }
+
+
+def test_nvml_whole_answer(monkeypatch):
+    nvml = FakeNVML([h100(name="NVIDIA H100\xff"), h100(uuid="GPU-2", used_mb=0, procs=[])], cuda=12005)
+    nvml.nvmlDeviceGetName = lambda h: h["name"].encode("latin-1")  # not UTF-8
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda h: [SimpleNamespace(pid=7)] if h["uuid"] == "GPU-2" else []
+    nvml.nvmlShutdown = lambda: (_ for _ in ()).throw(FakeNVML.NVMLError("Uninitialized"))
+    assert gpuinfo.probe(nvml=nvml) == gpuinfo.Probe(
+        [
+            gpuinfo.GpuInfo(0, "NVIDIA H100\ufffd", "GPU-7c1f", 81559.0, 61447.0, "550.54.15", (9, 0), "12.0"),
+            gpuinfo.GpuInfo(
+                1,
+                "NVIDIA H100 80GB HBM3",
+                "GPU-2",
+                81559.0,
+                0.0,
+                "550.54.15",
+                (9, 0),
+                "12.0",
+                [GpuProcess(7, "?", None)],
+            ),
+        ],
+        True,
+        "NVML: driver 550.54.15, CUDA 12.0, 2 GPU(s)",
+    )
+
+
+def test_nvml_without_cuda_version_or_compute_capability():
+    nvml = FakeNVML([h100(procs=[])])
+    nvml.nvmlSystemGetCudaDriverVersion = lambda: (_ for _ in ()).throw(FakeNVML.NVMLError("Not Supported"))
+    nvml.nvmlDeviceGetCudaComputeCapability = lambda h: (_ for _ in ()).throw(FakeNVML.NVMLError("Not Supported"))
+    assert gpuinfo.probe(nvml=nvml) == gpuinfo.Probe(
+        [gpuinfo.GpuInfo(0, "NVIDIA H100 80GB HBM3", "GPU-7c1f", 81559.0, 61447.0, "550.54.15", None, None)],
+        True,
+        "NVML: driver 550.54.15, CUDA ?, 1 GPU(s)",
+    )
+
+
+def test_run_smi_returns_status_and_both_outputs(monkeypatch, tmp_path):
+    assert gpuinfo.run_smi(["sh", "-c", "echo out; echo err >&2; exit 3"]) == (3, "out\nerr\n")
+    assert gpuinfo.run_smi(["nvidia-smi-does-not-exist", "-L"]) == (127, "nvidia-smi-does-not-exist not found on PATH")
+    broken = tmp_path / "nvidia-smi"
+    broken.write_bytes(b"\x7fELF not really")
+    broken.chmod(0o755)
+    assert gpuinfo.run_smi([str(broken)]) == (1, f"[Errno 8] Exec format error: '{broken}'")
+    monkeypatch.setattr(gpuinfo, "SMI_TIMEOUT_S", 0.3)
+    assert gpuinfo.run_smi(["sleep", "5"]) == (1, "Command '['sleep', '5']' timed out after 0.3 seconds")
