@@ -10,6 +10,7 @@ from test_gpuinfo import FakeNVML, h100, recorded_smi
 
 from train.gpucheck import check, diagnose, gpuinfo, tflog
 from train.gpucheck.facts import Facts, LibFact, TfFacts
+from train.gpucheck.gpuinfo import GpuInfo, GpuProcess
 
 
 @pytest.mark.parametrize(
@@ -329,3 +330,660 @@ def test_a_cuda_build_on_a_machine_without_a_driver_reports_no_libcuda_calmly():
     text = check.format_report(check.build_report(facts))
     assert "libcuda.so.1 (the driver's): none (it comes with the driver, and there is none here)" in text
     assert "NOT FOUND" not in text
+
+
+# -- every diagnosis whole: code, severity, summary, fix and details, as `check` shows them -------------------
+IGNORED_CC = (
+    "2024-03-12 09:41:31.000000: I tensorflow/core/common_runtime/gpu/gpu_device.cc:2153] Ignoring visible gpu "
+    "device (device: 0, name: Tesla K80, compute capability: 3.7) with Cuda compute capability 3.7. The minimum "
+    "required Cuda capability is 6.0."
+)
+
+
+def _gpu(index=0, name="Tesla T4", driver="535.129.03", cc=(7, 5), cuda="12.2", used=0.0, total=15360.0, procs=()):
+    gpu = GpuInfo(index, name, f"GPU-{index}abc", total, used, driver, cc, cuda)
+    gpu.processes = [GpuProcess(pid, pname, mb) for pid, pname, mb in procs]
+    return gpu
+
+
+def _facts(tf=None, gpus=(), **kw):
+    kw.setdefault("driver_present", bool(gpus))
+    kw.setdefault("nvidia_pci_devices", len(gpus))
+    kw.setdefault("libraries", list(LIBS_OK))
+    return Facts(tf=tf or cuda_tf(gpus=tf_gpus(len(gpus), (7, 5), "Tesla T4")), gpus=list(gpus), **kw)
+
+
+SCENARIOS = {
+    "container-unset-gpu-on-bus": lambda: _facts(
+        cuda_tf(), driver_present=False, in_container=True, nvidia_pci_devices=1
+    ),
+    "container-unset-cpu-host": lambda: _facts(cuda_tf(), driver_present=False, in_container=True),
+    "container-void": lambda: _facts(
+        cuda_tf(),
+        driver_present=False,
+        in_container=True,
+        nvidia_pci_devices=1,
+        env={"NVIDIA_VISIBLE_DEVICES": " Void "},
+    ),
+    "container-all-cpu-host": lambda: _facts(
+        cuda_tf(), driver_present=False, in_container=True, env={"NVIDIA_VISIBLE_DEVICES": "all"}
+    ),
+    "host-gpu-no-driver": lambda: _facts(
+        cuda_tf(), driver_present=False, nvidia_pci_devices=1, driver_reason="NVML: Driver Not Loaded"
+    ),
+    "host-cpu": lambda: _facts(cpu_tf(), driver_present=False, libraries=[]),
+    "none-given-gpu-on-bus": lambda: _facts(
+        cuda_tf(), driver_present=True, in_container=True, nvidia_pci_devices=1, env={"NVIDIA_VISIBLE_DEVICES": "NONE"}
+    ),
+    "none-given-cpu-host": lambda: _facts(
+        cuda_tf(), driver_present=True, in_container=True, env={"NVIDIA_VISIBLE_DEVICES": ""}
+    ),
+    "cpu-build-gpu-host": lambda: _facts(cpu_tf(), [_gpu()], libraries=[]),
+    "driver-too-old": lambda: _facts(gpus=[_gpu(driver="470.223.02", cuda="11.4")]),
+    "driver-cuda-older": lambda: _facts(gpus=[_gpu(driver="535.129.03", cuda="11.8")]),
+    "ptx-h100": lambda: _facts(
+        cuda_tf(gpus=tf_gpus(), log=[PTX_ERROR]),
+        [
+            _gpu(0, "NVIDIA H100 80GB HBM3", "550.54.15", (9, 0), "12.4"),
+            _gpu(1, "NVIDIA H100 80GB HBM3", "550.54.15", None, "12.4"),
+        ],
+    ),
+    "ptx-no-cuda-version": lambda: _facts(
+        cuda_tf(gpus=tf_gpus()), [_gpu(0, "NVIDIA H100 80GB HBM3", "550.90.07", (9, 0), None)]
+    ),
+    "ptx-unknown-tf": lambda: _facts(
+        TfFacts(version="9.9.0", build=dict(CUDA_BUILD), gpus=tf_gpus()),
+        [_gpu(0, "NVIDIA H100 80GB HBM3", "550.54.15", None, "12.4")],
+    ),
+    "ptx-evidence-only": lambda: _facts(
+        cuda_tf(gpus=tf_gpus(1, (8, 0)), matmul=[{"device": "GPU:0", "error": "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"}]),
+        [_gpu(0, "NVIDIA A100", "560.35.03", (8, 0), "12.6")],
+    ),
+    "ptx-second-gpu": lambda: _facts(
+        cuda_tf(gpus=tf_gpus(2, (8, 0))),
+        [
+            _gpu(0, "NVIDIA A100", "550.54.15", (8, 0), "12.4"),
+            _gpu(1, "NVIDIA H100 80GB HBM3", "550.54.15", (9, 0), "12.4"),
+        ],
+    ),
+    "ptx-driver-of-the-same-cuda-minor": lambda: _facts(
+        cuda_tf(gpus=tf_gpus()), [_gpu(0, "NVIDIA H100 80GB HBM3", "555.42.06", (9, 0), "12.5")]
+    ),
+    "ptx-evidence-cc-unknown": lambda: _facts(
+        cuda_tf(log=[PTX_ERROR]), [_gpu(0, "NVIDIA A100", "560.35.03", None, "12.6")], nvidia_pci_devices=0
+    ),
+    "driver-cuda-not-a-number": lambda: _facts(gpus=[_gpu(cuda="N/A")]),
+    "driver-without-gpus": lambda: _facts(cuda_tf(), driver_present=True, env={"NVIDIA_VISIBLE_DEVICES": "all"}),
+    "driver-without-gpus-unset": lambda: _facts(cuda_tf(), driver_present=True),
+    "gpus-given-with-none": lambda: _facts(gpus=[_gpu()], env={"NVIDIA_VISIBLE_DEVICES": "none"}),
+    "cudnn-version-unknown": lambda: _facts(
+        TfFacts(version="2.21.0", build={**CUDA_BUILD, "cudnn_version": "9.3.0"}, gpus=tf_gpus(1, (7, 5))),
+        [_gpu()],
+        libraries=[LibFact("cudnn", "libcudnn.so.9", "/usr/lib/libcudnn.so.9", None)],
+    ),
+    "cudnn-built-major-minor": lambda: _facts(
+        TfFacts(version="2.21.0", build={**CUDA_BUILD, "cudnn_version": "9.3"}, gpus=tf_gpus(1, (7, 5))),
+        [_gpu()],
+        libraries=[LibFact("cudnn", "libcudnn.so.9", "/usr/lib/libcudnn.so.9", "9.1.0")],
+    ),
+    "hidden-empty": lambda: _facts(cuda_tf(), [_gpu(), _gpu(1)], env={"CUDA_VISIBLE_DEVICES": ""}),
+    "visible-but-not-seen": lambda: _facts(cuda_tf(), [_gpu(), _gpu(1)], env={"CUDA_VISIBLE_DEVICES": "0"}),
+    "not-visible-cuinit-with-driver": lambda: _facts(cuda_tf(log=CUINIT_WITH_DRIVER), [_gpu()]),
+    "tensorflow-unavailable-with-driver": lambda: Facts(
+        tf=TfFacts(error="ImportError: libcudart.so.12", log=["a", "b", "c", "d", "e", CUINIT_WITH_DRIVER[1]]),
+        driver_present=True,
+    ),
+    "libraries": lambda: _facts(
+        TfFacts(version="2.21.0", build={**CUDA_BUILD, "cudnn_version": "9.3.0"}, gpus=tf_gpus(1, (7, 5))),
+        [_gpu()],
+        libraries=[
+            LibFact("cudart", "libcudart.so.12", None, None, [], "libcudart.so.12: cannot open shared object file"),
+            LibFact("cublas", "libcublas.so.12", None, None, ["/usr/lib/libcublas.so.11", "/usr/lib/libcublas.so.13"]),
+            LibFact("cudnn", "libcudnn.so.9", "/usr/lib/libcudnn.so.9", "9.1.0"),
+        ],
+    ),
+    "cudnn-new-enough": lambda: _facts(
+        TfFacts(version="2.21.0", build={**CUDA_BUILD, "cudnn_version": "9.3.0"}, gpus=tf_gpus(1, (7, 5))),
+        [_gpu()],
+        libraries=[LibFact("cudnn", "libcudnn.so.9", "/usr/lib/libcudnn.so.9", "9.3.0")],
+    ),
+    "libcuda-container": lambda: _facts(
+        gpus=[_gpu(), _gpu(1)],
+        libraries=[NO_LIBCUDA, *LIBS_OK],
+        in_container=True,
+        env={"NVIDIA_DRIVER_CAPABILITIES": "utility"},
+    ),
+    "libcuda-container-unset": lambda: _facts(
+        cuda_tf(gpus=tf_gpus(1, (7, 5))), [_gpu()], libraries=[NO_LIBCUDA], in_container=True
+    ),
+    "libcuda-host": lambda: _facts(cuda_tf(gpus=tf_gpus(1, (7, 5))), [_gpu()], libraries=[NO_LIBCUDA]),
+    "hidden-minus-one": lambda: _facts(cuda_tf(), [_gpu(), _gpu(1)], env={"CUDA_VISIBLE_DEVICES": "-1"}),
+    "hidden-garbage": lambda: _facts(cuda_tf(), [_gpu(), _gpu(1)], env={"CUDA_VISIBLE_DEVICES": "garbage"}),
+    "cut-short": lambda: _facts(
+        cuda_tf(gpus=tf_gpus(1, (7, 5))), [_gpu(), _gpu(1)], env={"CUDA_VISIBLE_DEVICES": "0,GPU-9,1"}
+    ),
+    "not-visible-logged": lambda: _facts(cuda_tf(log=DLOPEN_ERRORS), [_gpu()]),
+    "not-visible-silent": lambda: _facts(cuda_tf(gpus=tf_gpus(1, (7, 5))), [_gpu(), _gpu(1)]),
+    "not-visible-ignored-cc": lambda: _facts(cuda_tf(log=[IGNORED_CC]), [_gpu()]),
+    "memory-growth-late": lambda: _facts(
+        cuda_tf(
+            gpus=tf_gpus(1, (7, 5)),
+            memory_growth={"error": "Physical devices cannot be modified after being initialized"},
+        ),
+        [_gpu()],
+    ),
+    "allow-growth-false": lambda: _facts(gpus=[_gpu()], env={"TF_FORCE_GPU_ALLOW_GROWTH": "false"}),
+    "allow-growth-True": lambda: _facts(gpus=[_gpu()], env={"TF_FORCE_GPU_ALLOW_GROWTH": "True"}),
+    "memory-held": lambda: _facts(
+        cuda_tf(gpus=tf_gpus(6, (7, 5))),
+        [
+            _gpu(0, used=6144.0, procs=[(7, "python3", 2048.0), (8, "java", None), (99, "mine", 1024.0)]),
+            _gpu(1, used=2048.0, total=81920.0),  # under 5% of the memory, nobody listed: nothing to say
+            _gpu(2, used=4095.0, total=81920.0),
+            _gpu(3, used=1024.0),  # 1 GiB unlisted on a small GPU: said
+            _gpu(4, used=1023.0),
+            _gpu(5, used=4096.0, total=81920.0),  # 5% of a large GPU: said
+        ],
+    ),
+    "tensorflow-unavailable": lambda: Facts(
+        tf=TfFacts(error="ImportError: libcudart.so.12", log=["a", "b", "c", "d", "e", "f", "g"])
+    ),
+}
+
+EXPECTED = {
+    "container-unset-gpu-on-bus": [
+        (
+            "no_driver",
+            "error",
+            "no NVIDIA driver visible: this container was started without GPUs "
+            "(NVIDIA_VISIBLE_DEVICES is not set, so the NVIDIA runtime added none)",
+            "start the container with `docker run --gpus all` (compose: a "
+            "`deploy.resources.reservations.devices` entry with `capabilities: [gpu]`), the "
+            "NVIDIA Container Toolkit installed on the host",
+            [],
+        )
+    ],
+    "container-unset-cpu-host": [
+        (
+            "no_driver",
+            "info",
+            "no NVIDIA driver visible: this container was started without GPUs "
+            "(NVIDIA_VISIBLE_DEVICES is not set, so the NVIDIA runtime added none); no NVIDIA GPU "
+            "is on the PCI bus either",
+            "none needed to train on the CPU; if the host has a GPU, start the container with "
+            "`docker run --gpus all` (compose: a `deploy.resources.reservations.devices` entry "
+            "with `capabilities: [gpu]`), the NVIDIA Container Toolkit installed on the host",
+            [],
+        )
+    ],
+    "container-void": [
+        (
+            "no_driver",
+            "error",
+            "no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES=' Void ' tells the NVIDIA runtime to give "
+            "this container no GPU",
+            "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`",
+            [],
+        )
+    ],
+    "container-all-cpu-host": [
+        (
+            "no_driver",
+            "info",
+            "no NVIDIA driver visible: NVIDIA_VISIBLE_DEVICES='all' asks for GPUs, but the "
+            "container was not started with the NVIDIA runtime",
+            "none needed to train on the CPU; if the host has a GPU, start the container with "
+            "`docker run --gpus all` (compose: a `deploy.resources.reservations.devices` entry with "
+            "`capabilities: [gpu]`), the NVIDIA Container Toolkit installed on the host",
+            [],
+        )
+    ],
+    "host-gpu-no-driver": [
+        (
+            "no_driver",
+            "error",
+            "an NVIDIA GPU is on the PCI bus but no driver is loaded (NVML: Driver Not Loaded)",
+            "install the NVIDIA driver (then `nvidia-smi` must list the GPU)",
+            [],
+        )
+    ],
+    "host-cpu": [
+        (
+            "no_driver",
+            "info",
+            "no NVIDIA GPU or driver on this machine: TensorFlow runs on the CPU",
+            "none needed to train on the CPU; for a GPU, run on a machine (or cloud instance) that has one",
+            [],
+        ),
+        (
+            "cpu_only_build",
+            "info",
+            "TensorFlow 2.21.0 is a CPU-only build (right for this machine)",
+            "none needed on a CPU machine",
+            [],
+        ),
+    ],
+    "none-given-gpu-on-bus": [
+        (
+            "no_driver",
+            "error",
+            "no GPU in this container: NVIDIA_VISIBLE_DEVICES='NONE' tells the NVIDIA runtime to "
+            "mount the driver but give it no GPU",
+            "set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), or start with `docker run --gpus all`",
+            [],
+        )
+    ],
+    "none-given-cpu-host": [
+        (
+            "no_driver",
+            "info",
+            "no GPU in this container: NVIDIA_VISIBLE_DEVICES='' tells the NVIDIA runtime to mount the "
+            "driver but give it no GPU",
+            "none needed to train on the CPU; set NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs), "
+            "or start with `docker run --gpus all`",
+            [],
+        )
+    ],
+    "cpu-build-gpu-host": [
+        (
+            "cpu_only_build",
+            "error",
+            "TensorFlow 2.21.0 is a CPU-only build but this machine has a GPU",
+            'pip uninstall -y tensorflow-cpu && pip install "tensorflow[and-cuda]==2.21.0" (in this '
+            "template: requirements/gpu.lock, which the GPU image installs)",
+            [],
+        )
+    ],
+    "driver-too-old": [
+        (
+            "driver_too_old",
+            "error",
+            "NVIDIA driver 470.223.02 (supports CUDA up to 11.4) is too old for this TensorFlow build, "
+            "which needs CUDA 12.5.1: CUDA 12.x needs driver >= 525.60.13",
+            "upgrade the host's NVIDIA driver to 525.60.13 or newer (a container uses the host's driver)",
+            [],
+        )
+    ],
+    "driver-cuda-older": [
+        (
+            "driver_too_old",
+            "error",
+            "NVIDIA driver 535.129.03 (supports CUDA up to 11.8) is too old for this TensorFlow build, "
+            "which needs CUDA 12.5.1: CUDA 12.x needs driver >= 525.60.13",
+            "upgrade the host's NVIDIA driver to 525.60.13 or newer (a container uses the host's driver)",
+            [],
+        )
+    ],
+    "ptx-h100": [
+        (
+            "driver_too_old_for_ptx",
+            "error",
+            "driver too old for this GPU's PTX: NVIDIA H100 80GB HBM3 (compute capability 9.0) has no machine "
+            "code in this TensorFlow build (sm_60, sm_70, sm_80, sm_89), so the driver must compile its kernels "
+            "from PTX made by CUDA 12.5.1, which NVIDIA driver 550.54.15 (CUDA up to 12.4) cannot load "
+            "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+            "upgrade the host's NVIDIA driver to 555.42.06 or newer (CUDA 12.5's driver); a container uses the "
+            "host's driver",
+            [
+                "GPU 0: NVIDIA H100 80GB HBM3, compute capability 9.0",
+                "2024-07-02 10:11:12.000000: W tensorflow/core/framework/op_kernel.cc:1840] OP_REQUIRES failed: "
+                "CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was compiled with an unsupported toolchain.",
+            ],
+        ),
+        (
+            "gpu_not_visible_to_tf",
+            "warning",
+            "the driver shows 2 GPU(s) but TensorFlow sees 1",
+            "fix the problem(s) above",
+            [
+                "op_kernel.cc:1840] OP_REQUIRES failed: CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was "
+                "compiled with an unsupported toolchain."
+            ],
+        ),
+    ],
+    "ptx-no-cuda-version": [
+        (
+            "driver_too_old_for_ptx",
+            "error",
+            "driver too old for this GPU's PTX: NVIDIA H100 80GB HBM3 (compute capability 9.0) has no "
+            "machine code in this TensorFlow build (sm_60, sm_70, sm_80, sm_89), so the driver must "
+            "compile its kernels from PTX made by CUDA 12.5.1, which NVIDIA driver 550.90.07 (CUDA up "
+            "to ?) cannot load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+            "upgrade the host's NVIDIA driver to 555.42.06 or newer (CUDA 12.5's driver); a container "
+            "uses the host's driver",
+            ["GPU 0: NVIDIA H100 80GB HBM3, compute capability 9.0"],
+        )
+    ],
+    "ptx-unknown-tf": [
+        (
+            "driver_too_old_for_ptx",
+            "error",
+            "driver too old for this GPU's PTX: NVIDIA H100 80GB HBM3 (compute capability 9.0) has no "
+            "machine code in this TensorFlow build (sm_60, sm_70, sm_80, sm_89), so the driver must compile "
+            "its kernels from PTX made by CUDA 12.5.1, which NVIDIA driver 550.54.15 (CUDA up to 12.4) "
+            "cannot load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+            "upgrade the host's NVIDIA driver to one that supports CUDA 12.5.1; a container uses the host's driver",
+            ["GPU 0: NVIDIA H100 80GB HBM3, compute capability 9.0"],
+        )
+    ],
+    "ptx-evidence-only": [
+        (
+            "driver_too_old_for_ptx",
+            "error",
+            "driver too old for this GPU's PTX: NVIDIA A100 (compute capability 8.0) has no machine code "
+            "in this TensorFlow build (sm_60, sm_70, sm_80, sm_89), so the driver must compile its "
+            "kernels from PTX made by CUDA 12.5.1, which NVIDIA driver 560.35.03 (CUDA up to 12.6) "
+            "cannot load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+            "upgrade the host's NVIDIA driver to 555.42.06 or newer (CUDA 12.5's driver); a container "
+            "uses the host's driver",
+            ["CUDA_ERROR_UNSUPPORTED_PTX_VERSION"],
+        )
+    ],
+    "ptx-second-gpu": [
+        (
+            "driver_too_old_for_ptx",
+            "error",
+            "driver too old for this GPU's PTX: NVIDIA H100 80GB HBM3 (compute capability 9.0) has no "
+            "machine code in this TensorFlow build (sm_60, sm_70, sm_80, sm_89), so the driver must compile "
+            "its kernels from PTX made by CUDA 12.5.1, which NVIDIA driver 550.54.15 (CUDA up to 12.4) "
+            "cannot load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+            "upgrade the host's NVIDIA driver to 555.42.06 or newer (CUDA 12.5's driver); a container uses "
+            "the host's driver",
+            ["GPU 1: NVIDIA H100 80GB HBM3, compute capability 9.0"],
+        )
+    ],
+    "ptx-driver-of-the-same-cuda-minor": [],
+    "ptx-evidence-cc-unknown": [
+        (
+            "driver_too_old_for_ptx",
+            "error",
+            "driver too old for this GPU's PTX: NVIDIA A100 (compute capability ?) has no machine "
+            "code in this TensorFlow build (sm_60, sm_70, sm_80, sm_89), so the driver must "
+            "compile its kernels from PTX made by CUDA 12.5.1, which NVIDIA driver 560.35.03 (CUDA "
+            "up to 12.6) cannot load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+            "upgrade the host's NVIDIA driver to 555.42.06 or newer (CUDA 12.5's driver); a "
+            "container uses the host's driver",
+            [
+                "2024-07-02 10:11:12.000000: W tensorflow/core/framework/op_kernel.cc:1840] "
+                "OP_REQUIRES failed: CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was "
+                "compiled with an unsupported toolchain."
+            ],
+        ),
+        (
+            "gpu_not_visible_to_tf",
+            "error",
+            "the driver shows 1 GPU(s) but TensorFlow sees 0",
+            "fix the problem(s) above",
+            [
+                "op_kernel.cc:1840] OP_REQUIRES failed: CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the "
+                "provided PTX was compiled with an unsupported toolchain."
+            ],
+        ),
+    ],
+    "driver-cuda-not-a-number": [],
+    "driver-without-gpus": [],
+    "driver-without-gpus-unset": [],
+    "gpus-given-with-none": [],
+    "cudnn-version-unknown": [],
+    "cudnn-built-major-minor": [
+        (
+            "library_wrong_version",
+            "error",
+            "cudnn: /usr/lib/libcudnn.so.9 is version 9.1.0; this build was compiled with cuDNN "
+            "9.3 and needs that minor or newer",
+            'pip install "tensorflow[and-cuda]==2.21.0" (brings the CUDA and cuDNN wheels the build expects)',
+            [],
+        )
+    ],
+    "hidden-empty": [
+        (
+            "gpu_hidden",
+            "error",
+            "CUDA_VISIBLE_DEVICES='' hides every GPU from TensorFlow",
+            "unset CUDA_VISIBLE_DEVICES (or set it to the GPU indices to use, 0-1 here, or their UUIDs from "
+            "`nvidia-smi -L`)",
+            [],
+        )
+    ],
+    "visible-but-not-seen": [
+        (
+            "gpu_not_visible_to_tf",
+            "error",
+            "the driver shows 2 GPU(s) but TensorFlow sees 0",
+            'pip install "tensorflow[and-cuda]==2.21.0" and check the library errors listed',
+            ["TensorFlow logged no library-loading error"],
+        )
+    ],
+    "not-visible-cuinit-with-driver": [
+        (
+            "gpu_not_visible_to_tf",
+            "error",
+            "the driver shows 1 GPU(s) but TensorFlow sees 0",
+            'pip install "tensorflow[and-cuda]==2.21.0" and check the library errors listed',
+            [
+                "cuda_executor.cc:1228] INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+                "cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.",
+            ],
+        )
+    ],
+    "tensorflow-unavailable-with-driver": [
+        (
+            "tensorflow_unavailable",
+            "error",
+            "TensorFlow could not be started: ImportError: libcudart.so.12",
+            "install the locked requirements (`pip install -r requirements/cpu.lock`) and rerun",
+            ["cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used."],
+        )
+    ],
+    "libraries": [
+        (
+            "library_missing",
+            "error",
+            "cudart: libcudart.so.12 not found (found: nothing); this TensorFlow build expects libcudart.so.12",
+            'pip install "tensorflow[and-cuda]==2.21.0" (brings the CUDA and cuDNN wheels the build expects)',
+            ["libcudart.so.12: cannot open shared object file"],
+        ),
+        (
+            "library_wrong_major",
+            "error",
+            "cublas: libcublas.so.12 not found (found: /usr/lib/libcublas.so.11, /usr/lib/libcublas.so.13); this "
+            "TensorFlow build expects libcublas.so.12",
+            'pip install "tensorflow[and-cuda]==2.21.0" (brings the CUDA and cuDNN wheels the build expects)',
+            [],
+        ),
+        (
+            "library_wrong_version",
+            "error",
+            "cudnn: /usr/lib/libcudnn.so.9 is version 9.1.0; this build was compiled with cuDNN 9.3.0 and needs "
+            "that minor or newer",
+            'pip install "tensorflow[and-cuda]==2.21.0" (brings the CUDA and cuDNN wheels the build expects)',
+            [],
+        ),
+    ],
+    "cudnn-new-enough": [],
+    "libcuda-container": [
+        (
+            "libcuda_missing",
+            "error",
+            "the NVIDIA driver answers (2 GPU(s) listed) but its CUDA library libcuda.so.1 cannot be "
+            "loaded (NVIDIA_DRIVER_CAPABILITIES='utility': the NVIDIA runtime mounts libcuda only with "
+            "the `compute` capability): TensorFlow uses no GPU without it",
+            "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (or all) in its "
+            "environment (this template's image sets it; an image or compose file that sets `utility` "
+            "alone keeps libcuda out)",
+            [],
+        )
+    ],
+    "libcuda-container-unset": [
+        (
+            "libcuda_missing",
+            "error",
+            "the NVIDIA driver answers (1 GPU(s) listed) but its CUDA library libcuda.so.1 cannot "
+            "be loaded (NVIDIA_DRIVER_CAPABILITIES unset: the NVIDIA runtime mounts libcuda only "
+            "with the `compute` capability): TensorFlow uses no GPU without it",
+            "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (or all) in its "
+            "environment (this template's image sets it; an image or compose file that sets "
+            "`utility` alone keeps libcuda out)",
+            [],
+        )
+    ],
+    "libcuda-host": [
+        (
+            "libcuda_missing",
+            "error",
+            "the NVIDIA driver answers (1 GPU(s) listed) but its CUDA library libcuda.so.1 cannot be loaded: "
+            "TensorFlow uses no GPU without it",
+            "libcuda.so.1 comes with the NVIDIA driver, not from pip: reinstall the driver's user-space "
+            "libraries (its .run installer, or the distribution's libcuda1 / libnvidia-compute package), then "
+            "`ldconfig`; under WSL add /usr/lib/wsl/lib to LD_LIBRARY_PATH",
+            [],
+        )
+    ],
+    "hidden-minus-one": [
+        (
+            "gpu_hidden",
+            "error",
+            "CUDA_VISIBLE_DEVICES='-1' hides every GPU from TensorFlow",
+            "unset CUDA_VISIBLE_DEVICES (or set it to the GPU indices to use, 0-1 here, or their UUIDs "
+            "from `nvidia-smi -L`)",
+            [],
+        )
+    ],
+    "hidden-garbage": [
+        (
+            "gpu_hidden",
+            "error",
+            "CUDA_VISIBLE_DEVICES='garbage' hides every GPU from TensorFlow: CUDA stops at the first entry "
+            "that is no GPU index or UUID",
+            "unset CUDA_VISIBLE_DEVICES (or set it to the GPU indices to use, 0-1 here, or their UUIDs from "
+            "`nvidia-smi -L`)",
+            [],
+        )
+    ],
+    "cut-short": [
+        (
+            "gpu_hidden",
+            "warning",
+            "CUDA_VISIBLE_DEVICES='0,GPU-9,1': 'GPU-9' names no GPU, so CUDA ignores it and every entry after "
+            "it; TensorFlow uses the first 1 only",
+            "list only GPU indices (0-1 here) or UUIDs from `nvidia-smi -L`",
+            [],
+        )
+    ],
+    "not-visible-logged": [
+        (
+            "gpu_not_visible_to_tf",
+            "error",
+            "the driver shows 1 GPU(s) but TensorFlow sees 0",
+            'pip install "tensorflow[and-cuda]==2.21.0" and check the library errors listed',
+            [
+                "dso_loader.cc:64] Could not load dynamic library 'libcudnn.so.8'; dlerror: libcudnn.so.8: "
+                "cannot open shared object file: No such file or directory",
+                "gpu_device.cc:1960] Cannot dlopen some GPU libraries. Please make sure the missing "
+                "libraries mentioned above are installed properly if you would like to use GPU. Follow the "
+                "guide at https://www.tensorflow.org/install/gpu for how to download and setup the "
+                "required libraries for your platform.",
+            ],
+        )
+    ],
+    "not-visible-silent": [
+        (
+            "gpu_not_visible_to_tf",
+            "warning",
+            "the driver shows 2 GPU(s) but TensorFlow sees 1",
+            'pip install "tensorflow[and-cuda]==2.21.0" and check the library errors listed',
+            ["TensorFlow logged no library-loading error"],
+        )
+    ],
+    "not-visible-ignored-cc": [
+        (
+            "gpu_not_visible_to_tf",
+            "error",
+            "the driver shows 1 GPU(s) but TensorFlow sees 0",
+            "use a GPU with the compute capability the build supports (see the line above), or a "
+            "build that supports it",
+            [
+                "gpu_device.cc:2153] Ignoring visible gpu device (device: 0, name: Tesla K80, compute "
+                "capability: 3.7) with Cuda compute capability 3.7. The minimum required Cuda "
+                "capability is 6.0."
+            ],
+        )
+    ],
+    "memory-growth-late": [
+        (
+            "memory_growth_too_late",
+            "error",
+            'set_memory_growth came too late: the GPU had already been initialised ("Physical devices '
+            'cannot be modified after being initialized")',
+            "call tf.config.experimental.set_memory_growth before anything touches the GPU (the first "
+            "tensor, model or tf.config.list_logical_devices()); here train.setup.devices does it "
+            "before building the model",
+            [],
+        )
+    ],
+    "allow-growth-false": [
+        (
+            "allow_growth_env",
+            "warning",
+            "TF_FORCE_GPU_ALLOW_GROWTH=false overrides set_memory_growth: TensorFlow takes nearly all "
+            "of each GPU's memory at start",
+            "unset TF_FORCE_GPU_ALLOW_GROWTH (training sets memory growth itself, MEMORY_GROWTH) or set it to true",
+            [],
+        )
+    ],
+    "allow-growth-True": [
+        (
+            "allow_growth_env",
+            "warning",
+            "TF_FORCE_GPU_ALLOW_GROWTH='True' is ignored by TensorFlow (it reads only 'true' or 'false', "
+            "lower case, and logs an error for anything else)",
+            "unset TF_FORCE_GPU_ALLOW_GROWTH (training sets memory growth itself, MEMORY_GROWTH) or set it to true",
+            [],
+        )
+    ],
+    "memory-held": [
+        (
+            "memory_held_by_others",
+            "warning",
+            "GPU 0 (Tesla T4): 6.0 of 15.0 GiB already held by other processes",
+            "stop them (kill 7 8) or pick a free GPU with CUDA_VISIBLE_DEVICES=<index>",
+            ["pid 7 python3: 2.0 GiB", "pid 8 java: amount not reported"],
+        ),
+        (
+            "memory_held_by_others",
+            "warning",
+            "GPU 3 (Tesla T4): 1.0 of 15.0 GiB already held by other processes",
+            "free it on the host or pick a free GPU with CUDA_VISIBLE_DEVICES=<index>",
+            ["no process listed: held by processes outside this container or PID namespace"],
+        ),
+        (
+            "memory_held_by_others",
+            "warning",
+            "GPU 5 (Tesla T4): 4.0 of 80.0 GiB already held by other processes",
+            "free it on the host or pick a free GPU with CUDA_VISIBLE_DEVICES=<index>",
+            ["no process listed: held by processes outside this container or PID namespace"],
+        ),
+    ],
+    "tensorflow-unavailable": [
+        (
+            "tensorflow_unavailable",
+            "error",
+            "TensorFlow could not be started: ImportError: libcudart.so.12",
+            "install the locked requirements (`pip install -r requirements/cpu.lock`) and rerun",
+            ["c", "d", "e", "f", "g"],
+        )
+    ],
+}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_every_diagnosis_whole(scenario):
+    """Each branch's summary, fix and details compared whole (a word dropped from a fix is a fix that misleads)."""
+    found = diagnose.diagnose(SCENARIOS[scenario](), own_pids={99})
+    assert [(d.code, d.severity, d.summary, d.fix, d.details) for d in found] == EXPECTED[scenario]
+
+
+@pytest.mark.parametrize("sass", ["sm_90", "sm_90a"])
+def test_machine_code_for_the_gpus_own_capability_needs_no_ptx(sass):
+    # sm_90a is sm_90's arch-specific machine code: it runs on 9.0 as well.
+    assert not diagnose.needs_ptx({"cuda_compute_capabilities": ["sm_80", sass, "compute_90"]}, (9, 0))

@@ -172,7 +172,7 @@ def _driver_too_old_for_ptx(facts: Facts) -> Diagnosis | None:
     evidence += [m["error"] for m in facts.tf.matmul if _PTX_ERROR.search(str(m.get("error") or ""))]
     if not hit and not (evidence and facts.gpus):
         return None
-    g, cc = hit[0] if hit else (facts.gpus[0], facts.gpus[0].compute_capability or (0, 0))
+    g, cc = hit[0] if hit else (facts.gpus[0], facts.gpus[0].compute_capability or (ccs[0] if ccs else None))
     sass = ", ".join(f"sm_{a}{b}" for a, b in _archs(build, "sm"))
     want = (
         f"{floor} or newer (CUDA {'.'.join(cuda.split('.')[:2])}'s driver)"
@@ -182,7 +182,8 @@ def _driver_too_old_for_ptx(facts: Facts) -> Diagnosis | None:
     return Diagnosis(
         "driver_too_old_for_ptx",
         "error",
-        f"driver too old for this GPU's PTX: {g.name} (compute capability {cc[0]}.{cc[1]}) has no machine code in "
+        f"driver too old for this GPU's PTX: {g.name} (compute capability {f'{cc[0]}.{cc[1]}' if cc else '?'}) has "
+        "no machine code in "
         f"this TensorFlow build ({sass}), so the driver must compile its kernels from PTX made by CUDA {cuda}, "
         f"which NVIDIA driver {g.driver_version} (CUDA up to {g.cuda_driver_version or '?'}) cannot load "
         "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
