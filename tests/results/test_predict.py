@@ -484,3 +484,93 @@ def test_an_image_over_the_pixel_limit_is_told_to_shrink_not_to_raise_a_setting_
         "about 1.2 GB); shrink the image (the model takes 28x28; this limit is MAX_IMAGE_PIXELS's default, which no setting "
         "changes here)"
     )
+
+
+def test_the_rebuilt_model_is_called_for_inference_on_float32_and_an_index_past_the_names_is_shown_as_a_number(
+    run_dir, tmp_path, monkeypatch
+):
+    """training=True would run dropout (another answer each time); the model takes float32, not the decoded uint8.
+    A model with more outputs than the run has class names answers the index itself, never a wrong name."""
+    from train.results import export
+
+    run, model = run_dir
+    calls = []
+
+    class Fixed:
+        inputs = model.inputs
+
+        def __call__(self, batch, training):
+            calls.append((batch.dtype, training))
+            return np.tile(np.array([[0.1, 0.2, 0.7], [0.6, 0.3, 0.1]], np.float32), (len(batch) // 2, 1))
+
+    monkeypatch.setattr(export, "rebuild_model", lambda path: (Fixed(), ["cat", "dog"], None))
+    rows = predict_files(run, [_png(tmp_path / "a.png", 0), _png(tmp_path / "b.png", 9)])
+    assert calls == [(np.float32, False)]
+    assert [{k: r[k] for k in ("class", "index", "probability")} for r in rows] == [
+        {"class": "2", "index": 2, "probability": pytest.approx(0.7)},
+        {"class": "cat", "index": 0, "probability": pytest.approx(0.6)},
+    ]
+
+
+def test_an_export_that_does_not_load_names_the_error_and_its_first_line(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    from train.errors import ExportError
+    from train.results.predict import open_savedmodel
+    from train.run.rundir import ExportDir
+
+    def broken(path):
+        raise OSError("saved_model.pb: Input/output error\n  (the rest of a long trace)")
+
+    monkeypatch.setattr(tf.saved_model, "load", broken)
+    exp = ExportDir(tmp_path / "export")
+    with pytest.raises(ExportError) as err:
+        open_savedmodel(exp, "r1", ["cat"])
+    assert str(err.value) == (
+        f"the export of run r1 ({exp.savedmodel}) does not load (OSError: saved_model.pb: Input/output error): "
+        "export it again with `python -m train export r1`"
+    )
+
+
+def test_only_bad_files_print_nothing_and_combining_or_fullwidth_characters_keep_the_columns():
+    from train.results.predict import format_predictions
+
+    assert format_predictions([{"file": "bad.png", "error": ValueError("left out")}]) == ""
+    rows = [
+        {"file": "e\u0301.png", "class": "cat", "probability": 0.5},  # é as e and a combining accent: 5 columns
+        {"file": "\uff21.png", "class": "dog", "probability": 0.25},  # a fullwidth A: 6 columns
+    ]
+    assert format_predictions(rows).splitlines() == ["e\u0301.png   cat  0.5000", "\uff21.png  dog  0.2500"]
+
+
+@pytest.mark.parametrize(
+    "mode, size, shape, said",
+    [
+        ("RGB", (28, 28), (28, 28, 3), None),
+        ("L", (28, 28), (28, 28, 3), "28x28 grayscale -> 28x28 RGB"),
+        ("L", (28, 28), (28, 28), None),  # no channel axis: one channel
+        ("L", (28, 28), (28, 28, 4), "28x28 grayscale -> 28x28 4 channels"),
+        ("RGB", (30, 20), (28, 28, 3), "30x20 RGB -> 28x28 RGB"),
+    ],
+)
+def test_the_conversion_said_compares_size_and_channels_with_the_models_input(mode, size, shape, said):
+    import io
+
+    from train.results.predict import _conversion
+
+    encoded = io.BytesIO()
+    Image.new(mode, size).save(encoded, format="PNG")
+    assert _conversion(encoded.getvalue(), shape) == said
+
+
+def test_a_broken_link_given_as_an_image_is_named_so(tmp_path):
+    from train.errors import DataError
+    from train.results.predict import read_image_file
+
+    link = tmp_path / "cat.png"
+    link.symlink_to(tmp_path / "moved.png")
+    with pytest.raises(DataError) as err:
+        read_image_file(link)
+    assert str(err.value) == (
+        f"{link} does not exist (a broken link); give existing image files (JPEG, PNG, GIF (first frame) or BMP)"
+    )
