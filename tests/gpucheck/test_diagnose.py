@@ -412,6 +412,10 @@ SCENARIOS = {
     "ptx-evidence-cc-unknown": lambda: _facts(
         cuda_tf(log=[PTX_ERROR]), [_gpu(0, "NVIDIA A100", "560.35.03", None, "12.6")], nvidia_pci_devices=0
     ),
+    "ptx-evidence-cc-from-tensorflow": lambda: _facts(
+        cuda_tf(gpus=[*tf_gpus(1, (8, 0)), *tf_gpus(1, (8, 6))], log=[PTX_ERROR]),
+        [_gpu(0, "NVIDIA A100", "560.35.03", None, "12.6"), _gpu(1, "NVIDIA A10", "560.35.03", None, "12.6")],
+    ),
     "driver-cuda-not-a-number": lambda: _facts(gpus=[_gpu(cuda="N/A")]),
     "driver-without-gpus": lambda: _facts(cuda_tf(), driver_present=True, env={"NVIDIA_VISIBLE_DEVICES": "all"}),
     "driver-without-gpus-unset": lambda: _facts(cuda_tf(), driver_present=True),
@@ -719,6 +723,24 @@ EXPECTED = {
                 "provided PTX was compiled with an unsupported toolchain."
             ],
         ),
+    ],
+    "ptx-evidence-cc-from-tensorflow": [
+        (
+            "driver_too_old_for_ptx",
+            "error",
+            "driver too old for this GPU's PTX: NVIDIA A100 (compute capability 8.0) has "
+            "no machine code in this TensorFlow build (sm_60, sm_70, sm_80, sm_89), so the "
+            "driver must compile its kernels from PTX made by CUDA 12.5.1, which NVIDIA "
+            "driver 560.35.03 (CUDA up to 12.6) cannot load "
+            "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+            "upgrade the host's NVIDIA driver to 555.42.06 or newer (CUDA 12.5's driver); "
+            "a container uses the host's driver",
+            [
+                "2024-07-02 10:11:12.000000: W tensorflow/core/framework/op_kernel.cc:1840] "
+                "OP_REQUIRES failed: CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was "
+                "compiled with an unsupported toolchain."
+            ],
+        )
     ],
     "driver-cuda-not-a-number": [],
     "driver-without-gpus": [],
