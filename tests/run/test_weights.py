@@ -38,6 +38,18 @@ def _flip_a_bit(path, at: int = -100):
     path.write_bytes(bytes(data))
 
 
+def _weights_rename_fails(monkeypatch) -> None:
+    """The record of the new weights file is written; its rename never happens (a kill, an I/O error)."""
+    replace = os.replace
+
+    def killed(src, dst):
+        if str(dst).endswith(".weights.h5"):
+            raise OSError(5, "Input/output error")
+        replace(src, dst)
+
+    monkeypatch.setattr("train.run.files.os.replace", killed)
+
+
 def test_each_write_records_the_files_sha256_epoch_and_the_one_it_replaces(run):
     best = run / "best.weights.h5"
     first = weights.save_weights(_model(0), best, epoch=1)
@@ -66,16 +78,7 @@ def test_a_kill_between_the_record_and_the_rename_leaves_the_older_file_which_st
     best = run / "best.weights.h5"
     first = weights.save_weights(_model(0), best, epoch=1)
 
-    import os
-
-    replace = os.replace
-
-    def killed(src, dst):  # the record of the new file is written; its rename never happens
-        if str(dst).endswith(".weights.h5"):
-            raise OSError(5, "Input/output error")
-        replace(src, dst)
-
-    monkeypatch.setattr("train.run.files.os.replace", killed)
+    _weights_rename_fails(monkeypatch)
     with pytest.raises(StorageError):
         weights.save_weights(_model(1), best, epoch=2)
     monkeypatch.undo()
@@ -268,14 +271,7 @@ def test_a_recorded_file_deleted_since_is_no_previous_of_the_next_write(run):
 def test_the_older_file_a_kill_left_is_the_previous_of_the_next_write(run, monkeypatch):
     best = run / "best.weights.h5"
     first = weights.save_weights(_model(0), best, epoch=1)
-    replace = os.replace
-
-    def killed(src, dst):
-        if str(dst).endswith(".weights.h5"):
-            raise OSError(5, "Input/output error")
-        replace(src, dst)
-
-    monkeypatch.setattr("train.run.files.os.replace", killed)
+    _weights_rename_fails(monkeypatch)
     with pytest.raises(StorageError):
         weights.save_weights(_model(1), best, epoch=2)
     monkeypatch.undo()
