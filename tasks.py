@@ -113,7 +113,7 @@ def _require_gpu(c: Context) -> None:
 def _compose(c: Context, cpu: bool, gpu_needed: bool = True, local: bool = True) -> str:
     """Check what the compose command needs; return it with the host user's ids in front."""
     _require_docker(c, local)
-    files = _compose_file()
+    files = _compose_setting("COMPOSE_FILE")
     chosen = _adds_cpu_file(files)
     if not (cpu or chosen) and gpu_needed:
         _require_gpu(c)
@@ -140,10 +140,6 @@ def _compose_setting(name: str) -> str | None:
     return value or None
 
 
-def _compose_file() -> str | None:
-    return _compose_setting("COMPOSE_FILE")
-
-
 def _adds_cpu_file(files: str | None) -> bool:
     """Whether a COMPOSE_FILE list adds the CPU file: the README's quick start puts it in .env on a host
     without a GPU, and that is --cpu's choice."""
@@ -152,7 +148,7 @@ def _adds_cpu_file(files: str | None) -> bool:
 
 
 def _cpu_by_compose_file() -> bool:
-    return _adds_cpu_file(_compose_file())
+    return _adds_cpu_file(_compose_setting("COMPOSE_FILE"))
 
 
 def _words(option: str, text: str) -> str:
