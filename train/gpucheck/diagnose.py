@@ -183,8 +183,8 @@ def _driver_too_old_for_ptx(facts: Facts) -> Diagnosis | None:
         "driver_too_old_for_ptx",
         "error",
         f"driver too old for this GPU's PTX: {g.name} (compute capability {f'{cc[0]}.{cc[1]}' if cc else '?'}) has "
-        "no machine code in "
-        f"this TensorFlow build ({sass}), so the driver must compile its kernels from PTX made by CUDA {cuda}, "
+        f"no machine code in this TensorFlow build ({sass}), so the driver must compile its kernels from PTX "
+        f"made by CUDA {cuda}, "
         f"which NVIDIA driver {g.driver_version} (CUDA up to {g.cuda_driver_version or '?'}) cannot load "
         "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
         f"upgrade the host's NVIDIA driver to {want}; a container uses the host's driver",
