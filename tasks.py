@@ -776,14 +776,14 @@ def _write_all(files: dict[Path, str]) -> None:
 
 @task(
     help={
-        "images": "also remove the images built by compose (docker compose down --rmi all)",
+        "images": "also remove the images: compose's (down --rmi all) and every tag of IMAGE (build's, serve's)",
         "cpu": "the images were built with --cpu",
     }
 )
 def clean(c, images=False, cpu=False):
     """Remove caches and stopped containers; never runs/ or data/.
 
-    Caches and build leftovers, and the stopped containers (and with --images the images)."""
+    Caches and build leftovers, and the stopped containers (and with --images every tag of IMAGE)."""
     c.run(
         "rm -rf .pytest_cache build dist *.egg-info && "
         "find . -path ./.venv -prune -o -name __pycache__ -prune -exec rm -rf {} +",
@@ -799,6 +799,15 @@ def clean(c, images=False, cpu=False):
         c.run(f"{compose} --profile '*' down --remove-orphans", echo=True)
         if images:  # the image compose builds for train (tensorboard and sweep use it); not the pulled ones
             c.run(f"{compose} down --rmi all", echo=True)
+            # `build`'s <target>-<lock>-<commit> tags (which `reproduce` reuses) and the serve image are no
+            # service's image to compose: every tag of IMAGE goes, so that --images gives the space back.
+            image = _compose_setting("IMAGE") or IMAGE
+            listing = (
+                f"docker image ls --filter reference={shlex.quote(image)} --format '{{{{.Repository}}}}:{{{{.Tag}}}}'"
+            )
+            tags = c.run(listing, hide=True, warn=True).stdout.split()
+            if tags:  # an image a running container uses stays: docker says which, the rest go
+                c.run("docker rmi " + " ".join(shlex.quote(t) for t in sorted(set(tags))), echo=True, warn=True)
 
 
 @task(

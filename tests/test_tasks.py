@@ -526,7 +526,21 @@ def test_clean_never_touches_runs_or_data():
     c = ctx()
     tasks.clean(c, images=True)
     assert all("runs" not in cmd and "data" not in cmd for cmd in echoed(c))
-    assert echoed(c)[-1] == "HOST_UID=1234 HOST_GID=567 docker compose down --rmi all"
+    assert "HOST_UID=1234 HOST_GID=567 docker compose down --rmi all" in echoed(c)
+
+
+def test_clean_images_removes_every_tag_of_the_image_and_nothing_else(monkeypatch):
+    """`build`'s commit tags and the serve image are no compose service's image: `down --rmi all` leaves them."""
+    monkeypatch.setenv("IMAGE", "team/trainer")
+    listing = "docker image ls --filter reference=team/trainer --format '{{.Repository}}:{{.Tag}}'"
+    tags = "team/trainer:gpu-0123abcd-abc12345\nteam/trainer:serve\nteam/trainer:gpu-0123abcd-abc12345\n"
+    c = ctx(**{listing: Result(tags)})
+    tasks.clean(c, images=True)
+    assert listing in commands(c)
+    assert echoed(c)[-1] == "docker rmi team/trainer:gpu-0123abcd-abc12345 team/trainer:serve"
+    c = ctx()  # no tag left: no rmi (docker rmi without a name is an error)
+    tasks.clean(c, images=True)
+    assert not any(cmd.startswith("docker rmi") for cmd in commands(c))
 
 
 def test_clean_removes_the_containers_of_every_profile_too():
