@@ -563,6 +563,22 @@ def test_the_conversion_said_compares_size_and_channels_with_the_models_input(mo
     assert _conversion(encoded.getvalue(), shape) == said
 
 
+def test_an_image_path_through_a_file_names_that_file_directly_or_through_a_link(tmp_path):
+    from train.errors import DataError
+    from train.results.predict import read_image_file
+
+    (tmp_path / "notes.txt").write_text("not a folder")
+    link = tmp_path / "cat.png"
+    link.symlink_to(tmp_path / "notes.txt" / "cat.png")
+    for given in (tmp_path / "notes.txt" / "dog.png", link):
+        with pytest.raises(DataError) as err:
+            read_image_file(given)
+        assert str(err.value) == (
+            f"{given} does not exist ({tmp_path / 'notes.txt'} is a file, not a folder); "
+            "give existing image files (JPEG, PNG, GIF (first frame) or BMP)"
+        )
+
+
 def test_a_broken_link_given_as_an_image_is_named_so(tmp_path, monkeypatch):
     from train.errors import DataError
     from train.results.predict import read_image_file

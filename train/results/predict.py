@@ -291,6 +291,10 @@ def read_image_file(path: str | os.PathLike) -> tuple[bytes, str]:
         raise DataError(
             f"{shown} does not exist{broken}; give existing image files ({SUPPORTED})" + (f"; {host}" if host else "")
         ) from None
+    except NotADirectoryError:  # notes.txt/cat.png, or a link whose target runs through a file
+        below = next((p for p in Path(os.path.realpath(path)).parents if p.exists() and not p.is_dir()), None)
+        where = f" ({printable(str(below))} is a file, not a folder)" if below else ""
+        raise DataError(f"{shown} does not exist{where}; give existing image files ({SUPPORTED})") from None
     except PermissionError:
         raise DataError(f"{shown} cannot be read (permission denied): `chmod +r` it or run as its owner") from None
     except OSError as exc:
