@@ -206,7 +206,6 @@ QUERY_APPS = [
 
 
 def test_smi_whole_answer_and_the_commands_asked(monkeypatch):
-    monkeypatch.setattr(gpuinfo, "_cuda_cache", {})
     run = recorded_smi("550.54.15_h100")
     assert gpuinfo.probe(nvml=None, run=run) == gpuinfo.Probe(
         [
@@ -229,7 +228,6 @@ def test_smi_whole_answer_and_the_commands_asked(monkeypatch):
 
 
 def test_smi_of_an_old_driver_is_asked_again_without_compute_cap(monkeypatch):
-    monkeypatch.setattr(gpuinfo, "_cuda_cache", {})
     recorded = recorded_smi("470.223.02_v100")
 
     def run(args):  # any failing status, not only nvidia-smi's 2
@@ -251,7 +249,6 @@ def test_smi_of_an_old_driver_is_asked_again_without_compute_cap(monkeypatch):
 
 
 def test_smi_whose_header_and_process_list_fail_still_lists_the_gpus(monkeypatch):
-    monkeypatch.setattr(gpuinfo, "_cuda_cache", {})
     calls = []
 
     def run(args):
