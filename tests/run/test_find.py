@@ -147,3 +147,17 @@ def test_a_run_not_found_in_a_runs_dir_that_cannot_be_listed_suggests_nothing(tm
     with pytest.raises(RunNotFound) as info:
         find.resolve_run(root, "nope")
     assert str(info.value) == f"run 'nope' not found in {root} (no config.json); `python -m train runs` lists the runs"
+
+
+@pytest.mark.parametrize("given", ["s3://bkt/runs", "staging"])
+def test_a_run_not_found_in_a_store_names_the_store_not_its_staging_copy(tmp_path, monkeypatch, given):
+    from types import SimpleNamespace
+
+    from train.run import remote
+
+    staging = _runs(tmp_path / "cache" / "s3" / "bkt" / "runs", "other-1")
+    monkeypatch.setitem(remote._OPEN, "s3://bkt/runs", SimpleNamespace(root=staging, url="s3://bkt/runs"))
+    with pytest.raises(RunNotFound) as info:
+        find.resolve_run(staging if given == "staging" else given, "nope")
+    assert str(info.value).startswith("run 'nope' not found in s3://bkt/runs (no config.json)")
+    assert str(staging) not in str(info.value)
