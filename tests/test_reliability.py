@@ -437,7 +437,8 @@ def test_nan_loss_exits_5_keeps_the_last_good_checkpoint_and_says_what_to_change
     flags = fit_flags(tmp_path, data, epochs=1, model="faults:nan_after_10_steps", export=False)
     rc, out = fit_here(tmp_path, monkeypatch, capsys, flags)
     assert rc == 5, out[-3000:]
-    assert "DivergedError" in out and "LEARNING_RATE" in out and "Traceback" not in out
+    assert "DivergedError: loss is nan in epoch 1: training diverged" in out, out[-3000:]
+    assert "Lower LEARNING_RATE" in out and "PRECISION=float32" in out and "Traceback" not in out
     run = only_run(tmp_path / "runs")
     # The initial state, then one every 4 steps until the loss turned NaN (step 10): none after it.
     assert states(run) == ["ckpt-000000000.npz", "ckpt-000000004.npz", "ckpt-000000008.npz"]
