@@ -744,6 +744,25 @@ def test_ctrl_c_on_the_export_command_is_the_same_interruption(run_dir, monkeypa
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_terminal_that_hangs_up_on_the_export_command_is_the_same_interruption(run_dir, monkeypatch):
+    import signal
+
+    before = _tree(run_dir / "export")
+
+    def hung_up(model, path, work):
+        # SIGHUP's default would end the process at once (an SSH connection dropped), staging folder and all.
+        assert signal.getsignal(signal.SIGHUP) != signal.SIG_DFL, "no SIGHUP handler during the export"
+        signal.raise_signal(signal.SIGHUP)
+        return 0.0
+
+    monkeypatch.setattr(export, "check_parity", hung_up)
+    with pytest.raises(Interrupted, match="export stopped by SIGHUP: the previous export is unchanged") as info:
+        export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert info.value.exit_code == 75 and _tree(run_dir / "export") == before
+    assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+
+
 def test_inside_fit_signals_stay_with_the_stop_flag(run_dir, monkeypatch):
     import signal
 
