@@ -155,6 +155,18 @@ def test_report_command_quick_and_its_errors(tmp_path, capsys):
     )
 
 
+def test_report_of_a_run_in_use_is_refused_naming_the_holder_and_writes_nothing(tmp_path, capsys):
+    from train.run.lock import RunLock
+
+    run = write_run_records(tmp_path / "runs" / "20261130-000000-abcd")
+    with RunLock(run):  # a fit writing the run: report.html and curves.png are its to write
+        assert cli.main(["report", run.name, "--quick", "--runs-dir", str(run.parent)]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith(f"RunBusyError: run {run.name} is in use by another process (pid ") and err.count("\n") == 1
+    assert err.rstrip().endswith("then report again")
+    assert not (run / "report.html").exists() and not (run / "curves.png").exists()
+
+
 def test_settings_and_a_bad_setting_never_import_matplotlib(tmp_path):
     code = (
         "import sys; from train.cli import main; a = main(['settings']); b = main(['--epochs', 'x']);"
