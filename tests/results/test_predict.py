@@ -352,7 +352,11 @@ def test_an_export_that_records_no_source_is_used_with_one_warning(run_dir, tmp_
     with caplog.at_level(logging.WARNING, logger="train"):
         predict_files(run, [_png(tmp_path / "a.png", 0)])
     (line,) = _lines(caplog)
-    assert line.startswith(f"WARNING: the export of run {run.name} does not record the weights it was made from")
+    assert line == (
+        f"WARNING: the export of run {run.name} does not record the weights it was made from (exported before that "
+        "was kept): it may be older than the run's best weights; export it again with "
+        f"`python -m train export {run.name}` to be sure"
+    )
 
 
 def test_an_export_whose_source_json_was_deleted_is_refused_not_served_unchecked(run_dir, tmp_path, capsys):
@@ -410,19 +414,27 @@ def _write_files(exp, files):
     exp.source.write_text(json.dumps({"weights": {}, "files": files}))
 
 
+_OUTSIDE = "not a file inside the export folder"
+
+
 @pytest.mark.parametrize(
     "entry, says",
     [
-        ("../../../../../../../../etc/hostname", "not a file inside the export folder"),
-        ("/etc/hostname", "not a file inside the export folder"),
-        ("/dev/zero", "not a file inside the export folder"),
-        ("out", "not a file inside the export folder"),  # a link out of the folder
-        ("zero", "not a file inside the export folder"),  # a link to a device
-        ("fifo", "a named pipe (FIFO), not a file export writes"),
-        ("savedmodel", "a directory, not a file export writes"),
-        ("", "not a file inside the export folder"),
-        ("nul\0byte", "not a file inside the export folder"),
-        ("loop", "not a file inside the export folder"),
+        (
+            "../../../../../../../../etc/hostname",
+            f"{{source}} lists '../../../../../../../../etc/hostname', {_OUTSIDE}",
+        ),
+        ("/etc/hostname", f"{{source}} lists '/etc/hostname', {_OUTSIDE}"),
+        ("/dev/zero", f"{{source}} lists '/dev/zero', {_OUTSIDE}"),
+        ("out", f"{{source}} lists 'out', {_OUTSIDE}"),  # a link out of the folder
+        ("zero", f"{{source}} lists 'zero', {_OUTSIDE}"),  # a link to a device
+        ("fifo", "{path} is a named pipe (FIFO), not a file export writes"),
+        ("savedmodel", "{path} is a directory, not a file export writes"),
+        ("", f"{{source}} lists '', {_OUTSIDE}"),
+        ("nul\0byte", f"{{source}} lists 'nul\\x00byte', {_OUTSIDE}"),  # shown escaped, on one line
+        ("loop", f"{{source}} lists 'loop', {_OUTSIDE}"),
+        ("../" * 100 + "etc", "{source} lists '" + ("../" * 100)[:199] + f", {_OUTSIDE}"),  # cut at 200 characters
+        ("gone.bin", "{path} cannot be read (No such file or directory)"),
     ],
 )
 def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry, says, no_hang):
@@ -439,9 +451,9 @@ def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry,
     _write_files(exp, {**files, entry: "0" * 64})
     with pytest.raises(ExportError) as err:
         verify_export_files(exp, "r")
-    text = str(err.value)
-    assert says in text and "\n" not in text and text.endswith("export it again with `python -m train export r`")
-    assert "has sha256" not in text  # nothing outside the export is read, so no digest of it is shown
+    # Nothing outside the export is read, so no digest of it is shown.
+    says = says.format(source=exp.source, path=exp.path / entry)
+    assert str(err.value) == f"the export of run r is damaged: {says}: export it again with `python -m train export r`"
 
 
 @pytest.mark.parametrize("kept", [(), ("labels.txt",)], ids=["no-files", "not-the-savedmodel"])
@@ -591,4 +603,229 @@ def test_a_broken_link_given_as_an_image_is_named_so(tmp_path, monkeypatch):
         read_image_file(link)
     assert str(err.value) == (
         f"{link} does not exist (a broken link); give existing image files (JPEG, PNG, GIF (first frame) or BMP)"
+    )
+
+
+@pytest.mark.parametrize("copied", [False, True], ids=["run", "copied-away"])
+def test_an_export_without_or_with_an_unreadable_source_json_is_named_with_the_fix_for_where_it_is(
+    tmp_path, caplog, monkeypatch, copied
+):
+    """A copied export folder is no run: it is named by its path, and `export` needs the run it came from."""
+    import logging
+
+    from train.errors import ExportError
+    from train.results.predict import verify_export_files
+
+    exp, _ = _hand_export(tmp_path)
+    if copied:
+        which = f"the export folder {exp.path}"
+        again = "copy the whole export/ folder of its run again, or export the run again (`python -m train export RUN`)"
+        warning = f"WARNING: {which} has no source.json: its files cannot be checked against what export wrote; {again}"
+    else:
+        which, again = "the export of run r", "export it again with `python -m train export r`"
+        warning = (
+            f"WARNING: {which} does not record the weights it was made from (exported before that was kept): it may "
+            f"be older than the run's best weights; {again} to be sure"
+        )
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        assert verify_export_files(exp, "r", copied=copied) is None
+    assert _lines(caplog) == [warning]
+    exp.source.write_text("{")
+    with pytest.raises(ExportError) as err:
+        verify_export_files(exp, "r", copied=copied)
+    assert str(err.value) == (
+        f"{which}: {exp.source} is unreadable (Expecting property name enclosed in double quotes: line 1 column 2 "
+        f"(char 1)): {again}"
+    )
+
+
+def test_every_file_of_the_savedmodel_must_be_recorded_and_an_empty_one_is_missing_saved_model_pb(tmp_path):
+    """What is served is the whole savedmodel/ folder: a file source.json leaves out would go unchecked."""
+    import shutil
+
+    from train.errors import ExportError
+    from train.results.predict import verify_export_files
+
+    exp, files = _hand_export(tmp_path)
+    (exp.savedmodel / "variables" / "variables.index").write_bytes(b"index")
+    _write_files(exp, files)  # saved_model.pb and labels.txt, not the index beside them
+    damaged = f"the export of run r is damaged: {exp.source} records no sha256 of"
+    again = "which is served: export it again with `python -m train export r`"
+    with pytest.raises(ExportError) as err:
+        verify_export_files(exp, "r")
+    assert str(err.value) == f"{damaged} savedmodel/variables/variables.index, {again}"
+    shutil.rmtree(exp.savedmodel)
+    exp.savedmodel.mkdir()  # nothing in it: the file every SavedModel has is the one named
+    _write_files(exp, {"labels.txt": files["labels.txt"]})
+    with pytest.raises(ExportError) as err:
+        verify_export_files(exp, "r")
+    assert str(err.value) == f"{damaged} savedmodel/saved_model.pb, {again}"
+
+
+def test_a_run_without_a_manifest_checks_its_export_as_one_older_than_source_json(tmp_path, caplog, monkeypatch):
+    """Whether the export wrote a source.json is read from the manifest; a run that has none yet is no
+    reason for another error here (the class names, read next from the manifest, say what is missing)."""
+    import logging
+
+    from train.results.predict import check_export
+    from train.run.rundir import RunDir
+
+    run = tmp_path / "20260101-000000-aaaa"
+    _hand_export(run)  # no source.json, and no manifest.json in the run
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        check_export(RunDir(run))
+    (line,) = _lines(caplog)
+    assert line.startswith(f"WARNING: the export of run {run.name} does not record the weights it was made from")
+
+
+def test_a_file_of_the_export_replaced_by_a_link_after_its_path_was_checked_is_not_followed(tmp_path, monkeypatch):
+    """The race O_NOFOLLOW closes: the path is resolved and found inside the export, then, before it is
+    opened, someone puts a link to a file elsewhere in its place."""
+    from train.errors import ExportError
+    from train.results import predict
+
+    exp, files = _hand_export(tmp_path)
+    _write_files(exp, files)
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("cat\ndog\n")  # the bytes recorded: followed, the link would pass the check
+    checked = predict._inside
+
+    def swapped_after_the_check(root, rel):
+        path = checked(root, rel)
+        if rel == "labels.txt":
+            path.unlink()
+            path.symlink_to(elsewhere)
+        return path
+
+    monkeypatch.setattr(predict, "_inside", swapped_after_the_check)
+    with pytest.raises(ExportError) as err:
+        predict.verify_export_files(exp, "r")
+    assert str(err.value) == (
+        f"the export of run r is damaged: {exp.labels} cannot be read (Too many levels of symbolic links): "
+        "export it again with `python -m train export r`"
+    )
+
+
+def test_a_file_of_the_export_that_fails_while_read_or_is_of_a_kind_without_a_name_is_one_line(tmp_path, monkeypatch):
+    """After the open: a read error (a disk error, a network file system gone) and a file type this
+    platform has but the messages do not name are both refused on one line."""
+    import errno
+    import os
+    import stat
+
+    from train import digest
+    from train.errors import ExportError
+    from train.results.predict import verify_export_files
+
+    exp, files = _hand_export(tmp_path)
+    _write_files(exp, files)
+    again = "export it again with `python -m train export r`"
+
+    def failing(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(digest, "sha256_fd", failing)
+    with pytest.raises(ExportError) as err:
+        verify_export_files(exp, "r")
+    first = exp.savedmodel / "saved_model.pb"  # the first file source.json lists
+    assert str(err.value) == f"the export of run r is damaged: {first} cannot be read (Input/output error): {again}"
+    real_fstat = os.fstat
+    whiteout = stat.S_IFMT(0o160000)  # BSD's whiteout: no kind Linux returns is left unnamed
+
+    def odd_kind(fd):
+        st = real_fstat(fd)
+        return os.stat_result((whiteout | stat.S_IMODE(st.st_mode), *tuple(st)[1:]))
+
+    monkeypatch.setattr(os, "fstat", odd_kind)
+    with pytest.raises(ExportError) as err:
+        verify_export_files(exp, "r")
+    assert str(err.value) == (
+        f"the export of run r is damaged: {first} is not a regular file, not a file export writes: {again}"
+    )
+
+
+def test_inside_takes_only_a_nonempty_relative_string():
+    """source.json's keys are strings, but `_inside` is the one check that an entry names a file below the
+    export: anything else is no path there."""
+    from pathlib import Path
+
+    from train.results.predict import _inside
+
+    root = Path("/srv/export")
+    assert [_inside(root, rel) for rel in (5, None, b"labels.txt", "", "/srv/export/labels.txt")] == [None] * 5
+    assert _inside(root, "labels.txt") == root / "labels.txt"
+
+
+def test_the_stale_export_warning_without_records_or_epochs_and_a_recorded_sha256_not_measured_again(
+    tmp_path, caplog, monkeypatch
+):
+    """Weights written before their sha256 was kept are hashed now; a recorded sha256 is used as it is
+    (a weights file can be gigabytes); an export's weights without a file name or epoch say less."""
+    import hashlib
+    import logging
+
+    from train import digest
+    from train.results.predict import check_export
+    from train.run.rundir import RunDir
+
+    run = tmp_path / "20260101-000000-aaaa"
+    exp, files = _hand_export(run)
+    (run / "best.weights.h5").write_bytes(b"weights")
+
+    def warnings(source):
+        exp.source.write_text(json.dumps({"weights": source, "files": files}))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="train"):
+            check_export(RunDir(run))
+        return _lines(caplog)
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    assert warnings({"sha256": hashlib.sha256(b"weights").hexdigest()}) == []  # no record: measured, the same
+    assert warnings({"sha256": "0" * 64}) == [
+        f"WARNING: the export of run {run.name} was made from the trained model, but the run's weights are now "
+        "best.weights.h5: these predictions come from the export's weights, not those; bring it up to date with "
+        f"`python -m train export {run.name}`"
+    ]
+    (run / "manifest.json").write_text(json.dumps({"weights": {"best.weights.h5": {"sha256": "1" * 64, "epoch": 2}}}))
+    monkeypatch.setattr(digest, "sha256_file", lambda path: pytest.fail(f"{path} hashed again"))
+    assert warnings({"sha256": "1" * 64, "file": "best.weights.h5", "epoch": 2}) == []
+
+
+def test_an_image_that_cannot_be_opened_or_read_or_is_of_a_kind_without_a_name_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import os
+    import stat
+
+    from train.errors import DataError
+    from train.results.predict import read_image_file
+
+    loop = tmp_path / "loop.png"
+    loop.symlink_to(loop)
+    with pytest.raises(DataError) as err:
+        read_image_file(loop)
+    assert str(err.value) == f"{loop} cannot be opened (Too many levels of symbolic links); give regular image files"
+    image = _png(tmp_path / "a.png", 0)
+
+    def failing(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fdopen", failing)
+        with pytest.raises(DataError) as err:
+            read_image_file(image)
+    assert str(err.value) == f"{image} cannot be read (Input/output error); give regular image files"
+    real_fstat = os.fstat
+    whiteout = stat.S_IFMT(0o160000)  # BSD's whiteout: no kind Linux returns is left unnamed
+
+    def odd_kind(fd):
+        st = real_fstat(fd)
+        return os.stat_result((whiteout | stat.S_IMODE(st.st_mode), *tuple(st)[1:]))
+
+    monkeypatch.setattr(os, "fstat", odd_kind)
+    with pytest.raises(DataError) as err:
+        read_image_file(image)
+    assert str(err.value) == (
+        f"{image} is not a regular file, not an image file; give regular image files (JPEG, PNG, GIF (first frame) or BMP)"
     )
