@@ -738,9 +738,10 @@ def test_a_file_of_the_export_that_fails_while_read_or_is_of_a_kind_without_a_na
         st = real_fstat(fd)
         return os.stat_result((whiteout | stat.S_IMODE(st.st_mode), *tuple(st)[1:]))
 
-    monkeypatch.setattr(os, "fstat", odd_kind)
-    with pytest.raises(ExportError) as err:
-        verify_export_files(exp, "r")
+    with monkeypatch.context() as patched:  # os.fstat only for the call: pytest uses it too
+        patched.setattr(os, "fstat", odd_kind)
+        with pytest.raises(ExportError) as err:
+            verify_export_files(exp, "r")
     assert str(err.value) == (
         f"the export of run r is damaged: {first} is not a regular file, not a file export writes: {again}"
     )
@@ -823,9 +824,10 @@ def test_an_image_that_cannot_be_opened_or_read_or_is_of_a_kind_without_a_name_i
         st = real_fstat(fd)
         return os.stat_result((whiteout | stat.S_IMODE(st.st_mode), *tuple(st)[1:]))
 
-    monkeypatch.setattr(os, "fstat", odd_kind)
-    with pytest.raises(DataError) as err:
-        read_image_file(image)
+    with monkeypatch.context() as patched:  # os.fstat only for the call: pytest uses it too
+        patched.setattr(os, "fstat", odd_kind)
+        with pytest.raises(DataError) as err:
+            read_image_file(image)
     assert str(err.value) == (
         f"{image} is not a regular file, not an image file; give regular image files (JPEG, PNG, GIF (first frame) or BMP)"
     )
