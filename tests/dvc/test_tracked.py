@@ -265,3 +265,183 @@ def test_a_dvc_file_of_data_in_the_project_s_data_folder_is_not_git_ignored(tmp_
     ignored = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", "-q", "data/flowers.dvc"], check=False)
     assert ignored.returncode == 1  # not ignored
     assert git(tmp_path, "check-ignore", "data/flowers", "data/mnist.npz").split() == ["data/flowers", "data/mnist.npz"]
+
+
+def test_only_quotes_around_a_value_are_taken_off():
+    quoted = {"''": "", '""': "", "'a b'": "a b", "XdataX": "XdataX", "'": "'", "'a\"": "'a\""}
+    assert {text: tracked._scalar(text) for text in quoted} == quoted
+
+
+def test_comments_blank_lines_a_map_before_the_outs_and_nested_lists_end_no_entry_early():
+    text = (
+        "# written by hand\n"
+        "meta:\n"
+        "  owner:\n"
+        "    team: vision\n"
+        "\n"
+        "outs:\n"
+        "- md5: aaaa.dir\n"
+        "  path: images\n"
+        "  files:\n"
+        "  - relpath: a.png\n"
+        "    md5: bbbb\n"
+        "  remote: other\n"
+        "- md5: cccc\n"
+        "  path: labels.csv\n"
+    )
+    assert tracked.outs(text) == [
+        ("", {"md5": "aaaa.dir", "path": "images", "files": "", "remote": "other"}),  # no stage: a .dvc file
+        ("", {"md5": "cccc", "path": "labels.csv"}),
+    ]
+    # A dvc.lock indented by one space: its stages are still the keys under `stages:`.
+    assert tracked.outs("stages:\n prepare:\n  outs:\n  - path: p\n") == [("prepare", {"path": "p"})]
+
+
+LOCK_WITH_TWO_STAGES = """\
+schema: '2.0'
+stages:
+  fetch:
+    cmd: get
+    outs:
+    - md5: 55555555555555555555555555555555
+    - path: data/raw
+      md5: 66666666666666666666666666666666.dir
+  split:
+    cmd: split
+    outs:
+    - path: data/split
+      md5: 77777777777777777777777777777777.dir
+"""
+
+
+def test_the_entry_found_is_the_output_that_holds_the_path_within_the_project_only(tmp_path):
+    root = tmp_path / "outer" / "project"
+    (root / "data" / "split" / "x").mkdir(parents=True)
+    (root / "dvc.lock").write_text(LOCK_WITH_TWO_STAGES)
+    found = tracked.entry_for(root / "data" / "split" / "x", root)
+    assert found == (root / "dvc.lock", "split", {"path": "data/split", "md5": "77777777777777777777777777777777.dir"})
+    # A dvc.lock above the project tracks nothing of it, nor does a project the path is not in.
+    (root / "dvc.lock").unlink()
+    (tmp_path / "outer" / "dvc.lock").write_text(LOCK_WITH_TWO_STAGES.replace("data/split", "project/data"))
+    assert tracked.entry_for(root / "data" / "split" / "x", root) is None
+    assert tracked.entry_for(root / "data" / "split" / "x", tmp_path / "elsewhere") is None
+
+
+def test_a_dvc_file_and_a_config_that_are_not_utf_8_are_read_all_the_same(tmp_path):
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config").write_bytes(b"# caf\xe9\n" + CONFIG.encode())
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images.dvc").write_bytes(b"# caf\xe9\n" + DVC_FILE.encode())
+    assert tracked.remote(tmp_path) == ("store", "s3://bucket/dvc")
+    assert tracked.entry_for(tmp_path / "images", tmp_path)[2]["path"] == "images"
+
+
+def test_a_remote_set_in_config_local_alone_is_found(tmp_path):
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config.local").write_text(CONFIG)
+    assert tracked.remote(tmp_path) == ("store", "s3://bucket/dvc")
+
+
+def _calls_dvc(tmp_path: Path, answer: str) -> Path:
+    """A dvc command that writes its arguments and working directory to `calls` and prints `answer`."""
+    dvc = tmp_path / "dvc-that-answers"
+    dvc.write_text(f"#!/bin/sh\necho \"$PWD $*\" >> {tmp_path / 'calls'}\necho '{answer}'\n")
+    dvc.chmod(0o755)
+    return dvc
+
+
+@NEEDS_GIT
+def test_the_whole_record_of_a_stage_s_output_in_a_project_below_the_git_top(tmp_path):
+    top = tmp_path / "repo"
+    top.mkdir()
+    git(top, "init", "-q")
+    root = top / "project"
+    (root / ".dvc").mkdir(parents=True)
+    (root / ".dvc" / "config").write_text(CONFIG)
+    (root / "data" / "prepared").mkdir(parents=True)
+    lock = DVC_LOCK.replace("md5: 22222222222222222222222222222222.dir", "etag: '0x8DB3'\n      remote: other")
+    (root / "dvc.lock").write_text(lock)
+    git(top, "add", "-A")
+    git(top, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "data")
+    dvc = _calls_dvc(tmp_path, "{}")
+    s = tiny_settings(tmp_path, dataset=f"images:{root / 'data' / 'prepared'}", dvc_command=str(dvc))
+    assert tracked.record(s) == {
+        "tool": "dvc",
+        "repository": str(top.resolve()),
+        "git_remote": None,
+        "commit": git(top, "rev-parse", "HEAD").strip(),
+        "path": "project/data/prepared",
+        "read": "",
+        "setting": "DATASET",
+        "dvc_file": "project/dvc.lock",
+        "stage": "prepare",
+        "hash": "0x8DB3",
+        "remote": "other",
+        "remote_url": "https://***@dvc.example.com/cache",
+        "dvc_file_committed": True,
+        "workspace": "matches",
+        "warning": None,
+    }
+    assert (tmp_path / "calls").read_text() == f"{root} status --json dvc.yaml:prepare\n"
+
+
+@NEEDS_GIT
+def test_the_record_of_a_repository_without_a_commit_or_a_remote_names_neither(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / ".dvc").mkdir()
+    (root / ".dvc" / "config").write_text("[core]\n    analytics = false\n")
+    (root / "f.npz").write_bytes(b"npz")
+    (root / "f.npz.dvc").write_text("outs:\n- checksum: 0a1b\n  path: f.npz\n")
+    s = tiny_settings(tmp_path, dataset=f"npz:{root / 'f.npz'}", dvc_command="/none")
+    version = tracked.record(s)
+    assert (version["commit"], version["hash"], version["remote"], version["remote_url"]) == (None, "0a1b", None, None)
+    assert (version["stage"], version["read"], version["dvc_file_committed"]) == (None, "", False)
+
+
+@pytest.mark.parametrize(
+    ("answer", "workspace"),
+    [
+        ('{"images.dvc": [{"changed outs": {"images": "modified"}}]}', "differs"),
+        ('{"images.dvc": [{"changed outs": {"images": "deleted"}}]}', "differs"),
+        ('{"images.dvc": [{"changed outs": {"images": "new"}}]}', "differs"),
+        ('{"images.dvc": ["changed checksum"]}', "differs"),
+        ("{}", "matches"),
+    ],
+)
+def test_each_change_dvc_status_names_is_a_workspace_that_differs(tmp_path, answer, workspace):
+    assert tracked.workspace(str(_calls_dvc(tmp_path, answer)), tmp_path, tmp_path / "images.dvc", "") == {
+        "workspace": workspace
+    }
+    assert (tmp_path / "calls").read_text() == f"{tmp_path} status --json {tmp_path / 'images.dvc'}\n"
+
+
+def test_a_stage_s_version_not_in_the_dvc_cache_names_the_stage_to_fetch(tmp_path):
+    dvc = _calls_dvc(tmp_path, '{"sub/dvc.yaml:prepare": [{"changed outs": {"data": "not in cache"}}]}')
+    assert tracked.workspace(str(dvc), tmp_path, tmp_path / "sub" / "dvc.lock", "prepare") == {
+        "workspace": "unknown",
+        "workspace_unknown": f"dvc status: sub/dvc.yaml:prepare's version is not in the DVC cache of {tmp_path}; "
+        "`dvc fetch sub/dvc.yaml:prepare` there",
+    }
+
+
+def test_a_dvc_command_that_cannot_be_run_or_prints_no_json_leaves_the_workspace_unknown(tmp_path):
+    not_executable = tmp_path / "dvc"
+    not_executable.write_text("#!/bin/sh\necho '{}'\n")
+    source = tmp_path / "images.dvc"
+    assert tracked.workspace(str(not_executable), tmp_path, source, "") == {
+        "workspace": "unknown",
+        "workspace_unknown": f"dvc status: [Errno 13] Permission denied: '{not_executable}'",
+    }
+    assert tracked.workspace("/bin/echo", tmp_path, source, "") == {
+        "workspace": "unknown",
+        "workspace_unknown": "dvc status: /bin/echo printed no JSON: is it DVC?",
+    }
+
+
+def test_without_a_dvc_command_named_or_found_an_unknown_workspace_gives_no_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr(tracked.tool, "OWN_VENV", tmp_path / "no-venv")
+    monkeypatch.setattr(tracked.tool.shutil, "which", lambda name: None)
+    version = {"path": "images", "dvc_file": "images.dvc", "commit": "c7" * 20, "dvc_file_committed": True}
+    assert tracked.warning(version | {"workspace": "unknown", "workspace_unknown": "no dvc command"}) is None
