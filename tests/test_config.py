@@ -597,12 +597,12 @@ def test_a_settings_kind_is_one_of_the_declared_kinds():
 def test_settings_become_the_fit_flags_that_give_them_back():
     from train.config import as_flags
 
-    flags = as_flags({"batch_size": 32, "export": False, "deterministic": True, "run_name": None, "model": "mlp"})
-    assert flags == ["--batch-size", "32", "--no-export", "--deterministic", "--model", "mlp"]
+    flags = as_flags({"batch_size": 32, "export": False, "deterministic": True, "run_name": None, "model": "cnn_bn"})
+    assert flags == ["--batch-size", "32", "--no-export", "--deterministic", "--model", "cnn_bn"]
     from train import cli
 
     args = cli.build_parser().parse_args(["fit", *flags])
-    assert (args.batch_size, args.export, args.deterministic, args.model) == ("32", False, True, "mlp")
+    assert (args.batch_size, args.export, args.deterministic, args.model) == ("32", False, True, "cnn_bn")
 
 
 def test_a_warm_up_must_end_before_the_training_does():

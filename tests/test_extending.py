@@ -147,6 +147,26 @@ def test_a_section_whose_example_changes_the_settings_files_says_how_to_regenera
     assert {"Add a model", "Add a data set", "Add a setting"} <= set(changed)
 
 
+def test_no_other_test_names_a_model_data_set_or_setting_the_examples_add():
+    """A fork that follows the examples has `mlp`, `cifar100` and WEIGHT_DECAY: a test that takes one of
+    those names for one the template lacks (refused as unknown, or registered a second time) fails
+    there, against the doc's word that only the two generated files change."""
+    text = DOC.read_text()
+    fields = re.findall(r"^    (\w+): \w+ = _f\(", text, re.M)
+    names = {*re.findall(r'register\("(\w+)"', text), *re.findall(r'Dataset\("(\w+)"', text), *fields}
+    names |= {name.upper() for name in fields}
+    assert {"mlp", "cifar100", "weight_decay", "WEIGHT_DECAY"} <= names
+    alternatives = "|".join(sorted(names))
+    quoted = re.compile(rf"""["']({alternatives})["']""")
+    found = [
+        f"{path.relative_to(PROJECT_ROOT)}: {m[1]!r}"
+        for path in sorted((PROJECT_ROOT / "tests").rglob("*.py"))
+        if path.name != Path(__file__).name
+        for m in quoted.finditer(path.read_text())
+    ]
+    assert not found, f"tests that a fork following docs/extending.md breaks (use another name): {found}"
+
+
 @pytest.mark.slow
 def test_after_the_regeneration_the_doc_asks_for_the_settings_tests_pass_in_the_fork(project):
     """The new model, data set and setting touch no test: only the two generated files change."""

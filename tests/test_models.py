@@ -565,8 +565,8 @@ def test_what_the_loop_can_call_is_registered_whatever_its_form(monkeypatch):
             "remove the other register line",
         ),
         (
-            'register("mlp", cnn_bn, "a baseline", metric={"accuracy": correct})',
-            "RegisterError: model 'mlp': register() has no metric= (did you mean metrics=?); it takes min_image_size=, "
+            'register("baseline", cnn_bn, "a baseline", metric={"accuracy": correct})',
+            "RegisterError: model 'baseline': register() has no metric= (did you mean metrics=?); it takes min_image_size=, "
             "loss=, metrics=, optimizer= (docs/extending.md)",
         ),
     ],

@@ -247,11 +247,11 @@ def test_each_refusal_of_a_record_field_in_full_with_its_fix(tmp_path):
 
 @pytest.mark.parametrize("name", ["model", "dataset"])
 def test_a_name_the_checkout_does_not_register_points_to_the_runs_commit(tmp_path, name):
-    """MODEL=mlp registered by the run's commit and dropped (or renamed) since: no "restore the file",
+    """MODEL=retired registered by the run's commit and dropped (or renamed) since: no "restore the file",
     which the run did write, but the checkout of that commit, whose registry has the name."""
     run = _run(tmp_path)
-    message = _refusal(run, {"git": {"commit": COMMIT, "dirty": False, "source": "git"}}, {name: "mlp"})
-    assert message.startswith(f"{run / 'config.json'}: {name}='mlp' is not valid: one of ")
+    message = _refusal(run, {"git": {"commit": COMMIT, "dirty": False, "source": "git"}}, {name: "retired"})
+    assert message.startswith(f"{run / 'config.json'}: {name}='retired' is not valid: one of ")
     assert message.endswith(
         f"; not registered in this checkout, whose code checks the record and the data: if the run's commit {COMMIT} "
         "registers it, run reproduce from a checkout of that commit; else restore the file from a backup"

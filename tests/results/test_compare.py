@@ -420,7 +420,7 @@ def test_the_data_version_is_a_row_only_when_a_run_recorded_one(tmp_path):
 
 def test_the_metrics_a_model_adds_are_compared_too(tmp_path):
     top2 = [dict(row, top2=0.97, val_top2=0.96) for row in rows(0.001, [0.9])]
-    a = load_records(write_run_records(tmp_path / "a", {"model": "mlp"}, metrics=top2))
+    a = load_records(write_run_records(tmp_path / "a", {"model": "mine"}, metrics=top2))
     b = load_records(write_run_records(tmp_path / "b", metrics=rows(0.001, [0.8])))
     table = dict(compare.metric_rows([a, b]))
     assert table["final top2"] == ["0.9700", "-"] and table["final val_top2"] == ["0.9600", "-"]
