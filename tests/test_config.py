@@ -19,7 +19,8 @@ from train.config import (
     settings_from_dict,
     settings_table,
 )
-from train.errors import ConfigError, StorageError
+from train.errors import ConfigError, RegisterError, StorageError
+from train.sections import setting as _f
 
 STORE = pytest.mark.extra("store")  # STORE_CACHE is the store extra's setting
 
@@ -585,13 +586,34 @@ def test_monitor_follows_the_metrics_of_a_registered_model(monkeypatch):
 
 
 def test_a_settings_kind_is_one_of_the_declared_kinds():
-    from train.config import _f, of_kind
+    from train.config import of_kind
 
-    with pytest.raises(ValueError, match="kind='fre'"):
-        _f(1, "a typo in the kind", kind="fre")
     with pytest.raises(ValueError, match="unknown kind"):
         of_kind("fre")
     assert of_kind("label") == {"run_name"}
+
+
+@pytest.mark.parametrize(
+    "declared, problem",
+    [
+        (
+            _f(0.0, "label smoothing", minimum=0.0),  # a bound that would never be checked
+            "_f() has no minimum= (did you mean min=?); its rules are choices=, min=, max=, url=, recorded_before=",
+        ),
+        (
+            _f(0.0, "label smoothing", kind="results"),
+            "kind='results' is not a kind: one of result, free, surroundings, label, invocation",
+        ),
+        (0.0, "a plain field has no help and no kind: declare it with _f(default, doc, ...)"),
+    ],
+)
+def test_a_setting_whose_declaration_its_checks_cannot_use_is_refused_naming_it(declared, problem):
+    from train.config import _check_declarations
+
+    _check_declarations(dataclasses.make_dataclass("S", [("label_smoothing", float, _f(0.0, "doc", min=0.0))]))
+    with pytest.raises(RegisterError) as info:
+        _check_declarations(dataclasses.make_dataclass("S", [("label_smoothing", float, declared)]))
+    assert str(info.value) == f"setting 'label_smoothing': {problem} (docs/extending.md)"
 
 
 def test_settings_become_the_fit_flags_that_give_them_back():

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from . import datasets, extras, locations, models
-from .errors import ConfigError, EnvFileError, StorageError
+from .errors import ConfigError, EnvFileError, RegisterError, StorageError
 from .locations import redact_uri
-from .sections import KINDS
+from .sections import KINDS, RULES
 from .sections import setting as _f
 from .setup.envfile import read_env_file
 from .setup.modelspec import check_model_spec
@@ -226,8 +226,27 @@ def _join_sections() -> type:
     return dataclass(frozen=True)(joined)
 
 
+def _check_declarations(settings: type) -> None:
+    """RegisterError naming the first field declared so that its checks would not run: a plain field
+    (no help, no kind), a misspelt rule (`minimum=`: a bound never checked) or an unknown kind."""
+    for f in fields(settings):
+        meta = f.metadata
+        if "doc" not in meta or "kind" not in meta:
+            problem = "a plain field has no help and no kind: declare it with _f(default, doc, ...)"
+        elif unknown := [key for key in meta if key not in ("doc", "kind", *RULES)]:
+            near = difflib.get_close_matches(unknown[0], RULES, 1)
+            hint = f" (did you mean {near[0]}=?)" if near else ""
+            problem = f"_f() has no {unknown[0]}={hint}; its rules are " + ", ".join(f"{r}=" for r in RULES)
+        elif meta["kind"] not in KINDS:
+            problem = f"kind={meta['kind']!r} is not a kind: one of {', '.join(KINDS)}"
+        else:
+            continue
+        raise RegisterError("setting", f.name, f"{problem} (docs/extending.md)")
+
+
 _SETTINGS_DOC = "The resolved configuration of one run. Field names map to UPPER_CASE variables."
 Settings = _join_sections()
+_check_declarations(Settings)
 
 # The settings whose value is a URL, which may carry a credential (`url=True` on the field): every
 # message and every dump shows them through redact_uri.

@@ -175,7 +175,8 @@ class StackError(TemplateError):
 
 class RegisterError(ConfigError):
     """A register() line of the models or data sets that cannot be used (a name another function has,
-    an argument the loop cannot use): found when its module is imported, whatever MODEL or DATASET is."""
+    an argument the loop cannot use), or a setting's declaration whose checks would not run: found when
+    its module is imported, whatever MODEL or DATASET is."""
 
     def __init__(self, what: str, name: str, problem: str):
         self.name, self.value, self.allowed = what, name, problem

@@ -23,12 +23,15 @@ KINDS = {
 }
 
 
+# The optional rules setting() takes besides its kind (`minimum=` would be a bound never checked).
+RULES = ("choices", "min", "max", "url", "recorded_before")
+
+
 def setting(default: Any, doc: str, kind: str = "result", **kw: Any) -> Any:
     """A setting's field: its default, the one line `.env.example` and the README show, its kind.
 
     Optional rules, checked by train.config before anything runs: `choices=`, `min=`, `max=`;
     `url=True` (the value may carry a credential: every message and dump masks it);
     `recorded_before=` (the value that gives what a run saved before the setting existed did)."""
-    if kind not in KINDS:
-        raise ValueError(f"kind={kind!r}: one of {', '.join(KINDS)}")
+    # The kind and the rules' names are checked by train.config, which knows the field's name.
     return field(default=default, metadata={"doc": doc, "kind": kind, **kw})
