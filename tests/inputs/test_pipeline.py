@@ -107,6 +107,28 @@ def test_builtin_with_wrong_shape_is_refused(tmp_path):
         data.load_data(settings(dataset="mnist", data_dir=str(tmp_path)))
 
 
+@pytest.mark.parametrize(
+    "returned, got",
+    [
+        ({"x_train": np.zeros((4, 8, 8, 1), np.uint8), "y_train": np.arange(4)}, "no array(s) x_test, y_test"),
+        (None, "NoneType"),
+    ],
+)
+def test_a_loader_that_returns_no_keras_layout_is_named(tmp_path, monkeypatch, returned, got):
+    """A fork's register(Dataset(...)) loader that forgets the test split, or its return: one line, not a KeyError."""
+    from train import datasets
+
+    monkeypatch.setitem(
+        datasets.DATASETS, "toy", datasets.Dataset("toy", (8, 8, 1), ("a", "b"), lambda cache: returned)
+    )
+    with pytest.raises(DataError) as e:
+        data.load_data(settings(dataset="toy", data_dir=str(tmp_path)))
+    assert str(e.value) == (
+        f"the loader of toy returned {got}; a loader returns the Keras layout, a dict of x_train, y_train, x_test, "
+        "y_test (fix its register(Dataset(...)) loader)"
+    )
+
+
 def test_an_npz_may_name_its_classes(make_npz):
     names = np.array([f"digit {i}" for i in range(10)])
     s = settings(dataset=f"npz:{make_npz(class_names=names)}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -276,6 +277,14 @@ def _builtin(name: str, data_dir: Path) -> tuple[dict[str, np.ndarray], str, str
             f"put {name}.npz (Keras format: x_train, y_train, x_test, y_test) at {path}, or allow network access"
             + (f"; {host}" if host else "")
         ) from None
+    # A fork's own loader: what it returns is read here first, where a missing array is a KeyError.
+    missing = [k for k in NPZ_KEYS if k not in arrays] if isinstance(arrays, Mapping) else list(NPZ_KEYS)
+    if missing:
+        got = f"no array(s) {', '.join(missing)}" if isinstance(arrays, Mapping) else type(arrays).__name__
+        raise DataError(
+            f"the loader of {name} returned {got}; a loader returns the Keras layout, a dict of "
+            "x_train, y_train, x_test, y_test (fix its register(Dataset(...)) loader)"
+        )
     h = hashlib.sha256()
     for k in NPZ_KEYS:
         h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
