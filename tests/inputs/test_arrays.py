@@ -701,7 +701,7 @@ def test_a_uint64_label_that_fits_is_read_and_a_given_num_classes_bounds_the_lab
     assert "(labels found: 0..1, 9223372036854775807)" in str(e.value)
     with pytest.raises(DataError) as e:
         check_arrays("w", _arrays(y_test=np.array([0, 2])), 2)
-    assert str(e.value) == "w: y_test has labels 0..2; expected 0..1"
+    assert str(e.value) == "w: y_test has labels 0..2; expected 0..1, one per class name (2 names)"
     with pytest.raises(DataError) as e:
         check_arrays("w", _arrays(), 3)  # 10 classes expected of a built-in set, here 3: class 2 never seen
     assert str(e.value) == (

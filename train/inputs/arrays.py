@@ -266,9 +266,11 @@ def _check_labels(where: str, y_train: np.ndarray, y_test: np.ndarray, num_class
     """
     found = np.unique(y_train)
     classes = num_classes or int(max(found[-1], y_test.max())) + 1
+    # Given, K is the number of class names (a data set's entry, an .npz's class_names): said, as either may be wrong.
+    named = f", one per class name ({classes} names)" if num_classes else ""
     for split, y in (("train", y_train), ("test", y_test)):
         if y.min() < 0 or y.max() >= classes:
-            raise DataError(f"{where}: y_{split} has labels {y.min()}..{y.max()}; expected 0..{classes - 1}")
+            raise DataError(f"{where}: y_{split} has labels {y.min()}..{y.max()}; expected 0..{classes - 1}{named}")
     if classes < 2:
         raise DataError(f"{where}: a single class (every label is 0); a classifier needs at least two")
     if len(found) < classes:
