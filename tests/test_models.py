@@ -501,7 +501,10 @@ def test_a_partial_registered_twice_is_one_line_and_again_from_a_reload_is_not(m
         ({"loss": lambda y_true, y_pred: y_pred}, "loss= is a function loss(reduction)"),
         ({"optimizer": "sgd"}, "optimizer= is a function optimizer(learning_rate, settings)"),
         # Keras' classes bind (learning_rate, settings) too: the settings would be SGD's momentum, Adam's beta_1.
-        ({"optimizer": keras.optimizers.SGD}, "lambda learning_rate, settings: keras.optimizers.SGD(learning_rate)"),
+        (
+            {"optimizer": keras.optimizers.SGD},
+            "imports keras, as adam does, and returns keras.optimizers.SGD(learning_rate)",
+        ),
         ({"optimizer": keras.optimizers.Adam}, "optimizer= is a function optimizer(learning_rate, settings)"),
         ({"metrics": {"acc": keras.metrics.SparseCategoricalAccuracy}}, "not a keras.metrics class or object"),
         ({"metrics": {"acc": keras.metrics.SparseCategoricalAccuracy()}}, "not a keras.metrics class or object"),
@@ -522,6 +525,16 @@ def test_a_register_line_the_loop_cannot_use_is_refused_when_it_runs(monkeypatch
     assert str(info.value).startswith("model 'mine': ") and words in str(info.value), str(info.value)
     assert "mine" not in models.MODELS
     models.register("mine", mine, "my own", loss=models.sparse_crossentropy, metrics={"acc": models.correct})
+
+
+@pytest.mark.parametrize("kw", [{"optimizer": "sgd"}, {"loss": "mse"}])
+def test_the_function_a_refusal_suggests_runs_where_the_register_line_is(kw):
+    """train/models.py imports no Keras at its top (the settings are checked before TensorFlow loads): a
+    suggested lambda naming keras, pasted there, would be a NameError once the run builds its optimizer."""
+    from train import models
+
+    problem = models._entry_problem(kw)
+    assert not hasattr(models, "keras") and "lambda" not in problem and " that imports keras, as " in problem
 
 
 class _Adam(keras.optimizers.Adam):

@@ -120,16 +120,18 @@ def _entry_problem(kw: Mapping[str, Any]) -> str | None:
             f"running mean is not one value per example); not {_short(metrics)}"
         )
     if "loss" in kw and not _takes(kw["loss"], reduction=None):  # the loop passes reduction= always
-        return (
-            "loss= is a function loss(reduction) that returns a Keras loss, e.g. "
-            f"lambda reduction=None: keras.losses.MeanSquaredError(reduction=reduction); not {_short(kw['loss'])}"
+        return (  # the example imports keras as this file's functions do: a lambda naming it is a NameError here
+            "loss= is a function loss(reduction) that returns a Keras loss, e.g. a def mse(reduction=None) that "
+            "imports keras, as sparse_crossentropy does, and returns keras.losses.MeanSquaredError(reduction="
+            f"reduction); not {_short(kw['loss'])}"
         )
     optimizer = kw.get("optimizer", adam)
     # A Keras optimizer class binds (learning_rate, settings) too, the settings becoming its momentum or beta_1.
     if not _takes(optimizer, None, None) or _keras_own(optimizer):
         return (
-            "optimizer= is a function optimizer(learning_rate, settings) that returns a Keras optimizer, e.g. "
-            f"lambda learning_rate, settings: keras.optimizers.SGD(learning_rate); not {_short(optimizer)}"
+            "optimizer= is a function optimizer(learning_rate, settings) that returns a Keras optimizer, e.g. a def "
+            "sgd(learning_rate, settings) that imports keras, as adam does, and returns "
+            f"keras.optimizers.SGD(learning_rate); not {_short(optimizer)}"
         )
     return None
 
