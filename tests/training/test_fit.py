@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import NO_REAL_MNIST, PROJECT_ROOT, REAL_MNIST, stop_at_check, subprocess_env, tiny_settings
 
-pytestmark = pytest.mark.slow
+# Marked one by one: a test that trains or starts a process is slow, one of fit's parts alone is not.
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +22,7 @@ def finished(tmp_path_factory):
     return settings, train(settings)
 
 
+@pytest.mark.slow
 def test_a_run_leaves_every_artefact(finished):
     settings, result = finished
     d = result.run_dir
@@ -75,6 +76,7 @@ def test_a_run_leaves_every_artefact(finished):
     assert result.history[-1]["val_accuracy"] > 0.5  # the generated task is easy: it learned something
 
 
+@pytest.mark.slow
 def test_savedmodel_serves_raw_uint8_with_plain_tensorflow(finished):
     _, result = finished
     code = (
@@ -94,6 +96,7 @@ def test_savedmodel_serves_raw_uint8_with_plain_tensorflow(finished):
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_resume_continues_epochs_and_optimizer_steps(one_epoch_copy):
     from faults import optimizer_iterations
 
@@ -112,6 +115,7 @@ def test_resume_continues_epochs_and_optimizer_steps(one_epoch_copy):
     assert "restored from checkpoint" in (run / "train.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_resume_keeps_auto_s_precision_where_it_runs_natively_and_says_when_it_cannot(tmp_path, monkeypatch):
     """PRECISION=auto on a resume: the run's own precision, whatever auto would pick now (here a CPU
     whose probe now favours bfloat16); where these devices cannot run it natively, auto picks anew, a
@@ -159,6 +163,7 @@ def test_a_resume_keeps_auto_s_precision_where_it_runs_natively_and_says_when_it
     assert (first.run_dir / "train.log").read_text().count("WARNING: this run trained in") == 1
 
 
+@pytest.mark.slow
 def test_an_early_stopped_run_resumed_as_it_was_trains_nothing_and_says_so_in_its_segment(tmp_path):
     from train import train
 
@@ -175,6 +180,7 @@ def test_an_early_stopped_run_resumed_as_it_was_trains_nothing_and_says_so_in_it
     train(s, resume=first.run_dir.name)  # and the next resume, as the run was, is not refused
 
 
+@pytest.mark.slow
 def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_that_a_resume_exports(
     tmp_path, monkeypatch
 ):
@@ -197,6 +203,7 @@ def test_a_group_stop_during_the_final_parity_check_leaves_an_interrupted_run_th
     assert again.status == "completed" and (run / "export" / "savedmodel" / "saved_model.pb").is_file()
 
 
+@pytest.mark.slow
 def test_resume_with_other_settings_is_refused_unless_forced(one_epoch_copy):
     from train import train
     from train.errors import ResumeMismatchError
@@ -209,6 +216,7 @@ def test_resume_with_other_settings_is_refused_unless_forced(one_epoch_copy):
     assert forced.run_dir == run and forced.epochs_completed == 2
 
 
+@pytest.mark.slow
 def test_a_forced_new_batch_size_is_recorded_and_trained_alike(one_epoch_copy):
     """config.json, the manifest and metrics.csv all say the batch size the resumed epochs trained with."""
     from train import train
@@ -228,6 +236,7 @@ def test_a_forced_new_batch_size_is_recorded_and_trained_alike(one_epoch_copy):
     assert second == sha256_file(run / "config.json") != first
 
 
+@pytest.mark.slow
 def test_a_run_stopped_inside_an_epoch_is_not_ended_before_it_by_a_lower_epochs(tmp_path, monkeypatch):
     """Resumed with EPOCHS below the epoch it stopped in, it "completed" as nothing to train, its final
     weights those of a part of the next epoch, recorded as the last whole epoch's."""
@@ -254,6 +263,7 @@ def test_a_run_stopped_inside_an_epoch_is_not_ended_before_it_by_a_lower_epochs(
     assert train(s, resume=stopped.run_dir.name).status == "completed"
 
 
+@pytest.mark.slow
 def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
     """In-process version of the guarantee: stop at a step boundary, resume, same final weights."""
     from train import train
@@ -288,6 +298,7 @@ def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, monkeypatch):
     ]
 
 
+@pytest.mark.slow
 def test_export_and_predict_from_the_command_line(finished, tmp_path):
     from PIL import Image
 
@@ -328,6 +339,7 @@ def test_export_and_predict_from_the_command_line(finished, tmp_path):
     assert runs.returncode == 0 and result.run_dir.name in runs.stdout and "completed" in runs.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(REAL_MNIST is None, reason=NO_REAL_MNIST)
 def test_real_mnist_one_epoch_default_settings(tmp_path):
     """The default workload through the default path (PRECISION=auto, DATA_DIR holding mnist.npz)."""
@@ -350,6 +362,7 @@ def test_real_mnist_one_epoch_default_settings(tmp_path):
     assert manifest["batch"]["batch_size"] == (256 if float32 else 512)
 
 
+@pytest.mark.slow
 def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finished_one(tmp_path, monkeypatch):
     from train import train
     from train.training import stop_flag
@@ -368,6 +381,7 @@ def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finish
     assert other.run_dir not in (stopped.run_dir, fresh.run_dir)
 
 
+@pytest.mark.slow
 def test_a_run_that_sets_neither_batch_nor_rate_records_its_machine_s_pair_and_resume_auto_keeps_it(
     tmp_path, monkeypatch
 ):
@@ -421,6 +435,7 @@ def test_settings_made_in_code_or_given_either_value_train_with_the_batch_they_h
         assert not _leaves_batch(load_settings(one, env_file=None, environ={}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("removed", ["run directory", "RUNS_DIR"])
 def test_a_run_whose_directory_is_removed_while_it_trains_stops_with_one_line_exit_7(tmp_path, removed):
     import shutil
@@ -498,3 +513,200 @@ def test_a_setting_given_to_a_new_run_that_does_not_act_is_one_warning(tmp_path,
         _warn_unused(load_settings(values, env_file=None, environ={}))
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == len(said) and all(w.startswith(s) for w, s in zip(warnings, said))
+
+
+class _Worker:
+    """The workers extra's `start` as fit finds it: `join` answers what a worker's start gives."""
+
+    def __init__(self, answer):
+        self.answer, self.joined = answer, []
+
+    def join(self, settings, stop, epochs):
+        self.joined.append((settings, stop, epochs))
+        return self.answer
+
+
+def _with_workers(monkeypatch, answer):
+    from train import extras
+    from train.training import fit
+
+    worker, part = _Worker(answer), extras.part
+    monkeypatch.setattr(
+        fit.extras, "part", lambda extra, name: worker if (extra, name) == ("workers", "start") else part(extra, name)
+    )
+    return worker
+
+
+class _Refused(Exception):
+    pass
+
+
+def _spy_plan_run(monkeypatch):
+    """fit's plan_run replaced: what it was given, then a refusal (nothing of a run is made)."""
+    from train.training import fit
+
+    seen = {}
+
+    def plan_run(settings, resume, force, restart, choose):
+        seen.update(settings=settings, resume=resume, force=force, restart=restart, choose=choose)
+        raise _Refused
+
+    logging_calls = []
+    setup_logging = fit.setup_logging
+    monkeypatch.setattr(fit, "plan_run", plan_run)
+    monkeypatch.setattr(fit, "setup_logging", lambda *a, **kw: (logging_calls.append((a, kw)), setup_logging(*a, **kw)))
+    seen["logging"] = logging_calls
+    return seen
+
+
+def test_a_worker_that_trained_along_with_the_chief_returns_its_own_result_and_plans_nothing(tmp_path, monkeypatch):
+    from train.training import fit
+    from train.training.loop import Result
+
+    done = Result(None, "completed", 3)
+    worker = _with_workers(monkeypatch, done)
+    seen = _spy_plan_run(monkeypatch)
+    settings = tiny_settings(tmp_path, epochs=3)
+    assert fit.fit(settings) is done
+    ((given, stop, epochs),) = worker.joined
+    assert given is settings and epochs == 3 and stop.__class__.__name__ == "StopFlag"
+    assert "settings" not in seen and not seen["logging"]  # no plan, no held lines
+
+
+def test_the_chief_plans_with_its_own_invocation_s_settings_and_holds_its_lines_prefixed(tmp_path, monkeypatch):
+    from dataclasses import fields
+
+    from builders import write_tiny_npz
+    from helpers import tiny_values
+
+    from train.config import Settings, as_given, given, load_settings
+    from train.training import fit
+
+    _with_workers(monkeypatch, object())  # the chief's joined device set-up
+    seen = _spy_plan_run(monkeypatch)
+    values = {
+        k: v
+        for k, v in tiny_values(tmp_path, write_tiny_npz(tmp_path)).items()
+        if k not in ("batch_size", "learning_rate")
+    }
+    settings = load_settings({**values, "resume": "RUN-1"}, env_file=None, environ={})
+    with pytest.raises(_Refused):
+        fit.fit(settings, force=True, restart=True)
+    assert seen["settings"] == as_given(settings) and given(seen["settings"]) == {f.name for f in fields(Settings)}
+    # Every worker keeps the defaults (each loads its own settings): no choice of the batch.
+    assert (seen["resume"], seen["force"], seen["restart"], seen["choose"]) == ("RUN-1", True, True, None)
+    assert seen["logging"] == [((None,), {"prefix": "[worker 0] ", "hold": True})]
+
+
+def test_one_process_plans_with_the_arguments_given_and_lets_the_machine_choose_an_unset_batch(tmp_path, monkeypatch):
+    import dataclasses
+
+    from builders import write_tiny_npz
+    from helpers import tiny_values
+
+    from train.config import load_settings
+    from train.setup import devices
+    from train.training import fit, flops
+
+    seen = _spy_plan_run(monkeypatch)
+    probes = []
+    monkeypatch.setattr(flops, "bf16_probe", lambda runs_dir: probes.append(runs_dir) or f"probe of {runs_dir}")
+    monkeypatch.setattr(devices, "batch_choice", lambda s, probe: (64, 0.002, f"chosen with the {probe}"))
+    values = {
+        k: v
+        for k, v in tiny_values(tmp_path, write_tiny_npz(tmp_path)).items()
+        if k not in ("batch_size", "learning_rate")
+    }
+    settings = load_settings(values, env_file=None, environ={})
+    with pytest.raises(_Refused):
+        fit.fit(settings, resume="RUN-2", force=False, restart=True)
+    assert probes == [settings.runs_dir]
+    assert (seen["settings"], seen["resume"], seen["force"], seen["restart"]) == (settings, "RUN-2", False, True)
+    assert seen["logging"] == [((None,), {"prefix": "", "hold": True})]
+    chosen, record = seen["choose"](settings)
+    assert (chosen.batch_size, chosen.learning_rate) == (64, 0.002)
+    assert record == {
+        "batch_size": 64,
+        "learning_rate": 0.002,
+        "reason": f"chosen with the probe of {settings.runs_dir}",
+    }
+    # Given either value, or made in code: the settings' own pair, no choice.
+    for other in (
+        load_settings({**values, "batch_size": 32}, env_file=None, environ={}),
+        dataclasses.replace(settings, seed=1),
+    ):
+        with pytest.raises(_Refused):
+            fit.fit(other)
+        assert seen["choose"] is None and (seen["resume"], seen["force"], seen["restart"]) == ("", False, False)
+
+
+def test_a_new_run_and_its_resume_record_their_segments_data_split_and_labels(tmp_path, monkeypatch):
+    """One epoch, then a resume to two, each with fit alone (no report, no export): what each start
+    writes into manifest.json, config.json and labels.txt, and says in its log."""
+    from builders import write_tiny_npz
+    from helpers import tiny_values
+
+    from train.config import load_settings
+    from train.digest import sha256_file
+    from train.setup import devices
+    from train.training import fit
+
+    monkeypatch.setattr(devices, "batch_choice", lambda s, probe: (32, 0.001, "the test's choice"))
+    values = tiny_values(tmp_path, write_tiny_npz(tmp_path))
+    values = {k: v for k, v in values.items() if k not in ("batch_size", "learning_rate")}
+    first = fit.fit(load_settings({**values, "epochs": 1}, env_file=None, environ={}))
+    run = first.run_dir
+    assert first.status == "completed" and first.epochs_completed == 1
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["run_id"] == run.name
+    assert m["batch"] == {"batch_size": 32, "learning_rate": 0.001, "reason": "the test's choice"}
+    (segment,) = m["segments"]
+    assert (segment["epochs_planned"], segment["epoch_from"], segment["smoke"], segment["restart"]) == (
+        1,
+        0,
+        False,
+        False,
+    )
+    assert (segment["resumed_from"], segment["forced_changes"], segment["trains"]) == (None, [], True)
+    assert segment["config_sha256"] == sha256_file(run / "config.json")
+    assert segment["precision"] == "float32" and segment["data_fingerprint"] == m["data"]["fingerprint"]
+    assert m["precision"]["policy"] == "float32" and m["precision"]["reason"] and m["precision"]["cpu"]
+    assert {k: v for k, v in m["data"].items() if k != "fingerprint"} == {
+        "dataset": values["dataset"],
+        "source": values["dataset"][4:],
+        "n_train": 384,
+        "n_val": 42,
+        "n_test": 128,
+        "val_from": "train",
+        "val_split": 0.1,
+        "input_shape": [28, 28, 1],
+        "class_names": ["0", "1", "2", "3"],
+    }
+    assert (run / "labels.txt").read_text().split() == m["data"]["class_names"]
+    split = {"workers": 1, "worker_index": 0, "replicas": 1, "global_batch": 32, "per_replica_batch": 32}
+    assert m["distribution"] == [{**split, "from_global_step": 0}]
+    said = (run / "train.log").read_text().splitlines()
+    assert [line for line in said if line.endswith(f" run {run.name}: {run}")]
+    assert [
+        line for line in said if line.endswith(" batch: 32, learning rate 0.001 (neither was set: the test's choice)")
+    ]
+    assert said[-1].endswith(f" run {run.name} ended: completed")
+    logged = len(said)
+
+    again = fit.fit(load_settings({**values, "epochs": 2}, env_file=None, environ={}), resume=run.name)
+    assert again.run_dir == run and again.status == "completed" and again.epochs_completed == 2
+    m = json.loads((run / "manifest.json").read_text())
+    first_segment, segment = m["segments"]
+    assert first_segment["status"] == "completed" and first_segment["epoch_to"] == 1
+    latest = (run / "checkpoints" / "LATEST").read_text().strip()
+    assert segment["resumed_from"].startswith("ckpt-") and segment["resumed_from"].endswith(" (epoch 2, step 0)")
+    assert (segment["epochs_planned"], segment["epoch_from"], segment["epoch_to"], segment["trains"]) == (2, 1, 2, True)
+    assert segment["forced_changes"] == [] and segment["restart"] is False and segment["smoke"] is False
+    assert segment["config_sha256"] == sha256_file(run / "config.json")
+    assert json.loads((run / "config.json").read_text())["epochs"] == 2
+    assert m["distribution"] == [{**split, "from_global_step": 0}, {**split, "from_global_step": 12}]
+    assert m["epochs_completed"] == 2 and latest != segment["resumed_from"].split()[0]
+    said = (run / "train.log").read_text().splitlines()[logged:]
+    assert [line for line in said if line.endswith(f" run {run.name}: resuming {run}")]
+    assert said[-1].endswith(f" run {run.name} ended: completed")
+    assert not [line for line in said if " batch: " in line or " resuming with " in line]
