@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from helpers import NO_REAL_MNIST, PROJECT_ROOT, REAL_MNIST, stop_at_check, subprocess_env, tiny_settings
 
+from train.errors import Interrupted, WorkerLostError
+
 # Marked one by one: a test that trains or starts a process is slow, one of fit's parts alone is not.
 
 
@@ -710,3 +712,216 @@ def test_a_new_run_and_its_resume_record_their_segments_data_split_and_labels(tm
     assert [line for line in said if line.endswith(f" run {run.name}: resuming {run}")]
     assert said[-1].endswith(f" run {run.name} ended: completed")
     assert not [line for line in said if " batch: " in line or " resuming with " in line]
+
+
+class _Told:
+    """A callback that keeps what fit told it at the end of a run."""
+
+    def __init__(self):
+        self.ended, self.closed = [], []
+
+    def on_end(self, status, stop):
+        self.ended.append((status, stop))
+
+    def on_close(self, stop, error):
+        self.closed.append((stop, error))
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "error"),
+    [
+        (ValueError("boom"), "failed", "ValueError: boom"),
+        (KeyboardInterrupt(), "interrupted", "KeyboardInterrupt: "),
+        (WorkerLostError("worker 1 is gone"), "interrupted", "WorkerLostError: worker 1 is gone"),
+        (Interrupted("stopped in the export"), "interrupted", "Interrupted: stopped in the export"),
+    ],
+)
+def test_a_run_that_fails_or_is_stopped_records_how_it_ended_and_tells_its_callbacks(
+    tmp_path, monkeypatch, raised, status, error
+):
+    from train.training import fit
+
+    monkeypatch.setattr(fit, "_run", lambda *args: (_ for _ in ()).throw(raised))
+    told = _Told()
+    with pytest.raises(type(raised)) as caught:
+        fit.fit(tiny_settings(tmp_path), callbacks=[told])
+    assert caught.value is raised
+    (run,) = (tmp_path / "runs").glob("2*")
+    m = json.loads((run / "manifest.json").read_text())
+    (segment,) = m["segments"]
+    assert (m["status"], m["error"], segment["status"], segment["error"]) == (status, error, status, error)
+    assert 0 <= segment["seconds"] < 600  # this segment's own time
+    (ended,) = told.ended
+    ((stop, closed),) = told.closed
+    assert ended == (status, stop) and closed == error
+    lines = (run / "train.log").read_text().splitlines()
+    # A failure's error is in train.log (the console prints it once, as the command's last line).
+    assert [line for line in lines if line.endswith(f" {error}")] == ([lines[-2]] if status == "failed" else [])
+    last = f" run {run.name} ended: {status}"
+    if status == "interrupted":
+        last += f"; to continue it: python -m train fit --resume {run.name}"
+    assert lines[-1].endswith(last)
+
+
+def _removed(run):
+    run.rename(run.with_name("trash"))
+
+
+@pytest.mark.parametrize("then", ["returns", "raises", "raises it gone"])
+def test_a_run_whose_directory_is_removed_says_so_whatever_failed_first(tmp_path, monkeypatch, capsys, then):
+    from train.errors import StorageError
+    from train.training import fit
+    from train.training.loop import Result
+
+    failed = OSError(2, "No such file or directory")
+
+    def run_and_remove(plan, *args):
+        _removed(plan.run_dir)
+        if then == "returns":
+            return Result(plan.run_dir, "completed", 2)
+        raise fit._gone(plan.run_dir) if then == "raises it gone" else failed
+
+    monkeypatch.setattr(fit, "_run", run_and_remove)
+    told = _Told()
+    with pytest.raises(StorageError) as caught:
+        fit.fit(tiny_settings(tmp_path), callbacks=[told])
+    (run,) = (tmp_path / "runs").glob("trash")
+    run = run.with_name(json.loads((run / "manifest.json").read_text())["run_id"])
+    assert str(caught.value) == (
+        f"cannot write {run}: the run directory was removed (or replaced) while the run was going, so nothing "
+        "more of it can be saved and it cannot be resumed; start a new run, and keep RUNS_DIR out of clean-up "
+        "jobs while runs train"
+    )
+    assert caught.value.run_dir_gone is True
+    assert caught.value.__cause__ is (failed if then == "raises" else None)
+    assert not told.ended  # nothing recorded: no report, no extras' ends
+    ((_, error),) = told.closed
+    assert error == f"StorageError: {caught.value}"
+    out = capsys.readouterr().out.splitlines()
+    said = f" run {run.name} ended: failed (its directory is gone, so nothing of it was recorded)"
+    assert [line for line in out if line.endswith(said)]
+    # The manifest in the removed folder is as the run started: nothing wrote to it after.
+    assert json.loads((run.with_name("trash") / "manifest.json").read_text())["status"] == "running"
+
+
+@pytest.fixture
+def said():
+    """The messages fit logs from now on (whatever handlers a run in this process left on "train")."""
+    import logging
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.INFO)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    logger, lines = logging.getLogger("train"), Lines()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(lines)
+    yield lines.lines
+    logger.removeHandler(lines)
+    logger.setLevel(level)
+
+
+class _Group:
+    def __init__(self):
+        self.names = []
+
+    def share_name(self, name):
+        self.names.append(name)
+
+
+@pytest.mark.parametrize("chief", [False, True])
+def test_a_run_s_log_opens_naming_the_run_where_it_is_and_the_temp_files_a_kill_left(tmp_path, monkeypatch, chief):
+    import types
+
+    from train.run.train_log import close_logging
+    from train.training import fit
+
+    run_dir = tmp_path / "runs" / "20260101-000000-000001"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "ckpt-000000004.npz.tmp-123").write_bytes(b"half a state")
+    (run_dir / "metrics.csv.tmp-9").write_text("half a row")
+    setup = types.SimpleNamespace(group=_Group()) if chief else None
+    remote = types.SimpleNamespace(url="s3://bucket/runs") if chief else None
+    monkeypatch.setattr(fit, "for_run", lambda path: remote if path == run_dir else pytest.fail(str(path)))
+    try:
+        fit._open_log(types.SimpleNamespace(run_dir=run_dir, resumed=chief), setup)
+    finally:
+        close_logging()
+    assert not list(run_dir.rglob("*.tmp-*"))
+    lines = [line.split(" ", 2)[2] for line in (run_dir / "train.log").read_text().splitlines()]
+    prefix = "[worker 0] " if chief else ""
+    where = f"resuming s3://bucket/runs/{run_dir.name} (staged in {run_dir})" if chief else str(run_dir)
+    assert lines[0] == f"{prefix}run {run_dir.name}: {where}"
+    assert sorted(lines[1:]) == [
+        f"{prefix}removed a temp file left by an interrupted write: {name}"
+        for name in ("ckpt-000000004.npz.tmp-123", "metrics.csv.tmp-9")
+    ]
+    if chief:
+        assert setup.group.names == [run_dir.name]  # every worker logs the chief's run id
+
+
+@pytest.mark.parametrize(
+    ("status", "continued"),
+    [
+        ("completed", ""),
+        ("failed", ""),
+        ("interrupted", "; to continue it: resume R-1"),
+        (
+            "budget",
+            "; to continue it: resume R-1 (for another 2.5 minutes: MAX_MINUTES counts from each start; set another, "
+            "or 0 for no limit)",
+        ),
+    ],
+)
+def test_a_stopped_run_s_last_words_give_the_command_that_continues_it(tmp_path, status, continued):
+    import types
+
+    from train.training import fit
+
+    plan = types.SimpleNamespace(settings=types.SimpleNamespace(max_minutes=2.5), run_dir=tmp_path / "R-1")
+    assert fit._continued(plan, status, lambda name: f"resume {name}") == continued
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "line"),
+    [
+        ("failed", "ValueError: bad", "run R-1: resume not started; its config.json and manifest.json are unchanged"),
+        ("failed", None, "run R-1: resume not started (failed); its config.json and manifest.json are unchanged"),
+        (
+            "interrupted",
+            "KeyboardInterrupt: ",
+            "run R-1: resume not started (interrupted); its config.json and manifest.json are unchanged; go on",
+        ),
+    ],
+)
+def test_a_resume_that_failed_before_it_changed_the_record_says_it_left_it_unchanged(
+    tmp_path, said, status, error, line
+):
+    from train.training import fit
+
+    fit._not_started(tmp_path / "R-1", status, error, "; go on" if status == "interrupted" else "")
+    assert said == [line]
+
+
+def test_a_resume_refused_before_its_record_changed_ends_with_the_line_that_says_so(tmp_path, monkeypatch, said):
+    from train.training import fit
+
+    first = tiny_settings(tmp_path)
+    monkeypatch.setattr(fit, "_run", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        fit.fit(first)
+    (run,) = (tmp_path / "runs").glob("2*")
+    before = (run / "manifest.json").read_bytes(), (run / "config.json").read_bytes()
+    said.clear()
+    with pytest.raises(KeyboardInterrupt):
+        fit.fit(first, resume=run.name)
+    assert said[-1] == (
+        f"run {run.name}: resume not started (interrupted); its config.json and manifest.json are unchanged; "
+        f"to continue it: python -m train fit --resume {run.name}"
+    )
+    assert ((run / "manifest.json").read_bytes(), (run / "config.json").read_bytes()) == before
