@@ -925,3 +925,149 @@ def test_a_resume_refused_before_its_record_changed_ends_with_the_line_that_says
         f"to continue it: python -m train fit --resume {run.name}"
     )
     assert ((run / "manifest.json").read_bytes(), (run / "config.json").read_bytes()) == before
+
+
+def test_devices_that_cannot_be_read_leave_the_batch_pair_at_its_defaults_and_say_why(tmp_path, monkeypatch):
+    from train.setup import devices
+    from train.training import fit
+
+    def unreadable(settings, probe):
+        raise RuntimeError(f"no driver for {probe}\nand a page of details " + "x" * 300)
+
+    monkeypatch.setattr(devices, "batch_choice", unreadable)
+    settings = tiny_settings(tmp_path, batch_size=48, learning_rate=0.004)
+    chosen, record = fit._choose_batch(settings, "the probe")
+    assert chosen == settings
+    why = "the defaults, as the devices could not be read (RuntimeError: no driver for the probe)"
+    assert record == {"batch_size": 48, "learning_rate": 0.004, "reason": why}
+
+
+@pytest.mark.parametrize(
+    ("resumed", "restart", "recorded", "kept"),
+    [
+        (True, False, {"policy": "mixed_bfloat16", "reason": "faster here"}, ("mixed_bfloat16", "faster here")),
+        (True, False, {"policy": "float32", "reason": ""}, ("float32", "no reason recorded")),
+        (True, False, {"policy": "float32", "reason": 3}, ("float32", "no reason recorded")),
+        (True, False, {"policy": "float32"}, ("float32", "no reason recorded")),
+        (True, False, {"policy": 16, "reason": "r"}, None),
+        (True, False, "float32", None),
+        (True, True, {"policy": "float32", "reason": "r"}, None),  # a restart chooses anew
+        (False, False, {"policy": "float32", "reason": "r"}, None),
+    ],
+)
+def test_a_resume_keeps_the_precision_its_manifest_records_with_its_reason(resumed, restart, recorded, kept, said):
+    import types
+
+    from train.training import fit
+
+    plan = types.SimpleNamespace(manifest={"precision": recorded}, resumed=resumed, restart=restart)
+    assert fit._recorded_precision(plan) == kept
+    setup = types.SimpleNamespace(precision="float32", precision_reason="the CPU has no bfloat16")
+    fit._warn_precision_change(plan, setup)
+    changed = kept is not None and kept[0] != "float32"
+    assert said == (
+        [
+            "WARNING: this run trained in mixed_bfloat16 until now, and trains on in float32 (the CPU has no "
+            "bfloat16): its metrics may step here; each segment's precision is in manifest.json"
+        ]
+        if changed
+        else []
+    )
+
+
+def test_training_starts_from_the_newest_state_in_the_batch_size_config_json_gives(tmp_path, said):
+    import types
+
+    from train.training import fit
+    from train.training.loop import LoopState
+
+    settings = tiny_settings(tmp_path, batch_size=32)
+    new = types.SimpleNamespace(settings=settings, saved_config=None)
+    assert fit._starting_state(new, None) == LoopState(batch_size=32)
+    meta = {"epoch": 1, "step": 3, "global_step": 15, "best": 0.5, "batch_halvings": 1, "variables": ["w"]}
+    saved = types.SimpleNamespace(meta={**meta, "batch_size": 16})
+    # An unchanged BATCH_SIZE keeps the checkpoint's, which AUTO_BATCH may have halved.
+    kept = types.SimpleNamespace(settings=settings, saved_config={"batch_size": 32})
+    assert fit._starting_state(kept, saved) == LoopState(1, 3, 15, 0.5, 16, 1)
+    # A header without batch_size was trained with the recorded BATCH_SIZE; a config.json without one, with this run's.
+    assert fit._starting_state(kept, types.SimpleNamespace(meta=meta)).batch_size == 32
+    assert fit._starting_state(types.SimpleNamespace(settings=settings, saved_config={}), saved).batch_size == 16
+    assert said == []
+    forced = types.SimpleNamespace(settings=settings, saved_config={"batch_size": 16})
+    state = fit._starting_state(forced, types.SimpleNamespace(meta={**meta, "step": 4}))
+    assert state == LoopState(1, 2, 15, 0.5, 32, 0)
+    assert said == ["BATCH_SIZE 16 -> 32 (--force): step 4 of epoch 2 in batches of 16 is step 2 in batches of 32"]
+
+
+@pytest.mark.parametrize(("resumed", "before"), [(True, 2), (True, 1), (False, 2)])
+def test_a_resume_on_another_worker_count_says_so_and_the_state_takes_the_new_count(resumed, before, said):
+    from train.training import fit
+    from train.training.loop import LoopState
+
+    state = LoopState(batch_size=64, workers=before)
+    fit._adopt_worker_count(state, resumed, 1)
+    assert state.workers == 1
+    told = resumed and before != 1
+    assert said == (
+        ["resuming with 1 worker(s); the saved state was trained by 2 (same global batch 64)"] if told else []
+    )
+
+
+@pytest.mark.parametrize("found", ["a list", "no list", "no manifest"])
+def test_each_start_appends_how_it_splits_the_batch_to_the_manifest_s_distribution(tmp_path, said, found):
+    import types
+
+    from train.run.files import read_json, write_json
+    from train.training import fit
+    from train.training.loop import LoopState
+
+    path = tmp_path / "manifest.json"
+    earlier = {"workers": 1, "from_global_step": 0}
+    if found != "no manifest":
+        write_json(path, {"run_id": "R", "distribution": [earlier] if found == "a list" else {"workers": 1}})
+    setup = types.SimpleNamespace(workers=2, worker_index=0, replicas=4)
+    fit._record_distribution(path, setup, LoopState(global_step=30, batch_size=64))
+    now = {
+        "workers": 2,
+        "worker_index": 0,
+        "replicas": 4,
+        "global_batch": 64,
+        "per_replica_batch": 16,
+        "from_global_step": 30,
+    }
+    assert read_json(path)["distribution"] == ([earlier, now] if found == "a list" else [now])
+    assert said == [
+        "distribution: 2 worker(s), this is worker 0, 4 replica(s) in sync, global batch 64, 16 per replica"
+    ]
+
+
+def test_a_manifest_that_cannot_be_closed_is_one_error_line_not_an_exception(tmp_path, said):
+    from train.training import fit
+
+    run = tmp_path / "R"
+    (run / "manifest.json").mkdir(parents=True)  # a folder where the file was
+    fit._close(run, run / "manifest.json", tiny_settings(tmp_path), "completed", None, 3.0)
+    (line,) = said
+    assert line.startswith("could not update the manifest: ")
+
+
+def test_a_closed_segment_records_the_newest_state_s_epoch_and_best(tmp_path):
+    from train.run.files import read_json, write_json
+    from train.training import fit
+
+    run = tmp_path / "R"
+    (run / "checkpoints").mkdir(parents=True)
+    meta = json.dumps({"epoch": 3, "step": 0, "best": 0.25}).encode()
+    np.savez(run / "checkpoints" / "ckpt-000000036.npz", __meta__=np.frombuffer(meta, np.uint8))
+    write_json(run / "manifest.json", {"run_id": "R", "status": "running", "segments": [{"status": "running"}]})
+    settings = tiny_settings(tmp_path, monitor="val_loss")
+    fit._close(run, run / "manifest.json", settings, "interrupted", "KeyboardInterrupt: ", 4.5)
+    m = read_json(run / "manifest.json")
+    assert (m["status"], m["error"], m["epochs_completed"], m["duration_seconds"]) == (
+        "interrupted",
+        "KeyboardInterrupt: ",
+        3,
+        4.5,
+    )
+    assert m["best"] == {"monitor": "val_loss", "value": 0.25}
+    assert m["segments"][0]["epoch_to"] == 3
