@@ -1,5 +1,6 @@
 """End to end on generated data: every artefact of a run, resume, refusal, export, predict, runs."""
 
+import contextlib
 import csv
 import json
 import re
@@ -1071,3 +1072,94 @@ def test_a_closed_segment_records_the_newest_state_s_epoch_and_best(tmp_path):
     )
     assert m["best"] == {"monitor": "val_loss", "value": 0.25}
     assert m["segments"][0]["epoch_to"] == 3
+
+
+class _Plan:
+    """What plan_run gives fit: here a run found in another RUNS_DIR, which it then releases."""
+
+    def __init__(self, settings):
+        self.settings, self.batch, self.released = settings, None, 0
+
+    def release(self):
+        self.released += 1
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_fit_hands_the_plan_its_callbacks_and_the_probe_of_the_run_s_own_runs_dir_to_the_training(
+    tmp_path, monkeypatch, elsewhere
+):
+    from train.training import fit, flops
+
+    settings = tiny_settings(tmp_path)
+    found = settings.replace(runs_dir=str(tmp_path / "other")) if elsewhere else settings
+    plan, probes, handed = _Plan(found), [], []
+    monkeypatch.setattr(fit, "plan_run", lambda *args: plan)
+    monkeypatch.setattr(flops, "bf16_probe", lambda runs_dir: probes.append(runs_dir) or f"probe of {runs_dir}")
+    monkeypatch.setattr(fit, "_train", lambda *args: handed.append(args) or "the result")
+    mine, own = object(), object()
+    parts = []
+    assert fit.fit(settings, force=True, callbacks=[mine], parts=lambda s: parts.append(s) or [own]) == "the result"
+    assert probes == ([settings.runs_dir, found.runs_dir] if elsewhere else [settings.runs_dir])
+    ((given, force, stop, setup, calls, continue_with, probe),) = handed
+    assert (given, force, setup, probe) == (plan, True, None, f"probe of {found.runs_dir}")
+    assert stop.__class__.__name__ == "StopFlag" and continue_with("R") == "python -m train fit --resume R"
+    assert parts == [found] and calls.items[0] is own and calls.items[-1] is mine
+    assert plan.released == 1
+    handed.clear()
+    fit.fit(settings)  # no parts: the callbacks given alone (no extras are on)
+    assert handed[0][1] is False and handed[0][4].items == []
+
+
+def test_a_runs_dir_in_a_store_brings_the_run_to_resume_before_it_is_planned(tmp_path, monkeypatch):
+    import types
+
+    from train.training import fit
+
+    seen = _spy_plan_run(monkeypatch)
+    brought, opened = [], []
+    store = types.SimpleNamespace(bring=brought.append)
+    monkeypatch.setattr(fit, "open_runs_dir", lambda s: opened.append(s) or store)
+    settings = tiny_settings(tmp_path)
+    with pytest.raises(_Refused):
+        fit.fit(settings, resume="RUN-3")
+    assert opened == [settings] and brought == ["RUN-3"] and seen["resume"] == "RUN-3"
+    with pytest.raises(_Refused):
+        fit.fit(settings)  # a new run: nothing to bring
+    assert brought == ["RUN-3"]
+
+
+class _ChiefGroup(_Group):
+    def __init__(self):
+        super().__init__()
+        self.entered = []
+
+    @contextlib.contextmanager
+    def errors(self):
+        self.entered.append("in")
+        yield
+        self.entered.append("out")
+
+
+def test_the_chief_of_several_workers_names_its_run_to_them_and_trains_inside_the_group_s_errors(tmp_path, monkeypatch):
+    import types
+
+    from train.training import fit
+    from train.training.loop import Result
+
+    setup = types.SimpleNamespace(group=_ChiefGroup())
+    _with_workers(monkeypatch, setup)
+    trained = []
+
+    def run(plan, force, manifest_path, stop, given, calls, probe):
+        trained.append((force, given, probe, list(setup.group.entered)))
+        return Result(plan.run_dir, "completed", 1)
+
+    monkeypatch.setattr(fit, "_run", run)
+    monkeypatch.setattr(fit.flops, "bf16_probe", lambda runs_dir: "the probe")
+    result = fit.fit(tiny_settings(tmp_path, smoke=True, epochs=5), force=True)
+    assert trained == [(True, setup, "the probe", ["in"])] and setup.group.entered == ["in", "out"]
+    assert setup.group.names == [result.run_dir.name]
+    lines = (result.run_dir / "train.log").read_text().splitlines()
+    assert lines and all(line.split(" ", 2)[2].startswith("[worker 0] ") for line in lines)
+    (segment,) = json.loads((result.run_dir / "manifest.json").read_text())["segments"]
+    assert (segment["smoke"], segment["epochs_planned"]) == (True, 1)  # a smoke run trains one epoch
