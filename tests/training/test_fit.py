@@ -1163,3 +1163,61 @@ def test_the_chief_of_several_workers_names_its_run_to_them_and_trains_inside_th
     assert lines and all(line.split(" ", 2)[2].startswith("[worker 0] ") for line in lines)
     (segment,) = json.loads((result.run_dir / "manifest.json").read_text())["segments"]
     assert (segment["smoke"], segment["epochs_planned"]) == (True, 1)  # a smoke run trains one epoch
+
+
+class _Devices:
+    precision, precision_reason = "float32", "the test's"
+
+    def describe(self):
+        return "devices: the test's"
+
+
+def test_the_devices_get_the_probe_and_a_resume_s_precision_and_only_a_new_run_warns_of_unused_settings(
+    tmp_path, monkeypatch, said
+):
+    from train.run.files import read_json, write_json
+    from train.setup import devices
+    from train.training import fit
+
+    set_up = []
+    monkeypatch.setattr(fit.flops, "bf16_probe", lambda runs_dir: "the probe")
+    monkeypatch.setattr(devices, "setup_devices", lambda s, **kw: set_up.append((s, kw)) or _Devices())
+    monkeypatch.setattr(fit.checkpoints, "load_latest", lambda path: (_ for _ in ()).throw(_Refused()))
+    settings = tiny_settings(tmp_path, image_size=32)
+    with pytest.raises(_Refused):
+        fit.fit(settings)
+    (run,) = (tmp_path / "runs").glob("2*")
+    ((given, kw),) = set_up
+    assert given.to_dict() == settings.to_dict() and kw == {"bf16_speedup": "the probe", "kept": None}
+    assert "devices: the test's" in said
+    warned = [line for line in said if line.startswith("WARNING: IMAGE_SIZE=32 is not used")]
+    assert len(warned) == 1
+
+    # A resume: the precision its manifest records is the one to keep; its settings were checked when it started.
+    (run / "checkpoints").mkdir(exist_ok=True)
+    (run / "checkpoints" / "ckpt-000000012.npz").write_bytes(b"a state")  # load_latest never reads it here
+    write_json(
+        run / "manifest.json", {**read_json(run / "manifest.json"), "precision": {"policy": "float32", "reason": "r"}}
+    )
+    said.clear()
+    with pytest.raises(_Refused):
+        fit.fit(settings, resume=run.name)
+    assert set_up[1][1] == {"bf16_speedup": "the probe", "kept": ("float32", "r")}
+    assert not [line for line in said if line.startswith("WARNING: IMAGE_SIZE")]
+
+
+def test_a_stop_while_the_model_factory_runs_ends_the_run_before_training_as_resumable(tmp_path, monkeypatch, said):
+    from train.errors import ModelInterrupted
+    from train.training import fit
+
+    def stopped_in_the_factory(settings, run_dir, spec, setup, state, epochs, started, stop, **kw):
+        stop.request("a test stop")
+        raise ModelInterrupted("my_models:build", "SIGTERM")
+
+    monkeypatch.setattr(fit, "start_loop", stopped_in_the_factory)
+    result = fit.fit(tiny_settings(tmp_path))
+    assert (result.status, result.epochs_completed) == ("interrupted", 0)
+    m = json.loads((result.run_dir / "manifest.json").read_text())
+    ended = "stopped before training started (a test stop)"
+    assert m["status"] == "interrupted" and m["ended_because"] == f"{ended}: resumable"
+    assert f"{ended}: nothing new to save" in said
