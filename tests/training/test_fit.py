@@ -612,6 +612,9 @@ def test_one_process_plans_with_the_arguments_given_and_lets_the_machine_choose_
     from train.training import fit, flops
 
     seen = _spy_plan_run(monkeypatch)
+    # A template without the workers extra (a fork may delete it): one process, nothing joined.
+    part = fit.extras.part
+    monkeypatch.setattr(fit.extras, "part", lambda extra, name: None if extra == "workers" else part(extra, name))
     probes = []
     monkeypatch.setattr(flops, "bf16_probe", lambda runs_dir: probes.append(runs_dir) or f"probe of {runs_dir}")
     monkeypatch.setattr(devices, "batch_choice", lambda s, probe: (64, 0.002, f"chosen with the {probe}"))
@@ -1221,3 +1224,72 @@ def test_a_stop_while_the_model_factory_runs_ends_the_run_before_training_as_res
     ended = "stopped before training started (a test stop)"
     assert m["status"] == "interrupted" and m["ended_because"] == f"{ended}: resumable"
     assert f"{ended}: nothing new to save" in said
+
+
+def _fake_loop(monkeypatch, trains):
+    """fit's start_loop replaced: the record written as a loop writes it (`trains` in turn), no model."""
+    import types
+
+    from train.training import fit
+    from train.training.loop import Result
+
+    def start_loop(settings, run_dir, spec, setup, state, epochs, started, stop, **kw):
+        kw["record"](trains.pop(0))
+        return types.SimpleNamespace(run=lambda: Result(run_dir, "completed", epochs))
+
+    monkeypatch.setattr(fit, "start_loop", start_loop)
+
+
+def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_killed_one_at_its_last_state(
+    tmp_path, monkeypatch
+):
+    import datetime
+    import os
+    import types
+
+    from train.digest import sha256_file
+    from train.run.files import read_json, write_json
+    from train.training import fit
+
+    _fake_loop(monkeypatch, [True, False, True])
+    settings = tiny_settings(tmp_path, val_from="test")
+    run = fit.fit(settings).run_dir
+    m = read_json(run / "manifest.json")
+    assert (m["data"]["val_from"], m["data"]["val_split"]) == ("test", None)  # validated on the test split
+    config = sha256_file(run / "config.json")
+    # Killed after its state of global step 15 (epoch 2, step 3) was written.
+    state = run / "checkpoints" / "ckpt-000000015.npz"
+    state.parent.mkdir(exist_ok=True)
+    state.write_bytes(b"a state")
+    os.utime(state, (1_700_000_100, 1_700_000_100))
+    m["status"] = "running"
+    m["segments"][-1].update(status="running", ended_at=None, seconds=None)
+    write_json(run / "manifest.json", m)
+    meta = {"epoch": 1, "step": 3, "global_step": 15, "batch_size": 32}
+    loaded = types.SimpleNamespace(meta=meta, path=state)
+    monkeypatch.setattr(fit.checkpoints, "load_latest", lambda path: loaded)
+    # Forced to another SEED, with nothing left to train: config.json stays what trained the weights.
+    fit.fit(tiny_settings(tmp_path, val_from="test", seed=7), resume=run.name, force=True)
+    killed, resumed = read_json(run / "manifest.json")["segments"]
+    ended = datetime.datetime.fromtimestamp(1_700_000_100, datetime.timezone.utc).isoformat(timespec="seconds")
+    assert (killed["status"], killed["ended_at"]) == ("killed", ended)
+    assert resumed["resumed_from"] == "ckpt-000000015.npz (epoch 2, step 3)"
+    assert (resumed["epoch_from"], resumed["epochs_planned"], resumed["restart"], resumed["trains"]) == (
+        1,
+        2,
+        False,
+        False,
+    )
+    assert resumed["forced_changes"] and all("SEED" in change for change in resumed["forced_changes"])
+    assert sha256_file(run / "config.json") == resumed["config_sha256"] == config
+    # A restart (its states are gone) trains from the first epoch again: no state loaded, none to resume from.
+    state.unlink()
+    monkeypatch.setattr(fit.checkpoints, "load_latest", lambda path: pytest.fail("a restart loads no state"))
+    fit.fit(settings, resume=run.name, restart=True)
+    restarted = read_json(run / "manifest.json")["segments"][-1]
+    assert (restarted["resumed_from"], restarted["epoch_from"], restarted["restart"], restarted["trains"]) == (
+        None,
+        0,
+        True,
+        True,
+    )
