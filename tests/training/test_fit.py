@@ -912,7 +912,10 @@ def test_a_resume_that_failed_before_it_changed_the_record_says_it_left_it_uncha
     assert said == [line]
 
 
-def test_a_resume_refused_before_its_record_changed_ends_with_the_line_that_says_so(tmp_path, monkeypatch, said):
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), ValueError("bad")])
+def test_a_resume_refused_before_its_record_changed_ends_with_the_line_that_says_so(
+    tmp_path, monkeypatch, said, raised
+):
     from train.training import fit
 
     first = tiny_settings(tmp_path)
@@ -921,12 +924,16 @@ def test_a_resume_refused_before_its_record_changed_ends_with_the_line_that_says
         fit.fit(first)
     (run,) = (tmp_path / "runs").glob("2*")
     before = (run / "manifest.json").read_bytes(), (run / "config.json").read_bytes()
+    monkeypatch.setattr(fit, "_run", lambda *args: (_ for _ in ()).throw(raised))
     said.clear()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(type(raised)):
         fit.fit(first, resume=run.name)
+    unchanged = "its config.json and manifest.json are unchanged"
+    # A failure's error has a line of its own (the console's last): this one does not repeat it.
     assert said[-1] == (
-        f"run {run.name}: resume not started (interrupted); its config.json and manifest.json are unchanged; "
-        f"to continue it: python -m train fit --resume {run.name}"
+        f"run {run.name}: resume not started (interrupted); {unchanged}; to continue it: python -m train fit --resume {run.name}"
+        if isinstance(raised, KeyboardInterrupt)
+        else f"run {run.name}: resume not started; {unchanged}"
     )
     assert ((run / "manifest.json").read_bytes(), (run / "config.json").read_bytes()) == before
 
@@ -1052,7 +1059,7 @@ def test_a_manifest_that_cannot_be_closed_is_one_error_line_not_an_exception(tmp
     (run / "manifest.json").mkdir(parents=True)  # a folder where the file was
     fit._close(run, run / "manifest.json", tiny_settings(tmp_path), "completed", None, 3.0)
     (line,) = said
-    assert line.startswith("could not update the manifest: ")
+    assert line.startswith("could not update the manifest: ") and "manifest.json" in line, line
 
 
 def test_a_closed_segment_records_the_newest_state_s_epoch_and_best(tmp_path):
@@ -1293,3 +1300,73 @@ def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_kil
         True,
         True,
     )
+
+
+class _ChiefSetup:
+    """The chief's device set-up once the cluster is joined: two workers, a replica each."""
+
+    precision, precision_reason, cpu = "float32", "the test's", {"model": "test"}
+    workers, worker_index, replicas = 2, 0, 1
+
+    def __init__(self):
+        self.group = _ChiefGroup()
+        self.group.sent = []
+        self.group.send_state = lambda spec, state, resumed: self.group.sent.append((spec.name, state.epoch, resumed))
+
+    def describe(self):
+        return "devices: two workers (test)"
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_the_chief_trains_on_through_a_stop_at_start_up_and_sends_the_workers_its_state(tmp_path, monkeypatch, stopped):
+    """Several workers stop together, in the loop: a stop during start-up does not end the chief's run
+    before it (the other workers would wait for it), and the loop's stop says it finishes a call of steps."""
+    import types
+
+    from train.training import fit
+    from train.training.loop import Result
+    from train.training.stop_flag import TRAINING
+
+    setup = _ChiefSetup()
+    worker = _with_workers(monkeypatch, setup)
+    if stopped:  # a stop requested while the devices are described, before the data is loaded
+        setup.describe = lambda: worker.joined[0][1].request("a test stop") or "devices: two workers (test)"
+    seen = []
+
+    def start_loop(settings, run_dir, spec, given, state, epochs, started, stop, **kw):
+        seen.append((given, state.workers, stop.then, stop.check(), kw["chief"], kw["loaded"]))
+        kw["record"](True)
+        return types.SimpleNamespace(run=lambda: Result(run_dir, "completed", epochs))
+
+    monkeypatch.setattr(fit, "start_loop", start_loop)
+    settings = tiny_settings(tmp_path)
+    result = fit.fit(settings)
+    assert result.status == "completed"
+    assert seen == [(setup, 2, TRAINING, stopped, True, None)]
+    assert setup.group.sent == [(settings.dataset, 0, False)]
+    (now,) = json.loads((result.run_dir / "manifest.json").read_text())["distribution"]
+    assert (now["workers"], now["global_batch"], now["per_replica_batch"]) == (2, 32, 32)
+
+
+def test_a_stop_while_the_chief_s_model_factory_runs_is_raised_for_the_workers_to_stop_together(tmp_path, monkeypatch):
+    from train.errors import ModelInterrupted
+    from train.training import fit
+
+    _with_workers(monkeypatch, _ChiefSetup())
+    factory = ModelInterrupted("my_models:build", "SIGTERM")
+    monkeypatch.setattr(fit, "start_loop", lambda *args, **kw: (_ for _ in ()).throw(factory))
+    with pytest.raises(ModelInterrupted) as caught:
+        fit.fit(tiny_settings(tmp_path))
+    assert caught.value is factory
+
+
+def test_a_run_from_a_checkout_with_uncommitted_changes_warns_once(said):
+    from train.training import fit
+
+    fit._warn_dirty({"git": {"dirty": False, "commit": "0123456789abcdef"}})
+    assert said == []
+    fit._warn_dirty({"git": {"dirty": True, "commit": "0123456789abcdef"}})
+    assert said == [
+        "WARNING: the checkout has uncommitted changes on top of commit 0123456789ab: this run's code is in no "
+        "commit (reproduce refuses it without --allow-dirty); commit, then train"
+    ]
