@@ -1370,3 +1370,40 @@ def test_a_run_from_a_checkout_with_uncommitted_changes_warns_once(said):
         "WARNING: the checkout has uncommitted changes on top of commit 0123456789ab: this run's code is in no "
         "commit (reproduce refuses it without --allow-dirty); commit, then train"
     ]
+
+
+@pytest.mark.parametrize("during", ["the callbacks' start", "the device set-up", "the data's load"])
+def test_a_stop_during_start_up_ends_the_run_at_the_next_check_before_anything_more_starts(
+    tmp_path, monkeypatch, said, during
+):
+    import os
+    import signal
+
+    from train.inputs import pipeline
+    from train.setup import devices
+    from train.training import fit
+
+    done, load_data = [], pipeline.load_data
+
+    def stop_in(step, then):
+        def call(*args, **kw):
+            done.append(step)
+            if step == during:
+                os.kill(os.getpid(), signal.SIGTERM)  # fit's handler makes it a stop request
+            return then(*args, **kw)
+
+        return call
+
+    class Started:
+        on_start = staticmethod(stop_in("the callbacks' start", lambda run_dir: None))
+
+    monkeypatch.setattr(devices, "setup_devices", stop_in("the device set-up", lambda s, **kw: _Devices()))
+    monkeypatch.setattr(pipeline, "load_data", stop_in("the data's load", load_data))
+    monkeypatch.setattr(fit, "start_loop", lambda *args, **kw: pytest.fail("no loop after a stop"))
+    result = fit.fit(tiny_settings(tmp_path), callbacks=[Started()])
+    steps = ["the callbacks' start", "the device set-up", "the data's load"]
+    assert done == steps[: steps.index(during) + 1]
+    assert (result.status, result.epochs_completed) == ("interrupted", 0)
+    m = json.loads((result.run_dir / "manifest.json").read_text())
+    assert m["ended_because"] == "stopped before training started (received SIGTERM): resumable"
+    assert "stopped before training started (received SIGTERM): nothing new to save" in said
