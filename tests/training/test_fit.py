@@ -1407,3 +1407,21 @@ def test_a_stop_during_start_up_ends_the_run_at_the_next_check_before_anything_m
     m = json.loads((result.run_dir / "manifest.json").read_text())
     assert m["ended_because"] == "stopped before training started (received SIGTERM): resumable"
     assert "stopped before training started (received SIGTERM): nothing new to save" in said
+
+
+def test_a_resume_on_changed_data_is_refused_naming_its_source_unless_forced(tmp_path, monkeypatch):
+    from builders import write_tiny_npz
+
+    from train.errors import ResumeMismatchError
+    from train.training import fit
+
+    _fake_loop(monkeypatch, [True, True])
+    settings = tiny_settings(tmp_path)
+    run = fit.fit(settings).run_dir
+    npz = write_tiny_npz(tmp_path, seed=1)  # new contents at the same path
+    assert settings.dataset == f"npz:{npz}"
+    with pytest.raises(ResumeMismatchError, match=rf"\({re.escape(str(npz))}\)\): the same path holds new contents"):
+        fit.fit(settings, resume=run.name)
+    fit.fit(settings, resume=run.name, force=True)
+    (change,) = json.loads((run / "manifest.json").read_text())["segments"][-1]["forced_changes"]
+    assert change.startswith("DATA: fingerprint ") and change.endswith(f"... ({npz})")
