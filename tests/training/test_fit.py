@@ -1425,3 +1425,33 @@ def test_a_resume_on_changed_data_is_refused_naming_its_source_unless_forced(tmp
     fit.fit(settings, resume=run.name, force=True)
     (change,) = json.loads((run / "manifest.json").read_text())["segments"][-1]["forced_changes"]
     assert change.startswith("DATA: fingerprint ") and change.endswith(f"... ({npz})")
+
+
+@pytest.mark.parametrize(
+    ("values", "warned"),
+    [
+        (
+            {"image_size": 32, "channels": 1, "cache": "file"},
+            [
+                "WARNING: IMAGE_SIZE=32 is not used: it applies to DATASET=images:<dir> only; mnist keeps its own "
+                "images' size",
+                "WARNING: CHANNELS=1 is not used: it applies to DATASET=images:<dir> only; mnist keeps its own "
+                "images' size",
+                "WARNING: CACHE=file is not used: it applies to DATASET=images:<dir> only; mnist holds its arrays in "
+                "memory",
+            ],
+        ),
+        (
+            {"smoke": True, "epochs": 5},
+            ["WARNING: EPOCHS=5 is not used: a smoke run trains one epoch (leave SMOKE off to train more)"],
+        ),
+        ({"smoke": True, "epochs": 1}, []),  # what a smoke run trains anyway
+        ({"smoke": False, "epochs": 5}, []),
+    ],
+)
+def test_each_unused_setting_s_warning_whole(said, values, warned):
+    from train.config import load_settings
+    from train.training import fit
+
+    fit._warn_unused(load_settings(values, env_file=None, environ={}))
+    assert said == warned
