@@ -1241,6 +1241,7 @@ def _fake_loop(monkeypatch, trains):
     from train.training.loop import Result
 
     def start_loop(settings, run_dir, spec, setup, state, epochs, started, stop, **kw):
+        assert state.workers == 1  # one process trains on, whoever trained before
         kw["record"](trains.pop(0))
         return types.SimpleNamespace(run=lambda: Result(run_dir, "completed", epochs))
 
@@ -1248,7 +1249,7 @@ def _fake_loop(monkeypatch, trains):
 
 
 def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_killed_one_at_its_last_state(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, said
 ):
     import datetime
     import os
@@ -1272,11 +1273,12 @@ def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_kil
     m["status"] = "running"
     m["segments"][-1].update(status="running", ended_at=None, seconds=None)
     write_json(run / "manifest.json", m)
-    meta = {"epoch": 1, "step": 3, "global_step": 15, "batch_size": 32}
+    meta = {"epoch": 1, "step": 3, "global_step": 15, "batch_size": 32, "workers": 2}  # trained by two workers
     loaded = types.SimpleNamespace(meta=meta, path=state)
     monkeypatch.setattr(fit.checkpoints, "load_latest", lambda path: loaded)
     # Forced to another SEED, with nothing left to train: config.json stays what trained the weights.
     fit.fit(tiny_settings(tmp_path, val_from="test", seed=7), resume=run.name, force=True)
+    assert "resuming with 1 worker(s); the saved state was trained by 2 (same global batch 32)" in said
     killed, resumed = read_json(run / "manifest.json")["segments"]
     ended = datetime.datetime.fromtimestamp(1_700_000_100, datetime.timezone.utc).isoformat(timespec="seconds")
     assert (killed["status"], killed["ended_at"]) == ("killed", ended)
