@@ -1240,12 +1240,17 @@ def _fake_loop(monkeypatch, trains):
     from train.training import fit
     from train.training.loop import Result
 
+    restored = []
+
     def start_loop(settings, run_dir, spec, setup, state, epochs, started, stop, **kw):
         assert state.workers == 1  # one process trains on, whoever trained before
+        assert started == stop.started and kw["chief"] is True  # MAX_MINUTES counts from the process's start
+        restored.append(kw["loaded"])
         kw["record"](trains.pop(0))
         return types.SimpleNamespace(run=lambda: Result(run_dir, "completed", epochs))
 
     monkeypatch.setattr(fit, "start_loop", start_loop)
+    return restored
 
 
 def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_killed_one_at_its_last_state(
@@ -1259,7 +1264,7 @@ def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_kil
     from train.run.files import read_json, write_json
     from train.training import fit
 
-    _fake_loop(monkeypatch, [True, False, True])
+    restored = _fake_loop(monkeypatch, [True, False, True])
     settings = tiny_settings(tmp_path, val_from="test")
     run = fit.fit(settings).run_dir
     m = read_json(run / "manifest.json")
@@ -1279,6 +1284,7 @@ def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_kil
     # Forced to another SEED, with nothing left to train: config.json stays what trained the weights.
     fit.fit(tiny_settings(tmp_path, val_from="test", seed=7), resume=run.name, force=True)
     assert "resuming with 1 worker(s); the saved state was trained by 2 (same global batch 32)" in said
+    assert restored == [None, loaded]  # the loop restores the newest state
     killed, resumed = read_json(run / "manifest.json")["segments"]
     ended = datetime.datetime.fromtimestamp(1_700_000_100, datetime.timezone.utc).isoformat(timespec="seconds")
     assert (killed["status"], killed["ended_at"]) == ("killed", ended)
