@@ -1247,7 +1247,10 @@ def _fake_loop(monkeypatch, trains):
         assert started == stop.started and kw["chief"] is True  # MAX_MINUTES counts from the process's start
         restored.append(kw["loaded"])
         kw["record"](trains.pop(0))
-        return types.SimpleNamespace(run=lambda: Result(run_dir, "completed", epochs))
+        loop = types.SimpleNamespace()
+        # The loop tells the callbacks of each epoch and the end: fit hands them over.
+        loop.run = lambda: Result(run_dir, "completed", epochs, history=list(loop.callbacks.items))
+        return loop
 
     monkeypatch.setattr(fit, "start_loop", start_loop)
     return restored
@@ -1430,7 +1433,15 @@ def test_a_resume_on_changed_data_is_refused_naming_its_source_unless_forced(tmp
     assert settings.dataset == f"npz:{npz}"
     with pytest.raises(ResumeMismatchError, match=rf"\({re.escape(str(npz))}\)\): the same path holds new contents"):
         fit.fit(settings, resume=run.name)
-    fit.fit(settings, resume=run.name, force=True)
+    began = []
+
+    class Begun:
+        def on_train_begin(self, run_dir):
+            began.append(run_dir)
+
+    told = Begun()
+    assert fit.fit(settings, resume=run.name, force=True, callbacks=[told]).history == [told]
+    assert began == [run]
     (change,) = json.loads((run / "manifest.json").read_text())["segments"][-1]["forced_changes"]
     assert change.startswith("DATA: fingerprint ") and change.endswith(f"... ({npz})")
 
