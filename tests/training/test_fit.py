@@ -1303,7 +1303,8 @@ def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_kil
     # A restart (its states are gone) trains from the first epoch again: no state loaded, none to resume from.
     state.unlink()
     monkeypatch.setattr(fit.checkpoints, "load_latest", lambda path: pytest.fail("a restart loads no state"))
-    fit.fit(settings, resume=run.name, restart=True)
+    # Here as a smoke run (forced): the segment says so, and that it trains one epoch.
+    fit.fit(tiny_settings(tmp_path, val_from="test", smoke=True), resume=run.name, restart=True, force=True)
     restarted = read_json(run / "manifest.json")["segments"][-1]
     assert (restarted["resumed_from"], restarted["epoch_from"], restarted["restart"], restarted["trains"]) == (
         None,
@@ -1311,6 +1312,7 @@ def test_a_resume_s_segment_says_where_it_resumed_what_was_forced_and_ends_a_kil
         True,
         True,
     )
+    assert (restarted["smoke"], restarted["epochs_planned"]) == (True, 1)
 
 
 class _ChiefSetup:
