@@ -1047,6 +1047,7 @@ def test_each_start_appends_how_it_splits_the_batch_to_the_manifest_s_distributi
         "from_global_step": 30,
     }
     assert read_json(path)["distribution"] == ([earlier, now] if found == "a list" else [now])
+    assert type(read_json(path)["distribution"][-1]["per_replica_batch"]) is int  # 16, not 16.0
     assert said == [
         "distribution: 2 worker(s), this is worker 0, 4 replica(s) in sync, global batch 64, 16 per replica"
     ]
