@@ -617,7 +617,10 @@ def test_one_process_plans_with_the_arguments_given_and_lets_the_machine_choose_
     monkeypatch.setattr(fit.extras, "part", lambda extra, name: None if extra == "workers" else part(extra, name))
     probes = []
     monkeypatch.setattr(flops, "bf16_probe", lambda runs_dir: probes.append(runs_dir) or f"probe of {runs_dir}")
-    monkeypatch.setattr(devices, "batch_choice", lambda s, probe: (64, 0.002, f"chosen with the {probe}"))
+    asked = []
+    monkeypatch.setattr(
+        devices, "batch_choice", lambda s, probe: asked.append(s) or (64, 0.002, f"chosen with the {probe}")
+    )
     values = {
         k: v
         for k, v in tiny_values(tmp_path, write_tiny_npz(tmp_path)).items()
@@ -630,6 +633,7 @@ def test_one_process_plans_with_the_arguments_given_and_lets_the_machine_choose_
     assert (seen["settings"], seen["resume"], seen["force"], seen["restart"]) == (settings, "RUN-2", False, True)
     assert seen["logging"] == [((None,), {"prefix": "", "hold": True})]
     chosen, record = seen["choose"](settings)
+    assert asked == [settings]
     assert (chosen.batch_size, chosen.learning_rate) == (64, 0.002)
     assert record == {
         "batch_size": 64,
@@ -943,13 +947,14 @@ def test_devices_that_cannot_be_read_leave_the_batch_pair_at_its_defaults_and_sa
     from train.training import fit
 
     def unreadable(settings, probe):
-        raise RuntimeError(f"no driver for {probe}\nand a page of details " + "x" * 300)
+        raise RuntimeError(f"no driver for {probe}: " + "x" * 300 + "\nand a page of details")
 
     monkeypatch.setattr(devices, "batch_choice", unreadable)
     settings = tiny_settings(tmp_path, batch_size=48, learning_rate=0.004)
     chosen, record = fit._choose_batch(settings, "the probe")
     assert chosen == settings
-    why = "the defaults, as the devices could not be read (RuntimeError: no driver for the probe)"
+    # The first line whole, however long: the manifest keeps why.
+    why = "the defaults, as the devices could not be read (RuntimeError: no driver for the probe: " + "x" * 300 + ")"
     assert record == {"batch_size": 48, "learning_rate": 0.004, "reason": why}
 
 
