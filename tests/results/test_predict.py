@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -708,12 +711,26 @@ def test_a_file_of_the_export_replaced_by_a_link_after_its_path_was_checked_is_n
     )
 
 
+@contextlib.contextmanager
+def _of_a_kind_without_a_name(monkeypatch):
+    """os.fstat answering BSD's whiteout for every file, inside the block only (pytest uses it too):
+    no kind Linux returns is left unnamed by the messages, so this one stands for a future kind."""
+    real_fstat = os.fstat
+    whiteout = stat.S_IFMT(0o160000)
+
+    def odd_kind(fd):
+        st = real_fstat(fd)
+        return os.stat_result((whiteout | stat.S_IMODE(st.st_mode), *tuple(st)[1:]))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fstat", odd_kind)
+        yield
+
+
 def test_a_file_of_the_export_that_fails_while_read_or_is_of_a_kind_without_a_name_is_one_line(tmp_path, monkeypatch):
     """After the open: a read error (a disk error, a network file system gone) and a file type this
     platform has but the messages do not name are both refused on one line."""
     import errno
-    import os
-    import stat
 
     from train import digest
     from train.errors import ExportError
@@ -731,15 +748,7 @@ def test_a_file_of_the_export_that_fails_while_read_or_is_of_a_kind_without_a_na
         verify_export_files(exp, "r")
     first = exp.savedmodel / "saved_model.pb"  # the first file source.json lists
     assert str(err.value) == f"the export of run r is damaged: {first} cannot be read (Input/output error): {again}"
-    real_fstat = os.fstat
-    whiteout = stat.S_IFMT(0o160000)  # BSD's whiteout: no kind Linux returns is left unnamed
-
-    def odd_kind(fd):
-        st = real_fstat(fd)
-        return os.stat_result((whiteout | stat.S_IMODE(st.st_mode), *tuple(st)[1:]))
-
-    with monkeypatch.context() as patched:  # os.fstat only for the call: pytest uses it too
-        patched.setattr(os, "fstat", odd_kind)
+    with _of_a_kind_without_a_name(monkeypatch):
         with pytest.raises(ExportError) as err:
             verify_export_files(exp, "r")
     assert str(err.value) == (
@@ -796,8 +805,6 @@ def test_the_stale_export_warning_without_records_or_epochs_and_a_recorded_sha25
 
 def test_an_image_that_cannot_be_opened_or_read_or_is_of_a_kind_without_a_name_is_one_line(tmp_path, monkeypatch):
     import errno
-    import os
-    import stat
 
     from train.errors import DataError
     from train.results.predict import read_image_file
@@ -817,15 +824,7 @@ def test_an_image_that_cannot_be_opened_or_read_or_is_of_a_kind_without_a_name_i
         with pytest.raises(DataError) as err:
             read_image_file(image)
     assert str(err.value) == f"{image} cannot be read (Input/output error); give regular image files"
-    real_fstat = os.fstat
-    whiteout = stat.S_IFMT(0o160000)  # BSD's whiteout: no kind Linux returns is left unnamed
-
-    def odd_kind(fd):
-        st = real_fstat(fd)
-        return os.stat_result((whiteout | stat.S_IMODE(st.st_mode), *tuple(st)[1:]))
-
-    with monkeypatch.context() as patched:  # os.fstat only for the call: pytest uses it too
-        patched.setattr(os, "fstat", odd_kind)
+    with _of_a_kind_without_a_name(monkeypatch):
         with pytest.raises(DataError) as err:
             read_image_file(image)
     assert str(err.value) == (
