@@ -75,6 +75,23 @@ def test_one_call_runs_n_steps_and_matches_a_hand_written_step():
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
+def test_calls_of_several_steps_give_the_weights_of_one_step_a_call():
+    """STEPS_PER_EXECUTION is free on resume because it changes no weight: one call of 2 steps is two
+    calls of 1, bit for bit."""
+    import tensorflow as tf
+
+    from train.training.steps import Steps
+
+    x, y = _data()
+    together, apart = _model(), _model()
+    Steps(together).train(_iterator(x, y, 5), tf.constant(2), tf.constant(0.0))
+    steps, batches = Steps(apart), _iterator(x, y, 5)
+    for _ in range(2):
+        steps.train(batches, tf.constant(1), tf.constant(0.0))
+    for a, b in zip(together.get_weights(), apart.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_stop_vote_comes_back_with_the_sums():
     import tensorflow as tf
 
