@@ -469,6 +469,9 @@ def validate(s: Settings, data: bool = True) -> Settings:
         raise _masked(exc) from None
 
 
+WARMUP_ENDS = "the warm-up must end before the training does"  # the rule a resume words for EPOCHS (train.run.resume)
+
+
 def _validate(s: Settings, data: bool = True) -> Settings:
     _check_ranges(s)
     _check_peak_flops(s.peak_flops)
@@ -507,7 +510,7 @@ def _validate(s: Settings, data: bool = True) -> Settings:
         raise ConfigError(
             "LR_WARMUP_EPOCHS",
             s.lr_warmup_epochs,
-            f"the warm-up must end before the training does (EPOCHS={s.epochs}): give less than {s.epochs}",
+            f"{WARMUP_ENDS} (EPOCHS={s.epochs}): give less than {s.epochs}",
         )
     profile_steps(s.profile_steps)
     for section in extras.sections():

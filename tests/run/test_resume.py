@@ -490,6 +490,21 @@ def test_a_resume_keeps_the_runs_epochs_unless_epochs_is_given(tmp_path):
     assert plan.settings.epochs == 3
 
 
+def test_epochs_given_below_the_runs_own_warm_up_is_refused_naming_epochs_and_the_warm_up(tmp_path):
+    """The warm-up is the run's (changing it needs --force): the refusal says which EPOCHS would do, not
+    a LR_WARMUP_EPOCHS the user never gave."""
+    s = _settings(tmp_path)
+    run = _fake_run(s, "20260102-000000-bbbb", "interrupted", epochs=10, lr_warmup_epochs=2.5)
+    with pytest.raises(ConfigError) as info:
+        plan_run(_settings(tmp_path, epochs=2), run.name)
+    assert str(info.value) == (
+        "EPOCHS=2 is not valid: run 20260102-000000-bbbb warms up over LR_WARMUP_EPOCHS=2.5 epochs and the warm-up "
+        "must end before the training does: give more than 2.5"
+    )
+    with pytest.raises(ConfigError, match=r"^LR_WARMUP_EPOCHS=2\.5 is not valid: the warm-up must end"):
+        _settings(tmp_path, epochs=2, lr_warmup_epochs=2.5)  # both given: refused before any run is read
+
+
 # A recorded value other than the default for every setting that may change on resume.
 _NAMES = {f.name for f in dataclasses.fields(Settings)}
 # Every free setting, the extras' too: only those of the extras this template has are tested.

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import BATCH_PAIR, RESUME_FREE, Settings, diff_settings, given, settings_from_dict
+from ..config import BATCH_PAIR, RESUME_FREE, WARMUP_ENDS, Settings, diff_settings, given, settings_from_dict
 from ..digest import sha256_file
 from ..errors import CheckpointError, ConfigError, ResumeMismatchError, RunRecordError, StorageError
 from .files import ensure_writable, json_text, storage_error, write_json
@@ -326,7 +326,19 @@ def _asked(run_dir: Path, saved: Settings, settings: Settings) -> Settings:
     values["run_name"] = saved.run_name
     if "runs_dir" not in given(settings) and not _holds(values["runs_dir"], run_dir):
         values["runs_dir"] = str(run_dir.parent)  # the run was moved: RUNS_DIR is where it is now
-    return settings_from_dict(values)
+    try:
+        return settings_from_dict(values)
+    except ConfigError as exc:
+        asked = given(settings)
+        if not (exc.allowed.startswith(WARMUP_ENDS) and "epochs" in asked and "lr_warmup_epochs" not in asked):
+            raise
+        # The warm-up is the run's own, which only --force changes: the EPOCHS given is what to change.
+        raise ConfigError(
+            "EPOCHS",
+            values["epochs"],
+            f"run {run_dir.name} warms up over LR_WARMUP_EPOCHS={exc.value:g} epochs and {WARMUP_ENDS}: "
+            f"give more than {exc.value:g}",
+        ) from None
 
 
 def _holds(runs_dir: str, run_dir: Path) -> bool:
