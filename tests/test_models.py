@@ -200,6 +200,29 @@ def test_a_user_module_edited_between_two_runs_of_one_process_is_imported_again(
     monkeypatch.delitem(sys.modules, name)
 
 
+def test_a_user_module_imported_by_the_notebook_and_edited_before_the_first_run_trains_as_saved(tmp_path, monkeypatch):
+    """A notebook cell imported the module to try it, the file was edited, then train(): the run took
+    the cell's import from sys.modules and trained the old code, as every later run did, though
+    MODEL's check had read the new file."""
+    import importlib
+    import sys
+
+    from train.models import get_factory, start_of_run
+
+    name = "notebook_imported_models_for_test"
+    path = tmp_path / f"{name}.py"
+    path.write_text("def make(input_shape, num_classes):\n    return 'tried in a cell'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc of the same second and size to load instead
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    assert importlib.import_module(name).make((8, 8, 1), 4) == "tried in a cell"
+    path.write_text("def make(input_shape, num_classes):\n    return 'as saved'\n")
+    for _ in range(2):  # this run and the next
+        start_of_run()
+        assert get_factory(f"{name}:make")((8, 8, 1), 4) == "as saved"
+    monkeypatch.delitem(sys.modules, name)
+
+
 def test_a_user_module_edited_during_a_run_gives_the_runs_later_copies_its_first_code(tmp_path, monkeypatch):
     """The model file saved mid-training (the next experiment's change): the test split's and the
     export's copies at the run's end were built from the edited file, a different network, and the run

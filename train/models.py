@@ -317,7 +317,9 @@ def _import_as_saved(module_name: str):
     if module is None:
         module = importlib.import_module(module_name)
         now = _source_digest(module)
-    elif _SOURCES.get(module_name, now := _source_digest(module)) != now:
+    elif (now := _source_digest(module)) is not None and _SOURCES.get(module_name) != now:
+        # Edited since a run imported it, or imported by the user (a notebook cell) before any run: what
+        # that import holds may be older than the file, whose code MODEL's check has just read.
         module = importlib.reload(module)
     if now is not None:
         _SOURCES[module_name] = now  # the file as imported
