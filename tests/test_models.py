@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 
 import keras
@@ -200,7 +201,9 @@ def test_a_user_module_edited_between_two_runs_of_one_process_is_imported_again(
     monkeypatch.delitem(sys.modules, name)
 
 
-def test_a_user_module_imported_by_the_notebook_and_edited_before_the_first_run_trains_as_saved(tmp_path, monkeypatch):
+def test_a_user_module_imported_by_the_notebook_and_edited_before_the_first_run_trains_as_saved(
+    tmp_path, monkeypatch, caplog
+):
     """A notebook cell imported the module to try it, the file was edited, then train(): the run took
     the cell's import from sys.modules and trained the old code, as every later run did, though
     MODEL's check had read the new file."""
@@ -217,10 +220,32 @@ def test_a_user_module_imported_by_the_notebook_and_edited_before_the_first_run_
     monkeypatch.delitem(sys.modules, name, raising=False)
     assert importlib.import_module(name).make((8, 8, 1), 4) == "tried in a cell"
     path.write_text("def make(input_shape, num_classes):\n    return 'as saved'\n")
-    for _ in range(2):  # this run and the next
-        start_of_run()
-        assert get_factory(f"{name}:make")((8, 8, 1), 4) == "as saved"
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.INFO, logger="train"):
+        for _ in range(2):  # this run and the next
+            start_of_run()
+            assert get_factory(f"{name}:make")((8, 8, 1), 4) == "as saved"
+    # Said once (what the cell changed in the module's globals is gone too), not at the next run.
+    assert [r.getMessage() for r in caplog.records if name in r.getMessage()] == [
+        f"MODEL: {name} was imported before this run; imported again from its file, which the run records"
+    ]
     monkeypatch.delitem(sys.modules, name)
+
+
+def test_an_installed_or_the_templates_own_module_imported_before_any_run_is_taken_as_it_is(caplog, monkeypatch):
+    """Only a user's file is imported again: an installed package's module, or this package's (its
+    registry would register every model a second time), is nobody's edit between runs."""
+    import fnmatch
+
+    from train import models
+
+    monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
+    with caplog.at_level(logging.INFO, logger="train"):
+        models.start_of_run()
+        assert models.get_factory("train.models:cnn") is models.cnn
+        assert models.get_factory("fnmatch:fnmatch") is fnmatch.fnmatch  # the standard library's
+        assert models.get_factory("numpy:full") is np.full
+    assert not [r for r in caplog.records if "imported again" in r.getMessage()]
 
 
 def test_a_user_module_edited_during_a_run_gives_the_runs_later_copies_its_first_code(tmp_path, monkeypatch):

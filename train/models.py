@@ -22,7 +22,9 @@ import contextlib
 import difflib
 import importlib
 import inspect
+import logging
 import sys
+import sysconfig
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,14 +319,29 @@ def _import_as_saved(module_name: str):
     if module is None:
         module = importlib.import_module(module_name)
         now = _source_digest(module)
-    elif (now := _source_digest(module)) is not None and _SOURCES.get(module_name) != now:
+    elif (now := _source_digest(module)) is not None and _SOURCES.get(module_name, _kept(module, now)) != now:
         # Edited since a run imported it, or imported by the user (a notebook cell) before any run: what
         # that import holds may be older than the file, whose code MODEL's check has just read.
+        if module_name not in _SOURCES:  # said: what the cell changed in the module's globals is gone too
+            logging.getLogger("train").info(
+                "MODEL: %s was imported before this run; imported again from its file, which the run records",
+                module_name,
+            )
         module = importlib.reload(module)
     if now is not None:
         _SOURCES[module_name] = now  # the file as imported
     _THIS_RUN.add(module_name)
     return module
+
+
+def _kept(module, now: str | None) -> str | None:
+    """What a module no run imported counts as: `now` (taken as it is) for an installed package's, the
+    standard library's or this package's own module, which nobody edits between runs and whose reload
+    would run their registrations again; None (imported again) for a user's file."""
+    path = Path(getattr(module, "__file__", None) or "").resolve()
+    installed = {"site-packages", "dist-packages"} & set(path.parts)
+    own = [Path(sysconfig.get_paths()["stdlib"]).resolve(), Path(__file__).resolve().parent]
+    return now if installed or any(path.is_relative_to(root) for root in own) else None
 
 
 def _source_digest(module) -> str | None:
