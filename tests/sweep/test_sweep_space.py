@@ -492,3 +492,13 @@ def test_the_study_s_defaults_and_each_key_given_are_read(tmp_path):
     given = '[study]\ntrials = 1\nstartup_trials = 0\nheartbeat = 1\npruner = "none"\nsampler = "grid"\n'
     spec = read_space(_write(tmp_path, given + "[space]\nbatch_size = [8, 16]\n"), _settings(tmp_path))
     assert (spec.trials, spec.startup_trials, spec.heartbeat, spec.pruner, spec.sampler) == (1, 0, 1, "none", "grid")
+
+
+def test_a_value_another_setting_refuses_is_refused_with_that_setting_s_whole_message(tmp_path):
+    # EPOCHS=2 is refused by LR_WARMUP_EPOCHS's rule: its own name and value must stay in the message.
+    with pytest.raises(ConfigError) as err:
+        read_space(_write(tmp_path, "[space]\nepochs = [2]\n"), _settings(tmp_path, epochs=5, lr_warmup_epochs=3))
+    assert str(err.value) == (
+        f"{tmp_path / 'space.toml'} [space] epochs=2 is not valid: LR_WARMUP_EPOCHS=3.0 is not valid: the warm-up "
+        "must end before the training does (EPOCHS=2): give less than 2"
+    )
