@@ -479,3 +479,82 @@ def test_a_study_made_with_another_search_is_refused_naming_the_first_difference
     )
     assert _difference("{", "{}") == "an unreadable record" and _difference('{"a": 1}', '{"a": 1}') == "?"
     assert _difference('{"b": [1]}', '{"a": 2, "b": [1]}') == "a: null then, 2 now"
+
+
+def test_the_study_is_made_and_loaded_with_the_sweep_s_sampler_pruner_and_direction(tmp_path):
+    import optuna
+
+    from train.sweep.storage import open_storage, open_study
+
+    url = default_url(tmp_path / "runs", "s")
+    spec = _spec(tmp_path, SPACE.replace("trials = 1", "trials = 1\nmetric = 'val_accuracy'\nstartup_trials = 2"))
+    storage = open_storage(url, 60)
+    sampler = optuna.samplers.RandomSampler(seed=1)
+    for study in (open_study(storage, spec, url, sampler), open_study(storage, spec, url, sampler)):
+        assert study.sampler is sampler and study.direction == optuna.study.StudyDirection.MAXIMIZE
+        assert isinstance(study.pruner, optuna.pruners.MedianPruner) and study.pruner._n_startup_trials == 2
+
+
+def test_a_study_another_worker_made_a_moment_ago_is_loaded_and_compared(tmp_path, monkeypatch):
+    import optuna
+
+    from train.sweep.storage import open_storage, open_study
+
+    url = "postgresql://u:pw@127.0.0.1:1/x"  # shown masked, never opened: the study is in `storage`
+    storage = open_storage(default_url(tmp_path / "runs", "s"), 60)
+    spec = _spec(tmp_path)
+    made = {}
+    create = optuna.create_study
+
+    def raced(space):
+        def create_study(**kw):  # the other worker's study is in the database before ours
+            monkeypatch.setattr(optuna, "create_study", create)
+            made["study"] = open_study(storage, _spec(tmp_path, SPACE.replace("[8, 16]", space)), url, None)
+            raise optuna.exceptions.DuplicatedStudyError("taken")
+
+        monkeypatch.setattr(optuna, "create_study", create_study)
+
+    raced("[8, 16]")
+    sampler = optuna.samplers.RandomSampler(seed=1)
+    study = open_study(storage, spec, url, sampler)
+    assert study._study_id == made["study"]._study_id and study.sampler is sampler
+    storage = open_storage(default_url(tmp_path / "other", "s"), 60)
+    raced("[8, 32]")
+    with pytest.raises(ConfigError) as err:
+        open_study(storage, spec, url, sampler)
+    assert str(err.value) == (
+        f"{spec.source} [study] name='s' is not valid: study s in postgresql://***@127.0.0.1:1/x was made with another "
+        'search (space: [{"choices": [8, 32], "name": "batch_size"}] then, [{"choices": [8, 16], "name": '
+        '"batch_size"}] now); give this one another name, or restore the file it was made with'
+    )
+
+
+def test_a_database_error_while_opening_the_study_is_one_storage_error_without_the_password(tmp_path, monkeypatch):
+    import optuna
+    import sqlalchemy.exc
+
+    from train.sweep.storage import open_study
+
+    class DriverError(Exception):
+        pass
+
+    DriverError.__module__ = "psycopg.errors"
+    url = "postgresql://u:pw-42@127.0.0.1:1/x"
+    spec = _spec(tmp_path)
+    for exc in (
+        sqlalchemy.exc.OperationalError("SELECT", {}, Exception("password pw-42 refused\nmore")),
+        DriverError("password pw-42 refused\nmore"),
+        optuna.exceptions.StorageInternalError("password pw-42 refused\nmore"),
+    ):
+
+        def load_study(exc=exc, **kw):
+            raise exc
+
+        monkeypatch.setattr(optuna, "load_study", load_study)
+        with pytest.raises(StorageError) as err:
+            open_study(object(), spec, url, None)
+        assert str(err.value).startswith("the study storage postgresql://***@127.0.0.1:1/x failed: ")
+        assert str(err.value).endswith("password *** refused; check the database"), str(err.value)
+    monkeypatch.setattr(optuna, "load_study", lambda **kw: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # not the database's: a bug, shown as it is
+        open_study(object(), spec, url, None)
