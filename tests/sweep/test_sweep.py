@@ -549,3 +549,21 @@ def test_a_pair_of_values_refused_only_together_fails_its_trial_and_the_study_go
     assert [m["sweep"]["params"]["epochs"] for m in _manifests(tmp_path / "runs")] == [2]
     (failed,) = [x for x in out.splitlines() if ": fail (ConfigError: " in x]
     assert "the warm-up must end before the training does (EPOCHS=1)" in failed, failed
+
+
+def test_a_grid_runs_each_point_once_and_says_so_whole_and_nothing_when_the_trials_fit(tmp_path, caplog):
+    from train.sweep.space import read_space
+    from train.sweep.study import planned_total
+
+    settings = load_settings({"runs_dir": str(tmp_path)}, env_file=None, environ={})
+    grid = read_space(_space(tmp_path, "batch_size = [16, 32]\n", "sampler = 'grid'"), settings)
+    one = read_space(_space(tmp_path, "batch_size = [16]\n"), settings)
+    with caplog.at_level("INFO", logger="train"):
+        assert planned_total(grid, 2) == 2  # as many trials as points: nothing to say
+        assert not caplog.messages
+        assert planned_total(grid, 5) == 2 and planned_total(one) == 1
+    assert caplog.messages == [
+        "study s: the grid has 2 points, so 2 trial(s), not 5",
+        "study s: every setting in [space] has one value, so every trial would train the same settings: 1 trial, "
+        "not 3; list a second value of a setting to search it",
+    ]
