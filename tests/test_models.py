@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -177,20 +179,27 @@ def test_a_user_module_that_fails_to_import_is_named(tmp_path, monkeypatch, sour
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
+def _editable_module(tmp_path, monkeypatch, name: str, returns: str) -> Path:
+    """A user's model file `name.py` whose `make` returns `returns`, importable and not imported yet, that
+    the test edits between imports: read from its source each time (no .pyc of the same second and size
+    to load instead)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"def make(input_shape, num_classes):\n    return {returns!r}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return path
+
+
 def test_a_user_module_edited_between_two_runs_of_one_process_is_imported_again(tmp_path, monkeypatch):
     """A notebook: train, edit the model file, train again. The second run took the module from
     sys.modules: it trained the old code, or (a function renamed) said `module m has no function 'make2'`
     though MODEL's check of the file had just found it."""
-    import sys
 
     from train.models import get_factory, start_of_run
 
     name = "edited_models_for_test"
-    path = tmp_path / f"{name}.py"
-    path.write_text("def make(input_shape, num_classes):\n    return 'first'\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc of the same second and size to load instead
-    monkeypatch.delitem(sys.modules, name, raising=False)
+    path = _editable_module(tmp_path, monkeypatch, name, "first")
     start_of_run()
     assert get_factory(f"{name}:make")((8, 8, 1), 4) == "first"
     start_of_run()
@@ -208,16 +217,11 @@ def test_a_user_module_imported_by_the_notebook_and_edited_before_the_first_run_
     the cell's import from sys.modules and trained the old code, as every later run did, though
     MODEL's check had read the new file."""
     import importlib
-    import sys
 
     from train.models import get_factory, start_of_run
 
     name = "notebook_imported_models_for_test"
-    path = tmp_path / f"{name}.py"
-    path.write_text("def make(input_shape, num_classes):\n    return 'tried in a cell'\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc of the same second and size to load instead
-    monkeypatch.delitem(sys.modules, name, raising=False)
+    path = _editable_module(tmp_path, monkeypatch, name, "tried in a cell")
     assert importlib.import_module(name).make((8, 8, 1), 4) == "tried in a cell"
     path.write_text("def make(input_shape, num_classes):\n    return 'as saved'\n")
     monkeypatch.setattr(logging.getLogger("train"), "propagate", True)
@@ -253,16 +257,11 @@ def test_a_user_module_edited_during_a_run_gives_the_runs_later_copies_its_first
     export's copies at the run's end were built from the edited file, a different network, and the run
     failed with `best.weights.h5 does not load ... damaged` (or exported a model it never trained).
     The next run takes the file as it is then."""
-    import sys
 
     from train.models import get_factory, start_of_run
 
     name = "edited_mid_run_models_for_test"
-    path = tmp_path / f"{name}.py"
-    path.write_text("def make(input_shape, num_classes):\n    return 'trained'\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    monkeypatch.delitem(sys.modules, name, raising=False)
+    path = _editable_module(tmp_path, monkeypatch, name, "trained")
     start_of_run()
     assert get_factory(f"{name}:make")((8, 8, 1), 4) == "trained"
     path.write_text("def make(input_shape, num_classes):\n    return 'edited meanwhile'\n")
@@ -635,7 +634,6 @@ def test_what_the_loop_can_call_is_registered_whatever_its_form(monkeypatch):
 def test_a_register_line_refused_is_one_line_at_the_command_line(tmp_path, line, error):
     """The registry is read when the settings are: the refusal is the command's one line, exit 2."""
     import subprocess
-    import sys
 
     from helpers import clone_of_the_package, subprocess_env
 
