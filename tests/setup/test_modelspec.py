@@ -107,6 +107,7 @@ def test_specs_that_may_work_pass(pkg, spec):
             "make() in {root}/ns_for_test/deep/nets.py (line 1) takes 1 positional argument",
         ),
         ("ns_for_test.deep.nothere:make", "cannot find module 'ns_for_test.deep.nothere'"),
+        ("flat_for_test:keras", "'keras' in {root}/flat_for_test.py (line 2) is an imported module, not a function"),
         ("__main__:tiny", "a function defined in a notebook or script has no module to import it from: register it"),
     ],
 )

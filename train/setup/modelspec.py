@@ -41,6 +41,13 @@ def check_model_spec(spec: str) -> None:
     binding = _binding(tree, func)
     if binding is None:
         raise ConfigError("MODEL", spec, f"{source} defines no function {func!r}")
+    if isinstance(binding, ast.Import):  # `import x as name` binds a module, never something to call
+        raise ConfigError(
+            "MODEL",
+            spec,
+            f"{func!r} in {source} (line {binding.lineno}) is an imported module, not a function: "
+            "give MODEL=package.module:function",
+        )
     if isinstance(binding, (ast.FunctionDef, ast.AsyncFunctionDef)) and not binding.decorator_list:
         problem = _signature_problem(binding.args)
         if problem:
