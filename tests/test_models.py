@@ -137,7 +137,7 @@ def test_a_user_factory_by_module_and_function(user_module):
     [
         ("no_such_module_xyz:make", "importing module no_such_module_xyz failed: ModuleNotFoundError: No module named"),
         ("{mod}:missing", "module {mod} has no function 'missing'"),
-        ("{mod}:NOT_CALLABLE", "module {mod} has no function 'NOT_CALLABLE'"),
+        ("{mod}:NOT_CALLABLE", "{mod}.NOT_CALLABLE is not a function (its type is int): give module:function"),
         ("{mod}:not_a_model", "not_a_model((8, 8, 1), 4) returned str, expected a keras.Model"),
         ("{mod}:three_classes", "outputs 3 values but the data has 4 classes"),
         ("{mod}:raises", "raises((8, 8, 1), 4) raised KeyError: 'width'"),

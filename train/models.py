@@ -281,9 +281,14 @@ def get_factory(name: str) -> Factory:
         raise
     except Exception as exc:  # their module's own code runs here: anything it raises is theirs to fix
         raise ModelError(name, f"importing module {module_name} failed: {_error_text(exc)}") from exc
-    factory = getattr(module, func_name, None)
-    if not callable(factory):
+    if not hasattr(module, func_name):
         raise ModelError(name, f"module {module_name} has no function {func_name!r}")
+    factory = getattr(module, func_name)
+    if not callable(factory):
+        raise ModelError(
+            name,
+            f"{module_name}.{func_name} is not a function (its type is {type(factory).__name__}): give module:function",
+        )
     try:
         inspect.signature(factory).bind((1, 1, 1), 2)
     except TypeError as exc:
