@@ -724,3 +724,14 @@ def test_a_settings_difference_shows_a_url_masked():
     b = load({"sweep_storage": "postgresql://u:other@h/db"})
     (line,) = diff_settings(a, b, ignore=frozenset())
     assert line == "SWEEP_STORAGE: 'postgresql://***@h/db' -> 'postgresql://***@h/db'"
+
+
+def test_a_store_url_in_a_fork_without_the_store_folder_is_refused_as_settings_load(monkeypatch):
+    from train import extras
+
+    # A fork that deleted train/store: `settings` must refuse what `fit` and `runs` would, not print it.
+    without = {name: section for name, section in extras.sections_by_name().items() if name != "store"}
+    monkeypatch.setattr(extras, "sections_by_name", lambda: without)
+    with pytest.raises(ConfigError) as e:
+        load({"runs_dir": "s3://bucket/runs"})
+    assert str(e.value) == f"RUNS_DIR='s3://bucket/runs' is not valid: {extras.NO_STORE}"

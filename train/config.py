@@ -478,6 +478,8 @@ def _validate(s: Settings, data: bool = True) -> Settings:
     _check_dirs(s, data)
     if locations.looks_like_url(s.runs_dir) and (problem := locations.url_problem(s.runs_dir)):
         raise ConfigError("RUNS_DIR", s.runs_dir, problem)  # validate() masks it, as every URL setting
+    if locations.looks_like_url(s.runs_dir) and "store" not in extras.sections_by_name():
+        raise ConfigError("RUNS_DIR", s.runs_dir, extras.NO_STORE)
     datasets.check_dataset(s.dataset, exists=data)
     if s.model not in models.MODELS and not _MODULE_FN.match(s.model):
         raise ConfigError("MODEL", s.model, "one of " + ", ".join(models.MODELS) + " or package.module:function")

@@ -52,6 +52,11 @@ EXTRAS: dict[str, Extra] = {
 PACKAGES: dict[str, tuple[str, ...]] = {name: extra.modules for name, extra in EXTRAS.items() if extra.modules}
 
 
+NO_STORE = (  # RUNS_DIR=s3://... in a fork that deleted train/store: refused by validation and on opening
+    "a store URL needs the store extra, whose folder (train/store) this template does not have: give a local folder"
+)
+
+
 def part(extra: str, name: str) -> ModuleType | None:
     """`<package>.<name>` of the extra named `extra` (train.run.remote: the store's `remote`), or None
     when this template has no such extra, folder or module: the core reaches an extra only this way."""

@@ -26,12 +26,7 @@ def open_runs_dir(settings) -> Any | None:
     if text not in _OPEN:
         store = extras.part("store", "remote")
         if store is None:
-            raise ConfigError(
-                "RUNS_DIR",
-                redact_uri(text),
-                "a store URL needs the store extra, whose folder (train/store) this template does not have: "
-                "give a local folder",
-            )
+            raise ConfigError("RUNS_DIR", redact_uri(text), extras.NO_STORE)
         _OPEN[text] = store.open_store(settings)
     return _OPEN[text]
 
