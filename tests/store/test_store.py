@@ -15,6 +15,7 @@ from train.errors import ConfigError, RunBusyError, StorageError
 from train.run import remote
 from train.store import remote as remote_store
 from train.store.client import Conflict, Store, parse_url
+from train.store import lease
 from train.store.lease import Lease
 from train.store.mirror import Mirror
 from train.store.remote import RemoteRuns, Uploads
@@ -198,12 +199,13 @@ def test_an_endpoint_that_is_no_http_address_is_one_config_error_before_the_clie
 # -- the lease -----------------------------------------------------------------------------------
 def test_a_second_writer_is_refused_with_one_line_naming_the_holder(s3_server, s3_bucket, monkeypatch):
     store = _store(s3_server, s3_bucket, monkeypatch)
+    monkeypatch.setattr(lease, "RENEWALS", 30)  # renewed every 0.5 s, not 5 s: the refusal comes sooner
     holder = Lease(store, "run-a/run.lock", "run-a", seconds=15).acquire()
     try:
         other = Lease(store, "run-a/run.lock", "run-a", seconds=15, then="export again")
         other.holder_text = "pid 2 on host elsewhere"
         with pytest.raises(RunBusyError) as err:
-            other.acquire()  # refused at the holder's next renewal, a third of 15 s later
+            other.acquire()  # refused at the holder's next renewal
         assert holder.holder_text in str(err.value) and "\n" not in str(err.value)
         assert str(err.value).endswith("then export again")  # what the refused command was doing
     finally:
@@ -251,6 +253,7 @@ def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_ser
 
 def test_two_newcomers_racing_for_a_free_run_get_one_lease(s3_server, s3_bucket, monkeypatch):
     store = _store(s3_server, s3_bucket, monkeypatch)
+    monkeypatch.setattr(lease, "RENEWALS", 30)  # the loser is refused at the winner's first renewal: 0.5 s, not 5
     results, barrier = [], threading.Barrier(2)
 
     def take(n):

@@ -22,6 +22,7 @@ from .client import Conflict, Store
 
 log = logging.getLogger("train")
 POLL_SECONDS = 0.5  # how often a newcomer looks at a held lease
+RENEWALS = 3  # how often a holder renews its lease within STORE_LEASE_SECONDS: a late renewal or two is no loss
 
 
 class Lease:
@@ -88,7 +89,7 @@ class Lease:
                 )
 
     def _renew(self) -> None:
-        while not self._stop.wait(self.seconds / 3) and self.renew_once():
+        while not self._stop.wait(self.seconds / RENEWALS) and self.renew_once():
             pass
 
     def renew_once(self) -> bool:
