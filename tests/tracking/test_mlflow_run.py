@@ -1046,6 +1046,7 @@ def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, mo
     assert [r.info.run_id for r in experiment_runs] == [run_id]  # no second MLflow run
 
 
+@pytest.mark.slow  # a real MLflow server and three trainings: with the other real-server tests
 def test_a_resume_that_starts_the_mlflow_run_sends_the_epochs_trained_before_it(mlflow_server, tmp_path):
     """The first segment tracked nowhere (no URI, or a server that never answered): the MLflow run the
     resume makes holds every epoch, each at the global step it ended on, as an uninterrupted run's."""
@@ -1066,6 +1067,7 @@ def test_a_resume_that_starts_the_mlflow_run_sends_the_epochs_trained_before_it(
     assert len(started) == 1 and started[0].endswith("; metrics of epoch 1 (trained before it) sent from metrics.csv")
 
 
+@pytest.mark.slow  # a real MLflow server and three trainings: with the other real-server tests
 def test_a_continued_mlflow_run_gets_the_epochs_of_a_segment_tracked_nowhere(mlflow_server, tmp_path):
     """Epoch 2 trained with MLFLOW_TRACKING_URI unset: the run continued at epoch 3 had a hole at its
     step; only the missing epoch is sent, nothing twice."""
