@@ -134,13 +134,13 @@ def test_a_settings_file_that_is_not_a_regular_file_is_refused_without_reading_i
 
 def test_a_settings_file_larger_than_1_mib_is_refused(tmp_path):
     path = tmp_path / "big.env"
-    path.write_text("# padding\n" * 110_000)  # 1.1 MB of comments: valid, but not a settings file
+    path.write_text("# " + "padding " * 137_500 + "\n")  # a 1.1 MB comment: valid, but not a settings file
     with pytest.raises(EnvFileError) as e:
         read_env_file(path, NAMES)
     assert str(e.value) == (
         f"{path}: is larger than 1 MiB, too large for a settings file of NAME=value lines: is it the right file?"
     )
-    path.write_text("SEED=1\n" + "# padding\n" * 100_000)  # just under: read
+    path.write_text("SEED=1\n# " + "padding " * 125_000 + "\n")  # just under: read
     assert read_env_file(path, NAMES) == {"SEED": "1"}
 
 
