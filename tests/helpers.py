@@ -16,6 +16,12 @@ from builders import write_tiny_npz
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+def first_fast(*values):
+    """Parameters of which only the first runs in the fast tier; the others are `slow` (CI runs them all):
+    for a costly test parametrized over equivalent paths (the caches, the points a write fails at)."""
+    return [values[0], *(pytest.param(v, marks=pytest.mark.slow) for v in values[1:])]
+
+
 def benchmark_script(name: str):
     """benchmarks/NAME.py loaded as a module; the test skips where benchmarks/ is absent (the image)."""
     import importlib.util

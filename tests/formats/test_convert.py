@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 from builders import write_run
-from helpers import PROJECT_ROOT, exec_in_process, runtime_check_python, subprocess_env, tiny_image_model
+from helpers import PROJECT_ROOT, exec_in_process, first_fast, runtime_check_python, subprocess_env, tiny_image_model
 
 from train.config import load_settings
 from train.errors import ConfigError, ExportError
@@ -292,7 +292,7 @@ def test_a_failed_format_never_takes_away_the_good_file_of_the_previous_export(r
     assert not (run_dir / "export.rejected" / "model.tflite").exists()
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "int8"])
+@pytest.mark.parametrize("mode", first_fast("int8", "dynamic"))
 def test_quantised_litert_records_its_file_size_and_accuracy_change(run_dir, mode):
     rng = np.random.default_rng(0)
     calibration = rng.integers(0, 256, (64, 6, 6, 1), dtype=np.uint8)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import first_fast
 
 from train.config import Settings, validate
 from train.errors import DataError, StorageError
@@ -86,7 +87,7 @@ def test_class_dir_without_images(make_image_dir, tmp_path):
         data.load_data(settings(root, tmp_path))
 
 
-@pytest.mark.parametrize("cache", ["memory", "file", "none"])
+@pytest.mark.parametrize("cache", first_fast("memory", "file", "none"))
 def test_non_image_png_is_named(make_image_dir, tmp_path, cache):
     root = make_image_dir()
     bad = root / "class_1" / "img_007.png"
@@ -607,7 +608,7 @@ def test_the_exif_orientation_is_applied_for_a_grayscale_model_too(tmp_path, ori
     np.testing.assert_array_equal(images.load_image_file(path, expected.shape), expected)
 
 
-@pytest.mark.parametrize("cache", ["memory", "file", "none"])
+@pytest.mark.parametrize("cache", first_fast("memory", "file", "none"))
 def test_a_phone_photo_held_sideways_trains_upright_as_predict_reads_it(tmp_path, cache):
     from PIL import Image
 
@@ -759,7 +760,7 @@ def test_each_bad_input_is_one_line_and_its_exit_code_at_the_command_line(tmp_pa
     assert "Traceback" not in p.stderr and "epoch 1/" not in p.stderr
 
 
-@pytest.mark.parametrize("cache", ["memory", "file", "none"])
+@pytest.mark.parametrize("cache", first_fast("none", "memory", "file"))
 def test_no_image_pipeline_starts_tf_datas_autotuning_thread(make_image_dir, tmp_path, monkeypatch, cache):
     # Dropping an iterator waits for that thread's next wake-up (docs/performance.md).
     released = []
@@ -1216,7 +1217,7 @@ def test_each_cache_keeps_the_decoded_images_where_it_says_and_nowhere_else(make
     )
 
 
-@pytest.mark.parametrize("cache", ["none", "memory", "file"])
+@pytest.mark.parametrize("cache", first_fast("none", "memory", "file"))
 def test_the_decode_takes_each_files_orientation_from_the_scan_and_never_reads_the_files_again_for_it(
     make_image_dir, tmp_path, monkeypatch, cache
 ):

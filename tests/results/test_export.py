@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 from builders import write_run
-from helpers import exec_in_process, tiny_image_model
+from helpers import exec_in_process, first_fast, tiny_image_model
 
 from train.errors import ExportError, Interrupted, NoWeightsError, RunRecordError, StorageError
 from train.models import build_model
@@ -595,7 +595,7 @@ def small_disk(tmp_path):
         subprocess.Popen(["umount", "-l", str(where)]).wait()
 
 
-@pytest.mark.parametrize("room", [0.25, 0.6, 0.8, 0.95])
+@pytest.mark.parametrize("room", first_fast(0.25, 0.6, 0.8, 0.95))
 def test_a_real_full_disk_during_the_export_keeps_the_previous_export(
     recorded_run, small_disk, reload_in_process, tmp_path, room
 ):
