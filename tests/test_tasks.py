@@ -353,6 +353,7 @@ def test_a_detached_local_training_writes_its_output_under_runs_dir_and_local_lo
     assert echoed(c)[-1] == f"nohup {tasks.PY} -m train fit >> runs/nohup.out 2>&1 &"
 
 
+@pytest.mark.extra("store")  # an s3:// RUNS_DIR
 def test_local_tensorboard_reads_runs_dir_as_python_m_train_does(monkeypatch):
     """It read ./runs whatever RUNS_DIR said."""
     (tasks.ROOT / ".env").write_text("RUNS_DIR=/data/my runs\n")
