@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import first_fast
 
 from train.config import Settings, validate
 from train.inputs import pipeline as data
@@ -87,7 +88,7 @@ def test_a_last_batch_smaller_than_the_replicas_leaves_empty_slices(make_npz):
     assert [n for _, _, n in elements] == [12, 1]
 
 
-@pytest.mark.parametrize("cache", ["memory", "file", "none"])
+@pytest.mark.parametrize("cache", first_fast("memory", "file", "none"))
 def test_every_cache_mode_slices_the_same_way(make_image_dir, tmp_path, cache):
     s = _settings(
         dataset=f"images:{make_image_dir()}", cache=cache, seed=3, image_size=16, runs_dir=str(tmp_path / "runs")
