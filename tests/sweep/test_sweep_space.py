@@ -466,17 +466,22 @@ def test_a_space_file_missing_or_not_utf8_is_named_with_the_fix(tmp_path):
 
 
 def test_study_flag_names_are_checked_as_the_file_s_and_replace_it(tmp_path):
-    from train.sweep.space import with_name
-
-    spec = read_space(_write(tmp_path, GOOD), _settings(tmp_path))
-    assert with_name(spec, "lr_2-b") == read_space(
-        _write(tmp_path, GOOD.replace('"s"', '"lr_2-b"')), _settings(tmp_path)
-    )
+    spec = read_space(_write(tmp_path, GOOD), _settings(tmp_path), "lr_2-b")
+    assert spec == read_space(_write(tmp_path, GOOD.replace('"s"', '"lr_2-b"')), _settings(tmp_path))
     rule = "letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)"
     for name, why in (("a\\b", "no path separators: "), ("a/b", "no path separators: "), ("a b", "")):
         with pytest.raises(ConfigError) as err:
-            with_name(spec, name)
+            read_space(_write(tmp_path, GOOD), _settings(tmp_path), name)
         assert str(err.value) == f"--study={name!r} is not valid: {why}{rule}"
+    # A file's stem that names no study (a dot, a space) is refused with the two ways out, and --study is one.
+    dotted = _write(tmp_path, "[space]\nbatch_size = [8, 16]\n", "lr.v2.toml")
+    with pytest.raises(ConfigError) as err:
+        read_space(dotted, _settings(tmp_path))
+    assert str(err.value) == (
+        f"{dotted} [study] name='lr.v2' is not valid: {rule}; the file's stem is the default: set [study] name "
+        "or give --study NAME"
+    )
+    assert read_space(dotted, _settings(tmp_path), "lr-v2").name == "lr-v2"
 
 
 def test_the_study_s_defaults_and_each_key_given_are_read(tmp_path):

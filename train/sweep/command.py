@@ -62,11 +62,9 @@ def _positive(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     settings = _checked_settings(args)
-    from .space import read_space, with_name
+    from .space import read_space
 
-    spec = read_space(args.space, settings)
-    if args.study is not None:
-        spec = with_name(spec, args.study)
+    spec = read_space(args.space, settings, args.study)
     from .storage import default_url
 
     url = settings.sweep_storage or default_url(settings.runs_dir, spec.name)

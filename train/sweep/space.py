@@ -90,8 +90,9 @@ class SweepSpec:
         return {p.name: list(p.choices or ()) for p in self.params}
 
 
-def read_space(path: str | Path, settings: Settings) -> SweepSpec:
-    """Parse and check SPACE.toml against `settings` (the fixed settings of every trial)."""
+def read_space(path: str | Path, settings: Settings, name: str | None = None) -> SweepSpec:
+    """Parse and check SPACE.toml against `settings` (the fixed settings of every trial); `name` is
+    --study's, over the file's [study] name and its stem (which it rescues when that names no study)."""
     path = Path(path)
     where = str(path)
     try:
@@ -110,13 +111,16 @@ def read_space(path: str | Path, settings: Settings) -> SweepSpec:
     unknown = sorted(set(study) - set(STUDY_KEYS))
     if unknown:
         raise ConfigError(f"{where} [study] {unknown[0]}", study[unknown[0]], "keys: " + ", ".join(STUDY_KEYS))
-    name = study.get("name", path.stem)
+    label = "--study" if name is not None else f"{where} [study] name"
+    stem = name is None and "name" not in study  # the default: a file's stem may hold a dot or a space
+    name = name if name is not None else study.get("name", path.stem)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         why = "no path separators: " if isinstance(name, str) and ("/" in name or "\\" in name) else ""
+        fix = "; the file's stem is the default: set [study] name or give --study NAME" if stem else ""
         raise ConfigError(
-            f"{where} [study] name",
+            label,
             name,
-            f"{why}letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)",
+            f"{why}letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db){fix}",
         )
     metric = study.get("metric", settings.monitor)
     try:
@@ -277,15 +281,3 @@ def _because(exc: ConfigError, f: dataclasses.Field) -> str:
     """The setting's own refusal of a value, for the space file's: `BATCH_SIZE must be >= 1`, not the
     value and "is not valid" a second time; another setting's refusal (a rule between two) whole."""
     return f"{exc.name} {exc.allowed}" if exc.name == f.name.upper() else str(exc)
-
-
-def with_name(spec: SweepSpec, name: str) -> SweepSpec:
-    """`--study NAME` over the file's name, checked by the same rule."""
-    if not _NAME.fullmatch(name):
-        why = "no path separators: " if "/" in name or "\\" in name else ""
-        raise ConfigError(
-            "--study",
-            name,
-            f"{why}letters, digits, '-' and '_' only, at most 48 characters (it names RUNS_DIR/sweeps/<name>.db)",
-        )
-    return dataclasses.replace(spec, name=name)
