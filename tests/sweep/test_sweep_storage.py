@@ -230,7 +230,7 @@ def test_a_study_file_this_user_cannot_write_is_one_storage_error_exit_7(tmp_pat
 
 
 def test_workers_that_lose_the_race_to_create_the_study_s_tables_open_it_when_they_try_again(monkeypatch):
-    """Two sweeps started at once on an empty PostgreSQL database: one makes Optuna's tables and enum
+    """Two sweeps started at once on an empty database: one makes Optuna's tables and enum
     types, the other gets "already exists" and finds them made on its next try."""
     from train.sweep import storage
 
@@ -256,6 +256,10 @@ def test_workers_that_lose_the_race_to_create_the_study_s_tables_open_it_when_th
     IntegrityError = type("IntegrityError", (Exception,), {})  # a unique violation: the other worker's row
     assert storage.lost_the_schema_race(IntegrityError("duplicate key value violates unique constraint"))
     assert not storage.lost_the_schema_race(ValueError("type already exists"))
+    # Two sweeps started at once on one machine's new SQLite file: the loser's CREATE TABLE.
+    OperationalError = type("OperationalError", (Exception,), {})
+    assert storage.lost_the_schema_race(OperationalError("(sqlite3.OperationalError) table studies already exists"))
+    assert not storage.lost_the_schema_race(OperationalError("(sqlite3.OperationalError) unable to open database"))
     # Four tries, a little longer apart each time; a race lost every time is the error of the last.
     raised[:] = [ProgrammingError(f'type "studydirection" already exists ({n})') for n in range(4)]
     with pytest.raises(StorageError, match=r"already exists \(0\); check that the database is running"):

@@ -152,10 +152,13 @@ def open_storage(url: str, heartbeat: int):
 
 def lost_the_schema_race(exc: Exception) -> bool:
     """Workers started together on an empty database all create Optuna's tables and types; the losers
-    of that race get a unique violation (IntegrityError) or PostgreSQL's "type ... already exists"
-    (DuplicateObject, a ProgrammingError to SQLAlchemy), and find them made when they try again."""
+    of that race get a unique violation (IntegrityError), PostgreSQL's "type ... already exists"
+    (DuplicateObject, a ProgrammingError to SQLAlchemy) or SQLite's "table ... already exists" (an
+    OperationalError), and find them made when they try again."""
     name = type(exc).__name__
-    return name == "IntegrityError" or (name == "ProgrammingError" and "already exists" in str(exc))
+    return name == "IntegrityError" or (
+        name in ("ProgrammingError", "OperationalError") and "already exists" in str(exc)
+    )
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
