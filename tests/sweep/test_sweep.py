@@ -514,7 +514,7 @@ def test_a_run_name_given_to_a_sweep_is_one_warning_that_says_how_trials_are_nam
         _warn_run_name(load_settings({"run_name": "mine"}, env_file=None, environ={}))
         _warn_run_name(load_settings({}, env_file=None, environ={}))
     assert [r.getMessage() for r in caplog.records] == [
-        "WARNING: RUN_NAME=mine is not used: a sweep names each trial's run <study>-t<trial number>"
+        "WARNING: RUN_NAME=mine is not used: a sweep names each trial's run <run id>-<study>-t<trial number>"
     ]
 
 

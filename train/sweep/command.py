@@ -45,7 +45,7 @@ def _warn_run_name(settings) -> None:
         import logging
 
         logging.getLogger("train").warning(
-            "WARNING: RUN_NAME=%s is not used: a sweep names each trial's run <study>-t<trial number>",
+            "WARNING: RUN_NAME=%s is not used: a sweep names each trial's run <run id>-<study>-t<trial number>",
             settings.run_name,
         )
 
