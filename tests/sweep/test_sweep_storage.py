@@ -93,6 +93,7 @@ def test_an_unreachable_database_is_one_storage_error_exit_7_without_the_passwor
         (f"redis://u:{SECRET}@127.0.0.1/0", "a database URL"),
         (f"postgresql:/u:{SECRET}@host/db", "a database URL"),
         (f"mysql://u:{SECRET}@127.0.0.1:1/db", "no database driver"),
+        ("postgresql://u:s3cr@t-pw@127.0.0.1:1/db", "reads as their end: write each @ there as %40"),
     ],
 )
 def test_a_wrong_storage_url_is_one_config_error_exit_2_without_the_password(tmp_path, capsys, url, words):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..locations import redact_uri
+from ..locations import redact_uri, userinfo
 from ..sections import setting
 
 # The databases Optuna's RDB storage can hold a study in (SQLAlchemy URLs, optionally +driver).
@@ -37,4 +37,10 @@ def check(s) -> None:
             redact_uri(url),
             "a database URL: postgresql://user:password@host:5432/db (or mysql://..., sqlite:///path.db); "
             "empty keeps the study in RUNS_DIR/sweeps/<study>.db",
+        )
+    if scheme != "sqlite" and "@" in userinfo(url):  # the driver reads the host from after the first @
+        raise ConfigError(
+            "SWEEP_STORAGE",
+            redact_uri(url),
+            "its user or password holds an @, which the database driver reads as their end: write each @ there as %40",
         )
