@@ -161,8 +161,8 @@ def _debug_setting(argv: Sequence[str]) -> bool:
 
 
 def _stopped_line(exc: KeyboardInterrupt) -> str:
-    if isinstance(exc, SecondInterrupt):
-        return (
+    if isinstance(exc, SecondInterrupt):  # its own words when a command knows better (a sweep: not --resume)
+        return str(exc) or (
             "Stopped at once (second Ctrl-C): the last saved state is kept; a run that saved one continues with "
             "--resume RUN."
         )

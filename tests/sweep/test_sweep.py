@@ -329,7 +329,7 @@ def test_a_trial_reproduces_bit_identical_from_its_own_record(tmp_path):
 
 
 def test_a_trial_stopped_by_the_sweeps_own_error_is_queued_again_not_counted(tmp_path, monkeypatch):
-    from train.errors import DataError
+    from train.errors import DataError, SecondInterrupt
     from train.sweep import study as sweep
 
     study, spec, settings = _study_with(tmp_path, [])
@@ -344,6 +344,15 @@ def test_a_trial_stopped_by_the_sweeps_own_error_is_queued_again_not_counted(tmp
     every = study.get_trials()
     assert [(t.number, t.state.name) for t in every] == [(0, "FAIL"), (1, "WAITING")]
     assert [t.number for t in sweep.counted(every)] == [1] and every[1].params == every[0].params
+    # A second Ctrl-C likewise; its line gives the sweep's command, not the `--resume RUN` of a fit's.
+    monkeypatch.setattr("train.train", lambda *_a, **_k: (_ for _ in ()).throw(SecondInterrupt()))
+    with pytest.raises(SecondInterrupt) as stopped:
+        sweep.run_sweep(spec, settings, url, trials=1, command="python -m train sweep s.toml")
+    assert str(stopped.value) == (
+        "Stopped at once (second Ctrl-C): the last saved state is kept; the trial is queued again; "
+        "to continue it: python -m train sweep s.toml"
+    )
+    assert [t.state.name for t in study.get_trials()] == ["FAIL", "FAIL", "WAITING"]
 
 
 def test_the_command_a_stop_says_again_masks_the_storage_password(tmp_path, monkeypatch, capsys):

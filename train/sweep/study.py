@@ -36,6 +36,7 @@ from ..errors import (
     ModelError,
     OutOfMemoryError,
     ResumeMismatchError,
+    SecondInterrupt,
     TemplateError,
     first_line,
 )
@@ -205,11 +206,16 @@ def _one_trial(
         raise SweepInterrupted(
             f"study {spec.name}: trial {frozen.number} stopped ({stopped.reason}); {where}to continue it: {command}"
         ) from None
-    except (TemplateError, KeyboardInterrupt):
+    except (TemplateError, KeyboardInterrupt) as exc:
         # Not the trial's result (data missing, storage full, a second Ctrl-C): it is queued again, so
         # fixing the cause and rerunning the sweep runs it instead of counting it as failed.
         if numbers:
             _queue_again(study, _frozen(study, numbers[-1]))
+        if isinstance(exc, SecondInterrupt):  # the sweep continues the trial's run, never `fit --resume`
+            raise SecondInterrupt(
+                "Stopped at once (second Ctrl-C): the last saved state is kept; the trial is queued again; "
+                f"to continue it: {command}"
+            ) from None
         raise
     if numbers:
         t = _frozen(study, numbers[-1])
