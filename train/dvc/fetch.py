@@ -74,6 +74,13 @@ def fetch(version: dict[str, Any], settings, say) -> Path:
     """The recorded version of the tracked path, fetched once into DVC_DATA_CACHE: its folder (or file)."""
     path, commit = version.get("path"), version.get("commit")
     if not path or not commit:
+        if path and "commit" in version:  # recorded so: the data's git repository had no commit yet
+            raise DataVersionError(
+                "data.version",
+                {"path": path, "commit": commit},
+                "names no commit: the data's git repository had none when the run trained, so no version holds it",
+                "put the data the run read back where it read it, then reproduce again",
+            )
         raise DataVersionError(
             "data.version",
             {"path": path, "commit": commit},
