@@ -398,6 +398,10 @@ def test_the_record_of_a_repository_without_a_commit_or_a_remote_names_neither(t
     version = tracked.record(s)
     assert (version["commit"], version["hash"], version["remote"], version["remote_url"]) == (None, "0a1b", None, None)
     assert (version["stage"], version["read"], version["dvc_file_committed"]) == (None, "", False)
+    assert version["warning"] == (
+        "WARNING: f.npz.dvc has changes not committed to git: the repository has no commit yet to record this run's "
+        "data version; commit f.npz.dvc (and `dvc push`), then train"
+    )
 
 
 @pytest.mark.parametrize(

@@ -191,8 +191,13 @@ def warning(version: dict[str, Any], command: str = "") -> str | None:
             f"{source}, `dvc push`, then train"
         )
     if not version.get("dvc_file_committed"):
+        held = (
+            f"commit {commit} does not record"
+            if version.get("commit")
+            else "the repository has no commit yet to record"
+        )
         return (
-            f"WARNING: {source} has changes not committed to git: commit {commit} does not record this run's data "
+            f"WARNING: {source} has changes not committed to git: {held} this run's data "
             f"version; commit {source} (and `dvc push`), then train"
         )
     dvc = tool.find(command) if version.get("workspace") == "unknown" else None
