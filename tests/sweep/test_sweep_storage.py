@@ -104,7 +104,15 @@ def test_a_wrong_storage_url_is_one_config_error_exit_2_without_the_password(tmp
 
 
 def test_the_default_study_is_sqlite_in_the_runs_directory(tmp_path):
+    from sqlalchemy.engine import make_url
+
+    from train.sweep.storage import sqlite_file
+
     assert default_url(tmp_path, "lr") == f"sqlite:///{tmp_path.resolve()}/sweeps/lr.db"
+    # A ? (a query to SQLAlchemy) or a %41 (decoded by it) in RUNS_DIR: the study is still in RUNS_DIR/sweeps.
+    odd = tmp_path / "runs?v2 %41#@"
+    url = default_url(odd, "lr")
+    assert make_url(url).database == str(odd.resolve() / "sweeps" / "lr.db") == str(sqlite_file(url))
 
 
 def test_scrub_cuts_the_password_out_of_a_driver_message():

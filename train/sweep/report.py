@@ -32,11 +32,11 @@ def report_path(runs_dir: str | Path, study: str) -> Path:
 
 def report_only(spec: SweepSpec, runs_dir: str, url: str) -> Path:
     from ..config import redact_uri
-    from .storage import no_study, open_storage, open_study
+    from .storage import no_study, open_storage, open_study, sqlite_file
 
     # Reporting makes nothing: no SQLite file where none was, no study in a database that lacks it
     # (an empty one would also fix that name's search to this file's space).
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).is_file():
+    if url.startswith("sqlite:///") and not sqlite_file(url).is_file():
         raise no_study(spec, url)
     study = open_study(open_storage(url, spec.heartbeat), spec, url, None, create=False)
     return write_sweep_report(study, spec, runs_dir, redact_uri(url))

@@ -29,7 +29,15 @@ _SPACE_ATTR = "template:space"
 
 
 def default_url(runs_dir: str | Path, study: str) -> str:
-    return f"sqlite:///{(Path(runs_dir) / SWEEPS_DIR / f'{study}.db').resolve()}"
+    # SQLAlchemy reads a ? as the start of a query and decodes %XX: both escaped, a RUNS_DIR holding
+    # either keeps its study in RUNS_DIR/sweeps (not in a file named by the path up to the ?).
+    path = str((Path(runs_dir) / SWEEPS_DIR / f"{study}.db").resolve())
+    return "sqlite:///" + path.replace("%", "%25").replace("?", "%3F")
+
+
+def sqlite_file(url: str) -> Path:
+    """The file SQLAlchemy opens for a sqlite:/// URL: its path up to a query, percent-decoded."""
+    return Path(unquote(url[len("sqlite:///") :].partition("?")[0]))
 
 
 def scrub(text: str, url: str) -> str:
@@ -113,7 +121,7 @@ def open_storage(url: str, heartbeat: int):
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep logs each trial in its own words
     if url.startswith("sqlite:///"):
         # A folder that cannot be made or written is the StorageError `fit` gives, not SQLite's traceback.
-        ensure_writable(Path(url[len("sqlite:///") :]).parent)
+        ensure_writable(sqlite_file(url).parent)
         check_sqlite_file(url)
     import warnings
 
@@ -171,7 +179,7 @@ def check_sqlite_file(url: str) -> None:
 
     Checked with the sqlite3 module read-only, before Optuna opens it; an empty or absent file is a new
     study. A file this process cannot write is refused here too (SQLite would fail at the first trial)."""
-    path = Path(url[len("sqlite:///") :])
+    path = sqlite_file(url)
     try:
         with path.open("rb") as f:
             head = f.read(len(SQLITE_HEADER))
