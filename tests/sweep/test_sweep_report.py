@@ -130,6 +130,13 @@ def test_report_only_of_a_study_that_is_not_there_is_one_line_and_makes_nothing(
     assert main(["sweep", str(tmp_path / "space.toml"), "--study", "typo", "--storage", url, *flags]) == 2
     assert "there is no study typo in" in capsys.readouterr().err
     assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["rep"]
+    empty = tmp_path / "empty.db"  # a database without Optuna's tables: none is made in it
+    empty.touch()
+    assert main(["sweep", str(tmp_path / "space.toml"), "--storage", f"sqlite:///{empty}", *flags]) == 2
+    assert "there is no study rep in" in capsys.readouterr().err and empty.stat().st_size == 0
+    empty.write_text("notes")  # not a database at all: the sweep's own refusal of it
+    assert main(["sweep", str(tmp_path / "space.toml"), "--storage", f"sqlite:///{empty}", *flags]) == 2
+    assert f"{empty} is not a SQLite database" in capsys.readouterr().err
 
 
 def test_every_status_a_run_ends_with_has_a_visible_badge_in_its_report():

@@ -32,11 +32,16 @@ def report_path(runs_dir: str | Path, study: str) -> Path:
 
 def report_only(spec: SweepSpec, runs_dir: str, url: str) -> Path:
     from ..config import redact_uri
-    from .storage import no_study, open_storage, open_study, sqlite_file
+    from .storage import check_sqlite_file, holds_no_studies, no_study, open_storage, open_study, sqlite_file
 
-    # Reporting makes nothing: no SQLite file where none was, no study in a database that lacks it
-    # (an empty one would also fix that name's search to this file's space).
-    if url.startswith("sqlite:///") and not sqlite_file(url).is_file():
+    # Reporting makes nothing: no SQLite file where none was, no Optuna tables in a database without
+    # them, no study in a database that lacks it (an empty one would also fix that name's search to
+    # this file's space).
+    if url.startswith("sqlite:///"):
+        if not sqlite_file(url).is_file():
+            raise no_study(spec, url)
+        check_sqlite_file(url)  # another program's file is refused as a sweep refuses it
+    if holds_no_studies(url):
         raise no_study(spec, url)
     study = open_study(open_storage(url, spec.heartbeat), spec, url, None, create=False)
     return write_sweep_report(study, spec, runs_dir, redact_uri(url))

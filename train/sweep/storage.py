@@ -145,17 +145,23 @@ def open_storage(url: str, heartbeat: int):
                 if not lost_the_schema_race(exc) or attempt == 3:
                     raise
                 time.sleep(0.5 * (attempt + 1))
-    except ImportError as exc:
-        raise ConfigError(
+    except Exception as exc:
+        raise cannot_open(url, exc) from None
+
+
+def cannot_open(url: str, exc: Exception) -> ConfigError | StorageError:
+    """A database that cannot be opened, in one line without its password: no driver (exit 2), or
+    SQLAlchemy's OperationalError, ArgumentError, ... (exit 7)."""
+    if isinstance(exc, ImportError):
+        return ConfigError(
             "SWEEP_STORAGE",
             redact_uri(url),
             f"no database driver for it ({exc.name or exc}): use postgresql:// (psycopg is in the lock)",
-        ) from None
-    except Exception as exc:  # sqlalchemy's OperationalError, ArgumentError, ...: no class of ours to catch
-        raise StorageError(
-            f"cannot open the study storage {redact_uri(url)}: {first_line(scrub(str(exc), with_driver(url)))}; "
-            "check that the database is running and reachable, and the URL's user, password and database name"
-        ) from None
+        )
+    return StorageError(
+        f"cannot open the study storage {redact_uri(url)}: {first_line(scrub(str(exc), with_driver(url)))}; "
+        "check that the database is running and reachable, and the URL's user, password and database name"
+    )
 
 
 def lost_the_schema_race(exc: Exception) -> bool:
@@ -260,6 +266,21 @@ def no_study(spec: SweepSpec, url: str) -> ConfigError:
         f"there is no study {spec.name} in {redact_uri(url)} to report on: run the sweep first (without "
         "--report-only), or check the study's name (--study), RUNS_DIR and --storage",
     )
+
+
+def holds_no_studies(url: str) -> bool:
+    """Whether the database has no Optuna tables: opening Optuna's storage would create them, which
+    reporting must not. A database that cannot be opened is open_storage's one line."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(with_driver(url))
+        try:
+            return not sqlalchemy.inspect(engine).has_table("studies")
+        finally:
+            engine.dispose()
+    except Exception as exc:
+        raise cannot_open(url, exc) from None
 
 
 def open_study(storage, spec: SweepSpec, url: str, sampler, create: bool = True):
