@@ -136,6 +136,9 @@ def test_the_storage_url_is_checked_with_the_settings(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_settings({"sweep_storage": f"ftp://u:{SECRET}@h/x"}, env_file=None, environ={})
     _shows_no_secret(str(err.value))
+    for memory in ("sqlite://", "sqlite:///:memory:"):  # a study that would end with the sweep
+        with pytest.raises(ConfigError, match=r"an in-memory database: the study would be gone when the sweep ends"):
+            load_settings({"sweep_storage": memory}, env_file=None, environ={})
 
 
 @pytest.mark.parametrize("password", ["pa/ss-w0rd", "pa?ss-w0rd", "pa#ss-w0rd"])

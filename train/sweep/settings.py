@@ -38,6 +38,13 @@ def check(s) -> None:
             "a database URL: postgresql://user:password@host:5432/db (or mysql://..., sqlite:///path.db); "
             "empty keeps the study in RUNS_DIR/sweeps/<study>.db",
         )
+    if scheme == "sqlite" and url.partition("://")[2].partition("?")[0] in ("", "/", "/:memory:"):
+        raise ConfigError(
+            "SWEEP_STORAGE",
+            url,
+            "an in-memory database: the study would be gone when the sweep ends, and no rerun or other process "
+            "would see it; give a file (sqlite:///path.db), or leave it empty for RUNS_DIR/sweeps/<study>.db",
+        )
     if scheme != "sqlite" and "@" in userinfo(url):  # the driver reads the host from after the first @
         raise ConfigError(
             "SWEEP_STORAGE",
