@@ -479,3 +479,7 @@ def test_files_of_another_format_that_would_not_fit_are_named_when_left_out(
         f"export: model.int8.tflite, model.tflite of the previous export {why} and are not "
         f"in the new one; export {run_dir.name} --format litert --quantize int8 makes them from these weights"
     ]
+    # --quantize takes one mode: the files of two are made again by two commands, each one that runs
+    assert formats.Formats.again(["model.dynamic.tflite", "model.int8.tflite", "model.onnx"], "r") == (
+        "`export r --format litert,onnx --quantize dynamic` then `export r --quantize int8` make them"
+    )

@@ -105,11 +105,15 @@ class Formats:
         )
 
     @staticmethod
-    def again(dropped: list[str]) -> str:
-        """The export command's flags that make `dropped` (files of EXPORT_FILES) again."""
+    def again(dropped: list[str], run: str) -> str:
+        """The export commands that make `dropped` (files of EXPORT_FILES) of `run` again: one per
+        quantised mode, since --quantize takes one (the second keeps what the first made)."""
         fmts = sorted({"litert" if n.endswith(".tflite") else "onnx" for n in dropped})
-        quantized = sorted({n.split(".")[1] for n in dropped if n.count(".") == 2})
-        return f"--format {','.join(fmts)}" + (f" --quantize {'|'.join(quantized)}" if quantized else "")
+        modes = sorted({n.split(".")[1] for n in dropped if n.count(".") == 2})
+        first = f"export {run} --format {','.join(fmts)}" + (f" --quantize {modes[0]}" if modes else "")
+        if len(modes) < 2:
+            return f"{first} makes them"
+        return f"`{first}` then `export {run} --quantize {modes[1]}` make them"
 
 
 # Made by scripts/venv-runtime-check.sh (scripts/venv.sh --extra onnx makes it too): numpy and the

@@ -263,7 +263,7 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=
     why = "were made from other weights" if not same else "differ from what its source.json records"
     return kept, (
         f"{', '.join(dropped)} of the previous export {why} and are not in the new one; "
-        f"export {previous.path.parent.name} {formats.again(dropped)} makes them from these weights"
+        f"{formats.again(dropped, previous.path.parent.name)} from these weights"
     )
 
 
