@@ -60,10 +60,10 @@ def _model_with(fn, seed=0):
     return keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(x))
 
 
-def _export(run_dir, model=None, fmts=BOTH, quantize="none", data=None):
+def _export(run_dir, model=None, fmts=BOTH, quantize="none", data=None, source=None):
     model = model or tiny_image_model(seed=0)
     wanted = formats.Formats(fmts[1:], quantize, runtime_check_python(), data)
-    return export.export_model(model, run_dir, ["a", "b"], formats=wanted)
+    return export.export_model(model, run_dir, ["a", "b"], source, formats=wanted)
 
 
 def test_litert_and_onnx_run_without_tensorflow_and_are_recorded_and_hashed(run_dir):
@@ -282,10 +282,11 @@ def test_an_op_a_converter_lacks_fails_that_format_only_in_one_line(run_dir, fn,
 
 
 def test_a_failed_format_never_takes_away_the_good_file_of_the_previous_export(run_dir):
-    _export(run_dir, fmts=("savedmodel", "litert"))
+    same = {"file": "best.weights.h5", "epoch": 1, "sha256": "w0"}  # made from the same weights: still not kept
+    _export(run_dir, fmts=("savedmodel", "litert"), source=same)
     before = (run_dir / "export" / "model.tflite").read_bytes()
     with pytest.raises(ExportError) as info:
-        _export(run_dir, _model_with(keras.ops.sinh), fmts=("savedmodel", "litert"))
+        _export(run_dir, _model_with(keras.ops.sinh), fmts=("savedmodel", "litert"), source=same)
     assert "the previous export, which has model.tflite, is unchanged" in str(info.value)
     assert (run_dir / "export" / "model.tflite").read_bytes() == before
     assert (run_dir / "export.rejected" / "savedmodel").is_dir()

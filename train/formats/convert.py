@@ -104,6 +104,13 @@ class Formats:
             model, staging, work, self.wanted, self.quantize, self.check_python, self.data, run, serving=serving
         )
 
+    @property
+    def asked(self) -> tuple[str, ...]:
+        """The files this export makes: a previous export's copy of one is never kept in its place (it
+        is made again, or it failed now, and then the previous export stays whole)."""
+        quantized = (quantized_file(self.quantize),) if self.quantize != "none" else ()
+        return (*(FILES[f] for f in self.wanted if f in FILES), *quantized)
+
     @staticmethod
     def again(dropped: list[str], run: str) -> str:
         """The export commands that make `dropped` (files of EXPORT_FILES) of `run` again: one per

@@ -238,7 +238,10 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=
     value, empty when nothing is left out, is a line that names it and how to make it again.
     """
     names = formats.files if formats is not None else ()
-    others = sorted(n for n in names if (previous.path / n).is_file() and not (staging.path / n).exists())
+    asked = formats.asked if formats is not None else ()
+    others = sorted(
+        n for n in names if n not in asked and (previous.path / n).is_file() and not (staging.path / n).exists()
+    )
     if not others:
         return {}, ""
     try:
