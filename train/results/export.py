@@ -212,8 +212,10 @@ def _record_export(files: RunDir, diff: float, source, others: bool, records: di
     update_manifest(files.manifest, export=report)
     log.info("export: %s (fresh-process parity: max |diff| %.2e)", final, diff)
     if failures:
-        written = ", ".join(["savedmodel", *sorted(records)])
-        raise ExportError(f"{'; '.join(map(str, failures))} (written and checked: {written} in {final})")
+        written = ", ".join(["savedmodel", *sorted(k for k, r in records.items() if not r.get("kept"))])
+        kept = ", ".join(sorted(k for k, r in records.items() if r.get("kept")))
+        kept = f"; kept from the previous export: {kept}" if kept else ""
+        raise ExportError(f"{'; '.join(map(str, failures))} (written and checked: {written} in {final}{kept})")
     return report
 
 
