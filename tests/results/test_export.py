@@ -697,6 +697,7 @@ def test_sigterm_on_the_export_command_exits_75_and_leaves_no_staging_folder(rec
     assert proc.returncode == 75, err
     last = [line for line in err.splitlines() if line.strip()][-1]
     assert last.startswith("Interrupted: export stopped by SIGTERM: the previous export is unchanged")
+    assert last.endswith(f" export {recorded_run.name} --runs-dir {recorded_run.parent}` again")  # as typed
     assert not _staging(recorded_run) and _tree(recorded_run / "export") == before
 
 

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         f"in the store: once the store answers, `{same_command(args, run_dir)}` on this machine exports and uploads it"
     )
     with RunLock(run_dir, reader=True, then="export again"), uploaded(settings, run_dir, kept):
-        report = export_run(run_dir, settings=settings)
+        report = export_run(run_dir, settings=settings, command=same_command(args, run_dir))
     print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")
     for fmt, record in report.get("formats", {}).items():
         done = "kept (the same weights)" if record.get("kept") else "exported"

@@ -100,7 +100,7 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
     if -proc.returncode in _SignalStop.SIGNALS:
         # Ctrl-C or `timeout` signals the whole process group: the check's process died of the stop
         # meant for this one, which says nothing about the SavedModel.
-        again = _SignalStop.active.again if _SignalStop.active else _again("RUN")
+        again = _SignalStop.active.again if _SignalStop.active else _again("python -m train export RUN")
         raise Interrupted(
             f"export stopped by {signal.Signals(-proc.returncode).name} during its parity check: the previous "
             f"export is unchanged; {again}"
@@ -142,13 +142,15 @@ def export_model(
     labels: list[str],
     source: dict[str, Any] | None = None,
     formats=None,
+    command: str = "",
 ) -> dict[str, Any]:
     """Write run_dir/export/{savedmodel/, model.keras, labels.txt, source.json} atomically and verify parity.
 
     `labels` are the run's class names (RunDir.data_description); export/labels.txt is a copy of
     them for serving code that has only the export folder. `source` ({"file", "sha256", "epoch"})
     names the weights the model holds, recorded in export/source.json. `formats`: the files beyond the
-    SavedModel (other_formats), or None.
+    SavedModel (other_formats), or None. `command`: the one to run again when a signal stops it (the
+    export command as typed, with its flags), else `python -m train export RUN`.
     """
     files = RunDir(run_dir)
     final = files.export.path
@@ -157,7 +159,7 @@ def export_model(
     others = formats is not None and bool(formats.wanted)
     owned = formats.files if formats is not None else ()  # the extra's files a previous export may hold
     _refuse_other_than_a_folder(final)
-    with _SignalStop(_again(run_dir.name)) as stop:
+    with _SignalStop(_again(command or f"python -m train export {run_dir.name}")) as stop:
         # A staging folder with the export's layout, swapped into place when complete.
         try:
             staging = ExportDir(make_temp_dir(run_dir, final.name))  # readable by others as the umask allows
@@ -433,8 +435,8 @@ def clean_stale_exports(run_dir: Path) -> list[Path]:
     return removed
 
 
-def _again(run: str) -> str:
-    return f"run `python -m train export {run}` again"
+def _again(command: str) -> str:
+    return f"run `{command}` again"
 
 
 class _SignalStop:
@@ -555,12 +557,13 @@ class ExportCallback:
             result.export = export_run(result.run_dir, model=result.model, settings=self.settings)
 
 
-def export_run(run_dir: Path, model=None, settings=None) -> dict[str, Any]:
+def export_run(run_dir: Path, model=None, settings=None, command: str = "") -> dict[str, Any]:
     """Export a run's best weights (else `model`'s current ones, else final.weights.h5) in float32.
 
     The trained model passed in is never modified: the export is a float32 copy of it. Staging
     folders left by a killed export are removed first (the caller holds the run's lock).
     `settings` say which formats beyond the SavedModel (other_formats); None: the SavedModel alone.
+    `command`: what a stopped export says to run again (export_model).
     """
     from ..run.weights import verify
 
@@ -581,4 +584,4 @@ def export_run(run_dir: Path, model=None, settings=None) -> dict[str, Any]:
         # At the end of fit the model in memory is what final.weights.h5 was just written from.
         source = verify(run_dir, files.final_weights) if files.final_weights.is_file() else None
     log.info("export: from %s", described)
-    return export_model(export, run_dir, labels, source, formats)
+    return export_model(export, run_dir, labels, source, formats, command)
