@@ -408,6 +408,11 @@ def test_export_command_quantises_litert_int8_on_training_images(tmp_path):
     assert record["validation_images"] == 42 and -1 <= record["accuracy_change"] <= 1  # VAL_SPLIT of the 426
     assert record["bytes"] < read_json(run / "export" / "parity.json")["formats"]["litert"]["bytes"] / 2
     assert not (run / "export" / "model.onnx").exists()
+    # The SavedModel alone again: the LiteRT files of these weights stay, and the command says so.
+    proc = subprocess.run(cmd[:-4], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kept (the same weights) litert-int8: model.int8.tflite (0.2" in proc.stdout
+    assert "kept (the same weights) litert: model.tflite" in proc.stdout
 
 
 def test_quantising_without_the_runs_data_fails_that_file_only(run_dir):
