@@ -228,6 +228,15 @@ def test_a_checker_that_ends_well_without_answers_is_blamed_on_the_setting_not_t
         )
     assert "EXPORT_CHECK_PYTHON" in str(info.value) and "converter" not in str(info.value), info.value
 
+    def hangs(cmd):
+        raise subprocess.TimeoutExpired(cmd, 600)
+
+    with pytest.raises(ExportError) as info:  # the format's failure, not an error that ends the whole export
+        formats._answers(hangs, "/py", "onnx", tmp_path / "model.onnx", x, tmp_path)
+    assert str(info.value).startswith(
+        "onnx: model.onnx does not run in /py without TensorFlow (no answer within 600 s)"
+    )
+
 
 @pytest.mark.parametrize(
     "change, problem",

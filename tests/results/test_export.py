@@ -224,11 +224,15 @@ def test_check_parity_measures_the_difference_to_the_savedmodel(tmp_path, reload
 def test_a_savedmodel_that_does_not_load_is_an_export_error(tmp_path, monkeypatch):
     import subprocess
 
-    stderr = iter(["Traceback (most recent call last):\n  File x\nOSError: SavedModel file does not exist\n", ""])
-    monkeypatch.setattr(
-        export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", next(stderr))
-    )
-    for last_line in ("OSError: SavedModel file does not exist", "no output"):
+    stderr = iter(["Traceback (most recent call last):\n  File x\nOSError: SavedModel file does not exist\n", "", None])
+
+    def run(cmd, **kw):
+        if (err := next(stderr)) is None:
+            raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+        return subprocess.CompletedProcess(cmd, 1, "", err)
+
+    monkeypatch.setattr(export.subprocess, "run", run)
+    for last_line in ("OSError: SavedModel file does not exist", "no output", "no answer within 600 s"):
         with pytest.raises(ExportError) as info:
             export.check_parity(_tiny_model(), tmp_path / "savedmodel", tmp_path)
         assert (

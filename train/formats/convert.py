@@ -277,7 +277,13 @@ def _answers(run, python: str, fmt: str, path: Path, x: np.ndarray, work: Path) 
     np.save(x_path, x)
     out_path.unlink(missing_ok=True)
     cmd = [python, "-m", "train.formats.runtime_check", fmt, str(path), str(x_path), str(out_path)]
-    proc = run(cmd)
+    try:
+        proc = run(cmd)
+    except subprocess.TimeoutExpired as exc:  # a runtime that hangs on the file fails its format alone
+        raise ExportError(
+            f"{fmt}: {path.name} does not run in {python} without TensorFlow (no answer within {exc.timeout:g} s): "
+            f"leave {fmt} out of EXPORT_FORMATS / --format, or report the converter bug"
+        ) from None
     if proc.returncode != 0 or not out_path.is_file():
         tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
         if proc.returncode == 3:

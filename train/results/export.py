@@ -90,13 +90,18 @@ def check_parity(model, savedmodel: Path, workdir: Path) -> float:
     expected = np.asarray(model(x.astype(np.float32), training=False), dtype=np.float32)
     np.save(workdir / "x.npy", x)
     with _SignalStop.at_once():
-        proc = subprocess.run(
-            [sys.executable, "-c", _RELOAD, str(savedmodel), str(workdir / "x.npy"), str(workdir / "y.npy")],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", _RELOAD, str(savedmodel), str(workdir / "x.npy"), str(workdir / "y.npy")],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ExportError(
+                f"the SavedModel at {savedmodel} does not load in a fresh process: no answer within {exc.timeout:g} s"
+            ) from None
     if -proc.returncode in _SignalStop.SIGNALS:
         # Ctrl-C or `timeout` signals the whole process group: the check's process died of the stop
         # meant for this one, which says nothing about the SavedModel.
