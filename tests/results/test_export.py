@@ -770,16 +770,23 @@ def test_a_terminal_that_hangs_up_on_the_export_command_is_the_same_interruption
 
 def test_inside_fit_signals_stay_with_the_stop_flag(run_dir, monkeypatch):
     import signal
+    import subprocess
 
     from train.training.stop_flag import StopFlag
 
-    seen = []
+    seen, real = [], export.check_parity
     monkeypatch.setattr(export, "check_parity", lambda *a: seen.append(signal.getsignal(signal.SIGTERM)) or 0.0)
     stop = StopFlag(0)
     with stop.installed():
         handler = signal.getsignal(signal.SIGTERM)
         export.export_model(_tiny_model(), run_dir, ["a", "b"])
-    assert seen == [handler]
+        assert seen == [handler]
+        # Ctrl-C or `timeout` signals the group, the parity process too: the run is named, not RUN.
+        monkeypatch.setattr(export, "check_parity", real)
+        monkeypatch.setattr(export.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, -15, "", ""))
+        with pytest.raises(Interrupted) as info:
+            export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    assert str(info.value).endswith(f"run `python -m train export {run_dir.name}` again")
 
 
 def test_a_signal_while_waiting_for_the_parity_process_stops_at_once(run_dir, monkeypatch):

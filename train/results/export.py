@@ -457,7 +457,7 @@ class _SignalStop:
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-    active: _SignalStop | None = None  # the one installed, for at_once()
+    active: _SignalStop | None = None  # the export's, for at_once() and the command it says to run again
 
     def __init__(self, again: str) -> None:
         self.again = again  # what the stopped export's message ends with: the command to run again
@@ -471,7 +471,7 @@ class _SignalStop:
             for sig in self.SIGNALS:
                 if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
                     self.previous[sig] = signal.signal(sig, self._noted)
-            _SignalStop.active = self
+        _SignalStop.active = self  # installed or not (inside fit): what a stopped parity check says to run
         return self
 
     def __exit__(self, *exc) -> None:
