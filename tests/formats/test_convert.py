@@ -422,6 +422,15 @@ def test_export_command_quantises_litert_int8_on_training_images(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "kept (the same weights) litert-int8: model.int8.tflite (0.2" in proc.stdout
     assert "kept (the same weights) litert: model.tflite" in proc.stdout
+    # Made from other weights than these: left out, in one warning line as the package's others read.
+    source = read_json(run / "export" / "source.json")
+    (run / "export" / "source.json").write_text(json.dumps({**source, "weights": {"sha256": "other"}}))
+    proc = subprocess.run(cmd[:-4], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (
+        f"WARNING: export: model.int8.tflite, model.tflite of the previous export were made from other weights and "
+        f"are not in the new one; export {run.name} --format litert --quantize int8 makes them from these weights"
+    ) in proc.stderr.splitlines()
 
 
 def test_quantising_without_the_runs_data_fails_that_file_only(run_dir):
@@ -498,7 +507,7 @@ def test_files_of_another_format_that_would_not_fit_are_named_when_left_out(
     assert not list((run_dir / "export").glob("*.tflite")) and "formats" not in report
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [
-        f"export: model.int8.tflite, model.tflite of the previous export {why} and are not "
+        f"WARNING: export: model.int8.tflite, model.tflite of the previous export {why} and are not "
         f"in the new one; export {run_dir.name} --format litert --quantize int8 makes them from these weights"
     ]
     # --quantize takes one mode: the files of two are made again by two commands, each one that runs

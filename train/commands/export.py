@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from .. import extras
 from ..errors import ConfigError
@@ -45,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
         f"run {run_dir.name}: the export is complete in this machine's staging copy, {RunDir(run_dir).export.path}, but not "
         f"in the store: once the store answers, `{same_command(args, run_dir)}` on this machine exports and uploads it"
     )
+    if not logging.root.handlers:
+        # As Python prints a warning while no handler is set: the line as it is. Else absl's first line
+        # (TensorFlow's, on saving the SavedModel) sets one that prints "WARNING:train:" before each.
+        logging.root.addHandler(logging.lastResort)
     with RunLock(run_dir, reader=True, then="export again"), uploaded(settings, run_dir, kept):
         report = export_run(run_dir, settings=settings, command=same_command(args, run_dir))
     print(f"exported {report['savedmodel']} (max |diff| {report['max_abs_diff']:.2e})")

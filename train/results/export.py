@@ -192,7 +192,7 @@ def export_model(
             _keep_good_files(failures, staging, files, owned)
             _swap_into_place(staging.path, final)
             if dropped:
-                log.warning("export: %s", dropped)
+                log.warning("WARNING: export: %s", dropped)
         except BaseException as exc:
             shutil.rmtree(staging.path, ignore_errors=True)
             cause = storage_cause(exc)
