@@ -239,7 +239,8 @@ def _write_format_records(staging: ExportDir, records: dict[str, Any]) -> None:
 
 
 def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=None) -> tuple[dict[str, Any], str]:
-    """Copy into `staging` the files of formats the export in place has and this one did not write.
+    """Copy into `staging` the files of formats the export in place has and this one was not asked for
+    (one that failed now is not kept: _keep_good_files then leaves the previous export whole).
 
     An export of one format never deletes another's files: a file is kept, with its record, when it
     was made from the same weights (the sha256 in source.json) and is still the file recorded
