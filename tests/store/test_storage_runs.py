@@ -365,6 +365,7 @@ def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_
 
     from train.cli import main
     from train.run import remote
+    from train.run.lock import RunLock
 
     killed, alive = "20261201-100000-000001-killed", "20261201-110000-000002-alive"
     client = s3_server.client()
@@ -380,6 +381,10 @@ def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     try:
+        assert main(["runs", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
+        # A report or an export of the killed run takes its lease over and lets go: the run still reads as killed.
+        RunLock(tmp_path / "cache" / "s3" / s3_bucket / "runs" / killed, reader=True).acquire().release()
+        capsys.readouterr()
         assert main(["runs", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
     finally:
         remote.close_all()

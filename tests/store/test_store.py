@@ -238,7 +238,12 @@ def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_ser
     dead = Lease(store, "run-d/run.lock", "run-d", seconds=2).acquire()
     dead._stop.set()  # killed: its last renewal is the last sign of its life
     dead._thread.join()
-    last_renewed = json.loads(s3_server.keys(s3_bucket)["runs/run-d/run.lock"])["renewed"]
+    dead_body = s3_server.keys(s3_bucket)["runs/run-d/run.lock"]
+    last_renewed = json.loads(dead_body)["renewed"]
+    # A command that only reads the run (report, export, RESUME=auto's look) puts the dead holder's lease
+    # back when it lets go: the run still reads as killed, and the resume after it learns the same.
+    Lease(store, "run-d/run.lock", "run-d", seconds=2, reader=True).acquire().release()
+    assert s3_server.keys(s3_bucket)["runs/run-d/run.lock"] == dead_body
     newcomer = Lease(store, "run-d/run.lock", "run-d", seconds=2).acquire()
     try:
         assert newcomer.taken_from == last_renewed

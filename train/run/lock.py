@@ -72,7 +72,7 @@ class RunLock:
         remote = for_run(self.run_dir)
         if remote is not None:
             try:
-                self.lease = remote.lease(self.run_dir, self.then).acquire()
+                self.lease = remote.lease(self.run_dir, self.then, self.reader).acquire()
             except BaseException:
                 self.release()
                 raise

@@ -26,9 +26,15 @@ RENEWALS = 3  # how often a holder renews its lease within STORE_LEASE_SECONDS: 
 
 
 class Lease:
-    def __init__(self, store: Store, rel: str, run_name: str, seconds: float, then: str = "resume"):
+    def __init__(
+        self, store: Store, rel: str, run_name: str, seconds: float, then: str = "resume", reader: bool = False
+    ):
         self.store, self.rel, self.run_name, self.seconds = store, rel, run_name, float(seconds)
         self.then = then  # what to do once the holder is gone, for the message of a busy run
+        # A command that only reads the run (export, report, RESUME=auto's look) puts back, when it lets go,
+        # the lease of a dead holder it took over: the run still reads as killed (`runs`), and the resume
+        # that continues it still learns when that holder was last alive (`taken_from`).
+        self.reader, self._taken_body = reader, None
         self.etag: str | None = None
         self.lost: str | None = None  # why the lease is no longer ours (another process took it over)
         # The last renewal of the holder whose lease this one took over (epoch seconds, by its clock):
@@ -68,7 +74,7 @@ class Lease:
                     self.etag = self.store.replace(self.rel, self._body(), etag)
                 except Conflict:
                     return False  # renewed, released or taken by another newcomer: look again
-                self.taken_from = _renewed(info)
+                self.taken_from, self._taken_body = _renewed(info), body
                 log.info(
                     "run %s: took over the lease of %s (not renewed for %.0f s: that process is gone)",
                     self.run_name,
@@ -124,9 +130,11 @@ class Lease:
         if self.etag and not self.lost:
             try:
                 _body, etag = self.store.get(self.rel)
-                if etag == self.etag:
+                if etag == self.etag and self.reader and self._taken_body is not None:
+                    self.store.replace(self.rel, self._taken_body, etag)
+                elif etag == self.etag:
                     self.store.delete(self.rel)
-            except (StorageError, FileNotFoundError):
+            except (StorageError, FileNotFoundError, Conflict):
                 pass  # unreachable store: the lease simply expires
         self.etag = None
 

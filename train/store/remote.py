@@ -105,11 +105,11 @@ class RemoteRuns:
             return False
         return expired(body, self.lease_seconds)
 
-    def lease(self, run_dir: Path, then: str = "resume") -> Lease:
+    def lease(self, run_dir: Path, then: str = "resume", reader: bool = False) -> Lease:
         """The run's lease in the store, remembered for its uploads (`Uploads`, the same process);
-        `then` says what to do once a live holder is gone."""
+        `then` says what to do once a live holder is gone; `reader`: a dead holder's lease is put back."""
         name = Path(run_dir).name
-        self.leases[name] = Lease(self.store, f"{name}/run.lock", name, self.lease_seconds, then)
+        self.leases[name] = Lease(self.store, f"{name}/run.lock", name, self.lease_seconds, then, reader)
         return self.leases[name]
 
     def mirror(self, run_dir: Path, lease: Lease | None) -> Mirror:
