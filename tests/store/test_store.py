@@ -544,8 +544,8 @@ def test_the_line_of_files_not_uploaded_says_why_names_three_and_counts_the_rest
     down = StorageError("the store does not answer")
     held, lost = SimpleNamespace(lost=None), SimpleNamespace(lost="the lease was taken over")
 
-    def line(files, lease):
-        return runs.not_uploaded(run, files, SimpleNamespace(lease=lease, last_error=down))
+    def line(files, lease, error=down):
+        return runs.not_uploaded(run, files, SimpleNamespace(lease=lease, last_error=error))
 
     fix = (
         f"only in the staging copy {run}; once the store answers, `--resume {run.name}` (resume='{run.name}' in "
@@ -555,3 +555,5 @@ def test_the_line_of_files_not_uploaded_says_why_names_three_and_counts_the_rest
     assert line(["a", "b", "c", "d", "e"], None) == f"{start} (the store does not answer): a, b, c and 2 more {fix}"
     assert line(["a", "b", "c", "d"], held) == f"{start} (the store does not answer): a, b, c and 1 more {fix}"
     assert line(["a", "b", "c"], lost) == f"{start} (the lease was taken over): a, b, c {fix}"
+    slow = "not within the wait for the last files: STORE_FLUSH_SECONDS=120 s, 30 s at most after a stop"
+    assert line(["a"], held, error=None) == f"{start} ({slow}): a {fix}"  # the store answered, only not in time

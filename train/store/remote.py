@@ -120,6 +120,11 @@ class RemoteRuns:
 
     def not_uploaded(self, run_dir: Path, left: list[str], mirror: Mirror) -> str:
         why = mirror.lease.lost if mirror.lease is not None and mirror.lease.lost else mirror.last_error
+        # The store answered, only not in time (a large file, a slow link, STORE_FLUSH_SECONDS=0).
+        why = why or (
+            f"not within the wait for the last files: STORE_FLUSH_SECONDS={self.flush_seconds:g} s, "
+            f"{STOP_FLUSH_SECONDS:g} s at most after a stop"
+        )
         shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
         return (
             f"run {run_dir.name}: the newest state did not reach {self.url} ({why}): {shown} only in the staging "
