@@ -415,6 +415,7 @@ def test_a_pull_keeps_a_file_changed_here_and_brings_a_file_changed_in_the_store
     """A resume on the machine that trained the run: its train.log grew while the store was down (not
     uploaded yet), and another machine replaced metrics.csv in the store meanwhile."""
     import io
+    import shutil
 
     from train.store.mirror import pull, state_path
 
@@ -443,6 +444,18 @@ def test_a_pull_keeps_a_file_changed_here_and_brings_a_file_changed_in_the_store
     assert pull(store, tmp_path, run) == 1
     assert (tmp_path / run / "train.log").read_bytes() == b"one\ntwo\n"
     assert (tmp_path / run / "metrics.csv").read_bytes() == b"epoch\n1\n2\n"
+    # The run's folder deleted here by hand (its state beside it kept), then a report: its pull leaves the
+    # checkpoints in the store, and its upload deletes none of them there.
+    put("checkpoints/ckpt-000000001.npz", b"state 1")
+    pull(store, tmp_path, run)
+    shutil.rmtree(tmp_path / run)
+    pull(store, tmp_path, run, lambda rel: not rel.startswith("checkpoints/"))
+    mirror = Mirror(store, tmp_path, tmp_path / run)
+    try:
+        assert mirror.sync_once()
+    finally:
+        mirror.stop_watching()
+    assert f"runs/{run}/checkpoints/ckpt-000000001.npz" in s3_server.names(s3_bucket, f"runs/{run}/")
 
 
 def test_a_store_whose_client_cannot_be_set_up_is_one_storage_error(monkeypatch):

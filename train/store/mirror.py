@@ -84,9 +84,13 @@ def pull(store: Store, root: Path, run_name: str, want=lambda rel: True) -> int:
     got = 0
     for rel_full, (_size, etag) in sorted(remote.items()):
         rel = rel_full[len(run_name) + 1 :]
-        if rel in SKIP or not want(rel):
-            continue
         local = local_run / rel
+        if rel in SKIP or not want(rel):
+            if not local.is_file():
+                # Not here and not brought (a report's pull leaves the checkpoints): this machine did not
+                # delete it, so a later upload must not delete it from the store (Mirror, step 4).
+                state.files.pop(rel, None)
+            continue
         known = state.files.get(rel)
         if local.is_file():
             if known and known[0] == etag:
