@@ -233,6 +233,7 @@ def test_a_dead_holders_lease_expires_and_is_taken_over(s3_server, s3_bucket, mo
 
 def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_server, s3_bucket, monkeypatch):
     import json
+    import time
 
     store = _store(s3_server, s3_bucket, monkeypatch)
     dead = Lease(store, "run-d/run.lock", "run-d", seconds=2).acquire()
@@ -254,6 +255,25 @@ def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_ser
         assert free.taken_from is None  # a free run: nobody's
     finally:
         free.release()
+
+    # A reader puts the dead holder's lease back while a newcomer elsewhere watches it: no renewal, taken over.
+    class PutBackOnFirstLook(Store):
+        looked = False
+
+        def get(self, rel):
+            found = super().get(rel)
+            if not self.looked:
+                self.looked = True
+                self.put(rel, dead_body)  # the reader lets go just after the newcomer's first look
+            return found
+
+    watched = PutBackOnFirstLook(store.url)
+    watched.create("run-f/run.lock", json.dumps({"holder": "a reader", "renewed": time.time(), "seconds": 60}).encode())
+    newcomer = Lease(watched, "run-f/run.lock", "run-f", seconds=2).acquire()
+    try:
+        assert newcomer.taken_from == last_renewed
+    finally:
+        newcomer.release()
 
 
 def test_two_newcomers_racing_for_a_free_run_get_one_lease(s3_server, s3_bucket, monkeypatch):

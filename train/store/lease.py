@@ -87,6 +87,8 @@ class Lease:
                 _body, now_etag = self.store.get(self.rel)
             except FileNotFoundError:
                 return False
+            if now_etag != etag and expired(_body, self.seconds):
+                return False  # a dead holder's lease put back by a reader that let go: look again
             if now_etag != etag:
                 raise RunBusyError(
                     f"run {self.run_name} is in use by another process ({_parse(_body).get('holder', 'unknown')}, "
