@@ -14,8 +14,8 @@ from train.config import load_settings
 from train.errors import ConfigError, RunBusyError, StorageError
 from train.run import remote
 from train.store import remote as remote_store
-from train.store.client import Conflict, Store, parse_url
 from train.store import lease
+from train.store.client import Conflict, Store, parse_url, store_error
 from train.store.lease import Lease
 from train.store.mirror import Mirror
 from train.store.remote import RemoteRuns, Uploads
@@ -166,7 +166,11 @@ def test_a_store_that_does_not_answer_is_one_line(monkeypatch):
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     with pytest.raises(StorageError, match="does not answer") as err:
         Store(parse_url("s3://some-bucket/runs")).check()
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "check AWS_ENDPOINT_URL and the network" in str(err.value)
+    # An Azure or Google store is not pointed at with the AWS variables.
+    for url in ("az://container/runs", "gs://some-bucket/runs"):
+        line = str(store_error(parse_url(url), "the run list", OSError("error sending request")))
+        assert "does not answer" in line and "AWS" not in line, line
 
 
 @pytest.mark.parametrize(

@@ -246,8 +246,9 @@ def store_error(url: StoreURL, what: str, exc: Exception) -> StorageError:
             f"RUNS_DIR {url}: bucket {url.bucket!r} does not exist at {where}: create it, or fix the bucket in RUNS_DIR"
         )
     if reason == "no answer":
+        check = "AWS_ENDPOINT_URL and the network" if url.scheme == "s3" else "the network"
         return StorageError(
-            f"RUNS_DIR {url}: the store at {where} does not answer ({what}): check AWS_ENDPOINT_URL and the network, "
+            f"RUNS_DIR {url}: the store at {where} does not answer ({what}): check {check}, "
             "or set RUNS_DIR to a local folder"
         )
     return StorageError(f"RUNS_DIR {url}: {what}: the store answered {reason} at {where}")
