@@ -13,8 +13,8 @@ from servers_s3 import dead_endpoint
 from train.config import load_settings
 from train.errors import ConfigError, RunBusyError, StorageError
 from train.run import remote
-from train.store import remote as remote_store
 from train.store import lease
+from train.store import remote as remote_store
 from train.store.client import Conflict, Store, parse_url, store_error
 from train.store.lease import Lease
 from train.store.mirror import Mirror
