@@ -1046,7 +1046,7 @@ def test_a_resumed_run_continues_the_same_mlflow_run(mlflow_server, tmp_path, mo
     assert [r.info.run_id for r in experiment_runs] == [run_id]  # no second MLflow run
 
 
-@pytest.mark.slow  # a real MLflow server and three trainings: with the other real-server tests
+@pytest.mark.slow  # a real MLflow server
 def test_a_resume_that_starts_the_mlflow_run_sends_the_epochs_trained_before_it(mlflow_server, tmp_path):
     """The first segment tracked nowhere (no URI, or a server that never answered): the MLflow run the
     resume makes holds every epoch, each at the global step it ended on, as an uninterrupted run's."""
@@ -1067,7 +1067,7 @@ def test_a_resume_that_starts_the_mlflow_run_sends_the_epochs_trained_before_it(
     assert len(started) == 1 and started[0].endswith("; metrics of epoch 1 (trained before it) sent from metrics.csv")
 
 
-@pytest.mark.slow  # a real MLflow server and three trainings: with the other real-server tests
+@pytest.mark.slow  # a real MLflow server
 def test_a_continued_mlflow_run_gets_the_epochs_of_a_segment_tracked_nowhere(mlflow_server, tmp_path):
     """Epoch 2 trained with MLFLOW_TRACKING_URI unset: the run continued at epoch 3 had a hole at its
     step; only the missing epoch is sent, nothing twice."""
@@ -1812,6 +1812,7 @@ def _start_against(uri: str, run_dir: Path, experiment: str, previous: dict | No
     return tracker
 
 
+@pytest.mark.slow  # a real MLflow server
 def test_a_resume_whose_mlflow_run_was_deleted_starts_a_new_run(mlflow_server, tmp_path, caplog, train_log_propagates):
     """A deleted run is still found by the server, which refuses every write to it: a new run, as
     for a run not found, never tracking off for this and every later segment."""
@@ -1851,6 +1852,7 @@ def test_a_deleted_experiment_is_one_warning_saying_how_to_restore_it(
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["mlflow"] == {"tracking": "off", "reason": why}
 
 
+@pytest.mark.slow  # a real MLflow server
 def test_two_runs_starting_at_once_in_a_new_experiment_both_log_into_it(mlflow_server, tmp_path, monkeypatch):
     """Both find no experiment of that name and both create it; the server refuses the second
     (RESOURCE_ALREADY_EXISTS), whose run then logs into the one the first made."""
@@ -1880,6 +1882,7 @@ def test_two_runs_starting_at_once_in_a_new_experiment_both_log_into_it(mlflow_s
     assert {t.experiment_id for t in trackers} == {experiment_id}
 
 
+@pytest.mark.slow  # a real MLflow server
 def test_a_resume_through_another_name_of_the_same_server_continues_its_mlflow_run(mlflow_server, tmp_path):
     """Tracked from compose as http://mlflow:5000 and resumed on the host as http://127.0.0.1:5000 (here
     127.0.0.1 and localhost): the same server, so the same MLflow run, never a second one."""
