@@ -157,6 +157,16 @@ def test_a_home_folder_of_an_unknown_user_is_one_config_error(name, value, shown
     assert str(info.value) == f"{name}={value!r} is not valid: {shown} a folder in your own home, or a full path"
 
 
+def test_a_home_folder_in_a_settings_file_is_the_home_folder_not_a_folder_named_tilde(tmp_path, monkeypatch):
+    """`RUNS_DIR=~/runs` in .env is read by no shell: the runs went to ./~/runs."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    env = tmp_path / "my.env"
+    env.write_text("RUNS_DIR=~/runs\nDATA_DIR=~/data\n")
+    s = load(env_file=env)
+    assert (s.runs_dir, s.data_dir) == (str(tmp_path / "home" / "runs"), str(tmp_path / "home" / "data"))
+    assert Settings(runs_dir="~").runs_dir == str(tmp_path / "home")  # built in Python too
+
+
 def test_missing_named_env_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="ENV_FILE"):
         load(env_file=tmp_path / "nope.env")

@@ -201,6 +201,14 @@ class CoreSettings:
         kind="invocation",
     )
 
+    def __post_init__(self) -> None:
+        # A leading ~ is the home folder wherever the value comes from, as a shell would make it: a .env
+        # file's RUNS_DIR=~/runs is read by no shell, and was a folder named ~ in the working directory.
+        for name in ("runs_dir", "data_dir"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value.startswith("~") and not locations.home_problem(value):
+                object.__setattr__(self, name, str(Path(value).expanduser()))
+
     def to_dict(self) -> dict[str, Any]:
         # A secret in a URL (a database password) never reaches config.json, the manifest, a tracker or
         # the console. A local RUNS_DIR is a path, not a URL: an @ in a folder's name stays.
