@@ -9,6 +9,7 @@ another `mlflow` executable.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -924,6 +925,18 @@ def mlflow_server(tmp_path_factory):
         yield uri
 
 
+def test_every_test_against_the_real_server_is_slow():
+    """Its start alone takes seconds of both cores: the fast tier never waits for it."""
+    fast = [
+        name
+        for name, test in globals().items()
+        if name.startswith("test_")
+        and "mlflow_server" in inspect.signature(test).parameters
+        and not any(mark.name == "slow" for mark in getattr(test, "pytestmark", []))
+    ]
+    assert fast == [], "mark these @pytest.mark.slow: " + ", ".join(fast)
+
+
 def _wait_healthy(uri: str, proc: subprocess.Popen, log_path: Path) -> None:
     """Until /health answers 200, or the server exits (then its log is the failure message). The
     bound only keeps a hung server from hanging the suite; it asserts nothing about speed."""
@@ -1831,6 +1844,7 @@ def test_a_resume_whose_mlflow_run_was_deleted_starts_a_new_run(mlflow_server, t
     ]
 
 
+@pytest.mark.slow  # a real MLflow server
 def test_a_deleted_experiment_is_one_warning_saying_how_to_restore_it(
     mlflow_server, tmp_path, caplog, train_log_propagates
 ):
