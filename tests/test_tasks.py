@@ -846,8 +846,26 @@ def test_scripts_train_asks_for_the_runtime_only_and_scripts_test_for_the_test_t
     assert "\nscripts/venv.sh --test\n" in (ROOT / "scripts" / "test").read_text()
 
 
-def test_scripts_test_and_invoke_test_run_the_same_fast_tier():
+def test_scripts_test_and_invoke_test_run_the_same_fast_tier(tmp_path):
+    """And --all is the script's wherever it stands: after a file it is not handed to pytest."""
+    import shutil
+    import subprocess
+
     assert f'tier=(-m "{tasks.FAST_TIER}")' in (ROOT / "scripts" / "test").read_text()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "test", tmp_path / "scripts" / "test")
+    (tmp_path / "scripts" / "venv.sh").write_text("#!/bin/sh\n")
+    (tmp_path / ".venv" / "bin" / "python").write_text('#!/bin/sh\nprintf "%s|" "$@"\n')
+    for fake in ("scripts/venv.sh", ".venv/bin/python"):
+        (tmp_path / fake).chmod(0o755)
+
+    def pytest_args(*args: str) -> list[str]:
+        done = subprocess.run(["bash", "scripts/test", *args], cwd=tmp_path, capture_output=True, text=True, check=True)
+        return done.stdout.split("|")[:-1]
+
+    assert pytest_args("-n", "0") == ["-m", "pytest", "-n", "auto", "-m", tasks.FAST_TIER, "-n", "0"]
+    assert pytest_args("tests/test_config.py", "--all") == ["-m", "pytest", "-n", "auto", "tests/test_config.py"]
 
 
 def test_a_venv_made_for_training_gets_the_test_tools_and_every_extra_when_scripts_test_uses_it(clone):
