@@ -644,7 +644,8 @@ def mutate(c, modules="", workers=1, results=False):
 
     The modules and tests are configured in [tool.mutmut] in pyproject.toml."""
     _at_least_one("--workers", workers)
-    wanted = [m.strip() for m in modules.split(",") if m.strip()]
+    # run.rundir; also as mutmut names it (train.run.rundir) or as only_mutate does (train/run/rundir.py)
+    wanted = [_dotted(m.strip()).removeprefix("train.") for m in modules.split(",") if m.strip()]
     if modules.strip() and not wanted:  # "," or " , ": not the empty default, which mutates everything
         raise Exit(
             f"--modules {modules!r} names no module: give names such as run.rundir,reproduce, or leave it out for all"

@@ -632,7 +632,10 @@ def test_mutate_with_modules_that_name_nothing_refuses_instead_of_mutating_every
 def test_mutate_takes_the_modules_and_packages_of_each_checked_area(tmp_path):
     _project_layout(tmp_path)
     c = ctx()
-    tasks.mutate(c, modules="reproduce,tracking.mlflow_run,training.early_stopping,results.compare,results.report")
+    # the last two as mutmut's names and only_mutate's paths write them
+    tasks.mutate(
+        c, modules="reproduce,tracking.mlflow_run,training.early_stopping,train.results.compare,train/results/report.py"
+    )
     names = "'train.reproduce.*' 'train.tracking.mlflow_run.*' 'train.training.early_stopping.*'"
     assert echoed(c)[-1].endswith(
         f"mutmut run --max-children 1 {names} 'train.results.compare.*' 'train.results.report.*'"
