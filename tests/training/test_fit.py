@@ -9,7 +9,15 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import NO_REAL_MNIST, PROJECT_ROOT, REAL_MNIST, stop_at_check, subprocess_env, tiny_settings
+from helpers import (
+    NO_REAL_MNIST,
+    PROJECT_ROOT,
+    REAL_MNIST,
+    benchmark_script,
+    stop_at_check,
+    subprocess_env,
+    tiny_settings,
+)
 
 from train.errors import Interrupted, WorkerLostError
 
@@ -66,6 +74,8 @@ def test_a_run_leaves_every_artefact(finished):
         "train",
     )
     assert set(m["test"]["weights"]) == {"best", "final"} and "test (128 examples): accuracy=" in log
+    # Benchmark 1 compares the recipe's test accuracy with this, not with the validation split's.
+    assert benchmark_script("common").test_accuracy(result) == m["test"]["weights"]["final"]["accuracy"]
     rows = list(csv.DictReader(open(d / "metrics.csv")))
     assert [r["epoch"] for r in rows] == ["1", "2"]
     assert float(rows[-1]["samples_per_second"]) > 0 and rows[-1]["gpu_memory_used_mb"] == ""
