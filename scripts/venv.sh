@@ -7,10 +7,11 @@
 #   --test        also the test tools (requirements/test.lock) and every extra: the whole suite runs
 # Each lock installed leaves a stamp named by its hash, so an unchanged lock is not installed again,
 # and a .venv made by scripts/train gets the rest the first time it is asked for. Set PYTHON to
-# choose the interpreter (TensorFlow 2.21 supports Python 3.10-3.13), LOCK for requirements/gpu.lock.
+# choose the interpreter of a new .venv (TensorFlow 2.21 supports Python 3.10-3.13), LOCK for requirements/gpu.lock.
 # With uv on PATH, uv installs the same hashed locks (about 5x faster than pip); pip otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+asked_python=${PYTHON:-}  # PYTHON makes a new .venv only: one set for an existing .venv is checked below
 PYTHON=${PYTHON:-python3}
 LOCK=${LOCK:-requirements/cpu.lock}
 # The extras: the files requirements/all.in brings in, but for the GPU runtime.
@@ -93,6 +94,14 @@ if [ ! -x .venv/bin/python ]; then
     fi
 elif ! python_supported; then
     refuse_python .venv "$(venv_version)" "delete .venv and run again with PYTHON set to a supported one"
+elif [ -n "$asked_python" ]; then
+    have=$(venv_version | cut -d. -f1,2 || true)  # none when pyvenv.cfg is missing: nothing to compare
+    asked=
+    [ -z "$have" ] || asked=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+    if [ -n "$asked" ] && [ "$asked" != "$have" ]; then
+        echo "scripts/venv.sh: WARNING: .venv is Python $have, made before; PYTHON=$PYTHON (Python $asked) is" \
+            "used only to make a new .venv: delete .venv and run again to use it" >&2
+    fi
 fi
 # Before an install only: a .venv with every lock installed (by uv, on PATH then) runs as it is.
 need_pip() {

@@ -919,6 +919,27 @@ def test_a_python_the_locks_have_no_wheels_for_is_refused_before_pip_and_leaves_
     assert "delete .venv and run again with PYTHON set to a supported one" in done.stderr
 
 
+def test_a_python_asked_for_with_a_venv_made_by_another_is_named_not_silently_passed_over(clone):
+    """PYTHON makes a new .venv only: asking for 3.12 once .venv holds 3.11 trained in 3.11 without a word."""
+    import subprocess
+
+    venv_sh(clone)
+    (clone / ".venv" / "pyvenv.cfg").write_text("version = 3.11.2\n")
+    other = clone / "python3.12"
+    other.write_text("#!/bin/sh\necho 3.12\n")
+    other.chmod(0o755)
+    env = {**venv_env(clone), "PYTHON": str(other)}
+    done = subprocess.run(["bash", "scripts/venv.sh"], cwd=clone, env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (
+        0,
+        f"scripts/venv.sh: WARNING: .venv is Python 3.11, made before; PYTHON={other} (Python 3.12) is used only to"
+        " make a new .venv: delete .venv and run again to use it\n",
+    )
+    other.write_text("#!/bin/sh\necho 3.11\n")  # the same version: nothing to say
+    done = subprocess.run(["bash", "scripts/venv.sh"], cwd=clone, env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 @pytest.mark.parametrize("debian", [True, False], ids=["debian", "upstream"])
 def test_a_python_without_ensurepip_is_one_line_naming_the_fix_and_leaves_no_venv_a_later_run_reuses(clone, debian):
     """`python3 -m venv` without ensurepip (Debian or Ubuntu without python3-venv) makes .venv, then fails
