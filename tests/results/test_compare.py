@@ -102,6 +102,12 @@ def test_a_setting_that_did_nothing_in_a_run_is_shown_as_not_used(tmp_path):
         for n, size, cache in (("a", 64, "memory"), ("b", 32, "file"))
     ]
     assert compare.differing_settings(mnist) == []
+    # One mnist.npz read from two places (a `reproduce` rerun records the clone's absolute DATA_DIR): no row;
+    # other data there is one.
+    here, moved = (write_run_records(tmp_path / n, {"data_dir": d}) for n, d in (("f", "./data"), ("g", "/clone/data")))
+    assert compare.differing_settings([load_records(here), load_records(moved)]) == []
+    other = write_run_records(tmp_path / "h", {"data_dir": "/other"}, manifest={"data": {"fingerprint": "ef" * 32}})
+    assert compare.differing_settings([load_records(here), load_records(other)]) == [("DATA_DIR", ["./data", "/other"])]
     folders = [
         load_records(write_run_records(tmp_path / n, {"dataset": f"images:{tmp_path}", "data_dir": d}))
         for n, d in (("c", "./data"), ("d", "/elsewhere"))

@@ -88,9 +88,17 @@ def differing_settings(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]
             trained = [_trained_in(r, v) for r, v in zip(runs, values)]
             if len(set(trained)) > 1:
                 rows.append(("PRECISION", [t if t == v else f"{t} ({v})" for t, v in zip(trained, values)]))
+        elif key == "data_dir" and _one_data_set(runs, values):
+            continue  # the same files read from two places (a `reproduce` rerun reads the clone's absolute path)
         elif len(set(values)) > 1:
             rows.append((key.upper(), values))
     return rows
+
+
+def _one_data_set(runs: Sequence[RunRecords], values: list[str]) -> bool:
+    """Every run read its DATA_DIR and the data each read has one fingerprint: the runs trained on the same data."""
+    fingerprints = {section(r.manifest, "data").get("fingerprint") for r in runs}
+    return UNUSED not in values and len(fingerprints) == 1 and None not in fingerprints
 
 
 def _trained_in(run: RunRecords, precision: str) -> str:
