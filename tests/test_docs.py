@@ -272,5 +272,5 @@ def test_the_readme_names_every_invoke_task_and_every_command():
     from invoke.loader import FilesystemLoader
 
     module, _ = FilesystemLoader(start=str(ROOT)).load("tasks")
-    listed = re.search(r"`invoke --list` shows the container tasks \(([^)]*)\)", readme).group(1)
+    listed = re.search(r"`invoke --list` shows the tasks \(([^)]*)\)", readme).group(1)
     assert sorted(t.strip() for t in listed.split(",")) == sorted(Collection.from_module(module).task_names)
