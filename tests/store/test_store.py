@@ -4,8 +4,11 @@ Against a real S3-compatible server on 127.0.0.1 (tests/servers_s3.py), never a 
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
+import time
 
 import pytest
 from servers_s3 import dead_endpoint
@@ -215,6 +218,26 @@ def test_a_second_writer_is_refused_with_one_line_naming_the_holder(s3_server, s
     finally:
         holder.release()
     assert "runs/run-a/run.lock" not in s3_server.keys(s3_bucket)  # released: the object is gone
+
+
+def test_a_newcomer_that_waits_for_a_missed_renewal_says_why_it_waits(s3_server, s3_bucket, monkeypatch, caplog):
+    """`report` on a run whose machine was just lost waited the lease's seconds (60) without a word."""
+    store = _store(s3_server, s3_bucket, monkeypatch)
+    holder = "pid 7 on host lost"
+    body = {"holder": holder, "renewed": time.time() - 2, "seconds": 4}  # renewed every 1.3 s while it lived
+    store.create("run-w/run.lock", json.dumps(body).encode())
+    with caplog.at_level(logging.INFO, logger="train"):
+        newcomer = Lease(store, "run-w/run.lock", "run-w", seconds=4).acquire()  # takes it over at 4 s
+    try:
+        waiting, took = (r.getMessage() for r in caplog.records)
+        assert re.fullmatch(
+            rf"WARNING: run run-w: its lease is held by {holder}, last renewed \d s ago: waiting up to 4 s "
+            r"\(STORE_LEASE_SECONDS\) for that process to renew it \(it lives\) or not \(it is gone\)",
+            waiting,
+        )
+        assert took.startswith(f"run run-w: took over the lease of {holder} (not renewed for ")
+    finally:
+        newcomer.release()
 
 
 def test_a_dead_holders_lease_expires_and_is_taken_over(s3_server, s3_bucket, monkeypatch, caplog):

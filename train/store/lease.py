@@ -68,6 +68,7 @@ class Lease:
             return False  # released meanwhile: create it again
         first_seen = time.monotonic()
         info = _parse(body)
+        said = False
         while True:
             if expired(body, self.seconds) or time.monotonic() - first_seen > info.get("seconds", self.seconds):
                 try:
@@ -82,6 +83,19 @@ class Lease:
                     time.time() - info.get("renewed", 0),
                 )
                 return True
+            age = time.time() - info.get("renewed", time.time())
+            if not said and age > info.get("seconds", self.seconds) / RENEWALS + POLL_SECONDS:
+                # A renewal missed: the wait may last the lease's seconds, and a command that seems to
+                # hang says why (a live holder's renewal refuses it sooner, in its one line).
+                said = True
+                log.warning(
+                    "WARNING: run %s: its lease is held by %s, last renewed %.0f s ago: waiting up to %.0f s "
+                    "(STORE_LEASE_SECONDS) for that process to renew it (it lives) or not (it is gone)",
+                    self.run_name,
+                    info.get("holder", "an unknown process"),
+                    age,
+                    info.get("seconds", self.seconds),
+                )
             time.sleep(POLL_SECONDS)
             try:
                 _body, now_etag = self.store.get(self.rel)
