@@ -258,7 +258,7 @@ def test_a_dead_holders_lease_expires_and_is_taken_over(s3_server, s3_bucket, mo
         newcomer.release()
 
 
-def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_server, s3_bucket, monkeypatch):
+def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_server, s3_bucket, monkeypatch, caplog):
     import json
     import time
 
@@ -270,8 +270,10 @@ def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_ser
     last_renewed = json.loads(dead_body)["renewed"]
     # A command that only reads the run (report, export, RESUME=auto's look) puts the dead holder's lease
     # back when it lets go: the run still reads as killed, and the resume after it learns the same.
-    Lease(store, "run-d/run.lock", "run-d", seconds=2, reader=True).acquire().release()
+    with caplog.at_level(logging.INFO, logger="train"):
+        Lease(store, "run-d/run.lock", "run-d", seconds=2, reader=True).acquire().release()
     assert s3_server.keys(s3_bucket)["runs/run-d/run.lock"] == dead_body
+    assert "took over" not in caplog.text  # said once, by the resume that continues the run (RESUME=auto: twice)
     newcomer = Lease(store, "run-d/run.lock", "run-d", seconds=2).acquire()
     try:
         assert newcomer.taken_from == last_renewed

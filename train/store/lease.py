@@ -76,7 +76,8 @@ class Lease:
                 except Conflict:
                     return False  # renewed, released or taken by another newcomer: look again
                 self.taken_from, self._taken_body = _renewed(info), body
-                log.info(
+                # A reader puts it back when done: only the writer that continues the run says it took it.
+                (log.debug if self.reader else log.info)(
                     "run %s: took over the lease of %s (not renewed for %.0f s: that process is gone)",
                     self.run_name,
                     info.get("holder", "an unknown process"),
