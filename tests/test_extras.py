@@ -29,10 +29,12 @@ from train import extras
 from train.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The extras that bring modules into the training environment (a tool's extra brings none).
+PACKAGES = {name: extra.modules for name, extra in extras.EXTRAS.items() if extra.modules}
 
 
 def test_every_extra_has_its_requirements_file_and_names_the_modules_it_brings():
-    for extra, modules in extras.PACKAGES.items():
+    for extra, modules in PACKAGES.items():
         listed = (PROJECT_ROOT / "requirements" / f"{extra}.in").read_text().lower()
         assert modules and (PROJECT_ROOT / "requirements" / f"{extra}.lock").is_file()
         assert f"-r {extra}.in" in (PROJECT_ROOT / "requirements" / "all.in").read_text()
@@ -44,7 +46,7 @@ def test_every_extra_has_its_requirements_file_and_names_the_modules_it_brings()
 def test_an_extra_that_runs_a_tool_has_an_environment_of_its_own_that_ci_builds(extra):
     """DVC and the like: requirements/<extra>.in and .lock, scripts/venv-<extra>.sh making .venv-<extra>; never
     in all.in (nor, so, in any lock of the training environment or the image)."""
-    assert extras.EXTRAS[extra].modules == () and extra not in extras.PACKAGES
+    assert extras.EXTRAS[extra].modules == ()
     assert (PROJECT_ROOT / "requirements" / f"{extra}.lock").is_file()
     assert f"-r {extra}.in" not in (PROJECT_ROOT / "requirements" / "all.in").read_text()
     script = (PROJECT_ROOT / "scripts" / f"venv-{extra}.sh").read_text()
@@ -53,10 +55,10 @@ def test_an_extra_that_runs_a_tool_has_an_environment_of_its_own_that_ci_builds(
     assert f".venv-{extra}" in (PROJECT_ROOT / ".gitignore").read_text().split()
 
 
-@pytest.mark.parametrize("extra", each_extra(sorted(extras.PACKAGES)))
+@pytest.mark.parametrize("extra", each_extra(sorted(PACKAGES)))
 def test_a_missing_extra_is_refused_naming_it_and_the_command_that_adds_it(monkeypatch, extra):
     extras.require(extra, "SETTING", "value")  # the test environment has every extra
-    module = extras.PACKAGES[extra][-1]
+    module = PACKAGES[extra][-1]
     monkeypatch.setitem(sys.modules, module, None)
     assert extras.missing(extra) == [module]
     with pytest.raises(ConfigError) as info:

@@ -48,8 +48,6 @@ EXTRAS: dict[str, Extra] = {
     # Several machines on TensorFlow's own MultiWorkerMirroredStrategy: nothing beyond TensorFlow.
     "workers": Extra((), "train.workers"),
 }
-# The extras that bring modules into the training environment (a tool's extra brings none).
-PACKAGES: dict[str, tuple[str, ...]] = {name: extra.modules for name, extra in EXTRAS.items() if extra.modules}
 
 
 NO_STORE = (  # RUNS_DIR=s3://... in a fork that deleted train/store: refused by validation and on opening
