@@ -65,16 +65,15 @@ def _client_options() -> dict:
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 
 
-def check_endpoint(environ=None) -> None:
+def check_endpoint() -> None:
     """The s3:// endpoint variables, when set, are http(s)://HOST[:PORT] (ConfigError otherwise).
 
     Checked before the store's client is made: the library does not check them, and panics on a
     value without a scheme, or an empty one, with a page of Rust backtrace instead of a message."""
     from urllib.parse import urlsplit
 
-    environ = os.environ if environ is None else environ
     for name in ENDPOINT_VARIABLES:
-        value = environ.get(name)
+        value = os.environ.get(name)
         if value is None:
             continue
         try:
