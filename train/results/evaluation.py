@@ -60,7 +60,7 @@ class Evaluation:
         return rows
 
 
-def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
+def evaluate_best(run_dir: Path) -> Evaluation:
     """Predict the validation set with best.weights.h5; NoWeightsError / DataError say what is missing,
     WeightsError that the file is not the one training wrote (its recorded sha256)."""
     from ..run.rundir import RunDir
@@ -96,7 +96,7 @@ def evaluate_best(run_dir: Path, k: int = MOST_WRONG) -> Evaluation:
 
     model = float32_model(models, settings, spec)
     load_weights(model, run_dir, weights)  # the recorded sha256 first: a replaced file is never evaluated
-    return _predict(model, data.val_dataset(spec, settings, settings.batch_size), class_names, k)
+    return _predict(model, data.val_dataset(spec, settings, settings.batch_size), class_names, MOST_WRONG)
 
 
 def _few(names, shown: int = 5) -> str:
