@@ -24,7 +24,7 @@ import os
 import time
 import warnings
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,6 @@ class SweepResult:
     finished: int
     best: dict[str, Any] | None
     report: Path | None = None
-    ran: list[int] = field(default_factory=list)  # trial numbers this process ran
 
 
 class _Surplus(Exception):
@@ -101,7 +100,6 @@ def run_sweep(
     )
     stop = StopFlag()
     stop.then = "stopping before another trial starts"  # in a trial, the trial's own flag says what it does
-    ran: list[int] = []
     waited_for: list[int] = []
     quiet_heartbeats()
     then = f"once it answers, run the sweep again ({command}): a trial it cut short is retried on its own run"
@@ -114,10 +112,7 @@ def run_sweep(
             count = counted(every)
             waiting = any(t.state == optuna.trial.TrialState.WAITING for t in count)
             if len(count) < total or waiting:
-                number = _one_trial(study, spec, settings, shown, total, stop, command)
-                if number is None:
-                    continue
-                ran.append(number)
+                _one_trial(study, spec, settings, shown, total, stop, command)
                 continue
             running = [t.number for t in count if t.state == optuna.trial.TrialState.RUNNING]
             if not running:
@@ -131,7 +126,7 @@ def run_sweep(
     if stop.reason:
         raise SweepInterrupted(f"study {spec.name}: stopped ({stop.reason}) between trials; to continue it: {command}")
     finished = [t for t in counted(study.get_trials(deepcopy=False)) if t.state.is_finished()]
-    result = SweepResult(spec.name, shown, total, len(finished), best_trial(study), ran=ran)
+    result = SweepResult(spec.name, shown, total, len(finished), best_trial(study))
     from .report import write_sweep_report
 
     result.report = write_sweep_report(study, spec, settings.runs_dir, shown)
@@ -180,7 +175,7 @@ def _wait(stop: StopFlag, seconds: float) -> None:
 
 def _one_trial(
     study, spec: SweepSpec, settings: Settings, shown: str, total: int, stop: StopFlag, command: str
-) -> int | None:
+) -> None:
     """Start (or resume) one trial through Optuna's own loop, which sends its heartbeats."""
     numbers: list[int] = []
     failed: list[BaseException] = []  # why the trial failed: Optuna keeps it only in a log line it is told not to write
@@ -196,7 +191,7 @@ def _one_trial(
     try:
         study.optimize(objective, n_trials=1, catch=TRIAL_FAILURES)
     except _Surplus:
-        return None
+        return
     except _Stopped as stopped:
         frozen = _frozen(study, numbers[-1])
         # Failed (by optimize) first, then queued again: a kill between the two loses nothing but
@@ -226,7 +221,6 @@ def _one_trial(
             f" {spec.metric}={metric_text(t.value)}" if t.value is not None else "",
             f" ({type(failed[-1]).__name__}: {first_line(failed[-1])})" if failed else "",
         )
-    return numbers[-1] if numbers else None
 
 
 def _queue_again(study, trial) -> None:
