@@ -274,7 +274,7 @@ def test_a_queued_trial_whose_run_had_finished_is_told_its_result_not_trained_ag
     assert (kept.number, kept.state.name, kept.value) == (1, "COMPLETE", 0.75)
     assert result.best["run"] == run.name
     # What the command's last line reads.
-    assert (result.study, result.storage, result.total, result.finished) == ("s", url, 1, 1)
+    assert (result.study, result.total, result.finished) == ("s", 1, 1)
     assert json.loads((run / "manifest.json").read_text())["sweep"]["retry_of"] == [0]
 
 
@@ -362,7 +362,7 @@ def test_the_command_a_stop_says_again_masks_the_storage_password(tmp_path, monk
 
     def run_sweep(spec, settings, url, trials, command):  # what a stop and the trial's train.log say
         said.append(command)
-        return sweep.SweepResult(spec.name, "", 1, 1, None)
+        return sweep.SweepResult(spec.name, 1, 1, None)
 
     monkeypatch.setattr(sweep, "run_sweep", run_sweep)
     space = _space(tmp_path, "batch_size = [8, 16]\n")
@@ -511,8 +511,8 @@ def test_more_trials_finished_than_asked_is_said_in_words_not_6_of_2():
     from train.sweep.command import finished_line
     from train.sweep.study import SweepResult
 
-    assert finished_line(SweepResult("s", "sqlite:///x", 4, 2, None)) == "study s: 2 of 4 trial(s) finished"
-    line = finished_line(SweepResult("s", "sqlite:///x", 2, 6, None))
+    assert finished_line(SweepResult("s", 4, 2, None)) == "study s: 2 of 4 trial(s) finished"
+    line = finished_line(SweepResult("s", 2, 6, None))
     assert line.startswith("study s: 6 trial(s) finished, more than the 2 asked") and " of 2" not in line, line
 
 

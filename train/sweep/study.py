@@ -61,7 +61,6 @@ class SweepInterrupted(Interrupted):
 @dataclass
 class SweepResult:
     study: str
-    storage: str  # masked
     total: int
     finished: int
     best: dict[str, Any] | None
@@ -126,7 +125,7 @@ def run_sweep(
     if stop.reason:
         raise SweepInterrupted(f"study {spec.name}: stopped ({stop.reason}) between trials; to continue it: {command}")
     finished = [t for t in counted(study.get_trials(deepcopy=False)) if t.state.is_finished()]
-    result = SweepResult(spec.name, shown, total, len(finished), best_trial(study))
+    result = SweepResult(spec.name, total, len(finished), best_trial(study))
     from .report import write_sweep_report
 
     result.report = write_sweep_report(study, spec, settings.runs_dir, shown)
