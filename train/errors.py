@@ -57,7 +57,7 @@ class ModelError(TemplateError, exit_code=2):
     """
 
     def __init__(self, spec: str, problem: str):
-        self.name, self.value, self.problem = "MODEL", spec, problem
+        self.name, self.value = "MODEL", spec
         super().__init__(f"MODEL={spec}: {problem}")
 
 
