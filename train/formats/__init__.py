@@ -18,5 +18,4 @@ class ConversionError(ExportError):
     """A converter (LiteRT, ONNX) cannot express the model: names the format, the op or layer, and the fix."""
 
     def __init__(self, fmt: str, what: str, fix: str):
-        self.format, self.what, self.fix = fmt, what, fix
         super().__init__(f"{fmt}: {what}: {fix}")
