@@ -36,7 +36,7 @@ class EnvFileError(ConfigError):
     """A settings file (.env) that cannot be read: not UTF-8, or a line that is not NAME=value."""
 
     def __init__(self, path: object, line: int | None, problem: str):
-        self.name, self.value, self.allowed, self.line = "ENV_FILE", str(path), problem, line
+        self.name, self.value, self.allowed = "ENV_FILE", str(path), problem
         TemplateError.__init__(self, f"{path}{f', line {line}' if line else ''}: {problem}")
 
 
