@@ -126,7 +126,7 @@ class ReproduceRecordError(ReproduceError):
     """
 
     def __init__(self, path: object, field: str, value: object, problem: str, fix: str):
-        self.path, self.name, self.value, self.fix = str(path), field, value, fix
+        self.name, self.value = field, value
         super().__init__(f"{path}: {field}={value!r} {problem}; {fix}")
 
 
