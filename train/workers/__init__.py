@@ -20,7 +20,7 @@ class PortInUseError(ConfigError):
     """This worker's port (its entry in WORKERS / TF_CONFIG) is already bound by another process."""
 
     def __init__(self, name: str, address: str, port: int):
-        self.name, self.value, self.port = name, address, port
+        self.name, self.value = name, address
         self.allowed = (
             f"port {port} is in use by another process on this host (another training, or a stale worker): stop it, "
             f"or give this worker a free port in {name} on every worker"
