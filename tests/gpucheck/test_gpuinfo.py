@@ -297,9 +297,9 @@ def test_the_cuda_version_is_read_from_the_header():
 
 def test_query_gpu_lines_that_are_not_a_gpu_are_skipped():
     text = "Failed to read one field\n0, Tesla\n0, NVIDIA T4, GPU-t4, 15360, [Not Supported], 525.60.13, 7.x\n1, NVIDIA T4, GPU-t4b, 15360, 5, 525.60.13, 7.5.1\n"
-    assert gpuinfo.parse_query_gpu(text, "12.0") == [
-        gpuinfo.GpuInfo(0, "NVIDIA T4", "GPU-t4", 15360.0, 0.0, "525.60.13", None, "12.0"),
-        gpuinfo.GpuInfo(1, "NVIDIA T4", "GPU-t4b", 15360.0, 5.0, "525.60.13", None, "12.0"),
+    assert gpuinfo.parse_query_gpu(text) == [
+        gpuinfo.GpuInfo(0, "NVIDIA T4", "GPU-t4", 15360.0, 0.0, "525.60.13", None, None),
+        gpuinfo.GpuInfo(1, "NVIDIA T4", "GPU-t4b", 15360.0, 5.0, "525.60.13", None, None),
     ]
 
 

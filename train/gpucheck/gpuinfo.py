@@ -119,7 +119,7 @@ def _number(text: str) -> float | None:
         return None  # "[N/A]", "[Not Supported]"
 
 
-def parse_query_gpu(text: str, cuda_driver_version: str | None = None) -> list[GpuInfo]:
+def parse_query_gpu(text: str) -> list[GpuInfo]:
     """Parse `nvidia-smi --query-gpu=SMI_GPU_FIELDS --format=csv,noheader,nounits` (compute_cap optional)."""
     gpus = []
     for line in text.strip().splitlines():
@@ -139,7 +139,7 @@ def parse_query_gpu(text: str, cuda_driver_version: str | None = None) -> list[G
                 _number(cols[4]) or 0.0,
                 cols[5],
                 cc,
-                cuda_driver_version,
+                None,  # from the header of plain nvidia-smi, set by _from_smi
             )
         )
     return gpus
