@@ -79,8 +79,8 @@ def test_confusion_and_grid_pictures():
     img = image(plots.confusion_png(matrix, ["cat", "dog", "bird"]))
     assert img.shape[0] > 300 and img.std() > 10
     images = np.random.default_rng(0).integers(0, 256, (10, 8, 8, 3), dtype=np.uint8)
-    grid = image(plots.grid_png(images, [0] * 10, [1] * 10, [0.9] * 10, ["cat", "dog"], columns=4))
-    assert grid.shape[:2] == (int(3 * 1.75 * 90), int(4 * 1.5 * 90))  # 3 rows of 4
+    grid = image(plots.grid_png(images, [0] * 10, [1] * 10, [0.9] * 10, ["cat", "dog"]))
+    assert grid.shape[:2] == (int(2 * 1.75 * 90), int(8 * 1.5 * 90))  # 2 rows of 8
 
 
 def test_compare_overlays_every_run(tmp_path):

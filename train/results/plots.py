@@ -235,12 +235,11 @@ def grid_png(
     pred: Sequence[int],
     prob: Sequence[float],
     class_names: Sequence[str],
-    columns: int = 8,
 ) -> bytes:
-    """The given images in a grid, each titled with its true and predicted class."""
+    """The given images in a grid of 8 columns, each titled with its true and predicted class."""
     from matplotlib.figure import Figure
 
-    count = len(images)
+    count, columns = len(images), 8
     rows = max(1, math.ceil(count / columns))
     fig = Figure(figsize=(columns * 1.5, rows * 1.75), dpi=90)
     axes = fig.subplots(rows, columns, squeeze=False)
