@@ -104,13 +104,13 @@ def read_lock(path: str | Path) -> list[Pin]:
     return pins
 
 
-def locked_versions(path: str | Path, python: str = "3.11", platform: str = "linux") -> dict[str, str]:
-    """{name: version} that pip would install from `path` on CPython `python` on `platform`."""
+def locked_versions(path: str | Path, python: str = "3.11") -> dict[str, str]:
+    """{name: version} that pip would install from `path` on CPython `python` on Linux (the image's)."""
     env = {
         "python_version": python,
         "python_full_version": python + ".0",
-        "sys_platform": platform,
-        "platform_system": platform.capitalize(),
+        "sys_platform": "linux",
+        "platform_system": "Linux",
         "platform_machine": "x86_64",
         "os_name": "posix",
         "implementation_name": "cpython",
