@@ -140,7 +140,7 @@ def warnings(monkeypatch, caplog):
 
 def test_the_peak_is_the_best_of_several_probes_and_the_next_run_reads_it_from_the_cache(tmp_path, warnings):
     probe, calls = probes(300e9, 659e9, 295e9, 500e9, 410e9)
-    first, origin = flops.cached_peak(tmp_path, KEY, probe, rounds=5)
+    first, origin = flops.cached_peak(tmp_path, KEY, probe)
     assert first == 659e9 and len(calls) == 5
     path = flops.peak_cache_file(tmp_path, KEY)
     assert origin == f"measured now (best of 5 probes), cached in {path}"
@@ -156,10 +156,10 @@ def test_the_peak_is_the_best_of_several_probes_and_the_next_run_reads_it_from_t
 
 
 def test_another_precision_or_tensorflow_version_is_measured_on_its_own(tmp_path):
-    flops.cached_peak(tmp_path, KEY, probes(*[100e9] * 5)[0], rounds=5)
+    flops.cached_peak(tmp_path, KEY, probes(*[100e9] * 5)[0])
     for other in ({**KEY, "dtype": "bfloat16"}, {**KEY, "tensorflow": "2.22.0"}):
         probe, calls = probes(*[200e9] * 5)
-        assert flops.cached_peak(tmp_path, other, probe, rounds=5)[0] == 200e9 and len(calls) == 5
+        assert flops.cached_peak(tmp_path, other, probe)[0] == 200e9 and len(calls) == 5
     assert len(list((tmp_path / "peak-flops").glob("*.json"))) == 3
 
 
@@ -181,7 +181,7 @@ def test_a_corrupt_cache_is_measured_again_with_a_warning_and_replaced(tmp_path,
     path.parent.mkdir(parents=True)
     path.write_text(content)
     probe, calls = probes(*[400e9] * 5)
-    peak, origin = flops.cached_peak(tmp_path, KEY, probe, rounds=5)
+    peak, origin = flops.cached_peak(tmp_path, KEY, probe)
     assert peak == 400e9 and len(calls) == 5 and origin.startswith("measured now")
     [warning] = warnings()
     assert warning.startswith(f"WARNING: the cached peak {path} cannot be used (") and why in warning
@@ -190,16 +190,16 @@ def test_a_corrupt_cache_is_measured_again_with_a_warning_and_replaced(tmp_path,
 
 
 def test_peak_flops_measure_measures_again_and_replaces_the_cached_figure(tmp_path):
-    flops.cached_peak(tmp_path, KEY, probes(*[100e9] * 5)[0], rounds=5)
+    flops.cached_peak(tmp_path, KEY, probes(*[100e9] * 5)[0])
     probe, calls = probes(*[300e9] * 5)
-    assert flops.cached_peak(tmp_path, KEY, probe, remeasure=True, rounds=5)[0] == 300e9 and len(calls) == 5
+    assert flops.cached_peak(tmp_path, KEY, probe, remeasure=True)[0] == 300e9 and len(calls) == 5
     assert flops.cached_peak(tmp_path, KEY, probes()[0])[0] == 300e9
 
 
 def test_a_cache_that_cannot_be_written_leaves_the_measurement_in_use(tmp_path, warnings):
     blocked = tmp_path / "cache"
     blocked.write_text("a file where the cache folder would be")
-    peak, origin = flops.cached_peak(blocked, KEY, probes(*[100e9] * 5)[0], rounds=5)
+    peak, origin = flops.cached_peak(blocked, KEY, probes(*[100e9] * 5)[0])
     assert peak == 100e9 and origin == "measured now (best of 5 probes; not cached)"
     [warning] = warnings()
     assert (
@@ -348,7 +348,7 @@ def test_a_run_that_beats_a_measured_peak_replaces_it_so_mfu_never_passes_one(tm
     """A probe taken while the machine was busy must not stay the reference: the run's rate (a floor of
     the true peak) or new probes, whichever is larger, replace it in the run and in the cache."""
     key = flops.machine_key("CPU", "float32")
-    flops.cached_peak(tmp_path, key, lambda: 10e9, rounds=1)  # the busy first measurement
+    flops.cached_peak(tmp_path, key, lambda: 10e9)  # the busy first measurement
     peak = flops.peak_for("auto", tmp_path, "CPU", "float32", devices=2)
     assert peak.flops == 20e9 and mfu(10.0, FlopCount(1_000_000_000), peak.flops)[1] == 1.5  # 30 GFLOP/s
     assert flops.beaten_peak(peak, 15e9, 2, tmp_path, "CPU", "float32") is None  # not beaten: kept
@@ -375,7 +375,7 @@ def test_a_peak_an_older_version_raised_is_measured_again_once(tmp_path, warning
     path.parent.mkdir(parents=True)
     old = {"key": key, "flops_per_device": 99e9, "probes": [10e9], "measured_at": "2026-12-05", "beaten_by_a_run": True}
     path.write_text(json.dumps(old))
-    assert flops.cached_peak(tmp_path, key, lambda: 12e9, rounds=1)[0] == 12e9
+    assert flops.cached_peak(tmp_path, key, lambda: 12e9)[0] == 12e9
     assert warnings() == [
         f"WARNING: the cached peak {path} cannot be used (it was raised by a run of an older version, which could "
         "overstate a run's speed): measuring it again"
@@ -565,9 +565,9 @@ def test_each_unusable_cached_peak_says_why_whole(tmp_path, warnings, record, wh
     path.parent.mkdir(parents=True)
     good = {"key": KEY, "flops_per_device": 2e9, "probes": [2e9], "measured_at": "2026-01-01T00:00:00+00:00"}
     path.write_text(json.dumps({**good, **record}))
-    assert flops.cached_peak(tmp_path, KEY, lambda: 3e9, rounds=2) == (
+    assert flops.cached_peak(tmp_path, KEY, lambda: 3e9) == (
         3e9,
-        f"measured now (best of 2 probes), cached in {path}",
+        f"measured now (best of 5 probes), cached in {path}",
     )
     assert warnings() == [f"WARNING: the cached peak {path} cannot be used ({why}): measuring it again"]
 
@@ -589,7 +589,7 @@ def test_a_cache_file_that_is_a_dangling_link_is_measured_again_with_a_warning(t
     path = flops.peak_cache_file(tmp_path, KEY)
     path.parent.mkdir(parents=True)
     path.symlink_to(tmp_path / "gone.json")
-    assert flops.cached_peak(tmp_path, KEY, lambda: 3e9, rounds=1)[0] == 3e9
+    assert flops.cached_peak(tmp_path, KEY, lambda: 3e9)[0] == 3e9
     assert warnings() == [
         f"WARNING: the cached peak {path} cannot be used ([Errno 2] No such file or directory: '{path}'): "
         "measuring it again"
@@ -600,9 +600,9 @@ def test_an_unwritable_cache_is_one_whole_warning(tmp_path, warnings):
     blocked = tmp_path / "cache"
     blocked.write_text("a file where the cache folder would be")
     path = flops.peak_cache_file(blocked, KEY)
-    assert flops.cached_peak(blocked, KEY, lambda: 1e9, rounds=1) == (
+    assert flops.cached_peak(blocked, KEY, lambda: 1e9) == (
         1e9,
-        "measured now (best of 1 probes; not cached)",
+        "measured now (best of 5 probes; not cached)",
     )
     assert warnings() == [
         f"WARNING: the measured peak cannot be cached in {path} (cannot write {path.parent}: Not a directory): "

@@ -162,10 +162,10 @@ def _read_cached(path: Path, key: Mapping, field: str = "flops_per_device") -> t
 
 
 def cached_peak(
-    cache_dir: Path, key: Mapping, probe: Callable[[], float], remeasure: bool = False, rounds: int = PROBE_ROUNDS
+    cache_dir: Path, key: Mapping, probe: Callable[[], float], remeasure: bool = False
 ) -> tuple[float, str]:
     """(FLOP/s per device, where it came from): the cached measurement for `key`, else the best of
-    `rounds` probes, then cached for the next run. A cache that cannot be read is measured again,
+    PROBE_ROUNDS probes, then cached for the next run. A cache that cannot be read is measured again,
     with a warning; one that cannot be written leaves this run's measurement in use."""
     path = peak_cache_file(cache_dir, key)
     if not remeasure and (path.exists() or path.is_symlink()):
@@ -174,13 +174,13 @@ def cached_peak(
             return flops, f"cached from {path} (measured {when})"
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("WARNING: the cached peak %s cannot be used (%s): measuring it again", path, exc)
-    probes = [probe() for _ in range(rounds)]
+    probes = [probe() for _ in range(PROBE_ROUNDS)]
     best = max(probes)
     when = now_iso()
     record = {"key": dict(key), "flops_per_device": best, "probes": probes, "measured_at": when}
     if not _write_cache(path, record, "measured peak", "the next run measures again"):
-        return best, f"measured now (best of {rounds} probes; not cached)"
-    return best, f"measured now (best of {rounds} probes), cached in {path}"
+        return best, f"measured now (best of {PROBE_ROUNDS} probes; not cached)"
+    return best, f"measured now (best of {PROBE_ROUNDS} probes), cached in {path}"
 
 
 def _write_cache(path: Path, record: dict, what: str, otherwise: str) -> bool:
