@@ -43,11 +43,12 @@ def decode_image_dir_to_array(path, settings) -> np.ndarray:
     """All images under `path` as uint8 (N, S, S, C): the pipeline's cold decode, no cache."""
     import os
 
-    from train.inputs.images import decode_files, list_image_dir
+    from train.inputs.images import decode_files, list_image_dir, scan_files
 
     _, rels, _ = list_image_dir(path)
+    _, info = scan_files(path, rels, settings.max_image_pixels)  # the header pass every decode takes
     out = np.empty((len(rels), settings.image_size, settings.image_size, settings.channels), np.uint8)
-    decode_files([os.path.join(path, r) for r in rels], out.shape[1:], out)
+    decode_files([os.path.join(path, r) for r in rels], out.shape[1:], info, out)
     return out
 
 

@@ -297,11 +297,6 @@ def _frames(im) -> int:
     return getattr(im, "n_frames", 1) if im.format == "GIF" else 1
 
 
-def files_info(paths: Sequence[str]) -> np.ndarray:
-    """(N, 2) int32 `image_info` of files (no size limit): for a decode not fed by `scan_files`."""
-    return np.asarray([image_info(read_image_bytes(p), p, None) for p in paths], np.int32).reshape(-1, 2)
-
-
 def _orient(image, orientation):
     """Apply an EXIF orientation (1..8) as PIL's ImageOps.exif_transpose does."""
     import tensorflow as tf
@@ -404,14 +399,13 @@ def load_image_file(
     return decode_image_bytes(read_image_bytes(path), path, input_shape, max_pixels)
 
 
-def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int], info: np.ndarray | None = None):
+def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int], info: np.ndarray):
     """A tf.data pipeline of uint8 images for `paths`, decoded in parallel, in the order given.
 
-    `info`: the files' `image_info` rows (from `scan_files`); read from the files when not given.
+    `info`: the files' `image_info` rows (from `scan_files`).
     """
     import tensorflow as tf
 
-    info = files_info(paths) if info is None else info
     ds = tf.data.Dataset.from_tensor_slices((np.asarray(paths, dtype=object).astype(str), np.asarray(info, np.int32)))
     return ds.map(
         lambda p, i: decode_tensor(tf.io.read_file(p), input_shape, i),
@@ -423,8 +417,8 @@ def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int], info
 def decode_files(
     paths: Sequence[str],
     input_shape: tuple[int, int, int],
+    info: np.ndarray,
     out: np.ndarray | None = None,
-    info: np.ndarray | None = None,
 ) -> None:
     """Decode every file (in parallel, with tf.data) into `out` (N, H, W, C) uint8, or only check them.
 
@@ -506,12 +500,12 @@ def read_image_dir(root: Path, settings, subset: Callable[[int, int], np.ndarray
 def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint: str, info: np.ndarray):
     """Decode (and so verify) every file once, into the cache CACHE asks for."""
     if settings.cache == "none":
-        decode_files(files, shape, info=info)
+        decode_files(files, shape, info)
         return None
     if settings.cache == "memory":
         if key not in _DECODED:
             out = np.empty((len(files), *shape), np.uint8)
-            decode_files(files, shape, out, info)
+            decode_files(files, shape, info, out)
             _DECODED[key] = out
         return _DECODED[key]
     # file: same fingerprint, shape and split -> already decoded and verified by an earlier run
@@ -522,7 +516,7 @@ def decode_cached(files: tuple[str, ...], shape, key: str, settings, fingerprint
 
     def write(tmp: Path) -> None:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(files), *shape))
-        decode_files(files, shape, out, info)
+        decode_files(files, shape, info, out)
         out.flush()
         del out  # unmapped before atomic_write syncs and renames it
 
