@@ -472,7 +472,7 @@ class EpochLoop:
         batch = self.state.batch_size
         # The examples those steps trained: the epoch's last batch holds only what is left of the data
         # (a data set of 81 at batch 512 is one step of 81, not of 512).
-        start = getattr(self, "_epoch_from_step", 0) * batch
+        start = self._epoch_from_step * batch
         examples = min(self.spec.n_train, start + steps_run * batch) - start
         speed = (examples / seconds) if seconds else None
         achieved, fraction = mfu(speed, self.flop_count, self.peak.flops)
@@ -522,7 +522,7 @@ class EpochLoop:
 
     def _resumed_part(self) -> str:
         """After a resume mid-epoch, what the epoch's training numbers cover (the validation is whole)."""
-        start, total = getattr(self, "_epoch_from_step", 0), getattr(self, "_epoch_steps", 0)
+        start, total = self._epoch_from_step, self._epoch_steps
         if not start:
             return ""
         if start >= total:
