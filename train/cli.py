@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except TemplateError as exc:
-        if debug or getattr(exc, "show_traceback", False) or _debug_setting(argv):
+        if debug or _debug_setting(argv):
             # DEBUG adds the traceback; the exit code stays the documented one.
             traceback.print_exc(file=sys.stderr)
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
