@@ -422,7 +422,7 @@ def _check_dirs(s: Settings, data: bool) -> None:
     if not data:
         return
     # mnist.npz itself, say: a built-in data set would be looked for inside it (npz: and images: name their own)
-    data_dir = Path(s.data_dir).expanduser()
+    data_dir = Path(s.data_dir)  # a leading ~ already expanded (__post_init__)
     # The nearest part that exists must be a folder (DATA_DIR=mnist.npz/sub is below a file).
     nearest = next((p for p in (data_dir, *data_dir.parents) if p.exists() or p.is_symlink()), data_dir)
     if ":" not in s.dataset and (nearest.exists() or nearest.is_symlink()) and not nearest.is_dir():
@@ -440,7 +440,7 @@ def _check_runs_dir_path(runs_dir: str) -> None:
     not for a run's saved settings, whose RUNS_DIR may be somewhere else by now)."""
     if locations.looks_like_url(runs_dir):
         return  # a store: train.run.remote opens it (it must answer) before any training
-    p = Path(runs_dir).expanduser()
+    p = Path(runs_dir)
     for part in (p, *p.parents):
         if part.is_dir():
             return
@@ -484,10 +484,11 @@ def _validate(s: Settings, data: bool = True) -> Settings:
     _check_ranges(s)
     _check_peak_flops(s.peak_flops)
     _check_dirs(s, data)
-    if locations.looks_like_url(s.runs_dir) and (problem := locations.url_problem(s.runs_dir)):
-        raise ConfigError("RUNS_DIR", s.runs_dir, problem)  # validate() masks it, as every URL setting
-    if locations.looks_like_url(s.runs_dir) and "store" not in extras.sections_by_name():
-        raise ConfigError("RUNS_DIR", s.runs_dir, extras.NO_STORE)
+    if locations.looks_like_url(s.runs_dir):  # validate() masks what is refused, as for every URL setting
+        if problem := locations.url_problem(s.runs_dir):
+            raise ConfigError("RUNS_DIR", s.runs_dir, problem)
+        if "store" not in extras.sections_by_name():
+            raise ConfigError("RUNS_DIR", s.runs_dir, extras.NO_STORE)
     datasets.check_dataset(s.dataset, exists=data)
     if s.model not in models.MODELS and not _MODULE_FN.match(s.model):
         raise ConfigError("MODEL", s.model, "one of " + ", ".join(models.MODELS) + " or package.module:function")

@@ -28,15 +28,15 @@ def run(args: argparse.Namespace) -> int:
         if row["id"] not in stored:  # listed still: it may be a run whose upload failed, and must not look lost
             row["staged_only"] = remote.only_staged(row["id"])
     print(runs_json(rows) if args.json else format_runs(rows, settings.runs_dir))
-    if not rows and remote is None and not Path(settings.runs_dir).expanduser().exists():
+    if not rows and remote is None and not Path(settings.runs_dir).exists():
         from ..run.files import in_kernel_files
 
         fix = (
             "point RUNS_DIR at a folder that can be made" if in_kernel_files(settings.runs_dir) else "train to make it"
         )
         print(f"(RUNS_DIR {settings.runs_dir} does not exist: check its spelling, or {fix})", file=sys.stderr)
-    elif not rows and remote is None and (Path(settings.runs_dir).expanduser() / "config.json").is_file():
-        above = Path(settings.runs_dir).expanduser().resolve().parent
+    elif not rows and remote is None and (Path(settings.runs_dir) / "config.json").is_file():
+        above = Path(settings.runs_dir).resolve().parent
         print(
             f"(RUNS_DIR {settings.runs_dir} is a run itself: point RUNS_DIR at the folder that holds it, {above})",
             file=sys.stderr,

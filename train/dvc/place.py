@@ -10,7 +10,7 @@ def data_path(settings) -> tuple[str, Path]:
     kind, _, rest = settings.dataset.partition(":")
     if rest and kind in ("npz", "images"):
         return "DATASET", Path(rest).expanduser().resolve()
-    folder = Path(settings.data_dir).expanduser().resolve()
+    folder = Path(settings.data_dir).resolve()
     npz = folder / f"{settings.dataset}.npz"
     return "DATA_DIR", npz if npz.exists() else folder
 

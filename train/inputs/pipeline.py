@@ -80,7 +80,7 @@ def load_data(settings) -> DataSpec:
             arrays, fingerprint, source = read_npz(path), sha256_file(path), str(path)
         else:
             name = settings.dataset
-            arrays, fingerprint, source = _builtin(name, Path(settings.data_dir).expanduser())
+            arrays, fingerprint, source = _builtin(name, Path(settings.data_dir))
         spec = _from_arrays(settings, arrays, fingerprint, source, name)
     log.info(
         "data: %s from %s: %s, shape %s, %d classes, fingerprint %s",

@@ -68,9 +68,11 @@ class Lease:
             return False  # released meanwhile: create it again
         first_seen = time.monotonic()
         info = _parse(body)
+        held_for = info.get("seconds", self.seconds)  # the holder's own lease term
+        holder = info.get("holder", "an unknown process")
         said = False
         while True:
-            if expired(body, self.seconds) or time.monotonic() - first_seen > info.get("seconds", self.seconds):
+            if expired(body, self.seconds) or time.monotonic() - first_seen > held_for:
                 try:
                     self.etag = self.store.replace(self.rel, self._body(), etag)
                 except Conflict:
@@ -80,12 +82,12 @@ class Lease:
                 (log.debug if self.reader else log.info)(
                     "run %s: took over the lease of %s (not renewed for %.0f s: that process is gone)",
                     self.run_name,
-                    info.get("holder", "an unknown process"),
+                    holder,
                     time.time() - info.get("renewed", 0),
                 )
                 return True
             age = time.time() - info.get("renewed", time.time())
-            if not said and age > info.get("seconds", self.seconds) / RENEWALS + POLL_SECONDS:
+            if not said and age > held_for / RENEWALS + POLL_SECONDS:
                 # A renewal missed: the wait may last the lease's seconds, and a command that seems to
                 # hang says why (a live holder's renewal refuses it sooner, in its one line).
                 said = True
@@ -93,18 +95,18 @@ class Lease:
                     "WARNING: run %s: its lease is held by %s, last renewed %.0f s ago: waiting up to %.0f s "
                     "(STORE_LEASE_SECONDS) for that process to renew it (it lives) or not (it is gone)",
                     self.run_name,
-                    info.get("holder", "an unknown process"),
+                    holder,
                     age,
-                    info.get("seconds", self.seconds),
+                    held_for,
                 )
             time.sleep(POLL_SECONDS)
             try:
                 _body, now_etag = self.store.get(self.rel)
             except FileNotFoundError:
                 return False
-            if now_etag != etag and expired(_body, self.seconds):
-                return False  # a dead holder's lease put back by a reader that let go: look again
             if now_etag != etag:
+                if expired(_body, self.seconds):
+                    return False  # a dead holder's lease put back by a reader that let go: look again
                 raise RunBusyError(
                     f"run {self.run_name} is in use by another process ({_parse(_body).get('holder', 'unknown')}, "
                     f"its lease {self.store.url.key(self.rel)} is being renewed): two processes never write one run; "
