@@ -33,6 +33,21 @@ collect_ignore = sorted(
 )
 
 
+def pytest_configure(config):
+    """oneDNN capped below its bfloat16 kernels on an AVX-512 CPU (ONEDNN_MAX_CPU_ISA=AVX2, the stand-in
+    for an AVX2-only CPU) crashes TensorFlow on the tests that ask for bfloat16: one line, not a crash."""
+    from train.errors import ConfigError
+    from train.setup import hardware
+
+    try:
+        hardware.check_precision_fits_isa("mixed_bfloat16", [], hardware.cpu_flags(), hardware.onednn_max_isa())
+    except ConfigError as e:
+        raise pytest.UsageError(
+            f"{e.allowed.split(':')[0]}, and some tests ask for bfloat16: unset it for the suite, or set "
+            "ONEDNN_MAX_CPU_ISA=AVX512_CORE to run it on float32 kernels without bfloat16's"
+        ) from None
+
+
 def pytest_collection_modifyitems(config, items):
     """`@pytest.mark.extra("mlflow")`: a test outside an extra's folder that also needs that extra (a
     core feature shown with one of its settings) is skipped in a template without it."""

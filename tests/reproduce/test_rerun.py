@@ -715,6 +715,7 @@ def test_a_run_trained_in_two_precisions_is_rerun_in_auto_s_and_said_to_differ(m
     from train.setup import hardware
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512_bf16"})
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     segments = [{"precision": "mixed_bfloat16"}, {"precision": "float32"}, {"precision": "float32", "trains": False}]
     manifest = {"precision": {"policy": "float32"}, "segments": segments}
     assert trained_precisions(manifest) == ["mixed_bfloat16", "float32"]
