@@ -720,6 +720,8 @@ def test_a_secret_in_any_url_valued_setting_never_shows_in_an_error_or_in_settin
         ("http://host:5000/?token=x", "http://host:5000/?***"),
         ("s3://bucket/runs", "s3://bucket/runs"),
         ("sqlite:////tmp/study.db", "sqlite:////tmp/study.db"),
+        ("sqlite:////data/a@b/study.db", "sqlite:////data/a@b/study.db"),  # no host, no user: a path's @
+        ("sqlite:///a@b/study.db?timeout=5", "sqlite:///a@b/study.db?***"),
     ],
 )
 def test_redact_uri_masks_up_to_the_last_at_and_the_query(uri, masked):

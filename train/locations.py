@@ -73,6 +73,8 @@ def _split_userinfo(uri: str) -> tuple[str, str, str]:
     after = uri[len(head) :]
     if after.startswith("//"):
         head, after = head + "//", after[2:]
+        if after.startswith("/"):  # scheme:///path (sqlite, file): no host, so no user; an @ is the path's
+            return head, "", after
     ats = list(_AT.finditer(after))
     if not ats:
         return head, "", after
