@@ -141,6 +141,8 @@ def test_bad_tf_config_names_it(raw, allowed):
         ("127.0.0.1:7,localhost.localdomain:7", "127.0.0.1:7", "localhost.localdomain:7"),  # /etc/hosts' names
         ("[::1]:7,IP6-localhost:7", "[::1]:7", "IP6-localhost:7"),
         ("ip6-loopback:7,localhost:7", "ip6-loopback:7", "localhost:7"),
+        ("10.0.0.1:3,[::ffff:10.0.0.1]:3", "10.0.0.1:3", "[::ffff:10.0.0.1]:3"),  # IPv4-mapped: the IPv4 address
+        ("[::ffff:127.0.0.1]:7,localhost:7", "[::ffff:127.0.0.1]:7", "localhost:7"),
     ],
 )
 def test_one_address_written_two_ways_is_refused_naming_both_entries(workers, first, second):
@@ -180,7 +182,7 @@ def test_a_duplicate_address_exits_2_in_one_line_naming_both_entries(tmp_path):
 
 
 def test_the_exposure_warning_says_every_interface_for_loopback_and_network_clusters():
-    local = from_workers("127.0.0.1:5000,localhost:5001", 1)
+    local = from_workers("127.0.0.1:5000,localhost:5001,[::ffff:127.0.0.1]:5002", 1)
     remote = from_workers("10.0.0.1:2222,10.0.0.2:2222", 0)
     assert local.on_loopback and not remote.on_loopback
     assert "port 5001 of every network interface" in local.exposure_warning()

@@ -96,8 +96,9 @@ _LOOPBACK = "<loopback>"
 
 def _host_key(host: str) -> str:
     """A host as a duplicate check compares it: names ignore case and a final dot, IP addresses are
-    compared as addresses, and every name of this host's loopback is one host (TensorFlow binds the
-    port on every interface, so two workers on 127.0.0.1:P and localhost:P are one port)."""
+    compared as addresses (an IPv4-mapped one, [::ffff:10.0.0.2], as its IPv4 address), and every name
+    of this host's loopback is one host (TensorFlow binds the port on every interface, so two workers
+    on 127.0.0.1:P and localhost:P are one port)."""
     host = host.strip("[]").rstrip(".").lower()
     if host in ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"):
         return _LOOPBACK
@@ -105,6 +106,7 @@ def _host_key(host: str) -> str:
         ip = ipaddress.ip_address(host)
     except ValueError:
         return host
+    ip = getattr(ip, "ipv4_mapped", None) or ip  # Python 3.11 calls [::ffff:127.0.0.1] no loopback
     return _LOOPBACK if ip.is_loopback or ip.is_unspecified else ip.compressed
 
 
