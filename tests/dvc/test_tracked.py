@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from helpers import PROJECT_ROOT, git, tiny_settings
 
 from train.dvc import tracked
+from train.dvc.callback import DataVersionCallback
 
 DVC_FILE = """\
 outs:
@@ -386,7 +388,7 @@ def test_the_whole_record_of_a_stage_s_output_in_a_project_below_the_git_top(tmp
 
 
 @NEEDS_GIT
-def test_the_record_of_a_repository_without_a_commit_or_a_remote_names_neither(tmp_path):
+def test_the_record_of_a_repository_without_a_commit_or_a_remote_names_neither(tmp_path, caplog):
     root = tmp_path / "repo"
     root.mkdir()
     git(root, "init", "-q")
@@ -401,6 +403,15 @@ def test_the_record_of_a_repository_without_a_commit_or_a_remote_names_neither(t
     assert version["warning"] == (
         "WARNING: f.npz.dvc has changes not committed to git: the repository has no commit yet to record this run's "
         "data version; commit f.npz.dvc (and `dvc push`), then train"
+    )
+    # The run's line says so too, not "at commit None".
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")
+    with caplog.at_level(logging.INFO, logger="train"):
+        DataVersionCallback(s).on_train_begin(run)
+    assert caplog.messages[-1] == (
+        f"data: DVC version f.npz of {root.resolve()} (f.npz.dvc), at no commit: the repository has none yet"
     )
 
 

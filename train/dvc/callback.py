@@ -33,12 +33,14 @@ class DataVersionCallback:
             return
         if version["warning"]:
             log.warning(version["warning"])
+        commit = version["commit"]
         log.info(
-            "data: DVC version %s at commit %s of %s (%s)",
+            "data: DVC version %s%s of %s (%s)%s",
             version["path"],
-            str(version["commit"])[:12],
+            f" at commit {commit[:12]}" if commit else "",
             version["repository"],
             version["dvc_file"],
+            "" if commit else ", at no commit: the repository has none yet",
         )
         path = RunDir(run_dir).manifest
         try:
