@@ -422,6 +422,7 @@ def test_the_data_version_is_a_row_only_when_a_run_recorded_one(tmp_path):
     version = {"path": "images", "commit": "c7d0a16b0065abef66d2", "workspace": "differs"}
     b = load_records(write_run_records(tmp_path / "b", manifest={"data": {"fingerprint": "ab", "version": version}}))
     assert dict(compare.metric_rows([a, b]))["data version"] == ["-", "images@c7d0a16b0065 (differed)"]
+    assert compare._version_cell({"path": "images", "commit": None}) == "images (no commit)"
 
 
 def test_the_metrics_a_model_adds_are_compared_too(tmp_path):

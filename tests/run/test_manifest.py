@@ -440,12 +440,12 @@ def test_a_data_version_reads_as_one_whole_line():
         "s3://bucket/dvc); the data read differed from this version"
     )
     bare = {"path": "images", "commit": None, "dvc_file_committed": False}
-    assert manifest.data_version_text(bare) == "dvc: images at commit None of None (); None had uncommitted changes"
+    assert manifest.data_version_text(bare) == "dvc: images at no commit of None (); None had uncommitted changes"
     assert manifest.data_version_text({**version, "dvc_file_committed": False}) == (
         "dvc: images at commit c7d0a16b0065 of /data/repo (images.dvc, md5 166b92740000..., remote s3://bucket/dvc); "
         "images.dvc had uncommitted changes"
     )
-    assert manifest.data_version_text({**bare, "dvc_file_committed": None}) == "dvc: images at commit None of None ()"
+    assert manifest.data_version_text({**bare, "dvc_file_committed": None}) == "dvc: images at no commit of None ()"
 
 
 def test_a_recorded_lock_is_found_where_the_checkout_keeps_it():

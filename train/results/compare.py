@@ -142,7 +142,8 @@ def _version_cell(version: dict | None) -> str:
     if not version:
         return "-"
     mark = " (differed)" if version.get("workspace") == "differs" else ""
-    return f"{version['path']}@{str(version.get('commit'))[:12]}{mark}"
+    commit = version.get("commit")
+    return f"{version['path']}{f'@{str(commit)[:12]}' if commit else ' (no commit)'}{mark}"
 
 
 def format_comparison(runs: Sequence[RunRecords]) -> str:

@@ -100,8 +100,9 @@ def data_version_text(version: dict[str, Any]) -> str:
         )
         if x
     )
+    commit = version.get("commit")  # None: the data's repository had no commit yet
     text = (
-        f"{version.get('tool') or 'dvc'}: {version['path']} at commit {str(version.get('commit'))[:12]} "
+        f"{version.get('tool') or 'dvc'}: {version['path']} at {f'commit {str(commit)[:12]}' if commit else 'no commit'} "
         f"of {version.get('git_remote') or version.get('repository')} ({where})"
     )
     if version.get("workspace") == "differs":
