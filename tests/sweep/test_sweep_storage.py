@@ -471,6 +471,27 @@ def test_the_pruner_waits_for_the_study_s_startup_trials_and_hyperband_starts_at
     assert (median._n_startup_trials, median._n_warmup_steps) == (3, 0)
     assert make_pruner(_spec(tmp_path, SPACE.replace("trials = 1", "pruner = 'hyperband'")))._min_resource == 1
 
+    def pruned(startup: int) -> list[bool]:
+        """Hyperband's verdicts at epoch 1 on six poor trials, after three finished good ones."""
+        import optuna
+
+        spec = _spec(tmp_path, SPACE.replace("trials = 1", f"pruner = 'hyperband'\nstartup_trials = {startup}"))
+        study = optuna.create_study(
+            study_name="s", direction="maximize", pruner=make_pruner(spec), sampler=optuna.samplers.RandomSampler(0)
+        )
+        for _ in range(3):
+            trial = study.ask()
+            for epoch in range(1, 10):
+                trial.report(0.9, epoch)
+                trial.should_prune()
+            study.tell(trial, 0.9)
+        poor = [study.ask() for _ in range(6)]
+        for trial in poor:
+            trial.report(0.1, 1)
+        return [trial.should_prune() for trial in poor]
+
+    assert any(pruned(3)) and not any(pruned(4))  # hyperband too waits for startup_trials finished trials
+
 
 def test_a_study_made_with_another_search_is_refused_naming_the_first_difference_and_one_not_there_too(tmp_path):
     from train.sweep.storage import _difference, open_storage, open_study

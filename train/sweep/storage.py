@@ -334,8 +334,23 @@ def make_pruner(spec: SweepSpec):
     if spec.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=0)
     if spec.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=1)
+        return _hyperband(spec.startup_trials)
     return optuna.pruners.NopPruner()
+
+
+def _hyperband(startup_trials: int):
+    """Optuna's HyperbandPruner (from epoch 1) that, as MedianPruner does, stops no trial before the study
+    has `startup_trials` finished ones: Optuna's takes no such number. A subclass, because Optuna's TPE
+    sampler looks for a HyperbandPruner to sample within each of its brackets."""
+    import optuna
+    from optuna.trial import TrialState
+
+    class Hyperband(optuna.pruners.HyperbandPruner):
+        def prune(self, study, trial) -> bool:
+            verdict = super().prune(study, trial)  # always asked: it records the trial's value at each rung
+            return verdict and len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) >= startup_trials
+
+    return Hyperband(min_resource=1)
 
 
 def _difference(saved: str, now: str) -> str:
