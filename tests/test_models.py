@@ -386,11 +386,23 @@ def test_a_sequential_built_on_the_images_and_inputs_of_any_size_are_accepted():
     assert tuple(build_model("resnet_small", (40, 40, 3), 4).inputs[0].shape) == (None, 40, 40, 3)
 
 
-def test_a_model_with_its_own_loss_is_not_held_to_probabilities(monkeypatch):
+def test_a_model_with_its_own_loss_is_not_held_to_probabilities_but_to_a_loss_that_fits(monkeypatch):
     from train import models
 
-    monkeypatch.setitem(models.MODELS, "scores", models.ModelEntry(get_factory("faults:logits"), "", loss=lambda r: r))
+    def logits(reduction=None):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+
+    monkeypatch.setitem(models.MODELS, "scores", models.ModelEntry(get_factory("faults:logits"), "", loss=logits))
     build_model("scores", (28, 28, 1), 4)  # a fork's regression or logits loss: its outputs are its own
+    # A loss that does not fit the class-id labels: one line as the model is built, not the first step's traceback.
+    onehot = models.ModelEntry(get_factory("faults:logits"), "", loss=keras.losses.CategoricalCrossentropy)
+    monkeypatch.setitem(models.MODELS, "scores", onehot)
+    with pytest.raises(ModelError) as info:
+        build_model("scores", (28, 28, 1), 4)
+    assert str(info.value).startswith(
+        "MODEL=scores: its loss raised ValueError on a probe batch of class-id labels and the model's outputs: "
+    )
+    assert "\n" not in str(info.value)
 
 
 def _top2(labels, probs):

@@ -402,7 +402,7 @@ def build_model(name: str, input_shape: tuple, num_classes: int) -> keras.Model:
     if not isinstance(model, keras.Model):
         raise ModelError(name, f"{call} returned {type(model).__name__}, expected a keras.Model")
     task = entry(name)
-    check_model(name, call, model, shape, classes, task.loss is sparse_crossentropy, task.metrics)
+    check_model(name, call, model, shape, classes, task.loss is sparse_crossentropy, task.metrics, task.loss)
     return model
 
 

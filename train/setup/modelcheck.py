@@ -8,7 +8,8 @@ become a ModelError naming it, and SIGTERM/SIGINT stop it at once (ModelInterrup
 What it returns must be what the loop, the checkpoints and the export work with: a keras.Model
 with one image input and one output of shape (batch, num_classes) that, for the template's
 classification loss, holds probabilities (checked on a probe batch: logits would train silently
-to nonsense), and not compiled (the loop compiles it with the loss, metrics and optimizer of its
+to nonsense), whose loss and metrics give one value per example of that batch (a loss that does not
+fit the labels would otherwise fail in the first training step), and not compiled (the loop compiles it with the loss, metrics and optimizer of its
 MODEL entry: the factory's own compile() would be replaced without a word).
 """
 
@@ -18,7 +19,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..errors import ModelError, ModelInterrupted, first_line
 
@@ -100,7 +101,14 @@ def _route_signals(spec: str, signalled: list[int], active: list[bool]):
 
 
 def check_model(
-    spec: str, call: str, model, shape: tuple, classes: int, probabilities: bool, metrics: Mapping | None = None
+    spec: str,
+    call: str,
+    model,
+    shape: tuple,
+    classes: int,
+    probabilities: bool,
+    metrics: Mapping | None = None,
+    loss: Callable | None = None,
 ) -> None:
     """ModelError unless `model` is what the template trains (see the module docstring)."""
     try:
@@ -140,53 +148,64 @@ def check_model(
             f"the model takes inputs of shape {takes} but the images are {shape}: "
             "build it on keras.Input(shape=input_shape)",
         )
+    outputs = _probe(spec, model, shape)
     if probabilities:
-        probs = _check_probabilities(spec, model, shape)
-        _check_metrics(spec, metrics or {}, probs)
+        _check_probabilities(spec, outputs)
+    _check_metrics(spec, metrics or {}, outputs, loss)
 
 
-def _check_metrics(spec: str, metrics: Mapping, probs) -> None:
-    """Each metric gives one value per example (the loop sums them and divides by the examples): checked on
-    the probe batch's probabilities, with class ids as labels (int32, as the data pipeline gives them)."""
+def _check_metrics(spec: str, metrics: Mapping, probs, loss: Callable | None = None) -> None:
+    """The loss (asked per example, as the steps ask it) and each metric give one value per example (the
+    loop sums them and divides by the examples): checked on the probe batch's outputs, with class ids as
+    labels (int32, as the data pipeline gives them). A loss that does not fit the labels or the model's
+    output fails here in one line, not in the first training step with TensorFlow's traceback."""
     import numpy as np
     import tensorflow as tf
 
     labels = tf.constant(np.arange(len(probs)) % probs.shape[-1], tf.int32)
     outputs = tf.constant(probs, tf.float32)
-    for name, fn in metrics.items():
+    checks = [("its loss", lambda y, p: loss(reduction=None)(y, p))] if loss is not None else []
+    for what, fn in [*checks, *((f"metric {name!r}", fn) for name, fn in metrics.items())]:
         try:
             value = np.asarray(fn(labels, outputs))
         except Exception as exc:
             raise ModelError(
                 spec,
-                f"metric {name!r} raised {type(exc).__name__} on a probe batch of labels and probabilities: "
+                f"{what} raised {type(exc).__name__} on a probe batch of class-id labels and the model's outputs: "
                 + first_line(exc),
             ) from exc
         if value.ndim < 1 or value.shape[0] != len(probs) or value.size != len(probs):  # (batch,) or (batch, 1)
-            raise ModelError(
-                spec,
-                f"metric {name!r} gives shape {value.shape} for a batch of {len(probs)}; a metric is a function of "
-                "(labels, probabilities) giving one value per example, which the loop averages (not a keras.metrics "
-                "object, not one value per class)",
+            rule = (
+                "loss(reduction=None) gives one value per example, which the loop averages"
+                if what == "its loss"
+                else "a metric is a function of (labels, probabilities) giving one value per example, which the loop "
+                "averages (not a keras.metrics object, not one value per class)"
             )
+            raise ModelError(spec, f"{what} gives shape {value.shape} for a batch of {len(probs)}; {rule}")
 
 
-def _check_probabilities(spec: str, model, shape: tuple):
+def _probe(spec: str, model, shape: tuple):
+    """The model's outputs on a probe batch of 4 images."""
     import numpy as np
 
     # Raw pixel values, as the data pipeline feeds them; a generator of its own leaves the seeds alone.
     probe = np.random.default_rng(0).uniform(0, 255, (4, *shape)).astype("float32")
     try:
-        probs = np.asarray(model(probe, training=False), dtype="float64")
+        return np.asarray(model(probe, training=False), dtype="float64")
     except Exception as exc:
         if type(exc).__name__ == "ResourceExhaustedError":
             raise  # out of memory: the loop's own message and exit code
         raise ModelError(
             spec, f"calling the model on a batch of {shape} images raised {type(exc).__name__}: {first_line(exc)}"
         ) from exc
+
+
+def _check_probabilities(spec: str, probs) -> None:
+    import numpy as np
+
     sums = probs.sum(axis=-1)
     if np.isfinite(probs).all() and probs.min() >= -1e-6 and np.abs(sums - 1).max() <= 1e-2:
-        return probs
+        return
     worst = float(sums[np.argmax(np.abs(sums - 1))]) if np.isfinite(sums).all() else float("nan")
     raise ModelError(
         spec,
