@@ -446,10 +446,14 @@ def test_a_run_deleted_from_the_bucket_whose_records_only_runs_brought_is_not_of
     url = f"s3://{s3_bucket}/runs"
     client = s3_server.client()
     client.put_object(s3_bucket, f"runs/{name}/checkpoints/ckpt-000000004.npz", io.BytesIO(b"state"), 5)
+    client.put_object(s3_bucket, f"runs/{name}/report.html", io.BytesIO(b"<html>"), 6)
     try:
         assert main(["runs", "--runs-dir", url]) == 0  # its records only, into the staging copy
-        assert not (staging / name / "checkpoints" / "ckpt-000000004.npz").exists()
-        assert not (staging / name / "best.weights.h5").exists()
+        assert {p.name for p in (staging / name).iterdir() if p.is_file()} == {
+            "config.json",
+            "manifest.json",
+            "metrics.csv",
+        }, "what the table reads: no checkpoint, weights, report or log"
         gone = [DeleteObject(key) for key in s3_server.names(s3_bucket, f"runs/{name}/")]
         assert not list(client.remove_objects(s3_bucket, gone))
         capsys.readouterr()

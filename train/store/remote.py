@@ -70,11 +70,11 @@ class RemoteRuns:
         return name
 
     def bring_all_records(self) -> set[str]:
-        """The small files of every run (for `runs` and `compare`): no checkpoints, weights or exports;
+        """The records every run's row is read from (for `runs` and `compare`): RECORDS, nothing else;
         the names of the runs in the store."""
         names = self.run_names()
         for name in names:
-            pull(self.store, self.root, name, _is_record)
+            pull(self.store, self.root, name, RECORDS.__contains__)
         return set(names)
 
     def only_staged(self, name: str) -> str:
@@ -173,7 +173,13 @@ class Uploads:
         raise StorageError(line)
 
 
+# What `runs` reads of a run (train.results.runs_table): not its report, curves or log.
+RECORDS = ("config.json", "manifest.json", "metrics.csv")
+
+
 def _is_record(rel: str) -> bool:
+    """A file a records-only copy may hold: no weights, nothing in a folder (an older `runs` also brought the
+    report, curves and log)."""
     return "/" not in rel and not rel.endswith(".h5")
 
 
