@@ -493,10 +493,18 @@ def test_a_pull_keeps_a_file_changed_here_and_brings_a_file_changed_in_the_store
     assert pull(store, tmp_path, run) == 1
     assert (tmp_path / run / "train.log").read_bytes() == b"one\ntwo\n"
     assert (tmp_path / run / "metrics.csv").read_bytes() == b"epoch\n1\n2\n"
-    # The run's folder deleted here by hand (its state beside it kept), then a report: its pull leaves the
-    # checkpoints in the store, and its upload deletes none of them there.
     put("checkpoints/ckpt-000000001.npz", b"state 1")
     pull(store, tmp_path, run)
+    # The next state saved and this one deleted while the store was down: a resume's pull does not bring it
+    # back (the upload deletes it there); with no newer state here (the folder deleted by hand) it does.
+    old = tmp_path / run / "checkpoints" / "ckpt-000000001.npz"
+    (tmp_path / run / "checkpoints" / "ckpt-000000002.npz").write_bytes(b"state 2")
+    old.unlink()
+    assert pull(store, tmp_path, run) == 0 and not old.exists()
+    shutil.rmtree(tmp_path / run)
+    assert pull(store, tmp_path, run) == 4 and old.read_bytes() == b"state 1"
+    # The run's folder deleted here by hand (its state beside it kept), then a report: its pull leaves the
+    # checkpoints in the store, and its upload deletes none of them there.
     shutil.rmtree(tmp_path / run)
     pull(store, tmp_path, run, lambda rel: not rel.startswith("checkpoints/"))
     mirror = Mirror(store, tmp_path, tmp_path / run)

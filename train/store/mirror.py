@@ -81,6 +81,8 @@ def pull(store: Store, root: Path, run_name: str, want=lambda rel: True) -> int:
     local_run = root / run_name
     state = SyncState(state_path(root, run_name))
     remote = store.list(run_name)
+    here = RunDir(local_run).checkpoints.glob("ckpt-*.npz")
+    newest = max((p.name for p in here if TMP_MARK not in p.name), default="")  # the newest state here
     got = 0
     for rel_full, (_size, etag) in sorted(remote.items()):
         rel = rel_full[len(run_name) + 1 :]
@@ -92,6 +94,11 @@ def pull(store: Store, root: Path, run_name: str, want=lambda rel: True) -> int:
                 state.files.pop(rel, None)
             continue
         known = state.files.get(rel)
+        older = rel.startswith("checkpoints/ckpt-") and rel.split("/")[1] < newest
+        if older and known and known[0] == etag and not local.is_file():
+            # A state this machine synced and deleted since, a newer one being here (the run moved on while
+            # the store was down): not brought back; the next upload deletes it there (Mirror, step 4).
+            continue
         if local.is_file():
             if known and known[0] == etag:
                 continue  # the store has not changed: what is here is as new or newer
