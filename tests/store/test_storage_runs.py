@@ -99,11 +99,12 @@ def _in_the_bucket(tmp_path: Path, server, bucket: str, monkeypatch, *names: str
     for key, value in {**server.env(), "STORE_CACHE": str(tmp_path / "cache")}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
-    return tmp_path / "cache" / "s3" / bucket / "runs"
+    return server.staging(tmp_path / "cache", bucket)
 
 
 def _staging(machine: Machine, bucket: str) -> Path:
-    return machine.home / ".cache/tf-train-template/runs/s3" / bucket / "runs"
+    at = machine.env["AWS_ENDPOINT_URL"].split("://", 1)[1]  # another server's bucket of that name: another folder
+    return machine.home / ".cache/tf-train-template/runs" / f"s3@{at}" / bucket / "runs"
 
 
 # -- faults at start: one line, exit 7, before any training ---------------------------------------
@@ -146,7 +147,7 @@ def test_fit_to_a_bucket_then_runs_report_export_predict_and_resume_from_fresh_m
     assert len(runs) == 1
     name, files = next(iter(runs.items()))
     # The layout in the bucket is the local run directory's, file for file (the lease is gone).
-    local = trainer.cwd.parent / "home/.cache/tf-train-template/runs/s3" / s3_bucket / "runs" / name
+    local = _staging(trainer, s3_bucket) / name
     here = {p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()} - {"run.lock"}
     assert set(files) == here
     for rel in ("config.json", "manifest.json", "metrics.csv", "train.log", "best.weights.h5", "final.weights.h5"):
@@ -349,7 +350,7 @@ def test_a_bucket_run_names_its_url_from_its_first_line(tmp_path, s3_server, s3_
     finally:
         remote.close_all()
     ((name, files),) = _runs_in(s3_server, s3_bucket).items()
-    staged = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name
+    staged = s3_server.staging(tmp_path / "cache", s3_bucket) / name
     first = files["train.log"].decode().splitlines()[0]
     assert first.endswith(f" run {name}: s3://{s3_bucket}/runs/{name} (staged in {staged})"), first
 
@@ -383,7 +384,7 @@ def test_runs_shows_a_bucket_run_whose_lease_expired_as_killed_with_the_command_
     try:
         assert main(["runs", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
         # A report or an export of the killed run takes its lease over and lets go: the run still reads as killed.
-        RunLock(tmp_path / "cache" / "s3" / s3_bucket / "runs" / killed, reader=True).acquire().release()
+        RunLock(s3_server.staging(tmp_path / "cache", s3_bucket) / killed, reader=True).acquire().release()
         capsys.readouterr()
         assert main(["runs", "--runs-dir", f"s3://{s3_bucket}/runs"]) == 0
     finally:
@@ -511,7 +512,7 @@ def test_export_or_report_of_a_run_another_machine_writes_is_refused_and_uploads
 
     name = "20261201-100000-000001-base"
     _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
-    staged = tmp_path / "cache" / "s3" / s3_bucket / "runs" / name
+    staged = s3_server.staging(tmp_path / "cache", s3_bucket) / name
     (staged / "checkpoints").mkdir(parents=True)
     (staged / "checkpoints" / "ckpt-000000004.npz").write_bytes(
         b"a state of this machine's, before the other took over"
@@ -567,7 +568,7 @@ def test_an_export_done_when_the_store_then_does_not_answer_says_where_it_is_and
     from train.run import remote
 
     name = "20261201-100000-000001-base"
-    _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
+    staging = _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
 
     def export_then_store_gone(_run_dir, **_kw):
         remote.close_all()  # the store this command opened is forgotten, and at its address now
@@ -583,7 +584,7 @@ def test_an_export_done_when_the_store_then_does_not_answer_says_where_it_is_and
     lines = capsys.readouterr().err.splitlines()
     assert lines[-2] == (
         f"run {name}: the export is complete in this machine's staging copy, "
-        f"{tmp_path / 'cache' / 's3' / s3_bucket / 'runs' / name / 'export'}, but not in the store: once the store "
+        f"{staging / name / 'export'}, but not in the store: once the store "
         f"answers, `python -m train export {name} --runs-dir {url}` on this machine exports and uploads it"
     ), lines
     assert lines[-1].startswith(f"StorageError: RUNS_DIR {url}: the store at "), lines

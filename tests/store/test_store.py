@@ -162,6 +162,30 @@ def test_a_staging_folder_that_cannot_be_written_names_store_cache_not_runs_dir(
     assert "point STORE_CACHE at a larger volume" in str(err.value) and "RUNS_DIR" not in str(err.value), err.value
 
 
+def test_the_staging_copy_names_the_stores_address_and_runs_of_it_an_older_version_staged_are_said(
+    s3_server, s3_bucket, monkeypatch, tmp_path, caplog
+):
+    """Two S3-compatible servers with a bucket of one name are two stores: one staging copy would list,
+    resume or upload a run of one as the other's. An earlier version staged both in STORE_CACHE/s3/<bucket>."""
+    import io
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    older = tmp_path / "cache" / "s3" / s3_bucket / "runs"
+    for run in ("20261201-000000-000001-ours", "20261201-000000-000002-other"):
+        (older / run).mkdir(parents=True)
+        (older / run / "config.json").write_text("{}")
+    s3_server.client().put_object(s3_bucket, "runs/20261201-000000-000001-ours/config.json", io.BytesIO(b"{}"), 2)
+    opened = remote.open_runs_dir(_settings(tmp_path, runs_dir=f"s3://{s3_bucket}/runs"))
+    assert opened.root == s3_server.staging(tmp_path / "cache", s3_bucket)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        f"WARNING: run(s) 20261201-000000-000001-ours of s3://{s3_bucket}/runs are staged in {older}, as an earlier "
+        "version staged every s3:// store: move each folder, with .store-state/<run>.json beside it, into "
+        f"{opened.root} (there a command that writes into the run uploads what the store lacks)"
+    ]
+
+
 def test_a_store_that_does_not_answer_is_one_line(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", dead_endpoint())
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")

@@ -56,13 +56,17 @@ def _client_options() -> dict:
     }
     # An endpoint given as http:// (a store on this machine or a private network) is meant: the
     # library refuses plain HTTP unless told. The library reads the variable itself for the rest.
-    endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or ""
-    if endpoint.startswith("http://"):
+    if endpoint().startswith("http://"):
         options["allow_http"] = True
     return options
 
 
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+
+
+def endpoint() -> str:
+    """The s3:// store's address as the library reads it ("" for AWS itself)."""
+    return os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or ""
 
 
 def check_endpoint() -> None:
@@ -230,7 +234,7 @@ def _reason(text: str) -> str:
 def store_error(url: StoreURL, what: str, exc: Exception) -> StorageError:
     """One line for a failed call: what the store said (its error code, never the request's headers)."""
     reason = _reason(str(exc))
-    where = redact_uri(os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or "the default endpoint")
+    where = redact_uri(endpoint() or "the default endpoint")
     if url.scheme != "s3":
         where = f"the {url.scheme}:// service"
     if reason in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden", "ExpiredToken"):

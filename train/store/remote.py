@@ -14,12 +14,13 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..errors import StorageError
 from ..locations import creation_key
 from ..run.files import ensure_writable
 from ..run.find import Need, pick_latest
-from .client import Store, StoreURL, parse_url
+from .client import Store, StoreURL, endpoint, parse_url
 from .lease import Lease, expired
 from .mirror import Mirror, pull
 
@@ -31,7 +32,7 @@ STOP_FLUSH_SECONDS = 30.0  # after SIGTERM or MAX_MINUTES: inside compose's 2-mi
 class RemoteRuns:
     url: StoreURL
     store: Store
-    root: Path  # the staging copy of RUNS_DIR: STORE_CACHE/<scheme>/<bucket>/<prefix>
+    root: Path  # the staging copy of RUNS_DIR: STORE_CACHE/<scheme>[@<endpoint>]/<bucket>/<prefix>
     lease_seconds: float
     flush_seconds: float
     leases: dict[str, Lease] = field(default_factory=dict)  # run name -> the lease this process took
@@ -188,8 +189,34 @@ def open_store(settings) -> RemoteRuns:
     url = parse_url(settings.runs_dir)
     store = Store(url)
     store.check()
-    root = Path(settings.store_cache).expanduser().absolute() / url.scheme / url.bucket / url.prefix
+    cache = Path(settings.store_cache).expanduser().absolute()
+    # Another S3-compatible server's bucket of the same name is another store: its address is in the folder.
+    at = urlsplit(endpoint()).netloc.lower() if url.scheme == "s3" else ""
+    root = cache / (f"{url.scheme}@{at}" if at else url.scheme) / url.bucket / url.prefix
     # Written now, not at the first checkpoint: a read-only or full STORE_CACHE is said before training.
     ensure_writable(root, setting="STORE_CACHE")
     log.info("RUNS_DIR %s: staging copy in %s", url, root)
-    return RemoteRuns(url, store, root, settings.store_lease_seconds, settings.store_flush_seconds)
+    remote = RemoteRuns(url, store, root, settings.store_lease_seconds, settings.store_flush_seconds)
+    if at:
+        _say_older_copy(remote, cache / url.scheme / url.bucket / url.prefix)
+    return remote
+
+
+def _say_older_copy(remote: RemoteRuns, older: Path) -> None:
+    """One warning line for runs of this store in the folder an earlier version staged every s3:// store
+    in (no address in its name): what of them the store does not have yet is uploaded only from the new one."""
+    try:
+        here = {p.name for p in older.iterdir() if (p / "config.json").is_file()}
+    except OSError:
+        return
+    ours = sorted(here & set(remote.run_names())) if here else []
+    if ours:
+        log.warning(
+            "WARNING: run(s) %s of %s are staged in %s, as an earlier version staged every s3:// store: move "
+            "each folder, with .store-state/<run>.json beside it, into %s (there a command that writes into the "
+            "run uploads what the store lacks)",
+            ", ".join(ours[:3]) + (f" and {len(ours) - 3} more" if len(ours) > 3 else ""),
+            remote.url,
+            older,
+            remote.root,
+        )
