@@ -67,7 +67,7 @@ class S3Server:
 
     def staging(self, cache: Path, bucket: str, prefix: str = "runs") -> Path:
         """The staging copy of s3://bucket/prefix at this server under the STORE_CACHE `cache`."""
-        return cache / f"s3@127.0.0.1:{self.ports['s3']}" / bucket / prefix
+        return cache / f"s3@127.0.0.1_{self.ports['s3']}" / bucket / prefix
 
     def env(self, **changes: str) -> dict[str, str]:
         """The store's standard variables a client reads (as a user would set them)."""

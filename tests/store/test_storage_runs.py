@@ -103,7 +103,9 @@ def _in_the_bucket(tmp_path: Path, server, bucket: str, monkeypatch, *names: str
 
 
 def _staging(machine: Machine, bucket: str) -> Path:
-    at = machine.env["AWS_ENDPOINT_URL"].split("://", 1)[1]  # another server's bucket of that name: another folder
+    at = (
+        machine.env["AWS_ENDPOINT_URL"].split("://", 1)[1].replace(":", "_")
+    )  # another server's bucket of that name: another folder
     return machine.home / ".cache/tf-train-template/runs" / f"s3@{at}" / bucket / "runs"
 
 

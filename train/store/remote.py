@@ -11,6 +11,7 @@ taken by train.run.lock.RunLock through `lease`).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ STOP_FLUSH_SECONDS = 30.0  # after SIGTERM or MAX_MINUTES: inside compose's 2-mi
 class RemoteRuns:
     url: StoreURL
     store: Store
-    root: Path  # the staging copy of RUNS_DIR: STORE_CACHE/<scheme>[@<endpoint>]/<bucket>/<prefix>
+    root: Path  # the staging copy of RUNS_DIR: STORE_CACHE/<scheme>[@<HOST_PORT>]/<bucket>/<prefix>
     lease_seconds: float
     flush_seconds: float
     leases: dict[str, Lease] = field(default_factory=dict)  # run name -> the lease this process took
@@ -190,8 +191,9 @@ def open_store(settings) -> RemoteRuns:
     store = Store(url)
     store.check()
     cache = Path(settings.store_cache).expanduser().absolute()
-    # Another S3-compatible server's bucket of the same name is another store: its address is in the folder.
-    at = urlsplit(endpoint()).netloc.lower() if url.scheme == "s3" else ""
+    # Another S3-compatible server's bucket of the same name is another store: its address is in the folder
+    # (HOST_PORT: a colon would break a `docker run -v` of that path; "_" is in no host name).
+    at = re.sub(r"[^a-z0-9.-]", "_", urlsplit(endpoint()).netloc.lower()) if url.scheme == "s3" else ""
     root = cache / (f"{url.scheme}@{at}" if at else url.scheme) / url.bucket / url.prefix
     # Written now, not at the first checkpoint: a read-only or full STORE_CACHE is said before training.
     ensure_writable(root, setting="STORE_CACHE")
