@@ -36,17 +36,24 @@ def run_dir(tmp_path):
     return run
 
 
-def test_parity_failure_raises_and_keeps_the_previous_export(run_dir, monkeypatch):
+@pytest.mark.parametrize("rejected_before", [None, "file"])
+def test_parity_failure_raises_and_keeps_the_previous_export(run_dir, monkeypatch, rejected_before):
     monkeypatch.setattr(export, "check_parity", lambda model, path, work: 1e-3)
+    rejected = run_dir / "export.rejected"  # kept for inspection (one only), named in the message
+    if rejected_before:  # a file of that name is the user's: left as it is, and the line says why nothing is kept
+        rejected.write_text("notes\n")
     with pytest.raises(ExportError, match="differs from the trained model by 0.001") as info:
         export.export_model(_tiny_model(), run_dir, ["a", "b"])
-    assert info.value.exit_code == 8
+    assert info.value.exit_code == 8 and "\n" not in str(info.value)
     assert [p.name for p in (run_dir / "export").iterdir()] == ["labels.txt"]
     assert (run_dir / "export" / "labels.txt").read_text() == "old\n"
     assert "export" not in read_json(run_dir / "manifest.json")
     assert not [p for p in run_dir.iterdir() if TMP_MARK in p.name]
-    rejected = run_dir / "export.rejected"  # kept for inspection (one only), named in the message
-    assert str(rejected) in str(info.value)
+    if rejected_before:
+        assert f"the files are not kept: {rejected} is a file, not a folder; move it aside" in str(info.value)
+        assert rejected.read_text() == "notes\n"
+        return
+    assert f"the files are left in {rejected} for inspection" in str(info.value)
     assert json.loads((rejected / "parity.json").read_text())["max_abs_diff"] == 1e-3
 
 

@@ -292,7 +292,7 @@ def _keep_good_files(failures: list[ExportError], staging: ExportDir, files: Run
     if lost:
         raise ExportError(
             f"{'; '.join(map(str, failures))}; the previous export, which has {', '.join(lost)}, is unchanged "
-            f"and the new files are left in {_reject(staging, files)}"
+            f"and {_reject(staging, files, 'the new files')}"
         )
 
 
@@ -301,25 +301,29 @@ def _parity(model, staging: ExportDir, work: Path, files: RunDir) -> float:
     try:
         diff = check_parity(model, staging.savedmodel, work)
     except ExportError as exc:
-        raise ExportError(f"{exc}; the files are left in {_reject(staging, files)} for inspection") from None
+        raise ExportError(f"{exc}; {_reject(staging, files)}") from None
     staging.parity.write_text(json.dumps({"max_abs_diff": diff, "tolerance": TOLERANCE}) + "\n")
     if diff > TOLERANCE:
         raise ExportError(
             f"the exported SavedModel differs from the trained model by {diff:.3g} (> {TOLERANCE}); "
-            f"the files are left in {_reject(staging, files)} for inspection"
+            f"{_reject(staging, files)}"
         )
     return diff
 
 
-def _reject(staging: ExportDir, files: RunDir) -> Path:
-    """Keep a rejected export as export.rejected/ (one only: the newest replaces an older one)."""
+def _reject(staging: ExportDir, files: RunDir, what: str = "the files") -> str:
+    """Keep a rejected export as export.rejected/ (one only: the newest replaces an older one); the
+    clause saying where its files are, or why they are not kept (a file or link of that name is left as it is)."""
     rejected = files.path / f"{files.export.path.name}.rejected"
+    if rejected.is_symlink() or rejected.exists() and not rejected.is_dir():
+        kind = "a link" if rejected.is_symlink() else "a file"
+        return f"{what} are not kept: {rejected} is {kind}, not a folder; move it aside to keep them next time"
     shutil.rmtree(rejected, ignore_errors=True)
     try:
         staging.path.rename(rejected)
-    except OSError:
-        return staging.path  # removed on the way out; the message still says what failed
-    return rejected
+    except OSError as exc:  # the staging folder is removed on the way out
+        return f"{what} are not kept: they could not be moved to {rejected} ({exc.strerror or exc})"
+    return f"{what} are left in {rejected} for inspection"
 
 
 def _source_fields(source: dict[str, Any] | None) -> dict[str, Any]:
