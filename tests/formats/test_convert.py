@@ -220,6 +220,19 @@ def test_a_check_python_that_is_no_python_is_named_before_anything_is_converted(
     assert "leave it empty" in text and "converter" not in text and "\n" not in text
 
 
+def test_a_runtime_probe_that_times_out_says_so_and_not_that_the_runtimes_are_missing(monkeypatch):
+    def hangs(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(formats, "_ANSWERS", {})
+    monkeypatch.setattr(subprocess, "run", hangs)
+    with pytest.raises(ConfigError) as info:
+        formats.require_runtimes(sys.executable, ("savedmodel", "litert"), "EXPORT_FORMATS", "litert")
+    text = str(info.value)
+    assert text.startswith(f"EXPORT_CHECK_PYTHON={sys.executable!r} is not valid: gave no answer within 120 s"), text
+    assert "-c 'import ai_edge_litert'" in text and "lacks" not in text and "\n" not in text
+
+
 def test_a_checker_that_ends_well_without_answers_is_blamed_on_the_setting_not_the_converter(tmp_path):
     x = np.zeros((2, 6, 6, 1), np.uint8)
     with pytest.raises(ExportError) as info:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -188,8 +189,14 @@ def _absent_modules(python: str, modules: list[str]) -> set[str]:
     code = f"import importlib.util as u, sys; print({_ANSWER!r}, *(m for m in sys.argv[1:] if u.find_spec(m) is None))"
     try:
         proc = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return set(modules)
+    except subprocess.TimeoutExpired as exc:  # no answer says nothing of the runtimes: never "lacks"
+        raise ConfigError(
+            "EXPORT_CHECK_PYTHON",
+            python,
+            f"gave no answer within {exc.timeout:g} s when asked whether it has {', '.join(modules)} (it hangs at "
+            f"start, or the machine is too busy), so whether the runtimes are there is not known: run "
+            f"`{shlex.quote(python)} -c 'import {modules[0]}'` to see what it waits for, then the command again",
+        ) from None
     except OSError as exc:
         raise _not_a_python(python, f"cannot be run ({exc.strerror or exc})") from None
     answer = next((line.split()[1:] for line in proc.stdout.splitlines() if line.startswith(_ANSWER)), None)
