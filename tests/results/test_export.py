@@ -57,13 +57,21 @@ def test_parity_failure_raises_and_keeps_the_previous_export(run_dir, monkeypatc
     assert json.loads((rejected / "parity.json").read_text())["max_abs_diff"] == 1e-3
 
 
-def test_passing_parity_replaces_the_export_and_records_it(run_dir, monkeypatch):
+def test_passing_parity_replaces_the_export_and_records_it(run_dir, monkeypatch, caplog):
     monkeypatch.setattr(export, "check_parity", lambda model, path, work: 0.0)
-    report = export.export_model(_tiny_model(), run_dir, ["a", "b"])
+    (run_dir / "export" / "README.md").write_text("mine\n")  # added by hand: kept, and said
+    (run_dir / "export" / "notes").mkdir()
+    (run_dir / "export" / "notes" / "a.txt").write_text("a\n")
+    with caplog.at_level(logging.INFO, logger="train"):
+        report = export.export_model(_tiny_model(), run_dir, ["a", "b"])
     final = run_dir / "export"
+    assert (final / "README.md").read_text() == "mine\n" and (final / "notes" / "a.txt").read_text() == "a\n"
+    assert "note: export: kept README.md, notes, which export does not write, from the previous export" in caplog.text
     assert sorted(p.name for p in final.iterdir()) == [
+        "README.md",
         "labels.txt",
         "model.keras",
+        "notes",
         "parity.json",
         "savedmodel",
         "source.json",

@@ -280,20 +280,38 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=
     )
 
 
+def keep_added_files(previous: ExportDir, staging: ExportDir, owned=()) -> list[str]:
+    """Copy into `staging` what was added to the export in place by hand (a README, a labels file of
+    one's own): each entry of its folder that export does not write (its own files, and the formats'
+    files `owned`, which keep_other_formats keeps or names). The names copied, for the line that says so."""
+    if not previous.path.is_dir():
+        return []
+    written = {p.name for p in (staging.savedmodel, staging.keras, staging.labels, staging.parity, staging.source)}
+    added = sorted(p.name for p in previous.path.iterdir() if p.name not in written.union(owned))
+    for name in added:
+        if (previous.path / name).is_dir() and not (previous.path / name).is_symlink():
+            shutil.copytree(previous.path / name, staging.path / name, symlinks=True)
+        else:
+            shutil.copy2(previous.path / name, staging.path / name, follow_symlinks=False)
+    return added
+
+
 def _keep_good_files(failures: list[ExportError], staging: ExportDir, files: RunDir, names) -> None:
-    """A format that failed now never takes away a good file of that format the current export has.
+    """The new export never takes away a file of the current one: not a good file of a format that
+    failed now, nor one added by hand (copied into `staging`, keep_added_files).
 
     The new export holds the other formats and lacks the failed one's file, so swapping it in would
     remove the old file: then the previous export stays whole and the new one goes to export.rejected/.
     """
-    if not failures:
-        return
     lost = sorted(n for n in names if (files.export.path / n).is_file() and not (staging.path / n).is_file())
-    if lost:
+    if failures and lost:
         raise ExportError(
             f"{'; '.join(map(str, failures))}; the previous export, which has {', '.join(lost)}, is unchanged "
             f"and {_reject(staging, files, 'the new files')}"
         )
+    if added := keep_added_files(files.export, staging, names):
+        # A warning's level, so that the export command (which shows no info lines) says it too.
+        log.warning("note: export: kept %s, which export does not write, from the previous export", ", ".join(added))
 
 
 def _parity(model, staging: ExportDir, work: Path, files: RunDir) -> float:
