@@ -322,6 +322,32 @@ def test_a_bit_flip_in_the_exported_variables_is_caught_by_source_json(run_dir, 
         predict_files(run, [_png(tmp_path / "a.png", 0)])
 
 
+def test_an_export_swapped_in_while_predict_checks_the_previous_one_is_read_again_not_called_damaged(
+    run_dir, tmp_path, monkeypatch
+):
+    import shutil
+
+    from train.results import export, predict
+    from train.run.rundir import ExportDir
+
+    run, model = run_dir
+    exp = _export(run, model)
+    staged = ExportDir(run / "export.tmp-new")  # the next export, its labels.txt another file
+    shutil.copytree(exp.path, staged.path)
+    staged.labels.write_text("cat\ndog\neel\r\n")
+    export.write_source(staged, None)
+    real = predict._recorded_file_sha256
+
+    def swapped_first(*args):  # export swaps its folder in between source.json's read and the files'
+        if staged.path.exists():
+            export._swap_into_place(staged.path, exp.path)
+        return real(*args)
+
+    monkeypatch.setattr(predict, "_recorded_file_sha256", swapped_first)
+    (row,) = predict_files(run, [_png(tmp_path / "a.png", 0)])
+    assert row["class"] in ("cat", "dog", "eel") and json.loads(exp.source.read_text())["files"]["labels.txt"]
+
+
 def test_an_export_older_than_the_runs_best_weights_says_so_in_one_warning(run_dir, tmp_path, caplog, monkeypatch):
     import logging
 

@@ -45,9 +45,8 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     """One row per file: {"file", "class", "index", "probability"}, or {"file", "error": DataError}."""
     run_files = RunDir(run_dir)
     if run_files.export.savedmodel.is_dir():
-        check_export(run_files)
         labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
-        shape, run = open_savedmodel(run_files.export, run_files.name, labels)
+        shape, run = _open_export(run_files, labels)
     else:
         from .export import rebuild_model
 
@@ -61,6 +60,33 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     for start in range(0, len(files), BATCH):
         _predict_batch(rows[start : start + BATCH], shape, run, labels)
     return rows
+
+
+def _open_export(run_files: RunDir, labels: list[str]):
+    """open_savedmodel of the run's export once check_export passed; read again, once, when an export
+    swapped a new folder in meanwhile: its files checked against the previous one's source.json
+    would read as damaged, and the model loaded might not be the one checked."""
+    before = _folder_id(run_files.export.path)
+    try:
+        check_export(run_files)
+        opened = open_savedmodel(run_files.export, run_files.name, labels)
+    except ExportError:
+        if _folder_id(run_files.export.path) == before:
+            raise
+    else:
+        if _folder_id(run_files.export.path) == before:
+            return opened
+    check_export(run_files)
+    return open_savedmodel(run_files.export, run_files.name, labels)
+
+
+def _folder_id(path: Path) -> tuple[int, int] | None:
+    """What tells one export folder from the next swapped in at the same path (None: none there now)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _predict_batch(rows: list[dict], shape: tuple[int, ...], run, labels: list[str]) -> None:
