@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import shlex
 from pathlib import Path
 
 SCHEMES = ("s3", "gs", "az")
@@ -185,3 +186,9 @@ def creation_key(path: Path) -> tuple:
         return ("", -1, path.name)
     micro = int(m.group(2)) if len(m.group(2)) == 6 else -1
     return (m.group(1), micro, path.name)
+
+
+def runs_dir_flag(runs_dir: object) -> str:
+    """` --runs-dir DIR` for a command a message gives to paste, quoted for the shell (a folder with a
+    space or a `$` in it), or "" for the default ./runs; without it the command would look in RUNS_DIR."""
+    return "" if str(runs_dir) == "./runs" else f" --runs-dir {shlex.quote(str(runs_dir))}"

@@ -224,10 +224,10 @@ def test_an_uncommitted_dvc_file_warns_once_naming_the_commit_and_what_to_commit
 
 
 def test_a_workspace_that_differs_warns_with_the_commands_that_make_it_a_version():
-    version = {"path": "images", "dvc_file": "images.dvc", "commit": "c7" * 20, "hash": "166b92740753f9.dir"}
+    version = {"path": "my images", "dvc_file": "images.dvc", "commit": "c7" * 20, "hash": "166b92740753f9.dir"}
     line = tracked.warning(version | {"workspace": "differs", "dvc_file_committed": True})
-    assert line.startswith("WARNING: images differs from its DVC version (images.dvc, 166b92740753...)")
-    assert "`dvc add images` (or `dvc repro`), commit images.dvc, `dvc push`, then train" in line
+    assert line.startswith("WARNING: my images differs from its DVC version (images.dvc, 166b92740753...)")
+    assert "`dvc add 'my images'` (or `dvc repro`), commit images.dvc, `dvc push`, then train" in line
     assert tracked.warning(version | {"workspace": "matches", "dvc_file_committed": True}) is None
 
 

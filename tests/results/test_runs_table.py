@@ -361,7 +361,7 @@ def test_a_running_run_whose_process_is_gone_is_listed_as_killed_with_how_to_con
     from train import cli
     from train.run.lock import RunLock
 
-    root = tmp_path / "runs"
+    root = tmp_path / "my runs"  # the command to paste quotes it
     ids = [f"20260101-000000-00000{i}" for i in range(1, 5)]
     for i in ids:
         _run(root, i, CFG, {"status": "running", "epochs_completed": 1})
@@ -376,7 +376,7 @@ def test_a_running_run_whose_process_is_gone_is_listed_as_killed_with_how_to_con
         assert lines[2].split()[:2] == [ids[1], "killed"]
         assert lines[5:] == [
             f"{ids[1]}: killed: its process ended without closing the run (SIGKILL, out of memory, the machine "
-            f"went down); `python -m train fit --resume {ids[1]} --runs-dir {root}` continues it"
+            f"went down); `python -m train fit --resume {ids[1]} --runs-dir '{root}'` continues it"
         ]
         assert cli.main(["runs", "--json", "--runs-dir", str(root)]) == 0
         assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["running", "killed", "running", "running"]

@@ -243,13 +243,13 @@ def test_a_file_named_as_the_run_says_so(tmp_path):
     """`predict a.png b.png` (the run left out) and `--resume RUN/config.json` said `run ... not found in ./runs`."""
     root = tmp_path / "runs"
     run = _run(root, "20260101-000000-aaaa")
-    image = tmp_path / "a.png"
+    image = tmp_path / "a photo.png"  # the command to paste quotes it
     image.write_bytes(b"png")
     with pytest.raises(RunNotFound) as info:
         resolve_run(root, str(image))
     assert str(info.value) == (
         f"run '{image}' is a file, not a run: name the run by its id, its folder or latest (predict takes it before "
-        f"the images: `python -m train predict latest {image}`)"
+        f"the images: `python -m train predict latest '{image}'`)"
     )
     with pytest.raises(RunNotFound) as info:
         resolve_run(root, str(run / "config.json"))

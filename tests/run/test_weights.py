@@ -105,6 +105,7 @@ def test_a_run_written_before_hashes_were_kept_is_used_with_one_warning(run, war
     ids=["empty", "text", "truncated", "binary"],
 )
 def test_a_weights_file_that_does_not_load_is_one_line_naming_it_and_the_fallback(run, damage, says, warnings):
+    run = write_run(run.parent / "my runs" / run.name, manifest={"status": "completed"})  # the mv to paste quotes it
     best, final = run / "best.weights.h5", run / "final.weights.h5"
     weights.save_weights(_model(1), final, epoch=4)
     _model(0).save_weights(best)  # written before hashes were kept: nothing to compare, so it is loaded
@@ -113,7 +114,7 @@ def test_a_weights_file_that_does_not_load_is_one_line_naming_it_and_the_fallbac
         weights.load_weights(_model(2), run, best)
     msg = str(info.value)
     assert info.value.exit_code == 4 and "\n" not in msg and f"{best} does not load: {says}" in msg
-    assert f"`mv {best} {best}.damaged`" in msg and "to use final.weights.h5 (epoch 4), which is intact" in msg
+    assert f"`mv '{best}' '{best}.damaged'`" in msg and "to use final.weights.h5 (epoch 4), which is intact" in msg
 
 
 def test_with_a_record_a_damaged_file_is_refused_before_it_is_read(run, monkeypatch):

@@ -57,10 +57,10 @@ def test_three_trials_are_three_runs_a_rerun_continues_and_more_trials_add_one(t
         "[study]\nname = 'lr'\ntrials = 3\npruner = 'none'\n[space]\n"
         "learning_rate = { low = 1e-4, high = 1e-2, log = true }\nbatch_size = [8, 16]\n"
     )
-    flags = _flags(tmp_path)
+    runs = tmp_path / "my runs"  # a space: the command printed to paste quotes it
+    flags = _flags(tmp_path, runs_dir=str(runs))
     assert main(["sweep", str(space), *flags]) == 0
     out = capsys.readouterr().out
-    runs = tmp_path / "runs"
     sweeps = sorted((m["sweep"]["trial"], m["status"], m["sweep"]["study"]) for m in _manifests(runs))
     assert sweeps == [(0, "completed", "lr"), (1, "completed", "lr"), (2, "completed", "lr")]
     for m in _manifests(runs):
@@ -70,7 +70,7 @@ def test_three_trials_are_three_runs_a_rerun_continues_and_more_trials_add_one(t
     best_line = next(line for line in out.splitlines() if line.startswith("best: trial "))
     best = min(_manifests(runs), key=lambda m: -m["best"]["value"])
     assert best["best"]["value"] == pytest.approx(float(best_line.split("val_accuracy=")[1].split()[0]), abs=1e-4)
-    assert f"python -m train export {best_line.split('(run ')[1].rstrip(')')}" in out
+    assert f"python -m train export {best_line.split('(run ')[1].rstrip(')')} --runs-dir '{runs}'" in out
     # Chosen on validation; its test result is shown beside it, from its own manifest.
     chosen = json.loads((runs / best_line.split("(run ")[1].rstrip(")") / "manifest.json").read_text())
     tested = chosen["test"]["weights"]["best"]["accuracy"]

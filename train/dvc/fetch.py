@@ -207,7 +207,7 @@ def refusal(error: str, version: dict[str, Any], repository: str) -> DataVersion
             path,
             f"(hash {version.get('hash')})",
             f"is not on the DVC remote {remote}: that version was never pushed ({error})",
-            f"on the machine that has it: `git checkout {commit[:12]} && dvc push {version.get('dvc_file') or path}` in {repository}",
+            f"on the machine that has it: `git checkout {commit[:12]} && dvc push {shlex.quote(str(version.get('dvc_file') or path))}` in {repository}",
         )
     return DataVersionError(
         "dvc get",
@@ -265,5 +265,5 @@ def _not_the_run_s(version: dict[str, Any], folder: Path, exc: Exception, earlie
         path,
         f"at commit {commit} (fetched into {folder})",
         f"is not the run's data: {why} ({detail})",
-        f"find the commit whose {source} holds it (`git log -- {source}`), or point DATASET/DATA_DIR at that data",
+        f"find the commit whose {source} holds it (`git log -- {shlex.quote(str(source))}`), or point DATASET/DATA_DIR at that data",
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,7 @@ def workspace(command: str, root: Path, source: Path, stage: str) -> dict[str, s
         return {"workspace": "differs"}
     if "not in cache" in json.dumps(state):  # DVC compares nothing then: data that differs says only this too
         named = target if stage else source.relative_to(root).as_posix()
-        why = f"dvc status: {named}'s version is not in the DVC cache of {root}; `dvc fetch {named}` there"
+        why = f"dvc status: {named}'s version is not in the DVC cache of {root}; `dvc fetch {shlex.quote(str(named))}` there"
         return {"workspace": "unknown", "workspace_unknown": why}
     return {"workspace": "matches"}
 
@@ -187,7 +188,7 @@ def warning(version: dict[str, Any], command: str = "") -> str | None:
     if version.get("workspace") == "differs":
         return (
             f"WARNING: {path} differs from its DVC version ({source}, {str(version.get('hash'))[:12]}...): this run's "
-            f"data is in no DVC version and reproduce cannot fetch it; `dvc add {path}` (or `dvc repro`), commit "
+            f"data is in no DVC version and reproduce cannot fetch it; `dvc add {shlex.quote(str(path))}` (or `dvc repro`), commit "
             f"{source}, `dvc push`, then train"
         )
     if not version.get("dvc_file_committed"):

@@ -11,10 +11,10 @@ shown as `-` (null in JSON), and a run that failed has its error on a line under
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 from ..errors import RunRecordError, first_line
+from ..locations import runs_dir_flag
 from ..run.find import list_run_dirs
 from ..run.manifest import data_version
 from ..run.metrics_files import finite, metric_text
@@ -143,7 +143,7 @@ def format_runs(rows: list[dict], runs_dir: str = "./runs") -> str:
         if r["status"] == KILLED:
             notes.append(
                 f"{r['id']}: killed: its process ended without closing the run (SIGKILL, out of memory, the "
-                f"machine went down); `python -m train fit --resume {r['id']}{_runs_dir_flag(runs_dir)}` continues it"
+                f"machine went down); `python -m train fit --resume {r['id']}{runs_dir_flag(runs_dir)}` continues it"
             )
         # A RUNS_DIR in object storage: a run the store does not have (train/store/remote.py, only_staged).
         if r.get("staged_only"):
@@ -156,11 +156,6 @@ def format_runs(rows: list[dict], runs_dir: str = "./runs") -> str:
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     return "\n".join(lines + notes)
-
-
-def _runs_dir_flag(runs_dir: str) -> str:
-    # The line is pasted as it is: a --runs-dir given to `runs` must be in it, or `fit` looks in RUNS_DIR.
-    return "" if str(runs_dir) == "./runs" else f" --runs-dir {shlex.quote(str(runs_dir))}"
 
 
 VERSION_FIELDS = ("tool", "repository", "git_remote", "commit", "path", "dvc_file", "hash", "remote_url", "workspace")

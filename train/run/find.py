@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +138,7 @@ def resolve_run(
         elif file.parent == root:
             fix = f"a run is a folder of {shown(runs_dir)} with a config.json; `python -m train runs` lists them"
         else:
-            fix = f"name the run by its id, its folder or latest (predict takes it before the images: `python -m train predict latest {run}`)"
+            fix = f"name the run by its id, its folder or latest (predict takes it before the images: `python -m train predict latest {shlex.quote(run)}`)"
         raise RunNotFound(f"run {run!r} is a file, not a run: {fix}")
     raise RunNotFound(
         f"run {run!r} not found in {shown(runs_dir)} (no {RunDir(run).config.name}){_did_you_mean(root, run)}; "

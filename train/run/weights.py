@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,7 @@ def load_weights(model, run_dir: Path, path: Path) -> dict[str, Any]:
 def fallback(run_dir: Path, bad: Path) -> str:
     """The fix for a damaged weights file: an intact other weights file, else the latest checkpoint."""
     files = RunDir(run_dir)
-    aside = f"`mv {bad} {bad}.damaged`"
+    aside = f"`mv {shlex.quote(str(bad))} {shlex.quote(f'{bad}.damaged')}`"
     for other in files.weights():
         intact = other != bad and _intact(run_dir, other)
         if intact:

@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import StorageError
-from ..locations import creation_key
+from ..locations import creation_key, runs_dir_flag
 from ..run.files import ensure_writable
 from ..run.find import Need, pick_latest
 from .client import Store, StoreURL, endpoint, parse_url
@@ -93,7 +93,7 @@ class RemoteRuns:
             )
         return (
             f"only in this machine's staging copy {staged}, not in {self.url} (deleted from the store, or "
-            f"never uploaded): `python -m train report {name} --runs-dir {self.url}` on this machine uploads it "
+            f"never uploaded): `python -m train report {name}{runs_dir_flag(self.url)}` on this machine uploads it "
             "whole; delete that folder to forget it"
         )
 

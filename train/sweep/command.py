@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     import shlex
 
     from ..commands import command_line
-    from ..locations import redact_argv
+    from ..locations import redact_argv, runs_dir_flag
     from .report import best_trial_test
     from .study import run_sweep
 
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         if export.is_dir():
             print(f"  its export: {export}")
         else:
-            print(f"  export it: python -m train export {best['run']}" + _runs_dir_flag(settings.runs_dir))
+            print(f"  export it: python -m train export {best['run']}" + runs_dir_flag(settings.runs_dir))
     else:
         print("best: none yet (no trial completed)", file=sys.stderr)
     return 0
@@ -165,7 +165,3 @@ def _one_process(settings) -> None:
             f"names {found.size} workers, but a sweep trains each trial in this one process: {fix}, and "
             "start a sweep on each machine against one SWEEP_STORAGE instead (docs/sweeps.md)",
         )
-
-
-def _runs_dir_flag(runs_dir: str) -> str:
-    return "" if runs_dir == "./runs" else f" --runs-dir {runs_dir}"
