@@ -70,16 +70,20 @@ def settings(**values: Any):
     return load_settings(values, env_file=None, environ={})
 
 
+def run_manifest(result) -> dict:
+    """A `train.train` run's manifest.json."""
+    import json
+
+    return json.loads((Path(result.run_dir) / "manifest.json").read_text(encoding="utf-8"))
+
+
 def test_accuracy(result) -> float | None:
     """A `train.train` run's accuracy on the test split through its final weights, as its manifest
     records it: what the recipe's figure measures (the history's val_accuracy is the validation
     data held out of the training split)."""
-    import json
-
     from train.training.test_split import on_test
 
-    manifest = json.loads((Path(result.run_dir) / "manifest.json").read_text(encoding="utf-8"))
-    return (on_test(manifest, "final") or {}).get("accuracy")
+    return (on_test(run_manifest(result), "final") or {}).get("accuracy")
 
 
 def median(values) -> float:

@@ -55,9 +55,14 @@ def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
         results["reference"].append((_samples_per_second(recipe.history), acc))
         return 0.0
 
+    policies = set()
+
     def template():
         result = train(s)
         results["template"].append((_samples_per_second(result.history), common.test_accuracy(result)))
+        policies.add(
+            common.run_manifest(result)["precision"]["policy"]
+        )  # what the run trained in, its own probe's choice
         return 0.0
 
     common.once(benchmark, lambda: common.interleave({"reference": reference, "template": template}, repeats))
@@ -66,9 +71,10 @@ def test_throughput_vs_reference(benchmark, mnist, mnist_npz, quick, tmp_path):
     ref_acc = common.median(r[1] for r in results["reference"])
     tpl_acc = common.median(r[1] for r in results["template"])
     value = common.ratio(tpl_sps, ref_sps)
-    # The family's goal; ONEDNN_MAX_CPU_ISA=AVX2 (auto: float32) on a newer CPU is a stand-in for an
-    # AVX2-only CPU, held to its goal and named a stand-in.
-    bf16 = common.resolve_precision(s.precision)[0] == "mixed_bfloat16" and not common.gpu_capabilities()
+    # The family's goal for the precision the template's runs trained in (as their manifests say: a
+    # probe of this process could choose otherwise on a loaded machine); ONEDNN_MAX_CPU_ISA=AVX2
+    # (auto: float32) on a newer CPU is a stand-in for an AVX2-only CPU, held to its goal and named so.
+    bf16 = policies == {"mixed_bfloat16"} and not common.gpu_capabilities()
     family = common.cpu_family()
     goal, goal_note = _goal(bf16, family)
     what_side = "template default" if s.precision == "auto" else f"template PRECISION={s.precision}"
