@@ -94,16 +94,43 @@ class Formats:
     def write(
         self, model, staging: ExportDir, work: Path, *, serving, at_once
     ) -> tuple[dict[str, Any], list[ExportError]]:
-        """Convert and check each wanted format into `staging` (see write_formats); `at_once` is the
-        export's context in which a stop signal ends a child process at once."""
+        """Convert and check each wanted format into `staging`; returns (records, failures).
+
+        `work` holds x.npy and y.npy: the parity batch and the SavedModel's answers to it. `data` gives
+        (calibration images, validation images, validation labels), uint8, for EXPORT_QUANTIZE.
+        `serving(model)` gives the function every format computes and its input signature (the export's,
+        so that all formats agree). `at_once` is the export's context in which a stop signal ends a child
+        process at once.
+        """
 
         def run(cmd: list[str]) -> subprocess.CompletedProcess:
             with at_once():
                 return _run(cmd)
 
-        return write_formats(
-            model, staging, work, self.wanted, self.quantize, self.check_python, self.data, run, serving=serving
-        )
+        x, reference = np.load(work / "x.npy"), np.load(work / "y.npy")
+        records: dict[str, Any] = {}
+        failures: list[ExportError] = []
+        python = parity_python(self.check_python)
+        for fmt in self.wanted:
+            path = staging.path / FILES[fmt]
+            try:
+                _convert(fmt, model, staging, path, serving)
+                out = _answers(run, python, fmt, path, x, work)
+                records[fmt] = _compare(fmt, path, out, reference)
+            except ExportError as exc:
+                path.unlink(missing_ok=True)  # a refused or half-written file never stays in the export
+                failures.append(exc)  # said once, in the ExportError that names every failure at the end
+                continue
+            log.info("export: %s (%s, max |diff| %.2e)", path.name, _mb(path), records[fmt]["max_abs_diff"])
+            if fmt == "litert" and self.quantize != "none":
+                try:
+                    records[f"litert-{self.quantize}"] = _quantized(
+                        run, python, model, staging, self.quantize, x, reference, work, self.data
+                    )
+                except ExportError as exc:
+                    (staging.path / quantized_file(self.quantize)).unlink(missing_ok=True)
+                    failures.append(exc)
+        return records, failures
 
     @property
     def asked(self) -> tuple[str, ...]:
@@ -220,54 +247,6 @@ _RUNTIME_FIX = (
     "run scripts/venv-runtime-check.sh (it makes .venv-runtime-check, which the export then uses by itself), "
     "or set EXPORT_CHECK_PYTHON to a Python that has the runtimes"
 )
-
-
-def write_formats(
-    model,
-    staging: ExportDir,
-    work: Path,
-    formats: tuple[str, ...],
-    quantize: str = "none",
-    check_python: str = "",
-    data: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
-    run: Callable[[list[str]], subprocess.CompletedProcess] | None = None,
-    *,
-    serving: Callable[[Any], tuple[Callable, list]],
-) -> tuple[dict[str, Any], list[ExportError]]:
-    """Convert and check each of `formats` (not savedmodel) into `staging`; returns (records, failures).
-
-    `work` holds x.npy and y.npy: the parity batch and the SavedModel's answers to it. `data` gives
-    (calibration images, validation images, validation labels), uint8, for EXPORT_QUANTIZE. `run`
-    runs a command line (the export passes one that a signal interrupts). `serving(model)` gives the
-    function every format computes and its input signature (the export's, so that all formats agree).
-    """
-    run = run or _run
-    x, reference = np.load(work / "x.npy"), np.load(work / "y.npy")
-    records: dict[str, Any] = {}
-    failures: list[ExportError] = []
-    python = parity_python(check_python)
-    for fmt in formats:
-        if fmt == "savedmodel":
-            continue
-        path = staging.path / FILES[fmt]
-        try:
-            _convert(fmt, model, staging, path, serving)
-            out = _answers(run, python, fmt, path, x, work)
-            records[fmt] = _compare(fmt, path, out, reference)
-        except ExportError as exc:
-            path.unlink(missing_ok=True)  # a refused or half-written file never stays in the export
-            failures.append(exc)  # said once, in the ExportError that names every failure at the end
-            continue
-        log.info("export: %s (%s, max |diff| %.2e)", path.name, _mb(path), records[fmt]["max_abs_diff"])
-        if fmt == "litert" and quantize != "none":
-            try:
-                records[f"litert-{quantize}"] = _quantized(
-                    run, python, model, staging, quantize, x, reference, work, data
-                )
-            except ExportError as exc:
-                (staging.path / quantized_file(quantize)).unlink(missing_ok=True)
-                failures.append(exc)
-    return records, failures
 
 
 def _convert(fmt: str, model, staging: ExportDir, path: Path, serving) -> None:
