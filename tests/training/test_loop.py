@@ -232,14 +232,13 @@ def real_loop(tmp_path):
     train() builds it, in a new run directory or resuming `resume_from` (chief=False: a worker, no run
     directory): 384 generated training examples (42 more validate), 6 steps of 64 per epoch; 128 test
     examples. make.asked: the MODEL names built."""
-    import time
-
     from helpers import tiny_settings
 
     from train.inputs import pipeline as data
     from train.run import checkpoints
     from train.run.find import create_run_dir
     from train.setup.devices import DeviceSetup
+    from train.training.stop_flag import StopFlag
 
     # One step a call (STEPS_PER_EXECUTION=1), so that a test can act between any two steps; calls of
     # several steps have their own test.
@@ -258,8 +257,7 @@ def real_loop(tmp_path):
             DeviceSetup(precision="float32", precision_reason="a tiny test run", strategy=strategy),
             state,
             epochs,
-            time.monotonic() if started is None else started,
-            stop,
+            stop or StopFlag(s.max_minutes, started),
             chief=chief,
             models=_tiny_models(make.asked),
             loaded=loaded,

@@ -313,7 +313,6 @@ def _run(
             setup,
             state,
             epochs,
-            stop.started,
             stop,
             chief=True,
             models=models,

@@ -182,13 +182,12 @@ class EpochLoop:
         setup,
         state: LoopState,
         epochs,
-        started,
-        stop: StopFlag | None = None,
+        stop: StopFlag,
         *,
         chief: bool,  # said by every caller: a worker that takes itself for the chief writes over the run
     ):
         self.s, self.run_dir, self.spec, self.setup, self.state = settings, run_dir, spec, setup, state
-        self.epochs, self.started, self.chief = epochs, started, chief
+        self.epochs, self.chief, self.stop = epochs, chief, stop
         self.files = RunDir(run_dir) if run_dir is not None else None  # None: a worker that writes nothing
         self.mode = monitor_mode(settings)
         self.task = entry(settings.model)  # the model's loss and metrics
@@ -199,7 +198,6 @@ class EpochLoop:
         if self.metrics:
             self.metrics.truncate_from(state.epoch + 1)
             self.history = [read_back(r) for r in self.metrics.rows]  # numbers, as this run's own rows
-        self.stop = stop if stop is not None else StopFlag(settings.max_minutes, started)
         self.callbacks = Callbacks()  # told each finished epoch (train.training.callbacks); the chief's, set by train
         self.schedule = None  # a schedules.OverTraining when the rate moves (cosine, warm-up), set by build_model
         self.flop_count, self.peak = FlopCount(0), Peak(None, "not measured")  # set by build_model
@@ -636,8 +634,7 @@ def start_loop(
     setup,
     state: LoopState,
     epochs: int,
-    started: float,
-    stop: StopFlag | None = None,
+    stop: StopFlag,
     *,
     chief: bool,
     models,
@@ -661,7 +658,7 @@ def start_loop(
             f"{state.epoch + 1} or more to finish that epoch, or start a new run instead (no --resume, resume=None in "
             "train(); RESUME= empty where RESUME=auto chose this run)"
         )
-    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, started, stop, chief=chief)
+    loop = EpochLoop(settings, run_dir, spec, setup, state, epochs, stop, chief=chief)
     loop.build_model(models)
     if resumed:
         with loop.strategy.scope():  # optimizer slots must be created where the model's variables live

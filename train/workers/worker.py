@@ -90,7 +90,6 @@ def run_worker(settings: Settings, setup, stop: StopFlag, epochs: int) -> Result
         setup,
         state,
         epochs,
-        stop.started,
         stop,
         chief=False,
         models=models,
