@@ -115,12 +115,7 @@ def check(s) -> None:
     except ValueError:  # e.g. an unclosed [IPv6 bracket
         parts, host = urlsplit(""), None
     scheme = "databricks" if uri == "databricks" else parts.scheme
-    if (
-        uri != uri.strip()
-        or any(c.isspace() for c in uri)
-        or scheme not in _TRACKING_SCHEMES
-        or (scheme in ("http", "https") and not host)
-    ):
+    if any(c.isspace() for c in uri) or scheme not in _TRACKING_SCHEMES or (scheme in ("http", "https") and not host):
         raise ConfigError(
             "MLFLOW_TRACKING_URI",
             shown,
