@@ -512,7 +512,6 @@ def _validate(s: Settings, data: bool = True) -> Settings:
         raise ConfigError("RUN_NAME", s.run_name, "letters, digits, '-' and '_' only, at most 64 characters")
     if (
         s.run_name
-        and s.runs_dir
         and not locations.looks_like_url(s.runs_dir)
         and (problem := locations.run_name_problem(s.run_name, s.runs_dir))
     ):
