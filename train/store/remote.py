@@ -117,9 +117,6 @@ class RemoteRuns:
     def mirror(self, run_dir: Path, lease: Lease | None) -> Mirror:
         return Mirror(self.store, self.root, run_dir, lease)
 
-    def flush_seconds_after(self, stop) -> float:
-        return min(self.flush_seconds, STOP_FLUSH_SECONDS) if stop.reason else self.flush_seconds
-
     def not_uploaded(self, run_dir: Path, left: list[str], mirror: Mirror) -> str:
         why = mirror.lease.lost if mirror.lease is not None and mirror.lease.lost else mirror.last_error
         # The store answered, only not in time (a large file, a slow link, STORE_FLUSH_SECONDS=0).
@@ -163,7 +160,8 @@ class Uploads:
             return
         mirror, self.mirror = self.mirror, None
         remote = self.remote
-        left = mirror.close(remote.flush_seconds_after(stop), stop, min(remote.flush_seconds, STOP_FLUSH_SECONDS))
+        after_stop = min(remote.flush_seconds, STOP_FLUSH_SECONDS)
+        left = mirror.close(after_stop if stop.reason else remote.flush_seconds, stop, after_stop)
         if not left:
             if error is None:
                 log.info("run %s: everything is in %s/%s", mirror.name, self.remote.url, mirror.name)
