@@ -232,12 +232,12 @@ def _queue_again(study, trial) -> None:
         optuna.storages.RetryHeartbeatStaleTrialCallback()(study, trial)
 
 
-def _resumed(run_dir: Path, spec: SweepSpec, info: dict, number: int, retry_of: list) -> float | None:
+def _resumed(run_dir: Path, info: dict, number: int, retry_of: list) -> float | None:
     """A trial's run that exists already: its value when it finished before its process could tell
     the study (counted once, not run again), else None, and it is resumed."""
     files = RunDir(run_dir)
     manifest = read_json(files.manifest) if files.manifest.is_file() else {}
-    ended = _ended(manifest, spec)
+    ended = _ended(manifest)
     if files.manifest.is_file():
         update_manifest(files.manifest, sweep=info)  # a resume's new segment keeps it
     if ended is None:
@@ -269,7 +269,7 @@ def _objective(
     if retry_of:
         info["retry_of"] = list(retry_of)
     run_dir = _own_run(settings, trial.user_attrs.get(RUN_ATTR))
-    if run_dir is not None and (ended := _resumed(run_dir, spec, info, trial.number, retry_of)) is not None:
+    if run_dir is not None and (ended := _resumed(run_dir, info, trial.number, retry_of)) is not None:
         return ended
     if stop.check():
         raise _Stopped(None, stop.reason)
@@ -329,7 +329,7 @@ def _own_run(settings: Settings, name: str | None) -> Path | None:
     return path if is_run_dir(path) else None
 
 
-def _ended(manifest: dict, spec: SweepSpec):
+def _ended(manifest: dict):
     import optuna
 
     if manifest.get("status") == "pruned":
