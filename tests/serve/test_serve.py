@@ -248,3 +248,42 @@ def test_an_export_folder_without_source_json_is_not_called_a_run(served_run, tm
         find_export(export, None, "model")
     assert f"the export folder {export} has no source.json" in caplog.text, caplog.text
     assert "run model-copy" not in caplog.text and "export model-copy" not in caplog.text
+
+
+def test_an_export_swapped_in_while_serve_checks_or_before_it_loads_is_checked_and_loaded_instead(
+    served_run, tmp_path, monkeypatch
+):
+    import shutil
+
+    from train.errors import ExportError
+    from train.results import export, predict
+    from train.run.rundir import ExportDir
+    from train.serve import model as served
+
+    run = tmp_path / served_run.name
+    shutil.copytree(served_run, run)
+    exp = ExportDir(run / "export")
+
+    def staged(labels: str, damaged: bool) -> ExportDir:  # the next export, its labels.txt another file
+        new = ExportDir(run / "export.tmp-new")
+        shutil.copytree(exp.path, new.path)
+        new.labels.write_text(labels)
+        export.write_source(new, None)
+        if damaged:
+            new.labels.write_text(labels + "eel\n")
+        return new
+
+    new, real = staged("cat\ndog\r\n", damaged=False), predict._recorded_file_sha256
+
+    def swapped_first(*args):  # export swaps its folder in between source.json's read and the files'
+        if new.path.exists():
+            export._swap_into_place(new.path, exp.path)
+        return real(*args)
+
+    monkeypatch.setattr(predict, "_recorded_file_sha256", swapped_first)
+    model = served.find_export(None, run, "model")  # not called damaged
+    monkeypatch.setattr(predict, "_recorded_file_sha256", real)
+    export._swap_into_place(staged("cat\ndog\n", damaged=True).path, exp.path)  # after the check, before the load
+    monkeypatch.setattr(served, "open_savedmodel", lambda *a: ((1,), lambda batch: batch))
+    with pytest.raises(ExportError, match="labels.txt has sha256"):
+        model.load(1)  # the export loaded is one checked

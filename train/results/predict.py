@@ -19,6 +19,8 @@ import logging
 import os
 import stat
 import unicodedata
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -63,21 +65,44 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
 
 
 def _open_export(run_files: RunDir, labels: list[str]):
-    """open_savedmodel of the run's export once check_export passed; read again, once, when an export
-    swapped a new folder in meanwhile: its files checked against the previous one's source.json
-    would read as damaged, and the model loaded might not be the one checked."""
-    before = _folder_id(run_files.export.path)
+    """open_savedmodel of the run's export once check_export passed on that same folder (open_checked)."""
+    path, check = run_files.export.path, partial(check_export, run_files)
+    return open_checked(
+        path, check_folder(path, check), check, partial(open_savedmodel, run_files.export, run_files.name, labels)
+    )
+
+
+def check_folder(path: Path, check: Callable[[], object]) -> tuple[int, int] | None:
+    """check() of the export folder at `path`, again once when an export swapped a new folder in
+    meanwhile (its files read against the previous one's source.json would be called damaged); the
+    identity of the folder checked, for open_checked."""
+    before = _folder_id(path)
     try:
-        check_export(run_files)
-        opened = open_savedmodel(run_files.export, run_files.name, labels)
+        check()
     except ExportError:
-        if _folder_id(run_files.export.path) == before:
+        if _folder_id(path) == before:
+            raise
+        before = _folder_id(path)
+        check()
+    return before
+
+
+def open_checked(
+    path: Path, checked: tuple[int, int] | None, check: Callable[[], object], load: Callable[[], tuple]
+) -> tuple:
+    """load() of the export folder at `path`, `checked` by check_folder (predict just before, serve before it
+    listens); when an export swapped a new folder in since, the model loaded might not be the one checked,
+    or fail to load as a damaged one: the new folder is checked and loaded instead, once."""
+    try:
+        opened = load()
+    except ExportError:
+        if _folder_id(path) == checked:
             raise
     else:
-        if _folder_id(run_files.export.path) == before:
+        if _folder_id(path) == checked:
             return opened
-    check_export(run_files)
-    return open_savedmodel(run_files.export, run_files.name, labels)
+    check()
+    return load()
 
 
 def _folder_id(path: Path) -> tuple[int, int] | None:

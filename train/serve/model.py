@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ExportError, NoWeightsError
-from ..results.predict import check_export, open_savedmodel, verify_export_files
+from ..results.predict import check_export, check_folder, open_checked, open_savedmodel, verify_export_files
 from ..run.rundir import ExportDir, RunDir
 
 log = logging.getLogger("train")
@@ -31,6 +32,8 @@ class ServedModel:
     labels: list[str] = field(default_factory=list)
     shape: tuple[int, ...] = ()
     run: Callable[[np.ndarray], np.ndarray] | None = None
+    check: Callable[[], object] | None = None  # what checked the export, again for one swapped in before it loads
+    checked: tuple[int, int] | None = None  # the export folder checked (check_folder)
 
     @property
     def output_name(self) -> str:
@@ -38,8 +41,10 @@ class ServedModel:
 
     def load(self, warm_up_batch: int) -> None:
         """Load the SavedModel and call it once at batch 1 and at `warm_up_batch`, so the first
-        request does not pay for TensorFlow's first-call set-up."""
-        self.shape, self.run = open_savedmodel(self.export, self.run_name, self.labels)
+        request does not pay for TensorFlow's first-call set-up. An export swapped in since find_export
+        checked it is checked and loaded instead (open_checked)."""
+        load = partial(open_savedmodel, self.export, self.run_name, self.labels)
+        self.shape, self.run = open_checked(self.export.path, self.checked, self.check, load)
         for n in sorted({1, warm_up_batch}):
             self.run(np.zeros((n, *self.shape), np.uint8))
         log.info("model %s loaded from %s and warmed up (batch 1 and %d)", self.name, self.export.path, warm_up_batch)
@@ -57,8 +62,9 @@ def find_export(target: Path | None, run_dir: Path | None, name: str) -> ServedM
                 why = no_weights_why(files.read_manifest(missing_ok=True), files.name)
                 raise NoWeightsError(f"{missing} and no weights, {why}")
             raise ExportError(f"{missing}: make it with `python -m train export {files.name}`")
-        check_export(files)
-        return ServedModel(name, files.export, files.name, files.data_description()[0])
+        check = partial(check_export, files)
+        checked = check_folder(files.export.path, check)
+        return ServedModel(name, files.export, files.name, files.data_description()[0], check=check, checked=checked)
     export = ExportDir(Path(target))
     parent = RunDir(export.path.parent)
     if export.path.name == "export" and parent.is_run():
@@ -66,6 +72,7 @@ def find_export(target: Path | None, run_dir: Path | None, name: str) -> ServedM
     run_name = export.path.name
     if not export.labels.is_file():
         raise ExportError(f"{export.path} has no labels.txt (the class names): copy the whole export folder")
-    verify_export_files(export, run_name, copied=True)
+    verify = partial(verify_export_files, export, run_name, copied=True)
+    checked = check_folder(export.path, verify)
     labels = export.labels.read_text(encoding="utf-8").splitlines()
-    return ServedModel(name, export, run_name, labels)
+    return ServedModel(name, export, run_name, labels, check=verify, checked=checked)
