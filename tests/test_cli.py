@@ -292,7 +292,7 @@ def test_export_and_predict_keep_tensorflows_cpp_start_up_lines_off_the_console_
     monkeypatch.setattr(
         train.results.predict,
         "predict_files",
-        lambda r, f: (
+        lambda r, f, runs_dir=None: (
             seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")) or [{"file": "a.png", "class": "0", "probability": 1.0}]
         ),
     )
@@ -322,7 +322,7 @@ def test_latest_for_export_and_predict_is_the_newest_run_with_weights_and_a_line
     monkeypatch.setattr(
         train.results.predict,
         "predict_files",
-        lambda r, f: seen.append(r) or [{"file": "a.png", "class": "0", "probability": 1.0}],
+        lambda r, f, runs_dir=None: seen.append(r) or [{"file": "a.png", "class": "0", "probability": 1.0}],
     )
     argv = [command, "latest", *(["a.png"] if command == "predict" else []), "--runs-dir", str(runs)]
     assert cli.main(argv) == 0

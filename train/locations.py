@@ -190,5 +190,5 @@ def creation_key(path: Path) -> tuple:
 
 def runs_dir_flag(runs_dir: object) -> str:
     """` --runs-dir DIR` for a command a message gives to paste, quoted for the shell (a folder with a
-    space or a `$` in it), or "" for the default ./runs; without it the command would look in RUNS_DIR."""
-    return "" if str(runs_dir) == "./runs" else f" --runs-dir {shlex.quote(str(runs_dir))}"
+    space or a `$` in it), or "" for the default ./runs (None: not known); without it the command would look in RUNS_DIR."""
+    return "" if runs_dir is None or str(runs_dir) == "./runs" else f" --runs-dir {shlex.quote(str(runs_dir))}"

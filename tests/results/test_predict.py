@@ -62,7 +62,7 @@ def test_many_files_are_predicted_a_batch_at_a_time_with_the_same_answers(run_di
             batches.append(len(batch))
             return model(batch, training=training)
 
-    monkeypatch.setattr(export, "rebuild_model", lambda path: (Counted(), ["cat", "dog", "eel"], None))
+    monkeypatch.setattr(export, "rebuild_model", lambda path, runs_dir=None: (Counted(), ["cat", "dog", "eel"], None))
     monkeypatch.setattr(predict, "BATCH", 2)
     rows = predict_files(run, files)
     assert batches == [2, 1, 1]
@@ -415,9 +415,12 @@ def test_predict_without_an_export_and_damaged_best_weights_is_one_line_exit_4(r
 
     run, _ = run_dir
     (run / "best.weights.h5").write_bytes(content)
+    (run / "checkpoints").mkdir()  # the fallback: a checkpoint's header is all the message reads of it
+    np.savez(run / "checkpoints" / "ckpt-000000007.npz", __meta__=np.frombuffer(b'{"epoch": 1}', np.uint8))
     assert cli.main(["predict", run.name, _png(tmp_path / "a.png", 0), "--runs-dir", str(run.parent)]) == 4
     (line,) = [x for x in capsys.readouterr().err.splitlines() if not x.startswith("WARNING")]
     assert line.startswith(f"WeightsError: run {run.name}: {run / 'best.weights.h5'} does not load: it is ")
+    assert f"--resume {run.name} --runs-dir {run.parent} --epochs 1`" in line  # where the run was found
 
 
 def _hand_export(root):
@@ -544,7 +547,7 @@ def test_the_rebuilt_model_is_called_for_inference_on_float32_and_an_index_past_
             calls.append((batch.dtype, training))
             return np.tile(np.array([[0.1, 0.2, 0.7], [0.6, 0.3, 0.1]], np.float32), (len(batch) // 2, 1))
 
-    monkeypatch.setattr(export, "rebuild_model", lambda path: (Fixed(), ["cat", "dog"], None))
+    monkeypatch.setattr(export, "rebuild_model", lambda path, runs_dir=None: (Fixed(), ["cat", "dog"], None))
     rows = predict_files(run, [_png(tmp_path / "a.png", 0), _png(tmp_path / "b.png", 9)])
     assert calls == [(np.float32, False)]
     assert [{k: r[k] for k in ("class", "index", "probability")} for r in rows] == [

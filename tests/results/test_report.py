@@ -218,7 +218,9 @@ def _evaluated(monkeypatch, ev=None):
     from train.results import evaluation
 
     calls = []
-    monkeypatch.setattr(evaluation, "evaluate_best", lambda run_dir: calls.append(run_dir) or ev or fake_evaluation())
+    monkeypatch.setattr(
+        evaluation, "evaluate_best", lambda run_dir, runs_dir=None: calls.append(run_dir) or ev or fake_evaluation()
+    )
     return calls
 
 
@@ -247,7 +249,7 @@ def test_a_quick_report_keeps_the_validation_part_of_the_full_one_while_the_best
     from train.errors import DataError
     from train.results import evaluation
 
-    def moved(run_dir):
+    def moved(run_dir, runs_dir=None):
         raise DataError("data/mnist.npz is missing")
 
     monkeypatch.setattr(evaluation, "evaluate_best", moved)
@@ -667,7 +669,7 @@ def test_the_full_report_evaluates_this_run_and_says_why_when_it_cannot(tmp_path
         calls == [run] and "training logged val_accuracy 0.9300 for these weights" in (run / "report.html").read_text()
     )
 
-    def moved(run_dir):
+    def moved(run_dir, runs_dir=None):
         raise DataError("data/mnist.npz is missing")
 
     monkeypatch.setattr(evaluation, "evaluate_best", moved)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import DataError
-from . import add_run, add_runs_dir, resolve
+from . import add_run, add_runs_dir, resolve, runs_settings
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -19,10 +19,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..run.find import WEIGHTS_OR_EXPORT
 
-    run_dir = resolve(args, needs=(WEIGHTS_OR_EXPORT,))
+    settings = runs_settings(args)
+    run_dir = resolve(args, settings, needs=(WEIGHTS_OR_EXPORT,))
     from ..results.predict import format_predictions, predict_files
 
-    rows = predict_files(run_dir, args.images)
+    rows = predict_files(run_dir, args.images, settings.runs_dir)
     if any("error" not in r for r in rows):
         print(format_predictions(rows))
     _say_conversions(rows)

@@ -60,9 +60,10 @@ class Evaluation:
         return rows
 
 
-def evaluate_best(run_dir: Path) -> Evaluation:
+def evaluate_best(run_dir: Path, runs_dir: object = None) -> Evaluation:
     """Predict the validation set with best.weights.h5; NoWeightsError / DataError say what is missing,
-    WeightsError that the file is not the one training wrote (its recorded sha256)."""
+    WeightsError that the file is not the one training wrote (its recorded sha256; `runs_dir`: where the
+    command found the run, for the command its message gives)."""
     from ..run.rundir import RunDir
 
     weights = RunDir(run_dir).best_weights
@@ -95,7 +96,7 @@ def evaluate_best(run_dir: Path) -> Evaluation:
     from .. import models
 
     model = float32_model(models, settings, spec)
-    load_weights(model, run_dir, weights)  # the recorded sha256 first: a replaced file is never evaluated
+    load_weights(model, run_dir, weights, runs_dir)  # the recorded sha256 first: a replaced file is never evaluated
     return _predict(model, data.val_dataset(spec, settings, settings.batch_size), class_names, MOST_WRONG)
 
 

@@ -542,8 +542,9 @@ def no_weights_why(manifest: dict, name: str) -> str:
     return f"because no epoch finished: resume it with `python -m train --resume {name}`, or train a new run"
 
 
-def rebuild_model(run_dir: Path):
-    """The run's model with its best (else final) weights, verified against their recorded sha256.
+def rebuild_model(run_dir: Path, runs_dir: object = None):
+    """The run's model with its best (else final) weights, verified against their recorded sha256
+    (`runs_dir`: where the command found the run, for the command a damaged file's message gives).
 
     Returns (model, class names, source): source is {"file", "sha256", "epoch"} of the weights loaded.
     """
@@ -564,7 +565,7 @@ def rebuild_model(run_dir: Path):
     class_names, input_shape = files.data_description()
     with float32_policy():  # see float32_copy: the export serves in float32
         model = build_model(settings.model, input_shape, len(class_names))
-    source = load_weights(model, run_dir, weights[0])
+    source = load_weights(model, run_dir, weights[0], runs_dir)
     return model, class_names, source
 
 
@@ -595,7 +596,7 @@ def export_run(run_dir: Path, model=None, settings=None, command: str = "") -> d
     """
     from ..run.weights import verify
 
-    run_dir = Path(run_dir)
+    run_dir, runs_dir = Path(run_dir), getattr(settings, "runs_dir", None)  # the run's RUNS_DIR, for messages
     formats = other_formats(settings, run_dir)
     if formats is not None:
         formats.check()  # before any conversion
@@ -603,13 +604,13 @@ def export_run(run_dir: Path, model=None, settings=None, command: str = "") -> d
     for p in clean_stale_exports(run_dir):
         log.info("removed a staging folder left by an interrupted export: %s", p.name)
     if model is None or files.best_weights.is_file():
-        export, labels, source = rebuild_model(run_dir)
+        export, labels, source = rebuild_model(run_dir, runs_dir)
         described = f"{source['file']} (epoch {source['epoch']}, sha256 {source['sha256'][:12]})"
     else:
         run_settings = read_run_settings(run_dir, need_data=False)
         export, described = float32_copy(model, run_settings.model), "the trained model"
         labels = files.data_description()[0]
         # At the end of fit the model in memory is what final.weights.h5 was just written from.
-        source = verify(run_dir, files.final_weights) if files.final_weights.is_file() else None
+        source = verify(run_dir, files.final_weights, runs_dir=runs_dir) if files.final_weights.is_file() else None
     log.info("export: from %s", described)
     return export_model(export, run_dir, labels, source, formats, command)

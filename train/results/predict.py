@@ -43,8 +43,9 @@ _KINDS = {
 }
 
 
-def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
-    """One row per file: {"file", "class", "index", "probability"}, or {"file", "error": DataError}."""
+def predict_files(run_dir: Path, files: list[str], runs_dir: object = None) -> list[dict]:
+    """One row per file: {"file", "class", "index", "probability"}, or {"file", "error": DataError}.
+    `runs_dir`: where the command found the run, for the command a damaged weights file's message gives."""
     run_files = RunDir(run_dir)
     if run_files.export.savedmodel.is_dir():
         labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
@@ -52,7 +53,7 @@ def predict_files(run_dir: Path, files: list[str]) -> list[dict]:
     else:
         from .export import rebuild_model
 
-        model, labels, _ = rebuild_model(run_dir)
+        model, labels, _ = rebuild_model(run_dir, runs_dir)
         shape = tuple(model.inputs[0].shape[1:])
 
         def run(batch):

@@ -42,8 +42,9 @@ class Written:
     missing: list[str] = field(default_factory=list)  # parts left out, each with the reason
 
 
-def write_report(run_dir: Path | str, full: bool = True) -> Written:
-    """Write curves.png and report.html (atomically); RunRecordError if the records are unreadable."""
+def write_report(run_dir: Path | str, full: bool = True, runs_dir: object = None) -> Written:
+    """Write curves.png and report.html (atomically); RunRecordError if the records are unreadable.
+    `runs_dir`: where the command found the run, for the commands its lines give."""
     from . import plots
 
     records = load_records(run_dir)
@@ -53,7 +54,7 @@ def write_report(run_dir: Path | str, full: bool = True) -> Written:
     missing: list[str] = []
     weights = _weights_signature(files)
     if full:
-        validation = _validation_section(records, missing)
+        validation = _validation_section(records, missing, runs_dir)
         saved = _saved_section(files, weights) if missing else None
         if not missing:  # only an evaluation is worth keeping, never the reason there is none
             validation = _mark(validation, weights)
@@ -182,11 +183,11 @@ def render(records: RunRecords, curves: bytes, validation: str) -> str:
 """
 
 
-def _validation_section(records: RunRecords, missing: list[str]) -> str:
+def _validation_section(records: RunRecords, missing: list[str], runs_dir: object = None) -> str:
     from .evaluation import evaluate_best
 
     try:
-        ev = evaluate_best(records.run_dir)
+        ev = evaluate_best(records.run_dir, runs_dir)
     except Exception as exc:  # noqa: BLE001  data moved, weights missing...: the rest of the page still helps
         missing.append(f"validation: {type(exc).__name__}: {exc}")
         return note(f"not available: {type(exc).__name__}: {exc}")

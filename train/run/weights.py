@@ -19,6 +19,7 @@ from typing import Any
 
 from ..digest import sha256_file
 from ..errors import WeightsError, first_line
+from ..locations import runs_dir_flag
 from .files import atomic_write, read_json, write_json
 from .manifest import now_iso
 from .rundir import RunDir
@@ -66,7 +67,7 @@ def _on_disk(path: Path, entry: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def verify_all(run_dir: Path) -> list[dict[str, Any]]:
+def verify_all(run_dir: Path, runs_dir: object = None) -> list[dict[str, Any]]:
     """`verify` for every weights file of the run, with at most one warning line for a run without records."""
     found = RunDir(run_dir).weights()
     unrecorded = [p.name for p in found if p.name not in records(run_dir)]
@@ -77,14 +78,15 @@ def verify_all(run_dir: Path) -> list[dict[str, Any]]:
             " and ".join(unrecorded) + (" has" if len(unrecorded) == 1 else " have"),
             "it is" if len(unrecorded) == 1 else "they are",
         )
-    return [verify(run_dir, p, warn=False) for p in found]
+    return [verify(run_dir, p, warn=False, runs_dir=runs_dir) for p in found]
 
 
-def verify(run_dir: Path, path: Path, warn: bool = True) -> dict[str, Any]:
+def verify(run_dir: Path, path: Path, warn: bool = True, runs_dir: object = None) -> dict[str, Any]:
     """The record of the weights file `path` after checking its bytes; WeightsError when they differ.
 
     Returns {"file", "sha256", "epoch"} (epoch None when nothing was recorded). A run written before
-    hashes were recorded gets one warning line and the hash measured now.
+    hashes were recorded gets one warning line and the hash measured now. `runs_dir`: where the command
+    found the run (RUNS_DIR or --runs-dir), for the command the message gives to paste.
     """
     run_dir, path = Path(run_dir), Path(path)
     entry = records(run_dir).get(path.name)
@@ -93,7 +95,7 @@ def verify(run_dir: Path, path: Path, warn: bool = True) -> dict[str, Any]:
     except OSError as exc:
         raise WeightsError(
             f"run {run_dir.name}: {path} cannot be read ({exc.strerror or exc}): give the user running this "
-            f"read access to it; {fallback(run_dir, path)}"
+            f"read access to it; {fallback(run_dir, path, runs_dir)}"
         ) from None
     if not entry:
         if warn:
@@ -109,7 +111,7 @@ def verify(run_dir: Path, path: Path, warn: bool = True) -> dict[str, Any]:
     raise WeightsError(
         f"run {run_dir.name}: {path} has sha256 {actual} but {entry.get('sha256')} was recorded when it was "
         f"written (epoch {entry.get('epoch')}): the file changed on disk (bit rot, a bad copy); "
-        f"{fallback(run_dir, path)}"
+        f"{fallback(run_dir, path, runs_dir)}"
     )
 
 
@@ -132,21 +134,21 @@ def describe(path: Path) -> str:
         return f"it is not an HDF5 weights file ({size} bytes)"
 
 
-def load_weights(model, run_dir: Path, path: Path) -> dict[str, Any]:
+def load_weights(model, run_dir: Path, path: Path, runs_dir: object = None) -> dict[str, Any]:
     """Verify, then load `path` into `model`; WeightsError naming the file and the fix when it cannot be."""
-    source = verify(run_dir, path)
+    source = verify(run_dir, path, runs_dir=runs_dir)
     try:
         model.load_weights(path)
     except Exception as exc:  # h5py and Keras raise OSError, ValueError, KeyError... for a damaged file
         first = first_line(exc) or type(exc).__name__
         raise WeightsError(
             f"run {Path(run_dir).name}: {path} does not load: {describe(path)} ({type(exc).__name__}: {first}); "
-            f"{fallback(run_dir, path)}"
+            f"{fallback(run_dir, path, runs_dir)}"
         ) from None
     return source
 
 
-def fallback(run_dir: Path, bad: Path) -> str:
+def fallback(run_dir: Path, bad: Path, runs_dir: object = None) -> str:
     """The fix for a damaged weights file: an intact other weights file, else the latest checkpoint."""
     files = RunDir(run_dir)
     aside = f"`mv {shlex.quote(str(bad))} {shlex.quote(f'{bad}.damaged')}`"
@@ -165,7 +167,7 @@ def fallback(run_dir: Path, bad: Path) -> str:
         return (
             f"restore it from a backup; the run's latest checkpoint {states[0].name} (epoch {header.get('epoch')}) "
             f"still holds its weights: move it aside ({aside}) and resume the run with its own settings "
-            f"(`python -m train --resume {files.name} --epochs {header.get('epoch')}`) to write "
+            f"(`python -m train --resume {files.name}{runs_dir_flag(runs_dir)} --epochs {header.get('epoch')}`) to write "
             f"{files.final_weights.name} again"
         )
     return "restore it from a backup, or train the run again"

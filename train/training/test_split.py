@@ -47,9 +47,9 @@ def evaluate_test(run_dir: Path, settings, spec, models, batch: int) -> dict | N
         key = record.get("sha256") or which
         numbers = seen.get(key)
         if numbers is not None:
-            verify(run_dir, path)  # its bytes are the record's, as a load would check
+            verify(run_dir, path, runs_dir=settings.runs_dir)  # its bytes are the record's, as a load would check
         else:  # the same bytes give the same numbers: one pass for both files then
-            load_weights(model, run_dir, path)
+            load_weights(model, run_dir, path, settings.runs_dir)
             numbers = seen[key] = mean_metrics(model, data.final_test_dataset(spec, batch), task, per_example)
         out["weights"][which] = {"epoch": record.get("epoch"), **numbers}
     return out
