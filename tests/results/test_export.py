@@ -62,11 +62,15 @@ def test_passing_parity_replaces_the_export_and_records_it(run_dir, monkeypatch,
     (run_dir / "export" / "README.md").write_text("mine\n")  # added by hand: kept, and said
     (run_dir / "export" / "notes").mkdir()
     (run_dir / "export" / "notes" / "a.txt").write_text("a\n")
+    os.mkfifo(run_dir / "export" / "pipe")  # no file to copy: left out, and said
+    os.mkfifo(run_dir / "export" / "notes" / "pipe")
     with caplog.at_level(logging.INFO, logger="train"):
         report = export.export_model(_tiny_model(), run_dir, ["a", "b"])
     final = run_dir / "export"
     assert (final / "README.md").read_text() == "mine\n" and (final / "notes" / "a.txt").read_text() == "a\n"
     assert "note: export: kept README.md, notes, which export does not write, from the previous export" in caplog.text
+    assert "left out pipe (a named pipe), notes/pipe (a named pipe) of the previous export" in caplog.text
+    assert not (final / "notes" / "pipe").exists()
     assert sorted(p.name for p in final.iterdir()) == [
         "README.md",
         "labels.txt",

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -280,6 +281,9 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=
     )
 
 
+_SPECIAL = {stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+
+
 def keep_added_files(previous: ExportDir, staging: ExportDir, owned=()) -> list[str]:
     """Copy into `staging` what was added to the export in place by hand (a README, a labels file of
     one's own): each entry of its folder that export does not write (its own files, and the formats'
@@ -288,11 +292,26 @@ def keep_added_files(previous: ExportDir, staging: ExportDir, owned=()) -> list[
         return []
     written = {p.name for p in (staging.savedmodel, staging.keras, staging.labels, staging.parity, staging.source)}
     added = sorted(p.name for p in previous.path.iterdir() if p.name not in written.union(owned))
+    left_out: list[str] = []
+
+    def special(folder: str | Path, names) -> list[str]:
+        """A named pipe, socket or device: no file to copy (shutil refuses them with SpecialFileError)."""
+        kinds = {n: _SPECIAL.get(stat.S_IFMT(os.lstat(Path(folder, n)).st_mode)) for n in names}
+        left_out.extend(f"{Path(folder, n).relative_to(previous.path)} ({kind})" for n, kind in kinds.items() if kind)
+        return [n for n, kind in kinds.items() if kind]
+
+    skipped = special(previous.path, added)
+    added = [name for name in added if name not in skipped]
     for name in added:
         if (previous.path / name).is_dir() and not (previous.path / name).is_symlink():
-            shutil.copytree(previous.path / name, staging.path / name, symlinks=True)
+            shutil.copytree(previous.path / name, staging.path / name, symlinks=True, ignore=special)
         else:
             shutil.copy2(previous.path / name, staging.path / name, follow_symlinks=False)
+    if left_out:
+        log.warning(
+            "note: export: left out %s of the previous export: only files, folders and links are copied into the new one",
+            ", ".join(left_out),
+        )
     return added
 
 
