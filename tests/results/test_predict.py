@@ -306,7 +306,7 @@ def test_a_damaged_export_is_one_line_naming_it_and_the_fix(run_dir, tmp_path, c
     assert cli.main(argv) == 8
     (line,) = [x for x in capsys.readouterr().err.splitlines() if not x.startswith("WARNING")]
     assert line.startswith(f"ExportError: the export of run {run.name}")
-    assert line.endswith(f"export it again with `python -m train export {run.name}`")
+    assert line.endswith(f"export it again with `python -m train export {run.name} --runs-dir {run.parent}`")
 
 
 def test_a_bit_flip_in_the_exported_variables_is_caught_by_source_json(run_dir, tmp_path):
@@ -403,7 +403,7 @@ def test_an_export_whose_source_json_was_deleted_is_refused_not_served_unchecked
     assert line == (
         f"ExportError: the export of run {run.name} is damaged: {exp.source} is missing, though the run's manifest "
         f"records an export that wrote it, so its files cannot be checked: export it again with "
-        f"`python -m train export {run.name}`"
+        f"`python -m train export {run.name} --runs-dir {run.parent}`"
     )
 
 

@@ -281,9 +281,9 @@ def test_an_export_swapped_in_while_serve_checks_or_before_it_loads_is_checked_a
         return real(*args)
 
     monkeypatch.setattr(predict, "_recorded_file_sha256", swapped_first)
+    monkeypatch.setattr(served, "open_savedmodel", lambda *a: ((1,), lambda batch: batch))
     model = served.find_export(None, run, "model")  # not called damaged
     monkeypatch.setattr(predict, "_recorded_file_sha256", real)
     export._swap_into_place(staged("cat\ndog\n", damaged=True).path, exp.path)  # after the check, before the load
-    monkeypatch.setattr(served, "open_savedmodel", lambda *a: ((1,), lambda batch: batch))
     with pytest.raises(ExportError, match="labels.txt has sha256"):
         model.load(1)  # the export loaded is one checked

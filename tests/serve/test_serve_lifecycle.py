@@ -192,7 +192,7 @@ def test_serve_latest_passes_over_a_newer_run_that_never_trained_and_names_the_r
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"latest: run {trained.name}, the newest run with weights (newer, without: {failed.name})"
     assert err[1].startswith(f"ExportError: run {trained.name} has no export") and len(err) == 2
-    assert err[1].endswith(f"make it with `python -m train export {trained.name}`")
+    assert err[1].endswith(f"make it with `python -m train export {trained.name} --runs-dir {runs}`")
 
 
 def test_serving_a_run_without_weights_says_to_train_it_not_to_export_it(tmp_path, capsys):

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, ExportError, first_line
+from ..locations import runs_dir_flag
 from ..run.manifest import section
 from ..run.rundir import ExportDir, RunDir
 from ..setup.hardware import compose_volume_hint
@@ -49,7 +50,7 @@ def predict_files(run_dir: Path, files: list[str], runs_dir: object = None) -> l
     run_files = RunDir(run_dir)
     if run_files.export.savedmodel.is_dir():
         labels = run_files.data_description()[0]  # the run's one list of class names, as every reader
-        shape, run = _open_export(run_files, labels)
+        shape, run = _open_export(run_files, labels, runs_dir)
     else:
         from .export import rebuild_model
 
@@ -65,11 +66,14 @@ def predict_files(run_dir: Path, files: list[str], runs_dir: object = None) -> l
     return rows
 
 
-def _open_export(run_files: RunDir, labels: list[str]):
+def _open_export(run_files: RunDir, labels: list[str], runs_dir: object = None):
     """open_savedmodel of the run's export once check_export passed on that same folder (open_checked)."""
-    path, check = run_files.export.path, partial(check_export, run_files)
+    path, check = run_files.export.path, partial(check_export, run_files, runs_dir)
     return open_checked(
-        path, check_folder(path, check), check, partial(open_savedmodel, run_files.export, run_files.name, labels)
+        path,
+        check_folder(path, check),
+        check,
+        partial(open_savedmodel, run_files.export, run_files.name, labels, runs_dir),
     )
 
 
@@ -136,14 +140,15 @@ def _predict_batch(rows: list[dict], shape: tuple[int, ...], run, labels: list[s
         row.update({"class": labels[k] if k < len(labels) else str(k), "index": k, "probability": float(p[k])})
 
 
-def open_savedmodel(export: ExportDir, name: str, labels: list[str]):
+def open_savedmodel(export: ExportDir, name: str, labels: list[str], runs_dir: object = None):
     """(input shape, run(uint8 batch) -> float32 probabilities) of an export's serving signature.
 
-    ExportError when it does not load or predicts another number of classes than `labels` holds.
+    ExportError when it does not load or predicts another number of classes than `labels` holds (`runs_dir`:
+    where the command found the run, for the command its message gives).
     """
     import tensorflow as tf
 
-    again = f"export it again with `python -m train export {name}`"
+    again = export_again(name, runs_dir)
     try:
         serve = tf.saved_model.load(str(export.savedmodel)).signatures["serving_default"]
         shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
@@ -165,15 +170,21 @@ def open_savedmodel(export: ExportDir, name: str, labels: list[str]):
     return shape, run
 
 
-def check_export(run_files: RunDir) -> None:
+def export_again(name: str, runs_dir: object = None) -> str:
+    """The fix of a damaged export of run `name`, found in `runs_dir` (RUNS_DIR or --runs-dir)."""
+    return f"export it again with `python -m train export {name}{runs_dir_flag(runs_dir)}`"
+
+
+def check_export(run_files: RunDir, runs_dir: object = None) -> None:
     """Refuse an export whose files differ from its source.json; warn when it is not from the run's weights now."""
-    _require_source_json(run_files)
-    source = verify_export_files(run_files.export, run_files.name)
+    again = export_again(run_files.name, runs_dir)
+    _require_source_json(run_files, again)
+    source = verify_export_files(run_files.export, run_files.name, runs_dir=runs_dir)
     if source is not None:
-        _warn_if_stale(run_files, source, f"export it again with `python -m train export {run_files.name}`")
+        _warn_if_stale(run_files, source, again)
 
 
-def _require_source_json(run_files: RunDir) -> None:
+def _require_source_json(run_files: RunDir, again: str) -> None:
     """ExportError when source.json is gone from an export the manifest says wrote one: without it the
     export's files would go unchecked, with only the warning meant for exports older than source.json."""
     export = run_files.export
@@ -181,21 +192,21 @@ def _require_source_json(run_files: RunDir) -> None:
         return
     raise ExportError(
         f"the export of run {run_files.name} is damaged: {export.source} is missing, though the run's manifest "
-        f"records an export that wrote it, so its files cannot be checked: export it again with "
-        f"`python -m train export {run_files.name}`"
+        f"records an export that wrote it, so its files cannot be checked: {again}"
     )
 
 
-def verify_export_files(export: ExportDir, name: str, copied: bool = False) -> dict | None:
+def verify_export_files(export: ExportDir, name: str, copied: bool = False, runs_dir: object = None) -> dict | None:
     """ExportError unless every file source.json records has its sha256; the weights it names, or None
-    (with a warning) for an export made before source.json was written. `name`: the run's, for messages;
+    (with a warning) for an export made before source.json was written. `name`, `runs_dir`: the run's and
+    where the command found it, for messages;
     `copied`: an export folder copied away from its run, named by its path (it is no run)."""
     if copied:
         which = f"the export folder {export.path}"
         again = "copy the whole export/ folder of its run again, or export the run again (`python -m train export RUN`)"
         unrecorded = f"WARNING: {which} has no source.json: its files cannot be checked against what export wrote; %s"
     else:
-        which, again = f"the export of run {name}", f"export it again with `python -m train export {name}`"
+        which, again = f"the export of run {name}", export_again(name, runs_dir)
         unrecorded = (
             f"WARNING: {which} does not record the weights it was made from (exported before that was kept): it "
             "may be older than the run's best weights; %s to be sure"

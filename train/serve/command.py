@@ -91,5 +91,5 @@ def run(args: argparse.Namespace) -> int:
     if (target / "savedmodel").is_dir():
         model = find_export(target, None, args.model_name)
     else:
-        model = find_export(None, _run_of(args, settings), args.model_name)
+        model = find_export(None, _run_of(args, settings), args.model_name, settings.runs_dir)
     return serve(model, host, args.port, settings)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ExportError, NoWeightsError
+from ..locations import runs_dir_flag
 from ..results.predict import check_export, check_folder, open_checked, open_savedmodel, verify_export_files
 from ..run.rundir import ExportDir, RunDir
 
@@ -32,8 +33,7 @@ class ServedModel:
     labels: list[str] = field(default_factory=list)
     shape: tuple[int, ...] = ()
     run: Callable[[np.ndarray], np.ndarray] | None = None
-    check: Callable[[], object] | None = None  # what checked the export, again for one swapped in before it loads
-    checked: tuple[int, int] | None = None  # the export folder checked (check_folder)
+    opener: Callable[[], tuple] | None = None  # (shape, run) of the export checked: open_checked
 
     @property
     def output_name(self) -> str:
@@ -43,15 +43,15 @@ class ServedModel:
         """Load the SavedModel and call it once at batch 1 and at `warm_up_batch`, so the first
         request does not pay for TensorFlow's first-call set-up. An export swapped in since find_export
         checked it is checked and loaded instead (open_checked)."""
-        load = partial(open_savedmodel, self.export, self.run_name, self.labels)
-        self.shape, self.run = open_checked(self.export.path, self.checked, self.check, load)
+        self.shape, self.run = self.opener()
         for n in sorted({1, warm_up_batch}):
             self.run(np.zeros((n, *self.shape), np.uint8))
         log.info("model %s loaded from %s and warmed up (batch 1 and %d)", self.name, self.export.path, warm_up_batch)
 
 
-def find_export(target: Path | None, run_dir: Path | None, name: str) -> ServedModel:
-    """The verified export of a run directory (`run_dir`) or an export folder (`target`)."""
+def find_export(target: Path | None, run_dir: Path | None, name: str, runs_dir: object = None) -> ServedModel:
+    """The verified export of a run directory (`run_dir`, found in `runs_dir`: RUNS_DIR or --runs-dir, for
+    the commands its messages give) or an export folder (`target`)."""
     if run_dir is not None:
         files = RunDir(run_dir)
         if not files.export.savedmodel.is_dir():
@@ -61,10 +61,11 @@ def find_export(target: Path | None, run_dir: Path | None, name: str) -> ServedM
 
                 why = no_weights_why(files.read_manifest(missing_ok=True), files.name)
                 raise NoWeightsError(f"{missing} and no weights, {why}")
-            raise ExportError(f"{missing}: make it with `python -m train export {files.name}`")
-        check = partial(check_export, files)
-        checked = check_folder(files.export.path, check)
-        return ServedModel(name, files.export, files.name, files.data_description()[0], check=check, checked=checked)
+            raise ExportError(f"{missing}: make it with `python -m train export {files.name}{runs_dir_flag(runs_dir)}`")
+        check, labels = partial(check_export, files, runs_dir), files.data_description()[0]
+        load = partial(open_savedmodel, files.export, files.name, labels, runs_dir)
+        opener = partial(open_checked, files.export.path, check_folder(files.export.path, check), check, load)
+        return ServedModel(name, files.export, files.name, labels, opener=opener)
     export = ExportDir(Path(target))
     parent = RunDir(export.path.parent)
     if export.path.name == "export" and parent.is_run():
@@ -75,4 +76,5 @@ def find_export(target: Path | None, run_dir: Path | None, name: str) -> ServedM
     verify = partial(verify_export_files, export, run_name, copied=True)
     checked = check_folder(export.path, verify)
     labels = export.labels.read_text(encoding="utf-8").splitlines()
-    return ServedModel(name, export, run_name, labels, check=verify, checked=checked)
+    opener = partial(open_checked, export.path, checked, verify, partial(open_savedmodel, export, run_name, labels))
+    return ServedModel(name, export, run_name, labels, opener=opener)
