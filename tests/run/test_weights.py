@@ -141,7 +141,7 @@ def test_without_an_intact_weights_file_the_latest_checkpoint_is_named(run):
     with pytest.raises(WeightsError) as info:
         weights.verify(run, best)
     assert "latest checkpoint ckpt-000000007.npz (epoch 1) still holds its weights" in str(info.value)
-    assert f"--resume {run.name} --epochs 1" in str(info.value)
+    assert f"`python -m train --resume {run.name}`" in str(info.value)
 
 
 def test_an_unreadable_weights_file_is_a_weights_error(run, monkeypatch):
@@ -205,7 +205,7 @@ def test_the_checkpoint_fallback_the_message_gives_works(one_epoch_copy):
     msg = str(info.value)
     for command in re.findall(r"`(mv [^`]+)`", msg):
         subprocess.run(shlex.split(command), check=True)
-    assert f"--resume {run.name} --epochs 1" in msg
+    assert f"`python -m train --resume {run.name}`" in msg
     train(settings, resume=run.name)
     model, _, source = rebuild_model(run)
     assert source["file"] == "final.weights.h5" and source["epoch"] == 1

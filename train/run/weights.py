@@ -167,8 +167,8 @@ def fallback(run_dir: Path, bad: Path, runs_dir: object = None) -> str:
         return (
             f"restore it from a backup; the run's latest checkpoint {states[0].name} (epoch {header.get('epoch')}) "
             f"still holds its weights: move it aside ({aside}) and resume the run with its own settings "
-            f"(`python -m train --resume {files.name}{runs_dir_flag(runs_dir)} --epochs {header.get('epoch')}`) to write "
-            f"{files.final_weights.name} again"
+            f"(`python -m train --resume {files.name}{runs_dir_flag(runs_dir)}`) to write {files.final_weights.name} "
+            "again (a run stopped before its last epoch, by a signal or MAX_MINUTES, trains the rest first)"
         )
     return "restore it from a backup, or train the run again"
 
