@@ -55,6 +55,8 @@ def test_best_row_is_the_epoch_of_the_saved_best_weights_when_metrics_csv_rounds
     assert rec.best_row()["epoch"] == 2  # the loop saw epoch 2 lower, and saved its weights
     rec = load_records(write_run_records(tmp_path / "s", {"monitor": "val_loss"}, metrics=rows))
     assert rec.best_row()["epoch"] == 1  # no record of the weights (an older run): the first of equals
+    rec.manifest = {"weights": {"best.weights.h5": "ab"}}  # an entry edited into a string: no record either
+    assert rec.best_row()["epoch"] == 1
 
 
 def test_resumes_come_from_the_manifest_segments_when_it_has_them(tmp_path):

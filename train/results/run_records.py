@@ -92,7 +92,8 @@ class RunRecords:
         if not scored:
             return None
         weights = self.manifest.get("weights")
-        saved = ((weights if isinstance(weights, dict) else {}).get("best.weights.h5") or {}).get("epoch")
+        entry = (weights if isinstance(weights, dict) else {}).get("best.weights.h5")
+        saved = entry.get("epoch") if isinstance(entry, dict) else None
         if (row := next((r for r in scored if r.get("epoch") == saved), None)) is not None:
             return row
         sign = 1 if self.mode == "max" else -1
