@@ -82,6 +82,11 @@ def test_resumes_come_from_the_manifest_segments_when_it_has_them(tmp_path):
 def test_a_run_without_epochs_has_no_best(tmp_path):
     rec = load_records(write_run_records(tmp_path / "r", metrics=[]))
     assert rec.rows == [] and rec.best_row() is None and rec.seconds_to(3) is None
+    # restarted from epoch 1 and still training: its metrics.csv lags the manifest's last count, not cut short
+    rec = load_records(
+        write_run_records(tmp_path / "s", metrics=[], manifest={"status": "running", "epochs_completed": 4})
+    )
+    assert rec.rows == [] and rec.best_row() is None
 
 
 @pytest.mark.parametrize(
@@ -100,10 +105,13 @@ def test_a_run_without_epochs_has_no_best(tmp_path):
         ("config.json", "{not json", "config.json is unreadable (JSONDecodeError"),
         ("manifest.json", "[1, 2]", "manifest.json holds list, not a JSON object"),
         ("metrics.csv", b"\xff\xfe\x00bad", "metrics.csv is unreadable (UnicodeDecodeError"),
+        # empty, or cut at a line, while the manifest records 5 epochs: was read as a run of no epochs
+        ("metrics.csv", "", "metrics.csv holds no epoch, but manifest.json records 5 epoch(s) completed"),
+        ("metrics.csv", "epoch,loss\n1,0.5\n2,0.4\n", "metrics.csv ends at epoch 2, but manifest.json records 5"),
     ],
 )
 def test_an_unreadable_record_names_the_file_and_the_problem(tmp_path, name, content, expected):
-    run = write_run_records(tmp_path / "r")
+    run = write_run_records(tmp_path / "r", manifest={"epochs_completed": 5})
     (run / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(RunRecordError) as info:
         load_records(run)

@@ -136,7 +136,15 @@ def load_records(run_dir: Path | str) -> RunRecords:
     resumes = resumes_from_segments(manifest)
     if resumes is None:
         resumes = read_resumes(files.log)
-    return RunRecords(files.path, config, manifest, read_metrics(files.metrics), resumes)
+    rows = read_metrics(files.metrics)
+    done, last = manifest.get("epochs_completed"), max((r["epoch"] for r in rows), default=0)
+    if manifest.get("status") != "running" and _whole(done) and last < done:  # a run still training may lag
+        held = f"ends at epoch {last:g}" if rows else "holds no epoch"
+        raise RunRecordError(
+            f"{files.metrics} {held}, but {files.manifest.name} records {done} epoch(s) completed (the file is "
+            "empty or cut short); restore it from a copy of the run"
+        )
+    return RunRecords(files.path, config, manifest, rows, resumes)
 
 
 def resumes_from_segments(manifest: dict[str, Any]) -> list[Resume] | None:
