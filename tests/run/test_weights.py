@@ -11,9 +11,9 @@ import pytest
 from builders import write_run
 from helpers import tiny_image_model
 
-from train.errors import StorageError, WeightsError
+from train.errors import RunRecordError, StorageError, WeightsError
 from train.run import weights
-from train.run.files import read_json
+from train.run.files import read_json, write_json
 
 
 def _model(seed: int = 0):
@@ -72,6 +72,13 @@ def test_a_flipped_bit_is_refused_naming_the_file_and_both_hashes(run):
     assert info.value.exit_code == 4 and "\n" not in msg
     assert str(best) in msg and written["sha256"] in msg and weights.sha256_file(best) in msg
     assert "epoch 2" in msg and "restore it from a backup" in msg
+    manifest = read_json(run / "manifest.json")
+    manifest["weights"]["best.weights.h5"]["previous"] = "ab"  # an edit: was an AttributeError traceback
+    write_json(run / "manifest.json", manifest)
+    with pytest.raises(
+        RunRecordError, match="manifest.json records best.weights.h5's previous as 'ab', not a JSON object"
+    ):
+        weights.verify(run, best)
 
 
 def test_a_kill_between_the_record_and_the_rename_leaves_the_older_file_which_still_verifies(run, monkeypatch):

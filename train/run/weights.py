@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import sha256_file
-from ..errors import WeightsError, first_line
+from ..errors import RunRecordError, WeightsError, first_line
 from ..locations import runs_dir_flag
 from .files import atomic_write, read_json, write_json
 from .manifest import now_iso
@@ -29,8 +29,17 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def records(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """The manifest's `weights` entries by file name ({} for a run written before they were kept)."""
-    found = RunDir(run_dir).read_manifest(missing_ok=True).get("weights")
+    """The manifest's `weights` entries by file name ({} for a run written before they were kept).
+    RunRecordError for an entry, or its `previous`, that is no object: nothing to check the file against."""
+    run = RunDir(run_dir)
+    found = run.read_manifest(missing_ok=True).get("weights")
+    for name, entry in (found if isinstance(found, dict) else {}).items():
+        part, value = (name, entry) if not isinstance(entry, dict) else (f"{name}'s previous", entry.get("previous"))
+        if not isinstance(value, dict) and (value or part == name):
+            raise RunRecordError(
+                f"run {run.name}: {run.manifest} records {part} as {value!r:.60}, not a JSON object of its sha256 "
+                "and epoch (an edit, a bad merge); restore manifest.json from a backup"
+            )
     return found if isinstance(found, dict) else {}
 
 
