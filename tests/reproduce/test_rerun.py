@@ -1091,9 +1091,7 @@ def test_a_whole_deterministic_rerun_reads_relative_paths_from_base_and_compares
     assert settings["same"] is True  # the original's relative DATA_DIR, read from `base`, is the rerun's
 
 
-def test_the_rerun_is_a_fit_of_the_worktree_s_code_with_an_empty_env_file_and_a_clean_environment(
-    tmp_path, monkeypatch
-):
+def test_the_rerun_is_a_fit_of_the_worktree_s_code_with_no_env_file_and_a_clean_environment(tmp_path, monkeypatch):
     from train.reproduce import rerun
 
     code = tmp_path / "wt" / "src"
@@ -1106,9 +1104,9 @@ def test_the_rerun_is_a_fit_of_the_worktree_s_code_with_an_empty_env_file_and_a_
     stop = rerun.Stop()
     assert rerun.rerun(code, ["--epochs", "1"], {"epochs": 2}, tmp_path / "runs", stop) == "new"
     ((cmd, runs_dir, stop_, kw),) = calls
-    empty = tmp_path / "wt" / "empty.env"
-    assert cmd == [sys.executable, "-m", "train", "fit", "--env-file", str(empty), "--epochs", "1"]
-    assert empty.read_text() == "" and runs_dir == tmp_path / "runs" and stop_ is stop
+    # no file: one in the worktree, named by the rerun's "to continue it" line, was gone when it was pasted
+    assert cmd == [sys.executable, "-m", "train", "fit", "--env-file", "", "--epochs", "1"]
+    assert not (tmp_path / "wt" / "empty.env").exists() and runs_dir == tmp_path / "runs" and stop_ is stop
     assert (
         kw["code"] == code and kw["cwd"] == code and "EPOCHS" not in kw["env"] and kw["env"]["PYTHONPATH"] == str(code)
     )

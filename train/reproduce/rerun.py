@@ -294,10 +294,10 @@ def _clean_env(code: Path, config: dict[str, Any]) -> dict[str, str]:
 
 
 def rerun(code: Path, flags: list[str], config: dict[str, Any], runs_dir: Path, stop: Stop) -> Path:
-    empty_env = code.parent / "empty.env"
-    empty_env.write_text("")
+    # `--env-file ''` reads no settings file: the rerun's "to continue it" line gives it again as it is (a
+    # file of its own would be gone with the worktree, and that line refused).
     return run_and_find(
-        [sys.executable, "-m", "train", "fit", "--env-file", str(empty_env), *flags],
+        [sys.executable, "-m", "train", "fit", "--env-file", "", *flags],
         runs_dir,
         stop,
         code=code,
