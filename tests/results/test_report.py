@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -92,6 +93,9 @@ def test_values_from_the_records_are_escaped(tmp_path):
     page = report.render(report.load_records(run), b"", "")
     assert "DataError: &lt;b&gt;x&lt;/b&gt; &amp; y" in page and "<b>x</b>" not in page
     assert '<span class="status failed">failed</span>' in page
+    # a folder name that is no UTF-8 (copied from another system): was a matplotlib traceback, and unwritable
+    odd = report.load_records(write_run_records(tmp_path / os.fsdecode(b"bad\xffname")))
+    assert odd.name == "bad\ufffdname" and "bad\ufffdname" in report.render(odd, b"", "").encode("utf-8").decode()
 
 
 @pytest.mark.parametrize(

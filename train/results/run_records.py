@@ -53,7 +53,9 @@ class RunRecords:
 
     @property
     def name(self) -> str:
-        return self.run_dir.name
+        """The folder's name as the report, its curves and compare show it: bytes that are no UTF-8 (a
+        folder named on another system) as U+FFFD, which matplotlib can draw and a page can hold."""
+        return self.run_dir.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
     @functools.cached_property
     def status(self) -> str:
