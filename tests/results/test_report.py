@@ -89,9 +89,10 @@ def test_resume_note_and_image_row_follow_the_records(tmp_path):
 
 
 def test_values_from_the_records_are_escaped(tmp_path):
-    run = write_run_records(tmp_path / "r", manifest={"status": "failed", "error": "DataError: <b>x</b> & y"})
+    error = "DataError: <b>x</b> & y in caf\udce9"  # a path that is no UTF-8: json.dumps keeps it as \\udce9
+    run = write_run_records(tmp_path / "r", manifest={"status": "failed", "error": error})
     page = report.render(report.load_records(run), b"", "")
-    assert "DataError: &lt;b&gt;x&lt;/b&gt; &amp; y" in page and "<b>x</b>" not in page
+    assert "DataError: &lt;b&gt;x&lt;/b&gt; &amp; y in caf?" in page and "<b>x</b>" not in page
     assert '<span class="status failed">failed</span>' in page
     # a folder name that is no UTF-8 (copied from another system): was a matplotlib traceback, and unwritable
     odd = report.load_records(write_run_records(tmp_path / os.fsdecode(b"bad\xffname")))

@@ -38,7 +38,9 @@ def note(text: str) -> str:
 
 
 def escape(value) -> str:
-    return html.escape(str(value))
+    """`value` as HTML text; a lone surrogate (a path that was no UTF-8, kept in JSON as \\udcff) as ?: the
+    page is written as UTF-8, which has no such character."""
+    return html.escape(str(value).encode("utf-8", "replace").decode("utf-8"))
 
 
 def num(v) -> str:
