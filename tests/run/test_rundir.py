@@ -328,6 +328,7 @@ def test_read_record_names_the_run_the_file_and_the_fix(tmp_path):
         (b'{"a": ', "unreadable (JSONDecodeError"),
         (b"\xff\xfe", "unreadable (UnicodeDecodeError"),
         (b"null", "holds NoneType, not a JSON object"),
+        (b"[" * 100_000, "unreadable (ValueError: nested too deeply"),  # was a RecursionError traceback
     ):
         (run / "manifest.json").write_bytes(content)
         with pytest.raises(RunRecordError) as info:

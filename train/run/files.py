@@ -167,7 +167,12 @@ def json_text(data: Any) -> str:
 
 
 def read_json(path: Path | str) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The JSON in `path`; ValueError, as any malformed JSON, for one nested deeper than Python recurses."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to be read (an array or object inside thousands of others)") from None
 
 
 def clean_stale_temp(directory: Path) -> list[Path]:
