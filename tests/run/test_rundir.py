@@ -237,6 +237,8 @@ def test_resolve_run_by_id_path_and_latest(tmp_path):
     with pytest.raises(RunNotFound) as info:  # any command's RUN, not only fit's --resume
         resolve_run(tmp_path / "empty", "latest")
     assert str(info.value) == f"run 'latest': no runs in {tmp_path / 'empty'}; train first or set RUNS_DIR"
+    with pytest.raises(RunNotFound, match=f"RUNS_DIR {new} is a run itself: .* the folder that holds it, {root}$"):
+        resolve_run(new, "latest")  # was "no runs in ...; train first"
 
 
 def test_a_file_named_as_the_run_says_so(tmp_path):

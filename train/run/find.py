@@ -115,6 +115,11 @@ def resolve_run(
     root = local_dir(runs_dir)
     if run == "latest":
         runs = list_run_dirs(root)
+        if not runs and RunDir(root).is_run():  # RUNS_DIR=runs/<id>, as `runs` says too
+            raise RunNotFound(
+                f"run 'latest': RUNS_DIR {shown(runs_dir)} is a run itself: name it as the run instead of latest, "
+                f"or point RUNS_DIR at the folder that holds it, {root.resolve().parent}"
+            )
         if not runs:
             raise RunNotFound(f"run 'latest': no runs in {shown(runs_dir)}; train first or set RUNS_DIR")
         name, line = pick_latest([p.name for p in runs], lambda n, rel: (root / n / rel).is_file(), needs)
