@@ -539,6 +539,13 @@ def test_the_class_names_come_from_the_manifest_and_labels_txt_is_derived(tmp_pa
     with pytest.raises(RunRecordError):
         run.write_labels()
     assert not run.labels.exists()
+    for damaged in ("x", {"class_names": ["cat"], "input_shape": ["a", 8, 3]}):  # were tracebacks in predict
+        run.manifest.write_text(json.dumps({"data": damaged}))
+        with pytest.raises(
+            RunRecordError,
+            match=r"records data(\.input_shape \['a'.*)? .*: not an input shape of whole numbers and a list of class names",
+        ):
+            run.data_description()
     run.manifest.write_text(json.dumps({"data": {"class_names": ["cat", "dog"], "input_shape": [8, 8, 3]}}))
     run.labels.write_text("stale\n")  # a copy is never read back: the manifest wins
     assert run.data_description() == (["cat", "dog"], (8, 8, 3))

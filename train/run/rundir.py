@@ -103,13 +103,26 @@ class RunDir:
     def data_description(self) -> tuple[list[str], tuple[int, ...]]:
         """(class names, input shape) from the manifest's `data`; RunRecordError when it has none."""
         data = self.read_manifest().get("data") or {}
-        names, shape = data.get("class_names"), data.get("input_shape")
-        if not isinstance(names, list) or not isinstance(shape, list):
+        names, shape = (data.get("class_names"), data.get("input_shape")) if isinstance(data, dict) else (data, data)
+        if names is None or shape is None:
             raise RunRecordError(
                 f"run {self.name} has no data description in {self.manifest}: it ended before its "
                 "data loaded; resume it or train a new run"
             )
-        return [str(n) for n in names], tuple(int(d) for d in shape)
+        try:
+            if isinstance(names, list) and isinstance(shape, list):
+                return [str(n) for n in names], tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            pass
+        given = (
+            f"data.input_shape {shape!r:.40}, data.class_names {names!r:.40}"
+            if data is not names
+            else f"data {data!r:.60}"
+        )
+        raise RunRecordError(
+            f"run {self.name}: {self.manifest} records {given}: not an input shape of whole numbers and a list of "
+            "class names (an edit, a bad merge); restore manifest.json from a backup"
+        )
 
     def write_labels(self) -> None:
         """labels.txt, derived from the manifest's class names; rewritten only when it differs."""
