@@ -96,6 +96,8 @@ def test_a_run_without_epochs_has_no_best(tmp_path):
         ("metrics.csv", "loss,accuracy\n0.5,0.9\n", "line 1: no 'epoch' column (its header: loss, accuracy); restore"),
         ("metrics.csv", "epoch,loss\n1,0.5,7\n", "line 2: more values than the header has columns"),
         ("metrics.csv", "epoch,loss\n,0.5\n", "line 2: the epoch is empty"),
+        # read as more epochs than trained: "2/1" in compare, its training time counted twice
+        ("metrics.csv", "epoch,loss\n1,0.5\n2,0.4\n1,0.5\n", "line 4: epoch 1 after epoch 2 (rows repeated or"),
         # cut short mid-row (a partial copy): was read as an epoch whose metrics were missing
         (
             "metrics.csv",

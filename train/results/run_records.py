@@ -198,6 +198,11 @@ def read_metrics(path: Path) -> list[dict[str, float | None]]:
                 ) from None
         if row["epoch"] is None:
             raise RunRecordError(f"{path}, line {line}: the epoch is empty; restore the file from a copy of the run")
+        if rows and not row["epoch"] > rows[-1]["epoch"]:  # fit writes each epoch once, in order
+            raise RunRecordError(
+                f"{path}, line {line}: epoch {row['epoch']:g} after epoch {rows[-1]['epoch']:g} (rows repeated or "
+                "out of order: a merge, an edit); restore the file from a copy of the run"
+            )
         rows.append(row)
     return rows
 
