@@ -581,10 +581,13 @@ def test_the_printed_verdict(tmp_path):
         "code        abc           abc",
     ]
     long = [{"what": "code", "original": "a" * 20, "rerun": "b", "same": True}]
-    assert format_verdict(Verdict("o", "n", rows=long, method="m", match=True)).split("\n") == [
+    assert format_verdict(Verdict("o", "n", rows=long, method="m", match=True, warnings=["WARNING: w"])).split(
+        "\n"
+    ) == [
         f"            {'original (o)':<20}  rerun (n)",
         f"code        {'a' * 20}  b",
         "result:     MATCH by m",
+        "WARNING: w",  # (--allow-dirty, other versions) after the verdict too, not only before the rerun's log
     ]
 
 

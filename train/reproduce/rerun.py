@@ -594,4 +594,5 @@ def format_verdict(v: Verdict) -> str:
     lines.append(f"result:     {'MATCH' if v.match else 'DIFFERENT'} by {v.method}")
     if not v.match:
         lines.append(f"            {json.dumps(v.details)}")
-    return "\n".join(lines)
+    # Said before the rerun too, hundreds of its log lines above: a MATCH alone would read as unqualified.
+    return "\n".join(lines + v.warnings)
