@@ -11,6 +11,7 @@ from builders import write_run_records
 from train.errors import ReproduceError, ReproduceRecordError
 from train.reproduce.record import check_comparable, check_record
 from train.reproduce.rerun import reproduce
+from train.run.lock import RunLock
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SHA = "ab" * 32
@@ -177,6 +178,10 @@ def test_each_refusal_of_check_comparable_in_full(tmp_path):
     assert _why(run, killed, config, None, {1: {}, 2: {}, 3: {}}).endswith(
         "is not 'completed': the run has no final result; reproduce its first 3 epoch(s) with --epochs 3"
     )
+    with RunLock(run):  # still training: was taken for killed, and told to reproduce its first epochs
+        assert _why(run, killed, config, None, {1: {}}) == (
+            f"{j}: status='running' is not 'completed': the run is still training; reproduce it once it ends"
+        )
     # --epochs equal to the run's own is the whole run: its status still counts.
     assert _why(run, dict(stopped, epochs_completed=2), config, 5, {5: {}}).startswith(f"{j}: status='interrupted'")
     assert _why(run, dict(manifest, final_weights_sha256=None), config, None, {}) == (

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ReproduceRecordError
+from ..run.lock import RunLock
 from ..run.metrics_files import read_rows
 from ..run.rundir import RunDir
 
@@ -162,6 +163,10 @@ def check_comparable(
             )
         return
     status, done = manifest.get("status"), manifest.get("epochs_completed")
+    if status == "running" and RunLock(run_dir).held():
+        raise ReproduceRecordError(
+            run.manifest, "status", status, "is not 'completed': the run is still training", "reproduce it once it ends"
+        )
     if status != "completed":
         # A killed run ("running") never closed its manifest: metrics.csv has a row for each epoch it finished.
         trained = max(rows, default=0) if status == "running" else done

@@ -105,6 +105,12 @@ class RunLock:
             os.close(fd)  # closing drops the shared lock at once
         return True
 
+    def held(self) -> bool:
+        """True when a process holds the run now (a fit at work on it, per its lock file on this machine or
+        its lease in the store): a manifest's "running" that is so. Probes as `abandoned` does."""
+        text = self.holder()
+        return text.startswith("pid ") and text.endswith(f" on host {socket.gethostname()}") and not self.abandoned()
+
     def holder(self) -> str:
         try:
             text = self.path.read_text(encoding="utf-8", errors="replace").strip()
