@@ -132,7 +132,8 @@ def test_the_verdict_needs_what_it_compares_with(tmp_path):
     with pytest.raises(ReproduceRecordError, match="metrics.csv: epoch=3 has no row"):
         check_comparable(run, manifest, config, 3, {1: {}, 2: {}})
     with pytest.raises(ReproduceRecordError, match="status='interrupted' is not 'completed'.*--epochs 2"):
-        check_comparable(run, dict(manifest, status="interrupted", epochs_completed=2), config, None, rows)
+        constant = dict(config, lr_schedule="constant")  # a cosine schedule's --epochs is refused
+        check_comparable(run, dict(manifest, status="interrupted", epochs_completed=2), constant, None, rows)
     with pytest.raises(ReproduceRecordError, match="final_weights_sha256=None is missing"):
         check_comparable(run, dict(manifest, final_weights_sha256=None), config, None, rows)
     with pytest.raises(ReproduceRecordError, match="metrics.csv: epoch=5 has no row"):
@@ -175,8 +176,12 @@ def test_each_refusal_of_check_comparable_in_full(tmp_path):
         f"{j}: status='interrupted' is not 'completed': the run has no final result; it never finished an epoch"
     )
     killed = dict(manifest, status="running", epochs_completed=None)  # a SIGKILL: only metrics.csv knows
-    assert _why(run, killed, config, None, {1: {}, 2: {}, 3: {}}).endswith(
+    assert _why(run, killed, dict(config, lr_schedule="constant"), None, {1: {}, 2: {}, 3: {}}).endswith(
         "is not 'completed': the run has no final result; reproduce its first 3 epoch(s) with --epochs 3"
+    )
+    assert _why(run, killed, dict(config, lr_schedule="cosine"), None, {1: {}}).endswith(
+        "no final result; --epochs cannot stop a cosine schedule early: finish the run first "
+        f"(`python -m train fit --resume {run.name}`), then reproduce it"  # was told to use --epochs, then refused
     )
     with RunLock(run):  # still training: was taken for killed, and told to reproduce its first epochs
         assert _why(run, killed, config, None, {1: {}}) == (

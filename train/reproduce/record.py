@@ -175,6 +175,11 @@ def check_comparable(
             if trained
             else "it never finished an epoch"
         )
+        if trained and config.get("lr_schedule") == "cosine":  # whose --epochs is refused (train.reproduce.rerun)
+            fix = (
+                "--epochs cannot stop a cosine schedule early: finish the run first "
+                f"(`python -m train fit --resume {run.name}`), then reproduce it"
+            )
         raise ReproduceRecordError(
             run.manifest, "status", status, "is not 'completed': the run has no final result", fix
         )
