@@ -316,6 +316,9 @@ def test_runs_shows_the_best_epoch_not_the_last(tmp_path, capsys, monitor, mode,
     assert cli.main(["runs", "--runs-dir", str(root)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[3] for line in lines[1:]] == [f"{monitor}={value:.4f}"] * 2
+    # a metrics.csv that is no UTF-8: the run's row from its manifest, not "unreadable" for a bare decode error
+    (root / "20260101-000000-000001" / "metrics.csv").write_bytes(b"\xff\x00\n1,2\n")
+    assert [(r["status"], r["epochs"]) for r in list_runs(root)] == [("running", 1), ("completed", 5)]
 
 
 def test_a_copy_of_a_run_in_runs_dir_is_named_as_one(tmp_path, capsys):

@@ -59,7 +59,8 @@ def _row(path: Path) -> dict:
         best = _best_in_metrics(files, cfg, m)
     epochs = _count(m.get("epochs_completed"))
     if epochs is None and files.metrics.is_file():
-        epochs = max(0, len(files.metrics.read_text().strip().splitlines()) - 1)
+        # errors="replace": a damaged file is named by report and compare; it leaves the rest of the row
+        epochs = max(0, len(files.metrics.read_text(encoding="utf-8", errors="replace").strip().splitlines()) - 1)
     segments = [s for s in m.get("segments") or [] if isinstance(s, dict)]
     last = segments[-1] if segments else {}
     # What the run really does: a smoke run trains one epoch whatever EPOCHS says.
