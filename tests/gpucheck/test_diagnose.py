@@ -222,7 +222,7 @@ def test_driver_too_old_from_the_driver_version_or_its_cuda(driver, cuda, too_ol
         assert f"NVIDIA driver {driver} (supports CUDA up to {cuda or '?'})" in found["driver_too_old"]["summary"]
 
 
-@pytest.mark.parametrize("cvd", ["garbage", "2", "-1,0", " -1", "GPU-nosuch"])
+@pytest.mark.parametrize("cvd", ["garbage", "2", "-1,0", " -1", "GPU-nosuch", "\u00b2"])  # ² is a digit to str.isdigit
 def test_cuda_visible_devices_that_names_no_gpu_first_hides_every_gpu(cvd):
     # CUDA reads CUDA_VISIBLE_DEVICES up to the first entry that is no GPU index or UUID: not a library problem.
     r = check.build_report(on("535.129.03_2xa100", cuda_tf(), env={"CUDA_VISIBLE_DEVICES": cvd}))

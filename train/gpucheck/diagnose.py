@@ -266,7 +266,7 @@ def cuda_visible(cvd: str, gpus: list[GpuInfo]) -> int | None:
     for entry in (e.strip() for e in cvd.split(",")):
         if entry.startswith("MIG-"):
             return None
-        ok = entry.isdigit() and int(entry) < len(gpus)
+        ok = entry.isascii() and entry.isdigit() and int(entry) < len(gpus)  # "²" is a digit to isdigit, not to int
         ok = ok or (entry.startswith("GPU-") and sum(g.uuid.startswith(entry) for g in gpus) == 1)
         if not ok:
             break

@@ -209,7 +209,7 @@ async def read_body(state: State, request: Request) -> bytes:
     limit = state.max_body
     fix = f"the limit is SERVE_MAX_BODY_MB ({limit / 1e6:g} MB); send fewer or smaller images"
     declared = request.headers.get("content-length")
-    declared = int(declared) if declared is not None and declared.isdigit() else None
+    declared = int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
     if declared is not None and declared > limit:
         raise RequestError("body", f"{declared} bytes", fix, status=413)
     async with contextlib.AsyncExitStack() as held:
