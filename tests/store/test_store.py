@@ -171,6 +171,8 @@ def test_the_staging_copy_names_the_stores_address_and_runs_of_it_an_older_versi
 
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
+    # The address as a user may type it: one store, one folder (an upper-case HTTP:// is plain HTTP too).
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint.upper() + "/")
     older = tmp_path / "cache" / "s3" / s3_bucket / "runs"
     for run in ("20261201-000000-000001-ours", "20261201-000000-000002-other"):
         (older / run).mkdir(parents=True)

@@ -56,7 +56,7 @@ def _client_options() -> dict:
     }
     # An endpoint given as http:// (a store on this machine or a private network) is meant: the
     # library refuses plain HTTP unless told. The library reads the variable itself for the rest.
-    if endpoint().startswith("http://"):
+    if endpoint().lower().startswith("http://"):
         options["allow_http"] = True
     return options
 
