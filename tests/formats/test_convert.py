@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import subprocess
 import sys
 
@@ -449,7 +450,8 @@ def test_export_command_quantises_litert_int8_on_training_images(tmp_path, monke
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (
         f"WARNING: export: model.int8.tflite, model.tflite of the previous export were made from other weights and "
-        f"are not in the new one; export {run.name} --format litert --quantize int8 makes them from these weights"
+        f"are not in the new one; export {run.name} --runs-dir {shlex.quote(str(run.parent))} --format litert "
+        "--quantize int8 makes them from these weights"
     ) in proc.stderr.splitlines()
 
 
@@ -523,12 +525,14 @@ def test_files_of_another_format_that_would_not_fit_are_named_when_left_out(
         (run_dir / "export" / "model.tflite").write_bytes(b"edited")
     source = {"file": "best.weights.h5", "epoch": 5, "sha256": "w1"}
     with caplog.at_level(logging.WARNING, logger="train"):
-        report = export.export_model(tiny_image_model(), run_dir, ["a", "b"], source, formats.Formats())
+        report = export.export_model(
+            tiny_image_model(), run_dir, ["a", "b"], source, formats.Formats(), runs_dir="my runs"
+        )
     assert not list((run_dir / "export").glob("*.tflite")) and "formats" not in report
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert said == [
-        f"WARNING: export: model.int8.tflite, model.tflite of the previous export {why} and are not "
-        f"in the new one; export {run_dir.name} --format litert --quantize int8 makes them from these weights"
+    assert said == [  # the run was found through --runs-dir: the command names it, as pasted it looks there
+        f"WARNING: export: model.int8.tflite, model.tflite of the previous export {why} and are not in the new "
+        f"one; export {run_dir.name} --runs-dir 'my runs' --format litert --quantize int8 makes them from these weights"
     ]
     # --quantize takes one mode: the files of two are made again by two commands, each one that runs
     assert formats.Formats.again(["model.dynamic.tflite", "model.int8.tflite", "model.onnx"], "r") == (

@@ -35,6 +35,7 @@ import numpy as np
 from .. import extras
 from ..digest import sha256_file
 from ..errors import ExportError, Interrupted, NoWeightsError
+from ..locations import runs_dir_flag
 from ..run.files import TMP_MARK, make_temp_dir, storage_error
 from ..run.manifest import now_iso, update_manifest
 from ..run.rundir import ExportDir, RunDir, labels_text, read_run_settings
@@ -149,6 +150,7 @@ def export_model(
     source: dict[str, Any] | None = None,
     formats=None,
     command: str = "",
+    runs_dir: object = None,  # where the command found the run, for a command a message gives (runs_dir_flag)
 ) -> dict[str, Any]:
     """Write run_dir/export/{savedmodel/, model.keras, labels.txt, source.json} atomically and verify parity.
 
@@ -184,7 +186,7 @@ def export_model(
                     )
                     _write_format_records(staging, records)
             stop.check()
-            kept, dropped = keep_other_formats(files.export, staging, source, formats)
+            kept, dropped = keep_other_formats(files.export, staging, source, formats, runs_dir)
             if kept:
                 records = {**kept, **records}
                 _write_format_records(staging, records)
@@ -239,7 +241,9 @@ def _write_format_records(staging: ExportDir, records: dict[str, Any]) -> None:
     staging.parity.write_text(json.dumps({**parity, "formats": records}, indent=2, sort_keys=True) + "\n")
 
 
-def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=None) -> tuple[dict[str, Any], str]:
+def keep_other_formats(
+    previous: ExportDir, staging: ExportDir, source, formats=None, runs_dir: object = None
+) -> tuple[dict[str, Any], str]:
     """Copy into `staging` the files of formats the export in place has and this one was not asked for
     (one that failed now is not kept: _keep_good_files then leaves the previous export whole).
 
@@ -277,7 +281,7 @@ def keep_other_formats(previous: ExportDir, staging: ExportDir, source, formats=
     why = "were made from other weights" if not same else "differ from what its source.json records"
     return kept, (
         f"{', '.join(dropped)} of the previous export {why} and are not in the new one; "
-        f"{formats.again(dropped, previous.path.parent.name)} from these weights"
+        f"{formats.again(dropped, previous.path.parent.name + runs_dir_flag(runs_dir))} from these weights"
     )
 
 
@@ -632,4 +636,4 @@ def export_run(run_dir: Path, model=None, settings=None, command: str = "") -> d
         # At the end of fit the model in memory is what final.weights.h5 was just written from.
         source = verify(run_dir, files.final_weights, runs_dir=runs_dir) if files.final_weights.is_file() else None
     log.info("export: from %s", described)
-    return export_model(export, run_dir, labels, source, formats, command)
+    return export_model(export, run_dir, labels, source, formats, command, runs_dir)
