@@ -139,6 +139,11 @@ def test_the_storage_url_is_checked_with_the_settings(tmp_path):
     for memory in ("sqlite://", "sqlite:///:memory:"):  # a study that would end with the sweep
         with pytest.raises(ConfigError, match=r"an in-memory database: the study would be gone when the sweep ends"):
             load_settings({"sweep_storage": memory}, env_file=None, environ={})
+    # A folder with a space is a path SQLite opens (the default RUNS_DIR/sweeps/<study>.db may be one).
+    spaced = "sqlite:////data/my runs/s.db"
+    assert load_settings({"sweep_storage": spaced}, env_file=None, environ={}).sweep_storage == spaced
+    with pytest.raises(ConfigError, match="a database URL"):
+        load_settings({"sweep_storage": "postgresql://u@h/my db"}, env_file=None, environ={})
 
 
 @pytest.mark.parametrize("password", ["pa/ss-w0rd", "pa?ss-w0rd", "pa#ss-w0rd"])

@@ -31,7 +31,9 @@ def check(s) -> None:
     if not url:
         return
     scheme = url.partition(":")[0].partition("+")[0].lower()
-    if scheme not in SWEEP_SCHEMES or "://" not in url or any(c.isspace() for c in url):
+    # A space in an SQLite file's path is the path's (RUNS_DIR/sweeps/<study>.db may hold one), not a typo.
+    spaced = scheme != "sqlite" and any(c.isspace() for c in url)
+    if scheme not in SWEEP_SCHEMES or "://" not in url or spaced:
         raise ConfigError(
             "SWEEP_STORAGE",
             redact_uri(url),
