@@ -184,7 +184,8 @@ def test_the_staging_copy_names_the_stores_address_and_runs_of_it_an_older_versi
     assert warned == [
         f"WARNING: run(s) 20261201-000000-000001-ours of s3://{s3_bucket}/runs are staged in {older}, as an earlier "
         "version staged every s3:// store: move each folder, with .store-state/<run>.json beside it, into "
-        f"{opened.root} (there a command that writes into the run uploads what the store lacks)"
+        f"{opened.root}, in place of the copy of it there (what this version downloaded: remove it first, unless "
+        "the run trained there since); there a command that writes into the run uploads what the store lacks"
     ]
 
 

@@ -213,8 +213,9 @@ def _say_older_copy(remote: RemoteRuns, older: Path) -> None:
     if ours:
         log.warning(
             "WARNING: run(s) %s of %s are staged in %s, as an earlier version staged every s3:// store: move "
-            "each folder, with .store-state/<run>.json beside it, into %s (there a command that writes into the "
-            "run uploads what the store lacks)",
+            "each folder, with .store-state/<run>.json beside it, into %s, in place of the copy of it there (what "
+            "this version downloaded: remove it first, unless the run trained there since); there a command that "
+            "writes into the run uploads what the store lacks",
             ", ".join(ours[:3]) + (f" and {len(ours) - 3} more" if len(ours) > 3 else ""),
             remote.url,
             older,
