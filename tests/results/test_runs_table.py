@@ -342,7 +342,7 @@ def test_a_copy_of_a_run_in_runs_dir_is_named_as_one(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(
         f"RunNotFound: run 'base' not found in {root} (no config.json); did you mean 'base copy.bak'? "
-        "(quote a name that has a space); `python -m train runs` lists the runs"
+        f"(quote a name that has a space); `python -m train runs --runs-dir {root}` lists the runs"
     )
     assert err.count("\n") == 1
     assert cli.main(["report", "20260101-000000-00001", "--runs-dir", str(root)]) == 2

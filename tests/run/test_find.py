@@ -108,7 +108,7 @@ def test_a_run_not_found_is_one_exact_line_with_the_run_its_name_starts(tmp_path
     with pytest.raises(RunNotFound) as info:
         find.resolve_run(root, run)
     assert str(info.value) == (
-        f"run {run!r} not found in {root} (no config.json){hint}; `python -m train runs` lists the runs"
+        f"run {run!r} not found in {root} (no config.json){hint}; `python -m train runs --runs-dir {root}` lists the runs"
     )
 
 
@@ -133,7 +133,7 @@ def test_did_you_mean_names_the_runs_a_name_may_have_meant(tmp_path, names, run,
         find.resolve_run(root, run)
     assert (
         str(info.value)
-        == f"run {run!r} not found in {root} (no config.json){hint}; `python -m train runs` lists the runs"
+        == f"run {run!r} not found in {root} (no config.json){hint}; `python -m train runs --runs-dir {root}` lists the runs"
     )
 
 
@@ -146,7 +146,9 @@ def test_a_run_not_found_in_a_runs_dir_that_cannot_be_listed_suggests_nothing(tm
     monkeypatch.setattr(Path, "iterdir", denied)
     with pytest.raises(RunNotFound) as info:
         find.resolve_run(root, "nope")
-    assert str(info.value) == f"run 'nope' not found in {root} (no config.json); `python -m train runs` lists the runs"
+    assert str(info.value) == (
+        f"run 'nope' not found in {root} (no config.json); `python -m train runs --runs-dir {root}` lists the runs"
+    )
 
 
 @pytest.mark.parametrize("given", ["s3://bkt/runs", "staging"])
@@ -160,4 +162,4 @@ def test_a_run_not_found_in_a_store_names_the_store_not_its_staging_copy(tmp_pat
     with pytest.raises(RunNotFound) as info:
         find.resolve_run(staging if given == "staging" else given, "nope")
     assert str(info.value).startswith("run 'nope' not found in s3://bkt/runs (no config.json)")
-    assert str(staging) not in str(info.value)
+    assert str(staging) not in str(info.value) and "`python -m train runs --runs-dir s3://bkt/runs`" in str(info.value)

@@ -251,7 +251,7 @@ def test_a_file_named_as_the_run_says_so(tmp_path):
         resolve_run(root, str(image))
     assert str(info.value) == (
         f"run '{image}' is a file, not a run: name the run by its id, its folder or latest (predict takes it before "
-        f"the images: `python -m train predict latest '{image}'`)"
+        f"the images: `python -m train predict latest --runs-dir {root} '{image}'`)"
     )
     with pytest.raises(RunNotFound) as info:
         resolve_run(root, str(run / "config.json"))
@@ -263,7 +263,7 @@ def test_a_file_named_as_the_run_says_so(tmp_path):
         resolve_run(root, "20260102-000000-bbbb")
     assert str(info.value) == (
         f"run '20260102-000000-bbbb' is a file, not a run: a run is a folder of {root} with a config.json; "
-        "`python -m train runs` lists them"
+        f"`python -m train runs --runs-dir {root}` lists them"
     )
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RunNotFound, RunRecordError, StorageError
-from ..locations import creation_key, new_run_id
+from ..locations import creation_key, new_run_id, runs_dir_flag
 from .files import ensure_writable, storage_error
 from .remote import local_dir, shown
 from .rundir import RunDir
@@ -137,17 +137,19 @@ def resolve_run(
             ) from None
     # A run's config.json, `predict a.png b.png` (the run left out, an image taken for it), a file in RUNS_DIR.
     file = next((c for c in (root / run, Path(run)) if c.is_file()), None)
+    # Pasted, the command looks where this one did (a store by its URL, not its staging copy).
+    flag = runs_dir_flag(runs_dir if str(runs_dir) == "./runs" else shown(runs_dir))
     if file is not None:
         if is_run_dir(file.parent):
             fix = f"name its folder, {file.parent}"
         elif file.parent == root:
-            fix = f"a run is a folder of {shown(runs_dir)} with a config.json; `python -m train runs` lists them"
+            fix = f"a run is a folder of {shown(runs_dir)} with a config.json; `python -m train runs{flag}` lists them"
         else:
-            fix = f"name the run by its id, its folder or latest (predict takes it before the images: `python -m train predict latest {shlex.quote(run)}`)"
+            fix = f"name the run by its id, its folder or latest (predict takes it before the images: `python -m train predict latest{flag} {shlex.quote(run)}`)"
         raise RunNotFound(f"run {run!r} is a file, not a run: {fix}")
     raise RunNotFound(
         f"run {run!r} not found in {shown(runs_dir)} (no {RunDir(run).config.name}){_did_you_mean(root, run)}; "
-        "`python -m train runs` lists the runs"
+        f"`python -m train runs{flag}` lists the runs"
     )
 
 
