@@ -37,7 +37,11 @@ def test_no_mistakes_and_an_empty_class():
 
 
 def test_a_run_without_best_weights_says_so(tmp_path):
-    with pytest.raises(NoWeightsError, match="best.weights.h5 is missing: the run has no finished epoch"):
+    with pytest.raises(NoWeightsError, match="best.weights.h5 is missing: no epoch finished"):
+        evaluate_best(tmp_path)
+    # Moved aside, as a damaged file's message says to: the run did finish epochs.
+    (tmp_path / "manifest.json").write_text('{"epochs_completed": 3}')
+    with pytest.raises(NoWeightsError, match="is missing: moved or deleted, though 3 epoch.s. finished: put it back"):
         evaluate_best(tmp_path)
 
 

@@ -67,8 +67,14 @@ def evaluate_best(run_dir: Path, runs_dir: object = None) -> Evaluation:
     from ..run.rundir import RunDir
 
     weights = RunDir(run_dir).best_weights
-    if not weights.is_file():
-        raise NoWeightsError(f"{weights} is missing: the run has no finished epoch")
+    if not weights.is_file():  # moved aside (a damaged file's fix) or deleted, or no epoch has finished
+        done = RunDir(run_dir).read_manifest(missing_ok=True).get("epochs_completed")
+        why = (
+            f"moved or deleted, though {done} epoch(s) finished: put it back, or a backup of it"
+            if done
+            else "no epoch finished"
+        )
+        raise NoWeightsError(f"{weights} is missing: {why}")
     from ..errors import DataError
     from ..inputs import pipeline as data
     from ..run.manifest import section
