@@ -189,6 +189,17 @@ def test_the_staging_copy_names_the_stores_address_and_runs_of_it_an_older_versi
     ]
 
 
+def test_an_endpoint_with_its_schemes_own_port_is_staged_as_one_without_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(Store, "check", lambda self: None)  # no server on port 80 or 443 here
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    roots = set()
+    for endpoint in ("http://s3.local:80", "HTTP://S3.local/", "https://s3.local:443", "https://s3.local"):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        roots.add(remote_store.open_store(_settings(tmp_path, runs_dir="s3://bkt/runs")).root)
+    assert roots == {tmp_path / "cache" / "s3@s3.local" / "bkt" / "runs"}
+
+
 def test_a_store_that_does_not_answer_is_one_line(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", dead_endpoint())
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")

@@ -191,7 +191,10 @@ def open_store(settings) -> RemoteRuns:
     cache = Path(settings.store_cache).expanduser().absolute()
     # Another S3-compatible server's bucket of the same name is another store: its address is in the folder
     # (HOST_PORT: a colon would break a `docker run -v` of that path; "_" is in no host name).
-    at = re.sub(r"[^a-z0-9.-]", "_", urlsplit(endpoint()).netloc.lower()) if url.scheme == "s3" else ""
+    # A scheme's own port is left out: http://HOST:80 and http://HOST are one store, so one folder.
+    address = urlsplit(endpoint())
+    netloc = address.netloc.lower().removesuffix({"http": ":80", "https": ":443"}.get(address.scheme.lower(), ""))
+    at = re.sub(r"[^a-z0-9.-]", "_", netloc) if url.scheme == "s3" else ""
     root = cache / (f"{url.scheme}@{at}" if at else url.scheme) / url.bucket / url.prefix
     # Written now, not at the first checkpoint: a read-only or full STORE_CACHE is said before training.
     ensure_writable(root, setting="STORE_CACHE")
