@@ -432,7 +432,7 @@ def test_a_run_whose_weights_were_deleted_after_epochs_finished_is_not_said_to_h
     assert "no epoch finished" not in err and err.count("\n") == 1, err
     assert err.rstrip().endswith(
         "although 3 epoch(s) finished: the files were moved or deleted; put them back, or if its checkpoints are "
-        f"there, `python -m train --resume {run.name}` writes final.weights.h5 from the last one"
+        f"there, `python -m train --resume {run.name} --runs-dir {run.parent}` writes final.weights.h5 from the last one"
     )
 
 

@@ -553,10 +553,11 @@ class _SignalStop:
             stop.immediate = False
 
 
-def no_weights_why(manifest: dict, name: str) -> str:
+def no_weights_why(manifest: dict, name: str, runs_dir: object = None) -> str:
     """Why a run has no weights file, and the fix: it never finished an epoch (resume or train), or
-    its manifest counts finished epochs and the files were moved or deleted since."""
-    done = manifest.get("epochs_completed")
+    its manifest counts finished epochs and the files were moved or deleted since (`runs_dir`: where
+    the command found the run, for the resume command)."""
+    done, name = manifest.get("epochs_completed"), name + runs_dir_flag(runs_dir)
     if type(done) is int and done > 0:
         return (
             f"although {done} epoch(s) finished: the files were moved or deleted; put them back, or if its "
@@ -583,7 +584,7 @@ def rebuild_model(run_dir: Path, runs_dir: object = None):
         error = f": {manifest['error']}" if manifest.get("error") else ""
         raise NoWeightsError(
             f"run {run_dir.name} has no weights (no {files.best_weights.name} or {files.final_weights.name}; "
-            f"its status: {ended}{error}) {no_weights_why(manifest, run_dir.name)}"
+            f"its status: {ended}{error}) {no_weights_why(manifest, run_dir.name, runs_dir)}"
         )
     class_names, input_shape = files.data_description()
     with float32_policy():  # see float32_copy: the export serves in float32

@@ -59,7 +59,7 @@ def find_export(target: Path | None, run_dir: Path | None, name: str, runs_dir: 
             if not files.weights():  # an export is made from weights: this run needs training, not `export`
                 from ..results.export import no_weights_why
 
-                why = no_weights_why(files.read_manifest(missing_ok=True), files.name)
+                why = no_weights_why(files.read_manifest(missing_ok=True), files.name, runs_dir)
                 raise NoWeightsError(f"{missing} and no weights, {why}")
             raise ExportError(f"{missing}: make it with `python -m train export {files.name}{runs_dir_flag(runs_dir)}`")
         check, labels = partial(check_export, files, runs_dir), files.data_description()[0]
