@@ -188,6 +188,18 @@ def creation_key(path: Path) -> tuple:
     return (m.group(1), micro, path.name)
 
 
+def found_in(runs_dir: object, run_dir: Path) -> object:
+    """Where a command found `run_dir`, for the commands its messages give: RUNS_DIR (`runs_dir`; a store
+    by its URL), or the run's own folder when the run was named by a path outside RUNS_DIR."""
+    if runs_dir is None or looks_like_url(str(runs_dir)):
+        return runs_dir
+    try:
+        inside = Path(run_dir).parent.resolve() == Path(str(runs_dir)).expanduser().resolve()
+    except (OSError, RuntimeError):
+        inside = False
+    return runs_dir if inside else str(Path(run_dir).parent)
+
+
 def runs_dir_flag(runs_dir: object) -> str:
     """` --runs-dir DIR` for a command a message gives to paste, quoted for the shell (a folder with a
     space or a `$` in it), or "" for the default ./runs (None: not known); without it the command would look in RUNS_DIR."""

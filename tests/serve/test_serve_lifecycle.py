@@ -204,7 +204,9 @@ def test_serving_a_run_without_weights_says_to_train_it_not_to_export_it(tmp_pat
     assert main(["serve", str(failed), "--env-file", ""]) == 4
     err = capsys.readouterr().err
     assert err.startswith(f"NoWeightsError: run {failed.name} has no export (") and "train export" not in err
-    assert err.rstrip().endswith(f"resume it with `python -m train --resume {failed.name}`, or train a new run")
+    # Named by its path outside RUNS_DIR: the command pasted must look where it is.
+    resume = f"python -m train --resume {failed.name} --runs-dir {failed.parent}"
+    assert err.rstrip().endswith(f"resume it with `{resume}`, or train a new run")
 
 
 def test_a_path_that_is_no_run_and_no_export_is_named_as_the_path_given(tmp_path, capsys):

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import DataError
+from ..locations import found_in
 from . import add_run, add_runs_dir, resolve, runs_settings
 
 
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = resolve(args, settings, needs=(WEIGHTS_OR_EXPORT,))
     from ..results.predict import format_predictions, predict_files
 
-    rows = predict_files(run_dir, args.images, settings.runs_dir)
+    rows = predict_files(run_dir, args.images, found_in(settings.runs_dir, run_dir))
     if any("error" not in r for r in rows):
         print(format_predictions(rows))
     _say_conversions(rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..locations import found_in
 from . import add_run, add_runs_dir, resolve, runs_settings, same_command, uploaded
 
 
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         f"not in the store: once the store answers, `{same_command(args, run_dir)}` on this machine writes and uploads it"
     )
     with RunLock(run_dir, reader=True, then="report again"), uploaded(settings, run_dir, kept):
-        written = write_report(run_dir, full=not args.quick, runs_dir=settings.runs_dir)
+        written = write_report(run_dir, full=not args.quick, runs_dir=found_in(settings.runs_dir, run_dir))
     print(f"wrote {written.path} and {RunDir(run_dir).curves}")
     for part in written.missing:
         print(f"  not included: {part}")

@@ -31,6 +31,7 @@ from ..config import as_flags as settings_flags
 from ..config import of_kind
 from ..datasets import dataset_missing
 from ..errors import ConfigError, DataError, ReproduceError, first_line
+from ..locations import found_in
 from ..run.files import write_json
 from ..run.find import list_run_dirs
 from ..run.manifest import lock_in_checkout, section
@@ -491,7 +492,9 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
     rows = check_record(run_dir, orig_m, orig_c)  # every file of the record, before anything slow
     from ..run.weights import verify_all
 
-    verify_all(run_dir, settings and settings.runs_dir)  # the original's weights must be what it wrote
+    verify_all(
+        run_dir, found_in(settings and settings.runs_dir, run_dir)
+    )  # the original's weights must be what it wrote
     _check_epochs(epochs, orig_c)
     check_comparable(run_dir, orig_m, orig_c, epochs, rows)
     verdict = Verdict(run_dir.name, None)

@@ -35,7 +35,7 @@ import numpy as np
 from .. import extras
 from ..digest import sha256_file
 from ..errors import ExportError, Interrupted, NoWeightsError
-from ..locations import runs_dir_flag
+from ..locations import found_in, runs_dir_flag
 from ..run.files import TMP_MARK, make_temp_dir, storage_error
 from ..run.manifest import now_iso, update_manifest
 from ..run.rundir import ExportDir, RunDir, labels_text, read_run_settings
@@ -620,7 +620,8 @@ def export_run(run_dir: Path, model=None, settings=None, command: str = "") -> d
     """
     from ..run.weights import verify
 
-    run_dir, runs_dir = Path(run_dir), getattr(settings, "runs_dir", None)  # the run's RUNS_DIR, for messages
+    run_dir = Path(run_dir)
+    runs_dir = found_in(getattr(settings, "runs_dir", None), run_dir)  # where the run is, for messages
     formats = other_formats(settings, run_dir)
     if formats is not None:
         formats.check()  # before any conversion

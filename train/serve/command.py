@@ -12,6 +12,7 @@ import os
 import re
 
 from ..errors import ConfigError, RunNotFound
+from ..locations import found_in
 from .address import listen_address
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -91,5 +92,6 @@ def run(args: argparse.Namespace) -> int:
     if (target / "savedmodel").is_dir():
         model = find_export(target, None, args.model_name)
     else:
-        model = find_export(None, _run_of(args, settings), args.model_name, settings.runs_dir)
+        run_dir = _run_of(args, settings)
+        model = find_export(None, run_dir, args.model_name, found_in(settings.runs_dir, run_dir))
     return serve(model, host, args.port, settings)
