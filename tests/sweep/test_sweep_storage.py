@@ -142,7 +142,9 @@ def test_the_storage_url_is_checked_with_the_settings(tmp_path):
     # A folder with a space is a path SQLite opens (the default RUNS_DIR/sweeps/<study>.db may be one).
     spaced = "sqlite:////data/my runs/s.db"
     assert load_settings({"sweep_storage": spaced}, env_file=None, environ={}).sweep_storage == spaced
-    with pytest.raises(ConfigError, match="a database URL"):
+    with pytest.raises(
+        ConfigError, match=r"is not valid: a URL without spaces \(one in a password is written %20\), a database URL"
+    ):
         load_settings({"sweep_storage": "postgresql://u@h/my db"}, env_file=None, environ={})
 
 

@@ -37,7 +37,8 @@ def check(s) -> None:
         raise ConfigError(
             "SWEEP_STORAGE",
             redact_uri(url),
-            "a database URL: postgresql://user:password@host:5432/db (or mysql://..., sqlite:///path.db); "
+            ("a URL without spaces (one in a password is written %20), " if spaced else "")
+            + "a database URL: postgresql://user:password@host:5432/db (or mysql://..., sqlite:///path.db); "
             "empty keeps the study in RUNS_DIR/sweeps/<study>.db",
         )
     if scheme == "sqlite" and url.partition("://")[2].partition("?")[0] in ("", "/", "/:memory:"):
