@@ -497,10 +497,11 @@ def test_a_run_deleted_from_the_bucket_by_hand_is_uploaded_whole_again(s3_server
 
 
 def test_a_pull_keeps_a_file_changed_here_and_brings_a_file_changed_in_the_store(
-    s3_server, s3_bucket, monkeypatch, tmp_path
+    s3_server, s3_bucket, monkeypatch, tmp_path, caplog
 ):
     """A resume on the machine that trained the run: its train.log grew while the store was down (not
-    uploaded yet), and another machine replaced metrics.csv in the store meanwhile."""
+    uploaded yet), and another machine replaced metrics.csv in the store meanwhile. A file written here
+    while the store was down whose state was lost since is kept: nothing says it was uploaded."""
     import io
     import shutil
 
@@ -523,6 +524,17 @@ def test_a_pull_keeps_a_file_changed_here_and_brings_a_file_changed_in_the_store
     mirror = Mirror(store, tmp_path, tmp_path / run)  # what the pull brought is known to be in the store
     try:
         assert mirror.sync_once() and store.order == []
+    finally:
+        mirror.stop_watching()
+    (tmp_path / run / "metrics.csv").write_bytes(b"epoch\n1\nnot uploaded\n")
+    state_path(tmp_path, run).unlink()
+    with caplog.at_level(logging.WARNING, logger="train"):
+        assert pull(store, tmp_path, run) == 0
+    assert (tmp_path / run / "metrics.csv").read_bytes() == b"epoch\n1\nnot uploaded\n"
+    assert re.search(rf"run {run}: file\(s\) metrics.csv of the staging copy .* kept, not downloaded; ", caplog.text)
+    mirror = Mirror(store, tmp_path, tmp_path / run)  # the next upload puts it in the store
+    try:
+        assert mirror.sync_once() and store.order == [f"{run}/metrics.csv"]
     finally:
         mirror.stop_watching()
     with open(tmp_path / run / "train.log", "ab") as log:

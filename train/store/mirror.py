@@ -24,6 +24,7 @@ import zlib
 from pathlib import Path
 
 from ..errors import StorageError
+from ..locations import runs_dir_flag
 from ..run.files import TMP_MARK, atomic_write, read_json, watch_writes, write_json
 from ..run.rundir import RunDir
 from .client import Store, local_md5
@@ -77,13 +78,15 @@ def pull(store: Store, root: Path, run_name: str, want=lambda rel: True) -> int:
     """Bring the store's copy of one run into the local staging copy; the number of files downloaded.
 
     A file is downloaded when it is missing here or when the store's object changed since this
-    machine last synced it; a file changed here and not yet uploaded (the store was down) is kept."""
+    machine last synced it; a file changed here and not yet uploaded (the store was down) is kept. A file
+    here that the state does not name (it was lost: deleted by hand, a copy restored without it) and that
+    differs from the store's is kept too, said in one warning line: nothing says it was ever uploaded."""
     local_run = root / run_name
     state = SyncState(state_path(root, run_name))
     remote = store.list(run_name)
     here = RunDir(local_run).checkpoints.glob("ckpt-*.npz")
     newest = max((p.name for p in here if TMP_MARK not in p.name), default="")  # the newest state here
-    got = 0
+    got, kept = 0, []
     for rel_full, (_size, etag) in sorted(remote.items()):
         rel = rel_full[len(run_name) + 1 :]
         local = local_run / rel
@@ -105,6 +108,9 @@ def pull(store: Store, root: Path, run_name: str, want=lambda rel: True) -> int:
             if local_md5(local) == etag:
                 state.record(rel, etag, local)
                 continue
+            if not known:
+                kept.append(rel)
+                continue
         data, etag = store.get(rel_full)
         local.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(local, lambda p, d=data: p.write_bytes(d))
@@ -113,7 +119,30 @@ def pull(store: Store, root: Path, run_name: str, want=lambda rel: True) -> int:
     for sub in (RunDir(local_run).checkpoints, RunDir(local_run).tensorboard):
         sub.mkdir(parents=True, exist_ok=True)
     state.save()
+    if kept:
+        _say_kept(store, local_run, state.path, kept)
     return got
+
+
+def _say_kept(store: Store, local_run: Path, state_file: Path, kept: list[str]) -> None:
+    """One warning line for the files `pull` kept: here, unlike the store's, and not in the run's state."""
+    shown = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
+    log.warning(
+        "WARNING: run %s: file(s) %s of the staging copy %s differ from the store's (%s/%s) and %s does not say "
+        "they were uploaded: kept, not downloaded; the run's next upload (`python -m train fit --resume %s%s`, or "
+        "`python -m train report %s%s`) puts them in the store; to take the store's instead, delete them here "
+        "and run the command again",
+        local_run.name,
+        shown,
+        local_run,
+        store.url,
+        local_run.name,
+        state_file,
+        local_run.name,
+        runs_dir_flag(store.url),
+        local_run.name,
+        runs_dir_flag(store.url),
+    )
 
 
 class Mirror:
