@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -65,6 +66,36 @@ def free_local_ports(n: int = 1) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+def server_process(cmd: list[str], death_signal: int = signal.SIGKILL, **popen) -> subprocess.Popen:
+    """`subprocess.Popen(cmd, **popen)` for a server a fixture starts, which must not outlive the tests.
+
+    On Linux the kernel sends it `death_signal` when the process that started it dies, however it dies
+    (a segfault, `kill -9` of a pytest worker): prctl(PR_SET_PDEATHSIG), set in the child before the
+    exec, after `start_new_session` and `user=` took effect (a change of user would clear it). The
+    signal comes when the *thread* that forked exits, not the process: fixtures start their servers
+    from the main thread, which lives as long as pytest does. Only that process gets it: a server whose
+    work runs in a child of its own passes the signal on (mlflow's SIGTERM), or is given a `user=` here
+    rather than a `runuser` in front of it."""
+    if sys.platform.startswith("linux"):
+        popen["preexec_fn"] = _dies_with(os.getpid(), death_signal)
+    return subprocess.Popen(cmd, **popen)
+
+
+def _dies_with(parent: int, death_signal: int):
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the forked child only calls it
+    pr_set_pdeathsig = 1
+
+    def set_in_child() -> None:
+        if libc.prctl(pr_set_pdeathsig, death_signal, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+        if os.getppid() != parent:  # the parent died before the prctl: no signal would come
+            os.kill(os.getpid(), death_signal)
+
+    return set_in_child
 
 
 def ipv6_loopback() -> bool:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_local_ports, server_missing
+from helpers import free_local_ports, server_missing, server_process
 
 PASSWORD = "pg-s3cret"
 POSTGRES_SKIP = server_missing("PostgreSQL server", "Debian: apt-get install postgresql (.ci/run installs it)")
@@ -69,8 +69,11 @@ class PostgresServer:
         """The server on its port, returned once pg_isready answers (a restart keeps the data and port)."""
         log = open(self.root / "server.log", "a")
         server = [str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.root)]
-        self.server = subprocess.Popen(
-            [*self.as_user, *server, "-c", "listen_addresses=127.0.0.1"], stdout=log, stderr=subprocess.STDOUT
+        # As root, the server itself is started as postgres (not under runuser, which would stay its parent):
+        # it dies with the tests, and its own processes with it.
+        user = {"user": "postgres", "group": "postgres", "extra_groups": []} if self.as_user else {}
+        self.server = server_process(
+            [*server, "-c", "listen_addresses=127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, **user
         )
         log.close()
         ready = [str(self.bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)]

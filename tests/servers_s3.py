@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_local_ports, server_missing
+from helpers import free_local_ports, server_missing, server_process
 
 ACCESS_KEY, SECRET_KEY, REGION = "template-tests", "template-tests-secret", "us-east-1"
 START_SECONDS = 180  # a safety net only: the wait ends as soon as the server answers
@@ -125,7 +125,7 @@ class S3Server:
         for name in self.ports:
             cmd += [f"-{name}.port={self.ports[name]}", f"-{name}.port.grpc={self.grpc[name]}"]
         log = open(self.root / "weed.log", "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = server_process(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self._wait_ready()
 

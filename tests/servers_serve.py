@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, subprocess_env, tiny_image_model
+from helpers import PYTHON, server_process, subprocess_env, tiny_image_model
 
 LABELS = ["cat", "dog"]
 SHAPE = (6, 6, 1)
@@ -27,7 +27,7 @@ _DEADLINE = 300  # seconds: a safety net for a loaded machine, not a timing assu
 class ServeProcess:
     def __init__(self, target: Path, cwd: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
         cmd = [PYTHON, "-m", "train", "serve", str(target), "--port", "0", *args]
-        self.proc = subprocess.Popen(
+        self.proc = server_process(
             cmd,
             cwd=cwd,
             env=subprocess_env(**(env or {})),

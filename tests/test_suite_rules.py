@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from helpers import HELPERS_PATH, subprocess_env
+import pytest
+from helpers import HELPERS_PATH, server_process, subprocess_env
 
 
 def _run_suite(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -49,3 +53,34 @@ def test_no_two_test_modules_share_a_file_name():
     tests = Path(__file__).parent
     names = Counter(p.name for p in tests.rglob("test_*.py") if "fixtures" not in p.parts)
     assert not [name for name, n in names.items() if n > 1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_server_a_fixture_starts_dies_with_the_process_that_started_it():
+    """A pytest worker killed (kill -9, a segfault) takes its servers with it: none runs on for hours.
+    The process that starts the server is a fork of this one (no second interpreter to start)."""
+    read, write = os.pipe()
+    starter = os.fork()
+    if starter == 0:  # the short-lived process: starts a server, then is killed as a worker can be
+        try:
+            quiet = {name: subprocess.DEVNULL for name in ("stdin", "stdout", "stderr")}
+            server = server_process(["sleep", "600"], start_new_session=True, **quiet)
+            os.write(write, str(server.pid).encode())
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        server_pid = int(pipe.read())
+    assert os.waitpid(starter, 0)[1] == signal.SIGKILL
+    status = Path(f"/proc/{server_pid}/status")
+
+    def running() -> bool:  # a zombie nobody reaps (PID 1 of a container) is gone too
+        try:
+            return "\nState:\tZ" not in status.read_text()
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 60  # a safety net only: the loop ends as soon as it is gone
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not running(), f"the server (pid {server_pid}) outlived the process that started it"

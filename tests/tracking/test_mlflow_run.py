@@ -25,7 +25,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import HELPERS_PATH, PROJECT_ROOT, free_local_ports, server_missing, subprocess_env, tiny_settings
+from helpers import (
+    HELPERS_PATH,
+    PROJECT_ROOT,
+    free_local_ports,
+    server_missing,
+    server_process,
+    subprocess_env,
+    tiny_settings,
+)
 
 from train.config import load_settings
 from train.errors import ConfigError
@@ -871,8 +879,15 @@ def _running_server(args: list[str], home: Path, port: int):
     # server-side jobs, which tracking never asks for), 12 s shorter to start, 10 s to stop, on one slow core.
     env = {**os.environ, **_compose_file()["services"]["mlflow"]["environment"]}
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            [_server_or_skip(), *args], stdout=out, stderr=subprocess.STDOUT, cwd=home, env=env, start_new_session=True
+        # SIGTERM when the tests die: the mlflow command passes it on to its uvicorn, which SIGKILL would leave.
+        proc = server_process(
+            [_server_or_skip(), *args],
+            signal.SIGTERM,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=home,
+            env=env,
+            start_new_session=True,
         )
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", proc, log_path)
