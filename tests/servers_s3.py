@@ -115,7 +115,10 @@ class S3Server:
             self._choose_ports()
 
     def _start(self) -> None:
-        cmd = [weed_binary(), "server", "-s3", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+        # -logtostderr (a global flag: before `server`): its log goes to weed.log only, not to files of glog's
+        # own (weed.*) in the system's temp folder, outside the test's.
+        cmd = [weed_binary(), "-logtostderr", "server", "-s3", f"-dir={self.data}", "-ip=127.0.0.1"]
+        cmd += ["-ip.bind=127.0.0.1"]
         cmd += ["-master.telemetry=false", f"-s3.config={self.config}", "-volume.max=0", "-master.volumeSizeLimitMB=64"]
         # One master: a restart over its saved state waits one election timeout for a leader (10 s by
         # default, ~20 s seen on a restart), which the store-lost tests paid; a single node needs none.

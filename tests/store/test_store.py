@@ -4,9 +4,12 @@ Against a real S3-compatible server on 127.0.0.1 (tests/servers_s3.py), never a 
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
+import os
 import re
+import tempfile
 import threading
 import time
 
@@ -118,6 +121,8 @@ def test_the_server_honours_conditional_writes_with_a_stock_client(s3_server, s3
         put(b"3", **{"If-Match": '"0000"'})
     put(b"4", **{"If-Match": first})
     assert s3_server.keys(s3_bucket)["probe"] == b"4"
+    # The server's log is in its own folder only (weed.log), none in the system's temp folder.
+    assert not glob.glob(os.path.join(tempfile.gettempdir(), f"weed.*.{s3_server.proc.pid}"))
 
 
 # -- one line for each way the store can fail at start ---------------------------------------------
