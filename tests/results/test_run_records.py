@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from builders import write_run_records
 
@@ -110,11 +112,18 @@ def test_a_run_without_epochs_has_no_best(tmp_path):
         # empty, or cut at a line, while the manifest records 5 epochs: was read as a run of no epochs
         ("metrics.csv", "", "metrics.csv holds no epoch, but manifest.json records 5 epoch(s) completed"),
         ("metrics.csv", "epoch,loss\n1,0.5\n2,0.4\n", "metrics.csv ends at epoch 2, but manifest.json records 5"),
+        # a named pipe in its place (None): opening it blocked every command that reads the run, `runs` too
+        ("manifest.json", None, "manifest.json is unreadable (NotRegularFileError: a named pipe (FIFO), not a"),
+        ("metrics.csv", None, "metrics.csv is unreadable (NotRegularFileError: a named pipe (FIFO), not a"),
     ],
 )
 def test_an_unreadable_record_names_the_file_and_the_problem(tmp_path, name, content, expected):
     run = write_run_records(tmp_path / "r", manifest={"epochs_completed": 5})
-    (run / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    if content is None:
+        (run / name).unlink()
+        os.mkfifo(run / name)
+    else:
+        (run / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(RunRecordError) as info:
         load_records(run)
     assert expected in str(info.value) and str(run / name) in str(info.value)

@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -166,9 +167,39 @@ def json_text(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
 
 
+class NotRegularFileError(OSError):
+    """A named pipe, device or socket where a run's record is read: reading it would block or never end."""
+
+
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def read_regular(path: Path | str, encoding: str = "utf-8", errors: str = "strict") -> str:
+    """The text of a regular file. Opened without blocking and checked with fstat before a byte is read:
+    a named pipe in place of a record (manifest.json, metrics.csv) would block the reader forever, so it
+    is a NotRegularFileError saying what it is (IsADirectoryError for a folder, as open gives it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind in _KINDS:
+            raise NotRegularFileError(f"{_KINDS[kind]}, not a regular file")
+        if kind == stat.S_IFDIR:  # named, as open() names it: a read of the descriptor would give its number
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        os.set_blocking(fd, True)
+        with open(fd, encoding=encoding, errors=errors, newline="", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
 def read_json(path: Path | str) -> Any:
     """The JSON in `path`; ValueError, as any malformed JSON, for one nested deeper than Python recurses."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_regular(path)
     try:
         return json.loads(text)
     except RecursionError:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunRecordError, first_line
-from .files import write_text
+from .files import read_regular, write_text
 
 # Columns that measure the machine (time, speed, memory), not what the model computed: a rerun of
 # the same run differs in these whatever it reproduces.
@@ -29,14 +29,13 @@ def read_rows(path: Path, errors: str = "strict") -> tuple[list[str], list[tuple
     under the key None, a missing one None); ([], []) when there is none. Every reader of the file
     starts here; what a row must hold is the reader's to say (the runs table names a damaged file,
     reproduce refuses the cell). A byte-order mark before the header is skipped."""
-    if not path.is_file():
+    if not path.exists():
         return [], []
     # utf-8-sig: a file saved again by a spreadsheet (Excel's "CSV UTF-8") starts with a byte-order mark,
     # which would make the first column '\ufeffepoch'.
-    with open(path, newline="", encoding="utf-8-sig", errors=errors) as fh:
-        reader = csv.DictReader(fh)
-        rows = [(reader.line_num, row) for row in reader]
-        return list(reader.fieldnames or []), rows
+    reader = csv.DictReader(io.StringIO(read_regular(path, encoding="utf-8-sig", errors=errors), newline=""))
+    rows = [(reader.line_num, row) for row in reader]
+    return list(reader.fieldnames or []), rows
 
 
 def metric_columns(metrics: tuple[str, ...] = ("accuracy",)) -> list[str]:
