@@ -466,7 +466,6 @@ _OUTSIDE = "not a file inside the export folder"
         ("nul\0byte", f"{{source}} lists 'nul\\x00byte', {_OUTSIDE}"),  # shown escaped, on one line
         ("loop", f"{{source}} lists 'loop', {_OUTSIDE}"),
         ("../" * 100 + "etc", "{source} lists '" + ("../" * 100)[:199] + f", {_OUTSIDE}"),  # cut at 200 characters
-        ("gone.bin", "{path} cannot be read (No such file or directory)"),
     ],
 )
 def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry, says, no_hang):
@@ -486,6 +485,29 @@ def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry,
     # Nothing outside the export is read, so no digest of it is shown.
     says = says.format(source=exp.source, path=exp.path / entry)
     assert str(err.value) == f"the export of run r is damaged: {says}: export it again with `python -m train export r`"
+
+
+@pytest.mark.parametrize(
+    "gone, flags",
+    [
+        ("savedmodel/saved_model.pb", ""),
+        ("model.onnx", " --format onnx"),
+        ("model.int8.tflite", " --format litert --quantize int8"),
+    ],
+)
+def test_a_file_deleted_from_the_export_is_missing_with_the_command_that_makes_it(tmp_path, gone, flags):
+    from train.errors import ExportError
+    from train.results.predict import verify_export_files
+
+    exp, files = _hand_export(tmp_path)
+    _write_files(exp, {**files, gone: "0" * 64})
+    (exp.path / gone).unlink(missing_ok=True)
+    with pytest.raises(ExportError) as err:  # it said "damaged: ... cannot be read (No such file or directory)"
+        verify_export_files(exp, "r", runs_dir="elsewhere")
+    assert str(err.value) == (
+        f"the export of run r is missing {exp.path / gone}, which export wrote: "
+        f"export it again with `python -m train export r --runs-dir elsewhere{flags}`"
+    )
 
 
 @pytest.mark.parametrize("kept", [(), ("labels.txt",)], ids=["no-files", "not-the-savedmodel"])

@@ -170,9 +170,15 @@ def open_savedmodel(export: ExportDir, name: str, labels: list[str], runs_dir: o
     return shape, run
 
 
-def export_again(name: str, runs_dir: object = None) -> str:
-    """The fix of a damaged export of run `name`, found in `runs_dir` (RUNS_DIR or --runs-dir)."""
-    return f"export it again with `python -m train export {name}{runs_dir_flag(runs_dir)}`"
+def export_again(name: str, runs_dir: object = None, file: str = "") -> str:
+    """The fix of a damaged export of run `name`, found in `runs_dir` (RUNS_DIR or --runs-dir); for a
+    LiteRT or ONNX `file` of it, with the --format (and --quantize) that makes that file again."""
+    flags = ""
+    if file.endswith(".onnx"):
+        flags = " --format onnx"
+    elif file.endswith(".tflite"):  # model.tflite, or model.<mode>.tflite quantised
+        flags = " --format litert" + (f" --quantize {file.split('.')[1]}" if file.count(".") == 2 else "")
+    return f"export it again with `python -m train export {name}{runs_dir_flag(runs_dir)}{flags}`"
 
 
 def check_export(run_files: RunDir, runs_dir: object = None) -> None:
@@ -226,7 +232,11 @@ def verify_export_files(export: ExportDir, name: str, copied: bool = False, runs
     if missing:
         raise ExportError(f"{damaged}: {export.source} records no sha256 of {missing[0]}, which is served: {again}")
     for rel, digest in recorded.items():
-        actual = _recorded_file_sha256(export, rel, damaged, again)
+        try:
+            actual = _recorded_file_sha256(export, rel, damaged, again)
+        except FileNotFoundError:  # deleted or moved by hand: not a damaged file, and its format's command
+            fix = again if copied else export_again(name, runs_dir, str(rel))
+            raise ExportError(f"{which} is missing {export.path / rel}, which export wrote: {fix}") from None
         if actual != digest:
             path = export.path / rel
             raise ExportError(f"{damaged}: {path} has sha256 {actual}, not the {digest} written: {again}")
@@ -258,6 +268,8 @@ def _recorded_file_sha256(export: ExportDir, rel: object, damaged: str, again: s
     try:
         # Resolved already: O_NOFOLLOW refuses a link put in its place since.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         raise ExportError(f"{damaged}: {export.path / rel} cannot be read ({exc.strerror or exc}): {again}") from None
     try:
