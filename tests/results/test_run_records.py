@@ -45,7 +45,7 @@ def test_best_row_follows_monitor_and_mode_and_keeps_the_first_of_equals(tmp_pat
     assert rec.seconds_to(float("inf")) == 12 and rec.seconds_to(None) is None
 
 
-def test_best_row_is_the_epoch_of_the_saved_best_weights_when_metrics_csv_rounds_two_alike(tmp_path):
+def test_best_row_is_the_epoch_of_the_saved_best_weights_when_metrics_csv_rounds_two_alike(tmp_path, caplog):
     rows = [
         {"epoch": 1, "val_loss": 0.0357255, "epoch_seconds": 3},  # as metrics.csv writes 0.03572548 too
         {"epoch": 2, "val_loss": 0.0357255, "epoch_seconds": 4},
@@ -59,6 +59,12 @@ def test_best_row_is_the_epoch_of_the_saved_best_weights_when_metrics_csv_rounds
     assert rec.best_row()["epoch"] == 1  # no record of the weights (an older run): the first of equals
     rec.manifest = {"weights": {"best.weights.h5": "ab"}}  # an entry edited into a string: no record either
     assert rec.best_row()["epoch"] == 1
+    rec.config["monitor"] = "val_accuracy"  # a column metrics.csv lacks: `-` in runs and compare, and said once
+    assert rec.best_row() is None and rec.best_row() is None
+    assert [r.getMessage() for r in caplog.records if r.name == "train"] == [
+        f"WARNING: {tmp_path / 's' / 'metrics.csv'} has no val_accuracy column, the run's MONITOR: its best epoch "
+        "is not known (shown as -); restore the file from a copy of the run"
+    ]
 
 
 def test_resumes_come_from_the_manifest_segments_when_it_has_them(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import logging
 import math
 import re
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from ..run.metrics_files import finite, read_rows
 from ..run.rundir import RunDir
 
 # Written by fit when a run continues from a state ("resuming at epoch 4, step 12 (global step 84)").
+log = logging.getLogger("train")
 _RESUME_LINE = re.compile(r"^(\S+ \S+) resuming at epoch (\d+), step (\d+)")
 
 
@@ -91,6 +93,8 @@ class RunRecords:
         the best MONITOR value (the first of equals: when the best weights were saved). metrics.csv holds
         6 significant digits, so two epochs it shows as equal may not have been equal to the loop."""
         scored = [r for r in self.rows if r.get(self.monitor) is not None]
+        if self.rows and self.monitor not in self.rows[0]:
+            _warn_once(RunDir(self.run_dir).metrics, self.monitor)
         if not scored:
             return None
         weights = self.manifest.get("weights")
@@ -125,6 +129,22 @@ class RunRecords:
                 if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
                     out.append((part["epoch"], float(seconds)))
         return out
+
+
+_WARNED: set[tuple[Path, str]] = set()
+
+
+def _warn_once(path: Path, column: str) -> None:
+    """One line for a metrics.csv without the MONITOR column (an edit, a run of another MONITOR whose
+    config.json was changed since), once per command: its best reads as `-`, which alone says nothing."""
+    if (path, column) not in _WARNED:
+        _WARNED.add((path, column))
+        log.warning(
+            "WARNING: %s has no %s column, the run's MONITOR: its best epoch is not known (shown as -); "
+            "restore the file from a copy of the run",
+            path,
+            column,
+        )
 
 
 def _whole(value: Any) -> bool:
