@@ -32,13 +32,15 @@ def test_a_reader_leaves_a_dead_holders_file_so_the_run_still_reads_as_killed(tm
 
     lock = tmp_path / "runs" / "20260101-000000-000001" / "run.lock"
     lock.parent.mkdir(parents=True)
-    lock.write_text("pid 999999999 on host " + socket.gethostname() + "\n")  # a SIGKILLed fit's
+    note = "pid 999999999 on host " + socket.gethostname() + "\n"
+    lock.write_text(note)  # a SIGKILLed fit's
     (lock.parent / "config.json").write_text("{}")
     start_manifest(lock.parent / "manifest.json", _settings(tmp_path), lock.parent.name, new_segment(1))
     assert [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
     with RunLock(lock.parent, reader=True):  # an export of it
         pass
-    assert lock.is_file() and [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
+    assert lock.read_text() == note  # as it was, not the reader's pid (a report of it wrote its own there)
+    assert [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
     assert load_records(lock.parent).status == "killed"  # as compare and the report show it
     with RunLock(lock.parent):  # the fit that resumes it: its own file goes when it ends
         pass

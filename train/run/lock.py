@@ -40,6 +40,7 @@ class RunLock:
         self.fd: int | None = None
         self.lease = None  # the lease in the store, for a run of a RUNS_DIR in object storage
         self.reader, self.found_stale, self.then = reader, False, then
+        self.dead_note = b""  # what a dead holder wrote into the file, which a reader puts back (release)
 
     def acquire(self) -> RunLock:
         try:
@@ -61,6 +62,7 @@ class RunLock:
             return self.acquire()
         try:
             self.found_stale = os.fstat(fd).st_size > 0  # a holder's note and no holder: it died
+            self.dead_note = os.pread(fd, 4096, 0) if self.reader and self.found_stale else b""
             os.ftruncate(fd, 0)
             os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
         except OSError as exc:  # a full disk: the lock is held, only the note for others is missing
@@ -129,6 +131,9 @@ class RunLock:
             with contextlib.suppress(OSError):  # a read-only or vanished folder: the file stays, as after a kill
                 if _still_at(self.path, self.fd) and not (self.reader and self.found_stale):
                     self.path.unlink()
+                elif self.dead_note:  # the dead holder's note back: the run reads as killed, by that process
+                    os.ftruncate(self.fd, 0)
+                    os.pwrite(self.fd, self.dead_note, 0)
             os.close(self.fd)
             self.fd = None
 
