@@ -81,6 +81,10 @@ def test_the_runs_own_names_are_the_columns_not_a_setting_that_differs(tmp_path)
     a = load_records(write_run_records(tmp_path / "a", {"run_name": "baseline"}))
     b = load_records(write_run_records(tmp_path / "b", {"run_name": "wider"}))
     assert compare.differing_settings([a, b]) == []
+    # Two runs of one name (another folder's, named by its path): the shortest ends of their paths tell them apart.
+    elsewhere = write_run_records(tmp_path / "home" / "a")
+    text = compare.compare_runs(tmp_path, ["a", str(elsewhere)])
+    assert text.splitlines()[0].split() == ["settings", "that", "differ", f"{tmp_path.name}/a", "home/a"]
 
 
 def test_precision_auto_compares_as_the_policy_it_chose(tmp_path):

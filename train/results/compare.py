@@ -76,6 +76,20 @@ def check_distinct(run_dirs: Sequence[Path], names: Sequence[str]) -> None:
         seen[key] = name
 
 
+def distinct_labels(run_dirs: Sequence[Path]) -> list[str]:
+    """Each run's column header: its folder's name, or for runs of one name (in two folders) the shortest
+    end of their paths that tells them apart (`a/runs/base`, `b/runs/base`)."""
+    parts = [Path(d).absolute().parts for d in run_dirs]
+    ends = [1] * len(parts)
+    while True:
+        labels = [Path(*p[-n:]).as_posix() for p, n in zip(parts, ends)]
+        alike = [i for i, label in enumerate(labels) if labels.count(label) > 1 and ends[i] < len(parts[i])]
+        if not alike:
+            return labels
+        for i in alike:
+            ends[i] += 1
+
+
 def differing_settings(runs: Sequence[RunRecords]) -> list[tuple[str, list[str]]]:
     """The settings whose values differ, a value that did nothing in its run (IMAGE_SIZE for MNIST)
     shown as such: runs that differ only there trained the same way."""
@@ -212,6 +226,8 @@ def compare_runs(runs_dir: str | Path, names: Sequence[str], out: str | None = N
     dirs = [resolve_run(runs_dir, name) for name in names]
     check_distinct(dirs, names)
     runs = [load_records(d) for d in dirs]
+    for run, label in zip(runs, distinct_labels(dirs)):
+        run.label = label
     text = format_comparison(runs)
     if out_path is not None:
         text += f"\n\nwrote {write_output(runs, out_path)}"

@@ -52,12 +52,13 @@ class RunRecords:
     manifest: dict[str, Any]
     rows: list[dict[str, float | None]] = field(default_factory=list)  # metrics.csv, numbers or None
     resumes: list[Resume] = field(default_factory=list)
+    label: str = ""  # what compare shows for it instead of the folder's name (two runs of one name)
 
     @property
     def name(self) -> str:
-        """The folder's name as the report, its curves and compare show it: bytes that are no UTF-8 (a
-        folder named on another system) as U+FFFD, which matplotlib can draw and a page can hold."""
-        return self.run_dir.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        """The folder's name as the report, its curves and compare show it (or `label`): bytes that are no
+        UTF-8 (a folder named on another system) as U+FFFD, which matplotlib can draw and a page can hold."""
+        return (self.label or self.run_dir.name).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
     @functools.cached_property
     def status(self) -> str:
