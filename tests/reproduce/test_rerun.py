@@ -921,6 +921,14 @@ def test_data_not_here_is_one_line_or_the_dvc_extra_s_fetch_when_the_run_recorde
     gone = tmp_path / "gone" / "images"
     values = tiny_values(tmp_path, write_tiny_npz(tmp_path)) | {"dataset": f"images:{gone}"}
     check_config(tmp_path / "config.json", values)  # a path this machine lacks is no damage of the record
+    # A key no setting has (added by hand): refused before the rerun, which failed on it (exit 9 all the same).
+    with pytest.raises(ReproduceError) as info:
+        check_config(tmp_path / "config.json", values | {"warmup_epochs": 2})
+    assert str(info.value) == (
+        f"{tmp_path / 'config.json'}: warmup_epochs=2 is not a setting of this version (did you mean "
+        "LR_WARMUP_EPOCHS?), written by a newer version or added by hand; reproduce with the version that wrote "
+        "the run, or remove the key"
+    )
     with pytest.raises(
         ReproduceError, match=rf"^the run's data is not here: directory {gone} does not exist; put it back where"
     ):

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import ConfigError, ReproduceRecordError
 from ..run.lock import RunLock
 from ..run.metrics_files import read_rows
-from ..run.rundir import RunDir
+from ..run.rundir import RunDir, unknown_settings
 
 COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 SHA256 = re.compile(r"[0-9a-fA-F]{64}")
@@ -88,6 +88,16 @@ def check_config(path: Path, config: dict[str, Any], commit: Any = None) -> None
     if wrong := wrongly_typed(config):
         key, value, what = wrong
         raise ReproduceRecordError(path, key, value, f"is not {what}", RESTORE)
+    if unknown := unknown_settings(config):  # the rerun could not take it: refused as `fit --resume` does
+        name, _, hint = unknown[0].partition(" ")  # hint: "(did you mean X?)" or ""
+        key = next(k for k in config if str(k).upper() == name)
+        raise ReproduceRecordError(
+            path,
+            key,
+            config[key],
+            f"is not a setting of this version{' ' + hint if hint else ''}, written by a newer version or added by hand",
+            "reproduce with the version that wrote the run, or remove the key",
+        )
     try:
         settings_from_dict(config)
     except ConfigError as exc:
