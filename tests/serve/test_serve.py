@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 from servers_serve import LABELS, SHAPE, get, post_json, request
 
+from train.errors import ExportError
 from train.results.predict import predict_files
 
 
@@ -245,9 +246,12 @@ def test_an_export_folder_without_source_json_is_not_called_a_run(served_run, tm
     shutil.copytree(served_run / "export", export)
     (export / "source.json").unlink()
     with caplog.at_level("WARNING", logger="train"):
-        find_export(export, None, "model")
+        model = find_export(export, None, "model")
     assert f"the export folder {export} has no source.json" in caplog.text, caplog.text
     assert "run model-copy" not in caplog.text and "export model-copy" not in caplog.text
+    (export / "savedmodel" / "saved_model.pb").write_bytes(b"damaged")  # it was "the export of run model-copy"
+    with pytest.raises(ExportError, match=rf"^the export folder {export} \(.*copy the whole export/ folder of its run"):
+        model.load(1)
 
 
 def test_an_export_swapped_in_while_serve_checks_or_before_it_loads_is_checked_and_loaded_instead(

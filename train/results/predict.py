@@ -140,34 +140,40 @@ def _predict_batch(rows: list[dict], shape: tuple[int, ...], run, labels: list[s
         row.update({"class": labels[k] if k < len(labels) else str(k), "index": k, "probability": float(p[k])})
 
 
-def open_savedmodel(export: ExportDir, name: str, labels: list[str], runs_dir: object = None):
+def open_savedmodel(export: ExportDir, name: str, labels: list[str], runs_dir: object = None, copied: bool = False):
     """(input shape, run(uint8 batch) -> float32 probabilities) of an export's serving signature.
 
     ExportError when it does not load or predicts another number of classes than `labels` holds (`runs_dir`:
-    where the command found the run, for the command its message gives).
+    where the command found the run, for the command its message gives; `copied`: an export folder copied
+    away from its run, named by its path, as verify_export_files names it).
     """
     import tensorflow as tf
 
-    again = export_again(name, runs_dir)
+    which, again = (
+        (f"the export folder {export.path}", COPIED_AGAIN)
+        if copied
+        else (f"the export of run {name}", export_again(name, runs_dir))
+    )
     try:
         serve = tf.saved_model.load(str(export.savedmodel)).signatures["serving_default"]
         shape = tuple(serve.structured_input_signature[1]["images"].shape[1:])
         width = next(iter(serve.structured_outputs.values())).shape[-1]
     except Exception as exc:  # a damaged SavedModel: OSError, IndexError, KeyError, DataLossError...
         raise ExportError(
-            f"the export of run {name} ({export.savedmodel}) does not load ({type(exc).__name__}: "
-            f"{first_line(exc)}): {again}"
+            f"{which} ({export.savedmodel}) does not load ({type(exc).__name__}: {first_line(exc)}): {again}"
         ) from None
     if width != len(labels):
-        raise ExportError(
-            f"the export of run {name} predicts {width} classes but the run has "
-            f"{len(labels)} (it was exported before the run trained on other data): {again}"
-        )
+        has = f"its {export.labels.name} names" if copied else "the run has"
+        why = "" if copied else " (it was exported before the run trained on other data)"
+        raise ExportError(f"{which} predicts {width} classes but {has} {len(labels)}{why}: {again}")
 
     def run(batch):
         return next(iter(serve(images=tf.constant(batch)).values())).numpy()
 
     return shape, run
+
+
+COPIED_AGAIN = "copy the whole export/ folder of its run again, or export the run again (`python -m train export RUN`)"
 
 
 def export_again(name: str, runs_dir: object = None, file: str = "") -> str:
@@ -208,8 +214,7 @@ def verify_export_files(export: ExportDir, name: str, copied: bool = False, runs
     where the command found it, for messages;
     `copied`: an export folder copied away from its run, named by its path (it is no run)."""
     if copied:
-        which = f"the export folder {export.path}"
-        again = "copy the whole export/ folder of its run again, or export the run again (`python -m train export RUN`)"
+        which, again = f"the export folder {export.path}", COPIED_AGAIN
         unrecorded = f"WARNING: {which} has no source.json: its files cannot be checked against what export wrote; %s"
     else:
         which, again = f"the export of run {name}", export_again(name, runs_dir)

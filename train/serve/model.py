@@ -76,5 +76,6 @@ def find_export(target: Path | None, run_dir: Path | None, name: str, runs_dir: 
     verify = partial(verify_export_files, export, run_name, copied=True)
     checked = check_folder(export.path, verify)
     labels = export.labels.read_text(encoding="utf-8").splitlines()
-    opener = partial(open_checked, export.path, checked, verify, partial(open_savedmodel, export, run_name, labels))
+    load = partial(open_savedmodel, export, run_name, labels, copied=True)
+    opener = partial(open_checked, export.path, checked, verify, load)
     return ServedModel(name, export, run_name, labels, opener=opener)
