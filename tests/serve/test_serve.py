@@ -254,6 +254,19 @@ def test_an_export_folder_without_source_json_is_not_called_a_run(served_run, tm
         model.load(1)
 
 
+def test_a_runs_export_folder_named_by_its_path_gives_the_commands_for_the_runs_folder(served_run, tmp_path):
+    import shutil
+
+    from train.serve.model import find_export
+
+    run = tmp_path / "elsewhere" / served_run.name
+    shutil.copytree(served_run, run)
+    (run / "export" / "labels.txt").unlink()
+    with pytest.raises(ExportError) as err:  # RUNS_DIR is ./runs: pasted without --runs-dir, it looked there
+        find_export(run / "export", None, "model", "./runs").load(1)
+    assert str(err.value).endswith(f"`python -m train export {run.name} --runs-dir {run.parent}`")
+
+
 def test_an_export_swapped_in_while_serve_checks_or_before_it_loads_is_checked_and_loaded_instead(
     served_run, tmp_path, monkeypatch
 ):

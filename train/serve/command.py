@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     target = Path(args.run)
     if (target / "savedmodel").is_dir():
-        model = find_export(target, None, args.model_name)
+        model = find_export(target, None, args.model_name, settings.runs_dir)
     else:
         run_dir = _run_of(args, settings)
         model = find_export(None, run_dir, args.model_name, found_in(settings.runs_dir, run_dir))

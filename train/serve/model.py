@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ExportError, NoWeightsError
-from ..locations import runs_dir_flag
+from ..locations import found_in, runs_dir_flag
 from ..results.predict import check_export, check_folder, open_checked, open_savedmodel, verify_export_files
 from ..run.rundir import ExportDir, RunDir
 
@@ -68,8 +68,8 @@ def find_export(target: Path | None, run_dir: Path | None, name: str, runs_dir: 
         return ServedModel(name, files.export, files.name, labels, opener=opener)
     export = ExportDir(Path(target))
     parent = RunDir(export.path.parent)
-    if export.path.name == "export" and parent.is_run():
-        return find_export(None, parent.path, name)
+    if export.path.name == "export" and parent.is_run():  # the commands its messages give name the run's folder
+        return find_export(None, parent.path, name, found_in(runs_dir, parent.path))
     run_name = export.path.name
     if not export.labels.is_file():
         raise ExportError(f"{export.path} has no labels.txt (the class names): copy the whole export folder")
