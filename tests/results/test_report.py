@@ -146,8 +146,8 @@ def test_report_command_quick_and_its_errors(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"wrote {run / 'report.html'} and {run / 'curves.png'}"
     assert out[1] == (
-        "  not included: validation: not computed: `python -m train report 20261130-000000-abcd` (without --quick) "
-        "computes it from the best weights"
+        f"  not included: validation: not computed: `python -m train report 20261130-000000-abcd --runs-dir {runs}` "
+        "(without --quick) computes it from the best weights"
     )
     assert cli.main(["report", "nope", "--runs-dir", str(runs)]) == 2
     assert capsys.readouterr().err.startswith("RunNotFound: run 'nope' not found")

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..locations import runs_dir_flag
 from ..run.files import atomic_write, write_text
 from ..run.find import is_run_dir
 from ..run.manifest import data_version, data_version_text, lock_in_checkout, now_iso, section
@@ -65,7 +66,7 @@ def write_report(run_dir: Path | str, full: bool = True, runs_dir: object = None
         validation = _saved_section(files, weights)
         if validation is None:
             running = records.status == "running"
-            why = (CHEAP_NOTE if running else ENDED_NOTE).format(run=records.name)
+            why = (CHEAP_NOTE if running else ENDED_NOTE).format(run=records.name + runs_dir_flag(runs_dir))
             validation = note(why)
             missing.append("validation: " + why)
     write_text(files.report, render(records, curves, validation))
