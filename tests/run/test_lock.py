@@ -37,8 +37,8 @@ def test_a_reader_leaves_a_dead_holders_file_so_the_run_still_reads_as_killed(tm
     (lock.parent / "config.json").write_text("{}")
     start_manifest(lock.parent / "manifest.json", _settings(tmp_path), lock.parent.name, new_segment(1))
     assert [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
-    with RunLock(lock.parent, reader=True):  # an export of it
-        pass
+    with RunLock(lock.parent, reader=True):  # an export or a report of it: killed while they hold it too
+        assert load_records(lock.parent).status == "killed"  # the report's own page said running
     assert lock.read_text() == note  # as it was, not the reader's pid (a report of it wrote its own there)
     assert [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
     assert load_records(lock.parent).status == "killed"  # as compare and the report show it

@@ -21,6 +21,10 @@ from ..errors import RunBusyError
 from .files import storage_error
 from .rundir import RunDir
 
+# The run.lock files this process holds as a reader that found them left by a dead holder (a report of a
+# killed run): the run is still killed while the reader holds its lock, not running.
+_HELD_STALE: set[Path] = set()
+
 
 class RunLock:
     """One writer per run directory: an exclusive flock on run.lock, held for the run's life.
@@ -69,6 +73,8 @@ class RunLock:
             os.close(fd)
             raise storage_error(self.path, exc) from exc
         self.fd = fd
+        if self.dead_note:
+            _HELD_STALE.add(self.path.absolute())
         from .remote import for_run
 
         remote = for_run(self.run_dir)
@@ -92,6 +98,8 @@ class RunLock:
         remote = for_run(self.run_dir)
         if remote is not None:
             return remote.lease_expired(self.run_dir)
+        if self.path.absolute() in _HELD_STALE:
+            return True
         text = self.holder()
         if not text.startswith("pid ") or not text.endswith(f" on host {socket.gethostname()}"):
             return False
@@ -134,6 +142,7 @@ class RunLock:
                 elif self.dead_note:  # the dead holder's note back: the run reads as killed, by that process
                     os.ftruncate(self.fd, 0)
                     os.pwrite(self.fd, self.dead_note, 0)
+            _HELD_STALE.discard(self.path.absolute())
             os.close(self.fd)
             self.fd = None
 
