@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from builders import write_run
@@ -93,6 +94,17 @@ def test_one_damaged_run_is_one_unreadable_row_and_never_takes_the_table_down(tm
     assert [r["status"] for r in rows] == ["unreadable", "completed"]
     text = format_runs(rows)
     assert "20260101-000000-000002  completed" in text and rows[0]["reason"] in text
+
+
+def test_a_named_pipe_for_config_json_is_an_unreadable_row_naming_it(tmp_path):
+    root = tmp_path / "runs"
+    bad = _run(root, "20260101-000000-000001", CFG)
+    (bad / "config.json").unlink()
+    os.mkfifo(bad / "config.json")  # nobody writes it: it was no run at all, `report` said it had no config.json
+    (row,) = list_runs(root)
+    assert (
+        row["status"] == "unreadable" and f"{bad / 'config.json'} is unreadable (NotRegularFileError" in row["reason"]
+    )
 
 
 def test_a_smoke_run_shows_the_one_epoch_it_trains(tmp_path):

@@ -84,8 +84,10 @@ class RunDir:
         """The one test of "is a run": a directory with its config.json, the first file a run writes.
 
         A folder without it (a stray one, or a run killed between mkdir and its first write) is no
-        run for any command: `runs`, `latest`, RESUME=auto, report, compare, export, reproduce."""
-        return self.path.is_dir() and self.config.is_file()
+        run for any command: `runs`, `latest`, RESUME=auto, report, compare, export, reproduce. A named
+        pipe or a device in its place makes a run whose config.json is refused as unreadable (read_record),
+        not a folder said to have none."""
+        return self.path.is_dir() and self.config.exists() and not self.config.is_dir()
 
     def read_config(self) -> dict[str, Any]:
         return read_record(self.path, self.config.name)
