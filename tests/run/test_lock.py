@@ -106,3 +106,15 @@ def test_a_lock_held_by_another_process_blocks_until_that_process_dies(tmp_path)
     assert f"pid {holder.pid}" in (tmp_path / "run.lock").read_text()  # the dead holder's file is still there
     with RunLock(tmp_path):  # ... and does not block
         pass
+
+
+def test_a_named_pipe_for_run_lock_is_refused_naming_it_never_waited_on(tmp_path):
+    from train.errors import RunRecordError
+
+    run = tmp_path / "r"
+    run.mkdir()
+    os.mkfifo(run / "run.lock")  # nobody writes it: reading the holder's note blocked `runs` forever
+    for probe in (RunLock(run).abandoned, RunLock(run, reader=True).acquire):
+        with pytest.raises(RunRecordError) as err:
+            probe()
+        assert str(err.value).startswith(f"run r: {run / 'run.lock'} is a named pipe (FIFO), not a regular file; ")

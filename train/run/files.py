@@ -171,7 +171,7 @@ class NotRegularFileError(OSError):
     """A named pipe, device or socket where a run's record is read: reading it would block or never end."""
 
 
-_KINDS = {
+SPECIAL_FILES = {
     stat.S_IFIFO: "a named pipe (FIFO)",
     stat.S_IFCHR: "a device",
     stat.S_IFBLK: "a device",
@@ -186,8 +186,8 @@ def read_regular(path: Path | str, encoding: str = "utf-8", errors: str = "stric
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     try:
         kind = stat.S_IFMT(os.fstat(fd).st_mode)
-        if kind in _KINDS:
-            raise NotRegularFileError(f"{_KINDS[kind]}, not a regular file")
+        if kind in SPECIAL_FILES:
+            raise NotRegularFileError(f"{SPECIAL_FILES[kind]}, not a regular file")
         if kind == stat.S_IFDIR:  # named, as open() names it: a read of the descriptor would give its number
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         os.set_blocking(fd, True)

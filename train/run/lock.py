@@ -15,10 +15,11 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from pathlib import Path
 
-from ..errors import RunBusyError
-from .files import storage_error
+from ..errors import RunBusyError, RunRecordError
+from .files import SPECIAL_FILES, NotRegularFileError, read_regular, storage_error
 from .rundir import RunDir
 
 # The run.lock files this process holds as a reader that found them left by a dead holder (a report of a
@@ -51,6 +52,10 @@ class RunLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
             raise storage_error(self.path, exc) from exc
+        special = SPECIAL_FILES.get(stat.S_IFMT(os.fstat(fd).st_mode))
+        if special:  # a named pipe or a device: no file to write a note into
+            os.close(fd)
+            raise self._not_a_file(f"{special}, not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -123,10 +128,18 @@ class RunLock:
 
     def holder(self) -> str:
         try:
-            text = self.path.read_text(encoding="utf-8", errors="replace").strip()
+            text = read_regular(self.path, errors="replace").strip()
+        except NotRegularFileError as exc:  # a named pipe would block every reader of the run's status
+            raise self._not_a_file(str(exc)) from None
         except OSError:
             text = ""
         return text or "pid unknown: it is just starting"
+
+    def _not_a_file(self, what: str) -> RunRecordError:
+        return RunRecordError(
+            f"run {self.run_dir.name}: {self.path} is {what}; remove it: no process holds the run (its writer "
+            "makes a new one)"
+        )
 
     def release(self) -> None:
         """Let go of the run; the file goes with it (a finished run keeps no run.lock). Removed while
