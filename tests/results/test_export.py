@@ -819,3 +819,18 @@ def test_a_signal_while_waiting_for_the_parity_process_stops_at_once(run_dir, mo
     with pytest.raises(Interrupted, match="export stopped by SIGTERM"):
         export.export_model(_tiny_model(), run_dir, ["a", "b"])
     assert sorted(p.name for p in run_dir.iterdir()) == ["export", "manifest.json"]
+
+
+def test_a_named_pipe_for_the_previous_source_json_is_never_waited_on(tmp_path):
+    from types import SimpleNamespace
+
+    from train.run.rundir import ExportDir
+
+    previous, staging = ExportDir(tmp_path / "export"), ExportDir(tmp_path / "staging")
+    previous.path.mkdir()
+    staging.path.mkdir()
+    (previous.path / "model.onnx").write_bytes(b"onnx")
+    os.mkfifo(previous.source)  # nobody writes it: the export blocked on it forever
+    formats = SimpleNamespace(files=("model.onnx",), asked=(), again=lambda dropped, run: f"export {run} makes them")
+    kept, dropped = export.keep_other_formats(previous, staging, {"sha256": "ab"}, formats)
+    assert kept == {} and dropped.startswith("model.onnx of the previous export were made from other weights")

@@ -510,6 +510,17 @@ def test_a_file_deleted_from_the_export_is_missing_with_the_command_that_makes_i
     )
 
 
+def test_a_named_pipe_for_source_json_is_refused_never_waited_on(tmp_path):
+    from train.errors import ExportError
+    from train.results.predict import verify_export_files
+
+    exp, _ = _hand_export(tmp_path)
+    os.mkfifo(exp.source)  # nobody writes it: predict and serve blocked on it forever
+    with pytest.raises(ExportError) as err:
+        verify_export_files(exp, "r")
+    assert str(err.value).startswith(f"the export of run r: {exp.source} is unreadable (a named pipe (FIFO), not a")
+
+
 @pytest.mark.parametrize("kept", [(), ("labels.txt",)], ids=["no-files", "not-the-savedmodel"])
 def test_a_source_json_that_leaves_the_savedmodel_unrecorded_is_refused(tmp_path, kept):
     from train.errors import ExportError

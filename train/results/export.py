@@ -36,7 +36,7 @@ from .. import extras
 from ..digest import sha256_file
 from ..errors import ExportError, Interrupted, NoWeightsError
 from ..locations import found_in, runs_dir_flag
-from ..run.files import TMP_MARK, make_temp_dir, storage_error
+from ..run.files import TMP_MARK, make_temp_dir, read_json, storage_error
 from ..run.manifest import now_iso, update_manifest
 from ..run.rundir import ExportDir, RunDir, labels_text, read_run_settings
 
@@ -260,10 +260,10 @@ def keep_other_formats(
     if not others:
         return {}, ""
     try:
-        record = json.loads(previous.source.read_text(encoding="utf-8"))
+        record = read_json(previous.source)  # a named pipe in its place is never waited on
         recorded = record["files"]
         weights = record["weights"]["sha256"]
-        made = json.loads(previous.parity.read_text()).get("formats") or {}
+        made = read_json(previous.parity).get("formats") or {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         recorded, weights, made = {}, None, {}
     same = weights is not None and weights == (source or {}).get("sha256")

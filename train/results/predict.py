@@ -14,7 +14,6 @@ DataError line and is left out; the others are still predicted (the command then
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import stat
@@ -27,6 +26,7 @@ import numpy as np
 
 from ..errors import DataError, ExportError, first_line
 from ..locations import runs_dir_flag
+from ..run.files import read_json
 from ..run.manifest import section
 from ..run.rundir import ExportDir, RunDir
 from ..setup.hardware import compose_volume_hint
@@ -223,7 +223,7 @@ def verify_export_files(export: ExportDir, name: str, copied: bool = False, runs
             "may be older than the run's best weights; %s to be sure"
         )
     try:
-        record = json.loads(export.source.read_text(encoding="utf-8"))
+        record = read_json(export.source)  # never waits on a named pipe in its place
         recorded, source = dict(record["files"]), dict(record["weights"])
     except FileNotFoundError:
         log.warning(unrecorded, again)
