@@ -33,6 +33,12 @@ def _forget_opened_stores():
     remote.close_all()
 
 
+@pytest.fixture(autouse=True)
+def _quick_looks(monkeypatch):
+    """A newcomer looks at a held lease every 0.05 s, not 0.5 s: its wait ends that soon after the event."""
+    monkeypatch.setattr(lease, "POLL_SECONDS", 0.05)
+
+
 def _settings(tmp_path, **values):
     values.setdefault("store_cache", str(tmp_path / "cache"))
     return load_settings(values, env_file=None, environ={})
@@ -249,7 +255,7 @@ def test_an_endpoint_that_is_no_http_address_is_one_config_error_before_the_clie
 # -- the lease -----------------------------------------------------------------------------------
 def test_a_second_writer_is_refused_with_one_line_naming_the_holder(s3_server, s3_bucket, monkeypatch):
     store = _store(s3_server, s3_bucket, monkeypatch)
-    monkeypatch.setattr(lease, "RENEWALS", 30)  # renewed every 0.5 s, not 5 s: the refusal comes sooner
+    monkeypatch.setattr(lease, "RENEWALS", 150)  # renewed every 0.1 s, not 5 s: the refusal comes sooner
     holder = Lease(store, "run-a/run.lock", "run-a", seconds=15).acquire()
     try:
         other = Lease(store, "run-a/run.lock", "run-a", seconds=15, then="export again")
@@ -267,14 +273,14 @@ def test_a_newcomer_that_waits_for_a_missed_renewal_says_why_it_waits(s3_server,
     """`report` on a run whose machine was just lost waited the lease's seconds (60) without a word."""
     store = _store(s3_server, s3_bucket, monkeypatch)
     holder = "pid 7 on host lost"
-    body = {"holder": holder, "renewed": time.time() - 2, "seconds": 4}  # renewed every 1.3 s while it lived
+    body = {"holder": holder, "renewed": time.time() - 1.5, "seconds": 2}  # renewed every 0.7 s while it lived
     store.create("run-w/run.lock", json.dumps(body).encode())
     with caplog.at_level(logging.INFO, logger="train"):
-        newcomer = Lease(store, "run-w/run.lock", "run-w", seconds=4).acquire()  # takes it over at 4 s
+        newcomer = Lease(store, "run-w/run.lock", "run-w", seconds=2).acquire()  # takes it over at 2 s
     try:
         waiting, took = (r.getMessage() for r in caplog.records)
         assert re.fullmatch(
-            rf"WARNING: run run-w: its lease is held by {holder}, last renewed \d s ago: waiting up to 4 s "
+            rf"WARNING: run run-w: its lease is held by {holder}, last renewed \d s ago: waiting up to 2 s "
             r"\(STORE_LEASE_SECONDS\) for that process to renew it \(it lives\) or not \(it is gone\)",
             waiting,
         )
@@ -285,12 +291,12 @@ def test_a_newcomer_that_waits_for_a_missed_renewal_says_why_it_waits(s3_server,
 
 def test_a_dead_holders_lease_expires_and_is_taken_over(s3_server, s3_bucket, monkeypatch, caplog):
     store = _store(s3_server, s3_bucket, monkeypatch)
-    dead = Lease(store, "run-b/run.lock", "run-b", seconds=2).acquire()
+    dead = Lease(store, "run-b/run.lock", "run-b", seconds=0.5).acquire()
     dead._stop.set()  # the holder dies: nothing renews its lease any more, nothing deletes it
     dead._thread.join()
-    newcomer = Lease(store, "run-b/run.lock", "run-b", seconds=2)
+    newcomer = Lease(store, "run-b/run.lock", "run-b", seconds=0.5)
     with caplog.at_level(logging.INFO, logger="train"):
-        newcomer.acquire()  # waits at most the lease's 2 s
+        newcomer.acquire()  # waits at most the lease's 0.5 s
     try:
         assert "took over the lease" in caplog.text
         assert b"pid" in s3_server.keys(s3_bucket)["runs/run-b/run.lock"]
@@ -306,7 +312,7 @@ def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_ser
     import time
 
     store = _store(s3_server, s3_bucket, monkeypatch)
-    dead = Lease(store, "run-d/run.lock", "run-d", seconds=2).acquire()
+    dead = Lease(store, "run-d/run.lock", "run-d", seconds=0.5).acquire()
     dead._stop.set()  # killed: its last renewal is the last sign of its life
     dead._thread.join()
     dead_body = s3_server.keys(s3_bucket)["runs/run-d/run.lock"]
@@ -314,15 +320,15 @@ def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_ser
     # A command that only reads the run (report, export, RESUME=auto's look) puts the dead holder's lease
     # back when it lets go: the run still reads as killed, and the resume after it learns the same.
     with caplog.at_level(logging.INFO, logger="train"):
-        Lease(store, "run-d/run.lock", "run-d", seconds=2, reader=True).acquire().release()
+        Lease(store, "run-d/run.lock", "run-d", seconds=0.5, reader=True).acquire().release()
     assert s3_server.keys(s3_bucket)["runs/run-d/run.lock"] == dead_body
     assert "took over" not in caplog.text  # said once, by the resume that continues the run (RESUME=auto: twice)
-    newcomer = Lease(store, "run-d/run.lock", "run-d", seconds=2).acquire()
+    newcomer = Lease(store, "run-d/run.lock", "run-d", seconds=0.5).acquire()
     try:
         assert newcomer.taken_from == last_renewed
     finally:
         newcomer.release()
-    free = Lease(store, "run-e/run.lock", "run-e", seconds=2).acquire()
+    free = Lease(store, "run-e/run.lock", "run-e", seconds=0.5).acquire()
     try:
         assert free.taken_from is None  # a free run: nobody's
     finally:
@@ -341,7 +347,7 @@ def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_ser
 
     watched = PutBackOnFirstLook(store.url)
     watched.create("run-f/run.lock", json.dumps({"holder": "a reader", "renewed": time.time(), "seconds": 60}).encode())
-    newcomer = Lease(watched, "run-f/run.lock", "run-f", seconds=2).acquire()
+    newcomer = Lease(watched, "run-f/run.lock", "run-f", seconds=0.5).acquire()
     try:
         assert newcomer.taken_from == last_renewed
     finally:
@@ -350,7 +356,7 @@ def test_a_takeover_remembers_when_the_dead_holder_last_renewed_its_lease(s3_ser
 
 def test_two_newcomers_racing_for_a_free_run_get_one_lease(s3_server, s3_bucket, monkeypatch):
     store = _store(s3_server, s3_bucket, monkeypatch)
-    monkeypatch.setattr(lease, "RENEWALS", 30)  # the loser is refused at the winner's first renewal: 0.5 s, not 5
+    monkeypatch.setattr(lease, "RENEWALS", 150)  # the loser is refused at the winner's first renewal: 0.1 s, not 5
     results, barrier = [], threading.Barrier(2)
 
     def take(n):
@@ -583,10 +589,10 @@ def test_a_holder_whose_lease_was_taken_over_uploads_nothing_more(s3_server, s3_
     run = tmp_path / "20261201-000000-000003"
     run.mkdir()
     (run / "config.json").write_text("{}")
-    holder = Lease(store, f"{run.name}/run.lock", run.name, seconds=2).acquire()
+    holder = Lease(store, f"{run.name}/run.lock", run.name, seconds=0.5).acquire()
     holder._stop.set()  # cut off from the store: no renewal for longer than the lease
     holder._thread.join()
-    newcomer = Lease(store, f"{run.name}/run.lock", run.name, seconds=2).acquire()
+    newcomer = Lease(store, f"{run.name}/run.lock", run.name, seconds=0.5).acquire()
     try:
         assert holder.renew_once() is False and "taken over" in holder.lost
         mirror = Mirror(store, tmp_path, run, holder)
