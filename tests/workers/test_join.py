@@ -30,6 +30,12 @@ from train.workers.join import WorkersMissingError
 HANG_GUARD = 120  # seconds: only reached when something hangs
 
 
+@pytest.fixture(autouse=True)
+def _quick_rounds(monkeypatch):
+    """A round every 0.05 s, not 0.5 s: a wait ends that soon after its timeout, a stop or a worker's start."""
+    monkeypatch.setattr(join, "POLL_SECONDS", 0.05)
+
+
 @pytest.fixture
 def train_log(caplog):
     """The train logger's lines (it does not propagate once a run has set up its logging)."""
@@ -120,7 +126,8 @@ def test_this_workers_port_in_use_is_one_error_naming_the_port(where):
     assert f"127.0.0.1:{ports[1]}: port {ports[1]} is in use by another process" in str(info.value)
 
 
-def test_another_program_on_a_workers_port_is_not_taken_for_the_worker(train_log):
+def test_another_program_on_a_workers_port_is_not_taken_for_the_worker(train_log, monkeypatch):
+    monkeypatch.setattr(join, "LINE_SECONDS", 0.2)  # the rounds after its one answer wait for a line: not 3 s
     ports = free_local_ports(2)
     with socket.socket() as other:
         other.bind(("127.0.0.1", ports[1]))
@@ -145,7 +152,7 @@ def test_a_silent_program_on_a_workers_port_is_named_too(train_log, monkeypatch)
         other.bind(("127.0.0.1", ports[1]))
         other.listen()
         with pytest.raises(WorkersMissingError):
-            join.wait_for_workers(_cluster(ports, 0), 1, StopFlag(), "WORKERS")
+            join.wait_for_workers(_cluster(ports, 0), 0.5, StopFlag(), "WORKERS")
     assert f"another program answers at worker 1 (127.0.0.1:{ports[1]})" in train_log.text
 
 
@@ -434,7 +441,7 @@ def test_a_worker_of_another_cluster_calling_is_not_counted_as_one_of_ours_but_n
             called.wait(HANG_GUARD)
             return super().check()
 
-    t, box = _in_thread(join.wait_for_workers, _cluster([p0, p1], 0), 1.5, HeldUntilCalled(), "WORKERS")
+    t, box = _in_thread(join.wait_for_workers, _cluster([p0, p1], 0), 0.3, HeldUntilCalled(), "WORKERS")
     with caplog.at_level(logging.INFO, logger="train"):
         _call(p0, join._line(theirs, join.settings_token({})))
         _call(p0, join._line(theirs, join.settings_token({})))  # said once per caller; the first is recorded by now
@@ -447,7 +454,7 @@ def test_a_worker_of_another_cluster_calling_is_not_counted_as_one_of_ours_but_n
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [stranger]
     assert isinstance(box.get("error"), WorkersMissingError), box
     assert str(box["error"]) == (
-        f"worker 1 (127.0.0.1:{p1}) did not start within JOIN_TIMEOUT=1.5 s ({stranger}): start it with the "
+        f"worker 1 (127.0.0.1:{p1}) did not start within JOIN_TIMEOUT=0.3 s ({stranger}): start it with the "
         "same WORKERS, check the host:port and that it is reachable from here, or raise JOIN_TIMEOUT"
     )
 
