@@ -5,7 +5,10 @@ starts it. The loader is the one `sky jobs launch` uses (dag_utils.load_chain_da
 SkyPilot's schema check, envs, secrets, resources). Any connection or DNS lookup raises before it
 leaves this process, so a loader that went online would fail the test instead of passing quietly.
 
-    python tests/skypilot_task.py TASK.yaml OUT.json '{"envs": {...}, "secrets": {...}}'
+    python tests/skypilot_task.py TASK.yaml OUT.json '[{"envs": {...}, "secrets": {...}}, ...]'
+
+OUT.json holds one result per set of overrides, in their order: several reads pay for one import of
+SkyPilot (seconds), and each read is the loader's alone (it is given the YAML's path and the overrides).
 """
 
 from __future__ import annotations
@@ -26,9 +29,14 @@ socket.create_connection = lambda address, *args, **kwargs: _offline(f"connect t
 
 
 def main(path: str, out: str, overrides: str) -> None:
+    results = [read(path, given) for given in json.loads(overrides)]
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(results, f)
+
+
+def read(path: str, given: dict) -> dict:
     from sky.utils import dag_utils
 
-    given = json.loads(overrides)
     try:
         dag = dag_utils.load_chain_dag_from_yaml(
             path,
@@ -53,8 +61,7 @@ def main(path: str, out: str, overrides: str) -> None:
             "job_recovery": resources.job_recovery,
             "ports": resources.ports,
         }
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(result, f)
+    return result
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ def _skypilot_python() -> str:
     pytest.skip("SkyPilot is not installed (scripts/venv-skypilot.sh installs it into .venv-skypilot)")
 
 
-def _read_task(tmp_path: Path, envs: dict | None = None, secrets: dict | None = None) -> dict:
+def _read_tasks(tmp_path: Path, *overrides: dict) -> list[dict]:
+    """The task as SkyPilot reads it with each {"envs": ..., "secrets": ...}, in one start of its interpreter."""
     out = tmp_path / "task.json"
     home = tmp_path / "home"  # SkyPilot writes ~/.sky on import: never the user's own
     home.mkdir(exist_ok=True)
@@ -46,7 +47,7 @@ def _read_task(tmp_path: Path, envs: dict | None = None, secrets: dict | None = 
             str(PROJECT_ROOT / "tests" / "skypilot_task.py"),
             str(TASK),
             str(out),
-            json.dumps({"envs": envs or {}, "secrets": secrets or {}}),
+            json.dumps(overrides),
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -59,11 +60,23 @@ def _read_task(tmp_path: Path, envs: dict | None = None, secrets: dict | None = 
 
 
 @pytest.fixture(scope="module")
-def task(tmp_path_factory) -> dict:
+def reads(tmp_path_factory) -> dict[str, dict]:
+    """The task as `sky jobs launch deploy/skypilot/train.yaml --env RUNS_DIR=... --secret ...` reads it
+    ("launched"), without the secrets ("unresolved") and without RUNS_DIR ("no_runs_dir"): one import of
+    SkyPilot (seconds) for the three."""
+    given = {
+        "launched": {"envs": {"RUNS_DIR": BUCKET}, "secrets": CREDENTIALS},
+        "unresolved": {"envs": {"RUNS_DIR": BUCKET}},
+        "no_runs_dir": {},
+    }
+    return dict(zip(given, _read_tasks(tmp_path_factory.mktemp("sky"), *given.values())))
+
+
+@pytest.fixture(scope="module")
+def task(reads) -> dict:
     """The task as `sky jobs launch deploy/skypilot/train.yaml --env RUNS_DIR=... --secret ...` reads it."""
-    read = _read_task(tmp_path_factory.mktemp("sky"), {"RUNS_DIR": BUCKET}, CREDENTIALS)
-    assert "error" not in read, read
-    return read
+    assert "error" not in reads["launched"], reads["launched"]
+    return reads["launched"]
 
 
 def test_the_job_runs_our_image_on_spot_gpus(task):
@@ -87,16 +100,16 @@ def test_the_run_lives_in_the_bucket_and_the_recovered_job_resumes_it(task):
     assert int(envs["BATCH_SIZE"]) % task["num_nodes"] == 0
 
 
-def test_credentials_come_at_launch_as_secrets_never_as_settings(task, tmp_path):
+def test_credentials_come_at_launch_as_secrets_never_as_settings(task, reads):
     assert task["secrets"] == sorted(CREDENTIALS) and not set(task["envs"]) & set(CREDENTIALS)
     text = TASK.read_text(encoding="utf-8")
     assert all(value not in text for value in CREDENTIALS.values())
-    unresolved = _read_task(tmp_path, {"RUNS_DIR": BUCKET})
+    unresolved = reads["unresolved"]
     assert unresolved["secrets_at_launch"] == sorted(CREDENTIALS)  # SkyPilot asks for them at launch
 
 
-def test_skypilot_refuses_the_task_without_a_runs_dir(tmp_path):
-    refused = _read_task(tmp_path)
+def test_skypilot_refuses_the_task_without_a_runs_dir(reads):
+    refused = reads["no_runs_dir"]
     assert "RUNS_DIR" in refused["error"] and "--env" in refused["error"]
 
 
