@@ -509,9 +509,12 @@ def test_export_or_report_of_a_run_another_machine_writes_is_refused_and_uploads
 
     from train.cli import main
     from train.run import remote
+    from train.store import lease
     from train.store.client import Store, parse_url
     from train.store.lease import Lease
 
+    monkeypatch.setattr(lease, "RENEWALS", 60)  # renewed every 0.1 s, not 2 s: the refusal comes that soon
+    monkeypatch.setattr(lease, "POLL_SECONDS", 0.05)
     name = "20261201-100000-000001-base"
     _in_the_bucket(tmp_path, s3_server, s3_bucket, monkeypatch, name)
     staged = s3_server.staging(tmp_path / "cache", s3_bucket) / name
