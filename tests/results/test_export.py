@@ -573,7 +573,7 @@ def _hdf5_full(*_args, **_kw):
     ],
 )
 def test_a_full_disk_during_the_export_is_one_storage_line_and_the_previous_export_stays(
-    run_dir, monkeypatch, where, fail, says
+    run_dir, monkeypatch, reload_in_process, where, fail, says
 ):
     before = _tree(run_dir / "export")
     monkeypatch.setattr(export, where, fail)
