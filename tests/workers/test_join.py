@@ -66,7 +66,9 @@ def _in_thread(fn, *args):
     return t, box
 
 
-def test_three_workers_started_one_after_the_other_all_join():
+def test_three_workers_started_one_after_the_other_all_join(monkeypatch):
+    monkeypatch.setattr(join, "ACCEPT_SECONDS", HANG_GUARD)  # the end of the join wakes its listener
+    before = set(threading.enumerate())
     ports = free_local_ports(3)
     runs = []
     for i in range(3):
@@ -74,6 +76,7 @@ def test_three_workers_started_one_after_the_other_all_join():
     for t, box in runs:
         t.join(HANG_GUARD)
         assert not t.is_alive() and "error" not in box, box
+    assert [t for t in threading.enumerate() if t.name == "join-listener" and t not in before] == []
     # Each port is free again for TensorFlow.
     for p in ports:
         with socket.socket(socket.AF_INET6) as s:

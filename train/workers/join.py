@@ -38,6 +38,7 @@ JOIN_REPORT_SECONDS = 30  # how often the missing workers are logged (the first 
 CONNECT_SECONDS = 1.0  # one connection attempt to another worker
 LINE_SECONDS = 3.0  # for the other end's line, once connected
 POLL_SECONDS = 0.5  # between rounds: a stop request is seen within this
+ACCEPT_SECONDS = 0.2  # how often the listener looks whether the join is over, where closing it does not wake it
 
 
 class WorkersMissingError(WorkerLostError):
@@ -218,7 +219,7 @@ class _Listener:
             raise ConfigError(
                 name, address, f"this worker cannot listen on port {cluster.port} ({exc.strerror}): choose another"
             ) from None
-        self.sock.settimeout(0.2)
+        self.sock.settimeout(ACCEPT_SECONDS)
         self._lock, self._done = threading.Lock(), threading.Event()
         self._thread = threading.Thread(target=self._serve, name="join-listener", daemon=True)
         self._thread.start()
@@ -269,6 +270,10 @@ class _Listener:
 
     def close(self) -> None:
         self._done.set()
+        try:  # wakes the accept under way (Linux): the port is TensorFlow's at once, not at the next look
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # a listening socket is not connected (macOS): the accept's timeout ends it
         self.sock.close()
         self._thread.join(timeout=5)
 
