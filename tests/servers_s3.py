@@ -120,9 +120,11 @@ class S3Server:
         cmd = [weed_binary(), "-logtostderr", "server", "-s3", f"-dir={self.data}", "-ip=127.0.0.1"]
         cmd += ["-ip.bind=127.0.0.1"]
         cmd += ["-master.telemetry=false", f"-s3.config={self.config}", "-volume.max=0", "-master.volumeSizeLimitMB=64"]
-        # One master: a restart over its saved state waits one election timeout for a leader (10 s by
-        # default, ~20 s seen on a restart), which the store-lost tests paid; a single node needs none.
-        cmd += ["-master.electionTimeout=1s"]
+        # One master (-master.peers=none): no wait for a raft quorum or an election, on a first start
+        # or a restart over its saved state. With peers left to find, the volume server registered
+        # with the master 5-6 s after the start, and the first write waited for it (and a restart
+        # waited an election timeout, 10 s by default, which the store-lost tests paid).
+        cmd += ["-master.peers=none"]
         # Its catalogue servers (Iceberg, Lance) on fixed default ports would collide with a second server.
         cmd += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
         for name in self.ports:
