@@ -651,7 +651,7 @@ def test_a_stop_asked_for_while_the_last_files_wait_for_the_store_cuts_the_wait(
     uploads = Uploads(RemoteRuns(url, Store(url), tmp_path, lease_seconds=60, flush_seconds=120))
     uploads.on_start(run)
     mirror, stop = uploads.mirror, StopFlag()
-    monkeypatch.setattr(remote_store, "STOP_FLUSH_SECONDS", 1.0)
+    monkeypatch.setattr(remote_store, "STOP_FLUSH_SECONDS", 0.3)
     signal_later = threading.Timer(0.5, stop.request, args=("received SIGTERM",))
     signal_later.start()
     started = time.monotonic()
