@@ -326,15 +326,21 @@ def _probe(cluster: Cluster, j: int, name: str, shared: Mapping[str, object], co
 
 
 def _log_waiting(cluster: Cluster, missing: list[int], status, waited: float, timeout: float, unresolved: str):
-    foreign = [j for j in missing if status.get(j) == "foreign"]
+    foreign = _foreign(cluster, missing, status)
     log.info(
         "waiting for %s to start (%.0f s%s)%s%s",
         _who(cluster, missing),
         waited,
         f" of JOIN_TIMEOUT={timeout:g} s" if timeout else "",
-        f"; another program answers at {_who(cluster, foreign)}" if foreign else "",
+        f"; {foreign}" if foreign else "",
         f"; {unresolved}" if unresolved else "",
     )
+
+
+def _foreign(cluster: Cluster, missing: list[int], status: Mapping[int, str]) -> str:
+    """What the wait and its timeout add for a missing worker whose port another program answers on."""
+    foreign = [j for j in missing if status.get(j) == "foreign"]
+    return f"another program answers at {_who(cluster, foreign)}" if foreign else ""
 
 
 # The setting that gives a worker its place in the cluster named by each source.
@@ -395,7 +401,9 @@ def wait_for_workers(
             waited = time.monotonic() - started
             unresolved = _unresolved(cluster, missing, status, name)
             if timeout and waited >= timeout:
-                why = "; ".join(filter(None, [unresolved, *listener.stranger_lines()]))
+                why = "; ".join(
+                    filter(None, [unresolved, _foreign(cluster, missing, status), *listener.stranger_lines()])
+                )
                 raise WorkersMissingError(
                     f"{_who(cluster, missing)} did not start within JOIN_TIMEOUT={timeout:g} s"
                     f"{f' ({why})' if why else ''}: start "
