@@ -273,10 +273,12 @@ def test_a_newcomer_that_waits_for_a_missed_renewal_says_why_it_waits(s3_server,
     """`report` on a run whose machine was just lost waited the lease's seconds (60) without a word."""
     store = _store(s3_server, s3_bucket, monkeypatch)
     holder = "pid 7 on host lost"
-    body = {"holder": holder, "renewed": time.time() - 1.5, "seconds": 2}  # renewed every 0.7 s while it lived
+    # Renewed every 0.8 s while it lived, last 1.5 s ago: missed, and 1 s left for the newcomer's first look
+    # (on a loaded machine), which must come before the lease runs out to say that it waits.
+    body = {"holder": holder, "renewed": time.time() - 1.5, "seconds": 2.5}
     store.create("run-w/run.lock", json.dumps(body).encode())
     with caplog.at_level(logging.INFO, logger="train"):
-        newcomer = Lease(store, "run-w/run.lock", "run-w", seconds=2).acquire()  # takes it over at 2 s
+        newcomer = Lease(store, "run-w/run.lock", "run-w", seconds=2.5).acquire()  # takes it over at 2.5 s
     try:
         waiting, took = (r.getMessage() for r in caplog.records)
         assert re.fullmatch(
