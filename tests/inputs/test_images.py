@@ -121,7 +121,9 @@ def test_resume_mid_epoch_gives_identical_batches(make_image_dir, tmp_path):
     assert not np.array_equal(other, full_y)
 
 
-def test_cache_modes_give_the_same_batches(make_image_dir, tmp_path):
+def test_cache_modes_give_the_same_batches(make_image_dir, tmp_path, monkeypatch):
+    decode, traced = images.decode_tensor, []
+    monkeypatch.setattr(images, "decode_tensor", lambda *a: traced.append(a) or decode(*a))
     root = make_image_dir()
     got = {}
     for cache in ("memory", "file", "none"):
@@ -130,6 +132,9 @@ def test_cache_modes_give_the_same_batches(make_image_dir, tmp_path):
     for cache in ("file", "none"):
         np.testing.assert_array_equal(got[cache][0], got["memory"][0])
         np.testing.assert_array_equal(got[cache][1], got["memory"][1])
+    # Seven decode passes (train and val of each load, the uncached epoch), one shape: one trace of the
+    # decode per process (none here when an earlier test of this process traced it), not one a pass.
+    assert len(traced) <= 1, len(traced)
 
 
 def test_memory_cache_is_filled_once_per_process(make_image_dir, tmp_path, monkeypatch):
