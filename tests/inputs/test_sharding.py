@@ -8,6 +8,7 @@ import pytest
 from helpers import first_fast
 
 from train.config import Settings, validate
+from train.inputs import images
 from train.inputs import pipeline as data
 
 
@@ -89,7 +90,9 @@ def test_a_last_batch_smaller_than_the_replicas_leaves_empty_slices(make_npz):
 
 
 @pytest.mark.parametrize("cache", first_fast("memory", "file", "none"))
-def test_every_cache_mode_slices_the_same_way(make_image_dir, tmp_path, cache):
+def test_every_cache_mode_slices_the_same_way(make_image_dir, tmp_path, cache, monkeypatch):
+    decode, traced = images.decode_tensor, []
+    monkeypatch.setattr(images, "decode_tensor", lambda *a: traced.append(a) or decode(*a))
     s = _settings(
         dataset=f"images:{make_image_dir()}", cache=cache, seed=3, image_size=16, runs_dir=str(tmp_path / "runs")
     )
@@ -102,3 +105,5 @@ def test_every_cache_mode_slices_the_same_way(make_image_dir, tmp_path, cache):
     # The image shape is known before the first element: the steps are traced (and XLA-compiled) against it.
     ds = data.replica_dataset(spec, s, "train", 0, 16, replicas=2, first_replica=0, local_replicas=1)
     assert ds.element_spec[0].shape.as_list() == [None, 16, 16, 3]
+    # Every pipeline above decodes through one trace of the decode per shape and process, not one each.
+    assert len(traced) <= 1, len(traced)

@@ -408,15 +408,20 @@ def decode_dataset(paths: Sequence[str], input_shape: tuple[int, int, int], info
     import tensorflow as tf
 
     ds = tf.data.Dataset.from_tensor_slices((np.asarray(paths, dtype=object).astype(str), np.asarray(info, np.int32)))
-    return ds.map(_read_and_decode(tuple(input_shape)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.map(read_and_decode(input_shape), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def read_and_decode(input_shape: Sequence[int]):
+    """f(path, info) -> decode_tensor of the file at `path`, as a tf.function traced once per input shape."""
+    return _read_and_decode(tuple(input_shape))
 
 
 @functools.cache
 def _read_and_decode(input_shape: tuple[int, int, int]):
     """decode_tensor of a file's path, traced once per input shape and process: each tf.data map traces its
     function again, and this one (eight orientations, two resizes) took 0.13 s of each decode pass, which a
-    run makes twice (train, val), with CACHE=none again for each epoch and validation, and a sweep in one
-    process for each trial; the map now only calls it."""
+    run makes twice (train, val), with CACHE=none again for each epoch, validation and replica's slice, and
+    a sweep in one process for each trial; the map now only calls it."""
     import tensorflow as tf
 
     @tf.function(input_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([2], tf.int32)), autograph=False)

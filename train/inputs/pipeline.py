@@ -200,10 +200,11 @@ def _sliced_pipeline(
     if split.x is None:  # CACHE=none: decode this replica's files only
         paths = tf.constant(np.asarray(split.files, dtype=object).astype(str))
         info = tf.constant(split.info)
+        decode = images.read_and_decode(shape)
 
         def gather(idx):
             return tf.map_fn(
-                lambda p_i: images.decode_tensor(tf.io.read_file(p_i[0]), shape, p_i[1]),
+                lambda p_i: decode(p_i[0], p_i[1]),
                 (tf.gather(paths, idx), tf.gather(info, idx)),
                 fn_output_signature=tf.TensorSpec(shape, tf.uint8),
             )
