@@ -39,6 +39,9 @@ def test_a_reader_leaves_a_dead_holders_file_so_the_run_still_reads_as_killed(tm
     assert [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
     with RunLock(lock.parent, reader=True):  # an export or a report of it: killed while they hold it too
         assert load_records(lock.parent).status == "killed"  # the report's own page said running
+        probe = "import sys; from train.run.lock import RunLock; print(RunLock(sys.argv[1]).abandoned())"
+        other = subprocess.run([sys.executable, "-c", probe, str(lock.parent)], capture_output=True, text=True)
+        assert other.stdout.strip() == "True", other.stderr  # killed to `runs` meanwhile too: it said running
     assert lock.read_text() == note  # as it was, not the reader's pid (a report of it wrote its own there)
     assert [r["status"] for r in list_runs(tmp_path / "runs")] == ["killed"]
     assert load_records(lock.parent).status == "killed"  # as compare and the report show it

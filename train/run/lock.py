@@ -22,9 +22,9 @@ from ..errors import RunBusyError, RunRecordError
 from .files import SPECIAL_FILES, NotRegularFileError, read_regular, storage_error
 from .rundir import RunDir
 
-# The run.lock files this process holds as a reader that found them left by a dead holder (a report of a
-# killed run): the run is still killed while the reader holds its lock, not running.
-_HELD_STALE: set[Path] = set()
+# In the note of a reader that found run.lock left by a dead holder (a report of a killed run), before that
+# holder's note: every process reads the run as still killed while the reader holds its lock, not running.
+READING_KILLED = ", reading the run its holder left killed: "
 
 
 class RunLock:
@@ -71,15 +71,17 @@ class RunLock:
             return self.acquire()
         try:
             self.found_stale = os.fstat(fd).st_size > 0  # a holder's note and no holder: it died
-            self.dead_note = os.pread(fd, 4096, 0) if self.reader and self.found_stale else b""
+            found = os.pread(fd, 4096, 0) if self.reader and self.found_stale else b""
+            self.dead_note = found.split(READING_KILLED.encode())[-1]  # a killed reader's: its dead holder's
             os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
+            note = f"pid {os.getpid()} on host {socket.gethostname()}"
+            if self.dead_note:
+                note += READING_KILLED + self.dead_note.decode(errors="replace").strip()
+            os.write(fd, f"{note}\n".encode())
         except OSError as exc:  # a full disk: the lock is held, only the note for others is missing
             os.close(fd)
             raise storage_error(self.path, exc) from exc
         self.fd = fd
-        if self.dead_note:
-            _HELD_STALE.add(self.path.absolute())
         from .remote import for_run
 
         remote = for_run(self.run_dir)
@@ -103,9 +105,9 @@ class RunLock:
         remote = for_run(self.run_dir)
         if remote is not None:
             return remote.lease_expired(self.run_dir)
-        if self.path.absolute() in _HELD_STALE:
-            return True
         text = self.holder()
+        if READING_KILLED in text:  # held by a report or export of the killed run, or left by one killed too
+            return True
         if not text.startswith("pid ") or not text.endswith(f" on host {socket.gethostname()}"):
             return False
         try:
@@ -155,7 +157,6 @@ class RunLock:
                 elif self.dead_note:  # the dead holder's note back: the run reads as killed, by that process
                     os.ftruncate(self.fd, 0)
                     os.pwrite(self.fd, self.dead_note, 0)
-            _HELD_STALE.discard(self.path.absolute())
             os.close(self.fd)
             self.fd = None
 
