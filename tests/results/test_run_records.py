@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 from builders import write_run_records
@@ -121,13 +122,18 @@ def test_a_run_without_epochs_has_no_best(tmp_path):
         # a named pipe in its place (None): opening it blocked every command that reads the run, `runs` too
         ("manifest.json", None, "manifest.json is unreadable (NotRegularFileError: a named pipe (FIFO), not a"),
         ("metrics.csv", None, "metrics.csv is unreadable (NotRegularFileError: a named pipe (FIFO), not a"),
+        ("metrics.csv", "socket", "metrics.csv is unreadable (NotRegularFileError: a socket, not a regular file)"),
     ],
 )
-def test_an_unreadable_record_names_the_file_and_the_problem(tmp_path, name, content, expected):
+def test_an_unreadable_record_names_the_file_and_the_problem(tmp_path, monkeypatch, name, content, expected):
     run = write_run_records(tmp_path / "r", manifest={"epochs_completed": 5})
     if content is None:
         (run / name).unlink()
         os.mkfifo(run / name)
+    elif content == "socket":  # No such device or address, said of it before
+        (run / name).unlink()
+        monkeypatch.chdir(run)  # a socket's path is limited to 108 bytes
+        socket.socket(socket.AF_UNIX).bind(name)
     else:
         (run / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(RunRecordError) as info:

@@ -111,7 +111,7 @@ def test_a_lock_held_by_another_process_blocks_until_that_process_dies(tmp_path)
         pass
 
 
-def test_a_named_pipe_for_run_lock_is_refused_naming_it_never_waited_on(tmp_path):
+def test_a_named_pipe_for_run_lock_is_refused_naming_it_never_waited_on(tmp_path, monkeypatch):
     from train.errors import RunRecordError
 
     run = tmp_path / "r"
@@ -121,3 +121,9 @@ def test_a_named_pipe_for_run_lock_is_refused_naming_it_never_waited_on(tmp_path
         with pytest.raises(RunRecordError) as err:
             probe()
         assert str(err.value).startswith(f"run r: {run / 'run.lock'} is a named pipe (FIFO), not a regular file; ")
+    (run / "run.lock").unlink()
+    monkeypatch.chdir(run)  # a socket's path is limited to 108 bytes
+    socket.socket(socket.AF_UNIX).bind("run.lock")  # a socket: report and export said No such device or address
+    for probe in (RunLock(run).abandoned, RunLock(run, reader=True).acquire):
+        with pytest.raises(RunRecordError, match=r"run.lock is a socket, not a regular file; remove it"):
+            probe()

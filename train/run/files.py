@@ -179,11 +179,25 @@ SPECIAL_FILES = {
 }
 
 
+def refuse_socket(path: Path | str, exc: OSError) -> None:
+    """A socket cannot be opened (ENXIO, "No such device or address"): it is named as one instead."""
+    try:
+        socket_file = exc.errno == errno.ENXIO and stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return
+    if socket_file:
+        raise NotRegularFileError(f"{SPECIAL_FILES[stat.S_IFSOCK]}, not a regular file") from None
+
+
 def read_regular(path: Path | str, encoding: str = "utf-8", errors: str = "strict") -> str:
     """The text of a regular file. Opened without blocking and checked with fstat before a byte is read:
     a named pipe in place of a record (manifest.json, metrics.csv) would block the reader forever, so it
     is a NotRegularFileError saying what it is (IsADirectoryError for a folder, as open gives it)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        refuse_socket(path, exc)
+        raise
     try:
         kind = stat.S_IFMT(os.fstat(fd).st_mode)
         if kind in SPECIAL_FILES:

@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 
 from ..errors import RunBusyError, RunRecordError
-from .files import SPECIAL_FILES, NotRegularFileError, read_regular, storage_error
+from .files import SPECIAL_FILES, NotRegularFileError, read_regular, refuse_socket, storage_error
 from .rundir import RunDir
 
 # In the note of a reader that found run.lock left by a dead holder (a report of a killed run), before that
@@ -51,6 +51,10 @@ class RunLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
+            try:
+                refuse_socket(self.path, exc)
+            except NotRegularFileError as socket_file:
+                raise self._not_a_file(str(socket_file)) from None
             raise storage_error(self.path, exc) from exc
         special = SPECIAL_FILES.get(stat.S_IFMT(os.fstat(fd).st_mode))
         if special:  # a named pipe or a device: no file to write a note into
