@@ -437,10 +437,13 @@ def test_a_new_run_is_not_resumed_and_restart_needs_a_run(tmp_path):
 
 def test_a_run_killed_before_its_manifest_resumes(tmp_path):
     s = _settings(tmp_path)
-    run = _fake_run(s, "20260102-000000-bbbb", None)
+    run = _fake_run(s, "20260102-000000-bbbb", None, checkpoint=False)
     plan = plan_run(s, run.name)
     plan.release()
     assert plan.resumed and plan.manifest == {}
+    lost = _fake_run(s, "20260103-000000-cccc", None)  # checkpoints and no manifest.json: it was deleted
+    with pytest.raises(RunRecordError, match=f"run {lost.name} has no manifest.json .*restore the file from a backup"):
+        plan_run(s, lost.name)  # it resumed, with weights "written before hashes were kept" and a new precision
 
 
 def test_checkpoint_refusals_name_the_checkpoint_directory(tmp_path):

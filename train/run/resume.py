@@ -209,7 +209,8 @@ def _plan_resume(
     files = RunDir(run_dir)
     saved_config = files.read_config()
     saved = read_run_settings(run_dir, warn_unknown=False, need_data=False)  # checked as asked
-    manifest = files.read_manifest(missing_ok=True)
+    # Missing beside checkpoints, it was lost (a run writes it first): the record of what trained them is gone.
+    manifest = files.read_manifest(missing_ok=not has_checkpoints(run_dir))
     check_config(run_dir, manifest)
     asked = _asked(run_dir, saved, settings)
     diffs = diff_settings(saved, asked) + _unknown(saved_config)
