@@ -461,6 +461,7 @@ _OUTSIDE = "not a file inside the export folder"
         ("out", f"{{source}} lists 'out', {_OUTSIDE}"),  # a link out of the folder
         ("zero", f"{{source}} lists 'zero', {_OUTSIDE}"),  # a link to a device
         ("fifo", "{path} is a named pipe (FIFO), not a file export writes"),
+        ("sock", "{path} is a socket, not a file export writes"),  # it said No such device or address
         ("savedmodel", "{path} is a directory, not a file export writes"),
         ("", f"{{source}} lists '', {_OUTSIDE}"),
         ("nul\0byte", f"{{source}} lists 'nul\\x00byte', {_OUTSIDE}"),  # shown escaped, on one line
@@ -468,8 +469,9 @@ _OUTSIDE = "not a file inside the export folder"
         ("../" * 100 + "etc", "{source} lists '" + ("../" * 100)[:199] + f", {_OUTSIDE}"),  # cut at 200 characters
     ],
 )
-def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry, says, no_hang):
+def test_source_json_names_only_regular_files_inside_the_export(tmp_path, monkeypatch, entry, says, no_hang):
     import os
+    import socket
 
     from train.errors import ExportError
     from train.results.predict import verify_export_files
@@ -479,6 +481,8 @@ def test_source_json_names_only_regular_files_inside_the_export(tmp_path, entry,
     (exp.path / "zero").symlink_to("/dev/zero")
     (exp.path / "loop").symlink_to(exp.path / "loop")
     os.mkfifo(exp.path / "fifo")
+    monkeypatch.chdir(exp.path)  # a socket's path is limited to 108 bytes
+    socket.socket(socket.AF_UNIX).bind("sock")
     _write_files(exp, {**files, entry: "0" * 64})
     with pytest.raises(ExportError) as err:
         verify_export_files(exp, "r")

@@ -276,6 +276,10 @@ def _recorded_file_sha256(export: ExportDir, rel: object, damaged: str, again: s
     except FileNotFoundError:
         raise
     except OSError as exc:
+        if path.is_socket():  # open() refuses it (No such device or address) before fstat can tell
+            raise ExportError(
+                f"{damaged}: {export.path / rel} is a socket, not a file export writes: {again}"
+            ) from None
         raise ExportError(f"{damaged}: {export.path / rel} cannot be read ({exc.strerror or exc}): {again}") from None
     try:
         kind = stat.S_IFMT(os.fstat(fd).st_mode)
