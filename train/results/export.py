@@ -279,6 +279,8 @@ def keep_other_formats(
     if not dropped:
         return kept, ""
     why = "were made from other weights" if not same else "differ from what its source.json records"
+    if weights is None:  # no record to tell: an unreadable source.json (or one without the weights' sha256)
+        why = f"cannot be checked against these weights ({previous.source} cannot be read)"
     return kept, (
         f"{', '.join(dropped)} of the previous export {why} and are not in the new one; "
         f"{formats.again(dropped, previous.path.parent.name + runs_dir_flag(runs_dir))} from these weights"
