@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -319,6 +320,16 @@ def test_each_refusal_of_a_metrics_row_in_full_with_its_fix(tmp_path):
     assert _refusal(run) == f"{m}: line 2, column batch_size='abc' is not a number; {RESTORE}"
     _metrics(run, "0,0.5,0.5,0.5,0.5,0.001,128,10.0,6000.0")
     assert _refusal(run) == f"{m}: line 2, column epoch='0' is not an epoch number (1, 2, ...); {RESTORE}"
+    m.unlink()
+    os.mkfifo(m)  # a traceback, exit 1
+    with pytest.raises(ReproduceError) as info:
+        check_record(
+            run, json.loads((run / "manifest.json").read_text()), json.loads((run / "config.json").read_text())
+        )
+    assert (
+        str(info.value)
+        == f"{m} is unreadable (NotRegularFileError: a named pipe (FIFO), not a regular file); {RESTORE}"
+    )
 
 
 def test_bytes_that_are_not_utf8_in_metrics_csv_are_a_cell_that_is_not_a_number(tmp_path):

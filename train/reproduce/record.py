@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, ReproduceRecordError
+from ..errors import ConfigError, ReproduceError, ReproduceRecordError
 from ..run.lock import RunLock
 from ..run.metrics_files import read_rows
 from ..run.rundir import RunDir, unknown_settings
@@ -121,7 +121,10 @@ def data_not_here(exc: ConfigError) -> bool:
 
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:
     """metrics.csv as {epoch: {column: value}} (empty cells left out); {} when there is none."""
-    header, raw = read_rows(path, errors="replace")
+    try:
+        header, raw = read_rows(path, errors="replace")
+    except OSError as exc:  # a folder, a named pipe (never waited on) or a socket in its place
+        raise ReproduceError(f"{path} is unreadable ({type(exc).__name__}: {exc}); {RESTORE}") from None
     rows: dict[int, dict[str, float]] = {}
     for line, row in raw:
         where = f"line {line}"
