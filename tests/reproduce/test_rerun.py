@@ -1002,7 +1002,7 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
         "status": "interrupted",  # stopped after its last epoch: --epochs 1 can still be compared
     }
     metrics = [{"epoch": 1, "val_accuracy": 0.5, "loss": 1.0}, {"epoch": 2, "val_accuracy": 0.6, "loss": 0.9}]
-    run = write_run_records(tmp_path / "runs" / ("x" * 70), config, manifest, metrics)
+    run = write_run_records(tmp_path / "runs" / ("base copy.bak" + "x" * 60), config, manifest, metrics)
     seen = {}
 
     def fake_rerun(code, flags, config_, runs_dir, stop):
@@ -1029,7 +1029,7 @@ def test_reproduce_says_each_check_reruns_from_a_worktree_of_the_commit_and_writ
     assert seen["head"] == commit and not seen["code"].exists()  # the worktree is gone afterwards
     flags = seen["flags"]
     assert seen["runs_dir"] == run.parent and flags[flags.index("--runs-dir") + 1] == str(run.parent)
-    assert flags[flags.index("--run-name") + 1] == ("repro-" + run.name)[:64]
+    assert flags[flags.index("--run-name") + 1] == ("repro-base_copy_bak" + "x" * 60)[:64]  # RUN_NAME refused . and " "
     assert flags[flags.index("--epochs") + 1] == "1" and flags[flags.index("--dataset") + 1] == f"npz:{npz}"
     assert seen["config"] == RunDir(run).read_config() and isinstance(seen["stop"], rerun.Stop)
     assert verdict.original == run.name and verdict.rerun == "rerun" and verdict.match is True

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -514,7 +515,7 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
         host = {**host, **pinned}
         say(f"precision: {pinned['precision']}, PRECISION=auto's recorded choice")
     fetched = {k: v for k, v in host.items() if k in ("dataset", "data_dir") and v != orig_c.get(k)}
-    name = ("repro-" + run_dir.name)[:64]
+    name = ("repro-" + re.sub(r"[^\w-]", "_", run_dir.name))[:64]  # RUN_NAME's letters: a renamed `base copy.bak`
     if image is None:
         versions = version_warnings(orig_m, installed_versions())
         verdict.warnings += versions
