@@ -137,7 +137,9 @@ def _pair_was_chosen(manifest: dict[str, Any], saved: Settings) -> bool:
 def _unknown(config: dict[str, Any]) -> list[str]:
     """config.json keys this version has no setting for, as differences: training on would drop them."""
     return [
-        f"{key}: not a setting of this version (a newer version wrote the run?)" for key in unknown_settings(config)
+        f"{key}: not a setting of this version (written by a newer version, or edited by hand: use the version that "
+        "wrote the run, or remove the key)"
+        for key in unknown_settings(config)
     ]
 
 
