@@ -127,3 +127,8 @@ def test_a_named_pipe_for_run_lock_is_refused_naming_it_never_waited_on(tmp_path
     for probe in (RunLock(run).abandoned, RunLock(run, reader=True).acquire):
         with pytest.raises(RunRecordError, match=r"run.lock is a socket, not a regular file; remove it"):
             probe()
+    (run / "run.lock").unlink()
+    (run / "run.lock").symlink_to(tmp_path / "notes.txt")  # the note went there (truncating a file that was)
+    with pytest.raises(RunRecordError, match=r"run.lock is a symbolic link, not a regular file; remove it"):
+        RunLock(run).acquire()
+    assert not (tmp_path / "notes.txt").exists()

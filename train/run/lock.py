@@ -49,8 +49,11 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            # Never through a link: the note would truncate the file it points to, or make one where it points.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._not_a_file("a symbolic link, not a regular file") from None
             try:
                 refuse_socket(self.path, exc)
             except NotRegularFileError as socket_file:
