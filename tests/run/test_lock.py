@@ -51,6 +51,9 @@ def test_a_reader_leaves_a_dead_holders_file_so_the_run_still_reads_as_killed(tm
     with RunLock(lock.parent, reader=True):  # nothing stale found: a reader removes its own file too
         pass
     assert not lock.exists()
+    lock.write_text("pid 999999999 on host elsewhere\n")  # another host's, over NFS: whether it died, not known here
+    with RunLock(lock.parent, reader=True):
+        assert not RunLock(lock.parent).abandoned()
 
 
 def _settings(tmp_path):

@@ -113,10 +113,10 @@ class RunLock:
         if remote is not None:
             return remote.lease_expired(self.run_dir)
         text = self.holder()
+        if not text.startswith("pid ") or not text.endswith(f" on host {socket.gethostname()}"):
+            return False  # the dead holder's host ends a reader's note too: another's run cannot be told here
         if READING_KILLED in text:  # held by a report or export of the killed run, or left by one killed too
             return True
-        if not text.startswith("pid ") or not text.endswith(f" on host {socket.gethostname()}"):
-            return False
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError:
