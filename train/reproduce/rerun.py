@@ -493,9 +493,8 @@ def _reproduce(run_dir: Path, root: Path, allow_dirty, epochs, base, say, image,
     rows = check_record(run_dir, orig_m, orig_c)  # every file of the record, before anything slow
     from ..run.weights import verify_all
 
-    verify_all(
-        run_dir, found_in(settings and settings.runs_dir, run_dir)
-    )  # the original's weights must be what it wrote
+    # The original's weights must be what it wrote.
+    verify_all(run_dir, found_in(settings and settings.runs_dir, run_dir))
     _check_epochs(epochs, orig_c)
     check_comparable(run_dir, orig_m, orig_c, epochs, rows)
     verdict = Verdict(run_dir.name, None)
