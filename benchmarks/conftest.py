@@ -16,6 +16,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import common`, `import reference`
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `import train`
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import reference  # noqa: E402, F401  (its RECIPE_ENVIRON: the environment before the next line)
+
+from train.setup.hardware import turn_on_onednn  # noqa: E402
+
+# The template's sides run in this process with the CPU kernels a run of the template gets (train() does
+# the same before TensorFlow's import); the recipe's own process keeps TensorFlow's choice.
+turn_on_onednn()
 
 
 def pytest_addoption(parser):

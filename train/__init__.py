@@ -69,6 +69,9 @@ def train(settings, resume=None, force=False, restart=False, callbacks=(), conti
     callbacks = _checked_callbacks(callbacks)
     _check_values(settings)
     check_before_training(settings)
+    from .setup.hardware import turn_on_onednn
+
+    turn_on_onednn()  # before TensorFlow's import, which reads it once
     from .models import start_of_run
     from .training.fit import fit
 

@@ -279,3 +279,12 @@ def test_a_named_run_stopped_resumes_with_the_command_the_stop_prints(tmp_path):
     logged = re.search(r"resuming at (epoch \d+, step \d+)", out)
     assert logged, out[-3000:]
     assert manifest(run)["segments"][-1]["resumed_from"].endswith(f"({logged.group(1)})")
+    # A run from the shell chose its CPU kernels before TensorFlow's import: oneDNN's where TensorFlow's
+    # default would be Eigen's (an AVX2-only CPU), and the record says which and why.
+    import platform
+
+    from train.setup.hardware import onednn_enabled
+
+    if "TF_ENABLE_ONEDNN_OPTS" not in env() and platform.machine() == "x86_64":
+        why = "TensorFlow's default" if onednn_enabled({}) else "TF_ENABLE_ONEDNN_OPTS=1, set by the template"
+        assert manifest(run)["precision"]["cpu"]["onednn"].startswith(f"on ({why}")

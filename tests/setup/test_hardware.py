@@ -19,6 +19,8 @@ from train.setup.hardware import (
     measure_bf16_speedup,
     onednn_enabled,
     onednn_max_isa,
+    onednn_state,
+    turn_on_onednn,
 )
 
 
@@ -99,20 +101,51 @@ def test_onednn_max_isa_reads_both_names(environ, isa):
     assert onednn_max_isa(environ) == isa
 
 
+AVX2 = {"avx2", "fma"}  # an AVX2-only EPYC: TensorFlow leaves oneDNN off there
+VNNI = {"avx2", "avx512f", "avx512_vnni"}  # a Cascade Lake Xeon: on by TensorFlow's default
+
+
 @pytest.mark.parametrize(
-    "environ, on",
+    "environ, flags, on",
     [
-        ({}, True),
-        ({"TF_ENABLE_ONEDNN_OPTS": "1"}, True),
-        ({"TF_ENABLE_ONEDNN_OPTS": "true"}, True),
-        ({"TF_ENABLE_ONEDNN_OPTS": ""}, True),  # TensorFlow ignores a value it cannot read: on
-        ({"TF_ENABLE_ONEDNN_OPTS": "0"}, False),
-        ({"TF_ENABLE_ONEDNN_OPTS": "false"}, False),
-        ({"TF_ENABLE_ONEDNN_OPTS": "False"}, False),
+        ({}, AVX2, False),
+        ({}, VNNI, True),
+        ({}, {"avx2", "avx_vnni"}, True),
+        ({}, {"avx2", "avx512f"}, False),  # a Skylake Xeon: AVX-512 without VNNI
+        ({"TF_ENABLE_ONEDNN_OPTS": "1"}, AVX2, True),
+        ({"TF_ENABLE_ONEDNN_OPTS": "true"}, AVX2, True),
+        ({"TF_ENABLE_ONEDNN_OPTS": ""}, VNNI, True),  # TensorFlow ignores a value it cannot read: its default
+        ({"TF_ENABLE_ONEDNN_OPTS": "yes"}, AVX2, False),
+        ({"TF_ENABLE_ONEDNN_OPTS": "0"}, VNNI, False),
+        ({"TF_ENABLE_ONEDNN_OPTS": "false"}, VNNI, False),
+        ({"TF_ENABLE_ONEDNN_OPTS": "False"}, VNNI, False),
     ],
 )
-def test_onednn_enabled_reads_the_variable_as_tensorflow_does(environ, on):
-    assert onednn_enabled(environ) is on
+def test_onednn_enabled_reads_the_variable_and_the_cpu_as_tensorflow_does(environ, flags, on):
+    assert onednn_enabled(environ, flags) is on
+
+
+def test_onednn_is_turned_on_only_where_tensorflow_would_leave_it_off_and_nobody_chose(monkeypatch):
+    import sys
+
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)  # not imported yet, as at a run's start
+    env: dict[str, str] = {}
+    assert turn_on_onednn(env, AVX2, "x86_64") and env == {"TF_ENABLE_ONEDNN_OPTS": "1"}
+    assert onednn_state(env, AVX2) == "on (TF_ENABLE_ONEDNN_OPTS=1)"
+    for env, flags, machine in [
+        ({"TF_ENABLE_ONEDNN_OPTS": "0"}, AVX2, "x86_64"),  # the user's choice
+        ({}, VNNI, "x86_64"),  # TensorFlow turns it on by itself
+        ({}, {"asimd"}, "aarch64"),  # oneDNN's x86 kernels only
+    ]:
+        before = dict(env)
+        assert not turn_on_onednn(env, flags, machine) and env == before
+    monkeypatch.setitem(sys.modules, "tensorflow", object())  # imported: it has read the variable already
+    env = {}
+    assert not turn_on_onednn(env, AVX2, "x86_64") and env == {}
+    assert onednn_state(env, AVX2).startswith("off (TensorFlow's default on a CPU without AVX512-VNNI")
+    assert "TF_ENABLE_ONEDNN_OPTS=1 set before TensorFlow is imported turns it on" in onednn_state(env, AVX2)
+    assert onednn_state({}, VNNI) == "on (TensorFlow's default on a CPU with AVX512-VNNI, AVX512-BF16 or AMX)"
+    assert onednn_state({"TF_ENABLE_ONEDNN_OPTS": "0"}, VNNI) == "off (TF_ENABLE_ONEDNN_OPTS=0)"
 
 
 @pytest.mark.parametrize("requested", ["float32", "mixed_float16", "mixed_bfloat16"])

@@ -60,9 +60,10 @@ def test_a_run_leaves_every_artefact(finished):
     assert len(m["data"]["fingerprint"]) == 64
     assert m["precision"]["policy"] == "float32"
     # The CPU the precision was chosen on, as `reproduce` compares it (its family of oneDNN kernels).
-    from train.setup.hardware import cpu_family, cpu_flags, cpu_model, onednn_max_isa
+    from train.setup.hardware import cpu_family, cpu_flags, cpu_model, onednn_max_isa, onednn_state
 
-    assert m["precision"]["cpu"] == {"model": cpu_model(), "family": cpu_family(cpu_flags(), onednn_max_isa())}
+    cpu = {"model": cpu_model(), "family": cpu_family(cpu_flags(), onednn_max_isa()), "onednn": onednn_state()}
+    assert m["precision"]["cpu"] == cpu
     assert m["export"]["max_abs_diff"] <= 1e-5
     log = (d / "train.log").read_text()
     assert "epoch 2/2:" in log and "export:" in log

@@ -529,7 +529,7 @@ def test_the_machine_key_holds_everything_the_peak_depends_on(monkeypatch):
         "usable_cpus": 3,
         "dtype": "float32",
         "tensorflow": tf.__version__,
-        "onednn": False,
+        "onednn_on": False,
         "onednn_max_isa": "AVX2",
     }
 

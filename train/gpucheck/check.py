@@ -38,7 +38,7 @@ def precisions(facts: Facts) -> dict[str, Any]:
         "auto",
         ccs,
         facts.cpu_bf16,
-        hardware.onednn_enabled(),
+        hardware.onednn_enabled(flags=facts.cpu_bf16),  # its bf16 flags: where oneDNN matters to the choice
         hardware.onednn_max_isa(),
         probe if measured or failed else None,
     )

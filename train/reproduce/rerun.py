@@ -264,7 +264,8 @@ def pinned_precision(config: dict[str, Any], manifest: dict[str, Any]) -> dict[s
         return {}
     from ..setup import hardware
 
-    flags, onednn, isa = hardware.cpu_flags(), hardware.onednn_enabled(), hardware.onednn_max_isa()
+    flags, isa = hardware.cpu_flags(), hardware.onednn_max_isa()
+    onednn = hardware.onednn_enabled(flags=flags)
     return {"precision": policy} if hardware.runs_natively(policy, [], flags, onednn, isa) else {}
 
 

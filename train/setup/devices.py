@@ -24,6 +24,7 @@ from .hardware import (
     cpu_model,
     onednn_enabled,
     onednn_max_isa,
+    onednn_state,
 )
 
 log = logging.getLogger("train")
@@ -40,11 +41,13 @@ class DeviceSetup:
     workers: int = 1  # processes in the cluster (MultiWorkerMirroredStrategy when > 1)
     worker_index: int = 0
     group: Any = None  # several workers: what they share at the run's fixed points (train.workers.start.Group)
-    cpu: dict[str, str] = field(default_factory=dict)  # {"model", "family"}: what the precision was chosen on
+    # {"model", "family", "onednn"}: what the precision was chosen on, and the CPU kernels that ran it
+    cpu: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         where = f"{len(self.gpus)} GPU(s): " + ", ".join(self.gpus) if self.gpus else "CPU"
-        return f"devices: {where}; precision {self.precision} ({self.precision_reason})"
+        kernels = "" if self.gpus or "onednn" not in self.cpu else f"; oneDNN {self.cpu['onednn']}"
+        return f"devices: {where}; precision {self.precision} ({self.precision_reason}){kernels}"
 
 
 def _enable_memory_growth(gpus: list) -> None:
@@ -84,7 +87,9 @@ def setup_devices(settings, cluster=None, bf16_speedup=None, kept=None) -> Devic
         tf.config.experimental.enable_op_determinism()
     ccs = [tuple(cc) for cc in (_details(g).get("compute_capability") for g in gpus) if cc]
     flags, max_isa = cpu_flags(), onednn_max_isa()
-    policy, reason = choose_precision(settings.precision, ccs, flags, onednn_enabled(), max_isa, bf16_speedup, kept)
+    policy, reason = choose_precision(
+        settings.precision, ccs, flags, onednn_enabled(flags=flags), max_isa, bf16_speedup, kept
+    )
     check_precision_fits_isa(policy, ccs, flags, max_isa)
     keras.mixed_precision.set_global_policy(policy)
     strategy = multi or (tf.distribute.MirroredStrategy() if len(gpus) > 1 else None)
@@ -101,7 +106,7 @@ def setup_devices(settings, cluster=None, bf16_speedup=None, kept=None) -> Devic
     return DeviceSetup(
         precision=policy,
         precision_reason=reason,
-        cpu={"model": cpu_model(), "family": cpu_family(flags, max_isa)},
+        cpu={"model": cpu_model(), "family": cpu_family(flags, max_isa), "onednn": onednn_state(flags=flags)},
         gpus=names,
         compute_capabilities=ccs,
         strategy=strategy,
@@ -119,7 +124,7 @@ def batch_choice(settings, bf16_speedup=None) -> tuple[int, float, str]:
     if tf.config.list_physical_devices("GPU"):
         return choose_batch("", True, default)
     flags, max_isa = cpu_flags(), onednn_max_isa()
-    policy, _ = choose_precision(settings.precision, [], flags, onednn_enabled(), max_isa, bf16_speedup)
+    policy, _ = choose_precision(settings.precision, [], flags, onednn_enabled(flags=flags), max_isa, bf16_speedup)
     return choose_batch(policy, False, default)
 
 
