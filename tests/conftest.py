@@ -19,6 +19,13 @@ from builders import write_image_dir, write_npz
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
+# The tests' own TensorFlow runs the CPU kernels a run's process chooses (train() turns oneDNN on before
+# its import where TensorFlow would not): the runs the tests start in subprocesses must train bit for bit
+# as the ones they train here, which an AVX2-only CPU would otherwise run on Eigen's kernels.
+from train.setup.hardware import turn_on_onednn  # noqa: E402
+
+turn_on_onednn()
+
 # Real servers, each in its own module, started once per session when a test asks for one.
 pytest_plugins = ["servers_serve", "servers_pg", "servers_s3"]
 

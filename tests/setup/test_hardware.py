@@ -583,3 +583,28 @@ def test_in_the_compose_container_a_missing_file_is_told_where_it_goes_on_the_ho
         "/data is ./data beside docker-compose.yml on the host (DATA_HOST_DIR in .env moves it)"
     )
     assert compose_volume_hint("/runs/x/a.png", compose, tmp_path).startswith("/runs is ./runs beside")
+
+
+def test_what_a_run_records_of_onednn_is_what_tensorflow_then_runs():
+    """A fresh process as a run starts it (turn_on_onednn before the import, no TF_ENABLE_ONEDNN_OPTS of
+    the user's): TensorFlow's own answer, and the record's, on any x86 CPU."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    from helpers import PROJECT_ROOT
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("oneDNN's x86 kernels: this is no x86 CPU")
+    code = (
+        "from train.setup.hardware import onednn_state, turn_on_onednn; turn_on_onednn(); "
+        "from tensorflow.python.util import _pywrap_util_port as port; print(port.IsMklEnabled(), onednn_state())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    tensorflow_says, _, record = done.stdout.strip().rpartition("\n")[2].partition(" ")
+    assert (tensorflow_says, record[:4]) == ("True", "on ("), done.stdout + done.stderr[-2000:]
+    assert ("set by the template" in record) == (not onednn_enabled({})), record
