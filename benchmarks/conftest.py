@@ -1,7 +1,7 @@
 """Benchmarks: `pytest benchmarks/` (`--bench-quick` or BENCH_QUICK=1: only that they run; `invoke bench` for figures).
 
-Each benchmark compares two things side by side in one process, interleaved, and records the
-figures and the ratio in `benchmark.extra_info`; goals are reported (summarise.py), not asserted.
+Each benchmark compares two things side by side in one run, interleaved (the classic recipe of
+benchmarks 1 and 2 in a process of its own: reference.RecipeProcess), and records the figures and the ratio in `benchmark.extra_info`; goals are reported (summarise.py), not asserted.
 Quick mode shrinks data and repeats so that every benchmark only proves it runs.
 """
 
