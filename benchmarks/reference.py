@@ -82,13 +82,13 @@ class RecipeProcess:
     run Eigen's kernels (an AVX2-only CPU), so the recipe cannot share the benchmark's process and still
     run as its users run it. `npz`: a Keras-format file with the arrays; `seed`: keras' seed, if any."""
 
-    def __init__(self, npz: Path, seed: int | None = None, environ: dict[str, str] | None = None):
+    def __init__(self, npz: Path, seed: int | None = None):
         self.process = subprocess.Popen(
             [sys.executable, __file__, str(npz), "" if seed is None else str(seed)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env=RECIPE_ENVIRON if environ is None else environ,
+            env=RECIPE_ENVIRON,
         )
         self.history: list[dict] = []
 

@@ -110,13 +110,20 @@ ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "a
 _X86 = ("x86_64", "amd64")
 
 
+def _onednn_given(env: Mapping[str, str]) -> str | None:
+    """TF_ENABLE_ONEDNN_OPTS as given, if TensorFlow reads it as a choice (1, true, 0 or false, any case);
+    None when unset or another value, which TensorFlow ignores for its default."""
+    value = env.get("TF_ENABLE_ONEDNN_OPTS", "").strip()
+    return value if value.lower() in ("1", "true", "0", "false") else None
+
+
 def onednn_enabled(environ: Mapping[str, str] | None = None, flags: Iterable[str] | None = None) -> bool:
     """Whether TensorFlow's oneDNN CPU kernels are on, as TensorFlow reads TF_ENABLE_ONEDNN_OPTS: 1 or
-    true (any case) on, 0 or false off; unset or another value, TensorFlow's default for these CPU
-    `flags` (ONEDNN_DEFAULT_FLAGS; None: this CPU's)."""
-    value = (os.environ if environ is None else environ).get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
-    if value in ("1", "true", "0", "false"):
-        return value in ("1", "true")
+    true on, 0 or false off; unset or another value, TensorFlow's default for these CPU `flags`
+    (ONEDNN_DEFAULT_FLAGS; None: this CPU's)."""
+    given = _onednn_given(os.environ if environ is None else environ)
+    if given is not None:
+        return given.lower() in ("1", "true")
     return bool(set(cpu_flags() if flags is None else flags) & set(ONEDNN_DEFAULT_FLAGS))
 
 
@@ -150,12 +157,11 @@ def turn_on_onednn(
 def onednn_state(environ: Mapping[str, str] | None = None, flags: Iterable[str] | None = None) -> str:
     """The run's record of its CPU kernels: "on" or "off", and why."""
     env = os.environ if environ is None else environ
-    on = onednn_enabled(env, flags)
-    value = env.get("TF_ENABLE_ONEDNN_OPTS", "").strip()
+    on, given = onednn_enabled(env, flags), _onednn_given(env)
     if on and _turned_on and environ is None:
         return f"on ({_TURNED_ON})"
-    if value.lower() in ("1", "true", "0", "false"):
-        return f"{'on' if on else 'off'} (TF_ENABLE_ONEDNN_OPTS={value})"
+    if given is not None:
+        return f"{'on' if on else 'off'} (TF_ENABLE_ONEDNN_OPTS={given})"
     if on:
         return "on (TensorFlow's default on a CPU with AVX512-VNNI, AVX512-BF16 or AMX)"
     # On x86, train() turns it on unless TensorFlow was imported first (a notebook's own import).
