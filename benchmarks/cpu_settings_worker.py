@@ -51,6 +51,11 @@ def _patch_pipelines(prefetch: int | None, private_threadpool: int | None, max_i
 
 
 def run(spec: dict) -> dict:
+    from train.setup.hardware import onednn_state, turn_on_onednn
+
+    # As train() does, before TensorFlow's first import (this worker imports it first, to set the
+    # threads): an AVX2-only CPU would otherwise measure Eigen's kernels, which no run uses.
+    turn_on_onednn()
     import keras
     import tensorflow as tf
 
@@ -83,6 +88,7 @@ def run(spec: dict) -> dict:
         "mfu": [row.get("mfu") for row in result.history],
         "val_accuracy": result.history[-1]["val_accuracy"],
         "precision": keras.mixed_precision.global_policy().name,
+        "onednn": onednn_state(),
         "final_weights_sha256": result.final_weights_sha256,
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),

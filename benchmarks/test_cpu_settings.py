@@ -254,7 +254,7 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
         f"\n{what}: {len(subset['y_train'])} training examples, {n_val} validation, {epochs} epochs "
         f"(the first untimed, the fastest other one counted), {rounds} round(s), {n_cores} cores, "
         f"load average per round {loads}, "
-        f"{seconds:.0f}s; faster than the default in every round, results unchanged: "
+        f"{seconds:.0f}s, oneDNN {runs['default'][0]['onednn']}; faster than the default in every round, results unchanged: "
         f"{', '.join(every_round) or 'none'}\n{text}"
     )
     common.record(
@@ -271,6 +271,7 @@ def test_cpu_settings_side_by_side(benchmark, mnist, quick, tmp_path):
         epochs=epochs,
         rounds=rounds,
         cores=n_cores,
+        onednn=runs["default"][0]["onednn"],
         load_average=loads,
         seconds=seconds,
         accuracy_noise=noise,

@@ -27,6 +27,7 @@ def test_cpu_machine_gets_a_calm_report_exit_0(monkeypatch):
             log=CUINIT_NOISE,
             matmul=[{"device": "/CPU:0", "n": 1024, "seconds": 0.03, "gflops": 70.0}],
             bf16_speedup=1.5,  # measured with the matmul
+            onednn="on (TensorFlow's default on a CPU with AVX512-VNNI, AVX512-BF16 or AMX)",
         ),
         driver_reason="NVML: NVML Shared Library Not Found",
         cpu_bf16=["avx512_bf16"],
@@ -36,6 +37,8 @@ def test_cpu_machine_gets_a_calm_report_exit_0(monkeypatch):
     assert {d["severity"] for d in r["diagnoses"]} == {"info"}
     text = check.format_report(r)
     assert "VERDICT: running on CPU" in text and "cuInit" in text and "CUDA_ERROR_NO_DEVICE" not in text
+    assert "\n  CPU kernels    oneDNN on (TensorFlow's default on a CPU with AVX512-VNNI" in text
+    assert r["tensorflow"]["onednn"].startswith("on (")
     assert r["precision"]["auto"] == "mixed_bfloat16" and r["tf_log"]["shown"] == []
 
 

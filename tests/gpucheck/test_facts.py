@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -341,9 +342,11 @@ def test_the_probe_reports_every_gpu_its_memory_growth_and_the_matmuls(monkeypat
     monkeypatch.setitem(sys.modules, "tensorflow", tf)
     monkeypatch.setattr(check_facts, "_bench", lambda device, n, reps: {"device": device, "n": n, "reps": reps})
     monkeypatch.setattr(hardware, "cpu_bf16", lambda flags: ["avx512_bf16"])
+    monkeypatch.setattr(hardware, "onednn_state", lambda: "on (the record a run writes)")
     check_facts.probe_main(skip_matmul=False)
     assert _probe_output(capsys) == {
         "version": "2.21.0",
+        "onednn": "on (the record a run writes)",
         "build": {"is_cuda_build": True, "cuda_version": "12.5.1", "msvcp_dll_names": "('a', 'b')", "n": 3},
         "memory_growth": {"in_effect": True, "error": None, "late_call": None},
         "gpus": [
@@ -530,10 +533,18 @@ class config:
     ],
 )
 def test_the_probes_report_is_out_before_a_crash_at_exit(tmp_path, module, report):
-    """TensorFlow can crash at shutdown: the report is flushed when it is printed, not at exit."""
+    """TensorFlow can crash at shutdown: the report is flushed when it is printed, not at exit. The
+    probe starts TensorFlow with the CPU kernels a run gets: oneDNN turned on before the import where
+    TensorFlow would leave it off (an AVX2-only CPU), and says which."""
     (tmp_path / "tensorflow.py").write_text(module)
     root = str(Path(check_facts.__file__).resolve().parents[2])
     code = f"import os, sys; sys.path[:0] = [{str(tmp_path)!r}, {root!r}]; from train.gpucheck.facts import probe_main; probe_main(True); os._exit(1)"
-    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a pipe: block-buffered
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=buffered)
-    assert done.stdout == "@@train-check@@" + json.dumps(report) + "\n"
+    # a pipe: block-buffered; and no TF_ENABLE_ONEDNN_OPTS, as in a user's shell
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "TF_ENABLE_ONEDNN_OPTS")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    if "version" in report:
+        x86 = platform.machine().lower() in ("x86_64", "amd64")
+        off_by_default = x86 and not hardware.onednn_enabled({})
+        report = {**report, "onednn": f"on ({hardware._TURNED_ON})" if off_by_default else hardware.onednn_state({})}
+    assert done.stdout.startswith("@@train-check@@") and done.stdout.count("\n") == 1, done.stdout
+    assert json.loads(done.stdout.removeprefix("@@train-check@@")) == report

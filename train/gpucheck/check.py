@@ -131,6 +131,7 @@ def build_report(facts: Facts, require_gpu: bool = False, own_pids: set[int] | N
             "error": facts.tf.error,
             "build": facts.tf.build,
             "gpus": facts.tf.gpus,
+            "onednn": facts.tf.onednn,
         },
         "libraries": [asdict(lib) for lib in facts.libraries],
         "driver": {
@@ -232,6 +233,8 @@ def _runtime_rows(r: dict[str, Any]) -> Rows:
         rows.append(("Matmul", f"{m['device']}: {timed}"))
     if r["gpu_speedup"]:
         rows.append(("", f"GPU / CPU throughput: {r['gpu_speedup']}x"))
+    if r["tensorflow"]["onednn"]:
+        rows.append(("CPU kernels", f"oneDNN {r['tensorflow']['onednn']}"))
     p = r["precision"]
     options = "; ".join(f"{k} {'yes' if v['sensible'] else 'no'}" for k, v in p["options"].items())
     rows.append(("Precision", f"{options}; auto -> {p['auto']} ({p['auto_reason']})"))

@@ -57,6 +57,7 @@ class TfFacts:
     matmul: list[dict] = field(default_factory=list)  # {"device", "n", "seconds", "gflops"} or {"device", "error"}
     bf16_speedup: float | None = None  # a CPU with native bfloat16: PRECISION=auto's probe (train.setup.hardware)
     bf16_probe_error: str | None = None  # that probe's error, when it could not run (auto then picks float32)
+    onednn: str | None = None  # whether the CPU's kernels are oneDNN's, and why (the record a run writes)
     log: list[str] = field(default_factory=list)  # TensorFlow's C++ log lines (stderr of the probe)
     seconds: float = 0.0
 
@@ -185,12 +186,14 @@ def _bench(device: str, n: int, reps: int) -> dict[str, Any]:
 def probe_main(skip_matmul: bool) -> None:
     """Run in the probe subprocess: start TensorFlow the way training does and print what happened."""
     out: dict[str, Any] = {}
+    hardware.turn_on_onednn()  # as train() does before its import: the kernels a run gets, measured
     try:
         import tensorflow as tf
     except Exception as exc:
         print(_MARK + json.dumps({"error": f"import tensorflow failed: {type(exc).__name__}: {exc}"}), flush=True)
         return
     out["version"] = tf.__version__
+    out["onednn"] = hardware.onednn_state()
     out["build"] = {
         k: v if isinstance(v, (str, int, float, bool)) else str(v) for k, v in tf.sysconfig.get_build_info().items()
     }
