@@ -549,6 +549,11 @@ def test_data_and_precision_are_recorded_in_the_run_and_its_open_segment(tmp_pat
     assert read_json(path) == m
     manifest.write_json(path, {"precision": {"policy": "float32"}})  # written before segments existed
     assert manifest.record_data(path, data, precision) == {"precision": precision, "data": data}
+    # The CPU kernels, per segment: a resume by another version on an AVX2-only CPU may switch them.
+    manifest.write_json(path, {"segments": [{"status": "completed", "onednn": "off (TensorFlow's default)"}, {}]})
+    cpu = {"policy": "float32", "cpu": {"family": "AVX2", "onednn": "on (TF_ENABLE_ONEDNN_OPTS=1)"}}
+    m = manifest.record_data(path, data, cpu)
+    assert [s.get("onednn") for s in m["segments"]] == ["off (TensorFlow's default)", "on (TF_ENABLE_ONEDNN_OPTS=1)"]
 
 
 def test_a_segment_that_trains_nothing_records_a_precision_only_where_the_run_has_none(tmp_path):

@@ -310,11 +310,14 @@ def _legacy_segment(previous: dict[str, Any]) -> dict[str, Any] | None:
 
 def record_data(path: Path, data: dict[str, Any], precision: dict[str, Any]) -> dict[str, Any]:
     """The data and precision this segment trains with: the run's `data` and `precision` (those of
-    the newest segment that trains), and the open segment's fingerprint and policy (a resume on
-    other devices may differ)."""
+    the newest segment that trains), and the open segment's fingerprint, policy and CPU kernels (a
+    resume on other devices, or by another version on an AVX2-only CPU, may differ: their weights
+    then differ by rounding)."""
     manifest = read_json(path)
     segments = manifest.get("segments") or [{}]
     segments[-1].update(data_fingerprint=data.get("fingerprint"), precision=precision.get("policy"))
+    if (precision.get("cpu") or {}).get("onednn"):
+        segments[-1].update(onednn=precision["cpu"]["onednn"])
     manifest.update(data=data)
     if segments[-1].get("trains", True) or "precision" not in manifest:
         manifest.update(precision=precision)
