@@ -116,6 +116,8 @@ VNNI = {"avx2", "avx512f", "avx512_vnni"}  # a Cascade Lake Xeon: on by TensorFl
         ({"TF_ENABLE_ONEDNN_OPTS": "true"}, AVX2, True),
         ({"TF_ENABLE_ONEDNN_OPTS": ""}, VNNI, True),  # TensorFlow ignores a value it cannot read: its default
         ({"TF_ENABLE_ONEDNN_OPTS": "yes"}, AVX2, False),
+        ({"TF_ENABLE_ONEDNN_OPTS": " 1"}, AVX2, False),  # TensorFlow does not strip it: ignored
+        ({"TF_ENABLE_ONEDNN_OPTS": "TRUE"}, AVX2, True),
         ({"TF_ENABLE_ONEDNN_OPTS": "0"}, VNNI, False),
         ({"TF_ENABLE_ONEDNN_OPTS": "false"}, VNNI, False),
         ({"TF_ENABLE_ONEDNN_OPTS": "False"}, VNNI, False),
@@ -146,6 +148,19 @@ def test_onednn_is_turned_on_only_where_tensorflow_would_leave_it_off_and_nobody
     assert "TF_ENABLE_ONEDNN_OPTS=1 set before TensorFlow is imported turns it on" in onednn_state(env, AVX2)
     assert onednn_state({}, VNNI) == "on (TensorFlow's default on a CPU with AVX512-VNNI, AVX512-BF16 or AMX)"
     assert onednn_state({"TF_ENABLE_ONEDNN_OPTS": "0"}, VNNI) == "off (TF_ENABLE_ONEDNN_OPTS=0)"
+    # A value TensorFlow cannot read keeps its default, is never replaced, and the record says it was ignored.
+    env = {"TF_ENABLE_ONEDNN_OPTS": "yes"}
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    assert not turn_on_onednn(env, AVX2, "x86_64") and env == {"TF_ENABLE_ONEDNN_OPTS": "yes"}
+    assert onednn_state(env, AVX2) == (
+        "off (TensorFlow's default on a CPU without AVX512-VNNI, AVX512-BF16 or AMX; TF_ENABLE_ONEDNN_OPTS='yes' "
+        "is ignored: TensorFlow reads 0, 1, true or false; TF_ENABLE_ONEDNN_OPTS=1 set before TensorFlow is "
+        "imported turns it on)"
+    )
+    assert onednn_state({"TF_ENABLE_ONEDNN_OPTS": ""}, VNNI) == (
+        "on (TensorFlow's default on a CPU with AVX512-VNNI, AVX512-BF16 or AMX; TF_ENABLE_ONEDNN_OPTS='' "
+        "is ignored: TensorFlow reads 0, 1, true or false)"
+    )
 
 
 @pytest.mark.parametrize("requested", ["float32", "mixed_float16", "mixed_bfloat16"])

@@ -112,8 +112,9 @@ _X86 = ("x86_64", "amd64")
 
 def _onednn_given(env: Mapping[str, str]) -> str | None:
     """TF_ENABLE_ONEDNN_OPTS as given, if TensorFlow reads it as a choice (1, true, 0 or false, any case);
-    None when unset or another value, which TensorFlow ignores for its default."""
-    value = env.get("TF_ENABLE_ONEDNN_OPTS", "").strip()
+    None when unset or another value, which TensorFlow ignores for its default (" 1" too: it does not
+    strip spaces, and says so only in its own log)."""
+    value = env.get("TF_ENABLE_ONEDNN_OPTS", "")
     return value if value.lower() in ("1", "true", "0", "false") else None
 
 
@@ -162,11 +163,14 @@ def onednn_state(environ: Mapping[str, str] | None = None, flags: Iterable[str] 
         return f"on ({_TURNED_ON})"
     if given is not None:
         return f"{'on' if on else 'off'} (TF_ENABLE_ONEDNN_OPTS={given})"
+    raw = env.get("TF_ENABLE_ONEDNN_OPTS")
+    # A value TensorFlow cannot read ("yes", "on") is ignored, as is the wish behind it: say so.
+    ignored = "" if raw is None else f"; TF_ENABLE_ONEDNN_OPTS={raw!r} is ignored: TensorFlow reads 0, 1, true or false"
     if on:
-        return "on (TensorFlow's default on a CPU with AVX512-VNNI, AVX512-BF16 or AMX)"
+        return f"on (TensorFlow's default on a CPU with AVX512-VNNI, AVX512-BF16 or AMX{ignored})"
     # On x86, train() turns it on unless TensorFlow was imported first (a notebook's own import).
     return (
-        "off (TensorFlow's default on a CPU without AVX512-VNNI, AVX512-BF16 or AMX; "
+        f"off (TensorFlow's default on a CPU without AVX512-VNNI, AVX512-BF16 or AMX{ignored}; "
         "TF_ENABLE_ONEDNN_OPTS=1 set before TensorFlow is imported turns it on)"
     )
 
