@@ -90,7 +90,7 @@ class CoreSettings:
     )
     learning_rate: float = _f(
         7e-3,
-        "Adam learning rate (the peak, under a schedule); with BATCH_SIZE unset too, 0.005 where the batch is 256",
+        "Adam learning rate (the peak, under a schedule); with BATCH_SIZE unset too, 0.008 where the batch is 256",
         min=1e-8,
         max=10.0,
     )

@@ -109,7 +109,7 @@ def test_auto_resumes_a_run_whose_batch_was_chosen_for_its_machine_while_neither
     """Neither BATCH_SIZE nor LEARNING_RATE set: the pair a new run would take here is compared, and a
     run whose own pair was chosen so (its manifest's `batch`) keeps it, whatever this machine takes."""
     unset = load_settings({"dataset": "mnist", "runs_dir": str(tmp_path / "runs")}, env_file=None, environ={})
-    here = lambda: unset.replace(batch_size=256, learning_rate=0.005)  # noqa: E731  what a CPU in float32 takes
+    here = lambda: unset.replace(batch_size=256, learning_rate=0.005)  # noqa: E731  what a CPU in float32 took
     elsewhere = lambda: unset.replace(batch_size=512, learning_rate=0.007)  # noqa: E731  what a GPU takes
     run = _chosen_pair_run(unset)
     assert auto_resume(unset, here) == str(run)

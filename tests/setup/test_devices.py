@@ -74,19 +74,19 @@ def test_bfloat16_under_a_cap_where_tensorflow_crashes_is_a_config_error_before_
 @pytest.mark.parametrize(
     ("precision", "flags", "environ", "speedup", "pair"),
     [
-        ("auto", {"avx2"}, {}, None, (256, 0.005)),  # no native bfloat16: float32
+        ("auto", {"avx2"}, {}, None, (256, 0.008)),  # no native bfloat16: float32
         ("auto", {"avx512_bf16"}, {}, 1.4, (512, 0.007)),  # bfloat16 the probe found faster
-        ("auto", {"avx512_bf16"}, {}, 0.55, (256, 0.005)),  # slower: float32
-        ("auto", {"avx512_bf16"}, {"TF_ENABLE_ONEDNN_OPTS": "0"}, None, (256, 0.005)),
-        ("auto", {"avx512_bf16"}, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, None, (256, 0.005)),
-        ("float32", {"avx512_bf16"}, {}, None, (256, 0.005)),
+        ("auto", {"avx512_bf16"}, {}, 0.55, (256, 0.008)),  # slower: float32
+        ("auto", {"avx512_bf16"}, {"TF_ENABLE_ONEDNN_OPTS": "0"}, None, (256, 0.008)),
+        ("auto", {"avx512_bf16"}, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, None, (256, 0.008)),
+        ("float32", {"avx512_bf16"}, {}, None, (256, 0.008)),
         ("mixed_bfloat16", {"avx2"}, {}, None, (512, 0.007)),
     ],
 )
 def test_the_batch_a_new_run_chooses_follows_the_precision_it_will_train_in(
     monkeypatch, precision, flags, environ, speedup, pair
 ):
-    """docs/configuration.md: 256 and 0.005 wherever a CPU trains in float32, 512 and 0.007 elsewhere."""
+    """docs/configuration.md: 256 and 0.008 wherever a CPU trains in float32, 512 and 0.007 elsewhere."""
     for name in ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():

@@ -399,7 +399,7 @@ def test_resume_auto_continues_an_unfinished_run_and_starts_fresh_after_a_finish
 def test_a_run_that_sets_neither_batch_nor_rate_records_its_machine_s_pair_and_resume_auto_keeps_it(
     tmp_path, monkeypatch
 ):
-    """Neither BATCH_SIZE nor LEARNING_RATE set, in float32 on a CPU: 256 and 0.005, in config.json from
+    """Neither BATCH_SIZE nor LEARNING_RATE set, in float32 on a CPU: 256 and 0.008, in config.json from
     the start and in the manifest with why; RESUME=auto continues it with neither set. Set: as given."""
     from helpers import tiny_values, write_tiny_npz
 
@@ -412,13 +412,13 @@ def test_a_run_that_sets_neither_batch_nor_rate_records_its_machine_s_pair_and_r
     del values["batch_size"], values["learning_rate"]
     s = load_settings({**values, "epochs": 1, "export": False, "resume": "auto"}, env_file=None, environ={})
     done = train(s)
-    assert "batch: 256, learning rate 0.005 (neither was set: " in (done.run_dir / "train.log").read_text()
+    assert "batch: 256, learning rate 0.008 (neither was set: " in (done.run_dir / "train.log").read_text()
     original = stop_flag.StopFlag.check
     monkeypatch.setattr(stop_flag.StopFlag, "check", lambda self: self.request("test stop") or original(self))
     stopped = train(s)  # stops before training: its record is written, its log holds the choice
-    assert "batch: 256, learning rate 0.005 (neither was set: " in (stopped.run_dir / "train.log").read_text()
+    assert "batch: 256, learning rate 0.008 (neither was set: " in (stopped.run_dir / "train.log").read_text()
     config = json.loads((stopped.run_dir / "config.json").read_text())
-    assert (config["batch_size"], config["learning_rate"]) == (256, 0.005)
+    assert (config["batch_size"], config["learning_rate"]) == (256, 0.008)
     chosen = json.loads((stopped.run_dir / "manifest.json").read_text())["batch"]
     assert chosen["reason"].startswith("training in float32 on a CPU") and chosen["batch_size"] == 256
     monkeypatch.setattr(stop_flag.StopFlag, "check", original)
